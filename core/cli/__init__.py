@@ -1,0 +1,75 @@
+"""`specdeck <command>`: the same core as the app, headless, with JSON output.
+
+Every module in this package whose name ends in ``_cmd`` contributes commands through a
+``register(subparsers)`` function; each command's handler takes the parsed arguments and
+returns an exit code. Command modules import heavy libraries inside their handlers only.
+
+Exit codes: 0 success, 1 a negative answer the command was asked for (e.g. an
+incompatible pair), 2 an error (printed on one line to stderr), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+from specdeck import __version__
+from specdeck.core.errors import SpecDeckError
+
+EXIT_OK = 0
+EXIT_NEGATIVE = 1
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+def _command_modules():
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        if info.name.endswith("_cmd"):
+            yield importlib.import_module(f"{__name__}.{info.name}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specdeck",
+        description=(
+            "SpecDeck: speculative decoding for ExLlamaV2 / TabbyAPI. "
+            "Run without arguments to open the desktop app."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"specdeck {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    gui = subparsers.add_parser("gui", help="open the desktop app (the default)")
+    gui.set_defaults(handler=None)
+    for module in _command_modules():
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        if args.command == "gui":
+            from specdeck.gui.app import run_gui
+
+            return run_gui([])
+        parser.print_help()
+        return EXIT_ERROR
+    try:
+        return int(handler(args) or 0)
+    except SpecDeckError as exc:
+        print(f"specdeck: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("specdeck: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

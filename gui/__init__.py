@@ -1,0 +1,1 @@
+"""SpecDeck's Qt application. Thin: widgets, signals and workers; no domain logic."""

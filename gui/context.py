@@ -1,0 +1,45 @@
+"""State shared by the pages of one window: settings, the current config.yml, status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+
+from specdeck.core import settings as settings_store
+from specdeck.core.settings import Settings
+
+
+class AppContext(QObject):
+    """One per main window. Pages read shared state here and listen to its signals."""
+
+    config_path_changed = Signal(str)
+    """The user opened another TabbyAPI config.yml (absolute path)."""
+    config_saved = Signal(str)
+    """A config.yml was written by SpecDeck (absolute path); pages re-read it."""
+    status_message = Signal(str, int)
+    """Text for the status bar, and how long to show it in ms (0 = until replaced)."""
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self._settings = settings_store.load()
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    def update_settings(self, new: Settings) -> None:
+        self._settings = new
+        settings_store.save(new)
+
+    @property
+    def config_path(self) -> Path | None:
+        value = self._settings.config_path
+        return Path(value) if value else None
+
+    def set_config_path(self, path: str | Path) -> None:
+        self.update_settings(self._settings.with_config(path))
+        self.config_path_changed.emit(str(self.config_path))
+
+    def show_status(self, text: str, timeout_ms: int = 5000) -> None:
+        self.status_message.emit(text, timeout_ms)

@@ -1,0 +1,96 @@
+"""Run slow core calls off the GUI thread.
+
+``submit(fn, ...)`` runs ``fn`` on Qt's thread pool and delivers its result, error or
+progress back on the GUI thread through signals. ``fn`` receives a ``threading.Event`` as
+``cancel`` and a ``progress`` callback when it accepts them, which is how every long core
+call in SpecDeck is shaped (see DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+
+log = logging.getLogger(__name__)
+
+
+class TaskHandle(QObject):
+    """The GUI-side end of a background call. Keep a reference while it runs."""
+
+    finished = Signal(object)
+    """The call's return value."""
+    failed = Signal(object)
+    """The exception it raised (SpecDeckError for user errors)."""
+    progress = Signal(object)
+    """Whatever the call passed to its ``progress`` callback."""
+    done = Signal()
+    """Emitted last, after finished or failed."""
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self.cancel_event = threading.Event()
+        self.running = True
+
+    def cancel(self) -> None:
+        self.cancel_event.set()
+
+
+class _Runnable(QRunnable):
+    def __init__(self, handle: TaskHandle, fn: Callable[..., Any], args, kwargs):
+        super().__init__()
+        self.setAutoDelete(True)
+        self._handle = handle
+        self._fn = fn
+        self._args = args
+        self._kwargs = kwargs
+
+    def run(self) -> None:  # worker thread
+        handle = self._handle
+        try:
+            result = self._fn(*self._args, **self._kwargs)
+        except BaseException as exc:  # noqa: BLE001 - delivered to the GUI, never lost
+            if not _is_user_error(exc):
+                log.error("Background task failed:\n%s", traceback.format_exc())
+            handle.running = False
+            handle.failed.emit(exc)
+        else:
+            handle.running = False
+            handle.finished.emit(result)
+        handle.done.emit()
+
+
+def _is_user_error(exc: BaseException) -> bool:
+    from specdeck.core.errors import SpecDeckError
+
+    return isinstance(exc, SpecDeckError)
+
+
+def _accepts(fn: Callable[..., Any], name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def submit(
+    fn: Callable[..., Any],
+    *args: Any,
+    parent: QObject | None = None,
+    pool: QThreadPool | None = None,
+    **kwargs: Any,
+) -> TaskHandle:
+    """Run ``fn(*args, **kwargs)`` in the background; connect to the handle's signals."""
+    handle = TaskHandle(parent)
+    if _accepts(fn, "cancel") and "cancel" not in kwargs:
+        kwargs["cancel"] = handle.cancel_event
+    if _accepts(fn, "progress") and "progress" not in kwargs:
+        kwargs["progress"] = handle.progress.emit
+    (pool or QThreadPool.globalInstance()).start(_Runnable(handle, fn, args, kwargs))
+    return handle

@@ -1,0 +1,7 @@
+"""`python -m specdeck` behaves exactly like the `specdeck` command."""
+
+import sys
+
+from specdeck.entry import main
+
+sys.exit(main())

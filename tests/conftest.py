@@ -1,0 +1,49 @@
+"""Test-wide setup: Qt offscreen, SpecDeck's files in a temp folder, fixture paths."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Must happen before anything imports Qt: there is no display in CI.
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# Nothing in the tests may reach the real Hugging Face Hub.
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
+
+import pytest  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(os.environ.get("SPECDECK_FIXTURES", REPO_ROOT.parent / "shared" / "fixtures"))
+MODELS = FIXTURES / "models"
+TABBY = FIXTURES / "tabbyapi"
+
+
+def pytest_configure(config):
+    if not FIXTURES.is_dir():
+        raise pytest.UsageError(
+            f"Real-world fixtures not found at {FIXTURES}. The tests read them from "
+            "../shared/fixtures beside the checkout; set SPECDECK_FIXTURES to their folder."
+        )
+
+
+@pytest.fixture(autouse=True)
+def specdeck_home(tmp_path_factory, monkeypatch) -> Path:
+    """Every test gets its own SpecDeck settings/data/cache folder."""
+    home = tmp_path_factory.mktemp("specdeck-home")
+    monkeypatch.setenv("SPECDECK_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def qapp_args():
+    return ["specdeck-tests"]
+
+
+@pytest.fixture
+def configured_qapp(qapp):
+    """pytest-qt's QApplication, named and styled like SpecDeck's."""
+    from specdeck.gui.app import configure_application
+
+    configure_application(qapp)
+    return qapp

@@ -1,0 +1,93 @@
+"""The shape of the project: one import name, fast entry points, lazy heavy imports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from specdeck import __version__
+
+
+def run_specdeck(*args: str, timeout: float = 60, env: dict | None = None):
+    return subprocess.run(
+        [sys.executable, "-m", "specdeck", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def test_version_from_python_m():
+    result = run_specdeck("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"specdeck {__version__}"
+
+
+def test_help_lists_commands():
+    result = run_specdeck("--help")
+    assert result.returncode == 0
+    assert "gui" in result.stdout
+    assert "config" in result.stdout
+
+
+def test_unknown_command_fails_cleanly():
+    result = run_specdeck("no-such-command")
+    assert result.returncode != 0
+    assert "invalid choice" in result.stderr
+
+
+def test_cli_start_imports_no_heavy_modules():
+    """Listing commands must never import torch, exllamav2, Qt, or initialise NVML."""
+    code = (
+        "import sys, json\n"
+        "from specdeck.core.cli import build_parser\n"
+        "build_parser()\n"
+        "heavy = [m for m in ('torch', 'exllamav2', 'transformers', 'PySide6', 'pynvml',"
+        " 'pyqtgraph', 'huggingface_hub') if m in sys.modules]\n"
+        "print(json.dumps(heavy))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == []
+
+
+def test_core_never_imports_qt():
+    """core/ is pure Python: importing every core module leaves Qt unloaded."""
+    code = (
+        "import sys, pkgutil, importlib, json\n"
+        "import specdeck.core as core\n"
+        "for info in pkgutil.walk_packages(core.__path__, 'specdeck.core.'):\n"
+        "    try:\n"
+        "        importlib.import_module(info.name)\n"
+        "    except ImportError as exc:\n"
+        "        if 'exllamav2' not in str(exc): raise\n"
+        "print(json.dumps([m for m in sys.modules if m.startswith(('PySide6', 'pyqtgraph'))]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == []
+
+
+def test_no_generic_top_level_packages_installed():
+    import importlib.util
+
+    for name in ("core", "gui", "resources"):
+        spec = importlib.util.find_spec(name)
+        assert spec is None or "specdeck" not in (spec.origin or ""), name
+
+
+def test_resources_path_points_at_real_files():
+    from specdeck.resources import path
+
+    icon = path("icons", "specdeck.svg")
+    assert icon.is_file()
+    assert icon.read_text().startswith("<svg")
+
+
+@pytest.mark.parametrize("module", ["specdeck.core", "specdeck.gui", "specdeck.resources"])
+def test_subpackages_import(module):
+    __import__(module)
