@@ -1,0 +1,257 @@
+"""One protocol for every generation engine.
+
+An engine loads a target model and optionally a drafter, runs one generation at a time,
+streams :class:`GenerationEvent` objects to a callback as it goes, honours a cancel token
+between steps, and returns a :class:`GenerationResult` with honest timings.
+
+Speculative accounting (the definitions vLLM and llama.cpp use):
+
+- a *verify step* is one forward of the target model that yields exactly one token of its
+  own (the "bonus" / correction token) plus the draft tokens it accepted;
+- ``drafted`` counts draft tokens proposed to the target, ``accepted + rejected == drafted``;
+- ``new_tokens == steps + accepted`` whenever nothing was cut short (EOS or the token limit
+  can truncate an accepted run; then ``new_tokens`` counts only the tokens emitted);
+- acceptance rate = accepted / drafted; mean acceptance length = 1 + accepted / steps;
+- decode tokens/s = new_tokens / decode_s, where decode_s excludes the prompt's prefill.
+
+Nothing here imports torch or exllamav2: engines import them inside their own modules.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+
+class DrafterKind(str, enum.Enum):
+    NONE = "none"
+    MODEL = "model"
+    NGRAM = "ngram"
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """What proposes draft tokens, and how many per step (k)."""
+
+    kind: DrafterKind = DrafterKind.NONE
+    model_path: Path | None = None
+    num_draft_tokens: int = 4
+    ngram_max: int = 4
+    """Longest suffix (in tokens) the n-gram drafter tries to match."""
+    ngram_min: int = 2
+    """Shortest match that lets the n-gram drafter propose anything."""
+
+    @property
+    def label(self) -> str:
+        if self.kind is DrafterKind.NONE:
+            return "no draft"
+        if self.kind is DrafterKind.NGRAM:
+            return f"n-gram (k={self.num_draft_tokens})"
+        name = self.model_path.name if self.model_path else "?"
+        return f"draft {name} (k={self.num_draft_tokens})"
+
+
+NO_DRAFT = DrafterSpec()
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """What to load and where. Engines ignore the fields that do not apply to them."""
+
+    model_path: Path
+    drafter: DrafterSpec = NO_DRAFT
+    device: str = "auto"
+    """"auto", "cpu", "cuda", "cuda:1", ..."""
+    dtype: str = "auto"
+    """"auto" (float32 on CPU: bfloat16 ties break greedy losslessness), "float16", ..."""
+    max_seq_len: int | None = None
+    cache_mode: str = "FP16"
+    draft_cache_mode: str = "FP16"
+    gpu_split: tuple[float, ...] | None = None
+    """GB per GPU; None = autosplit."""
+    autosplit_reserve_mb: tuple[float, ...] = (96.0,)
+    draft_rope_alpha: float | None = None
+    """None = automatic (NTK alpha when the draft's native context is shorter)."""
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    """Greedy by default: A/B losslessness is then checkable token by token."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0 or self.top_k == 1
+
+    @property
+    def label(self) -> str:
+        if self.greedy and self.repetition_penalty == 1.0:
+            return "greedy"
+        parts = [f"T={self.temperature:g}"]
+        if self.top_k:
+            parts.append(f"top_k={self.top_k}")
+        if self.top_p < 1.0:
+            parts.append(f"top_p={self.top_p:g}")
+        if self.repetition_penalty != 1.0:
+            parts.append(f"rep={self.repetition_penalty:g}")
+        return "sampled (" + ", ".join(parts) + ")"
+
+
+GREEDY = SamplingSpec()
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    prompt: str = ""
+    prompt_ids: tuple[int, ...] | None = None
+    """Exact prompt tokens; when given they win over ``prompt`` (A/B arms share them)."""
+    max_new_tokens: int = 256
+    sampling: SamplingSpec = GREEDY
+    stop_on_eos: bool = True
+    apply_chat_template: bool = False
+
+
+class StopReason(str, enum.Enum):
+    EOS = "eos"
+    MAX_NEW_TOKENS = "max_new_tokens"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class GenerationEvent:
+    """One verify step's worth of output (or one token, without a drafter)."""
+
+    text: str
+    """Decoded text added by this step."""
+    token_ids: tuple[int, ...]
+    from_draft: tuple[bool, ...]
+    """Per token of ``token_ids``: True if it was an accepted draft token."""
+    step: int
+    """1-based index of the verify step (target forward) that produced these tokens."""
+    drafted: int
+    """Draft tokens proposed in this step."""
+    accepted: int
+    """Of those, accepted."""
+    new_tokens: int
+    """Tokens generated so far, these included."""
+    total_drafted: int
+    total_accepted: int
+    elapsed_s: float
+    """Seconds since the start of decoding (after the prefill)."""
+
+    @property
+    def total_rejected(self) -> int:
+        return self.total_drafted - self.total_accepted
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    prompt_tokens: int
+    new_tokens: int
+    prefill_s: float
+    decode_s: float
+    steps: int
+    """Target forwards during decoding (verify steps)."""
+    draft_steps: int
+    """Steps in which the drafter proposed at least one token."""
+    drafted: int
+    accepted: int
+    per_position_drafted: tuple[int, ...] = ()
+    """Index i: how often a draft token was proposed at position i of a step."""
+    per_position_accepted: tuple[int, ...] = ()
+    """Index i: how often the draft token at position i was accepted."""
+    stop_reason: StopReason = StopReason.MAX_NEW_TOKENS
+    time_to_first_token_s: float | None = None
+    peak_memory_bytes: int | None = None
+    """Peak VRAM (GPU) or resident memory (CPU) during the run, when known."""
+    memory_kind: str = ""
+    """"vram" or "rss"."""
+
+    @property
+    def rejected(self) -> int:
+        return self.drafted - self.accepted
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        return 1.0 + self.accepted / self.steps if self.steps else None
+
+    @property
+    def per_position_acceptance(self) -> tuple[float | None, ...]:
+        return tuple(
+            (a / d if d else None)
+            for a, d in zip(self.per_position_accepted, self.per_position_drafted)
+        )
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    text: str
+    token_ids: tuple[int, ...]
+    prompt_ids: tuple[int, ...]
+    stats: GenerationStats
+    drafter: DrafterSpec
+    sampling: SamplingSpec
+    engine: str
+    from_draft: tuple[bool, ...] = field(default=(), repr=False)
+
+
+@dataclass(frozen=True)
+class LoadProgress:
+    stage: str
+    """Human-readable, e.g. "Loading target weights"."""
+    fraction: float | None = None
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether an engine can run on this machine, and if not, why and what to do."""
+
+    available: bool
+    reason: str = ""
+    install_hint: str = ""
+
+
+EventCallback = Callable[[GenerationEvent], None]
+ProgressCallback = Callable[[LoadProgress], None]
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """The contract every engine implements. All calls happen on one thread."""
+
+    name: str
+
+    def load(
+        self,
+        spec: LoadSpec,
+        progress: ProgressCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> None: ...
+
+    def tokenize(self, text: str, apply_chat_template: bool = False) -> list[int]: ...
+
+    def generate(
+        self,
+        request: GenerationRequest,
+        on_event: EventCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> GenerationResult: ...
+
+    def unload(self) -> None: ...
