@@ -219,6 +219,12 @@ def context_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison,
                           "the target runs at.", blocking=False, origin=EXLLAMAV2, **values)
     needed = ntk_rope_alpha(need / dc)
     auto = ntk_rope_alpha(need / tc) if tc else 1.0
+    if auto >= needed - 0.005:
+        return RuleResult(
+            "context", title, Status.PASS,
+            f"The draft's native context ({n(dc)}) is shorter than the {n(need)} tokens the "
+            f"target runs at, but TabbyAPI's automatic draft_rope_alpha ({auto:.2f}) stretches "
+            "it far enough.", blocking=False, origin=TABBYAPI, **values)
     return RuleResult(
         "context", title, Status.WARN,
         f"The draft's native context is {n(dc)} tokens but the target runs at {n(need)}. "

@@ -4,10 +4,11 @@ Local models are checked for real (the full rule set); incompatible ones are lis
 with the reason, undecided ones (a tokenizer file missing) come last. Hub drafts come from the curated list of the target's tokenizer family and
 stay "unverified" unless ``verify_hub`` fetches their tokenizer files and checks them too.
 
-Ranking: first the size ratio (target parameters / draft parameters): drafts 5-30x smaller
-than the target are the ones that pay off in practice (a bigger draft costs too much per
-step, a much smaller one guesses too poorly); then how sure the compatibility is (checked
-and clean, checked with warnings, unverified); then closeness to the middle of the range.
+Ranking: undecided drafts last; then the size ratio (target parameters / draft
+parameters): drafts 5-30x smaller than the target are the ones that pay off in practice (a
+bigger draft costs too much per step, a much smaller one guesses too poorly); then how sure
+the compatibility is (checked and clean, checked with warnings, unverified); then closeness
+to the middle of the range.
 """
 
 from __future__ import annotations
@@ -240,15 +241,15 @@ def _ratio_band(ratio: float | None) -> int:
     return 2
 
 
-_TIER = {Verdict.COMPATIBLE.value: 0, Verdict.WARNINGS.value: 1, UNVERIFIED: 2,
-         Verdict.INCONCLUSIVE.value: 3}
+_TIER = {Verdict.COMPATIBLE.value: 0, Verdict.WARNINGS.value: 1, UNVERIFIED: 2}
 
 
 def _sort_key(candidate: _Candidate, target_parameters: int | None) -> tuple:
     ratio = _ratio(candidate.parameters, target_parameters)
-    tier = _TIER.get(candidate.status, 3)
+    undecided = candidate.status == Verdict.INCONCLUSIVE.value
     distance = abs(math.log(ratio / _SWEET_CENTER)) if ratio else math.inf
-    return (_ratio_band(ratio), tier, distance, candidate.name.lower())
+    return (undecided, _ratio_band(ratio), _TIER.get(candidate.status, 3), distance,
+            candidate.name.lower())
 
 
 def _ratio_text(ratio: float | None) -> str:
