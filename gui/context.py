@@ -19,6 +19,8 @@ class AppContext(QObject):
     """A config.yml was written by SpecDeck (absolute path); pages re-read it."""
     status_message = Signal(str, int)
     """Text for the status bar, and how long to show it in ms (0 = until replaced)."""
+    install_requested = Signal(str, str)
+    """A page asks for a Hub model to be installed: repo id, revision ("" = the default)."""
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)

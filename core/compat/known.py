@@ -40,6 +40,8 @@ class KnownDraft:
 class Family:
     id: str
     name: str
+    tokenizer: str
+    """What kind of tokenizer, in words ("byte-level BPE, 151,665 tokens")."""
     vocab_size: int
     anchors: tuple[tuple[int, str], ...]
     anchors_from: str
@@ -67,8 +69,9 @@ def known_families() -> tuple[Family, ...]:
                 for d in entry["drafts"]
             )
             anchors = tuple(sorted((int(k), v) for k, v in entry["anchors"].items()))
-            families.append(Family(entry["id"], entry["name"], int(entry["vocab_size"]), anchors,
-                                   entry["anchors_from"], drafts))
+            families.append(Family(entry["id"], entry["name"], entry["tokenizer"],
+                                   int(entry["vocab_size"]), anchors, entry["anchors_from"],
+                                   drafts))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         # Shipped data: a broken file is a packaging bug, but say so in words.
         raise SpecDeckError(f"SpecDeck's list of known drafts ({path}) is unreadable: {exc}.",

@@ -29,7 +29,7 @@ from specdeck.core.compat.load import LoadedModel, check_cancel, load_model
 from specdeck.core.compat.report import CompatReport, Verdict
 from specdeck.core.compat.source import ModelSource
 from specdeck.core.errors import CancelledError, SpecDeckError
-from specdeck.core.models import ModelInfo, format_parameters, scan_models
+from specdeck.core.models import ModelInfo, scan_models
 
 SWEET_SPOT = (5.0, 30.0)
 _SWEET_CENTER = math.sqrt(SWEET_SPOT[0] * SWEET_SPOT[1])
@@ -257,20 +257,20 @@ def _ratio_text(ratio: float | None) -> str:
         return "Its size relative to the target is unknown."
     low, high = SWEET_SPOT
     if low <= ratio <= high:
-        return f"{ratio:.1f}x smaller than the target, inside the {low:g}-{high:g}x range that pays off in practice."
+        return f"{ratio:.1f}x smaller than the target: inside the {low:g}-{high:g}x sweet spot."
     if ratio < low:
-        return (f"Only {ratio:.1f}x smaller than the target: below the {low:g}-{high:g}x range, "
-                "so each draft step costs a larger share of a target step.")
-    return (f"{ratio:.0f}x smaller than the target: above the {low:g}-{high:g}x range, so it "
-            "guesses the target's tokens less often.")
+        return (f"Only {ratio:.1f}x smaller than the target: below the {low:g}-{high:g}x sweet "
+                "spot, so each draft step costs a larger share of a target step.")
+    return (f"{ratio:.0f}x smaller than the target: above the {low:g}-{high:g}x sweet spot, so "
+            "it guesses the target's tokens less often.")
 
 
 def _check_text(candidate: _Candidate, family: Family | None) -> str:
     report = candidate.report
     if report is None:
         family_name = family.name if family else "unknown"
-        text = (f"Same tokenizer family as the target, {family_name}, recognised by its anchor "
-                "tokens; not yet checked against its own files.")
+        text = (f"Same tokenizer family as the target ({family_name}, by its anchor tokens); "
+                "not checked against its own files yet.")
         return f"{text} {candidate.note}".strip()
     where = "its Hub files" if candidate.origin == ORIGIN_HUB else "its files"
     if report.verdict is Verdict.INCONCLUSIVE:
@@ -290,9 +290,7 @@ def _suggestion(rank: int, candidate: _Candidate, target: LoadedModel,
     if candidate.origin == ORIGIN_LOCAL:
         parts.append(f"Installed at {candidate.path}.")
     elif known is not None:
-        size = format_parameters(known.parameters)
-        parts.append(f"On the Hub: {known.repo} ({size}, {known.flavour}, EXL2 quantization "
-                     f"of {known.base_model}).")
+        parts.append(f"EXL2 quantization of {known.base_model} ({known.flavour}).")
     report = candidate.report
     return Suggestion(
         rank=rank,

@@ -11,7 +11,7 @@ from compat_helpers import copy_model
 from conftest import MODELS, TABBY
 
 from specdeck.core.compat import suggest
-from specdeck.core.compat.library import config_model_dirs, library_dirs
+from specdeck.core.compat.library import config_model_dirs, library_dirs, read_config_models
 
 LIBRARY = ("Qwen2.5-0.5B-Instruct", "TinyLlama-1.1B-Chat-v1.0", "Llama-3.2-1B",
            "Mistral-7B-v0.1", "Qwen2.5-7B-Instruct")
@@ -126,3 +126,15 @@ def test_unreadable_config_is_reported_not_fatal(tmp_path, library):
     dirs, problems = library_dirs([library], config)
     assert dirs == [library]
     assert problems and str(config) in problems[0]
+
+
+def test_configured_pair_and_context_are_read(tmp_path):
+    config = tmp_path / "config.yml"
+    config.write_text(
+        "model:\n  model_dir: big\n  model_name: Qwen2.5-7B-Instruct\n  max_seq_len: 16384\n"
+        "draft_model:\n  draft_model_dir: /srv/drafts\n  draft_model_name: Qwen2.5-0.5B\n")
+    models = read_config_models(config)
+    assert models.model_dirs == (tmp_path / "big", Path("/srv/drafts"))
+    assert models.target == tmp_path / "big" / "Qwen2.5-7B-Instruct"
+    assert models.draft == Path("/srv/drafts/Qwen2.5-0.5B")
+    assert models.max_seq_len == 16384
