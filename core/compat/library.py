@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from specdeck.core.errors import SpecDeckError
 
 log = logging.getLogger(__name__)
-
-# TabbyAPI's default for model_dir and draft_model_dir.
-DEFAULT_MODEL_DIR = "models"
 
 
 @dataclass(frozen=True)
@@ -32,15 +28,12 @@ class ConfiguredModels:
 def read_config_models(config_path: str | Path) -> ConfiguredModels:
     """The model folders, the configured pair and max_seq_len of a TabbyAPI config.yml.
 
-    Relative folders are resolved against the config file's folder, as TabbyAPI (started
-    from its own folder) does. Uses SpecDeck's config API when it is present.
+    Relative folders resolve against the config file's folder, as TabbyAPI (started from its
+    own folder) does; the legacy layout with ``draft:`` under ``model:`` is understood.
     """
-    path = Path(config_path).expanduser()
-    try:
-        from specdeck.core import config
-    except ImportError:
-        return _read_yaml(path)
-    doc = config.load(path)
+    from specdeck.core import config
+
+    doc = config.load(config_path)
     max_seq_len = doc.value("model", "max_seq_len")
     return ConfiguredModels(
         model_dirs=_unique([doc.resolve_dir("model", "model_dir"),
@@ -49,41 +42,6 @@ def read_config_models(config_path: str | Path) -> ConfiguredModels:
         draft=doc.draft_model_path(),
         max_seq_len=max_seq_len if isinstance(max_seq_len, int) else None,
     )
-
-
-def _read_yaml(path: Path) -> ConfiguredModels:
-    """Fallback until the config API is merged: read the few keys straight from the YAML,
-    including the legacy layout that nests ``draft:`` under ``model:``."""
-    from ruamel.yaml import YAML, YAMLError
-
-    from specdeck.core.errors import InvalidInputError, NotFoundError
-
-    try:
-        data = YAML(typ="safe").load(path.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError as exc:
-        raise NotFoundError(f"{path} does not exist.", "Pick TabbyAPI's config.yml.") from exc
-    except (OSError, UnicodeDecodeError, YAMLError) as exc:
-        raise InvalidInputError(f"Cannot read {path} as YAML: {exc}.") from exc
-    model = _section(data, "model")
-    draft = _section(data, "draft_model") or _section(model, "draft")
-
-    def folder(value: Any) -> Path:
-        p = Path(str(value or DEFAULT_MODEL_DIR)).expanduser()
-        return p if p.is_absolute() else path.parent / p
-
-    model_dir, draft_dir = folder(model.get("model_dir")), folder(draft.get("draft_model_dir"))
-    max_seq_len = model.get("max_seq_len")
-    return ConfiguredModels(
-        model_dirs=_unique([model_dir, draft_dir]),
-        target=model_dir / str(model["model_name"]) if model.get("model_name") else None,
-        draft=draft_dir / str(draft["draft_model_name"]) if draft.get("draft_model_name") else None,
-        max_seq_len=max_seq_len if isinstance(max_seq_len, int) else None,
-    )
-
-
-def _section(data: Any, key: str) -> Mapping[str, Any]:
-    value = data.get(key) if isinstance(data, Mapping) else None
-    return value if isinstance(value, Mapping) else {}
 
 
 def _unique(paths: Iterable[Path]) -> tuple[Path, ...]:

@@ -33,7 +33,7 @@ def test_qwen_target_gets_the_local_qwen_draft_first(library):
     first = result.suggestions[0]
     assert first.origin == "local" and first.status == "compatible_with_warnings"
     assert first.ratio == pytest.approx(7615487488 / 494005120)
-    assert "inside the 5-30x range" in first.reason and str(first.path) in first.reason
+    assert "inside the 5-30x sweet spot" in first.reason and str(first.path) in first.reason
     assert first.fits_vram is None
     # Hub drafts of the same family follow, unverified, ranked by size ratio.
     hub = [s for s in result.suggestions if s.origin == "hub"]
