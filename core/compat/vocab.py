@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 
 class VocabType(str, enum.Enum):
@@ -67,22 +67,24 @@ class Vocab:
         """The number of ids (highest id + 1); None when the vocabulary is incomplete."""
         return len(self.texts) if self.complete else None
 
-    @property
+    # Both are computed on first use and kept: a 150k-token scan costs milliseconds, and the
+    # rules and the report ask several times. (cached_property writes the instance __dict__
+    # directly, so it works on a frozen dataclass.)
+    @cached_property
     def known_ids(self) -> int:
-        return sum(1 for t in self.texts if t is not None)
+        return len(self.texts) - self.texts.count(None)
+
+    @cached_property
+    def _index(self) -> dict[str, int]:
+        index: dict[str, int] = {}
+        for i, text in enumerate(self.texts):
+            if text is not None and text not in index:
+                index[text] = i
+        return index
 
     def id_of(self, text: str) -> int | None:
         """The id whose text is ``text`` (the lowest one if several)."""
-        return _reverse_index(self.texts).get(text)
-
-
-@lru_cache(maxsize=8)
-def _reverse_index(texts: tuple[str | None, ...]) -> dict[str, int]:
-    index: dict[str, int] = {}
-    for i, text in enumerate(texts):
-        if text is not None and text not in index:
-            index[text] = i
-    return index
+        return self._index.get(text)
 
 
 @dataclass
