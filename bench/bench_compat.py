@@ -92,8 +92,10 @@ def _measure(target: Path, draft: Path, cache_dir: Path) -> dict[str, float | No
     return {
         "load_target_source_s": _median(lambda: load_model(target, cache=no_cache())),
         "load_draft_source_s": _median(lambda: load_model(draft, cache=no_cache())),
-        "load_target_disk_cache_s": _median(lambda: load_model(target, cache=VocabCache(cache_dir))),
-        "load_draft_disk_cache_s": _median(lambda: load_model(draft, cache=VocabCache(cache_dir))),
+        "load_target_disk_cache_s": _median(
+            lambda: load_model(target, cache=VocabCache(cache_dir))),
+        "load_draft_disk_cache_s": _median(
+            lambda: load_model(draft, cache=VocabCache(cache_dir))),
         "compare_s": _median(lambda: compare_models(*next(pairs))),
         "check_no_cache_s": _median(lambda: check(target, draft, cache=no_cache())),
         "check_disk_cache_s": _median(lambda: check(target, draft, cache=VocabCache(cache_dir))),

@@ -140,7 +140,8 @@ def print_report(report, out: TextIO) -> None:
         out.write(f"  {'id':>8}  {'target':<30}  draft\n")
         for m in vocab.mismatches:
             out.write(f"  {m.id:>8}  {quoted(m.target.display):<30}  {quoted(m.draft.display)}\n")
-    out.write(f"\nToken ids compared: {vocab.compared:,} ({vocab.first_id:,}–{vocab.end_id - 1:,}),"
+    span = f"{vocab.first_id:,}–{vocab.end_id - 1:,}"
+    out.write(f"\nToken ids compared: {vocab.compared:,} ({span}),"
               f" differing {vocab.differing:,}, not comparable {vocab.not_compared:,}.\n")
     t = report.timings
     out.write(f"Checked in {t.total_s:.2f} s (target {t.load_target_s:.2f} s, draft "

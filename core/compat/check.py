@@ -46,7 +46,8 @@ def check(
     CancelledError when ``cancel`` is set.
     """
     if max_seq_len is not None and max_seq_len <= 0:
-        raise InvalidInputError(f"max_seq_len must be a positive number of tokens, not {max_seq_len}.")
+        raise InvalidInputError(
+            f"max_seq_len must be a positive number of tokens, not {max_seq_len}.")
     started = time.perf_counter()
     if progress:
         progress("Reading the target's tokenizer…")

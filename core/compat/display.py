@@ -1,4 +1,4 @@
-"""Show a token the way a person reads it: "Ġthe" is " the", "▁the" is " the", "<0x0A>" a newline."""
+"""Show a token the way a person reads it: "Ġthe" and "▁the" are " the", "<0x0A>" a newline."""
 
 from __future__ import annotations
 

@@ -151,7 +151,8 @@ def vocab_size_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> Rul
 def token_text_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
     title = "Token text, id by id"
     span = f"ids {cmp.first_id:,}–{max(cmp.first_id, cmp.end_id - 1):,}"
-    values = {"target": f"{n(t.vocab.known_ids)} ids known", "draft": f"{n(d.vocab.known_ids)} ids known"}
+    values = {"target": f"{n(t.vocab.known_ids)} ids known",
+              "draft": f"{n(d.vocab.known_ids)} ids known"}
     if cmp.differing:
         first = cmp.mismatches[0]
         return RuleResult(
@@ -197,8 +198,9 @@ def output_head_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> Ru
                           origin=EXLLAMAV2, **values)
     return RuleResult("output_head", title, Status.WARN,
                       f"The draft's head has {n(dh)} rows, the target's embedding only {n(th)}. "
-                      f"Rows {th:,}–{dh - 1:,} are padding past both tokenizers, so a trained draft "
-                      "practically never picks them, but ExLlamaV2 would not catch it if it did.",
+                      f"Rows {th:,}–{dh - 1:,} are padding past both tokenizers, so a trained "
+                      "draft practically never picks them, but ExLlamaV2 would not catch it if "
+                      "it did.",
                       origin=EXLLAMAV2, **values)
 
 

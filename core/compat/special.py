@@ -128,7 +128,9 @@ def _add_flag(role: str, tokenizer_config: Mapping[str, Any] | None) -> Sourced:
     return Sourced(False, "default: EOS is never added (no add_eos_token)")
 
 
-def _chat_template(folder: Path, tokenizer_config: Mapping[str, Any] | None) -> tuple[str | None, str | None]:
+def _chat_template(
+    folder: Path, tokenizer_config: Mapping[str, Any] | None
+) -> tuple[str | None, str | None]:
     value = tokenizer_config.get("chat_template") if tokenizer_config else None
     if isinstance(value, list):  # several named templates: the "default" one is used
         named = {t.get("name"): t.get("template") for t in value if isinstance(t, Mapping)}

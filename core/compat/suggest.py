@@ -1,8 +1,9 @@
 """``suggest(target)``: rank draft candidates from the local library and the known Hub list.
 
 Local models are checked for real (the full rule set); incompatible ones are listed apart
-with the reason, undecided ones (a tokenizer file missing) come last. Hub drafts come from the curated list of the target's tokenizer family and
-stay "unverified" unless ``verify_hub`` fetches their tokenizer files and checks them too.
+with the reason, undecided ones (a tokenizer file missing) come last. Hub drafts come from
+the curated list of the target's tokenizer family and stay "unverified" unless
+``verify_hub`` fetches their tokenizer files and checks them too.
 
 Ranking: undecided drafts last; then the size ratio (target parameters / draft
 parameters): drafts 5-30x smaller than the target are the ones that pay off in practice (a

@@ -41,6 +41,7 @@ from specdeck.core.compat.vocab import (
     byte_to_unicode,
 )
 from specdeck.core.errors import InvalidInputError, NotFoundError
+from specdeck.core.models import read_json
 
 # ---------------------------------------------------------------------------------------
 # Which files describe the vocabulary
@@ -455,15 +456,7 @@ _READERS = {
 
 def read_optional_json(path: Path) -> dict[str, Any] | None:
     """A JSON object from an optional file: None if it is absent; an error if it is broken."""
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidInputError(
-            f"{path} is not valid JSON: {exc}.", "Re-download the model's config files."
-        ) from exc
-    return data if isinstance(data, dict) else None
+    return read_json(path) if path.is_file() else None
 
 
 def _add_listed_tokens(folder: Path, draft: VocabBuilder) -> None:

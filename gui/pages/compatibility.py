@@ -359,8 +359,9 @@ class CompatibilityPage(QWidget):
             row = self.mismatches.rowCount()
             self.mismatches.insertRow(row)
             self.mismatches.setItem(row, 0, _item(f"{m.id:,}"))
-            self.mismatches.setItem(row, 1, _item(quoted(m.target.display), f"stored as {m.target.text!r}"))
-            self.mismatches.setItem(row, 2, _item(quoted(m.draft.display), f"stored as {m.draft.text!r}"))
+            for column, token in ((1, m.target), (2, m.draft)):
+                self.mismatches.setItem(row, column,
+                                        _item(quoted(token.display), f"stored as {token.text!r}"))
         self.mismatch_note.setText(
             f"{vocab.differing:,} of {vocab.compared:,} ids carry different text; the first "
             f"{len(vocab.mismatches)} are listed with what each side's token stands for.")

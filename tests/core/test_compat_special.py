@@ -65,7 +65,8 @@ def test_without_config_ids_come_from_tokenizer_config_texts(tmp_path):
 def test_exllamav2_defaults_when_nothing_names_bos_or_eos(tmp_path):
     folder = tmp_path / "bare"
     folder.mkdir()
-    (folder / "tokenizer.json").write_bytes((MODELS / "Llama-2-7b-hf" / "tokenizer.json").read_bytes())
+    source = MODELS / "Llama-2-7b-hf" / "tokenizer.json"
+    (folder / "tokenizer.json").write_bytes(source.read_bytes())
     tokens = special(folder)
     assert (tokens.bos_id.value, tokens.eos_id.value) == (1, 2)
     assert "ExLlamaV2's default" in tokens.bos_id.source

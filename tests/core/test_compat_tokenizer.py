@@ -68,7 +68,8 @@ def test_walk_stops_before_merges_and_keeps_everything_else():
 def test_unusual_key_order_still_reads_the_same_vocabulary(tmp_path, order):
     original = json.loads((MODELS / "Llama-2-7b-hf" / "tokenizer.json").read_text("utf-8"))
     if order == "model_first":
-        reordered = {"model": original["model"], **{k: v for k, v in original.items() if k != "model"}}
+        rest = {k: v for k, v in original.items() if k != "model"}
+        reordered = {"model": original["model"], **rest}
     else:
         model = original["model"]
         reordered = dict(original)
