@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal
 
 log = logging.getLogger(__name__)
 
@@ -92,5 +92,9 @@ def submit(
         kwargs["cancel"] = handle.cancel_event
     if _accepts(fn, "progress") and "progress" not in kwargs:
         kwargs["progress"] = handle.progress.emit
-    (pool or QThreadPool.globalInstance()).start(_Runnable(handle, fn, args, kwargs))
+    runnable = _Runnable(handle, fn, args, kwargs)
+    # Start on the next turn of the event loop, not now: a signal emitted before the caller
+    # has connected to it is lost, and a fast task (an immediate error) would otherwise
+    # finish before `submit` even returns.
+    QTimer.singleShot(0, handle, lambda: (pool or QThreadPool.globalInstance()).start(runnable))
     return handle

@@ -149,44 +149,30 @@ def print_frame(frame, out: TextIO | None = None) -> None:
 def run_vram(args: argparse.Namespace) -> int:
     from specdeck.core import vram
 
-    target = vram.model_weights(args.model, args.bpw, args.head_bits)
-    draft = vram.model_weights(args.draft, args.draft_bpw, args.draft_head_bits) if args.draft else None
-    request = vram.PlanRequest(
-        target=target,
-        gpus=_plan_gpus(args),
-        context=args.ctx or min(target.arch.max_position_embeddings, 4096),
+    inputs = vram.PlanInputs(
+        model=args.model,
+        draft=args.draft,
+        context=args.ctx,
         cache_mode=args.cache_mode,
-        draft=draft,
         draft_cache_mode=args.draft_cache_mode,
-        gpu_split=vram.parse_split(args.gpu_split, "--gpu-split"),
-        draft_gpu_split=vram.parse_split(args.draft_gpu_split, "--draft-gpu-split"),
+        gpus=args.gpus,
+        bpw=args.bpw,
+        draft_bpw=args.draft_bpw,
+        head_bits=args.head_bits,
+        draft_head_bits=args.draft_head_bits,
+        gpu_split=args.gpu_split,
+        draft_gpu_split=args.draft_gpu_split,
         autosplit=not args.no_autosplit,
-        autosplit_reserve_mb=vram.parse_reserve_mb(args.reserve_mb),
+        autosplit_reserve_mb=args.reserve_mb,
         chunk_size=args.chunk_size,
+        count_in_use=args.count_in_use,
     )
-    result = vram.plan(request)
+    result = vram.plan_from_inputs(inputs)
     if args.json:
         emit_json(result)
     else:
         print_plan(result)
     return EXIT_OK if result.fits else EXIT_NEGATIVE
-
-
-def _plan_gpus(args: argparse.Namespace):
-    from specdeck.core import vram
-    from specdeck.core.errors import SpecDeckError
-    from specdeck.core.gpu import read_once
-
-    if args.gpus:
-        return vram.parse_gpu_sizes(args.gpus)
-    frame = read_once()
-    gpus = vram.gpus_from_frame(frame, count_in_use=args.count_in_use)
-    if not gpus:
-        raise SpecDeckError(
-            f"{frame.headline}, so there is nothing to plan on.",
-            "Type the GPU sizes in GB to plan for another machine, e.g. --gpus 32,24.",
-        )
-    return gpus
 
 
 def print_plan(result, out: TextIO | None = None) -> None:
