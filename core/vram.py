@@ -1018,7 +1018,8 @@ class PlanInputs:
     model: str
     draft: str | None = None
     context: int | None = None
-    """None: TabbyAPI's default, min(native context, 4096)."""
+    """Tokens of cache; None: TabbyAPI's default, min(native context, 4096); -1: the
+    target's native context (TabbyAPI's max_seq_len: -1)."""
     cache_mode: str = "FP16"
     draft_cache_mode: str = "FP16"
     gpus: str | None = None
@@ -1047,7 +1048,7 @@ def build_request(inputs: PlanInputs, frame=None, overheads: Overheads = DEFAULT
     return PlanRequest(
         target=target,
         gpus=_resolve_gpus(inputs, frame, overheads),
-        context=inputs.context or min(target.arch.max_position_embeddings, 4096),
+        context=_context_tokens(inputs.context, target.arch.max_position_embeddings),
         cache_mode=inputs.cache_mode,
         draft=draft,
         draft_cache_mode=inputs.draft_cache_mode,
@@ -1057,6 +1058,17 @@ def build_request(inputs: PlanInputs, frame=None, overheads: Overheads = DEFAULT
         autosplit_reserve_mb=parse_reserve_mb(inputs.autosplit_reserve_mb or "0"),
         chunk_size=inputs.chunk_size,
     )
+
+
+def _context_tokens(context: int | None, native: int) -> int:
+    if context == -1:
+        return native
+    if context is None or context == 0:
+        return min(native, 4096)
+    if context < 0:
+        raise InvalidInputError(f"Context {context} is not a number of tokens.",
+                                "Use a positive number, or -1 for the model's own context.")
+    return context
 
 
 def _resolve_gpus(inputs: PlanInputs, frame, overheads: Overheads) -> tuple[GpuSpec, ...]:
@@ -1101,7 +1113,9 @@ def inputs_from_tabby_config(doc) -> PlanInputs:
             "Set model_name, or pick the target folder by hand.",
         )
     draft = doc.draft_model_path()
-    context = doc.value("model", "max_seq_len") or doc.value("model", "cache_size")
+    # On Ampere and newer (paged mode) TabbyAPI allocates cache_size tokens, which defaults
+    # to max_seq_len; max_seq_len -1 means the model's own context.
+    context = doc.value("model", "cache_size") or doc.value("model", "max_seq_len")
     auto = doc.value("model", "gpu_split_auto")
     return PlanInputs(
         model=str(target),

@@ -33,6 +33,18 @@ MiB = 1024**2
 GPU_COLOURS = ("#2563eb", "#ea580c", "#16a34a", "#9333ea", "#0891b2", "#ca8a04", "#db2777", "#4b5563")
 
 
+def set_text(label: QLabel, text: str) -> None:
+    """Change a label only when its text changes: redraws at 4 Hz stay cheap."""
+    if label.text() != text:
+        label.setText(text)
+
+
+def set_visible(widget: QWidget, visible: bool) -> None:
+    """Show or hide only on a change (see set_text)."""
+    if widget.isHidden() == visible:
+        widget.setVisible(visible)
+
+
 def gpu_colour(index: int) -> QColor:
     return QColor(GPU_COLOURS[index % len(GPU_COLOURS)])
 
@@ -79,14 +91,16 @@ class GpuCard(QFrame):
         layout.addWidget(self.status)
 
     def show_reading(self, gpu: GpuReading) -> None:
-        self.swatch.setStyleSheet(f"background: {gpu_colour(gpu.index).name()}; border-radius: 6px;")
-        self.title.setText(gpu.name)
+        style = f"background: {gpu_colour(gpu.index).name()}; border-radius: 6px;"
+        if self.swatch.styleSheet() != style:
+            self.swatch.setStyleSheet(style)
+        set_text(self.title, gpu.name)
         cuda = "hidden from CUDA" if gpu.cuda_index is None else (
             f"CUDA {gpu.cuda_index}" + ("" if gpu.cuda_index_exact else " (estimated)"))
-        self.indices.setText(f"nvidia-smi {gpu.index} · {cuda}")
+        set_text(self.indices, f"nvidia-smi {gpu.index} · {cuda}")
         lost = gpu.status is GpuStatus.LOST
-        self.status.setText("Lost: the GPU stopped answering. Reset it or reboot." if lost else "")
-        self.status.setVisible(lost)
+        set_text(self.status, "Lost: the GPU stopped answering. Reset it or reboot." if lost else "")
+        set_visible(self.status, lost)
         usable = gpu.usable_total
         if lost or usable is None or gpu.memory_used is None:
             self.memory.setRange(0, 1)
@@ -99,10 +113,9 @@ class GpuCard(QFrame):
         power = fmt(gpu.power_w, "W")
         if gpu.power_w is not None and gpu.power_limit_w:
             power = f"{gpu.power_w:.0f} / {gpu.power_limit_w:.0f} W"
-        self.stats.setText(
-            f"GPU {fmt(gpu.utilization_gpu, '%')}   mem I/O {fmt(gpu.utilization_memory, '%')}\n"
-            f"{power}   {fmt(gpu.temperature_c, '°C')}   fan {fmt(gpu.fan_percent, '%')}"
-        )
+        set_text(self.stats,
+                 f"GPU {fmt(gpu.utilization_gpu, '%')}   mem I/O {fmt(gpu.utilization_memory, '%')}\n"
+                 f"{power}   {fmt(gpu.temperature_c, '°C')}   fan {fmt(gpu.fan_percent, '%')}")
 
 
 class GpuCards(QWidget):

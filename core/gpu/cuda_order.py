@@ -36,7 +36,7 @@ class DeviceIdentity:
     pci_bus_id: str
     uuid: str = ""
     compute_capability: tuple[int, int] | None = None
-    multiprocessors: int | None = None
+    cores: int | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def parse_visible_devices(value: str | None, devices: Sequence[DeviceIdentity]) 
 
 def _fastest_first_key(device: DeviceIdentity) -> tuple:
     cc = device.compute_capability or (0, 0)
-    return (-cc[0], -cc[1], -(device.multiprocessors or 0), normalize_bus_id(device.pci_bus_id))
+    return (-cc[0], -cc[1], -(device.cores or 0), normalize_bus_id(device.pci_bus_id))
 
 
 def estimate_cuda_order(devices: Sequence[DeviceIdentity], environ: Mapping[str, str]) -> CudaIndexMap:

@@ -34,7 +34,14 @@ from PySide6.QtWidgets import (
 from specdeck.core.errors import SpecDeckError
 from specdeck.core.gpu.telemetry import TelemetryFrame, TelemetryState
 from specdeck.gui.plan_bars import PlanBars
-from specdeck.gui.telemetry_view import GpuCards, ProcessTable, TelemetryPlots, own_usage_text
+from specdeck.gui.telemetry_view import (
+    GpuCards,
+    ProcessTable,
+    TelemetryPlots,
+    own_usage_text,
+    set_text,
+    set_visible,
+)
 from specdeck.gui.workers import submit
 
 log = logging.getLogger(__name__)
@@ -445,7 +452,7 @@ class GpusPage(QWidget):
         self.plots.clear()
         self.sampler.set_source(source)
         self.sampler.start()
-        self.refresh()
+        self.refresh(force=True)
 
     def use_live(self) -> None:
         from specdeck.core.gpu.nvml import NvmlSource
@@ -453,19 +460,22 @@ class GpusPage(QWidget):
         self.plots.clear()
         self.sampler.set_source(NvmlSource())
         self.sampler.start()
-        self.refresh()
+        self.refresh(force=True)
 
-    def refresh(self) -> None:
+    def refresh(self, force: bool = False) -> None:
+        """Redraw from the sampler's latest frame; nothing to do if it has not changed."""
         frame = self.sampler.latest
+        if frame is self._last_frame_seen and frame is not None and not force:
+            return
         self._show_state(frame)
         has_gpus = frame is not None and frame.has_gpus
         self.cards.show_frame(frame if has_gpus else None)
-        self.cards.setVisible(has_gpus)
+        set_visible(self.cards, has_gpus)
         # Empty plots only take room from the planner: show them once there is history.
-        self.telemetry.setVisible(has_gpus or bool(self.sampler.gpu_indices()))
+        set_visible(self.telemetry, has_gpus or bool(self.sampler.gpu_indices()))
         self.plots.update_from(self.sampler)
         self.processes.show_frame(frame)
-        self.own_usage.setText(own_usage_text(frame))
+        set_text(self.own_usage, own_usage_text(frame))
         self._update_live_marks(frame)
         self._last_frame_seen = frame
 
@@ -485,11 +495,11 @@ class GpusPage(QWidget):
                                                 TelemetryState.NO_DEVICES) else "ERROR"
             role = "badge-warn"
             text = f"<b>{frame.headline}.</b> {frame.fix or ''}"
-        self.state_badge.setText(badge)
+        set_text(self.state_badge, badge)
         _set_role(self.state_badge, role)
-        self.state_text.setText(text)
-        self.demo_button.setVisible(not replaying and not (frame is not None and frame.has_gpus))
-        self.live_button.setVisible(replaying)
+        set_text(self.state_text, text)
+        set_visible(self.demo_button, not replaying and not (frame is not None and frame.has_gpus))
+        set_visible(self.live_button, replaying)
 
     def _update_live_marks(self, frame: TelemetryFrame | None) -> None:
         plan = self.result.bars.plan

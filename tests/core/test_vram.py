@@ -356,3 +356,76 @@ def test_plan_serialises_to_json(llama70b):
     assert data["verdict"] == "fits" and data["fits"] is True
     assert data["gpus"][0]["used_bytes"] + data["gpus"][0]["free_bytes"] == data["gpus"][0]["capacity_bytes"]
     assert set(data["gpus"][0]["overhead"]) == set(vram.OVERHEAD_PARTS)
+
+
+# from a TabbyAPI config.yml ------------------------------------------------------------------
+class _SampleConfig:
+    """TabbyAPI's own config_sample.yml read with ruamel, answering the three calls the
+    planner makes of specdeck.core.config's ConfigDocument (used when that is not here)."""
+
+    def __init__(self, path, overrides=None):
+        from ruamel.yaml import YAML
+
+        self.path = path
+        self.data = YAML().load(path.read_text())
+        for (section, key), value in (overrides or {}).items():
+            self.data[section][key] = value
+
+    def value(self, section, key):
+        return self.data.get(section, {}).get(key)
+
+    def _folder(self, section, dir_key, name_key):
+        name = self.value(section, name_key)
+        return None if not name else self.path.parent / self.value(section, dir_key) / name
+
+    def target_model_path(self):
+        return self._folder("model", "model_dir", "model_name")
+
+    def draft_model_path(self):
+        return self._folder("draft_model", "draft_model_dir", "draft_model_name")
+
+
+def _config_doc(tmp_path, overrides=None):
+    from conftest import TABBY
+
+    sample = tmp_path / "config.yml"
+    sample.write_text((TABBY / "config_sample.exl2-checkpoint.yml").read_text())
+    try:
+        from specdeck.core import config  # the real API, once the config editor is merged
+    except ImportError:
+        return _SampleConfig(sample, overrides)
+    doc = _SampleConfig(sample, overrides)  # write the overrides, then load for real
+    from ruamel.yaml import YAML
+
+    YAML().dump(doc.data, sample)
+    return config.load(sample)
+
+
+def test_plan_inputs_from_tabbyapis_sample_config(tmp_path):
+    models = tmp_path / "models"
+    (models / "drafts").mkdir(parents=True)
+    doc = _config_doc(tmp_path, {
+        ("model", "model_name"): "Llama-3.1-70B-exl2", ("model", "max_seq_len"): 32768,
+        ("model", "cache_mode"): "Q4", ("model", "gpu_split"): [20, 24],
+        ("draft_model", "draft_model_dir"): "models/drafts",
+        ("draft_model", "draft_model_name"): "Llama-3.2-1B-exl2",
+        ("draft_model", "draft_cache_mode"): "Q6",
+    })
+    inputs = vram.inputs_from_tabby_config(doc)
+    assert inputs.model.endswith("models/Llama-3.1-70B-exl2")
+    assert inputs.draft.endswith("models/drafts/Llama-3.2-1B-exl2")
+    assert (inputs.context, inputs.cache_mode, inputs.draft_cache_mode) == (32768, "Q4", "Q6")
+    assert inputs.gpu_split == "20,24" and inputs.draft_gpu_split is None
+    assert inputs.autosplit and inputs.autosplit_reserve_mb == "96" and inputs.chunk_size == 2048
+
+
+def test_config_without_a_model_name_is_a_user_error(tmp_path):
+    with pytest.raises(InvalidInputError, match="model_name"):
+        vram.inputs_from_tabby_config(_config_doc(tmp_path))
+
+
+def test_max_seq_len_minus_one_means_the_native_context():
+    inputs = vram.PlanInputs(model=str(MODELS / "Mistral-7B-v0.1"), bpw=4.0, gpus="24", context=-1)
+    assert vram.build_request(inputs).context == 32768
+    default = vram.PlanInputs(model=str(MODELS / "Mistral-7B-v0.1"), bpw=4.0, gpus="24")
+    assert vram.build_request(default).context == 4096
