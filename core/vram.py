@@ -464,20 +464,24 @@ def _model_costs(arch: Architecture, mode: str, tokens: int, chunk: int,
     att_max = min(chunk * chunk, tokens * tokens)
     if overheads.flash_attention:
         att_max = int(att_max // (chunk / 190))
+    attention_temp = 2 * att_max * arch.num_heads * 2 + 128
     rope = 4 * arch.head_dim * tokens  # sin and cos, float16, max_seq_len x head_dim
+    # Live during a chunk's forward pass and then kept by PyTorch's allocator: hidden
+    # states in and out, q/k/v and the attention output, the logits rows, and without
+    # flash-attn the chunk x chunk attention matrix.
+    activations = (chunk * 2 * (2 * h + 2 * q_width + 2 * kv_width)
+                   + overheads.max_output_len * vocab * 4 * 2
+                   + (0 if overheads.flash_attention else attention_temp))
     return _ModelCosts(
         cache_per_layer=kv_bytes_per_token_layer(arch, mode) * tokens,
         cache_staging=0 if mode == "FP16" else 4 * kv_width * tokens,
         scratch_fixed=max(attention_state + attention_dq, mlp_scratch, head_scratch),
         rope_tables=rope,
-        # Live during a chunk's forward pass and then kept by PyTorch's allocator: hidden
-        # states in and out, q/k/v and the attention output, and the logits rows.
-        activations=chunk * 2 * (2 * h + 2 * q_width + 2 * kv_width)
-        + overheads.max_output_len * vocab * 4 * 2,
+        activations=activations,
         attention_scratch=attention_scratch,
         mlp_scratch=mlp_scratch,
         head_scratch=head_scratch,
-        attention_temp=2 * att_max * arch.num_heads * 2 + 128,
+        attention_temp=attention_temp,
         split_constant=rope + h * chunk * 2 + chunk * chunk * 2,
     )
 
@@ -1034,6 +1038,8 @@ class PlanInputs:
     autosplit_reserve_mb: str = "96"
     chunk_size: int = DEFAULT_CHUNK_SIZE
     count_in_use: bool = False
+    flash_attention: bool = True
+    """False for GPUs older than Ampere, where TabbyAPI runs without flash-attn."""
 
 
 def build_request(inputs: PlanInputs, frame=None, overheads: Overheads = DEFAULT_OVERHEADS) -> PlanRequest:
@@ -1091,6 +1097,7 @@ def plan_from_inputs(inputs: PlanInputs, frame=None,
                      overheads: Overheads = DEFAULT_OVERHEADS) -> VramPlan:
     """:func:`build_request` then :func:`plan`. Reads safetensors headers: run it off the
     GUI thread."""
+    overheads = replace(overheads, flash_attention=inputs.flash_attention)
     return plan(build_request(inputs, frame, overheads), overheads)
 
 

@@ -54,6 +54,8 @@ def register(subparsers) -> None:
     vram.add_argument("--reserve-mb", metavar="MB,MB", default="96",
                       help="TabbyAPI autosplit_reserve per GPU in MB (default 96)")
     vram.add_argument("--chunk-size", type=int, default=2048, help="TabbyAPI chunk_size (default 2048)")
+    vram.add_argument("--no-flash-attn", action="store_true",
+                      help="plan for a GPU older than Ampere (no flash-attn: bigger buffers)")
     vram.add_argument("--count-in-use", action="store_true",
                       help="treat memory other programs hold now as unavailable (live GPUs)")
     vram.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -166,6 +168,7 @@ def run_vram(args: argparse.Namespace) -> int:
         autosplit_reserve_mb=args.reserve_mb,
         chunk_size=args.chunk_size,
         count_in_use=args.count_in_use,
+        flash_attention=not args.no_flash_attn,
     )
     result = vram.plan_from_inputs(inputs)
     if args.json:

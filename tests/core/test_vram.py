@@ -429,3 +429,12 @@ def test_max_seq_len_minus_one_means_the_native_context():
     assert vram.build_request(inputs).context == 32768
     default = vram.PlanInputs(model=str(MODELS / "Mistral-7B-v0.1"), bpw=4.0, gpus="24")
     assert vram.build_request(default).context == 4096
+
+
+def test_without_flash_attention_the_attention_matrix_is_counted():
+    # ExLlamaV2 without flash-attn materialises 2 x chunk^2 x heads x 2 bytes per forward.
+    inputs = vram.PlanInputs(model=str(MODELS / "Llama-2-7b-hf"), bpw=4.0, gpus="24", context=2048)
+    flash = vram.plan_from_inputs(inputs).gpu(0)
+    plain = vram.plan_from_inputs(vram.PlanInputs(**{**inputs.__dict__, "flash_attention": False})).gpu(0)
+    extra = plain.overhead["activations"] - flash.overhead["activations"]
+    assert extra == 2 * 2048 * 2048 * 32 * 2 + 128
