@@ -43,19 +43,12 @@ def _plan(page) -> None:
 
 def _fill(page, target: Path, bpw: float, draft: Path | None, draft_bpw: float, context: int,
           typed: str | None, cache: str = "Q4") -> None:
-    form = page.form
-    form.target.path.setText(str(target))
-    form.target.bpw.setValue(bpw)
-    form.draft.path.setText(str(draft) if draft else "")
-    form.draft.bpw.setValue(draft_bpw)
-    form.context.setValue(context)
-    form.cache_mode.setCurrentText(cache)
-    form.draft_cache_mode.setCurrentText(cache)
-    form.use_typed_gpus(typed is not None)
-    if typed:
-        form.gpu_sizes.setText(typed)
-    form.gpu_split.clear()
-    form.draft_gpu_split.clear()
+    from specdeck.core.vram import PlanInputs
+
+    page.form.fill(PlanInputs(model=str(target), bpw=bpw, draft=str(draft) if draft else None,
+                              draft_bpw=draft_bpw, context=context, cache_mode=cache,
+                              draft_cache_mode=cache, gpus=typed))
+    page.form.use_typed_gpus(typed is not None)
 
 
 def render(window, out_dir: Path) -> list[Path]:

@@ -182,6 +182,11 @@ class PlanForm(QGroupBox):
         )
 
     def fill(self, inputs) -> None:
+        """Show ``inputs`` (a PlanInputs); typed GPU sizes switch to typed GPUs, while
+        ``gpus=None`` (e.g. from a config.yml) leaves the GPU choice as it is."""
+        if inputs.gpus:
+            self.use_typed_gpus(True)
+            self.gpu_sizes.setText(inputs.gpus)
         self.target.path.setText(inputs.model)
         self.target.bpw.setValue(inputs.bpw or 0.0)
         self.draft.path.setText(inputs.draft or "")

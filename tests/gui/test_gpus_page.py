@@ -39,17 +39,12 @@ def open_page(window, qtbot):
 
 def fill_form(page, target, bpw, draft=None, draft_bpw=0.0, context=16384, typed="32,24",
               cache="Q4"):
-    form = page.form
-    form.target.path.setText(str(target))
-    form.target.bpw.setValue(bpw)
-    form.draft.path.setText(str(draft) if draft else "")
-    form.draft.bpw.setValue(draft_bpw)
-    form.context.setValue(context)
-    form.cache_mode.setCurrentText(cache)
-    form.draft_cache_mode.setCurrentText(cache)
-    form.use_typed_gpus(typed is not None)
-    if typed:
-        form.gpu_sizes.setText(typed)
+    from specdeck.core.vram import PlanInputs
+
+    page.form.fill(PlanInputs(model=str(target), bpw=bpw, draft=str(draft) if draft else None,
+                              draft_bpw=draft_bpw, context=context, cache_mode=cache,
+                              draft_cache_mode=cache, gpus=typed))
+    page.form.use_typed_gpus(typed is not None)
 
 
 def plan_now(page, qtbot):
