@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
@@ -189,6 +188,8 @@ class TelemetryPlots(QWidget):
 
     def update_from(self, sampler) -> int:
         """Redraw from the sampler's histories; returns the number of points drawn."""
+        import numpy as np
+
         latest = sampler.latest
         names = {g.index: g.name.replace("NVIDIA GeForce ", "").replace("NVIDIA ", "")
                  for g in (latest.gpus if latest is not None else ())}

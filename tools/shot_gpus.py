@@ -53,7 +53,7 @@ def _fill(page, target: Path, bpw: float, draft: Path | None, draft_bpw: float, 
 
 def render(window, out_dir: Path) -> list[Path]:
     page = window.show_page("gpus")
-    _settle(page)
+    _settle(page)  # the plots are built on the first turn of the event loop
     shots = []
 
     # 1. no GPU here: typed sizes, a plan that does not fit

@@ -372,7 +372,12 @@ class GpusPage(QWidget):
         banner.addWidget(self.demo_button)
         banner.addWidget(self.live_button)
         self.cards = GpuCards()
-        self.plots = TelemetryPlots()
+        # The plots need pyqtgraph (~0.4 s to import): built after the page first shows, so
+        # a window that opens on this page paints at once.
+        self.plots: TelemetryPlots | None = None
+        self.plots_host = QWidget()
+        plots_layout = QVBoxLayout(self.plots_host)
+        plots_layout.setContentsMargins(0, 0, 0, 0)
         self.processes = ProcessTable()
         self.processes.setMaximumWidth(330)
         self.own_usage = QLabel()
@@ -383,7 +388,7 @@ class GpusPage(QWidget):
         self.telemetry = QWidget()
         middle = QHBoxLayout(self.telemetry)
         middle.setContentsMargins(0, 0, 0, 0)
-        middle.addWidget(self.plots, 1)
+        middle.addWidget(self.plots_host, 1)
         middle.addLayout(processes_box)
         live = QWidget()
         live_layout = QVBoxLayout(live)
@@ -431,7 +436,15 @@ class GpusPage(QWidget):
         super().showEvent(event)
         self.sampler.start()
         self.timer.start()
+        if self.plots is None:
+            QTimer.singleShot(0, self._build_plots)
         self.refresh()
+
+    def _build_plots(self) -> None:
+        if self.plots is None:
+            self.plots = TelemetryPlots()
+            self.plots_host.layout().addWidget(self.plots)
+            self.refresh(force=True)
 
     def hideEvent(self, event) -> None:  # noqa: N802 - Qt's name
         self.timer.stop()
@@ -454,7 +467,8 @@ class GpusPage(QWidget):
         except SpecDeckError as exc:
             self.context.show_status(f"Cannot play the demo trace: {exc}")
             return
-        self.plots.clear()
+        if self.plots is not None:
+            self.plots.clear()
         self.sampler.set_source(source)
         self.sampler.start()
         self.refresh(force=True)
@@ -462,7 +476,8 @@ class GpusPage(QWidget):
     def use_live(self) -> None:
         from specdeck.core.gpu.nvml import NvmlSource
 
-        self.plots.clear()
+        if self.plots is not None:
+            self.plots.clear()
         self.sampler.set_source(NvmlSource())
         self.sampler.start()
         self.refresh(force=True)
@@ -478,7 +493,8 @@ class GpusPage(QWidget):
         set_visible(self.cards, has_gpus)
         # Empty plots only take room from the planner: show them once there is history.
         set_visible(self.telemetry, has_gpus or bool(self.sampler.gpu_indices()))
-        self.plots.update_from(self.sampler)
+        if self.plots is not None:
+            self.plots.update_from(self.sampler)
         self.processes.show_frame(frame)
         set_text(self.own_usage, own_usage_text(frame))
         self._update_live_marks(frame)

@@ -33,7 +33,8 @@ def window(qtbot, configured_qapp):
 
 def open_page(window, qtbot):
     page = window.show_page("gpus")
-    qtbot.waitUntil(lambda: page.sampler.latest is not None, timeout=10_000)
+    qtbot.waitUntil(lambda: page.sampler.latest is not None and page.plots is not None,
+                    timeout=10_000)
     return page
 
 
@@ -144,10 +145,11 @@ def test_plan_on_the_replayed_gpus_marks_live_use(window, qtbot):
 def test_timer_redraws_from_the_sampler_thread(window, qtbot, monkeypatch):
     page = open_page(window, qtbot)
     assert page.timer.interval() == 250  # the sampling rate: 4 Hz
+    assert "pyqtgraph" in __import__("sys").modules  # loaded after the first show, not before
     page.play_demo()  # the sampler thread now replays at 4 Hz
     qtbot.waitUntil(lambda: len(page.cards.cards) == 2, timeout=10_000)
-    qtbot.waitUntil(lambda: page.plots.memory_curves and len(page.plots.memory_curves[1].getData()[0]) >= 3,
-                    timeout=10_000)
+    qtbot.waitUntil(lambda: page.plots.memory_curves
+                    and len(page.plots.memory_curves[1].getData()[0]) >= 3, timeout=10_000)
     window.close()
     assert not page.sampler.is_running  # closing the window stops telemetry
 
@@ -218,3 +220,25 @@ def test_page_renders_offscreen(window, qtbot, tmp_path):
     assert not image.isNull() and image.width() > 800 and image.height() > 600
     out = tmp_path / "gpus.png"
     assert image.save(str(out)) and out.stat().st_size > 10_000
+
+
+def test_building_the_page_defers_pyqtgraph_and_nvml(tmp_path):
+    """A window that opens on this page must paint before the plots' imports."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys, json\n"
+        "from PySide6.QtWidgets import QApplication\n"
+        "app = QApplication(['t'])\n"
+        "from specdeck.gui.context import AppContext\n"
+        "from specdeck.gui.pages.gpus import create_page\n"
+        "page = create_page(AppContext())\n"
+        "print(json.dumps([m for m in ('pyqtgraph', 'pynvml') if m in sys.modules]))\n"
+    )
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", SPECDECK_HOME=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
