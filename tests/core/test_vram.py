@@ -438,3 +438,20 @@ def test_without_flash_attention_the_attention_matrix_is_counted():
     plain = vram.plan_from_inputs(vram.PlanInputs(**{**inputs.__dict__, "flash_attention": False})).gpu(0)
     extra = plain.overhead["activations"] - flash.overhead["activations"]
     assert extra == 2 * 2048 * 2048 * 32 * 2 + 128
+
+
+def test_single_gpu_overheads_match_the_documented_formulas():
+    # Llama-3.1-8B (hidden 4096, 32 heads, 8 KV heads x 128, vocab 128256), 8192 tokens FP16,
+    # TabbyAPI's chunk_size 2048, worked out by hand from docs/vram.md:
+    target = vram.model_weights(MODELS / "Llama-3.1-8B", bpw=5.0)
+    gpu = vram.plan(request(target, "24", context=8192)).gpu(0)
+    # The head dequantizes 4096 x 128256 = 525,336,576 elements (< 512 Mi) at 2 bytes:
+    # larger than the MLP's 2048x4096x2 + 2 x 2048x14336x2 + 4096x14336x2 (+3 x 128).
+    mlp = 2048 * 4096 * 2 + 2 * 2048 * 14336 * 2 + 4096 * 14336 * 2 + 3 * 128
+    assert gpu.overhead["scratch"] == 2 * 4096 * 128256 > mlp
+    assert gpu.overhead["rope_tables"] == 4 * 128 * 8192
+    assert gpu.overhead["activations"] == 2048 * 2 * (2 * 4096 + 2 * 4096 + 2 * 1024) + 16 * 128256 * 8
+    assert gpu.overhead["cache_staging"] == 0  # FP16 needs no staging
+    assert gpu.overhead["cuda_context"] == 400 * MiB
+    assert gpu.overhead["allocator_slack"] == int((gpu.target_weights + GiB) * 0.02)
+    assert gpu.used_bytes == gpu.target_weights + GiB + sum(gpu.overhead.values())
