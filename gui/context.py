@@ -25,6 +25,20 @@ class AppContext(QObject):
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
         self._settings = settings_store.load()
+        self._gpu_sampler = None
+
+    def gpu_sampler(self):
+        """The window's one GPU telemetry sampler (specdeck.core.gpu.Sampler).
+
+        Created on first use and not started: whoever shows telemetry starts it; the GPUs
+        page stops it when the window closes. Sharing one keeps one NVML session and one
+        history for every page that plots GPU memory.
+        """
+        if self._gpu_sampler is None:
+            from specdeck.core.gpu.sampler import Sampler
+
+            self._gpu_sampler = Sampler()
+        return self._gpu_sampler
 
     @property
     def settings(self) -> Settings:

@@ -143,7 +143,7 @@ class ConfigDocument:
     # -- reading -------------------------------------------------------------------------
     @classmethod
     def from_file(cls, path: str | Path) -> "ConfigDocument":
-        path = Path(path).expanduser()
+        path = Path(path).expanduser().absolute()
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
