@@ -51,6 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     suggest.add_argument("--no-hub", action="store_true", help="leave out Hub drafts")
     suggest.add_argument("--verify", action="store_true",
                          help="fetch each Hub draft's tokenizer files and check them")
+    suggest.add_argument("--gpus", metavar="GB,GB",
+                         help="GPU sizes to plan VRAM for (e.g. 24,24); default: this machine's")
     suggest.add_argument("--limit", type=int, default=10, metavar="N",
                          help="how many suggestions to show (default 10)")
     suggest.set_defaults(handler=run_suggest)
@@ -96,6 +98,7 @@ def run_suggest(args: argparse.Namespace) -> int:
         max_seq_len=args.max_seq_len,
         endpoint=saved.hub_endpoint,
         limit=max(1, args.limit),
+        gpus=args.gpus,
     )
     if args.json:
         emit_json(result)
@@ -162,7 +165,8 @@ def print_suggestions(result, out: TextIO) -> None:
         ratio = f"{s.ratio:.1f}x" if s.ratio else "?x"
         params = format_parameters(s.parameters) if s.parameters else "?"
         status = s.status.replace("_", " ")
-        out.write(f"{s.rank:>3}. {s.name}  [{s.origin}, {params}, {ratio}, {status}]\n")
+        vram = {True: ", fits VRAM", False: ", too big for VRAM", None: ""}[s.fits_vram]
+        out.write(f"{s.rank:>3}. {s.name}  [{s.origin}, {params}, {ratio}, {status}{vram}]\n")
         out.write(_wrap(s.reason, 5) + "\n")
         if s.repo_id and s.revisions:
             out.write(_wrap(f"revisions: {', '.join(s.revisions)}", 5) + "\n")
@@ -170,5 +174,8 @@ def print_suggestions(result, out: TextIO) -> None:
         out.write(f"\nNot suitable ({len(result.rejected)}):\n")
         for r in result.rejected:
             out.write(_wrap(f"{r.name}: {r.reason}", 2) + "\n")
+    if result.vram_note:
+        hint = " Plan for other GPUs with --gpus 24,24." if "GPU" in result.vram_note else ""
+        out.write(_wrap(f"note: {result.vram_note}{hint}", 0) + "\n")
     for problem in result.problems:
         out.write(_wrap(f"note: {problem}", 0) + "\n")

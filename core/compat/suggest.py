@@ -5,11 +5,12 @@ with the reason, undecided ones (a tokenizer file missing) come last. Hub drafts
 the curated list of the target's tokenizer family and stay "unverified" unless
 ``verify_hub`` fetches their tokenizer files and checks them too.
 
-Ranking: undecided drafts last; then the size ratio (target parameters / draft
-parameters): drafts 5-30x smaller than the target are the ones that pay off in practice (a
-bigger draft costs too much per step, a much smaller one guesses too poorly); then how sure
-the compatibility is (checked and clean, checked with warnings, unverified); then closeness
-to the middle of the range.
+Ranking: undecided drafts last, drafts that do not fit in VRAM beside the target just before
+them; then the size ratio (target parameters / draft parameters): drafts 5-30x smaller than
+the target are the ones that pay off in practice (a bigger draft costs too much per step, a
+much smaller one guesses too poorly); then how sure the compatibility is (checked and clean,
+checked with warnings, unverified); then closeness to the middle of the range. Whether a
+local draft fits the GPUs beside the target comes from the VRAM planner (core.vram).
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from specdeck.core.compat.cache import VocabCache
 from specdeck.core.compat.check import compare_models
+from specdeck.core.compat.fit import fit_planner
 from specdeck.core.compat.known import Family, KnownDraft, find_family
 from specdeck.core.compat.library import library_dirs
 from specdeck.core.compat.load import LoadedModel, check_cancel, load_model
@@ -62,7 +64,8 @@ class Suggestion:
     quantization: str | None = None
     source_url: str | None = None
     fits_vram: bool | None = None
-    """None until the VRAM planner can answer."""
+    """Whether target + this draft fit the GPUs (core.vram); None: unknown (no GPU to plan
+    on, a size that cannot be worked out, or a Hub draft not on disk)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ class SuggestionList:
     scanned_dirs: tuple[Path, ...]
     problems: tuple[str, ...]
     seconds: float
+    vram_note: str | None = None
+    """Why no draft's VRAM fit is known, when none is."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,7 @@ class _Candidate:
     known: KnownDraft | None = None
     quantization: str | None = None
     note: str = ""
+    fits_vram: bool | None = None
 
 
 def suggest(
@@ -108,11 +114,15 @@ def suggest(
     endpoint: str | None = None,
     token: str | None = None,
     limit: int | None = 10,
+    gpus: str | None = None,
     cache: VocabCache | None = None,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
 ) -> SuggestionList:
-    """Ranked draft candidates for ``target`` (a folder or a Hub id)."""
+    """Ranked draft candidates for ``target`` (a folder or a Hub id).
+
+    ``gpus``: GPU sizes in GB to plan VRAM for ("24,24"); None plans for this machine's GPUs.
+    """
     started = time.perf_counter()
     target_model = load_model(target, endpoint=endpoint, token=token, cache=cache, cancel=cancel)
     dirs, problems = library_dirs(model_dirs, config_path)
@@ -120,6 +130,8 @@ def suggest(
         progress("Scanning the model library…")
     models, scan_problems = scan_models(dirs)
     problems.extend(f"{p.path}: {p.reason}" for p in scan_problems)
+    fit = fit_planner(target_model.folder, config_path=config_path, gpus=gpus,
+                      max_seq_len=max_seq_len)
 
     candidates: list[_Candidate] = []
     rejected: list[Rejected] = []
@@ -131,7 +143,7 @@ def suggest(
         if isinstance(outcome, Rejected):
             rejected.append(outcome)
         elif outcome is not None:
-            candidates.append(outcome)
+            candidates.append(replace(outcome, fits_vram=fit.fits(info.path)))
 
     family = find_family(target_model.vocab)
     if include_hub and family is not None:
@@ -163,6 +175,7 @@ def suggest(
         scanned_dirs=tuple(dirs),
         problems=tuple(problems),
         seconds=time.perf_counter() - started,
+        vram_note=fit.note,
     )
 
 
@@ -248,8 +261,9 @@ _TIER = {Verdict.COMPATIBLE.value: 0, Verdict.WARNINGS.value: 1, UNVERIFIED: 2}
 def _sort_key(candidate: _Candidate, target_parameters: int | None) -> tuple:
     ratio = _ratio(candidate.parameters, target_parameters)
     undecided = candidate.status == Verdict.INCONCLUSIVE.value
+    too_big = candidate.fits_vram is False
     distance = abs(math.log(ratio / _SWEET_CENTER)) if ratio else math.inf
-    return (undecided, _ratio_band(ratio), _TIER.get(candidate.status, 3), distance,
+    return (undecided, too_big, _ratio_band(ratio), _TIER.get(candidate.status, 3), distance,
             candidate.name.lower())
 
 
@@ -288,6 +302,9 @@ def _suggestion(rank: int, candidate: _Candidate, target: LoadedModel,
     ratio = _ratio(candidate.parameters, target.parameters)
     parts = [_check_text(candidate, family), _ratio_text(ratio)]
     known = candidate.known
+    if candidate.fits_vram is not None:
+        parts.append("Fits in VRAM beside the target." if candidate.fits_vram
+                     else "Does not fit in VRAM beside the target.")
     if candidate.origin == ORIGIN_LOCAL:
         parts.append(f"Installed at {candidate.path}.")
     elif known is not None:
@@ -307,4 +324,5 @@ def _suggestion(rank: int, candidate: _Candidate, target: LoadedModel,
         reason=" ".join(parts),
         quantization=candidate.quantization,
         source_url=known.source if known else None,
+        fits_vram=candidate.fits_vram,
     )

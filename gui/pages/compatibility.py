@@ -51,6 +51,7 @@ STATUS_LOOK = {  # status value -> (label, colour)
     "fail": ("✗ Fail", "#dc2626"),
     "unknown": ("? Unknown", "#6b7280"),
 }
+VRAM_LOOK = {True: "Fits", False: "Too big", None: "?"}
 SUGGESTION_STATUS = {
     "compatible": "Compatible",
     "compatible_with_warnings": "Compatible, warnings",
@@ -269,7 +270,7 @@ class CompatibilityPage(QWidget):
         mismatch_layout.addWidget(self.mismatches, 1)
 
         self.suggestion_table = _table(
-            ["#", "Draft", "Where", "Size", "Ratio", "Compatibility", "Why"], stretch=6)
+            ["#", "Draft", "Where", "Size", "Ratio", "Compatibility", "VRAM", "Why"], stretch=7)
         self.suggestion_table.itemSelectionChanged.connect(self._update_suggestion_buttons)
         self.suggestion_table.itemDoubleClicked.connect(lambda _item: self.check_selected())
         self.suggestion_note = QLabel("Suggest drafts ranks candidates for the target.")
@@ -435,18 +436,19 @@ class CompatibilityPage(QWidget):
             values = [str(s.rank), s.name, where,
                       format_parameters(s.parameters) if s.parameters else "?",
                       f"{s.ratio:.1f}x" if s.ratio else "?",
-                      SUGGESTION_STATUS.get(s.status, s.status), s.reason]
+                      SUGGESTION_STATUS.get(s.status, s.status), VRAM_LOOK[s.fits_vram], s.reason]
             for column, value in enumerate(values):
-                item = _item(value, s.reason if column != 6 else None)
+                item = _item(value, s.reason if column != 7 else None)
                 if column == 0:
                     item.setData(Qt.ItemDataRole.UserRole, s)
                 table.setItem(row, column, item)
         table.resizeRowsToContents()
         family = f" Tokenizer family: {result.family}." if result.family else (
             " The target matches no known Hub family.")
+        vram = f" {result.vram_note}" if result.vram_note else ""
         self.suggestion_note.setText(
             f"{len(result.suggestions)} suggestion(s) for {result.target}, "
-            f"{len(result.rejected)} model(s) ruled out.{family}")
+            f"{len(result.rejected)} model(s) ruled out.{family}{vram}")
         self.suggestion_note.setToolTip("\n".join(
             f"{r.name}: {r.reason}" for r in result.rejected) or "Nothing was ruled out.")
         self.tabs.setCurrentIndex(2)

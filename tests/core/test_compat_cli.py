@@ -78,3 +78,20 @@ def test_entry_point_runs_check():
     listing = subprocess.run([sys.executable, "-m", "specdeck", "--help"], capture_output=True,
                              text=True, timeout=60)
     assert "check" in listing.stdout and "suggest" in listing.stdout
+
+
+def test_suggest_plans_vram_for_typed_gpu_sizes(capsys, tmp_path):
+    from compat_helpers import copy_model, edit_json
+
+    exl2 = {"quant_method": "exl2", "version": "0.3.2", "bits": 4.0, "head_bits": 6}
+    target = copy_model("Qwen2.5-7B-Instruct", tmp_path)
+    edit_json(target / "config.json", quantization_config=exl2)
+    library = tmp_path / "library"
+    library.mkdir()
+    edit_json(copy_model("Qwen2.5-0.5B-Instruct", library) / "config.json",
+              quantization_config=exl2)
+    _, out, _ = cli(capsys, "suggest", str(target), "--models-dir", str(library), "--no-hub",
+                    "--gpus", "24")
+    assert "compatible with warnings, fits VRAM]" in out
+    _, out, _ = cli(capsys, "suggest", str(target), "--models-dir", str(library), "--no-hub")
+    assert "note: VRAM fit unknown:" in out  # no GPU here, or an unquantized target

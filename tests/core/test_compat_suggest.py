@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from compat_helpers import copy_model
+from compat_helpers import copy_model, edit_json
 from conftest import MODELS, TABBY
 
 from specdeck.core.compat import suggest
@@ -138,3 +138,38 @@ def test_configured_pair_and_context_are_read(tmp_path):
     assert models.target == tmp_path / "big" / "Qwen2.5-7B-Instruct"
     assert models.draft == Path("/srv/drafts/Qwen2.5-0.5B")
     assert models.max_seq_len == 16384
+
+
+# --- VRAM fit (core.vram) --------------------------------------------------------------
+
+
+def as_exl2(name, dest, bits=4.0):
+    """A copy whose config.json says EXL2 at ``bits`` (no weight files: the planner sizes it
+    from the architecture, as it does for a model not downloaded yet)."""
+    folder = copy_model(name, dest)
+    edit_json(folder / "config.json", quantization_config={
+        "quant_method": "exl2", "version": "0.3.2", "bits": bits, "head_bits": 6})
+    return folder
+
+
+@pytest.mark.parametrize(("gpus", "fits"), [("24", True), ("2", False)])
+def test_local_drafts_carry_the_vram_planner_answer(tmp_path, gpus, fits):
+    target = as_exl2("Qwen2.5-7B-Instruct", tmp_path)
+    library = tmp_path / "library"
+    library.mkdir()
+    as_exl2("Qwen2.5-0.5B-Instruct", library)
+    result = suggest(target, model_dirs=[library], gpus=gpus)
+    [local] = [s for s in result.suggestions if s.origin == "local"]
+    assert local.fits_vram is fits
+    # A draft that does not fit goes after those that might.
+    assert (result.suggestions[0] is local) is fits
+    assert ("Fits in VRAM" if fits else "Does not fit in VRAM") in local.reason
+    assert all(s.fits_vram is None for s in result.suggestions if s.origin == "hub")
+    assert result.vram_note is None
+
+
+def test_vram_fit_is_unknown_without_gpus_or_sizes(library):
+    # No NVIDIA GPU on this machine and no sizes typed: say so, guess nothing.
+    result = suggest(MODELS / "Qwen2.5-7B-Instruct", model_dirs=[library])
+    assert all(s.fits_vram is None for s in result.suggestions)
+    assert result.vram_note.startswith("VRAM fit unknown")
