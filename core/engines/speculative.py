@@ -1,0 +1,319 @@
+"""The speculative decoding loop of the PyTorch engine, and its drafters.
+
+One step: the drafter proposes up to k tokens; the target reads its last token plus the
+drafts in ONE forward; the longest prefix of drafts the target agrees with is kept, plus the
+target's own next token; the target's KV cache (and the draft model's) is cropped back to
+the kept tokens. Without a drafter the same loop is plain greedy decoding, one token per
+forward, so the baseline arm runs exactly the code the speculative arms run.
+
+Invariant between steps: the target's cache holds every token of the sequence but the last.
+The prompt's prefill therefore covers prompt[:-1] and every emitted token comes out of a
+verify step, which keeps the accounting exact: new_tokens == steps + accepted (base.py).
+
+Imports torch; only the PyTorch engine uses this module.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+from specdeck.core.engines.base import (
+    DrafterKind,
+    EventCallback,
+    GenerationEvent,
+    GenerationStats,
+    StopReason,
+)
+from specdeck.core.engines.detok import StreamDecoder
+from specdeck.core.engines.ngram import PromptLookup
+from specdeck.core.engines.sampling import TokenPicker
+from specdeck.core.errors import CancelledError
+
+PREFILL_CHUNK = 512
+"""Prompt tokens per prefill forward: bounds attention memory and lets cancel act between."""
+
+
+class KVModel:
+    """A causal LM with its own KV cache: feed tokens, read logits, roll back."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device):
+        self.model = model
+        self.device = device
+        self.cache = None
+
+    def reset(self) -> None:
+        from transformers import DynamicCache
+
+        self.cache = DynamicCache(config=self.model.config)
+
+    @property
+    def length(self) -> int:
+        return self.cache.get_seq_length() if self.cache is not None else 0
+
+    def feed(self, ids: Sequence[int], all_logits: bool = True) -> torch.Tensor:
+        """Logits [len(ids), V] (or [1, V] for the last token only)."""
+        x = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
+        out = self.model(
+            input_ids=x,
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=0 if all_logits else 1,
+        )
+        return out.logits[0]
+
+    def prefill(self, ids: Sequence[int], cancel: threading.Event | None = None) -> None:
+        for start in range(0, len(ids), PREFILL_CHUNK):
+            if cancel is not None and cancel.is_set():
+                raise CancelledError("Generation cancelled during the prompt's prefill.")
+            self.feed(ids[start : start + PREFILL_CHUNK], all_logits=False)
+
+    def rollback(self, tokens: int) -> None:
+        """Drop the last ``tokens`` positions (transformers 5: crop takes a negative count)."""
+        if tokens > 0:
+            self.cache.crop(-tokens)
+
+    def release(self) -> None:
+        self.cache = None
+
+
+@dataclass
+class Draft:
+    tokens: list[int]
+    probs: list[torch.Tensor] | None = None
+    """Sampled drafting only: the drafter's distribution for each token."""
+
+
+class Drafter(Protocol):
+    kind: DrafterKind
+
+    def start(self, prompt_ids: Sequence[int], cancel: threading.Event | None) -> None:
+        """A new sequence begins (prefill a draft model here)."""
+
+    def propose(self, seq: Sequence[int], max_tokens: int, picker: TokenPicker) -> Draft: ...
+
+    def commit(self, seq: Sequence[int]) -> None:
+        """The sequence after a verify step; drop whatever the target rejected."""
+
+
+class NgramDrafter:
+    """Prompt lookup over prompt + output (see ngram.py)."""
+
+    kind = DrafterKind.NGRAM
+
+    def __init__(self, ngram_max: int, ngram_min: int):
+        self.lookup = PromptLookup(ngram_max, ngram_min)
+
+    def start(self, prompt_ids: Sequence[int], cancel: threading.Event | None) -> None:
+        self.lookup.reset(prompt_ids)
+
+    def propose(self, seq: Sequence[int], max_tokens: int, picker: TokenPicker) -> Draft:
+        return Draft(self.lookup.propose(max_tokens))
+
+    def commit(self, seq: Sequence[int]) -> None:
+        self.lookup.extend(seq[len(self.lookup.ids) :])
+
+
+class ModelDrafter:
+    """A smaller model of the same tokenizer, decoding ahead with its own KV cache."""
+
+    kind = DrafterKind.MODEL
+
+    def __init__(self, kv: KVModel):
+        self.kv = kv
+        self._cached: list[int] = []
+        """Exactly the tokens the draft cache holds."""
+
+    def start(self, prompt_ids: Sequence[int], cancel: threading.Event | None) -> None:
+        self.kv.reset()
+        self._cached = list(prompt_ids[:-1])
+        self.kv.prefill(self._cached, cancel)
+
+    def propose(self, seq: Sequence[int], max_tokens: int, picker: TokenPicker) -> Draft:
+        if max_tokens <= 0:
+            return Draft([])
+        unseen = list(seq[len(self._cached) :])
+        row = self.kv.feed(unseen, all_logits=False)
+        self._cached.extend(unseen)
+        tokens: list[int] = []
+        probs: list[torch.Tensor] = []
+        for i in range(max_tokens):
+            token, dist = picker.pick(picker.process(row, (), seen=tokens)[-1])
+            tokens.append(token)
+            if dist is not None:
+                probs.append(dist)
+            if i + 1 < max_tokens:
+                row = self.kv.feed([token], all_logits=False)
+                self._cached.append(token)
+        return Draft(tokens, probs if not picker.greedy else None)
+
+    def commit(self, seq: Sequence[int]) -> None:
+        keep = 0
+        limit = min(len(self._cached), len(seq))
+        while keep < limit and self._cached[keep] == seq[keep]:
+            keep += 1
+        self.kv.rollback(len(self._cached) - keep)
+        del self._cached[keep:]
+
+
+@dataclass
+class Tally:
+    """Running counts of one generation (see base.GenerationStats for definitions)."""
+
+    steps: int = 0
+    draft_steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    per_position_drafted: list[int] = field(default_factory=list)
+    per_position_accepted: list[int] = field(default_factory=list)
+
+    def record(self, drafted: int, accepted: int) -> None:
+        self.steps += 1
+        if drafted:
+            self.draft_steps += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        while len(self.per_position_drafted) < drafted:
+            self.per_position_drafted.append(0)
+            self.per_position_accepted.append(0)
+        for i in range(drafted):
+            self.per_position_drafted[i] += 1
+            if i < accepted:
+                self.per_position_accepted[i] += 1
+
+
+@dataclass
+class RunOutput:
+    token_ids: list[int]
+    from_draft: list[bool]
+    top2_gaps: list[float]
+    text: str
+    stats: GenerationStats
+
+
+@dataclass
+class RunSettings:
+    max_new_tokens: int
+    num_draft_tokens: int
+    eos_token_ids: frozenset[int]
+    stop_on_eos: bool
+
+
+MemoryProbe = Callable[[], None]
+
+
+def run(
+    target: KVModel,
+    drafter: Drafter | None,
+    picker: TokenPicker,
+    prompt_ids: Sequence[int],
+    settings: RunSettings,
+    stream: StreamDecoder,
+    on_event: EventCallback | None = None,
+    cancel: threading.Event | None = None,
+    sample_memory: MemoryProbe | None = None,
+) -> RunOutput:
+    """Generate from ``prompt_ids``; returns what was produced, cut short on cancel."""
+    clock = time.perf_counter
+    started = clock()
+    seq = list(prompt_ids)
+    out: list[int] = []
+    from_draft: list[bool] = []
+    gaps: list[float] = []
+    tally = Tally()
+    first_token_at: float | None = None
+    reason = StopReason.MAX_NEW_TOKENS
+    with torch.inference_mode():
+        try:
+            target.reset()
+            target.prefill(prompt_ids[:-1], cancel)
+            if drafter is not None:
+                drafter.start(prompt_ids, cancel)
+        except CancelledError:
+            reason = StopReason.CANCELLED
+        decode_start = clock()
+        while reason is not StopReason.CANCELLED and len(out) < settings.max_new_tokens:
+            if cancel is not None and cancel.is_set():
+                reason = StopReason.CANCELLED
+                break
+            budget = settings.max_new_tokens - len(out)
+            room = min(settings.num_draft_tokens, budget - 1)
+            draft = drafter.propose(seq, room, picker) if drafter and room > 0 else Draft([])
+            drafts = draft.tokens
+            processed = picker.process(target.feed([seq[-1], *drafts]), drafts)
+            verdict = picker.verify(processed, drafts, draft.probs)
+            target.rollback(len(drafts) - verdict.accepted)
+            emitted = [*drafts[: verdict.accepted], verdict.next_token]
+            if settings.stop_on_eos:
+                for j, token in enumerate(emitted):
+                    if token in settings.eos_token_ids:
+                        emitted = emitted[: j + 1]
+                        reason = StopReason.EOS
+                        break
+            seq.extend(emitted)
+            out.extend(emitted)
+            from_draft.extend(j < verdict.accepted for j in range(len(emitted)))
+            gaps.extend(verdict.top2_gaps[: len(emitted)])
+            picker.observe(emitted)
+            if drafter is not None:
+                drafter.commit(seq)
+            tally.record(len(drafts), verdict.accepted)
+            now = clock()
+            if first_token_at is None:
+                first_token_at = now
+            if sample_memory is not None:
+                sample_memory()
+            text = stream.push(emitted)
+            if on_event is not None:
+                on_event(
+                    GenerationEvent(
+                        text=text,
+                        token_ids=tuple(emitted),
+                        from_draft=tuple(from_draft[-len(emitted) :]),
+                        step=tally.steps,
+                        drafted=len(drafts),
+                        accepted=verdict.accepted,
+                        new_tokens=len(out),
+                        total_drafted=tally.drafted,
+                        total_accepted=tally.accepted,
+                        elapsed_s=now - decode_start,
+                    )
+                )
+            if reason is StopReason.EOS:
+                break
+    finished = clock()
+    tail = stream.flush()
+    if tail and on_event is not None:
+        on_event(
+            GenerationEvent(
+                text=tail,
+                token_ids=(),
+                from_draft=(),
+                step=tally.steps,
+                drafted=0,
+                accepted=0,
+                new_tokens=len(out),
+                total_drafted=tally.drafted,
+                total_accepted=tally.accepted,
+                elapsed_s=finished - decode_start,
+            )
+        )
+    stats = GenerationStats(
+        prompt_tokens=len(prompt_ids),
+        new_tokens=len(out),
+        prefill_s=decode_start - started,
+        decode_s=finished - decode_start,
+        steps=tally.steps,
+        draft_steps=tally.draft_steps,
+        drafted=tally.drafted,
+        accepted=tally.accepted,
+        per_position_drafted=tuple(tally.per_position_drafted),
+        per_position_accepted=tuple(tally.per_position_accepted),
+        stop_reason=reason,
+        time_to_first_token_s=(first_token_at - started) if first_token_at else None,
+    )
+    return RunOutput(out, from_draft, gaps, stream.text, stats)
