@@ -29,7 +29,7 @@ from __future__ import annotations
 import enum
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -247,6 +247,18 @@ class GenerationStats:
             (a / d if d else None)
             for a, d in zip(self.per_position_accepted, self.per_position_drafted)
         )
+
+    def to_json(self) -> dict[str, object]:
+        """The fields plus the derived metrics, so JSON readers need not recompute them."""
+        data: dict[str, object] = {f.name: getattr(self, f.name) for f in fields(self)}
+        data.update(
+            rejected=self.rejected,
+            tokens_per_second=self.tokens_per_second,
+            acceptance_rate=self.acceptance_rate,
+            mean_acceptance_length=self.mean_acceptance_length,
+            per_position_acceptance=self.per_position_acceptance,
+        )
+        return data
 
 
 @dataclass(frozen=True)

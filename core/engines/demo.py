@@ -204,3 +204,15 @@ def _forget_gguf_quantization(model) -> None:
         del model.config.quantization_config
     if hasattr(model, "hf_quantizer"):
         model.hf_quantizer = None
+
+
+def resolve_model(
+    name: str | os.PathLike[str],
+    progress: ProgressCallback | None = None,
+    cancel: threading.Event | None = None,
+    cache_root: Path | None = None,
+) -> Path:
+    """A model folder from what the user typed: a path, or "demo" for the demo model."""
+    if is_demo_alias(name):
+        return ensure_demo_model(progress, cancel, cache_root)
+    return Path(name).expanduser()

@@ -248,10 +248,14 @@ def run(
             verdict = picker.verify(processed, drafts, draft.probs)
             target.rollback(len(drafts) - verdict.accepted)
             emitted = [*drafts[: verdict.accepted], verdict.next_token]
+            drafted, accepted = len(drafts), verdict.accepted
             if settings.stop_on_eos:
                 for j, token in enumerate(emitted):
                     if token in settings.eos_token_ids:
+                        # Drafts after the EOS were never needed: like ExLlamaV2, count
+                        # only what was verified up to it.
                         emitted = emitted[: j + 1]
+                        drafted, accepted = min(drafted, j + 1), min(accepted, j + 1)
                         reason = StopReason.EOS
                         break
             seq.extend(emitted)
@@ -261,7 +265,7 @@ def run(
             picker.observe(emitted)
             if drafter is not None:
                 drafter.commit(seq)
-            tally.record(len(drafts), verdict.accepted)
+            tally.record(drafted, accepted)
             now = clock()
             if first_token_at is None:
                 first_token_at = now
@@ -275,8 +279,8 @@ def run(
                         token_ids=tuple(emitted),
                         from_draft=tuple(from_draft[-len(emitted) :]),
                         step=tally.steps,
-                        drafted=len(drafts),
-                        accepted=verdict.accepted,
+                        drafted=drafted,
+                        accepted=accepted,
                         new_tokens=len(out),
                         total_drafted=tally.drafted,
                         total_accepted=tally.accepted,
