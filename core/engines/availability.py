@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -147,52 +148,90 @@ def torch_availability() -> Availability:
     )
 
 
-def exllamav2_availability(deep: bool = False) -> Availability:
+@dataclass(frozen=True)
+class ExllamaFacts:
+    """What the machine says about running ExLlamaV2, gathered without importing it."""
+
+    installed: bool
+    version: str | None
+    torch_version: str | None
+    cuda: str | None
+    hip: str | None
+    driver: bool
+    prebuilt_extension: bool
+    nvcc: str | None
+    import_ok: bool | None = None
+    """Outcome of the last real ``import exllamav2`` with these versions (None: unknown)."""
+    import_error: str = ""
+
+
+def gather_exllamav2_facts(deep: bool = False) -> ExllamaFacts:
     """Quick unless ``deep``: then ``import exllamav2`` runs in a child process (may build)."""
-    if not _installed("exllamav2"):
-        return Availability(False, "exllamav2 is not installed", EXLLAMAV2_HINT)
-    if not _installed("torch"):
-        return Availability(False, "torch is not installed", CUDA_TORCH_HINT)
+    installed = _installed("exllamav2")
     torch_version, cuda, hip = torch_build()
-    if not cuda and not hip:
+    facts = ExllamaFacts(
+        installed=installed,
+        version=_version("exllamav2"),
+        torch_version=torch_version,
+        cuda=cuda,
+        hip=hip,
+        driver=nvidia_driver_present(),
+        prebuilt_extension=_installed("exllamav2_ext"),
+        nvcc=find_nvcc(),
+    )
+    if not (installed and (cuda or hip)):
+        return facts
+    if deep:
+        ok, error = probe_exllamav2_import()
+        record_exllamav2_import(ok, error)
+    else:
+        ok, error = recorded_exllamav2_import() or (None, "")
+    return replace(facts, import_ok=ok, import_error=error)
+
+
+def exllamav2_verdict(facts: ExllamaFacts) -> Availability:
+    """Whether ExLlamaV2 can run, from the facts; the reasons name the first blocker."""
+    if not facts.installed:
+        return Availability(False, "exllamav2 is not installed", EXLLAMAV2_HINT)
+    if facts.torch_version is None:
+        return Availability(False, "torch is not installed", CUDA_TORCH_HINT)
+    if not facts.cuda and not facts.hip:
         return Availability(
-            False, f"no CUDA: torch {torch_version} is a CPU-only build", CUDA_TORCH_HINT
+            False, f"no CUDA: torch {facts.torch_version} is a CPU-only build", CUDA_TORCH_HINT
         )
-    if cuda and not nvidia_driver_present():
+    if facts.cuda and not facts.driver:
         return Availability(
             False,
             "no CUDA GPU: no NVIDIA driver found",
             "ExLlamaV2 runs on NVIDIA GPUs; install the NVIDIA driver.",
         )
-    version = _version("exllamav2")
-    notes = [f"exllamav2 {version}, torch {torch_version} (CUDA {cuda or hip})"]
-    if torch_version and not torch_version.startswith(TESTED_TORCH):
-        notes.append(f"torch {torch_version} is not one exllamav2 0.3.2 was released for")
-    if deep:
-        ok, error = probe_exllamav2_import()
-        record_exllamav2_import(ok, error)
-    else:
-        recorded = recorded_exllamav2_import()
-        ok, error = recorded if recorded else (None, "")
-    if ok is False:
+    notes = [f"exllamav2 {facts.version}, torch {facts.torch_version} "
+             f"({'CUDA ' + facts.cuda if facts.cuda else 'ROCm ' + str(facts.hip)})"]
+    if not facts.torch_version.startswith(TESTED_TORCH):
+        notes.append(f"torch {facts.torch_version} is newer than any exllamav2 0.3.2 was released for")
+    if facts.import_ok is False:
         from specdeck.core.engines.exllamav2 import map_import_error
 
-        mapped = map_import_error(RuntimeError(error))
+        mapped = map_import_error(RuntimeError(facts.import_error))
         return Availability(
             False,
             f"its CUDA extension failed to build or load: {mapped.what}",
             mapped.fix or EXLLAMAV2_HINT,
         )
-    if ok is None and not _installed("exllamav2_ext"):
-        if find_nvcc() is None:
+    if facts.import_ok is None and not facts.prebuilt_extension:
+        if facts.nvcc is None:
             return Availability(
                 False,
                 "its CUDA extension is not built and no CUDA toolkit (nvcc) was found to build it",
                 "Install the CUDA toolkit matching torch's CUDA version and set CUDA_HOME, or "
                 "a prebuilt exllamav2 wheel for your torch/CUDA/Python.",
             )
-        notes.append("the CUDA extension will be built on first load (minutes)")
+        notes.append("its CUDA extension will be built on first load (minutes)")
     return Availability(True, detail="; ".join(notes))
+
+
+def exllamav2_availability(deep: bool = False) -> Availability:
+    return exllamav2_verdict(gather_exllamav2_facts(deep))
 
 
 def probe_exllamav2_import(timeout_s: float = DEEP_PROBE_TIMEOUT_S) -> tuple[bool, str]:

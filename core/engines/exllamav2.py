@@ -299,18 +299,24 @@ def _first_line(text: str) -> str:
     return line[:300]
 
 
-def sampler_settings(spec: SamplingSpec, sampler_cls: Any) -> Any:
-    """ExLlamaV2Sampler.Settings for ``spec``. Its defaults (temperature 0.8, top-k 50,
-    top-p 0.8, repetition penalty 1.025) are all overridden: an A/B must sample as asked."""
+def sampler_kwargs(spec: SamplingSpec) -> tuple[bool, dict[str, Any]]:
+    """(greedy, keyword arguments) for ExLlamaV2Sampler.Settings. Its defaults (temperature
+    0.8, top-k 50, top-p 0.8, repetition penalty 1.025) are all overridden: an A/B run must
+    sample exactly as asked. Greedy uses ``Settings.greedy(**kwargs)``."""
     if spec.greedy:
-        return sampler_cls.Settings.greedy(token_repetition_penalty=spec.repetition_penalty)
-    return sampler_cls.Settings(
-        temperature=spec.temperature,
-        top_k=spec.top_k,
-        top_p=spec.top_p if spec.top_p < 1.0 else 0.0,
-        min_p=0.0,
-        token_repetition_penalty=spec.repetition_penalty,
-    )
+        return True, {"token_repetition_penalty": spec.repetition_penalty}
+    return False, {
+        "temperature": spec.temperature,
+        "top_k": spec.top_k,
+        "top_p": spec.top_p if spec.top_p < 1.0 else 0.0,  # 0 disables top-p in ExLlamaV2
+        "min_p": 0.0,
+        "token_repetition_penalty": spec.repetition_penalty,
+    }
+
+
+def sampler_settings(spec: SamplingSpec, sampler_cls: Any) -> Any:
+    greedy, kwargs = sampler_kwargs(spec)
+    return sampler_cls.Settings.greedy(**kwargs) if greedy else sampler_cls.Settings(**kwargs)
 
 
 # The engine ------------------------------------------------------------------------------
@@ -616,6 +622,10 @@ class _JobReader:
                 ids.extend(int(t) for t in r["token_ids"].flatten().tolist())
             if r.get("eos"):
                 self.final = r
+                if r.get("eos_reason") == "stop_token":
+                    # ExLlamaV2 counts the stop token in new_tokens but does not stream it;
+                    # the PyTorch engine keeps it in token_ids, so do the same here.
+                    ids.append(int(r["eos_triggering_token_id"]))
         new_tokens = int(self.job.new_tokens)
         if new_tokens <= self._new_tokens:
             return
