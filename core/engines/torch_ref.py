@@ -266,7 +266,7 @@ class TorchEngine:
             output.stats, peak_memory_bytes=memory.peak, memory_kind=memory.kind
         )
         return GenerationResult(
-            text=self.decode(output.token_ids),
+            text=output.text,  # the streamed pieces: keeps a leading space decode() drops
             token_ids=tuple(output.token_ids),
             prompt_ids=tuple(prompt_ids),
             stats=stats,
