@@ -19,7 +19,8 @@ Nothing here imports torch or exllamav2: engines import them inside their own mo
 Extensions since the first version (names above are unchanged): ``Engine.load`` returns a
 :class:`LoadedModel`; ``Engine.set_drafter`` switches the drafter without reloading the target
 (A/B arms share one loaded target); ``GenerationResult.top2_gaps`` lets a losslessness check
-tell float ties from real divergences; ``Availability.detail`` says what was found;
+tell float ties from real divergences; ``Availability.detail`` says what was found; ``DrafterSpec.adaptive``
+(on by default) lets the PyTorch engine draft fewer than k tokens after rejections;
 :class:`EngineUnavailableError` and
 :class:`OutOfMemoryError` are the errors every engine raises for those two cases.
 """
@@ -56,6 +57,9 @@ class DrafterSpec:
     """Longest suffix (in tokens) the n-gram drafter tries to match."""
     ngram_min: int = 2
     """Shortest match that lets the n-gram drafter propose anything."""
+    adaptive: bool = True
+    """num_draft_tokens is the most per step; fewer after rejections (PyTorch engine only:
+    ExLlamaV2 always drafts num_draft_tokens and reports its drafter with adaptive=False)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS:
@@ -76,10 +80,11 @@ class DrafterSpec:
     def label(self) -> str:
         if self.kind is DrafterKind.NONE:
             return "no draft"
+        k = f"k<={self.num_draft_tokens}, adaptive" if self.adaptive else f"k={self.num_draft_tokens}"
         if self.kind is DrafterKind.NGRAM:
-            return f"n-gram (k={self.num_draft_tokens})"
+            return f"n-gram ({k})"
         name = self.model_path.name if self.model_path else "?"
-        return f"draft {name} (k={self.num_draft_tokens})"
+        return f"draft {name} ({k})"
 
 
 NO_DRAFT = DrafterSpec()

@@ -29,7 +29,7 @@ import json
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -431,6 +431,10 @@ class ExLlamaV2Engine:
                 if mapped is exc:
                     raise
                 raise mapped from exc
+        if drafter.kind is not DrafterKind.NONE and drafter.adaptive:
+            # ExLlamaV2's generator always drafts num_draft_tokens: say so in every label.
+            drafter = replace(drafter, adaptive=False)
+            notes.append("ExLlamaV2 drafts a fixed num_draft_tokens per step")
         self._drafter = drafter
         self._generator = self._make_generator()
         if progress is not None:

@@ -250,6 +250,7 @@ class TorchEngine:
                     num_draft_tokens=self._drafter_spec.num_draft_tokens,
                     eos_token_ids=self._eos,
                     stop_on_eos=request.stop_on_eos,
+                    adaptive_draft_length=self._drafter_spec.adaptive,
                 ),
                 StreamDecoder(self.decode, prompt_ids),
                 on_event,

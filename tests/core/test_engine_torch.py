@@ -109,16 +109,21 @@ def test_load_describes_what_was_loaded(engine, models):
         DrafterSpec(DrafterKind.NGRAM),
         DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=1),
         DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=8, ngram_min=1, ngram_max=3),
+        DrafterSpec(DrafterKind.NGRAM, adaptive=False),
         DrafterSpec(DrafterKind.MODEL, model_path=Path("SELF")),
         DrafterSpec(DrafterKind.MODEL, model_path=Path("DRAFT"), num_draft_tokens=3),
+        DrafterSpec(DrafterKind.MODEL, model_path=Path("DRAFT"), adaptive=False),
     ],
-    ids=["ngram-k4", "ngram-k1", "ngram-k8-min1", "self-draft", "draft-model"],
+    ids=["ngram-k4", "ngram-k1", "ngram-k8-min1", "ngram-fixed-k", "self-draft", "draft-model",
+         "draft-model-fixed-k"],
 )
 def test_every_drafter_reproduces_the_baseline_token_for_token(engine, models, drafter):
+    from dataclasses import replace
+
     if drafter.model_path == Path("SELF"):
-        drafter = DrafterSpec(DrafterKind.MODEL, model_path=models["target"])
+        drafter = replace(drafter, model_path=models["target"])
     elif drafter.model_path == Path("DRAFT"):
-        drafter = DrafterSpec(DrafterKind.MODEL, model_path=models["draft"], num_draft_tokens=3)
+        drafter = replace(drafter, model_path=models["draft"])
     for prompt in PROMPTS:
         baseline = run_with(engine, NO_DRAFT, greedy(prompt))
         speculative = run_with(engine, drafter, greedy(prompt))
@@ -151,6 +156,32 @@ def test_random_draft_model_is_rejected_but_output_unchanged(engine, models):
     # A draft model proposes at every step that has room for a draft (all but maybe the last).
     assert result.stats.draft_steps >= result.stats.steps - 1
     assert result.stats.acceptance_rate < 0.5  # a random 1-layer model rarely agrees
+
+
+def test_adaptive_drafting_shrinks_after_rejections_and_regrows(engine, models):
+    from specdeck.core.engines.speculative import DraftLength
+
+    length = DraftLength(6)
+    assert length.allowed == 6
+    length.update(6, 1)
+    assert length.allowed == 2  # the kept one plus one to probe
+    length.update(2, 2)
+    assert length.allowed == 4
+    length.update(0, 0)  # nothing proposed: no news
+    assert length.allowed == 4
+    length.update(4, 4)
+    length.update(6, 6)
+    assert length.allowed == 6
+    draft = models["draft"]
+    fixed = run_with(engine, DrafterSpec(DrafterKind.MODEL, model_path=draft, num_draft_tokens=6,
+                                         adaptive=False), greedy(PROMPTS[0]))
+    adaptive = run_with(engine, DrafterSpec(DrafterKind.MODEL, model_path=draft,
+                                            num_draft_tokens=6), greedy(PROMPTS[0]))
+    assert adaptive.token_ids == fixed.token_ids
+    # A random draft is rejected at once: fixed k keeps drafting 6, adaptive drops to 1.
+    # (all but the last few steps, whose budget is under 7 tokens)
+    assert fixed.stats.per_position_drafted[5] >= fixed.stats.draft_steps - 6
+    assert adaptive.stats.drafted < fixed.stats.drafted / 3
 
 
 def test_ngram_on_repeating_output_accepts_nearly_everything(models):
