@@ -11,6 +11,7 @@ the generation after the current step and still prints what was produced (exit 1
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import sys
 import threading
@@ -120,7 +121,7 @@ def _generate(args: argparse.Namespace) -> int:
         model = resolve_model(args.model, _progress_printer(err), cancel)
         if drafter.model_path is not None:
             draft = resolve_model(drafter.model_path, _progress_printer(err), cancel)
-            drafter = _replace(drafter, model_path=draft)
+            drafter = dataclasses.replace(drafter, model_path=draft)
         loaded = engine.load(_load_spec(args, model, drafter), _progress_printer(err), cancel)
         from specdeck.core.engines.base import GenerationRequest
 
@@ -174,12 +175,6 @@ def _drafter_spec(args: argparse.Namespace):
         ngram_max=args.ngram_max,
         ngram_min=args.ngram_min,
     )
-
-
-def _replace(spec: Any, **changes: Any) -> Any:
-    from dataclasses import replace
-
-    return replace(spec, **changes)
 
 
 def _sampling_spec(args: argparse.Namespace):

@@ -43,8 +43,8 @@ from specdeck.core.engines.speculative import (
     KVModel,
     ModelDrafter,
     NgramDrafter,
+    Generation,
     RunSettings,
-    run,
 )
 from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError
 from specdeck.core.models import read_model
@@ -85,7 +85,6 @@ class TorchEngine:
     def __init__(self, prepack: bool | None = None):
         """``prepack``: oneDNN pre-packed linear layers; None = wherever supported (CPU fp32)."""
         self._prepack = prepack
-        self._spec: LoadSpec | None = None
         self._device: torch.device | None = None
         self._dtype: torch.dtype | None = None
         self._target: _LoadedLM | None = None
@@ -111,7 +110,6 @@ class TorchEngine:
         try:
             self._device = resolve_device(spec.device)
             self._dtype = resolve_dtype(spec.dtype, self._device)
-            self._spec = spec
             report("Checking the model folder", 0.0)
             _check_folder(Path(spec.model_path), "model")
             _check_cancel(cancel)
@@ -179,10 +177,7 @@ class TorchEngine:
         if self._prepack is not False and cpu_linear.supported(self._device, self._dtype):
             report(f"Packing the {role}'s linear layers for oneDNN", start + 0.3)
             packed = cpu_linear.prepack_linears(model)
-        vocab = int(model.get_output_embeddings().out_features) if hasattr(
-            model.get_output_embeddings(), "out_features"
-        ) else int(model.config.vocab_size)
-        return _LoadedLM(path, model, tokenizer, vocab, packed)
+        return _LoadedLM(path, model, tokenizer, _output_vocab(model), packed)
 
     def _describe(self) -> LoadedModel:
         notes = []
@@ -240,7 +235,7 @@ class TorchEngine:
         picker = TokenPicker(request.sampling, target.vocab_size, self._device, prompt_ids)
         memory = _MemoryProbe(self._device)
         try:
-            output = run(
+            output = Generation(
                 KVModel(target.model, self._device),
                 self._make_drafter(),
                 picker,
@@ -256,7 +251,7 @@ class TorchEngine:
                 on_event,
                 cancel,
                 memory.sample,
-            )
+            ).run()
         except torch.OutOfMemoryError as exc:
             raise _out_of_memory(target.path, "generating") from exc
         except MemoryError as exc:
@@ -416,6 +411,12 @@ def _check_same_vocabulary(target: _LoadedLM, draft: _LoadedLM) -> None:
                 f"{t_by_id.get(i)!r}: their tokenizers differ.",
                 "Pick a draft model from the target's family (same tokenizer).",
             )
+
+
+def _output_vocab(model: torch.nn.Module) -> int:
+    """Width of the logits (the config's vocab_size may differ from the head's rows)."""
+    head = model.get_output_embeddings()
+    return int(getattr(head, "out_features", 0) or model.config.vocab_size)
 
 
 def _eos_ids(model: torch.nn.Module, tokenizer: object) -> frozenset[int]:

@@ -163,14 +163,19 @@ def test_adaptive_drafting_shrinks_after_rejections_and_regrows(engine, models):
 
     length = DraftLength(6)
     assert length.allowed == 6
-    length.update(6, 1)
-    assert length.allowed == 2  # the kept one plus one to probe
-    length.update(2, 2)
-    assert length.allowed == 4
+    length.update(6, 0)  # missed from the first token: halve
+    assert length.allowed == 3
+    length.update(3, 0)
+    length.update(1, 0)
+    assert length.allowed == 1
+    length.update(1, 1)  # kept whole: 2 more
+    assert length.allowed == 3
+    length.update(3, 1)  # partly kept: unchanged
+    assert length.allowed == 3
     length.update(0, 0)  # nothing proposed: no news
-    assert length.allowed == 4
-    length.update(4, 4)
-    length.update(6, 6)
+    assert length.allowed == 3
+    length.update(3, 3)
+    length.update(5, 5)
     assert length.allowed == 6
     draft = models["draft"]
     fixed = run_with(engine, DrafterSpec(DrafterKind.MODEL, model_path=draft, num_draft_tokens=6,
