@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
-
 from specdeck.core.engines.base import (
     DrafterSpec,
     Engine,
@@ -185,7 +184,7 @@ class _Host(QObject):
         try:
             if self.engine is not None:
                 self.engine.unload()
-        except Exception:  # noqa: BLE001 - quitting anyway
+        except Exception:
             log.exception("Unloading the engine at shutdown failed")
         self.engine = None
         QThread.currentThread().quit()

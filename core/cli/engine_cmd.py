@@ -289,9 +289,8 @@ def _print_stats(result: Any, loaded: Any, out: TextIO) -> None:
         out.write(f"    {s.steps} verify steps; the drafter found nothing to propose\n")
     if s.peak_memory_bytes:
         out.write(f"    peak {s.memory_kind.upper()} {s.peak_memory_bytes / 2**20:.0f} MiB\n")
-    for note in loaded.notes:
-        out.write(f"    note: {note}\n")
+    out.writelines(f"    note: {note}\n" for note in loaded.notes)
     out.flush()
 
 
-__all__ = ["register", "EXIT_ERROR"]
+__all__ = ["EXIT_ERROR", "register"]

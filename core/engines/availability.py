@@ -61,7 +61,7 @@ def torch_build() -> tuple[str | None, str | None, str | None]:
     spec = importlib.util.find_spec("torch") if _installed("torch") else None
     if spec is None or not spec.submodule_search_locations:
         return None, None, None
-    version_file = Path(list(spec.submodule_search_locations)[0]) / "version.py"
+    version_file = Path(next(iter(spec.submodule_search_locations))) / "version.py"
     try:
         text = version_file.read_text(encoding="utf-8")
     except OSError:
@@ -205,10 +205,12 @@ def exllamav2_verdict(facts: ExllamaFacts) -> Availability:
             "no CUDA GPU: no NVIDIA driver found",
             "ExLlamaV2 runs on NVIDIA GPUs; install the NVIDIA driver.",
         )
-    notes = [f"exllamav2 {facts.version}, torch {facts.torch_version} "
-             f"({'CUDA ' + facts.cuda if facts.cuda else 'ROCm ' + str(facts.hip)})"]
+    build = f"CUDA {facts.cuda}" if facts.cuda else f"ROCm {facts.hip}"
+    notes = [f"exllamav2 {facts.version}, torch {facts.torch_version} ({build})"]
     if not facts.torch_version.startswith(TESTED_TORCH):
-        notes.append(f"torch {facts.torch_version} is newer than any exllamav2 0.3.2 was released for")
+        notes.append(
+            f"torch {facts.torch_version} is newer than any exllamav2 0.3.2 was released for"
+        )
     if facts.import_ok is False:
         from specdeck.core.engines.exllamav2 import map_import_error
 
@@ -239,7 +241,8 @@ def probe_exllamav2_import(timeout_s: float = DEEP_PROBE_TIMEOUT_S) -> tuple[boo
     code = "import exllamav2, exllamav2.ext; print(exllamav2.__version__)"
     try:
         done = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s
+            [sys.executable, "-c", code],
+            capture_output=True, text=True, timeout=timeout_s, check=False,
         )
     except subprocess.TimeoutExpired:
         return False, f"import exllamav2 did not finish within {timeout_s:.0f} s"

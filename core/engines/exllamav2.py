@@ -154,7 +154,7 @@ def cache_class_name(mode: str) -> str:
 
 def reserve_bytes(reserve_mb: tuple[float, ...]) -> list[int]:
     """Autosplit reserve per GPU, MB -> bytes (load_autosplit takes bytes)."""
-    return [int(round(mb * 1024**2)) for mb in reserve_mb] or [96 * 1024**2]
+    return [round(mb * 1024**2) for mb in reserve_mb] or [96 * 1024**2]
 
 
 def job_max_new_tokens(max_new_tokens: int, num_draft_tokens: int) -> int:
@@ -438,6 +438,10 @@ class ExLlamaV2Engine:
         self._drafter = drafter
         self._generator = self._make_generator()
         if progress is not None:
+            progress(LoadProgress("Warming up (kernel autotune)", 0.97))
+        # ExLlamaV2's examples warm up before timing: the first jobs pay for autotuning.
+        self._generator.warmup()
+        if progress is not None:
             progress(LoadProgress("Ready", 1.0))
         self._loaded = LoadedModel(
             engine=self.name,
@@ -470,15 +474,17 @@ class ExLlamaV2Engine:
         d = self._drafter
         kwargs: dict[str, Any] = {}
         if d.kind is DrafterKind.MODEL:
-            kwargs = dict(
-                draft_model=self._draft_model,
-                draft_cache=self._draft_cache,
-                num_draft_tokens=d.num_draft_tokens,
-            )
+            kwargs = {
+                "draft_model": self._draft_model,
+                "draft_cache": self._draft_cache,
+                "num_draft_tokens": d.num_draft_tokens,
+            }
         elif d.kind is DrafterKind.NGRAM:
-            kwargs = dict(
-                use_ngram_draft=True, max_ngram=d.ngram_max, num_draft_tokens=d.num_draft_tokens
-            )
+            kwargs = {
+                "use_ngram_draft": True,
+                "max_ngram": d.ngram_max,
+                "num_draft_tokens": d.num_draft_tokens,
+            }
         return self._x.ExLlamaV2DynamicGenerator(
             model=self._model,
             cache=self._cache,

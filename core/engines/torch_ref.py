@@ -40,10 +40,10 @@ from specdeck.core.engines.detok import StreamDecoder
 from specdeck.core.engines.sampling import TokenPicker
 from specdeck.core.engines.speculative import (
     Drafter,
+    Generation,
     KVModel,
     ModelDrafter,
     NgramDrafter,
-    Generation,
     RunSettings,
 )
 from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError
@@ -120,7 +120,7 @@ class TorchEngine:
             self._max_seq_len = spec.max_seq_len or native or 2048
             self._eos = _eos_ids(self._target.model, self._target.tokenizer)
             return self.set_drafter(spec.drafter, progress, cancel)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - free everything, then re-raise
             self.unload()
             _raise_mapped(exc, Path(spec.model_path))
 
@@ -147,7 +147,7 @@ class TorchEngine:
                 try:
                     self._draft = self._load_lm(path, report, cancel, "draft", 0.6)
                     _check_same_vocabulary(self._target, self._draft)
-                except BaseException as exc:
+                except BaseException as exc:  # noqa: BLE001 - free the draft, re-raise
                     self._release_draft()
                     _raise_mapped(exc, path)
         self._drafter_spec = drafter
@@ -232,6 +232,13 @@ class TorchEngine:
                 raise InvalidInputError("The prompt is empty.", "Type a prompt.")
             prompt_ids = self.tokenize(request.prompt, request.apply_chat_template)
         self._check_length(len(prompt_ids), request.max_new_tokens)
+        bad = [i for i in prompt_ids if not 0 <= i < target.vocab_size]
+        if bad:
+            raise InvalidInputError(
+                f"Prompt token id {bad[0]} is outside the model's vocabulary "
+                f"(0..{target.vocab_size - 1}).",
+                "Tokenize the prompt with this model's tokenizer.",
+            )
         picker = TokenPicker(request.sampling, target.vocab_size, self._device, prompt_ids)
         memory = _MemoryProbe(self._device)
         try:
@@ -342,11 +349,14 @@ def resolve_device(name: str) -> torch.device:
             f"Device {name} was asked for, but this torch ({torch.__version__}) sees no CUDA GPU.",
             'Use --device cpu, or install a CUDA build of torch.',
         )
-    if device.type == "cuda" and device.index is not None:
-        if device.index >= torch.cuda.device_count():
-            raise InvalidInputError(
-                f"Device {name} does not exist: torch sees {torch.cuda.device_count()} GPU(s)."
-            )
+    if (
+        device.type == "cuda"
+        and device.index is not None
+        and device.index >= torch.cuda.device_count()
+    ):
+        raise InvalidInputError(
+            f"Device {name} does not exist: torch sees {torch.cuda.device_count()} GPU(s)."
+        )
     return device
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from specdeck.core.engines import demo
 from specdeck.core.engines.base import (
     NO_DRAFT,

@@ -5,11 +5,9 @@ from __future__ import annotations
 import random
 
 import pytest
-from tokenizers import Tokenizer
-
 from conftest import MODELS
-
 from specdeck.core.engines.detok import StreamDecoder
+from tokenizers import Tokenizer
 
 TEXT = (
     "Hello world! naïve café, crème brûlée; Grüße aus Köln. 東京タワーは高い。 "

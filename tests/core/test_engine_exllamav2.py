@@ -14,9 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from conftest import MODELS
-
 from specdeck.core.engines.base import (
     DrafterKind,
     DrafterSpec,
@@ -136,8 +134,8 @@ def test_bos_follows_tokenizer_config_then_the_post_processor():
 
 # folder checks -----------------------------------------------------------------------------
 def _exl2_folder(root: Path, quant: dict | None, tokenizer: bool = True, weights: bool = True):
-    from safetensors.numpy import save_file
     import numpy as np
+    from safetensors.numpy import save_file
 
     root.mkdir(parents=True)
     config = json.loads((MODELS / "TinyLlama-1.1B-Chat-v1.0" / "config.json").read_text())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specdeck.core.engines.base import GenerationResult, GenerationStats, NO_DRAFT, GREEDY
+from specdeck.core.engines.base import GREEDY, NO_DRAFT, GenerationResult, GenerationStats
 from specdeck.core.engines.lossless import Verdict, compare_greedy
 
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
+from conftest import MODELS
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from conftest import MODELS
-
 from specdeck.core.engines.ngram import PromptLookup
 
 

@@ -9,14 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
+from specdeck.core.engines import availability as av
 from specdeck.core.engines import (
     create_engine,
     engine_info,
     engine_names,
     list_engines,
 )
-from specdeck.core.engines import availability as av
 from specdeck.core.engines.base import EngineUnavailableError
 from specdeck.core.errors import InvalidInputError
 

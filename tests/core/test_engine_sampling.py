@@ -6,14 +6,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specdeck.core.engines.base import SamplingSpec  # noqa: E402
-from specdeck.core.engines.sampling import TokenPicker  # noqa: E402
+from specdeck.core.engines.base import SamplingSpec
+from specdeck.core.engines.sampling import TokenPicker
 
 CPU = torch.device("cpu")
 
 
-def picker(spec: SamplingSpec = SamplingSpec(), vocab: int = 6, history=()) -> TokenPicker:
-    return TokenPicker(spec, vocab, CPU, history)
+def picker(spec: SamplingSpec | None = None, vocab: int = 6, history=()) -> TokenPicker:
+    return TokenPicker(spec or SamplingSpec(), vocab, CPU, history)
 
 
 def test_greedy_keeps_the_longest_agreeing_prefix_and_adds_the_targets_token():

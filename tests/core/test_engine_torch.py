@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import threading
 import weakref
 from pathlib import Path
 
 import pytest
-
 from conftest import MODELS
-from tiny_models import cycling_llama, random_llama
-
 from specdeck.core.engines.base import (
     NO_DRAFT,
     DrafterKind,
@@ -25,11 +23,12 @@ from specdeck.core.engines.base import (
 )
 from specdeck.core.engines.lossless import Verdict, compare_greedy
 from specdeck.core.errors import InvalidInputError, NotFoundError
+from tiny_models import cycling_llama, random_llama
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from specdeck.core.engines.torch_ref import TorchEngine  # noqa: E402
+from specdeck.core.engines.torch_ref import TorchEngine
 
 PROMPTS = (
     "The quick brown fox jumps over the lazy dog. The quick brown fox",
@@ -220,7 +219,7 @@ def test_events_add_up_to_the_result(engine, models):
     assert tuple(t for e in events for t in e.token_ids) == result.token_ids
     assert tuple(f for e in events for f in e.from_draft) == result.from_draft
     assert [e.step for e in events] == list(range(1, len(events) + 1))
-    assert all(a.elapsed_s <= b.elapsed_s for a, b in zip(events, events[1:]))
+    assert all(a.elapsed_s <= b.elapsed_s for a, b in itertools.pairwise(events))
     last = events[-1]
     assert last.new_tokens == result.stats.new_tokens
     assert last.total_drafted == result.stats.drafted
@@ -417,6 +416,11 @@ def test_draft_with_another_tokenizer_is_refused_and_the_target_stays(models):
 def test_prompt_longer_than_the_context_is_refused(engine):
     with pytest.raises(InvalidInputError, match="more than the model's context of 512"):
         engine.generate(GenerationRequest(prompt_ids=tuple(range(100, 600)), max_new_tokens=20))
+
+
+def test_prompt_ids_outside_the_vocabulary_are_refused(engine):
+    with pytest.raises(InvalidInputError, match="outside the model's vocabulary"):
+        engine.generate(GenerationRequest(prompt_ids=(1, 32000), max_new_tokens=2))
 
 
 def test_empty_prompt_is_refused(engine):

@@ -5,9 +5,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-
-from tiny_models import cycling_llama, random_llama
-
 from specdeck.core.engines.base import (
     DrafterKind,
     DrafterSpec,
@@ -17,11 +14,12 @@ from specdeck.core.engines.base import (
     StopReason,
 )
 from specdeck.core.errors import NotFoundError, SpecDeckError
+from tiny_models import cycling_llama, random_llama
 
 pytest.importorskip("transformers")
 
-from specdeck.core.engines.torch_ref import TorchEngine  # noqa: E402
-from specdeck.gui.engine_worker import EngineWorker, StreamUpdate  # noqa: E402
+from specdeck.core.engines.torch_ref import TorchEngine
+from specdeck.gui.engine_worker import EngineWorker, StreamUpdate
 
 PROMPT = "The quick brown fox jumps over the lazy dog."
 WAIT_MS = 60_000
