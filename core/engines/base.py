@@ -17,7 +17,7 @@ Speculative accounting (the definitions vLLM and llama.cpp use):
 Nothing here imports torch or exllamav2: engines import them inside their own modules.
 
 Extensions since the first version (names above are unchanged): ``Engine.load`` returns a
-:class:`LoadedModel`; ``Engine.set_drafter`` switches the drafter without reloading the target
+:class:`LoadedModel` (also ``Engine.loaded``); ``Engine.set_drafter`` switches the drafter without reloading the target
 (A/B arms share one loaded target); ``GenerationResult.top2_gaps`` lets a losslessness check
 tell float ties from real divergences; ``Availability.detail`` says what was found; ``DrafterSpec.adaptive``
 (on by default) lets the PyTorch engine draft fewer than k tokens after rejections;
@@ -338,6 +338,11 @@ class Engine(Protocol):
     """The contract every engine implements. All calls happen on one thread."""
 
     name: str
+
+    @property
+    def loaded(self) -> LoadedModel | None:
+        """What is loaded now, or None."""
+        ...
 
     def load(
         self,
