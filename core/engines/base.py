@@ -15,6 +15,14 @@ Speculative accounting (the definitions vLLM and llama.cpp use):
 - decode tokens/s = new_tokens / decode_s, where decode_s excludes the prompt's prefill.
 
 Nothing here imports torch or exllamav2: engines import them inside their own modules.
+
+Extensions since the first version (names above are unchanged): ``Engine.load`` returns a
+:class:`LoadedModel` (also ``Engine.loaded``); ``Engine.set_drafter`` switches the drafter without reloading the target
+(A/B arms share one loaded target); ``GenerationResult.top2_gaps`` lets a losslessness check
+tell float ties from real divergences; ``Availability.detail`` says what was found; ``DrafterSpec.adaptive``
+(on by default) lets the PyTorch engine draft fewer than k tokens after rejections;
+:class:`EngineUnavailableError` and
+:class:`OutOfMemoryError` are the errors every engine raises for those two cases.
 """
 
 from __future__ import annotations
@@ -22,9 +30,14 @@ from __future__ import annotations
 import enum
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Protocol, runtime_checkable
+
+from specdeck.core.errors import InvalidInputError, SpecDeckError
+
+MAX_DRAFT_TOKENS = 32
+"""More draft tokens per step than any engine's verify batch (ExLlamaV2: max_q_size 8..16)."""
 
 
 class DrafterKind(str, enum.Enum):
@@ -44,15 +57,34 @@ class DrafterSpec:
     """Longest suffix (in tokens) the n-gram drafter tries to match."""
     ngram_min: int = 2
     """Shortest match that lets the n-gram drafter propose anything."""
+    adaptive: bool = True
+    """num_draft_tokens is the most per step; fewer after rejections (PyTorch engine only:
+    ExLlamaV2 always drafts num_draft_tokens and reports its drafter with adaptive=False)."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS:
+            raise InvalidInputError(
+                f"num_draft_tokens is {self.num_draft_tokens}; it must be 1 to {MAX_DRAFT_TOKENS}.",
+                "Use 2 to 8; 4 is a good start.",
+            )
+        if not 1 <= self.ngram_min <= self.ngram_max <= 16:
+            raise InvalidInputError(
+                f"n-gram sizes {self.ngram_min}..{self.ngram_max} are invalid: "
+                "1 <= ngram_min <= ngram_max <= 16.",
+                "The defaults (2..4) suit most prompts.",
+            )
+        if self.kind is DrafterKind.MODEL and self.model_path is None:
+            raise InvalidInputError("A draft-model drafter needs the draft model's folder.")
 
     @property
     def label(self) -> str:
         if self.kind is DrafterKind.NONE:
             return "no draft"
+        k = f"k<={self.num_draft_tokens}, adaptive" if self.adaptive else f"k={self.num_draft_tokens}"
         if self.kind is DrafterKind.NGRAM:
-            return f"n-gram (k={self.num_draft_tokens})"
+            return f"n-gram ({k})"
         name = self.model_path.name if self.model_path else "?"
-        return f"draft {name} (k={self.num_draft_tokens})"
+        return f"draft {name} ({k})"
 
 
 NO_DRAFT = DrafterSpec()
@@ -88,6 +120,22 @@ class SamplingSpec:
     repetition_penalty: float = 1.0
     seed: int | None = None
 
+    def __post_init__(self) -> None:
+        problems = []
+        if self.temperature < 0:
+            problems.append(f"temperature {self.temperature:g} is negative")
+        if self.top_k < 0:
+            problems.append(f"top_k {self.top_k} is negative")
+        if not 0.0 < self.top_p <= 1.0:
+            problems.append(f"top_p {self.top_p:g} is outside (0, 1]")
+        if self.repetition_penalty <= 0:
+            problems.append(f"repetition_penalty {self.repetition_penalty:g} is not positive")
+        if problems:
+            raise InvalidInputError(
+                "Invalid sampling settings: " + "; ".join(problems) + ".",
+                "Use temperature 0 (greedy) for A/B runs.",
+            )
+
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0 or self.top_k == 1
@@ -118,6 +166,12 @@ class GenerationRequest:
     sampling: SamplingSpec = GREEDY
     stop_on_eos: bool = True
     apply_chat_template: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise InvalidInputError(
+                f"max_new_tokens is {self.max_new_tokens}; it must be at least 1."
+            )
 
 
 class StopReason(str, enum.Enum):
@@ -199,6 +253,18 @@ class GenerationStats:
             for a, d in zip(self.per_position_accepted, self.per_position_drafted)
         )
 
+    def to_json(self) -> dict[str, object]:
+        """The fields plus the derived metrics, so JSON readers need not recompute them."""
+        data: dict[str, object] = {f.name: getattr(self, f.name) for f in fields(self)}
+        data.update(
+            rejected=self.rejected,
+            tokens_per_second=self.tokens_per_second,
+            acceptance_rate=self.acceptance_rate,
+            mean_acceptance_length=self.mean_acceptance_length,
+            per_position_acceptance=self.per_position_acceptance,
+        )
+        return data
+
 
 @dataclass(frozen=True)
 class GenerationResult:
@@ -210,6 +276,10 @@ class GenerationResult:
     sampling: SamplingSpec
     engine: str
     from_draft: tuple[bool, ...] = field(default=(), repr=False)
+    top2_gaps: tuple[float, ...] = field(default=(), repr=False)
+    """Per token of ``token_ids`` where the engine knows it: the target's top-1 minus top-2
+    logit at that position. A greedy divergence where the gap is ~0 is a float tie (batch
+    shape flipped the argmax), not a bug; empty when unknown (ExLlamaV2)."""
 
 
 @dataclass(frozen=True)
@@ -226,6 +296,37 @@ class Availability:
     available: bool
     reason: str = ""
     install_hint: str = ""
+    detail: str = ""
+    """What was found when available (versions, build), for status lines."""
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What an engine has loaded, for status lines and reports."""
+
+    engine: str
+    model_path: Path
+    device: str
+    dtype: str
+    drafter: DrafterSpec
+    max_seq_len: int
+    """Longest prompt + output the loaded configuration accepts."""
+    vocab_size: int
+    eos_token_ids: tuple[int, ...] = ()
+    notes: tuple[str, ...] = ()
+    """Decisions worth telling the user, e.g. "paged=False: flash-attn not installed"."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.model_path.name} on {self.device} ({self.dtype}), {self.drafter.label}"
+
+
+class EngineUnavailableError(SpecDeckError):
+    """The engine cannot run on this machine (missing package, no CUDA, failed build)."""
+
+
+class OutOfMemoryError(SpecDeckError):
+    """The model, its draft or their caches did not fit; everything was freed again."""
 
 
 EventCallback = Callable[[GenerationEvent], None]
@@ -238,12 +339,26 @@ class Engine(Protocol):
 
     name: str
 
+    @property
+    def loaded(self) -> LoadedModel | None:
+        """What is loaded now, or None."""
+        ...
+
     def load(
         self,
         spec: LoadSpec,
         progress: ProgressCallback | None = None,
         cancel: threading.Event | None = None,
-    ) -> None: ...
+    ) -> LoadedModel: ...
+
+    def set_drafter(
+        self,
+        drafter: DrafterSpec,
+        progress: ProgressCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> LoadedModel:
+        """Switch to another drafter (or none), keeping the loaded target."""
+        ...
 
     def tokenize(self, text: str, apply_chat_template: bool = False) -> list[int]: ...
 

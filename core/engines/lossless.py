@@ -1,0 +1,63 @@
+"""Is a speculative run's greedy output the target's own? Token by token, ties told apart.
+
+With greedy sampling, speculation must not change a single token. In float32 on CPU it does
+not (DESIGN.md: 36 of 36 runs identical). In bfloat16 the target's top two logits are
+sometimes exactly equal, and a different batch shape (1 row vs 1 + k rows) then flips the
+argmax: a float tie, not a bug in the speculative loop. Engines that know the top-1/top-2
+gap of every emitted token report it (``GenerationResult.top2_gaps``); a divergence where
+that gap is within ``tie_tolerance`` is classified as a tie. Nothing is hidden: a tie is
+still reported as a divergence, with its position.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from specdeck.core.engines.base import GenerationResult
+
+
+class Verdict(str, enum.Enum):
+    IDENTICAL = "identical"
+    PREFIX = "prefix"
+    """Equal as far as the shorter run went (one was cancelled or hit its limit)."""
+    TIE = "tie"
+    """First divergence at a float tie of the target's top two logits."""
+    DIVERGED = "diverged"
+
+
+@dataclass(frozen=True)
+class TokenComparison:
+    verdict: Verdict
+    compared: int
+    """Tokens compared: the shorter run's length."""
+    first_divergence: int | None = None
+    """Index into the generated tokens, when they differ."""
+    reference_token: int | None = None
+    candidate_token: int | None = None
+    gap: float | None = None
+    """The smaller known top-1/top-2 gap at the divergence."""
+
+    @property
+    def lossless(self) -> bool:
+        return self.verdict in (Verdict.IDENTICAL, Verdict.PREFIX)
+
+
+def compare_greedy(
+    reference: GenerationResult, candidate: GenerationResult, tie_tolerance: float = 0.0
+) -> TokenComparison:
+    """Compare a candidate run (e.g. with a drafter) with the reference (no drafter)."""
+    ref, cand = reference.token_ids, candidate.token_ids
+    compared = min(len(ref), len(cand))
+    for i in range(compared):
+        if ref[i] != cand[i]:
+            gaps = [
+                g[i] for g in (reference.top2_gaps, candidate.top2_gaps) if i < len(g)
+            ]
+            gap = min(gaps) if gaps else None
+            tie = gap is not None and gap <= tie_tolerance
+            return TokenComparison(
+                Verdict.TIE if tie else Verdict.DIVERGED, compared, i, ref[i], cand[i], gap
+            )
+    verdict = Verdict.IDENTICAL if len(ref) == len(cand) else Verdict.PREFIX
+    return TokenComparison(verdict, compared)

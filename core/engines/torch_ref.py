@@ -1,0 +1,498 @@
+"""The PyTorch reference engine: Hugging Face-format models, CPU or any torch device.
+
+transformers does the model forward; the speculative loop is ours (speculative.py), so
+every number it reports is defined the same way for every drafter: no drafter, n-gram
+prompt lookup, or a draft model (which may be the target itself: self-drafting accepts
+every draft token, a check of the loop).
+
+Defaults chosen for honest A/B runs: greedy sampling, float32 on CPU (bfloat16 ties flip the
+argmax between batch shapes, see DESIGN.md), linear layers pre-packed for oneDNN on CPU
+(cpu_linear.py; both arms get it).
+
+Importing this module imports torch: the engine registry imports it only when an engine is
+created, never to list engines.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from specdeck.core.engines import cpu_linear
+from specdeck.core.engines.base import (
+    NO_DRAFT,
+    DrafterKind,
+    DrafterSpec,
+    EventCallback,
+    GenerationRequest,
+    GenerationResult,
+    LoadedModel,
+    LoadProgress,
+    LoadSpec,
+    OutOfMemoryError,
+    ProgressCallback,
+)
+from specdeck.core.engines.detok import StreamDecoder
+from specdeck.core.engines.sampling import TokenPicker
+from specdeck.core.engines.speculative import (
+    Drafter,
+    Generation,
+    KVModel,
+    ModelDrafter,
+    NgramDrafter,
+    RunSettings,
+)
+from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError
+from specdeck.core.models import read_model
+
+log = logging.getLogger(__name__)
+
+ENGINE_NAME = "torch"
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
+MAX_VOCAB_DIFFERENCE = 128
+"""llama.cpp's rule for draft/target pairs (see DESIGN.md)."""
+FIRST_COMPARED_ID = 5
+
+
+@dataclass
+class _LoadedLM:
+    """A model and its tokenizer, as loaded from one folder."""
+
+    path: Path
+    model: torch.nn.Module
+    tokenizer: object
+    vocab_size: int
+    packed_layers: int
+
+
+class TorchEngine:
+    """See the module docstring. All calls must come from one thread."""
+
+    name = ENGINE_NAME
+
+    def __init__(self, prepack: bool | None = None):
+        """``prepack``: oneDNN pre-packed linear layers; None = wherever supported (CPU fp32)."""
+        self._prepack = prepack
+        self._device: torch.device | None = None
+        self._dtype: torch.dtype | None = None
+        self._target: _LoadedLM | None = None
+        self._draft: _LoadedLM | None = None
+        self._drafter_spec: DrafterSpec = NO_DRAFT
+        self._eos: frozenset[int] = frozenset()
+        self._max_seq_len = 0
+        self._loaded: LoadedModel | None = None
+
+    # loading -------------------------------------------------------------------------
+    @property
+    def loaded(self) -> LoadedModel | None:
+        return self._loaded
+
+    def load(
+        self,
+        spec: LoadSpec,
+        progress: ProgressCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> LoadedModel:
+        self.unload()
+        report = _Report(progress)
+        try:
+            self._device = resolve_device(spec.device)
+            self._dtype = resolve_dtype(spec.dtype, self._device)
+            report("Checking the model folder", 0.0)
+            _check_folder(Path(spec.model_path), "model")
+            _check_cancel(cancel)
+            self._target = self._load_lm(Path(spec.model_path), report, cancel, "target", 0.05)
+            config = self._target.model.config
+            config = getattr(config, "get_text_config", lambda: config)()
+            native = int(getattr(config, "max_position_embeddings", 0) or 0)
+            self._max_seq_len = spec.max_seq_len or native or 2048
+            self._eos = _eos_ids(self._target.model, self._target.tokenizer)
+            return self.set_drafter(spec.drafter, progress, cancel)
+        except BaseException as exc:  # noqa: BLE001 - free everything, then re-raise
+            self.unload()
+            _raise_mapped(exc, Path(spec.model_path))
+
+    def set_drafter(
+        self,
+        drafter: DrafterSpec,
+        progress: ProgressCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> LoadedModel:
+        if self._target is None:
+            raise InvalidInputError("No model is loaded.", "Load a target model first.")
+        report = _Report(progress)
+        wanted = drafter.model_path if drafter.kind is DrafterKind.MODEL else None
+        keep = self._draft is not None and wanted is not None and self._draft.path == Path(wanted)
+        if not keep:
+            self._release_draft()
+        if wanted is not None and not keep:
+            path = Path(wanted)
+            if _same_folder(path, self._target.path):
+                # Self-drafting: share the weights, keep a separate cache.
+                self._draft = self._target
+            else:
+                _check_folder(path, "draft model")
+                try:
+                    self._draft = self._load_lm(path, report, cancel, "draft", 0.6)
+                    _check_same_vocabulary(self._target, self._draft)
+                except BaseException as exc:  # noqa: BLE001 - free the draft, re-raise
+                    self._release_draft()
+                    _raise_mapped(exc, path)
+        self._drafter_spec = drafter
+        report("Ready", 1.0)
+        self._loaded = self._describe()
+        return self._loaded
+
+    def _load_lm(
+        self,
+        path: Path,
+        report: _Report,
+        cancel: threading.Event | None,
+        role: str,
+        start: float,
+    ) -> _LoadedLM:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        report(f"Loading the {role} tokenizer", start)
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        _check_cancel(cancel)
+        report(f"Loading the {role} weights", start + 0.05)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=self._dtype)
+        model.to(self._device)
+        model.eval()
+        _check_cancel(cancel)
+        packed = 0
+        if self._prepack is not False and cpu_linear.supported(self._device, self._dtype):
+            report(f"Packing the {role}'s linear layers for oneDNN", start + 0.3)
+            packed = cpu_linear.prepack_linears(model)
+        return _LoadedLM(path, model, tokenizer, _output_vocab(model), packed)
+
+    def _describe(self) -> LoadedModel:
+        notes = []
+        if self._target.packed_layers:
+            notes.append(f"{self._target.packed_layers} linear layers pre-packed for oneDNN")
+        if self._draft is self._target:
+            notes.append("self-drafting: the draft shares the target's weights")
+        if self._dtype != torch.float32:
+            notes.append("not float32: greedy ties may flip between batch shapes")
+        return LoadedModel(
+            engine=self.name,
+            model_path=self._target.path,
+            device=str(self._device),
+            dtype=str(self._dtype).removeprefix("torch."),
+            drafter=self._drafter_spec,
+            max_seq_len=self._max_seq_len,
+            vocab_size=self._target.vocab_size,
+            eos_token_ids=tuple(sorted(self._eos)),
+            notes=tuple(notes),
+        )
+
+    # tokens --------------------------------------------------------------------------
+    def tokenize(self, text: str, apply_chat_template: bool = False) -> list[int]:
+        tokenizer = self._require_target().tokenizer
+        if not apply_chat_template:
+            return list(tokenizer(text).input_ids)
+        if not getattr(tokenizer, "chat_template", None):
+            raise InvalidInputError(
+                f"{self._target.path.name} has no chat template.",
+                "Run without the chat template (a plain completion prompt).",
+            )
+        encoded = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+        )
+        ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
+        return [int(i) for i in ids]
+
+    def decode(self, ids: list[int]) -> str:
+        return self._require_target().tokenizer.decode(ids, skip_special_tokens=True)
+
+    # generation ----------------------------------------------------------------------
+    def generate(
+        self,
+        request: GenerationRequest,
+        on_event: EventCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> GenerationResult:
+        target = self._require_target()
+        prompt_ids = list(request.prompt_ids or ())
+        if not prompt_ids:
+            if not request.prompt:
+                raise InvalidInputError("The prompt is empty.", "Type a prompt.")
+            prompt_ids = self.tokenize(request.prompt, request.apply_chat_template)
+        self._check_length(len(prompt_ids), request.max_new_tokens)
+        bad = [i for i in prompt_ids if not 0 <= i < target.vocab_size]
+        if bad:
+            raise InvalidInputError(
+                f"Prompt token id {bad[0]} is outside the model's vocabulary "
+                f"(0..{target.vocab_size - 1}).",
+                "Tokenize the prompt with this model's tokenizer.",
+            )
+        picker = TokenPicker(request.sampling, target.vocab_size, self._device, prompt_ids)
+        memory = _MemoryProbe(self._device)
+        try:
+            output = Generation(
+                KVModel(target.model, self._device),
+                self._make_drafter(),
+                picker,
+                prompt_ids,
+                RunSettings(
+                    max_new_tokens=request.max_new_tokens,
+                    num_draft_tokens=self._drafter_spec.num_draft_tokens,
+                    eos_token_ids=self._eos,
+                    stop_on_eos=request.stop_on_eos,
+                    adaptive_draft_length=self._drafter_spec.adaptive,
+                ),
+                StreamDecoder(self.decode, prompt_ids),
+                on_event,
+                cancel,
+                memory.sample,
+            ).run()
+        except torch.OutOfMemoryError as exc:
+            raise _out_of_memory(target.path, "generating") from exc
+        except MemoryError as exc:
+            raise _out_of_memory(target.path, "generating") from exc
+        finally:
+            gc.collect()
+        stats = replace(
+            output.stats, peak_memory_bytes=memory.peak, memory_kind=memory.kind
+        )
+        return GenerationResult(
+            text=output.text,  # the streamed pieces: keeps a leading space decode() drops
+            token_ids=tuple(output.token_ids),
+            prompt_ids=tuple(prompt_ids),
+            stats=stats,
+            drafter=self._drafter_spec,
+            sampling=request.sampling,
+            engine=self.name,
+            from_draft=tuple(output.from_draft),
+            top2_gaps=tuple(output.top2_gaps),
+        )
+
+    def _make_drafter(self) -> Drafter | None:
+        spec = self._drafter_spec
+        if spec.kind is DrafterKind.NGRAM:
+            return NgramDrafter(spec.ngram_max, spec.ngram_min)
+        if spec.kind is DrafterKind.MODEL and self._draft is not None:
+            return ModelDrafter(KVModel(self._draft.model, self._device))
+        return None
+
+    def _check_length(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        total = prompt_tokens + max_new_tokens
+        if total > self._max_seq_len:
+            raise InvalidInputError(
+                f"The prompt ({prompt_tokens} tokens) plus max_new_tokens ({max_new_tokens}) "
+                f"is {total} tokens, more than the model's context of {self._max_seq_len}.",
+                "Shorten the prompt or lower max_new_tokens.",
+            )
+
+    def _require_target(self) -> _LoadedLM:
+        if self._target is None:
+            raise InvalidInputError("No model is loaded.", "Load a model first.")
+        return self._target
+
+    # unloading -----------------------------------------------------------------------
+    def _release_draft(self) -> None:
+        self._draft = None
+        gc.collect()
+
+    def unload(self) -> None:
+        had_cuda = self._device is not None and self._device.type == "cuda"
+        self._draft = None
+        self._target = None
+        self._loaded = None
+        self._drafter_spec = NO_DRAFT
+        gc.collect()
+        if had_cuda:
+            torch.cuda.empty_cache()
+
+
+# helpers ---------------------------------------------------------------------------------
+class _Report:
+    def __init__(self, progress: ProgressCallback | None):
+        self._progress = progress
+
+    def __call__(self, stage: str, fraction: float | None = None) -> None:
+        if self._progress is not None:
+            self._progress(LoadProgress(stage, fraction))
+
+
+def _check_cancel(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise CancelledError("Loading cancelled; nothing stays loaded.")
+
+
+def resolve_device(name: str) -> torch.device:
+    """"auto" = the first CUDA GPU if torch sees one, else the CPU."""
+    name = (name or "auto").strip().lower()
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise InvalidInputError(
+            f"Unknown device {name!r}.", 'Use "auto", "cpu", "cuda" or "cuda:N".'
+        ) from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise InvalidInputError(
+            f"Device {name} was asked for, but this torch ({torch.__version__}) sees no CUDA GPU.",
+            'Use --device cpu, or install a CUDA build of torch.',
+        )
+    if (
+        device.type == "cuda"
+        and device.index is not None
+        and device.index >= torch.cuda.device_count()
+    ):
+        raise InvalidInputError(
+            f"Device {name} does not exist: torch sees {torch.cuda.device_count()} GPU(s)."
+        )
+    return device
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """"auto" = float32 on CPU (exact greedy A/B), bfloat16 (else float16) on a GPU."""
+    name = (name or "auto").strip().lower()
+    if name == "auto":
+        if device.type != "cuda":
+            return torch.float32
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if name not in DTYPES:
+        raise InvalidInputError(
+            f"Unknown dtype {name!r}.", "Use auto, float32, bfloat16 or float16."
+        )
+    return DTYPES[name]
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def _check_folder(path: Path, role: str) -> None:
+    """Fail early, with a reason, on folders transformers cannot load."""
+    info = read_model(path)
+    if info.quant.method != "none":
+        raise InvalidInputError(
+            f"The {role} {path.name} is quantized ({info.quant.label}); the PyTorch engine "
+            "loads unquantized Hugging Face models.",
+            "Use the exllamav2 engine for EXL2 models, or pick the unquantized original.",
+        )
+    if not any(path.glob("*.safetensors")) and not any(path.glob("pytorch_model*.bin")):
+        raise InvalidInputError(
+            f"The {role} folder {path} has no weights (*.safetensors).",
+            "Download the model's weight files into that folder.",
+        )
+    if not info.tokenizer_files:
+        raise InvalidInputError(
+            f"The {role} folder {path} has no tokenizer files.",
+            "Copy tokenizer.json and tokenizer_config.json from the original model.",
+        )
+
+
+def _check_same_vocabulary(target: _LoadedLM, draft: _LoadedLM) -> None:
+    """Draft token ids go straight into the target: the vocabularies must agree."""
+    tv = target.tokenizer.get_vocab()
+    dv = draft.tokenizer.get_vocab()
+    t_by_id = {i: t for t, i in tv.items()}
+    d_by_id = {i: t for t, i in dv.items()}
+    if abs(len(t_by_id) - len(d_by_id)) > MAX_VOCAB_DIFFERENCE:
+        raise InvalidInputError(
+            f"The draft's vocabulary ({len(d_by_id)} tokens) and the target's "
+            f"({len(t_by_id)}) differ by more than {MAX_VOCAB_DIFFERENCE}.",
+            "Pick a draft model from the target's family (same tokenizer).",
+        )
+    for i in range(FIRST_COMPARED_ID, min(len(t_by_id), len(d_by_id))):
+        if t_by_id.get(i) != d_by_id.get(i):
+            raise InvalidInputError(
+                f"The draft's token {i} is {d_by_id.get(i)!r} but the target's is "
+                f"{t_by_id.get(i)!r}: their tokenizers differ.",
+                "Pick a draft model from the target's family (same tokenizer).",
+            )
+
+
+def _output_vocab(model: torch.nn.Module) -> int:
+    """Width of the logits (the config's vocab_size may differ from the head's rows)."""
+    head = model.get_output_embeddings()
+    return int(getattr(head, "out_features", 0) or model.config.vocab_size)
+
+
+def _eos_ids(model: torch.nn.Module, tokenizer: object) -> frozenset[int]:
+    ids: set[int] = set()
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif isinstance(configured, (list, tuple)):
+        ids.update(int(i) for i in configured)
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return frozenset(ids)
+
+
+def _out_of_memory(path: Path, doing: str) -> OutOfMemoryError:
+    return OutOfMemoryError(
+        f"Ran out of memory while {doing} {path.name}; everything it held was freed.",
+        "Use a smaller model, a shorter context, or a lower-precision dtype.",
+    )
+
+
+def _raise_mapped(exc: BaseException, path: Path) -> None:
+    mapped = _map_load_error(exc, path)
+    if mapped is exc:
+        raise exc
+    raise mapped from exc
+
+
+def _map_load_error(exc: BaseException, path: Path) -> BaseException:
+    """A SpecDeckError the user can act on, or ``exc`` itself when it is a bug."""
+    from specdeck.core.errors import SpecDeckError
+
+    if isinstance(exc, SpecDeckError):
+        return exc
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        return _out_of_memory(path, "loading")
+    if isinstance(exc, FileNotFoundError):
+        return NotFoundError(f"Cannot load {path}: {exc}.")
+    if isinstance(exc, (OSError, ValueError, KeyError)):
+        return InvalidInputError(
+            f"transformers cannot load {path.name}: {exc}",
+            "Check that the folder holds a complete Hugging Face model "
+            "(config.json, weights, tokenizer) of an architecture transformers supports.",
+        )
+    return exc
+
+
+class _MemoryProbe:
+    """Peak VRAM (CUDA) or resident memory (elsewhere) while a generation runs."""
+
+    def __init__(self, device: torch.device):
+        self._device = device
+        self.peak: int | None = None
+        if device.type == "cuda":
+            self.kind = "vram"
+            torch.cuda.reset_peak_memory_stats(device)
+        else:
+            self.kind = "rss"
+            import psutil
+
+            self._process = psutil.Process()
+        self.sample()
+
+    def sample(self) -> None:
+        if self.kind == "vram":
+            value = int(torch.cuda.max_memory_allocated(self._device))
+        else:
+            value = int(self._process.memory_info().rss)
+        self.peak = value if self.peak is None else max(self.peak, value)

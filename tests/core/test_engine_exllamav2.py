@@ -1,0 +1,313 @@
+"""The ExLlamaV2 engine's GPU-free parts: context and RoPE arithmetic, folder checks, error
+wording, sampler settings, and the accounting of a replayed generator run.
+
+ExLlamaV2 itself cannot run here (no CUDA). The one replay below feeds the job reader result
+dicts shaped exactly as exllamav2 0.3.2's ``ExLlamaV2DynamicGenerator.iterate()`` documents
+them; the engine's GPU path stays unverified until a GPU run (docs/engines.md).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from conftest import MODELS
+from specdeck.core.engines.base import (
+    DrafterKind,
+    DrafterSpec,
+    Engine,
+    EngineUnavailableError,
+    GenerationRequest,
+    LoadSpec,
+    OutOfMemoryError,
+    SamplingSpec,
+    StopReason,
+)
+from specdeck.core.engines.exllamav2 import (
+    ExLlamaV2Engine,
+    _JobReader,
+    _template_starts_with_special,
+    cache_class_name,
+    check_model_folder,
+    job_max_new_tokens,
+    map_import_error,
+    map_load_error,
+    ntk_rope_alpha,
+    plan_context,
+    q_size,
+    reserve_bytes,
+    round_up_to_page,
+    sampler_kwargs,
+    wants_bos,
+)
+from specdeck.core.errors import InvalidInputError
+from specdeck.core.models import read_model
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+REAL_IMPORT_FAILURE = (DATA / "exllamav2-0.3.2-import-on-cpu-torch.txt").read_text()
+
+
+# context arithmetic -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "tokens, expected", [(0, 256), (1, 256), (256, 256), (257, 512), (4096, 4096), (5000, 5120)]
+)
+def test_context_is_rounded_up_to_whole_pages(tokens, expected):
+    assert round_up_to_page(tokens) == expected
+
+
+def test_ntk_alpha_follows_the_fitted_formula():
+    assert ntk_rope_alpha(2048, 4096) == 1.0
+    assert ntk_rope_alpha(4096, 4096) == 1.0
+    assert ntk_rope_alpha(4096, 2048) == pytest.approx(-0.13436 + 0.80541 * 2 + 0.28833 * 4)
+    assert ntk_rope_alpha(8192, 2048) == pytest.approx(7.70056, abs=1e-5)
+
+
+def test_tinyllama_drafting_for_llama2_gets_its_rope_stretched():
+    plan = plan_context(
+        read_model(MODELS / "Llama-2-7b-hf"),
+        read_model(MODELS / "TinyLlama-1.1B-Chat-v1.0"),
+        LoadSpec(MODELS / "Llama-2-7b-hf"),
+    )
+    assert (plan.max_seq_len, plan.cache_tokens) == (4096, 4096)
+    assert (plan.target_native, plan.draft_native) == (4096, 2048)
+    assert plan.draft_rope_alpha == pytest.approx(2.62978)
+    assert any("RoPE alpha 2.630" in note for note in plan.notes)
+
+
+def test_long_context_models_default_to_4096_and_round_what_is_asked():
+    target = read_model(MODELS / "Llama-3.1-8B")
+    draft = read_model(MODELS / "Llama-3.2-1B")
+    assert plan_context(target, draft, LoadSpec(target.path)).max_seq_len == 4096
+    plan = plan_context(target, draft, LoadSpec(target.path, max_seq_len=5000))
+    assert plan.max_seq_len == 5120
+    assert plan.draft_rope_alpha == 1.0
+    assert "rounded up to 5120" in plan.notes[0]
+    explicit = plan_context(
+        target, draft, LoadSpec(target.path, max_seq_len=5000, draft_rope_alpha=1.5)
+    )
+    assert explicit.draft_rope_alpha == 1.5
+
+
+def test_asking_beyond_the_native_context_is_noted():
+    target = read_model(MODELS / "Llama-2-7b-hf")
+    plan = plan_context(target, None, LoadSpec(target.path, max_seq_len=8192))
+    assert plan.max_seq_len == 8192
+    assert any("exceeds" in note for note in plan.notes)
+
+
+def test_cache_modes_reserve_and_lengths():
+    assert cache_class_name("q4") == "ExLlamaV2Cache_Q4"
+    assert cache_class_name("FP16") == "ExLlamaV2Cache"
+    with pytest.raises(InvalidInputError, match="FP16, Q8, Q6 or Q4"):
+        cache_class_name("FP8")
+    assert reserve_bytes((96.0,)) == [96 * 1024**2]
+    assert reserve_bytes((96.0, 0.5)) == [96 * 1024**2, 512 * 1024]
+    assert job_max_new_tokens(256, 4) == 260
+    assert job_max_new_tokens(256, 0) == 256
+    assert q_size(4) == 8 and q_size(10) == 11
+
+
+# tokenizer facts ---------------------------------------------------------------------------
+def test_bos_follows_tokenizer_config_then_the_post_processor():
+    assert wants_bos(MODELS / "Llama-2-7b-hf") is True  # add_bos_token: true
+    assert wants_bos(MODELS / "Qwen2.5-0.5B-Instruct") is False  # add_bos_token: false
+    assert wants_bos(MODELS / "TinyLlama-1.1B-Chat-v1.0") is True  # template puts <s> first
+    llama3 = {
+        "type": "Sequence",
+        "processors": [
+            {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False},
+            {
+                "type": "TemplateProcessing",
+                "single": [
+                    {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                    {"Sequence": {"id": "A", "type_id": 0}},
+                ],
+            },
+        ],
+    }
+    assert _template_starts_with_special(llama3) is True
+    assert _template_starts_with_special({"type": "ByteLevel"}) is False
+
+
+# folder checks -----------------------------------------------------------------------------
+def _exl2_folder(root: Path, quant: dict | None, tokenizer: bool = True, weights: bool = True):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    root.mkdir(parents=True)
+    config = json.loads((MODELS / "TinyLlama-1.1B-Chat-v1.0" / "config.json").read_text())
+    if quant is not None:
+        config["quantization_config"] = quant
+    (root / "config.json").write_text(json.dumps(config))
+    if weights:
+        save_file({"model.layers.0.self_attn.q_proj.q_weight": np.zeros((4, 4), np.int32)},
+                  str(root / "output.safetensors"))
+    if tokenizer:
+        shutil.copy(MODELS / "TinyLlama-1.1B-Chat-v1.0" / "tokenizer.json", root)
+    return root
+
+
+EXL2 = {"quant_method": "exl2", "version": "0.2.2", "bits": 4.0, "head_bits": 6}
+
+
+def test_a_complete_exl2_folder_passes(tmp_path):
+    info = check_model_folder(_exl2_folder(tmp_path / "m", EXL2), "model")
+    assert info.is_exl2
+
+
+def test_an_exl3_folder_is_not_exl2(tmp_path):
+    folder = _exl2_folder(tmp_path / "m", {"quant_method": "exl3", "bits": 4.0})
+    with pytest.raises(InvalidInputError, match="not an EXL2 model.*ExLlamaV3"):
+        check_model_folder(folder, "model")
+
+
+def test_missing_tokenizer_json_is_named(tmp_path):
+    folder = _exl2_folder(tmp_path / "m", EXL2, tokenizer=False)
+    with pytest.raises(InvalidInputError, match="no tokenizer.json"):
+        check_model_folder(folder, "draft model")
+
+
+def test_missing_weights_are_named(tmp_path):
+    folder = _exl2_folder(tmp_path / "m", EXL2, weights=False)
+    with pytest.raises(InvalidInputError, match="no \\*.safetensors"):
+        check_model_folder(folder, "model")
+
+
+# errors ------------------------------------------------------------------------------------
+def test_the_real_cpu_torch_import_failure_is_explained():
+    error = map_import_error(OSError(REAL_IMPORT_FAILURE))
+    assert isinstance(error, EngineUnavailableError)
+    assert "no CUDA toolkit was found" in error.what
+    assert "CUDA_HOME" in error.fix
+
+
+@pytest.mark.parametrize(
+    "exc, phrase",
+    [
+        (ModuleNotFoundError("No module named 'exllamav2'"), "not installed"),
+        (ImportError("exllamav2_ext.so: undefined symbol: _ZN3c104cuda9SetDeviceEi"),
+         "does not match the installed torch"),
+        (RuntimeError("Error building extension 'exllamav2_ext'"), "failed to build"),
+    ],
+)
+def test_import_failures_are_worded_for_the_user(exc, phrase):
+    error = map_import_error(exc)
+    assert isinstance(error, EngineUnavailableError)
+    assert phrase in error.what
+
+
+def test_out_of_vram_during_load_suggests_a_smaller_cache():
+    target = read_model(MODELS / "Llama-2-7b-hf")
+    plan = plan_context(target, None, LoadSpec(target.path))
+    error = map_load_error(RuntimeError("Insufficient VRAM for model and cache"), target.path, plan)
+    assert isinstance(error, OutOfMemoryError)
+    assert "4096-token cache" in error.what
+    assert "Q4" in error.fix
+
+
+@pytest.mark.parametrize(
+    "exc, phrase",
+    [
+        (FileNotFoundError("No supported tokenizer found."), "no tokenizer.json"),
+        (ValueError(" ## No .safetensors files found in /models/x"), "not a complete model"),
+        (ValueError(" ## Could not find model.layers.0.mlp.* in model"), "cannot load"),
+    ],
+)
+def test_load_failures_are_worded_for_the_user(exc, phrase):
+    error = map_load_error(exc, Path("/models/x"), None)
+    assert isinstance(error, InvalidInputError)
+    assert phrase in str(error)
+
+
+def test_unknown_failures_are_not_disguised():
+    exc = RuntimeError("something unexpected")
+    assert map_load_error(exc, Path("/m"), None) is exc
+
+
+# sampler -----------------------------------------------------------------------------------
+def test_greedy_and_sampled_settings_override_exllamav2s_defaults():
+    assert sampler_kwargs(SamplingSpec()) == (True, {"token_repetition_penalty": 1.0})
+    greedy, kwargs = sampler_kwargs(SamplingSpec(temperature=0.7, top_k=40, seed=1))
+    assert not greedy
+    assert kwargs == {
+        "temperature": 0.7,
+        "top_k": 40,
+        "top_p": 0.0,
+        "min_p": 0.0,
+        "token_repetition_penalty": 1.0,
+    }
+
+
+# the engine on this machine ------------------------------------------------------------------
+def test_engine_satisfies_the_protocol():
+    assert isinstance(ExLlamaV2Engine(), Engine)
+
+
+def test_loading_without_a_usable_exllamav2_is_a_clear_error(tmp_path):
+    from specdeck.core.engines import availability
+
+    folder = _exl2_folder(tmp_path / "m", EXL2)
+    engine = ExLlamaV2Engine()
+    with pytest.raises(EngineUnavailableError) as caught:
+        engine.load(LoadSpec(folder, drafter=DrafterSpec(DrafterKind.NGRAM)))
+    assert "ExLlamaV2" in caught.value.what or "exllamav2" in caught.value.what
+    assert engine.loaded is None
+    # The real import outcome is remembered, so listing engines can say why without importing.
+    assert availability.recorded_exllamav2_import()[0] is False
+    with pytest.raises(InvalidInputError, match="No model is loaded"):
+        engine.generate(GenerationRequest(prompt="hi"))
+
+
+def test_bad_cache_mode_is_refused_before_any_import(tmp_path):
+    folder = _exl2_folder(tmp_path / "m", EXL2)
+    with pytest.raises(InvalidInputError, match="Cache mode"):
+        ExLlamaV2Engine().load(LoadSpec(folder, cache_mode="FP8"))
+
+
+# a replayed drafting run ----------------------------------------------------------------------
+def _streaming(job, token: int, text: str, **extra):
+    torch = pytest.importorskip("torch")
+    return {"job": job, "stage": "streaming", "eos": False, "serial": 0, "text": text,
+            "token_ids": torch.tensor([[token]]), **extra}
+
+
+def test_job_reader_accounts_a_drafting_run_like_the_generator():
+    job = SimpleNamespace(new_tokens=0, accepted_draft_tokens=0, rejected_draft_tokens=0)
+    events = []
+    reader = _JobReader(job, num_draft_tokens=4, on_event=events.append)
+    # iterate() 1: the job starts and its prompt is ingested: nothing streamed yet.
+    reader.read([{"job": job, "stage": "started", "eos": False, "serial": 0},
+                 {"job": job, "stage": "prefill", "eos": False, "serial": 0,
+                  "curr_progress": 41, "max_progress": 41}], 0.05)
+    # iterate() 2: 4 drafts, the first 2 match, the 3rd is replaced by the target's token.
+    job.new_tokens, job.accepted_draft_tokens, job.rejected_draft_tokens = 3, 2, 2
+    reader.read([_streaming(job, 450, "The"), _streaming(job, 4996, " quick"),
+                 _streaming(job, 17354, " brown")], 0.08)
+    # iterate() 3: all 4 drafts match, plus the target's own token.
+    job.new_tokens, job.accepted_draft_tokens = 8, 6
+    reader.read([_streaming(job, t, f" t{t}") for t in (1701, 29916, 432, 17204, 975)], 0.11)
+    # iterate() 4: the target samples EOS first; the generator stops before comparing drafts.
+    job.new_tokens = 9
+    final = _streaming(job, 2, "", eos=True, eos_reason="stop_token", new_tokens=9,
+                       eos_triggering_token_id=2, eos_triggering_token_str="</s>",
+                       time_prefill=0.04, time_generate=0.09,
+                       accepted_draft_tokens=6, rejected_draft_tokens=2)
+    del final["token_ids"]
+    reader.read([final], 0.14)
+    result = reader.result([1, 2, 3], GenerationRequest(prompt="x"),
+                           DrafterSpec(DrafterKind.NGRAM), peak_vram=123, wall_s=0.2)
+    s = result.stats
+    assert (s.steps, s.draft_steps, s.drafted, s.accepted, s.rejected) == (3, 2, 8, 6, 2)
+    assert s.new_tokens == 9 == s.steps + s.accepted
+    assert s.tokens_per_second == pytest.approx(9 / 0.09)
+    assert s.stop_reason is StopReason.EOS
+    assert s.per_position_drafted == (2, 2, 2, 2)
+    assert s.per_position_accepted == (2, 2, 1, 1)
+    assert result.token_ids[-1] == 2 and len(result.token_ids) == s.new_tokens
+    assert result.from_draft == (True, True, False, True, True, True, True, False, False)
+    assert result.text == "The quick brown t1701 t29916 t432 t17204 t975"
+    assert [e.step for e in events] == [1, 2, 3]
+    assert events[0].drafted == 4 and events[0].accepted == 2

@@ -1,0 +1,98 @@
+"""Tiny real Llama models for the engine tests, saved as Hugging Face folders.
+
+Each folder holds a LlamaForCausalLM with a real tokenizer copied from the shared fixtures
+(TinyLlama's 32000-token SentencePiece tokenizer by default), so everything the engines do
+(tokenize, load with transformers, forward, KV cache, detokenize) runs for real, in
+milliseconds per step.
+
+- :func:`random_llama`: random weights (a fixed seed), as transformers initialises them.
+- :func:`cycling_llama`: weights set so that greedy decoding walks a short fixed cycle of
+  tokens whatever the prompt (attention and MLP outputs are zeroed, so the next token
+  depends only on the current one, and the output head only scores the cycle's tokens).
+  Its output repeats itself, which n-gram drafting must then predict almost perfectly.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from conftest import MODELS
+
+TINYLLAMA = MODELS / "TinyLlama-1.1B-Chat-v1.0"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def _config(vocab_size: int, hidden: int, layers: int, max_positions: int):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    )
+
+
+def _save(model, folder: Path, tokenizer_from: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(folder))
+    for name in TOKENIZER_FILES:
+        if (tokenizer_from / name).is_file():
+            shutil.copy(tokenizer_from / name, folder / name)
+    return folder
+
+
+def random_llama(
+    folder: Path,
+    seed: int = 0,
+    hidden: int = 64,
+    layers: int = 2,
+    max_positions: int = 512,
+    tokenizer_from: Path = TINYLLAMA,
+    vocab_size: int = 32000,
+) -> Path:
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(_config(vocab_size, hidden, layers, max_positions))
+    return _save(model, folder, tokenizer_from)
+
+
+def cycling_llama(
+    folder: Path,
+    cycle: Sequence[int] = (450, 4996, 17354, 1701, 29916),
+    seed: int = 0,
+    hidden: int = 64,
+) -> Path:
+    """Greedy output: ..., cycle[i], cycle[i+1], ... (wrapping), from any prompt token."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(_config(32000, hidden, 2, 512))
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        # One-hot directions: token cycle[i] embeds as e_i, every other token as e_c; the
+        # head scores cycle[i+1] on e_i and cycle[0] on e_c. RMSNorm keeps the directions.
+        c = len(cycle)
+        basis = torch.eye(c + 1, hidden) * 8.0
+        embed = model.model.embed_tokens.weight
+        head = model.lm_head.weight
+        embed.copy_(basis[c].expand_as(embed))
+        head.zero_()
+        for i, token in enumerate(cycle):
+            embed[token] = basis[i]
+            head[cycle[(i + 1) % c]] += basis[i] / 8.0
+        head[cycle[0]] += basis[c] / 8.0
+    return _save(model, folder, TINYLLAMA)
