@@ -627,10 +627,8 @@ def install(
     IntegrityError, InstallConflictError, InsufficientSpaceError, HubError...
     """
     client = HubClient(endpoint, token)
-    label = revision or "main"
-    tracker = ProgressTracker(progress, InstallProgress("planning", repo, label))
-    tracker.phase("planning")
     if plan is None:
+        ProgressTracker(progress, InstallProgress("planning", repo, revision or "main")).phase("planning")
         plan = plan_install(repo, revision, dest, name=name, client=client)
     tracker = ProgressTracker(
         progress,
