@@ -30,6 +30,18 @@ def plan_use_as_draft(model_folder: str | Path, config_path: str | Path) -> Any:
     return config.plan_change(doc, draft_settings(model_folder))
 
 
+def change_diff(change: Any) -> str:
+    """The unified diff of a planned change (the config editor offers it as ``diff()``)."""
+    diff = change.diff
+    return diff() if callable(diff) else str(diff)
+
+
+def change_is_noop(change: Any) -> bool:
+    """True when the model already is the draft model: saving would change nothing."""
+    noop = getattr(change, "is_noop", None)
+    return bool(noop) if noop is not None else not getattr(change, "changed_keys", True)
+
+
 def save_change(change: Any, force: bool = False) -> None:
     """Write a planned change atomically (config.yml.bak keeps the previous version)."""
     from specdeck.core import config

@@ -879,12 +879,12 @@ class ModelsPage(QWidget):
         self._run(plan_use_as_draft, self._last_result.path, self.context.config_path, finished=self._confirm_change)
 
     def _confirm_change(self, change) -> None:
-        from specdeck.core.hub.draft import save_change
+        from specdeck.core.hub.draft import change_diff, change_is_noop, save_change
 
-        if not getattr(change, "changed_keys", True):
+        if change_is_noop(change):
             self.context.show_status("This model is already the draft model in config.yml.")
             return
-        dialog = DiffDialog("Use as draft model", change.diff, self)
+        dialog = DiffDialog("Use as draft model", change_diff(change), self)
         if dialog.exec() != QDialog.DialogCode.Accepted:
             return
         path = str(self.context.config_path)

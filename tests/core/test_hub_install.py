@@ -350,3 +350,28 @@ def test_nothing_is_left_but_the_model_even_after_a_resume(fake_hub, tmp_path):
     assert sorted(os.listdir(tmp_path)) == [result.path.name]
     assert sorted(p.name for p in result.path.iterdir()) == sorted([".specdeck-install.json", *served(fake_hub, branch="6_5")])
 
+
+
+def test_destination_defaults_to_config_draft_model_dir(fake_hub, tmp_path):
+    pytest.importorskip("specdeck.core.config", reason="the config editor is not merged into this branch yet")
+    from conftest import TABBY
+
+    from specdeck.core import settings
+    from specdeck.core.hub import default_install_dir, model_dirs
+
+    config_yml = tmp_path / "tabby" / "config.yml"
+    config_yml.parent.mkdir()
+    config_yml.write_text((TABBY / "config_sample.exl2-checkpoint.yml").read_text())
+    settings.save(settings.Settings().with_config(config_yml))
+    # TabbyAPI's default draft_model_dir is "models", relative to config.yml's folder.
+    assert default_install_dir() == config_yml.parent / "models"
+    assert config_yml.parent / "models" in model_dirs()
+    result = install(TINY_REPO, "4.0bpw", endpoint=fake_hub.url)
+    assert result.path == config_yml.parent / "models" / "TinyLlama-1.1B-Chat-v1.0-exl2-4.0bpw"
+
+
+def test_no_destination_and_no_config_is_explained(fake_hub):
+    from specdeck.core.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="--dest"):
+        install(TINY_REPO, "4.0bpw", endpoint=fake_hub.url)
