@@ -51,7 +51,7 @@ bench: $(VENV)/.installed-test
 	QT_QPA_PLATFORM=offscreen $(PY) -m bench $(BENCH_ARGS)
 
 package: $(VENV)/.installed-test
-	$(BIN)/pyinstaller --noconfirm --clean --distpath build/dist --workpath build/pyinstaller \
+	$(PY) -m PyInstaller --noconfirm --clean --distpath build/dist --workpath build/pyinstaller \
 		packaging/specdeck.spec
 	@echo "built build/dist/specdeck/specdeck"
 

@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal
 
 log = logging.getLogger(__name__)
 
@@ -84,13 +84,29 @@ def submit(
     *args: Any,
     parent: QObject | None = None,
     pool: QThreadPool | None = None,
+    on_result: Callable[[Any], None] | None = None,
+    on_error: Callable[[BaseException], None] | None = None,
+    on_progress: Callable[[Any], None] | None = None,
     **kwargs: Any,
 ) -> TaskHandle:
-    """Run ``fn(*args, **kwargs)`` in the background; connect to the handle's signals."""
+    """Run ``fn(*args, **kwargs)`` in the background.
+
+    Pass ``on_result`` / ``on_error`` / ``on_progress``, or connect to the handle's signals
+    right after this call: the work starts on the next turn of the event loop, because a
+    signal emitted from another thread before anything is connected to it is lost.
+    """
     handle = TaskHandle(parent)
+    if on_result is not None:
+        handle.finished.connect(on_result)
+    if on_error is not None:
+        handle.failed.connect(on_error)
+    if on_progress is not None:
+        handle.progress.connect(on_progress)
     if _accepts(fn, "cancel") and "cancel" not in kwargs:
         kwargs["cancel"] = handle.cancel_event
     if _accepts(fn, "progress") and "progress" not in kwargs:
         kwargs["progress"] = handle.progress.emit
-    (pool or QThreadPool.globalInstance()).start(_Runnable(handle, fn, args, kwargs))
+    runnable = _Runnable(handle, fn, args, kwargs)
+    target_pool = pool or QThreadPool.globalInstance()
+    QTimer.singleShot(0, handle, lambda: target_pool.start(runnable))
     return handle

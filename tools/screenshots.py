@@ -40,7 +40,8 @@ def main(argv: list[str]) -> int:
         app.processEvents()
         for path in module.render(window, OUT_DIR):
             print(path)
-        window.close()
+        window.hide()  # not close(): pages with unsaved edits would ask to save
+        window.deleteLater()
     return 0
 
 

@@ -1,11 +1,535 @@
-"""Placeholder until this page is built."""
+"""The Draft settings page: TabbyAPI's config.yml, its draft settings, a live diff, Save.
+
+Reading and planning run in workers (parsing a config.yml costs tens of milliseconds);
+the page keeps the latest plan and shows exactly what Save will write.
+"""
 
 from __future__ import annotations
 
-from specdeck.gui.pages import spec
-from specdeck.gui.pages.placeholder import PlaceholderPage
+import logging
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMessageBox,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from specdeck.core import config
+from specdeck.core.config import DRAFT, MODEL, ConfigDocument, Layout
+from specdeck.core.errors import NotFoundError, SpecDeckError
+from specdeck.gui import workers
+from specdeck.gui.context import AppContext
+from specdeck.gui.widgets.banner import Banner
+from specdeck.gui.widgets.config_dialog import confirm_and_save, save_change
+from specdeck.gui.widgets.config_fields import FieldEditor
+from specdeck.gui.widgets.diff_view import DiffView
+
+log = logging.getLogger(__name__)
+
+PLAN_DELAY_MS = 120
+SEVERITY_MARK = {"error": "✖", "warning": "⚠", "info": "ℹ"}
 
 
-def create_page(context):
-    page = spec("draft")
-    return PlaceholderPage(page.title, page.summary)
+def load_with_choices(path: Path) -> tuple[ConfigDocument, list[str]]:
+    """Worker: read config.yml and list the model folders in its draft model dir."""
+    doc = config.load(path)
+    names: list[str] = []
+    folder = doc.resolve_dir(DRAFT, "draft_model_dir")
+    try:
+        names = sorted(p.name for p in folder.iterdir() if (p / "config.json").is_file())
+    except OSError:
+        pass
+    return doc, names
+
+
+def plan_with_problems(doc: ConfigDocument, changes: dict) -> tuple[config.ConfigChange, list]:
+    """Worker: the planned text and what TabbyAPI would say about it."""
+    change = config.plan_change(doc, changes)
+    after = ConfigDocument(change.new_text, path=doc.path)
+    return change, after.problems()
+
+
+class DraftSettingsPage(QWidget):
+    def __init__(self, context: AppContext, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.context = context
+        self.document: ConfigDocument | None = None
+        self.change: config.ConfigChange | None = None
+        self._plan_seq = 0
+        self._tasks: set[workers.TaskHandle] = set()
+        self._loading_path: Path | None = None
+        self._remember = True
+
+        self._plan_timer = QTimer(self)
+        self._plan_timer.setSingleShot(True)
+        self._plan_timer.setInterval(PLAN_DELAY_MS)
+        self._plan_timer.timeout.connect(self._replan)
+
+        outer = QVBoxLayout(self)
+        outer.addLayout(self._build_file_bar())
+        self.banner = Banner()
+        self.override_banner = Banner()
+        outer.addWidget(self.banner)
+        outer.addWidget(self.override_banner)
+
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(self._build_form())
+        splitter.addWidget(self._build_review())
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 4)
+        splitter.setSizes([520, 640])
+        outer.addWidget(splitter, 1)
+
+        QShortcut(QKeySequence.StandardKey.Save, self, activated=self.save)
+        self._set_enabled(False)
+        self.context.config_saved.connect(self._on_saved_elsewhere)
+        self.context.config_path_changed.connect(self._on_path_changed_elsewhere)
+        remembered = self.context.config_path
+        if remembered is not None:
+            self.open_path(remembered)
+        else:
+            self._show_welcome()
+
+    # -- construction ------------------------------------------------------------------
+    def _build_file_bar(self) -> QHBoxLayout:
+        bar = QHBoxLayout()
+        bar.addWidget(QLabel("<b>config.yml</b>"))
+        self.path_edit = QLineEdit()
+        self.path_edit.setReadOnly(True)
+        self.path_edit.setPlaceholderText("No TabbyAPI config.yml opened")
+        bar.addWidget(self.path_edit, 1)
+        self.open_button = QPushButton("Open…")
+        self.open_button.clicked.connect(self.choose_file)
+        self.find_button = QPushButton("Find TabbyAPI…")
+        self.find_button.setToolTip("Pick your TabbyAPI folder; SpecDeck opens its config.yml")
+        self.find_button.clicked.connect(self.choose_tabby_folder)
+        self.reload_button = QPushButton("Reload")
+        self.reload_button.clicked.connect(self.reload)
+        for button in (self.open_button, self.find_button, self.reload_button):
+            bar.addWidget(button)
+        self.layout_badge = QLabel()
+        self.backend_badge = QLabel()
+        for badge in (self.layout_badge, self.backend_badge):
+            badge.setProperty("role", "badge-info")
+            badge.hide()
+            bar.addWidget(badge)
+        return bar
+
+    def _build_form(self) -> QWidget:
+        self.fields: dict[tuple[str, str], FieldEditor] = {}
+        body = QWidget()
+        column = QVBoxLayout(body)
+        groups = (
+            ("Draft model", None,
+             [s for s in config.SETTINGS if s.section == DRAFT and not s.exl3_only]),
+            ("ExLlamaV3 backend only",
+             "TabbyAPI's ExLlamaV2 backend ignores these and always drafts 4 tokens.",
+             [s for s in config.SETTINGS if s.section == DRAFT and s.exl3_only]),
+            ("Target model", "The main-model settings that matter for speculation and VRAM.",
+             [s for s in config.SETTINGS if s.section == MODEL]),
+        )
+        for title, hint, settings in groups:
+            box = QGroupBox(title)
+            form = QFormLayout(box)
+            form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+            if hint:
+                note = QLabel(hint)
+                note.setWordWrap(True)
+                note.setProperty("role", "hint")
+                form.addRow(note)
+            for s in settings:
+                editor = FieldEditor(s, box)
+                editor.edited.connect(self._on_edited)
+                form.addRow(editor.label, editor.container)
+                form.addRow("", editor.error)
+                self.fields[s.path] = editor
+            column.addWidget(box)
+        column.addStretch(1)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setWidget(body)
+        scroll.setMinimumWidth(460)
+        return scroll
+
+    def _build_review(self) -> QWidget:
+        panel = QWidget()
+        layout = QVBoxLayout(panel)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(QLabel("<b>Changes</b> — exactly what Save writes (everything else in the "
+                                "file stays byte for byte):"))
+        self.diff_view = DiffView(placeholder="No changes. Edit a setting to see the diff here.")
+        layout.addWidget(self.diff_view, 3)
+        layout.addWidget(QLabel("<b>Checks</b> (TabbyAPI's rules, on the file as it will be saved):"))
+        self.problem_list = QListWidget()
+        self.problem_list.setWordWrap(True)
+        layout.addWidget(self.problem_list, 1)
+        buttons = QHBoxLayout()
+        self.status_label = QLabel()
+        self.status_label.setProperty("role", "hint")
+        buttons.addWidget(self.status_label, 1)
+        self.revert_button = QPushButton("Revert")
+        self.revert_button.clicked.connect(self.revert)
+        self.save_button = QPushButton("Save")
+        self.save_button.setDefault(True)
+        self.save_button.clicked.connect(self.save)
+        buttons.addWidget(self.revert_button)
+        buttons.addWidget(self.save_button)
+        layout.addLayout(buttons)
+        return panel
+
+    # -- opening -----------------------------------------------------------------------
+    def _show_welcome(self) -> None:
+        self.banner.show_message(
+            "Open your TabbyAPI <b>config.yml</b> to edit its draft-model settings, or point "
+            "SpecDeck at your TabbyAPI folder.",
+            "info",
+            [("Open…", self.choose_file), ("Find TabbyAPI…", self.choose_tabby_folder)],
+        )
+
+    def choose_file(self) -> None:
+        start = str(self.document.path.parent) if self.document and self.document.path else ""
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open TabbyAPI config.yml", start, "YAML (*.yml *.yaml);;All files (*)"
+        )
+        if path:
+            self.open_path(Path(path))
+
+    def choose_tabby_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Your TabbyAPI folder")
+        if folder:
+            self.open_tabby_folder(Path(folder))
+
+    def open_tabby_folder(self, folder: Path) -> None:
+        try:
+            install = config.find_install(folder)
+        except SpecDeckError as exc:
+            self.banner.show_message(str(exc), "error")
+            return
+        self.context.update_settings(self._settings_with_tabby(install.root))
+        if install.config_exists:
+            self.open_path(install.config)
+        else:
+            self._offer_create(install.config, install.sample)
+
+    def _settings_with_tabby(self, root: Path):
+        from dataclasses import replace
+
+        return replace(self.context.settings, tabby_dir=str(root))
+
+    def open_path(self, path: Path, remember: bool = True) -> None:
+        """Open ``path``; ``remember`` makes it the app's current config (other pages follow)."""
+        if not self.confirm_discard():
+            return
+        path = Path(path)
+        self._loading_path = path
+        self._remember = remember
+        self.status_label.setText(f"Reading {path.name}…")
+        handle = workers.submit(load_with_choices, path, parent=self)
+        handle.finished.connect(lambda result, p=path: self._on_loaded(p, *result))
+        handle.failed.connect(lambda exc, p=path: self._on_load_failed(p, exc))
+        self._track(handle)
+
+    def reload(self) -> None:
+        if self.document is not None and self.document.path is not None:
+            self.open_path(self.document.path)
+
+    def _on_loaded(self, path: Path, doc: ConfigDocument, draft_names: list[str]) -> None:
+        if self._loading_path != path:
+            return  # a newer open superseded this one
+        self.document = doc
+        self.change = None
+        self.path_edit.setText(str(doc.path))
+        if getattr(self, "_remember", True) and self.context.config_path != doc.path.absolute():
+            self.context.set_config_path(doc.path)
+        for key, editor in self.fields.items():
+            editor.base_dir = doc.path.parent
+            editor.load(doc.raw(*key) if doc.has(*key) else None)
+        self.fields[(DRAFT, "draft_model_name")].set_choices(draft_names)
+        self._show_badges(doc)
+        self._show_banners(doc)
+        self._show_problems(doc.problems())
+        self.diff_view.set_diff("")
+        self._set_enabled(True)
+        self._update_buttons()
+        self.status_label.setText(f"Opened {doc.path.name}.")
+
+    def _on_load_failed(self, path: Path, exc: BaseException) -> None:
+        if self._loading_path != path:
+            return
+        self.status_label.setText("")
+        if isinstance(exc, NotFoundError):
+            self._offer_create(path, None)
+            return
+        self.document = None
+        self._set_enabled(False)
+        self.path_edit.setText(str(path))
+        self.banner.show_message(
+            f"<b>Cannot open {path.name}</b>: {_escape(str(exc))}", "error",
+            [("Reload", lambda: self.open_path(path)), ("Open another…", self.choose_file)],
+        )
+
+    def _offer_create(self, path: Path, sample: Path | None) -> None:
+        self.document = None
+        self._set_enabled(False)
+        self.path_edit.setText(str(path))
+        actions = [("Create from SpecDeck's defaults", lambda: self.create_config(path))]
+        if sample is not None:
+            actions.insert(0, ("Copy TabbyAPI's config_sample.yml",
+                               lambda: self.create_config(path, sample)))
+        actions.append(("Open another…", self.choose_file))
+        self.banner.show_message(f"<b>{_escape(str(path))}</b> does not exist yet.", "warning", actions)
+
+    def create_config(self, path: Path, sample: Path | None = None) -> None:
+        try:
+            if sample is not None:
+                from specdeck.core.atomic import atomic_write_bytes
+
+                if path.exists():
+                    raise SpecDeckError(f"{path} already exists; SpecDeck will not overwrite it.")
+                atomic_write_bytes(path, sample.read_bytes())
+            else:
+                config.create_config(path)
+        except (SpecDeckError, OSError) as exc:
+            self.banner.show_message(f"Could not create {path}: {_escape(str(exc))}", "error")
+            return
+        self.context.show_status(f"Created {path}.")
+        self.open_path(path)
+
+    # -- display -----------------------------------------------------------------------
+    def _show_badges(self, doc: ConfigDocument) -> None:
+        layout_text = {
+            Layout.DRAFT_MODEL: "draft_model section",
+            Layout.LEGACY_NESTED: "legacy model.draft",
+            Layout.NO_DRAFT_SECTION: "no draft section yet",
+        }[doc.layout]
+        self.layout_badge.setText(layout_text)
+        self.layout_badge.setProperty(
+            "role", "badge-warn" if doc.layout is Layout.LEGACY_NESTED else "badge-info")
+        backend = doc.backend_hint()
+        self.backend_badge.setText(f"backend: {backend or 'unknown'}")
+        for badge in (self.layout_badge, self.backend_badge):
+            badge.style().unpolish(badge)
+            badge.style().polish(badge)
+            badge.show()
+
+    def _show_banners(self, doc: ConfigDocument) -> None:
+        if doc.layout is Layout.LEGACY_NESTED:
+            self.banner.show_message(
+                "This file uses the <b>legacy layout</b> (draft settings nested as "
+                "<code>model.draft</code>). TabbyAPI migrates it on start and drops your comments; "
+                "SpecDeck can migrate it now and keep them.",
+                "warning",
+                [("Migrate…", self.migrate)],
+            )
+        else:
+            self.banner.clear()
+        try:
+            overrides = config.model_overrides(doc)
+        except SpecDeckError as exc:
+            self.override_banner.show_message(_escape(str(exc)), "warning")
+            return
+        if overrides is not None and (overrides.draft_model or overrides.model):
+            forced = {**{f"model.{k}": v for k, v in overrides.model.items()},
+                      **{f"draft_model.{k}": v for k, v in overrides.draft_model.items()}}
+            listing = ", ".join(f"<code>{_escape(k)}: {_escape(str(v))}</code>" for k, v in forced.items())
+            self.override_banner.show_message(
+                f"The target model's <b>tabby_config.yml</b> overrides these settings when it "
+                f"loads: {listing}.", "warning",
+                [("Edit it", lambda: self.open_path(overrides.path, remember=False))],
+            )
+        else:
+            self.override_banner.clear()
+
+    def _show_problems(self, problems: list, invalid_fields: list[str] = ()) -> None:
+        self.problem_list.clear()
+        if invalid_fields:
+            item = QListWidgetItem(
+                f"{SEVERITY_MARK['error']} Not valid, so not in the diff: {', '.join(invalid_fields)}.")
+            item.setData(Qt.ItemDataRole.UserRole, "error")
+            self.problem_list.addItem(item)
+        if not problems and not invalid_fields:
+            item = QListWidgetItem("✔ No problems: TabbyAPI will accept these settings.")
+            self.problem_list.addItem(item)
+            return
+        for problem in problems:
+            item = QListWidgetItem(f"{SEVERITY_MARK.get(problem.severity, '')} {problem.message}")
+            item.setData(Qt.ItemDataRole.UserRole, problem.severity)
+            self.problem_list.addItem(item)
+
+    def _set_enabled(self, enabled: bool) -> None:
+        for editor in self.fields.values():
+            editor.container.setEnabled(enabled)
+        self.reload_button.setEnabled(enabled)
+        self.revert_button.setEnabled(False)
+        self.save_button.setEnabled(False)
+
+    def _update_buttons(self) -> None:
+        dirty = self.is_dirty()
+        errors = any(not e.error.isHidden() for e in self.fields.values())
+        self.revert_button.setEnabled(dirty)
+        self.save_button.setEnabled(
+            dirty and not errors and self.change is not None and not self.change.is_noop
+        )
+
+    # -- editing -----------------------------------------------------------------------
+    def is_dirty(self) -> bool:
+        return self.document is not None and any(e.changed for e in self.fields.values())
+
+    def pending_changes(self) -> dict[tuple[str, str], Any]:
+        return {key: e.text() for key, e in self.fields.items() if e.changed}
+
+    def _on_edited(self) -> None:
+        self.save_button.setEnabled(False)
+        self._plan_timer.start()
+
+    def _replan(self) -> None:
+        if self.document is None:
+            return
+        backend = self.document.declared_backend()
+        valid = {}
+        for key, editor in self.fields.items():
+            if not editor.changed:
+                editor.show_error(None)
+                continue
+            problem = editor.check(backend)
+            editor.show_error(problem)
+            if problem is None:
+                valid[key] = editor.text()
+        self._plan_seq += 1
+        seq = self._plan_seq
+        handle = workers.submit(plan_with_problems, self.document, valid, parent=self)
+        handle.finished.connect(lambda result, s=seq: self._on_planned(s, *result))
+        handle.failed.connect(lambda exc, s=seq: self._on_plan_failed(s, exc))
+        self._track(handle)
+
+    def _on_planned(self, seq: int, change: config.ConfigChange, problems: list) -> None:
+        if seq != self._plan_seq:
+            return
+        self.change = change
+        self.diff_view.set_diff(change.diff())
+        invalid = [e.setting.label for e in self.fields.values() if not e.error.isHidden()]
+        self._show_problems(problems, invalid)
+        count = len(change.changed_keys)
+        self.status_label.setText(f"{count} setting(s) changed, not saved." if count else "")
+        self._update_buttons()
+
+    def _on_plan_failed(self, seq: int, exc: BaseException) -> None:
+        if seq != self._plan_seq:
+            return
+        self.change = None
+        self.diff_view.set_diff("")
+        self.status_label.setText(f"Cannot apply: {exc}")
+        self._update_buttons()
+
+    def revert(self) -> None:
+        if self.document is None:
+            return
+        for key, editor in self.fields.items():
+            editor.load(self.document.raw(*key) if self.document.has(*key) else None)
+        self.change = None
+        self.diff_view.set_diff("")
+        self._show_problems(self.document.problems())
+        self.status_label.setText("Reverted to the file on disk.")
+        self._update_buttons()
+
+    def flush_plan(self) -> None:
+        """Plan now instead of after the typing pause (used before saving)."""
+        if self._plan_timer.isActive():
+            self._plan_timer.stop()
+            self._replan()
+
+    # -- saving ------------------------------------------------------------------------
+    def save(self) -> bool:
+        self.flush_plan()
+        change = self.change
+        if change is None or change.is_noop or not self.save_button.isEnabled():
+            return False
+        result = save_change(self, change)
+        if result is None:
+            return False
+        backup = f" Previous version: {result.backup.name}." if result.backup else ""
+        self.context.show_status(f"Saved {result.path}.{backup}")
+        # Mark the edits as saved at once (the reload below refreshes from disk).
+        for editor in self.fields.values():
+            editor.initial_text = editor.text()
+        self.change = None
+        self._update_buttons()
+        self.context.config_saved.emit(str(result.path))
+        self.open_path(result.path)
+        return True
+
+    def migrate(self) -> None:
+        if self.document is None or not self.confirm_discard():
+            return
+        try:
+            migration = config.plan_migration(self.document)
+        except SpecDeckError as exc:
+            QMessageBox.warning(self, "Cannot migrate", str(exc))
+            return
+        result = confirm_and_save(
+            self, migration, "Migrate config.yml",
+            "Move the draft settings to a top-level draft_model section, as TabbyAPI does on "
+            "start, keeping your comments. The current file is kept as config.yml.bak.",
+        )
+        if result is not None and result.written:
+            self.context.config_saved.emit(str(result.path))
+            self.open_path(result.path)
+
+    # -- other pages and closing -------------------------------------------------------
+    def _on_saved_elsewhere(self, path: str) -> None:
+        if self.document is not None and str(self.document.path) == path and not self.is_dirty():
+            self.open_path(Path(path))
+
+    def _on_path_changed_elsewhere(self, path: str) -> None:
+        if self.document is None or str(self.document.path.absolute()) != path:
+            self.open_path(Path(path))
+
+    def confirm_discard(self) -> bool:
+        if not self.is_dirty():
+            return True
+        answer = QMessageBox.question(
+            self, "Unsaved changes",
+            "The draft settings have unsaved changes. Save them first?",
+            QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Discard
+            | QMessageBox.StandardButton.Cancel,
+            QMessageBox.StandardButton.Save,
+        )
+        if answer == QMessageBox.StandardButton.Save:
+            return self.save()
+        if answer == QMessageBox.StandardButton.Discard:
+            self.revert()
+            return True
+        return False
+
+    def can_close(self) -> bool:
+        return self.confirm_discard()
+
+    def _track(self, handle: workers.TaskHandle) -> None:
+        self._tasks.add(handle)
+        handle.done.connect(lambda h=handle: self._tasks.discard(h))
+
+
+def _escape(text: str) -> str:
+    import html
+
+    return html.escape(text)
+
+
+def create_page(context: AppContext) -> QWidget:
+    return DraftSettingsPage(context)

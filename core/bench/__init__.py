@@ -1,0 +1,1 @@
+"""A/B benchmarks of speculative decoding: prompt suites, run protocol, statistics, reports."""

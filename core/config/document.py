@@ -1,0 +1,349 @@
+"""A TabbyAPI config.yml as the user wrote it: its text, its values, where each value sits.
+
+SpecDeck never re-serialises a user's file. It parses the text once with ruamel.yaml to
+learn the values and the exact character span of every node, and edits by replacing those
+spans (see :mod:`specdeck.core.config.edit`). Comments, blank lines, key order, quoting,
+indentation, line endings and unknown keys therefore survive byte for byte.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+from specdeck.core.config.schema import (
+    DRAFT,
+    EXLLAMAV2,
+    EXLLAMAV3,
+    MODEL,
+    SETTINGS,
+    Setting,
+    file_value_problem,
+    normalize,
+    setting,
+)
+from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
+
+BOM = "\ufeff"
+
+
+class ConfigError(SpecDeckError):
+    """config.yml cannot be read as YAML, or its shape is not TabbyAPI's."""
+
+
+class Layout(str, enum.Enum):
+    DRAFT_MODEL = "draft_model"
+    """Top-level ``draft_model:`` (TabbyAPI since 2024-09)."""
+    LEGACY_NESTED = "legacy_nested"
+    """``draft:`` nested under ``model:`` (TabbyAPI 2023-11 .. 2023-12); TabbyAPI migrates it."""
+    NO_DRAFT_SECTION = "no_draft_section"
+    """No draft settings at all; SpecDeck adds a top-level ``draft_model:`` when needed."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    severity: str  # "error" (TabbyAPI refuses it), "warning" (it will misbehave), "info"
+    path: tuple[str, str] | None
+    message: str
+
+
+def _yaml_rt():
+    from ruamel.yaml import YAML
+
+    return YAML(typ="rt", pure=True)
+
+
+def _yaml_safe():
+    from ruamel.yaml import YAML
+
+    return YAML(typ="safe", pure=True)
+
+
+def _yaml_error(exc: Exception, where: str) -> ConfigError:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if mark is not None:
+        location = f"line {mark.line + 1}, column {mark.column + 1}"
+        return ConfigError(
+            f"{where} is not valid YAML at {location}: {problem}.",
+            "Fix that line in a text editor (check indentation and quotes); nothing was changed.",
+        )
+    return ConfigError(f"{where} is not valid YAML: {problem}.", "Fix it in a text editor.")
+
+
+def parse_values(text: str, where: str = "config.yml") -> Any:
+    """The plain Python values of a YAML text, the way TabbyAPI reads it (safe loader)."""
+    try:
+        return _yaml_safe().load(StringIO(text))
+    except Exception as exc:  # ruamel raises a family of YAMLError/MarkedYAMLError types
+        raise _yaml_error(exc, where) from exc
+
+
+def compose(text: str, where: str = "config.yml"):
+    """The node tree with positions (None for an empty document)."""
+    try:
+        return _yaml_rt().compose(StringIO(text))
+    except Exception as exc:
+        raise _yaml_error(exc, where) from exc
+
+
+def is_mapping(node) -> bool:
+    return node is not None and node.tag.endswith(":map") and isinstance(node.value, list)
+
+
+def is_sequence(node) -> bool:
+    return node is not None and node.tag.endswith(":seq")
+
+
+def is_scalar(node) -> bool:
+    return node is not None and not isinstance(node.value, list)
+
+
+def mapping_entry(node, key: str):
+    """(key_node, value_node) of ``key`` in a mapping node, or None."""
+    if not is_mapping(node):
+        return None
+    for key_node, value_node in node.value:
+        if is_scalar(key_node) and key_node.value == key:
+            return key_node, value_node
+    return None
+
+
+def fingerprint(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class ConfigDocument:
+    """One config.yml: text, parsed values, node positions. Immutable once built."""
+
+    def __init__(self, text: str, path: Path | None = None, disk_fingerprint: str | None = None):
+        self.bom = text.startswith(BOM)
+        self.text = text[1:] if self.bom else text
+        self.path = path
+        self.disk_fingerprint = disk_fingerprint
+        where = path.name if path else "config.yml"
+        self.newline = "\r\n" if "\r\n" in self.text else "\n"
+        data = parse_values(self.text, where)
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"{where} should be a mapping of sections (network:, model:, draft_model:, ...), "
+                f"but its top level is a {type(data).__name__}.",
+                "Start from TabbyAPI's config_sample.yml.",
+            )
+        self.data: dict[str, Any] = data
+        self.root = compose(self.text, where)
+
+    # -- reading -------------------------------------------------------------------------
+    @classmethod
+    def from_file(cls, path: str | Path) -> "ConfigDocument":
+        path = Path(path).expanduser().absolute()
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise NotFoundError(
+                f"{path} does not exist.",
+                "Pick your TabbyAPI config.yml, or create one from SpecDeck's defaults.",
+            ) from None
+        except IsADirectoryError:
+            raise InvalidInputError(f"{path} is a folder, not a config.yml file.") from None
+        except OSError as exc:
+            raise SpecDeckError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"{path} is not UTF-8 text (byte {exc.start}).",
+                "TabbyAPI reads config.yml as UTF-8; re-save it as UTF-8 in a text editor.",
+            ) from None
+        return cls(text, path=path, disk_fingerprint=fingerprint(raw))
+
+    def encode(self, text: str) -> bytes:
+        """Bytes for ``text`` in this file's encoding (keeps a byte-order mark if it had one)."""
+        return ((BOM if self.bom else "") + text).encode("utf-8")
+
+    @property
+    def layout(self) -> Layout:
+        if isinstance(self.data.get(DRAFT), dict) or DRAFT in self.data:
+            return Layout.DRAFT_MODEL
+        model = self.data.get(MODEL)
+        if isinstance(model, dict) and isinstance(model.get("draft"), dict):
+            return Layout.LEGACY_NESTED
+        return Layout.NO_DRAFT_SECTION
+
+    def section_path(self, section: str) -> tuple[str, ...]:
+        """Where ``section``'s keys live in this file (legacy files nest the draft)."""
+        if section == DRAFT and self.layout is Layout.LEGACY_NESTED:
+            return (MODEL, "draft")
+        return (section,)
+
+    def section_values(self, section: str) -> dict[str, Any]:
+        node: Any = self.data
+        for part in self.section_path(section):
+            node = node.get(part) if isinstance(node, dict) else None
+        return node if isinstance(node, dict) else {}
+
+    def has(self, section: str, key: str) -> bool:
+        return key in self.section_values(section)
+
+    def raw(self, section: str, key: str) -> Any:
+        """The value as written in the file (None when blank or absent)."""
+        return self.section_values(section).get(key)
+
+    def value(self, section: str, key: str) -> Any:
+        """The value TabbyAPI would use: the file's (normalised) or TabbyAPI's default."""
+        s = setting(section, key)
+        raw = self.raw(section, key)
+        if raw is None:
+            return s.default
+        try:
+            normalized = normalize(s, raw, self.declared_backend())
+        except InvalidInputError:
+            return raw
+        return s.default if normalized is None else normalized
+
+    def declared_backend(self) -> str | None:
+        """model.backend when the file sets it."""
+        backend = self.section_values(MODEL).get("backend")
+        if isinstance(backend, str) and backend.lower() in (EXLLAMAV2, EXLLAMAV3):
+            return backend.lower()
+        return None
+
+    def backend_hint(self) -> str | None:
+        """exllamav2 / exllamav3 when the file or the target model says so, else None."""
+        if declared := self.declared_backend():
+            return declared
+        target = self.target_model_path()
+        if target is not None and (target / "config.json").is_file():
+            try:
+                import json
+
+                quant = json.loads((target / "config.json").read_text(encoding="utf-8"))
+                method = (quant.get("quantization_config") or {}).get("quant_method")
+            except (OSError, ValueError, AttributeError):
+                return None
+            if method == "exl3":
+                return EXLLAMAV3
+            return EXLLAMAV2
+        return None
+
+    # -- paths ---------------------------------------------------------------------------
+    def resolve_dir(self, section: str, key: str) -> Path:
+        """A directory setting as an absolute path.
+
+        TabbyAPI resolves relative paths from its working directory, which is the folder of
+        its config.yml when started the usual way (start.sh / start.bat).
+        """
+        value = self.value(section, key) or setting(section, key).default
+        path = Path(str(value)).expanduser()
+        if not path.is_absolute() and self.path is not None:
+            path = self.path.parent / path
+        return path
+
+    def target_model_path(self) -> Path | None:
+        name = self.raw(MODEL, "model_name")
+        if not name:
+            return None
+        return self.resolve_dir(MODEL, "model_dir") / str(name)
+
+    def draft_model_path(self) -> Path | None:
+        name = self.raw(DRAFT, "draft_model_name")
+        if not name:
+            return None
+        return self.resolve_dir(DRAFT, "draft_model_dir") / str(name)
+
+    # -- validation ----------------------------------------------------------------------
+    def problems(self) -> list[Problem]:
+        """Everything TabbyAPI would refuse (errors) or that will not do what it seems."""
+        found: list[Problem] = []
+        backend = self.backend_hint()
+        for s in SETTINGS:
+            if not self.has(s.section, s.key):
+                continue
+            why = file_value_problem(s, self.raw(s.section, s.key), backend)
+            if why:
+                found.append(Problem("error", s.path, why))
+        found.extend(self._cross_checks(backend))
+        return found
+
+    def _cross_checks(self, backend: str | None) -> Iterator[Problem]:
+        if self.layout is Layout.LEGACY_NESTED:
+            yield Problem(
+                "info",
+                None,
+                "Legacy layout: the draft settings are nested as model.draft. TabbyAPI migrates "
+                "them to a top-level draft_model section on start; SpecDeck can do that now "
+                "and keep your comments (Migrate).",
+            )
+        max_seq_len = self.raw(MODEL, "max_seq_len")
+        cache_size = self.raw(MODEL, "cache_size")
+        if (
+            isinstance(max_seq_len, int)
+            and isinstance(cache_size, int)
+            and not isinstance(cache_size, bool)
+            and max_seq_len > 0
+            and cache_size < max_seq_len
+        ):
+            yield Problem(
+                "error",
+                (MODEL, "cache_size"),
+                f"model.cache_size ({cache_size}) is less than model.max_seq_len "
+                f"({max_seq_len}); TabbyAPI requires cache_size >= max_seq_len.",
+            )
+        cache_mode = self.raw(MODEL, "cache_mode")
+        if backend == EXLLAMAV2 and isinstance(cache_mode, str) and "," in cache_mode:
+            yield Problem(
+                "error",
+                (MODEL, "cache_mode"),
+                f"model.cache_mode {cache_mode!r} is an ExLlamaV3 bit pair; the ExLlamaV2 "
+                "backend accepts FP16, Q8, Q6 or Q4 (TabbyAPI falls back to FP16).",
+            )
+        draft_name = self.raw(DRAFT, "draft_model_name")
+        if draft_name:
+            draft_path = self.draft_model_path()
+            if draft_path is not None and not (draft_path / "config.json").is_file():
+                yield Problem(
+                    "warning",
+                    (DRAFT, "draft_model_name"),
+                    f"The draft model folder {draft_path} does not exist or has no "
+                    "config.json: TabbyAPI will fail to load the draft.",
+                )
+        elif self.has(DRAFT, "draft_model_name") or self.layout is not Layout.NO_DRAFT_SECTION:
+            mode = self.raw(DRAFT, "draft_mode")
+            if mode in (None, "model"):
+                yield Problem(
+                    "info",
+                    (DRAFT, "draft_model_name"),
+                    "No draft model is set, so speculative decoding is off.",
+                )
+        if backend == EXLLAMAV2:
+            for s in SETTINGS:
+                if s.exl3_only and self.raw(s.section, s.key) not in (None, s.default):
+                    yield Problem(
+                        "info",
+                        s.path,
+                        f"{s.dotted} is an ExLlamaV3 setting; the ExLlamaV2 backend ignores it.",
+                    )
+        gpu_split = self.raw(MODEL, "gpu_split")
+        if gpu_split and self.value(MODEL, "gpu_split_auto") is True and not self.value(
+            MODEL, "tensor_parallel"
+        ):
+            yield Problem(
+                "info",
+                (MODEL, "gpu_split"),
+                "model.gpu_split is ignored while model.gpu_split_auto is true.",
+            )
+
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems() if p.severity == "error"]
+
+
+def load(path: str | Path) -> ConfigDocument:
+    """Open a TabbyAPI config.yml (or a per-model tabby_config.yml)."""
+    return ConfigDocument.from_file(path)
