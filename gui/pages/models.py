@@ -16,18 +16,17 @@ only shows state. Domain logic lives in specdeck.core.hub.
 
 from __future__ import annotations
 
+import html
 import logging
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSettings, Qt, QThreadPool, Signal
+import shiboken6
+from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
-    QDialog,
-    QDialogButtonBox,
     QFileDialog,
-    QFrame,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
@@ -36,7 +35,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QMessageBox,
-    QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QSizePolicy,
@@ -49,6 +47,7 @@ from PySide6.QtWidgets import (
 
 from specdeck.core.errors import CancelledError
 from specdeck.gui.context import AppContext
+from specdeck.gui.widgets.banner import Banner
 from specdeck.gui.workers import TaskHandle, submit
 
 log = logging.getLogger(__name__)
@@ -192,43 +191,12 @@ def _variants_with_status(repo_id: str, dirs: list[str], install_dir: str | None
     from specdeck.core.hub import find_partial_installs, installed_variants, list_variants
 
     found = list_variants(repo_id, cancel=cancel)
-    installed = installed_variants(dirs)
+    installed = installed_variants([*dirs, install_dir] if install_dir else dirs)
     partials = find_partial_installs(install_dir) if install_dir else []
     return {"found": found, "installed": installed, "partials": partials}
 
 
 # ---------------------------------------------------------------------------------------
-
-
-class _HeldStart:
-    """Stands in for the thread pool in submit(): keeps the task until the page starts it."""
-
-    runnable: Any = None
-
-    def start(self, runnable: Any) -> None:
-        self.runnable = runnable
-
-
-class DiffDialog(QDialog):
-    """Shows a config.yml change before it is saved."""
-
-    def __init__(self, title: str, diff: str, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.setWindowTitle(title)
-        layout = QVBoxLayout(self)
-        layout.addWidget(_label("SpecDeck will make this change to config.yml (a backup is kept as config.yml.bak):"))
-        view = QPlainTextEdit(diff)
-        view.setReadOnly(True)
-        view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
-        font = view.font()
-        font.setFamily("monospace")
-        view.setFont(font)
-        view.setMinimumSize(640, 280)
-        layout.addWidget(view)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        layout.addWidget(buttons)
 
 
 class ModelsPage(QWidget):
@@ -253,11 +221,12 @@ class ModelsPage(QWidget):
         self._last_result: Any = None
         self._install_dir: Path | None = None
         self._rename_offer: Any = None  # a Variant whose folder name clashed
+        self._scan_generation = 0
+        self._closed = False
+        self._variants_generation = 0
 
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(16, 12, 16, 8)
-        title = QLabel("<h2 style='margin:0'>Models</h2>")
-        layout.addWidget(title)
+        layout.setContentsMargins(10, 8, 10, 8)
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(self._build_library())
         splitter.addWidget(self._build_hub())
@@ -288,6 +257,7 @@ class ModelsPage(QWidget):
         add = QPushButton("Add folder…")
         add.clicked.connect(self._add_folder)
         self.refresh_button = QPushButton("Refresh")
+        self.refresh_button.setToolTip("Scan the folders again")
         self.refresh_button.clicked.connect(self.refresh_library)
         row.addWidget(self.folders_label, 1)
         row.addWidget(add)
@@ -302,6 +272,8 @@ class ModelsPage(QWidget):
     def _build_hub(self) -> QWidget:
         box = QGroupBox("Install an EXL2 draft model from the Hugging Face Hub")
         layout = QVBoxLayout(box)
+        self.error_banner = Banner()
+        layout.addWidget(self.error_banner)
 
         search = QHBoxLayout()
         self.search_edit = QLineEdit()
@@ -351,9 +323,6 @@ class ModelsPage(QWidget):
         split.setStretchFactor(0, 2)
         split.setStretchFactor(1, 3)
         layout.addWidget(split, 1)
-        self.error_label = _label("", role="error")
-        self.error_label.hide()
-        layout.addWidget(self.error_label)
         return box
 
     def _build_install(self) -> QWidget:
@@ -377,19 +346,8 @@ class ModelsPage(QWidget):
         dest.addWidget(change)
         layout.addLayout(dest)
 
-        self.partial_frame = QFrame()
-        self.partial_frame.setFrameShape(QFrame.Shape.StyledPanel)
-        partial = QHBoxLayout(self.partial_frame)
-        self.partial_label = _label("")
-        self.resume_button = QPushButton("Resume")
-        self.resume_button.clicked.connect(self.resume_install)
-        self.discard_button = QPushButton("Discard")
-        self.discard_button.clicked.connect(self._discard_partial)
-        partial.addWidget(self.partial_label, 1)
-        partial.addWidget(self.resume_button)
-        partial.addWidget(self.discard_button)
-        self.partial_frame.hide()
-        layout.addWidget(self.partial_frame)
+        self.partial_banner = Banner()
+        layout.addWidget(self.partial_banner)
 
         actions = QHBoxLayout()
         self.install_button = QPushButton("Install")
@@ -426,34 +384,37 @@ class ModelsPage(QWidget):
         return panel
 
     # workers -------------------------------------------------------------------------
-    def _run(self, fn, *args, finished=None, failed=None, progress=None, **kwargs) -> TaskHandle:
-        # submit() starts the task at once; a fast task could emit its signals before they
-        # are connected here, and they would be lost. Start it only once connected.
-        held = _HeldStart()
-        handle = submit(fn, *args, pool=held, **kwargs)
+    def _run(self, fn, *args, finished=None, failed=None, progress=None, **kwargs) -> TaskHandle | None:
+        """Run ``fn`` in a worker; its result, error and progress reach the callbacks on the
+        GUI thread, and never after shutdown() or once the page is destroyed."""
+        if self._closed:
+            return None
+        handle = submit(fn, *args, **kwargs)
         self._tasks.add(handle)
-        if finished:
-            handle.finished.connect(finished)
-        handle.failed.connect(failed or self._show_error)
-        if progress:
-            handle.progress.connect(progress)
+        for signal, callback in ((handle.finished, finished), (handle.failed, failed or self._show_error),
+                                 (handle.progress, progress)):
+            if callback is not None:
+                signal.connect(lambda value, callback=callback: self._deliver(callback, value))
         handle.done.connect(lambda: self._tasks.discard(handle))
-        QThreadPool.globalInstance().start(held.runnable)
         return handle
 
+    def _deliver(self, callback, value: Any) -> None:
+        # The handle outlives the page when the window closes mid-task: drop late results.
+        if not self._closed and shiboken6.isValid(self):
+            callback(value)
+
     def _show_error(self, error: BaseException) -> None:
-        self.error_label.setText(str(error))
-        self.error_label.setVisible(bool(str(error)))
+        self.error_banner.show_message(html.escape(str(error)), "error")
 
     def _clear_error(self) -> None:
-        self.error_label.clear()
-        self.error_label.hide()
+        self.error_banner.clear()
 
     def busy(self) -> bool:
         return bool(self._tasks)
 
     def shutdown(self) -> None:
         """Stop background work when the window closes; a running install stays resumable."""
+        self._closed = True
         for handle in list(self._tasks):
             handle.cancel()
 
@@ -520,17 +481,18 @@ class ModelsPage(QWidget):
             self.refresh_library()
 
     def refresh_library(self) -> None:
-        self.refresh_button.setEnabled(False)
+        # Scans can overlap (a new folder while one runs): only the latest one is shown.
+        self._scan_generation += 1
+        generation = self._scan_generation
         self._run(
             _scan, self._config_path(), str(self._install_dir) if self._install_dir else None,
-            finished=self._show_library,
-            failed=lambda exc: (self.refresh_button.setEnabled(True), self._show_error(exc)),
+            finished=lambda scan: self._show_library(scan) if generation == self._scan_generation else None,
+            failed=self._show_error,
         )
 
     def _show_library(self, scan: dict) -> None:
         from specdeck.core.hub import format_bytes
 
-        self.refresh_button.setEnabled(True)
         self._library_dirs = list(scan["dirs"])
         self.folders_label.setText(
             "Folders: " + (", ".join(str(d) for d in scan["dirs"]) if scan["dirs"] else
@@ -637,16 +599,19 @@ class ModelsPage(QWidget):
         keep = current.revision if current is not None and current.repo_id == repo_id else None
         if self._variants_task is not None:
             self._variants_task.cancel()
+        self._variants_generation += 1
+        generation = self._variants_generation
         self._variants = None
         self.variants_table.setRowCount(0)
         self.repo_label.setText(f"<b>{repo_id}</b> · reading its branches…")
         dirs = [str(d) for d in self._library_dirs]
-        handle = self._run(
+        self._variants_task = self._run(
             _variants_with_status, repo_id, dirs, str(self._install_dir) if self._install_dir else None,
-            finished=lambda result, repo=repo_id: self._show_variants(repo, result, keep),
-            failed=lambda exc, repo=repo_id: self._variants_failed(repo, exc),
+            finished=lambda result: self._show_variants(repo_id, result, keep)
+            if generation == self._variants_generation else None,
+            failed=lambda exc: self._variants_failed(repo_id, exc)
+            if generation == self._variants_generation else None,
         )
-        self._variants_task = handle
 
     def _variants_failed(self, repo_id: str, error: BaseException) -> None:
         if isinstance(error, CancelledError):
@@ -725,8 +690,6 @@ class ModelsPage(QWidget):
         else:
             self.install_button.setText("Install")
         self.cancel_button.setEnabled(installing)
-        self.resume_button.setEnabled(not installing)
-        self.discard_button.setEnabled(not installing)
 
     def start_install(self, name: str | None = None) -> None:
         variant = self.selected_variant()
@@ -752,7 +715,10 @@ class ModelsPage(QWidget):
             install, repo_id, revision, self._install_dir, name=name,
             finished=self._install_done, failed=self._install_failed, progress=self._install_progress,
         )
+        if self._install_task is None:
+            return
         self._install_task.done.connect(self._install_ended)
+        self._show_partials()
         self._update_buttons()
 
     def cancel_install(self) -> None:
@@ -767,6 +733,8 @@ class ModelsPage(QWidget):
 
     def _install_ended(self) -> None:
         self._install_task = None
+        if self._closed:
+            return
         self._update_buttons()
         self.refresh_library()
         if self._variants is not None:
@@ -821,17 +789,17 @@ class ModelsPage(QWidget):
     def _show_partials(self) -> None:
         from specdeck.core.hub import format_bytes
 
-        if not self._partials:
-            self.partial_frame.hide()
+        if not self._partials or self._install_task is not None:
+            self.partial_banner.clear()
             return
         p = self._partials[0]
         more = f" (and {len(self._partials) - 1} more)" if len(self._partials) > 1 else ""
-        self.partial_label.setText(
-            f"Unfinished install: <b>{p.spec}</b> · {p.fraction:.0%} "
-            f"({format_bytes(p.bytes_done)} of {format_bytes(p.bytes_total)}){more}"
+        self.partial_banner.show_message(
+            f"Unfinished install: <b>{html.escape(p.spec)}</b> · {p.fraction:.0%} "
+            f"({format_bytes(p.bytes_done)} of {format_bytes(p.bytes_total)}){more}",
+            "warning",
+            [("Resume", self.resume_install), ("Discard", self._discard_partial)],
         )
-        self.partial_label.setTextFormat(Qt.TextFormat.RichText)
-        self.partial_frame.show()
 
     def _discard_partial(self) -> None:
         from specdeck.core.hub import discard_partial
@@ -859,17 +827,12 @@ class ModelsPage(QWidget):
                   failed=lambda exc: None)
 
     def _update_use_button(self) -> None:
-        if self.context.config_path is None:
-            self.use_button.setEnabled(False)
-            self.use_button.setToolTip("Open your TabbyAPI config.yml first.")
-            return
-        try:
-            import specdeck.core.config  # noqa: F401
-        except ImportError:
-            self.use_button.setEnabled(False)
-            self.use_button.setToolTip("Needs the config editor, which is not part of this build.")
-            return
-        self.use_button.setEnabled(True)
+        has_config = self.context.config_path is not None
+        self.use_button.setEnabled(has_config)
+        self.use_button.setToolTip(
+            "Set this model as draft_model in config.yml (you see the change first)." if has_config
+            else "Open your TabbyAPI config.yml first (Draft settings page)."
+        )
 
     def use_as_draft(self) -> None:
         from specdeck.core.hub.draft import plan_use_as_draft
@@ -879,21 +842,22 @@ class ModelsPage(QWidget):
         self._run(plan_use_as_draft, self._last_result.path, self.context.config_path, finished=self._confirm_change)
 
     def _confirm_change(self, change) -> None:
-        from specdeck.core.hub.draft import change_diff, change_is_noop, save_change
+        from specdeck.gui.widgets.config_dialog import confirm_and_save
 
-        if change_is_noop(change):
-            self.context.show_status("This model is already the draft model in config.yml.")
-            return
-        dialog = DiffDialog("Use as draft model", change_diff(change), self)
-        if dialog.exec() != QDialog.DialogCode.Accepted:
+        name = self._last_result.path.name if self._last_result else "the model"
+        saved = confirm_and_save(
+            self, change, "Use as draft model",
+            f"Make <b>{html.escape(name)}</b> TabbyAPI's draft model. SpecDeck will change config.yml "
+            "like this (the previous version is kept as config.yml.bak):",
+        )
+        if saved is None:
             return
         path = str(self.context.config_path)
-
-        def saved(_result) -> None:
+        if getattr(saved, "written", True):
             self.context.config_saved.emit(path)
-            self.context.show_status(f"Draft model set in {path}.")
-
-        self._run(save_change, change, finished=saved)
+            self.context.show_status(f"Draft model set to {name} in {path}.")
+        else:
+            self.context.show_status(f"{name} already is the draft model in {path}.")
 
     # token ---------------------------------------------------------------------------
     def _ask_token(self) -> None:

@@ -105,24 +105,25 @@ def test_cancel_mid_file_then_resume_after_a_restart(qtbot, page, fake_hub, draf
     stall.release()
     assert "cancelled" in page.progress_label.text() and "resumes" in page.progress_label.text()
     assert not (drafts / "TinyLlama-1.1B-Chat-v1.0-exl2-4.0bpw").exists()
-    qtbot.waitUntil(lambda: not page.partial_frame.isHidden(), timeout=TIMEOUT)
-    assert f"{TINY_REPO}@4.0bpw" in page.partial_label.text()
+    qtbot.waitUntil(lambda: not page.partial_banner.isHidden(), timeout=TIMEOUT)
+    assert f"{TINY_REPO}@4.0bpw" in page.partial_banner.label.text()
     qtbot.waitUntil(lambda: variant_status(page, "4.0bpw").startswith("unfinished"), timeout=TIMEOUT)
 
     # A new window (as after a restart) finds the unfinished install and resumes it.
     again = ModelsPage(AppContext())
     qtbot.addWidget(again)
     again.show()
-    qtbot.waitUntil(lambda: not again.partial_frame.isHidden(), timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: not again.partial_banner.isHidden(), timeout=TIMEOUT)
     assert again.install_dir == drafts
+    resume = next(b for b in again.partial_banner.buttons() if b.text() == "Resume")
     with qtbot.waitSignal(again.install_finished, timeout=TIMEOUT) as finished:
-        qtbot.mouseClick(again.resume_button, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(resume, Qt.MouseButton.LeftButton)
     assert finished.args[0].resumed_bytes > 0
     ranges = [r.range for r in fake_hub.file_requests() if r.file == WEIGHTS and r.origin == "cdn"]
     assert ranges[0] is None and ranges[-1].startswith("bytes=") and ranges[-1] != "bytes=0-"
     assert (drafts / "TinyLlama-1.1B-Chat-v1.0-exl2-4.0bpw" / WEIGHTS).read_bytes() == \
         fake_hub.repos[TINY_REPO].branches["4.0bpw"][WEIGHTS]
-    qtbot.waitUntil(lambda: again.partial_frame.isHidden(), timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: again.partial_banner.isHidden(), timeout=TIMEOUT)
     again.shutdown()
     qtbot.waitUntil(lambda: not again.busy(), timeout=TIMEOUT)
 
@@ -134,7 +135,7 @@ def test_a_name_clash_offers_another_name(qtbot, page, fake_hub, drafts, monkeyp
     asked = []
 
     def answer(parent, title, label, text=""):
-        asked.append((text, page.error_label.text()))
+        asked.append((text, page.error_banner.label.text()))
         return text, True
 
     monkeypatch.setattr(QInputDialog, "getText", staticmethod(answer))
@@ -151,8 +152,9 @@ def test_a_name_clash_offers_another_name(qtbot, page, fake_hub, drafts, monkeyp
 
 def test_errors_show_in_place(qtbot, page):
     page.show_repo("nobody/nothing-exl2")
-    qtbot.waitUntil(lambda: page.error_label.isVisible(), timeout=TIMEOUT)
-    assert "not found" in page.error_label.text()
+    qtbot.waitUntil(lambda: page.error_banner.isVisible(), timeout=TIMEOUT)
+    assert "not found" in page.error_banner.label.text()
+    assert page.error_banner.severity == "error"
     assert not page.install_button.isEnabled()
 
 
@@ -182,24 +184,33 @@ def test_use_as_draft_needs_a_config(qtbot, page):
 
 
 def test_use_as_draft_edits_config_yml_after_showing_the_diff(qtbot, page, drafts, tmp_path, monkeypatch):
-    pytest.importorskip("specdeck.core.config", reason="the config editor is not merged into this branch yet")
     from conftest import TABBY
 
-    from specdeck.gui.pages import models
+    from specdeck.core import config
+    from specdeck.gui.widgets import config_dialog
 
-    sample = next(TABBY.glob("*exl2*")) if list(TABBY.glob("*exl2*")) else next(TABBY.glob("*.yml"))
-    config_yml = tmp_path / "config.yml"
-    config_yml.write_text(sample.read_text())
+    config_yml = tmp_path / "tabby" / "config.yml"
+    config_yml.parent.mkdir()
+    config_yml.write_text((TABBY / "config_sample.exl2-checkpoint.yml").read_text())
+    original = config_yml.read_text()
     page.context.set_config_path(config_yml)
     page.set_install_dir(drafts)
     shown = []
-    monkeypatch.setattr(models.DiffDialog, "exec", lambda self: shown.append(self) or models.QDialog.DialogCode.Accepted)
+
+    def accept(dialog):
+        shown.append(dialog.diff.toPlainText())
+        return config_dialog.QDialog.DialogCode.Accepted
+
+    monkeypatch.setattr(config_dialog.ConfirmChangeDialog, "exec", accept)
     open_repo(qtbot, page, "tinyllama", TINY_REPO)
     with qtbot.waitSignal(page.install_finished, timeout=TIMEOUT) as finished:
         qtbot.mouseClick(page.install_button, Qt.MouseButton.LeftButton)
+    assert page.use_button.isEnabled()
     with qtbot.waitSignal(page.context.config_saved, timeout=TIMEOUT):
         qtbot.mouseClick(page.use_button, Qt.MouseButton.LeftButton)
-    assert shown, "the change was shown before saving"
-    text = config_yml.read_text()
-    assert finished.args[0].path.name in text and str(drafts) in text
-    assert (tmp_path / "config.yml.bak").exists()
+    name = finished.args[0].path.name
+    (diff,) = shown
+    assert f"+  draft_model_name: {name}" in diff, "the change was shown before saving"
+    doc = config.load(config_yml)
+    assert doc.draft_model_path() == finished.args[0].path
+    assert (config_yml.parent / "config.yml.bak").read_text() == original
