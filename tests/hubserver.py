@@ -638,13 +638,16 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_headers(206 if span is not None else 200, headers)
         if method == "HEAD":
             return
-        data = bytearray(f.data[start:end])
-        for at in self.hub._corruptions(f.path):
-            if start <= at < end:
-                data[at - start] ^= 0xFF
-        self._stream(f.path, bytes(data), start)
+        data: bytes | memoryview = memoryview(f.data)[start:end]  # no copy of big files
+        hits = [at for at in self.hub._corruptions(f.path) if start <= at < end]
+        if hits:
+            damaged = bytearray(data)
+            for at in hits:
+                damaged[at - start] ^= 0xFF
+            data = bytes(damaged)
+        self._stream(f.path, data, start)
 
-    def _stream(self, path: str, data: bytes, start: int) -> None:
+    def _stream(self, path: str, data: bytes | memoryview, start: int) -> None:
         hub = self.hub
         drop = hub._take(hub._drops, path, start, start + len(data))
         stall = hub._take(hub._stalls, path, start, start + len(data))
