@@ -41,7 +41,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from specdeck import __version__
-from specdeck.core.atomic import atomic_write_text
+from specdeck.core.atomic import _fsync_dir, atomic_write_text  # the same durable rename
 from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.hub.client import HubClient, RemoteFile
 from specdeck.core.hub.errors import (
@@ -585,15 +585,6 @@ def _read_state(root: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return state if isinstance(state, dict) and state.get("version") == STATE_VERSION else None
-
-
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def _fsync_tree(root: Path) -> None:

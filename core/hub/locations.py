@@ -8,29 +8,26 @@ touches it.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from specdeck.core import settings as settings_store
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from specdeck.core.config import ConfigDocument
 
 
-def current_config(config_path: str | Path | None = None) -> Any | None:
+def current_config(config_path: str | Path | None = None) -> ConfigDocument | None:
     """The ConfigDocument of ``config_path`` (default: the config.yml SpecDeck has open),
-    or None when there is none or the config editor is not available.
+    or None when there is none.
 
     Raises the config editor's ConfigError / NotFoundError for a file that cannot be read:
     a broken config.yml must be reported, not silently replaced by another folder.
     """
+    from specdeck.core import config
+
     path = config_path or settings_store.load().config_path
     if not path:
-        return None
-    try:
-        from specdeck.core import config
-    except ImportError:  # the config editor is not part of this build yet
-        log.debug("specdeck.core.config is not available; config.yml not read")
         return None
     return config.load(Path(path).expanduser())
 

@@ -90,18 +90,25 @@ def test_terminal_progress_bar_on_a_tty():
     assert text.endswith("\n")
 
 
-def test_ctrl_c_cancels_cleanly_and_the_next_run_resumes(fake_hub, tmp_path):
-    stall = fake_hub.stall(WEIGHTS, at=200_000)
-    proc = cli("install", f"{TINY_REPO}@4.0bpw", "--dest", str(tmp_path), "--endpoint", fake_hub.url)
+def interrupt_install(hub, dest, stop) -> tuple[int, str]:
+    """Run `specdeck install` in a process, call ``stop(proc)`` once it is mid-file;
+    (exit code, stderr)."""
+    stall = hub.stall(WEIGHTS, at=300_000)
+    proc = cli("install", f"{TINY_REPO}@4.0bpw", "--dest", str(dest), "--endpoint", hub.url)
     try:
         assert stall.reached.wait(60)
         time.sleep(0.3)
-        proc.send_signal(signal.SIGINT)
+        stop(proc)
         _, err = proc.communicate(timeout=30)
     finally:
         stall.release()
         proc.kill()
-    assert proc.returncode == 130, err
+    return proc.returncode, err
+
+
+def test_ctrl_c_cancels_cleanly_and_the_next_run_resumes(fake_hub, tmp_path):
+    code, err = interrupt_install(fake_hub, tmp_path, lambda proc: proc.send_signal(signal.SIGINT))
+    assert code == 130, err
     assert "cancelled" in err and "resumes" in err
     (partial,) = find_partial_installs(tmp_path)
     assert partial.bytes_done > 0
@@ -109,15 +116,8 @@ def test_ctrl_c_cancels_cleanly_and_the_next_run_resumes(fake_hub, tmp_path):
 
 def test_a_killed_process_is_resumed_by_the_next_install(fake_hub, tmp_path):
     """A restart: the process dies mid-file (no cleanup at all); the next install resumes."""
-    stall = fake_hub.stall(WEIGHTS, at=300_000)
-    proc = cli("install", f"{TINY_REPO}@4.0bpw", "--dest", str(tmp_path), "--endpoint", fake_hub.url)
-    try:
-        assert stall.reached.wait(60)
-        time.sleep(0.3)
-        proc.kill()  # SIGKILL: nothing runs after this
-        proc.communicate(timeout=30)
-    finally:
-        stall.release()
+    code, _ = interrupt_install(fake_hub, tmp_path, lambda proc: proc.kill())  # SIGKILL
+    assert code == -signal.SIGKILL
     assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == []
     (partial,) = find_partial_installs(tmp_path)
     kept = sum(p.stat().st_size for p in partial.staging.glob("parts/*.part"))
@@ -134,3 +134,18 @@ def test_a_killed_process_is_resumed_by_the_next_install(fake_hub, tmp_path):
 def test_bad_repo_names(args, capsys):
     assert main(args) == 2
     assert "owner/name" in capsys.readouterr().err
+
+
+def test_install_into_the_draft_folder_of_a_config(fake_hub, tmp_path, capsys):
+    from conftest import TABBY
+
+    config_yml = tmp_path / "config.yml"
+    config_yml.write_text((TABBY / "config_sample.exl2-checkpoint.yml").read_text())
+    assert main(["install", f"{TINY_REPO}@4.0bpw", "--config", str(config_yml), "--endpoint", fake_hub.url,
+                 "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["path"] == str(tmp_path / "models" / "TinyLlama-1.1B-Chat-v1.0-exl2-4.0bpw")
+    assert main(["models", "--config", str(config_yml), "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert str(tmp_path / "models") in listing["folders"]
+    assert [m["name"] for m in listing["models"]] == ["TinyLlama-1.1B-Chat-v1.0-exl2-4.0bpw"]

@@ -353,7 +353,6 @@ def test_nothing_is_left_but_the_model_even_after_a_resume(fake_hub, tmp_path):
 
 
 def test_destination_defaults_to_config_draft_model_dir(fake_hub, tmp_path):
-    pytest.importorskip("specdeck.core.config", reason="the config editor is not merged into this branch yet")
     from conftest import TABBY
 
     from specdeck.core import settings
