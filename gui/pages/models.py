@@ -23,6 +23,7 @@ from typing import Any
 
 import shiboken6
 from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -56,6 +57,12 @@ INSTALL_DIR_KEY = "models/install_dir"
 ANY_FAMILY = "any family"
 FAMILIES = ("", "llama", "qwen2", "mistral", "gemma2", "phi3", "deepseek", "command-r", "yi")
 PROGRESS_STEPS = 1000
+# Text colours of the library's compatibility column (the badge colours of style.qss).
+VERDICT_COLOURS = {
+    "compatible": "#16a34a",
+    "compatible_with_warnings": "#d97706",
+    "incompatible": "#dc2626",
+}
 COMPAT_ROLES = {
     "compatible": "badge-ok",
     "compatible_with_warnings": "badge-warn",
@@ -151,6 +158,7 @@ def _compatibility(config_path: str | None, drafts: list[str], cancel=None, prog
         if cancel is not None and cancel.is_set():
             break
         if Path(draft).resolve() == Path(target).resolve():
+            verdicts[draft] = ("target", "Target model", "config.yml's target model")
             continue
         try:
             report = check(target, draft, cancel=cancel)
@@ -540,6 +548,8 @@ class ModelsPage(QWidget):
                 value, label, summary = verdicts[path]
                 cell.setText(label)
                 cell.setToolTip(summary)
+                if value in VERDICT_COLOURS:
+                    cell.setForeground(QColor(VERDICT_COLOURS[value]))
             elif cell.text() == "…":
                 cell.setText("—")
                 cell.setToolTip("Not checked: needs config.yml with a target model, and the compatibility checker.")

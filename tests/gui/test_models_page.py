@@ -214,3 +214,29 @@ def test_use_as_draft_edits_config_yml_after_showing_the_diff(qtbot, page, draft
     doc = config.load(config_yml)
     assert doc.draft_model_path() == finished.args[0].path
     assert (config_yml.parent / "config.yml.bak").read_text() == original
+
+
+def test_library_compatibility_against_the_config_target(qtbot, page, fake_hub, drafts, tmp_path):
+    pytest.importorskip("specdeck.core.compat", reason="the compatibility checker is not merged into this branch yet")
+    from conftest import MODELS
+
+    from specdeck.core.hub import install
+
+    install(TINY_REPO, "4.0bpw", drafts)
+    install("testorg/Qwen2.5-0.5B-Instruct-exl2", "4.0bpw", drafts)
+    config_yml = tmp_path / "config.yml"
+    config_yml.write_text(f"model:\n  model_dir: {MODELS}\n  model_name: Llama-2-7b-hf\n"
+                          f"draft_model:\n  draft_model_dir: {drafts}\n")
+    page.context.set_config_path(config_yml)
+
+    def verdicts():
+        rows = library_rows(page)
+        return {name: rows[name][7] for name in ("TinyLlama-1.1B-Chat-v1.0-exl2-4.0bpw",
+                                                 "Qwen2.5-0.5B-Instruct-exl2-4.0bpw", "Llama-2-7b-hf") if name in rows}
+
+    qtbot.waitUntil(lambda: len(verdicts()) == 3 and verdicts()["Llama-2-7b-hf"] == "Target model"
+                    and not {"…", "—"} & set(verdicts().values()), timeout=TIMEOUT)
+    found = verdicts()
+    assert found["TinyLlama-1.1B-Chat-v1.0-exl2-4.0bpw"].startswith("Compatible")  # same tokenizer as Llama 2
+    assert found["Qwen2.5-0.5B-Instruct-exl2-4.0bpw"] == "Incompatible"
+    assert found["Llama-2-7b-hf"] == "Target model"
