@@ -613,6 +613,8 @@ def install(
     """Install ``repo`` at ``revision`` (a branch such as "4.0bpw") into ``dest``.
 
     ``dest`` defaults to config.yml's draft_model_dir; ``name`` overrides the folder name.
+    Given a ``plan`` (from plan_install, e.g. shown to the user first), the repository,
+    revision, destination and name are the plan's.
     Returns an InstallResult (status "already installed" when the same variant is there).
     Raises CancelledError (what was downloaded is kept for the next attempt),
     IntegrityError, InstallConflictError, InsufficientSpaceError, HubError...
