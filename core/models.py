@@ -202,6 +202,15 @@ def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return config
 
 
+# Families whose transformers config class defaults tie_word_embeddings to True, so their
+# config.json often leaves it out (Gemma 2 9B: tied, 9.24B parameters).
+_TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "gemma3_text")
+
+
+def _ties_by_default(config: Mapping[str, Any]) -> bool:
+    return str(config.get("model_type", "")) in _TIED_BY_DEFAULT
+
+
 def architecture_from_config(config: Mapping[str, Any], source: str = "config.json") -> Architecture:
     """The sizing numbers of a config.json dict."""
     c = _text_config(config)
@@ -233,7 +242,7 @@ def architecture_from_config(config: Mapping[str, Any], source: str = "config.js
         vocab_size=int(c["vocab_size"]),
         max_position_embeddings=int(c.get("max_position_embeddings") or 2048),
         tie_word_embeddings=bool(
-            c.get("tie_word_embeddings", config.get("tie_word_embeddings", False))
+            c.get("tie_word_embeddings", config.get("tie_word_embeddings", _ties_by_default(c)))
         ),
         num_experts=experts,
         torch_dtype=c.get("torch_dtype") or c.get("dtype"),

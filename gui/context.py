@@ -19,10 +19,26 @@ class AppContext(QObject):
     """A config.yml was written by SpecDeck (absolute path); pages re-read it."""
     status_message = Signal(str, int)
     """Text for the status bar, and how long to show it in ms (0 = until replaced)."""
+    install_requested = Signal(str, str)
+    """A page asks for a Hub model to be installed: repo id, revision ("" = the default)."""
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
         self._settings = settings_store.load()
+        self._gpu_sampler = None
+
+    def gpu_sampler(self):
+        """The window's one GPU telemetry sampler (specdeck.core.gpu.Sampler).
+
+        Created on first use and not started: whoever shows telemetry starts it; the GPUs
+        page stops it when the window closes. Sharing one keeps one NVML session and one
+        history for every page that plots GPU memory.
+        """
+        if self._gpu_sampler is None:
+            from specdeck.core.gpu.sampler import Sampler
+
+            self._gpu_sampler = Sampler()
+        return self._gpu_sampler
 
     @property
     def settings(self) -> Settings:

@@ -181,6 +181,10 @@ SETTINGS: tuple[Setting, ...] = (
     _s(MODEL, "autosplit_reserve", Kind.FLOAT_LIST, (96.0,), "Autosplit reserve (MB)",
        "MB of VRAM to keep free per GPU when autosplitting (default: 96 on GPU 0).",
        minimum=0.0, blank_means="96 MB on GPU 0"),
+    _s(MODEL, "chunk_size", Kind.INT, 2048, "Chunk size",
+       "Tokens per prompt-ingestion chunk (default: 2048). It sizes ExLlamaV2's scratch "
+       "buffers: lower saves VRAM, ingests slower; 512 to 4096 is the useful range.",
+       minimum=1),
     _s(MODEL, "tensor_parallel", Kind.BOOL, False, "Tensor parallel",
        "Load the model with tensor parallelism (default: false).", blank_means="false"),
 )

@@ -1,11 +1,588 @@
-"""Placeholder until this page is built."""
+"""GPUs & VRAM: live telemetry on top, the VRAM plan below, plan and reality side by side.
+
+The page reads the window's shared Sampler (AppContext.gpu_sampler) from a QTimer at the
+sampling rate while it is visible; the sampler itself starts the first time the page is
+shown and stops when the window closes. Without an NVIDIA GPU the page says so, offers the
+demo trace, and the planner still works with typed-in GPU sizes.
+"""
 
 from __future__ import annotations
 
-from specdeck.gui.pages import spec
-from specdeck.gui.pages.placeholder import PlaceholderPage
+import logging
+
+from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QFrame,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QSpinBox,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from specdeck.core.errors import SpecDeckError
+from specdeck.core.gpu.telemetry import TelemetryFrame, TelemetryState
+from specdeck.gui.plan_bars import PlanBars
+from specdeck.gui.telemetry_view import (
+    GpuCards,
+    ProcessTable,
+    TelemetryPlots,
+    own_usage_text,
+    set_text,
+    set_visible,
+)
+from specdeck.gui.workers import submit
+
+log = logging.getLogger(__name__)
+
+DEMO_TRACE = ("traces", "demo-5090-4090-70b.jsonl")
+CACHE_MODES = ("FP16", "Q8", "Q6", "Q4")
+SETTINGS_PREFIX = "gpus/plan/"
+GiB = 1024**3
 
 
 def create_page(context):
-    page = spec("gpus")
-    return PlaceholderPage(page.title, page.summary)
+    return GpusPage(context)
+
+
+class _ModelPicker(QWidget):
+    """A folder field with Browse and, beside it, the bpw for folders that are not EXL2."""
+
+    def __init__(self, placeholder: str, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.path = QLineEdit()
+        self.path.setPlaceholderText(placeholder)
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._browse)
+        self.bpw = QDoubleSpinBox()
+        self.bpw.setRange(0.0, 8.0)
+        self.bpw.setSingleStep(0.05)
+        self.bpw.setDecimals(2)
+        self.bpw.setSpecialValueText("bpw: files")
+        self.bpw.setSuffix(" bpw")
+        self.bpw.setToolTip("The bpw to assume for a folder with only config.json; "
+                            "'files' measures an EXL2 folder's weights exactly.")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.path, 1)
+        layout.addWidget(browse)
+        layout.addWidget(self.bpw)
+
+    def _browse(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Model folder", self.path.text())
+        if folder:
+            self.path.setText(folder)
+
+    def bpw_value(self) -> float | None:
+        return self.bpw.value() or None
+
+
+class PlanForm(QGroupBox):
+    """The plan's inputs, named as in TabbyAPI's config.yml."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__("VRAM plan", parent)
+        self.target = _ModelPicker("target model folder (EXL2, or config.json + bpw)")
+        self.draft = _ModelPicker("draft model folder (optional)")
+        self.context = QSpinBox()
+        self.context.setRange(256, 1_048_576)
+        self.context.setSingleStep(1024)
+        self.context.setValue(16384)
+        self.context.setSuffix(" tokens")
+        self.cache_mode = QComboBox()
+        self.draft_cache_mode = QComboBox()
+        for combo in (self.cache_mode, self.draft_cache_mode):
+            combo.addItems(CACHE_MODES)
+        self.gpu_source = QComboBox()
+        self.gpu_source.addItems(["This machine's GPUs", "GPU sizes typed below"])
+        self.gpu_sizes = QLineEdit("32,24")
+        self.gpu_sizes.setPlaceholderText("GB per GPU, e.g. 32,24")
+        self.gpu_split = QLineEdit()
+        self.gpu_split.setPlaceholderText("autosplit")
+        self.draft_gpu_split = QLineEdit()
+        self.draft_gpu_split.setPlaceholderText("autosplit")
+        self.reserve = QLineEdit("96")
+        self.count_in_use = QCheckBox("Count memory other programs hold now")
+        self.plan_button = QPushButton("Plan VRAM")
+        self.plan_button.setDefault(True)
+        self.from_config = QPushButton("From config.yml")
+        self.from_config.setToolTip("Fill the form from the TabbyAPI config.yml open in SpecDeck")
+
+        modes = QHBoxLayout()
+        modes.addWidget(QLabel("target"))
+        modes.addWidget(self.cache_mode)
+        modes.addSpacing(12)
+        modes.addWidget(QLabel("draft"))
+        modes.addWidget(self.draft_cache_mode)
+        modes.addStretch(1)
+        gpus = QHBoxLayout()
+        gpus.addWidget(self.gpu_source)
+        gpus.addWidget(self.gpu_sizes, 1)
+        splits = QHBoxLayout()
+        splits.addWidget(self.gpu_split, 1)
+        splits.addWidget(QLabel("draft"))
+        splits.addWidget(self.draft_gpu_split, 1)
+        splits.addWidget(QLabel("reserve MB"))
+        splits.addWidget(self.reserve)
+        self.reserve.setMaximumWidth(60)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.count_in_use)
+        buttons.addStretch(1)
+        buttons.addWidget(self.from_config)
+        buttons.addWidget(self.plan_button)
+
+        form = QFormLayout(self)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        form.addRow("Target", self.target)
+        form.addRow("Draft", self.draft)
+        form.addRow("Context", self.context)
+        form.addRow("Cache mode", modes)
+        form.addRow("GPUs", gpus)
+        form.addRow("gpu_split", splits)
+        form.addRow(buttons)
+        self.gpu_source.currentIndexChanged.connect(self._sync)
+        self._sync()
+
+    def _sync(self) -> None:
+        typed = self.gpu_source.currentIndex() == 1
+        self.gpu_sizes.setEnabled(typed)
+        self.count_in_use.setEnabled(not typed)
+
+    def use_typed_gpus(self, typed: bool) -> None:
+        self.gpu_source.setCurrentIndex(1 if typed else 0)
+
+    def inputs(self):
+        from specdeck.core.vram import PlanInputs
+
+        typed = self.gpu_source.currentIndex() == 1
+        return PlanInputs(
+            model=self.target.path.text().strip(),
+            draft=self.draft.path.text().strip() or None,
+            context=self.context.value(),
+            cache_mode=self.cache_mode.currentText(),
+            draft_cache_mode=self.draft_cache_mode.currentText(),
+            gpus=self.gpu_sizes.text().strip() if typed else None,
+            bpw=self.target.bpw_value(),
+            draft_bpw=self.draft.bpw_value(),
+            gpu_split=self.gpu_split.text().strip() or None,
+            draft_gpu_split=self.draft_gpu_split.text().strip() or None,
+            autosplit_reserve_mb=self.reserve.text().strip() or "0",
+            count_in_use=self.count_in_use.isChecked() and not typed,
+        )
+
+    def fill(self, inputs) -> None:
+        """Show ``inputs`` (a PlanInputs); typed GPU sizes switch to typed GPUs, while
+        ``gpus=None`` (e.g. from a config.yml) leaves the GPU choice as it is."""
+        if inputs.gpus:
+            self.use_typed_gpus(True)
+            self.gpu_sizes.setText(inputs.gpus)
+        self.target.path.setText(inputs.model)
+        self.target.bpw.setValue(inputs.bpw or 0.0)
+        self.draft.path.setText(inputs.draft or "")
+        self.draft.bpw.setValue(inputs.draft_bpw or 0.0)
+        if inputs.context:
+            self.context.setValue(inputs.context)
+        self.cache_mode.setCurrentText(inputs.cache_mode)
+        self.draft_cache_mode.setCurrentText(inputs.draft_cache_mode)
+        self.gpu_split.setText(inputs.gpu_split or "")
+        self.draft_gpu_split.setText(inputs.draft_gpu_split or "")
+        self.reserve.setText(inputs.autosplit_reserve_mb)
+
+    # persistence: the last plan's inputs come back next time ---------------------------
+    _FIELDS = ("target", "draft", "target_bpw", "draft_bpw", "context", "cache_mode",
+               "draft_cache_mode", "gpu_source", "gpu_sizes", "gpu_split", "draft_gpu_split",
+               "reserve")
+
+    def _widgets(self):
+        return dict(target=self.target.path, draft=self.draft.path, target_bpw=self.target.bpw,
+                    draft_bpw=self.draft.bpw, context=self.context, cache_mode=self.cache_mode,
+                    draft_cache_mode=self.draft_cache_mode, gpu_source=self.gpu_source,
+                    gpu_sizes=self.gpu_sizes, gpu_split=self.gpu_split,
+                    draft_gpu_split=self.draft_gpu_split, reserve=self.reserve)
+
+    def save(self) -> None:
+        store = QSettings()
+        for key, widget in self._widgets().items():
+            store.setValue(SETTINGS_PREFIX + key, _widget_value(widget))
+
+    def restore(self) -> bool:
+        store = QSettings()
+        if store.value(SETTINGS_PREFIX + "target") is None:
+            return False
+        for key, widget in self._widgets().items():
+            value = store.value(SETTINGS_PREFIX + key)
+            if value is not None:
+                _set_widget_value(widget, value)
+        return True
+
+
+def _widget_value(widget):
+    if isinstance(widget, QLineEdit):
+        return widget.text()
+    if isinstance(widget, QComboBox):
+        return widget.currentIndex()
+    return widget.value()
+
+
+def _set_widget_value(widget, value) -> None:
+    try:
+        if isinstance(widget, QLineEdit):
+            widget.setText(str(value))
+        elif isinstance(widget, QComboBox):
+            widget.setCurrentIndex(int(value))
+        elif isinstance(widget, QSpinBox):
+            widget.setValue(int(value))
+        else:
+            widget.setValue(float(value))
+    except (TypeError, ValueError):
+        log.debug("Ignoring a stored value %r for %s", value, widget)
+
+
+class PlanResult(QWidget):
+    """The plan's bars, verdict, largest contexts, suggestions and notes."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.verdict = QLabel()
+        self.summary = QLabel()
+        self.summary.setWordWrap(True)
+        self.bars = PlanBars()
+        self.details = QLabel()
+        self.details.setWordWrap(True)
+        self.details.setTextFormat(Qt.TextFormat.RichText)
+        self.details.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.error = QLabel()
+        self.error.setProperty("role", "error")
+        self.error.setWordWrap(True)
+        top = QHBoxLayout()
+        top.addWidget(self.verdict, 0, Qt.AlignmentFlag.AlignTop)
+        top.addWidget(self.summary, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(top)
+        layout.addWidget(self.error)
+        layout.addWidget(self.bars)
+        layout.addWidget(self.details, 1)
+        self.show_message("Pick a target model folder and press Plan VRAM. Without GPUs here, "
+                          "type their sizes to plan for another machine.")
+
+    def show_message(self, text: str) -> None:
+        self.verdict.hide()
+        self.error.hide()
+        self.summary.setText(text)
+        _set_role(self.summary, "hint")
+        self.bars.set_plan(None)
+        self.bars.hide()
+        self.details.clear()
+
+    def show_error(self, error: BaseException) -> None:
+        self.show_message("")
+        self.error.setText(str(error) if isinstance(error, SpecDeckError)
+                           else f"The plan failed: {error}")
+        self.error.show()
+
+    def show_plan(self, plan) -> None:
+        from specdeck.core.vram import Verdict, format_bytes
+
+        self.error.hide()
+        role = {Verdict.FITS: "badge-ok", Verdict.TIGHT: "badge-warn", Verdict.NO_FIT: "badge-bad"}
+        self.verdict.setText(plan.verdict.value.upper())
+        _set_role(self.verdict, role[plan.verdict])
+        self.verdict.show()
+        if plan.headroom_bytes < 0:
+            headroom = f"at least {format_bytes(-plan.headroom_bytes)} short"
+        else:
+            headroom = f"{format_bytes(plan.headroom_bytes)} headroom"
+        draft = f" + {plan.draft}" if plan.draft else ""
+        _set_role(self.summary, "")
+        self.summary.setText(f"{headroom}. {plan.target}{draft}; {plan.context} tokens, "
+                             f"cache {plan.cache_mode}"
+                             + (f"/{plan.draft_cache_mode}" if plan.draft else "")
+                             + f", {plan.split}.")
+        self.bars.set_plan(plan)
+        self.bars.show()
+        lines = []
+        if plan.problem:
+            lines.append(f"<b>{plan.problem}</b>")
+        largest = _tokens(plan.max_context)
+        if plan.draft:
+            lines.append(f"Largest context that fits: <b>{largest}</b> with the draft, "
+                         f"<b>{_tokens(plan.max_context_without_draft)}</b> without "
+                         f"(searched up to {plan.context_limit}).")
+        else:
+            lines.append(f"Largest context that fits: <b>{largest}</b> "
+                         f"(searched up to {plan.context_limit}).")
+        lines.append(f"System RAM for token embeddings: {format_bytes(plan.system_ram_bytes)}.")
+        if plan.suggestions:
+            heading = "To make it fit" if not plan.fits else "For more headroom"
+            lines.append(f"<b>{heading}:</b><ul style='margin-top:0'>"
+                         + "".join(f"<li>{_escape(t)}</li>" for t in plan.suggestions) + "</ul>")
+        for note in plan.notes:
+            lines.append(f"<span style='color:gray'>{_escape(note)}</span>")
+        self.details.setText("<br>".join(lines))
+
+
+def _set_role(label: QLabel, role: str) -> None:
+    """Switch a label's style role (style.qss) and make the style notice."""
+    if label.property("role") != role:
+        label.setProperty("role", role)
+        label.style().unpolish(label)
+        label.style().polish(label)
+
+
+def _tokens(value: int | None) -> str:
+    return "none" if value is None else f"{value:,}"
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class GpusPage(QWidget):
+    def __init__(self, context, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.context = context
+        self.sampler = context.gpu_sampler()
+        self._task = None
+        self._last_frame_seen: TelemetryFrame | None = None
+
+        # the live half ---------------------------------------------------------------
+        self.state_badge = QLabel()
+        self.state_text = QLabel()
+        self.state_text.setWordWrap(True)
+        self.demo_button = QPushButton("Play the demo trace")
+        self.demo_button.setToolTip("Replay a synthetic RTX 4090 + RTX 5090 trace of a 70B load")
+        self.demo_button.clicked.connect(self.play_demo)
+        self.live_button = QPushButton("Back to live NVML")
+        self.live_button.clicked.connect(self.use_live)
+        banner = QHBoxLayout()
+        banner.addWidget(self.state_badge)
+        banner.addWidget(self.state_text, 1)
+        banner.addWidget(self.demo_button)
+        banner.addWidget(self.live_button)
+        self.cards = GpuCards()
+        # The plots need pyqtgraph (~0.4 s to import): built after the page first shows, so
+        # a window that opens on this page paints at once.
+        self.plots: TelemetryPlots | None = None
+        self.plots_host = QWidget()
+        plots_layout = QVBoxLayout(self.plots_host)
+        plots_layout.setContentsMargins(0, 0, 0, 0)
+        self.processes = ProcessTable()
+        self.processes.setMaximumWidth(330)
+        self.own_usage = QLabel()
+        self.own_usage.setProperty("role", "hint")
+        processes_box = QVBoxLayout()
+        processes_box.addWidget(self.processes, 1)
+        processes_box.addWidget(self.own_usage)
+        self.telemetry = QWidget()
+        middle = QHBoxLayout(self.telemetry)
+        middle.setContentsMargins(0, 0, 0, 0)
+        middle.addWidget(self.plots_host, 1)
+        middle.addLayout(processes_box)
+        live = QWidget()
+        live_layout = QVBoxLayout(live)
+        live_layout.setContentsMargins(0, 0, 0, 0)
+        live_layout.addLayout(banner)
+        live_layout.addWidget(self.cards)
+        live_layout.addWidget(self.telemetry, 1)
+
+        # the plan half ---------------------------------------------------------------
+        self.form = PlanForm()
+        self.form.setMaximumWidth(520)
+        self.result = PlanResult()
+        self.form.plan_button.clicked.connect(self.run_plan)
+        self.form.from_config.clicked.connect(self.fill_from_config)
+        plan = QWidget()
+        plan_layout = QHBoxLayout(plan)
+        plan_layout.setContentsMargins(0, 0, 0, 0)
+        plan_layout.addWidget(self.form, 0, Qt.AlignmentFlag.AlignTop)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setWidget(self.result)
+        plan_layout.addWidget(scroll, 1)
+
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(live)
+        splitter.addWidget(plan)
+        # Live telemetry gets a little more room than the plan; the user can drag it.
+        splitter.setSizes([440, 360])
+        splitter.setChildrenCollapsible(False)
+        layout = QVBoxLayout(self)
+        layout.addWidget(splitter)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+
+        self.timer = QTimer(self)
+        self.timer.setInterval(max(100, int(self.sampler.interval_s * 1000)))
+        self.timer.timeout.connect(self.refresh)
+        self.form.restore()
+        self._plan_config = _config_plan_inputs
+        self.form.from_config.setVisible(_config_api_available())
+        self.refresh()
+
+    # lifecycle ---------------------------------------------------------------------------
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().showEvent(event)
+        self.sampler.start()
+        self.timer.start()
+        if self.plots is None:
+            QTimer.singleShot(0, self._build_plots)
+        self.refresh()
+
+    def _build_plots(self) -> None:
+        if self.plots is None:
+            self.plots = TelemetryPlots()
+            self.plots_host.layout().addWidget(self.plots)
+            self.refresh(force=True)
+
+    def hideEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        self.timer.stop()
+        super().hideEvent(event)
+
+    def shutdown(self) -> None:
+        """The window is closing: stop redrawing and stop the sampler."""
+        self.timer.stop()
+        self.sampler.stop()
+        if self._task is not None:
+            self._task.cancel()
+
+    # telemetry -------------------------------------------------------------------------
+    def play_demo(self) -> None:
+        from specdeck.core.gpu.replay import ReplaySource
+        from specdeck.resources import path
+
+        try:
+            source = ReplaySource(path(*DEMO_TRACE))
+        except SpecDeckError as exc:
+            self.context.show_status(f"Cannot play the demo trace: {exc}")
+            return
+        if self.plots is not None:
+            self.plots.clear()
+        self.sampler.set_source(source)
+        self.sampler.start()
+        self.refresh(force=True)
+
+    def use_live(self) -> None:
+        from specdeck.core.gpu.nvml import NvmlSource
+
+        if self.plots is not None:
+            self.plots.clear()
+        self.sampler.set_source(NvmlSource())
+        self.sampler.start()
+        self.refresh(force=True)
+
+    def refresh(self, force: bool = False) -> None:
+        """Redraw from the sampler's latest frame; nothing to do if it has not changed."""
+        frame = self.sampler.latest
+        if frame is self._last_frame_seen and frame is not None and not force:
+            return
+        self._show_state(frame)
+        has_gpus = frame is not None and frame.has_gpus
+        self.cards.show_frame(frame if has_gpus else None)
+        set_visible(self.cards, has_gpus)
+        # Empty plots only take room from the planner: show them once there is history.
+        set_visible(self.telemetry, has_gpus or bool(self.sampler.gpu_indices()))
+        if self.plots is not None:
+            self.plots.update_from(self.sampler)
+        self.processes.show_frame(frame)
+        set_text(self.own_usage, own_usage_text(frame))
+        self._update_live_marks(frame)
+        self._last_frame_seen = frame
+
+    def _show_state(self, frame: TelemetryFrame | None) -> None:
+        replaying = frame is not None and frame.source.startswith("replay:")
+        if frame is None:
+            badge, role, text = "…", "badge-info", "Reading the GPUs…"
+        elif replaying:
+            kind = "synthetic trace (not real hardware)" if frame.synthetic else "recorded trace"
+            badge, role = "DEMO", "badge-info"
+            text = f"Replaying a {kind}: {frame.source.removeprefix('replay:')}"
+        elif frame.has_gpus:
+            driver = f", driver {frame.driver_version}" if frame.driver_version else ""
+            badge, role, text = "LIVE", "badge-ok", f"{len(frame.gpus)} GPU(s) via NVML{driver}"
+        else:
+            badge = "NO GPU" if frame.state in (TelemetryState.NO_LIBRARY,
+                                                TelemetryState.NO_DEVICES) else "ERROR"
+            role = "badge-warn"
+            text = f"<b>{frame.headline}.</b> {frame.fix or ''}"
+        set_text(self.state_badge, badge)
+        _set_role(self.state_badge, role)
+        set_text(self.state_text, text)
+        set_visible(self.demo_button, not replaying and not (frame is not None and frame.has_gpus))
+        set_visible(self.live_button, replaying)
+
+    def _update_live_marks(self, frame: TelemetryFrame | None) -> None:
+        plan = self.result.bars.plan
+        if plan is None or frame is None or not frame.has_gpus:
+            self.result.bars.set_live_used({})
+            return
+        used = {}
+        for gpu in plan.gpus:
+            reading = frame.gpu(gpu.nvml_index) if gpu.nvml_index is not None else None
+            if reading is not None and reading.memory_used is not None:
+                used[gpu.index] = reading.memory_used
+        self.result.bars.set_live_used(used)
+
+    # planning --------------------------------------------------------------------------
+    def run_plan(self) -> None:
+        from specdeck.core.vram import plan_from_inputs
+
+        inputs = self.form.inputs()
+        frame = self.sampler.latest
+        self.form.plan_button.setEnabled(False)
+        self.result.show_message("Planning…")
+        self._task = submit(plan_from_inputs, inputs, frame, parent=self)
+        self._task.finished.connect(self._plan_done)
+        self._task.failed.connect(self._plan_failed)
+        self._task.done.connect(lambda: self.form.plan_button.setEnabled(True))
+        self.form.save()
+
+    def _plan_done(self, plan) -> None:
+        self.result.show_plan(plan)
+        self._update_live_marks(self.sampler.latest)
+
+    def _plan_failed(self, error: BaseException) -> None:
+        self.result.show_error(error)
+
+    def fill_from_config(self) -> None:
+        try:
+            inputs = self._plan_config(self.context)
+        except SpecDeckError as exc:
+            self.result.show_error(exc)
+            return
+        if inputs is None:
+            self.result.show_message("Open a TabbyAPI config.yml first (Draft settings page).")
+            return
+        self.form.fill(inputs)
+        self.run_plan()
+
+
+def _config_api_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("specdeck.core.config") is not None
+
+
+def _config_plan_inputs(context):
+    """Plan inputs from the config.yml open in this window, or None if none is open.
+
+    Uses specdeck.core.config (the config editor's API); until that lands the button that
+    calls this stays hidden.
+    """
+    from specdeck.core import config
+    from specdeck.core.vram import inputs_from_tabby_config
+
+    if context.config_path is None:
+        return None
+    return inputs_from_tabby_config(config.load(context.config_path))

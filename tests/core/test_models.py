@@ -39,6 +39,7 @@ def test_head_dim_from_config_wins_over_division():
         ("Qwen2.5-7B-Instruct", 7.4e9, 7.8e9),
         ("Llama-3.1-8B", 7.9e9, 8.2e9),
         ("SmolLM2-135M", 0.12e9, 0.15e9),
+        ("gemma-2-9b-it", 9.1e9, 9.4e9),  # tied embeddings, not stated in its config.json
     ],
 )
 def test_parameter_estimates_match_published_sizes(folder, low, high):

@@ -1,0 +1,231 @@
+"""`specdeck gpus` (live telemetry, trace recording) and `specdeck vram` (the VRAM plan)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+from specdeck.core.cli import EXIT_NEGATIVE, EXIT_OK
+from specdeck.core.cli.output import emit_json, print_table
+
+
+def register(subparsers) -> None:
+    gpus = subparsers.add_parser(
+        "gpus",
+        help="list NVIDIA GPUs: memory, utilisation, power, temperature, processes",
+        description="One look at every NVIDIA GPU through NVML. Without a GPU (or driver) it "
+        "says so and exits 1. --record saves a telemetry trace the GUI can replay.",
+    )
+    gpus.add_argument("--json", action="store_true", help="print the frame as JSON")
+    gpus.add_argument("--replay", metavar="TRACE", help="show the first frame of a trace file instead")
+    gpus.add_argument("--record", metavar="FILE", help="record a trace (JSON Lines) to FILE")
+    gpus.add_argument("--duration", type=float, default=60.0, metavar="S",
+                      help="seconds to record (default 60)")
+    gpus.add_argument("--interval", type=float, default=0.25, metavar="S",
+                      help="seconds between samples when recording (default 0.25)")
+    gpus.add_argument("--description", default="", help="a line describing the recording")
+    gpus.set_defaults(handler=run_gpus)
+
+    vram = subparsers.add_parser(
+        "vram",
+        help="plan VRAM for a target (and draft) model on your GPUs or typed-in ones",
+        description="Place the target and draft as TabbyAPI + ExLlamaV2 would and say whether "
+        "they fit, with a per-GPU breakdown, the largest context that fits, and what to "
+        "change if they do not. Exits 0 if it fits, 1 if not.",
+    )
+    vram.add_argument("--model", required=True, metavar="DIR", help="the target model folder")
+    vram.add_argument("--draft", metavar="DIR", help="the draft model folder")
+    vram.add_argument("--ctx", type=int, metavar="N",
+                      help="context (max_seq_len); default: TabbyAPI's, min(native, 4096)")
+    vram.add_argument("--cache-mode", default="FP16", help="FP16, Q8, Q6 or Q4 (default FP16)")
+    vram.add_argument("--draft-cache-mode", default="FP16", help="the draft's cache mode")
+    vram.add_argument("--gpus", metavar="GB,GB", help="plan for these GPUs, e.g. 32,24, "
+                      "instead of the ones in this machine")
+    vram.add_argument("--bpw", type=float, help="the target's bpw, for a folder that is not "
+                      "an EXL2 quant (config.json is enough)")
+    vram.add_argument("--draft-bpw", type=float, help="the draft's bpw, likewise")
+    vram.add_argument("--head-bits", type=int, help="the target head's bits with --bpw (default 6)")
+    vram.add_argument("--draft-head-bits", type=int, help="the draft head's bits with --draft-bpw")
+    vram.add_argument("--gpu-split", metavar="GB,GB", help="TabbyAPI gpu_split (default: autosplit)")
+    vram.add_argument("--draft-gpu-split", metavar="GB,GB", help="TabbyAPI draft_gpu_split")
+    vram.add_argument("--no-autosplit", action="store_true",
+                      help="gpu_split_auto: false (everything on GPU 0 unless --gpu-split)")
+    vram.add_argument("--reserve-mb", metavar="MB,MB", default="96",
+                      help="TabbyAPI autosplit_reserve per GPU in MB (default 96)")
+    vram.add_argument("--chunk-size", type=int, default=2048, help="TabbyAPI chunk_size (default 2048)")
+    vram.add_argument("--no-flash-attn", action="store_true",
+                      help="plan for a GPU older than Ampere (no flash-attn: bigger buffers)")
+    vram.add_argument("--count-in-use", action="store_true",
+                      help="treat memory other programs hold now as unavailable (live GPUs)")
+    vram.add_argument("--json", action="store_true", help="print the plan as JSON")
+    vram.set_defaults(handler=run_vram)
+
+
+# gpus -------------------------------------------------------------------------------------
+def run_gpus(args: argparse.Namespace) -> int:
+    from specdeck.core.gpu import read_once
+
+    if args.record:
+        return _record(args)
+    if args.replay:
+        from specdeck.core.gpu.replay import ReplaySource
+
+        frame = read_once(ReplaySource(args.replay, loop=False))
+    else:
+        frame = read_once()
+    if args.json:
+        emit_json(frame)
+    else:
+        print_frame(frame)
+    return EXIT_OK if frame.has_gpus else EXIT_NEGATIVE
+
+
+def _record(args: argparse.Namespace) -> int:
+    from specdeck.core.errors import InvalidInputError
+    from specdeck.core.gpu.replay import ReplaySource, record_trace
+    from specdeck.core.gpu.sampler import default_source
+
+    if args.duration <= 0 or args.interval <= 0:
+        raise InvalidInputError("--duration and --interval must be positive numbers of seconds.")
+    source = ReplaySource(args.replay, loop=False) if args.replay else default_source()
+
+    def progress(fraction: float) -> None:
+        if sys.stderr.isatty():
+            sys.stderr.write(f"\rrecording {fraction:4.0%}")
+            sys.stderr.flush()
+
+    path = record_trace(source, args.record, args.duration, args.interval,
+                        args.description, progress=progress)
+    if sys.stderr.isatty():
+        sys.stderr.write("\n")
+    print(f"Saved {path}")
+    return EXIT_OK
+
+
+def _gib(value: int | None) -> str:
+    return "N/A" if value is None else f"{value / 1024**3:.2f}"
+
+
+def _number(value: float | None, unit: str, digits: int = 0) -> str:
+    return "N/A" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def print_frame(frame, out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    if frame.synthetic:
+        out.write(f"(replaying a synthetic trace: {frame.source})\n")
+    if not frame.has_gpus:
+        out.write(f"{frame.headline}.\n")
+        if frame.fix:
+            out.write(f"{frame.fix}\n")
+        if frame.detail:
+            out.write(f"Details: {frame.detail}\n")
+        return
+    rows = []
+    for g in frame.gpus:
+        cuda = "-" if g.cuda_index is None else f"{g.cuda_index}{'' if g.cuda_index_exact else '?'}"
+        if g.status.value == "lost":
+            rows.append([str(g.index), cuda, g.name, "LOST: reset or reboot", "", "", ""])
+            continue
+        memory = f"{_gib(g.memory_used)} / {_gib(g.usable_total)} GiB"
+        power = _number(g.power_w, "")
+        if g.power_limit_w is not None:
+            power += f" / {g.power_limit_w:.0f}"
+        rows.append([str(g.index), cuda, g.name, memory, _number(g.utilization_gpu, "%"),
+                     power + " W", _number(g.temperature_c, " C")])
+    print_table(rows, ["GPU", "CUDA", "Name", "Memory used / usable", "Util", "Power", "Temp"], out)
+    processes = [[str(g.index), str(p.pid), p.name + (" (this app)" if p.is_self else ""),
+                  f"{_gib(p.used_bytes)} GiB"] for g in frame.gpus for p in g.processes]
+    if processes:
+        out.write("\n")
+        print_table(processes, ["GPU", "PID", "Process", "Memory"], out)
+    if frame.driver_version:
+        out.write(f"\nDriver {frame.driver_version}.")
+        if any(not g.cuda_index_exact for g in frame.gpus):
+            out.write(" CUDA indices marked ? are estimated (CUDA_DEVICE_ORDER=FASTEST_FIRST).")
+        out.write("\n")
+
+
+# vram -------------------------------------------------------------------------------------
+def run_vram(args: argparse.Namespace) -> int:
+    from specdeck.core import vram
+
+    inputs = vram.PlanInputs(
+        model=args.model,
+        draft=args.draft,
+        context=args.ctx,
+        cache_mode=args.cache_mode,
+        draft_cache_mode=args.draft_cache_mode,
+        gpus=args.gpus,
+        bpw=args.bpw,
+        draft_bpw=args.draft_bpw,
+        head_bits=args.head_bits,
+        draft_head_bits=args.draft_head_bits,
+        gpu_split=args.gpu_split,
+        draft_gpu_split=args.draft_gpu_split,
+        autosplit=not args.no_autosplit,
+        autosplit_reserve_mb=args.reserve_mb,
+        chunk_size=args.chunk_size,
+        count_in_use=args.count_in_use,
+        flash_attention=not args.no_flash_attn,
+    )
+    result = vram.plan_from_inputs(inputs)
+    if args.json:
+        emit_json(result)
+    else:
+        print_plan(result)
+    return EXIT_OK if result.fits else EXIT_NEGATIVE
+
+
+def print_plan(result, out: TextIO | None = None) -> None:
+    from specdeck.core.vram import OVERHEAD_LABELS, format_bytes
+
+    out = out or sys.stdout
+    draft = f" + draft {result.draft}" if result.draft else ""
+    out.write(f"VRAM plan: {result.target}{draft}\n")
+    modes = f"cache {result.cache_mode}" + (f", draft cache {result.draft_cache_mode}" if result.draft else "")
+    out.write(f"Context {result.context} tokens, {modes}, {result.split}\n\n")
+    rows = []
+    for g in result.gpus:
+        layers = []
+        if g.target_layers:
+            layers.append("target {}-{}".format(*g.target_layers))
+        if g.draft_layers:
+            layers.append("draft {}-{}".format(*g.draft_layers))
+        rows.append([str(g.index), g.name, _gib(g.capacity_bytes), _gib(g.target_weights),
+                     _gib(g.target_cache), _gib(g.draft_weights), _gib(g.draft_cache),
+                     _gib(g.overhead_bytes), _gib(g.free_bytes), ", ".join(layers) or "-"])
+    print_table(rows, ["GPU", "Name", "Usable", "Target", "Target KV", "Draft", "Draft KV",
+                       "Overhead", "Free", "Layers"], out)
+    out.write("(GiB; overhead = CUDA context, scratch, cache staging, RoPE tables, activations, "
+              "allocator slack)\n")
+    for g in result.gpus:
+        if g.overhead_bytes:
+            parts = ", ".join(f"{OVERHEAD_LABELS[k]} {format_bytes(v)}" for k, v in g.overhead.items() if v)
+            out.write(f"  GPU {g.index} overhead: {parts}\n")
+    out.write("\n")
+    verdict = result.verdict.value.upper()
+    if result.headroom_bytes < 0:
+        out.write(f"Verdict: {verdict}, at least {format_bytes(-result.headroom_bytes)} short.\n")
+    else:
+        out.write(f"Verdict: {verdict}, headroom {format_bytes(result.headroom_bytes)} "
+                  f"(tight below {format_bytes(result.margin_bytes)}).\n")
+    if result.problem:
+        out.write(f"  {result.problem}\n")
+    out.write(f"Largest context that fits: {_context(result.max_context)}"
+              + (f" with the draft, {_context(result.max_context_without_draft)} without"
+                 if result.draft else "")
+              + f" (searched up to {result.context_limit}).\n")
+    out.write(f"System RAM for token embeddings: {format_bytes(result.system_ram_bytes)}.\n")
+    for note in result.notes:
+        out.write(f"Note: {note}\n")
+    if result.suggestions:
+        out.write("\nTo make it fit:\n" if not result.fits else "\nFor more headroom:\n")
+        for tip in result.suggestions:
+            out.write(f"  - {tip}\n")
+
+
+def _context(tokens: int | None) -> str:
+    return "none" if tokens is None else str(tokens)
+

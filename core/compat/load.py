@@ -1,0 +1,83 @@
+"""One side of a check: a model's config numbers, vocabulary and special tokens."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdeck.core.compat.cache import VocabCache, default_cache
+from specdeck.core.compat.source import ModelSource, parse_source, resolve_folder
+from specdeck.core.compat.special import SpecialTokens, read_special_tokens
+from specdeck.core.compat.vocab import Vocab
+from specdeck.core.errors import CancelledError
+from specdeck.core.models import ModelInfo, read_model
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What the rules need to know about one model."""
+
+    source: ModelSource
+    folder: Path
+    info: ModelInfo | None
+    """config.json's numbers; None when the folder has no config.json."""
+    vocab: Vocab
+    special: SpecialTokens
+    seconds: float
+    """Time to load this side (fetching from the Hub included)."""
+    cache: str
+    """Where the vocabulary came from: "memory", "disk" or "none" (read from the files)."""
+
+    @property
+    def name(self) -> str:
+        if self.source.repo_id:
+            return self.source.label
+        return self.folder.name
+
+    @property
+    def head_rows(self) -> int | None:
+        """Rows of the output head = config.json vocab_size (often padded past the tokenizer)."""
+        return self.info.arch.vocab_size if self.info else None
+
+    @property
+    def context_length(self) -> int | None:
+        return self.info.context_length if self.info else None
+
+    @property
+    def parameters(self) -> int | None:
+        return self.info.parameters if self.info else None
+
+
+def check_cancel(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise CancelledError("Compatibility check cancelled.")
+
+
+def load_model(
+    spec: str | Path | ModelSource,
+    *,
+    endpoint: str | None = None,
+    token: str | None = None,
+    cache: VocabCache | None = None,
+    cancel: threading.Event | None = None,
+) -> LoadedModel:
+    """Load the side named by ``spec`` (a folder or a Hub id[@revision])."""
+    started = time.perf_counter()
+    source = spec if isinstance(spec, ModelSource) else parse_source(spec)
+    folder = resolve_folder(source, endpoint=endpoint, token=token, cancel=cancel)
+    check_cancel(cancel)
+    info = read_model(folder) if (folder / "config.json").is_file() else None
+    vocab, origin = (cache or default_cache()).read(folder)
+    check_cancel(cancel)
+    special = read_special_tokens(folder, vocab)
+    return LoadedModel(
+        source=source,
+        folder=folder,
+        info=info,
+        vocab=vocab,
+        special=special,
+        seconds=time.perf_counter() - started,
+        cache=origin,
+    )

@@ -1,0 +1,200 @@
+"""The result of a compatibility check: a verdict, every rule with its reason, the numbers.
+
+``CompatReport.to_json()`` is the stable shape that ``specdeck check --json`` prints and
+docs/compat.md documents; add fields, never rename or remove them without bumping
+``SCHEMA_VERSION``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+class Status(str, enum.Enum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    UNKNOWN = "unknown"
+    """The rule could not be evaluated: a file it needs is missing."""
+
+
+class Verdict(str, enum.Enum):
+    COMPATIBLE = "compatible"
+    WARNINGS = "compatible_with_warnings"
+    INCOMPATIBLE = "incompatible"
+    INCONCLUSIVE = "inconclusive"
+    """A deciding rule could not be evaluated: the pair is neither cleared nor refused."""
+
+    @property
+    def label(self) -> str:
+        return {
+            Verdict.COMPATIBLE: "Compatible",
+            Verdict.WARNINGS: "Compatible with warnings",
+            Verdict.INCOMPATIBLE: "Incompatible",
+            Verdict.INCONCLUSIVE: "Inconclusive",
+        }[self]
+
+    @property
+    def exit_code(self) -> int:
+        """`specdeck check`'s exit status: 0 usable, 1 refused, 3 undecided (2 is an error)."""
+        return {Verdict.COMPATIBLE: 0, Verdict.WARNINGS: 0, Verdict.INCOMPATIBLE: 1,
+                Verdict.INCONCLUSIVE: 3}[self]
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    key: str
+    """Stable identifier, e.g. "token_text"."""
+    title: str
+    status: Status
+    detail: str
+    """One or two sentences: what was found and, when it matters, what to do."""
+    target: str | None = None
+    draft: str | None = None
+    blocking: bool = True
+    """A failure makes the pair incompatible; an unknown makes the verdict inconclusive."""
+    origin: str = "llama.cpp"
+    """Whose rule this is: llama.cpp, ExLlamaV2, TabbyAPI or SpecDeck."""
+
+
+@dataclass(frozen=True)
+class TokenText:
+    text: str | None
+    """The token as stored in the vocabulary ("Ġthe", "▁the", "<0x0A>"); None: no token."""
+    display: str | None
+    """What it stands for (" the", "\\n")."""
+    special: bool = False
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    id: int
+    target: TokenText
+    draft: TokenText
+
+
+@dataclass(frozen=True)
+class VocabComparison:
+    target_size: int | None
+    draft_size: int | None
+    first_id: int
+    """The first id compared (llama.cpp skips 0-4, usually <unk>/<s>/</s>)."""
+    end_id: int
+    """One past the last id compared."""
+    compared: int
+    differing: int
+    not_compared: int
+    """Ids in [first_id, end_id) that one side does not know (incomplete vocabulary)."""
+    mismatches: tuple[Mismatch, ...]
+    """The first differing ids, with their text on both sides."""
+
+    @property
+    def identical(self) -> int:
+        return self.compared - self.differing
+
+    @property
+    def complete(self) -> bool:
+        return self.not_compared == 0
+
+
+@dataclass(frozen=True)
+class SideSummary:
+    """What the report says about one model."""
+
+    name: str
+    spec: str
+    folder: Path
+    repo_id: str | None
+    revision: str | None
+    vocab_type: str
+    tokenizer_format: str
+    tokenizer_files: tuple[str, ...]
+    vocab_size: int | None
+    known_ids: int
+    head_rows: int | None
+    context_length: int | None
+    parameters: int | None
+    quantization: str | None
+    bos_id: int | None
+    eos_id: int | None
+    add_bos: bool
+    add_eos: bool
+    stop_ids: tuple[int, ...]
+    has_chat_template: bool
+    load_seconds: float
+    cache: str
+
+
+@dataclass(frozen=True)
+class Timings:
+    load_target_s: float
+    load_draft_s: float
+    compare_s: float
+    total_s: float
+
+
+@dataclass(frozen=True)
+class CompatReport:
+    verdict: Verdict
+    summary: str
+    target: SideSummary
+    draft: SideSummary
+    rules: tuple[RuleResult, ...]
+    vocab: VocabComparison
+    timings: Timings
+    max_seq_len: int | None
+    """The context the target is assumed to run at (the context rule's input)."""
+
+    def rule(self, key: str) -> RuleResult:
+        for result in self.rules:
+            if result.key == key:
+                return result
+        raise KeyError(key)
+
+    @property
+    def warnings(self) -> tuple[RuleResult, ...]:
+        return tuple(r for r in self.rules if r.status is Status.WARN)
+
+    def to_json(self) -> dict[str, Any]:
+        vocab = self.vocab
+        return {
+            "schema": SCHEMA_VERSION,
+            "verdict": self.verdict.value,
+            "summary": self.summary,
+            "target": self.target,
+            "draft": self.draft,
+            "rules": list(self.rules),
+            "vocab": {
+                "target_size": vocab.target_size,
+                "draft_size": vocab.draft_size,
+                "target_head_rows": self.target.head_rows,
+                "draft_head_rows": self.draft.head_rows,
+                "first_id": vocab.first_id,
+                "end_id": vocab.end_id,
+                "compared": vocab.compared,
+                "identical": vocab.identical,
+                "differing": vocab.differing,
+                "not_compared": vocab.not_compared,
+            },
+            "mismatches": list(vocab.mismatches),
+            "max_seq_len": self.max_seq_len,
+            "timings": self.timings,
+        }
+
+
+def decide(rules: Iterable[RuleResult]) -> Verdict:
+    """Blocking failures refuse the pair; blocking unknowns leave it undecided."""
+    rules = tuple(rules)
+    if any(r.blocking and r.status is Status.FAIL for r in rules):
+        return Verdict.INCOMPATIBLE
+    if any(r.blocking and r.status is Status.UNKNOWN for r in rules):
+        return Verdict.INCONCLUSIVE
+    if any(r.status in (Status.WARN, Status.FAIL) for r in rules):
+        return Verdict.WARNINGS
+    return Verdict.COMPATIBLE

@@ -1,0 +1,360 @@
+"""The compatibility rules, each a function of the two loaded models.
+
+Blocking rules (a failure refuses the pair) are llama.cpp's
+``common_speculative_are_compatible`` — same vocab type, same add-BOS/add-EOS flags, same
+BOS/EOS ids, vocabulary sizes within 128, identical token text for every id from 5 — plus
+ExLlamaV2's own hazard: ExLlamaV2 feeds draft token ids straight into the target with no
+check, so a draft whose output head is larger than the target's embedding can emit ids the
+target does not have. The others warn: a draft with a shorter native context, differing
+chat templates or special-token texts, tokenizer files ExLlamaV2 cannot load, a draft too
+close in size to help.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from specdeck.core.compat.compare import CHECK_START_ID, MAX_SIZE_DIFFERENCE
+from specdeck.core.compat.display import quoted, token_display
+from specdeck.core.compat.load import LoadedModel
+from specdeck.core.compat.report import RuleResult, Status, VocabComparison
+from specdeck.core.compat.vocab import FORMAT_TOKENIZER_JSON, VocabType
+from specdeck.core.models import format_parameters
+
+LLAMA_CPP = "llama.cpp"
+EXLLAMAV2 = "ExLlamaV2"
+TABBYAPI = "TabbyAPI"
+SPECDECK = "SpecDeck"
+
+# A draft less than this many times smaller than the target rarely pays for itself.
+MIN_USEFUL_RATIO = 2.0
+
+
+def n(value: int | None) -> str:
+    return "unknown" if value is None else f"{value:,}"
+
+
+def ntk_rope_alpha(ratio: float) -> float:
+    """The NTK rope alpha ExLlamaV2 / TabbyAPI use to stretch a context by ``ratio``.
+
+    TabbyAPI common/utils.py ``calculate_rope_alpha``: 1 up to the native length, then
+    -0.13436 + 0.80541 r + 0.28833 r^2.
+    """
+    if ratio <= 1.0:
+        return 1.0
+    return -0.13436 + 0.80541 * ratio + 0.28833 * ratio**2
+
+
+def _token_label(model: LoadedModel, token_id: int | None) -> str:
+    if token_id is None:
+        return "none"
+    text = token_display(model.vocab, token_id)
+    return f"{token_id} {quoted(text)}" if text is not None else str(token_id)
+
+
+# ---------------------------------------------------------------------------------------
+# llama.cpp's rules
+
+
+def vocab_type_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+    tv, dv = t.vocab.vocab_type, d.vocab.vocab_type
+    values = {"target": f"{tv.label} ({t.vocab.source_format})",
+              "draft": f"{dv.label} ({d.vocab.source_format})"}
+    title = "Tokenizer type"
+    if VocabType.UNKNOWN in (tv, dv):
+        side = "target" if tv is VocabType.UNKNOWN else "draft"
+        return RuleResult("vocab_type", title, Status.UNKNOWN,
+                          f"The {side}'s tokenizer type is unknown: its folder has no "
+                          "tokenizer.json, tokenizer.model or vocab.json + merges.txt.", **values)
+    if tv is dv:
+        return RuleResult("vocab_type", title, Status.PASS, f"Both are {tv.label}.", **values)
+    return RuleResult("vocab_type", title, Status.FAIL,
+                      f"The target is {tv.label} but the draft is {dv.label}: the same id "
+                      "cannot mean the same token in both.", **values)
+
+
+def _flag_rule(role: str, t: LoadedModel, d: LoadedModel) -> RuleResult:
+    attr = f"add_{role}"
+    tf, df = getattr(t.special, attr), getattr(d.special, attr)
+    key, title, name = f"add_{role}", f"Adds {role.upper()}", role.upper()
+    values = {"target": f"{'yes' if tf.value else 'no'} ({tf.source})",
+              "draft": f"{'yes' if df.value else 'no'} ({df.source})"}
+    if tf.value == df.value:
+        detail = f"Both {'add' if tf.value else 'leave out'} {name} at the start of a prompt."
+        if role == "eos":
+            detail = f"{'Both add' if tf.value else 'Neither adds'} {name} to a prompt."
+        return RuleResult(key, title, Status.PASS, detail, **values)
+    who, other = ("target", "draft") if tf.value else ("draft", "target")
+    return RuleResult(key, title, Status.FAIL,
+                      f"The {who} adds {name} to every prompt but the {other} does not, so "
+                      f"the two see different prompts (llama.cpp refuses such pairs).", **values)
+
+
+def _id_rule(role: str, t: LoadedModel, d: LoadedModel) -> RuleResult:
+    attr = f"{role}_id"
+    ti, di = getattr(t.special, attr), getattr(d.special, attr)
+    key, title, name = f"{role}_id", f"{role.upper()} token", role.upper()
+    values = {"target": f"{_token_label(t, ti.value)} ({ti.source})",
+              "draft": f"{_token_label(d, di.value)} ({di.source})"}
+    if ti.value == di.value:
+        detail = (f"Both use id {ti.value}." if ti.value is not None
+                  else f"Neither has a {name} token.")
+        return RuleResult(key, title, Status.PASS, detail, **values)
+    advice = (" Instruct and base models often end on different tokens: pick a draft of the "
+              "same flavour as the target." if role == "eos" else "")
+    return RuleResult(key, title, Status.FAIL,
+                      f"The target's {name} is id {ti.value}, the draft's id {di.value}; "
+                      f"llama.cpp refuses pairs whose {name} ids differ.{advice}", **values)
+
+
+def add_bos_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+    return _flag_rule("bos", t, d)
+
+
+def bos_id_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+    return _id_rule("bos", t, d)
+
+
+def add_eos_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+    return _flag_rule("eos", t, d)
+
+
+def eos_id_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+    return _id_rule("eos", t, d)
+
+
+def vocab_size_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+    ts, ds = t.vocab.size, d.vocab.size
+    title = "Vocabulary size"
+    values = {"target": f"{n(ts)} tokens", "draft": f"{n(ds)} tokens"}
+    if ts is None or ds is None:
+        side = t if ts is None else d
+        which = "target" if ts is None else "draft"
+        return RuleResult("vocab_size", title, Status.UNKNOWN,
+                          f"The {which}'s vocabulary size is unknown: only its "
+                          f"{n(side.vocab.known_ids)} added tokens are listed "
+                          f"(its output head has {n(side.head_rows)} rows).", **values)
+    diff = abs(ts - ds)
+    if diff == 0:
+        return RuleResult("vocab_size", title, Status.PASS,
+                          f"Both tokenizers have {n(ts)} tokens.", **values)
+    if diff <= MAX_SIZE_DIFFERENCE:
+        return RuleResult("vocab_size", title, Status.PASS,
+                          f"The sizes differ by {diff} (llama.cpp allows up to "
+                          f"{MAX_SIZE_DIFFERENCE}); the ids past the smaller one are not "
+                          "compared.", **values)
+    return RuleResult("vocab_size", title, Status.FAIL,
+                      f"The tokenizers differ by {n(diff)} tokens; llama.cpp allows at most "
+                      f"{MAX_SIZE_DIFFERENCE}. These are different vocabularies.", **values)
+
+
+def token_text_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+    title = "Token text, id by id"
+    span = f"ids {cmp.first_id:,}–{max(cmp.first_id, cmp.end_id - 1):,}"
+    values = {"target": f"{n(t.vocab.known_ids)} ids known",
+              "draft": f"{n(d.vocab.known_ids)} ids known"}
+    if cmp.differing:
+        first = cmp.mismatches[0]
+        return RuleResult(
+            "token_text", title, Status.FAIL,
+            f"{n(cmp.differing)} of {n(cmp.compared)} {span} carry different text (first: id "
+            f"{first.id:,}, {quoted(first.target.display)} in the target, "
+            f"{quoted(first.draft.display)} in the draft). Draft tokens would mean other "
+            "words to the target.", **values)
+    if not cmp.complete:
+        return RuleResult(
+            "token_text", title, Status.UNKNOWN,
+            f"The {n(cmp.compared)} ids both sides list are identical, but {n(cmp.not_compared)} "
+            f"of {span} could not be compared: one folder lacks its base vocabulary "
+            "(tokenizer.json, tokenizer.model or vocab.json).", **values)
+    return RuleResult("token_text", title, Status.PASS,
+                      f"All {n(cmp.compared)} {span} carry identical text.", **values)
+
+
+# ---------------------------------------------------------------------------------------
+# ExLlamaV2 / TabbyAPI specifics
+
+
+def output_head_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+    th, dh = t.head_rows, d.head_rows
+    title = "Output head vs. target embedding"
+    values = {"target": f"{n(th)} rows", "draft": f"{n(dh)} rows"}
+    if th is None or dh is None:
+        which = "target" if th is None else "draft"
+        return RuleResult("output_head", title, Status.UNKNOWN,
+                          f"The {which} folder has no config.json, so its head size is unknown.",
+                          origin=EXLLAMAV2, **values)
+    if dh <= th:
+        return RuleResult("output_head", title, Status.PASS,
+                          f"The draft's head has {n(dh)} rows, the target's embedding {n(th)}: "
+                          "every id the draft can emit exists in the target.",
+                          origin=EXLLAMAV2, **values)
+    draft_ids = len(d.vocab.texts)
+    if draft_ids > th:
+        return RuleResult("output_head", title, Status.FAIL,
+                          f"The draft has real tokens up to id {draft_ids - 1:,} but the target's "
+                          f"embedding has only {n(th)} rows. ExLlamaV2 passes draft ids to the "
+                          "target unchecked: such an id would crash or corrupt generation.",
+                          origin=EXLLAMAV2, **values)
+    return RuleResult("output_head", title, Status.WARN,
+                      f"The draft's head has {n(dh)} rows, the target's embedding only {n(th)}. "
+                      f"Rows {th:,}–{dh - 1:,} are padding past both tokenizers, so a trained "
+                      "draft practically never picks them, but ExLlamaV2 would not catch it if "
+                      "it did.",
+                      origin=EXLLAMAV2, **values)
+
+
+def context_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison,
+                 max_seq_len: int | None = None) -> RuleResult:
+    tc, dc = t.context_length, d.context_length
+    need = max_seq_len or tc
+    title = "Context length"
+    values = {"target": f"{n(tc)} native" + (f", runs at {n(max_seq_len)}" if max_seq_len else ""),
+              "draft": f"{n(dc)} native"}
+    if need is None or dc is None:
+        return RuleResult("context", title, Status.UNKNOWN,
+                          "A config.json is missing, so the context lengths cannot be compared.",
+                          blocking=False, origin=EXLLAMAV2, **values)
+    if dc >= need:
+        return RuleResult("context", title, Status.PASS,
+                          f"The draft's native context ({n(dc)}) covers the {n(need)} tokens "
+                          "the target runs at.", blocking=False, origin=EXLLAMAV2, **values)
+    needed = ntk_rope_alpha(need / dc)
+    auto = ntk_rope_alpha(need / tc) if tc else 1.0
+    if auto >= needed - 0.005:
+        return RuleResult(
+            "context", title, Status.PASS,
+            f"The draft's native context ({n(dc)}) is shorter than the {n(need)} tokens the "
+            f"target runs at, but TabbyAPI's automatic draft_rope_alpha ({auto:.2f}) stretches "
+            "it far enough.", blocking=False, origin=TABBYAPI, **values)
+    return RuleResult(
+        "context", title, Status.WARN,
+        f"The draft's native context is {n(dc)} tokens but the target runs at {n(need)}. "
+        f"TabbyAPI gives the draft the target's max_seq_len and computes its automatic "
+        f"draft_rope_alpha from the target's native context ({auto:.2f} here), so the draft "
+        f"would run past what it was trained on. Set draft_rope_alpha: {needed:.2f} "
+        f"(NTK scaling for {need / dc:.2f}x) in config.yml.",
+        blocking=False, origin=TABBYAPI, **values)
+
+
+def special_texts_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+    title = "Special-token texts"
+    differences = []
+    for role in ("bos", "eos", "pad", "unk"):
+        a, b = t.special.declared.get(role), d.special.declared.get(role)
+        if a is not None and b is not None and a != b:
+            differences.append(f"{role} {quoted(a)} vs {quoted(b)}")
+    low = [i for i in range(min(CHECK_START_ID, len(t.vocab.texts), len(d.vocab.texts)))
+           if t.vocab.texts[i] is not None and d.vocab.texts[i] is not None
+           and t.vocab.texts[i] != d.vocab.texts[i]]
+    if low:
+        differences.append(f"ids {', '.join(map(str, low))} (not compared by llama.cpp)")
+    declared = {"target": _declared(t), "draft": _declared(d)}
+    if differences:
+        return RuleResult("special_texts", title, Status.WARN,
+                          "The special tokens are named differently: " + "; ".join(differences)
+                          + ". Stop strings and templates written for one may not match the other.",
+                          blocking=False, origin=SPECDECK, **declared)
+    return RuleResult("special_texts", title, Status.PASS,
+                      "The special tokens both folders declare have the same text.",
+                      blocking=False, origin=SPECDECK, **declared)
+
+
+def _declared(model: LoadedModel) -> str:
+    parts = [f"{role} {quoted(text)}" for role, text in model.special.declared.items() if text]
+    return ", ".join(parts) or "none declared"
+
+
+def chat_template_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+    title = "Chat template"
+    tt, dt = t.special.chat_template, d.special.chat_template
+    values = {"target": t.special.chat_template_source or "none",
+              "draft": d.special.chat_template_source or "none"}
+    if tt is None and dt is None:
+        return RuleResult("chat_template", title, Status.PASS,
+                          "Neither folder has a chat template.", blocking=False, origin=SPECDECK,
+                          **values)
+    if tt is None or dt is None:
+        which = "target" if tt is not None else "draft"
+        return RuleResult("chat_template", title, Status.UNKNOWN,
+                          f"Only the {which} has a chat template, so they cannot be compared.",
+                          blocking=False, origin=SPECDECK, **values)
+    if tt.strip() == dt.strip():
+        return RuleResult("chat_template", title, Status.PASS,
+                          "Both use the same chat template.", blocking=False, origin=SPECDECK,
+                          **values)
+    return RuleResult("chat_template", title, Status.WARN,
+                      "The chat templates differ. Chat prompts are formatted with the target's "
+                      "template, which the draft was not tuned on: expect lower acceptance.",
+                      blocking=False, origin=SPECDECK, **values)
+
+
+def exllamav2_tokenizer_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+    title = "Loadable by ExLlamaV2"
+    values = {"target": t.vocab.source_format, "draft": d.vocab.source_format}
+    missing = [side for side, m in (("target", t), ("draft", d))
+               if m.vocab.source_format != FORMAT_TOKENIZER_JSON]
+    if not missing:
+        return RuleResult("exllamav2_tokenizer", title, Status.PASS,
+                          "Both folders have the tokenizer.json ExLlamaV2 loads.",
+                          blocking=False, origin=EXLLAMAV2, **values)
+    who = "target and draft folders lack" if len(missing) == 2 else f"{missing[0]} folder lacks"
+    return RuleResult("exllamav2_tokenizer", title, Status.WARN,
+                      f"ExLlamaV2 0.3 loads only tokenizer.json, which the {who}: TabbyAPI's "
+                      "ExLlamaV2 backend cannot load such a folder as it is. Copy tokenizer.json "
+                      "from the original model repository into it.",
+                      blocking=False, origin=EXLLAMAV2, **values)
+
+
+def size_ratio_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+    title = "Size ratio"
+    tp, dp = t.parameters, d.parameters
+    values = {"target": format_parameters(tp) if tp else "unknown",
+              "draft": format_parameters(dp) if dp else "unknown"}
+    if not tp or not dp:
+        return RuleResult("size_ratio", title, Status.UNKNOWN,
+                          "A config.json is missing, so the sizes cannot be compared.",
+                          blocking=False, origin=SPECDECK, **values)
+    ratio = tp / dp
+    if ratio <= 1.0:
+        return RuleResult("size_ratio", title, Status.WARN,
+                          "The draft is as large as the target or larger: it cannot speed "
+                          "anything up. Drafts 5-30x smaller than the target work best.",
+                          blocking=False, origin=SPECDECK, **values)
+    if ratio < MIN_USEFUL_RATIO:
+        return RuleResult("size_ratio", title, Status.WARN,
+                          f"The target is only {ratio:.1f}x the draft's size: drafting costs "
+                          "nearly as much as it saves. Drafts 5-30x smaller work best.",
+                          blocking=False, origin=SPECDECK, **values)
+    return RuleResult("size_ratio", title, Status.PASS,
+                      f"The target is {ratio:.1f}x the draft's size.",
+                      blocking=False, origin=SPECDECK, **values)
+
+
+RuleFn = Callable[[LoadedModel, LoadedModel, VocabComparison], RuleResult]
+
+BLOCKING_RULES: tuple[RuleFn, ...] = (
+    vocab_type_rule,
+    add_bos_rule,
+    bos_id_rule,
+    add_eos_rule,
+    eos_id_rule,
+    vocab_size_rule,
+    token_text_rule,
+    output_head_rule,
+)
+ADVISORY_RULES: tuple[RuleFn, ...] = (
+    special_texts_rule,
+    chat_template_rule,
+    exllamav2_tokenizer_rule,
+    size_ratio_rule,
+)
+
+
+def evaluate(t: LoadedModel, d: LoadedModel, cmp: VocabComparison,
+             max_seq_len: int | None = None) -> tuple[RuleResult, ...]:
+    """Every rule's result, blocking rules first."""
+    results = [rule(t, d, cmp) for rule in BLOCKING_RULES]
+    results.append(context_rule(t, d, cmp, max_seq_len))
+    results.extend(rule(t, d, cmp) for rule in ADVISORY_RULES)
+    return tuple(results)

@@ -1,0 +1,178 @@
+"""What things cost on a GPU: the KV cache, ExLlamaV2's buffers, and the fixed overheads.
+
+Every number that is not a model's weights lives here, each with where it comes from:
+the KV cache layout of ExLlamaV2's cache classes (cache.py), the per-model buffers its
+modules ask for (attn.py, mlp.py, linear.py, device.py), and :class:`Overheads`, the costs
+that do not depend on the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specdeck.core.errors import InvalidInputError
+from specdeck.core.models import Architecture
+
+MiB = 1024**2
+GiB = 1024**3
+
+CACHE_MODES = ("FP16", "Q8", "Q6", "Q4")
+"""TabbyAPI's cache_mode / draft_cache_mode values for ExLlamaV2, largest first."""
+CONTEXT_STEP = 256
+"""TabbyAPI rounds cache_size up to a multiple of 256; ExLlamaV2's paged cache needs it."""
+DEFAULT_CHUNK_SIZE = 2048
+"""TabbyAPI's chunk_size default: becomes ExLlamaV2's max_input_len (sizes every buffer)."""
+
+# Per cache mode: (key elements per byte-unit, value elements per unit, bytes per unit,
+# has scales) exactly as ExLlamaV2's cache classes shape their tensors (cache.py):
+# FP16 stores K and V as float16; Q8/Q6/Q4 store uint8 with 1 or 2 elements per byte and
+# add float16 scales, one per 32 elements of each of K and V.
+_CACHE_LAYOUT = {
+    "FP16": (1, 1, 2, False),
+    "Q8": (1, 1, 1, True),
+    "Q6": (1, 2, 1, True),
+    "Q4": (2, 2, 1, True),
+}
+KV_BYTES_PER_ELEMENT = {"FP16": 4.0, "Q8": 2.125, "Q6": 1.625, "Q4": 1.125}
+"""Bytes per token per layer per unit of E (when head_dim is a multiple of 32)."""
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """Every cost beyond weights and KV cache, in one place, with where it comes from.
+
+    The defaults describe TabbyAPI (exl2-checkpoint) on ExLlamaV2 0.3.2 with flash-attn on
+    an Ampere-or-newer GPU. The GPU-proof kit measures the real numbers on a lent GPU and
+    docs/vram.md records the comparison; change a default only with a measurement.
+    """
+
+    cuda_context: int = 400 * MiB
+    """Driver context + lazily loaded kernels per GPU a process touches: ~400 MB with CUDA
+    >= 11.7 and lazy module loading (PyTorch's default); pytorch/pytorch#109888."""
+    load_reserve: int = 256 * MiB
+    """ExLlamaV2's autosplit holds 256 MB free on the GPU it is filling
+    (model.py load_autosplit_gen, minimum_reserve_vram); released after loading."""
+    driver_reserved: int = 512 * MiB
+    """Memory no program can use on a GPU typed by hand (live GPUs report their own): the
+    driver/GSP firmware carve-out; an idle headless RTX 4090 shows 459-507 MiB used of
+    24564 MiB (driver 550). Live GPUs use NVML's v2 "reserved" figure instead."""
+    allocator_slack: float = 0.02
+    """PyTorch's caching allocator rounds large tensors up to 2 MiB and packs mid-sized ones
+    into 20 MiB segments: about 2% of weights and cache end up as unusable padding."""
+    max_dq_elements: int = 512 * 1024**2
+    """ExLlamaV2's max_dq_size: the largest weight matrix it dequantizes in one go, which
+    caps the scratch buffer (2 bytes per element)."""
+    max_output_len: int = 16
+    """TabbyAPI fixes max_output_len at 16 logits rows per forward pass."""
+    flash_attention: bool = True
+    """flash-attn present (TabbyAPI needs Ampere+ for paged mode): attention temporaries are
+    small; without it ExLlamaV2 reserves a chunk_size^2 attention matrix."""
+    margin: int = 300 * MiB
+    """A GPU with less free memory than this after loading is reported as tight: it is
+    the planner's stated accuracy (5% or 300 MB, whichever is larger, on weights+cache)."""
+
+
+DEFAULT_OVERHEADS = Overheads()
+
+
+# KV cache ------------------------------------------------------------------------------------
+def check_cache_mode(mode: str) -> str:
+    normal = str(mode).strip().upper()
+    if normal not in CACHE_MODES:
+        raise InvalidInputError(
+            f"Cache mode {mode!r} is not one ExLlamaV2 knows.", f"Use one of {', '.join(CACHE_MODES)}."
+        )
+    return normal
+
+
+def round_context(tokens: int) -> int:
+    """The cache length TabbyAPI allocates for ``tokens``: the next multiple of 256."""
+    if tokens < 1:
+        raise InvalidInputError(f"Context {tokens} must be at least 1 token.")
+    return -(-int(tokens) // CONTEXT_STEP) * CONTEXT_STEP
+
+
+def kv_bytes_per_token_layer(arch: Architecture, mode: str) -> int:
+    """Exact bytes of K+V (and scales) per token per layer, as ExLlamaV2 shapes them."""
+    k_per_unit, v_per_unit, unit_bytes, scales = _CACHE_LAYOUT[check_cache_mode(mode)]
+    heads, head_dim = arch.num_kv_heads, arch.head_dim
+    size = heads * (head_dim // k_per_unit) * unit_bytes + heads * (head_dim // v_per_unit) * unit_bytes
+    if scales:  # float16 scale per 32 elements, for K and for V
+        size += 2 * heads * (head_dim // 32) * 2
+    return size
+
+
+def kv_cache_bytes(arch: Architecture, mode: str, tokens: int) -> int:
+    """The whole cache: every layer, ``tokens`` long."""
+    return kv_bytes_per_token_layer(arch, mode) * arch.num_layers * tokens
+
+
+# costs that scale with the model ---------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelCosts:
+    """What one model adds on a GPU besides its weights, for a given request."""
+
+    cache_per_layer: int
+    cache_staging: int
+    """Quantized caches dequantize through two FP16 tensors as long as the cache, per GPU."""
+    scratch_fixed: int
+    rope_tables: int
+    activations: int
+    # set_device_map's bookkeeping (manual split only)
+    attention_scratch: int
+    mlp_scratch: int
+    head_scratch: int
+    attention_temp: int
+    split_constant: int
+
+
+def _dq(features_in: int, features_out: int, overheads: Overheads) -> int:
+    return 2 * min(features_in * features_out, overheads.max_dq_elements)
+
+
+def model_costs(arch: Architecture, mode: str, tokens: int, chunk: int,
+                overheads: Overheads) -> ModelCosts:
+    """Buffer sizes as ExLlamaV2's attn.py / mlp.py / linear.py / device.py compute them."""
+    h, q_width, kv_width = arch.hidden_size, arch.num_heads * arch.head_dim, arch.kv_width
+    inter, vocab = arch.intermediate_size, arch.vocab_size
+    attention_state = chunk * max(q_width, h) * 2 + 128
+    attention_dq = max(_dq(h, q_width, overheads), _dq(h, kv_width, overheads),
+                       _dq(q_width, h, overheads))
+    mlp_scratch = (chunk * h * 2 + 128) + 2 * (chunk * max(h, inter) * 2 + 128) + max(
+        _dq(h, inter, overheads), _dq(inter, h, overheads))
+    head_scratch = _dq(h, vocab, overheads)
+    temp_kv = 0 if arch.num_kv_heads == arch.num_heads else 2 * tokens * q_width * 2 + 128
+    attention_scratch = (attention_state + (chunk * q_width * 2 + 128)
+                         + 2 * (chunk * kv_width * 2 + 128) + attention_dq + temp_kv)
+    att_max = min(chunk * chunk, tokens * tokens)
+    if overheads.flash_attention:
+        att_max = int(att_max // (chunk / 190))
+    attention_temp = 2 * att_max * arch.num_heads * 2 + 128
+    rope = 4 * arch.head_dim * tokens  # sin and cos, float16, max_seq_len x head_dim
+    # Live during a chunk's forward pass and then kept by PyTorch's allocator: hidden
+    # states in and out, q/k/v and the attention output, the logits rows, and without
+    # flash-attn the chunk x chunk attention matrix.
+    activations = (chunk * 2 * (2 * h + 2 * q_width + 2 * kv_width)
+                   + overheads.max_output_len * vocab * 4 * 2
+                   + (0 if overheads.flash_attention else attention_temp))
+    return ModelCosts(
+        cache_per_layer=kv_bytes_per_token_layer(arch, mode) * tokens,
+        cache_staging=0 if mode == "FP16" else 4 * kv_width * tokens,
+        scratch_fixed=max(attention_state + attention_dq, mlp_scratch, head_scratch),
+        rope_tables=rope,
+        activations=activations,
+        attention_scratch=attention_scratch,
+        mlp_scratch=mlp_scratch,
+        head_scratch=head_scratch,
+        attention_temp=attention_temp,
+        split_constant=rope + h * chunk * 2 + chunk * chunk * 2,
+    )
+
+
+def format_bytes(count: int | float) -> str:
+    """Bytes in GiB (or MiB below 1 GiB), the way nvidia-smi's MiB figures add up."""
+    sign = "-" if count < 0 else ""
+    count = abs(count)
+    if count >= GiB:
+        return f"{sign}{count / GiB:.2f} GiB"
+    return f"{sign}{count / MiB:.0f} MiB"

@@ -1,0 +1,88 @@
+"""The GPUs a plan is for: typed-in sizes, or the ones telemetry sees, in CUDA order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specdeck.core.errors import InvalidInputError
+from specdeck.core.vram.costs import DEFAULT_OVERHEADS, GiB, Overheads
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """A GPU to plan for, numbered as CUDA (and so TabbyAPI's gpu_split) numbers it."""
+
+    index: int
+    name: str
+    total_bytes: int
+    reserved_bytes: int
+    """Held by the driver and firmware; no program can use it."""
+    in_use_bytes: int = 0
+    """Held by other programs right now (the desktop, another server), when counted."""
+    nvml_index: int | None = None
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.total_bytes - self.reserved_bytes - self.in_use_bytes
+
+
+def parse_gpu_sizes(text: str, overheads: Overheads = DEFAULT_OVERHEADS) -> tuple[GpuSpec, ...]:
+    """GPUs typed by hand: "32,24" = a 32 GB card and a 24 GB card (GPU 0 first)."""
+    sizes = _parse_numbers(text, "GPU sizes")
+    if not sizes or any(s <= 0 for s in sizes):
+        raise InvalidInputError(
+            f"GPU sizes {text!r} should be positive numbers of GB.", "For example: --gpus 32,24"
+        )
+    return tuple(
+        GpuSpec(i, f"{size:g} GB GPU", int(size * GiB), min(overheads.driver_reserved, int(size * GiB) // 4))
+        for i, size in enumerate(sizes)
+    )
+
+
+def _parse_numbers(text: str | Sequence[float], what: str) -> list[float]:
+    if not isinstance(text, str):
+        return [float(v) for v in text]
+    try:
+        return [float(part) for part in text.replace(" ", "").strip("[]").split(",") if part]
+    except ValueError:
+        raise InvalidInputError(
+            f"{what} {text!r} should be numbers separated by commas.", "For example: 20,24"
+        ) from None
+
+
+def parse_split(text: str | Sequence[float] | None, what: str = "gpu_split") -> tuple[float, ...] | None:
+    """A gpu_split like "20,24" (GB per GPU, in CUDA order), or None."""
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return None
+    values = _parse_numbers(text, what)
+    if not values or any(v < 0 for v in values) or not any(v > 0 for v in values):
+        raise InvalidInputError(f"{what} {text!r} needs at least one positive size in GB.")
+    return tuple(values)
+
+
+def parse_reserve_mb(text: str | Sequence[float]) -> tuple[float, ...]:
+    """TabbyAPI's autosplit_reserve: MB kept free per GPU during autosplit, e.g. "96"."""
+    values = _parse_numbers(text, "autosplit_reserve")
+    if not values or any(v < 0 for v in values):
+        raise InvalidInputError(
+            f"autosplit_reserve {text!r} should be MB per GPU (0 or more).", "For example: 96 or 96,0"
+        )
+    return tuple(values)
+
+
+def gpus_from_frame(frame, count_in_use: bool = False,
+                    overheads: Overheads = DEFAULT_OVERHEADS) -> tuple[GpuSpec, ...]:
+    """The GPUs a telemetry frame shows, in CUDA order (what gpu_split means by GPU 0)."""
+    usable = [g for g in frame.gpus if g.status.value == "ok" and g.memory_total]
+    visible = [g for g in usable if g.cuda_index is not None] or usable
+    visible.sort(key=lambda g: (g.cuda_index if g.cuda_index is not None else g.index))
+    specs = []
+    for position, g in enumerate(visible):
+        reserved = g.memory_reserved if g.memory_reserved is not None else overheads.driver_reserved
+        in_use = 0
+        if count_in_use and g.memory_used is not None:
+            # v1 "used" includes the driver's reservation, v2 "used" does not.
+            held = g.memory_used - (0 if g.memory_reserved is not None else reserved)
+            in_use = max(0, held - (g.own_bytes or 0))
+        specs.append(GpuSpec(position, g.name, g.memory_total, reserved, in_use, g.index))
+    return tuple(specs)

@@ -1,0 +1,69 @@
+"""What a plan depends on, named as in TabbyAPI's config.yml."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from specdeck.core.errors import InvalidInputError
+from specdeck.core.vram.costs import DEFAULT_CHUNK_SIZE, check_cache_mode, round_context
+from specdeck.core.vram.gpus import GpuSpec
+from specdeck.core.vram.weights import ModelWeights
+
+DEFAULT_AUTOSPLIT_RESERVE_MB = (96.0,)
+"""TabbyAPI's autosplit_reserve default: 96 MB kept free on GPU 0, nothing on the others."""
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """Everything a plan depends on; field names follow TabbyAPI's config.yml."""
+
+    target: ModelWeights
+    gpus: tuple[GpuSpec, ...]
+    context: int = 4096
+    """max_seq_len / cache_size in tokens (rounded up to 256 in the plan)."""
+    cache_mode: str = "FP16"
+    draft: ModelWeights | None = None
+    draft_cache_mode: str = "FP16"
+    gpu_split: tuple[float, ...] | None = None
+    """GB per GPU for the target; None = autosplit."""
+    draft_gpu_split: tuple[float, ...] | None = None
+    autosplit: bool = True
+    """TabbyAPI's gpu_split_auto (ignored with one GPU, where TabbyAPI turns it off)."""
+    autosplit_reserve_mb: tuple[float, ...] = DEFAULT_AUTOSPLIT_RESERVE_MB
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+
+    def checked(self) -> PlanRequest:
+        """This request with cache modes normalised; InvalidInputError for bad values."""
+        if not self.gpus:
+            raise InvalidInputError(
+                "There are no GPUs to plan for.",
+                "Type the GPU sizes to plan for another machine, e.g. --gpus 32,24.",
+            )
+        for split, what in ((self.gpu_split, "gpu_split"), (self.draft_gpu_split, "draft_gpu_split")):
+            if split is not None and len(split) > len(self.gpus):
+                raise InvalidInputError(
+                    f"{what} lists {len(split)} GPUs but the plan has {len(self.gpus)}.",
+                    "Give one size per GPU, or add the missing GPUs.",
+                )
+        if self.chunk_size < 256:
+            raise InvalidInputError(f"chunk_size {self.chunk_size} is below TabbyAPI's minimum of 256.")
+        return replace(
+            self,
+            cache_mode=check_cache_mode(self.cache_mode),
+            draft_cache_mode=check_cache_mode(self.draft_cache_mode),
+        )
+
+    @property
+    def cache_tokens(self) -> int:
+        return round_context(self.context)
+
+    @property
+    def split_label(self) -> str:
+        if len(self.gpus) == 1:
+            return "single GPU"
+        if self.gpu_split is not None:
+            return f"gpu_split [{', '.join(f'{v:g}' for v in self.gpu_split)}]"
+        if not self.autosplit:
+            return "gpu_split_auto off (all on GPU 0)"
+        reserve = ", ".join(f"{v:g}" for v in self.autosplit_reserve_mb)
+        return f"autosplit (reserve [{reserve}] MB)"

@@ -1,0 +1,166 @@
+"""A model as the planner sees it: ExLlamaV2's modules in load order, with their bytes.
+
+An EXL2 folder on disk is measured exactly (safetensors headers); a folder with only
+config.json is estimated from its architecture at a bpw, the head at its head bits. The
+token embedding is reported apart: ExLlamaV2 keeps it in system RAM.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdeck.core.errors import InvalidInputError
+from specdeck.core.models import (
+    WEIGHT_SUFFIX,
+    Architecture,
+    ModelInfo,
+    read_model,
+    read_safetensors_header,
+)
+
+DEFAULT_HEAD_BITS = 6
+"""ExLlamaV2's converter default (-hb 6) when quantization_config does not say."""
+
+
+class ModuleKind(str, enum.Enum):
+    ATTENTION = "attention"
+    MLP = "mlp"
+    NORM = "norm"
+    HEAD = "head"
+
+
+@dataclass(frozen=True)
+class ModuleWeights:
+    """One ExLlamaV2 module's weights on the GPU."""
+
+    kind: ModuleKind
+    layer: int | None
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class ModelWeights:
+    """A model as the planner sees it: its architecture and its modules in load order."""
+
+    name: str
+    arch: Architecture
+    modules: tuple[ModuleWeights, ...]
+    embedding_bytes: int
+    """The token embedding, which ExLlamaV2 keeps in system RAM."""
+    source: str
+    """"files" (exact, from safetensors headers) or "bpw" (estimated from config.json)."""
+    bpw: float | None = None
+    head_bits: int | None = None
+
+    @property
+    def gpu_bytes(self) -> int:
+        return sum(m.nbytes for m in self.modules)
+
+    @property
+    def label(self) -> str:
+        if self.source == "files":
+            bits = f"EXL2 {self.bpw:g} bpw, " if self.bpw else ""
+            return f"{self.name} ({bits}sizes from its files)"
+        return f"{self.name} ({self.bpw:g} bpw, head {self.head_bits} bits, estimated)"
+
+
+def _linear_shapes(arch: Architecture) -> dict[ModuleKind, list[tuple[int, int]]]:
+    """(in, out) features of every quantized matrix in one layer's modules."""
+    h, q_width, kv_width = arch.hidden_size, arch.num_heads * arch.head_dim, arch.kv_width
+    inter, experts = arch.intermediate_size, max(1, arch.num_experts)
+    return {
+        ModuleKind.ATTENTION: [(h, q_width), (h, kv_width), (h, kv_width), (q_width, h)],
+        ModuleKind.MLP: [(h, inter), (h, inter), (inter, h)] * experts,
+    }
+
+
+def weights_from_bpw(arch: Architecture, bpw: float, head_bits: int = DEFAULT_HEAD_BITS,
+                     name: str = "model") -> ModelWeights:
+    """Estimate EXL2 module sizes from the architecture: layers at ``bpw``, head at
+    ``head_bits``, norms and the MoE router in FP16, the embedding in FP16 (system RAM).
+
+    EXL2's bpw is the average over the quantized layer matrices including their scales,
+    so ``params x bpw / 8`` is the size on disk and on the GPU; biases (Qwen2's q/k/v) are
+    left out (a few kB per layer).
+    """
+    if not 1.0 <= bpw <= 16.0:
+        raise InvalidInputError(f"bpw {bpw:g} is out of range.", "EXL2 quants run from 2 to 8 bpw.")
+    if not 2 <= head_bits <= 16:
+        raise InvalidInputError(f"head bits {head_bits} are out of range (2-16).")
+    h = arch.hidden_size
+    norm = 2 * h
+    shapes = _linear_shapes(arch)
+    attention = round(sum(i * o for i, o in shapes[ModuleKind.ATTENTION]) * bpw / 8) + norm
+    router = 2 * h * arch.num_experts if arch.num_experts > 1 else 0
+    mlp = round(sum(i * o for i, o in shapes[ModuleKind.MLP]) * bpw / 8) + norm + router
+    modules: list[ModuleWeights] = []
+    for layer in range(arch.num_layers):
+        modules.append(ModuleWeights(ModuleKind.ATTENTION, layer, attention))
+        modules.append(ModuleWeights(ModuleKind.MLP, layer, mlp))
+    modules.append(ModuleWeights(ModuleKind.NORM, None, norm))
+    modules.append(ModuleWeights(ModuleKind.HEAD, None, round(arch.vocab_size * h * head_bits / 8)))
+    return ModelWeights(name, arch, tuple(modules), 2 * arch.vocab_size * h, "bpw", bpw, head_bits)
+
+
+_LAYER_NAME = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+# ExLlamaV2 puts the attention norm (input_layernorm) and q/k/v/o in the attention module.
+_ATTENTION_PARTS = (".self_attn.", ".attention.", ".attn.", ".input_layernorm.")
+
+
+def _attention_bytes(folder: Path, num_layers: int) -> list[int]:
+    """Bytes of each layer's attention module, from the safetensors headers."""
+    attention = [0] * num_layers
+    for weight_file in sorted(folder.glob(f"*{WEIGHT_SUFFIX}")):
+        for tensor in read_safetensors_header(weight_file):
+            match = _LAYER_NAME.search(tensor.name)
+            if match and int(match.group(1)) < num_layers and any(
+                part in tensor.name for part in _ATTENTION_PARTS
+            ):
+                attention[int(match.group(1))] += tensor.nbytes
+    return attention
+
+
+def weights_from_files(info: ModelInfo) -> ModelWeights:
+    """Exact module sizes of an EXL2 model folder (needs its *.safetensors files)."""
+    sizes = info.weights
+    if sizes is None:
+        raise InvalidInputError(f"{info.path} has no *.safetensors files to measure.")
+    arch = info.arch
+    attention = _attention_bytes(info.path, arch.num_layers)
+    modules: list[ModuleWeights] = []
+    for layer, total in enumerate(sizes.layers):
+        modules.append(ModuleWeights(ModuleKind.ATTENTION, layer, attention[layer]))
+        modules.append(ModuleWeights(ModuleKind.MLP, layer, total - attention[layer]))
+    modules.append(ModuleWeights(ModuleKind.NORM, None, sizes.other))
+    # A tied model without its own head tensors uses the FP16 embedding as the head, on
+    # the GPU (ExLlamaV2 loads it under the head's alternative key).
+    head = sizes.head or (sizes.embedding if arch.tie_word_embeddings else 0)
+    modules.append(ModuleWeights(ModuleKind.HEAD, None, head))
+    return ModelWeights(info.name, arch, tuple(modules), sizes.embedding, "files",
+                        info.quant.bits, info.quant.head_bits)
+
+
+def model_weights(folder: str | Path, bpw: float | None = None,
+                  head_bits: int | None = None) -> ModelWeights:
+    """The planner's view of a model folder.
+
+    An EXL2 folder with its weight files is measured exactly; ``bpw`` (and ``head_bits``)
+    override that with an estimate, which is what a folder with only config.json needs.
+    """
+    info = read_model(folder)
+    if bpw is None and info.is_exl2 and info.weights is not None:
+        return weights_from_files(info)
+    if bpw is None and info.is_exl2 and info.quant.bits:
+        bpw = info.quant.bits  # an EXL2 config.json whose weights are not here (yet)
+    if bpw is None:
+        what = (f"{info.quant.label} weights" if info.quant.method != "none"
+                else "no EXL2 quantization" if info.weights is None else "unquantized weights")
+        raise InvalidInputError(
+            f"{info.path} has {what}, so its size as an EXL2 model is unknown.",
+            "Pass the bpw of the EXL2 quant you mean to run (e.g. --bpw 4.0).",
+        )
+    bits = head_bits or info.quant.head_bits or DEFAULT_HEAD_BITS
+    return weights_from_bpw(info.arch, float(bpw), bits, name=info.name)

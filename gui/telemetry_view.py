@@ -1,0 +1,270 @@
+"""Widgets that show live GPU telemetry from a Sampler: per-GPU cards, plots, processes.
+
+They only read: each ``update_from(sampler)`` takes copies of the sampler's bounded ring
+buffers (at most its capacity per GPU) and redraws, so memory stays flat however long the
+window is open. The GPUs page drives them from a QTimer at the sampling rate; the A/B page
+can reuse :class:`TelemetryPlots` for VRAM next to its throughput curves.
+"""
+
+from __future__ import annotations
+
+import math
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QFont
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QProgressBar,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from specdeck.core.gpu.telemetry import GpuReading, GpuStatus, TelemetryFrame
+
+GiB = 1024**3
+MiB = 1024**2
+# One colour per GPU (NVML index), readable on light and dark backgrounds.
+GPU_COLOURS = ("#2563eb", "#ea580c", "#16a34a", "#9333ea", "#0891b2", "#ca8a04", "#db2777", "#4b5563")
+
+
+def set_text(label: QLabel, text: str) -> None:
+    """Change a label only when its text changes: redraws at 4 Hz stay cheap."""
+    if label.text() != text:
+        label.setText(text)
+
+
+def set_visible(widget: QWidget, visible: bool) -> None:
+    """Show or hide only on a change (see set_text)."""
+    if widget.isHidden() == visible:
+        widget.setVisible(visible)
+
+
+def gpu_colour(index: int) -> QColor:
+    return QColor(GPU_COLOURS[index % len(GPU_COLOURS)])
+
+
+def fmt(value: float | None, unit: str, digits: int = 0) -> str:
+    return "N/A" if value is None else f"{value:.{digits}f} {unit}".rstrip()
+
+
+def fmt_gib(value: int | None) -> str:
+    return "N/A" if value is None else f"{value / GiB:.1f} GiB"
+
+
+class GpuCard(QFrame):
+    """One GPU at a glance: name, both indices, memory bar, utilisation, power, temperature."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setMinimumWidth(240)
+        self.title = QLabel()
+        font = QFont(self.title.font())
+        font.setBold(True)
+        self.title.setFont(font)
+        self.indices = QLabel()
+        self.indices.setProperty("role", "hint")
+        self.memory = QProgressBar()
+        self.memory.setTextVisible(True)
+        self.status = QLabel()
+        self.status.setProperty("role", "error")
+        self.stats = QLabel()
+        self.stats.setTextFormat(Qt.TextFormat.PlainText)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 8, 10, 8)
+        layout.setSpacing(4)
+        header = QHBoxLayout()
+        self.swatch = QLabel()
+        self.swatch.setFixedSize(12, 12)
+        header.addWidget(self.swatch)
+        header.addWidget(self.title, 1)
+        layout.addLayout(header)
+        layout.addWidget(self.indices)
+        layout.addWidget(self.memory)
+        layout.addWidget(self.stats)
+        layout.addWidget(self.status)
+
+    def show_reading(self, gpu: GpuReading) -> None:
+        style = f"background: {gpu_colour(gpu.index).name()}; border-radius: 6px;"
+        if self.swatch.styleSheet() != style:
+            self.swatch.setStyleSheet(style)
+        set_text(self.title, gpu.name)
+        cuda = "hidden from CUDA" if gpu.cuda_index is None else (
+            f"CUDA {gpu.cuda_index}" + ("" if gpu.cuda_index_exact else " (estimated)"))
+        set_text(self.indices, f"nvidia-smi {gpu.index} · {cuda}")
+        lost = gpu.status is GpuStatus.LOST
+        set_text(self.status, "Lost: the GPU stopped answering. Reset it or reboot." if lost else "")
+        set_visible(self.status, lost)
+        usable = gpu.usable_total
+        if lost or usable is None or gpu.memory_used is None:
+            self.memory.setRange(0, 1)
+            self.memory.setValue(0)
+            self.memory.setFormat("memory N/A")
+        else:
+            self.memory.setRange(0, max(1, usable // MiB))
+            self.memory.setValue(min(usable, gpu.memory_used) // MiB)
+            self.memory.setFormat(f"{gpu.memory_used / GiB:.1f} / {usable / GiB:.1f} GiB")
+        power = fmt(gpu.power_w, "W")
+        if gpu.power_w is not None and gpu.power_limit_w:
+            power = f"{gpu.power_w:.0f} / {gpu.power_limit_w:.0f} W"
+        set_text(self.stats,
+                 f"GPU {fmt(gpu.utilization_gpu, '%')}   mem I/O {fmt(gpu.utilization_memory, '%')}\n"
+                 f"{power}   {fmt(gpu.temperature_c, '°C')}   fan {fmt(gpu.fan_percent, '%')}")
+
+
+class GpuCards(QWidget):
+    """A row of :class:`GpuCard`, one per GPU in the latest frame."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._layout = QHBoxLayout(self)
+        self._layout.setContentsMargins(0, 0, 0, 0)
+        self.cards: dict[int, GpuCard] = {}
+
+    def show_frame(self, frame: TelemetryFrame | None) -> None:
+        readings = {g.index: g for g in frame.gpus} if frame is not None else {}
+        for index in list(self.cards):
+            if index not in readings:
+                self.cards.pop(index).deleteLater()
+        for index, reading in sorted(readings.items()):
+            card = self.cards.get(index)
+            if card is None:
+                card = self.cards[index] = GpuCard(self)
+                self._layout.insertWidget(sorted(readings).index(index), card)
+            card.show_reading(reading)
+
+
+class TelemetryPlots(QWidget):
+    """Memory used and GPU utilisation over the last ``window_s`` seconds, one curve per GPU."""
+
+    def __init__(self, window_s: float = 120.0, parent: QWidget | None = None):
+        super().__init__(parent)
+        import pyqtgraph as pg
+
+        self._pg = pg
+        self.window_s = window_s
+        self.memory_plot = self._plot("Memory used", "GiB")
+        self.util_plot = self._plot("GPU utilisation", "%")
+        self.util_plot.setYRange(0, 100, padding=0.02)
+        self.util_plot.getViewBox().setLimits(yMin=0, yMax=105)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.memory_plot, 1)
+        layout.addWidget(self.util_plot, 1)
+        self.memory_curves: dict[int, object] = {}
+        self.total_lines: dict[int, object] = {}
+        self.util_curves: dict[int, object] = {}
+
+    def _plot(self, title: str, unit: str):
+        pg = self._pg
+        plot = pg.PlotWidget(background=None)
+        plot.setTitle(title, size="10pt")
+        plot.setLabel("left", unit)
+        plot.setLabel("bottom", "seconds ago")
+        plot.showGrid(x=True, y=True, alpha=0.15)
+        plot.setMenuEnabled(False)
+        plot.setMouseEnabled(x=False, y=False)
+        plot.hideButtons()
+        plot.setMinimumHeight(150)
+        plot.addLegend(offset=(8, 8), labelTextSize="8pt")
+        item = plot.getPlotItem()
+        item.setClipToView(True)
+        item.setDownsampling(auto=True, mode="peak")
+        return plot
+
+    def _curve(self, plot, store: dict[int, object], index: int, name: str | None,
+               dashed: bool = False):
+        if index not in store:
+            pg = self._pg
+            style = Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine
+            pen = pg.mkPen(gpu_colour(index), width=1 if dashed else 2, style=style)
+            store[index] = plot.plot([], [], pen=pen, name=name, connect="finite")
+        return store[index]
+
+    def update_from(self, sampler) -> int:
+        """Redraw from the sampler's histories; returns the number of points drawn."""
+        import numpy as np
+
+        latest = sampler.latest
+        names = {g.index: g.name.replace("NVIDIA GeForce ", "").replace("NVIDIA ", "")
+                 for g in (latest.gpus if latest is not None else ())}
+        now = latest.timestamp if latest is not None else 0.0
+        drawn = 0
+        for index in sampler.gpu_indices():
+            history = sampler.history(index)
+            t = history["t"]
+            keep = t >= now - self.window_s
+            x = t[keep] - now
+            label = f"{index}: {names.get(index, f'GPU {index}')}"
+            memory = self._curve(self.memory_plot, self.memory_curves, index, label)
+            memory.setData(x, history["memory_used"][keep] / GiB)
+            total = history["memory_total"][keep]
+            if total.size and not math.isnan(total[-1]):
+                line = self._curve(self.memory_plot, self.total_lines, index, None, True)
+                line.setData(np.array([-self.window_s, 0.0]), np.full(2, total[-1] / GiB))
+            util = self._curve(self.util_plot, self.util_curves, index, label)
+            util.setData(x, history["utilization_gpu"][keep])
+            drawn += int(keep.sum())
+        for plot in (self.memory_plot, self.util_plot):
+            plot.setXRange(-self.window_s, 0, padding=0)
+        return drawn
+
+    def clear(self) -> None:
+        for store, plot in ((self.memory_curves, self.memory_plot), (self.total_lines, self.memory_plot),
+                            (self.util_curves, self.util_plot)):
+            for curve in store.values():
+                plot.removeItem(curve)
+            store.clear()
+        for plot in (self.memory_plot, self.util_plot):
+            legend = plot.getPlotItem().legend
+            if legend is not None:
+                legend.clear()
+
+
+class ProcessTable(QTableWidget):
+    """Processes holding GPU memory; SpecDeck's own process in bold."""
+
+    HEADERS = ("GPU", "PID", "Process", "Memory")
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(0, len(self.HEADERS), parent)
+        self.setHorizontalHeaderLabels(self.HEADERS)
+        self.verticalHeader().setVisible(False)
+        self.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.setSelectionMode(QTableWidget.SelectionMode.NoSelection)
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        header = self.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+
+    def show_frame(self, frame: TelemetryFrame | None) -> None:
+        rows = [(g.index, p) for g in (frame.gpus if frame is not None else ()) for p in g.processes]
+        self.setRowCount(len(rows))
+        for row, (index, process) in enumerate(rows):
+            name = process.name + ("  (SpecDeck)" if process.is_self else "")
+            cells = (str(index), str(process.pid), name, fmt_gib(process.used_bytes))
+            for column, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                if column in (0, 1, 3):
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                if process.is_self:
+                    font = item.font()
+                    font.setBold(True)
+                    item.setFont(font)
+                self.setItem(row, column, item)
+
+
+def own_usage_text(frame: TelemetryFrame | None) -> str:
+    """"SpecDeck itself: 1.2 GiB" (summed over GPUs), or why it is unknown."""
+    if frame is None or not frame.gpus:
+        return ""
+    values = [g.own_bytes for g in frame.gpus if g.status is GpuStatus.OK]
+    if any(v is None for v in values):
+        return "SpecDeck itself: unknown (the driver does not list processes here)"
+    return f"SpecDeck itself: {fmt_gib(sum(v or 0 for v in values))}"
+
