@@ -2,7 +2,9 @@
 
 The page runs its real flow against the test suite's fake Hub (tests/hubserver.py: a real
 HTTP server on 127.0.0.1 serving EXL2-shaped repositories built from the real tokenizer and
-config fixtures), so the repository names are the fake Hub's ("testorg/..."). Shots:
+config fixtures, with small synthetic weights), so the repository names are the fake Hub's
+("testorg/...") and the download sizes are megabytes where the VRAM column, computed from
+the real configs, says what the real model would need. Shots:
 
 - models-install.png: search results, the variants of a repository, an install under way;
 - models-installed.png: the install done, the model in the library, "Use as draft".

@@ -139,9 +139,10 @@ def run_variants(args: argparse.Namespace) -> int:
         emit_json(found)
         return EXIT_OK
     if found.variants:
-        rows = [[v.revision, v.label, format_bytes(v.total_bytes), str(v.file_count), v.folder_name,
-                 "; ".join(v.notes)] for v in found.variants]
-        print_table(rows, ["branch", "bitrate", "download", "files", "installs as", "notes"])
+        rows = [[v.revision, v.label, format_bytes(v.total_bytes),
+                 format_bytes(v.weights_vram_bytes) if v.weights_vram_bytes else "?",
+                 str(v.file_count), v.folder_name, "; ".join(v.notes)] for v in found.variants]
+        print_table(rows, ["branch", "bitrate", "download", "VRAM (weights)", "files", "installs as", "notes"])
     else:
         print(f"{found.repo_id} has no branch with an installable model.")
     for branch, why in found.other_branches:

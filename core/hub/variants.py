@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
-from specdeck.core.errors import CancelledError
+from specdeck.core.errors import CancelledError, SpecDeckError
 from specdeck.core.hub.client import HubClient
 from specdeck.core.hub.errors import HubAccessError, HubAuthError, IntegrityError
 from specdeck.core.hub.spec import parse_repo_spec
@@ -98,7 +98,10 @@ class Variant:
     weight_bytes: int
     file_count: int
     notes: tuple[str, ...] = ()
-    vram_bytes: int | None = None  # filled in once the VRAM planner exists
+    weights_vram_bytes: int | None = None
+    """The weights' share of VRAM, estimated by the VRAM planner from config.json and the
+    bitrate (the embedding stays in system RAM); the KV cache comes on top and depends on
+    the target's context. None when config.json could not be read."""
 
     @property
     def spec(self) -> str:
@@ -126,6 +129,20 @@ class RepoVariants:
 
     def find(self, revision: str) -> Variant | None:
         return next((v for v in self.variants if v.revision == revision), None)
+
+
+def _weights_vram(config: dict, bits: float | None, head_bits: int | None) -> int | None:
+    """GPU bytes of an EXL2 variant's weights, from the VRAM planner's estimate."""
+    from specdeck.core.models import architecture_from_config
+    from specdeck.core.vram.weights import DEFAULT_HEAD_BITS, weights_from_bpw
+
+    if bits is None:
+        return None
+    try:
+        arch = architecture_from_config(config)
+        return weights_from_bpw(arch, bits, head_bits or DEFAULT_HEAD_BITS).gpu_bytes
+    except SpecDeckError:  # an unusual config: no estimate rather than a wrong one
+        return None
 
 
 def _inspect_branch(client: HubClient, repo_id: str, branch: str, commit: str) -> Variant | tuple[str, str]:
@@ -167,6 +184,7 @@ def _inspect_branch(client: HubClient, repo_id: str, branch: str, commit: str) -
         source = "branch name" if bits_from_branch(branch) else "repository name"
     elif named is not None and abs(named[0] - bits) > 0.01:  # type: ignore[operator]
         notes.append(f"the name says {format_bits(named[0])} bpw but config.json says {format_bits(bits)} bpw")  # type: ignore[arg-type]
+    weights_vram = _weights_vram(config, bits, head) if isinstance(config, dict) else None
     code = [f.path for f in files if f.path.endswith(".py")]
     if code:
         notes.append(f"holds Python code ({', '.join(code[:3])}), which SpecDeck never installs")
@@ -183,6 +201,7 @@ def _inspect_branch(client: HubClient, repo_id: str, branch: str, commit: str) -
         weight_bytes=sum(f.size for f in weights),
         file_count=len(files),
         notes=tuple(notes),
+        weights_vram_bytes=weights_vram,
     )
 
 

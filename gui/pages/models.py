@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 
 INSTALL_DIR_KEY = "models/install_dir"
 ANY_FAMILY = "any family"
+VRAM_TIP = ("The weights' share of GPU memory, estimated from config.json and the bitrate. The KV "
+            "cache comes on top; plan the whole draft + target pair on the GPUs & VRAM page.")
 FAMILIES = ("", "llama", "qwen2", "mistral", "gemma2", "phi3", "deepseek", "command-r", "yi")
 PROGRESS_STEPS = 1000
 # Text colours of the library's compatibility column (the badge colours of style.qss).
@@ -214,7 +216,7 @@ class ModelsPage(QWidget):
     LIBRARY_HEADERS = ["Name", "Architecture", "Parameters", "Size", "Quantization", "Context", "Vocab",
                        "Compatibility", "Installed from"]
     RESULT_HEADERS = ["Repository", "Downloads", "Likes", "Access"]
-    VARIANT_HEADERS = ["Branch", "Bitrate", "Download", "Files", "Status", "Notes"]
+    VARIANT_HEADERS = ["Branch", "Bitrate", "Download", "VRAM (weights)", "Files", "Status", "Notes"]
 
     def __init__(self, context: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
@@ -340,7 +342,7 @@ class ModelsPage(QWidget):
         self.repo_label = _label("<b>No repository selected</b>")
         self.repo_label.setTextFormat(Qt.TextFormat.RichText)
         layout.addWidget(self.repo_label)
-        self.variants_table = _table(self.VARIANT_HEADERS, stretch=5)
+        self.variants_table = _table(self.VARIANT_HEADERS, stretch=len(self.VARIANT_HEADERS) - 1)
         self.variants_table.itemSelectionChanged.connect(self._update_buttons)
         layout.addWidget(self.variants_table, 1)
 
@@ -651,10 +653,12 @@ class ModelsPage(QWidget):
             table.setItem(row, 0, _item(variant.revision, f"commit {variant.commit}", data=variant.revision))
             table.setItem(row, 1, _item(variant.label, f"from {variant.bits_source or 'nowhere: unknown'}"))
             table.setItem(row, 2, _item(format_bytes(variant.total_bytes), align_right=True))
-            table.setItem(row, 3, _item(str(variant.file_count), align_right=True))
-            table.setItem(row, 4, _item(self._status_text(variant)))
+            vram = variant.weights_vram_bytes
+            table.setItem(row, 3, _item(format_bytes(vram) if vram else "?", VRAM_TIP, align_right=True))
+            table.setItem(row, 4, _item(str(variant.file_count), align_right=True))
+            table.setItem(row, 5, _item(self._status_text(variant)))
             notes = "; ".join(variant.notes)
-            table.setItem(row, 5, _item(notes, notes or None))
+            table.setItem(row, 6, _item(notes, notes or None))
         if found.variants:
             revisions = [v.revision for v in found.variants]
             table.selectRow(revisions.index(keep) if keep in revisions else 0)

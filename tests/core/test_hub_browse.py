@@ -78,6 +78,17 @@ def test_variants_come_from_branches_with_sizes_from_the_tree(fake_hub):
     assert main[0] == "main" and "README.md" in main[1]
 
 
+def test_variants_carry_the_vram_planners_weight_estimate(fake_hub):
+    found = list_variants(TINY_REPO, endpoint=fake_hub.url)
+    vram = [v.weights_vram_bytes for v in found.variants]
+    # TinyLlama has 1.1 B parameters, 65.5 M of them in the embedding (kept in system RAM):
+    # about 1.03 B x 4 / 8 bytes at 4.0 bpw.
+    assert 0.45e9 < vram[0] < 0.6e9
+    assert vram == sorted(vram) and vram[2] > 1.8 * vram[0]  # 4.0 < 6.5 < 8.0 bpw
+    (gated,) = list_variants(GATED_REPO, endpoint=fake_hub.url).variants
+    assert gated.weights_vram_bytes is None  # no config.json without access: no guess
+
+
 def test_config_wins_over_a_mislabeled_branch_and_says_so(fake_hub):
     variant = list_variants(QWEN_REPO, endpoint=fake_hub.url).find("5.0bpw")
     assert variant.bits == 4.85

@@ -44,7 +44,7 @@ def open_repo(qtbot, page, text: str, repo_id: str) -> None:
 def variant_status(page, revision: str) -> str:
     for row in range(page.variants_table.rowCount()):
         if page.variants_table.item(row, 0).text() == revision:
-            return page.variants_table.item(row, 4).text()
+            return page.variants_table.item(row, 5).text()
     raise KeyError(revision)
 
 
@@ -168,7 +168,7 @@ def test_set_a_token_for_a_gated_repo(qtbot, page, monkeypatch, memory_keyring):
     assert GOOD_TOKEN in memory_keyring.store.values()
     page.show_repo(GATED_REPO)
     qtbot.waitUntil(lambda: page.variants_table.rowCount() == 1, timeout=TIMEOUT)
-    assert page.variants_table.item(0, 5).text() == ""  # config.json readable: no "needs access" note
+    assert page.variants_table.item(0, 6).text() == ""  # config.json readable: no "needs access" note
     qtbot.mouseClick(page.forget_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "No Hugging Face token" in page.token_label.text(), timeout=TIMEOUT)
     assert memory_keyring.store == {}
