@@ -48,6 +48,7 @@ from PySide6.QtWidgets import (
 
 from specdeck.core.errors import CancelledError
 from specdeck.gui.context import AppContext
+from specdeck.gui.pages.compatibility import BADGE_ROLES
 from specdeck.gui.widgets.banner import Banner
 from specdeck.gui.workers import TaskHandle, submit
 
@@ -64,12 +65,6 @@ VERDICT_COLOURS = {
     "compatible": "#16a34a",
     "compatible_with_warnings": "#d97706",
     "incompatible": "#dc2626",
-}
-COMPAT_ROLES = {
-    "compatible": "badge-ok",
-    "compatible_with_warnings": "badge-warn",
-    "incompatible": "badge-bad",
-    "inconclusive": "badge-info",
 }
 
 
@@ -834,7 +829,7 @@ class ModelsPage(QWidget):
             value, label, summary = verdicts[path.as_posix()]
             self.compat_badge.setText(f"{label} with the target model")
             self.compat_badge.setToolTip(summary)
-            _set_role(self.compat_badge, COMPAT_ROLES.get(value, "badge-info"))
+            _set_role(self.compat_badge, BADGE_ROLES.get(value, "badge-info"))
             self.compat_badge.show()
 
         self._run(_compatibility, self._config_path(), [path.as_posix()], finished=show,

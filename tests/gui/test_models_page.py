@@ -240,3 +240,11 @@ def test_library_compatibility_against_the_config_target(qtbot, page, fake_hub, 
     assert found["TinyLlama-1.1B-Chat-v1.0-exl2-4.0bpw"].startswith("Compatible")  # same tokenizer as Llama 2
     assert found["Qwen2.5-0.5B-Instruct-exl2-4.0bpw"] == "Incompatible"
     assert found["Llama-2-7b-hf"] == "Target model"
+    # A fresh install is checked against the target right away.
+    open_repo(qtbot, page, "tinyllama", TINY_REPO)
+    page.select_variant("6_5")
+    with qtbot.waitSignal(page.install_finished, timeout=TIMEOUT):
+        qtbot.mouseClick(page.install_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.compat_badge.isVisible(), timeout=TIMEOUT)
+    assert page.compat_badge.text().startswith("Compatible")
+    assert page.compat_badge.property("role") in ("badge-ok", "badge-warn")
