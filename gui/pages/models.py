@@ -1,11 +1,883 @@
-"""Placeholder until this page is built."""
+"""The Models page: the local model library, and EXL2 drafts to install from the Hub.
+
+Top: every model folder SpecDeck knows (config.yml's model and draft folders, extra folders,
+the install destination) with its architecture, size, bitrate, context, vocabulary, a
+compatibility badge against config.yml's target model, and where it came from.
+
+Bottom: search the Hub, pick a repository, pick a bitrate (one branch each), Install.
+Progress shows bytes, rate, time left and the file; Cancel keeps what was downloaded, and
+an unfinished install (cancelled, failed, or cut off by a restart) is offered for Resume.
+After an install, "Use as draft" previews the config.yml change and saves it atomically
+through the config editor.
+
+Everything slow (network, disk scans, keyring, tokenizers) runs in gui.workers; the page
+only shows state. Domain logic lives in specdeck.core.hub.
+"""
 
 from __future__ import annotations
 
-from specdeck.gui.pages import spec
-from specdeck.gui.pages.placeholder import PlaceholderPage
+import html
+import logging
+from pathlib import Path
+from typing import Any
+
+import shiboken6
+from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QFileDialog,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QSizePolicy,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from specdeck.core.errors import CancelledError
+from specdeck.gui.context import AppContext
+from specdeck.gui.pages.compatibility import BADGE_ROLES
+from specdeck.gui.widgets.banner import Banner
+from specdeck.gui.workers import TaskHandle, submit
+
+log = logging.getLogger(__name__)
+
+INSTALL_DIR_KEY = "models/install_dir"
+ANY_FAMILY = "any family"
+VRAM_TIP = ("The weights' share of GPU memory, estimated from config.json and the bitrate. The KV "
+            "cache comes on top; plan the whole draft + target pair on the GPUs & VRAM page.")
+FAMILIES = ("", "llama", "qwen2", "mistral", "gemma2", "phi3", "deepseek", "command-r", "yi")
+PROGRESS_STEPS = 1000
+# Text colours of the library's compatibility column (the badge colours of style.qss).
+VERDICT_COLOURS = {
+    "compatible": "#16a34a",
+    "compatible_with_warnings": "#d97706",
+    "incompatible": "#dc2626",
+}
 
 
-def create_page(context):
-    page = spec("models")
-    return PlaceholderPage(page.title, page.summary)
+def create_page(context: AppContext) -> QWidget:
+    return ModelsPage(context)
+
+
+def _item(text: str, tooltip: str | None = None, align_right: bool = False, data: Any = None) -> QTableWidgetItem:
+    item = QTableWidgetItem(text)
+    item.setFlags(Qt.ItemFlag.ItemIsSelectable | Qt.ItemFlag.ItemIsEnabled)
+    if tooltip:
+        item.setToolTip(tooltip)
+    if align_right:
+        item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+    if data is not None:
+        item.setData(Qt.ItemDataRole.UserRole, data)
+    return item
+
+
+def _table(headers: list[str], stretch: int = 0) -> QTableWidget:
+    table = QTableWidget(0, len(headers))
+    table.setHorizontalHeaderLabels(headers)
+    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.verticalHeader().setVisible(False)
+    table.setAlternatingRowColors(True)
+    table.setWordWrap(False)
+    header = table.horizontalHeader()
+    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    header.setSectionResizeMode(stretch, QHeaderView.ResizeMode.Stretch)
+    return table
+
+
+def _label(text: str = "", role: str | None = None, wrap: bool = True) -> QLabel:
+    label = QLabel(text)
+    label.setWordWrap(wrap)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    if role:
+        label.setProperty("role", role)
+    return label
+
+
+def _set_role(label: QLabel, role: str | None) -> None:
+    label.setProperty("role", role or "")
+    label.style().unpolish(label)
+    label.style().polish(label)
+
+
+# ---------------------------------------------------------------------------------------
+# The calls that run in workers: plain functions of core, nothing Qt.
+
+
+def _scan(config_path: str | None, install_dir: str | None) -> dict:
+    from specdeck.core.hub import find_partial_installs, model_dirs, scan_library
+
+    extra = (install_dir,) if install_dir else ()
+    errors = []
+    try:
+        dirs = model_dirs(config_path, extra)
+    except Exception as exc:  # a broken config.yml: still show the install folder
+        errors.append(str(exc))
+        dirs = [Path(install_dir)] if install_dir else []
+    entries, problems = scan_library(dirs)
+    partials = find_partial_installs(install_dir) if install_dir else []
+    return {"dirs": dirs, "entries": entries, "problems": problems, "partials": partials, "errors": errors}
+
+
+def _target_model(config_path: str | None) -> Path | None:
+    from specdeck.core.hub.locations import current_config
+
+    doc = current_config(config_path)
+    return doc.target_model_path() if doc is not None else None
+
+
+def _compatibility(config_path: str | None, drafts: list[str], cancel=None, progress=None) -> dict:
+    """Verdicts of each draft folder against config.yml's target, via the compatibility
+    checker (specdeck.core.compat) when this build has it; {} otherwise."""
+    try:
+        from specdeck.core.compat import check
+    except ImportError:
+        return {}
+    target = _target_model(config_path)
+    if target is None or not Path(target).is_dir():
+        return {}
+    verdicts = {}
+    for draft in drafts:
+        if cancel is not None and cancel.is_set():
+            break
+        if Path(draft).resolve() == Path(target).resolve():
+            verdicts[draft] = ("target", "Target model", "config.yml's target model")
+            continue
+        try:
+            report = check(target, draft, cancel=cancel)
+            verdicts[draft] = (report.verdict.value, report.verdict.label, report.summary)
+        except Exception as exc:  # one unreadable model must not hide the others' badges
+            verdicts[draft] = ("inconclusive", "Not checked", str(exc))
+        if progress:
+            progress(dict(verdicts))
+    return verdicts
+
+
+def _token_status() -> str:
+    from specdeck.core.hub import resolve_token
+
+    token = resolve_token()
+    if token is None:
+        return "No Hugging Face token: public repositories only."
+    return f"Using the Hugging Face token from {token.source.value}."
+
+
+def _sign_in(value: str) -> str:
+    from specdeck.core.hub import TokenSource, save_token, whoami
+
+    user = whoami(value)
+    where = save_token(value)
+    kept = "kept in the system keyring" if where == TokenSource.KEYRING else "kept for this session only (no system keyring)"
+    return f"Signed in as {user}; token {kept}."
+
+
+def _forget() -> str:
+    from specdeck.core.hub import forget_token
+
+    forget_token()
+    return _token_status()
+
+
+def _variants_with_status(repo_id: str, dirs: list[str], install_dir: str | None, cancel=None) -> dict:
+    from specdeck.core.hub import find_partial_installs, installed_variants, list_variants
+
+    found = list_variants(repo_id, cancel=cancel)
+    installed = installed_variants([*dirs, install_dir] if install_dir else dirs)
+    partials = find_partial_installs(install_dir) if install_dir else []
+    return {"found": found, "installed": installed, "partials": partials}
+
+
+# ---------------------------------------------------------------------------------------
+
+
+class ModelsPage(QWidget):
+    install_finished = Signal(object)
+    """An InstallResult, after a successful install."""
+
+    LIBRARY_HEADERS = ["Name", "Architecture", "Parameters", "Size", "Quantization", "Context", "Vocab",
+                       "Compatibility", "Installed from"]
+    RESULT_HEADERS = ["Repository", "Downloads", "Likes", "Access"]
+    VARIANT_HEADERS = ["Branch", "Bitrate", "Download", "VRAM (weights)", "Files", "Status", "Notes"]
+
+    def __init__(self, context: AppContext, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.context = context
+        self._tasks: set[TaskHandle] = set()
+        self._install_task: TaskHandle | None = None
+        self._variants_task: TaskHandle | None = None
+        self._variants: Any = None  # RepoVariants of the selected repository
+        self._installed: dict = {}
+        self._partials: list = []
+        self._library_dirs: list[Path] = []
+        self._last_result: Any = None
+        self._install_dir: Path | None = None
+        self._rename_offer: Any = None  # a Variant whose folder name clashed
+        self._scan_generation = 0
+        self._closed = False
+        self._variants_generation = 0
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 8, 10, 8)
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(self._build_library())
+        splitter.addWidget(self._build_hub())
+        splitter.setStretchFactor(0, 2)
+        splitter.setStretchFactor(1, 5)
+        splitter.setSizes([240, 520])
+        splitter.setChildrenCollapsible(False)
+        layout.addWidget(splitter, 1)
+
+        context.config_path_changed.connect(lambda _path: self._config_changed())
+        context.config_saved.connect(lambda _path: self.refresh_library())
+        stored = QSettings().value(INSTALL_DIR_KEY)
+        if stored:  # a folder the user chose on this page wins over config.yml's
+            self._install_dir = Path(str(stored))
+            self._show_destination()
+            self.refresh_library()
+        else:
+            self._use_config_destination()
+        self._run(_token_status, finished=self.token_label.setText)
+
+    # building ------------------------------------------------------------------------
+    def _build_library(self) -> QWidget:
+        box = QGroupBox("Local library")
+        layout = QVBoxLayout(box)
+        row = QHBoxLayout()
+        self.folders_label = _label("", role="hint")
+        self.folders_label.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        add = QPushButton("Add folder…")
+        add.clicked.connect(self._add_folder)
+        self.refresh_button = QPushButton("Refresh")
+        self.refresh_button.setToolTip("Scan the folders again")
+        self.refresh_button.clicked.connect(self.refresh_library)
+        row.addWidget(self.folders_label, 1)
+        row.addWidget(add)
+        row.addWidget(self.refresh_button)
+        layout.addLayout(row)
+        self.library_table = _table(self.LIBRARY_HEADERS, stretch=len(self.LIBRARY_HEADERS) - 1)
+        layout.addWidget(self.library_table)
+        self.library_status = _label("", role="hint")
+        layout.addWidget(self.library_status)
+        return box
+
+    def _build_hub(self) -> QWidget:
+        box = QGroupBox("Install an EXL2 draft model from the Hugging Face Hub")
+        layout = QVBoxLayout(box)
+        self.error_banner = Banner()
+        layout.addWidget(self.error_banner)
+
+        search = QHBoxLayout()
+        self.search_edit = QLineEdit()
+        self.search_edit.setPlaceholderText("Search EXL2 repositories, e.g. qwen2.5 0.5b instruct")
+        self.search_edit.returnPressed.connect(self.search)
+        self.family_combo = QComboBox()
+        self.family_combo.setEditable(True)
+        for family in FAMILIES:
+            self.family_combo.addItem(family or ANY_FAMILY)
+        self.author_edit = QLineEdit()
+        self.author_edit.setPlaceholderText("author (optional)")
+        self.author_edit.setMaximumWidth(160)
+        self.author_edit.returnPressed.connect(self.search)
+        self.search_button = QPushButton("Search")
+        self.search_button.setDefault(True)
+        self.search_button.clicked.connect(self.search)
+        search.addWidget(self.search_edit, 1)
+        search.addWidget(self.family_combo)
+        search.addWidget(self.author_edit)
+        search.addWidget(self.search_button)
+        layout.addLayout(search)
+
+        token = QHBoxLayout()
+        self.token_label = _label("", role="hint")
+        self.token_button = QPushButton("Set token…")
+        self.token_button.setToolTip("For gated and private repositories. Stored in the system keyring, "
+                                     "never in config.yml or SpecDeck's settings.")
+        self.token_button.clicked.connect(self._ask_token)
+        self.forget_button = QPushButton("Forget token")
+        self.forget_button.clicked.connect(lambda: self._run(_forget, finished=self.token_label.setText))
+        token.addWidget(self.token_label, 1)
+        token.addWidget(self.token_button)
+        token.addWidget(self.forget_button)
+        layout.addLayout(token)
+
+        split = QSplitter(Qt.Orientation.Horizontal)
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        left_layout.setContentsMargins(0, 0, 0, 0)
+        self.results_table = _table(self.RESULT_HEADERS, stretch=0)
+        self.results_table.itemSelectionChanged.connect(self._repo_selected)
+        self.search_status = _label("Search for a model family or name to see EXL2 repositories.", role="hint")
+        left_layout.addWidget(self.results_table, 1)
+        left_layout.addWidget(self.search_status)
+        split.addWidget(left)
+        split.addWidget(self._build_install())
+        split.setStretchFactor(0, 2)
+        split.setStretchFactor(1, 3)
+        layout.addWidget(split, 1)
+        return box
+
+    def _build_install(self) -> QWidget:
+        panel = QWidget()
+        layout = QVBoxLayout(panel)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.repo_label = _label("<b>No repository selected</b>")
+        self.repo_label.setTextFormat(Qt.TextFormat.RichText)
+        layout.addWidget(self.repo_label)
+        self.variants_table = _table(self.VARIANT_HEADERS, stretch=len(self.VARIANT_HEADERS) - 1)
+        self.variants_table.itemSelectionChanged.connect(self._update_buttons)
+        layout.addWidget(self.variants_table, 1)
+
+        dest = QHBoxLayout()
+        dest.addWidget(QLabel("Install into:"))
+        self.dest_label = _label("")
+        self.dest_label.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        dest.addWidget(self.dest_label, 1)
+        change = QPushButton("Change…")
+        change.clicked.connect(self._choose_destination)
+        dest.addWidget(change)
+        layout.addLayout(dest)
+
+        self.partial_banner = Banner()
+        layout.addWidget(self.partial_banner)
+
+        actions = QHBoxLayout()
+        self.install_button = QPushButton("Install")
+        self.install_button.setSizePolicy(QSizePolicy.Policy.Minimum, QSizePolicy.Policy.Fixed)
+        self.install_button.clicked.connect(self.start_install)
+        self.progress_bar = QProgressBar()
+        self.progress_bar.setRange(0, PROGRESS_STEPS)
+        self.progress_bar.setTextVisible(True)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel_install)
+        self.cancel_button.setEnabled(False)
+        actions.addWidget(self.install_button)
+        actions.addWidget(self.progress_bar, 1)
+        actions.addWidget(self.cancel_button)
+        layout.addLayout(actions)
+        self.progress_label = _label("")
+        layout.addWidget(self.progress_label)
+
+        result = QGridLayout()
+        self.result_label = _label("")
+        self.result_label.setTextFormat(Qt.TextFormat.RichText)
+        self.compat_badge = _label("", wrap=False)
+        self.compat_badge.hide()
+        self.use_button = QPushButton("Use as draft")
+        self.use_button.setToolTip("Set this model as draft_model in config.yml (you see the change first).")
+        self.use_button.clicked.connect(self.use_as_draft)
+        self.use_button.hide()
+        result.addWidget(self.result_label, 0, 0, 1, 3)
+        result.addWidget(self.compat_badge, 1, 0)
+        result.addWidget(self.use_button, 1, 2)
+        result.setColumnStretch(1, 1)
+        layout.addLayout(result)
+        self._update_buttons()
+        return panel
+
+    # workers -------------------------------------------------------------------------
+    def _run(self, fn, *args, finished=None, failed=None, progress=None, **kwargs) -> TaskHandle | None:
+        """Run ``fn`` in a worker; its result, error and progress reach the callbacks on the
+        GUI thread, and never after shutdown() or once the page is destroyed."""
+        if self._closed:
+            return None
+        handle = submit(fn, *args, **kwargs)
+        self._tasks.add(handle)
+        for signal, callback in ((handle.finished, finished), (handle.failed, failed or self._show_error),
+                                 (handle.progress, progress)):
+            if callback is not None:
+                signal.connect(lambda value, callback=callback: self._deliver(callback, value))
+        handle.done.connect(lambda: self._tasks.discard(handle))
+        return handle
+
+    def _deliver(self, callback, value: Any) -> None:
+        # The handle outlives the page when the window closes mid-task: drop late results.
+        if not self._closed and shiboken6.isValid(self):
+            callback(value)
+
+    def _show_error(self, error: BaseException) -> None:
+        self.error_banner.show_message(html.escape(str(error)), "error")
+
+    def _clear_error(self) -> None:
+        self.error_banner.clear()
+
+    def busy(self) -> bool:
+        return bool(self._tasks)
+
+    def shutdown(self) -> None:
+        """Stop background work when the window closes; a running install stays resumable."""
+        self._closed = True
+        for handle in list(self._tasks):
+            handle.cancel()
+
+    # library -------------------------------------------------------------------------
+    @property
+    def install_dir(self) -> Path | None:
+        return self._install_dir
+
+    def _config_changed(self) -> None:
+        """Another config.yml was opened: install into its draft_model_dir from now on."""
+        QSettings().remove(INSTALL_DIR_KEY)
+        self._use_config_destination()
+
+    def _use_config_destination(self) -> None:
+        self._install_dir = None
+        self._show_destination()
+        self.refresh_library()
+        self._run(self._default_dir, finished=self._got_default_dir, failed=lambda exc: self._got_default_dir(None))
+
+    def _default_dir(self) -> Path | None:
+        from specdeck.core.hub import default_install_dir
+
+        return default_install_dir(self._config_path())
+
+    def _got_default_dir(self, path: Path | None) -> None:
+        if path is not None and self._install_dir is None:
+            self._install_dir = Path(path)
+            self._show_destination()
+            self.refresh_library()
+
+    def _config_path(self) -> str | None:
+        path = self.context.config_path
+        return str(path) if path else None
+
+    def set_install_dir(self, path: str | Path) -> None:
+        self._install_dir = Path(path)
+        QSettings().setValue(INSTALL_DIR_KEY, str(self._install_dir))
+        self._show_destination()
+        self.refresh_library()
+
+    def _show_destination(self) -> None:
+        if self._install_dir is None:
+            self.dest_label.setText("no folder yet: open your config.yml (draft_model_dir) or choose one")
+            _set_role(self.dest_label, "error")
+        else:
+            self.dest_label.setText(str(self._install_dir))
+            _set_role(self.dest_label, None)
+        self._update_buttons()
+
+    def _choose_destination(self) -> None:
+        start = str(self._install_dir or Path.home())
+        chosen = QFileDialog.getExistingDirectory(self, "Install draft models into", start)
+        if chosen:
+            self.set_install_dir(chosen)
+
+    def _add_folder(self) -> None:
+        chosen = QFileDialog.getExistingDirectory(self, "Add a model folder", str(Path.home()))
+        if chosen:
+            settings = self.context.settings
+            if chosen not in settings.extra_model_dirs:
+                from dataclasses import replace
+
+                self.context.update_settings(replace(settings, extra_model_dirs=(*settings.extra_model_dirs, chosen)))
+            self.refresh_library()
+
+    def refresh_library(self) -> None:
+        # Scans can overlap (a new folder while one runs): only the latest one is shown.
+        self._scan_generation += 1
+        generation = self._scan_generation
+        self._run(
+            _scan, self._config_path(), str(self._install_dir) if self._install_dir else None,
+            finished=lambda scan: self._show_library(scan) if generation == self._scan_generation else None,
+            failed=self._show_error,
+        )
+
+    def _show_library(self, scan: dict) -> None:
+        from specdeck.core.hub import format_bytes
+
+        self._library_dirs = list(scan["dirs"])
+        self.folders_label.setText(
+            "Folders: " + (", ".join(str(d) for d in scan["dirs"]) if scan["dirs"] else
+                           "none yet (open config.yml or add a folder)")
+        )
+        table = self.library_table
+        table.setRowCount(0)
+        for entry in scan["entries"]:
+            m = entry.model
+            row = table.rowCount()
+            table.insertRow(row)
+            source = entry.source.spec if entry.source else ""
+            cells = [
+                _item(m.name, str(m.path), data=str(m.path)),
+                _item(m.arch.model_type),
+                _item(m.parameters_label, align_right=True),
+                _item(format_bytes(m.files_bytes), align_right=True),
+                _item(m.quant.label),
+                _item(f"{m.context_length:,}", align_right=True),
+                _item(f"{m.arch.vocab_size:,}", align_right=True),
+                _item("…", "Checking against config.yml's target model"),
+                _item(source, f"commit {entry.source.commit}" if entry.source else "not installed by SpecDeck"),
+            ]
+            for column, cell in enumerate(cells):
+                table.setItem(row, column, cell)
+        notes = [f"{p.path.name}: {p.reason}" for p in scan["problems"]] + scan["errors"]
+        count = len(scan["entries"])
+        status = f"{count} model{'s' if count != 1 else ''}."
+        if notes:
+            status += " Could not read: " + "; ".join(notes)
+        self.library_status.setText(status)
+        self._partials = scan["partials"]
+        self._show_partials()
+        drafts = [e.model.path.as_posix() for e in scan["entries"]]
+        self._run(_compatibility, self._config_path(), drafts,
+                  finished=self._show_compatibility, progress=self._show_compatibility,
+                  failed=lambda exc: self._show_compatibility({}))
+
+    def _show_compatibility(self, verdicts: dict) -> None:
+        table = self.library_table
+        for row in range(table.rowCount()):
+            path = table.item(row, 0).data(Qt.ItemDataRole.UserRole)
+            cell = table.item(row, 7)
+            if path in verdicts:
+                value, label, summary = verdicts[path]
+                cell.setText(label)
+                cell.setToolTip(summary)
+                if value in VERDICT_COLOURS:
+                    cell.setForeground(QColor(VERDICT_COLOURS[value]))
+            elif cell.text() == "…":
+                cell.setText("—")
+                cell.setToolTip("Not checked: needs config.yml with a target model, and the compatibility checker.")
+
+    # search and variants -------------------------------------------------------------
+    def search(self) -> None:
+        from specdeck.core.hub import search_repos
+
+        self._clear_error()
+        family = self.family_combo.currentText().strip()
+        if family == ANY_FAMILY:
+            family = ""
+        self.search_button.setEnabled(False)
+        self.search_status.setText("Searching…")
+        self._run(
+            search_repos, self.search_edit.text(), author=self.author_edit.text() or None,
+            family=family or None,
+            finished=self._show_results,
+            failed=lambda exc: (self.search_button.setEnabled(True), self.search_status.setText(""),
+                                self._show_error(exc)),
+        )
+
+    def _show_results(self, hits: list) -> None:
+        self.search_button.setEnabled(True)
+        table = self.results_table
+        table.setRowCount(0)
+        for hit in hits:
+            row = table.rowCount()
+            table.insertRow(row)
+            access = "private" if hit.private else ("gated" if hit.gated else "open")
+            tags = ", ".join(hit.tags[:8])
+            table.setItem(row, 0, _item(hit.repo_id, f"{hit.repo_id}\n{tags}" if tags else hit.repo_id, data=hit.repo_id))
+            table.setItem(row, 1, _item(f"{hit.downloads:,}", align_right=True))
+            table.setItem(row, 2, _item(f"{hit.likes:,}", align_right=True))
+            table.setItem(row, 3, _item(access))
+        self.search_status.setText(
+            f"{len(hits)} EXL2 repositor{'ies' if len(hits) != 1 else 'y'}; pick one to see its bitrates."
+            if hits else "No EXL2 repositories match. Try fewer words, or another family."
+        )
+
+    def select_repo(self, repo_id: str) -> None:
+        """Select ``repo_id`` in the results (loading its variants)."""
+        for row in range(self.results_table.rowCount()):
+            if self.results_table.item(row, 0).data(Qt.ItemDataRole.UserRole) == repo_id:
+                self.results_table.selectRow(row)
+                return
+        self.show_repo(repo_id)
+
+    def _repo_selected(self) -> None:
+        rows = self.results_table.selectionModel().selectedRows()
+        if rows:
+            self._clear_error()
+            self.show_repo(self.results_table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole))
+
+    def show_repo(self, repo_id: str) -> None:
+        current = self.selected_variant()
+        keep = current.revision if current is not None and current.repo_id == repo_id else None
+        if self._variants_task is not None:
+            self._variants_task.cancel()
+        self._variants_generation += 1
+        generation = self._variants_generation
+        self._variants = None
+        self.variants_table.setRowCount(0)
+        self.repo_label.setText(f"<b>{repo_id}</b> · reading its branches…")
+        dirs = [str(d) for d in self._library_dirs]
+        self._variants_task = self._run(
+            _variants_with_status, repo_id, dirs, str(self._install_dir) if self._install_dir else None,
+            finished=lambda result: self._show_variants(repo_id, result, keep)
+            if generation == self._variants_generation else None,
+            failed=lambda exc: self._variants_failed(repo_id, exc)
+            if generation == self._variants_generation else None,
+        )
+
+    def _variants_failed(self, repo_id: str, error: BaseException) -> None:
+        if isinstance(error, CancelledError):
+            return
+        self.repo_label.setText(f"<b>{repo_id}</b>")
+        self._show_error(error)
+
+    def _show_variants(self, repo_id: str, result: dict, keep: str | None = None) -> None:
+        from specdeck.core.hub import format_bytes
+
+        found = result["found"]
+        if found.repo_id != repo_id:
+            return
+        self._variants = found
+        self._installed = result["installed"]
+        self._partials = result["partials"]
+        others = "; ".join(f"{b}: {why}" for b, why in found.other_branches)
+        self.repo_label.setText(
+            f"<b>{found.repo_id}</b> · {len(found.variants)} bitrate{'s' if len(found.variants) != 1 else ''}"
+            + (f"<br><span style='color:gray'>{others}</span>" if others else "")
+        )
+        table = self.variants_table
+        table.setRowCount(0)
+        for variant in found.variants:
+            row = table.rowCount()
+            table.insertRow(row)
+            table.setItem(row, 0, _item(variant.revision, f"commit {variant.commit}", data=variant.revision))
+            table.setItem(row, 1, _item(variant.label, f"from {variant.bits_source or 'nowhere: unknown'}"))
+            table.setItem(row, 2, _item(format_bytes(variant.total_bytes), align_right=True))
+            vram = variant.weights_vram_bytes
+            table.setItem(row, 3, _item(format_bytes(vram) if vram else "?", VRAM_TIP, align_right=True))
+            table.setItem(row, 4, _item(str(variant.file_count), align_right=True))
+            table.setItem(row, 5, _item(self._status_text(variant)))
+            notes = "; ".join(variant.notes)
+            table.setItem(row, 6, _item(notes, notes or None))
+        if found.variants:
+            revisions = [v.revision for v in found.variants]
+            table.selectRow(revisions.index(keep) if keep in revisions else 0)
+        self._show_partials()
+        self._update_buttons()
+
+    def _status_text(self, variant) -> str:
+        entry = self._installed.get((variant.repo_id, variant.revision))
+        if entry is not None:
+            return "installed" if entry.source.commit == variant.commit else "older version installed"
+        for partial in self._partials:
+            if (partial.repo_id, partial.revision) == (variant.repo_id, variant.revision):
+                return f"unfinished ({partial.fraction:.0%})"
+        return ""
+
+    def selected_variant(self):
+        rows = self.variants_table.selectionModel().selectedRows() if self._variants else []
+        if not rows:
+            return None
+        revision = self.variants_table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole)
+        return self._variants.find(revision)
+
+    def select_variant(self, revision: str) -> None:
+        for row in range(self.variants_table.rowCount()):
+            if self.variants_table.item(row, 0).data(Qt.ItemDataRole.UserRole) == revision:
+                self.variants_table.selectRow(row)
+                return
+        raise KeyError(revision)
+
+    # install -------------------------------------------------------------------------
+    def _update_buttons(self) -> None:
+        installing = self._install_task is not None
+        variant = self.selected_variant() if hasattr(self, "variants_table") else None
+        installed = variant is not None and self._status_text(variant) == "installed"
+        can = variant is not None and self._install_dir is not None and not installing and not installed
+        self.install_button.setEnabled(can)
+        if installed:
+            self.install_button.setText("Installed")
+            self.install_button.setToolTip("This exact version is already in the library.")
+        elif variant is not None:
+            self.install_button.setText(f"Install {variant.label}")
+            self.install_button.setToolTip(f"Installs as {self._install_dir or '?'}/{variant.folder_name}")
+        else:
+            self.install_button.setText("Install")
+        self.cancel_button.setEnabled(installing)
+
+    def start_install(self, name: str | None = None) -> None:
+        variant = self.selected_variant()
+        if variant is None or self._install_dir is None or self._install_task is not None:
+            return
+        self._begin_install(variant.repo_id, variant.revision, name)
+
+    def resume_install(self) -> None:
+        if self._partials and self._install_task is None:
+            partial = self._partials[0]
+            self._begin_install(partial.repo_id, partial.revision, partial.folder_name)
+
+    def _begin_install(self, repo_id: str, revision: str, name: str | None) -> None:
+        from specdeck.core.hub import install
+
+        self._clear_error()
+        self.result_label.clear()
+        self.use_button.hide()
+        self.compat_badge.hide()
+        self.progress_bar.setValue(0)
+        self.progress_label.setText(f"Starting {repo_id}@{revision}…")
+        self._install_task = self._run(
+            install, repo_id, revision, self._install_dir, name=name,
+            finished=self._install_done, failed=self._install_failed, progress=self._install_progress,
+        )
+        if self._install_task is None:
+            return
+        self._install_task.done.connect(self._install_ended)
+        self._show_partials()
+        self._update_buttons()
+
+    def cancel_install(self) -> None:
+        if self._install_task is not None:
+            self.progress_label.setText("Cancelling…")
+            self._install_task.cancel()
+
+    def _install_progress(self, p) -> None:
+        self.progress_bar.setValue(int(p.fraction * PROGRESS_STEPS))
+        self.progress_bar.setFormat(f"{p.fraction:.0%}")
+        self.progress_label.setText(p.describe())
+
+    def _install_ended(self) -> None:
+        self._install_task = None
+        if self._closed:
+            return
+        self._update_buttons()
+        self.refresh_library()
+        if self._variants is not None:
+            self.show_repo(self._variants.repo_id)  # new statuses: installed, unfinished
+        offer, self._rename_offer = self._rename_offer, None
+        if offer is not None:
+            self._offer_other_name(offer)
+
+    def _install_done(self, result) -> None:
+        self._last_result = result
+        self.progress_bar.setValue(PROGRESS_STEPS)
+        self.progress_bar.setFormat("100%")
+        self.progress_label.setText(
+            "Already installed: nothing to download." if result.status == "already installed"
+            else "Installed; every file's size and checksum verified."
+        )
+        m = result.model
+        facts = ""
+        if m is not None:
+            facts = (f"<br>{m.arch.model_type} · {m.parameters_label} parameters · {m.quant.label} · "
+                     f"context {m.context_length:,} · vocab {m.arch.vocab_size:,}")
+        skipped = ""
+        if result.skipped:
+            skipped = "<br><span style='color:gray'>Left out: " + ", ".join(s.path for s in result.skipped) + "</span>"
+        self.result_label.setText(f"<b>{result.path.name}</b> in {result.path.parent}{facts}{skipped}")
+        self.use_button.show()
+        self._update_use_button()
+        self._check_new_model(result.path)
+        self.install_finished.emit(result)
+
+    def _install_failed(self, error: BaseException) -> None:
+        from specdeck.core.hub import InstallConflictError
+
+        if isinstance(error, CancelledError):
+            self.progress_label.setText(str(error))
+            return
+        self.progress_label.setText("")
+        self._show_error(error)
+        variant = self.selected_variant()
+        if isinstance(error, InstallConflictError) and variant is not None and self._install_dir is not None:
+            self._rename_offer = variant  # asked once the task has ended (see _install_ended)
+
+    def _offer_other_name(self, variant) -> None:
+        from specdeck.core.hub import free_folder_name
+
+        suggestion = free_folder_name(self._install_dir, variant.folder_name)
+        name, ok = QInputDialog.getText(self, "Install under another name",
+                                        "That folder exists. Install this variant as:", text=suggestion)
+        if ok and name.strip():
+            self._begin_install(variant.repo_id, variant.revision, name.strip())
+
+    def _show_partials(self) -> None:
+        from specdeck.core.hub import format_bytes
+
+        if not self._partials or self._install_task is not None:
+            self.partial_banner.clear()
+            return
+        p = self._partials[0]
+        more = f" (and {len(self._partials) - 1} more)" if len(self._partials) > 1 else ""
+        self.partial_banner.show_message(
+            f"Unfinished install: <b>{html.escape(p.spec)}</b> · {p.fraction:.0%} "
+            f"({format_bytes(p.bytes_done)} of {format_bytes(p.bytes_total)}){more}",
+            "warning",
+            [("Resume", self.resume_install), ("Discard", self._discard_partial)],
+        )
+
+    def _discard_partial(self) -> None:
+        from specdeck.core.hub import discard_partial
+
+        if not self._partials:
+            return
+        partial = self._partials[0]
+        answer = QMessageBox.question(self, "Discard unfinished install",
+                                      f"Delete what was downloaded for {partial.spec}?")
+        if answer == QMessageBox.StandardButton.Yes:
+            self._run(discard_partial, partial, finished=lambda _r: self.refresh_library())
+
+    # after install -------------------------------------------------------------------
+    def _check_new_model(self, path: Path) -> None:
+        def show(verdicts: dict) -> None:
+            if str(path.as_posix()) not in verdicts:
+                return
+            value, label, summary = verdicts[path.as_posix()]
+            self.compat_badge.setText(f"{label} with the target model")
+            self.compat_badge.setToolTip(summary)
+            _set_role(self.compat_badge, BADGE_ROLES.get(value, "badge-info"))
+            self.compat_badge.show()
+
+        self._run(_compatibility, self._config_path(), [path.as_posix()], finished=show,
+                  failed=lambda exc: None)
+
+    def _update_use_button(self) -> None:
+        has_config = self.context.config_path is not None
+        self.use_button.setEnabled(has_config)
+        self.use_button.setToolTip(
+            "Set this model as draft_model in config.yml (you see the change first)." if has_config
+            else "Open your TabbyAPI config.yml first (Draft settings page)."
+        )
+
+    def use_as_draft(self) -> None:
+        from specdeck.core.hub.draft import plan_use_as_draft
+
+        if self._last_result is None or self.context.config_path is None:
+            return
+        self._run(plan_use_as_draft, self._last_result.path, self.context.config_path, finished=self._confirm_change)
+
+    def _confirm_change(self, change) -> None:
+        from specdeck.gui.widgets.config_dialog import confirm_and_save
+
+        name = self._last_result.path.name if self._last_result else "the model"
+        saved = confirm_and_save(
+            self, change, "Use as draft model",
+            f"Make <b>{html.escape(name)}</b> TabbyAPI's draft model. SpecDeck will change config.yml "
+            "like this (the previous version is kept as config.yml.bak):",
+        )
+        if saved is None:
+            return
+        path = str(self.context.config_path)
+        if getattr(saved, "written", True):
+            self.context.config_saved.emit(path)
+            self.context.show_status(f"Draft model set to {name} in {path}.")
+        else:
+            self.context.show_status(f"{name} already is the draft model in {path}.")
+
+    # token ---------------------------------------------------------------------------
+    def _ask_token(self) -> None:
+        value, ok = QInputDialog.getText(
+            self, "Hugging Face token",
+            "Paste a read token from huggingface.co/settings/tokens.\n"
+            "It is checked with the Hub, then kept in the system keyring (never in config.yml).\n"
+            "HF_TOKEN, when set, takes precedence.",
+            QLineEdit.EchoMode.Password,
+        )
+        if ok and value.strip():
+            self.token_label.setText("Checking the token…")
+            self._run(_sign_in, value.strip(), finished=self.token_label.setText,
+                      failed=lambda exc: (self._show_error(exc), self._run(_token_status, finished=self.token_label.setText)))

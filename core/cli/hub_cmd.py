@@ -1,0 +1,277 @@
+"""`specdeck models`, `specdeck search`, `specdeck variants`, `specdeck install`: the local
+library and EXL2 models from the Hugging Face Hub, headless."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TextIO
+
+from specdeck.core.cli import EXIT_INTERRUPTED, EXIT_OK
+from specdeck.core.cli.output import emit_json, print_table
+from specdeck.core.errors import CancelledError, InvalidInputError
+
+ENDPOINT_HELP = "Hub endpoint (default: HF_ENDPOINT, SpecDeck's setting, or https://huggingface.co)"
+
+
+def register(subparsers) -> None:
+    models = subparsers.add_parser("models", help="list the local model library")
+    models.add_argument("--dir", action="append", default=[], metavar="DIR",
+                        help="also scan this folder (repeatable)")
+    models.add_argument("--config", metavar="CONFIG_YML",
+                        help="TabbyAPI config.yml whose model folders to scan (default: the open one)")
+    models.add_argument("--json", action="store_true", help="print JSON")
+    models.set_defaults(handler=run_models)
+
+    search = subparsers.add_parser("search", help="find EXL2 models on the Hugging Face Hub")
+    search.add_argument("text", nargs="*", help="words that must all appear in the repository id")
+    search.add_argument("--author", help="only repositories of this user or organization")
+    search.add_argument("--family", help="model family, e.g. llama, qwen2, mistral")
+    search.add_argument("--limit", type=int, default=30, help="at most this many results (default 30)")
+    search.add_argument("--endpoint", help=ENDPOINT_HELP)
+    search.add_argument("--json", action="store_true", help="print JSON")
+    search.set_defaults(handler=run_search)
+
+    variants = subparsers.add_parser("variants", help="list the bitrate variants (branches) of an EXL2 repo")
+    variants.add_argument("repo", metavar="REPO", help="owner/name or a huggingface.co URL")
+    variants.add_argument("--endpoint", help=ENDPOINT_HELP)
+    variants.add_argument("--json", action="store_true", help="print JSON")
+    variants.set_defaults(handler=run_variants)
+
+    install = subparsers.add_parser(
+        "install",
+        help="download and verify an EXL2 variant into the draft model folder",
+        description="Download REPO at BRANCH into DEST/<repo name>-<bpw>bpw, verifying every file's "
+        "checksum. An interrupted install resumes when run again; Ctrl-C cancels cleanly.",
+    )
+    install.add_argument("repo", metavar="REPO[@BRANCH]", help="e.g. owner/Model-exl2@4.0bpw")
+    install.add_argument("--dest", metavar="DIR",
+                         help="folder to install into (default: draft_model_dir of config.yml)")
+    install.add_argument("--config", metavar="CONFIG_YML",
+                         help="take the default --dest from this config.yml (default: the open one)")
+    install.add_argument("--name", help="folder name (default: <repo name>-<bpw>bpw)")
+    install.add_argument("--endpoint", help=ENDPOINT_HELP)
+    install.add_argument("--token-stdin", action="store_true",
+                         help="read a Hugging Face token from standard input (never from the command line)")
+    install.add_argument("--dry-run", action="store_true", help="show what would be installed, download nothing")
+    install.add_argument("--json", action="store_true", help="print the result as JSON")
+    install.set_defaults(handler=run_install)
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    if not getattr(args, "token_stdin", False):
+        return None
+    value = sys.stdin.readline().strip()
+    if not value:
+        raise InvalidInputError("--token-stdin was given but standard input held no token.")
+    return value
+
+
+# models -------------------------------------------------------------------------------
+def run_models(args: argparse.Namespace) -> int:
+    from specdeck.core.hub import find_partial_installs, format_bytes, model_dirs, scan_library
+
+    dirs = model_dirs(args.config, tuple(args.dir))
+    if not dirs:
+        raise InvalidInputError(
+            "No model folders to scan: no config.yml is open and no --dir was given.",
+            "Pass --dir FOLDER (repeatable) or --config path/to/config.yml.",
+        )
+    entries, problems = scan_library(dirs)
+    partials = [p for d in dirs for p in find_partial_installs(d)]
+    if args.json:
+        emit_json({
+            "folders": [str(d) for d in dirs],
+            "models": [e.to_json() for e in entries],
+            "problems": [{"path": str(p.path), "reason": p.reason} for p in problems],
+            "unfinished_installs": [
+                {"spec": p.spec, "folder_name": p.folder_name, "bytes_done": p.bytes_done,
+                 "bytes_total": p.bytes_total} for p in partials
+            ],
+        })
+        return EXIT_OK
+    rows = []
+    for e in entries:
+        m = e.model
+        rows.append([
+            m.name, m.arch.model_type, m.parameters_label, format_bytes(m.files_bytes), m.quant.label,
+            str(m.context_length), str(m.arch.vocab_size), e.source.spec if e.source else "",
+        ])
+    if rows:
+        print_table(rows, ["name", "arch", "params", "size", "quantization", "context", "vocab", "from"])
+    else:
+        print(f"No models in {', '.join(str(d) for d in dirs)}.")
+    for p in problems:
+        print(f"! {p.path}: {p.reason}", file=sys.stderr)
+    for p in partials:
+        print(f"Unfinished install: {p.spec} ({p.fraction:.0%}); run `specdeck install {p.spec}` to resume.")
+    return EXIT_OK
+
+
+# search / variants --------------------------------------------------------------------
+def run_search(args: argparse.Namespace) -> int:
+    from specdeck.core.hub import search_repos
+
+    hits = search_repos(" ".join(args.text), author=args.author, family=args.family,
+                        limit=args.limit, endpoint=args.endpoint)
+    if args.json:
+        emit_json(hits)
+        return EXIT_OK
+    if not hits:
+        print("No EXL2 repositories found.")
+        return EXIT_OK
+    rows = [[h.repo_id, str(h.downloads), str(h.likes), "gated" if h.gated else ""] for h in hits]
+    print_table(rows, ["repository", "downloads", "likes", ""])
+    return EXIT_OK
+
+
+def run_variants(args: argparse.Namespace) -> int:
+    from specdeck.core.hub import format_bytes, list_variants
+
+    found = list_variants(args.repo, endpoint=args.endpoint)
+    if args.json:
+        emit_json(found)
+        return EXIT_OK
+    if found.variants:
+        rows = [[v.revision, v.label, format_bytes(v.total_bytes),
+                 format_bytes(v.weights_vram_bytes) if v.weights_vram_bytes else "?",
+                 str(v.file_count), v.folder_name, "; ".join(v.notes)] for v in found.variants]
+        print_table(rows, ["branch", "bitrate", "download", "VRAM (weights)", "files", "installs as", "notes"])
+    else:
+        print(f"{found.repo_id} has no branch with an installable model.")
+    for branch, why in found.other_branches:
+        print(f"({branch}: {why})")
+    return EXIT_OK
+
+
+# install ------------------------------------------------------------------------------
+class TerminalProgress:
+    """A one-line progress bar on a terminal; plain lines per file when not a terminal."""
+
+    def __init__(self, stream: TextIO | None = None):
+        self.stream = stream or sys.stderr
+        self.live = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._last_file: str | None = None
+        self._last_phase: str | None = None
+        self._width = 0
+
+    def __call__(self, p) -> None:
+        if self.live:
+            self._draw(p)
+        else:
+            self._log(p)
+
+    def _draw(self, p) -> None:
+        columns = shutil.get_terminal_size((100, 20)).columns
+        bar_width = max(10, min(40, columns - 70))
+        filled = int(bar_width * p.fraction)
+        line = f"[{'#' * filled}{'.' * (bar_width - filled)}] {p.describe()}"[: columns - 1]
+        self.stream.write("\r" + line.ljust(self._width))
+        self._width = len(line)
+        self.stream.flush()
+
+    def _log(self, p) -> None:
+        if p.phase == "downloading" and p.file != self._last_file:
+            self._last_file = p.file
+            self.stream.write(f"{p.describe()}\n")
+        elif p.phase != "downloading" and p.phase != self._last_phase:
+            self.stream.write(f"{p.describe()}\n")
+        self._last_phase = p.phase
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.live and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
+        self._width = 0
+
+
+@contextmanager
+def _cancel_on_ctrl_c():
+    """Ctrl-C sets a cancel event (a clean, resumable stop) instead of raising mid-write."""
+    cancel = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield cancel
+        return
+    previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
+    try:
+        yield cancel
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _destination(args: argparse.Namespace) -> Path:
+    from specdeck.core.hub import default_install_dir
+
+    if args.dest:
+        return Path(args.dest)
+    default = default_install_dir(args.config)
+    if default is None:
+        raise InvalidInputError(
+            "No destination folder: no TabbyAPI config.yml is open to take draft_model_dir from.",
+            "Pass --dest FOLDER, or --config path/to/config.yml.",
+        )
+    return default
+
+
+def run_install(args: argparse.Namespace) -> int:
+    from specdeck.core.hub import format_bytes, install, plan_install
+
+    token = _token(args)
+    dest = _destination(args)
+    plan = plan_install(args.repo, dest=dest, name=args.name, endpoint=args.endpoint, token=token)
+    if args.dry_run:
+        if args.json:
+            emit_json({"repo_id": plan.repo_id, "revision": plan.revision, "commit": plan.commit,
+                       "target": str(plan.target), "total_bytes": plan.total_bytes,
+                       "files": [f.path for f in plan.files], "skipped": [s.path for s in plan.skipped]})
+        else:
+            print(f"Would install {plan.spec} (commit {plan.commit[:10]}) into {plan.target}: "
+                  f"{len(plan.files)} files, {format_bytes(plan.total_bytes)}.")
+            for s in plan.skipped:
+                print(f"  leaving out {s.path}: {s.reason}")
+        return EXIT_OK
+    bar = None if args.json else TerminalProgress()
+    started = time.monotonic()
+    with _cancel_on_ctrl_c() as cancel:
+        try:
+            result = install(plan.repo_id, plan.revision, endpoint=args.endpoint, token=token,
+                             progress=bar, cancel=cancel, plan=plan)
+        except CancelledError as exc:
+            if bar:
+                bar.close()
+            print(f"specdeck: {exc}", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        finally:
+            if bar:
+                bar.close()
+    if args.json:
+        emit_json(result)
+        return EXIT_OK
+    _print_result(result, time.monotonic() - started)
+    return EXIT_OK
+
+
+def _print_result(result, seconds: float) -> None:
+    from specdeck.core.hub import format_bytes
+
+    if result.status == "already installed":
+        print(f"{result.repo_id}@{result.revision} is already installed in {result.path}.")
+    else:
+        resumed = f", {format_bytes(result.resumed_bytes)} resumed" if result.resumed_bytes else ""
+        print(f"Installed {result.repo_id}@{result.revision} into {result.path}: {result.files} files, "
+              f"{format_bytes(result.total_bytes)}{resumed}, every checksum verified ({seconds:.1f} s).")
+    for s in result.skipped:
+        print(f"  left out {s.path}: {s.reason}")
+    m = result.model
+    if m is not None:
+        print(f"  {m.arch.model_type} · {m.parameters_label} parameters · {m.quant.label} · "
+              f"context {m.context_length} · vocab {m.arch.vocab_size}")
+        print(f"  To use it as the draft model: draft_model_dir: {result.path.parent}, "
+              f"draft_model_name: {result.path.name}")

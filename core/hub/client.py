@@ -1,0 +1,203 @@
+"""One connection to the Hub: which endpoint, which token, and the few calls SpecDeck makes.
+
+Everything goes through huggingface_hub (HfApi, its shared HTTP session, its headers and
+its error classes); this module adds the choice of endpoint (argument, HF_ENDPOINT, the
+app's setting), offline mode read at call time, and error translation.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from specdeck import __version__
+from specdeck.core.hub.errors import HubError, hub_errors, offline_error
+
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+ENDPOINT_ENV = "HF_ENDPOINT"
+OFFLINE_ENVS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+LIBRARY_NAME = "specdeck"
+# config.json and tokenizer files are small; anything bigger read into memory is a mistake.
+SMALL_FILE_LIMIT = 64 * 1024 * 1024
+
+
+def resolve_endpoint(explicit: str | None = None) -> str:
+    """The Hub to talk to: the argument, else HF_ENDPOINT, else SpecDeck's setting, else
+    huggingface.co."""
+    if explicit:
+        return explicit.rstrip("/")
+    if os.environ.get(ENDPOINT_ENV):
+        return os.environ[ENDPOINT_ENV].rstrip("/")
+    from specdeck.core import settings
+
+    configured = settings.load().hub_endpoint
+    return (configured or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def is_offline() -> bool:
+    """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set, now or when huggingface_hub loaded."""
+    for name in OFFLINE_ENVS:
+        if os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+            return True
+    import huggingface_hub.constants
+
+    return huggingface_hub.constants.is_offline_mode()
+
+
+def ensure_online() -> None:
+    if is_offline():
+        raise offline_error()
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One file of a repository at one commit, as the Hub's tree listing describes it."""
+
+    path: str
+    size: int
+    git_oid: str
+    sha256: str | None = None  # LFS files only
+
+    @property
+    def is_lfs(self) -> bool:
+        return self.sha256 is not None
+
+    @property
+    def checksum_label(self) -> str:
+        return "sha256" if self.is_lfs else "git blob id"
+
+    @property
+    def expected_digest(self) -> str:
+        return self.sha256 if self.sha256 else self.git_oid
+
+
+class HubClient:
+    """The endpoint and token for a series of calls. The token is never stored elsewhere."""
+
+    def __init__(self, endpoint: str | None = None, token: str | bool | None = None):
+        from specdeck.core.hub.auth import resolve_token
+
+        self.endpoint = resolve_endpoint(endpoint)
+        resolved = resolve_token(token)
+        self._token: str | None = resolved.value if resolved else None
+        self.token_source = resolved.source if resolved else None
+        self._api: HfApi | None = None
+
+    def __repr__(self) -> str:
+        return f"HubClient(endpoint={self.endpoint!r}, token_source={self.token_source!r})"
+
+    @property
+    def token_used(self) -> bool:
+        return self._token is not None
+
+    @property
+    def api(self) -> HfApi:
+        if self._api is None:
+            from huggingface_hub import HfApi
+
+            self._api = HfApi(
+                endpoint=self.endpoint,
+                token=self._token or False,
+                library_name=LIBRARY_NAME,
+                library_version=__version__,
+            )
+        return self._api
+
+    def errors(self, repo_id: str | None = None, revision: str | None = None):
+        """A context that turns Hub exceptions into SpecDeck's HubErrors."""
+        return hub_errors(
+            repo_id=repo_id, revision=revision, endpoint=self.endpoint, token_used=self.token_used
+        )
+
+    def hf_token(self) -> str | bool:
+        """The ``token=`` argument for huggingface_hub functions: the token, or False."""
+        return self._token or False
+
+    def headers(self) -> dict[str, str]:
+        """Request headers for file downloads: user agent and, if any, the token."""
+        from huggingface_hub.utils import build_hf_headers
+
+        return build_hf_headers(
+            token=self._token or False, library_name=LIBRARY_NAME, library_version=__version__
+        )
+
+    def session(self) -> Any:
+        """huggingface_hub's shared HTTP client (an httpx-style Client)."""
+        from huggingface_hub.utils import get_session
+
+        return get_session()
+
+    def file_url(self, repo_id: str, revision: str, path: str) -> str:
+        from huggingface_hub import hf_hub_url
+
+        return hf_hub_url(repo_id, path, revision=revision, endpoint=self.endpoint)
+
+    # the calls -----------------------------------------------------------------------
+    def model_info(self, repo_id: str, revision: str | None = None) -> Any:
+        ensure_online()
+        with self.errors(repo_id, revision):
+            return self.api.model_info(repo_id, revision=revision)
+
+    def branches(self, repo_id: str) -> list[tuple[str, str]]:
+        """(branch name, commit id) of every branch, in the Hub's order."""
+        ensure_online()
+        with self.errors(repo_id):
+            refs = self.api.list_repo_refs(repo_id)
+        return [(b.name, b.target_commit) for b in refs.branches]
+
+    def list_files(self, repo_id: str, revision: str) -> list[RemoteFile]:
+        """Every file of the repository at ``revision`` (recursive), with sizes and checksums."""
+        from huggingface_hub.hf_api import RepoFile
+
+        ensure_online()
+        files = []
+        with self.errors(repo_id, revision):
+            for entry in self.api.list_repo_tree(repo_id, revision=revision, recursive=True):
+                if isinstance(entry, RepoFile):
+                    files.append(
+                        RemoteFile(
+                            path=entry.path,
+                            size=int(entry.size),
+                            git_oid=entry.blob_id,
+                            sha256=entry.lfs.sha256 if entry.lfs else None,
+                        )
+                    )
+        return files
+
+    def read_small_file(
+        self, repo_id: str, revision: str, path: str, expected: RemoteFile | None = None,
+        limit: int = SMALL_FILE_LIMIT,
+    ) -> bytes:
+        """The bytes of a small file (config.json); refuses anything over ``limit`` bytes and,
+        given the tree listing's ``expected`` entry, bytes that do not match its checksum."""
+        from huggingface_hub.utils import hf_raise_for_status
+
+        ensure_online()
+        url = self.file_url(repo_id, revision, path)
+        with self.errors(repo_id, revision):
+            with self.session().stream(
+                "GET", url, headers={**self.headers(), "Accept-Encoding": "identity"},
+                follow_redirects=True, timeout=30.0,
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    hf_raise_for_status(response)
+                chunks, total = [], 0
+                for chunk in response.iter_bytes():
+                    total += len(chunk)
+                    if total > limit:
+                        raise HubError(
+                            f"{path} in {repo_id} is larger than {limit // (1024 * 1024)} MB, "
+                            "too large for a configuration or tokenizer file."
+                        )
+                    chunks.append(chunk)
+        data = b"".join(chunks)
+        if expected is not None:
+            from specdeck.core.hub.transfer import verify_bytes
+
+            verify_bytes(data, expected)
+        return data

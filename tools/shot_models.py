@@ -1,0 +1,82 @@
+"""Screenshots of the Models page: `python -m tools.screenshots models`.
+
+The page runs its real flow against the test suite's fake Hub (tests/hubserver.py: a real
+HTTP server on 127.0.0.1 serving EXL2-shaped repositories built from the real tokenizer and
+config fixtures, with small synthetic weights), so the repository names are the fake Hub's
+("testorg/...") and the download sizes are megabytes where the VRAM column, computed from
+the real configs, says what the real model would need. Shots:
+
+- models-install.png: search results, the variants of a repository, an install under way;
+- models-installed.png: the install done, the model in the library, "Use as draft".
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _wait(app, condition, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the Models page did not reach the state to capture")
+        app.processEvents()
+        time.sleep(0.01)
+
+
+def _settle(app) -> None:
+    """Let pending layout and paint events run, so the grab shows the final geometry."""
+    for _ in range(20):
+        app.processEvents()
+        time.sleep(0.01)
+
+
+def _fixtures() -> Path:
+    return Path(os.environ.get("SPECDECK_FIXTURES", ROOT.parent / "shared" / "fixtures"))
+
+
+def render(window, out_dir: Path) -> list[Path]:
+    from PySide6.QtWidgets import QApplication
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from hubserver import TINY_REPO, FakeHub, standard_repos
+
+    app = QApplication.instance()
+    hub = FakeHub(standard_repos(_fixtures() / "models")).start()
+    os.environ["HF_ENDPOINT"] = hub.url
+    shots = []
+    try:
+        page = window.show_page("models")
+        drafts = Path(tempfile.mkdtemp(prefix="specdeck-shot-drafts-"))
+        page.set_install_dir(drafts)
+        # One model already installed, so the library is not empty.
+        from specdeck.core.hub import install
+
+        install("testorg/Qwen2.5-0.5B-Instruct-exl2", "4.0bpw", drafts)
+        page.refresh_library()
+        page.search_edit.setText("tinyllama")
+        page.search()
+        _wait(app, lambda: page.results_table.rowCount() > 0)
+        page.select_repo(TINY_REPO)
+        _wait(app, lambda: page.variants_table.rowCount() == 3)
+        page.select_variant("6_5")
+        hub.throttle_bps = 1_200_000
+        page.start_install()
+        _wait(app, lambda: page.progress_bar.value() > 450)
+        _settle(app)
+        shots.append(out_dir / "models-install.png")
+        window.grab().save(str(shots[-1]))
+        hub.throttle_bps = None
+        _wait(app, lambda: page._install_task is None and not page.busy())
+        _settle(app)
+        shots.append(out_dir / "models-installed.png")
+        window.grab().save(str(shots[-1]))
+    finally:
+        hub.stop()
+    return shots
