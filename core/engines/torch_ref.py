@@ -134,7 +134,9 @@ class TorchEngine:
             raise InvalidInputError("No model is loaded.", "Load a target model first.")
         report = _Report(progress)
         wanted = drafter.model_path if drafter.kind is DrafterKind.MODEL else None
-        keep = self._draft is not None and wanted is not None and self._draft.path == Path(wanted)
+        # Arms without a draft model keep a loaded one parked (unused): an interleaved A/B
+        # run switches arms for every prompt and must not reload the draft each time.
+        keep = self._draft is not None and (wanted is None or self._draft.path == Path(wanted))
         if not keep:
             self._release_draft()
         if wanted is not None and not keep:
@@ -183,7 +185,7 @@ class TorchEngine:
         notes = []
         if self._target.packed_layers:
             notes.append(f"{self._target.packed_layers} linear layers pre-packed for oneDNN")
-        if self._draft is self._target:
+        if self._draft is self._target and self._drafter_spec.kind is DrafterKind.MODEL:
             notes.append("self-drafting: the draft shares the target's weights")
         if self._dtype != torch.float32:
             notes.append("not float32: greedy ties may flip between batch shapes")

@@ -1,0 +1,231 @@
+"""What an A/B run does: the engine and model, the arms, the prompts, and how often.
+
+A plan is plain data, saved as JSON beside its report so a run can be repeated exactly
+(``BenchPlan.to_json`` / ``BenchPlan.from_json``). The first arm is the reference: it must
+run without a drafter, every other arm's speed-up is paired against it, and with greedy
+sampling every other arm's tokens must equal its tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from specdeck.core.engines.base import (
+    GREEDY,
+    NO_DRAFT,
+    DrafterKind,
+    DrafterSpec,
+    LoadSpec,
+    SamplingSpec,
+)
+from specdeck.core.errors import InvalidInputError
+
+PLAN_VERSION = 1
+DEFAULT_WARMUP_TOKENS = 32
+"""Warm-up runs generate this many tokens at most: enough to touch every kernel path."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One side of the comparison: a name ("A", "B", ...) and the drafter it runs with."""
+
+    name: str
+    drafter: DrafterSpec = NO_DRAFT
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}: {self.drafter.label}"
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.drafter.kind is DrafterKind.NONE
+
+
+def default_arms(
+    draft_model: str | Path | None = None,
+    ngram: bool = False,
+    k: int = 4,
+    adaptive: bool = True,
+) -> tuple[Arm, ...]:
+    """A = no draft, then B = the draft model and/or an n-gram arm, each with ``k``."""
+    arms = [Arm("A")]
+    if draft_model is not None:
+        spec = DrafterSpec(DrafterKind.MODEL, Path(draft_model), num_draft_tokens=k, adaptive=adaptive)
+        arms.append(Arm(_arm_name(len(arms)), spec))
+    if ngram:
+        arms.append(Arm(_arm_name(len(arms)), DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=k,
+                                                          adaptive=adaptive)))
+    return tuple(arms)
+
+
+def _arm_name(index: int) -> str:
+    return chr(ord("A") + index) if index < 26 else f"arm{index + 1}"
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    engine: str = "torch"
+    model: str = "demo"
+    """A model folder, or "demo" for the embedded demo model."""
+    arms: tuple[Arm, ...] = (Arm("A"),)
+    suites: tuple[str, ...] = ("code",)
+    """Built-in suite names or suite files (see core/bench/suites.py)."""
+    prompt_ids: tuple[str, ...] = ()
+    """Only these prompts of the suites (all when empty)."""
+    max_prompts: int | None = None
+    """At most this many prompts, in suite order (after ``prompt_ids``)."""
+    max_new_tokens: int = 256
+    repeats: int = 3
+    warmup: int = 1
+    """Warm-up runs per arm before anything is measured (not counted)."""
+    warmup_tokens: int = DEFAULT_WARMUP_TOKENS
+    sampling: SamplingSpec = GREEDY
+    apply_chat_template: bool = True
+    load: LoadSpec | None = None
+    """Device, dtype, cache modes, split; ``model_path`` and ``drafter`` are set per run.
+    None = the engine's defaults."""
+    notes: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.load is not None:
+            # Only the load options count: the model and drafter come from the plan and arms.
+            object.__setattr__(self, "load", replace(self.load, model_path=Path("."), drafter=NO_DRAFT))
+        problems = []
+        if not self.arms:
+            problems.append("it has no arms")
+        elif not self.arms[0].is_baseline:
+            problems.append(f"its first arm ({self.arms[0].label}) has a drafter; the first arm is "
+                            "the no-draft reference")
+        names = [a.name for a in self.arms]
+        if len(set(names)) != len(names):
+            problems.append(f"arm names repeat ({', '.join(names)})")
+        if self.repeats < 1:
+            problems.append(f"repeats is {self.repeats}; it must be at least 1")
+        if self.warmup < 0:
+            problems.append(f"warmup is {self.warmup}; it must be 0 or more")
+        if self.max_new_tokens < 1:
+            problems.append(f"max_new_tokens is {self.max_new_tokens}; it must be at least 1")
+        if self.max_prompts is not None and self.max_prompts < 1:
+            problems.append(f"max_prompts is {self.max_prompts}; it must be at least 1")
+        if not self.suites:
+            problems.append("it names no prompt suite")
+        if problems:
+            raise InvalidInputError("This A/B plan is invalid: " + "; ".join(problems) + ".",
+                                    "Fix the plan (or its JSON file) and start again.")
+
+    @property
+    def baseline(self) -> Arm:
+        return self.arms[0]
+
+    def arm(self, name: str) -> Arm:
+        for arm in self.arms:
+            if arm.name == name:
+                return arm
+        raise KeyError(name)
+
+    def load_spec(self, model_path: Path) -> LoadSpec:
+        base = self.load or LoadSpec(model_path)
+        return replace(base, model_path=model_path, drafter=NO_DRAFT)
+
+    # JSON ------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": PLAN_VERSION,
+            "engine": self.engine,
+            "model": self.model,
+            "arms": [{"name": a.name, "drafter": drafter_to_json(a.drafter)} for a in self.arms],
+            "suites": list(self.suites),
+            "prompt_ids": list(self.prompt_ids),
+            "max_prompts": self.max_prompts,
+            "max_new_tokens": self.max_new_tokens,
+            "repeats": self.repeats,
+            "warmup": self.warmup,
+            "warmup_tokens": self.warmup_tokens,
+            "sampling": _sampling_to_json(self.sampling),
+            "apply_chat_template": self.apply_chat_template,
+            "load": None if self.load is None else _load_to_json(self.load),
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BenchPlan:
+        if not isinstance(data, dict):
+            raise InvalidInputError("An A/B plan must be a JSON object.")
+        version = data.get("version", PLAN_VERSION)
+        if version != PLAN_VERSION:
+            raise InvalidInputError(
+                f"This A/B plan has version {version}; this SpecDeck reads version {PLAN_VERSION}.",
+                "Update SpecDeck, or recreate the plan.",
+            )
+        try:
+            load = data.get("load")
+            return cls(
+                engine=str(data.get("engine", "torch")),
+                model=str(data.get("model", "demo")),
+                arms=tuple(Arm(str(a["name"]), drafter_from_json(a.get("drafter") or {}))
+                           for a in data.get("arms", [{"name": "A"}])),
+                suites=tuple(str(s) for s in data.get("suites", ("code",))),
+                prompt_ids=tuple(str(p) for p in data.get("prompt_ids", ())),
+                max_prompts=data.get("max_prompts"),
+                max_new_tokens=int(data.get("max_new_tokens", 256)),
+                repeats=int(data.get("repeats", 3)),
+                warmup=int(data.get("warmup", 1)),
+                warmup_tokens=int(data.get("warmup_tokens", DEFAULT_WARMUP_TOKENS)),
+                sampling=SamplingSpec(**(data.get("sampling") or {})),
+                apply_chat_template=bool(data.get("apply_chat_template", True)),
+                load=None if load is None else _load_from_json(load),
+                notes=tuple(str(n) for n in data.get("notes", ())),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidInputError(f"This A/B plan is not readable: {exc!r}.",
+                                    "Recreate it with `specdeck bench --save-plan`.") from exc
+
+
+def drafter_to_json(spec: DrafterSpec) -> dict[str, Any]:
+    return {
+        "kind": spec.kind.value,
+        "model_path": None if spec.model_path is None else str(spec.model_path),
+        "num_draft_tokens": spec.num_draft_tokens,
+        "ngram_max": spec.ngram_max,
+        "ngram_min": spec.ngram_min,
+        "adaptive": spec.adaptive,
+    }
+
+
+def drafter_from_json(data: dict[str, Any]) -> DrafterSpec:
+    path = data.get("model_path")
+    return DrafterSpec(
+        kind=DrafterKind(data.get("kind", "none")),
+        model_path=None if path is None else Path(path),
+        num_draft_tokens=int(data.get("num_draft_tokens", 4)),
+        ngram_max=int(data.get("ngram_max", 4)),
+        ngram_min=int(data.get("ngram_min", 2)),
+        adaptive=bool(data.get("adaptive", True)),
+    )
+
+
+def _sampling_to_json(spec: SamplingSpec) -> dict[str, Any]:
+    return {"temperature": spec.temperature, "top_k": spec.top_k, "top_p": spec.top_p,
+            "repetition_penalty": spec.repetition_penalty, "seed": spec.seed}
+
+
+_LOAD_FIELDS = ("device", "dtype", "max_seq_len", "cache_mode", "draft_cache_mode",
+                "gpu_split", "autosplit_reserve_mb", "draft_rope_alpha")
+
+
+def _load_to_json(spec: LoadSpec) -> dict[str, Any]:
+    data = {name: getattr(spec, name) for name in _LOAD_FIELDS}
+    for name in ("gpu_split", "autosplit_reserve_mb"):
+        if data[name] is not None:
+            data[name] = list(data[name])
+    return data
+
+
+def _load_from_json(data: dict[str, Any]) -> LoadSpec:
+    values = {name: data[name] for name in _LOAD_FIELDS if name in data}
+    for name in ("gpu_split", "autosplit_reserve_mb"):
+        if values.get(name) is not None:
+            values[name] = tuple(float(v) for v in values[name])
+    return LoadSpec(Path("."), **values)

@@ -1,0 +1,312 @@
+"""Run an A/B plan: warm up, then every prompt on every arm, interleaved, greedy by default.
+
+The protocol, and why:
+
+- one engine, one loaded target for every arm (``Engine.set_drafter`` switches arms), so the
+  arms differ only in their drafter;
+- every prompt is tokenized once and all arms get the same prompt ids;
+- warm-up runs first (``plan.warmup`` per arm, short, not counted): the first generations pay
+  for kernel selection, allocator growth and page faults;
+- the arms are interleaved per prompt and the order alternates (A B, then B A, ...): slow
+  drift (thermals, a background job) hits every arm alike, no arm always runs first after a
+  switch, and half the switches are saved (a draft model may have to be reloaded on a switch);
+- the loop checks ``cancel`` between runs and the engine checks it between steps; a cancelled
+  run is kept in the records, marked, and left out of every statistic.
+
+Everything is reported to ``on_event`` on the calling thread (the GUI runs this in a worker
+thread and forwards the events). Nothing here imports torch: engines do.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specdeck import __version__
+from specdeck.core.bench.plan import Arm, BenchPlan
+from specdeck.core.bench.suites import Prompt, select_prompts
+from specdeck.core.engines.base import (
+    Engine,
+    GenerationEvent,
+    GenerationRequest,
+    GenerationResult,
+    LoadedModel,
+    LoadProgress,
+    StopReason,
+)
+from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError
+
+
+@dataclass(frozen=True)
+class RunSlot:
+    """One scheduled generation: which arm, which prompt, which repeat."""
+
+    index: int
+    """0-based position in the schedule, warm-ups included."""
+    arm: Arm
+    prompt: Prompt
+    repeat: int
+    """0-based repeat; warm-ups count their own repeats."""
+    warmup: bool = False
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    slot: RunSlot
+    result: GenerationResult
+    started_at: float
+    """Wall-clock time (time.time) when the run started."""
+
+    @property
+    def arm(self) -> str:
+        return self.slot.arm.name
+
+    @property
+    def prompt_id(self) -> str:
+        return self.slot.prompt.id
+
+    @property
+    def complete(self) -> bool:
+        return self.result.stats.stop_reason is not StopReason.CANCELLED
+
+    @property
+    def counted(self) -> bool:
+        """Measured and complete: the runs that statistics use."""
+        return self.complete and not self.slot.warmup
+
+
+# Events ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Stage:
+    """Preparation progress: resolving and loading the model, tokenizing, switching arms."""
+
+    text: str
+    fraction: float | None = None
+
+
+@dataclass(frozen=True)
+class PlanStarted:
+    plan: BenchPlan
+    prompts: tuple[Prompt, ...]
+    schedule: tuple[RunSlot, ...]
+    loaded: LoadedModel
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    slot: RunSlot
+    total: int
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class RunStep:
+    """One engine event of the current run."""
+
+    slot: RunSlot
+    event: GenerationEvent
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    record: RunRecord
+    total: int
+
+
+BenchEvent = Stage | PlanStarted | RunStarted | RunStep | RunFinished
+EventSink = Callable[[BenchEvent], None]
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """Everything a plan's execution produced; ``core.bench.summary`` turns it into numbers."""
+
+    plan: BenchPlan
+    prompts: tuple[Prompt, ...]
+    records: tuple[RunRecord, ...]
+    loaded: LoadedModel
+    environment: dict[str, Any]
+    started_at: float
+    finished_at: float
+    cancelled: bool = False
+    prompt_ids: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """The token ids every arm got, by prompt id."""
+
+    def counted(self, arm: str | None = None) -> list[RunRecord]:
+        return [r for r in self.records if r.counted and (arm is None or r.arm == arm)]
+
+
+# Scheduling --------------------------------------------------------------------------------
+def choose_prompts(plan: BenchPlan) -> tuple[Prompt, ...]:
+    prompts = select_prompts(list(plan.suites))
+    if plan.prompt_ids:
+        by_id = {p.id: p for p in prompts}
+        missing = [pid for pid in plan.prompt_ids if pid not in by_id]
+        if missing:
+            raise NotFoundError(
+                f"The plan names prompts its suites do not have: {', '.join(missing)}.",
+                f"Prompt ids in {', '.join(plan.suites)}: {', '.join(by_id)}.",
+            )
+        prompts = [by_id[pid] for pid in plan.prompt_ids]
+    if plan.max_prompts is not None:
+        prompts = prompts[: plan.max_prompts]
+    return tuple(prompts)
+
+
+def build_schedule(plan: BenchPlan, prompts: Sequence[Prompt]) -> tuple[RunSlot, ...]:
+    """Warm-ups (each arm on the first prompt), then the measured runs, interleaved.
+
+    Within each (repeat, prompt) every arm runs once; the arm order reverses every time,
+    so each arm runs first as often as last and consecutive groups share their edge arm.
+    """
+    if not prompts:
+        raise InvalidInputError("The plan selects no prompts.", "Pick at least one prompt.")
+    slots: list[RunSlot] = []
+    for repeat in range(plan.warmup):
+        for arm in plan.arms:
+            slots.append(RunSlot(len(slots), arm, prompts[0], repeat, warmup=True))
+    group = 0
+    for repeat in range(plan.repeats):
+        for prompt in prompts:
+            order = plan.arms if group % 2 == 0 else tuple(reversed(plan.arms))
+            for arm in order:
+                slots.append(RunSlot(len(slots), arm, prompt, repeat))
+            group += 1
+    return tuple(slots)
+
+
+def environment(engine: Engine, loaded: LoadedModel) -> dict[str, Any]:
+    """Versions and the machine, so a report says where its numbers come from."""
+    env: dict[str, Any] = {
+        "specdeck": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "engine": engine.name,
+        "device": loaded.device,
+        "dtype": loaded.dtype,
+        "notes": list(loaded.notes),
+    }
+    from importlib import metadata
+
+    for package in ("torch", "transformers", "exllamav2"):
+        try:
+            env[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    return env
+
+
+# Running -----------------------------------------------------------------------------------
+def run_plan(
+    plan: BenchPlan,
+    engine: Engine | None = None,
+    on_event: EventSink | None = None,
+    cancel: threading.Event | None = None,
+) -> BenchRun:
+    """Run ``plan`` to the end (or until ``cancel``) and return every record.
+
+    ``engine``: an engine to use (it is loaded with the plan's model unless it already holds
+    it, and left loaded); by default one is created from ``plan.engine`` and unloaded at the
+    end. Raises CancelledError only when cancelled before the first measured run.
+    """
+    emit = on_event or (lambda _event: None)
+    cancel = cancel or threading.Event()
+    prompts = choose_prompts(plan)
+    schedule = build_schedule(plan, prompts)
+    owned = engine is None
+    if engine is None:
+        from specdeck.core.engines import create_engine
+
+        engine = create_engine(plan.engine)
+    try:
+        loaded = _load(plan, engine, emit, cancel)
+        emit(Stage("Tokenizing prompts", None))
+        prompt_ids = {
+            p.id: tuple(engine.tokenize(p.text, apply_chat_template=plan.apply_chat_template))
+            for p in prompts
+        }
+        _check_context(plan, loaded, prompt_ids)
+        emit(PlanStarted(plan, prompts, schedule, loaded))
+        started = time.time()
+        records: list[RunRecord] = []
+        current: Arm | None = None
+        for slot in schedule:
+            if cancel.is_set():
+                break
+            if current is None or slot.arm.drafter != current.drafter:
+                emit(Stage(f"Switching to {slot.arm.label}", None))
+                loaded = engine.set_drafter(slot.arm.drafter, _stage_sink(emit), cancel)
+                current = slot.arm
+            records.append(_run_one(plan, engine, slot, prompt_ids[slot.prompt.id], len(schedule),
+                                    emit, cancel))
+        if not any(r.counted for r in records) and cancel.is_set():
+            raise CancelledError("The A/B run was stopped before any measured run finished.")
+        return BenchRun(
+            plan=plan,
+            prompts=prompts,
+            records=tuple(records),
+            loaded=loaded,
+            environment=environment(engine, loaded),
+            started_at=started,
+            finished_at=time.time(),
+            cancelled=cancel.is_set(),
+            prompt_ids=prompt_ids,
+        )
+    finally:
+        if owned:
+            engine.unload()
+
+
+def _stage_sink(emit: EventSink) -> Callable[[LoadProgress], None]:
+    return lambda progress: emit(Stage(progress.stage, progress.fraction))
+
+
+def _load(plan: BenchPlan, engine: Engine, emit: EventSink, cancel: threading.Event) -> LoadedModel:
+    from specdeck.core.engines.demo import resolve_model
+
+    emit(Stage("Finding the model", None))
+    path = resolve_model(plan.model, _stage_sink(emit), cancel)
+    loaded = engine.loaded
+    if loaded is not None and loaded.model_path.resolve() == path.resolve():
+        return loaded
+    return engine.load(plan.load_spec(path), _stage_sink(emit), cancel)
+
+
+def _check_context(plan: BenchPlan, loaded: LoadedModel, prompt_ids: dict[str, tuple[int, ...]]) -> None:
+    longest = max(prompt_ids.items(), key=lambda item: len(item[1]))
+    needed = len(longest[1]) + plan.max_new_tokens
+    if needed > loaded.max_seq_len:
+        raise InvalidInputError(
+            f"Prompt {longest[0]} has {len(longest[1])} tokens; with {plan.max_new_tokens} new "
+            f"tokens that is {needed}, more than the loaded context ({loaded.max_seq_len}).",
+            "Lower max new tokens, drop that prompt, or load a longer context.",
+        )
+
+
+def _run_one(
+    plan: BenchPlan,
+    engine: Engine,
+    slot: RunSlot,
+    ids: tuple[int, ...],
+    total: int,
+    emit: EventSink,
+    cancel: threading.Event,
+) -> RunRecord:
+    emit(RunStarted(slot, total, len(ids)))
+    request = GenerationRequest(
+        prompt_ids=ids,
+        max_new_tokens=min(plan.max_new_tokens, plan.warmup_tokens) if slot.warmup else plan.max_new_tokens,
+        sampling=plan.sampling,
+    )
+    started = time.time()
+    result = engine.generate(request, lambda event: emit(RunStep(slot, event)), cancel)
+    record = RunRecord(slot, result, started)
+    emit(RunFinished(record, total))
+    return record
