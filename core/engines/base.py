@@ -201,6 +201,10 @@ class GenerationEvent:
     total_accepted: int
     elapsed_s: float
     """Seconds since the start of decoding (after the prefill)."""
+    draft_chars: int | None = None
+    """How many leading characters of ``text`` came from accepted draft tokens (the rest is
+    the target's own token); None when the engine cannot tell (ExLlamaV2 streams a step's
+    text in one piece)."""
 
     @property
     def total_rejected(self) -> int:

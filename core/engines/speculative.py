@@ -340,7 +340,12 @@ class Generation:
             self.first_token_at = now
         if self.sample_memory is not None:
             self.sample_memory()
-        self._emit(self.stream.push(emitted), emitted, drafted, accepted, now)
+        # Decode the accepted drafts and the target's own token separately, so the GUI can
+        # highlight exactly the text that came from drafts.
+        kept_drafts = min(verdict.accepted, len(emitted))
+        draft_text = self.stream.push(emitted[:kept_drafts]) if kept_drafts else ""
+        text = draft_text + self.stream.push(emitted[kept_drafts:])
+        self._emit(text, emitted, drafted, accepted, now, len(draft_text))
 
     def _eos_position(self, emitted: list[int]) -> int | None:
         if not self.settings.stop_on_eos:
@@ -351,7 +356,7 @@ class Generation:
         return None
 
     def _emit(self, text: str, emitted: list[int], drafted: int, accepted: int,
-              now: float) -> None:
+              now: float, draft_chars: int = 0) -> None:
         if self.on_event is None:
             return
         self.on_event(
@@ -366,6 +371,7 @@ class Generation:
                 total_drafted=self.tally.drafted,
                 total_accepted=self.tally.accepted,
                 elapsed_s=now - self.decode_start,
+                draft_chars=draft_chars,
             )
         )
 

@@ -302,16 +302,39 @@ def test_cancel_before_start_generates_nothing(engine):
     assert result.stats.stop_reason is StopReason.CANCELLED
 
 
-def test_set_drafter_keeps_the_target_and_frees_a_draft_it_drops(models):
+def test_set_drafter_parks_a_draft_between_arms_and_frees_it_when_replaced(models):
     engine = TorchEngine()
     engine.load(LoadSpec(models["target"]))
     target = weakref.ref(engine._target.model)
-    engine.set_drafter(DrafterSpec(DrafterKind.MODEL, model_path=models["draft"]))
+    draft_spec = DrafterSpec(DrafterKind.MODEL, model_path=models["draft"])
+    engine.set_drafter(draft_spec)
     draft = weakref.ref(engine._draft.model)
+    # Arms without a draft model keep it parked: an interleaved A/B does not reload it.
     engine.set_drafter(DrafterSpec(DrafterKind.NGRAM))
+    engine.set_drafter(NO_DRAFT)
+    gc.collect()
+    assert draft() is engine._draft.model
+    assert engine.loaded.drafter == NO_DRAFT
+    engine.set_drafter(draft_spec)
+    assert draft() is engine._draft.model  # reused, not reloaded
+    # Another draft model replaces it (here the target drafting for itself).
+    engine.set_drafter(DrafterSpec(DrafterKind.MODEL, model_path=models["target"]))
     gc.collect()
     assert draft() is None
     assert target() is engine._target.model
+    engine.unload()
+
+
+def test_events_split_draft_text_from_the_targets_own(models):
+    engine = TorchEngine()
+    engine.load(LoadSpec(models["cycle"], drafter=DrafterSpec(DrafterKind.NGRAM)))
+    events = []
+    result = engine.generate(greedy("Hello there", max_new=40), on_event=events.append)
+    assert "".join(e.text for e in events) == result.text
+    assert all(e.draft_chars is not None and 0 <= e.draft_chars <= len(e.text) for e in events)
+    assert all(e.draft_chars == 0 for e in events if e.accepted == 0)
+    highlighted = sum(e.draft_chars for e in events)
+    assert 0.5 * len(result.text) < highlighted < len(result.text)
     engine.unload()
 
 
