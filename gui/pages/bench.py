@@ -1,11 +1,689 @@
-"""Placeholder until this page is built."""
+"""A/B bench: run the same prompts with and without speculation, side by side, live.
+
+The page builds a :class:`BenchPlan` from its controls and hands it to a
+:class:`BenchSession` (one worker thread that owns the engine). A 50 ms timer drains the
+session's events and updates the panes, plots and results table, so the GUI does a bounded
+amount of work per frame however fast tokens arrive. Statistics are the core's
+(``core.bench.stats``), never recomputed differently here.
+"""
 
 from __future__ import annotations
 
-from specdeck.gui.pages import spec
-from specdeck.gui.pages.placeholder import PlaceholderPage
+import html
+import logging
+import time
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSizePolicy,
+    QSpinBox,
+    QSplitter,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from specdeck.core.bench.plan import BenchPlan, default_arms
+from specdeck.core.bench.runner import (
+    PlanStarted,
+    RunFinished,
+    RunRecord,
+    RunStarted,
+    RunStep,
+    Stage,
+)
+from specdeck.core.errors import CancelledError, SpecDeckError
+from specdeck.gui.bench_view import ResultsTable, StreamPane, arm_colour
+from specdeck.gui.widgets.banner import Banner
+
+log = logging.getLogger(__name__)
+
+DEMO = "demo"
+DRAIN_INTERVAL_MS = 50
+RATE_WINDOW_S = 0.25
+"""Live tok/s is measured over at least this much decode time, so the curve is readable."""
+MEMORY_INTERVAL_S = 0.25
+SETTINGS_PREFIX = "bench/"
+GiB = 1024**3
 
 
 def create_page(context):
-    page = spec("bench")
-    return PlaceholderPage(page.title, page.summary)
+    return BenchPage(context)
+
+
+@dataclass
+class _Live:
+    """What the page tracks about the run in progress."""
+
+    slot: object
+    pane: StreamPane
+    last_event: object | None = None
+    rate_mark: tuple[float, int] = (0.0, 0)
+    """(elapsed_s, new_tokens) where the current tok/s window began."""
+
+
+@dataclass
+class _PlanState:
+    plan: BenchPlan
+    started: float
+    total: int
+    arms: list[str]
+    panes: dict[str, StreamPane]
+    records: list[RunRecord] = field(default_factory=list)
+    rows: dict[tuple[str, int, str], int] = field(default_factory=dict)
+    """(prompt id, repeat, arm) -> results table row."""
+    live: _Live | None = None
+    loaded: object | None = None
+
+
+class BenchPage(QWidget):
+    def __init__(self, context, parent: QWidget | None = None, session_factory=None):
+        super().__init__(parent)
+        self.context = context
+        self._session_factory = session_factory
+        self.session = None
+        self.state: _PlanState | None = None
+        self.last_run = None
+        self._last_memory_sample = 0.0
+
+        self.banner = Banner()
+        self._build_setup()
+        self.panes_host = QWidget()
+        self.panes_layout = QHBoxLayout(self.panes_host)
+        self.panes_layout.setContentsMargins(0, 0, 0, 0)
+        self.highlight = QCheckBox("Highlight text from accepted drafts")
+        self.highlight.setChecked(True)
+        self.highlight.toggled.connect(self._set_highlight)
+        panes_box = QWidget()
+        panes_v = QVBoxLayout(panes_box)
+        panes_v.setContentsMargins(0, 0, 0, 0)
+        panes_v.addWidget(self.panes_host, 1)
+        panes_v.addWidget(self.highlight)
+
+        # pyqtgraph costs ~0.4 s to import: the plots are built after the page first shows.
+        self.plots = None
+        self.plots_host = QWidget()
+        QVBoxLayout(self.plots_host).setContentsMargins(0, 0, 0, 0)
+
+        self.table = ResultsTable()
+        self.summary = QLabel("Press Start to run the plan.")
+        self.summary.setWordWrap(True)
+        self.summary.setTextFormat(Qt.TextFormat.RichText)
+        self.summary.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.summary.setMinimumWidth(300)
+        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        results = QWidget()
+        results_layout = QHBoxLayout(results)
+        results_layout.setContentsMargins(0, 0, 0, 0)
+        results_layout.addWidget(self.table, 3)
+        results_layout.addWidget(self.summary, 2)
+
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(panes_box)
+        splitter.addWidget(self.plots_host)
+        splitter.addWidget(results)
+        splitter.setSizes([300, 190, 220])
+        splitter.setChildrenCollapsible(False)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.banner)
+        layout.addWidget(self.setup)
+        layout.addWidget(splitter, 1)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+
+        self.timer = QTimer(self)
+        self.timer.setInterval(DRAIN_INTERVAL_MS)
+        self.timer.timeout.connect(self.pump)
+        self._restore()
+        self._make_panes([a.label for a in self._arms_preview()])
+        self._sync_controls()
+
+    # setup ---------------------------------------------------------------------------------
+    def _build_setup(self) -> None:
+        from specdeck.core.bench.suites import builtin_suites
+        from specdeck.core.engines import list_engines
+
+        self.setup = QGroupBox("Plan")
+        grid = QGridLayout(self.setup)
+        self.engine = QComboBox()
+        for info in list_engines():
+            self.engine.addItem(info.label, info.name)
+            index = self.engine.count() - 1
+            if not info.availability.available:
+                self.engine.setItemData(index, f"Not available here: {info.availability.reason}. "
+                                        f"{info.availability.install_hint}", Qt.ItemDataRole.ToolTipRole)
+        self.model = QComboBox()
+        self.model.setEditable(True)
+        self.model.addItem(DEMO)
+        self.model.setToolTip('A model folder, or "demo" for the embedded SmolLM2-135M demo model')
+        self.model.setMinimumWidth(220)
+        browse_model = QToolButton()
+        browse_model.setText("…")
+        browse_model.clicked.connect(lambda: self._browse(self.model.lineEdit()))
+        self.use_draft = QCheckBox("Draft model")
+        self.draft = QLineEdit()
+        self.draft.setPlaceholderText("draft model folder")
+        browse_draft = QToolButton()
+        browse_draft.setText("…")
+        browse_draft.clicked.connect(lambda: self._browse(self.draft))
+        self.use_ngram = QCheckBox("N-gram")
+        self.use_ngram.setChecked(True)
+        self.k = QSpinBox()
+        self.k.setRange(1, 8)
+        self.k.setValue(4)
+        self.k.setPrefix("k = ")
+        self.adaptive = QCheckBox("adaptive")
+        self.adaptive.setToolTip("Draft fewer tokens after rejections (PyTorch engine only)")
+        self.adaptive.setChecked(True)
+
+        self.suite_buttons: dict[str, QToolButton] = {}
+        suites_row = QHBoxLayout()
+        for name, suite in builtin_suites().items():
+            button = QToolButton()
+            button.setText(name)
+            button.setCheckable(True)
+            button.setToolTip(suite.description)
+            button.setChecked(name in ("code", "grounded"))
+            self.suite_buttons[name] = button
+            suites_row.addWidget(button)
+        suites_row.addStretch(1)
+        self.per_suite = self._spin(1, 10, 1, "", " per suite")
+        self.max_new = self._spin(8, 4096, 128, "", " new tokens")
+        self.repeats = self._spin(1, 20, 2, "× ", "")
+        self.warmup = self._spin(0, 5, 1, "warm-up ", "")
+        self.start_button = QPushButton("Start")
+        self.start_button.setProperty("role", "primary")
+        self.start_button.clicked.connect(self.start)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.clicked.connect(self.stop)
+        self.progress = QProgressBar()
+        self.progress.setTextVisible(True)
+        self.progress.setFormat("%v / %m runs")
+        self.stage = QLabel()
+        self.stage.setProperty("role", "hint")
+
+        grid.addWidget(QLabel("Engine"), 0, 0)
+        grid.addWidget(self.engine, 0, 1)
+        grid.addWidget(QLabel("Target"), 0, 2)
+        target_row = QHBoxLayout()
+        target_row.addWidget(self.model, 1)
+        target_row.addWidget(browse_model)
+        grid.addLayout(target_row, 0, 3)
+        draft_row = QHBoxLayout()
+        draft_row.addWidget(self.use_draft)
+        draft_row.addWidget(self.draft, 1)
+        draft_row.addWidget(browse_draft)
+        draft_row.addWidget(self.use_ngram)
+        draft_row.addWidget(self.k)
+        draft_row.addWidget(self.adaptive)
+        grid.addWidget(QLabel("Drafters"), 0, 4)
+        grid.addLayout(draft_row, 0, 5)
+        grid.addWidget(QLabel("Prompts"), 1, 0)
+        grid.addLayout(suites_row, 1, 1, 1, 3)
+        sizes = QHBoxLayout()
+        for widget in (self.per_suite, self.max_new, self.repeats, self.warmup):
+            sizes.addWidget(widget)
+        sizes.addStretch(1)
+        sizes.addWidget(self.start_button)
+        sizes.addWidget(self.stop_button)
+        grid.addWidget(QLabel("Size"), 1, 4)
+        grid.addLayout(sizes, 1, 5)
+        grid.addWidget(self.progress, 2, 0, 1, 4)
+        grid.addWidget(self.stage, 2, 4, 1, 2)
+        grid.setColumnStretch(3, 2)
+        grid.setColumnStretch(5, 3)
+        for widget in (self.use_draft, self.use_ngram, self.draft):
+            signal = widget.textChanged if isinstance(widget, QLineEdit) else widget.toggled
+            signal.connect(self._preview_arms)
+        self.k.valueChanged.connect(self._preview_arms)
+        self.adaptive.toggled.connect(self._preview_arms)
+
+    @staticmethod
+    def _spin(low: int, high: int, value: int, prefix: str, suffix: str) -> QSpinBox:
+        spin = QSpinBox()
+        spin.setRange(low, high)
+        spin.setValue(value)
+        spin.setPrefix(prefix)
+        spin.setSuffix(suffix)
+        return spin
+
+    def _browse(self, line: QLineEdit) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Choose a model folder", line.text())
+        if folder:
+            line.setText(folder)
+
+    def _arms_preview(self):
+        draft = self.draft.text().strip() if self.use_draft.isChecked() else None
+        try:
+            return default_arms(draft or None, self.use_ngram.isChecked(), self.k.value(),
+                                self.adaptive.isChecked())
+        except SpecDeckError:
+            return default_arms(None, self.use_ngram.isChecked(), self.k.value())
+
+    def _preview_arms(self, *_args) -> None:
+        if self.state is None or not self._running():
+            self._make_panes([a.label for a in self._arms_preview()])
+
+    def plan_from_controls(self) -> BenchPlan:
+        """The plan the controls describe; SpecDeckError when they describe none."""
+        from specdeck.core.bench.suites import builtin_suites
+
+        suites = [name for name, button in self.suite_buttons.items() if button.isChecked()]
+        if not suites:
+            raise SpecDeckError("No prompt suite is selected.", "Tick at least one suite.")
+        if self.use_draft.isChecked() and not self.draft.text().strip():
+            raise SpecDeckError("Draft model is ticked but no folder is given.",
+                                "Choose the draft model's folder, or untick Draft model.")
+        if not self.use_draft.isChecked() and not self.use_ngram.isChecked():
+            raise SpecDeckError("Nothing to compare: no drafter is ticked.",
+                                "Tick Draft model and/or N-gram.")
+        model = self.model.currentText().strip() or DEMO
+        available = builtin_suites()
+        prompt_ids = tuple(p.id for name in suites for p in available[name].prompts[: self.per_suite.value()])
+        return BenchPlan(
+            engine=self.engine.currentData(),
+            model=model,
+            arms=self._arms_preview(),
+            suites=tuple(suites),
+            prompt_ids=prompt_ids,
+            max_new_tokens=self.max_new.value(),
+            repeats=self.repeats.value(),
+            warmup=self.warmup.value(),
+        )
+
+    # run control ---------------------------------------------------------------------------
+    def _running(self) -> bool:
+        return self.session is not None and self.state is not None and self.timer.isActive()
+
+    def start(self) -> None:
+        try:
+            plan = self.plan_from_controls()
+        except SpecDeckError as exc:
+            self.banner.show_message(html.escape(str(exc)), "error")
+            return
+        if self.session is None:
+            from specdeck.gui.bench_session import BenchSession
+
+            self.session = (self._session_factory or BenchSession)()
+        self.banner.hide()
+        self._save()
+        self.state = _PlanState(plan, time.monotonic(), 0, [a.name for a in plan.arms], {})
+        self.table.setRowCount(0)
+        self.summary.setText("Loading…")
+        self.progress.setRange(0, 0)
+        self.session.start(plan)
+        self.timer.start()
+        self._sync_controls()
+
+    def stop(self) -> None:
+        if self.session is not None:
+            self.session.stop()
+            self.stage.setText("Stopping after the current step…")
+
+    def _sync_controls(self) -> None:
+        running = self._running()
+        self.start_button.setEnabled(not running)
+        self.stop_button.setEnabled(running)
+        self.setup_inputs_enabled(not running)
+
+    def setup_inputs_enabled(self, enabled: bool) -> None:
+        for widget in (self.engine, self.model, self.use_draft, self.draft, self.use_ngram, self.k,
+                       self.adaptive, self.per_suite, self.max_new, self.repeats, self.warmup,
+                       *self.suite_buttons.values()):
+            widget.setEnabled(enabled)
+
+    # events ------------------------------------------------------------------------------
+    def pump(self) -> int:
+        """Apply what the session reported since the last tick; returns the events handled."""
+        if self.session is None:
+            return 0
+        from specdeck.gui.bench_session import PlanDone, PlanFailed
+
+        events = self.session.drain()
+        for event in events:
+            if isinstance(event, RunStep):
+                self._on_step(event)
+            elif isinstance(event, RunStarted):
+                self._on_run_started(event)
+            elif isinstance(event, RunFinished):
+                self._on_run_finished(event)
+            elif isinstance(event, Stage):
+                self.stage.setText(event.text)
+            elif isinstance(event, PlanStarted):
+                self._on_plan_started(event)
+            elif isinstance(event, PlanDone):
+                self._on_done(event.run)
+            elif isinstance(event, PlanFailed):
+                self._on_failed(event.error)
+        self._tick_live()
+        return len(events)
+
+    def _on_plan_started(self, event: PlanStarted) -> None:
+        state = self.state
+        state.total = len(event.schedule)
+        state.loaded = event.loaded
+        self._make_panes([a.label for a in event.plan.arms])
+        state.panes = dict(zip(state.arms, self._panes))
+        self._ensure_plots()
+        if self.plots is not None:
+            self.plots.reset(state.arms)
+        self.progress.setRange(0, state.total)
+        self.progress.setValue(0)
+        self.stage.setText(f"Running on {event.loaded.label}")
+
+    def _on_run_started(self, event: RunStarted) -> None:
+        state = self.state
+        slot = event.slot
+        pane = state.panes[slot.arm.name]
+        what = "warm-up" if slot.warmup else f"repeat {slot.repeat + 1}"
+        pane.begin(f"{slot.prompt.id} · {what} · {event.prompt_tokens} prompt tokens")
+        pane.metrics.setText("prefill…")
+        state.live = _Live(slot, pane)
+        if self.plots is not None:
+            self.plots.speed[slot.arm.name].gap()
+            if slot.arm.name in self.plots.accept:
+                self.plots.accept[slot.arm.name].gap()
+
+    def _on_step(self, event: RunStep) -> None:
+        live = self.state.live if self.state else None
+        if live is None or live.slot != event.slot:
+            return
+        e = event.event
+        live.pane.append(e.text, e.draft_chars, e.accepted, len(e.token_ids))
+        live.last_event = e
+
+    def _tick_live(self) -> None:
+        state = self.state
+        now = time.monotonic()
+        if state is None or self.plots is None:
+            return
+        t = now - state.started
+        if state.live is not None and state.live.last_event is not None:
+            live, e = state.live, state.live.last_event
+            arm = live.slot.arm.name
+            mark_s, mark_n = live.rate_mark
+            if e.elapsed_s - mark_s >= RATE_WINDOW_S:
+                rate = (e.new_tokens - mark_n) / (e.elapsed_s - mark_s)
+                self.plots.speed[arm].add(t, rate)
+                live.rate_mark = (e.elapsed_s, e.new_tokens)
+            parts = [f"{e.new_tokens / e.elapsed_s:.1f} tok/s" if e.elapsed_s > 0 else "",
+                     f"{e.new_tokens} tokens"]
+            if e.total_drafted:
+                accept = 100.0 * e.total_accepted / e.total_drafted
+                parts.insert(1, f"{accept:.0f}% of drafts accepted")
+                if arm in self.plots.accept:
+                    self.plots.accept[arm].add(t, accept)
+            live.pane.metrics.setText(" · ".join(p for p in parts if p))
+        if now - self._last_memory_sample >= MEMORY_INTERVAL_S:
+            self._last_memory_sample = now
+            self._sample_memory(t)
+        self.plots.redraw()
+
+    def _sample_memory(self, t: float) -> None:
+        loaded = self.state.loaded if self.state else None
+        if loaded is not None and str(loaded.device).startswith("cuda"):
+            frame = self.context.gpu_sampler().latest
+            for gpu in frame.gpus if frame is not None else ():
+                if gpu.memory_used is not None:
+                    self.plots.add_memory(f"GPU {gpu.index} VRAM", t, gpu.memory_used / GiB)
+            return
+        import psutil
+
+        self.plots.add_memory("SpecDeck RSS", t, psutil.Process().memory_info().rss / GiB)
+
+    def _on_run_finished(self, event: RunFinished) -> None:
+        state = self.state
+        record = event.record
+        state.records.append(record)
+        self.progress.setValue(record.slot.index + 1)
+        stats = record.result.stats
+        if state.live is not None and state.live.slot == record.slot:
+            state.live.pane.metrics.setText(self._run_metrics(record))
+            state.live = None
+        if not record.counted:
+            return
+        if self.plots is not None:
+            self.plots.finished[record.arm].add(time.monotonic() - state.started, stats.tokens_per_second)
+        self._add_result_row(record)
+        self.summary.setText(self._summary_html(final=False))
+
+    @staticmethod
+    def _run_metrics(record: RunRecord) -> str:
+        stats = record.result.stats
+        parts = [f"{stats.tokens_per_second:.1f} tok/s", f"{stats.new_tokens} tokens"]
+        if stats.acceptance_rate is not None:
+            parts.insert(1, f"{100 * stats.acceptance_rate:.0f}% accepted")
+        if not record.complete:
+            parts.append("stopped")
+        return " · ".join(parts)
+
+    def _add_result_row(self, record: RunRecord) -> None:
+        state = self.state
+        stats = record.result.stats
+        key = (record.prompt_id, record.slot.repeat)
+        reference = self._reference(key)
+        ratio = lossless = ""
+        warn = None
+        if reference is not None and record.arm != state.arms[0]:
+            ratio = _ratio(reference, record)
+            lossless, differs = _compare(reference, record, state.plan)
+            warn = 9 if differs else None
+        accepted = "" if stats.acceptance_rate is None else f"{100 * stats.acceptance_rate:.0f}%"
+        mean_len = "" if not stats.drafted else f"{stats.mean_acceptance_length:.2f}"
+        ttft = "" if stats.time_to_first_token_s is None else f"{1000 * stats.time_to_first_token_s:.0f}"
+        row = self.table.add_row(
+            [record.arm, record.prompt_id, str(record.slot.repeat + 1), str(stats.new_tokens),
+             f"{stats.tokens_per_second:.1f}", ratio, ttft, accepted, mean_len, lossless],
+            arm_colour(state.arms.index(record.arm)), warn,
+        )
+        self.table.item(row, 0).setToolTip(record.slot.arm.label)
+        state.rows[(*key, record.arm)] = row
+        if record.arm == state.arms[0]:
+            # The reference arrived after its partners (B A order): fill their columns now.
+            for other in state.records:
+                if other.counted and other.arm != record.arm and (other.prompt_id, other.slot.repeat) == key:
+                    other_row = state.rows.get((*key, other.arm))
+                    if other_row is not None:
+                        self.table.set_cell(other_row, 5, _ratio(record, other))
+                        text, differs = _compare(record, other, state.plan)
+                        self.table.set_cell(other_row, 9, text)
+
+    def _reference(self, key: tuple[str, int]) -> RunRecord | None:
+        state = self.state
+        for record in state.records:
+            if record.counted and record.arm == state.arms[0] and (record.prompt_id, record.slot.repeat) == key:
+                return record
+        return None
+
+    def _summary_html(self, final: bool) -> str:
+        from specdeck.core.bench.stats import paired_ratios, summarize_ratios
+
+        state = self.state
+        base = state.arms[0]
+        lines = []
+        for arm in state.arms[1:]:
+            pairs = [(self._reference((r.prompt_id, r.slot.repeat)), r)
+                     for r in state.records if r.counted and r.arm == arm]
+            pairs = [(a, b) for a, b in pairs if a is not None]
+            label = html.escape(state.plan.arm(arm).label)
+            colour = arm_colour(state.arms.index(arm)).name()
+            if not pairs:
+                lines.append(f"<p><b style='color:{colour}'>{label}</b>: waiting for paired runs</p>")
+                continue
+            ratios = paired_ratios([a.result.stats.tokens_per_second for a, _ in pairs],
+                                   [b.result.stats.tokens_per_second for _, b in pairs])
+            summary = summarize_ratios(ratios)
+            drafted = sum(b.result.stats.drafted for _, b in pairs)
+            accepted = sum(b.result.stats.accepted for _, b in pairs)
+            same = sum(1 for a, b in pairs if not _compare(a, b, state.plan)[1])
+            verdict = {"faster": "faster", "slower": "<b style='color:#b91c1c'>slower</b>",
+                       "no clear difference": "no clear difference"}[summary.verdict]
+            acceptance = f"{100 * accepted / drafted:.0f}%" if drafted else "no drafts"
+            lossless = (f"{same}/{len(pairs)} outputs identical to {base}"
+                        if state.plan.sampling.greedy else "sampled: losslessness not checkable")
+            lines.append(
+                f"<p><b style='color:{colour}'>{label}</b><br>"
+                f"<span style='font-size:15pt'><b>{summary.median:.2f}×</b></span> vs {base} "
+                f"(median of {summary.n} paired runs; min {summary.minimum:.2f}×, max {summary.maximum:.2f}×; "
+                f"95% CI {summary.ci_low:.2f}–{summary.ci_high:.2f}×): {verdict}<br>"
+                f"acceptance {acceptance} · {lossless}</p>"
+            )
+        head = "<b>Result</b>" if final else "<b>So far</b>"
+        return head + "".join(lines)
+
+    def _on_done(self, run) -> None:
+        self.last_run = run
+        self.timer.stop()
+        self._tick_live()
+        stopped = " (stopped early)" if run.cancelled else ""
+        self.stage.setText(f"Finished{stopped}: {len(run.counted())} measured runs in "
+                           f"{run.finished_at - run.started_at:.1f} s")
+        self.summary.setText(self._summary_html(final=True))
+        self.context.show_status("A/B run finished" + stopped)
+        self._sync_controls()
+
+    def _on_failed(self, error: BaseException) -> None:
+        self.timer.stop()
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        if isinstance(error, CancelledError):
+            self.banner.show_message("The A/B run was stopped before any measured run finished.", "info")
+            self.stage.setText("Stopped")
+        else:
+            fix = getattr(error, "fix", "")
+            text = html.escape(str(error)) + (f"<br>{html.escape(fix)}" if fix and fix not in str(error) else "")
+            self.banner.show_message(text, "error")
+            self.stage.setText("Failed")
+        self.summary.setText("Press Start to run the plan.")
+        self._sync_controls()
+
+    # panes and plots ---------------------------------------------------------------------
+    def _make_panes(self, labels: list[str]) -> None:
+        for pane in getattr(self, "_panes", []):
+            self.panes_layout.removeWidget(pane)
+            pane.deleteLater()
+        self._panes = [StreamPane(label, arm_colour(i)) for i, label in enumerate(labels)]
+        for pane in self._panes:
+            pane.set_highlight(self.highlight.isChecked())
+            self.panes_layout.addWidget(pane, 1)
+
+    @property
+    def panes(self) -> list[StreamPane]:
+        return list(self._panes)
+
+    def _set_highlight(self, on: bool) -> None:
+        for pane in self._panes:
+            pane.set_highlight(on)
+
+    def _ensure_plots(self) -> None:
+        if self.plots is None:
+            from specdeck.gui.bench_view import BenchPlots
+
+            self.plots = BenchPlots()
+            self.plots_host.layout().addWidget(self.plots)
+            self.plots.reset(self.state.arms if self.state else ["A"])
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().showEvent(event)
+        if self.plots is None:
+            QTimer.singleShot(0, self._ensure_plots)
+        self._check_demo()
+
+    def _check_demo(self) -> None:
+        if self.model.currentText().strip() != DEMO or self._running():
+            return
+        from specdeck.core.engines.demo import demo_status
+
+        status = demo_status()
+        if not status.available:
+            self.banner.show_message(
+                html.escape(f"The demo model is not available: {status.reason}. {status.install_hint}"),
+                "warning")
+
+    # lifecycle -----------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        self.timer.stop()
+        self._save()
+        if self.session is not None:
+            self.session.shutdown()
+
+    def _widgets(self):
+        return {"engine": self.engine, "model": self.model, "use_draft": self.use_draft, "draft": self.draft,
+                "use_ngram": self.use_ngram, "k": self.k, "adaptive": self.adaptive,
+                "per_suite": self.per_suite, "max_new": self.max_new, "repeats": self.repeats,
+                "warmup": self.warmup, **{f"suite_{n}": b for n, b in self.suite_buttons.items()}}
+
+    def _save(self) -> None:
+        settings = QSettings()
+        for name, widget in self._widgets().items():
+            settings.setValue(SETTINGS_PREFIX + name, _value(widget))
+
+    def _restore(self) -> None:
+        settings = QSettings()
+        for name, widget in self._widgets().items():
+            value = settings.value(SETTINGS_PREFIX + name)
+            if value is not None:
+                _set_value(widget, value)
+
+
+def _ratio(reference: RunRecord, other: RunRecord) -> str:
+    base = reference.result.stats.tokens_per_second
+    return f"{other.result.stats.tokens_per_second / base:.2f}×" if base > 0 else ""
+
+
+def _compare(reference: RunRecord, other: RunRecord, plan: BenchPlan) -> tuple[str, bool]:
+    """Text for the "Output vs A" column, and whether it is a real difference."""
+    if not plan.sampling.greedy:
+        return "sampled", False
+    from specdeck.core.engines.lossless import Verdict, compare_greedy
+
+    comparison = compare_greedy(reference.result, other.result)
+    if comparison.verdict is Verdict.IDENTICAL:
+        return "identical", False
+    if comparison.verdict is Verdict.PREFIX:
+        return f"same for {comparison.compared} tokens", False
+    if comparison.verdict is Verdict.TIE:
+        return f"tie at token {comparison.first_divergence}", False
+    return f"differs at token {comparison.first_divergence}", True
+
+
+def _value(widget):
+    if isinstance(widget, (QCheckBox, QToolButton)):
+        return widget.isChecked()
+    if isinstance(widget, QSpinBox):
+        return widget.value()
+    if isinstance(widget, QLineEdit):
+        return widget.text()
+    if isinstance(widget, QComboBox):
+        return widget.currentData() if not widget.isEditable() else widget.currentText()
+    return None
+
+
+def _set_value(widget, value) -> None:
+    if isinstance(widget, (QCheckBox, QToolButton)):
+        widget.setChecked(value in (True, "true", "1", 1))
+    elif isinstance(widget, QSpinBox):
+        try:
+            widget.setValue(int(value))
+        except (TypeError, ValueError):
+            pass
+    elif isinstance(widget, QLineEdit):
+        widget.setText(str(value))
+    elif isinstance(widget, QComboBox):
+        if widget.isEditable():
+            widget.setEditText(str(value))
+        else:
+            index = widget.findData(value)
+            if index >= 0:
+                widget.setCurrentIndex(index)
+

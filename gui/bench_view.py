@@ -1,0 +1,250 @@
+"""The widgets of the A/B bench page: a streaming pane per arm, live plots, the results table."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QBrush, QColor, QFont, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFrame,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QTableWidget,
+    QTableWidgetItem,
+    QTextEdit,
+    QVBoxLayout,
+    QWidget,
+)
+
+ARM_COLOURS = ("#64748b", "#2563eb", "#d97706", "#16a34a", "#9333ea")
+"""A (the no-draft reference) in slate grey, then one colour per drafted arm."""
+DRAFT_HIGHLIGHT = "#bbf7d0"
+
+
+def arm_colour(index: int) -> QColor:
+    return QColor(ARM_COLOURS[index % len(ARM_COLOURS)])
+
+
+class StreamPane(QFrame):
+    """One arm's output as it streams; text from accepted drafts highlighted (toggle)."""
+
+    def __init__(self, title: str, colour: QColor, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("streamPane")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.title = QLabel(title)
+        font = self.title.font()
+        font.setBold(True)
+        self.title.setFont(font)
+        self.title.setStyleSheet(f"color: {colour.name()};")
+        self.prompt_label = QLabel()
+        self.prompt_label.setProperty("role", "hint")
+        self.metrics = QLabel("waiting")
+        self.metrics.setProperty("role", "hint")
+        self.text = QTextEdit()
+        self.text.setReadOnly(True)
+        self.text.setLineWrapMode(QTextEdit.LineWrapMode.WidgetWidth)
+        self.text.setFont(QFont("monospace", 9))
+        header = QHBoxLayout()
+        header.addWidget(self.title)
+        header.addStretch(1)
+        header.addWidget(self.metrics)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addLayout(header)
+        layout.addWidget(self.prompt_label)
+        layout.addWidget(self.text, 1)
+        self.highlight = True
+        self._segments: list[tuple[str, bool]] = []
+        self._plain = QTextCharFormat()
+        self._draft = QTextCharFormat()
+        self._draft.setBackground(QBrush(QColor(DRAFT_HIGHLIGHT)))
+
+    def begin(self, prompt_text: str) -> None:
+        self._segments.clear()
+        self.text.clear()
+        self.prompt_label.setText(prompt_text)
+
+    def append(self, text: str, draft_chars: int | None, accepted: int, tokens: int) -> None:
+        """A verify step's text; ``draft_chars`` leading characters came from accepted drafts.
+
+        When the engine cannot tell (None), the share of the step's tokens that were drafts
+        is used: the highlight is then approximate within that step.
+        """
+        if not text:
+            return
+        if draft_chars is None:
+            draft_chars = round(len(text) * accepted / tokens) if tokens else 0
+        pieces = [(text[:draft_chars], True), (text[draft_chars:], False)]
+        cursor = self.text.textCursor()
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        for piece, from_draft in pieces:
+            if piece:
+                self._segments.append((piece, from_draft))
+                cursor.insertText(piece, self._draft if from_draft and self.highlight else self._plain)
+        self.text.setTextCursor(cursor)
+        self.text.ensureCursorVisible()
+
+    def set_highlight(self, on: bool) -> None:
+        if on == self.highlight:
+            return
+        self.highlight = on
+        self.text.clear()
+        cursor = self.text.textCursor()
+        for piece, from_draft in self._segments:
+            cursor.insertText(piece, self._draft if from_draft and on else self._plain)
+
+    @property
+    def draft_characters(self) -> int:
+        return sum(len(p) for p, d in self._segments if d)
+
+    @property
+    def plain_text(self) -> str:
+        return "".join(p for p, _ in self._segments)
+
+
+@dataclass
+class _Series:
+    x: list[float] = field(default_factory=list)
+    y: list[float] = field(default_factory=list)
+
+    def add(self, x: float, y: float) -> None:
+        self.x.append(x)
+        self.y.append(y)
+
+    def gap(self) -> None:
+        """Break the line between runs (pyqtgraph connect="finite")."""
+        if self.y and not math.isnan(self.y[-1]):
+            self.add(self.x[-1], math.nan)
+
+
+class BenchPlots(QWidget):
+    """Tokens/s and acceptance per arm, and memory, against seconds since the plan started."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        import pyqtgraph as pg
+
+        self._pg = pg
+        self.speed_plot = self._plot("Decode speed", "tok/s")
+        self.accept_plot = self._plot("Draft acceptance (this run)", "%")
+        self.accept_plot.setYRange(0, 100, padding=0.02)
+        self.memory_plot = self._plot("Memory", "GiB")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        for plot in (self.speed_plot, self.accept_plot, self.memory_plot):
+            layout.addWidget(plot, 1)
+        self.speed: dict[str, _Series] = {}
+        self.finished: dict[str, _Series] = {}
+        self.accept: dict[str, _Series] = {}
+        self.memory: dict[str, _Series] = {}
+        self._curves: dict[tuple[str, str], object] = {}
+        self._arm_index: dict[str, int] = {}
+
+    def _plot(self, title: str, unit: str):
+        pg = self._pg
+        plot = pg.PlotWidget(background=None)
+        plot.setTitle(title, size="10pt")
+        plot.setLabel("left", unit)
+        plot.setLabel("bottom", "seconds")
+        plot.showGrid(x=True, y=True, alpha=0.15)
+        plot.setMenuEnabled(False)
+        plot.hideButtons()
+        plot.setMinimumHeight(140)
+        plot.addLegend(offset=(8, 8), labelTextSize="8pt")
+        item = plot.getPlotItem()
+        item.setClipToView(True)
+        item.setDownsampling(auto=True, mode="peak")
+        return plot
+
+    def reset(self, arms: list[str]) -> None:
+        for (_kind, _name), curve in self._curves.items():
+            for plot in (self.speed_plot, self.accept_plot, self.memory_plot):
+                if curve in plot.listDataItems():
+                    plot.removeItem(curve)
+        self._curves.clear()
+        for plot in (self.speed_plot, self.accept_plot, self.memory_plot):
+            legend = plot.getPlotItem().legend
+            if legend is not None:
+                legend.clear()
+        self._arm_index = {name: i for i, name in enumerate(arms)}
+        self.speed = {a: _Series() for a in arms}
+        self.finished = {a: _Series() for a in arms}
+        self.accept = {a: _Series() for a in arms[1:]}
+        self.memory = {}
+
+    def _curve(self, kind: str, name: str, plot, colour: QColor, scatter: bool = False):
+        key = (kind, name)
+        if key not in self._curves:
+            pg = self._pg
+            if scatter:
+                self._curves[key] = plot.plot([], [], pen=None, symbol="o", symbolSize=7,
+                                              symbolBrush=colour, symbolPen=None, name=None)
+            else:
+                self._curves[key] = plot.plot([], [], pen=pg.mkPen(colour, width=2), name=name,
+                                              connect="finite")
+        return self._curves[key]
+
+    def add_memory(self, name: str, t: float, gib: float) -> None:
+        self.memory.setdefault(name, _Series()).add(t, gib)
+
+    def redraw(self) -> None:
+        for arm, series in self.speed.items():
+            colour = arm_colour(self._arm_index[arm])
+            self._curve("speed", arm, self.speed_plot, colour).setData(series.x, series.y)
+            done = self.finished[arm]
+            self._curve("done", arm, self.speed_plot, colour, scatter=True).setData(done.x, done.y)
+        for arm, series in self.accept.items():
+            colour = arm_colour(self._arm_index[arm])
+            self._curve("accept", arm, self.accept_plot, colour).setData(series.x, series.y)
+        for index, (name, series) in enumerate(self.memory.items()):
+            colour = QColor("#0f766e") if index == 0 else arm_colour(index + 2)
+            self._curve("memory", name, self.memory_plot, colour).setData(series.x, series.y)
+
+    def points(self) -> int:
+        return sum(len(s.x) for group in (self.speed, self.accept, self.memory) for s in group.values())
+
+
+RESULT_COLUMNS = ("Arm", "Prompt", "Rep", "Tokens", "tok/s", "vs A", "TTFT ms", "Accepted",
+                  "Mean accept len", "Output vs A")
+
+
+class ResultsTable(QTableWidget):
+    """One row per measured run, filled in as runs finish."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(0, len(RESULT_COLUMNS), parent)
+        self.setHorizontalHeaderLabels(RESULT_COLUMNS)
+        self.verticalHeader().setVisible(False)
+        self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.setAlternatingRowColors(True)
+        header = self.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        self.setWordWrap(False)
+        self.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
+
+    def add_row(self, values: list[str], colour: QColor, warn_column: int | None = None) -> int:
+        row = self.rowCount()
+        self.insertRow(row)
+        for column, value in enumerate(values):
+            item = QTableWidgetItem(value)
+            if column >= 2 and column != 9:
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            if column == 0:
+                item.setForeground(QBrush(colour))
+            if column == warn_column:
+                item.setForeground(QBrush(QColor("#b91c1c")))
+            self.setItem(row, column, item)
+        self.scrollToBottom()
+        return row
+
+    def set_cell(self, row: int, column: int, value: str) -> None:
+        item = self.item(row, column)
+        if item is not None:
+            item.setText(value)

@@ -1,0 +1,154 @@
+"""The A/B bench page driven by pytest-qt on tiny real models, from Start to the results table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from specdeck.gui.bench_session import BenchSession, PlanDone
+from specdeck.gui.pages.bench import BenchPage
+from tiny_models import cycling_llama, random_llama
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bench-page-models")
+    return {"cycle": cycling_llama(root / "cycle"),
+            "target": random_llama(root / "target", seed=0),
+            "draft": random_llama(root / "draft", seed=1, hidden=32, layers=1)}
+
+
+@pytest.fixture
+def page(qtbot, configured_qapp):
+    from specdeck.gui.context import AppContext
+
+    page = BenchPage(AppContext())
+    qtbot.addWidget(page)
+    page.resize(1280, 760)
+    page.show()
+    yield page
+    page.shutdown()
+
+
+def configure(page: BenchPage, model: Path, draft: Path | None = None, ngram: bool = True,
+              suites=("grounded",), per_suite: int = 1, max_new: int = 24, repeats: int = 2,
+              warmup: int = 0) -> None:
+    page.model.setEditText(str(model))
+    page.use_draft.setChecked(draft is not None)
+    page.draft.setText(str(draft) if draft else "")
+    page.use_ngram.setChecked(ngram)
+    for name, button in page.suite_buttons.items():
+        button.setChecked(name in suites)
+    page.per_suite.setValue(per_suite)
+    page.max_new.setValue(max_new)
+    page.repeats.setValue(repeats)
+    page.warmup.setValue(warmup)
+
+
+def test_start_runs_the_plan_and_fills_the_results_table(qtbot, page, models):
+    configure(page, models["cycle"], suites=("grounded", "code"), repeats=2, warmup=1)
+    page.start()
+    assert page.stop_button.isEnabled() and not page.start_button.isEnabled()
+    assert not page.model.isEnabled()
+    qtbot.waitUntil(lambda: page.last_run is not None, timeout=120_000)
+    run = page.last_run
+    assert len(run.counted()) == 2 * 2 * 2  # prompts x repeats x arms
+    assert page.table.rowCount() == 8  # warm-ups are not rows
+    rows = [[page.table.item(r, c).text() for c in range(page.table.columnCount())]
+            for r in range(page.table.rowCount())]
+    drafted = [r for r in rows if r[0] == "B"]
+    assert len(drafted) == 4
+    for row in drafted:
+        assert row[9] == "identical"  # greedy: n-gram never changes a token
+        assert row[5].endswith("×")  # paired with A's run of the same prompt and repeat
+        assert float(row[7].rstrip("%")) > 50  # the cycling model repeats itself
+    assert "outputs identical to A" in page.summary.text() and "4/4" in page.summary.text()
+    assert page.progress.value() == page.progress.maximum() == len(run.records)
+    assert page.start_button.isEnabled() and not page.stop_button.isEnabled()
+    # The B pane shows the last B run's text with the accepted-draft part highlighted.
+    b_pane = page.panes[1]
+    last_b = [r for r in run.records if r.arm == "B"][-1]
+    assert b_pane.plain_text == last_b.result.text
+    assert 0 < b_pane.draft_characters < len(b_pane.plain_text)
+    assert page.plots is not None and page.plots.points() > 0
+
+
+def test_highlight_toggle_redraws_without_losing_text(qtbot, page, models):
+    configure(page, models["cycle"], repeats=1)
+    page.start()
+    qtbot.waitUntil(lambda: page.last_run is not None, timeout=120_000)
+    pane = page.panes[1]
+    text = pane.text.toPlainText()
+    page.highlight.setChecked(False)
+    assert pane.text.toPlainText() == text and not pane.highlight
+    page.highlight.setChecked(True)
+    assert pane.text.toPlainText() == text and pane.highlight
+
+
+def test_draft_model_and_ngram_make_three_arms(qtbot, page, models):
+    configure(page, models["target"], draft=models["draft"], ngram=True, repeats=1, max_new=12)
+    assert [p.title.text() for p in page.panes] == [
+        "A: no draft", "B: draft draft (k<=4, adaptive)", "C: n-gram (k<=4, adaptive)"]
+    page.start()
+    qtbot.waitUntil(lambda: page.last_run is not None, timeout=120_000)
+    assert {r.arm for r in page.last_run.counted()} == {"A", "B", "C"}
+    assert page.summary.text().count("outputs identical to A") == 2
+
+
+def test_stop_keeps_finished_runs(qtbot, page, models):
+    configure(page, models["target"], max_new=200, repeats=5, suites=("code",), per_suite=2)
+    page.start()
+    qtbot.waitUntil(lambda: page.table.rowCount() >= 1, timeout=120_000)
+    page.stop()
+    qtbot.waitUntil(lambda: page.start_button.isEnabled(), timeout=60_000)
+    run = page.last_run
+    assert run is not None and run.cancelled
+    assert len(run.records) < 2 * 2 * 5
+    assert "stopped early" in page.stage.text()
+
+
+def test_bad_setups_are_explained_and_nothing_starts(page, models):
+    configure(page, models["cycle"], ngram=False)
+    page.start()
+    assert page.banner.isVisible() and "no drafter" in page.banner.label.text()
+    assert page.session is None
+    configure(page, models["cycle"], suites=())
+    page.start()
+    assert "No prompt suite" in page.banner.label.text()
+    page.use_ngram.setChecked(False)
+    page.use_draft.setChecked(True)
+    page.suite_buttons["code"].setChecked(True)
+    page.start()
+    assert "no folder" in page.banner.label.text()
+
+
+def test_a_missing_model_folder_fails_with_a_clear_banner(qtbot, page, tmp_path):
+    configure(page, tmp_path / "nowhere")
+    page.start()
+    qtbot.waitUntil(lambda: page.start_button.isEnabled(), timeout=60_000)
+    assert page.banner.isVisible() and page.banner.severity == "error"
+    assert "nowhere" in page.banner.label.text()
+
+
+def test_session_drains_in_order_and_shuts_down(models):
+    from specdeck.core.bench.plan import BenchPlan, default_arms
+    from specdeck.core.engines.base import LoadSpec
+
+    session = BenchSession()
+    plan = BenchPlan(model=str(models["cycle"]), arms=default_arms(ngram=True), suites=("chat",),
+                     max_prompts=1, max_new_tokens=8, repeats=1, warmup=0, apply_chat_template=False,
+                     load=LoadSpec(models["cycle"], device="cpu"))
+    session.start(plan)
+    events = []
+    import time
+
+    deadline = time.monotonic() + 60
+    while not (events and isinstance(events[-1], PlanDone)) and time.monotonic() < deadline:
+        events.extend(session.drain())
+        time.sleep(0.02)
+    assert isinstance(events[-1], PlanDone)
+    assert not session.running
+    assert session.shutdown(timeout_s=30)
