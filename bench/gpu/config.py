@@ -31,7 +31,7 @@ class PairConfig:
     draft: ModelSize
     context: int = 2048
     """max_position_embeddings of both models (and the context the kit runs at)."""
-    train_seconds: float = 240.0
+    train_seconds: float = 150.0
     """Wall-clock budget for training both models (they train on the same batches)."""
     max_steps: int = 100_000
     batch: int = 32
@@ -55,7 +55,7 @@ class AbConfig:
     """Suite names; one prompt each is taken per suite (the first `prompts_per_suite`)."""
     prompts_per_suite: int = 1
     bare_repeats: int = 5
-    telemetry_seconds: float = 90.0
+    telemetry_seconds: float = 60.0
 
 
 @dataclass(frozen=True)

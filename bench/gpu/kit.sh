@@ -9,6 +9,10 @@ export SPECDECK_GPU_WORK="${SPECDECK_GPU_WORK:-/tmp/specdeck-gpu}"
 export PYTHONPATH="$SPECDECK_GPU_WORK/site${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
+# torch's JIT build runs `ninja` and `nvcc`: the interpreter's own bin folder (a venv's,
+# where the ninja package puts its binary) comes first on PATH.
+PATH="$("$PY" -c 'import os, sys; print(os.path.dirname(sys.executable))'):$PATH"
+export PATH
 OUT_DIR="${OUT:-$SPECDECK_GPU_WORK/out}"
 mkdir -p "$SPECDECK_GPU_WORK" "$OUT_DIR"
 # A carried extension build (.gpukit/ext, from an earlier session's $OUT) spares a cold

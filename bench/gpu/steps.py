@@ -97,12 +97,12 @@ def step_build(ctx: StepContext) -> dict[str, Any]:
         handle.write(f"--- attempt {len(attempts) + 1}, MAX_JOBS={env['MAX_JOBS']}, "
                      f"TORCH_EXTENSIONS_DIR={env['TORCH_EXTENSIONS_DIR']}\n")
         handle.flush()
-        try:
-            code = subprocess.run([sys.executable, "-c", BUILD_PROBE], stdout=handle,
-                                  stderr=subprocess.STDOUT, env=env,
-                                  timeout=max(10.0, ctx.seconds_left())).returncode
-        except subprocess.TimeoutExpired:
-            code = None
+        # A killed build leaves torch's baton file behind, and the next import would wait
+        # on it for ever: remove it (nothing else builds here).
+        stale_lock = Path(env["TORCH_EXTENSIONS_DIR"]) / "exllamav2_ext" / "lock"
+        stale_lock.unlink(missing_ok=True)
+        code = run_in_own_group([sys.executable, "-c", BUILD_PROBE], handle, env,
+                                max(10.0, ctx.seconds_left()))
     seconds = time.monotonic() - started
     attempts.append({"seconds": round(seconds, 1), "exit": code})
     attempts_path.write_text(json.dumps(attempts, indent=2))
@@ -125,6 +125,21 @@ def step_build(ctx: StepContext) -> dict[str, Any]:
             "build_seconds_total": round(sum(a["seconds"] for a in attempts), 1),
             "attempts": len(attempts), "last_import_seconds": float(import_s),
             "prebuilt": "torch_extensions" not in so_path, "exported_parts": exported}
+
+
+def run_in_own_group(argv: list[str], output: Any, env: dict[str, str], timeout: float) -> int | None:
+    """Exit code, or None after killing the whole process group at the timeout (ninja and
+    its nvcc children included: orphans would keep compiling into the next command)."""
+    import signal
+
+    process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=env,
+                               start_new_session=True)
+    try:
+        return process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        return None
 
 
 # pair ------------------------------------------------------------------------------------
@@ -303,11 +318,11 @@ STEPS = [
     Step("install", "install the carried wheels, link SpecDeck from the tree", 20, step_install),
     Step("env", "record the machine, GPU, driver and versions", 10, step_env),
     Step("build", "import exllamav2: JIT-build its CUDA extension", 420, step_build),
-    Step("pair", "train a target and a draft on the same text, save HF", 300, step_pair),
-    Step("quantize", "EXL2-quantize both at each bitrate (exllamav2's converter)", 240, step_quantize),
+    Step("pair", "train a target and a draft on the same text, save HF", 200, step_pair),
+    Step("quantize", "EXL2-quantize both at each bitrate (exllamav2's converter)", 180, step_quantize),
     Step("check", "specdeck check on the HF pair and each EXL2 pair", 30, step_check),
-    Step("memory", "specdeck vram plan vs a real load's allocation", 120, step_memory),
-    Step("ab", "A/B arms, bare-loop overhead, NVML trace", 240, step_ab),
+    Step("memory", "specdeck vram plan vs a real load's allocation", 100, step_memory),
+    Step("ab", "A/B arms, bare-loop overhead, NVML trace", 150, step_ab),
 ]
 
 

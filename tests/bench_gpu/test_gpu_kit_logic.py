@@ -331,3 +331,24 @@ def test_report_renders_recorded_gpu_numbers_and_failures(tmp_path):
     assert "| draft k=4 | 3 | 820.0 | 2.00x [1.90, 2.10] | 75.0% | 4.00 | 3/3 |" in text
     assert "ratio **0.990**" in text and "met" in text
     assert 'error: identifier "__hfma2" is undefined' in text  # verbatim failure
+
+
+def test_a_timed_out_build_is_killed_with_its_children(tmp_path):
+    """ninja's nvcc children must not outlive a build the kit stopped at its time limit."""
+    import os
+    import time
+
+    from bench.gpu.steps import run_in_own_group
+
+    pid_file = tmp_path / "child.pid"
+    script = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
+              f"'import time; time.sleep(60)']); open({str(pid_file)!r}, 'w').write(str(p.pid)); "
+              "time.sleep(60)")
+    with (tmp_path / "log").open("w") as log:
+        code = run_in_own_group([sys.executable, "-c", script], log, dict(os.environ), 1.5)
+    assert code is None
+    child = int(pid_file.read_text())
+    time.sleep(0.2)
+    status = Path(f"/proc/{child}/status")
+    # Gone, or a zombie waiting for init to reap it: either way no longer running.
+    assert not status.exists() or "\nState:\tZ" in status.read_text()
