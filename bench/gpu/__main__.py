@@ -1,0 +1,183 @@
+"""`python -m bench.gpu COMMAND`: the GPU proof kit's driver (docs/gpu-proof.md).
+
+  prepare         here, before a GPU session: tokenizer into .gpukit/, check the wheels
+  next            run the pending steps within --budget seconds, write the report to --out
+  run STEP        run one step again (even if done)
+  status          which steps are done, failed or pending, and what to run next
+  report          write gpu-<date>.md / .json from what is recorded
+  measure-memory  (internal) one load's allocation, in a fresh process
+  restore-ext     join a carried extension build (.gpukit/ext) so a cold machine skips it
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from bench.gpu.config import PRESETS
+from bench.gpu.state import KitState, work_dir
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CARRY_DIR = REPO_ROOT / ".gpukit"
+WHEELS_DIR = REPO_ROOT / ".whl"
+REQUIRED_WHEELS = ("exllamav2-0.3.2-", "fastparquet-", "cramjam-", "websockets-",
+                   "ruamel_yaml-", "platformdirs-")
+"""What the device image lacks (docs/gpu-proof.md has the pip download command)."""
+OUT_FILE_LIMIT = 8
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("next", "run", "status", "report"):
+        p = sub.add_parser(name)
+        p.add_argument("--preset", choices=sorted(PRESETS), default="gpu")
+        p.add_argument("--out", type=Path, help="where the report and logs go (the device's $OUT)")
+        if name == "run":
+            p.add_argument("step")
+        if name in ("next", "run"):
+            p.add_argument("--budget", type=float, default=540.0,
+                           help="seconds this command may spend on steps (default 540)")
+    m = sub.add_parser("measure-memory")
+    m.add_argument("--model", type=Path, required=True)
+    m.add_argument("--draft", type=Path)
+    m.add_argument("--ctx", type=int, required=True)
+    m.add_argument("--cache-mode", default="FP16")
+    m.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("--tokenizer", type=Path, help="a folder with tokenizer.json (default: "
+                   "TinyLlama's from the shared fixtures)")
+    sub.add_parser("restore-ext")
+    args = parser.parse_args(argv)
+    return {"next": cmd_steps, "run": cmd_steps, "status": cmd_status, "report": cmd_report,
+            "measure-memory": cmd_measure_memory, "prepare": cmd_prepare,
+            "restore-ext": cmd_restore_ext}[args.command](args)
+
+
+def cmd_steps(args: argparse.Namespace) -> int:
+    from bench.gpu.driver import describe, log_to, run_steps
+    from bench.gpu.steps import STEPS
+
+    state = KitState(work_dir())
+    log = log_to(state.path("logs", "kit.log"))
+    only = getattr(args, "step", None)
+    if only and only not in {s.name for s in STEPS}:
+        print(f"unknown step {only!r}; steps: {', '.join(s.name for s in STEPS)}", file=sys.stderr)
+        return 2
+    outcome = run_steps(STEPS, state, PRESETS[args.preset], args.budget, log, only=only)
+    for line in describe(STEPS, state):
+        log(line)
+    if outcome.failed:
+        log(f"STEP FAILED: {outcome.failed} (error in the report). Fix, then run the same command.")
+    elif outcome.next_step:
+        log(f"NEXT: run the same command again (next step: {outcome.next_step}).")
+    else:
+        log("ALL STEPS DONE: copy the report from $OUT into docs/benchmarks/ (docs/gpu-proof.md).")
+    if args.out:
+        deliver(state, args.preset, args.out, with_extension="build" in outcome.ran)
+    return 1 if outcome.failed else 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from bench.gpu.driver import describe, pending
+    from bench.gpu.steps import STEPS
+
+    state = KitState(work_dir())
+    print(f"work folder: {state.root}")
+    print("\n".join(describe(STEPS, state)))
+    todo = pending(STEPS, state)
+    print(f"next: {todo[0].name}" if todo else "all steps done")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from bench.gpu.report import write_report
+    from bench.gpu.steps import STEPS
+
+    out = args.out or REPO_ROOT / "docs" / "benchmarks"
+    for path in write_report(KitState(work_dir()), STEPS, args.preset, out):
+        print(path)
+    return 0
+
+
+def deliver(state: KitState, preset: str, out: Path, with_extension: bool) -> list[Path]:
+    """The report, the trace, one combined log and (after a build) the extension's parts,
+    within $OUT's 8 files."""
+    from bench.gpu.report import write_report
+    from bench.gpu.steps import STEPS
+
+    files = write_report(state, STEPS, preset, out)
+    logs = sorted((state.root / "logs").glob("*.log"))
+    combined = out / "kit-logs.txt"
+    with combined.open("w", encoding="utf-8") as handle:
+        for log in logs:
+            text = log.read_text(encoding="utf-8", errors="replace")
+            handle.write(f"===== {log.name} (last 400 lines)\n")
+            handle.write("\n".join(text.splitlines()[-400:]) + "\n")
+    files.append(combined)
+    trace = state.root / "trace.jsonl"
+    if trace.is_file():
+        files.append(Path(shutil.copy(trace, out / "gpu-trace.jsonl")))
+    export = state.root / "export"
+    if with_extension and export.is_dir():
+        parts = sorted(export.iterdir())
+        if len(files) + len(parts) <= OUT_FILE_LIMIT:
+            files += [Path(shutil.copy(p, out / p.name)) for p in parts]
+        else:
+            print(f"extension parts not delivered: {len(parts)} files would exceed $OUT's "
+                  f"{OUT_FILE_LIMIT}", file=sys.stderr)
+    return files
+
+
+def cmd_measure_memory(args: argparse.Namespace) -> int:
+    from bench.gpu.ab import select_prompts
+    from bench.gpu.memory import measure_load
+
+    prompt = select_prompts(("prose",), 1)[0].text
+    measured = measure_load(args.model, args.draft, args.ctx, args.cache_mode, prompt)
+    args.out.write_text(json.dumps(measured.__dict__, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from bench.gpu.pair import TOKENIZER_FILES, find_tokenizer
+
+    source = args.tokenizer or find_tokenizer()
+    dest = CARRY_DIR / "tokenizer"
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in TOKENIZER_FILES:
+        if (source / name).is_file():
+            shutil.copy(source / name, dest / name)
+    print(f"tokenizer: {source} -> {dest}")
+    missing = missing_wheels(WHEELS_DIR)
+    if missing:
+        print(f"MISSING wheels in {WHEELS_DIR}: {', '.join(missing)} (see docs/gpu-proof.md)")
+        return 1
+    size = sum(f.stat().st_size for f in WHEELS_DIR.glob("*.whl")) / 2**20
+    print(f"wheels: {len(list(WHEELS_DIR.glob('*.whl')))} files, {size:.1f} MiB in {WHEELS_DIR}")
+    print("ready: run `bash bench/gpu/kit.sh` on the device with carry [.whl, .gpukit]")
+    return 0
+
+
+def missing_wheels(folder: Path) -> list[str]:
+    names = [f.name for f in folder.glob("*.whl")] if folder.is_dir() else []
+    return [w.rstrip("-") for w in REQUIRED_WHEELS if not any(n.startswith(w) for n in names)]
+
+
+def cmd_restore_ext(args: argparse.Namespace) -> int:
+    from bench.gpu.artifacts import join_parts
+
+    manifests = sorted((CARRY_DIR / "ext").glob("*.parts.json"))
+    if not manifests:
+        return 1
+    target = join_parts(manifests[0], work_dir() / "prebuilt")
+    print(target.parent)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""What the kit builds and measures: model sizes, training time, bitrates, A/B settings.
+
+``GPU`` is the real run (one H100: training a few minutes, the whole kit ~20 min of device
+time); ``TINY`` is the same pipeline at toy sizes for the CPU tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """A LlamaForCausalLM shape. Every input dimension is a multiple of 128 at GPU sizes:
+    EXL2's kernels want groups of 32 and the converter pads to them otherwise."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+@dataclass(frozen=True)
+class PairConfig:
+    target: ModelSize
+    draft: ModelSize
+    context: int = 2048
+    """max_position_embeddings of both models (and the context the kit runs at)."""
+    train_seconds: float = 150.0
+    """Wall-clock budget for training both models (they train on the same batches)."""
+    max_steps: int = 100_000
+    batch: int = 32
+    seq_len: int = 512
+    target_lr: float = 6e-4
+    draft_lr: float = 1e-3
+    warmup_steps: int = 100
+    eval_windows: int = 64
+    """Held-out windows over which greedy agreement is measured."""
+    save_dtype: str = "float16"
+    seed: int = 1234
+
+
+@dataclass(frozen=True)
+class AbConfig:
+    draft_ks: tuple[int, ...] = (2, 4, 6)
+    ngram_k: int = 4
+    repeats: int = 3
+    max_new_tokens: int = 256
+    prompts: tuple[str, ...] = ("grounded", "prose", "code")
+    """Suite names; one prompt each is taken per suite (the first `prompts_per_suite`)."""
+    prompts_per_suite: int = 1
+    bare_repeats: int = 5
+    telemetry_seconds: float = 60.0
+
+
+@dataclass(frozen=True)
+class KitConfig:
+    pair: PairConfig
+    bits: tuple[float, ...] = (4.0, 6.0)
+    head_bits: int = 6
+    calibration_length: int = 1024
+    """Tokens per calibration row (the converter's -l / -ml; its default is 2048)."""
+    cache_mode: str = "FP16"
+    ab: AbConfig = field(default_factory=AbConfig)
+    build_jobs: int = 16
+    """MAX_JOBS for the JIT build (ninja's parallelism)."""
+
+
+GPU = KitConfig(
+    pair=PairConfig(
+        target=ModelSize(hidden=768, layers=20, heads=12, kv_heads=4, intermediate=2048),
+        draft=ModelSize(hidden=384, layers=2, heads=6, kv_heads=2, intermediate=1024),
+    ),
+)
+
+TINY = replace(
+    GPU,
+    pair=PairConfig(
+        target=ModelSize(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128),
+        draft=ModelSize(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64),
+        context=512,
+        train_seconds=60.0,
+        max_steps=60,
+        batch=4,
+        seq_len=48,
+        target_lr=1e-2,
+        draft_lr=1e-2,
+        warmup_steps=5,
+        eval_windows=8,
+        save_dtype="float32",
+    ),
+    ab=AbConfig(draft_ks=(2,), repeats=1, max_new_tokens=16, prompts=("grounded",),
+                bare_repeats=1, telemetry_seconds=1.0),
+    build_jobs=2,
+)
+
+PRESETS = {"gpu": GPU, "tiny": TINY}

@@ -1,0 +1,80 @@
+"""Install SpecDeck and what the device image lacks, from carried wheels, with no index.
+
+The device machine has python3 with a CUDA torch, transformers, tokenizers, numpy, pandas,
+ninja, nvidia-ml-py, ... but no registry. The carried ``.whl/`` holds exllamav2 0.3.2 (the
+JIT build, ``py3-none-any``) and the few packages the image lacks; they go into one
+``--target`` folder that every later command puts on PYTHONPATH.
+
+SpecDeck itself is *linked*, not built: ``site/specdeck`` mirrors setup.py's mapping
+(``specdeck`` -> specdeck/, ``specdeck.core`` -> core/, ...) with symbolic links into the
+working tree, so a fix made during a GPU session is live in the next command without a
+rebuild, and no particular setuptools is needed on the device.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.gpu.driver import ToolFailed
+
+PACKAGE_ROOTS = {"core": "core", "gui": "gui", "resources": "resources"}
+"""specdeck.<name> -> repository folder, as in setup.py; specdeck/'s own files are linked
+one by one next to them."""
+
+
+def link_specdeck(site: Path, repo: Path) -> Path:
+    """``site/specdeck`` importable as the installed package, pointing into ``repo``."""
+    package = site / "specdeck"
+    package.mkdir(parents=True, exist_ok=True)
+    for source in (repo / "specdeck").glob("*.py"):
+        _link(package / source.name, source)
+    for name, folder in PACKAGE_ROOTS.items():
+        _link(package / name, repo / folder)
+    return package
+
+
+def _link(link: Path, target: Path) -> None:
+    if link.is_symlink() or link.exists():
+        if link.is_symlink() and link.resolve() == target.resolve():
+            return
+        link.unlink()
+    link.symlink_to(target.resolve())
+
+
+def wheels_fingerprint(wheels: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for wheel in sorted(wheels):
+        digest.update(f"{wheel.name}:{wheel.stat().st_size}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def pip_install_argv(site: Path, wheels: list[Path], python: str = sys.executable) -> list[str]:
+    return [python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+            "--no-cache-dir", "--upgrade", "--target", str(site), *map(str, sorted(wheels))]
+
+
+def install(site: Path, wheels_dir: Path, repo: Path, log_path: Path) -> dict:
+    """Install the wheels (skipped when the same set is already in) and link SpecDeck."""
+    wheels = sorted(wheels_dir.glob("*.whl"))
+    if not wheels:
+        raise ToolFailed(f"no wheels in {wheels_dir}", "carry .whl (docs/gpu-proof.md)")
+    fingerprint = wheels_fingerprint(wheels)
+    marker = site / ".specdeck-wheels"
+    installed = marker.is_file() and marker.read_text() == fingerprint
+    if not installed:
+        done = subprocess.run(pip_install_argv(site, wheels), capture_output=True, text=True)
+        log_path.write_text(done.stdout + done.stderr, encoding="utf-8")
+        if done.returncode != 0:
+            raise ToolFailed(f"pip install failed (exit {done.returncode})",
+                             (done.stdout + done.stderr)[-4000:])
+        marker.write_text(fingerprint)
+    link_specdeck(site, repo)
+    if str(site) not in sys.path:
+        sys.path.insert(0, str(site))
+    import importlib
+
+    importlib.invalidate_caches()
+    return {"wheels": [w.name for w in wheels], "reused": installed}

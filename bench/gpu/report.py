@@ -1,0 +1,186 @@
+"""docs/benchmarks/gpu-<date>.md and .json from whatever the kit's steps have recorded.
+
+Written after every command, so even a run that stops half-way returns its evidence: a
+step not run yet says so, a failed one shows its error verbatim.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.gpu.driver import Step
+from bench.gpu.state import KitState
+
+GiB = 1024**3
+
+
+def report_date(state: KitState) -> str:
+    env = state.read_json("env") or {}
+    return env.get("date") or time.strftime("%Y-%m-%d")
+
+
+def collect(state: KitState, steps: list[Step], preset: str) -> dict[str, Any]:
+    records = state.records([s.name for s in steps])
+    return {
+        "kit": "specdeck-gpu-proof",
+        "version": 1,
+        "date": report_date(state),
+        "preset": preset,
+        "steps": {s.name: (records[s.name].__dict__ if s.name in records else {"status": "not run"})
+                  for s in steps},
+        "results": {name: state.read_json(name) for name in
+                    ("env", "build-attempts", "pair", "quantize", "check", "memory", "ab")},
+    }
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:+.1f}%"
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return lines + [""]
+
+
+def render_markdown(data: dict[str, Any]) -> str:
+    results = data["results"]
+    env = results.get("env") or {}
+    devices = env.get("devices") or []
+    gpu = devices[0]["name"] if devices else (env.get("nvml") or {}).get("headline", "no GPU recorded")
+    out = [f"# GPU proof: SpecDeck's ExLlamaV2 path on {gpu} ({data['date']})", "",
+           "Made by the GPU proof kit (`bench/gpu/`, docs/gpu-proof.md), preset "
+           f"`{data['preset']}`. Raw numbers: the .json beside this file.", ""]
+    out += _environment(env)
+    out += ["## Steps", ""]
+    out += _table(["step", "status", "seconds", "summary"], [
+        [name, rec.get("status"), rec.get("seconds", ""),
+         json.dumps(rec.get("summary", {}))[:160] if rec.get("summary") else ""]
+        for name, rec in data["steps"].items()])
+    out += _pair(results.get("pair"))
+    out += _quantize(results.get("quantize"))
+    out += _check(results.get("check"))
+    out += _memory(results.get("memory"))
+    out += _ab(results.get("ab"))
+    out += _failures(data["steps"])
+    return "\n".join(out) + "\n"
+
+
+def _environment(env: dict[str, Any]) -> list[str]:
+    if not env:
+        return ["## Environment", "", "Not recorded yet.", ""]
+    packages = env.get("packages") or {}
+    rows = [["platform", env.get("platform")], ["Python", env.get("python")],
+            ["CPU cores", env.get("cpu_count")],
+            ["nvidia-smi", (env.get("nvidia_smi") or "not found").replace("\n", "; ")],
+            ["nvcc", ((env.get("nvcc") or "not found").splitlines() or [""])[-1]],
+            ["torch (CUDA)", f"{env.get('torch')} ({env.get('torch_cuda')})"]]
+    rows += [[name, version or "not installed"] for name, version in packages.items()]
+    return ["## Environment", ""] + _table(["what", "value"], rows)
+
+
+def _pair(pair: dict[str, Any] | None) -> list[str]:
+    if not pair:
+        return []
+    before, after = pair["agreement_before"], pair["agreement_after"]
+    return ["## The target/draft pair", "",
+            f"Trained on {pair['tokens']} tokens ({'; '.join(pair['corpus_sources'])}) on "
+            f"{pair['device']} for {pair['train_seconds']:.0f} s ({pair['steps']} steps). "
+            f"Target {pair['target_params'] / 1e6:.1f} M parameters (final loss "
+            f"{pair['target_loss']:.3f}), draft {pair['draft_params'] / 1e6:.1f} M "
+            f"({pair['draft_loss']:.3f}).", "",
+            f"Greedy agreement on held-out text (draft's next token = target's): "
+            f"**{100 * after['rate']:.1f}%** of {after['positions']} positions after training, "
+            f"{100 * before['rate']:.1f}% before. Target's own next-token accuracy: "
+            f"{100 * after['target_accuracy']:.1f}%.", ""]
+
+
+def _quantize(quant: dict[str, Any] | None) -> list[str]:
+    if not quant:
+        return []
+    seconds = {r["name"]: r["seconds"] for r in quant["conversions"]}
+    rows = [[name, seconds.get(name, ""), info["quant"], _num(info["bytes"] / 2**20, 1)]
+            for name, info in quant["models"].items()]
+    rows += [[name, s, "(measurement)", ""] for name, s in seconds.items() if name not in quant["models"]]
+    return ["## EXL2 quantization (exllamav2's converter)", ""] + _table(
+        ["job", "seconds", "SpecDeck reads it as", "MiB of weights"], rows)
+
+
+def _check(check: dict[str, Any] | None) -> list[str]:
+    if not check:
+        return []
+    rows = []
+    for label, result in check.items():
+        report = result.get("report") or {}
+        verdict = report.get("verdict") or report.get("status") or ""
+        rows.append([label, result["exit"], verdict])
+    return ["## specdeck check", ""] + _table(["pair", "exit", "verdict"], rows)
+
+
+def _memory(memory: dict[str, Any] | None) -> list[str]:
+    if not memory:
+        return []
+    rows = []
+    for c in memory["comparisons"]:
+        for r in c["rows"]:
+            rows.append([c["label"], r["what"], _num(r["planned"] / GiB, 3),
+                         _num(r["measured"] / GiB, 3), _pct(r["error"]), r["verdict"]])
+    return ["## VRAM plan vs measured", "",
+            "Error = (plan - measured) / measured; positive = the plan is on the safe side.", ""
+            ] + _table(["load", "what", "planned GiB", "measured GiB", "error", "verdict"], rows)
+
+
+def _ab(ab: dict[str, Any] | None) -> list[str]:
+    if not ab:
+        return []
+    rows = []
+    for s in ab["summaries"]:
+        ci = s.get("speedup_ci")
+        speedup = "1 (reference)" if s["speedup_median"] is None else (
+            f"{s['speedup_median']:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""))
+        rows.append([s["arm"], s["runs"], _num(s["median_tokens_per_second"], 1), speedup,
+                     _pct(s["acceptance_rate"]).lstrip("+") if s["acceptance_rate"] is not None
+                     else "n/a", _num(s["mean_acceptance_length"]),
+                     f"{s['identical_to_baseline']}/{s['runs']}"])
+    o = ab["overhead"]
+    out = ["## A/B through SpecDeck's ExLlamaV2 engine", "",
+           f"Pair {ab['pair']}, prompts {', '.join(ab['prompts'])}, {ab['max_new_tokens']} new "
+           f"tokens, greedy, {ab['repeats']} repeats, arms interleaved.", ""]
+    out += _table(["arm", "runs", "median tok/s", "speed-up [95% CI]", "acceptance",
+                   "mean acceptance length", "tokens = baseline"], rows)
+    out += ["## SpecDeck overhead", "",
+            f"SpecDeck baseline {o['specdeck_median']:.1f} tok/s vs a bare exllamav2 loop "
+            f"{o['bare_median']:.1f} tok/s: ratio **{o['ratio']:.3f}** (goal >= {o['goal']}, "
+            f"{'met' if o['met'] else 'NOT met'}; paired 95% CI {o['paired_ratio_ci'][0]:.3f}-"
+            f"{o['paired_ratio_ci'][1]:.3f}).", ""]
+    trace = ab.get("trace") or {}
+    out += [f"NVML trace: {trace.get('path') or 'not recorded'} (recorder exit {trace.get('exit')}).", ""]
+    return out
+
+
+def _failures(steps: dict[str, Any]) -> list[str]:
+    failed = {name: rec for name, rec in steps.items() if rec.get("error")}
+    if not failed:
+        return []
+    out = ["## Failures and interruptions, verbatim", ""]
+    for name, rec in failed.items():
+        out += [f"### {name} ({rec['status']})", "", "```", rec["error"].rstrip(), "```", ""]
+    return out
+
+
+def write_report(state: KitState, steps: list[Step], preset: str, out_dir: Path) -> list[Path]:
+    data = collect(state, steps, preset)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"gpu-{data['date']}"
+    json_path = out_dir / f"{stem}.json"
+    md_path = out_dir / f"{stem}.md"
+    json_path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    md_path.write_text(render_markdown(data), encoding="utf-8")
+    return [md_path, json_path]

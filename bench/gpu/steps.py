@@ -1,0 +1,330 @@
+"""The kit's steps, in order. Each writes results/<step>.json under the work folder.
+
+| step     | needs a GPU | what |
+|----------|-------------|------|
+| install  | no  | carried wheels into work/site, SpecDeck linked from the tree |
+| env      | no  | machine, GPU, driver, CUDA, versions |
+| build    | yes | import exllamav2 = JIT-build its CUDA extension (timed, log kept) |
+| pair     | no (slow on CPU) | train target + draft on the same text, save HF, agreement |
+| quantize | yes | EXL2 at each bitrate with exllamav2's converter |
+| check    | no  | `specdeck check` on the HF pair and on each EXL2 pair |
+| memory   | yes | `specdeck vram --json` vs a real load's allocation |
+| ab       | yes | A/B arms through the engine, bare-loop overhead, NVML trace |
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.gpu.driver import Step, StepContext, StepIncomplete, ToolFailed
+from bench.gpu.quantize import folder_name, tail
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def site_dir(state_root: Path) -> Path:
+    return state_root / "site"
+
+
+def python_env(state_root: Path, build_jobs: int) -> dict[str, str]:
+    """The environment children run with: the installed site first, the extension build
+    cached in the work folder."""
+    env = dict(os.environ)
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    site = str(site_dir(state_root))
+    if site_dir(state_root).is_dir() and site not in paths:
+        env["PYTHONPATH"] = os.pathsep.join([site, *paths])
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(state_root / "torch_extensions"))
+    env.setdefault("MAX_JOBS", str(build_jobs))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def specdeck_cli(args: list[str], env: dict[str, str] | None = None,
+                 timeout: float = 300.0) -> tuple[int, Any, str]:
+    """Run `specdeck ARGS --json`; (exit code, parsed JSON or None, stderr)."""
+    done = subprocess.run([sys.executable, "-m", "specdeck", *args, "--json"],
+                          capture_output=True, text=True, env=env, timeout=timeout)
+    try:
+        data = json.loads(done.stdout) if done.stdout.strip() else None
+    except ValueError:
+        data = None
+    return done.returncode, data, (done.stderr or "") + ("" if data is not None else done.stdout)
+
+
+# install ---------------------------------------------------------------------------------
+def step_install(ctx: StepContext) -> dict[str, Any]:
+    from bench.gpu.install import install
+
+    return install(site_dir(ctx.state.root), REPO_ROOT / ".whl", REPO_ROOT,
+                   ctx.state.path("logs", "install.log"))
+
+
+# env -------------------------------------------------------------------------------------
+def step_env(ctx: StepContext) -> dict[str, Any]:
+    from bench.gpu.envinfo import collect
+
+    info = collect()
+    info["date"] = time.strftime("%Y-%m-%d")
+    ctx.state.write_json("env", info)
+    devices = info.get("devices") or []
+    return {"gpu": devices[0]["name"] if devices else info["nvml"]["headline"],
+            "torch": info.get("torch"), "torch_cuda": info.get("torch_cuda")}
+
+
+# build -----------------------------------------------------------------------------------
+BUILD_PROBE = (
+    "import time; t = time.monotonic(); import exllamav2, exllamav2_ext; "
+    "print('SPECDECK_IMPORT_OK', exllamav2.__version__, exllamav2_ext.__file__, "
+    "round(time.monotonic() - t, 1))"
+)
+
+
+def step_build(ctx: StepContext) -> dict[str, Any]:
+    env = python_env(ctx.state.root, ctx.config.build_jobs)
+    log_path = ctx.state.path("logs", "build.log")
+    attempts_path = ctx.state.path("results", "build-attempts.json")
+    attempts = json.loads(attempts_path.read_text()) if attempts_path.is_file() else []
+    started = time.monotonic()
+    with log_path.open("a", encoding="utf-8") as handle:
+        handle.write(f"--- attempt {len(attempts) + 1}, MAX_JOBS={env['MAX_JOBS']}, "
+                     f"TORCH_EXTENSIONS_DIR={env['TORCH_EXTENSIONS_DIR']}\n")
+        handle.flush()
+        # A killed build leaves torch's baton file behind, and the next import would wait
+        # on it for ever: remove it (nothing else builds here).
+        stale_lock = Path(env["TORCH_EXTENSIONS_DIR"]) / "exllamav2_ext" / "lock"
+        stale_lock.unlink(missing_ok=True)
+        code = run_in_own_group([sys.executable, "-c", BUILD_PROBE], handle, env,
+                                max(10.0, ctx.seconds_left()))
+    seconds = time.monotonic() - started
+    attempts.append({"seconds": round(seconds, 1), "exit": code})
+    attempts_path.write_text(json.dumps(attempts, indent=2))
+    if code is None:
+        raise StepIncomplete(f"the build ran out of this command's time after {seconds:.0f} s; "
+                             "ninja keeps what it compiled: run the same command again")
+    output = log_path.read_text(encoding="utf-8", errors="replace")
+    marker = [line for line in output.splitlines() if line.startswith("SPECDECK_IMPORT_OK")]
+    if code != 0 or not marker:
+        raise ToolFailed(f"import exllamav2 failed (exit {code}); {log_path}:", tail(log_path, 60))
+    _, version, so_path, import_s = marker[-1].split()
+    so = Path(so_path)
+    exported = []
+    if so.suffix == ".so" and so.is_file():
+        from bench.gpu.artifacts import split_file
+
+        exported = [p.name for p in split_file(so, ctx.state.root / "export")]
+    return {"exllamav2": version, "extension": so_path,
+            "extension_bytes": so.stat().st_size if so.is_file() else None,
+            "build_seconds_total": round(sum(a["seconds"] for a in attempts), 1),
+            "attempts": len(attempts), "last_import_seconds": float(import_s),
+            "prebuilt": "torch_extensions" not in so_path, "exported_parts": exported}
+
+
+def run_in_own_group(argv: list[str], output: Any, env: dict[str, str], timeout: float) -> int | None:
+    """Exit code, or None after killing the whole process group at the timeout (ninja and
+    its nvcc children included: orphans would keep compiling into the next command)."""
+    import signal
+
+    process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=env,
+                               start_new_session=True)
+    try:
+        return process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        return None
+
+
+# pair ------------------------------------------------------------------------------------
+def pair_dir(ctx: StepContext) -> Path:
+    return ctx.state.root / "pair"
+
+
+def step_pair(ctx: StepContext) -> dict[str, Any]:
+    from bench.gpu.pair import make_pair
+
+    device = "cuda" if _cuda_available() else "cpu"
+    result = make_pair(ctx.config.pair, pair_dir(ctx), device=device, log=ctx.log)
+    data = result.to_json()
+    ctx.state.write_json("pair", data)
+    return {"agreement": round(result.agreement_after.rate, 4), "steps": result.steps,
+            "target_params": result.target_params, "draft_params": result.draft_params}
+
+
+def _cuda_available() -> bool:
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# quantize --------------------------------------------------------------------------------
+def quant_dir(ctx: StepContext) -> Path:
+    return ctx.state.root / "quant"
+
+
+def step_quantize(ctx: StepContext) -> dict[str, Any]:
+    from bench.gpu.quantize import conversion_plan, run_conversions
+
+    models = {role: pair_dir(ctx) / role for role in ("target", "draft")}
+    plan = conversion_plan(models, quant_dir(ctx), ctx.config.bits, ctx.config.head_bits,
+                           ctx.config.calibration_length)
+    os.environ.update({k: v for k, v in python_env(ctx.state.root, ctx.config.build_jobs).items()
+                       if k in ("TORCH_EXTENSIONS_DIR", "MAX_JOBS")})
+    runs = run_conversions(plan, ctx.state.root / "logs", ctx.seconds_left, ctx.log)
+    models_out = {}
+    for conversion in plan:
+        if conversion.output.is_dir():
+            models_out[conversion.name] = _describe_model(conversion.output)
+    data = {"conversions": runs, "argv": {c.name: list(c.argv[1:]) for c in plan},
+            "models": models_out}
+    ctx.state.write_json("quantize", data)
+    return {"models": {k: v.get("quant") for k, v in models_out.items()},
+            "seconds": round(sum(r["seconds"] for r in runs), 1)}
+
+
+def _describe_model(folder: Path) -> dict[str, Any]:
+    """What SpecDeck's own model reader makes of a folder (quant label, bytes on disk)."""
+    from specdeck.core.models import read_model
+
+    info = read_model(folder)
+    return {"path": str(folder), "quant": info.quant.label,
+            "bytes": sum(f.stat().st_size for f in folder.glob("*.safetensors"))}
+
+
+def exl2_pairs(ctx: StepContext) -> dict[str, tuple[Path, Path]]:
+    """bits label -> (target, draft) EXL2 folders that exist."""
+    pairs = {}
+    for bits in ctx.config.bits:
+        target = quant_dir(ctx) / folder_name("target", bits)
+        draft = quant_dir(ctx) / folder_name("draft", bits)
+        if (target / "config.json").is_file() and (draft / "config.json").is_file():
+            pairs[f"{bits:g}bpw"] = (target, draft)
+    return pairs
+
+
+# check -----------------------------------------------------------------------------------
+def step_check(ctx: StepContext) -> dict[str, Any]:
+    pairs = {"hf": (pair_dir(ctx) / "target", pair_dir(ctx) / "draft"), **exl2_pairs(ctx)}
+    results = {}
+    for label, (target, draft) in pairs.items():
+        code, data, errors = specdeck_cli(["check", str(target), str(draft)])
+        results[label] = {"exit": code, "report": data, "stderr": errors[-2000:]}
+        ctx.log(f"   check {label}: exit {code}")
+    ctx.state.write_json("check", results)
+    failing = {k: v["exit"] for k, v in results.items() if v["exit"] != 0}
+    if failing:
+        raise ToolFailed("specdeck check did not say compatible", json.dumps(failing))
+    return {"checked": list(results), "all_compatible": True}
+
+
+# memory ----------------------------------------------------------------------------------
+def step_memory(ctx: StepContext) -> dict[str, Any]:
+    from bench.gpu.memory import MeasuredMemory, compare_plan
+
+    env = python_env(ctx.state.root, ctx.config.build_jobs)
+    context = ctx.config.pair.context
+    mode = ctx.config.cache_mode
+    comparisons, raw = [], {}
+    for label, (target, draft) in exl2_pairs(ctx).items():
+        for with_draft in (False, True):
+            name = f"{label} target" + (" + draft" if with_draft else "")
+            args = ["vram", "--model", str(target), "--ctx", str(context), "--cache-mode", mode]
+            if with_draft:
+                args += ["--draft", str(draft), "--draft-cache-mode", mode]
+            code, plan, errors = specdeck_cli(args, env)
+            if plan is None:
+                raise ToolFailed(f"specdeck vram failed for {name} (exit {code})", errors)
+            out = ctx.state.path("results", f"measured-{name.replace(' ', '_')}.json")
+            argv = [sys.executable, "-m", "bench.gpu", "measure-memory", "--model", str(target),
+                    "--ctx", str(context), "--cache-mode", mode, "--out", str(out)]
+            if with_draft:
+                argv += ["--draft", str(draft)]
+            done = subprocess.run(argv, capture_output=True, text=True, env=env,
+                                  timeout=max(10.0, ctx.seconds_left()))
+            if done.returncode != 0 or not out.is_file():
+                raise ToolFailed(f"measuring {name} failed (exit {done.returncode})",
+                                 (done.stdout + done.stderr)[-4000:])
+            measured = MeasuredMemory.from_json(json.loads(out.read_text()))
+            comparisons.append(compare_plan(name, plan, measured).to_json())
+            raw[name] = {"plan": plan, "measured": json.loads(out.read_text())}
+            ctx.log(f"   {name}: " + ", ".join(
+                f"{r['what'].split(' (')[0]} {100 * (r['error'] or 0):+.1f}%"
+                for r in comparisons[-1]["rows"]))
+    ctx.state.write_json("memory", {"comparisons": comparisons, "raw": raw})
+    return {"compared": len(comparisons)}
+
+
+# ab --------------------------------------------------------------------------------------
+def step_ab(ctx: StepContext) -> dict[str, Any]:
+    from bench.gpu import ab
+    from bench.gpu.bare_loop import interleaved_overhead_runs
+    from bench.gpu.telemetry import Recorder
+
+    cfg = ctx.config.ab
+    pairs = exl2_pairs(ctx)
+    if not pairs:
+        raise RuntimeError("no EXL2 pair: run the quantize step first")
+    label, (target, draft) = next(iter(pairs.items()))
+    trace = ctx.state.path("trace.jsonl")
+    recorder = Recorder(trace, cfg.telemetry_seconds,
+                        f"SpecDeck GPU proof kit: ExLlamaV2 A/B on a trained {label} EXL2 pair "
+                        "(loads, baseline / draft / n-gram arms)", ctx.state.path("logs", "trace.log"))
+    arms = ab.default_arms(cfg.draft_ks, cfg.ngram_k)
+    prompts = ab.select_prompts(cfg.prompts, cfg.prompts_per_suite)
+    records = ab.run_arms("exllamav2", target, draft, arms, prompts, cfg.repeats,
+                          cfg.max_new_tokens, ctx.config.pair.context, ctx.config.cache_mode, ctx.log)
+    summaries = ab.summarize(records)
+    specdeck_runs, bare_runs = interleaved_overhead_runs(
+        target, ctx.config.pair.context, prompts[0].text, cfg.max_new_tokens, cfg.bare_repeats)
+    overhead = ab.overhead([r.tokens_per_second for r in specdeck_runs],
+                           [r.tokens_per_second for r in bare_runs])
+    code, recorder_output = recorder.finish()
+    data = {
+        "pair": label, "target": str(target), "draft": str(draft),
+        "prompts": [p.id for p in prompts], "max_new_tokens": cfg.max_new_tokens,
+        "repeats": cfg.repeats,
+        "summaries": [s.to_json() for s in summaries],
+        "runs": [_without_tokens(r) for r in records],
+        "overhead": overhead.to_json(),
+        "overhead_runs": {"specdeck": [_without_tokens(r) for r in specdeck_runs],
+                          "bare": [{"new_tokens": r.new_tokens, "time_generate": r.time_generate,
+                                    "tokens_per_second": r.tokens_per_second} for r in bare_runs],
+                          "same_tokens": [s.token_ids == b.token_ids
+                                          for s, b in zip(specdeck_runs, bare_runs)]},
+        "trace": {"path": str(trace) if trace.is_file() else None, "exit": code,
+                  "output": recorder_output[-2000:]},
+    }
+    ctx.state.write_json("ab", data)
+    return {"overhead_ratio": round(overhead.ratio, 4),
+            "speedups": {s.arm: s.speedup_median for s in summaries if s.speedup_median}}
+
+
+def _without_tokens(record: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return {k: v for k, v in asdict(record).items() if k != "token_ids"}
+
+
+STEPS = [
+    Step("install", "install the carried wheels, link SpecDeck from the tree", 20, step_install),
+    Step("env", "record the machine, GPU, driver and versions", 10, step_env),
+    Step("build", "import exllamav2: JIT-build its CUDA extension", 420, step_build),
+    Step("pair", "train a target and a draft on the same text, save HF", 200, step_pair),
+    Step("quantize", "EXL2-quantize both at each bitrate (exllamav2's converter)", 180, step_quantize),
+    Step("check", "specdeck check on the HF pair and each EXL2 pair", 30, step_check),
+    Step("memory", "specdeck vram plan vs a real load's allocation", 100, step_memory),
+    Step("ab", "A/B arms, bare-loop overhead, NVML trace", 150, step_ab),
+]
+
+
+def steps_by_name() -> dict[str, Step]:
+    return {s.name: s for s in STEPS}

@@ -1,0 +1,354 @@
+"""The kit's logic that needs no GPU: step driver and resume, converter command lines and
+job state, plan-vs-measured arithmetic, overhead ratio, artifact split/join, report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import kit_paths  # noqa: F401
+import pytest
+
+from conftest import MODELS
+from bench.gpu.driver import Step, StepIncomplete, ToolFailed, run_steps
+from bench.gpu.state import KitState
+
+
+# driver ----------------------------------------------------------------------------------
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _steps(calls: list[str], clock: Clock, behaviour: dict[str, list]) -> list[Step]:
+    def make(name: str, seconds: float):
+        def run(ctx):
+            calls.append(name)
+            clock.now += seconds
+            outcome = behaviour.get(name, []).pop(0) if behaviour.get(name) else None
+            if isinstance(outcome, Exception):
+                raise outcome
+            return {"name": name}
+        return run
+
+    return [Step("a", "first", 10, make("a", 5)), Step("b", "long", 300, make("b", 200)),
+            Step("c", "last", 50, make("c", 20))]
+
+
+def test_driver_resumes_an_incomplete_step_and_skips_done_ones(tmp_path):
+    state, clock, calls = KitState(tmp_path), Clock(), []
+    steps = _steps(calls, clock, {"b": [StepIncomplete("ninja was cut off")]})
+    first = run_steps(steps, state, None, budget_s=540, log=lambda s: None, clock=clock)
+    assert first.ran == ["a", "b"] and first.next_step == "b" and not first.finished
+    assert state.record("b").status == "incomplete"
+    second = run_steps(steps, state, None, budget_s=540, log=lambda s: None, clock=clock)
+    assert second.ran == ["b", "c"] and second.finished
+    assert calls == ["a", "b", "b", "c"]
+
+
+def test_driver_stops_before_a_step_that_would_not_fit_the_budget(tmp_path):
+    state, clock, calls = KitState(tmp_path), Clock(), []
+    steps = _steps(calls, clock, {})
+    outcome = run_steps(steps, state, None, budget_s=250, log=lambda s: None, clock=clock)
+    assert outcome.ran == ["a"] and outcome.next_step == "b"
+    # Alone in a command, a step longer than the budget still gets its chance.
+    outcome = run_steps(steps, state, None, budget_s=250, log=lambda s: None, clock=clock)
+    assert outcome.ran == ["b", "c"]
+
+
+def test_driver_records_a_tool_failure_verbatim_and_retries_it_next_time(tmp_path):
+    state, clock, calls = KitState(tmp_path), Clock(), []
+    error = ToolFailed("import exllamav2 failed (exit 1)", "nvcc fatal: Unsupported gpu architecture 'compute_120'")
+    steps = _steps(calls, clock, {"b": [error]})
+    outcome = run_steps(steps, state, None, budget_s=540, log=lambda s: None, clock=clock)
+    assert outcome.failed == "b" and outcome.ran == ["a", "b"]
+    record = state.record("b")
+    assert record.status == "failed"
+    assert "nvcc fatal: Unsupported gpu architecture 'compute_120'" in record.error
+    outcome = run_steps(steps, state, None, budget_s=540, log=lambda s: None, clock=clock)
+    assert outcome.finished and calls == ["a", "b", "b", "c"]
+
+
+def test_run_one_step_again_even_when_done(tmp_path):
+    state, clock, calls = KitState(tmp_path), Clock(), []
+    steps = _steps(calls, clock, {})
+    run_steps(steps, state, None, budget_s=1000, log=lambda s: None, clock=clock)
+    run_steps(steps, state, None, budget_s=1000, log=lambda s: None, only="a", clock=clock)
+    assert calls == ["a", "b", "c", "a"]
+
+
+# quantize --------------------------------------------------------------------------------
+def test_conversion_plan_measures_once_per_model_then_reuses_it(tmp_path):
+    from bench.gpu.quantize import conversion_plan
+
+    models = {"target": tmp_path / "hf-target", "draft": tmp_path / "hf-draft"}
+    plan = conversion_plan(models, tmp_path / "q", (4.0, 6.5), 6, 1024, python="py")
+    assert [c.name for c in plan] == ["target measurement", "target-4bpw", "target-6.5bpw",
+                                      "draft measurement", "draft-4bpw", "draft-6.5bpw"]
+    measure, quant = plan[0].argv, plan[2].argv
+    assert measure[:3] == ("py", "-m", "exllamav2.conversion.convert_exl2")
+    assert _flags(measure) == {"-i": str(tmp_path / "hf-target"),
+                               "-o": str(tmp_path / "q" / "work" / "target-measure"),
+                               "-om": str(tmp_path / "q" / "target-measurement.json"),
+                               "-ml": "1024", "-l": "1024"}
+    assert _flags(quant) == {"-i": str(tmp_path / "hf-target"),
+                             "-o": str(tmp_path / "q" / "work" / "target-6.5bpw"),
+                             "-m": str(tmp_path / "q" / "target-measurement.json"),
+                             "-b": "6.5", "-hb": "6", "-cf": str(tmp_path / "q" / "target-6.5bpw"),
+                             "-ml": "1024", "-l": "1024"}
+    assert plan[2].output == tmp_path / "q" / "target-6.5bpw"
+
+
+def _flags(argv: tuple[str, ...]) -> dict[str, str]:
+    rest = argv[3:]
+    return dict(zip(rest[::2], rest[1::2]))
+
+
+def test_converter_arguments_are_checked():
+    from bench.gpu.quantize import quantize_argv
+
+    with pytest.raises(ValueError, match="head bits 7"):
+        quantize_argv("py", Path("i"), Path("o"), Path("m"), 4.0, 7, Path("out"), 1024)
+    with pytest.raises(ValueError, match="outside"):
+        quantize_argv("py", Path("i"), Path("o"), Path("m"), 9.0, 6, Path("out"), 1024)
+
+
+# A stand-in for the converter's job bookkeeping (the real one needs CUDA): it writes
+# job_new.json like convert_exl2.py does, "finished" at the end, and the output.
+STAND_IN = textwrap.dedent("""
+    import json, sys, pathlib
+    work, out, mode = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
+    work.mkdir(parents=True, exist_ok=True)
+    runs = work / "runs"; runs.write_text(runs.read_text() + "x" if runs.exists() else "x")
+    if mode == "fail":
+        print("## Error: something broke in the converter"); sys.exit(1)
+    (work / "job_new.json").write_text(json.dumps({"progress": "finished"}))
+    out.mkdir(parents=True, exist_ok=True); (out / "config.json").write_text("{}")
+""")
+
+
+def test_run_conversions_skips_finished_jobs_and_reports_failures_verbatim(tmp_path):
+    from bench.gpu.quantize import Conversion, is_finished, run_conversions
+
+    script = tmp_path / "convert.py"
+    script.write_text(STAND_IN)
+
+    def conversion(name: str, mode: str) -> Conversion:
+        work, out = tmp_path / "work" / name, tmp_path / name
+        return Conversion(name, (sys.executable, str(script), str(work), str(out), mode), work, out)
+
+    good = conversion("target-4bpw", "ok")
+    results = run_conversions([good], tmp_path / "logs", lambda: 60.0, lambda s: None)
+    assert results[0]["skipped"] is False and is_finished(good)
+    again = run_conversions([good], tmp_path / "logs", lambda: 60.0, lambda s: None)
+    assert again[0]["skipped"] is True
+    assert (good.work_dir / "runs").read_text() == "x"  # not run twice
+    bad = conversion("draft-4bpw", "fail")
+    with pytest.raises(ToolFailed) as failure:
+        run_conversions([bad], tmp_path / "logs", lambda: 60.0, lambda s: None)
+    assert "## Error: something broke in the converter" in failure.value.verbatim
+
+
+def test_a_finished_job_without_its_output_starts_afresh(tmp_path):
+    from bench.gpu.quantize import Conversion, is_finished, prepare_work_dir
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "job_new.json").write_text(json.dumps({"progress": "finished"}))
+    conversion = Conversion("x", ("py",), work, tmp_path / "missing-output")
+    assert not is_finished(conversion)
+    prepare_work_dir(conversion)
+    assert not work.exists()
+    work.mkdir()
+    (work / "job_new.json").write_text(json.dumps({"progress": "measure_quant"}))
+    prepare_work_dir(conversion)  # an interrupted job is kept: the converter resumes it
+    assert (work / "job_new.json").is_file()
+
+
+# memory ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def real_plan() -> dict:
+    """The real planner's JSON for a TinyLlama-shaped model at 4 bpw on an 80 GB GPU."""
+    done = subprocess.run(
+        [sys.executable, "-m", "specdeck", "vram", "--model", str(MODELS / "TinyLlama-1.1B-Chat-v1.0"),
+         "--bpw", "4", "--gpus", "80", "--ctx", "2048", "--json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_plan_vs_measured_rows(real_plan):
+    from bench.gpu.memory import MeasuredMemory, compare_plan
+
+    gpu = real_plan["gpus"][0]
+    used, context = gpu["used_bytes"], gpu["overhead"]["cuda_context"]
+    at_load = (gpu["target_weights"] + gpu["target_cache"] + gpu["overhead"]["scratch"]
+               + gpu["overhead"]["cache_staging"] + gpu["overhead"]["rope_tables"])
+    measured = MeasuredMemory(
+        nvml_used_before=600 * 2**20, nvml_used_loaded=600 * 2**20 + used - 10 * 2**20,
+        nvml_used_peak=600 * 2**20 + used + 50 * 2**20,     # real use above the plan
+        torch_allocated_loaded=at_load - 4 * 2**20, torch_reserved_loaded=0,
+        torch_peak_allocated=0, torch_peak_reserved=(used - context) // 2)  # plan 2x too big
+    comparison = compare_plan("4bpw target", real_plan, measured)
+    rows = {r.what.split(" (")[0]: r for r in comparison.rows}
+    device = rows["device total"]
+    assert device.planned == used and device.measured == used + 50 * 2**20
+    assert device.error < 0 and device.verdict == "UNDER-estimate"
+    reserved = rows["PyTorch peak reserved"]
+    assert reserved.error == pytest.approx(1.0, abs=1e-6) and reserved.verdict == "over-estimate"
+    load = rows["allocated after load"]
+    assert load.planned == at_load and 0 < load.error < 0.15 and load.verdict == "accurate"
+    data = comparison.to_json()
+    assert data["context"] == 2048 and data["plan_fits"] is True
+    assert json.loads(json.dumps(data))["rows"][0]["verdict"] == "UNDER-estimate"
+
+
+def test_without_nvml_the_device_row_is_left_out(real_plan):
+    from bench.gpu.memory import MeasuredMemory, compare_plan
+
+    measured = MeasuredMemory(None, None, None, 1, 1, 1, 1)
+    comparison = compare_plan("x", real_plan, measured)
+    assert [r.what.split(" (")[0] for r in comparison.rows] == [
+        "PyTorch peak reserved", "allocated after load"]
+
+
+# overhead and A/B summaries --------------------------------------------------------------
+def test_overhead_ratio_and_goal():
+    from bench.gpu.ab import overhead
+
+    result = overhead([495.0, 500.0, 490.0, 505.0, 498.0], [500.0, 505.0, 499.0, 510.0, 502.0])
+    assert result.ratio == pytest.approx(498.0 / 502.0)
+    assert result.met  # 0.992 >= 0.98
+    assert result.paired_ratio_ci[0] <= result.ratio <= result.paired_ratio_ci[1] + 0.01
+    slow = overhead([450.0, 455.0], [500.0, 500.0])
+    assert not slow.met and slow.to_json()["met"] is False
+
+
+def test_summary_counts_divergences_from_the_baseline():
+    from bench.gpu.ab import RunRecord, summarize
+
+    def run(arm, repeat, tps, ids, drafted=0, accepted=0, steps=4):
+        return RunRecord(arm, "p", repeat, len(ids), 1.0, tps, steps, drafted, accepted, ids)
+
+    records = [run("baseline", 0, 100.0, (1, 2, 3, 4)), run("baseline", 1, 100.0, (1, 2, 3, 4)),
+               run("draft k=2", 0, 150.0, (1, 2, 3, 4), 4, 3, 2),
+               run("draft k=2", 1, 170.0, (1, 2, 9, 4), 4, 1, 3)]
+    arm = {s.arm: s for s in summarize(records)}["draft k=2"]
+    assert arm.acceptance_rate == 0.5 and arm.mean_acceptance_length == pytest.approx(1 + 4 / 5)
+    assert arm.speedup_median == pytest.approx(1.6)
+    assert arm.identical_to_baseline == 1 and arm.first_divergence == 2
+
+
+# artifacts, telemetry, wheels ------------------------------------------------------------
+def test_extension_parts_round_trip_and_detect_damage(tmp_path):
+    from bench.gpu.artifacts import join_parts, split_file
+
+    source = tmp_path / "exllamav2_ext.so"
+    source.write_bytes(bytes(range(256)) * 41)  # 10496 bytes -> 3 parts of 4096
+    files = split_file(source, tmp_path / "out", part_bytes=4096)
+    assert [f.name for f in files] == ["exllamav2_ext.so.parts.json", "exllamav2_ext.so.part00",
+                                       "exllamav2_ext.so.part01", "exllamav2_ext.so.part02"]
+    joined = join_parts(files[0], tmp_path / "prebuilt")
+    assert joined.read_bytes() == source.read_bytes()
+    files[2].write_bytes(b"damaged")
+    with pytest.raises(ValueError, match="sha256"):
+        join_parts(files[0], tmp_path / "again")
+    files[3].unlink()
+    with pytest.raises(ValueError, match="missing"):
+        join_parts(files[0], tmp_path / "again")
+
+
+def test_recorder_runs_specdecks_real_command(tmp_path):
+    """Without a GPU `specdeck gpus --record` refuses with its no-GPU message: proof that
+    the command line the kit builds is one the real CLI accepts."""
+    from bench.gpu.telemetry import Recorder
+
+    recorder = Recorder(tmp_path / "trace.jsonl", 0.5, "kit test", tmp_path / "trace.log")
+    code, output = recorder.finish()
+    assert code == 2 and "Nothing to record" in output
+    assert not (tmp_path / "trace.jsonl").exists()
+
+
+def test_missing_wheels_are_named(tmp_path):
+    from bench.gpu.__main__ import missing_wheels
+
+    (tmp_path / "exllamav2-0.3.2-py3-none-any.whl").write_bytes(b"")
+    (tmp_path / "platformdirs-4.14.7-py3-none-any.whl").write_bytes(b"")
+    assert missing_wheels(tmp_path) == ["fastparquet", "cramjam", "websockets", "ruamel_yaml"]
+
+
+def test_bare_loop_imports_exllamav2_only_when_loading():
+    import importlib
+
+    module = importlib.import_module("bench.gpu.bare_loop")
+    assert "exllamav2" not in sys.modules
+    run = module.BareRun(new_tokens=250, time_generate=0.5, time_prefill=0.01, token_ids=())
+    assert run.tokens_per_second == 500.0
+    with pytest.raises(ImportError):  # no exllamav2 (or no CUDA) here: unverified until a GPU run
+        module.BareLoop().load(Path("nowhere"), 2048)
+
+
+# report ----------------------------------------------------------------------------------
+def test_report_renders_recorded_gpu_numbers_and_failures(tmp_path):
+    from bench.gpu.ab import Overhead
+    from bench.gpu.report import write_report
+    from bench.gpu.state import StepRecord
+    from bench.gpu.steps import STEPS
+
+    state = KitState(tmp_path / "work")
+    state.write_json("env", {"date": "2026-11-30", "devices": [{"name": "NVIDIA H100 80GB HBM3"}],
+                             "packages": {"exllamav2": "0.3.2"}, "torch": "2.11.0",
+                             "torch_cuda": "13.0"})
+    state.save(StepRecord("build", "failed", 312.5, "t", {}, "import exllamav2 failed (exit 1)\n"
+                          "error: identifier \"__hfma2\" is undefined"))
+    state.write_json("memory", {"comparisons": [{"label": "4bpw target + draft", "context": 2048,
+                     "plan_fits": True, "rows": [{"what": "device total (NVML used, peak)",
+                     "planned": 3 * 2**30, "measured": 2 * 2**30, "error": 0.5,
+                     "verdict": "over-estimate"}]}]})
+    state.write_json("ab", {"pair": "4bpw", "prompts": ["grounded/rename-variable"],
+                            "max_new_tokens": 256, "repeats": 3, "summaries": [
+        {"arm": "baseline", "runs": 3, "median_tokens_per_second": 410.0, "acceptance_rate": None,
+         "mean_acceptance_length": None, "speedup_median": None, "speedup_ci": None,
+         "identical_to_baseline": 3, "first_divergence": None},
+        {"arm": "draft k=4", "runs": 3, "median_tokens_per_second": 820.0, "acceptance_rate": 0.75,
+         "mean_acceptance_length": 4.0, "speedup_median": 2.0, "speedup_ci": [1.9, 2.1],
+         "identical_to_baseline": 3, "first_divergence": None}],
+        "overhead": Overhead(400.0, 404.0, 400 / 404, (0.98, 1.0)).to_json(),
+        "trace": {"path": "/tmp/specdeck-gpu/trace.jsonl", "exit": 0}})
+    md, js = write_report(state, STEPS, "gpu", tmp_path / "out")
+    assert md.name == "gpu-2026-11-30.md"
+    data = json.loads(js.read_text())
+    assert data["steps"]["build"]["status"] == "failed"
+    assert data["results"]["ab"]["overhead"]["met"] is True
+    text = md.read_text()
+    assert "NVIDIA H100 80GB HBM3" in text
+    assert "| 4bpw target + draft | device total (NVML used, peak) | 3.000 | 2.000 | +50.0% |" in text
+    assert "| draft k=4 | 3 | 820.0 | 2.00x [1.90, 2.10] | 75.0% | 4.00 | 3/3 |" in text
+    assert "ratio **0.990**" in text and "met" in text
+    assert 'error: identifier "__hfma2" is undefined' in text  # verbatim failure
+
+
+def test_a_timed_out_build_is_killed_with_its_children(tmp_path):
+    """ninja's nvcc children must not outlive a build the kit stopped at its time limit."""
+    import os
+    import time
+
+    from bench.gpu.steps import run_in_own_group
+
+    pid_file = tmp_path / "child.pid"
+    script = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
+              f"'import time; time.sleep(60)']); open({str(pid_file)!r}, 'w').write(str(p.pid)); "
+              "time.sleep(60)")
+    with (tmp_path / "log").open("w") as log:
+        code = run_in_own_group([sys.executable, "-c", script], log, dict(os.environ), 1.5)
+    assert code is None
+    child = int(pid_file.read_text())
+    time.sleep(0.2)
+    status = Path(f"/proc/{child}/status")
+    # Gone, or a zombie waiting for init to reap it: either way no longer running.
+    assert not status.exists() or "\nState:\tZ" in status.read_text()

@@ -1,0 +1,126 @@
+"""The kit's target/draft pair, made for real on CPU at toy sizes, then used by SpecDeck:
+the PyTorch engine runs it with the draft model (lossless, drafts accepted), `specdeck
+check` says the pair is compatible, and the driver/report record the agreement."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import kit_paths  # noqa: F401
+import pytest
+
+from conftest import MODELS
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def kit_run(tmp_path_factory):
+    """install-free steps of the kit (env, pair, check) through the real driver."""
+    from bench.gpu.config import TINY
+    from bench.gpu.driver import run_steps
+    from bench.gpu.state import KitState
+    from bench.gpu.steps import steps_by_name
+
+    state = KitState(tmp_path_factory.mktemp("kit-work"))
+    steps = [steps_by_name()[name] for name in ("env", "pair", "check")]
+    lines: list[str] = []
+    outcome = run_steps(steps, state, TINY, budget_s=600, log=lines.append)
+    return state, outcome, lines
+
+
+def test_driver_ran_the_cpu_steps(kit_run):
+    state, outcome, _ = kit_run
+    assert outcome.ran == ["env", "pair", "check"]
+    assert outcome.failed is None and outcome.next_step is None
+    assert all(state.is_done(name) for name in outcome.ran)
+
+
+def test_training_raises_greedy_agreement_and_it_is_reported(kit_run):
+    state, _, _ = kit_run
+    pair = state.read_json("pair")
+    before, after = pair["agreement_before"], pair["agreement_after"]
+    assert after["positions"] == before["positions"] > 0
+    assert after["rate"] == pytest.approx(after["agreed"] / after["positions"])
+    # Random initialisations agree by chance only; the trained pair agrees far more often.
+    assert after["rate"] >= 0.15 > before["rate"]
+    assert pair["draft_params"] < pair["target_params"]
+    assert state.record("pair").summary["agreement"] == pytest.approx(after["rate"], abs=1e-4)
+
+
+def test_saved_pair_is_a_hugging_face_llama_with_the_real_tokenizer(kit_run):
+    state, _, _ = kit_run
+    for role in ("target", "draft"):
+        folder = state.root / "pair" / role
+        config = json.loads((folder / "config.json").read_text())
+        assert config["architectures"] == ["LlamaForCausalLM"]
+        assert list(folder.glob("*.safetensors"))
+        assert (folder / "tokenizer.json").read_bytes() == (
+            MODELS / "TinyLlama-1.1B-Chat-v1.0" / "tokenizer.json").read_bytes()
+    assert not list((state.root / "pair").glob(".*partial"))
+
+
+def test_specdeck_check_says_the_pair_is_compatible(kit_run):
+    state, _, _ = kit_run
+    check = state.read_json("check")
+    assert check["hf"]["exit"] == 0
+    assert check["hf"]["report"]["verdict"].startswith("compatible")
+
+
+def test_torch_engine_speculates_with_the_trained_draft(kit_run):
+    """The A/B loop the GPU run uses, on SpecDeck's PyTorch engine: the draft-model arm
+    reproduces the baseline token for token and some drafts are accepted."""
+    from bench.gpu import ab
+
+    state, _, _ = kit_run
+    target, draft = state.root / "pair" / "target", state.root / "pair" / "draft"
+    arms = ab.default_arms((3,), 3)
+    prompts = ab.select_prompts(("grounded", "prose"), 1)
+    records = ab.run_arms("torch", target, draft, arms, prompts, repeats=1, max_new_tokens=24,
+                          log=lambda line: None)
+    assert {r.arm for r in records} == {"baseline", "draft k=3", "n-gram k=3"}
+    assert all(r.new_tokens == 24 for r in records)
+    summaries = {s.arm: s for s in ab.summarize(records)}
+    drafted = summaries["draft k=3"]
+    assert drafted.identical_to_baseline == drafted.runs == 2
+    assert drafted.acceptance_rate is not None and drafted.acceptance_rate > 0
+    assert drafted.mean_acceptance_length > 1.0
+    assert summaries["baseline"].speedup_median is None
+    assert drafted.speedup_median is not None
+
+
+def test_report_shows_agreement_and_parses(kit_run, tmp_path):
+    from bench.gpu.report import write_report
+    from bench.gpu.steps import STEPS
+
+    state, _, _ = kit_run
+    md, js = write_report(state, STEPS, "tiny", tmp_path)
+    data = json.loads(js.read_text())
+    assert data["steps"]["pair"]["status"] == "done"
+    assert data["steps"]["build"] == {"status": "not run"}
+    rate = data["results"]["pair"]["agreement_after"]["rate"]
+    text = md.read_text()
+    assert f"**{100 * rate:.1f}%**" in text
+    assert md.name == f"gpu-{data['date']}.md"
+
+
+def test_link_install_makes_the_tree_importable_as_specdeck(tmp_path):
+    """The device has no setuptools we can trust: SpecDeck is linked into the site folder."""
+    from bench.gpu.install import link_specdeck
+    from conftest import REPO_ROOT
+
+    site = tmp_path / "site"
+    link_specdeck(site, REPO_ROOT)
+    link_specdeck(site, REPO_ROOT)  # a second run (warm machine) changes nothing
+    code = ("import specdeck, specdeck.core.vram, specdeck.resources; "
+            "print(specdeck.__file__); print(specdeck.core.vram.__file__)")
+    # -S hides site-packages (and this checkout's editable install): only the links count.
+    done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    package, vram = done.stdout.split()
+    assert Path(package) == site / "specdeck" / "__init__.py"
+    assert Path(vram).resolve() == REPO_ROOT / "core" / "vram" / "__init__.py"
