@@ -57,6 +57,7 @@ class MainWindow(QMainWindow):
         self.gpu_label = QLabel("")
         self.statusBar().addPermanentWidget(self.gpu_label)
         self.context.status_message.connect(self._show_status)
+        self.context.install_requested.connect(self._install_requested)
         self._build_menus()
 
         self.sidebar.currentRowChanged.connect(self._on_row_changed)
@@ -81,6 +82,12 @@ class MainWindow(QMainWindow):
             from specdeck.gui.pages.placeholder import PlaceholderPage
 
             return PlaceholderPage(spec.title, f"This page failed to open: {exc}")
+
+    def _install_requested(self, repo_id: str, revision: str) -> None:
+        page = self.show_page("models")
+        request = getattr(page, "request_install", None)
+        if request is not None:
+            request(repo_id, revision)
 
     def show_page(self, key: str) -> QWidget:
         row = [p.key for p in PAGES].index(key)

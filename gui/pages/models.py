@@ -601,9 +601,17 @@ class ModelsPage(QWidget):
             self._clear_error()
             self.show_repo(self.results_table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole))
 
-    def show_repo(self, repo_id: str) -> None:
+    def request_install(self, repo_id: str, revision: str = "") -> None:
+        """Another page asked for this repo (e.g. a Hub suggestion on Compatibility): show its
+        variants with ``revision`` selected, ready for the user's Install click."""
+        self.search_edit.setText(repo_id)
+        self.show_repo(repo_id, select=revision or None)
+        self.context.show_status(f"Pick a bitrate of {repo_id} and press Install.")
+
+    def show_repo(self, repo_id: str, select: str | None = None) -> None:
         current = self.selected_variant()
         keep = current.revision if current is not None and current.repo_id == repo_id else None
+        keep = select or keep
         if self._variants_task is not None:
             self._variants_task.cancel()
         self._variants_generation += 1

@@ -248,3 +248,21 @@ def test_library_compatibility_against_the_config_target(qtbot, page, fake_hub, 
     qtbot.waitUntil(lambda: page.compat_badge.isVisible(), timeout=TIMEOUT)
     assert page.compat_badge.text().startswith("Compatible")
     assert page.compat_badge.property("role") in ("badge-ok", "badge-warn")
+
+
+def test_install_request_from_another_page_opens_the_variant(qtbot, configured_qapp, fake_hub, monkeypatch):
+    from specdeck.gui.main_window import MainWindow
+
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.show()
+    window.show_page("compat")
+    window.context.install_requested.emit(TINY_REPO, "8.0bpw")
+    assert window.current_page_key() == "models"
+    page = window.page("models")
+    qtbot.waitUntil(lambda: page.variants_table.rowCount() == 3, timeout=TIMEOUT)
+    assert page.selected_variant().revision == "8.0bpw"
+    assert page.search_edit.text() == TINY_REPO
+    page.shutdown()
+    qtbot.waitUntil(lambda: not page.busy(), timeout=TIMEOUT)
