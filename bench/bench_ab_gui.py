@@ -55,7 +55,7 @@ def run(report: Report) -> None:
         for name, button in page.suite_buttons.items():
             button.setChecked(name in ("grounded", "code"))
         page.per_suite.setValue(2)
-        page.max_new.setValue(400)
+        page.max_new.setValue(320)  # the tiny model's context is 512 tokens
         page.repeats.setValue(3)
         page.warmup.setValue(1)
 
@@ -86,7 +86,7 @@ def run(report: Report) -> None:
         probe.start()
         page.start()
         deadline = time.monotonic() + 900
-        while page.last_run is None and time.monotonic() < deadline:
+        while page.last_run is None and page.stop_button.isEnabled() and time.monotonic() < deadline:
             app.processEvents()
             time.sleep(0.001)
         probe.stop()
@@ -94,7 +94,7 @@ def run(report: Report) -> None:
         window.hide()
         page.shutdown()
     if run_ is None:
-        raise RuntimeError("the A/B run did not finish")
+        raise RuntimeError(f"the A/B run did not finish: {page.banner.label.text() or page.stage.text()}")
     counted = run_.counted()
     rates = {arm: statistics.median(r.result.stats.tokens_per_second for r in counted if r.arm == arm)
              for arm in ("A", "B")}

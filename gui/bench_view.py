@@ -45,6 +45,9 @@ class StreamPane(QFrame):
         self.prompt_label.setProperty("role", "hint")
         self.metrics = QLabel("waiting")
         self.metrics.setProperty("role", "hint")
+        self.metrics.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        # A fixed width: the text changes every tick and must not re-lay-out the window.
+        self.metrics.setMinimumWidth(self.metrics.fontMetrics().horizontalAdvance("0" * 52))
         self.text = QTextEdit()
         self.text.setReadOnly(True)
         self.text.setLineWrapMode(QTextEdit.LineWrapMode.WidgetWidth)
@@ -70,22 +73,37 @@ class StreamPane(QFrame):
         self.prompt_label.setText(prompt_text)
 
     def append(self, text: str, draft_chars: int | None, accepted: int, tokens: int) -> None:
-        """A verify step's text; ``draft_chars`` leading characters came from accepted drafts.
+        """A verify step's text; ``draft_chars`` leading characters came from accepted drafts."""
+        self.append_steps([(text, draft_chars, accepted, tokens)])
 
-        When the engine cannot tell (None), the share of the step's tokens that were drafts
-        is used: the highlight is then approximate within that step.
+    def append_steps(self, steps: list[tuple[str, int | None, int, int]]) -> None:
+        """Several verify steps at once: (text, draft_chars, accepted, tokens) each.
+
+        When the engine cannot tell which characters came from drafts (draft_chars None),
+        the share of the step's tokens that were drafts is used: the highlight is then
+        approximate within that step. Adjacent pieces of the same kind are merged, so a
+        whole tick of streaming costs a couple of document edits, not one per token.
         """
-        if not text:
+        pieces: list[tuple[str, bool]] = []
+        for text, draft_chars, accepted, tokens in steps:
+            if not text:
+                continue
+            if draft_chars is None:
+                draft_chars = round(len(text) * accepted / tokens) if tokens else 0
+            for piece, from_draft in ((text[:draft_chars], True), (text[draft_chars:], False)):
+                if not piece:
+                    continue
+                if pieces and pieces[-1][1] == from_draft:
+                    pieces[-1] = (pieces[-1][0] + piece, from_draft)
+                else:
+                    pieces.append((piece, from_draft))
+        if not pieces:
             return
-        if draft_chars is None:
-            draft_chars = round(len(text) * accepted / tokens) if tokens else 0
-        pieces = [(text[:draft_chars], True), (text[draft_chars:], False)]
         cursor = self.text.textCursor()
         cursor.movePosition(QTextCursor.MoveOperation.End)
         for piece, from_draft in pieces:
-            if piece:
-                self._segments.append((piece, from_draft))
-                cursor.insertText(piece, self._draft if from_draft and self.highlight else self._plain)
+            self._segments.append((piece, from_draft))
+            cursor.insertText(piece, self._draft if from_draft and self.highlight else self._plain)
         self.text.setTextCursor(cursor)
         self.text.ensureCursorVisible()
 
@@ -192,15 +210,32 @@ class BenchPlots(QWidget):
     def add_memory(self, name: str, t: float, gib: float) -> None:
         self.memory.setdefault(name, _Series()).add(t, gib)
 
-    def redraw(self) -> None:
+    def redraw(self, only: int | None = None) -> None:
+        """Push the series into the curves: all three plots, or only plot ``only`` (0..2).
+
+        Repainting a pyqtgraph plot costs a few ms of Python on the GUI thread; the page
+        redraws one plot per tick, in turn, so no single frame pays for all three.
+        """
+        if only in (None, 0):
+            self._redraw_speed()
+        if only in (None, 1):
+            self._redraw_accept()
+        if only in (None, 2):
+            self._redraw_memory()
+
+    def _redraw_speed(self) -> None:
         for arm, series in self.speed.items():
             colour = arm_colour(self._arm_index[arm])
             self._curve("speed", arm, self.speed_plot, colour).setData(series.x, series.y)
             done = self.finished[arm]
             self._curve("done", arm, self.speed_plot, colour, scatter=True).setData(done.x, done.y)
+
+    def _redraw_accept(self) -> None:
         for arm, series in self.accept.items():
             colour = arm_colour(self._arm_index[arm])
             self._curve("accept", arm, self.accept_plot, colour).setData(series.x, series.y)
+
+    def _redraw_memory(self) -> None:
         for index, (name, series) in enumerate(self.memory.items()):
             colour = QColor("#0f766e") if index == 0 else arm_colour(index + 2)
             self._curve("memory", name, self.memory_plot, colour).setData(series.x, series.y)

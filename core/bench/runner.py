@@ -233,6 +233,7 @@ def run_plan(
             for p in prompts
         }
         _check_context(plan, loaded, prompt_ids)
+        env = environment(engine, loaded)  # before measuring: reading package metadata is slow
         emit(PlanStarted(plan, prompts, schedule, loaded))
         started = time.time()
         records: list[RunRecord] = []
@@ -253,7 +254,7 @@ def run_plan(
             prompts=prompts,
             records=tuple(records),
             loaded=loaded,
-            environment=environment(engine, loaded),
+            environment=env,
             started_at=started,
             finished_at=time.time(),
             cancelled=cancel.is_set(),

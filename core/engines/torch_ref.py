@@ -266,7 +266,10 @@ class TorchEngine:
         except MemoryError as exc:
             raise _out_of_memory(target.path, "generating") from exc
         finally:
-            gc.collect()
+            # The run's caches and tensors are young objects: a young-generation collection
+            # frees them. A full collection here would hold the GIL for a few hundred ms in a
+            # process as big as the GUI's (torch, transformers, Qt) and freeze its frames.
+            gc.collect(1)
         stats = replace(
             output.stats, peak_memory_bytes=memory.peak, memory_kind=memory.kind
         )

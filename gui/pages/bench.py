@@ -96,6 +96,7 @@ class BenchPage(QWidget):
         self.state: _PlanState | None = None
         self.last_run = None
         self._last_memory_sample = 0.0
+        self._plot_turn = 0
 
         self.banner = Banner()
         self._build_setup()
@@ -350,10 +351,15 @@ class BenchPage(QWidget):
         from specdeck.gui.bench_session import PlanDone, PlanFailed
 
         events = self.session.drain()
+        steps: list[RunStep] = []
         for event in events:
             if isinstance(event, RunStep):
-                self._on_step(event)
-            elif isinstance(event, RunStarted):
+                steps.append(event)
+                continue
+            if steps:
+                self._on_steps(steps)
+                steps = []
+            if isinstance(event, RunStarted):
                 self._on_run_started(event)
             elif isinstance(event, RunFinished):
                 self._on_run_finished(event)
@@ -365,6 +371,8 @@ class BenchPage(QWidget):
                 self._on_done(event.run)
             elif isinstance(event, PlanFailed):
                 self._on_failed(event.error)
+        if steps:
+            self._on_steps(steps)
         self._tick_live()
         return len(events)
 
@@ -394,13 +402,14 @@ class BenchPage(QWidget):
             if slot.arm.name in self.plots.accept:
                 self.plots.accept[slot.arm.name].gap()
 
-    def _on_step(self, event: RunStep) -> None:
+    def _on_steps(self, steps: list[RunStep]) -> None:
+        """Consecutive verify steps (all of the current run, normally): one pane update."""
         live = self.state.live if self.state else None
-        if live is None or live.slot != event.slot:
+        mine = [s.event for s in steps if live is not None and s.slot == live.slot]
+        if not mine:
             return
-        e = event.event
-        live.pane.append(e.text, e.draft_chars, e.accepted, len(e.token_ids))
-        live.last_event = e
+        live.pane.append_steps([(e.text, e.draft_chars, e.accepted, len(e.token_ids)) for e in mine])
+        live.last_event = mine[-1]
 
     def _tick_live(self) -> None:
         state = self.state
@@ -427,7 +436,8 @@ class BenchPage(QWidget):
         if now - self._last_memory_sample >= MEMORY_INTERVAL_S:
             self._last_memory_sample = now
             self._sample_memory(t)
-        self.plots.redraw()
+        self._plot_turn = (self._plot_turn + 1) % 3
+        self.plots.redraw(only=self._plot_turn)
 
     def _sample_memory(self, t: float) -> None:
         loaded = self.state.loaded if self.state else None
@@ -545,6 +555,8 @@ class BenchPage(QWidget):
         self.last_run = run
         self.timer.stop()
         self._tick_live()
+        if self.plots is not None:
+            self.plots.redraw()
         stopped = " (stopped early)" if run.cancelled else ""
         self.stage.setText(f"Finished{stopped}: {len(run.counted())} measured runs in "
                            f"{run.finished_at - run.started_at:.1f} s")
