@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QTableWidget,
     QTableWidgetItem,
-    QTextEdit,
+    QPlainTextEdit,
     QVBoxLayout,
     QWidget,
 )
@@ -48,9 +48,10 @@ class StreamPane(QFrame):
         self.metrics.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         # A fixed width: the text changes every tick and must not re-lay-out the window.
         self.metrics.setMinimumWidth(self.metrics.fontMetrics().horizontalAdvance("0" * 52))
-        self.text = QTextEdit()
+        # QPlainTextEdit: built for appending, keeps per-character formats.
+        self.text = QPlainTextEdit()
         self.text.setReadOnly(True)
-        self.text.setLineWrapMode(QTextEdit.LineWrapMode.WidgetWidth)
+        self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
         self.text.setFont(QFont("monospace", 9))
         header = QHBoxLayout()
         header.addWidget(self.title)
@@ -130,9 +131,12 @@ class _Series:
     x: list[float] = field(default_factory=list)
     y: list[float] = field(default_factory=list)
 
+    dirty: bool = False
+
     def add(self, x: float, y: float) -> None:
         self.x.append(x)
         self.y.append(y)
+        self.dirty = True
 
     def gap(self) -> None:
         """Break the line between runs (pyqtgraph connect="finite")."""
@@ -223,22 +227,27 @@ class BenchPlots(QWidget):
         if only in (None, 2):
             self._redraw_memory()
 
+    def _set(self, kind: str, name: str, plot, colour: QColor, series: _Series,
+             scatter: bool = False) -> None:
+        """Only series that changed are pushed: setData re-converts the whole series."""
+        if series.dirty or (kind, name) not in self._curves:
+            self._curve(kind, name, plot, colour, scatter).setData(series.x, series.y)
+            series.dirty = False
+
     def _redraw_speed(self) -> None:
         for arm, series in self.speed.items():
             colour = arm_colour(self._arm_index[arm])
-            self._curve("speed", arm, self.speed_plot, colour).setData(series.x, series.y)
-            done = self.finished[arm]
-            self._curve("done", arm, self.speed_plot, colour, scatter=True).setData(done.x, done.y)
+            self._set("speed", arm, self.speed_plot, colour, series)
+            self._set("done", arm, self.speed_plot, colour, self.finished[arm], scatter=True)
 
     def _redraw_accept(self) -> None:
         for arm, series in self.accept.items():
-            colour = arm_colour(self._arm_index[arm])
-            self._curve("accept", arm, self.accept_plot, colour).setData(series.x, series.y)
+            self._set("accept", arm, self.accept_plot, arm_colour(self._arm_index[arm]), series)
 
     def _redraw_memory(self) -> None:
         for index, (name, series) in enumerate(self.memory.items()):
             colour = QColor("#0f766e") if index == 0 else arm_colour(index + 2)
-            self._curve("memory", name, self.memory_plot, colour).setData(series.x, series.y)
+            self._set("memory", name, self.memory_plot, colour, series)
 
     def points(self) -> int:
         return sum(len(s.x) for group in (self.speed, self.accept, self.memory) for s in group.values())
