@@ -34,6 +34,10 @@ LOW_ACCEPTANCE = 0.5
 """Below this pooled acceptance rate, low acceptance is named as a cause of a slow-down."""
 LONG_CONTEXT_TOKENS = 2048
 """Prompt + output above this many tokens: attention starts to weigh on every verify step."""
+CLEARLY_SLOWER = 0.95
+"""A median below this is called slower even when the interval still reaches 1.0."""
+DEAR_STEP = 1.15
+"""A speculative step costing more target forwards than this is named as a cost."""
 TEXT_CONTEXT_TOKENS = 12
 """Tokens of agreed text shown before a divergence."""
 
@@ -468,7 +472,8 @@ def _verdict(arm: Arm, speedup: stats.RatioSummary | None, summary: ArmSummary,
         return f"{arm.name}: no paired runs finished, no speed-up to report.", ()
     span = (f"{speedup.median:.2f}x (min {speedup.minimum:.2f}, max {speedup.maximum:.2f}, "
             f"95% CI {speedup.ci_low:.2f}-{speedup.ci_high:.2f}, n={speedup.n})")
-    if speedup.median >= 1.0:
+    slower = speedup.verdict == "slower" or speedup.median < CLEARLY_SLOWER
+    if not slower:
         kind = "faster" if speedup.verdict == "faster" else "no clear difference"
         return f"{arm.name} ({arm.drafter.label}): {span}: {kind}.", ()
     causes = _slowdown_causes(summary, theory, matched)
@@ -491,7 +496,8 @@ def _slowdown_causes(summary: ArmSummary, theory: Theory | None,
     if theory is not None and theory.measured_step_cost is not None:
         ideal = theory.ideal_step_cost
         mean_length = summary.mean_acceptance_length or 1.0
-        if theory.measured_step_cost >= mean_length or (ideal and theory.measured_step_cost > 1.5 * ideal):
+        cost = theory.measured_step_cost
+        if cost > DEAR_STEP and (cost >= mean_length or (ideal and cost > 1.5 * ideal)):
             expected = f" (ideal {ideal:.2f})" if ideal else ""
             causes.append(f"draft too slow: a speculative step costs "
                           f"{theory.measured_step_cost:.2f} target forwards{expected} but "
