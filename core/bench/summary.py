@@ -436,6 +436,20 @@ def measured_step_cost(matched: list[tuple[RunRecord, RunRecord]]) -> float | No
     return _median(values)
 
 
+def per_step_acceptance(records: Sequence[RunRecord]) -> list[float]:
+    """P(the draft at position i was kept) per verify step, i = 0.. (cumulative in i).
+
+    Steps in which the drafter proposed nothing count as misses: an n-gram drafter that
+    finds no match gains nothing that step, and the prediction must not pretend it does.
+    """
+    steps = sum(r.result.stats.steps for r in records)
+    width = max((len(r.result.stats.per_position_accepted) for r in records), default=0)
+    if not steps:
+        return []
+    return [sum(r.result.stats.per_position_accepted[i] for r in records
+                if i < len(r.result.stats.per_position_accepted)) / steps for i in range(width)]
+
+
 def _theory(run: BenchRun, drafter: DrafterSpec, summary: ArmSummary,
             matched: list[tuple[RunRecord, RunRecord]]) -> Theory | None:
     if drafter.kind is DrafterKind.NONE:
@@ -443,7 +457,7 @@ def _theory(run: BenchRun, drafter: DrafterSpec, summary: ArmSummary,
     k = drafter.num_draft_tokens
     cost = draft_cost_ratio(drafter, run.loaded.model_path)
     measured = measured_step_cost(matched)
-    acceptance = [v for v in summary.per_position_acceptance if v is not None]
+    acceptance = per_step_acceptance([b for _, b in matched])
     if cost.value is None or not acceptance:
         why = "no draft was proposed" if not acceptance else f"the draft cost is {cost.source}"
         return Theory(k, cost, None, None, None, (), None, measured, note=f"No prediction: {why}.")
@@ -459,8 +473,9 @@ def _theory(run: BenchRun, drafter: DrafterSpec, summary: ArmSummary,
         curve=tuple(curve),
         ideal_step_cost=k * cost.value + 1.0,
         measured_step_cost=measured,
-        note="Verify steps priced at one target forward (a GPU's ideal); positions beyond "
-        "the measured ones are extended geometrically.",
+        note="Acceptance per verify step (steps without a draft count as misses); verify "
+        "steps priced at one target forward (a GPU's ideal); positions beyond the measured "
+        "ones are extended geometrically.",
     )
 
 

@@ -262,7 +262,14 @@ class BestSettingChange:
 
 def plan_apply_best(best: SweepRow | None, config_path: str | Path,
                     draft_folder: str | Path | None = None) -> BestSettingChange:
-    """Plan writing ``best`` (None = no draft) into the config.yml at ``config_path``.
+    """Plan writing the sweep's ``best`` row (None = no draft) into ``config_path``."""
+    return plan_apply_setting(None if best is None else best.drafter, config_path, draft_folder)
+
+
+def plan_apply_setting(drafter: DrafterSpec | None, config_path: str | Path,
+                       draft_folder: str | Path | None = None) -> BestSettingChange:
+    """Plan writing ``drafter`` (its kind, folder and k; None = no draft) into the config.yml
+    at ``config_path``.
 
     ``draft_folder``: the folder TabbyAPI should load, when it differs from the folder the
     benchmark ran (e.g. the EXL2 quant of the same draft); default the benchmarked folder.
@@ -274,27 +281,27 @@ def plan_apply_best(best: SweepRow | None, config_path: str | Path,
     backend = doc.backend_hint()
     changes: dict[tuple[str, str], Any] = {}
     notes: list[str] = []
-    if best is None:
+    if drafter is None or drafter.kind is DrafterKind.NONE:
         changes[(DRAFT, "draft_model_name")] = ""
         notes.append("No setting beat decoding without a draft: the draft model is switched off.")
-    elif best.drafter.kind is DrafterKind.NGRAM:
+    elif drafter.kind is DrafterKind.NGRAM:
         if backend != EXLLAMAV3:
             raise InvalidInputError(
                 "The best setting is n-gram drafting, which TabbyAPI's ExLlamaV2 backend cannot "
                 "be configured for in config.yml.",
                 "Use n-gram drafting with the ExLlamaV3 backend, or apply the best draft model.")
         changes[(DRAFT, "draft_mode")] = "ngram"
-        changes[(DRAFT, "draft_num_tokens")] = best.k
-        changes[(DRAFT, "ngram_match_min")] = best.drafter.ngram_min
+        changes[(DRAFT, "draft_num_tokens")] = drafter.num_draft_tokens
+        changes[(DRAFT, "ngram_match_min")] = drafter.ngram_min
     else:
-        folder = Path(draft_folder or best.drafter.model_path).expanduser().resolve()
+        folder = Path(draft_folder or drafter.model_path).expanduser().resolve()
         changes[(DRAFT, "draft_model_name")] = folder.name
         if doc.resolve_dir(DRAFT, "draft_model_dir").resolve() != folder.parent:
             changes[(DRAFT, "draft_model_dir")] = str(folder.parent)
         if backend == EXLLAMAV3:
-            changes[(DRAFT, "draft_num_tokens")] = best.k
+            changes[(DRAFT, "draft_num_tokens")] = drafter.num_draft_tokens
         else:
-            notes.append(f"k={best.k} is not written: TabbyAPI's "
+            notes.append(f"k={drafter.num_draft_tokens} is not written: TabbyAPI's "
                          f"{backend or 'ExLlamaV2'} backend has no draft_num_tokens key "
                          "(ExLlamaV2 always drafts 4 tokens per step).")
     return BestSettingChange(config.plan_change(doc, changes), tuple(notes))
