@@ -1,0 +1,359 @@
+"""A/B reports on disk: complete JSON, CSV, Markdown, a PNG chart, the plan, and a history.
+
+``write_report(run, summary, folder)`` writes
+
+- ``report.json``: versioned and complete (plan, environment, every run with its tokens and
+  statistics, the summary), enough to recompute every number;
+- ``runs.csv``: one row per run (warm-ups and stopped runs included, marked);
+- ``summary.md``: the verdicts and tables a person reads;
+- ``chart.png``: speed-ups with their spread (rendered with Qt offscreen, see chart.py);
+- ``plan.json``: the plan alone, so ``specdeck bench --plan folder/plan.json`` repeats it.
+
+``save_to_history`` writes the same into a new folder under the app data dir, and
+``list_history()`` lists past runs from a small ``entry.json`` per folder (the GUI's list
+does not parse big reports).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import io
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specdeck.core import appdirs
+from specdeck.core.atomic import atomic_write_bytes
+from specdeck.core.bench.plan import BenchPlan
+from specdeck.core.bench.runner import BenchRun, RunRecord
+from specdeck.core.bench.summary import BenchSummary, pairs
+from specdeck.core.engines.lossless import compare_greedy
+from specdeck.core.errors import InvalidInputError, NotFoundError
+from specdeck.core.jsonout import dumps, to_jsonable
+
+REPORT_FORMAT = "specdeck-bench-report"
+REPORT_VERSION = 1
+REPORT_JSON = "report.json"
+RUNS_CSV = "runs.csv"
+SUMMARY_MD = "summary.md"
+CHART_PNG = "chart.png"
+PLAN_JSON = "plan.json"
+ENTRY_JSON = "entry.json"
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    folder: Path
+    json: Path
+    csv: Path
+    markdown: Path
+    plan: Path
+    chart: Path | None
+    """None when the chart could not be drawn (no Qt): the other files are still complete."""
+
+
+# JSON ---------------------------------------------------------------------------------------
+def report_data(run: BenchRun, summary: BenchSummary) -> dict[str, Any]:
+    """The complete, versioned report as plain JSON data."""
+    return {
+        "format": REPORT_FORMAT,
+        "version": REPORT_VERSION,
+        "created": _dt.datetime.fromtimestamp(run.finished_at, _dt.timezone.utc).isoformat(
+            timespec="seconds"),
+        "plan": run.plan.to_json(),
+        "environment": run.environment,
+        "loaded": to_jsonable(run.loaded),
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "cancelled": run.cancelled,
+        "prompts": [{"id": p.id, "suite": p.suite, "tags": list(p.tags), "text": p.text,
+                     "token_ids": list(run.prompt_ids.get(p.id, ()))} for p in run.prompts],
+        "runs": [_run_json(r) for r in run.records],
+        "summary": summary.to_json(),
+    }
+
+
+def _run_json(record: RunRecord) -> dict[str, Any]:
+    result = record.result
+    return {
+        "index": record.slot.index,
+        "arm": record.arm,
+        "prompt_id": record.prompt_id,
+        "repeat": record.slot.repeat,
+        "warmup": record.slot.warmup,
+        "counted": record.counted,
+        "started_at": record.started_at,
+        "drafter": to_jsonable(result.drafter),
+        "sampling": to_jsonable(result.sampling),
+        "stats": to_jsonable(result.stats),
+        "text": result.text,
+        "token_ids": list(result.token_ids),
+        "from_draft": list(result.from_draft),
+    }
+
+
+def load_report(path: str | Path) -> dict[str, Any]:
+    """A report.json (or the folder holding one), checked for format and version."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        path = path / REPORT_JSON
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise NotFoundError(f"No A/B report at {path}.") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidInputError(f"{path} is not a readable A/B report: {exc}.") from exc
+    if not isinstance(data, dict) or data.get("format") != REPORT_FORMAT:
+        raise InvalidInputError(f"{path} is not a SpecDeck A/B report.")
+    if data.get("version") != REPORT_VERSION:
+        raise InvalidInputError(
+            f"{path} is report version {data.get('version')}; this SpecDeck reads "
+            f"version {REPORT_VERSION}.", "Update SpecDeck to read it.")
+    return data
+
+
+# CSV ----------------------------------------------------------------------------------------
+CSV_COLUMNS = (
+    "index", "arm", "drafter", "k", "adaptive", "prompt_id", "tags", "repeat", "warmup",
+    "counted", "stop_reason", "prompt_tokens", "new_tokens", "prefill_s", "decode_s",
+    "tokens_per_second", "time_to_first_token_s", "steps", "drafted", "accepted",
+    "acceptance_rate", "mean_acceptance_length", "per_position_acceptance",
+    "peak_memory_bytes", "memory_kind", "speedup_vs_reference", "same_tokens_as_reference",
+)
+
+
+def runs_csv(run: BenchRun) -> str:
+    """One row per run; paired columns are empty for the reference arm and warm-ups."""
+    tags = {p.id: p.tags for p in run.prompts}
+    paired: dict[int, tuple[RunRecord, RunRecord]] = {}
+    for arm in run.plan.arms[1:]:
+        for reference, candidate in pairs(run, arm.name):
+            paired[candidate.slot.index] = (reference, candidate)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for record in run.records:
+        s, d = record.result.stats, record.result.drafter
+        speedup = same = ""
+        if record.slot.index in paired:
+            reference = paired[record.slot.index][0]
+            a = reference.result.stats.tokens_per_second
+            speedup = _num(s.tokens_per_second / a) if a > 0 else ""
+            if run.plan.sampling.greedy:
+                same = compare_greedy(reference.result, record.result).lossless
+        writer.writerow([
+            record.slot.index, record.arm, d.kind.value,
+            d.num_draft_tokens if d.kind.value != "none" else "",
+            d.adaptive if d.kind.value != "none" else "", record.prompt_id,
+            " ".join(tags.get(record.prompt_id, ())), record.slot.repeat, record.slot.warmup,
+            record.counted, s.stop_reason.value, s.prompt_tokens, s.new_tokens,
+            _num(s.prefill_s), _num(s.decode_s), _num(s.tokens_per_second),
+            _num(s.time_to_first_token_s), s.steps, s.drafted, s.accepted,
+            _num(s.acceptance_rate), _num(s.mean_acceptance_length),
+            " ".join("" if v is None else _num(v) for v in s.per_position_acceptance),
+            s.peak_memory_bytes or "", s.memory_kind, speedup, same,
+        ])
+    return out.getvalue()
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.6g}"
+
+
+# Markdown -----------------------------------------------------------------------------------
+def markdown_summary(run: BenchRun, summary: BenchSummary) -> str:
+    plan = run.plan
+    env = run.environment
+    lines = [
+        f"# A/B run: {run.loaded.model_path.name}",
+        "",
+        f"Engine {env.get('engine', plan.engine)} on {env.get('device', '?')} "
+        f"({env.get('dtype', '?')}); {summary.sampling}; {len(run.prompts)} prompts "
+        f"({', '.join(plan.suites)}) x {plan.repeats} repeats, up to {plan.max_new_tokens} new "
+        f"tokens; {summary.counted_runs} measured runs. SpecDeck {env.get('specdeck', '?')}, "
+        f"torch {env.get('torch', '-')}, transformers {env.get('transformers', '-')}.",
+        "",
+        "## Verdict",
+        "",
+    ]
+    for c in summary.comparisons:
+        lines.append(f"- {c.verdict} Losslessness: {c.lossless.verdict}.")
+        lines.extend(f"  - likely cause: {cause}" for cause in c.causes)
+    lines += ["", "## Arms", "",
+              "| arm | tok/s (median) | TTFT (median) | acceptance | mean accepted length | "
+              "per position | peak memory |", "|---|---|---|---|---|---|---|"]
+    for a in summary.arms:
+        per_pos = " ".join("-" if v is None else f"{v:.0%}" for v in a.per_position_acceptance)
+        memory = f"{a.peak_memory_bytes / 2**20:.0f} MiB {a.memory_kind}" if a.peak_memory_bytes else "-"
+        lines.append(
+            f"| {a.label} | {_fmt(a.tokens_per_second, '.1f')} | "
+            f"{_fmt(a.time_to_first_token_s and a.time_to_first_token_s * 1000, '.0f', ' ms')} | "
+            f"{_fmt(a.acceptance_rate and a.acceptance_rate * 100, '.0f', '%')} | "
+            f"{_fmt(a.mean_acceptance_length, '.2f')} | {per_pos or '-'} | {memory} |")
+    lines += ["", "## Speed-up by prompt tag (median of paired ratios)", ""]
+    tags = sorted({t for c in summary.comparisons for t in c.by_tag})
+    if tags:
+        lines += ["| arm | " + " | ".join(tags) + " |", "|---" * (len(tags) + 1) + "|"]
+        for c in summary.comparisons:
+            cells = [_fmt(c.by_tag[t].median, ".2f", "x") if t in c.by_tag else "-" for t in tags]
+            lines.append(f"| {c.arm} | " + " | ".join(cells) + " |")
+    lines += ["", "## Theory (Leviathan et al.) vs measurement", "",
+              "| arm | k | draft cost c | predicted | measured | best k (predicted) | "
+              "step cost ideal / measured |", "|---|---|---|---|---|---|---|"]
+    for c in summary.comparisons:
+        t = c.theory
+        if t is None:
+            continue
+        cost = "-" if t.cost_ratio.value is None else f"{t.cost_ratio.value:.3f}"
+        best = "-" if t.best_k is None else ("no draft" if t.best_k == 0 else
+                                              f"{t.best_k} ({t.best_speedup:.2f}x)")
+        lines.append(
+            f"| {c.arm} | {t.k} | {cost} | {_fmt(t.predicted_speedup, '.2f', 'x')} | "
+            f"{_fmt(c.speedup and c.speedup.median, '.2f', 'x')} | {best} | "
+            f"{_fmt(t.ideal_step_cost, '.2f')} / {_fmt(t.measured_step_cost, '.2f')} |")
+    sources = sorted({c.theory.cost_ratio.source for c in summary.comparisons if c.theory})
+    lines += [""] + [f"- draft cost: {s}" for s in sources]
+    divergences = [(c.arm, d) for c in summary.comparisons for d in c.lossless.divergences]
+    if divergences:
+        lines += ["", "## Divergences", ""]
+        for arm, d in divergences:
+            kind = "float tie" if d.tie else "DIVERGED"
+            lines.append(f"- {arm}, prompt {d.prompt_id}, repeat {d.repeat + 1}, token "
+                         f"{d.position}: {kind}: after {d.context!r} the reference has "
+                         f"{d.reference_text!r}, this arm {d.candidate_text!r}")
+    lines += [""] + [f"Note: {n}" for n in summary.notes]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _fmt(value: float | None, spec: str, unit: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{unit}"
+
+
+# Writing ------------------------------------------------------------------------------------
+def write_report(run: BenchRun, summary: BenchSummary, folder: str | Path) -> ReportPaths:
+    """Write every report file into ``folder`` (created if needed); each file atomically."""
+    folder = Path(folder).expanduser()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidInputError(f"Cannot create the report folder {folder}: {exc.strerror or exc}.",
+                                "Pick a folder you can write to.") from exc
+    paths = ReportPaths(folder, folder / REPORT_JSON, folder / RUNS_CSV, folder / SUMMARY_MD,
+                        folder / PLAN_JSON, folder / CHART_PNG)
+    _write_text(paths.json, dumps(report_data(run, summary)) + "\n")
+    _write_text(paths.csv, runs_csv(run))
+    _write_text(paths.markdown, markdown_summary(run, summary))
+    _write_text(paths.plan, dumps(run.plan.to_json()) + "\n")
+    try:
+        from specdeck.core.bench.chart import render_chart
+    except ImportError:
+        return _without_chart(paths)
+    try:
+        atomic_write_bytes(paths.chart, render_chart(summary))
+    except ImportError:
+        return _without_chart(paths)
+    return paths
+
+
+def _without_chart(paths: ReportPaths) -> ReportPaths:
+    from dataclasses import replace
+
+    return replace(paths, chart=None)
+
+
+def _write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def load_plan(path: str | Path) -> BenchPlan:
+    """A plan.json (or a report folder holding one)."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        path = path / PLAN_JSON
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise NotFoundError(f"No A/B plan at {path}.",
+                            "Give a plan.json written with a report (--report DIR).") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidInputError(f"{path} is not a readable plan: {exc}.") from exc
+    return BenchPlan.from_json(data)
+
+
+# History ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HistoryEntry:
+    folder: Path
+    created: str
+    """ISO 8601, UTC."""
+    engine: str
+    model: str
+    arms: tuple[str, ...]
+    """Arm labels, reference first."""
+    speedups: dict[str, float | None]
+    """Median speed-up by drafting arm."""
+    lossless: dict[str, str]
+    """Losslessness verdict by drafting arm."""
+    counted_runs: int
+    cancelled: bool
+
+
+def history_dir() -> Path:
+    return appdirs.data_dir() / "bench" / "history"
+
+
+def save_to_history(run: BenchRun, summary: BenchSummary, root: Path | None = None) -> ReportPaths:
+    """Write the report into a new folder of the history and index it."""
+    root = root or history_dir()
+    stamp = _dt.datetime.fromtimestamp(run.finished_at, _dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", run.loaded.model_path.name).strip("-") or "model"
+    folder = root / f"{stamp}-{slug}"
+    n = 1
+    while folder.exists():
+        n += 1
+        folder = root / f"{stamp}-{slug}-{n}"
+    paths = write_report(run, summary, folder)
+    entry = HistoryEntry(
+        folder=folder,
+        created=_dt.datetime.fromtimestamp(run.finished_at, _dt.timezone.utc).isoformat(
+            timespec="seconds"),
+        engine=run.plan.engine,
+        model=str(run.plan.model),
+        arms=tuple(a.label for a in run.plan.arms),
+        speedups={c.arm: (c.speedup.median if c.speedup else None) for c in summary.comparisons},
+        lossless={c.arm: c.lossless.verdict for c in summary.comparisons},
+        counted_runs=summary.counted_runs,
+        cancelled=summary.cancelled,
+    )
+    data = to_jsonable(entry)
+    data["folder"] = folder.name  # relative: the history can move with the data dir
+    _write_text(folder / ENTRY_JSON, json.dumps(data, indent=2) + "\n")
+    return paths
+
+
+def list_history(root: Path | None = None) -> list[HistoryEntry]:
+    """Past runs, newest first; folders without a readable entry.json are skipped."""
+    root = root or history_dir()
+    if not root.is_dir():
+        return []
+    entries = []
+    for folder in root.iterdir():
+        try:
+            data = json.loads((folder / ENTRY_JSON).read_text(encoding="utf-8"))
+            entries.append(HistoryEntry(
+                folder=folder,
+                created=str(data["created"]),
+                engine=str(data["engine"]),
+                model=str(data["model"]),
+                arms=tuple(data["arms"]),
+                speedups=dict(data["speedups"]),
+                lossless=dict(data["lossless"]),
+                counted_runs=int(data["counted_runs"]),
+                cancelled=bool(data["cancelled"]),
+            ))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return sorted(entries, key=lambda e: (e.created, e.folder.name), reverse=True)

@@ -1,0 +1,526 @@
+"""Turn a finished A/B run into the numbers a user can trust, and a plain verdict.
+
+``summarize(run)`` pairs every run of a drafting arm with the reference arm's run of the same
+prompt in the same repeat (the runner interleaves them, so drift hits both) and reports:
+
+- per arm: median decode tok/s and time to first token, pooled acceptance (accepted /
+  drafted over every run, not a mean of rates), mean acceptance length (1 + accepted /
+  verify steps), pooled per-position acceptance, peak memory;
+- per drafting arm: the speed-up as the median of paired tok/s ratios (with min/max and a
+  bootstrap interval), overall and by prompt tag; losslessness (greedy plans only: every
+  token compared with the reference's, float ties told from real divergences); the
+  theoretical speed-up (Leviathan et al.) from the measured acceptance and a draft/target cost
+  ratio, with the predicted best k; the measured cost of one speculative step in target
+  forwards; and, when drafting made things slower, the likely cause.
+
+Nothing here imports torch; a tokenizer is read only to show the text around a divergence.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specdeck.core.bench import stats
+from specdeck.core.bench.plan import Arm
+from specdeck.core.bench.runner import BenchRun, RunRecord
+from specdeck.core.engines.base import DrafterKind, DrafterSpec
+from specdeck.core.engines.lossless import Verdict, compare_greedy
+
+LOW_ACCEPTANCE = 0.5
+"""Below this pooled acceptance rate, low acceptance is named as a cause of a slow-down."""
+LONG_CONTEXT_TOKENS = 2048
+"""Prompt + output above this many tokens: attention starts to weigh on every verify step."""
+CLEARLY_SLOWER = 0.95
+"""A median below this is called slower even when the interval still reaches 1.0."""
+DEAR_STEP = 1.15
+"""A speculative step costing more target forwards than this is named as a cost."""
+TEXT_CONTEXT_TOKENS = 12
+"""Tokens of agreed text shown before a divergence."""
+
+Decoder = Callable[[Sequence[int]], str]
+
+
+@dataclass(frozen=True)
+class ArmSummary:
+    """What one arm measured over its counted runs."""
+
+    name: str
+    label: str
+    drafter: str
+    """none / model / ngram."""
+    k: int | None
+    """Draft tokens per step (the most per step when adaptive); None without a drafter."""
+    adaptive: bool
+    runs: int
+    tokens_per_second: float | None
+    """Median decode tok/s."""
+    time_to_first_token_s: float | None
+    """Median."""
+    acceptance_rate: float | None
+    """Pooled: accepted / drafted over all runs."""
+    mean_acceptance_length: float | None
+    """Pooled: 1 + accepted / verify steps."""
+    per_position_acceptance: tuple[float | None, ...]
+    """Pooled per draft position: accepted / drafted there (cumulative: P(first i+1 kept))."""
+    step_time_s: float | None
+    """Median decode seconds per verify step (per token for the reference)."""
+    peak_memory_bytes: int | None
+    memory_kind: str
+    drafted: int
+    accepted: int
+    steps: int
+    new_tokens: int
+
+
+@dataclass(frozen=True)
+class DivergenceReport:
+    """One run whose tokens differ from the reference's run of the same prompt and repeat."""
+
+    prompt_id: str
+    repeat: int
+    position: int
+    """Index of the first differing generated token."""
+    reference_token: int | None
+    candidate_token: int | None
+    tie: bool
+    """True when the target's top-2 logits were (near) equal there: a float tie."""
+    gap: float | None
+    context: str
+    """The agreed text just before the divergence."""
+    reference_text: str
+    candidate_text: str
+
+
+@dataclass(frozen=True)
+class LosslessCheck:
+    checkable: bool
+    reason: str = ""
+    """Why not checkable (e.g. "not checkable: sampled")."""
+    compared: int = 0
+    identical: int = 0
+    ties: int = 0
+    divergences: tuple[DivergenceReport, ...] = ()
+    """Real divergences and ties, in run order."""
+
+    @property
+    def diverged(self) -> int:
+        return sum(1 for d in self.divergences if not d.tie)
+
+    @property
+    def verdict(self) -> str:
+        if not self.checkable:
+            return self.reason
+        if not self.compared:
+            return "not checked: no paired runs"
+        if self.diverged:
+            return f"NOT lossless: {self.diverged} of {self.compared} runs diverged"
+        if self.ties:
+            return f"lossless up to float ties ({self.ties} of {self.compared} runs)"
+        return f"lossless: {self.identical} of {self.compared} runs identical"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "checkable": self.checkable, "reason": self.reason, "compared": self.compared,
+            "identical": self.identical, "ties": self.ties, "diverged": self.diverged,
+            "verdict": self.verdict, "divergences": list(self.divergences),
+        }
+
+
+@dataclass(frozen=True)
+class CostRatio:
+    """One draft forward's cost relative to one target forward."""
+
+    value: float | None
+    source: str
+    estimate: bool
+
+
+@dataclass(frozen=True)
+class Theory:
+    """Leviathan et al.'s prediction from the measured acceptance, beside the measurement."""
+
+    k: int
+    cost_ratio: CostRatio
+    predicted_speedup: float | None
+    """At this arm's k, with a verify step costing one target forward (the GPU ideal)."""
+    best_k: int | None
+    """0 when no k is predicted to beat decoding without a draft."""
+    best_speedup: float | None
+    curve: tuple[stats.KPrediction, ...]
+    ideal_step_cost: float | None
+    """k * c + 1: what a step should cost in target forwards."""
+    measured_step_cost: float | None
+    """Median over pairs of (this arm's time per step) / (the reference's time per token)."""
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A drafting arm against the reference arm."""
+
+    arm: str
+    label: str
+    speedup: stats.RatioSummary | None
+    by_tag: dict[str, stats.RatioSummary]
+    lossless: LosslessCheck
+    theory: Theory | None
+    verdict: str
+    """One line: faster / slower / no clear difference, with the numbers."""
+    causes: tuple[str, ...] = ()
+    """When slower: the likely causes, most likely first."""
+
+    def to_json(self) -> dict[str, Any]:
+        def ratio(r: stats.RatioSummary | None) -> dict[str, Any] | None:
+            if r is None:
+                return None
+            return {"n": r.n, "median": r.median, "min": r.minimum, "max": r.maximum,
+                    "ci_low": r.ci_low, "ci_high": r.ci_high, "verdict": r.verdict}
+
+        return {
+            "arm": self.arm, "label": self.label, "speedup": ratio(self.speedup),
+            "by_tag": {tag: ratio(r) for tag, r in self.by_tag.items()},
+            "lossless": self.lossless, "theory": self.theory, "verdict": self.verdict,
+            "causes": list(self.causes),
+        }
+
+
+@dataclass(frozen=True)
+class BenchSummary:
+    reference: str
+    arms: tuple[ArmSummary, ...]
+    comparisons: tuple[Comparison, ...]
+    sampling: str
+    counted_runs: int
+    cancelled: bool
+    notes: tuple[str, ...] = field(default=())
+
+    def arm(self, name: str) -> ArmSummary:
+        return next(a for a in self.arms if a.name == name)
+
+    def comparison(self, name: str) -> Comparison:
+        return next(c for c in self.comparisons if c.arm == name)
+
+    def to_json(self) -> dict[str, Any]:
+        from specdeck.core.jsonout import to_jsonable
+
+        return {
+            "reference": self.reference,
+            "arms": to_jsonable(self.arms),
+            "comparisons": to_jsonable(self.comparisons),
+            "sampling": self.sampling,
+            "counted_runs": self.counted_runs,
+            "cancelled": self.cancelled,
+            "notes": list(self.notes),
+        }
+
+
+# Summary ------------------------------------------------------------------------------------
+def summarize(run: BenchRun, decode: Decoder | None = None) -> BenchSummary:
+    """Every number of a finished (or stopped) run. ``decode`` turns token ids into text for
+    divergence reports; by default the target's tokenizer.json is read when one is needed."""
+    plan = run.plan
+    reference = plan.baseline.name
+    arms = tuple(_arm_summary(arm, run.counted(arm.name)) for arm in plan.arms)
+    decoder = _LazyDecoder(decode, run.loaded.model_path)
+    comparisons = tuple(
+        _compare(run, arm, arms[0], arms[i], decoder) for i, arm in enumerate(plan.arms) if i > 0
+    )
+    notes = []
+    if run.cancelled:
+        notes.append("The run was stopped early: only the finished runs are counted.")
+    if any(a.adaptive for a in arms[1:]):
+        notes.append("Adaptive arms draft up to k tokens per step; the theory assumes exactly k.")
+    return BenchSummary(
+        reference=reference,
+        arms=arms,
+        comparisons=comparisons,
+        sampling=plan.sampling.label,
+        counted_runs=len(run.counted()),
+        cancelled=run.cancelled,
+        notes=tuple(notes),
+    )
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _arm_summary(arm: Arm, records: list[RunRecord]) -> ArmSummary:
+    all_stats = [r.result.stats for r in records]
+    drafted = sum(s.drafted for s in all_stats)
+    accepted = sum(s.accepted for s in all_stats)
+    steps = sum(s.steps for s in all_stats)
+    positions = max((len(s.per_position_drafted) for s in all_stats), default=0)
+    per_position = []
+    for i in range(positions):
+        d = sum(s.per_position_drafted[i] for s in all_stats if i < len(s.per_position_drafted))
+        a = sum(s.per_position_accepted[i] for s in all_stats if i < len(s.per_position_accepted))
+        per_position.append(a / d if d else None)
+    memories = [s.peak_memory_bytes for s in all_stats if s.peak_memory_bytes]
+    kinds = {s.memory_kind for s in all_stats if s.memory_kind}
+    has_drafter = arm.drafter.kind is not DrafterKind.NONE
+    return ArmSummary(
+        name=arm.name,
+        label=arm.label,
+        drafter=arm.drafter.kind.value,
+        k=arm.drafter.num_draft_tokens if has_drafter else None,
+        adaptive=has_drafter and arm.drafter.adaptive,
+        runs=len(records),
+        tokens_per_second=_median([s.tokens_per_second for s in all_stats if s.decode_s > 0]),
+        time_to_first_token_s=_median(
+            [s.time_to_first_token_s for s in all_stats if s.time_to_first_token_s is not None]
+        ),
+        acceptance_rate=accepted / drafted if drafted else None,
+        mean_acceptance_length=1.0 + accepted / steps if steps and has_drafter else None,
+        per_position_acceptance=tuple(per_position),
+        step_time_s=_median([s.decode_s / s.steps for s in all_stats if s.steps]),
+        peak_memory_bytes=max(memories) if memories else None,
+        memory_kind=kinds.pop() if len(kinds) == 1 else ",".join(sorted(kinds)),
+        drafted=drafted,
+        accepted=accepted,
+        steps=steps,
+        new_tokens=sum(s.new_tokens for s in all_stats),
+    )
+
+
+
+def pairs(run: BenchRun, arm: str) -> list[tuple[RunRecord, RunRecord]]:
+    """(reference run, arm run) for every prompt and repeat both finished."""
+    reference = {(r.prompt_id, r.slot.repeat): r for r in run.counted(run.plan.baseline.name)}
+    return [
+        (reference[(r.prompt_id, r.slot.repeat)], r)
+        for r in run.counted(arm)
+        if (r.prompt_id, r.slot.repeat) in reference
+    ]
+
+
+def _compare(run: BenchRun, arm: Arm, ref: ArmSummary, summary: ArmSummary,
+             decoder: _LazyDecoder) -> Comparison:
+    matched = pairs(run, arm.name)
+    speed = [(a.result.stats.tokens_per_second, b.result.stats.tokens_per_second, b)
+             for a, b in matched if a.result.stats.tokens_per_second > 0]
+    speedup = stats.summarize_ratios([y / x for x, y, _ in speed]) if speed else None
+    tags = {p.id: p.tags for p in run.prompts}
+    by_tag: dict[str, list[float]] = {}
+    for x, y, record in speed:
+        for tag in tags.get(record.prompt_id, ()):
+            by_tag.setdefault(tag, []).append(y / x)
+    lossless = _lossless(run, matched, decoder)
+    theory = _theory(run, arm.drafter, summary, matched)
+    verdict, causes = _verdict(arm, speedup, summary, theory, matched)
+    return Comparison(
+        arm=arm.name,
+        label=arm.label,
+        speedup=speedup,
+        by_tag={tag: stats.summarize_ratios(v) for tag, v in sorted(by_tag.items())},
+        lossless=lossless,
+        theory=theory,
+        verdict=verdict,
+        causes=causes,
+    )
+
+
+# Losslessness -------------------------------------------------------------------------------
+def _lossless(run: BenchRun, matched: list[tuple[RunRecord, RunRecord]],
+              decoder: _LazyDecoder) -> LosslessCheck:
+    if not run.plan.sampling.greedy:
+        return LosslessCheck(False, "not checkable: sampled (outputs differ by design)")
+    identical = ties = 0
+    found = []
+    for reference, candidate in matched:
+        comparison = compare_greedy(reference.result, candidate.result)
+        if comparison.lossless:
+            identical += 1
+            continue
+        tie = comparison.verdict is Verdict.TIE
+        ties += tie
+        found.append(_divergence(reference, candidate, comparison.first_divergence or 0,
+                                 comparison.reference_token, comparison.candidate_token,
+                                 tie, comparison.gap, decoder))
+    return LosslessCheck(True, "", len(matched), identical, ties, tuple(found))
+
+
+def _divergence(reference: RunRecord, candidate: RunRecord, position: int,
+                ref_token: int | None, cand_token: int | None, tie: bool, gap: float | None,
+                decoder: _LazyDecoder) -> DivergenceReport:
+    ref_ids = reference.result.token_ids
+    cand_ids = candidate.result.token_ids
+    before = ref_ids[max(0, position - TEXT_CONTEXT_TOKENS):position]
+    return DivergenceReport(
+        prompt_id=reference.prompt_id,
+        repeat=reference.slot.repeat,
+        position=position,
+        reference_token=ref_token,
+        candidate_token=cand_token,
+        tie=tie,
+        gap=gap,
+        context=decoder(before),
+        reference_text=decoder(ref_ids[position:position + 4]),
+        candidate_text=decoder(cand_ids[position:position + 4]),
+    )
+
+
+class _LazyDecoder:
+    """Token ids to text: the caller's decoder, or the target's tokenizer.json read once."""
+
+    def __init__(self, decode: Decoder | None, model_path: Path):
+        self._decode = decode
+        self._model_path = model_path
+        self._tried = decode is not None
+
+    def __call__(self, ids: Sequence[int]) -> str:
+        if not self._tried:
+            self._tried = True
+            self._decode = _tokenizer_decoder(self._model_path)
+        if not ids:
+            return ""
+        if self._decode is None:
+            return " ".join(f"<{i}>" for i in ids)
+        return self._decode(list(ids))
+
+
+def _tokenizer_decoder(model_path: Path) -> Decoder | None:
+    file = Path(model_path) / "tokenizer.json"
+    if not file.is_file():
+        return None
+    try:
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(file))
+    except Exception:  # noqa: BLE001 - any unreadable tokenizer: show ids instead
+        return None
+    return lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False)
+
+
+# Theory -------------------------------------------------------------------------------------
+def draft_cost_ratio(drafter: DrafterSpec, target_path: Path | None) -> CostRatio:
+    """c = cost of one draft forward / one target forward.
+
+    n-gram lookup: ~0 (a dictionary search). A draft model: decoding is memory-bound, so a
+    forward costs about the bytes of weights it reads; the estimate is the draft's weight
+    bytes over the target's (embedding excluded: a lookup reads one row of it).
+    """
+    if drafter.kind is DrafterKind.NGRAM:
+        return CostRatio(0.0, "n-gram lookup: ~0 of a target forward", estimate=True)
+    if drafter.kind is not DrafterKind.MODEL or drafter.model_path is None or target_path is None:
+        return CostRatio(None, "no drafter", estimate=False)
+    from specdeck.core.errors import SpecDeckError
+    from specdeck.core.models import read_model
+
+    try:
+        draft = read_model(drafter.model_path).weights
+        target = read_model(target_path).weights
+    except SpecDeckError as exc:
+        return CostRatio(None, f"unknown: {exc.what}", estimate=True)
+    if draft is None or target is None or target.on_gpu <= 0:
+        return CostRatio(None, "unknown: no safetensors weights to measure", estimate=True)
+    return CostRatio(
+        draft.on_gpu / target.on_gpu,
+        f"estimate from weight bytes: draft {draft.on_gpu / 1e9:.3g} GB / target "
+        f"{target.on_gpu / 1e9:.3g} GB",
+        estimate=True,
+    )
+
+
+def measured_step_cost(matched: list[tuple[RunRecord, RunRecord]]) -> float | None:
+    """Median of (arm's seconds per verify step) / (reference's seconds per token)."""
+    values = []
+    for reference, candidate in matched:
+        a, b = reference.result.stats, candidate.result.stats
+        if a.new_tokens and a.decode_s > 0 and b.steps:
+            values.append((b.decode_s / b.steps) / (a.decode_s / a.new_tokens))
+    return _median(values)
+
+
+def per_step_acceptance(records: Sequence[RunRecord]) -> list[float]:
+    """P(the draft at position i was kept) per verify step, i = 0.. (cumulative in i).
+
+    Steps in which the drafter proposed nothing count as misses: an n-gram drafter that
+    finds no match gains nothing that step, and the prediction must not pretend it does.
+    """
+    steps = sum(r.result.stats.steps for r in records)
+    width = max((len(r.result.stats.per_position_accepted) for r in records), default=0)
+    if not steps:
+        return []
+    return [sum(r.result.stats.per_position_accepted[i] for r in records
+                if i < len(r.result.stats.per_position_accepted)) / steps for i in range(width)]
+
+
+def _theory(run: BenchRun, drafter: DrafterSpec, summary: ArmSummary,
+            matched: list[tuple[RunRecord, RunRecord]]) -> Theory | None:
+    if drafter.kind is DrafterKind.NONE:
+        return None
+    k = drafter.num_draft_tokens
+    cost = draft_cost_ratio(drafter, run.loaded.model_path)
+    measured = measured_step_cost(matched)
+    acceptance = per_step_acceptance([b for _, b in matched])
+    if cost.value is None or not acceptance:
+        why = "no draft was proposed" if not acceptance else f"the draft cost is {cost.source}"
+        return Theory(k, cost, None, None, None, (), None, measured, note=f"No prediction: {why}.")
+    best, curve = stats.predict_best_k(acceptance, cost.value)
+    if best.speedup < 1.0:  # no k beats plain decoding: the best setting is no draft
+        best = stats.KPrediction(0, 1.0)
+    return Theory(
+        k=k,
+        cost_ratio=cost,
+        predicted_speedup=stats.theoretical_speedup(acceptance, k, cost.value),
+        best_k=best.k,
+        best_speedup=best.speedup,
+        curve=tuple(curve),
+        ideal_step_cost=k * cost.value + 1.0,
+        measured_step_cost=measured,
+        note="Acceptance per verify step (steps without a draft count as misses); verify "
+        "steps priced at one target forward (a GPU's ideal); positions beyond the measured "
+        "ones are extended geometrically.",
+    )
+
+
+# Verdict ------------------------------------------------------------------------------------
+def _verdict(arm: Arm, speedup: stats.RatioSummary | None, summary: ArmSummary,
+             theory: Theory | None, matched: list[tuple[RunRecord, RunRecord]]
+             ) -> tuple[str, tuple[str, ...]]:
+    if speedup is None:
+        return f"{arm.name}: no paired runs finished, no speed-up to report.", ()
+    span = (f"{speedup.median:.2f}x (min {speedup.minimum:.2f}, max {speedup.maximum:.2f}, "
+            f"95% CI {speedup.ci_low:.2f}-{speedup.ci_high:.2f}, n={speedup.n})")
+    slower = speedup.verdict == "slower" or speedup.median < CLEARLY_SLOWER
+    if not slower:
+        kind = "faster" if speedup.verdict == "faster" else "no clear difference"
+        return f"{arm.name} ({arm.drafter.label}): {span}: {kind}.", ()
+    causes = _slowdown_causes(summary, theory, matched)
+    text = (f"{arm.name} ({arm.drafter.label}) is SLOWER than no drafting: {span}. "
+            "Drafting hurts here; turn it off or change the drafter.")
+    return text, causes
+
+
+def _slowdown_causes(summary: ArmSummary, theory: Theory | None,
+                     matched: list[tuple[RunRecord, RunRecord]]) -> tuple[str, ...]:
+    causes = []
+    rate = summary.acceptance_rate
+    if rate is None or summary.drafted == 0:
+        causes.append("nothing was drafted: the drafter found nothing to propose, so every "
+                      "step paid for drafting without a chance of a gain")
+    elif rate < LOW_ACCEPTANCE:
+        causes.append(f"low acceptance: only {rate:.0%} of draft tokens were kept (mean "
+                      f"acceptance length {summary.mean_acceptance_length:.2f}); the draft "
+                      "does not predict this target on these prompts")
+    if theory is not None and theory.measured_step_cost is not None:
+        ideal = theory.ideal_step_cost
+        mean_length = summary.mean_acceptance_length or 1.0
+        cost = theory.measured_step_cost
+        if cost > DEAR_STEP and (cost >= mean_length or (ideal and cost > 1.5 * ideal)):
+            expected = f" (ideal {ideal:.2f})" if ideal else ""
+            causes.append(f"draft too slow: a speculative step costs "
+                          f"{theory.measured_step_cost:.2f} target forwards{expected} but "
+                          f"yields {mean_length:.2f} tokens")
+    contexts = [r.result.stats.prompt_tokens + r.result.stats.new_tokens for _, r in matched]
+    if contexts and max(contexts) > LONG_CONTEXT_TOKENS:
+        causes.append(f"long context: up to {max(contexts)} tokens; attention over the "
+                      "context makes each wider verify step dearer")
+    if not causes:
+        causes.append("no single cause stands out; run more repeats to rule out noise")
+    return tuple(causes)

@@ -1,0 +1,314 @@
+"""Sweeps: every k (1..8) for every draft candidate, a results table, and "apply the best".
+
+A sweep runs one A/B plan per candidate drafter (a draft model, or n-gram lookup) on one
+loaded target: the reference arm A (no draft), then one arm per k. Each candidate gets its
+own plan so a draft model is loaded once per candidate, not once per prompt. Arms draft
+exactly k tokens per step by default (``adaptive=False``): a sweep over k means "k drafts per
+step", as llama.cpp's --draft-max tables do.
+
+The best setting is the one with the highest median paired speed-up; when none beats no
+drafting, the best setting is "no draft" (``SweepResult.best is None``).
+
+``plan_apply_best`` turns the winner into a planned change of TabbyAPI's config.yml through
+the config editor (draft_model_name / draft_model_dir; draft_num_tokens only where the
+backend reads it: TabbyAPI's ExLlamaV2 backend has no such key and always drafts 4), so
+the GUI can show the diff; ``apply_best`` saves it (conflict check, .bak, atomic replace).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from specdeck.core.bench.plan import Arm, BenchPlan
+from specdeck.core.bench.runner import BenchRun, EventSink, run_plan
+from specdeck.core.bench.stats import RatioSummary
+from specdeck.core.bench.summary import BenchSummary, summarize
+from specdeck.core.engines.base import DrafterKind, DrafterSpec, Engine
+from specdeck.core.errors import CancelledError, InvalidInputError
+
+DEFAULT_KS = tuple(range(1, 9))
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    base: BenchPlan
+    """Engine, model, prompts, repeats, sampling, load options; its arms are ignored."""
+    candidates: tuple[DrafterSpec, ...]
+    """Drafters to try (each k is replaced by the swept k)."""
+    ks: tuple[int, ...] = DEFAULT_KS
+    adaptive: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.candidates or any(c.kind is DrafterKind.NONE for c in self.candidates):
+            raise InvalidInputError("A sweep needs at least one drafter (a draft model or n-gram).",
+                                    "Pass --draft FOLDER and/or --ngram.")
+        if not self.ks or any(not 1 <= k <= 32 for k in self.ks):
+            raise InvalidInputError(f"Sweep k values {list(self.ks)} must be 1 to 32.",
+                                    "Use a range such as --sweep-k 1-8.")
+
+
+def candidate_label(drafter: DrafterSpec) -> str:
+    if drafter.kind is DrafterKind.NGRAM:
+        return "n-gram"
+    return drafter.model_path.name if drafter.model_path else "draft"
+
+
+def arm_name(k: int) -> str:
+    return f"k{k}"
+
+
+def candidate_plans(spec: SweepSpec) -> list[BenchPlan]:
+    """One plan per candidate: A (no draft), then k = each swept value."""
+    plans = []
+    for candidate in spec.candidates:
+        arms = [Arm("A")] + [
+            Arm(arm_name(k), replace(candidate, num_draft_tokens=k, adaptive=spec.adaptive))
+            for k in spec.ks
+        ]
+        plans.append(replace(spec.base, arms=tuple(arms)))
+    return plans
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    candidate: str
+    drafter: DrafterSpec
+    k: int
+    tokens_per_second: float | None
+    speedup: RatioSummary | None
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    lossless: str
+
+    @property
+    def score(self) -> float:
+        return self.speedup.median if self.speedup else 0.0
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    spec: SweepSpec
+    runs: tuple[BenchRun, ...]
+    summaries: tuple[BenchSummary, ...]
+    rows: tuple[SweepRow, ...]
+    baseline_tokens_per_second: float | None
+    """Median of the candidates' reference arms."""
+    spent_s: float
+    """Generation time of every run (warm-ups included): prefill + decode."""
+    cancelled: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def best(self) -> SweepRow | None:
+        """The row with the highest median speed-up; None when nothing beats no draft."""
+        ranked = [r for r in self.rows if r.speedup is not None]
+        if not ranked:
+            return None
+        top = max(ranked, key=lambda r: r.score)
+        return top if top.score > 1.0 else None
+
+    def row(self, candidate: str, k: int) -> SweepRow:
+        return next(r for r in self.rows if r.candidate == candidate and r.k == k)
+
+    def to_json(self) -> dict[str, Any]:
+        from specdeck.core.jsonout import to_jsonable
+
+        best = self.best
+        return {
+            "ks": list(self.spec.ks),
+            "candidates": [candidate_label(c) for c in self.spec.candidates],
+            "adaptive": self.spec.adaptive,
+            "baseline_tokens_per_second": self.baseline_tokens_per_second,
+            "rows": [dict(to_jsonable(r), score=r.score) for r in self.rows],
+            "best": None if best is None else {"candidate": best.candidate, "k": best.k,
+                                               "speedup": best.score},
+            "spent_s": self.spent_s,
+            "cancelled": self.cancelled,
+            "summaries": [s.to_json() for s in self.summaries],
+            "notes": list(self.notes),
+        }
+
+
+def generation_seconds(runs: Sequence[BenchRun]) -> float:
+    """Seconds spent generating (prefill + decode) over every record, warm-ups included."""
+    return sum(r.result.stats.prefill_s + r.result.stats.decode_s for run in runs for r in run.records)
+
+
+def run_sweep(
+    spec: SweepSpec,
+    engine: Engine | None = None,
+    on_event: EventSink | None = None,
+    cancel: threading.Event | None = None,
+) -> SweepResult:
+    """Run every candidate's plan on one engine; stops between plans when cancelled."""
+    cancel = cancel or threading.Event()
+    owned = engine is None
+    if engine is None:
+        from specdeck.core.engines import create_engine
+
+        engine = create_engine(spec.base.engine)
+    runs: list[BenchRun] = []
+    try:
+        for plan in candidate_plans(spec):
+            if cancel.is_set():
+                break
+            try:
+                runs.append(run_plan(plan, engine, on_event, cancel))
+            except CancelledError:
+                if not runs:
+                    raise
+                break
+    finally:
+        if owned:
+            engine.unload()
+    return sweep_result(spec, runs)
+
+
+def sweep_result(spec: SweepSpec, runs: Sequence[BenchRun]) -> SweepResult:
+    """The table of a finished (or partly finished) sweep."""
+    summaries = [summarize(run) for run in runs]
+    rows = []
+    baselines = []
+    for candidate, summary in zip(spec.candidates, summaries):
+        reference = summary.arm(summary.reference)
+        if reference.tokens_per_second is not None:
+            baselines.append(reference.tokens_per_second)
+        for comparison in summary.comparisons:
+            arm = summary.arm(comparison.arm)
+            rows.append(SweepRow(
+                candidate=candidate_label(candidate),
+                drafter=replace(candidate, num_draft_tokens=arm.k or 1, adaptive=spec.adaptive),
+                k=arm.k or 0,
+                tokens_per_second=arm.tokens_per_second,
+                speedup=comparison.speedup,
+                acceptance_rate=arm.acceptance_rate,
+                mean_acceptance_length=arm.mean_acceptance_length,
+                lossless=comparison.lossless.verdict,
+            ))
+    baselines.sort()
+    return SweepResult(
+        spec=spec,
+        runs=tuple(runs),
+        summaries=tuple(summaries),
+        rows=tuple(rows),
+        baseline_tokens_per_second=baselines[len(baselines) // 2] if baselines else None,
+        spent_s=generation_seconds(runs),
+        cancelled=any(r.cancelled for r in runs) or len(runs) < len(spec.candidates),
+    )
+
+
+def sweep_table(result: SweepResult, markdown: bool = True) -> str:
+    """Candidates down, k across, like the public draft-max tables: "tok/s (speed-up)" per
+    cell, the best cell in bold (or starred in plain text)."""
+    best = result.best
+    ks = list(result.spec.ks)
+    header = ["draft \\ k"] + [str(k) for k in ks]
+    lines = []
+    candidates = list(dict.fromkeys(r.candidate for r in result.rows))
+    body = []
+    for candidate in candidates:
+        cells = [candidate]
+        for k in ks:
+            try:
+                row = result.row(candidate, k)
+            except StopIteration:
+                cells.append("-")
+                continue
+            text = "-" if row.tokens_per_second is None else f"{row.tokens_per_second:.1f}"
+            if row.speedup is not None:
+                text += f" ({row.speedup.median:.2f}x)"
+            if row is best:
+                text = f"**{text}**" if markdown else f"*{text}"
+            cells.append(text)
+        body.append(cells)
+    baseline = result.baseline_tokens_per_second
+    if markdown:
+        lines.append("| " + " | ".join(header) + " |")
+        lines.append("|" + "---|" * len(header))
+        lines.extend("| " + " | ".join(cells) + " |" for cells in body)
+    else:
+        widths = [max(len(str(c)) for c in col) for col in zip(header, *body)]
+        lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+        lines.extend("  ".join(c.ljust(w) for c, w in zip(cells, widths)) for cells in body)
+    lines.append("")
+    if baseline is not None:
+        lines.append(f"No draft: {baseline:.1f} tok/s (median of the reference arms).")
+    lines.append("Best: " + ("no draft (no setting beat decoding without one)" if best is None
+                             else f"{best.candidate}, k={best.k}: {best.score:.2f}x"))
+    return "\n".join(lines) + "\n"
+
+
+# Apply --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BestSettingChange:
+    """A planned config.yml edit for the sweep's winner; nothing is written yet."""
+
+    change: Any
+    """core.config.ConfigChange."""
+    notes: tuple[str, ...]
+
+    @property
+    def diff(self) -> str:
+        return self.change.diff()
+
+    @property
+    def is_noop(self) -> bool:
+        return self.change.is_noop
+
+
+def plan_apply_best(best: SweepRow | None, config_path: str | Path,
+                    draft_folder: str | Path | None = None) -> BestSettingChange:
+    """Plan writing the sweep's ``best`` row (None = no draft) into ``config_path``."""
+    return plan_apply_setting(None if best is None else best.drafter, config_path, draft_folder)
+
+
+def plan_apply_setting(drafter: DrafterSpec | None, config_path: str | Path,
+                       draft_folder: str | Path | None = None) -> BestSettingChange:
+    """Plan writing ``drafter`` (its kind, folder and k; None = no draft) into the config.yml
+    at ``config_path``.
+
+    ``draft_folder``: the folder TabbyAPI should load, when it differs from the folder the
+    benchmark ran (e.g. the EXL2 quant of the same draft); default the benchmarked folder.
+    """
+    from specdeck.core import config
+    from specdeck.core.config.schema import DRAFT, EXLLAMAV3
+
+    doc = config.load(Path(config_path).expanduser())
+    backend = doc.backend_hint()
+    changes: dict[tuple[str, str], Any] = {}
+    notes: list[str] = []
+    if drafter is None or drafter.kind is DrafterKind.NONE:
+        changes[(DRAFT, "draft_model_name")] = ""
+        notes.append("No setting beat decoding without a draft: the draft model is switched off.")
+    elif drafter.kind is DrafterKind.NGRAM:
+        if backend != EXLLAMAV3:
+            raise InvalidInputError(
+                "The best setting is n-gram drafting, which TabbyAPI's ExLlamaV2 backend cannot "
+                "be configured for in config.yml.",
+                "Use n-gram drafting with the ExLlamaV3 backend, or apply the best draft model.")
+        changes[(DRAFT, "draft_mode")] = "ngram"
+        changes[(DRAFT, "draft_num_tokens")] = drafter.num_draft_tokens
+        changes[(DRAFT, "ngram_match_min")] = drafter.ngram_min
+    else:
+        folder = Path(draft_folder or drafter.model_path).expanduser().resolve()
+        changes[(DRAFT, "draft_model_name")] = folder.name
+        if doc.resolve_dir(DRAFT, "draft_model_dir").resolve() != folder.parent:
+            changes[(DRAFT, "draft_model_dir")] = str(folder.parent)
+        if backend == EXLLAMAV3:
+            changes[(DRAFT, "draft_num_tokens")] = drafter.num_draft_tokens
+        else:
+            notes.append(f"k={drafter.num_draft_tokens} is not written: TabbyAPI's "
+                         f"{backend or 'ExLlamaV2'} backend has no draft_num_tokens key "
+                         "(ExLlamaV2 always drafts 4 tokens per step).")
+    return BestSettingChange(config.plan_change(doc, changes), tuple(notes))
+
+
+def apply_best(planned: BestSettingChange, force: bool = False, backup: bool = True):
+    """Save a planned change (after the user confirmed its diff); returns core.config.SaveResult."""
+    from specdeck.core import config
+
+    return config.save(planned.change, force=force, backup=backup)

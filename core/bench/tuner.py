@@ -1,0 +1,205 @@
+"""The adaptive tuner: a good k for a drafter at a fraction of an exhaustive sweep's cost.
+
+An exhaustive sweep runs every k (1..8) on every prompt, ``repeats`` times. The tuner runs
+each setting once (repeats = 1) and only a few settings:
+
+1. **Probe**: A (no draft) and k = k_max, fixed k. The k_max run measures, for every draft
+   position i, how many verify steps kept a draft there (accepted_i) and proposed one
+   (drafted_i). Because a step at k_max keeps position i exactly when a run at any k >= i
+   would have kept it (the same greedy target decides), the k_max run predicts every
+   smaller k: tokens per step E(k) = 1 + sum_{i<k} accepted_i / steps.
+2. **Cost model**: decode time = t0 * steps + t1 * drafted tokens, fitted to the probe runs
+   (A pins t0, the time of one plain target step; k_max pins t1, the cost of one more
+   draft token: the draft forward plus the wider verify). Predicted tok/s at k:
+   E(k) / (t0 + t1 * D(k)), with D(k) = sum_{i<k} drafted_i / steps the drafts per step.
+   This is Leviathan et al.'s model with the cost ratio measured instead of assumed.
+3. **Confirm**: the best predicted k values not yet measured (``confirm`` of them) run with
+   A again; the winner is the best measured speed-up (k = 0, no draft, when none beats 1).
+
+With the default 2 confirmations the tuner runs at most 5 arm passes over the prompts once;
+the sweep runs 9 arm passes ``repeats`` times (27 at the default 3 repeats).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from specdeck.core.bench.plan import Arm, BenchPlan
+from specdeck.core.bench.runner import BenchRun, EventSink, RunRecord, run_plan
+from specdeck.core.bench.summary import summarize
+from specdeck.core.bench.sweep import arm_name, generation_seconds
+from specdeck.core.engines.base import DrafterKind, DrafterSpec, Engine
+from specdeck.core.errors import InvalidInputError
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Decode seconds = step_s * verify steps + draft_token_s * drafted tokens."""
+
+    step_s: float
+    draft_token_s: float
+
+    @property
+    def draft_cost_ratio(self) -> float:
+        """One more draft token, in plain target steps: Leviathan's c (plus verify growth)."""
+        return self.draft_token_s / self.step_s if self.step_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class KForecast:
+    k: int
+    tokens_per_step: float
+    drafts_per_step: float
+    tokens_per_second: float
+    speedup: float
+    """Over the probe's no-draft tok/s."""
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    drafter: DrafterSpec
+    best_k: int
+    """0 = no draft: nothing measured beat decoding without one."""
+    best_speedup: float
+    """Measured median paired speed-up of best_k (1.0 for no draft)."""
+    cost: CostModel
+    forecast: tuple[KForecast, ...]
+    measured: dict[int, float]
+    """k -> measured median paired speed-up, for every k the tuner ran."""
+    runs: tuple[BenchRun, ...]
+    spent_s: float
+    """Generation time of every run (warm-ups included), as SweepResult.spent_s."""
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def predicted_best_k(self) -> int:
+        top = max(self.forecast, key=lambda f: f.tokens_per_second)
+        return top.k if top.speedup > 1.0 else 0
+
+    def to_json(self) -> dict[str, Any]:
+        from specdeck.core.jsonout import to_jsonable
+
+        return {
+            "drafter": to_jsonable(self.drafter), "best_k": self.best_k,
+            "best_speedup": self.best_speedup, "predicted_best_k": self.predicted_best_k,
+            "cost": {"step_s": self.cost.step_s, "draft_token_s": self.cost.draft_token_s,
+                     "draft_cost_ratio": self.cost.draft_cost_ratio},
+            "forecast": to_jsonable(self.forecast), "measured": self.measured,
+            "spent_s": self.spent_s, "notes": list(self.notes),
+        }
+
+
+def fit_cost(records: list[RunRecord]) -> CostModel:
+    """Least squares of decode_s over (steps, drafted); drafted-free runs pin step_s."""
+    sxx = sxy = syy = sx_t = sy_t = 0.0
+    for record in records:
+        s = record.result.stats
+        x, y, t = float(s.steps), float(s.drafted), s.decode_s
+        sxx += x * x
+        sxy += x * y
+        syy += y * y
+        sx_t += x * t
+        sy_t += y * t
+    det = sxx * syy - sxy * sxy
+    if sxx <= 0:
+        raise InvalidInputError("The tuner's probe produced no verify steps to time.")
+    if abs(det) < 1e-12 * max(sxx * syy, 1.0):  # nothing drafted: only the step cost is known
+        return CostModel(sx_t / sxx, 0.0)
+    step = (sx_t * syy - sy_t * sxy) / det
+    per_draft = (sy_t * sxx - sx_t * sxy) / det
+    return CostModel(max(step, 1e-12), max(per_draft, 0.0))
+
+
+def forecast(records: list[RunRecord], cost: CostModel, k_max: int,
+             baseline_tokens_per_second: float) -> tuple[KForecast, ...]:
+    """Predicted tok/s for k = 1..k_max from k_max runs' per-position counts."""
+    steps = sum(r.result.stats.steps for r in records)
+    accepted = [0] * k_max
+    drafted = [0] * k_max
+    for record in records:
+        s = record.result.stats
+        for i, (a, d) in enumerate(zip(s.per_position_accepted, s.per_position_drafted)):
+            if i < k_max:
+                accepted[i] += a
+                drafted[i] += d
+    out = []
+    for k in range(1, k_max + 1):
+        tokens = 1.0 + sum(accepted[:k]) / steps if steps else 1.0
+        drafts = sum(drafted[:k]) / steps if steps else 0.0
+        rate = tokens / (cost.step_s + cost.draft_token_s * drafts)
+        speedup = rate / baseline_tokens_per_second if baseline_tokens_per_second > 0 else 0.0
+        out.append(KForecast(k, tokens, drafts, rate, speedup))
+    return tuple(out)
+
+
+def tune_k(
+    base: BenchPlan,
+    drafter: DrafterSpec,
+    k_max: int = 8,
+    confirm: int = 2,
+    engine: Engine | None = None,
+    on_event: EventSink | None = None,
+    cancel: threading.Event | None = None,
+) -> TuneResult:
+    """Find a good k for ``drafter`` on ``base``'s prompts (see the module docstring)."""
+    if drafter.kind is DrafterKind.NONE:
+        raise InvalidInputError("The tuner needs a drafter (a draft model or n-gram).")
+    if not 1 <= k_max <= 32:
+        raise InvalidInputError(f"k_max {k_max} must be 1 to 32.")
+    cancel = cancel or threading.Event()
+    owned = engine is None
+    if engine is None:
+        from specdeck.core.engines import create_engine
+
+        engine = create_engine(base.engine)
+
+    def arm(k: int) -> Arm:
+        return Arm(arm_name(k), replace(drafter, num_draft_tokens=k, adaptive=False))
+
+    def plan(ks: list[int]) -> BenchPlan:
+        return replace(base, arms=(Arm("A"), *(arm(k) for k in ks)), repeats=1)
+
+    try:
+        probe = run_plan(plan([k_max]), engine, on_event, cancel)
+        runs = [probe]
+        probe_summary = summarize(probe)
+        measured = _measured(probe_summary)
+        baseline = probe_summary.arm("A").tokens_per_second or 0.0
+        cost = fit_cost(probe.counted())
+        curve = forecast(probe.counted(arm_name(k_max)), cost, k_max, baseline)
+        ranked = sorted(curve, key=lambda f: f.tokens_per_second, reverse=True)
+        candidates = [f.k for f in ranked if f.k not in measured and f.speedup > 1.0][:confirm]
+        if candidates and not cancel.is_set():
+            check = run_plan(plan(sorted(candidates)), engine, on_event, cancel)
+            runs.append(check)
+            measured.update(_measured(summarize(check)))
+    finally:
+        if owned:
+            engine.unload()
+    best_k, best = max(measured.items(), key=lambda item: item[1], default=(0, 1.0))
+    notes = []
+    if best <= 1.0:
+        best_k, best = 0, 1.0
+        notes.append("No k beat decoding without a draft: turn drafting off for this setup.")
+    return TuneResult(
+        drafter=drafter,
+        best_k=best_k,
+        best_speedup=best,
+        cost=cost,
+        forecast=curve,
+        measured=measured,
+        runs=tuple(runs),
+        spent_s=generation_seconds(runs),
+        notes=tuple(notes),
+    )
+
+
+def _measured(summary) -> dict[int, float]:
+    out = {}
+    for comparison in summary.comparisons:
+        k = summary.arm(comparison.arm).k
+        if k is not None and comparison.speedup is not None:
+            out[k] = comparison.speedup.median
+    return out

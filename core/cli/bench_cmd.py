@@ -1,0 +1,298 @@
+"""`specdeck bench`: A/B runs, sweeps over k and the adaptive tuner from the terminal.
+
+    specdeck bench --demo                                  # demo model: no draft vs n-gram
+    specdeck bench --model M --draft D --k 4 --suite code,chat --report out/
+    specdeck bench --model M --draft D --sweep-k 1-8 --apply --config tabby/config.yml
+    specdeck bench --model M --ngram --tune
+    specdeck bench --plan out/plan.json                    # repeat a saved run
+
+Progress goes to stderr (a line per run: arm, prompt, tok/s, acceptance); the verdicts go to
+stdout, or one JSON object with ``--json -`` (``--json FILE`` writes it to a file). Exit 0
+when done, 1 when a greedy drafting arm changed the output (not lossless), 2 on errors,
+130 when stopped with Ctrl-C (what finished is still reported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from pathlib import Path
+from typing import Any, TextIO
+
+from specdeck.core.cli import EXIT_INTERRUPTED, EXIT_NEGATIVE, EXIT_OK
+from specdeck.core.cli.engine_cmd import (
+    _cancel_on_interrupt,
+    _quiet_library_progress_bars,
+)
+from specdeck.core.cli.output import emit_json
+from specdeck.core.errors import InvalidInputError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "bench",
+        help="A/B benchmark: with vs without speculative decoding, sweeps over k, tuning",
+        description="Run the same prompts with and without a drafter, interleaved, greedy by "
+        "default, and report paired speed-ups, acceptance and losslessness.",
+    )
+    p.add_argument("--demo", action="store_true",
+                   help="the embedded demo model: no draft vs n-gram")
+    p.add_argument("--engine", default="torch", help="torch (default) or exllamav2")
+    p.add_argument("--model", help='target model folder, or "demo"')
+    p.add_argument("--draft", action="append", default=[], metavar="FOLDER",
+                   help="draft model folder (repeat for several candidates)")
+    p.add_argument("--ngram", action="store_true", help="add an n-gram (prompt lookup) arm")
+    ks = p.add_mutually_exclusive_group()
+    ks.add_argument("--k", type=int, default=4, help="draft tokens per step (default 4)")
+    ks.add_argument("--sweep-k", metavar="RANGE", help="sweep k, e.g. 1-8 or 1,2,4,8")
+    p.add_argument("--tune", action="store_true",
+                   help="find a good k with the adaptive tuner (a fraction of a sweep's time)")
+    p.add_argument("--fixed-k", action="store_true",
+                   help="draft exactly k per step (default: up to k, fewer after misses; "
+                   "sweeps and the tuner always use exactly k)")
+    p.add_argument("--suite", default="code",
+                   help="comma-separated suites (code, structured, grounded, chat, prose) or "
+                   "suite files (default code)")
+    p.add_argument("--max-prompts", type=int, default=None, help="use at most N prompts")
+    p.add_argument("--repeats", type=int, default=3, help="measured runs per prompt (default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up runs per arm (default 1)")
+    p.add_argument("--max-new", type=int, default=256, help="max new tokens (default 256)")
+    p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    p.add_argument("--device", default="auto", help="torch engine: auto, cpu, cuda, cuda:N")
+    p.add_argument("--dtype", default="auto", help="torch engine: auto, float32, bfloat16, ...")
+    p.add_argument("--plan", type=Path, metavar="FILE",
+                   help="run a saved plan.json (other plan options are ignored)")
+    p.add_argument("--json", metavar="FILE", help="write the result as JSON (- = stdout)")
+    p.add_argument("--report", type=Path, metavar="DIR",
+                   help="write report.json, runs.csv, summary.md, chart.png, plan.json")
+    p.add_argument("--no-history", action="store_true",
+                   help="do not keep this run in SpecDeck's history")
+    p.add_argument("--apply", action="store_true",
+                   help="write the best setting into TabbyAPI's config.yml (needs --config)")
+    p.add_argument("--config", type=Path, metavar="FILE", help="TabbyAPI config.yml for --apply")
+    p.add_argument("--yes", "-y", action="store_true", help="save with --apply without asking")
+    p.set_defaults(handler=_bench)
+
+
+# Building the plan ---------------------------------------------------------------------------
+def parse_k_range(text: str) -> tuple[int, ...]:
+    """"1-8" or "1,2,4,8" (or a mix: "1-4,8")."""
+    values: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                low, high = (int(v) for v in part.split("-", 1))
+                values.extend(range(low, high + 1))
+            elif part:
+                values.append(int(part))
+    except ValueError:
+        values = []
+    if not values or any(not 1 <= v <= 32 for v in values):
+        raise InvalidInputError(f"--sweep-k {text!r} is not a list of k values from 1 to 32.",
+                                "Write a range such as --sweep-k 1-8 or a list such as 1,2,4,8.")
+    return tuple(sorted(set(values)))
+
+
+def _drafters(args: argparse.Namespace, k: int, adaptive: bool) -> list[Any]:
+    from specdeck.core.engines.base import DrafterKind, DrafterSpec
+
+    drafters = [DrafterSpec(DrafterKind.MODEL, Path(d).expanduser(), num_draft_tokens=k,
+                            adaptive=adaptive) for d in args.draft]
+    if args.ngram or (args.demo and not drafters):
+        drafters.append(DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=k, adaptive=adaptive))
+    return drafters
+
+
+def build_plan(args: argparse.Namespace):
+    """The plan the arguments describe (its arms: A, then one per drafter at --k)."""
+    from specdeck.core.bench.plan import Arm, BenchPlan, _arm_name
+    from specdeck.core.engines.base import LoadSpec
+
+    if args.plan is not None:
+        from specdeck.core.bench.report import load_plan
+
+        return load_plan(args.plan)
+    model = "demo" if args.demo else args.model
+    if not model:
+        raise InvalidInputError("specdeck bench needs a model.",
+                                "Pass --model FOLDER, --demo, or --plan FILE.")
+    arms = [Arm("A")]
+    for drafter in _drafters(args, args.k, adaptive=not args.fixed_k):
+        arms.append(Arm(_arm_name(len(arms)), drafter))
+    return BenchPlan(
+        engine=args.engine,
+        model=str(model),
+        arms=tuple(arms),
+        suites=tuple(s.strip() for s in args.suite.split(",") if s.strip()),
+        max_prompts=args.max_prompts,
+        max_new_tokens=args.max_new,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        apply_chat_template=not args.no_chat,
+        load=LoadSpec(Path("."), device=args.device, dtype=args.dtype),
+    )
+
+
+# Running -------------------------------------------------------------------------------------
+def _bench(args: argparse.Namespace) -> int:
+    if args.apply and args.config is None:
+        raise InvalidInputError("--apply needs the TabbyAPI config.yml to change.",
+                                "Pass --config path/to/config.yml.")
+    if args.tune and args.sweep_k:
+        raise InvalidInputError("--tune and --sweep-k are two ways to pick k; give one.")
+    plan = build_plan(args)
+    cancel = threading.Event()
+    _quiet_library_progress_bars()
+    progress = ProgressPrinter(sys.stderr)
+    with _cancel_on_interrupt(cancel):
+        if args.tune:
+            return _tune(args, plan, progress, cancel)
+        if args.sweep_k:
+            return _sweep(args, plan, progress, cancel)
+        return _ab(args, plan, progress, cancel)
+
+
+def _ab(args, plan, progress, cancel) -> int:
+    from specdeck.core.bench.report import markdown_summary, report_data, save_to_history, write_report
+    from specdeck.core.bench.runner import run_plan
+    from specdeck.core.bench.summary import summarize
+
+    if len(plan.arms) < 2:
+        raise InvalidInputError("Nothing to compare: the plan has no drafting arm.",
+                                "Add --draft FOLDER and/or --ngram.")
+    run = run_plan(plan, on_event=progress, cancel=cancel)
+    summary = summarize(run)
+    written = {}
+    if args.report is not None:
+        written["report"] = write_report(run, summary, args.report).folder
+    if not args.no_history:
+        written["history"] = save_to_history(run, summary).folder
+    if args.apply:
+        _apply(args, _best_arm_drafter(summary, plan))
+    if args.json:
+        _emit(args.json, {**report_data(run, summary), "written": written})
+    else:
+        sys.stdout.write(markdown_summary(run, summary))
+    for what, folder in written.items():
+        progress.line(f"{what} saved in {folder}")
+    if run.cancelled:
+        return EXIT_INTERRUPTED
+    diverged = any(c.lossless.diverged for c in summary.comparisons)
+    return EXIT_NEGATIVE if diverged else EXIT_OK
+
+
+def _best_arm_drafter(summary, plan):
+    ranked = [c for c in summary.comparisons if c.speedup is not None and c.lossless.diverged == 0]
+    best = max(ranked, key=lambda c: c.speedup.median, default=None)
+    if best is None or best.speedup.median <= 1.0:
+        return None
+    return plan.arm(best.arm).drafter
+
+
+def _sweep(args, plan, progress, cancel) -> int:
+    from specdeck.core.bench.sweep import SweepSpec, plan_apply_best, run_sweep, sweep_table
+
+    drafters = _drafters(args, 1, adaptive=False) or [a.drafter for a in plan.arms[1:]]
+    spec = SweepSpec(plan, tuple(drafters), ks=parse_k_range(args.sweep_k))
+    result = run_sweep(spec, on_event=progress, cancel=cancel)
+    if args.apply:
+        _apply(args, None, planned=plan_apply_best(result.best, args.config))
+    if args.json:
+        _emit(args.json, result)
+    else:
+        sys.stdout.write(sweep_table(result, markdown=False))
+    return EXIT_INTERRUPTED if result.cancelled and cancel.is_set() else EXIT_OK
+
+
+def _tune(args, plan, progress, cancel) -> int:
+    from dataclasses import replace
+
+    from specdeck.core.bench.tuner import tune_k
+
+    drafters = _drafters(args, 1, adaptive=False) or [a.drafter for a in plan.arms[1:]]
+    if len(drafters) != 1:
+        raise InvalidInputError("--tune tunes one drafter at a time.",
+                                "Give one --draft FOLDER or --ngram.")
+    k_max = parse_k_range(args.sweep_k)[-1] if args.sweep_k else 8
+    result = tune_k(plan, drafters[0], k_max=k_max, on_event=progress, cancel=cancel)
+    if args.apply:
+        best = None if result.best_k == 0 else replace(drafters[0], num_draft_tokens=result.best_k)
+        _apply(args, best)
+    if args.json:
+        _emit(args.json, result)
+    else:
+        best = "no draft" if result.best_k == 0 else f"k={result.best_k}"
+        sys.stdout.write(
+            f"Best: {best} ({result.best_speedup:.2f}x measured; the cost model predicted "
+            f"k={result.predicted_best_k}). Measured: "
+            + ", ".join(f"k={k}: {v:.2f}x" for k, v in sorted(result.measured.items()))
+            + f". Spent {result.spent_s:.1f} s generating.\n")
+        sys.stdout.writelines(f"Note: {n}\n" for n in result.notes)
+    return EXIT_INTERRUPTED if cancel.is_set() else EXIT_OK
+
+
+def _apply(args, drafter, planned=None) -> None:
+    """Show the config.yml diff on stderr and save it when confirmed (--yes or a y answer)."""
+    from specdeck.core.bench.sweep import apply_best, plan_apply_setting
+
+    planned = planned or plan_apply_setting(drafter, args.config)
+    err = sys.stderr
+    for note in planned.notes:
+        err.write(f"specdeck: {note}\n")
+    if planned.is_noop:
+        err.write(f"specdeck: {args.config} already has the best setting.\n")
+        return
+    err.write(planned.diff)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise InvalidInputError("Not saved: SpecDeck writes config.yml only when confirmed.",
+                                    "Re-run with --yes to save the best setting.")
+        err.write(f"Save to {args.config}? [y/N] ")
+        err.flush()
+        if input().strip().lower() not in ("y", "yes"):
+            err.write("specdeck: not saved.\n")
+            return
+    saved = apply_best(planned)
+    backup = f" (previous version: {saved.backup})" if saved.backup else ""
+    err.write(f"specdeck: saved {saved.path}{backup}.\n")
+
+
+def _emit(target: str, payload: Any) -> None:
+    if target == "-":
+        emit_json(payload)
+        return
+    from specdeck.core.atomic import atomic_write_bytes
+    from specdeck.core.jsonout import dumps
+
+    atomic_write_bytes(Path(target).expanduser(), (dumps(payload) + "\n").encode("utf-8"))
+
+
+class ProgressPrinter:
+    """Runner events as lines on stderr: stages once each, then a line per finished run."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+        self._last_stage = ""
+
+    def line(self, text: str) -> None:
+        self.stream.write(f"specdeck: {text}\n")
+        self.stream.flush()
+
+    def __call__(self, event: Any) -> None:
+        from specdeck.core.bench.runner import RunFinished, Stage
+
+        if isinstance(event, Stage):
+            if event.text != self._last_stage:
+                self._last_stage = event.text
+                self.line(event.text)
+        elif isinstance(event, RunFinished):
+            record = event.record
+            s = record.result.stats
+            slot = record.slot
+            kind = "warm-up" if slot.warmup else f"repeat {slot.repeat + 1}"
+            acceptance = "" if s.acceptance_rate is None else f", acceptance {s.acceptance_rate:.0%}"
+            stopped = "" if record.complete else " (stopped)"
+            self.line(f"[{slot.index + 1}/{event.total}] {slot.arm.label} | {slot.prompt.id} "
+                      f"{kind}: {s.tokens_per_second:.1f} tok/s{acceptance}{stopped}")

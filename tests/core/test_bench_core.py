@@ -1,0 +1,265 @@
+"""A/B summary, reports, sweeps, the tuner, apply-best and `specdeck bench`, on tiny real
+Llama models (tests/tiny_models.py) and real TabbyAPI config samples.
+
+Where a test depends on which setting is fastest, the engine's clock is a deterministic
+cost-model clock (``virtual_clock``): every forward of a model advances time by that model's
+parameter count, as memory-bound decoding on a GPU does (a forward reads every weight once,
+however many tokens it verifies). Everything else, tokens, drafts, acceptance, is real.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from conftest import TABBY
+from specdeck.core.bench.plan import Arm, BenchPlan, default_arms
+from specdeck.core.bench.report import (
+    list_history,
+    load_plan,
+    load_report,
+    save_to_history,
+    write_report,
+)
+from specdeck.core.bench.runner import BenchRun, run_plan
+from specdeck.core.bench.summary import summarize
+from specdeck.core.bench.sweep import (
+    SweepSpec,
+    apply_best,
+    plan_apply_best,
+    plan_apply_setting,
+    run_sweep,
+    sweep_table,
+)
+from specdeck.core.bench.tuner import tune_k
+from specdeck.core.cli import main
+from specdeck.core.cli.bench_cmd import parse_k_range
+from specdeck.core.engines import create_engine
+from specdeck.core.engines.base import DrafterKind, DrafterSpec, LoadSpec, SamplingSpec
+from specdeck.core.errors import InvalidInputError
+from tiny_models import cycling_llama, random_llama
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+NGRAM = DrafterSpec(DrafterKind.NGRAM)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bench-core-models")
+    return {
+        "target": random_llama(root / "target", seed=0),
+        "draft": random_llama(root / "draft", seed=1, hidden=32, layers=1),
+        "cycle": cycling_llama(root / "cycle"),
+    }
+
+
+def tiny_plan(model: Path, arms, **overrides) -> BenchPlan:
+    values = dict(engine="torch", model=str(model), arms=arms, suites=("code",), max_prompts=1,
+                  max_new_tokens=10, repeats=2, warmup=0, apply_chat_template=False,
+                  load=LoadSpec(model, device="cpu"))
+    values.update(overrides)
+    return BenchPlan(**values)
+
+
+@pytest.fixture
+def virtual_clock(monkeypatch):
+    """The PyTorch engine's clock advances only by the models' forwards (see module doc)."""
+    from specdeck.core.engines import speculative
+
+    now = [0.0]
+    sizes: dict[int, int] = {}
+    real_feed = speculative.KVModel.feed
+
+    def feed(self, ids, all_logits=True):
+        key = id(self.model)
+        if key not in sizes:
+            sizes[key] = sum(p.numel() for p in self.model.parameters())
+        now[0] += sizes[key] * 1e-9
+        return real_feed(self, ids, all_logits)
+
+    class Clock:
+        @staticmethod
+        def perf_counter() -> float:
+            return now[0]
+
+    monkeypatch.setattr(speculative.KVModel, "feed", feed)
+    monkeypatch.setattr(speculative, "time", Clock)
+    return now
+
+
+# Summary and reports -------------------------------------------------------------------------
+def test_summary_and_every_report_file(models, tmp_path):
+    plan = tiny_plan(models["target"], default_arms(models["draft"], ngram=True, k=3),
+                     suites=("code", "chat"), max_prompts=2, repeats=1)
+    run = run_plan(plan)
+    summary = summarize(run)
+    assert [a.name for a in summary.arms] == ["A", "B", "C"]
+    assert summary.counted_runs == 3 * 2
+    draft = summary.comparison("B")
+    assert draft.speedup is not None and draft.speedup.n == 2
+    assert set(draft.by_tag) == {"code"}  # max_prompts=2 takes code's first two prompts
+    assert draft.lossless.checkable and draft.lossless.identical == 2 and not draft.lossless.divergences
+    b = summary.arm("B")
+    assert b.drafted > 0 and b.acceptance_rate == pytest.approx(b.accepted / b.drafted)
+    assert b.mean_acceptance_length == pytest.approx(1 + b.accepted / b.steps)
+    assert b.new_tokens == b.steps + b.accepted  # nothing was cut short by EOS here
+    theory = draft.theory
+    assert theory.cost_ratio.estimate and 0 < theory.cost_ratio.value < 1
+    assert "weight bytes" in theory.cost_ratio.source
+    assert theory.measured_step_cost is not None and len(theory.curve) == 8
+    assert summary.comparison("C").theory.cost_ratio.value == 0.0
+    if draft.speedup.median < 0.95:
+        assert "SLOWER" in draft.verdict and draft.causes
+
+    paths = write_report(run, summary, tmp_path / "report")
+    data = load_report(paths.folder)
+    assert data["version"] == 1 and len(data["runs"]) == len(run.records)
+    assert data["runs"][0]["token_ids"] == list(run.records[0].result.token_ids)
+    assert data["summary"]["comparisons"][0]["lossless"]["identical"] == 2
+    rows = list(csv.DictReader(io.StringIO(paths.csv.read_text())))
+    assert len(rows) == len(run.records)
+    assert {r["same_tokens_as_reference"] for r in rows if r["arm"] != "A"} == {"True"}
+    assert "## Verdict" in paths.markdown.read_text()
+    assert load_plan(paths.plan) == plan
+
+    from PySide6.QtGui import QImage
+
+    image = QImage()
+    assert paths.chart is not None and image.loadFromData(paths.chart.read_bytes(), "PNG")
+    assert image.width() > 200 and image.height() > 100
+
+    saved = save_to_history(run, summary)
+    history = list_history()
+    assert [h.folder for h in history] == [saved.folder]
+    assert history[0].speedups["B"] == pytest.approx(draft.speedup.median)
+    (saved.folder.parent / "junk").mkdir()  # a folder without entry.json is skipped
+    assert len(list_history()) == 1
+
+
+def test_a_sampled_arm_is_flagged_as_diverging_and_a_sampled_plan_is_not_checkable(models):
+    greedy = tiny_plan(models["target"], default_arms(ngram=True), max_new_tokens=8)
+    sampled = replace(greedy, sampling=SamplingSpec(temperature=1.5, seed=3))
+    engine = create_engine("torch")
+    greedy_run = run_plan(greedy, engine)
+    sampled_run = run_plan(sampled, engine)
+    engine.unload()
+    assert not summarize(sampled_run).comparison("B").lossless.checkable
+    assert "not checkable: sampled" in summarize(sampled_run).comparison("B").lossless.verdict
+    # Arm B drew its tokens with sampling, arm A greedily: the check must catch it.
+    mixed = BenchRun(**{**greedy_run.__dict__, "records": tuple(
+        r for r in greedy_run.records if r.arm == "A") + tuple(
+        r for r in sampled_run.records if r.arm == "B")})
+    check = summarize(mixed).comparison("B").lossless
+    assert check.diverged == 2 and check.identical == 0
+    first = check.divergences[0]
+    a = next(r for r in mixed.records if r.arm == "A" and r.slot.repeat == first.repeat)
+    b = next(r for r in mixed.records if r.arm == "B" and r.slot.repeat == first.repeat)
+    assert a.result.token_ids[:first.position] == b.result.token_ids[:first.position]
+    assert a.result.token_ids[first.position] != b.result.token_ids[first.position]
+    assert first.reference_token == a.result.token_ids[first.position]
+    assert first.reference_text and "NOT lossless" in check.verdict
+
+
+# Sweeps and the tuner ------------------------------------------------------------------------
+def test_sweep_picks_the_largest_k_when_drafts_are_always_right(models, virtual_clock):
+    base = tiny_plan(models["cycle"], (Arm("A"),), repeats=1, max_new_tokens=30)
+    result = run_sweep(SweepSpec(base, (NGRAM,), ks=(1, 2, 4, 8)))
+    lengths = [result.row("n-gram", k).mean_acceptance_length for k in (1, 2, 4, 8)]
+    assert lengths == sorted(lengths) and lengths[-1] >= 2.5
+    assert all(result.row("n-gram", k).acceptance_rate > 0.9 for k in (1, 2, 4, 8))
+    assert result.best is not None and result.best.k == 8
+    table = sweep_table(result)
+    assert "**" in table and "Best: n-gram, k=8" in table
+
+
+def test_sweep_with_a_useless_draft_says_no_draft(models, virtual_clock):
+    base = tiny_plan(models["target"], (Arm("A"),), repeats=1, max_new_tokens=8)
+    draft = DrafterSpec(DrafterKind.MODEL, models["draft"])
+    result = run_sweep(SweepSpec(base, (draft,), ks=(1, 3)))
+    assert all(r.acceptance_rate == 0.0 for r in result.rows)
+    assert all(r.speedup.median < 1 for r in result.rows)
+    assert result.best is None and "Best: no draft" in sweep_table(result)
+    slow = result.summaries[0].comparison("k1")
+    assert "SLOWER" in slow.verdict and any("low acceptance" in c for c in slow.causes)
+
+
+@pytest.mark.slow
+def test_tuner_finds_the_sweeps_best_k_in_a_third_of_its_time(models, virtual_clock):
+    base = tiny_plan(models["cycle"], (Arm("A"),), repeats=3, max_new_tokens=20)
+    engine = create_engine("torch")
+    sweep = run_sweep(SweepSpec(base, (NGRAM,)), engine)
+    tuned = tune_k(base, NGRAM, k_max=8, engine=engine)
+    engine.unload()
+    assert tuned.best_k >= 1
+    best_rate = max(r.tokens_per_second for r in sweep.rows)
+    assert sweep.row("n-gram", tuned.best_k).tokens_per_second >= 0.97 * best_rate
+    assert tuned.spent_s <= sweep.spent_s / 3
+    assert tuned.cost.draft_token_s < tuned.cost.step_s  # n-gram drafts cost ~nothing
+    assert [f.k for f in tuned.forecast] == list(range(1, 9))
+
+
+def test_tuner_turns_drafting_off_when_nothing_is_accepted(models, virtual_clock):
+    base = tiny_plan(models["target"], (Arm("A"),), repeats=1, max_new_tokens=8)
+    tuned = tune_k(base, DrafterSpec(DrafterKind.MODEL, models["draft"]), k_max=4)
+    assert tuned.best_k == 0 and tuned.predicted_best_k == 0
+    assert len(tuned.runs) == 1  # nothing worth confirming
+
+
+# Apply ---------------------------------------------------------------------------------------
+def test_apply_writes_the_draft_through_the_config_editor(tmp_path, models):
+    config = tmp_path / "config.yml"
+    config.write_text((TABBY / "config_sample.exl2-checkpoint.yml").read_text())
+    original = config.read_text()
+    drafter = DrafterSpec(DrafterKind.MODEL, models["draft"], num_draft_tokens=3)
+    planned = plan_apply_setting(drafter, config)
+    assert "draft_model_name" in planned.diff and models["draft"].name in planned.diff
+    assert any("draft_num_tokens" in n for n in planned.notes)  # ExLlamaV2: k not written
+    assert config.read_text() == original  # nothing written before apply
+    saved = apply_best(planned)
+    assert saved.backup is not None and saved.backup.read_text() == original
+    from specdeck.core import config as cfg
+
+    doc = cfg.load(config)
+    assert doc.draft_model_path().resolve() == models["draft"].resolve()
+    with pytest.raises(InvalidInputError, match="n-gram"):
+        plan_apply_setting(NGRAM, config)
+    off = plan_apply_best(None, config)
+    assert "draft_model_name" in off.diff and off.notes
+
+
+# CLI -----------------------------------------------------------------------------------------
+def test_cli_bench_json_report_and_plan_repeat(models, tmp_path, capsys):
+    args = ["bench", "--model", str(models["cycle"]), "--ngram", "--no-chat", "--device", "cpu",
+            "--max-prompts", "1", "--repeats", "1", "--warmup", "0", "--max-new", "12",
+            "--report", str(tmp_path / "r"), "--json", "-"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data["format"] == "specdeck-bench-report" and len(data["runs"]) == 2
+    assert data["summary"]["comparisons"][0]["lossless"]["identical"] == 1
+    assert "[2/2] B: n-gram" in captured.err and "acceptance" in captured.err
+    assert (tmp_path / "r" / "chart.png").stat().st_size > 0
+    assert main(["bench", "--plan", str(tmp_path / "r" / "plan.json"), "--no-history"]) == 0
+    assert "## Verdict" in capsys.readouterr().out
+
+
+def test_cli_bench_errors_exit_2(capsys, tmp_path):
+    assert main(["bench", "--ngram"]) == 2
+    assert "needs a model" in capsys.readouterr().err
+    assert main(["bench", "--demo", "--apply"]) == 2
+    assert "--config" in capsys.readouterr().err
+    assert main(["bench", "--plan", str(tmp_path / "missing.json")]) == 2
+
+
+def test_k_ranges():
+    assert parse_k_range("1-8") == tuple(range(1, 9))
+    assert parse_k_range("1,2,4-5,8") == (1, 2, 4, 5, 8)
+    for bad in ("", "0-3", "a", "4-x", "40"):
+        with pytest.raises(InvalidInputError):
+            parse_k_range(bad)
