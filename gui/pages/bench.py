@@ -13,6 +13,7 @@ import html
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import (
@@ -97,6 +98,9 @@ class BenchPage(QWidget):
         self.last_run = None
         self._last_memory_sample = 0.0
         self._plot_turn = 0
+        self.last_summary = None
+        self.last_report = None
+        self._tasks: list = []
 
         self.banner = Banner()
         self._build_setup()
@@ -167,7 +171,7 @@ class BenchPage(QWidget):
         self.model.setEditable(True)
         self.model.addItem(DEMO)
         self.model.setToolTip('A model folder, or "demo" for the embedded SmolLM2-135M demo model')
-        self.model.setMinimumWidth(220)
+        self.model.setMinimumWidth(150)
         browse_model = QToolButton()
         browse_model.setText("…")
         browse_model.clicked.connect(lambda: self._browse(self.model.lineEdit()))
@@ -207,6 +211,20 @@ class BenchPage(QWidget):
         self.start_button.clicked.connect(self.start)
         self.stop_button = QPushButton("Stop")
         self.stop_button.clicked.connect(self.stop)
+        self.export_button = QPushButton("Export report…")
+        self.export_button.setToolTip("JSON (complete), CSV (one row per run), Markdown, PNG chart "
+                                      "and the plan, to repeat the run")
+        self.export_button.setEnabled(False)
+        self.export_button.clicked.connect(self.export_report)
+        self.history = QComboBox()
+        self.history.setMinimumWidth(150)
+        self.history.setMaximumWidth(320)
+        self.history.setToolTip("Past A/B runs (each saved with its report and plan)")
+        self.history.setPlaceholderText("History")
+        self.open_history = QToolButton()
+        self.open_history.setText("Open")
+        self.open_history.setToolTip("Open the selected run's report folder")
+        self.open_history.clicked.connect(self._open_history)
         self.progress = QProgressBar()
         self.progress.setTextVisible(True)
         self.progress.setFormat("%v / %m runs")
@@ -240,7 +258,13 @@ class BenchPage(QWidget):
         grid.addWidget(QLabel("Size"), 1, 4)
         grid.addLayout(sizes, 1, 5)
         grid.addWidget(self.progress, 2, 0, 1, 4)
-        grid.addWidget(self.stage, 2, 4, 1, 2)
+        grid.addWidget(self.stage, 2, 4)
+        after = QHBoxLayout()
+        after.addStretch(1)
+        after.addWidget(self.export_button)
+        after.addWidget(self.history)
+        after.addWidget(self.open_history)
+        grid.addLayout(after, 2, 5)
         grid.setColumnStretch(3, 2)
         grid.setColumnStretch(5, 3)
         for widget in (self.use_draft, self.use_ngram, self.draft):
@@ -318,6 +342,8 @@ class BenchPage(QWidget):
             self.session = (self._session_factory or BenchSession)()
         self.banner.hide()
         self._save()
+        self.export_button.setEnabled(False)
+        self.last_run = self.last_summary = self.last_report = None
         self.state = _PlanState(plan, time.monotonic(), 0, [a.name for a in plan.arms], {})
         self.table.setRowCount(0)
         self.summary.setText("Loading…")
@@ -565,6 +591,63 @@ class BenchPage(QWidget):
         self.summary.setText(self._summary_html(final=True))
         self.context.show_status("A/B run finished" + stopped)
         self._sync_controls()
+        self._submit(_summarize_and_keep, run, on_result=self._show_final)
+
+    def _submit(self, fn, *args, on_result=None) -> None:
+        from specdeck.gui.workers import submit
+
+        task = submit(fn, *args, parent=self, on_result=on_result, on_error=self._task_failed)
+        self._tasks.append(task)
+        task.done.connect(lambda: self._tasks.remove(task) if task in self._tasks else None)
+
+    def _task_failed(self, error: BaseException) -> None:
+        self.banner.show_message(html.escape(str(error)), "error")
+
+    def _show_final(self, result) -> None:
+        summary, paths = result
+        if self.last_run is None or summary.counted_runs != len(self.last_run.counted()):
+            return  # a newer run started meanwhile
+        self.last_summary, self.last_report = summary, paths
+        self.export_button.setEnabled(True)
+        self.summary.setText(self._summary_html(final=True) + _verdicts_html(summary))
+        self.refresh_history()
+
+    def export_report(self) -> None:
+        if self.last_run is None or self.last_summary is None:
+            return
+        folder = QFileDialog.getExistingDirectory(self, "Export the A/B report into")
+        if folder:
+            self.export_to(Path(folder))
+
+    def export_to(self, folder: Path) -> None:
+        from specdeck.core.bench.report import write_report
+
+        self._submit(write_report, self.last_run, self.last_summary, folder,
+                     on_result=lambda paths: self.context.show_status(f"A/B report written to {paths.folder}"))
+
+    def refresh_history(self) -> None:
+        from specdeck.core.bench.report import list_history
+
+        self._submit(list_history, on_result=self._show_history)
+
+    def _show_history(self, entries) -> None:
+        self.history.clear()
+        for entry in entries:
+            speedups = ", ".join(f"{arm} {value:.2f}×" for arm, value in entry.speedups.items()
+                                 if value is not None)
+            self.history.addItem(f"{entry.created[:16].replace('T', ' ')} · {Path(entry.model).name} · "
+                                 f"{speedups or 'no result'}", str(entry.folder))
+            self.history.setItemData(self.history.count() - 1,
+                                     "\n".join([*entry.arms, *entry.lossless.values()]),
+                                     Qt.ItemDataRole.ToolTipRole)
+
+    def _open_history(self) -> None:
+        folder = self.history.currentData()
+        if folder:
+            from PySide6.QtCore import QUrl
+            from PySide6.QtGui import QDesktopServices
+
+            QDesktopServices.openUrl(QUrl.fromLocalFile(folder))
 
     def _on_failed(self, error: BaseException) -> None:
         self.timer.stop()
@@ -612,6 +695,8 @@ class BenchPage(QWidget):
         if self.plots is None:
             QTimer.singleShot(0, self._ensure_plots)
         self._check_demo()
+        if self.history.count() == 0:
+            self.refresh_history()
 
     def _check_demo(self) -> None:
         if self.model.currentText().strip() != DEMO or self._running():
@@ -627,6 +712,8 @@ class BenchPage(QWidget):
     # lifecycle -----------------------------------------------------------------------------
     def shutdown(self) -> None:
         self.timer.stop()
+        for task in list(self._tasks):
+            task.cancel()
         self._save()
         if self.session is not None:
             self.session.shutdown()
@@ -648,6 +735,30 @@ class BenchPage(QWidget):
             value = settings.value(SETTINGS_PREFIX + name)
             if value is not None:
                 _set_value(widget, value)
+
+
+def _summarize_and_keep(run):
+    """Worker: the core's summary (bootstrap intervals, theory), saved into the history."""
+    from specdeck.core.bench.report import save_to_history
+    from specdeck.core.bench.summary import summarize
+
+    summary = summarize(run)
+    return summary, save_to_history(run, summary)
+
+
+def _verdicts_html(summary) -> str:
+    lines = []
+    for comparison in summary.comparisons:
+        parts = [f"likely cause: {html.escape(c)}" for c in comparison.causes]
+        theory = comparison.theory
+        if theory is not None and theory.predicted_speedup is not None:
+            best = (f"; best predicted k = {theory.best_k} ({theory.best_speedup:.2f}×)"
+                    if theory.best_k else "; no k is predicted to beat no drafting")
+            parts.append(f"theory (Leviathan, cost ratio {theory.cost_ratio.source}): "
+                         f"{theory.predicted_speedup:.2f}× at k = {theory.k}{best}")
+        parts.append(html.escape(comparison.lossless.verdict))
+        lines.append(f"<p><b>{html.escape(comparison.arm)}</b>: " + "<br>".join(parts) + "</p>")
+    return "".join(lines)
 
 
 def _quick_summary(ratios: list[float]):

@@ -152,3 +152,25 @@ def test_session_drains_in_order_and_shuts_down(models):
     assert isinstance(events[-1], PlanDone)
     assert not session.running
     assert session.shutdown(timeout_s=30)
+
+
+def test_finished_run_is_summarised_saved_to_history_and_exported(qtbot, page, models, tmp_path):
+    import csv
+    import json
+
+    configure(page, models["cycle"], repeats=2)
+    page.start()
+    qtbot.waitUntil(lambda: page.last_report is not None, timeout=120_000)
+    assert page.export_button.isEnabled()
+    comparison = page.last_summary.comparison("B")
+    assert comparison.lossless.verdict.startswith("lossless")
+    assert comparison.lossless.verdict in page.summary.text()
+    qtbot.waitUntil(lambda: page.history.count() >= 1, timeout=30_000)
+    assert page.history.itemData(0) == str(page.last_report.folder)
+    page.export_to(tmp_path / "export")
+    qtbot.waitUntil(lambda: (tmp_path / "export" / page.last_report.csv.name).exists(), timeout=30_000)
+    qtbot.waitUntil(lambda: not page._tasks, timeout=30_000)
+    data = json.loads((tmp_path / "export" / page.last_report.json.name).read_text())
+    assert len(data["runs"]) == len(page.last_run.records)
+    with open(tmp_path / "export" / page.last_report.csv.name, newline="") as handle:
+        assert len(list(csv.DictReader(handle))) == len(page.last_run.records)
