@@ -35,7 +35,13 @@ def _ensure_gui_app() -> None:
         return
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    _app = QGuiApplication(["specdeck-chart"])
+    # A QApplication (a QGuiApplication that can also host widgets): only one application
+    # object may exist per process, and a later GUI in this process (or a test) needs widgets.
+    try:
+        from PySide6.QtWidgets import QApplication
+    except ImportError:
+        QApplication = QGuiApplication  # noqa: N806 - Qt's class name
+    _app = QApplication(["specdeck-chart"])
 
 
 def render_chart(summary: BenchSummary) -> bytes:
