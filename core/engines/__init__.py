@@ -61,6 +61,11 @@ def engine_names() -> tuple[str, ...]:
     return tuple(_ENGINES)
 
 
+def engine_label(name: str) -> str:
+    """The engine's display name; cheap (probes nothing)."""
+    return _entry(name).label
+
+
 def _entry(name: str) -> _Entry:
     try:
         return _ENGINES[name]

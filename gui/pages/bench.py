@@ -101,6 +101,7 @@ class BenchPage(QWidget):
         self.last_summary = None
         self.last_report = None
         self._tasks: list = []
+        self._engines_probed = False
 
         self.banner = Banner()
         self._build_setup()
@@ -156,17 +157,14 @@ class BenchPage(QWidget):
     # setup ---------------------------------------------------------------------------------
     def _build_setup(self) -> None:
         from specdeck.core.bench.suites import builtin_suites
-        from specdeck.core.engines import list_engines
+        from specdeck.core.engines import engine_label, engine_names
 
         self.setup = QGroupBox("Plan")
         grid = QGridLayout(self.setup)
         self.engine = QComboBox()
-        for info in list_engines():
-            self.engine.addItem(info.label, info.name)
-            index = self.engine.count() - 1
-            if not info.availability.available:
-                self.engine.setItemData(index, f"Not available here: {info.availability.reason}. "
-                                        f"{info.availability.install_hint}", Qt.ItemDataRole.ToolTipRole)
+        for name in engine_names():
+            self.engine.addItem(engine_label(name), name)
+        self._suites = builtin_suites()
         self.model = QComboBox()
         self.model.setEditable(True)
         self.model.addItem(DEMO)
@@ -193,7 +191,7 @@ class BenchPage(QWidget):
 
         self.suite_buttons: dict[str, QToolButton] = {}
         suites_row = QHBoxLayout()
-        for name, suite in builtin_suites().items():
+        for name, suite in self._suites.items():
             button = QToolButton()
             button.setText(name)
             button.setCheckable(True)
@@ -301,8 +299,6 @@ class BenchPage(QWidget):
 
     def plan_from_controls(self) -> BenchPlan:
         """The plan the controls describe; SpecDeckError when they describe none."""
-        from specdeck.core.bench.suites import builtin_suites
-
         suites = [name for name, button in self.suite_buttons.items() if button.isChecked()]
         if not suites:
             raise SpecDeckError("No prompt suite is selected.", "Tick at least one suite.")
@@ -313,8 +309,7 @@ class BenchPage(QWidget):
             raise SpecDeckError("Nothing to compare: no drafter is ticked.",
                                 "Tick Draft model and/or N-gram.")
         model = self.model.currentText().strip() or DEMO
-        available = builtin_suites()
-        prompt_ids = tuple(p.id for name in suites for p in available[name].prompts[: self.per_suite.value()])
+        prompt_ids = tuple(p.id for name in suites for p in self._suites[name].prompts[: self.per_suite.value()])
         return BenchPlan(
             engine=self.engine.currentData(),
             model=model,
@@ -491,7 +486,7 @@ class BenchPage(QWidget):
         if self.plots is not None:
             self.plots.finished[record.arm].add(time.monotonic() - state.started, stats.tokens_per_second)
         self._add_result_row(record)
-        self.summary.setText(self._summary_html(final=False))
+        self.summary.setText(self._summary_html())
 
     @staticmethod
     def _run_metrics(record: RunRecord) -> str:
@@ -541,8 +536,12 @@ class BenchPage(QWidget):
                 return record
         return None
 
-    def _summary_html(self, final: bool) -> str:
-        from specdeck.core.bench.stats import paired_ratios, summarize_ratios
+    def _summary_html(self) -> str:
+        """The running summary: paired median and range so far (the bootstrap interval,
+        theory and causes come from ``core.bench.summary`` in a worker once the plan ends)."""
+        import statistics
+
+        from specdeck.core.bench.stats import paired_ratios
 
         state = self.state
         base = state.arms[0]
@@ -551,33 +550,50 @@ class BenchPage(QWidget):
             pairs = [(self._reference((r.prompt_id, r.slot.repeat)), r)
                      for r in state.records if r.counted and r.arm == arm]
             pairs = [(a, b) for a, b in pairs if a is not None]
-            label = html.escape(state.plan.arm(arm).label)
-            colour = arm_colour(state.arms.index(arm)).name()
+            head = _arm_head(state.plan.arm(arm).label, state.arms.index(arm))
             if not pairs:
-                lines.append(f"<p><b style='color:{colour}'>{label}</b>: waiting for paired runs</p>")
+                lines.append(f"<p>{head}: waiting for paired runs</p>")
                 continue
             ratios = paired_ratios([a.result.stats.tokens_per_second for a, _ in pairs],
                                    [b.result.stats.tokens_per_second for _, b in pairs])
-            # The bootstrap interval costs ~10 ms of GUI time: only for the final result.
-            summary = summarize_ratios(ratios) if final else _quick_summary(ratios)
             drafted = sum(b.result.stats.drafted for _, b in pairs)
             accepted = sum(b.result.stats.accepted for _, b in pairs)
             same = sum(1 for a, b in pairs if not _compare(a, b, state.plan)[1])
-            verdict = {"faster": "faster", "": "", "slower": "<b style='color:#b91c1c'>slower</b>",
-                       "no clear difference": "no clear difference"}[summary.verdict]
-            acceptance = f"{100 * accepted / drafted:.0f}%" if drafted else "no drafts"
-            lossless = (f"{same}/{len(pairs)} outputs identical to {base}"
-                        if state.plan.sampling.greedy else "sampled: losslessness not checkable")
-            interval = f"; 95% CI {summary.ci_low:.2f}–{summary.ci_high:.2f}×): {verdict}" if final else ")"
             lines.append(
-                f"<p><b style='color:{colour}'>{label}</b><br>"
-                f"<span style='font-size:15pt'><b>{summary.median:.2f}×</b></span> vs {base} "
-                f"(median of {summary.n} paired runs; min {summary.minimum:.2f}×, max {summary.maximum:.2f}×"
-                f"{interval}<br>"
-                f"acceptance {acceptance} · {lossless}</p>"
+                f"<p>{head}<br>{_speedup_html(statistics.median(ratios), len(ratios), min(ratios), max(ratios), base)})<br>"
+                f"acceptance {_percent(accepted / drafted if drafted else None)} · "
+                f"{_identical_html(state.plan.sampling.greedy, same, len(pairs), base)}</p>"
             )
-        head = "<b>Result</b>" if final else "<b>So far</b>"
-        return head + "".join(lines)
+        return "<b>So far</b>" + "".join(lines)
+
+    def _final_html(self, summary) -> str:
+        """The finished plan, all from ``core.bench.summary``."""
+        state = self.state
+        base = summary.reference
+        lines = []
+        for comparison in summary.comparisons:
+            head = _arm_head(comparison.label, state.arms.index(comparison.arm))
+            ratio, check = comparison.speedup, comparison.lossless
+            if ratio is None:
+                lines.append(f"<p>{head}: no paired runs</p>")
+                continue
+            verdict = {"slower": "<b style='color:#b91c1c'>slower</b>"}.get(ratio.verdict, ratio.verdict)
+            parts = [
+                f"{_speedup_html(ratio.median, ratio.n, ratio.minimum, ratio.maximum, base)}; "
+                f"95% CI {ratio.ci_low:.2f}–{ratio.ci_high:.2f}×): {verdict}",
+                f"acceptance {_percent(summary.arm(comparison.arm).acceptance_rate)} · "
+                + _identical_html(check.checkable, check.identical, check.compared, base),
+            ]
+            parts += [f"likely cause: {html.escape(c)}" for c in comparison.causes]
+            theory = comparison.theory
+            if theory is not None and theory.predicted_speedup is not None:
+                best = (f"; best predicted k = {theory.best_k} ({theory.best_speedup:.2f}×)"
+                        if theory.best_k else "; no k is predicted to beat no drafting")
+                parts.append(f"theory (Leviathan, cost ratio {html.escape(theory.cost_ratio.source)}): "
+                             f"{theory.predicted_speedup:.2f}× at k = {theory.k}{best}")
+            parts.append(html.escape(check.verdict))
+            lines.append(f"<p>{head}<br>" + "<br>".join(parts) + "</p>")
+        return "<b>Result</b>" + "".join(lines)
 
     def _on_done(self, run) -> None:
         self.last_run = run
@@ -588,7 +604,7 @@ class BenchPage(QWidget):
         stopped = " (stopped early)" if run.cancelled else ""
         self.stage.setText(f"Finished{stopped}: {len(run.counted())} measured runs in "
                            f"{run.finished_at - run.started_at:.1f} s")
-        self.summary.setText(self._summary_html(final=True))
+        self.summary.setText(self._summary_html())
         self.context.show_status("A/B run finished" + stopped)
         self._sync_controls()
         self._submit(_summarize_and_keep, run, on_result=self._show_final)
@@ -609,7 +625,7 @@ class BenchPage(QWidget):
             return  # a newer run started meanwhile
         self.last_summary, self.last_report = summary, paths
         self.export_button.setEnabled(True)
-        self.summary.setText(self._summary_html(final=True) + _verdicts_html(summary))
+        self.summary.setText(self._final_html(summary))
         self.refresh_history()
 
     def export_report(self) -> None:
@@ -697,6 +713,19 @@ class BenchPage(QWidget):
         self._check_demo()
         if self.history.count() == 0:
             self.refresh_history()
+        if not self._engines_probed:
+            # Probing the engines reads package metadata (~0.1 s cold): not on the GUI thread.
+            self._engines_probed = True
+            from specdeck.core.engines import list_engines
+
+            self._submit(list_engines, on_result=self._show_engine_availability)
+
+    def _show_engine_availability(self, engines) -> None:
+        for info in engines:
+            index = self.engine.findData(info.name)
+            if index >= 0 and not info.availability.available:
+                self.engine.setItemData(index, f"Not available here: {info.availability.reason}. "
+                                        f"{info.availability.install_hint}", Qt.ItemDataRole.ToolTipRole)
 
     def _check_demo(self) -> None:
         if self.model.currentText().strip() != DEMO or self._running():
@@ -746,28 +775,24 @@ def _summarize_and_keep(run):
     return summary, save_to_history(run, summary)
 
 
-def _verdicts_html(summary) -> str:
-    lines = []
-    for comparison in summary.comparisons:
-        parts = [f"likely cause: {html.escape(c)}" for c in comparison.causes]
-        theory = comparison.theory
-        if theory is not None and theory.predicted_speedup is not None:
-            best = (f"; best predicted k = {theory.best_k} ({theory.best_speedup:.2f}×)"
-                    if theory.best_k else "; no k is predicted to beat no drafting")
-            parts.append(f"theory (Leviathan, cost ratio {theory.cost_ratio.source}): "
-                         f"{theory.predicted_speedup:.2f}× at k = {theory.k}{best}")
-        parts.append(html.escape(comparison.lossless.verdict))
-        lines.append(f"<p><b>{html.escape(comparison.arm)}</b>: " + "<br>".join(parts) + "</p>")
-    return "".join(lines)
+def _arm_head(label: str, index: int) -> str:
+    return f"<b style='color:{arm_colour(index).name()}'>{html.escape(label)}</b>"
 
 
-def _quick_summary(ratios: list[float]):
-    """Median and range without the bootstrap, for the running "so far" line."""
-    import statistics
-    from types import SimpleNamespace
+def _speedup_html(median: float, n: int, low: float, high: float, base: str) -> str:
+    """The headline; the caller closes the parenthesis (after the interval, when known)."""
+    return (f"<span style='font-size:15pt'><b>{median:.2f}×</b></span> vs {base} "
+            f"(median of {n} paired runs; min {low:.2f}×, max {high:.2f}×")
 
-    return SimpleNamespace(n=len(ratios), median=statistics.median(ratios), minimum=min(ratios),
-                           maximum=max(ratios), verdict="")
+
+def _percent(value: float | None) -> str:
+    return "no drafts" if value is None else f"{100 * value:.0f}%"
+
+
+def _identical_html(checkable: bool, identical: int, compared: int, base: str) -> str:
+    if not checkable:
+        return "sampled: losslessness not checkable"
+    return f"{identical}/{compared} outputs identical to {base}"
 
 
 def _ratio(reference: RunRecord, other: RunRecord) -> str:
