@@ -167,21 +167,11 @@ class BenchPlots(QWidget):
         self._curves: dict[tuple[str, str], object] = {}
         self._arm_index: dict[str, int] = {}
 
-    def _plot(self, title: str, unit: str):
-        pg = self._pg
-        plot = pg.PlotWidget(background=None)
-        plot.setTitle(title, size="10pt")
-        plot.setLabel("left", unit)
-        plot.setLabel("bottom", "seconds")
-        plot.showGrid(x=True, y=True, alpha=0.15)
-        plot.setMenuEnabled(False)
-        plot.hideButtons()
-        plot.setMinimumHeight(140)
-        plot.addLegend(offset=(8, 8), labelTextSize="8pt")
-        item = plot.getPlotItem()
-        item.setClipToView(True)
-        item.setDownsampling(auto=True, mode="peak")
-        return plot
+    @staticmethod
+    def _plot(title: str, unit: str):
+        from specdeck.gui.telemetry_view import live_plot
+
+        return live_plot(title, unit, "seconds", min_height=140)
 
     def reset(self, arms: list[str]) -> None:
         for (_kind, _name), curve in self._curves.items():

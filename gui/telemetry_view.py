@@ -56,6 +56,26 @@ def fmt_gib(value: int | None) -> str:
     return "N/A" if value is None else f"{value / GiB:.1f} GiB"
 
 
+def live_plot(title: str, unit: str, x_label: str, min_height: int):
+    """A pyqtgraph plot in SpecDeck's style for live series: quiet grid, legend, no menu,
+    drawing only what is visible (downsampled), cheap to update several times a second."""
+    import pyqtgraph as pg
+
+    plot = pg.PlotWidget(background=None)
+    plot.setTitle(title, size="10pt")
+    plot.setLabel("left", unit)
+    plot.setLabel("bottom", x_label)
+    plot.showGrid(x=True, y=True, alpha=0.15)
+    plot.setMenuEnabled(False)
+    plot.hideButtons()
+    plot.setMinimumHeight(min_height)
+    plot.addLegend(offset=(8, 8), labelTextSize="8pt")
+    item = plot.getPlotItem()
+    item.setClipToView(True)
+    item.setDownsampling(auto=True, mode="peak")
+    return plot
+
+
 class GpuCard(QFrame):
     """One GPU at a glance: name, both indices, memory bar, utilisation, power, temperature."""
 
@@ -161,20 +181,8 @@ class TelemetryPlots(QWidget):
         self.util_curves: dict[int, object] = {}
 
     def _plot(self, title: str, unit: str):
-        pg = self._pg
-        plot = pg.PlotWidget(background=None)
-        plot.setTitle(title, size="10pt")
-        plot.setLabel("left", unit)
-        plot.setLabel("bottom", "seconds ago")
-        plot.showGrid(x=True, y=True, alpha=0.15)
-        plot.setMenuEnabled(False)
+        plot = live_plot(title, unit, "seconds ago", min_height=150)
         plot.setMouseEnabled(x=False, y=False)
-        plot.hideButtons()
-        plot.setMinimumHeight(150)
-        plot.addLegend(offset=(8, 8), labelTextSize="8pt")
-        item = plot.getPlotItem()
-        item.setClipToView(True)
-        item.setDownsampling(auto=True, mode="peak")
         return plot
 
     def _curve(self, plot, store: dict[int, object], index: int, name: str | None,
