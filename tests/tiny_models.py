@@ -96,3 +96,25 @@ def cycling_llama(
             head[cycle[(i + 1) % c]] += basis[i] / 8.0
         head[cycle[0]] += basis[c] / 8.0
     return _save(model, folder, TINYLLAMA)
+
+
+def ab_models(root: Path) -> dict[str, Path]:
+    """The A/B tests' trio: a random target, a smaller random draft (acceptance ~0) and the
+    cycling model (n-gram acceptance ~1)."""
+    return {
+        "target": random_llama(root / "target", seed=0),
+        "draft": random_llama(root / "draft", seed=1, hidden=32, layers=1),
+        "cycle": cycling_llama(root / "cycle"),
+    }
+
+
+def tiny_plan(model: Path, arms, **overrides):
+    """A small greedy A/B plan on CPU for ``model``; ``overrides`` are BenchPlan fields."""
+    from specdeck.core.bench.plan import BenchPlan
+    from specdeck.core.engines.base import LoadSpec
+
+    values = dict(engine="torch", model=str(model), arms=arms, suites=("code",), max_prompts=2,
+                  max_new_tokens=12, repeats=2, warmup=1, warmup_tokens=4,
+                  apply_chat_template=False, load=LoadSpec(model, device="cpu"))
+    values.update(overrides)
+    return BenchPlan(**values)

@@ -39,9 +39,10 @@ from specdeck.core.bench.tuner import tune_k
 from specdeck.core.cli import main
 from specdeck.core.cli.bench_cmd import parse_k_range
 from specdeck.core.engines import create_engine
-from specdeck.core.engines.base import DrafterKind, DrafterSpec, LoadSpec, SamplingSpec
+from specdeck.core.engines.base import DrafterKind, DrafterSpec, SamplingSpec
 from specdeck.core.errors import InvalidInputError
-from tiny_models import cycling_llama, random_llama
+from tiny_models import ab_models
+from tiny_models import tiny_plan as shared_tiny_plan
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -51,20 +52,12 @@ NGRAM = DrafterSpec(DrafterKind.NGRAM)
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("bench-core-models")
-    return {
-        "target": random_llama(root / "target", seed=0),
-        "draft": random_llama(root / "draft", seed=1, hidden=32, layers=1),
-        "cycle": cycling_llama(root / "cycle"),
-    }
+    return ab_models(tmp_path_factory.mktemp("bench-core-models"))
 
 
 def tiny_plan(model: Path, arms, **overrides) -> BenchPlan:
-    values = dict(engine="torch", model=str(model), arms=arms, suites=("code",), max_prompts=1,
-                  max_new_tokens=10, repeats=2, warmup=0, apply_chat_template=False,
-                  load=LoadSpec(model, device="cpu"))
-    values.update(overrides)
-    return BenchPlan(**values)
+    values = dict(max_prompts=1, max_new_tokens=10, warmup=0)
+    return shared_tiny_plan(model, arms, **{**values, **overrides})
 
 
 @pytest.fixture

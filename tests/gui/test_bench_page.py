@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from specdeck.gui.bench_session import BenchSession, PlanDone
 from specdeck.gui.pages.bench import BenchPage
-from tiny_models import cycling_llama, random_llama
+from tiny_models import ab_models, tiny_plan
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -15,10 +15,7 @@ pytest.importorskip("transformers")
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("bench-page-models")
-    return {"cycle": cycling_llama(root / "cycle"),
-            "target": random_llama(root / "target", seed=0),
-            "draft": random_llama(root / "draft", seed=1, hidden=32, layers=1)}
+    return ab_models(tmp_path_factory.mktemp("bench-page-models"))
 
 
 @pytest.fixture
@@ -134,13 +131,11 @@ def test_a_missing_model_folder_fails_with_a_clear_banner(qtbot, page, tmp_path)
 
 
 def test_session_drains_in_order_and_shuts_down(models):
-    from specdeck.core.bench.plan import BenchPlan, default_arms
-    from specdeck.core.engines.base import LoadSpec
+    from specdeck.core.bench.plan import default_arms
 
     session = BenchSession()
-    plan = BenchPlan(model=str(models["cycle"]), arms=default_arms(ngram=True), suites=("chat",),
-                     max_prompts=1, max_new_tokens=8, repeats=1, warmup=0, apply_chat_template=False,
-                     load=LoadSpec(models["cycle"], device="cpu"))
+    plan = tiny_plan(models["cycle"], default_arms(ngram=True), suites=("chat",), max_prompts=1,
+                     max_new_tokens=8, repeats=1, warmup=0)
     session.start(plan)
     events = []
     import time
