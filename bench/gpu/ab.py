@@ -1,10 +1,9 @@
 """The A/B runs: baseline, draft model at several k, n-gram; greedy; several repeats.
 
-:func:`run_arms` is the one function that talks to SpecDeck: today it drives an engine
-directly (``create_engine`` + LoadSpec / DrafterSpec / GenerationRequest, docs/engines.md);
-when ``specdeck bench --json`` lands it becomes a call of that command parsed into the same
-:class:`RunRecord` list, and nothing else here changes. Arms run interleaved (repeat 1 of
-every arm, then repeat 2, ...) so slow drift of clocks or temperature hits all arms alike.
+:func:`run_arms` is the one function that talks to SpecDeck: it runs the arms through
+SpecDeck's A/B runner (``core.bench.run_plan``, the code behind ``specdeck bench``) and
+flattens its records into :class:`RunRecord`. Arms run interleaved per prompt, in alternating
+order, so slow drift of clocks or temperature hits all arms alike.
 Every run asks for exactly ``max_new_tokens`` (no stop on EOS): arms compare equal lengths.
 """
 
@@ -93,29 +92,37 @@ def run_arms(
     cache_mode: str = "FP16",
     log: Callable[[str], None] = print,
 ) -> list[RunRecord]:
-    """Every arm x prompt x repeat through one loaded target (switching drafters)."""
-    from specdeck.core.engines import create_engine
-    from specdeck.core.engines.base import GenerationRequest, LoadSpec
+    """Every arm x prompt x repeat through SpecDeck's own A/B runner (core.bench.run_plan):
+    one loaded target, drafters switched, arms interleaved per prompt in alternating order."""
+    from specdeck.core.bench import plan as bench_plan
+    from specdeck.core.bench.runner import RunFinished, run_plan
+    from specdeck.core.engines.base import LoadSpec
 
-    engine = create_engine(engine_name)
-    engine.load(LoadSpec(Path(target), max_seq_len=context, cache_mode=cache_mode,
-                         draft_cache_mode=cache_mode))
-    records = []
-    try:
-        prompt_ids = {p.id: tuple(engine.tokenize(p.text)) for p in prompts}
-        for repeat in range(repeats):
-            for arm in arms:
-                engine.set_drafter(arm.drafter(draft))
-                for prompt in prompts:
-                    result = engine.generate(GenerationRequest(
-                        prompt_ids=prompt_ids[prompt.id], max_new_tokens=max_new_tokens,
-                        stop_on_eos=False))
-                    records.append(RunRecord.from_result(arm.name, prompt.id, repeat, result))
-                log(f"   repeat {repeat + 1}, {arm.name}: "
-                    f"{statistics.median(r.tokens_per_second for r in records[-len(prompts):]):.1f} tok/s")
-    finally:
-        engine.unload()
-    return records
+    by_id = {case.id.split("/", 1)[1]: case.id for case in prompts}
+    plan = bench_plan.BenchPlan(
+        engine=engine_name,
+        model=str(target),
+        arms=tuple(bench_plan.Arm(arm.name, arm.drafter(draft)) for arm in arms),
+        suites=tuple(dict.fromkeys(case.id.split("/", 1)[0] for case in prompts)),
+        prompt_ids=tuple(by_id),
+        max_new_tokens=max_new_tokens,
+        repeats=repeats,
+        warmup=0,
+        apply_chat_template=False,
+        stop_on_eos=False,
+        load=LoadSpec(Path(target), max_seq_len=context, cache_mode=cache_mode,
+                      draft_cache_mode=cache_mode),
+    )
+
+    def progress(event: object) -> None:
+        if isinstance(event, RunFinished):
+            record = event.record
+            log(f"   repeat {record.slot.repeat + 1}, {record.arm}, {record.prompt_id}: "
+                f"{record.result.stats.tokens_per_second:.1f} tok/s")
+
+    run = run_plan(plan, on_event=progress)
+    return [RunRecord.from_result(r.arm, by_id[r.prompt_id], r.slot.repeat, r.result)
+            for r in run.counted()]
 
 
 # Summaries -------------------------------------------------------------------------------

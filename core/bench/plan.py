@@ -83,6 +83,8 @@ class BenchPlan:
     warmup_tokens: int = DEFAULT_WARMUP_TOKENS
     sampling: SamplingSpec = GREEDY
     apply_chat_template: bool = True
+    stop_on_eos: bool = True
+    """False: every run generates exactly ``max_new_tokens`` (equal lengths across arms)."""
     load: LoadSpec | None = None
     """Device, dtype, cache modes, split; ``model_path`` and ``drafter`` are set per run.
     None = the engine's defaults."""
@@ -145,6 +147,7 @@ class BenchPlan:
             "warmup_tokens": self.warmup_tokens,
             "sampling": _sampling_to_json(self.sampling),
             "apply_chat_template": self.apply_chat_template,
+            "stop_on_eos": self.stop_on_eos,
             "load": None if self.load is None else _load_to_json(self.load),
             "notes": list(self.notes),
         }
@@ -175,6 +178,7 @@ class BenchPlan:
                 warmup_tokens=int(data.get("warmup_tokens", DEFAULT_WARMUP_TOKENS)),
                 sampling=SamplingSpec(**(data.get("sampling") or {})),
                 apply_chat_template=bool(data.get("apply_chat_template", True)),
+                stop_on_eos=bool(data.get("stop_on_eos", True)),
                 load=None if load is None else _load_from_json(load),
                 notes=tuple(str(n) for n in data.get("notes", ())),
             )

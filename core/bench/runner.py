@@ -305,6 +305,7 @@ def _run_one(
         prompt_ids=ids,
         max_new_tokens=min(plan.max_new_tokens, plan.warmup_tokens) if slot.warmup else plan.max_new_tokens,
         sampling=plan.sampling,
+        stop_on_eos=plan.stop_on_eos,
     )
     started = time.time()
     result = engine.generate(request, lambda event: emit(RunStep(slot, event)), cancel)

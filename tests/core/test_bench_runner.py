@@ -18,9 +18,9 @@ from specdeck.core.bench.runner import (
     choose_prompts,
     run_plan,
 )
-from specdeck.core.engines.base import DrafterKind, DrafterSpec, LoadSpec, SamplingSpec
+from specdeck.core.engines.base import DrafterKind, DrafterSpec, SamplingSpec
 from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError
-from tiny_models import cycling_llama, random_llama
+from tiny_models import ab_models, tiny_plan
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -28,20 +28,7 @@ pytest.importorskip("transformers")
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("bench-models")
-    return {
-        "target": random_llama(root / "target", seed=0),
-        "draft": random_llama(root / "draft", seed=1, hidden=32, layers=1),
-        "cycle": cycling_llama(root / "cycle"),
-    }
-
-
-def tiny_plan(model: Path, arms, **overrides) -> BenchPlan:
-    values = dict(engine="torch", model=str(model), arms=arms, suites=("code",), max_prompts=2,
-                  max_new_tokens=12, repeats=2, warmup=1, warmup_tokens=4,
-                  apply_chat_template=False, load=LoadSpec(model, device="cpu"))
-    values.update(overrides)
-    return BenchPlan(**values)
+    return ab_models(tmp_path_factory.mktemp("bench-models"))
 
 
 def test_plan_rejects_a_drafted_reference_and_repeated_names():
@@ -56,7 +43,7 @@ def test_plan_rejects_a_drafted_reference_and_repeated_names():
 
 def test_plan_round_trips_through_json(tmp_path):
     plan = tiny_plan(tmp_path / "m", default_arms(tmp_path / "d", ngram=True, k=3),
-                     sampling=SamplingSpec(temperature=0.7, top_p=0.9, seed=5))
+                     sampling=SamplingSpec(temperature=0.7, top_p=0.9, seed=5), stop_on_eos=False)
     again = BenchPlan.from_json(json.loads(json.dumps(plan.to_json())))
     assert again == plan
     assert [a.name for a in again.arms] == ["A", "B", "C"]
