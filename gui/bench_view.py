@@ -26,7 +26,10 @@ DRAFT_HIGHLIGHT = "#bbf7d0"
 
 
 def arm_colour(index: int) -> QColor:
-    return QColor(ARM_COLOURS[index % len(ARM_COLOURS)])
+    """A fixed colour per arm; past the palette (a sweep's many arms), hues 137.5° apart."""
+    if index < len(ARM_COLOURS):
+        return QColor(ARM_COLOURS[index])
+    return QColor.fromHsv(int(index * 137.5) % 360, 190, 200)
 
 
 class StreamPane(QFrame):
@@ -67,6 +70,10 @@ class StreamPane(QFrame):
         self._plain = QTextCharFormat()
         self._draft = QTextCharFormat()
         self._draft.setBackground(QBrush(QColor(DRAFT_HIGHLIGHT)))
+
+    def set_title(self, title: str, colour: QColor) -> None:
+        self.title.setText(title)
+        self.title.setStyleSheet(f"color: {colour.name()};")
 
     def begin(self, prompt_text: str) -> None:
         self._segments.clear()

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from specdeck.core.gpu.telemetry import peak_bandwidth
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "resources" / "traces" / "demo-5090-4090-70b.jsonl"
@@ -40,14 +41,18 @@ SEED = 5090
 # for a 32 GB RTX 5090); the reserved share is the idle "used" of a headless card with
 # driver 550 (459 MiB on a 4090, RLinf issue #255); power limits are the reference TGPs
 # (450 W, 575 W); idle draw ~22 W (4090 at P8, same source) and ~30 W (5090 reviews).
+# Peak bandwidth from NVML's max memory clock and bus width as nvidia-smi -q shows them
+# (4090: 10501 MHz, 384 bits = 1008 GB/s; 5090: 14001 MHz, 512 bits = 1792 GB/s, as published).
 CARDS = [
     dict(index=0, name="NVIDIA GeForce RTX 4090", cuda_index=1,
          uuid="GPU-5d1c9a3e-7f42-4b8e-9c1a-2e6f0b7d4a19", pci_bus_id="00000000:01:00.0",
          memory_total=24564 * MiB, memory_reserved=459 * MiB, power_limit_w=450.0,
+         memory_bandwidth_peak=peak_bandwidth(10501, 384),
          idle_w=22.0, decode_w=165.0, prefill_w=410.0, ambient_c=31.0, c_per_w=0.11),
     dict(index=1, name="NVIDIA GeForce RTX 5090", cuda_index=0,
          uuid="GPU-a4e07c52-19b3-4d6f-8e25-7c90f1b3d6e8", pci_bus_id="00000000:02:00.0",
          memory_total=32607 * MiB, memory_reserved=493 * MiB, power_limit_w=575.0,
+         memory_bandwidth_peak=peak_bandwidth(14001, 512),
          idle_w=30.0, decode_w=345.0, prefill_w=540.0, ambient_c=30.0, c_per_w=0.085),
 ]
 DESKTOP = [(1893, "Xorg", 412 * MiB), (2240, "gnome-shell", 168 * MiB)]  # on the 4090
@@ -157,7 +162,8 @@ def build() -> tuple[dict, list[dict]]:
         "driver_version": "570.133.07",
         "own_pid": SPECDECK_PID,
         "gpus": [{k: card[k] for k in ("index", "name", "cuda_index", "uuid", "pci_bus_id",
-                                       "memory_total", "memory_reserved", "power_limit_w")}
+                                       "memory_total", "memory_reserved", "power_limit_w",
+                                       "memory_bandwidth_peak")}
                  for card in CARDS],
     }
     temperature = {card["index"]: card["ambient_c"] + card["c_per_w"] * card["idle_w"] for card in CARDS}

@@ -5,6 +5,7 @@ A real run of the embedded demo model (SmolLM2-135M on this CPU): no draft vs n-
 
 1. bench-running.png: mid-run, both panes streaming, n-gram draft text highlighted.
 2. bench-results.png: the finished plan: results table, paired speed-ups, losslessness.
+3. bench-sweep.png: a k = 1..8 sweep of n-gram drafting, the sweep table and "Apply".
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def render(window, out_dir: Path) -> list[Path]:
     page.model.setEditText("demo")
     page.use_draft.setChecked(False)
     page.use_ngram.setChecked(True)
+    page.sweep.setChecked(False)
     page.k.setValue(4)
     for name, button in page.suite_buttons.items():
         button.setChecked(name in ("grounded", "code"))
@@ -44,4 +46,14 @@ def render(window, out_dir: Path) -> list[Path]:
     _pump_until(page, lambda: page.last_run is not None or not page.timer.isActive(), 900)
     _pump_until(page, lambda: False, 0.3)
     window.grab().save(str(shots[1]))
+
+    page.sweep.setChecked(True)
+    page.per_suite.setValue(1)
+    page.suite_buttons["code"].setChecked(False)
+    page.max_new.setValue(64)
+    page.start()
+    _pump_until(page, lambda: page.last_summary is not None, 900)
+    _pump_until(page, lambda: False, 0.3)
+    shots.append(out_dir / "bench-sweep.png")
+    window.grab().save(str(shots[2]))
     return shots

@@ -72,12 +72,17 @@ class RunRecord:
     drafted: int
     accepted: int
     token_ids: tuple[int, ...]
+    roofline_share: float | None = None
+    """Weights read per second over the GPU's peak memory bandwidth (core.bench.summary)."""
 
     @classmethod
-    def from_result(cls, arm: str, prompt: str, repeat: int, result: Any) -> RunRecord:
+    def from_result(cls, arm: str, prompt: str, repeat: int, result: Any,
+                    peak_bandwidth: float | None = None) -> RunRecord:
         s = result.stats
+        rate = s.weight_read_rate
         return cls(arm, prompt, repeat, s.new_tokens, s.decode_s, s.tokens_per_second,
-                   s.steps, s.drafted, s.accepted, tuple(result.token_ids))
+                   s.steps, s.drafted, s.accepted, tuple(result.token_ids),
+                   rate / peak_bandwidth if rate is not None and peak_bandwidth else None)
 
 
 def run_arms(
@@ -121,7 +126,8 @@ def run_arms(
                 f"{record.result.stats.tokens_per_second:.1f} tok/s")
 
     run = run_plan(plan, on_event=progress)
-    return [RunRecord.from_result(r.arm, by_id[r.prompt_id], r.slot.repeat, r.result)
+    peak = run.environment.get("memory_bandwidth_peak")
+    return [RunRecord.from_result(r.arm, by_id[r.prompt_id], r.slot.repeat, r.result, peak)
             for r in run.counted()]
 
 
@@ -140,6 +146,8 @@ class ArmSummary:
     """Runs whose tokens equal the baseline's for the same prompt."""
     first_divergence: int | None
     """Earliest differing token index among the runs that differ."""
+    roofline_share: float | None = None
+    """Median share of the GPU's peak memory bandwidth spent reading weights."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -177,8 +185,14 @@ def summarize(records: list[RunRecord]) -> list[ArmSummary]:
             speedup_ci=(speedup.ci_low, speedup.ci_high) if speedup else None,
             identical_to_baseline=sum(d is None for d in divergences),
             first_divergence=min(differing) if differing else None,
+            roofline_share=_median_or_none([r.roofline_share for r in runs]),
         ))
     return summaries
+
+
+def _median_or_none(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 @dataclass(frozen=True)

@@ -148,13 +148,16 @@ def _ab(ab: dict[str, Any] | None) -> list[str]:
         rows.append([s["arm"], s["runs"], _num(s["median_tokens_per_second"], 1), speedup,
                      _pct(s["acceptance_rate"]).lstrip("+") if s["acceptance_rate"] is not None
                      else "n/a", _num(s["mean_acceptance_length"]),
-                     f"{s['identical_to_baseline']}/{s['runs']}"])
+                     f"{s['identical_to_baseline']}/{s['runs']}",
+                     _pct(s.get("roofline_share")).lstrip("+") if s.get("roofline_share") is not None
+                     else "n/a"])
     o = ab["overhead"]
     out = ["## A/B through SpecDeck's ExLlamaV2 engine", "",
            f"Pair {ab['pair']}, prompts {', '.join(ab['prompts'])}, {ab['max_new_tokens']} new "
            f"tokens, greedy, {ab['repeats']} repeats, arms interleaved.", ""]
     out += _table(["arm", "runs", "median tok/s", "speed-up [95% CI]", "acceptance",
-                   "mean acceptance length", "tokens = baseline"], rows)
+                   "mean acceptance length", "tokens = baseline",
+                   "weights read / peak bandwidth"], rows)
     out += ["## SpecDeck overhead", "",
             f"SpecDeck baseline {o['specdeck_median']:.1f} tok/s vs a bare exllamav2 loop "
             f"{o['bare_median']:.1f} tok/s: ratio **{o['ratio']:.3f}** (goal >= {o['goal']}, "

@@ -184,7 +184,7 @@ def markdown_summary(run: BenchRun, summary: BenchSummary) -> str:
         lines.extend(f"  - likely cause: {cause}" for cause in c.causes)
     lines += ["", "## Arms", "",
               "| arm | tok/s (median) | TTFT (median) | acceptance | mean accepted length | "
-              "per position | peak memory |", "|---|---|---|---|---|---|---|"]
+              "per position | peak memory | weights read |", "|---|---|---|---|---|---|---|---|"]
     for a in summary.arms:
         per_pos = " ".join("-" if v is None else f"{v:.0%}" for v in a.per_position_acceptance)
         memory = f"{a.peak_memory_bytes / 2**20:.0f} MiB {a.memory_kind}" if a.peak_memory_bytes else "-"
@@ -192,7 +192,13 @@ def markdown_summary(run: BenchRun, summary: BenchSummary) -> str:
             f"| {a.label} | {_fmt(a.tokens_per_second, '.1f')} | "
             f"{_fmt(a.time_to_first_token_s and a.time_to_first_token_s * 1000, '.0f', ' ms')} | "
             f"{_fmt(a.acceptance_rate and a.acceptance_rate * 100, '.0f', '%')} | "
-            f"{_fmt(a.mean_acceptance_length, '.2f')} | {per_pos or '-'} | {memory} |")
+            f"{_fmt(a.mean_acceptance_length, '.2f')} | {per_pos or '-'} | {memory} | "
+            f"{bandwidth_text(a.weight_read_rate, a.roofline_share)} |")
+    peak = env.get("memory_bandwidth_peak")
+    lines += ["", "Weights read: bytes of model weights read per second of decoding (target once "
+              "per verify step, draft once per drafted token)" + (
+                  f"; the share is of the GPU's peak memory bandwidth, {bandwidth_text(peak, None)} "
+                  "(NVML: max memory clock x bus width x 2)." if peak else "; no GPU peak to compare (not on a GPU).")]
     lines += ["", "## Speed-up by prompt tag (median of paired ratios)", ""]
     tags = sorted({t for c in summary.comparisons for t in c.by_tag})
     if tags:
@@ -226,6 +232,14 @@ def markdown_summary(run: BenchRun, summary: BenchSummary) -> str:
                          f"{d.reference_text!r}, this arm {d.candidate_text!r}")
     lines += [""] + [f"Note: {n}" for n in summary.notes]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def bandwidth_text(rate: float | None, share: float | None) -> str:
+    """"1.31 TB/s (39% of peak)": weights read per second, and the roofline share on a GPU."""
+    if rate is None:
+        return "-"
+    text = f"{rate / 1e12:.2f} TB/s" if rate >= 1e12 else f"{rate / 1e9:.1f} GB/s"
+    return text + (f" ({share:.0%} of peak)" if share is not None else "")
 
 
 def _fmt(value: float | None, spec: str, unit: str = "") -> str:

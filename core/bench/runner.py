@@ -200,7 +200,25 @@ def environment(engine: Engine, loaded: LoadedModel) -> dict[str, Any]:
             env[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             pass
+    if engine.name == "exllamav2" or "cuda" in loaded.device:
+        env.update(gpu_environment())
     return env
+
+
+def gpu_environment(source=None) -> dict[str, Any]:
+    """The GPUs CUDA sees, with their peak memory bandwidth (NVML): the roofline's denominator.
+    With several GPUs the layers run one GPU after another, so the slowest one's peak is used."""
+    from specdeck.core.gpu import read_once
+
+    frame = read_once(source)
+    gpus = [g for g in frame.gpus if g.cuda_index is not None]
+    peaks = [g.memory_bandwidth_peak for g in gpus if g.memory_bandwidth_peak]
+    return {
+        "gpus": [{"cuda_index": g.cuda_index, "name": g.name, "memory_total": g.memory_total,
+                  "memory_bandwidth_peak": g.memory_bandwidth_peak} for g in gpus],
+        "memory_bandwidth_peak": min(peaks) if peaks else None,
+        "gpu_telemetry": frame.headline,
+    }
 
 
 # Running -----------------------------------------------------------------------------------

@@ -74,6 +74,11 @@ class ArmSummary:
     accepted: int
     steps: int
     new_tokens: int
+    weight_read_rate: float | None = None
+    """Median bytes of weights read per second of decoding (engine-counted; see
+    base.weights_read): bytes per generated token over time per generated token."""
+    roofline_share: float | None = None
+    """weight_read_rate over the GPU's peak memory bandwidth (NVML); None off a GPU."""
 
 
 @dataclass(frozen=True)
@@ -224,7 +229,8 @@ def summarize(run: BenchRun, decode: Decoder | None = None) -> BenchSummary:
     divergence reports; by default the target's tokenizer.json is read when one is needed."""
     plan = run.plan
     reference = plan.baseline.name
-    arms = tuple(_arm_summary(arm, run.counted(arm.name)) for arm in plan.arms)
+    peak = run.environment.get("memory_bandwidth_peak")
+    arms = tuple(_arm_summary(arm, run.counted(arm.name), peak) for arm in plan.arms)
     decoder = _LazyDecoder(decode, run.loaded.model_path)
     comparisons = tuple(
         _compare(run, arm, arms[0], arms[i], decoder) for i, arm in enumerate(plan.arms) if i > 0
@@ -249,7 +255,7 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _arm_summary(arm: Arm, records: list[RunRecord]) -> ArmSummary:
+def _arm_summary(arm: Arm, records: list[RunRecord], peak_bandwidth: float | None = None) -> ArmSummary:
     all_stats = [r.result.stats for r in records]
     drafted = sum(s.drafted for s in all_stats)
     accepted = sum(s.accepted for s in all_stats)
@@ -263,6 +269,7 @@ def _arm_summary(arm: Arm, records: list[RunRecord]) -> ArmSummary:
     memories = [s.peak_memory_bytes for s in all_stats if s.peak_memory_bytes]
     kinds = {s.memory_kind for s in all_stats if s.memory_kind}
     has_drafter = arm.drafter.kind is not DrafterKind.NONE
+    rate = _median([s.weight_read_rate for s in all_stats if s.weight_read_rate is not None])
     return ArmSummary(
         name=arm.name,
         label=arm.label,
@@ -284,6 +291,8 @@ def _arm_summary(arm: Arm, records: list[RunRecord]) -> ArmSummary:
         accepted=accepted,
         steps=steps,
         new_tokens=sum(s.new_tokens for s in all_stats),
+        weight_read_rate=rate,
+        roofline_share=rate / peak_bandwidth if rate is not None and peak_bandwidth else None,
     )
 
 

@@ -7,7 +7,14 @@ exactly k tokens per step by default (``adaptive=False``): a sweep over k means 
 step", as llama.cpp's --draft-max tables do.
 
 The best setting is the one with the highest median paired speed-up; when none beats no
-drafting, the best setting is "no draft" (``SweepResult.best is None``).
+drafting, the best setting is "no draft" (``SweepResult.best is None``). ``setting_rows``
+ranks the drafted arms of any A/B run the same way, so a plain A/B's winner can be applied
+too.
+
+``sweep_plan`` puts every candidate's arms into one plan instead, interleaved per prompt
+(the GUI's sweep): right for one draft model plus n-gram, since the engines keep one draft
+model loaded while other arms run; with several draft models it would reload them per
+prompt, which is why ``run_sweep`` keeps one plan per candidate.
 
 ``plan_apply_best`` turns the winner into a planned change of TabbyAPI's config.yml through
 the config editor (draft_model_name / draft_model_dir; draft_num_tokens only where the
@@ -61,16 +68,31 @@ def arm_name(k: int) -> str:
     return f"k{k}"
 
 
+def sweep_arms(candidates: Sequence[DrafterSpec], ks: Sequence[int] = DEFAULT_KS,
+               adaptive: bool = False) -> tuple[Arm, ...]:
+    """A (no draft), then one arm per candidate and k: named k1.. for one candidate, d-k1..
+    and n-k1.. for a draft model and n-gram lookup (the GUI's sweep: one plan, interleaved)."""
+    prefixes = [""] if len(candidates) == 1 else [
+        "d-" if c.kind is DrafterKind.MODEL else "n-" for c in candidates]
+    if len(set(prefixes)) != len(prefixes):
+        raise InvalidInputError(
+            "One sweep plan holds at most one draft model and n-gram lookup.",
+            "Sweep several draft models with run_sweep (specdeck bench --sweep-k), one plan each.")
+    arms = [Arm("A")]
+    for prefix, candidate in zip(prefixes, candidates):
+        arms += [Arm(prefix + arm_name(k), replace(candidate, num_draft_tokens=k, adaptive=adaptive))
+                 for k in ks]
+    return tuple(arms)
+
+
 def candidate_plans(spec: SweepSpec) -> list[BenchPlan]:
     """One plan per candidate: A (no draft), then k = each swept value."""
-    plans = []
-    for candidate in spec.candidates:
-        arms = [Arm("A")] + [
-            Arm(arm_name(k), replace(candidate, num_draft_tokens=k, adaptive=spec.adaptive))
-            for k in spec.ks
-        ]
-        plans.append(replace(spec.base, arms=tuple(arms)))
-    return plans
+    return [replace(spec.base, arms=sweep_arms((c,), spec.ks, spec.adaptive)) for c in spec.candidates]
+
+
+def sweep_plan(spec: SweepSpec) -> BenchPlan:
+    """Every candidate's k arms in one plan after A (see :func:`sweep_arms`)."""
+    return replace(spec.base, arms=sweep_arms(spec.candidates, spec.ks, spec.adaptive))
 
 
 @dataclass(frozen=True)
@@ -83,6 +105,8 @@ class SweepRow:
     acceptance_rate: float | None
     mean_acceptance_length: float | None
     lossless: str
+    arm: str = ""
+    """The arm of the plan that measured it."""
 
     @property
     def score(self) -> float:
@@ -105,11 +129,7 @@ class SweepResult:
     @property
     def best(self) -> SweepRow | None:
         """The row with the highest median speed-up; None when nothing beats no draft."""
-        ranked = [r for r in self.rows if r.speedup is not None]
-        if not ranked:
-            return None
-        top = max(ranked, key=lambda r: r.score)
-        return top if top.score > 1.0 else None
+        return best_row(self.rows)
 
     def row(self, candidate: str, k: int) -> SweepRow:
         return next(r for r in self.rows if r.candidate == candidate and r.k == k)
@@ -168,28 +188,44 @@ def run_sweep(
     return sweep_result(spec, runs)
 
 
-def sweep_result(spec: SweepSpec, runs: Sequence[BenchRun]) -> SweepResult:
-    """The table of a finished (or partly finished) sweep."""
-    summaries = [summarize(run) for run in runs]
+def setting_rows(run: BenchRun, summary: BenchSummary) -> list[SweepRow]:
+    """Every drafted arm of ``run`` as a candidate setting, with its paired speed-up."""
     rows = []
-    baselines = []
-    for candidate, summary in zip(spec.candidates, summaries):
-        reference = summary.arm(summary.reference)
-        if reference.tokens_per_second is not None:
-            baselines.append(reference.tokens_per_second)
-        for comparison in summary.comparisons:
-            arm = summary.arm(comparison.arm)
-            rows.append(SweepRow(
-                candidate=candidate_label(candidate),
-                drafter=replace(candidate, num_draft_tokens=arm.k or 1, adaptive=spec.adaptive),
-                k=arm.k or 0,
-                tokens_per_second=arm.tokens_per_second,
-                speedup=comparison.speedup,
-                acceptance_rate=arm.acceptance_rate,
-                mean_acceptance_length=arm.mean_acceptance_length,
-                lossless=comparison.lossless.verdict,
-            ))
-    baselines.sort()
+    for comparison in summary.comparisons:
+        arm = summary.arm(comparison.arm)
+        drafter = run.plan.arm(comparison.arm).drafter
+        rows.append(SweepRow(
+            candidate=candidate_label(drafter),
+            drafter=drafter,
+            k=drafter.num_draft_tokens,
+            tokens_per_second=arm.tokens_per_second,
+            speedup=comparison.speedup,
+            acceptance_rate=arm.acceptance_rate,
+            mean_acceptance_length=arm.mean_acceptance_length,
+            lossless=comparison.lossless.verdict,
+            arm=comparison.arm,
+        ))
+    return rows
+
+
+def best_row(rows: Sequence[SweepRow]) -> SweepRow | None:
+    """The highest median paired speed-up; None when no row beats decoding without a draft."""
+    ranked = [r for r in rows if r.speedup is not None]
+    if not ranked:
+        return None
+    top = max(ranked, key=lambda r: r.score)
+    return top if top.score > 1.0 else None
+
+
+def sweep_result(spec: SweepSpec, runs: Sequence[BenchRun],
+                 summaries: Sequence[BenchSummary] | None = None) -> SweepResult:
+    """The table of a finished (or partly finished) sweep: one run per candidate
+    (``run_sweep``) or one run of ``sweep_plan``."""
+    summaries = list(summaries) if summaries is not None else [summarize(run) for run in runs]
+    rows = [row for run, summary in zip(runs, summaries) for row in setting_rows(run, summary)]
+    baselines = sorted(s.arm(s.reference).tokens_per_second for s in summaries
+                       if s.arm(s.reference).tokens_per_second is not None)
+    expected = len(spec.candidates) * len(spec.ks)
     return SweepResult(
         spec=spec,
         runs=tuple(runs),
@@ -197,7 +233,7 @@ def sweep_result(spec: SweepSpec, runs: Sequence[BenchRun]) -> SweepResult:
         rows=tuple(rows),
         baseline_tokens_per_second=baselines[len(baselines) // 2] if baselines else None,
         spent_s=generation_seconds(runs),
-        cancelled=any(r.cancelled for r in runs) or len(runs) < len(spec.candidates),
+        cancelled=any(r.cancelled for r in runs) or len(rows) < expected,
     )
 
 

@@ -233,6 +233,16 @@ class GenerationStats:
     """Peak VRAM (GPU) or resident memory (CPU) during the run, when known."""
     memory_kind: str = ""
     """"vram" or "rss"."""
+    weight_bytes_read: int | None = None
+    """Bytes of model weights the decode read (see :func:`weights_read`); None when unknown."""
+
+    @property
+    def weight_read_rate(self) -> float | None:
+        """Bytes of weights read per second of decoding: the memory-bandwidth roofline's
+        numerator (bytes per generated token over time per generated token)."""
+        if self.weight_bytes_read is None or self.decode_s <= 0:
+            return None
+        return self.weight_bytes_read / self.decode_s
 
     @property
     def rejected(self) -> int:
@@ -268,6 +278,17 @@ class GenerationStats:
             per_position_acceptance=self.per_position_acceptance,
         )
         return data
+
+
+def weights_read(steps: int, draft_forwards: int, target_bytes: int | None,
+                 draft_bytes: int | None = 0) -> int | None:
+    """Bytes of weights a decode reads: the target's once per verify step (one forward reads
+    every weight once, however many tokens it verifies) and the draft model's once per draft
+    forward (one per drafted token; n-gram lookup reads no weights: pass 0 forwards).
+    KV-cache reads are not counted: this is the weights' share of the memory traffic."""
+    if target_bytes is None or (draft_forwards and draft_bytes is None):
+        return None
+    return steps * target_bytes + draft_forwards * (draft_bytes or 0)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import threading
 import time
 from collections.abc import Mapping
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from specdeck.core.engines.base import (
+    MAX_DRAFT_TOKENS,
     NO_DRAFT,
     DrafterKind,
     DrafterSpec,
@@ -50,9 +52,12 @@ from specdeck.core.engines.base import (
     ProgressCallback,
     SamplingSpec,
     StopReason,
+    weights_read,
 )
 from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
 from specdeck.core.models import ModelInfo, read_model
+
+log = logging.getLogger(__name__)
 
 ENGINE_NAME = "exllamav2"
 PAGE_SIZE = 256
@@ -335,6 +340,12 @@ class ExLlamaV2Engine:
         self._tokenizer: Any = None
         self._draft_model: Any = None
         self._draft_cache: Any = None
+        self._draft_path: Path | None = None
+        self._target_bytes: int | None = None
+        self._draft_bytes: int | None = None
+        """Weights on the GPU, from the EXL2 files (the embedding stays in system RAM)."""
+        self._warm = False
+        """The generator ran its warm-up job for the models loaded now."""
         self._generator: Any = None
         self._drafter: DrafterSpec = NO_DRAFT
         self._paged = True
@@ -359,6 +370,7 @@ class ExLlamaV2Engine:
         self._x = _import_exllamav2()
         self._spec = spec
         self._target_info = target
+        self._target_bytes = _gpu_weight_bytes(target)
         self._plan = plan_context(target, None, spec)
         try:
             self._load_target(path, _Progress(progress, cancel))
@@ -392,7 +404,9 @@ class ExLlamaV2Engine:
         config.max_seq_len = max_seq_len
         config.max_input_len = min(config.max_input_len, max_seq_len)
         config.max_attention_size = config.max_input_len**2
-        config.max_output_len = max(MIN_OUTPUT_LEN, q_size(self._spec.drafter.num_draft_tokens))
+        # Logits rows per forward: room for the largest k any A/B arm may switch to later
+        # (33 rows x vocab x 4 bytes, ~17 MB at a 128k vocabulary).
+        config.max_output_len = max(MIN_OUTPUT_LEN, q_size(MAX_DRAFT_TOKENS))
         config.scale_alpha_value = alpha
 
     def _load_with_cache(self, model: Any, mode: str, callback: Any) -> Any:
@@ -416,31 +430,41 @@ class ExLlamaV2Engine:
         if self._model is None:
             raise InvalidInputError("No model is loaded.", "Load a target model first.")
         self._generator = None
-        self._free_draft()
         notes = list(self._notes)
+        warm = self._warm
         if drafter.kind is DrafterKind.MODEL:
             path = Path(drafter.model_path)
-            info = check_model_folder(path, "draft model")
-            self._plan = plan_context(self._target_info, info, self._spec)
-            notes.extend(n for n in self._plan.notes if n not in notes)
-            try:
-                self._load_draft(path, _Progress(progress, cancel))
-            except BaseException as exc:
+            # An A/B plan alternates arms per prompt: the same draft stays loaded (parked
+            # while the no-draft and n-gram arms run; its VRAM is in the plan either way).
+            if self._draft_model is None or self._draft_path != path.resolve():
                 self._free_draft()
-                mapped = map_load_error(exc, path, self._plan)
-                if mapped is exc:
-                    raise
-                raise mapped from exc
+                warm = False
+                info = check_model_folder(path, "draft model")
+                self._plan = plan_context(self._target_info, info, self._spec)
+                try:
+                    self._load_draft(path, _Progress(progress, cancel))
+                except BaseException as exc:
+                    self._free_draft()
+                    mapped = map_load_error(exc, path, self._plan)
+                    if mapped is exc:
+                        raise
+                    raise mapped from exc
+                self._draft_path = path.resolve()
+                self._draft_bytes = _gpu_weight_bytes(info)
+            notes.extend(n for n in self._plan.notes if n not in notes)
         if drafter.kind is not DrafterKind.NONE and drafter.adaptive:
             # ExLlamaV2's generator always drafts num_draft_tokens: say so in every label.
             drafter = replace(drafter, adaptive=False)
             notes.append("ExLlamaV2 drafts a fixed num_draft_tokens per step")
         self._drafter = drafter
         self._generator = self._make_generator()
-        if progress is not None:
-            progress(LoadProgress("Warming up (kernel autotune)", 0.97))
-        # ExLlamaV2's examples warm up before timing: the first jobs pay for autotuning.
-        self._generator.warmup()
+        if not warm:
+            # ExLlamaV2's examples warm up before timing: the first jobs pay for autotuning.
+            # Once per loaded model set; the runner's warm-up runs cover each arm's shapes.
+            if progress is not None:
+                progress(LoadProgress("Warming up (kernel autotune)", 0.97))
+            self._generator.warmup()
+            self._warm = True
         if progress is not None:
             progress(LoadProgress("Ready", 1.0))
         self._loaded = LoadedModel(
@@ -574,7 +598,11 @@ class ExLlamaV2Engine:
         peak = sum(
             int(torch.cuda.max_memory_allocated(d)) for d in range(torch.cuda.device_count())
         )
-        return reader.result(prompt_ids, request, self._drafter, peak, time.perf_counter() - started)
+        result = reader.result(prompt_ids, request, self._drafter, peak, time.perf_counter() - started)
+        stats = result.stats
+        draft_forwards = stats.drafted if self._drafter.kind is DrafterKind.MODEL else 0
+        return replace(result, stats=replace(stats, weight_bytes_read=weights_read(
+            stats.steps, draft_forwards, self._target_bytes, self._draft_bytes)))
 
     # unloading -----------------------------------------------------------------------
     def _free_draft(self) -> None:
@@ -582,6 +610,7 @@ class ExLlamaV2Engine:
             self._draft_model.unload()
         self._draft_model = None
         self._draft_cache = None
+        self._draft_path = None
 
     def unload(self) -> None:
         self._generator = None
@@ -593,6 +622,7 @@ class ExLlamaV2Engine:
         self._tokenizer = None
         self._loaded = None
         self._drafter = NO_DRAFT
+        self._warm = False
         gc.collect()
         if self._x is not None:
             import torch
@@ -789,6 +819,17 @@ def _paged_attention_usable(x: Any, config: Any) -> bool:
         return False
     capabilities = [torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())]
     return bool(capabilities) and min(c[0] for c in capabilities) >= FLASH_ATTN_MIN_CAPABILITY
+
+
+def _gpu_weight_bytes(info: ModelInfo) -> int | None:
+    """The weights ExLlamaV2 puts on the GPU (every module but the token embedding)."""
+    from specdeck.core.vram.weights import weights_from_files
+
+    try:
+        return weights_from_files(info).gpu_bytes
+    except (InvalidInputError, OSError, ValueError) as exc:
+        log.debug("No weight size for %s: %s", info.path, exc)
+        return None
 
 
 def _device_label(x: Any) -> str:

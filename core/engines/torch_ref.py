@@ -35,6 +35,7 @@ from specdeck.core.engines.base import (
     LoadSpec,
     OutOfMemoryError,
     ProgressCallback,
+    weights_read,
 )
 from specdeck.core.engines.detok import StreamDecoder
 from specdeck.core.engines.sampling import TokenPicker
@@ -75,6 +76,8 @@ class _LoadedLM:
     tokenizer: object
     vocab_size: int
     packed_layers: int
+    weight_bytes: int
+    """Weights one forward reads (see :func:`_weight_bytes`)."""
 
 
 class TorchEngine:
@@ -175,11 +178,12 @@ class TorchEngine:
         model.to(self._device)
         model.eval()
         _check_cancel(cancel)
+        weight_bytes = _weight_bytes(model)  # before packing moves weights out of parameters
         packed = 0
         if self._prepack is not False and cpu_linear.supported(self._device, self._dtype):
             report(f"Packing the {role}'s linear layers for oneDNN", start + 0.3)
             packed = cpu_linear.prepack_linears(model)
-        return _LoadedLM(path, model, tokenizer, _output_vocab(model), packed)
+        return _LoadedLM(path, model, tokenizer, _output_vocab(model), packed, weight_bytes)
 
     def _describe(self) -> LoadedModel:
         notes = []
@@ -270,8 +274,12 @@ class TorchEngine:
             # frees them. A full collection here would hold the GIL for a few hundred ms in a
             # process as big as the GUI's (torch, transformers, Qt) and freeze its frames.
             gc.collect(1)
+        drafting_model = self._drafter_spec.kind is DrafterKind.MODEL and self._draft is not None
         stats = replace(
-            output.stats, peak_memory_bytes=memory.peak, memory_kind=memory.kind
+            output.stats, peak_memory_bytes=memory.peak, memory_kind=memory.kind,
+            weight_bytes_read=weights_read(
+                output.stats.steps, output.stats.drafted if drafting_model else 0,
+                target.weight_bytes, self._draft.weight_bytes if drafting_model else 0),
         )
         return GenerationResult(
             text=output.text,  # the streamed pieces: keeps a leading space decode() drops
@@ -426,6 +434,19 @@ def _check_same_vocabulary(target: _LoadedLM, draft: _LoadedLM) -> None:
                 f"{t_by_id.get(i)!r}: their tokenizers differ.",
                 "Pick a draft model from the target's family (same tokenizer).",
             )
+
+
+def _weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the weights one forward reads: every parameter except the input embedding (a
+    forward reads only its tokens' rows of it), unless the output head shares that matrix."""
+    embedding = model.get_input_embeddings().weight
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p is not embedding
+               or _tied(model))
+
+
+def _tied(model: torch.nn.Module) -> bool:
+    head = model.get_output_embeddings()
+    return head is not None and head.weight is model.get_input_embeddings().weight
 
 
 def _output_vocab(model: torch.nn.Module) -> int:

@@ -36,6 +36,7 @@ from specdeck.core.gpu.telemetry import (
     TelemetryFrame,
     TelemetryState,
     state_frame,
+    peak_bandwidth,
 )
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class _Device:
     uuid: str | None
     pci_bus_id: str | None
     power_limit_w: float | None
+    memory_bandwidth_peak: float | None = None
     cuda_index: int | None = None
     cuda_index_exact: bool = True
     memory_v2: bool = True
@@ -216,6 +218,7 @@ class NvmlSource:
             uuid=device.uuid,
             pci_bus_id=device.pci_bus_id,
             power_limit_w=device.power_limit_w,
+            memory_bandwidth_peak=device.memory_bandwidth_peak,
         )
         if device.lost:
             return GpuReading(status=GpuStatus.LOST, **base)
@@ -313,6 +316,9 @@ class NvmlSource:
                 uuid=_optional_text(self._static(pynvml.nvmlDeviceGetUUID, handle)),
                 pci_bus_id=_bus_id(self._static(pynvml.nvmlDeviceGetPciInfo, handle)),
                 power_limit_w=_watts(self._static(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)),
+                memory_bandwidth_peak=peak_bandwidth(
+                    self._static(lambda h: pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM), handle),
+                    self._static(getattr(pynvml, "nvmlDeviceGetMemoryBusWidth", None), handle)),
             )
             devices.append(device)
             if device.pci_bus_id:
@@ -326,7 +332,9 @@ class NvmlSource:
             device.cuda_index_exact = mapping.exact
         return devices
 
-    def _static(self, fn: Callable[..., Any], handle: Any) -> Any:
+    def _static(self, fn: Callable[..., Any] | None, handle: Any) -> Any:
+        if fn is None:  # an nvidia-ml-py too old to have this query
+            return None
         try:
             return fn(handle)
         except self._nvml.NVMLError:

@@ -52,7 +52,7 @@ TRACE_FORMAT = "specdeck-gpu-trace"
 TRACE_VERSION = 1
 # Static fields kept in the header rather than repeated on every line.
 _STATIC_KEYS = ("name", "cuda_index", "uuid", "pci_bus_id", "memory_total", "memory_reserved",
-                "power_limit_w")
+                "power_limit_w", "memory_bandwidth_peak")
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,7 @@ def _reading(static: dict[str, Any], sample: dict[str, Any], own_pid: int | None
         uuid=static.get("uuid"),
         pci_bus_id=static.get("pci_bus_id"),
         power_limit_w=_number(static.get("power_limit_w")),
+        memory_bandwidth_peak=_number(static.get("memory_bandwidth_peak")),
     )
     if sample.get("status") == GpuStatus.LOST.value:
         return GpuReading(status=GpuStatus.LOST, **base)

@@ -116,6 +116,8 @@ class GpuReading:
     processes: tuple[ProcessUsage, ...] = ()
     own_bytes: int | None = None
     """Memory this process holds here (0 when it holds none, None when unknown)."""
+    memory_bandwidth_peak: float | None = None
+    """Bytes/s the memory can deliver at most (see :func:`peak_bandwidth`)."""
 
     @property
     def label(self) -> str:
@@ -127,6 +129,19 @@ class GpuReading:
         if self.memory_total is None:
             return None
         return self.memory_total - (self.memory_reserved or 0)
+
+
+def peak_bandwidth(max_memory_clock_mhz: float | None, bus_width_bits: float | None) -> float | None:
+    """Peak memory bandwidth in bytes/s from NVML's max memory clock and bus width: two
+    transfers per reported clock (what NVML reports for GDDR6/6X/7 and HBM2e/3 alike).
+
+    Against published figures: H100 SXM 2619 MHz x 5120 bits = 3.35 TB/s; A100 40 GB
+    1215 MHz x 5120 bits = 1.555 TB/s; RTX 4090 10501 MHz x 384 bits = 1.008 TB/s;
+    RTX 3090 9751 MHz x 384 bits = 936 GB/s.
+    """
+    if not max_memory_clock_mhz or not bus_width_bits:
+        return None
+    return max_memory_clock_mhz * 1e6 * 2 * bus_width_bits / 8
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QFileDialog,
+    QFrame,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
@@ -27,6 +28,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSizePolicy,
     QSpinBox,
     QSplitter,
@@ -51,6 +53,8 @@ from specdeck.gui.widgets.banner import Banner
 log = logging.getLogger(__name__)
 
 DEMO = "demo"
+MAX_PANES = 4
+"""More arms than this (a sweep) share one pane for the drafted arms, beside the reference."""
 DRAIN_INTERVAL_MS = 50
 RATE_WINDOW_S = 0.25
 """Live tok/s is measured over at least this much decode time, so the curve is readable."""
@@ -129,11 +133,15 @@ class BenchPage(QWidget):
         self.summary.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         self.summary.setMinimumWidth(300)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        summary_scroll = QScrollArea()
+        summary_scroll.setWidget(self.summary)
+        summary_scroll.setWidgetResizable(True)
+        summary_scroll.setFrameShape(QFrame.Shape.NoFrame)
         results = QWidget()
         results_layout = QHBoxLayout(results)
         results_layout.setContentsMargins(0, 0, 0, 0)
         results_layout.addWidget(self.table, 3)
-        results_layout.addWidget(self.summary, 2)
+        results_layout.addWidget(summary_scroll, 2)
 
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(panes_box)
@@ -188,6 +196,10 @@ class BenchPage(QWidget):
         self.adaptive = QCheckBox("adaptive")
         self.adaptive.setToolTip("Draft fewer tokens after rejections (PyTorch engine only)")
         self.adaptive.setChecked(True)
+        self.sweep = QCheckBox("sweep k 1–8")
+        self.sweep.setToolTip("Run every k from 1 to 8 (exactly k drafts per step) for each ticked "
+                              "drafter, interleaved per prompt, then apply the best")
+        self.sweep.toggled.connect(self._sync_k)
 
         self.suite_buttons: dict[str, QToolButton] = {}
         suites_row = QHBoxLayout()
@@ -214,6 +226,11 @@ class BenchPage(QWidget):
                                       "and the plan, to repeat the run")
         self.export_button.setEnabled(False)
         self.export_button.clicked.connect(self.export_report)
+        self.apply_button = QPushButton("Apply best…")
+        self.apply_button.setEnabled(False)
+        self.apply_button.clicked.connect(self.apply_best)
+        self.best_setting = None
+        """core.bench.sweep.SweepRow of the finished plan's winner (None: no draft won)."""
         self.history = QComboBox()
         self.history.setMinimumWidth(150)
         self.history.setMaximumWidth(320)
@@ -243,6 +260,7 @@ class BenchPage(QWidget):
         draft_row.addWidget(self.use_ngram)
         draft_row.addWidget(self.k)
         draft_row.addWidget(self.adaptive)
+        draft_row.addWidget(self.sweep)
         grid.addWidget(QLabel("Drafters"), 0, 4)
         grid.addLayout(draft_row, 0, 5)
         grid.addWidget(QLabel("Prompts"), 1, 0)
@@ -259,6 +277,7 @@ class BenchPage(QWidget):
         grid.addWidget(self.stage, 2, 4)
         after = QHBoxLayout()
         after.addStretch(1)
+        after.addWidget(self.apply_button)
         after.addWidget(self.export_button)
         after.addWidget(self.history)
         after.addWidget(self.open_history)
@@ -270,6 +289,7 @@ class BenchPage(QWidget):
             signal.connect(self._preview_arms)
         self.k.valueChanged.connect(self._preview_arms)
         self.adaptive.toggled.connect(self._preview_arms)
+        self.sweep.toggled.connect(self._preview_arms)
 
     @staticmethod
     def _spin(low: int, high: int, value: int, prefix: str, suffix: str) -> QSpinBox:
@@ -288,10 +308,20 @@ class BenchPage(QWidget):
     def _arms_preview(self):
         draft = self.draft.text().strip() if self.use_draft.isChecked() else None
         try:
-            return default_arms(draft or None, self.use_ngram.isChecked(), self.k.value(),
+            arms = default_arms(draft or None, self.use_ngram.isChecked(), self.k.value(),
                                 self.adaptive.isChecked())
         except SpecDeckError:
-            return default_arms(None, self.use_ngram.isChecked(), self.k.value())
+            arms = default_arms(None, self.use_ngram.isChecked(), self.k.value())
+        if self.sweep.isChecked() and len(arms) > 1:
+            from specdeck.core.bench.sweep import sweep_arms
+
+            return sweep_arms([a.drafter for a in arms[1:]])
+        return arms
+
+    def _sync_k(self) -> None:
+        sweeping = self.sweep.isChecked()
+        for widget in (self.k, self.adaptive):
+            widget.setEnabled(not sweeping and not self._running())
 
     def _preview_arms(self, *_args) -> None:
         if self.state is None or not self._running():
@@ -338,7 +368,8 @@ class BenchPage(QWidget):
         self.banner.hide()
         self._save()
         self.export_button.setEnabled(False)
-        self.last_run = self.last_summary = self.last_report = None
+        self.apply_button.setEnabled(False)
+        self.last_run = self.last_summary = self.last_report = self.best_setting = None
         self.state = _PlanState(plan, time.monotonic(), 0, [a.name for a in plan.arms], {})
         self.table.setRowCount(0)
         self.summary.setText("Loading…")
@@ -359,10 +390,11 @@ class BenchPage(QWidget):
         self.setup_inputs_enabled(not running)
 
     def setup_inputs_enabled(self, enabled: bool) -> None:
-        for widget in (self.engine, self.model, self.use_draft, self.draft, self.use_ngram, self.k,
-                       self.adaptive, self.per_suite, self.max_new, self.repeats, self.warmup,
+        for widget in (self.engine, self.model, self.use_draft, self.draft, self.use_ngram, self.sweep,
+                       self.per_suite, self.max_new, self.repeats, self.warmup,
                        *self.suite_buttons.values()):
             widget.setEnabled(enabled)
+        self._sync_k()
 
     # events ------------------------------------------------------------------------------
     def pump(self) -> int:
@@ -402,7 +434,7 @@ class BenchPage(QWidget):
         state.total = len(event.schedule)
         state.loaded = event.loaded
         self._make_panes([a.label for a in event.plan.arms])
-        state.panes = dict(zip(state.arms, self._panes))
+        state.panes = {arm: self._panes[min(i, len(self._panes) - 1)] for i, arm in enumerate(state.arms)}
         self._ensure_plots()
         if self.plots is not None:
             self.plots.reset(state.arms)
@@ -414,6 +446,8 @@ class BenchPage(QWidget):
         state = self.state
         slot = event.slot
         pane = state.panes[slot.arm.name]
+        if len(state.arms) > len(self._panes):  # a shared pane says which arm it shows now
+            pane.set_title(slot.arm.label, arm_colour(state.arms.index(slot.arm.name)))
         what = "warm-up" if slot.warmup else f"repeat {slot.repeat + 1}"
         pane.begin(f"{slot.prompt.id} · {what} · {event.prompt_tokens} prompt tokens")
         pane.metrics.setText("prefill…")
@@ -566,12 +600,20 @@ class BenchPage(QWidget):
             )
         return "<b>So far</b>" + "".join(lines)
 
-    def _final_html(self, summary) -> str:
-        """The finished plan, all from ``core.bench.summary``."""
+    def _final_html(self, summary, only=None) -> str:
+        """The finished plan, all from ``core.bench.summary`` (a sweep: ``only`` its best arm's
+        row; every arm is in the table and the report)."""
+        from specdeck.core.bench.report import bandwidth_text
+
         state = self.state
         base = summary.reference
-        lines = []
+        reference = summary.arm(base)
+        lines = [f"<p>{_arm_head(reference.label, 0)}: {_rate(reference.tokens_per_second)}"
+                 + (f" · weights read at {bandwidth_text(reference.weight_read_rate, reference.roofline_share)}"
+                    if reference.weight_read_rate else "") + "</p>"]
         for comparison in summary.comparisons:
+            if only is not None and comparison.arm != only:
+                continue
             head = _arm_head(comparison.label, state.arms.index(comparison.arm))
             ratio, check = comparison.speedup, comparison.lossless
             if ratio is None:
@@ -585,6 +627,10 @@ class BenchPage(QWidget):
                 + _identical_html(check.checkable, check.identical, check.compared, base),
             ]
             parts += [f"likely cause: {html.escape(c)}" for c in comparison.causes]
+            arm = summary.arm(comparison.arm)
+            if arm.weight_read_rate:
+                parts.append(f"{_rate(arm.tokens_per_second)} · weights read at "
+                             f"{bandwidth_text(arm.weight_read_rate, arm.roofline_share)}")
             theory = comparison.theory
             if theory is not None and theory.predicted_speedup is not None:
                 best = (f"; best predicted k = {theory.best_k} ({theory.best_speedup:.2f}×)"
@@ -620,13 +666,68 @@ class BenchPage(QWidget):
         self.banner.show_message(html.escape(str(error)), "error")
 
     def _show_final(self, result) -> None:
-        summary, paths = result
+        from specdeck.core.bench.sweep import best_row
+
+        summary, paths, rows = result
         if self.last_run is None or summary.counted_runs != len(self.last_run.counted()):
             return  # a newer run started meanwhile
         self.last_summary, self.last_report = summary, paths
+        self.best_setting = best = best_row(rows)
         self.export_button.setEnabled(True)
-        self.summary.setText(self._final_html(summary))
+        swept = len(rows) > len({r.candidate for r in rows})
+        if swept:
+            self.summary.setText(_sweep_html(rows, best, summary)
+                                 + (self._final_html(summary, only=best.arm) if best else ""))
+        else:
+            self.summary.setText(self._final_html(summary))
+        self._offer_apply(rows, best)
         self.refresh_history()
+
+    # apply -------------------------------------------------------------------------------
+    def _offer_apply(self, rows, best) -> None:
+        if not any(r.speedup is not None for r in rows):
+            return
+        if best is None:
+            self.apply_button.setText("Switch drafting off…")
+            why = "No setting beat decoding without a draft"
+        else:
+            self.apply_button.setText(f"Apply {best.candidate} k={best.k}…")
+            why = f"The best setting: {best.candidate}, k={best.k}, {best.score:.2f}× (median paired)"
+        self.apply_button.setEnabled(True)
+        self.apply_button.setToolTip(f"{why}. Writes TabbyAPI's config.yml through the config "
+                                     "editor; you see the change first.")
+
+    def apply_best(self) -> None:
+        """Write the finished plan's best setting into config.yml, after showing the diff."""
+        from specdeck.core.bench.sweep import plan_apply_setting
+
+        path = self.context.config_path
+        if path is None:
+            self.banner.show_message(
+                "No TabbyAPI config.yml is open. Open it on the Draft settings page, then press "
+                "Apply again.", "warning")
+            return
+        drafter = None if self.best_setting is None else self.best_setting.drafter
+        self._submit(plan_apply_setting, drafter, path, on_result=self._confirm_apply)
+
+    def _confirm_apply(self, planned) -> None:
+        from specdeck.gui.widgets.config_dialog import confirm_and_save
+
+        best = self.best_setting
+        what = ("switch the draft model off" if best is None
+                else f"use <b>{html.escape(best.candidate)}</b> (k={best.k}, {best.score:.2f}× here)")
+        notes = "".join(f"<br>{html.escape(n)}" for n in planned.notes)
+        if planned.is_noop:
+            self.context.show_status("config.yml already has this setting.")
+            return
+        saved = confirm_and_save(
+            self, planned.change, "Apply the A/B result",
+            f"Make TabbyAPI {what}. SpecDeck will change config.yml like this (the previous "
+            f"version is kept as config.yml.bak):{notes}",
+        )
+        if saved is not None and saved.written:
+            self.context.config_saved.emit(str(saved.path))
+            self.context.show_status(f"Applied to {saved.path}.")
 
     def export_report(self) -> None:
         if self.last_run is None or self.last_summary is None:
@@ -684,7 +785,10 @@ class BenchPage(QWidget):
     def _make_panes(self, labels: list[str]) -> None:
         for pane in getattr(self, "_panes", []):
             self.panes_layout.removeWidget(pane)
+            pane.hide()  # deleteLater waits for the event loop: hide the old pane now
             pane.deleteLater()
+        if len(labels) > MAX_PANES:
+            labels = [labels[0], f"{len(labels) - 1} drafting arms, one at a time"]
         self._panes = [StreamPane(label, arm_colour(i)) for i, label in enumerate(labels)]
         for pane in self._panes:
             pane.set_highlight(self.highlight.isChecked())
@@ -749,7 +853,7 @@ class BenchPage(QWidget):
 
     def _widgets(self):
         return {"engine": self.engine, "model": self.model, "use_draft": self.use_draft, "draft": self.draft,
-                "use_ngram": self.use_ngram, "k": self.k, "adaptive": self.adaptive,
+                "use_ngram": self.use_ngram, "k": self.k, "adaptive": self.adaptive, "sweep": self.sweep,
                 "per_suite": self.per_suite, "max_new": self.max_new, "repeats": self.repeats,
                 "warmup": self.warmup, **{f"suite_{n}": b for n, b in self.suite_buttons.items()}}
 
@@ -767,12 +871,48 @@ class BenchPage(QWidget):
 
 
 def _summarize_and_keep(run):
-    """Worker: the core's summary (bootstrap intervals, theory), saved into the history."""
+    """Worker: the core's summary (bootstrap intervals, theory), saved into the history, and
+    every drafted arm ranked as a setting to apply."""
     from specdeck.core.bench.report import save_to_history
     from specdeck.core.bench.summary import summarize
+    from specdeck.core.bench.sweep import setting_rows
 
     summary = summarize(run)
-    return summary, save_to_history(run, summary)
+    return summary, save_to_history(run, summary), setting_rows(run, summary)
+
+
+def _sweep_html(rows, best, summary) -> str:
+    """Drafters down, k across: tok/s and median paired speed-up, the best cell marked; then
+    one line on losslessness over every arm."""
+    ks = sorted({r.k for r in rows})
+    candidates = list(dict.fromkeys(r.candidate for r in rows))
+    cells = {(r.candidate, r.k): r for r in rows}
+    head = "".join(f"<th>k={k}</th>" for k in ks)
+    body = []
+    for candidate in candidates:
+        tds = []
+        for k in ks:
+            row = cells.get((candidate, k))
+            if row is None or row.tokens_per_second is None:
+                tds.append("<td>–</td>")
+                continue
+            text = f"{row.tokens_per_second:.0f}" + (f"<br>{row.speedup.median:.2f}×" if row.speedup else "")
+            style = " style='background:#bbf7d0'" if row is best else ""
+            tds.append(f"<td align='right'{style}>{'<b>' + text + '</b>' if row is best else text}</td>")
+        body.append(f"<tr><td>{html.escape(candidate)}</td>{''.join(tds)}</tr>")
+    verdict = ("no setting beat no drafting" if best is None
+               else f"best: {html.escape(best.candidate)}, k={best.k} ({best.score:.2f}×)")
+    checks = [c.lossless for c in summary.comparisons]
+    compared = sum(c.compared for c in checks)
+    diverged = sum(c.diverged for c in checks)
+    if not all(c.checkable for c in checks):
+        lossless = "sampled: losslessness not checkable"
+    elif diverged:
+        lossless = f"<b style='color:#b91c1c'>NOT lossless: {diverged} of {compared} runs diverged</b>"
+    else:
+        lossless = f"{compared - sum(c.ties for c in checks)} of {compared} drafted runs identical to {summary.reference}"
+    return (f"<b>Sweep</b> (tok/s, speed-up; {verdict})<table cellspacing='0' cellpadding='3' border='1'>"
+            f"<tr><th></th>{head}</tr>{''.join(body)}</table><p>{lossless}</p>")
 
 
 def _arm_head(label: str, index: int) -> str:
@@ -783,6 +923,10 @@ def _speedup_html(median: float, n: int, low: float, high: float, base: str) -> 
     """The headline; the caller closes the parenthesis (after the interval, when known)."""
     return (f"<span style='font-size:15pt'><b>{median:.2f}×</b></span> vs {base} "
             f"(median of {n} paired runs; min {low:.2f}×, max {high:.2f}×")
+
+
+def _rate(tokens_per_second: float | None) -> str:
+    return "–" if tokens_per_second is None else f"{tokens_per_second:.1f} tok/s"
 
 
 def _percent(value: float | None) -> str:

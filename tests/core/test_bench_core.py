@@ -20,6 +20,7 @@ from conftest import TABBY
 from specdeck.core.bench.plan import Arm, BenchPlan, default_arms
 from specdeck.core.bench.report import (
     list_history,
+    markdown_summary,
     load_plan,
     load_report,
     save_to_history,
@@ -256,3 +257,70 @@ def test_k_ranges():
     for bad in ("", "0-3", "a", "4-x", "40"):
         with pytest.raises(InvalidInputError):
             parse_k_range(bad)
+
+
+# Memory-bandwidth roofline ----------------------------------------------------------------
+@pytest.mark.parametrize("clock_mhz, bus_bits, published", [
+    (2619, 5120, 3.35e12),   # H100 SXM5, HBM3
+    (1215, 5120, 1.555e12),  # A100 40 GB, HBM2
+    (10501, 384, 1.008e12),  # RTX 4090, GDDR6X
+    (9751, 384, 936e9),      # RTX 3090, GDDR6X
+])
+def test_peak_bandwidth_from_nvml_clock_and_bus_width_matches_published_specs(clock_mhz, bus_bits, published):
+    from specdeck.core.gpu.telemetry import peak_bandwidth
+
+    assert peak_bandwidth(clock_mhz, bus_bits) == pytest.approx(published, rel=0.005)
+    assert peak_bandwidth(None, bus_bits) is None and peak_bandwidth(clock_mhz, 0) is None
+
+
+def test_gpu_environment_takes_the_slowest_visible_gpus_peak_from_telemetry():
+    from conftest import REPO_ROOT
+    from specdeck.core.bench.runner import gpu_environment
+    from specdeck.core.gpu.replay import ReplaySource, load_trace
+
+    trace = load_trace(REPO_ROOT / "resources" / "traces" / "demo-5090-4090-70b.jsonl")
+    env = gpu_environment(ReplaySource(trace))
+    assert {g["name"]: g["memory_bandwidth_peak"] for g in env["gpus"]} == {
+        "NVIDIA GeForce RTX 4090": pytest.approx(1.008e12, rel=1e-3),
+        "NVIDIA GeForce RTX 5090": pytest.approx(1.792e12, rel=1e-3)}
+    assert env["memory_bandwidth_peak"] == pytest.approx(1.008e12, rel=1e-3)
+
+
+def _forward_bytes(folder: Path) -> int:
+    """Every weight but the input embedding, straight from the safetensors file."""
+    from safetensors import safe_open
+
+    total = 0
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        for name in f.keys():
+            if name != "model.embed_tokens.weight":
+                tensor = f.get_tensor(name)
+                total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def test_weights_read_count_the_target_per_step_and_the_draft_per_drafted_token(models):
+    plan = tiny_plan(models["target"], default_arms(models["draft"], ngram=True, k=3, adaptive=False),
+                     max_new_tokens=12)
+    run = run_plan(plan)
+    target, draft = _forward_bytes(models["target"]), _forward_bytes(models["draft"])
+    drafted_any = False
+    for record in run.counted():
+        s = record.result.stats
+        draft_bytes = s.drafted * draft if record.arm == "B" else 0  # n-gram reads no weights
+        assert s.weight_bytes_read == s.steps * target + draft_bytes, record.arm
+        drafted_any |= record.arm == "B" and s.drafted > 0
+    assert drafted_any
+    # On a GPU the share of the peak is reported; here the share is of a given peak.
+    peak = 50e9
+    on_gpu = replace(run, environment={**run.environment, "memory_bandwidth_peak": peak})
+    summary = summarize(on_gpu)
+    arm = summary.arm("A")
+    import statistics
+
+    assert arm.weight_read_rate == pytest.approx(statistics.median(
+        r.result.stats.weight_bytes_read / r.result.stats.decode_s for r in run.counted("A")))
+    assert arm.roofline_share == pytest.approx(arm.weight_read_rate / peak)
+    assert summarize(run).arm("A").roofline_share is None  # CPU: no peak, no share
+    md = markdown_summary(on_gpu, summary)
+    assert "of peak" in md and "50.0 GB/s" in md

@@ -311,3 +311,82 @@ def test_job_reader_accounts_a_drafting_run_like_the_generator():
     assert result.text == "The quick brown t1701 t29916 t432 t17204 t975"
     assert [e.step for e in events] == [1, 2, 3]
     assert events[0].drafted == 4 and events[0].accepted == 2
+
+
+# arm switching, against a recording stand-in for the exllamav2 module ---------------------------
+class _RecordingExLlamaV2:
+    """The slice of exllamav2 0.3.2's API the engine's load and set_drafter paths call, recording
+    what was loaded. exllamav2 cannot import here (no CUDA); this checks our switching logic only."""
+
+    def __init__(self):
+        self.loaded: list[str] = []
+        self.unloaded: list[str] = []
+        self.generators: list[dict] = []
+        self.warmups = 0
+        self.configs: list[SimpleNamespace] = []
+        self.attn = SimpleNamespace(has_flash_attn_with_paged=False)
+        outer = self
+
+        class Config(SimpleNamespace):
+            def __init__(self, path):
+                super().__init__(model_dir=path, max_input_len=2048, no_flash_attn=False,
+                                 generation_config={})
+                outer.configs.append(self)
+
+            def arch_compat_overrides(self, quiet=False):
+                pass
+
+        class Model:
+            def __init__(self, config):
+                self.config = config
+
+            def load_autosplit(self, cache, reserve_vram=None, callback=None):
+                outer.loaded.append(Path(self.config.model_dir).name)
+
+            def unload(self):
+                outer.unloaded.append(Path(self.config.model_dir).name)
+
+        class Generator:
+            def __init__(self, **kwargs):
+                outer.generators.append(kwargs)
+
+            def warmup(self):
+                outer.warmups += 1
+
+        self.ExLlamaV2Config = Config
+        self.ExLlamaV2 = Model
+        self.ExLlamaV2Cache_Q4 = lambda model, max_seq_len, lazy: SimpleNamespace(model=model)
+        self.ExLlamaV2Tokenizer = lambda config: SimpleNamespace(eos_token_id=2)
+        self.ExLlamaV2DynamicGenerator = Generator
+
+
+def test_an_ab_plan_switching_arms_loads_each_draft_once_and_warms_up_once(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from specdeck.core.engines import exllamav2 as module
+
+    fake = _RecordingExLlamaV2()
+    monkeypatch.setattr(module, "_import_exllamav2", lambda: fake)
+    target = _exl2_folder(tmp_path / "target", EXL2)
+    draft = _exl2_folder(tmp_path / "draft", EXL2)
+    other = _exl2_folder(tmp_path / "other", EXL2)
+    engine = ExLlamaV2Engine()
+    engine.load(LoadSpec(target, cache_mode="Q4", draft_cache_mode="Q4"))
+    # The runner's interleaved order: A, draft k=4, n-gram, A, draft k=2 ...
+    for spec in (DrafterSpec(DrafterKind.MODEL, draft, num_draft_tokens=4), DrafterSpec(DrafterKind.NGRAM),
+                 DrafterSpec(DrafterKind.NONE), DrafterSpec(DrafterKind.MODEL, draft, num_draft_tokens=2)):
+        loaded = engine.set_drafter(spec)
+        assert loaded.drafter.kind is spec.kind
+    assert fake.loaded == ["target", "draft"], "the parked draft was reloaded"
+    assert fake.warmups == 2, "warm-up runs once per loaded model set"
+    assert fake.generators[-1]["num_draft_tokens"] == 2
+    assert fake.generators[-1]["draft_model"] is fake.generators[1]["draft_model"]
+    assert "draft_model" not in fake.generators[2] and fake.generators[2]["use_ngram_draft"]
+    assert "draft_model" not in fake.generators[3] and "use_ngram_draft" not in fake.generators[3]
+    # Any arm's k fits the logits rows configured at load, whatever order the arms come in.
+    assert all(c.max_output_len >= q_size(32) for c in fake.configs)
+
+    engine.set_drafter(DrafterSpec(DrafterKind.MODEL, other))
+    assert fake.loaded[-1] == "other" and fake.unloaded == ["draft"]
+    engine.unload()
+    assert sorted(fake.unloaded) == ["draft", "other", "target"]
+    assert engine.loaded is None

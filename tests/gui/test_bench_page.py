@@ -169,3 +169,51 @@ def test_finished_run_is_summarised_saved_to_history_and_exported(qtbot, page, m
     assert len(data["runs"]) == len(page.last_run.records)
     with open(tmp_path / "export" / page.last_report.csv.name, newline="") as handle:
         assert len(list(csv.DictReader(handle))) == len(page.last_run.records)
+
+
+def test_sweep_finds_the_best_k_and_apply_writes_it_through_the_config_editor(
+        qtbot, page, models, tmp_path, monkeypatch):
+    from specdeck.core import config
+    from specdeck.gui.widgets import config_dialog
+    from conftest import TABBY
+
+    configure(page, models["cycle"], repeats=1, max_new=24)
+    page.sweep.setChecked(True)
+    assert not page.k.isEnabled() and not page.adaptive.isEnabled()
+    # Nine arms (A, k=1..8) share two panes: the reference and the drafting arm of the moment.
+    assert len(page.panes) == 2
+    page.start()
+    qtbot.waitUntil(lambda: page.last_report is not None, timeout=180_000)
+    run = page.last_run
+    assert [a.name for a in run.plan.arms] == ["A", *(f"k{k}" for k in range(1, 9))]
+    assert all(not a.drafter.adaptive for a in run.plan.arms[1:])
+    assert page.table.rowCount() == 9
+    assert page.panes[1].title.text().startswith("k8: n-gram")  # the last arm run
+    # The cycling model's output repeats: n-gram drafts are always right, so the best k is
+    # one of the larger ones and beats no drafting.
+    best = page.best_setting
+    assert best is not None and best.candidate == "n-gram" and best.k >= 4 and best.score > 1
+    assert "Sweep" in page.summary.text() and f"k={best.k}" in page.apply_button.text()
+
+    # No config.yml open: say where to open one, write nothing.
+    page.apply_button.click()
+    assert "config.yml" in page.banner.label.text() and page.banner.severity == "warning"
+
+    config_yml = tmp_path / "config.yml"
+    sample = (TABBY / "config_sample.exl2-checkpoint.yml").read_text()
+    original = sample.replace("  backend:\n", "  backend: exllamav3\n", 1)
+    config_yml.write_text(original)
+    page.context.set_config_path(config_yml)
+    shown = []
+
+    def accept(dialog):
+        shown.append(dialog.diff.toPlainText())
+        return config_dialog.QDialog.DialogCode.Accepted
+
+    monkeypatch.setattr(config_dialog.ConfirmChangeDialog, "exec", accept)
+    with qtbot.waitSignal(page.context.config_saved, timeout=30_000):
+        page.apply_button.click()
+    assert f"+  draft_num_tokens: {best.k}" in shown[0]
+    draft = config.load(config_yml).data["draft_model"]
+    assert draft["draft_mode"] == "ngram" and draft["draft_num_tokens"] == best.k
+    assert (tmp_path / "config.yml.bak").read_text() == original
