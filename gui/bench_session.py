@@ -1,151 +1,148 @@
-"""Run A/B plans on one worker thread that owns the engine; the GUI drains the events.
+"""Run A/B plans in an engine process; the GUI drains the events from a deque.
 
-An engine must be driven from one thread and an A/B plan blocks for minutes, so a
-:class:`BenchSession` keeps one Python thread that owns the engine and runs plans there,
-one at a time. The engine stays loaded between plans: repeating a run with another k or
-another suite does not reload the model.
+An A/B plan blocks for minutes and the engine's decode loop is Python, so a
+:class:`BenchSession` starts one child process (core.bench.worker) that owns the engine and
+runs plans there, one at a time: the engine's Python never competes with the GUI thread for
+the GIL. The engine stays loaded between plans: repeating a run with another k or another
+suite does not reload the model.
 
-The runner reports every verify step; at hundreds of tokens/s one Qt signal per step would
-flood the GUI's event loop. So events go into a deque and the page drains it from a QTimer
-(every 50 ms): the GUI does a bounded amount of work per frame however fast the engine runs,
-and nothing is lost. The last event of a plan is :class:`PlanDone` or :class:`PlanFailed`.
+A reader thread receives the child's event batches into a deque; the page drains it from a
+QTimer (every 50 ms), so the GUI does a bounded amount of work per frame however fast the
+engine runs, and nothing is lost. The last event of a plan is :class:`PlanDone` or
+:class:`PlanFailed`; a child that dies mid-plan (killed, out of memory) ends the plan with
+PlanFailed saying so.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
+import multiprocessing
 import queue
 import threading
-import traceback
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from specdeck.core.bench.plan import BenchPlan
-from specdeck.core.bench.runner import BenchEvent, BenchRun, PlanStarted, run_plan
-from specdeck.core.engines.base import Engine
+from specdeck.core.bench.worker import (
+    EngineFactory,
+    PlanDone,
+    PlanFailed,
+    WorkerEvent,
+    default_factory,
+    serve,
+)
 from specdeck.core.errors import SpecDeckError
+
+__all__ = ["BenchSession", "PlanDone", "PlanFailed"]
 
 log = logging.getLogger(__name__)
 
-EngineFactory = Callable[[str], Engine]
+POLL_S = 0.25
+"""How often the reader checks that the child is still alive while waiting for events."""
 
 
-@dataclass(frozen=True)
-class PlanDone:
-    run: BenchRun
-
-
-@dataclass(frozen=True)
-class PlanFailed:
-    error: BaseException
-
-
-SessionEvent = BenchEvent | PlanDone | PlanFailed
-
-
-def _default_factory(name: str) -> Engine:
-    from specdeck.core.engines import create_engine
-
-    return create_engine(name)
+class EngineProcessDied(SpecDeckError):
+    """The engine process ended in the middle of a plan."""
 
 
 class BenchSession:
-    """See the module docstring. Call :meth:`shutdown` before the application quits."""
+    """See the module docstring. Call :meth:`shutdown` before the application quits.
+
+    ``factory`` makes the engine in the child, so it must be picklable (a module-level
+    function).
+    """
 
     def __init__(self, factory: EngineFactory | None = None):
-        self._factory = factory or _default_factory
-        self._events: deque[SessionEvent] = deque()
-        self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
-        self._cancel = threading.Event()
+        # spawn, never fork: the GUI process has Qt's and torch's threads running.
+        context = multiprocessing.get_context("spawn")
+        self._events: deque[WorkerEvent] = deque()
+        self._jobs = context.Queue()
+        self._from_child = context.Queue()
+        self._cancel = context.Event()
         self._running = threading.Event()
-        self._engine: Engine | None = None
-        self._engine_name: str | None = None
-        self._thread = threading.Thread(target=self._serve, name="specdeck-bench", daemon=True)
-        self._thread.start()
+        self._closed = False
+        self._process = context.Process(
+            target=serve, args=(self._jobs, self._from_child, self._cancel, factory or default_factory),
+            name="specdeck-engine", daemon=True,
+        )
+        self._process.start()
+        self._reader = threading.Thread(target=self._read, name="specdeck-bench-reader", daemon=True)
+        self._reader.start()
 
     # GUI thread ------------------------------------------------------------------------
     @property
     def running(self) -> bool:
         return self._running.is_set()
 
+    @property
+    def alive(self) -> bool:
+        return not self._closed and self._process.is_alive()
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The engine process (its memory is the run's memory on a CPU)."""
+        return self._process.pid
+
     def start(self, plan: BenchPlan) -> None:
         if self._running.is_set():
             raise SpecDeckError("An A/B run is already going.", "Stop it first, or wait for it.")
-        self._cancel = threading.Event()
+        if not self.alive:
+            raise SpecDeckError("The engine process has stopped.", "Start the run again.")
+        self._cancel.clear()
         self._running.set()
-        cancel = self._cancel
-        self._jobs.put(lambda: self._run(plan, cancel))
+        self._jobs.put(plan)
 
     def stop(self) -> None:
         """Stop after the current verify step; the finished runs are kept."""
         self._cancel.set()
 
-    def drain(self, limit: int | None = None) -> list[SessionEvent]:
+    def drain(self, limit: int | None = None) -> list[WorkerEvent]:
         """The events since the last call, oldest first (at most ``limit``)."""
-        out: list[SessionEvent] = []
+        out: list[WorkerEvent] = []
         while self._events and (limit is None or len(out) < limit):
             out.append(self._events.popleft())
         return out
 
     def shutdown(self, timeout_s: float = 30.0) -> bool:
-        """Stop the run, unload the engine on its thread, end the thread. True if it ended."""
+        """Stop the run, unload the engine in its process, end it. True if it ended in time
+        (otherwise it is terminated)."""
+        if self._closed:
+            return not self._process.is_alive()
+        self._closed = True
         self._cancel.set()
         self._jobs.put(None)
-        self._thread.join(timeout_s)
-        stopped = not self._thread.is_alive()
+        self._process.join(timeout_s)
+        stopped = not self._process.is_alive()
         if not stopped:
-            log.warning("The A/B thread did not stop within %.0f s", timeout_s)
+            log.warning("The engine process did not stop within %.0f s; terminating it", timeout_s)
+            self._process.terminate()
+            self._process.join(5)
+        self._reader.join(2 * POLL_S + 1)
         return stopped
 
-    # worker thread ---------------------------------------------------------------------
-    def _serve(self) -> None:
+    # reader thread ---------------------------------------------------------------------
+    def _read(self) -> None:
         while True:
-            job = self._jobs.get()
-            if job is None:
-                self._unload()
+            try:
+                batch = self._from_child.get(timeout=POLL_S)
+            except queue.Empty:
+                if self._process.is_alive():
+                    continue
+                self._child_died()
                 return
-            job()
+            except (EOFError, OSError):
+                self._child_died()
+                return
+            if batch is None:  # the child unloaded and is exiting
+                return
+            if any(isinstance(e, (PlanDone, PlanFailed)) for e in batch):
+                self._running.clear()
+            self._events.extend(batch)
 
-    def _run(self, plan: BenchPlan, cancel: threading.Event) -> None:
-        try:
-            engine = self._engine_for(plan.engine)
-            run = run_plan(plan, engine=engine, on_event=self._on_event, cancel=cancel)
-        except BaseException as exc:  # noqa: BLE001 - delivered to the GUI, never lost
-            if not isinstance(exc, SpecDeckError):
-                log.error("A/B run failed:\n%s", traceback.format_exc())
+    def _child_died(self) -> None:
+        if self._running.is_set():
+            code = self._process.exitcode
             self._running.clear()
-            self._events.append(PlanFailed(exc))
-        else:
-            self._running.clear()
-            self._events.append(PlanDone(run))
-
-    def _on_event(self, event: BenchEvent) -> None:
-        if isinstance(event, PlanStarted):
-            # Everything allocated so far (torch, transformers, the model, Qt's wrappers)
-            # lives as long as the engine. Freezing it keeps Python's automatic full
-            # collections from scanning it: in a process this size one takes ~200 ms, all
-            # of it holding the GIL, and the GUI thread misses a dozen frames each time.
-            gc.freeze()
-        self._events.append(event)
-
-    def _engine_for(self, name: str) -> Engine:
-        if self._engine is not None and self._engine_name != name:
-            self._unload()
-        if self._engine is None:
-            self._engine = self._factory(name)
-            self._engine_name = name
-        return self._engine
-
-    def _unload(self) -> None:
-        if self._engine is None:
-            return
-        try:
-            self._engine.unload()
-        except Exception:
-            log.exception("Unloading the A/B engine failed")
-        self._engine = None
-        self._engine_name = None
-        gc.unfreeze()  # let the unloaded model's cycles be collected
-        gc.collect()
+            self._events.append(PlanFailed(EngineProcessDied(
+                f"The engine process stopped in the middle of the run (exit code {code}).",
+                "It may have run out of memory: try a smaller model, context or cache, then "
+                "start again. The runs that finished are in the table.")))

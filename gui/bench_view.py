@@ -109,9 +109,11 @@ class StreamPane(QFrame):
             return
         cursor = self.text.textCursor()
         cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.beginEditBlock()  # one re-layout for the whole tick, not one per piece
         for piece, from_draft in pieces:
             self._segments.append((piece, from_draft))
             cursor.insertText(piece, self._draft if from_draft and self.highlight else self._plain)
+        cursor.endEditBlock()
         self.text.setTextCursor(cursor)
         self.text.ensureCursorVisible()
 
@@ -173,6 +175,7 @@ class BenchPlots(QWidget):
         self.memory: dict[str, _Series] = {}
         self._curves: dict[tuple[str, str], object] = {}
         self._arm_index: dict[str, int] = {}
+        self._legend = True
 
     @staticmethod
     def _plot(title: str, unit: str):
@@ -191,6 +194,8 @@ class BenchPlots(QWidget):
             if legend is not None:
                 legend.clear()
         self._arm_index = {name: i for i, name in enumerate(arms)}
+        # A sweep's many arms would bury the lines under a legend: the table says the colours.
+        self._legend = len(arms) <= len(ARM_COLOURS)
         self.speed = {a: _Series() for a in arms}
         self.finished = {a: _Series() for a in arms}
         self.accept = {a: _Series() for a in arms[1:]}
@@ -204,7 +209,8 @@ class BenchPlots(QWidget):
                 self._curves[key] = plot.plot([], [], pen=None, symbol="o", symbolSize=7,
                                               symbolBrush=colour, symbolPen=None, name=None)
             else:
-                self._curves[key] = plot.plot([], [], pen=pg.mkPen(colour, width=2), name=name,
+                legend = name if self._legend or kind == "memory" else None
+                self._curves[key] = plot.plot([], [], pen=pg.mkPen(colour, width=2), name=legend,
                                               connect="finite")
         return self._curves[key]
 

@@ -118,3 +118,19 @@ def tiny_plan(model: Path, arms, **overrides):
                   apply_chat_template=False, load=LoadSpec(model, device="cpu"))
     values.update(overrides)
     return BenchPlan(**values)
+
+
+def dying_engine(name: str):
+    """An engine factory for A/B sessions whose engine process dies while loading, as one
+    killed by the kernel's out-of-memory killer would (module level: the child imports it)."""
+    import os
+
+    from specdeck.core.engines import create_engine
+
+    engine = create_engine(name)
+
+    def load(*_args, **_kwargs):
+        os._exit(9)
+
+    engine.load = load
+    return engine

@@ -1,7 +1,7 @@
 """A/B bench: run the same prompts with and without speculation, side by side, live.
 
 The page builds a :class:`BenchPlan` from its controls and hands it to a
-:class:`BenchSession` (one worker thread that owns the engine). A 50 ms timer drains the
+:class:`BenchSession` (a child process that owns the engine). A 50 ms timer drains the
 session's events and updates the panes, plots and results table, so the GUI does a bounded
 amount of work per frame however fast tokens arrive. Statistics are the core's
 (``core.bench.stats``), never recomputed differently here.
@@ -361,7 +361,7 @@ class BenchPage(QWidget):
         except SpecDeckError as exc:
             self.banner.show_message(html.escape(str(exc)), "error")
             return
-        if self.session is None:
+        if self.session is None or not self.session.alive:
             from specdeck.gui.bench_session import BenchSession
 
             self.session = (self._session_factory or BenchSession)()
@@ -504,7 +504,11 @@ class BenchPage(QWidget):
             return
         import psutil
 
-        self.plots.add_memory("SpecDeck RSS", t, psutil.Process().memory_info().rss / GiB)
+        try:
+            rss = psutil.Process(self.session.worker_pid).memory_info().rss
+        except (psutil.Error, ValueError):
+            return
+        self.plots.add_memory("engine process RSS", t, rss / GiB)
 
     def _on_run_finished(self, event: RunFinished) -> None:
         state = self.state

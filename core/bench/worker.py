@@ -1,0 +1,153 @@
+"""Run A/B plans in a child process that owns the engine; events come back in batches.
+
+Why a process: the engine's decode loop is Python (the PyTorch engine's speculative loop,
+ExLlamaV2's generator), and in the GUI's process it competes with the GUI thread for the
+GIL: at ~1,700 tokens/s on a 2-core machine the event loop's 99th-percentile latency hovered
+around a frame (12-23 ms). In its own process the engine holds its own GIL, and the GUI
+process only unpickles a batch of events every few ms.
+
+Protocol (all plain picklable data, see core.bench.runner):
+
+- parent -> child, ``jobs`` queue: a :class:`BenchPlan` to run, or ``None`` to unload and exit;
+- child -> parent, ``events`` queue: lists of events in order (verify steps batched, at most
+  ``BATCH_INTERVAL_S`` apart), each plan ending with :class:`PlanDone` or :class:`PlanFailed`;
+  ``None`` once the child has unloaded and is about to exit;
+- ``cancel``: a shared event; the runner checks it between verify steps.
+
+The engine stays loaded between plans (a second plan on the same engine reloads only what
+its load spec changes), exactly as it did on the worker thread this replaces.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import pickle
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from specdeck.core.bench.runner import BenchEvent, BenchRun, PlanStarted, RunStep, run_plan
+from specdeck.core.engines.base import Engine
+from specdeck.core.errors import SpecDeckError
+
+log = logging.getLogger(__name__)
+
+BATCH_INTERVAL_S = 0.01
+"""Verify steps are sent at most this long after they happened (other events at once)."""
+
+EngineFactory = Callable[[str], Engine]
+
+
+@dataclass(frozen=True)
+class PlanDone:
+    run: BenchRun
+
+
+@dataclass(frozen=True)
+class PlanFailed:
+    error: BaseException
+
+
+WorkerEvent = BenchEvent | PlanDone | PlanFailed
+
+
+def default_factory(name: str) -> Engine:
+    from specdeck.core.engines import create_engine
+
+    return create_engine(name)
+
+
+class _Batcher:
+    """Collects events; sends them as one list when something other than a step arrives or
+    the oldest unsent step is ``BATCH_INTERVAL_S`` old."""
+
+    def __init__(self, send: Callable[[list[WorkerEvent]], None], clock=time.monotonic):
+        self._send = send
+        self._clock = clock
+        self._pending: list[WorkerEvent] = []
+        self._since = 0.0
+
+    def emit(self, event: WorkerEvent) -> None:
+        if isinstance(event, PlanStarted):
+            # Everything allocated so far (torch, transformers, the model) lives as long as
+            # the engine; freezing it keeps automatic full collections (~200 ms each in a
+            # process this size) out of the measured runs.
+            gc.freeze()
+        if not self._pending:
+            self._since = self._clock()
+        self._pending.append(event)
+        if not isinstance(event, RunStep) or self._clock() - self._since >= BATCH_INTERVAL_S:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            batch, self._pending = self._pending, []
+            self._send(batch)
+
+
+def picklable_error(exc: BaseException) -> BaseException:
+    """``exc`` if it survives pickling (every SpecDeckError does), else a RuntimeError that
+    keeps its type, message and traceback for the log."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001 - any pickling failure
+        detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return RuntimeError(f"{type(exc).__name__}: {exc}\n{detail}")
+
+
+ENGINE_NICENESS = 10
+"""The engine process yields the CPU to the GUI process when both want it (POSIX nice): on a
+machine with few cores the engine's compute threads otherwise delay the GUI's frames."""
+
+
+def serve(jobs: Any, events: Any, cancel: Any, factory: EngineFactory = default_factory,
+          niceness: int = ENGINE_NICENESS) -> None:
+    """The child's main loop (see the module docstring)."""
+    if niceness and hasattr(os, "nice"):
+        try:
+            os.nice(niceness)
+        except OSError as exc:
+            log.debug("Could not lower the engine process's priority: %s", exc)
+    engine: Engine | None = None
+    engine_name: str | None = None
+    try:
+        while True:
+            plan = jobs.get()
+            if plan is None:
+                return
+            batcher = _Batcher(events.put)
+            try:
+                if engine is not None and engine_name != plan.engine:
+                    _unload(engine)
+                    engine = None
+                if engine is None:
+                    engine, engine_name = factory(plan.engine), plan.engine
+                run = run_plan(plan, engine=engine, on_event=batcher.emit, cancel=cancel)
+            except BaseException as exc:  # noqa: BLE001 - delivered to the parent, never lost
+                if not isinstance(exc, SpecDeckError):
+                    log.error("A/B run failed:\n%s", traceback.format_exc())
+                batcher.flush()
+                events.put([PlanFailed(picklable_error(exc))])
+                if isinstance(exc, KeyboardInterrupt):
+                    return
+            else:
+                batcher.flush()
+                events.put([PlanDone(run)])
+    finally:
+        if engine is not None:
+            _unload(engine)
+        events.put(None)
+
+
+def _unload(engine: Engine) -> None:
+    try:
+        engine.unload()
+    except Exception:
+        log.exception("Unloading the A/B engine failed")
+    gc.unfreeze()
+    gc.collect()
