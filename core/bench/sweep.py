@@ -237,21 +237,27 @@ def sweep_result(spec: SweepSpec, runs: Sequence[BenchRun],
     )
 
 
+def sweep_grid(rows: Sequence[SweepRow], ks: Sequence[int] | None = None
+               ) -> tuple[list[int], list[tuple[str, list[SweepRow | None]]]]:
+    """Candidates down, k across: (ks, [(candidate, its row per k or None)]), in row order."""
+    ks = sorted({r.k for r in rows}) if ks is None else list(ks)
+    cells = {(r.candidate, r.k): r for r in rows}
+    candidates = dict.fromkeys(r.candidate for r in rows)
+    return ks, [(c, [cells.get((c, k)) for k in ks]) for c in candidates]
+
+
 def sweep_table(result: SweepResult, markdown: bool = True) -> str:
     """Candidates down, k across, like the public draft-max tables: "tok/s (speed-up)" per
     cell, the best cell in bold (or starred in plain text)."""
     best = result.best
-    ks = list(result.spec.ks)
+    ks, grid = sweep_grid(result.rows, result.spec.ks)
     header = ["draft \\ k"] + [str(k) for k in ks]
     lines = []
-    candidates = list(dict.fromkeys(r.candidate for r in result.rows))
     body = []
-    for candidate in candidates:
+    for candidate, row_per_k in grid:
         cells = [candidate]
-        for k in ks:
-            try:
-                row = result.row(candidate, k)
-            except StopIteration:
+        for row in row_per_k:
+            if row is None:
                 cells.append("-")
                 continue
             text = "-" if row.tokens_per_second is None else f"{row.tokens_per_second:.1f}"

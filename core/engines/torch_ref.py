@@ -440,13 +440,9 @@ def _weight_bytes(model: torch.nn.Module) -> int:
     """Bytes of the weights one forward reads: every parameter except the input embedding (a
     forward reads only its tokens' rows of it), unless the output head shares that matrix."""
     embedding = model.get_input_embeddings().weight
-    return sum(p.numel() * p.element_size() for p in model.parameters() if p is not embedding
-               or _tied(model))
-
-
-def _tied(model: torch.nn.Module) -> bool:
     head = model.get_output_embeddings()
-    return head is not None and head.weight is model.get_input_embeddings().weight
+    skip = None if head is not None and head.weight is embedding else embedding
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p is not skip)
 
 
 def _output_vocab(model: torch.nn.Module) -> int:

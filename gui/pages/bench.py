@@ -888,15 +888,14 @@ def _summarize_and_keep(run):
 def _sweep_html(rows, best, summary) -> str:
     """Drafters down, k across: tok/s and median paired speed-up, the best cell marked; then
     one line on losslessness over every arm."""
-    ks = sorted({r.k for r in rows})
-    candidates = list(dict.fromkeys(r.candidate for r in rows))
-    cells = {(r.candidate, r.k): r for r in rows}
+    from specdeck.core.bench.sweep import sweep_grid
+
+    ks, grid = sweep_grid(rows)
     head = "".join(f"<th>k={k}</th>" for k in ks)
     body = []
-    for candidate in candidates:
+    for candidate, row_per_k in grid:
         tds = []
-        for k in ks:
-            row = cells.get((candidate, k))
+        for row in row_per_k:
             if row is None or row.tokens_per_second is None:
                 tds.append("<td>–</td>")
                 continue
