@@ -189,10 +189,18 @@ def test_sweep_finds_the_best_k_and_apply_writes_it_through_the_config_editor(
     assert all(not a.drafter.adaptive for a in run.plan.arms[1:])
     assert page.table.rowCount() == 9
     assert page.panes[1].title.text().startswith("k8: n-gram")  # the last arm run
-    # The cycling model's output repeats: n-gram drafts are always right, so the best k is
-    # one of the larger ones and beats no drafting.
+    # The cycling model's output repeats: n-gram drafts are right, so longer drafts are
+    # accepted further (deterministic under greedy) and drafting beats no drafting. Which k is
+    # fastest is a timing question on a shared CPU, so the test checks the pick, not its value.
+    from specdeck.core.bench.sweep import setting_rows
+
+    rows = {row.k: row for row in setting_rows(run, page.last_summary)}
+    assert sorted(rows) == list(range(1, 9))
+    assert rows[8].mean_acceptance_length > rows[4].mean_acceptance_length \
+        > rows[1].mean_acceptance_length
     best = page.best_setting
-    assert best is not None and best.candidate == "n-gram" and best.k >= 4 and best.score > 1
+    assert best is not None and best.candidate == "n-gram" and best.score > 1
+    assert best.score == max(row.score for row in rows.values())
     assert "Sweep" in page.summary.text() and f"k={best.k}" in page.apply_button.text()
 
     # No config.yml open: say where to open one, write nothing.
