@@ -117,8 +117,8 @@ class GpuCard(QFrame):
         cuda = "hidden from CUDA" if gpu.cuda_index is None else (
             f"CUDA {gpu.cuda_index}" + ("" if gpu.cuda_index_exact else " (estimated)"))
         set_text(self.indices, f"nvidia-smi {gpu.index} · {cuda}")
-        lost = gpu.status is GpuStatus.LOST
-        set_text(self.status, "Lost: the GPU stopped answering. Reset it or reboot." if lost else "")
+        lost = gpu.status is not GpuStatus.OK
+        set_text(self.status, gpu.status.problem)
         set_visible(self.status, lost)
         usable = gpu.usable_total
         if lost or usable is None or gpu.memory_used is None:

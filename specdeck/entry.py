@@ -12,6 +12,10 @@ from collections.abc import Sequence
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--cuda-device-probe"]:  # core.gpu.cuda_order.PROBE_FLAG, in a child process
+        from specdeck.core.gpu.cuda_order import print_driver_bus_ids
+
+        return print_driver_bus_ids()
     if not args or args[0] == "gui":
         from specdeck.gui.app import run_gui
 

@@ -125,8 +125,8 @@ def print_frame(frame, out: TextIO | None = None) -> None:
     rows = []
     for g in frame.gpus:
         cuda = "-" if g.cuda_index is None else f"{g.cuda_index}{'' if g.cuda_index_exact else '?'}"
-        if g.status.value == "lost":
-            rows.append([str(g.index), cuda, g.name, "LOST: reset or reboot", "", "", ""])
+        if g.status.problem:
+            rows.append([str(g.index), cuda, g.name, g.status.problem, "", "", ""])
             continue
         memory = f"{_gib(g.memory_used)} / {_gib(g.usable_total)} GiB"
         power = _number(g.power_w, "")

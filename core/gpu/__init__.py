@@ -64,9 +64,16 @@ def read_once(source=None) -> TelemetryFrame:
     """One frame from ``source`` (default: NVML, or the replay named by SPECDECK_GPU_REPLAY)."""
     from specdeck.core.gpu.sampler import default_source
 
+    import time
+
+    from specdeck.core.gpu.telemetry import state_frame
+
     src = source if source is not None else default_source()
-    failure = src.open()
     try:
+        failure = src.open()
         return failure if failure is not None else src.read()
+    except Exception as exc:  # noqa: BLE001 - a driver surprise is a state, never a traceback
+        return state_frame(TelemetryState.ERROR, time.time(), f"{type(exc).__name__}: {exc}",
+                           source=getattr(src, "name", ""))
     finally:
         src.close()

@@ -120,45 +120,67 @@ def map_from_driver(devices: Sequence[DeviceIdentity], cuda_bus_ids: Sequence[st
     return CudaIndexMap(indices, True)
 
 
-# Runs in a child process: initialise the CUDA driver API (no context, no VRAM) and print
-# the PCI bus id of every CUDA device, in CUDA's own order, as a JSON list.
-_DRIVER_PROBE = r"""
-import ctypes, json, sys
-names = ["nvcuda.dll"] if sys.platform == "win32" else ["libcuda.so.1", "libcuda.so", "libcuda.dylib"]
-lib = None
-for name in names:
-    try:
-        lib = ctypes.CDLL(name)
+PROBE_FLAG = "--cuda-device-probe"
+"""Argument that makes the `specdeck` command (or the frozen app) run :func:`print_driver_bus_ids`."""
+
+
+def print_driver_bus_ids() -> int:
+    """Print the CUDA driver's devices (PCI bus ids in CUDA order) as JSON, or ``null``.
+
+    Runs in a child process: it initialises the CUDA driver API (no context, no VRAM), which
+    the app's own process must never do.
+    """
+    import ctypes
+
+    names = ["nvcuda.dll"] if sys.platform == "win32" else ["libcuda.so.1", "libcuda.so", "libcuda.dylib"]
+    ids: list[str] | None = None
+    for name in names:
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        ids = _bus_ids(lib)
         break
-    except OSError:
-        pass
-if lib is None or lib.cuInit(0) != 0:
-    print("null"); sys.exit(0)
-count = ctypes.c_int()
-if lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
-    print("null"); sys.exit(0)
-ids = []
-for i in range(count.value):
-    dev = ctypes.c_int()
-    buf = ctypes.create_string_buffer(64)
-    if lib.cuDeviceGet(ctypes.byref(dev), i) != 0 or lib.cuDeviceGetPCIBusId(buf, 64, dev) != 0:
-        print("null"); sys.exit(0)
-    ids.append(buf.value.decode())
-print(json.dumps(ids))
-"""
+    print(json.dumps(ids))
+    return 0
+
+
+def _bus_ids(lib) -> list[str] | None:
+    import ctypes
+
+    count = ctypes.c_int()
+    if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return None
+    ids = []
+    for i in range(count.value):
+        device = ctypes.c_int()
+        buffer = ctypes.create_string_buffer(64)
+        if lib.cuDeviceGet(ctypes.byref(device), i) != 0 or lib.cuDeviceGetPCIBusId(buffer, 64, device) != 0:
+            return None
+        ids.append(buffer.value.decode())
+    return ids
+
+
+def probe_command() -> list[str]:
+    """The child process that runs the probe: this interpreter, or the frozen app itself
+    (where ``sys.executable`` is SpecDeck's launcher and takes no ``-c``)."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable, PROBE_FLAG]
+    return [sys.executable, "-c",
+            "import sys; from specdeck.core.gpu.cuda_order import print_driver_bus_ids as p; sys.exit(p())"]
 
 
 def query_driver_bus_ids(environ: Mapping[str, str] | None = None) -> list[str] | None:
     """The CUDA driver's device list (bus ids in CUDA order), or None if it cannot be asked."""
     try:
         result = subprocess.run(
-            [sys.executable, "-c", _DRIVER_PROBE],
+            probe_command(),
             capture_output=True,
             text=True,
             timeout=DRIVER_QUERY_TIMEOUT_S,
             env=dict(environ if environ is not None else os.environ),
         )
-        ids = json.loads(result.stdout.strip() or "null")
+        ids = json.loads(result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "null")
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         log.info("Could not ask the CUDA driver for its device order: %s", exc)
         return None

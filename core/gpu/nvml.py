@@ -9,14 +9,23 @@ never the GUI's); every NVML error becomes a :class:`TelemetryState` or a ``None
   ``retry_interval_s`` (a reboot or modprobe fixes them while SpecDeck runs);
 - ``NVMLError_NotSupported`` / ``FunctionNotFound`` / ``NoPermission`` on one query -> that
   field is N/A;
-- ``NVMLError_GpuIsLost`` on one GPU -> that GPU's row says LOST, the others go on.
+- ``NVMLError_GpuIsLost`` on one GPU -> that GPU's row says LOST, the others go on;
+- any other error opening one GPU (``NoPermission`` under a per-GPU cgroup, say) -> that GPU's
+  row says NO_ACCESS, the others go on;
+- nvidia-ml-py 12.550+ raises ``NVMLLibraryMismatchError`` (not an ``NVMLError``) when an
+  unversioned query is missing from an older driver: that query is N/A too, and the versioned
+  queries (``_v3``, then ``_v2``) are always asked first.
+
+SpecDeck's engine may run in a child process (the A/B bench does): :meth:`NvmlSource.set_own_pids`
+adds its pid, so its memory counts as SpecDeck's own and not as another program's.
 
 The device order, names, UUIDs, power limits and CUDA indices are read once at open; memory,
 utilisation, power, temperature, fan and processes on every :meth:`read`.
 
-This path cannot run on a machine without an NVIDIA GPU; tests cover the no-library state for
-real and everything downstream through the replay source. docs/vram.md says how it is checked
-on a GPU.
+This path cannot run for real on a machine without an NVIDIA GPU. tests/core/test_nvml_source.py
+drives it through the real nvidia-ml-py wrappers with the driver's C entry points replaced (a
+5090 + 4090 workstation, an old driver, lost and locked GPUs); the no-library state is tested
+for real. docs/vram.md says how it is checked on a GPU.
 """
 
 from __future__ import annotations
@@ -59,6 +68,7 @@ _NOT_AVAILABLE = {
     "NVMLError_NotFound",
     "NVMLError_ArgumentVersionMismatch",
     "NVMLError_InvalidArgument",
+    "NVMLLibraryMismatchError",
 }
 _LOST = {"NVMLError_GpuIsLost", "NVMLError_ResetRequired"}
 
@@ -81,7 +91,7 @@ class _Device:
     cuda_index: int | None = None
     cuda_index_exact: bool = True
     memory_v2: bool = True
-    lost: bool = False
+    status: GpuStatus = GpuStatus.OK
 
 
 def _state_for(exc: BaseException) -> TelemetryState:
@@ -107,6 +117,7 @@ class NvmlSource:
     ):
         self.retry_interval_s = retry_interval_s
         self.own_pid = os.getpid() if own_pid is None else own_pid
+        self._own_pids: frozenset[int] = frozenset({self.own_pid})
         self._environ = environ
         self._clock = clock
         self._nvml: Any = None
@@ -116,6 +127,11 @@ class NvmlSource:
         self._failure: TelemetryFrame | None = None
         self._retry_at = 0.0
         self._process_names: dict[int, str] = {}
+        self._errors: tuple[type[BaseException], ...] = ()
+
+    def set_own_pids(self, extra: set[int] | frozenset[int] | tuple[int, ...] = ()) -> None:
+        """SpecDeck's processes besides this one (an engine child process); any thread."""
+        self._own_pids = frozenset({self.own_pid, *extra})  # one assignment: atomic
 
     # lifecycle ----------------------------------------------------------------------
     def open(self) -> TelemetryFrame | None:
@@ -128,6 +144,8 @@ class NvmlSource:
         except ImportError as exc:  # nvidia-ml-py missing: same meaning as no NVML
             return self._fail(TelemetryState.NO_LIBRARY, f"nvidia-ml-py is not installed: {exc}")
         self._nvml = pynvml
+        # Errors a query may raise: NVMLError, and the wrapper's own "library mismatch".
+        self._errors = (pynvml.NVMLError, getattr(pynvml, "NVMLLibraryMismatchError", pynvml.NVMLError))
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
@@ -199,7 +217,7 @@ class NvmlSource:
         """``fn(handle, *args)``, or None when this GPU cannot answer. Raises _GpuLost."""
         try:
             return fn(device.handle, *args)
-        except self._nvml.NVMLError as exc:
+        except self._errors as exc:
             kind = type(exc).__name__
             if kind in _LOST:
                 raise _GpuLost(str(exc)) from exc
@@ -220,13 +238,13 @@ class NvmlSource:
             power_limit_w=device.power_limit_w,
             memory_bandwidth_peak=device.memory_bandwidth_peak,
         )
-        if device.lost:
-            return GpuReading(status=GpuStatus.LOST, **base)
+        if device.status is not GpuStatus.OK:
+            return GpuReading(status=device.status, **base)
         try:
             return GpuReading(**base, **self._live_fields(device))
         except _GpuLost as exc:
             log.warning("GPU %d (%s) was lost: %s", device.index, device.name, exc)
-            device.lost = True
+            device.status = GpuStatus.LOST
             return GpuReading(status=GpuStatus.LOST, **base)
 
     def _live_fields(self, device: _Device) -> dict[str, Any]:
@@ -238,7 +256,8 @@ class NvmlSource:
         fields["utilization_memory"] = float(util.memory) if util is not None else None
         milliwatts = self._query(device, pynvml.nvmlDeviceGetPowerUsage)
         fields["power_w"] = milliwatts / 1000.0 if milliwatts is not None else None
-        temperature = self._query(device, pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU)
+        temperature = self._first_answer(device, ("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature"),
+                                         pynvml.NVML_TEMPERATURE_GPU)
         fields["temperature_c"] = float(temperature) if temperature is not None else None
         fan = self._query(device, pynvml.nvmlDeviceGetFanSpeed)
         fields["fan_percent"] = float(fan) if fan is not None else None
@@ -270,13 +289,12 @@ class NvmlSource:
         pynvml = self._nvml
         merged: dict[int, int | None] = {}
         answered = False
+        own = self._own_pids
         for kind in ("Compute", "Graphics"):
-            # The newest query first; drivers older than 510 only have the _v2 one.
-            for suffix in ("", "_v2"):
-                fn = getattr(pynvml, f"nvmlDeviceGet{kind}RunningProcesses{suffix}", None)
-                entries = self._query(device, fn) if fn is not None else None
-                if entries is not None:
-                    break
+            # The newest query first; drivers older than 510 only have _v2, and nvidia-ml-py
+            # before 11.510 only the unversioned one.
+            entries = self._first_answer(device, tuple(
+                f"nvmlDeviceGet{kind}RunningProcesses{suffix}" for suffix in ("_v3", "_v2", "")))
             if entries is None:
                 continue
             answered = True
@@ -287,9 +305,18 @@ class NvmlSource:
         if not answered:
             return None
         return tuple(
-            ProcessUsage(pid, self._process_name(pid), used, is_self=pid == self.own_pid)
+            ProcessUsage(pid, self._process_name(pid), used, is_self=pid in own)
             for pid, used in sorted(merged.items(), key=lambda kv: -(kv[1] or 0))
         )
+
+    def _first_answer(self, device: _Device, names: tuple[str, ...], *args: Any) -> Any:
+        """The first of these queries (by nvidia-ml-py name) that this driver answers."""
+        for name in names:
+            fn = getattr(self._nvml, name, None)
+            answer = self._query(device, fn, *args) if fn is not None else None
+            if answer is not None:
+                return answer
+        return None
 
     def _process_name(self, pid: int) -> str:
         if pid not in self._process_names:
@@ -305,9 +332,11 @@ class NvmlSource:
             try:
                 handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             except pynvml.NVMLError as exc:
-                if type(exc).__name__ not in _LOST:
-                    raise
-                devices.append(_Device(index, None, "unknown GPU", None, None, None, lost=True))
+                # One GPU we may not open (a per-GPU cgroup, a GPU being reset) must not hide
+                # the others, which nvidia-smi would still show.
+                status = GpuStatus.LOST if type(exc).__name__ in _LOST else GpuStatus.NO_ACCESS
+                log.warning("GPU %d cannot be opened: %s", index, exc)
+                devices.append(_Device(index, None, "unknown GPU", None, None, None, status=status))
                 continue
             device = _Device(
                 index=index,
@@ -337,7 +366,7 @@ class NvmlSource:
             return None
         try:
             return fn(handle)
-        except self._nvml.NVMLError:
+        except self._errors:
             return None
 
 

@@ -24,8 +24,9 @@ Format (version 1), one JSON object per line:
 ``t`` is seconds from the start of the trace. Per-GPU keys: ``used`` bytes (v2 "used", which
 excludes ``memory_reserved``), ``util`` and ``mem_util`` percent, ``power_w``, ``temp_c``,
 ``fan`` percent, ``procs`` as [pid, name, bytes]; a missing key or null is "not supported"
-(N/A), and ``"status": "lost"`` marks a GPU that stopped answering. ``own_pid`` (optional)
-is the process that plays "this app". Free memory is derived: total - reserved - used.
+(N/A); ``"status": "lost"`` marks a GPU that stopped answering and ``"no_access"`` one NVML
+would not open. ``own_pid`` (optional) is the process that plays "this app". Free memory is
+derived: total - reserved - used.
 """
 
 from __future__ import annotations
@@ -102,8 +103,8 @@ def _reading(static: dict[str, Any], sample: dict[str, Any], own_pid: int | None
         power_limit_w=_number(static.get("power_limit_w")),
         memory_bandwidth_peak=_number(static.get("memory_bandwidth_peak")),
     )
-    if sample.get("status") == GpuStatus.LOST.value:
-        return GpuReading(status=GpuStatus.LOST, **base)
+    if sample.get("status", GpuStatus.OK.value) != GpuStatus.OK.value:
+        return GpuReading(status=GpuStatus(sample["status"]), **base)
     total = _integer(static.get("memory_total"))
     reserved = _integer(static.get("memory_reserved"))
     used = _integer(sample.get("used"))
@@ -249,8 +250,8 @@ def trace_header(first: TelemetryFrame, interval_s: float, description: str,
 def trace_sample(frame: TelemetryFrame, t: float) -> dict[str, Any]:
     gpus = []
     for g in frame.gpus:
-        if g.status is GpuStatus.LOST:
-            gpus.append({"index": g.index, "status": GpuStatus.LOST.value})
+        if g.status is not GpuStatus.OK:
+            gpus.append({"index": g.index, "status": g.status.value})
             continue
         gpus.append({
             "index": g.index, "used": g.memory_used, "util": g.utilization_gpu,

@@ -106,6 +106,7 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._opened = False
+        self._own_pids: frozenset[int] = frozenset()
         self.polls = 0
         self.poll_seconds = 0.0
         """Time spent inside polls (read + record), for the cost benchmark."""
@@ -115,7 +116,19 @@ class Sampler:
     def source(self) -> TelemetrySource:
         if self._source is None:
             self._source = default_source()
+            self._tell_own_pids(self._source)
         return self._source
+
+    def set_own_pids(self, pids) -> None:
+        """SpecDeck's other processes (the A/B engine's child): their GPU memory is SpecDeck's."""
+        self._own_pids = frozenset(pids)
+        if self._source is not None:
+            self._tell_own_pids(self._source)
+
+    def _tell_own_pids(self, source: TelemetrySource) -> None:
+        setter = getattr(source, "set_own_pids", None)  # replays name their own process
+        if setter is not None:
+            setter(self._own_pids)
 
     def set_source(self, source: TelemetrySource) -> None:
         """Switch sources (e.g. to a replay); history starts afresh. Restarts if running."""
@@ -123,6 +136,7 @@ class Sampler:
         if running:
             self.stop()
         self._close_source()
+        self._tell_own_pids(source)
         with self._lock:
             self._source = source
             self._histories.clear()

@@ -73,6 +73,19 @@ class GpuStatus(str, enum.Enum):
     OK = "ok"
     LOST = "lost"
     """The GPU stopped answering (fell off the bus, Xid 79); it needs a reset or a reboot."""
+    NO_ACCESS = "no_access"
+    """NVML lists the GPU but will not open it for this user (a per-GPU cgroup or permission)."""
+
+    @property
+    def problem(self) -> str:
+        """What to tell the user about a GPU in this state ("" when it is fine)."""
+        return _GPU_PROBLEMS.get(self, "")
+
+
+_GPU_PROBLEMS = {
+    GpuStatus.LOST: "Lost: the GPU stopped answering. Reset it or reboot.",
+    GpuStatus.NO_ACCESS: "No access: this user may not open this GPU (run nvidia-smi to see why).",
+}
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,13 @@ _CACHE_LAYOUT = {
 }
 KV_BYTES_PER_ELEMENT = {"FP16": 4.0, "Q8": 2.125, "Q6": 1.625, "Q4": 1.125}
 """Bytes per token per layer per unit of E (when head_dim is a multiple of 32)."""
+TENSOR_PAD = 128
+"""ExLlamaV2 sizes every scratch tensor 128 bytes larger than its elements (the ``+ 128`` in
+attn.py/mlp.py ``temp_*_size``)."""
+FLASH_ATTN_DIVISOR = 190
+"""With flash-attn, ExLlamaV2 shrinks the attention temporary by sqrt(max_attention_size) / 190,
+its own estimate of flash-attn's saving (attn.py ``temp_attn_size``). TabbyAPI sets
+max_attention_size = chunk_size², so the divisor is chunk_size / 190."""
 
 
 @dataclass(frozen=True)
@@ -135,19 +142,19 @@ def model_costs(arch: Architecture, mode: str, tokens: int, chunk: int,
     """Buffer sizes as ExLlamaV2's attn.py / mlp.py / linear.py / device.py compute them."""
     h, q_width, kv_width = arch.hidden_size, arch.num_heads * arch.head_dim, arch.kv_width
     inter, vocab = arch.intermediate_size, arch.vocab_size
-    attention_state = chunk * max(q_width, h) * 2 + 128
+    attention_state = chunk * max(q_width, h) * 2 + TENSOR_PAD
     attention_dq = max(_dq(h, q_width, overheads), _dq(h, kv_width, overheads),
                        _dq(q_width, h, overheads))
-    mlp_scratch = (chunk * h * 2 + 128) + 2 * (chunk * max(h, inter) * 2 + 128) + max(
+    mlp_scratch = (chunk * h * 2 + TENSOR_PAD) + 2 * (chunk * max(h, inter) * 2 + TENSOR_PAD) + max(
         _dq(h, inter, overheads), _dq(inter, h, overheads))
     head_scratch = _dq(h, vocab, overheads)
-    temp_kv = 0 if arch.num_kv_heads == arch.num_heads else 2 * tokens * q_width * 2 + 128
-    attention_scratch = (attention_state + (chunk * q_width * 2 + 128)
-                         + 2 * (chunk * kv_width * 2 + 128) + attention_dq + temp_kv)
+    temp_kv = 0 if arch.num_kv_heads == arch.num_heads else 2 * tokens * q_width * 2 + TENSOR_PAD
+    attention_scratch = (attention_state + (chunk * q_width * 2 + TENSOR_PAD)
+                         + 2 * (chunk * kv_width * 2 + TENSOR_PAD) + attention_dq + temp_kv)
     att_max = min(chunk * chunk, tokens * tokens)
     if overheads.flash_attention:
-        att_max = int(att_max // (chunk / 190))
-    attention_temp = 2 * att_max * arch.num_heads * 2 + 128
+        att_max = int(att_max // (chunk / FLASH_ATTN_DIVISOR))
+    attention_temp = 2 * att_max * arch.num_heads * 2 + TENSOR_PAD
     rope = 4 * arch.head_dim * tokens  # sin and cos, float16, max_seq_len x head_dim
     # Live during a chunk's forward pass and then kept by PyTorch's allocator: hidden
     # states in and out, q/k/v and the attention output, the logits rows, and without

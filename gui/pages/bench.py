@@ -365,6 +365,9 @@ class BenchPage(QWidget):
             from specdeck.gui.bench_session import BenchSession
 
             self.session = (self._session_factory or BenchSession)()
+            pid = getattr(self.session, "worker_pid", None)
+            if pid is not None:  # the engine's VRAM is SpecDeck's own on the GPUs page
+                self.context.gpu_sampler().set_own_pids({pid})
         self.banner.hide()
         self._save()
         self.export_button.setEnabled(False)

@@ -73,3 +73,59 @@ def test_driver_probe_without_cuda_falls_back_to_the_estimate():
         pytest.skip("a CUDA driver is present here")
     mapping = cuda_index_map(PAIR, {})
     assert mapping.indices == {0: 1, 1: 0} and not mapping.exact
+
+
+class _CudaDriver:
+    """The four CUDA driver API calls the probe makes, answering like libcuda does for the
+    demo workstation under FASTEST_FIRST: the 5090 (bus 02) is CUDA 0."""
+
+    def __init__(self, bus_ids=("0000:02:00.0", "0000:01:00.0"), init_result=0):
+        self.bus_ids, self.init_result = bus_ids, init_result
+
+    def cuInit(self, flags):
+        return self.init_result
+
+    def cuDeviceGetCount(self, count):
+        count._obj.value = len(self.bus_ids)
+        return 0
+
+    def cuDeviceGet(self, device, ordinal):
+        device._obj.value = ordinal
+        return 0
+
+    def cuDeviceGetPCIBusId(self, buffer, length, device):
+        buffer.value = self.bus_ids[device.value].encode()[:length - 1]
+        return 0
+
+
+def test_driver_probe_lists_bus_ids_in_cuda_order_and_maps_them():
+    from specdeck.core.gpu.cuda_order import _bus_ids
+
+    ids = _bus_ids(_CudaDriver())
+    assert ids == ["0000:02:00.0", "0000:01:00.0"]
+    assert map_from_driver(PAIR, ids).indices == {0: 1, 1: 0}
+    assert _bus_ids(_CudaDriver(init_result=100)) is None  # CUDA_ERROR_NO_DEVICE
+
+
+def test_frozen_app_runs_the_probe_through_its_own_command(tmp_path, monkeypatch):
+    # In the PyInstaller bundle sys.executable is SpecDeck's launcher: it takes no "-c", so
+    # the probe must go through the `specdeck` command's own flag.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from specdeck.core.gpu.cuda_order import PROBE_FLAG, probe_command
+
+    launcher = tmp_path / "specdeck-app"
+    launcher.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m specdeck "$@"\n')
+    launcher.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(launcher))
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    command = probe_command()
+    assert command == [str(launcher), PROBE_FLAG]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    # No libcuda here: the probe answers null; with a driver it answers the list.
+    answer = json.loads(done.stdout)
+    assert answer is None or isinstance(answer, list)
