@@ -240,7 +240,7 @@ def architecture_from_config(config: Mapping[str, Any], source: str = "config.js
         head_dim=head_dim,
         intermediate_size=intermediate,
         vocab_size=int(c["vocab_size"]),
-        max_position_embeddings=int(c.get("max_position_embeddings") or 2048),
+        max_position_embeddings=_native_context(c, config),
         tie_word_embeddings=bool(
             c.get("tie_word_embeddings", config.get("tie_word_embeddings", _ties_by_default(c)))
         ),
@@ -249,6 +249,21 @@ def architecture_from_config(config: Mapping[str, Any], source: str = "config.js
         rope_theta=float(c["rope_theta"]) if c.get("rope_theta") is not None else None,
         rope_scaling=c.get("rope_scaling") if isinstance(c.get("rope_scaling"), Mapping) else None,
     )
+
+
+# The keys ExLlamaV2 reads a model's native context from, in its order (config.py), each
+# looked up in text_config first for multimodal configs.
+_CONTEXT_KEYS = ("max_sequence_length", "model_max_length", "max_position_embeddings",
+                 "max_seq_len", "n_positions")
+
+
+def _native_context(text: Mapping[str, Any], config: Mapping[str, Any]) -> int:
+    for key in _CONTEXT_KEYS:
+        for source in (text, config):
+            value = source.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                return int(value)
+    return 2048  # ExLlamaV2's default when a config names none
 
 
 def quantization_from_config(config: Mapping[str, Any]) -> Quantization:

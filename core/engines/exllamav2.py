@@ -29,6 +29,7 @@ import json
 import logging
 import threading
 import time
+import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -157,9 +158,28 @@ def cache_class_name(mode: str) -> str:
     return CACHE_CLASSES[key]
 
 
-def reserve_bytes(reserve_mb: tuple[float, ...]) -> list[int]:
-    """Autosplit reserve per GPU, MB -> bytes (load_autosplit takes bytes)."""
-    return [round(mb * 1024**2) for mb in reserve_mb] or [96 * 1024**2]
+def reserve_bytes(reserve_mb: tuple[float, ...], devices: int = 1) -> list[int]:
+    """Autosplit reserve per GPU, MB -> bytes, one entry per CUDA device.
+
+    load_autosplit reads ``reserve_vram[device]`` for every GPU it moves on to, so a list
+    shorter than the device count fails with IndexError on the second GPU. TabbyAPI's
+    autosplit_reserve names GPU 0 first ([96] = 96 MB on GPU 0): the rest get 0.
+    """
+    values = [round(mb * 1024**2) for mb in reserve_mb] or [96 * 1024**2]
+    return values + [0] * (devices - len(values))
+
+
+def release_failed_load(exc: BaseException) -> None:
+    """Let a failed load's tensors go. The exception's traceback keeps the finished frames of
+    the load alive, and with them the half-built cache and exllamav2's reserve tensors
+    (model.py says so where load_autosplit fails); clear those frames' locals, along the
+    whole chain of causes, so that gc and empty_cache can return the memory."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)  # skips frames still running
+        current = current.__cause__ or current.__context__
 
 
 def job_max_new_tokens(max_new_tokens: int, num_draft_tokens: int) -> int:
@@ -268,14 +288,19 @@ def is_out_of_memory(exc: BaseException) -> bool:
     )
 
 
-def map_load_error(exc: BaseException, path: Path, plan: ContextPlan | None) -> BaseException:
-    """Load failures, worded for the user; unknown exceptions are returned unchanged."""
+def map_load_error(exc: BaseException, path: Path, plan: ContextPlan | None,
+                   kept: str | None = None) -> BaseException:
+    """Load failures, worded for the user; unknown exceptions are returned unchanged.
+
+    ``kept`` names the model that stays loaded (a draft failed beside its target)."""
     if isinstance(exc, SpecDeckError):
         return exc
     if is_out_of_memory(exc):
         cache = f" with a {plan.cache_tokens}-token cache" if plan else ""
+        freed = (f"it was freed again and {kept} stays loaded without a draft" if kept
+                 else "everything was freed again")
         return OutOfMemoryError(
-            f"Not enough VRAM to load {path.name}{cache}; everything was freed again.",
+            f"Not enough VRAM to load {path.name}{cache}; {freed}.",
             "Use a shorter context (max_seq_len), a Q4/Q6/Q8 cache, a lower-bpw model, "
             "or spread it over more GPUs with gpu_split.",
         )
@@ -376,9 +401,9 @@ class ExLlamaV2Engine:
             self._load_target(path, _Progress(progress, cancel))
             return self.set_drafter(spec.drafter, progress, cancel)
         except BaseException as exc:
-            plan = self._plan
+            mapped = map_load_error(exc, path, self._plan)
+            release_failed_load(exc)
             self.unload()
-            mapped = map_load_error(exc, path, plan)
             if mapped is exc:
                 raise
             raise mapped from exc
@@ -415,10 +440,11 @@ class ExLlamaV2Engine:
         if self._spec.gpu_split:
             model.load(list(self._spec.gpu_split), callback=callback)
             return cache_cls(model, max_seq_len=tokens, lazy=False)
+        import torch
+
         cache = cache_cls(model, max_seq_len=tokens, lazy=True)
-        model.load_autosplit(
-            cache, reserve_vram=reserve_bytes(self._spec.autosplit_reserve_mb), callback=callback
-        )
+        reserve = reserve_bytes(self._spec.autosplit_reserve_mb, torch.cuda.device_count())
+        model.load_autosplit(cache, reserve_vram=reserve, callback=callback)
         return cache
 
     def set_drafter(
@@ -439,19 +465,25 @@ class ExLlamaV2Engine:
             if self._draft_model is None or self._draft_path != path.resolve():
                 self._free_draft()
                 warm = False
-                info = check_model_folder(path, "draft model")
-                self._plan = plan_context(self._target_info, info, self._spec)
+                # After a load the target survives a failed draft; inside load() it does not.
+                kept = self._target_info.path.name if self._loaded is not None else None
                 try:
-                    self._load_draft(path, _Progress(progress, cancel))
+                    info = check_model_folder(path, "draft model")
+                    self._plan = plan_context(self._target_info, info, self._spec)
+                    self._load_draft(path, _Progress(progress, cancel, kept=kept))
                 except BaseException as exc:
-                    self._free_draft()
-                    mapped = map_load_error(exc, path, self._plan)
+                    plan = self._plan
+                    self._fall_back_to_no_draft(exc)
+                    mapped = map_load_error(exc, path, plan, kept=kept)
                     if mapped is exc:
                         raise
                     raise mapped from exc
                 self._draft_path = path.resolve()
                 self._draft_bytes = _gpu_weight_bytes(info)
             notes.extend(n for n in self._plan.notes if n not in notes)
+        if drafter.kind is DrafterKind.NGRAM:
+            notes.append(f"ExLlamaV2's n-gram drafter matches up to {drafter.ngram_max} tokens and "
+                         "always drafts k (no minimum match: ngram_min does not apply)")
         if drafter.kind is not DrafterKind.NONE and drafter.adaptive:
             # ExLlamaV2's generator always drafts num_draft_tokens: say so in every label.
             drafter = replace(drafter, adaptive=False)
@@ -471,7 +503,7 @@ class ExLlamaV2Engine:
             engine=self.name,
             model_path=self._target_info.path,
             device=_device_label(self._x),
-            dtype="EXL2 " + (self._target_info.quant.label if self._target_info else ""),
+            dtype=self._target_info.quant.label,
             drafter=drafter,
             max_seq_len=self._plan.max_seq_len,
             vocab_size=self._target_info.arch.vocab_size,
@@ -479,6 +511,18 @@ class ExLlamaV2Engine:
             notes=tuple(notes),
         )
         return self._loaded
+
+    def _fall_back_to_no_draft(self, exc: BaseException) -> None:
+        """A draft failed to load (out of VRAM, cancelled, not a model): free what it took and
+        leave the target usable on its own, so the engine is never half-switched."""
+        release_failed_load(exc)
+        self._free_draft()
+        self._plan = plan_context(self._target_info, None, self._spec)
+        self._drafter = NO_DRAFT
+        if self._loaded is None:  # still inside load(): it unloads everything itself
+            return
+        self._generator = self._make_generator()
+        self._loaded = replace(self._loaded, drafter=NO_DRAFT, max_seq_len=self._plan.max_seq_len)
 
     def _load_draft(self, path: Path, progress: _Progress) -> None:
         x = self._x
@@ -606,11 +650,23 @@ class ExLlamaV2Engine:
 
     # unloading -----------------------------------------------------------------------
     def _free_draft(self) -> None:
+        had_draft = self._draft_model is not None or self._draft_cache is not None
         if self._draft_model is not None:
             self._draft_model.unload()
         self._draft_model = None
         self._draft_cache = None
         self._draft_path = None
+        if had_draft:
+            # A replaced generator still holds the draft cache, in a reference cycle (its cache
+            # pages point back at it): only a collection frees it before the next draft loads.
+            self._collect()
+
+    def _collect(self) -> None:
+        gc.collect()
+        if self._x is not None:
+            import torch
+
+            torch.cuda.empty_cache()
 
     def unload(self) -> None:
         self._generator = None
@@ -623,11 +679,7 @@ class ExLlamaV2Engine:
         self._loaded = None
         self._drafter = NO_DRAFT
         self._warm = False
-        gc.collect()
-        if self._x is not None:
-            import torch
-
-            torch.cuda.empty_cache()
+        self._collect()
 
 
 class _JobReader:
@@ -663,9 +715,16 @@ class _JobReader:
             if r.get("eos"):
                 self.final = r
                 if r.get("eos_reason") == "stop_token":
-                    # ExLlamaV2 counts the stop token in new_tokens but does not stream it;
-                    # the PyTorch engine keeps it in token_ids, so do the same here.
-                    ids.append(int(r["eos_triggering_token_id"]))
+                    # On a stop token ExLlamaV2 does not stream what it holds: the tokens of an
+                    # unfinished character and the stop token itself come in r["held"]. They
+                    # count in new_tokens, and the PyTorch engine keeps the stop token in
+                    # token_ids, so take them all (text included) into this last event.
+                    held = r.get("held") or {}
+                    text.append(held.get("text", ""))
+                    if "token_ids" in held:
+                        ids.extend(int(t) for t in held["token_ids"].flatten().tolist())
+                    else:
+                        ids.append(int(r["eos_triggering_token_id"]))
         new_tokens = int(self.job.new_tokens)
         if new_tokens <= self._new_tokens:
             return
@@ -721,8 +780,7 @@ class _JobReader:
         reason = StopReason.CANCELLED if self.cancelled else (
             StopReason.EOS if final.get("eos_reason") == "stop_token" else StopReason.MAX_NEW_TOKENS
         )
-        held = final.get("held") or {}
-        text = "".join(self.text) + (held.get("text", "") if reason is StopReason.EOS else "")
+        text = "".join(self.text)
         prefill_s = float(final.get("time_prefill", 0.0))
         decode_s = float(final.get("time_generate", max(wall_s - prefill_s, 0.0)))
         new_tokens = int(final.get("new_tokens", self._new_tokens))
@@ -758,14 +816,17 @@ class _Progress:
     """Maps ExLlamaV2's per-module load callback (done, total) onto a LoadProgress range,
     and is where a cancel request interrupts loading."""
 
-    def __init__(self, progress: ProgressCallback | None, cancel: threading.Event | None):
+    def __init__(self, progress: ProgressCallback | None, cancel: threading.Event | None,
+                 kept: str | None = None):
         self._progress = progress
         self._cancel = cancel
+        self._cancelled = (f"Loading the draft cancelled; {kept} stays loaded without a draft."
+                           if kept else "Loading cancelled; everything was freed again.")
 
     def stage(self, label: str, start: float, end: float):
         def callback(done: int, total: int) -> None:
             if self._cancel is not None and self._cancel.is_set():
-                raise CancelledError("Loading cancelled; everything was freed again.")
+                raise CancelledError(self._cancelled)
             if self._progress is not None:
                 fraction = start + (end - start) * (done / total if total else 1.0)
                 self._progress(LoadProgress(label, fraction))

@@ -320,8 +320,9 @@ class Generation:
         drafted, accepted = len(drafts), verdict.accepted
         eos_at = self._eos_position(emitted)
         if eos_at is not None:
-            # Drafts after the EOS were never needed: like ExLlamaV2, count only what was
-            # verified up to it.
+            # Drafts after the EOS were never needed: count only what was verified up to it.
+            # A draft at the EOS position that the target replaced counts as rejected;
+            # ExLlamaV2 stops before comparing that one, so its rejected count can be 1 lower.
             emitted = emitted[: eos_at + 1]
             drafted, accepted = min(drafted, eos_at + 1), min(accepted, eos_at + 1)
             self.reason = StopReason.EOS

@@ -148,12 +148,17 @@ class TorchEngine:
                 # Self-drafting: share the weights, keep a separate cache.
                 self._draft = self._target
             else:
-                _check_folder(path, "draft model")
                 try:
+                    _check_folder(path, "draft model")
                     self._draft = self._load_lm(path, report, cancel, "draft", 0.6)
                     _check_same_vocabulary(self._target, self._draft)
                 except BaseException as exc:  # noqa: BLE001 - free the draft, re-raise
+                    # The target stays loaded and runs without a draft, labelled so: never
+                    # a MODEL arm label on a run that had no draft model.
                     self._release_draft()
+                    self._drafter_spec = NO_DRAFT
+                    if self._loaded is not None:
+                        self._loaded = self._describe()
                     _raise_mapped(exc, path)
         self._drafter_spec = drafter
         report("Ready", 1.0)

@@ -105,6 +105,10 @@ def test_cache_modes_reserve_and_lengths():
         cache_class_name("FP8")
     assert reserve_bytes((96.0,)) == [96 * 1024**2]
     assert reserve_bytes((96.0, 0.5)) == [96 * 1024**2, 512 * 1024]
+    # load_autosplit reads reserve_vram[gpu] for every GPU it reaches: one entry per device,
+    # TabbyAPI's [96] meaning 96 MB on GPU 0 and none on the others.
+    assert reserve_bytes((96.0,), devices=3) == [96 * 1024**2, 0, 0]
+    assert reserve_bytes((), devices=2) == [96 * 1024**2, 0]
     assert job_max_new_tokens(256, 4) == 260
     assert job_max_new_tokens(256, 0) == 256
     assert q_size(4) == 8 and q_size(10) == 11
@@ -295,7 +299,8 @@ def test_job_reader_accounts_a_drafting_run_like_the_generator():
                        eos_triggering_token_id=2, eos_triggering_token_str="</s>",
                        time_prefill=0.04, time_generate=0.09,
                        accepted_draft_tokens=6, rejected_draft_tokens=2)
-    del final["token_ids"]
+    # The stop token is not streamed: it comes in "held", as the generator's emit() builds it.
+    final["held"] = {"token_ids": final.pop("token_ids")}
     reader.read([final], 0.14)
     result = reader.result([1, 2, 3], GenerationRequest(prompt="x"),
                            DrafterSpec(DrafterKind.NGRAM), peak_vram=123, wall_s=0.2)
@@ -313,6 +318,61 @@ def test_job_reader_accounts_a_drafting_run_like_the_generator():
     assert events[0].drafted == 4 and events[0].accepted == 2
 
 
+def test_job_reader_keeps_the_tokens_held_back_when_a_stop_token_ends_the_run():
+    torch = pytest.importorskip("torch")
+    job = SimpleNamespace(new_tokens=0, accepted_draft_tokens=0, rejected_draft_tokens=0)
+    events = []
+    reader = _JobReader(job, num_draft_tokens=0, on_event=events.append)
+    job.new_tokens = 1
+    reader.read([_streaming(job, 34, "Caf")], 0.05)
+    # A byte token that starts "é": the generator holds it (no text, no ids streamed).
+    job.new_tokens = 2
+    reader.read([{"job": job, "stage": "streaming", "eos": False, "serial": 0}], 0.06)
+    # The stop token comes next: the held byte, the stop token and their text come in "held".
+    job.new_tokens = 3
+    reader.read([{"job": job, "stage": "streaming", "eos": True, "serial": 0,
+                  "eos_reason": "stop_token", "eos_triggering_token_id": 2, "new_tokens": 3,
+                  "time_prefill": 0.01, "time_generate": 0.05,
+                  "held": {"text": "\ufffd", "token_ids": torch.tensor([[195, 2]])}}], 0.07)
+    result = reader.result([1], GenerationRequest(prompt="x"), DrafterSpec(DrafterKind.NONE),
+                           peak_vram=0, wall_s=0.08)
+    assert result.token_ids == (34, 195, 2) and len(result.token_ids) == result.stats.new_tokens
+    assert result.stats.stop_reason is StopReason.EOS
+    assert result.text == "Caf\ufffd" == "".join(e.text for e in events)  # the stream ends as the result
+    assert events[-1].token_ids == (195, 2)
+
+
+def test_a_failed_load_lets_go_of_the_tensors_its_frames_held():
+    import gc
+    import weakref
+
+    from specdeck.core.engines.exllamav2 import release_failed_load
+
+    class Tensor:  # stands for the half-built cache a failed load_autosplit leaves in its frame
+        pass
+
+    def load_autosplit():
+        cache = Tensor()
+        probe.append(weakref.ref(cache))
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    def load():
+        try:
+            load_autosplit()
+        except RuntimeError as exc:
+            raise OutOfMemoryError("Not enough VRAM") from exc
+
+    probe = []
+    try:
+        load()
+    except OutOfMemoryError as error:
+        gc.collect()
+        assert probe[0]() is not None, "the traceback keeps the frame's tensors alive"
+        release_failed_load(error)
+        gc.collect()
+        assert probe[0]() is None
+
+
 # arm switching, against a recording stand-in for the exllamav2 module ---------------------------
 class _RecordingExLlamaV2:
     """The slice of exllamav2 0.3.2's API the engine's load and set_drafter paths call, recording
@@ -323,6 +383,8 @@ class _RecordingExLlamaV2:
         self.unloaded: list[str] = []
         self.generators: list[dict] = []
         self.warmups = 0
+        self.reserves: list = []
+        self.out_of_memory: set[str] = set()
         self.configs: list[SimpleNamespace] = []
         self.attn = SimpleNamespace(has_flash_attn_with_paged=False)
         outer = self
@@ -341,7 +403,11 @@ class _RecordingExLlamaV2:
                 self.config = config
 
             def load_autosplit(self, cache, reserve_vram=None, callback=None):
-                outer.loaded.append(Path(self.config.model_dir).name)
+                name = Path(self.config.model_dir).name
+                outer.reserves.append(reserve_vram)
+                if name in outer.out_of_memory:
+                    raise RuntimeError("CUDA out of memory. Tried to allocate 1.50 GiB")
+                outer.loaded.append(name)
 
             def unload(self):
                 outer.unloaded.append(Path(self.config.model_dir).name)
@@ -390,3 +456,45 @@ def test_an_ab_plan_switching_arms_loads_each_draft_once_and_warms_up_once(tmp_p
     engine.unload()
     assert sorted(fake.unloaded) == ["draft", "other", "target"]
     assert engine.loaded is None
+
+
+def test_a_draft_that_does_not_fit_leaves_the_target_loaded_and_usable(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from specdeck.core.engines import exllamav2 as module
+
+    fake = _RecordingExLlamaV2()
+    monkeypatch.setattr(module, "_import_exllamav2", lambda: fake)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # two GPUs, for the reserve
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: "NVIDIA GeForce RTX 4090")
+    target = _exl2_folder(tmp_path / "target", EXL2)
+    big = _exl2_folder(tmp_path / "big-draft", EXL2)
+    engine = ExLlamaV2Engine()
+    engine.load(LoadSpec(target, cache_mode="Q4", draft_cache_mode="Q4"))
+    assert fake.reserves[0] == [96 * 1024**2, 0]  # one reserve per GPU: autosplit reads each
+    fake.out_of_memory.add("big-draft")
+    with pytest.raises(OutOfMemoryError, match="target stays loaded without a draft"):
+        engine.set_drafter(DrafterSpec(DrafterKind.MODEL, big, num_draft_tokens=4))
+    assert fake.unloaded == ["big-draft"]  # the half-loaded draft was freed
+    # The engine is not half-switched: the target runs on its own, labelled so.
+    assert engine.loaded is not None and engine.loaded.drafter.kind is DrafterKind.NONE
+    assert engine._generator is not None and "draft_model" not in fake.generators[-1]
+    fake.out_of_memory.clear()
+    engine.set_drafter(DrafterSpec(DrafterKind.MODEL, big, num_draft_tokens=4))
+    assert fake.loaded == ["target", "big-draft"]
+    engine.unload()
+
+
+def test_a_draft_that_does_not_fit_at_load_frees_everything(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from specdeck.core.engines import exllamav2 as module
+
+    fake = _RecordingExLlamaV2()
+    fake.out_of_memory.add("draft")
+    monkeypatch.setattr(module, "_import_exllamav2", lambda: fake)
+    target = _exl2_folder(tmp_path / "target", EXL2)
+    draft = _exl2_folder(tmp_path / "draft", EXL2)
+    engine = ExLlamaV2Engine()
+    with pytest.raises(OutOfMemoryError, match="everything was freed again"):
+        engine.load(LoadSpec(target, cache_mode="Q4", draft_cache_mode="Q4",
+                             drafter=DrafterSpec(DrafterKind.MODEL, draft)))
+    assert sorted(fake.unloaded) == ["draft", "target"] and engine.loaded is None

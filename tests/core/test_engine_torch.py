@@ -430,10 +430,17 @@ def test_folder_without_tokenizer_is_refused(tmp_path, models):
 def test_draft_with_another_tokenizer_is_refused_and_the_target_stays(models):
     engine = TorchEngine()
     engine.load(LoadSpec(models["target"]))
+    engine.set_drafter(DrafterSpec(DrafterKind.MODEL, model_path=models["draft"]))
     with pytest.raises(InvalidInputError, match="tokenizers differ"):
         engine.set_drafter(DrafterSpec(DrafterKind.MODEL, model_path=models["mistral_vocab"]))
+    # Neither draft is loaded now: the target runs alone and says so (no stale MODEL label).
     assert engine.loaded.drafter == NO_DRAFT
-    assert len(engine.generate(greedy(PROMPTS[0], max_new=3)).token_ids) == 3
+    result = engine.generate(greedy(PROMPTS[0], max_new=3))
+    assert len(result.token_ids) == 3 and result.drafter == NO_DRAFT and result.stats.drafted == 0
+    with pytest.raises(NotFoundError):
+        engine.set_drafter(DrafterSpec(DrafterKind.MODEL, model_path=models["draft"].parent / "gone"))
+    assert engine.loaded.drafter == NO_DRAFT
+    engine.unload()
 
 
 def test_prompt_longer_than_the_context_is_refused(engine):
