@@ -37,7 +37,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "default, and report paired speed-ups, acceptance and losslessness.",
     )
     p.add_argument("--demo", action="store_true",
-                   help="the embedded demo model: no draft vs n-gram")
+                   help="the embedded demo model: no draft vs n-gram; when a larger model with "
+                   "its tokenizer is on disk (e.g. SmolLM2-360M), that model as the target with "
+                   "the demo as its draft, beside n-gram")
+    p.add_argument("--demo-alone", action="store_true",
+                   help="with --demo: the demo model only, even when a partner is on disk")
+    p.add_argument("--models-dir", action="append", default=[], metavar="DIR",
+                   help="with --demo: also look here for a partner model")
     p.add_argument("--engine", default="torch", help="torch (default) or exllamav2")
     p.add_argument("--model", help='target model folder, or "demo"')
     p.add_argument("--draft", action="append", default=[], metavar="FOLDER",
@@ -100,9 +106,45 @@ def _drafters(args: argparse.Namespace, k: int, adaptive: bool) -> list[Any]:
 
     drafters = [DrafterSpec(DrafterKind.MODEL, Path(d).expanduser(), num_draft_tokens=k,
                             adaptive=adaptive) for d in args.draft]
-    if args.ngram or (args.demo and not drafters):
+    demo_draft = _demo_pair(args)[1]
+    if demo_draft is not None:
+        drafters.append(DrafterSpec(DrafterKind.MODEL, demo_draft, num_draft_tokens=k,
+                                    adaptive=adaptive))
+    if args.ngram or (args.demo and not args.draft):
         drafters.append(DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=k, adaptive=adaptive))
     return drafters
+
+
+def _demo_pair(args: argparse.Namespace) -> tuple[str | None, Path | None]:
+    """(target, draft folder) for ``--demo``: ("demo", None), or a larger model on disk that
+    shares the demo's tokenizer with the demo model as its draft. Decided once per command."""
+    if not args.demo:
+        return args.model, None
+    if args.draft:  # the demo as the target of the user's own draft
+        return "demo", None
+    cached = getattr(args, "_demo_pair", None)
+    if cached is not None:
+        return cached
+    pair: tuple[str | None, Path | None] = ("demo", None)
+    if not args.demo_alone:
+        from specdeck.core import settings
+        from specdeck.core.engines.demo import ensure_demo_model, find_demo_partner
+
+        saved = settings.load()
+        demo_dir = ensure_demo_model(_stderr_stage)
+        partner = find_demo_partner(demo_dir, (*args.models_dir, *saved.extra_model_dirs),
+                                    saved.config_path)
+        if partner is not None:
+            print(f"Demo: {partner.name} ({partner.parameters_label}) shares the demo model's "
+                  "tokenizer: it runs as the target, the demo model as its draft "
+                  "(--demo-alone to skip it).", file=sys.stderr)
+            pair = (str(partner.path), demo_dir)
+    args._demo_pair = pair
+    return pair
+
+
+def _stderr_stage(progress: Any) -> None:
+    print(f"{progress.stage}…", file=sys.stderr)
 
 
 def build_plan(args: argparse.Namespace):
@@ -114,7 +156,7 @@ def build_plan(args: argparse.Namespace):
         from specdeck.core.bench.report import load_plan
 
         return load_plan(args.plan)
-    model = "demo" if args.demo else args.model
+    model = _demo_pair(args)[0] if args.demo else args.model
     if not model:
         raise InvalidInputError("specdeck bench needs a model.",
                                 "Pass --model FOLDER, --demo, or --plan FILE.")

@@ -226,3 +226,56 @@ def resolve_model(
     if is_demo_alias(name):
         return ensure_demo_model(progress, cancel, cache_root)
     return Path(name).expanduser()
+
+
+# A partner for the draft-model arm -----------------------------------------------------------
+PARTNER_MAX_PARAMETERS = 2_000_000_000
+"""The largest model the demo pairs with: the demo runs on CPUs, and a bigger target makes the
+A/B minutes long."""
+
+
+def find_demo_partner(
+    demo_dir: Path,
+    model_dirs: tuple[str | os.PathLike[str], ...] = (),
+    config_path: str | os.PathLike[str] | None = None,
+    cancel: threading.Event | None = None,
+):
+    """A model on disk that can run with the demo model as its draft, or None.
+
+    The demo model is the smallest of its family (SmolLM2-135M), so its draft-model arm needs a
+    larger target that shares its tokenizer, such as SmolLM2-360M or -1.7B-Instruct downloaded
+    in Hugging Face format. Searched: ``model_dirs`` and the model folders of the TabbyAPI
+    config. Candidates are unquantized safetensors folders (the PyTorch engine runs them)
+    larger than the demo and at most :data:`PARTNER_MAX_PARAMETERS`; the smallest one whose
+    tokenizer the compatibility checker clears is returned (a ``ModelInfo``).
+    """
+    from specdeck.core.compat.check import compare_models
+    from specdeck.core.compat.library import library_dirs
+    from specdeck.core.compat.load import check_cancel, load_model
+    from specdeck.core.compat.report import Verdict
+    from specdeck.core.compat.source import ModelSource
+    from specdeck.core.errors import SpecDeckError
+    from specdeck.core.models import read_model, scan_models
+
+    demo = read_model(Path(demo_dir))
+    dirs, _ = library_dirs(model_dirs, config_path)
+    models, _ = scan_models(dirs)
+    candidates = sorted(
+        (m for m in models
+         if m.quant.method == "none" and m.weights is not None
+         and demo.parameters < m.parameters <= PARTNER_MAX_PARAMETERS
+         and m.path.resolve() != demo.path.resolve()),
+        key=lambda m: m.parameters,
+    )
+    if not candidates:
+        return None
+    draft = load_model(ModelSource(str(demo.path), folder=demo.path), cancel=cancel)
+    for info in candidates:
+        check_cancel(cancel)
+        try:
+            target = load_model(ModelSource(str(info.path), folder=info.path), cancel=cancel)
+        except SpecDeckError:
+            continue  # a folder the checker cannot read is no partner
+        if compare_models(target, draft).verdict in (Verdict.COMPATIBLE, Verdict.WARNINGS):
+            return info
+    return None
