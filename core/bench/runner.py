@@ -24,13 +24,15 @@ import platform
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specdeck import __version__
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.suites import Prompt, select_prompts
 from specdeck.core.engines.base import (
+    DrafterKind,
+    DrafterSpec,
     Engine,
     GenerationEvent,
     GenerationRequest,
@@ -261,7 +263,8 @@ def run_plan(
                 break
             if current is None or slot.arm.drafter != current.drafter:
                 emit(Stage(f"Switching to {slot.arm.label}", None))
-                loaded = engine.set_drafter(slot.arm.drafter, _stage_sink(emit), cancel)
+                drafter = _resolve_drafter(slot.arm.drafter, emit, cancel)
+                loaded = engine.set_drafter(drafter, _stage_sink(emit), cancel)
                 current = slot.arm
             records.append(_run_one(plan, engine, slot, prompt_ids[slot.prompt.id], len(schedule),
                                     emit, cancel))
@@ -285,6 +288,17 @@ def run_plan(
 
 def _stage_sink(emit: EventSink) -> Callable[[LoadProgress], None]:
     return lambda progress: emit(Stage(progress.stage, progress.fraction))
+
+
+def _resolve_drafter(drafter: DrafterSpec, emit: EventSink, cancel: threading.Event) -> DrafterSpec:
+    """A draft model named "demo" is the embedded demo model (converted on first use): it
+    drafts for a larger model of its family, such as SmolLM2-360M."""
+    from specdeck.core.engines.demo import is_demo_alias, resolve_model
+
+    if drafter.kind is DrafterKind.MODEL and drafter.model_path is not None \
+            and is_demo_alias(drafter.model_path):
+        return replace(drafter, model_path=resolve_model(drafter.model_path, _stage_sink(emit), cancel))
+    return drafter
 
 
 def _load(plan: BenchPlan, engine: Engine, emit: EventSink, cancel: threading.Event) -> LoadedModel:

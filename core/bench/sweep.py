@@ -336,6 +336,14 @@ def plan_apply_setting(drafter: DrafterSpec | None, config_path: str | Path,
         changes[(DRAFT, "draft_num_tokens")] = drafter.num_draft_tokens
         changes[(DRAFT, "ngram_match_min")] = drafter.ngram_min
     else:
+        from specdeck.core.engines.demo import is_demo_alias
+
+        if draft_folder is None and is_demo_alias(drafter.model_path):
+            raise InvalidInputError(
+                "The best draft is SpecDeck's embedded demo model, which lives in SpecDeck's "
+                "cache, not in a folder TabbyAPI loads from.",
+                "Download the same model (SmolLM2-135M-Instruct) into TabbyAPI's draft model "
+                "folder and apply that, or apply another setting.")
         folder = Path(draft_folder or drafter.model_path).expanduser().resolve()
         changes[(DRAFT, "draft_model_name")] = folder.name
         if doc.resolve_dir(DRAFT, "draft_model_dir").resolve() != folder.parent:

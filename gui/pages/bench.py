@@ -183,7 +183,9 @@ class BenchPage(QWidget):
         browse_model.clicked.connect(lambda: self._browse(self.model.lineEdit()))
         self.use_draft = QCheckBox("Draft model")
         self.draft = QLineEdit()
-        self.draft.setPlaceholderText("draft model folder")
+        self.draft.setPlaceholderText('draft model folder, or "demo"')
+        self.draft.setToolTip('A draft model folder, or "demo": the embedded SmolLM2-135M drafts for '
+                              "a larger SmolLM2 target")
         browse_draft = QToolButton()
         browse_draft.setText("…")
         browse_draft.clicked.connect(lambda: self._browse(self.draft))

@@ -223,6 +223,10 @@ def test_apply_writes_the_draft_through_the_config_editor(tmp_path, models):
     assert doc.draft_model_path().resolve() == models["draft"].resolve()
     with pytest.raises(InvalidInputError, match="n-gram"):
         plan_apply_setting(NGRAM, config)
+    before = config.read_text()
+    with pytest.raises(InvalidInputError, match="embedded demo model"):
+        plan_apply_setting(DrafterSpec(DrafterKind.MODEL, Path("demo")), config)
+    assert config.read_text() == before
     off = plan_apply_best(None, config)
     assert "draft_model_name" in off.diff and off.notes
 

@@ -9,6 +9,7 @@ checker decides which one can run with the demo as its draft.
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 from conftest import MODELS
@@ -84,3 +85,22 @@ def test_bench_demo_runs_the_partner_with_the_demo_as_its_draft(library, monkeyp
     register(parser.add_subparsers())
     plan = build_plan(parser.parse_args([*common[:2], "--demo-alone"]))
     assert plan.model == "demo" and [a.drafter.kind.value for a in plan.arms[1:]] == ["ngram"]
+
+
+def test_a_plan_can_name_the_demo_model_as_its_draft(library, monkeypatch):
+    # What the A/B page sends when its draft field says "demo".
+    from specdeck.core.bench.plan import Arm, BenchPlan
+    from specdeck.core.bench.runner import run_plan
+    from specdeck.core.engines import demo as demo_module
+    from specdeck.core.engines.base import DrafterKind, DrafterSpec, LoadSpec
+
+    demo, models = library
+    monkeypatch.setattr(demo_module, "ensure_demo_model", lambda *args, **kwargs: demo)
+    plan = BenchPlan(engine="torch", model=str(models / "SmolLM2-bigger"),
+                     arms=(Arm("A"), Arm("B", DrafterSpec(DrafterKind.MODEL, Path(demo_module.DEMO_ALIAS)))),
+                     suites=("code",), max_prompts=1, max_new_tokens=6, repeats=1, warmup=0,
+                     apply_chat_template=False, load=LoadSpec(models, device="cpu"))
+    run = run_plan(plan)
+    drafted = [r for r in run.records if r.arm == "B"]
+    assert drafted and drafted[0].result.drafter.model_path == demo
+    assert drafted[0].result.stats.drafted > 0
