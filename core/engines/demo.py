@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specdeck.core import appdirs
 from specdeck.core.engines.base import (
@@ -32,6 +33,9 @@ from specdeck.core.engines.base import (
     ProgressCallback,
 )
 from specdeck.core.errors import CancelledError
+
+if TYPE_CHECKING:
+    from specdeck.core.models import ModelInfo
 
 DEMO_ALIAS = "demo"
 """What users type instead of a folder: ``specdeck generate --model demo``."""
@@ -239,7 +243,7 @@ def find_demo_partner(
     model_dirs: tuple[str | os.PathLike[str], ...] = (),
     config_path: str | os.PathLike[str] | None = None,
     cancel: threading.Event | None = None,
-):
+) -> ModelInfo | None:
     """A model on disk that can run with the demo model as its draft, or None.
 
     The demo model is the smallest of its family (SmolLM2-135M), so its draft-model arm needs a
@@ -247,7 +251,7 @@ def find_demo_partner(
     in Hugging Face format. Searched: ``model_dirs`` and the model folders of the TabbyAPI
     config. Candidates are unquantized safetensors folders (the PyTorch engine runs them)
     larger than the demo and at most :data:`PARTNER_MAX_PARAMETERS`; the smallest one whose
-    tokenizer the compatibility checker clears is returned (a ``ModelInfo``).
+    tokenizer the compatibility checker clears is returned.
     """
     from specdeck.core.compat.check import compare_models
     from specdeck.core.compat.library import library_dirs

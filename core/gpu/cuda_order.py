@@ -15,6 +15,7 @@ multiprocessors, then bus order), and flagged as an estimate.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -130,8 +131,6 @@ def print_driver_bus_ids() -> int:
     Runs in a child process: it initialises the CUDA driver API (no context, no VRAM), which
     the app's own process must never do.
     """
-    import ctypes
-
     names = ["nvcuda.dll"] if sys.platform == "win32" else ["libcuda.so.1", "libcuda.so", "libcuda.dylib"]
     ids: list[str] | None = None
     for name in names:
@@ -146,8 +145,6 @@ def print_driver_bus_ids() -> int:
 
 
 def _bus_ids(lib) -> list[str] | None:
-    import ctypes
-
     count = ctypes.c_int()
     if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
         return None
