@@ -28,6 +28,12 @@ class Settings:
     extra_model_dirs: tuple[str, ...] = ()
     hub_endpoint: str | None = None
 
+    def without_config(self) -> "Settings":
+        """Forget the current config (it vanished); it leaves the recents too."""
+        gone = self.config_path
+        return replace(self, config_path=None,
+                       recent_configs=tuple(p for p in self.recent_configs if p != gone))
+
     def with_config(self, path: str | Path) -> "Settings":
         """Remember ``path`` as the current config and move it to the top of the recents."""
         text = str(Path(path).expanduser().absolute())
@@ -49,16 +55,49 @@ def load() -> Settings:
     except (OSError, ValueError) as exc:
         log.warning("Ignoring unreadable settings file %s: %s", path, exc)
         return Settings()
-    known = {f.name: f for f in fields(Settings)}
-    values = {}
-    for name, value in raw.items() if isinstance(raw, dict) else ():
-        if name not in known:
-            continue
-        values[name] = tuple(value) if isinstance(value, list) else value
-    try:
-        return Settings(**values)
-    except TypeError:
+    if not isinstance(raw, dict):
+        log.warning("Ignoring settings file %s: its top level is not an object", path)
         return Settings()
+    values = {}
+    for f in fields(Settings):
+        if f.name not in raw:
+            continue
+        value = _checked(f.name, raw[f.name], f.default)
+        if value is _WRONG:
+            # One bad value must not cost the user the others (nor be saved back mangled).
+            log.warning("Ignoring %s in %s: expected %s, found %r", f.name, path,
+                        "a list of paths" if isinstance(f.default, tuple) else "a text",
+                        raw[f.name])
+            continue
+        values[f.name] = value
+    return Settings(**values)
+
+
+_WRONG = object()
+
+
+def _checked(name: str, value, default):
+    """``value`` in the field's type (text or None; a tuple of texts), or _WRONG."""
+    if isinstance(default, tuple):
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        return _WRONG
+    if value is None or isinstance(value, str):
+        return value
+    return _WRONG
+
+
+def remembered_config() -> Path | None:
+    """The config.yml the user last opened in SpecDeck, if it still exists.
+
+    Commands that merely consult it (model folders for suggest, bench --demo) use this: a
+    file that vanished since is not their business, and the GUI tells the user once.
+    """
+    value = load().config_path
+    if not value:
+        return None
+    path = Path(value)
+    return path if path.is_file() else None
 
 
 def save(settings: Settings) -> None:

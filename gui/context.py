@@ -26,6 +26,12 @@ class AppContext(QObject):
         super().__init__(parent)
         self._settings = settings_store.load()
         self._gpu_sampler = None
+        self.forgotten_config: str | None = None
+        """A remembered config.yml that no longer existed at start-up, now forgotten."""
+        remembered = self._settings.config_path
+        if remembered and not Path(remembered).is_file():
+            self.forgotten_config = remembered
+            self.update_settings(self._settings.without_config())
 
     def gpu_sampler(self):
         """The window's one GPU telemetry sampler (specdeck.core.gpu.Sampler).

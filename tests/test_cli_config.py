@@ -35,7 +35,7 @@ def test_show_json_has_every_draft_key(cfg, specdeck_home):
     assert info["draft_model"]["draft_num_tokens"]["backends"] == ["exllamav3"]
 
 
-def test_set_draft_then_show_uses_the_remembered_path(cfg, specdeck_home):
+def test_set_draft_saves_and_an_explicit_config_is_not_remembered(cfg, specdeck_home):
     before = cfg.read_text()
     result = specdeck("config", "set-draft", "--config", str(cfg), "--name", "TinyLlama-exl2",
                       "--cache-mode", "q4", "--rope-alpha", "auto", "--gpu-split", "8,0", "--yes",
@@ -44,11 +44,51 @@ def test_set_draft_then_show_uses_the_remembered_path(cfg, specdeck_home):
     assert "+  draft_model_name: TinyLlama-exl2" in result.stdout
     assert f"Saved {cfg}" in result.stdout
     assert (cfg.parent / "config.yml.bak").read_text() == before
-    shown = json.loads(specdeck("config", "show", "--json", home=specdeck_home).stdout)
-    assert shown["path"] == str(cfg)
+    # A script's --config is not what the GUI should open next time.
+    assert not (specdeck_home / "config" / "settings.json").exists() or \
+        str(cfg) not in (specdeck_home / "config" / "settings.json").read_text()
+    unremembered = specdeck("config", "show", "--json", home=specdeck_home)
+    assert unremembered.returncode == 2 and "--config" in unremembered.stderr
+    shown = json.loads(specdeck("config", "show", "--config", str(cfg), "--json",
+                                home=specdeck_home).stdout)
     assert shown["draft_model"]["draft_model_name"]["value"] == "TinyLlama-exl2"
     assert shown["draft_model"]["draft_gpu_split"]["value"] == [8.0, 0.0]
     assert shown["draft_model"]["draft_rope_alpha"]["value"] is None
+
+
+def test_remember_flag_makes_it_the_default(cfg, specdeck_home):
+    result = specdeck("config", "show", "--config", str(cfg), "--remember", home=specdeck_home)
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(specdeck("config", "show", "--json", home=specdeck_home).stdout)
+    assert shown["path"] == str(cfg)
+
+
+def test_a_vanished_remembered_config_does_not_trouble_other_commands(cfg, specdeck_home):
+    specdeck("config", "show", "--config", str(cfg), "--remember", home=specdeck_home)
+    cfg.unlink()
+    result = specdeck("suggest", str(cfg.parent), "--no-hub", "--json", home=specdeck_home)
+    assert str(cfg) not in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_concurrent_set_draft_runs_never_lose_an_edit(cfg, specdeck_home):
+    """Two scripts setting different keys of one file at once: both edits end up in it."""
+    env = dict(os.environ, SPECDECK_HOME=str(specdeck_home))
+    for trial in range(3):
+        cfg.write_bytes((TABBY / "config_sample.exl2-checkpoint.yml").read_bytes())
+        runs = [
+            subprocess.Popen([sys.executable, "-m", "specdeck", "config", "set-draft", "--config",
+                              str(cfg), flag, value, "--yes"], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+            for flag, value in (("--name", f"Draft-{trial}"), ("--cache-mode", "Q6"))
+        ]
+        results = [(r.wait(timeout=60), *r.communicate()) for r in runs]
+        for code, out, err in results:
+            assert code == 0, err
+        shown = json.loads(specdeck("config", "show", "--config", str(cfg), "--json",
+                                    home=specdeck_home).stdout)
+        assert shown["draft_model"]["draft_model_name"]["value"] == f"Draft-{trial}"
+        assert shown["draft_model"]["draft_cache_mode"]["value"] == "Q6"
 
 
 def test_set_draft_without_yes_writes_nothing(cfg, specdeck_home):

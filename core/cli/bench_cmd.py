@@ -133,7 +133,7 @@ def _demo_pair(args: argparse.Namespace) -> tuple[str | None, Path | None]:
         saved = settings.load()
         demo_dir = ensure_demo_model(_stderr_stage)
         partner = find_demo_partner(demo_dir, (*args.models_dir, *saved.extra_model_dirs),
-                                    saved.config_path)
+                                    settings.remembered_config())
         if partner is not None:
             print(f"Demo: {partner.name} ({partner.parameters_label}) shares the demo model's "
                   "tokenizer: it runs as the target, the demo model as its draft "

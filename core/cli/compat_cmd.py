@@ -88,7 +88,7 @@ def run_suggest(args: argparse.Namespace) -> int:
     from specdeck.core.compat import suggest
 
     saved = settings.load()
-    config_path = args.config or saved.config_path
+    config_path = args.config or settings.remembered_config()
     result = suggest(
         args.target,
         model_dirs=[*args.models_dir, *saved.extra_model_dirs],

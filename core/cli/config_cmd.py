@@ -27,7 +27,10 @@ def register(subparsers) -> None:
 
     def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p.add_argument("--config", type=Path, metavar="PATH",
-                       help="config.yml to use (default: the last one opened)")
+                       help="config.yml to use (default: the last one opened in SpecDeck)")
+        p.add_argument("--remember", action="store_true",
+                       help="also make --config the file SpecDeck opens by default (the GUI "
+                       "and later commands); without it a script's --config changes nothing")
         return p
 
     show = with_config(commands.add_parser("show", help="print the draft and model settings"))
@@ -71,6 +74,8 @@ def register(subparsers) -> None:
 
     init = commands.add_parser("init", help="create a new config.yml from TabbyAPI's defaults")
     init.add_argument("path", type=Path)
+    init.add_argument("--remember", action="store_true",
+                      help="also make it the file SpecDeck opens by default")
     init.set_defaults(handler=cmd_init)
 
 
@@ -90,7 +95,8 @@ def _load(args):
             )
         path = Path(remembered)
     doc = config.load(path)
-    settings.save(settings.load().with_config(doc.path))
+    if args.config is not None and args.remember:
+        settings.save(settings.load().with_config(doc.path))
     return doc
 
 
@@ -145,7 +151,13 @@ def _confirm(question: str) -> bool:
     return answer in ("y", "yes")
 
 
-def _write(change, args, what: str) -> int:
+MAX_REAPPLY = 3
+
+
+def _write(change, args, what: str, replan=None) -> int:
+    """Show the diff, confirm, save. ``replan(doc)`` plans the same edit on a fresh read:
+    with --yes, a file that changed on disk while saving gets the edit re-applied to its new
+    version (the other writer's change is kept), never silently overwritten."""
     from specdeck.core import config
 
     if change.is_noop:
@@ -170,8 +182,23 @@ def _write(change, args, what: str) -> int:
             "Not saved: SpecDeck writes config.yml only when confirmed.",
             "Re-run with --yes to save, or --dry-run to only see the diff.",
         )
-    result = config.save(change, force=getattr(args, "force", False),
-                         backup=not getattr(args, "no_backup", False))
+    force = getattr(args, "force", False)
+    for attempt in range(MAX_REAPPLY + 1):
+        try:
+            result = config.save(change, force=force, backup=not getattr(args, "no_backup", False))
+            break
+        except config.ConfigConflictError:
+            if force or replan is None or not args.yes or attempt == MAX_REAPPLY:
+                raise
+            change = replan(config.load(change.document.path))
+            diff = change.diff()
+            print(f"{change.document.path} changed on disk while saving; re-applying {what} "
+                  "to its new version.", file=sys.stderr)
+            if change.is_noop:
+                print("No change: the file now already says that.")
+                return EXIT_OK
+            if not args.json:
+                sys.stdout.write(diff)
     if args.json:
         emit_json({"changed": True, "path": result.path, "backup": result.backup, "diff": diff})
     else:
@@ -236,7 +263,8 @@ def cmd_set_draft(args) -> int:
         raise InvalidInputError("Nothing to set.", "Give at least one option, e.g. --name MyDraft.")
     doc = _load(args)
     change = config.plan_change(doc, changes)
-    return _write(change, args, "the draft settings")
+    return _write(change, args, "the draft settings",
+                  replan=lambda fresh: config.plan_change(fresh, changes))
 
 
 def cmd_migrate(args) -> int:
@@ -252,13 +280,14 @@ def cmd_migrate(args) -> int:
         return EXIT_OK
     if not args.json:
         print("Migrating: " + "; ".join(migration.steps))
-    return _write(migration, args, "the migrated config")
+    return _write(migration, args, "the migrated config", replan=config.plan_migration)
 
 
 def cmd_init(args) -> int:
     from specdeck.core import config, settings
 
     doc = config.create_config(args.path)
-    settings.save(settings.load().with_config(doc.path))
+    if args.remember:
+        settings.save(settings.load().with_config(doc.path))
     print(f"Created {doc.path}.")
     return EXIT_OK

@@ -2,20 +2,30 @@
 
 Order of operations, so that no failure can lose the user's file:
 1. nothing to write -> return (the file stays byte-identical, its mtime too);
-2. the file on disk is read again and compared with what was opened: if someone else
-   changed it (TabbyAPI's own migration, a text editor), refuse unless forced;
-3. the bytes on disk are copied to ``config.yml.bak`` (atomically);
-4. the new bytes replace config.yml atomically (temp file, fsync, rename).
+2. the folder is locked, so SpecDeck processes save one at a time;
+3. the file on disk is read again and compared with what was opened: if someone else
+   changed it (another SpecDeck, TabbyAPI's own migration, a text editor), refuse unless
+   forced;
+4. if the saved file could not keep its owner and group, refuse (nothing written yet);
+5. the bytes on disk are copied to ``config.yml.bak`` (atomically, never through a symlink);
+6. the new bytes replace config.yml atomically (temp file, fsync, owner, mode, rename).
 """
 
 from __future__ import annotations
 
+import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from specdeck import __version__
-from specdeck.core.atomic import WriteError, atomic_write_bytes, resolve_target
+from specdeck.core.atomic import (
+    WriteError,
+    atomic_write_bytes,
+    check_can_keep_owner,
+    directory_lock,
+    resolve_target,
+)
 from specdeck.core.config.document import ConfigDocument, fingerprint
 from specdeck.core.config.edit import ConfigChange, render_scalar
 from specdeck.core.config.migrate import Migration
@@ -55,33 +65,66 @@ def _current_bytes(path: Path) -> bytes | None:
         raise SpecDeckError(f"Cannot read {path} before saving: {exc.strerror or exc}.") from exc
 
 
+def _check_backup_slot(backup: Path) -> None:
+    """Refuse a backup path that is not a plain file: writing "through" it loses data."""
+    try:
+        st = backup.lstat()
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise WriteError(
+            f"{backup} is a symbolic link (to {os.readlink(backup)}). SpecDeck keeps its backup "
+            "in a plain file so that it can never overwrite what a link points to; nothing was "
+            "changed.",
+            f"Remove or rename {backup.name}, then save again.",
+        )
+    if not stat.S_ISREG(st.st_mode):
+        raise WriteError(
+            f"{backup} exists and is not a plain file, so SpecDeck cannot keep its backup "
+            "there; nothing was changed.",
+            f"Move {backup.name} out of the way, then save again.",
+        )
+
+
 def save(change: ConfigChange | Migration, *, force: bool = False, backup: bool = True) -> SaveResult:
-    """Write a planned change to the document's file."""
+    """Write a planned change to the document's file.
+
+    Two SpecDeck processes saving the same folder take turns (a lock on the folder), and
+    each compares the file with what it read inside its turn: the second of two concurrent
+    edits gets a ConfigConflictError instead of silently replacing the first.
+    """
     doc = change.document
     if doc.path is None:
         raise InvalidInputError("This config has no file to save to.", "Use 'Save as' and pick a path.")
     path = resolve_target(doc.path)
     if change.new_text == doc.text:
         return SaveResult(doc.path, written=False, backup=None)
-    on_disk = _current_bytes(path)
-    if on_disk is not None and _is_read_only(path):
-        raise WriteError(
-            f"{doc.path} is read-only, so SpecDeck left it as it is.",
-            "Make it writable (chmod u+w) if you want SpecDeck to change it.",
-        )
-    if doc.disk_fingerprint is not None and not force:
-        now = fingerprint(on_disk) if on_disk is not None else None
-        if now != doc.disk_fingerprint:
-            state = "was deleted" if on_disk is None else "was changed by another program"
-            raise ConfigConflictError(
-                f"{doc.path} {state} after SpecDeck opened it.",
-                "Reload it to see the new version, or save anyway to overwrite it.",
+    with directory_lock(path.parent):
+        on_disk = _current_bytes(path)
+        if on_disk is not None and _is_read_only(path):
+            raise WriteError(
+                f"{doc.path} is read-only, so SpecDeck left it as it is.",
+                "Make it writable (chmod u+w) if you want SpecDeck to change it.",
             )
-    saved_backup = None
-    if backup and on_disk is not None:
-        saved_backup = backup_path(path)
-        atomic_write_bytes(saved_backup, on_disk, mode=stat.S_IMODE(path.stat().st_mode))
-    atomic_write_bytes(path, doc.encode(change.new_text))
+        if doc.disk_fingerprint is not None and not force:
+            now = fingerprint(on_disk) if on_disk is not None else None
+            if now != doc.disk_fingerprint:
+                state = "was deleted" if on_disk is None else "was changed by another program"
+                raise ConfigConflictError(
+                    f"{doc.path} {state} after SpecDeck opened it.",
+                    "Reload it to see the new version, or save anyway to overwrite it.",
+                )
+        saved_backup = None
+        if on_disk is not None:
+            st = path.stat()
+            owner = (st.st_uid, st.st_gid)
+            check_can_keep_owner(doc.path, owner)  # before the backup: a refusal writes nothing
+            if backup:
+                saved_backup = backup_path(path)
+                _check_backup_slot(saved_backup)
+                atomic_write_bytes(saved_backup, on_disk, mode=stat.S_IMODE(st.st_mode),
+                                   owner=owner, follow_symlinks=False)
+        atomic_write_bytes(path, doc.encode(change.new_text))
     return SaveResult(doc.path, written=True, backup=saved_backup)
 
 

@@ -18,15 +18,15 @@ if TYPE_CHECKING:
 
 
 def current_config(config_path: str | Path | None = None) -> ConfigDocument | None:
-    """The ConfigDocument of ``config_path`` (default: the config.yml SpecDeck has open),
-    or None when there is none.
+    """The ConfigDocument of ``config_path`` (default: the config.yml SpecDeck has open, if
+    it still exists), or None when there is none.
 
     Raises the config editor's ConfigError / NotFoundError for a file that cannot be read:
     a broken config.yml must be reported, not silently replaced by another folder.
     """
     from specdeck.core import config
 
-    path = config_path or settings_store.load().config_path
+    path = config_path or settings_store.remembered_config()
     if not path:
         return None
     return config.load(Path(path).expanduser())

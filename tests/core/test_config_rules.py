@@ -191,6 +191,97 @@ def test_permissions_kept_and_symlink_followed(tmp_path):
     assert stat.S_IMODE(config.backup_path(real).stat().st_mode) == 0o640
 
 
+def test_a_symlinked_backup_is_refused_and_its_target_untouched(tmp_path):
+    path = writable_copy(tmp_path)
+    precious = tmp_path / "precious.txt"
+    precious.write_text("the user's notes\n")
+    config.backup_path(path).symlink_to(precious)
+    before = path.read_bytes()
+    change = config.plan_change(config.load(path), {(DRAFT, "draft_model_name"): "Small"})
+    with pytest.raises(WriteError, match="symbolic link.*precious.txt") as info:
+        config.save(change)
+    assert "Remove or rename config.yml.bak" in info.value.fix
+    assert precious.read_text() == "the user's notes\n"
+    assert path.read_bytes() == before
+    assert config.backup_path(path).is_symlink()
+
+
+def test_a_backup_slot_that_is_a_folder_is_refused(tmp_path):
+    path = writable_copy(tmp_path)
+    config.backup_path(path).mkdir()
+    change = config.plan_change(config.load(path), {(DRAFT, "draft_model_name"): "Small"})
+    with pytest.raises(WriteError, match="not a plain file"):
+        config.save(change)
+    assert config.load(path).value(DRAFT, "draft_model_name") is None
+
+
+root_only = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                               reason="giving files to another user needs root")
+
+
+@root_only
+def test_root_saving_a_service_users_file_keeps_owner_group_and_mode(tmp_path):
+    path = writable_copy(tmp_path)
+    os.chown(path, 65534, 65534)  # the service user, say
+    path.chmod(0o640)
+    change = config.plan_change(config.load(path), {(DRAFT, "draft_cache_mode"): "Q4"})
+    config.save(change)
+    st = path.stat()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (65534, 65534, 0o640)
+    bak = config.backup_path(path).stat()
+    assert (bak.st_uid, bak.st_gid, stat.S_IMODE(bak.st_mode)) == (65534, 65534, 0o640)
+    assert config.load(path).raw(DRAFT, "draft_cache_mode") == "Q4"
+
+
+@root_only
+def test_a_user_who_cannot_keep_the_owner_is_refused_before_anything_is_written():
+    """nobody may write root's world-writable file, but a saved copy would be nobody's."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.mkdtemp(prefix="specdeck-owner-"))  # pytest's tmp is root-only
+    folder.chmod(0o777)
+    try:
+        _refused_as_nobody(folder)
+    finally:
+        shutil.rmtree(folder)
+
+
+def _refused_as_nobody(folder):
+    path = writable_copy(folder)
+    path.chmod(0o666)
+    before = path.read_bytes()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child becomes 'nobody' and tries to save
+        os.close(read)
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            change = config.plan_change(config.load(path), {(DRAFT, "draft_cache_mode"): "Q4"})
+            try:
+                config.save(change)
+                os.write(write, b"saved")
+            except WriteError as exc:
+                os.write(write, str(exc).encode())
+            code = 0
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            os.write(write, repr(exc).encode())
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        message = pipe.read()
+    os.waitpid(pid, 0)
+    assert "belongs to root" in message and "Nothing was changed" in message, message
+    assert path.read_bytes() == before
+    assert path.stat().st_uid == 0
+    assert sorted(p.name for p in folder.iterdir()) == ["config.yml"]
+
+
 def test_create_from_defaults(tmp_path):
     path = tmp_path / "config.yml"
     doc = config.create_config(path)

@@ -72,3 +72,22 @@ def test_about_lists_versions(qtbot, configured_qapp):
     dialog = AboutDialog()
     qtbot.addWidget(dialog)
     assert __version__ in dialog.findChild(type(dialog.layout().itemAt(0).widget())).text()
+
+
+def test_a_remembered_config_that_vanished_is_forgotten_with_one_notice(qtbot, configured_qapp,
+                                                                        tmp_path):
+    from specdeck.core import settings
+
+    gone = tmp_path / "config.yml"
+    gone.write_text("model: {}\n")
+    settings.save(settings.load().with_config(gone))
+    gone.unlink()
+    window = MainWindow()
+    qtbot.addWidget(window)
+    assert str(gone) in window.statusBar().currentMessage()
+    assert "no longer exists" in window.statusBar().currentMessage()
+    assert settings.load().config_path is None
+    assert str(gone) not in settings.load().recent_configs
+    again = MainWindow()  # the next launch says nothing more
+    qtbot.addWidget(again)
+    assert str(gone) not in again.statusBar().currentMessage()
