@@ -1,7 +1,7 @@
 """Compatibility check: loading two ~150k-token vocabularies and comparing them
 
 Goal (issue 3): two 150k-token vocabularies compared in under 0.3 s on a 2-core machine.
-Real tokenizers from ../shared/fixtures (or SPECDECK_FIXTURES). Every number is the median
+Real tokenizers from tests/data/fixtures (or SPECDECK_FIXTURES). Every number is the median
 of several runs in this process; the operating system's file cache is warm throughout, so
 "cold" means "SpecDeck has no cache", not "the disk was never read". Measured separately:
 
@@ -25,11 +25,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.report import Report
+from tools.fixtures import fixtures_dir
 
 GOAL_S = 0.3
 RUNS = 7
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(os.environ.get("SPECDECK_FIXTURES", ROOT.parent / "shared" / "fixtures"))
+FIXTURES = fixtures_dir()
 MODELS = FIXTURES / "models"
 
 

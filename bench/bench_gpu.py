@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from bench.report import Report
+from tools.fixtures import fixtures_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "resources" / "traces" / "demo-5090-4090-70b.jsonl"
@@ -56,7 +57,7 @@ def _sampler_cost(report: Report) -> None:
 def _plan_cost(report: Report) -> None:
     from specdeck.core import vram
 
-    fixtures = Path(os.environ.get("SPECDECK_FIXTURES", ROOT.parent / "shared" / "fixtures"))
+    fixtures = fixtures_dir()
     target = vram.model_weights(ROOT / "tests" / "data" / "models" / "Llama-3.1-70B-Instruct", bpw=4.0)
     draft = vram.model_weights(fixtures / "models" / "Llama-3.2-1B", bpw=4.0)
     gpus = vram.parse_gpu_sizes("32,24")

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from bench.report import Report, median
+from tools.fixtures import fixtures_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = 3
@@ -57,7 +58,7 @@ def _hub():
     sys.path.insert(0, str(ROOT / "tests"))
     from hubserver import FakeHub, FakeRepo, exl2_branch
 
-    fixtures = Path(os.environ.get("SPECDECK_FIXTURES", ROOT.parent / "shared" / "fixtures"))
+    fixtures = fixtures_dir()
     files = exl2_branch(fixtures / "models" / "TinyLlama-1.1B-Chat-v1.0", 4.0, 6, layers=1, hidden=64)
     files["output.safetensors"] = _weights(WEIGHTS_MB)
     return FakeHub([FakeRepo(REPO, {"main": {"README.md": b"bench"}, BRANCH: files})]).start(), files

@@ -14,7 +14,9 @@ os.environ["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
 import pytest  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(os.environ.get("SPECDECK_FIXTURES", REPO_ROOT.parent / "shared" / "fixtures"))
+# Real-world files (tokenizers, configs, TabbyAPI and llama-swap samples), copied from the
+# project's shared fixtures with their SOURCE.txt; SPECDECK_FIXTURES points elsewhere.
+FIXTURES = Path(os.environ.get("SPECDECK_FIXTURES", REPO_ROOT / "tests" / "data" / "fixtures"))
 MODELS = FIXTURES / "models"
 TABBY = FIXTURES / "tabbyapi"
 
@@ -22,8 +24,8 @@ TABBY = FIXTURES / "tabbyapi"
 def pytest_configure(config):
     if not FIXTURES.is_dir():
         raise pytest.UsageError(
-            f"Real-world fixtures not found at {FIXTURES}. The tests read them from "
-            "../shared/fixtures beside the checkout; set SPECDECK_FIXTURES to their folder."
+            f"SPECDECK_FIXTURES points at {FIXTURES}, which is not a folder. Unset it to use "
+            "the copy in tests/data/fixtures."
         )
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 from specdeck.core.gpu.telemetry import peak_bandwidth
+from tools.fixtures import fixtures_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "resources" / "traces" / "demo-5090-4090-70b.jsonl"
@@ -68,7 +69,7 @@ def planned_bytes() -> dict[int, dict[str, int]]:
     from specdeck.core import vram
 
     tests = ROOT / "tests" / "data" / "models"
-    fixtures = Path(os.environ.get("SPECDECK_FIXTURES", ROOT.parent / "shared" / "fixtures")) / "models"
+    fixtures = fixtures_dir() / "models"
     target = vram.model_weights(tests / "Llama-3.1-70B-Instruct", bpw=4.0)
     draft = vram.model_weights(fixtures / "Llama-3.2-1B", bpw=4.0)
     gpus = tuple(

@@ -1,6 +1,6 @@
 """Screenshots of the Compatibility page: `python -m tools.screenshots compat`.
 
-Drives the real page with the real fixture models (../shared/fixtures, or
+Drives the real page with the real fixture models (tests/data/fixtures, or
 SPECDECK_FIXTURES): a compatible pair with one warning, an incompatible pair and its
 differing tokens, an undecidable pair, and the draft suggestions for a Qwen target.
 """
@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 
 from PySide6.QtWidgets import QApplication
+from tools.fixtures import fixtures_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(os.environ.get("SPECDECK_FIXTURES", ROOT.parent / "shared" / "fixtures"))
+FIXTURES = fixtures_dir()
 MODELS = FIXTURES / "models"
 
 

@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 
 from PySide6.QtWidgets import QApplication
+from tools.fixtures import fixtures_dir
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+FIXTURES = fixtures_dir()
 
 
 def _wait(condition, timeout=10.0):

@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from tools.fixtures import fixtures_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "models"
 
 
 def _fixtures() -> Path:
-    return Path(os.environ.get("SPECDECK_FIXTURES", ROOT.parent / "shared" / "fixtures")) / "models"
+    return fixtures_dir() / "models"
 
 
 def _settle(page, seconds: float = 0.3) -> None:

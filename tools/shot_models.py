@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from tools.fixtures import fixtures_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +39,7 @@ def _settle(app) -> None:
 
 
 def _fixtures() -> Path:
-    return Path(os.environ.get("SPECDECK_FIXTURES", ROOT.parent / "shared" / "fixtures"))
+    return fixtures_dir()
 
 
 def render(window, out_dir: Path) -> list[Path]:

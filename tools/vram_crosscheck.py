@@ -12,6 +12,7 @@ from pathlib import Path
 
 from specdeck.core import vram
 from specdeck.core.models import Architecture, architecture_from_config, read_model
+from tools.fixtures import fixtures_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "models"
@@ -19,7 +20,7 @@ GiB, MiB = 1024**3, 1024**2
 
 
 def fixtures() -> Path:
-    return Path(os.environ.get("SPECDECK_FIXTURES", ROOT.parent / "shared" / "fixtures")) / "models"
+    return fixtures_dir() / "models"
 
 
 def gib(n: float) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.gpu.config import ModelSize, PairConfig
+from tools.fixtures import fixtures_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -34,7 +35,7 @@ def tokenizer_candidates() -> list[Path]:
     if os.environ.get("SPECDECK_GPU_TOKENIZER"):
         candidates.append(Path(os.environ["SPECDECK_GPU_TOKENIZER"]))
     candidates.append(REPO_ROOT / ".gpukit" / "tokenizer")
-    fixtures = Path(os.environ.get("SPECDECK_FIXTURES", REPO_ROOT.parent / "shared" / "fixtures"))
+    fixtures = fixtures_dir()
     candidates.append(fixtures / "models" / "TinyLlama-1.1B-Chat-v1.0")
     return candidates
 

@@ -1,6 +1,6 @@
 """The demo's draft-model arm: finding a larger model on disk that shares its tokenizer.
 
-Tiny random Llama models with real tokenizers from ../shared/fixtures stand in for the demo
+Tiny random Llama models with real tokenizers from tests/data/fixtures stand in for the demo
 and for the models a user may have downloaded (Mistral's tokenizer plays the demo's family,
 TinyLlama's another one; the fixtures hold no SmolLM2 tokenizer); the real compatibility
 checker decides which one can run with the demo as its draft.

@@ -1,4 +1,4 @@
-"""Reading model folders: real configs from ../shared/fixtures, real safetensors headers."""
+"""Reading model folders: real configs from tests/data/fixtures, real safetensors headers."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The VRAM planner against hand computation, ExLlamaV2's placement rules and published numbers.
 
-Configs are the real ones in ../shared/fixtures (plus three public configs in tests/data that
+Configs are the real ones in tests/data/fixtures (plus three public configs in tests/data that
 the fixtures lack). Expected numbers are worked out by hand from those configs in the
 comments, not taken from the planner.
 """
