@@ -29,13 +29,19 @@ DEFAULT_WARMUP_TOKENS = 32
 
 @dataclass(frozen=True)
 class Arm:
-    """One side of the comparison: a name ("A", "B", ...) and the drafter it runs with."""
+    """One side of the comparison: a name ("A", "B", ...) and the drafter it runs with.
+
+    A server arm also names its server (``core.servers.arms.ServerArm``): a running one or a
+    llama-server SpecDeck launches; then ``drafter`` describes what that server does."""
 
     name: str
     drafter: DrafterSpec = NO_DRAFT
+    server: Any = None
 
     @property
     def label(self) -> str:
+        if self.server is not None:
+            return f"{self.name}: {self.drafter.label} @ {self.server.where}"
         return f"{self.name}: {self.drafter.label}"
 
     @property
@@ -137,7 +143,7 @@ class BenchPlan:
             "version": PLAN_VERSION,
             "engine": self.engine,
             "model": self.model,
-            "arms": [{"name": a.name, "drafter": drafter_to_json(a.drafter)} for a in self.arms],
+            "arms": [_arm_to_json(a) for a in self.arms],
             "suites": list(self.suites),
             "prompt_ids": list(self.prompt_ids),
             "max_prompts": self.max_prompts,
@@ -167,8 +173,7 @@ class BenchPlan:
             return cls(
                 engine=str(data.get("engine", "torch")),
                 model=str(data.get("model", "demo")),
-                arms=tuple(Arm(str(a["name"]), drafter_from_json(a.get("drafter") or {}))
-                           for a in data.get("arms", [{"name": "A"}])),
+                arms=tuple(_arm_from_json(a) for a in data.get("arms", [{"name": "A"}])),
                 suites=tuple(str(s) for s in data.get("suites", ("code",))),
                 prompt_ids=tuple(str(p) for p in data.get("prompt_ids", ())),
                 max_prompts=data.get("max_prompts"),
@@ -184,7 +189,24 @@ class BenchPlan:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidInputError(f"This A/B plan is not readable: {exc!r}.",
-                                    "Recreate it with `specdeck bench --save-plan`.") from exc
+                                    "Recreate it: every `specdeck bench --report DIR` writes "
+                                    "DIR/plan.json.") from exc
+
+
+def _arm_to_json(arm: Arm) -> dict[str, Any]:
+    data = {"name": arm.name, "drafter": drafter_to_json(arm.drafter)}
+    if arm.server is not None:
+        data["server"] = arm.server.to_json()
+    return data
+
+
+def _arm_from_json(data: dict[str, Any]) -> Arm:
+    server = data.get("server")
+    if server is not None:
+        from specdeck.core.servers.arms import ServerArm
+
+        server = ServerArm.from_json(server)
+    return Arm(str(data["name"]), drafter_from_json(data.get("drafter") or {}), server)
 
 
 def drafter_to_json(spec: DrafterSpec) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from specdeck.core.atomic import atomic_write_bytes
 from specdeck.core.bench.plan import BenchPlan
 from specdeck.core.bench.runner import BenchRun, RunRecord
 from specdeck.core.bench.summary import BenchSummary, pairs
-from specdeck.core.engines.lossless import compare_greedy
+from specdeck.core.engines.lossless import compare_runs
 from specdeck.core.errors import InvalidInputError, NotFoundError
 from specdeck.core.jsonout import dumps, to_jsonable
 
@@ -143,7 +143,7 @@ def runs_csv(run: BenchRun) -> str:
             a = reference.result.stats.tokens_per_second
             speedup = _num(s.tokens_per_second / a) if a > 0 else ""
             if run.plan.sampling.greedy:
-                same = compare_greedy(reference.result, record.result).lossless
+                same = compare_runs(reference.result, record.result)[0].lossless
         writer.writerow([
             record.slot.index, record.arm, d.kind.value,
             d.num_draft_tokens if d.kind.value != "none" else "",

@@ -246,13 +246,18 @@ def run_plan(
 
         engine = create_engine(plan.engine)
     try:
-        loaded = _load(plan, engine, emit, cancel)
+        serves_arms = hasattr(engine, "activate_arm")
+        if serves_arms:  # a server engine: every arm is a server, checked before any run
+            loaded = engine.prepare_plan(plan, _stage_sink(emit), cancel)
+        else:
+            loaded = _load(plan, engine, emit, cancel)
         emit(Stage("Tokenizing prompts", None))
         prompt_ids = {
             p.id: tuple(engine.tokenize(p.text, apply_chat_template=plan.apply_chat_template))
             for p in prompts
         }
-        _check_context(plan, loaded, prompt_ids)
+        if not serves_arms:
+            _check_context(plan, loaded, prompt_ids)
         env = environment(engine, loaded)  # before measuring: reading package metadata is slow
         emit(PlanStarted(plan, prompts, schedule, loaded))
         started = time.time()
@@ -261,7 +266,11 @@ def run_plan(
         for slot in schedule:
             if cancel.is_set():
                 break
-            if current is None or slot.arm.drafter != current.drafter:
+            if serves_arms and slot.arm != current:
+                emit(Stage(f"Switching to {slot.arm.label}", None))
+                loaded = engine.activate_arm(slot.arm, _stage_sink(emit), cancel)
+                current = slot.arm
+            elif not serves_arms and (current is None or slot.arm.drafter != current.drafter):
                 emit(Stage(f"Switching to {slot.arm.label}", None))
                 drafter = _resolve_drafter(slot.arm.drafter, emit, cancel)
                 loaded = engine.set_drafter(drafter, _stage_sink(emit), cancel)
@@ -334,7 +343,9 @@ def _run_one(
 ) -> RunRecord:
     emit(RunStarted(slot, total, len(ids)))
     request = GenerationRequest(
-        prompt_ids=ids,
+        prompt=slot.prompt.text,
+        prompt_ids=ids or None,
+        apply_chat_template=plan.apply_chat_template,
         max_new_tokens=min(plan.max_new_tokens, plan.warmup_tokens) if slot.warmup else plan.max_new_tokens,
         sampling=plan.sampling,
         stop_on_eos=plan.stop_on_eos,

@@ -28,7 +28,7 @@ from specdeck.core.bench import stats
 from specdeck.core.bench.plan import Arm
 from specdeck.core.bench.runner import BenchRun, RunRecord
 from specdeck.core.engines.base import DrafterKind, DrafterSpec
-from specdeck.core.engines.lossless import Verdict, compare_greedy
+from specdeck.core.engines.lossless import Verdict, compare_runs
 
 LOW_ACCEPTANCE = 0.5
 """Below this pooled acceptance rate, low acceptance is named as a cause of a slow-down."""
@@ -79,6 +79,11 @@ class ArmSummary:
     base.weights_read): bytes per generated token over time per generated token."""
     roofline_share: float | None = None
     """weight_read_rate over the GPU's peak memory bandwidth (NVML); None off a GPU."""
+    server_tokens_per_second: float | None = None
+    """Server arms: the median of the server's own decode rate, beside the client's."""
+    acceptance_source: str = ""
+    """Server arms: which reported field the acceptance comes from, or that the server
+    reports none (then acceptance_rate is None: never a made-up number)."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,7 @@ class DivergenceReport:
     prompt_id: str
     repeat: int
     position: int
-    """Index of the first differing generated token."""
+    """Index of the first differing generated token (character, for server arms)."""
     reference_token: int | None
     candidate_token: int | None
     tie: bool
@@ -98,6 +103,8 @@ class DivergenceReport:
     """The agreed text just before the divergence."""
     reference_text: str
     candidate_text: str
+    unit: str = "token"
+    """What ``position`` counts: "token", or "character" for runs without token ids."""
 
 
 @dataclass(frozen=True)
@@ -270,6 +277,15 @@ def _arm_summary(arm: Arm, records: list[RunRecord], peak_bandwidth: float | Non
     kinds = {s.memory_kind for s in all_stats if s.memory_kind}
     has_drafter = arm.drafter.kind is not DrafterKind.NONE
     rate = _median([s.weight_read_rate for s in all_stats if s.weight_read_rate is not None])
+    server_runs = [r.result.server for r in records if r.result.server is not None]
+    server_rate = _median([s.report.tokens_per_second for s in server_runs
+                           if s.report.tokens_per_second is not None])
+    source = ""
+    if server_runs and has_drafter:
+        sources = {s.report.acceptance_source or ("Prometheus counters" if s.metrics_drafted
+                                                   is not None else "") for s in server_runs}
+        sources.discard("")
+        source = ", ".join(sorted(sources)) or "not reported by this server"
     return ArmSummary(
         name=arm.name,
         label=arm.label,
@@ -293,6 +309,8 @@ def _arm_summary(arm: Arm, records: list[RunRecord], peak_bandwidth: float | Non
         new_tokens=sum(s.new_tokens for s in all_stats),
         weight_read_rate=rate,
         roofline_share=rate / peak_bandwidth if rate is not None and peak_bandwidth else None,
+        server_tokens_per_second=server_rate,
+        acceptance_source=source,
     )
 
 
@@ -341,12 +359,15 @@ def _lossless(run: BenchRun, matched: list[tuple[RunRecord, RunRecord]],
     identical = ties = 0
     found = []
     for reference, candidate in matched:
-        comparison = compare_greedy(reference.result, candidate.result)
+        comparison, unit = compare_runs(reference.result, candidate.result)
         if comparison.lossless:
             identical += 1
             continue
         tie = comparison.verdict is Verdict.TIE
         ties += tie
+        if unit == "character":
+            found.append(_text_divergence(reference, candidate, comparison.first_divergence or 0))
+            continue
         found.append(_divergence(reference, candidate, comparison.first_divergence or 0,
                                  comparison.reference_token, comparison.candidate_token,
                                  tie, comparison.gap, decoder))
@@ -371,6 +392,16 @@ def _divergence(reference: RunRecord, candidate: RunRecord, position: int,
         reference_text=decoder(ref_ids[position:position + 4]),
         candidate_text=decoder(cand_ids[position:position + 4]),
     )
+
+
+def _text_divergence(reference: RunRecord, candidate: RunRecord, position: int) -> DivergenceReport:
+    ref, cand = reference.result.text, candidate.result.text
+    return DivergenceReport(
+        prompt_id=reference.prompt_id, repeat=reference.slot.repeat, position=position,
+        reference_token=None, candidate_token=None, tie=False, gap=None,
+        context=ref[max(0, position - 40):position],
+        reference_text=ref[position:position + 16], candidate_text=cand[position:position + 16],
+        unit="character")
 
 
 class _LazyDecoder:

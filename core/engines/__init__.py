@@ -46,6 +46,13 @@ _ENGINES: dict[str, _Entry] = {
         "specdeck.core.engines.exllamav2:ExLlamaV2Engine",
         _availability.exllamav2_availability,
     ),
+    "server": _Entry(
+        "Servers",
+        "Your running servers (llama-server, llama-swap, TabbyAPI, vLLM, LM Studio, Ollama, "
+        "any OpenAI-compatible one) or llama-servers SpecDeck launches, one per arm, over HTTP.",
+        "specdeck.core.servers.engine:ServerEngine",
+        lambda deep: Availability(True, detail="standard-library HTTP; no torch needed"),
+    ),
 }
 
 

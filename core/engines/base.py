@@ -32,7 +32,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from specdeck.core.errors import InvalidInputError, SpecDeckError
 
@@ -44,6 +44,8 @@ class DrafterKind(str, enum.Enum):
     NONE = "none"
     MODEL = "model"
     NGRAM = "ngram"
+    SERVER = "server"
+    """A server arm that drafts as its server is configured (SpecDeck does not choose k)."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,8 @@ class DrafterSpec:
         k = f"k<={self.num_draft_tokens}, adaptive" if self.adaptive else f"k={self.num_draft_tokens}"
         if self.kind is DrafterKind.NGRAM:
             return f"n-gram ({k})"
+        if self.kind is DrafterKind.SERVER:
+            return "server-side drafting"
         name = self.model_path.name if self.model_path else "?"
         return f"draft {name} ({k})"
 
@@ -305,6 +309,9 @@ class GenerationResult:
     """Per token of ``token_ids`` where the engine knows it: the target's top-1 minus top-2
     logit at that position. A greedy divergence where the gap is ~0 is a float tie (batch
     shape flipped the argmax), not a bug; empty when unknown (ExLlamaV2)."""
+    server: Any = field(default=None, repr=False)
+    """For a server arm: what the server reported beside the client's clock
+    (core.servers.engine.ServerRun); None for in-process engines."""
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ class TokenComparison:
     compared: int
     """Tokens compared: the shorter run's length."""
     first_divergence: int | None = None
-    """Index into the generated tokens, when they differ."""
+    """Index into the generated tokens (characters for a text comparison), when they differ."""
     reference_token: int | None = None
     candidate_token: int | None = None
     gap: float | None = None
@@ -61,3 +61,24 @@ def compare_greedy(
             )
     verdict = Verdict.IDENTICAL if len(ref) == len(cand) else Verdict.PREFIX
     return TokenComparison(verdict, compared)
+
+
+def compare_text(reference: GenerationResult, candidate: GenerationResult) -> TokenComparison:
+    """The same check on the generated text, for runs without token ids (server arms: the
+    server tokenizes). Positions are characters; no tie detection (no logits)."""
+    ref, cand = reference.text, candidate.text
+    compared = min(len(ref), len(cand))
+    for i in range(compared):
+        if ref[i] != cand[i]:
+            return TokenComparison(Verdict.DIVERGED, compared, i)
+    verdict = Verdict.IDENTICAL if len(ref) == len(cand) else Verdict.PREFIX
+    return TokenComparison(verdict, compared)
+
+
+def compare_runs(reference: GenerationResult, candidate: GenerationResult,
+                 tie_tolerance: float = 0.0) -> tuple[TokenComparison, str]:
+    """Token by token where both runs have token ids, else character by character.
+    Returns the comparison and its unit ("token" or "character")."""
+    if reference.token_ids and candidate.token_ids:
+        return compare_greedy(reference, candidate, tie_tolerance), "token"
+    return compare_text(reference, candidate), "character"

@@ -171,6 +171,8 @@ class BenchPage(QWidget):
         grid = QGridLayout(self.setup)
         self.engine = QComboBox()
         for name in engine_names():
+            if name == "server":  # server arms are CLI-only until the page has arm rows
+                continue
             self.engine.addItem(engine_label(name), name)
         self._suites = builtin_suites()
         self.model = QComboBox()
@@ -956,16 +958,16 @@ def _compare(reference: RunRecord, other: RunRecord, plan: BenchPlan) -> tuple[s
     """Text for the "Output vs A" column, and whether it is a real difference."""
     if not plan.sampling.greedy:
         return "sampled", False
-    from specdeck.core.engines.lossless import Verdict, compare_greedy
+    from specdeck.core.engines.lossless import Verdict, compare_runs
 
-    comparison = compare_greedy(reference.result, other.result)
+    comparison, unit = compare_runs(reference.result, other.result)
     if comparison.verdict is Verdict.IDENTICAL:
         return "identical", False
     if comparison.verdict is Verdict.PREFIX:
-        return f"same for {comparison.compared} tokens", False
+        return f"same for {comparison.compared} {unit}s", False
     if comparison.verdict is Verdict.TIE:
-        return f"tie at token {comparison.first_divergence}", False
-    return f"differs at token {comparison.first_divergence}", True
+        return f"tie at {unit} {comparison.first_divergence}", False
+    return f"differs at {unit} {comparison.first_divergence}", True
 
 
 def _value(widget):

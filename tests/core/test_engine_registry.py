@@ -34,7 +34,7 @@ def test_listing_engines_imports_neither_torch_nor_exllamav2():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     out = json.loads(done.stdout)
-    assert out == {"names": ["torch", "exllamav2"], "heavy": []}
+    assert out == {"names": ["torch", "exllamav2", "server"], "heavy": []}
 
 
 def test_torch_engine_availability_matches_this_machine():
@@ -62,10 +62,10 @@ def test_exllamav2_availability_matches_this_machine():
 
 
 def test_unknown_engine_lists_the_known_ones():
-    with pytest.raises(InvalidInputError, match="torch, exllamav2"):
+    with pytest.raises(InvalidInputError, match="torch, exllamav2, server"):
         engine_info("vllm")
-    assert engine_names() == ("torch", "exllamav2")
-    assert [i.name for i in list_engines()] == ["torch", "exllamav2"]
+    assert engine_names() == ("torch", "exllamav2", "server")
+    assert [i.name for i in list_engines()] == ["torch", "exllamav2", "server"]
 
 
 def test_creating_an_unavailable_engine_says_what_to_install():

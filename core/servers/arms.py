@@ -1,0 +1,92 @@
+"""A server arm: where an A/B arm's tokens come from when a server makes them.
+
+Either a running server (a URL; its kind detected or given) or a llama-server that SpecDeck
+launches from a profile. API keys are never part of an arm: they come from an environment
+variable the arm names (or SPECDECK_SERVER_API_KEY), or the system keyring, and plan files
+carry only the variable's name.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from specdeck.core.errors import InvalidInputError
+from specdeck.core.servers.kinds import ServerKind, parse_kind
+from specdeck.core.servers.llama_server import LaunchProfile
+from specdeck.core.servers.transport import redact_url
+
+DEFAULT_KEY_ENV = "SPECDECK_SERVER_API_KEY"
+KEYRING_SERVICE = "specdeck-server"
+
+
+@dataclass(frozen=True)
+class ServerArm:
+    url: str | None = None
+    """A running server's base URL (credentials in it are used, never saved)."""
+    launch: LaunchProfile | None = None
+    """A llama-server SpecDeck starts for this arm."""
+    kind: ServerKind | None = None
+    """None = detect by probing."""
+    model: str | None = None
+    """The model name to request (llama-swap and routers switch by it); None = the loaded one."""
+    api_key_env: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.url is None) == (self.launch is None):
+            raise InvalidInputError("A server arm needs either a URL or a llama-server launch "
+                                    "profile (not both).")
+
+    @property
+    def where(self) -> str:
+        if self.launch is not None:
+            return f"llama-server {' '.join(self.launch.args) or '(no drafting flags)'}"
+        shown = redact_url(self.url or "")
+        return f"{shown}#{self.model}" if self.model else shown
+
+    def api_key(self) -> str | None:
+        """The key for this arm: its environment variable, the default one, the keyring."""
+        for name in (self.api_key_env, DEFAULT_KEY_ENV):
+            if name and os.environ.get(name):
+                return os.environ[name]
+        if self.url is None:
+            return None
+        try:
+            import keyring
+
+            parts = urlsplit(self.url if "://" in self.url else f"http://{self.url}")
+            return keyring.get_password(KEYRING_SERVICE, parts.netloc.rsplit("@", 1)[-1]) or None
+        except Exception:  # noqa: BLE001 - no keyring backend is "no key"
+            return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "url": None if self.url is None else _without_password(self.url),
+            "launch": None if self.launch is None else self.launch.to_json(),
+            "kind": None if self.kind is None else self.kind.value,
+            "model": self.model,
+            "api_key_env": self.api_key_env,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ServerArm:
+        launch = data.get("launch")
+        kind = data.get("kind")
+        return cls(
+            url=data.get("url"),
+            launch=None if launch is None else LaunchProfile.from_json(launch),
+            kind=None if kind is None else parse_kind(str(kind)),
+            model=data.get("model"),
+            api_key_env=data.get("api_key_env"),
+        )
+
+
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return redact_url(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    netloc = f"{parts.username}@{host}" if parts.username else host
+    return redact_url(urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment)))

