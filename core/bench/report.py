@@ -92,6 +92,7 @@ def _run_json(record: RunRecord) -> dict[str, Any]:
         "text": result.text,
         "token_ids": list(result.token_ids),
         "from_draft": list(result.from_draft),
+        "server": None if result.server is None else to_jsonable(result.server),
     }
 
 
@@ -194,6 +195,15 @@ def markdown_summary(run: BenchRun, summary: BenchSummary) -> str:
             f"{_fmt(a.acceptance_rate and a.acceptance_rate * 100, '.0f', '%')} | "
             f"{_fmt(a.mean_acceptance_length, '.2f')} | {per_pos or '-'} | {memory} | "
             f"{bandwidth_text(a.weight_read_rate, a.roofline_share)} |")
+    server_arms = [a for a in summary.arms if a.server_tokens_per_second is not None
+                   or a.acceptance_source]
+    if server_arms:
+        lines += ["", "Server arms: tok/s is the client's clock (first to last token's arrival, "
+                  "prefill excluded); the server's own figure and where acceptance comes from:",
+                  ""]
+        lines += [f"- {a.name}: server-reported {_fmt(a.server_tokens_per_second, '.1f')} tok/s; "
+                  f"acceptance: {a.acceptance_source or 'no drafting'}" for a in summary.arms]
+        lines += [f"- {note}" for note in run.loaded.notes]
     peak = env.get("memory_bandwidth_peak")
     lines += ["", "Weights read: bytes of model weights read per second of decoding (target once "
               "per verify step, draft once per drafted token)" + (

@@ -5,6 +5,9 @@
     specdeck bench --model M --draft D --sweep-k 1-8 --apply --config tabby/config.yml
     specdeck bench --model M --ngram --tune
     specdeck bench --plan out/plan.json                    # repeat a saved run
+    specdeck bench --server http://127.0.0.1:8080 --server B=http://127.0.0.1:8081
+    specdeck bench --llama-server BIN --gguf M.gguf --launch A= \
+                   --launch "B=--spec-type ngram-simple --spec-ngram-simple-size-m 4"
 
 Progress goes to stderr (a line per run: arm, prompt, tok/s, acceptance); the verdicts go to
 stdout, or one JSON object with ``--json -`` (``--json FILE`` writes it to a file). Exit 0
@@ -78,6 +81,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="write the best setting into TabbyAPI's config.yml (needs --config)")
     p.add_argument("--config", type=Path, metavar="FILE", help="TabbyAPI config.yml for --apply")
     p.add_argument("--yes", "-y", action="store_true", help="save with --apply without asking")
+    servers = p.add_argument_group(
+        "server arms", "A/B the servers you run, or llama-servers SpecDeck launches: one arm "
+        "each, the first is the no-draft reference. Keys come from --api-key-env, "
+        "SPECDECK_SERVER_API_KEY or the keyring, never from a plan file.")
+    servers.add_argument("--server", action="append", default=[], metavar="[NAME=]URL[#MODEL]",
+                         help="a running server as one arm (llama-server, llama-swap, TabbyAPI, "
+                         "vLLM, LM Studio, Ollama, OpenAI-compatible); #MODEL names the model "
+                         "to request (llama-swap switches by it)")
+    servers.add_argument("--server-kind", metavar="KIND",
+                         help="skip detection: llama-server, llama-swap, tabbyapi, vllm, "
+                         "lmstudio, ollama, openai")
+    servers.add_argument("--api-key-env", metavar="VAR",
+                         help="environment variable holding the servers' API key")
+    servers.add_argument("--llama-server", metavar="BINARY", help="llama-server to launch arms with")
+    servers.add_argument("--gguf", metavar="FILE", help="the target model for launched arms")
+    servers.add_argument("--launch", action="append", default=[], metavar='[NAME=]"FLAGS"',
+                         help='one launched arm and its llama-server flags, e.g. A= (none) or '
+                         '"B=--spec-type ngram-simple --spec-ngram-simple-size-m 4"; checked '
+                         "against the binary's --help before anything runs")
+    servers.add_argument("--server-args", default="", metavar='"FLAGS"',
+                         help='flags every launched arm gets, e.g. "-t 8 -c 8192 -ngl 99"')
+    servers.add_argument("--one-at-a-time", action="store_true",
+                         help="run one launched llama-server at a time (they share a GPU); "
+                         "default: each arm's server stays up for the whole plan")
     p.set_defaults(handler=_bench)
 
 
@@ -156,6 +183,8 @@ def build_plan(args: argparse.Namespace):
         from specdeck.core.bench.report import load_plan
 
         return load_plan(args.plan)
+    if args.server or args.launch:
+        return _server_plan(args)
     model = _demo_pair(args)[0] if args.demo else args.model
     if not model:
         raise InvalidInputError("specdeck bench needs a model.",
@@ -177,14 +206,94 @@ def build_plan(args: argparse.Namespace):
     )
 
 
+def _named(text: str, index: int, flag: str) -> tuple[str, str]:
+    """"NAME=VALUE" -> (NAME, VALUE); a bare VALUE gets the arm name for ``index``."""
+    from specdeck.core.bench.plan import _arm_name
+
+    head, eq, tail = text.partition("=")
+    if eq and head and head.replace("-", "").replace("_", "").isalnum() and "/" not in head \
+            and ":" not in head:
+        return head, tail
+    if flag == "--launch" and text.startswith("-"):
+        return _arm_name(index), text
+    return _arm_name(index), text
+
+
+def _server_plan(args: argparse.Namespace):
+    """A plan whose arms are servers: --server URLs or --launch profiles (not both)."""
+    import shlex
+
+    from specdeck.core.bench.plan import Arm, BenchPlan
+    from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec
+    from specdeck.core.servers.arms import ServerArm
+    from specdeck.core.servers.kinds import parse_kind
+    from specdeck.core.servers.llama_server import LaunchProfile, drafter_from_flags
+
+    if args.server and args.launch:
+        raise InvalidInputError("Give --server URLs or --launch profiles, not both.",
+                                "Start the other servers yourself and pass their URLs.")
+    kind = parse_kind(args.server_kind) if args.server_kind else None
+    arms = []
+    if args.server:
+        for i, text in enumerate(args.server):
+            name, url = _named(text, i, "--server")
+            url, _, model = url.partition("#")
+            drafter = NO_DRAFT if i == 0 else DrafterSpec(DrafterKind.SERVER, adaptive=False)
+            arms.append(Arm(name, drafter, ServerArm(url=url, kind=kind, model=model or None,
+                                                     api_key_env=args.api_key_env)))
+        model_label = "server"
+    else:
+        if not args.llama_server or not args.gguf:
+            raise InvalidInputError("--launch needs --llama-server BINARY and --gguf MODEL.")
+        common = tuple(shlex.split(args.server_args))
+        for i, text in enumerate(args.launch):
+            name, flags = _named(text, i, "--launch")
+            try:
+                own = tuple(shlex.split(flags))
+            except ValueError as exc:
+                raise InvalidInputError(f"--launch {text!r}: {exc}.") from None
+            profile = LaunchProfile(str(Path(args.llama_server).expanduser()),
+                                    str(Path(args.gguf).expanduser()), common + own)
+            arms.append(Arm(name, drafter_from_flags(own), ServerArm(launch=profile)))
+        model_label = str(args.gguf)
+    if len({a.name for a in arms}) != len(arms):
+        raise InvalidInputError("Two server arms have the same name.",
+                                "Name them: --server A=URL --server B=URL.")
+    return BenchPlan(
+        engine="server",
+        model=model_label,
+        arms=tuple(arms),
+        suites=tuple(s.strip() for s in args.suite.split(",") if s.strip()),
+        max_prompts=args.max_prompts,
+        max_new_tokens=args.max_new,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        apply_chat_template=not args.no_chat,
+    )
+
+
+def _engine_for(args, plan):
+    """The engine a plan runs on: a server engine honours --one-at-a-time; others are made
+    by the runner from plan.engine."""
+    if plan.engine != "server":
+        return None
+    from specdeck.core.servers.engine import ServerEngine
+
+    return ServerEngine(exclusive=getattr(args, "one_at_a_time", False))
+
+
 # Running -------------------------------------------------------------------------------------
 def _bench(args: argparse.Namespace) -> int:
-    if args.apply and args.config is None:
-        raise InvalidInputError("--apply needs the TabbyAPI config.yml to change.",
-                                "Pass --config path/to/config.yml.")
     if args.tune and args.sweep_k:
         raise InvalidInputError("--tune and --sweep-k are two ways to pick k; give one.")
     plan = build_plan(args)
+    if args.apply and plan.engine != "server":
+        if args.config is None:
+            raise InvalidInputError("--apply needs the TabbyAPI config.yml to change.",
+                                    "Pass --config path/to/config.yml.")
+        from specdeck.core import config
+
+        config.load(args.config)  # a missing or broken file is reported before the benchmark
     cancel = threading.Event()
     _quiet_library_progress_bars()
     progress = ProgressPrinter(sys.stderr)
@@ -202,16 +311,28 @@ def _ab(args, plan, progress, cancel) -> int:
     from specdeck.core.bench.summary import summarize
 
     if len(plan.arms) < 2:
-        raise InvalidInputError("Nothing to compare: the plan has no drafting arm.",
-                                "Add --draft FOLDER and/or --ngram.")
-    run = run_plan(plan, on_event=progress, cancel=cancel)
+        hint = ("Give a second --server or --launch arm." if plan.engine == "server"
+                else "Add --draft FOLDER and/or --ngram.")
+        raise InvalidInputError("Nothing to compare: the plan has no drafting arm.", hint)
+    if args.apply and plan.engine == "server" and plan.arms[0].server.launch is None:
+        raise InvalidInputError("--apply needs launched arms: SpecDeck cannot know the settings "
+                                "of a server it did not start.",
+                                "Use --launch profiles, or read the winner from the report.")
+    engine = _engine_for(args, plan)
+    try:
+        run = run_plan(plan, engine, on_event=progress, cancel=cancel)
+    finally:
+        if engine is not None:
+            engine.unload()
     summary = summarize(run)
     written = {}
     if args.report is not None:
         written["report"] = write_report(run, summary, args.report).folder
     if not args.no_history:
         written["history"] = save_to_history(run, summary).folder
-    if args.apply:
+    if args.apply and plan.engine == "server":
+        _show_best_flags(_best_arm(summary, plan))
+    elif args.apply:
         _apply(args, _best_arm_drafter(summary, plan))
     if args.json:
         _emit(args.json, {**report_data(run, summary), "written": written})
@@ -225,17 +346,37 @@ def _ab(args, plan, progress, cancel) -> int:
     return EXIT_NEGATIVE if diverged else EXIT_OK
 
 
-def _best_arm_drafter(summary, plan):
+def _best_arm(summary, plan):
     ranked = [c for c in summary.comparisons if c.speedup is not None and c.lossless.diverged == 0]
     best = max(ranked, key=lambda c: c.speedup.median, default=None)
     if best is None or best.speedup.median <= 1.0:
         return None
-    return plan.arm(best.arm).drafter
+    return plan.arm(best.arm)
+
+
+def _best_arm_drafter(summary, plan):
+    best = _best_arm(summary, plan)
+    return None if best is None else best.drafter
+
+
+def _show_best_flags(arm) -> None:
+    """A llama-server winner is shown for copying: SpecDeck edits TabbyAPI's config.yml, and
+    a llama-server's flags live in the user's own command line or llama-swap config."""
+    import shlex
+
+    if arm is None:
+        sys.stderr.write("specdeck: no setting beat decoding without a draft; nothing to apply.\n")
+        return
+    flags = [a for a in arm.server.launch.args]
+    sys.stderr.write(f"specdeck: best: arm {arm.name}. Its llama-server flags, to copy into "
+                     f"your command line or llama-swap cmd:\n  {shlex.join(flags)}\n")
 
 
 def _sweep(args, plan, progress, cancel) -> int:
     from specdeck.core.bench.sweep import SweepSpec, plan_apply_best, run_sweep, sweep_table
 
+    if plan.engine == "server":
+        return _server_sweep(args, plan, progress, cancel)
     drafters = _drafters(args, 1, adaptive=False) or [a.drafter for a in plan.arms[1:]]
     spec = SweepSpec(plan, tuple(drafters), ks=parse_k_range(args.sweep_k))
     result = run_sweep(spec, on_event=progress, cancel=cancel)
@@ -246,6 +387,49 @@ def _sweep(args, plan, progress, cancel) -> int:
     else:
         sys.stdout.write(sweep_table(result, markdown=False))
     return EXIT_INTERRUPTED if result.cancelled and cancel.is_set() else EXIT_OK
+
+
+def _server_sweep(args, plan, progress, cancel) -> int:
+    """Launched llama-servers: the reference, then the second arm's flags at every k (the
+    flag that sets k for its --spec-type), one interleaved plan."""
+    from dataclasses import replace
+
+    from specdeck.core.bench.plan import Arm
+    from specdeck.core.bench.runner import run_plan
+    from specdeck.core.bench.sweep import SweepSpec, sweep_result, sweep_table
+    from specdeck.core.servers.llama_server import drafter_from_flags, k_flag, with_flag
+
+    if len(plan.arms) != 2 or plan.arms[1].server.launch is None:
+        raise InvalidInputError("A server sweep takes two --launch arms: the reference and the "
+                                "drafting flags to sweep.",
+                                'E.g. --launch A= --launch "B=--spec-type ngram-simple".')
+    base = plan.arms[1].server
+    flag = k_flag(base.launch.args)
+    if flag is None:
+        raise InvalidInputError(f"Arm {plan.arms[1].name} has no --spec-type whose draft length "
+                                "SpecDeck knows how to sweep.",
+                                "Add --spec-type draft-simple (with -md) or ngram-simple.")
+    arms = [plan.arms[0]]
+    for k in parse_k_range(args.sweep_k):
+        launch = replace(base.launch, args=with_flag(base.launch.args, flag, str(k)))
+        arms.append(Arm(f"k{k}", drafter_from_flags(launch.args), replace(base, launch=launch)))
+    swept = replace(plan, arms=tuple(arms))
+    engine = _engine_for(args, swept)
+    try:
+        run = run_plan(swept, engine, on_event=progress, cancel=cancel)
+    finally:
+        engine.unload()
+    spec = SweepSpec(swept, (arms[1].drafter,), ks=parse_k_range(args.sweep_k))
+    result = sweep_result(spec, [run])
+    if args.apply:
+        best = result.best
+        _show_best_flags(None if best is None else swept.arm(best.arm))
+    if args.json:
+        _emit(args.json, result)
+    else:
+        sys.stdout.write(sweep_table(result, markdown=False))
+        sys.stdout.write(f"Swept {flag} of `{' '.join(base.launch.args)}`.\n")
+    return EXIT_INTERRUPTED if run.cancelled else EXIT_OK
 
 
 def _tune(args, plan, progress, cancel) -> int:

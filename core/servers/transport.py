@@ -211,13 +211,25 @@ class StreamEvent:
     """The parsed JSON of a ``data:`` line (a dict for every server here)."""
 
 
+def _says_finished(data: Any) -> bool:
+    if not isinstance(data, dict):
+        return False
+    if data.get("done") is True:  # Ollama
+        return True
+    choices = data.get("choices")
+    return bool(isinstance(choices, list) and choices and isinstance(choices[0], dict)
+                and choices[0].get("finish_reason"))
+
+
 def stream_sse(base: Base, route: str, payload: Any, api_key: str | None = None,
                cancel: threading.Event | None = None,
                read_timeout: float = READ_TIMEOUT_S) -> Iterator[StreamEvent]:
     """POST ``payload`` and yield each server-sent ``data:`` event as it arrives.
 
-    Ends at ``data: [DONE]`` or when the server closes the stream. Raises ServerError when
-    no chunk arrives within ``read_timeout`` or the connection breaks; CancelledError when
+    Ends at ``data: [DONE]``, or when the server closes the stream after it said it finished
+    (a finish_reason, Ollama's done). Raises ServerError when the stream ends before that (a
+    server that died mid-answer must not pass for a short answer), when no chunk arrives
+    within ``read_timeout`` or the connection breaks; CancelledError when
     ``cancel`` is set (the connection is closed, which stops the server's generation too).
     A server that answers plain JSON instead of a stream yields that one object.
     """
@@ -236,6 +248,7 @@ def stream_sse(base: Base, route: str, payload: Any, api_key: str | None = None,
                 raise ServerError(f"{where} answered neither a stream nor JSON.") from None
             return
         ndjson = "ndjson" in content_type  # Ollama's native API streams JSON lines
+        finished = False
         while True:
             if cancel is not None and cancel.is_set():
                 raise CancelledError()
@@ -250,7 +263,10 @@ def stream_sse(base: Base, route: str, payload: Any, api_key: str | None = None,
                                   "The server may have crashed or restarted.") from None
             at = time.perf_counter()
             if not line:
-                return
+                if finished:
+                    return
+                raise ServerError(f"{where} ended the stream before the answer was complete.",
+                                  "The server may have crashed or restarted; see its log.")
             text = line.decode("utf-8", "replace").strip()
             if ndjson and text:
                 text = "data: " + text
@@ -266,6 +282,7 @@ def stream_sse(base: Base, route: str, payload: Any, api_key: str | None = None,
             if isinstance(data, dict) and "error" in data and not data.get("choices"):
                 raise ServerError(f"{where} reported an error mid-stream: "
                                   f"{_error_text(response, body.encode())}")
+            finished = finished or _says_finished(data)
             yield StreamEvent(at, data)
     finally:
         conn.close()

@@ -1,0 +1,233 @@
+"""Server arms without a model: URLs and secrets, the HTTP stream client against a local
+server replaying real llama-server captures (tests/data/servers), flags checked against the
+real binary's --help text, and servers that stall, break off or refuse."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from specdeck.core.bench.plan import Arm, BenchPlan
+from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec
+from specdeck.core.errors import InvalidInputError
+from specdeck.core.servers.arms import ServerArm
+from specdeck.core.servers.engine import parse_counters
+from specdeck.core.servers.kinds import ServerKind
+from specdeck.core.servers.llama_server import (
+    LaunchProfile,
+    check_args,
+    drafter_from_flags,
+    k_flag,
+    parse_help,
+    with_flag,
+)
+from specdeck.core.servers.readings import StreamReading
+from specdeck.core.servers.transport import Base, ServerError, redact_url, request_json, stream_sse
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "servers"
+HELP = parse_help((DATA / "llama-server-11434-help.txt").read_text())
+
+
+# -- URLs and secrets ------------------------------------------------------------------------
+def test_passwords_and_tokens_never_appear_in_a_shown_url():
+    shown = redact_url("http://alice:hunter2@host:8080/v1?token=abc123&x=1")
+    assert "hunter2" not in shown and "abc123" not in shown
+    assert shown == "http://alice:***@host:8080/v1?token=***&x=1"
+    base = Base.parse("alice:hunter2@127.0.0.1:5000/v1")
+    assert base.prefix == "" and base.port == 5000 and "hunter2" not in base.shown
+    assert base.basic_auth.startswith("Basic ")
+
+
+def test_a_plan_file_keeps_no_password():
+    arm = ServerArm(url="http://bob:s3cret@127.0.0.1:5000", api_key_env="TABBY_KEY")
+    plan = BenchPlan(engine="server", model="server",
+                     arms=(Arm("A", NO_DRAFT, arm),
+                           Arm("B", DrafterSpec(DrafterKind.SERVER), arm)))
+    text = json.dumps(plan.to_json())
+    assert "s3cret" not in text and "TABBY_KEY" in text
+    again = BenchPlan.from_json(json.loads(text))
+    assert again.arms[1].server.url == "http://bob@127.0.0.1:5000"
+    assert again.arms[1].drafter.kind is DrafterKind.SERVER
+
+
+def test_a_server_arm_needs_exactly_one_of_url_and_launch():
+    with pytest.raises(InvalidInputError):
+        ServerArm()
+    with pytest.raises(InvalidInputError):
+        ServerArm(url="http://h", launch=LaunchProfile("b", "m"))
+
+
+# -- llama-server flags, judged by the real binary's --help ------------------------------------
+def test_help_text_of_the_pinned_build_is_understood():
+    assert {"--spec-type", "--spec-draft-n-max", "-md", "--metrics", "-t"} <= HELP.flags
+    assert "ngram-simple" in HELP.spec_types and "draft-simple" in HELP.spec_types
+    assert "--spec-draft-n-max" in HELP.removed["--draft-max"]
+    assert "--spec-draft-n-min" in HELP.removed["--draft-min"]
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    (("--draft-max", "8"), "--draft-max was removed from llama-server: use --spec-draft-n-max"),
+    (("--draft-min", "2"), "use --spec-draft-n-min"),
+    (("-md", "d.gguf"), "add --spec-type draft-simple"),
+    (("--spec-type", "lookahead"), "this llama-server knows none, draft-simple"),
+    (("--flash-attn", "--metrics"), "--flash-attn on"),
+    (("--no-such-flag",), "does not know --no-such-flag"),
+])
+def test_last_years_flags_are_refused_with_the_replacement(flags, says):
+    with pytest.raises(InvalidInputError) as caught:
+        check_args(flags, HELP)
+    assert says in caught.value.what
+
+
+def test_current_flags_pass():
+    check_args(("-md", "d.gguf", "--spec-type", "draft-simple", "--spec-draft-n-max", "8",
+                "--spec-draft-p-min", "0.75", "-fa", "on", "-t", "2"), HELP)
+    check_args(("--spec-type", "ngram-simple", "--spec-ngram-simple-size-m", "4"), HELP)
+
+
+def test_without_the_help_text_the_removed_flags_are_still_known():
+    with pytest.raises(InvalidInputError, match="--spec-draft-n-max"):
+        check_args(("--draft", "4"), None)
+
+
+def test_which_flag_sets_k_and_what_an_arm_amounts_to():
+    ngram = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-m", "4")
+    assert k_flag(ngram) == "--spec-ngram-simple-size-m"
+    assert drafter_from_flags(ngram) == DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=4,
+                                                    adaptive=False)
+    draft = ("-md", "/m/d.gguf", "--spec-type", "draft-simple")
+    spec = drafter_from_flags(draft)
+    assert spec.kind is DrafterKind.MODEL and spec.num_draft_tokens == 3  # llama.cpp's default
+    assert drafter_from_flags(with_flag(draft, "--spec-draft-n-max", "6")).num_draft_tokens == 6
+    assert drafter_from_flags(("-t", "2")) is NO_DRAFT
+    assert with_flag(("--spec-draft-n-max=3", "-t", "2"), "--spec-draft-n-max", "5") == \
+        ("--spec-draft-n-max", "5", "-t", "2")
+
+
+def test_prometheus_counters_sum_over_labels():
+    text = ("# HELP x\nllamacpp:spec_decode_num_draft_tokens_total 50\n"
+            'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 12\n'
+            'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 11\n')
+    counters = parse_counters(text)
+    assert counters["llamacpp:spec_decode_num_draft_tokens_total"] == 50
+    assert counters["llamacpp:spec_decode_num_accepted_tokens_per_pos_total"] == 23
+
+
+# -- a local HTTP server: replays, stalls, breaks off ------------------------------------------
+class Replay(http.server.BaseHTTPRequestHandler):
+    body = b""
+    content_type = "text/event-stream"
+    stall_after: int | None = None
+    status = 200
+    seen: list = []
+
+    def log_message(self, *args):  # keep pytest's output clean
+        pass
+
+    def do_GET(self):
+        type(self).seen.append((self.path, dict(self.headers), b""))
+        self._answer()
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length", 0))
+        type(self).seen.append((self.path, dict(self.headers), self.rfile.read(length)))
+        self._answer()
+
+    def _answer(self):
+        self.send_response(self.status)
+        self.send_header("Content-Type", self.content_type)
+        self.end_headers()
+        lines = self.body.splitlines(keepends=True)
+        for i, line in enumerate(lines):
+            if self.stall_after is not None and i == self.stall_after:
+                time.sleep(3)
+                return
+            self.wfile.write(line)
+            self.wfile.flush()
+
+
+@pytest.fixture
+def replay():
+    servers = []
+
+    def start(**attrs):
+        handler = type("Handler", (Replay,), {**attrs, "seen": []})
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return Base.parse(f"http://127.0.0.1:{server.server_port}"), handler
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_real_llama_server_stream_is_read_with_its_own_figures(replay):
+    base, _ = replay(body=(DATA / "llama-server-ngram-stream.sse").read_bytes())
+    reading = StreamReading("llama-server", time.perf_counter())
+    for event in stream_sse(base, "/v1/chat/completions", {"stream": True}):
+        reading.add(event)
+    report = reading.report()
+    assert len(reading.arrivals) == 64  # one chunk per token
+    assert report.completion_tokens == 64 and report.prompt_tokens == 64
+    assert (report.drafted, report.accepted) == (50, 46)
+    assert report.acceptance_source == "timings.draft_n"
+    assert report.tokens_per_second == pytest.approx(31.433690629616823)
+    assert report.cached_prompt_tokens == 0 and report.finish_reason == "length"
+    assert "timings.draft_n_accepted" in report.fields
+
+
+def test_a_stream_without_drafting_reports_no_acceptance(replay):
+    base, _ = replay(body=(DATA / "llama-server-plain-stream.sse").read_bytes())
+    reading = StreamReading("llama-server", time.perf_counter())
+    for event in stream_sse(base, "/v1/chat/completions", {}):
+        reading.add(event)
+    report = reading.report()
+    assert report.drafted is None and report.acceptance_source == ""
+    assert report.tokens_per_second == pytest.approx(41.687262159281076)
+
+
+def test_a_server_that_stalls_mid_stream_is_given_up_on(replay):
+    base, _ = replay(body=(DATA / "llama-server-plain-stream.sse").read_bytes(), stall_after=10)
+    started = time.monotonic()
+    with pytest.raises(ServerError, match="sent nothing for 0.5 s mid-stream"):
+        list(stream_sse(base, "/v1/chat/completions", {}, read_timeout=0.5))
+    assert time.monotonic() - started < 2.5
+
+
+def test_a_stream_cut_off_before_it_finished_is_an_error_not_a_short_answer(replay):
+    lines = (DATA / "llama-server-plain-stream.sse").read_bytes().splitlines(keepends=True)
+    base, _ = replay(body=b"".join(lines[:40]))  # the server died after 20 tokens
+    with pytest.raises(ServerError, match="ended the stream before the answer was complete"):
+        list(stream_sse(base, "/v1/chat/completions", {}))
+
+
+def test_refusals_and_missing_servers_say_what_to_do(replay):
+    base, _ = replay(body=b'{"error": {"message": "Invalid API key"}}', status=401,
+                     content_type="application/json")
+    with pytest.raises(ServerError, match="refused the request \\(401\\): Invalid API key") as caught:
+        request_json(base, "GET", "/v1/models")
+    assert "API key" in caught.value.fix
+    with pytest.raises(ServerError, match="Nothing is listening"):
+        request_json(Base.parse("http://127.0.0.1:9"), "GET", "/health")
+
+
+def test_the_api_key_is_sent_as_a_bearer_token_and_never_shown(replay, monkeypatch):
+    from specdeck.core.servers.probe import probe
+
+    base, handler = replay(body=b'{"object": "list", "data": [{"id": "m"}]}',
+                           content_type="application/json")
+    monkeypatch.setenv("MY_KEY", "sk-very-secret")
+    arm = ServerArm(url=f"http://127.0.0.1:{base.port}", api_key_env="MY_KEY")
+    info = probe(arm.url, arm.api_key(), ServerKind.OPENAI)
+    assert info.model == "m"
+    path, headers, _ = handler.seen[-1]
+    assert path == "/v1/models" and headers["Authorization"] == "Bearer sk-very-secret"
+    assert "sk-very-secret" not in json.dumps(info.to_json())
+    assert "sk-very-secret" not in json.dumps(arm.to_json())

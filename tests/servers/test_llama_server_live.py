@@ -1,0 +1,160 @@
+"""Server arms against a real llama-server: probing, an A/B of two running servers whose
+acceptance totals must equal the server's own Prometheus counters, launched arms (a k sweep,
+a draft-model arm), flags refused before anything starts, and a server that dies mid-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import psutil
+import pytest
+
+from specdeck.core.servers.transport import Base, ServerError, request_text
+
+pytestmark = pytest.mark.slow
+
+SMALL = ("--suite", "grounded", "--max-prompts", "2", "--repeats", "1", "--max-new", "48",
+         "--no-history")
+
+
+def specdeck(*args, home, timeout=300):
+    env = dict(os.environ, SPECDECK_HOME=str(home))
+    return subprocess.run([sys.executable, "-m", "specdeck", *args], capture_output=True,
+                          text=True, env=env, timeout=timeout)
+
+
+def counters(url):
+    from specdeck.core.servers.engine import parse_counters
+
+    return parse_counters(request_text(Base.parse(url), "/metrics"))
+
+
+def llama_servers_of(gguf) -> set[int]:
+    return {p.pid for p in psutil.process_iter(["cmdline"])
+            if p.info["cmdline"] and str(gguf) in p.info["cmdline"] and "--metrics" in
+            p.info["cmdline"]}
+
+
+def test_probe_tells_which_server_drafts(servers, specdeck_home):
+    plain, ngram = servers
+    a = json.loads(specdeck("servers", "probe", plain, "--json", home=specdeck_home).stdout)
+    b = json.loads(specdeck("servers", "probe", ngram, "--json", home=specdeck_home).stdout)
+    assert (a["kind"], b["kind"]) == ("llama-server", "llama-server")
+    assert (a["speculative"], b["speculative"]) == (False, True)
+    assert a["metrics"] and b["metrics"] and a["cache_off"]
+    assert b["model"].endswith(".gguf")
+
+
+def test_ab_of_two_running_servers_matches_the_servers_own_counters(servers, specdeck_home):
+    plain, ngram = servers
+    before = counters(ngram)
+    result = specdeck("bench", "--server", plain, "--server", f"B={ngram}", *SMALL,
+                      "--json", "-", home=specdeck_home)
+    assert result.returncode == 0, result.stderr
+    after = counters(ngram)
+    data = json.loads(result.stdout)
+    runs_b = [r for r in data["runs"] if r["arm"] == "B"]
+    drafted = sum(r["server"]["report"]["drafted"] for r in runs_b)
+    accepted = sum(r["server"]["report"]["accepted"] for r in runs_b)
+    # Every run of arm B, warm-up included, against the server-wide totals around the command.
+    assert drafted == after["llamacpp:spec_decode_num_draft_tokens_total"] - \
+        before.get("llamacpp:spec_decode_num_draft_tokens_total", 0)
+    assert accepted == after["llamacpp:spec_decode_num_accepted_tokens_total"] - \
+        before.get("llamacpp:spec_decode_num_accepted_tokens_total", 0)
+    assert drafted > 0
+    arm_b = next(a for a in data["summary"]["arms"] if a["name"] == "B")
+    assert arm_b["acceptance_source"] == "timings.draft_n"
+    assert arm_b["server_tokens_per_second"] > 0 and arm_b["tokens_per_second"] > 0
+    comparison = data["summary"]["comparisons"][0]
+    assert comparison["lossless"]["verdict"].startswith("lossless: 2 of 2")
+    assert comparison["speedup"]["n"] == 2
+    # What llama-server was asked: no prompt cache, greedy.
+    assert all(r["server"]["report"]["cached_prompt_tokens"] == 0 for r in data["runs"])
+
+
+def test_reference_that_drafts_is_refused_before_any_run(servers, specdeck_home):
+    plain, ngram = servers
+    result = specdeck("bench", "--server", ngram, "--server", plain, *SMALL, home=specdeck_home)
+    assert result.returncode == 2
+    assert "is the reference" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_launched_k_sweep_prints_the_table_and_writes_nothing(llama_bin, demo_gguf, tmp_path,
+                                                              specdeck_home):
+    before = set(tmp_path.iterdir())
+    running = llama_servers_of(demo_gguf)
+    result = specdeck(
+        "bench", "--llama-server", str(llama_bin), "--gguf", str(demo_gguf),
+        "--server-args", "-t 2 -c 2048", "--launch", "A=",
+        "--launch", "B=--spec-type ngram-simple --spec-ngram-simple-size-n 2",
+        "--sweep-k", "2,4", "--warmup", "0", "--apply", *SMALL, home=specdeck_home)
+    assert result.returncode == 0, result.stderr
+    assert "n-gram" in result.stdout and "Best:" in result.stdout
+    assert "Swept --spec-ngram-simple-size-m" in result.stdout
+    assert ("--spec-ngram-simple-size-m" in result.stderr) or ("nothing to apply" in result.stderr)
+    assert set(tmp_path.iterdir()) == before
+    assert llama_servers_of(demo_gguf) <= running  # every server it launched was stopped
+
+
+def test_launched_draft_model_arm_reports_acceptance(llama_bin, demo_gguf, draft_gguf,
+                                                     specdeck_home):
+    result = specdeck(
+        "bench", "--llama-server", str(llama_bin), "--gguf", str(demo_gguf),
+        "--server-args", "-t 2 -c 2048", "--launch", "A=",
+        "--launch", f"B=-md {draft_gguf} --spec-type draft-simple --spec-draft-n-max 4",
+        "--one-at-a-time", *SMALL, "--json", "-", home=specdeck_home)
+    assert result.returncode in (0, 1), result.stderr  # 1: greedy outputs differed (shown)
+    data = json.loads(result.stdout)
+    arm_b = next(a for a in data["summary"]["arms"] if a["name"] == "B")
+    assert arm_b["drafter"] == "model" and arm_b["k"] == 4
+    assert arm_b["acceptance_rate"] is not None and arm_b["acceptance_rate"] > 0.3
+    assert arm_b["acceptance_source"] == "timings.draft_n"
+
+
+def test_old_flags_are_refused_before_anything_starts(llama_bin, demo_gguf, specdeck_home):
+    result = specdeck(
+        "bench", "--llama-server", str(llama_bin), "--gguf", str(demo_gguf),
+        "--launch", "A=", "--launch", "B=-md x.gguf --draft-max 8", *SMALL, home=specdeck_home,
+        timeout=60)
+    assert result.returncode == 2
+    assert "--draft-max was removed" in result.stderr and "--spec-draft-n-max" in result.stderr
+    assert "--spec-type draft-simple" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_server_that_dies_mid_run_gives_a_clear_error(llama_bin, demo_gguf, tmp_path):
+    from specdeck.core.bench.plan import Arm, BenchPlan
+    from specdeck.core.bench.runner import run_plan
+    from specdeck.core.servers.arms import ServerArm
+    from specdeck.core.servers.engine import ServerEngine
+    from specdeck.core.servers.llama_server import LaunchProfile, ManagedServer
+
+    victim = ManagedServer(LaunchProfile(str(llama_bin), str(demo_gguf), ("-t", "2")),
+                           tmp_path / "victim.log")
+    url = victim.start(timeout=120)
+    try:
+        plan = BenchPlan(engine="server", model="server", suites=("grounded",), max_prompts=1,
+                         repeats=1, warmup=0, max_new_tokens=200,
+                         arms=(Arm("A", server=ServerArm(url=url)),
+                               Arm("B", server=ServerArm(url=url))))
+        killed = threading.Event()
+
+        def kill_on_tokens(event):
+            if getattr(event, "event", None) is not None and event.event.new_tokens >= 5 \
+                    and not killed.is_set():
+                killed.set()
+                victim.process.kill()
+
+        engine = ServerEngine()
+        with pytest.raises(ServerError) as caught:
+            run_plan(plan, engine, on_event=kill_on_tokens)
+        assert killed.is_set()
+        assert "Arm A:" in caught.value.what
+        assert any(w in caught.value.what for w in ("ended the stream before", "broke off",
+                                                      "Nothing is listening"))
+    finally:
+        victim.stop()
