@@ -10,6 +10,7 @@ and byte range, so per-layer sizes are exact and cost a few kilobytes of reading
 from __future__ import annotations
 
 import json
+import math
 import logging
 import re
 import struct
@@ -220,35 +221,78 @@ def architecture_from_config(config: Mapping[str, Any], source: str = "config.js
             f"{source} lacks {', '.join(missing)}: it does not describe a transformer "
             "language model SpecDeck can size."
         )
-    hidden = int(c["hidden_size"])
-    heads = int(c.get("num_attention_heads") or 1)
-    kv_heads = int(c.get("num_key_value_heads") or heads)
-    head_dim = int(c.get("head_dim") or hidden // heads)
-    experts = int(c.get("num_local_experts") or c.get("num_experts") or 1)
-    intermediate = int(
-        c.get("moe_intermediate_size") if experts > 1 and c.get("moe_intermediate_size")
-        else c.get("intermediate_size") or 4 * hidden
-    )
+    def whole(key: str, default: int | None = None) -> int:
+        return _whole_number(c, key, source, default)
+
+    hidden = whole("hidden_size")
+    heads = whole("num_attention_heads", 1)
+    kv_heads = whole("num_key_value_heads", heads)
+    head_dim = whole("head_dim", max(1, hidden // heads))
+    experts = whole("num_local_experts", None) if c.get("num_local_experts") else \
+        whole("num_experts", 1)
+    intermediate = whole("moe_intermediate_size") if experts > 1 and c.get("moe_intermediate_size") \
+        else whole("intermediate_size", 4 * hidden)
+    rope_theta = c.get("rope_theta")
+    if rope_theta is not None and (isinstance(rope_theta, bool)
+                                   or not isinstance(rope_theta, (int, float))
+                                   or not math.isfinite(rope_theta) or rope_theta <= 0):
+        raise InvalidInputError(f"{source}: rope_theta is {rope_theta!r}; it must be a "
+                                "positive number.", "Fix or re-download config.json.")
     architectures = tuple(str(a) for a in (config.get("architectures") or ()))
     return Architecture(
         model_type=str(c.get("model_type") or config.get("model_type") or "unknown"),
         architectures=architectures,
         hidden_size=hidden,
-        num_layers=int(c["num_hidden_layers"]),
+        num_layers=whole("num_hidden_layers"),
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
         intermediate_size=intermediate,
-        vocab_size=int(c["vocab_size"]),
+        vocab_size=whole("vocab_size"),
         max_position_embeddings=_native_context(c, config),
         tie_word_embeddings=bool(
             c.get("tie_word_embeddings", config.get("tie_word_embeddings", _ties_by_default(c)))
         ),
         num_experts=experts,
         torch_dtype=c.get("torch_dtype") or c.get("dtype"),
-        rope_theta=float(c["rope_theta"]) if c.get("rope_theta") is not None else None,
+        rope_theta=float(rope_theta) if rope_theta is not None else None,
         rope_scaling=c.get("rope_scaling") if isinstance(c.get("rope_scaling"), Mapping) else None,
     )
+
+
+# Upper bounds far above any real model (Llama 3.1 405B: 126 layers, 16384 hidden, 128256
+# vocabulary), so that a corrupt or hostile config.json is refused before any arithmetic
+# sized by it runs.
+CONFIG_LIMITS = {
+    "hidden_size": 1 << 20,
+    "num_hidden_layers": 1024,
+    "num_attention_heads": 4096,
+    "num_key_value_heads": 4096,
+    "head_dim": 1 << 16,
+    "num_local_experts": 4096,
+    "num_experts": 4096,
+    "intermediate_size": 1 << 24,
+    "moe_intermediate_size": 1 << 24,
+    "vocab_size": 1 << 24,
+}
+MAX_CONTEXT = 1 << 27
+
+
+def _whole_number(config: Mapping[str, Any], key: str, source: str, default: int | None) -> int:
+    value = config.get(key)
+    if value is None:
+        if default is None:
+            raise InvalidInputError(f"{source} lacks {key}.", "Fix or re-download config.json.")
+        return default
+    limit = CONFIG_LIMITS.get(key, 1 << 30)
+    ok = (isinstance(value, int) and not isinstance(value, bool)) or (
+        isinstance(value, float) and math.isfinite(value) and value.is_integer())
+    if not ok or not 1 <= value <= limit:
+        shown = repr(value) if len(repr(value)) < 40 else repr(value)[:37] + "..."
+        raise InvalidInputError(
+            f"{source}: {key} is {shown}; it must be a whole number from 1 to {limit:,}.",
+            "Fix or re-download config.json.")
+    return int(value)
 
 
 # The keys ExLlamaV2 reads a model's native context from, in its order (config.py), each
@@ -261,8 +305,9 @@ def _native_context(text: Mapping[str, Any], config: Mapping[str, Any]) -> int:
     for key in _CONTEXT_KEYS:
         for source in (text, config):
             value = source.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-                return int(value)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 \
+                    and math.isfinite(value):
+                return int(min(value, MAX_CONTEXT))
     return 2048  # ExLlamaV2's default when a config names none
 
 

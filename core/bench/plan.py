@@ -23,6 +23,16 @@ from specdeck.core.engines.base import (
 from specdeck.core.errors import InvalidInputError
 
 PLAN_VERSION = 1
+LIMITS = {
+    "repeats": (1, 1000),
+    "warmup": (0, 100),
+    "max_new_tokens": (1, 131_072),
+    "max_prompts": (1, 10_000),
+    "warmup_tokens": (1, 131_072),
+}
+"""Bounds of the plan's counts: a plan (or plan.json) asking for 1e9 repeats is refused
+before anything starts. The CLI's flags use the same ranges."""
+MAX_ARMS = 64
 DEFAULT_WARMUP_TOKENS = 32
 """Warm-up runs generate this many tokens at most: enough to touch every kernel path."""
 
@@ -109,14 +119,15 @@ class BenchPlan:
         names = [a.name for a in self.arms]
         if len(set(names)) != len(names):
             problems.append(f"arm names repeat ({', '.join(names)})")
-        if self.repeats < 1:
-            problems.append(f"repeats is {self.repeats}; it must be at least 1")
-        if self.warmup < 0:
-            problems.append(f"warmup is {self.warmup}; it must be 0 or more")
-        if self.max_new_tokens < 1:
-            problems.append(f"max_new_tokens is {self.max_new_tokens}; it must be at least 1")
-        if self.max_prompts is not None and self.max_prompts < 1:
-            problems.append(f"max_prompts is {self.max_prompts}; it must be at least 1")
+        for name, (low, high) in LIMITS.items():
+            value = getattr(self, name)
+            if value is None and name == "max_prompts":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                problems.append(f"{name} is {value!r}; it must be a whole number from {low} to "
+                                f"{high:,}")
+        if len(self.arms) > MAX_ARMS:
+            problems.append(f"it has {len(self.arms)} arms; at most {MAX_ARMS}")
         if not self.suites:
             problems.append("it names no prompt suite")
         if problems:

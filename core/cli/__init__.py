@@ -32,8 +32,16 @@ def _command_modules():
             yield importlib.import_module(f"{__name__}.{info.name}")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one line (what is wrong, where to read more), not a
+    usage block; subcommands inherit it."""
+
+    def error(self, message: str):
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="specdeck",
         description=(
             "SpecDeck: speculative decoding for ExLlamaV2 / TabbyAPI. "

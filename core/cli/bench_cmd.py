@@ -28,6 +28,7 @@ from specdeck.core.cli.engine_cmd import (
     _cancel_on_interrupt,
     _quiet_library_progress_bars,
 )
+from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.cli.output import emit_json
 from specdeck.core.errors import InvalidInputError
 
@@ -53,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="draft model folder (repeat for several candidates)")
     p.add_argument("--ngram", action="store_true", help="add an n-gram (prompt lookup) arm")
     ks = p.add_mutually_exclusive_group()
-    ks.add_argument("--k", type=int, default=4, help="draft tokens per step (default 4)")
+    ks.add_argument("--k", type=whole(1, 32), default=4, help="draft tokens per step (default 4)")
     ks.add_argument("--sweep-k", metavar="RANGE", help="sweep k, e.g. 1-8 or 1,2,4,8")
     p.add_argument("--tune", action="store_true",
                    help="find a good k with the adaptive tuner (a fraction of a sweep's time)")
@@ -63,10 +64,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--suite", default="code",
                    help="comma-separated suites (code, structured, grounded, chat, prose) or "
                    "suite files (default code)")
-    p.add_argument("--max-prompts", type=int, default=None, help="use at most N prompts")
-    p.add_argument("--repeats", type=int, default=3, help="measured runs per prompt (default 3)")
-    p.add_argument("--warmup", type=int, default=1, help="warm-up runs per arm (default 1)")
-    p.add_argument("--max-new", type=int, default=256, help="max new tokens (default 256)")
+    p.add_argument("--max-prompts", type=whole(1, 10_000), default=None, help="use at most N prompts")
+    p.add_argument("--repeats", type=whole(1, 1000), default=3, help="measured runs per prompt (default 3)")
+    p.add_argument("--warmup", type=whole(0, 100), default=1, help="warm-up runs per arm (default 1)")
+    p.add_argument("--max-new", type=whole(1, 131_072), default=256, help="max new tokens (default 256)")
     p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     p.add_argument("--device", default="auto", help="torch engine: auto, cpu, cuda, cuda:N")
     p.add_argument("--dtype", default="auto", help="torch engine: auto, float32, bfloat16, ...")
@@ -286,14 +287,18 @@ def _engine_for(args, plan):
 def _bench(args: argparse.Namespace) -> int:
     if args.tune and args.sweep_k:
         raise InvalidInputError("--tune and --sweep-k are two ways to pick k; give one.")
-    plan = build_plan(args)
-    if args.apply and plan.engine != "server":
+    serving = bool(args.server or args.launch)
+    if args.apply and not serving and not (args.plan and args.config is None):
         if args.config is None:
             raise InvalidInputError("--apply needs the TabbyAPI config.yml to change.",
                                     "Pass --config path/to/config.yml.")
         from specdeck.core import config
 
-        config.load(args.config)  # a missing or broken file is reported before the benchmark
+        config.load(args.config)  # a missing or broken file is reported before any work
+    plan = build_plan(args)
+    if args.apply and plan.engine != "server" and args.config is None:
+        raise InvalidInputError("--apply needs the TabbyAPI config.yml to change.",
+                                "Pass --config path/to/config.yml.")
     cancel = threading.Event()
     _quiet_library_progress_bars()
     progress = ProgressPrinter(sys.stderr)

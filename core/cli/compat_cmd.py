@@ -13,6 +13,7 @@ import textwrap
 from typing import TextIO
 
 from specdeck.core.cli import EXIT_NEGATIVE, EXIT_OK
+from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.cli.output import emit_json
 
 WIDTH = 100
@@ -30,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("target", help=f"the big model: {MODEL_HELP}")
     check.add_argument("draft", help=f"the small model: {MODEL_HELP}")
     _add_common(check)
-    check.add_argument("--examples", type=int, default=12, metavar="N",
+    check.add_argument("--examples", type=whole(0, 10_000), default=12, metavar="N",
                        help="how many differing tokens to list (default 12)")
     check.set_defaults(handler=run_check)
 
@@ -53,14 +54,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help="fetch each Hub draft's tokenizer files and check them")
     suggest.add_argument("--gpus", metavar="GB,GB",
                          help="GPU sizes to plan VRAM for (e.g. 24,24); default: this machine's")
-    suggest.add_argument("--limit", type=int, default=10, metavar="N",
+    suggest.add_argument("--limit", type=whole(1, 1000), default=10, metavar="N",
                          help="how many suggestions to show (default 10)")
     suggest.set_defaults(handler=run_suggest)
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--max-seq-len", type=int, metavar="TOKENS",
+    parser.add_argument("--max-seq-len", type=whole(1, 1 << 27), metavar="TOKENS",
                         help="the context the target runs at (TabbyAPI model.max_seq_len); "
                         "default: its native context")
 

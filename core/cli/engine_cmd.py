@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from specdeck.core.cli import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
+from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.cli.output import emit_json, print_table
 from specdeck.core.errors import InvalidInputError
 
@@ -52,23 +53,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     drafter = gen.add_mutually_exclusive_group()
     drafter.add_argument("--draft", metavar="FOLDER", help="draft model folder (same tokenizer)")
     drafter.add_argument("--ngram", action="store_true", help="n-gram prompt-lookup drafting")
-    gen.add_argument("--k", type=int, default=4, help="draft tokens per step (default 4)")
-    gen.add_argument("--ngram-min", type=int, default=2, help="shortest n-gram match (default 2)")
-    gen.add_argument("--ngram-max", type=int, default=4, help="longest n-gram match (default 4)")
+    gen.add_argument("--k", type=whole(1, 32), default=4, help="draft tokens per step (default 4)")
+    gen.add_argument("--ngram-min", type=whole(1, 16), default=2, help="shortest n-gram match (default 2)")
+    gen.add_argument("--ngram-max", type=whole(1, 16), default=4, help="longest n-gram match (default 4)")
     prompt = gen.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", help="the prompt text")
     prompt.add_argument("--prompt-file", type=Path, help="read the prompt from a file")
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
-    gen.add_argument("--max-new", type=int, default=256, help="max new tokens (default 256)")
+    gen.add_argument("--max-new", type=whole(1, 131_072), default=256, help="max new tokens (default 256)")
     gen.add_argument("--no-eos", action="store_true", help="do not stop at end-of-sequence")
-    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    gen.add_argument("--top-k", type=int, default=0)
-    gen.add_argument("--top-p", type=float, default=1.0)
-    gen.add_argument("--repetition-penalty", type=float, default=1.0)
-    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--temperature", type=finite(0, 100), default=0.0, help="0 = greedy (default)")
+    gen.add_argument("--top-k", type=whole(0, 1 << 24), default=0)
+    gen.add_argument("--top-p", type=finite(0, 1, low_open=True), default=1.0)
+    gen.add_argument("--repetition-penalty", type=finite(0, 100, low_open=True), default=1.0)
+    gen.add_argument("--seed", type=whole(0, 2**63 - 1), default=None)
     gen.add_argument("--device", default="auto", help="torch engine: auto, cpu, cuda, cuda:N")
     gen.add_argument("--dtype", default="auto", help="torch engine: auto, float32, bfloat16, float16")
-    gen.add_argument("--max-seq-len", type=int, default=None, help="context length to load")
+    gen.add_argument("--max-seq-len", type=whole(1, 1 << 27), default=None, help="context length to load")
     gen.add_argument("--cache-mode", default="FP16", help="exllamav2: FP16, Q8, Q6, Q4")
     gen.add_argument("--draft-cache-mode", default="FP16", help="exllamav2: FP16, Q8, Q6, Q4")
     gen.add_argument(

@@ -7,6 +7,7 @@ import sys
 from typing import TextIO
 
 from specdeck.core.cli import EXIT_NEGATIVE, EXIT_OK
+from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.cli.output import emit_json, print_table
 
 
@@ -20,9 +21,9 @@ def register(subparsers) -> None:
     gpus.add_argument("--json", action="store_true", help="print the frame as JSON")
     gpus.add_argument("--replay", metavar="TRACE", help="show the first frame of a trace file instead")
     gpus.add_argument("--record", metavar="FILE", help="record a trace (JSON Lines) to FILE")
-    gpus.add_argument("--duration", type=float, default=60.0, metavar="S",
+    gpus.add_argument("--duration", type=finite(0, 7 * 86400, low_open=True), default=60.0, metavar="S",
                       help="seconds to record (default 60)")
-    gpus.add_argument("--interval", type=float, default=0.25, metavar="S",
+    gpus.add_argument("--interval", type=finite(0.01, 3600), default=0.25, metavar="S",
                       help="seconds between samples when recording (default 0.25)")
     gpus.add_argument("--description", default="", help="a line describing the recording")
     gpus.set_defaults(handler=run_gpus)
@@ -36,24 +37,24 @@ def register(subparsers) -> None:
     )
     vram.add_argument("--model", required=True, metavar="DIR", help="the target model folder")
     vram.add_argument("--draft", metavar="DIR", help="the draft model folder")
-    vram.add_argument("--ctx", type=int, metavar="N",
+    vram.add_argument("--ctx", type=whole(-1, 1 << 27), metavar="N",
                       help="context (max_seq_len); default: TabbyAPI's, min(native, 4096)")
     vram.add_argument("--cache-mode", default="FP16", help="FP16, Q8, Q6 or Q4 (default FP16)")
     vram.add_argument("--draft-cache-mode", default="FP16", help="the draft's cache mode")
     vram.add_argument("--gpus", metavar="GB,GB", help="plan for these GPUs, e.g. 32,24, "
                       "instead of the ones in this machine")
-    vram.add_argument("--bpw", type=float, help="the target's bpw, for a folder that is not "
+    vram.add_argument("--bpw", type=finite(1, 16), help="the target's bpw, for a folder that is not "
                       "an EXL2 quant (config.json is enough)")
-    vram.add_argument("--draft-bpw", type=float, help="the draft's bpw, likewise")
-    vram.add_argument("--head-bits", type=int, help="the target head's bits with --bpw (default 6)")
-    vram.add_argument("--draft-head-bits", type=int, help="the draft head's bits with --draft-bpw")
+    vram.add_argument("--draft-bpw", type=finite(1, 16), help="the draft's bpw, likewise")
+    vram.add_argument("--head-bits", type=whole(2, 16), help="the target head's bits with --bpw (default 6)")
+    vram.add_argument("--draft-head-bits", type=whole(2, 16), help="the draft head's bits with --draft-bpw")
     vram.add_argument("--gpu-split", metavar="GB,GB", help="TabbyAPI gpu_split (default: autosplit)")
     vram.add_argument("--draft-gpu-split", metavar="GB,GB", help="TabbyAPI draft_gpu_split")
     vram.add_argument("--no-autosplit", action="store_true",
                       help="gpu_split_auto: false (everything on GPU 0 unless --gpu-split)")
     vram.add_argument("--reserve-mb", metavar="MB,MB", default="96",
                       help="TabbyAPI autosplit_reserve per GPU in MB (default 96)")
-    vram.add_argument("--chunk-size", type=int, default=2048, help="TabbyAPI chunk_size (default 2048)")
+    vram.add_argument("--chunk-size", type=whole(1, 1 << 20), default=2048, help="TabbyAPI chunk_size (default 2048)")
     vram.add_argument("--no-flash-attn", action="store_true",
                       help="plan for a GPU older than Ampere (no flash-attn: bigger buffers)")
     vram.add_argument("--count-in-use", action="store_true",
@@ -150,6 +151,12 @@ def print_frame(frame, out: TextIO | None = None) -> None:
 # vram -------------------------------------------------------------------------------------
 def run_vram(args: argparse.Namespace) -> int:
     from specdeck.core import vram
+    from specdeck.core.errors import InvalidInputError
+
+    if args.ctx == 0:
+        raise InvalidInputError("--ctx 0 is not a context length.",
+                                "Give tokens (e.g. --ctx 16384), -1 for the model's own context, "
+                                "or leave it out for TabbyAPI's default.")
 
     inputs = vram.PlanInputs(
         model=args.model,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TextIO
 
 from specdeck.core.cli import EXIT_INTERRUPTED, EXIT_OK
+from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.cli.output import emit_json, print_table
 from specdeck.core.errors import CancelledError, InvalidInputError
 
@@ -33,7 +34,7 @@ def register(subparsers) -> None:
     search.add_argument("text", nargs="*", help="words that must all appear in the repository id")
     search.add_argument("--author", help="only repositories of this user or organization")
     search.add_argument("--family", help="model family, e.g. llama, qwen2, mistral")
-    search.add_argument("--limit", type=int, default=30, help="at most this many results (default 30)")
+    search.add_argument("--limit", type=whole(1, 1000), default=30, help="at most this many results (default 30)")
     search.add_argument("--endpoint", help=ENDPOINT_HELP)
     search.add_argument("--json", action="store_true", help="print JSON")
     search.set_defaults(handler=run_search)

@@ -42,6 +42,11 @@ class Kind(str, enum.Enum):
     """FP16/Q8/Q6/Q4, or for ExLlamaV3 "k_bits,v_bits" with each from 2 to 8."""
 
 
+MAX_GPUS = 64
+MAX_GPU_GB = 16384.0
+MAX_CONTEXT = 1 << 27
+
+
 @dataclass(frozen=True)
 class Setting:
     section: str
@@ -56,6 +61,9 @@ class Setting:
     """What leaving the value blank does. TabbyAPI drops blank (null) values before it
     validates, so blank always means "use the default"; None here derives the wording."""
     minimum: float | None = None
+    maximum: float | None = None
+    """SpecDeck's sanity bound (far above any real value): a typo such as 1e23 is refused
+    instead of being written into config.yml as a 23-digit number."""
     multiple_of: int | None = None
     cli_flag: str | None = None
 
@@ -97,12 +105,15 @@ class Setting:
             parts = ["a whole number"]
             if self.minimum is not None:
                 parts.append(f"at least {self.minimum:g}")
+            if self.maximum is not None:
+                parts.append(f"at most {self.maximum:,.0f}")
             if self.multiple_of:
                 parts.append(f"a multiple of {self.multiple_of}")
             return ", ".join(parts) + blank
         if self.kind is Kind.FLOAT:
             low = f" of at least {self.minimum:g}" if self.minimum is not None else ""
-            return f"a number{low}{blank}"
+            high = f" and at most {self.maximum:g}" if self.maximum is not None else ""
+            return f"a number{low}{high}{blank}"
         if self.kind is Kind.BOOL:
             return f"true or false{blank}"
         return f"text{blank}"
@@ -123,12 +134,12 @@ SETTINGS: tuple[Setting, ...] = (
        cli_flag="--name"),
     _s(DRAFT, "draft_rope_scale", Kind.FLOAT, 1.0, "Draft rope scale",
        "Rope scale for the draft model (default: 1.0), same as compress_pos_emb. Use it if "
-       "the draft model was trained on long context with rope.", minimum=0.0,
+       "the draft model was trained on long context with rope.", maximum=1000.0, minimum=0.0,
        blank_means="1.0", cli_flag="--rope-scale"),
     _s(DRAFT, "draft_rope_alpha", Kind.FLOAT, None, "Draft rope alpha",
        "NTK rope alpha for the draft model, same as alpha_value. Blank lets TabbyAPI pull it "
        "from the model or compute it from the context length (recommended when the draft's "
-       "native context is shorter than the target's).", minimum=0.0,
+       "native context is shorter than the target's).", maximum=1000.0, minimum=0.0,
        blank_means="automatic", cli_flag="--rope-alpha"),
     _s(DRAFT, "draft_cache_mode", Kind.CACHE_MODE, "FP16", "Draft cache mode",
        "Cache precision for the draft model (default: FP16). Q8/Q6/Q4 save VRAM; the draft "
@@ -136,7 +147,7 @@ SETTINGS: tuple[Setting, ...] = (
        cli_flag="--cache-mode"),
     _s(DRAFT, "draft_gpu_split", Kind.FLOAT_LIST, (), "Draft GPU split (GB)",
        "GB of VRAM per GPU for the draft model, e.g. 8,0. Empty = autosplit.",
-       minimum=0.0, blank_means="autosplit", cli_flag="--gpu-split"),
+       maximum=MAX_GPU_GB, minimum=0.0, blank_means="autosplit", cli_flag="--gpu-split"),
     # -- draft model: ExLlamaV3 backend only -------------------------------------------
     _s(DRAFT, "draft_mode", Kind.CHOICE, "model", "Drafting mode",
        "ExLlamaV3 backend: model (a draft model; off without draft_model_name), disabled, "
@@ -144,11 +155,11 @@ SETTINGS: tuple[Setting, ...] = (
        cli_flag="--mode"),
     _s(DRAFT, "draft_num_tokens", Kind.INT, None, "Draft tokens per step",
        "ExLlamaV3 backend: tokens to draft per iteration (blank: the draft model's default). "
-       "The ExLlamaV2 backend always drafts 4.", backends=(EXLLAMAV3,), minimum=1,
+       "The ExLlamaV2 backend always drafts 4.", backends=(EXLLAMAV3,), maximum=64, minimum=1,
        blank_means="the draft model's default", cli_flag="--num-tokens"),
     _s(DRAFT, "ngram_match_min", Kind.INT, 2, "N-gram minimum match",
        "ExLlamaV3 backend: minimum match length for n-gram drafting (default: 2). Used only "
-       "when draft_mode is ngram.", backends=(EXLLAMAV3,), minimum=1, blank_means="2",
+       "when draft_mode is ngram.", backends=(EXLLAMAV3,), maximum=64, minimum=1, blank_means="2",
        cli_flag="--ngram-match-min"),
     _s(DRAFT, "dynamic_draft", Kind.BOOL, False, "Dynamic draft length",
        "ExLlamaV3 backend (TabbyAPI main): adjust the number of draft tokens to the observed "
@@ -165,10 +176,10 @@ SETTINGS: tuple[Setting, ...] = (
        choices=(EXLLAMAV2, EXLLAMAV3), blank_means="detected from the model"),
     _s(MODEL, "max_seq_len", Kind.INT, None, "Context length",
        "Maximum context length in tokens; -1 reads it from the model's config.json. The "
-       "draft cache gets the same length.", minimum=-1, blank_means="4096"),
+       "draft cache gets the same length.", maximum=MAX_CONTEXT, minimum=-1, blank_means="4096"),
     _s(MODEL, "cache_size", Kind.INT, None, "Cache size",
        "Tokens of KV cache to allocate (default: max_seq_len); a multiple of 256, not "
-       "less than max_seq_len.", minimum=1, multiple_of=CACHE_GRANULARITY,
+       "less than max_seq_len.", maximum=MAX_CONTEXT, minimum=1, multiple_of=CACHE_GRANULARITY,
        blank_means="max_seq_len"),
     _s(MODEL, "cache_mode", Kind.CACHE_MODE, "FP16", "Cache mode",
        "KV cache precision (default: FP16); FP16, Q8, Q6, Q4 for ExLlamaV2, or a pair "
@@ -177,14 +188,14 @@ SETTINGS: tuple[Setting, ...] = (
        "Spread the model over the GPUs automatically (default: true).", blank_means="true"),
     _s(MODEL, "gpu_split", Kind.FLOAT_LIST, (), "GPU split (GB)",
        "GB of VRAM per GPU for the model when autosplit is off (or with tensor parallel).",
-       minimum=0.0, blank_means="none"),
+       maximum=MAX_GPU_GB, minimum=0.0, blank_means="none"),
     _s(MODEL, "autosplit_reserve", Kind.FLOAT_LIST, (96.0,), "Autosplit reserve (MB)",
        "MB of VRAM to keep free per GPU when autosplitting (default: 96 on GPU 0).",
-       minimum=0.0, blank_means="96 MB on GPU 0"),
+       maximum=MAX_GPU_GB * 1024, minimum=0.0, blank_means="96 MB on GPU 0"),
     _s(MODEL, "chunk_size", Kind.INT, 2048, "Chunk size",
        "Tokens per prompt-ingestion chunk (default: 2048). It sizes ExLlamaV2's scratch "
        "buffers: lower saves VRAM, ingests slower; 512 to 4096 is the useful range.",
-       minimum=1),
+       maximum=1 << 20, minimum=1),
     _s(MODEL, "tensor_parallel", Kind.BOOL, False, "Tensor parallel",
        "Load the model with tensor parallelism (default: false).", blank_means="false"),
 )
@@ -250,6 +261,8 @@ def _number(s: Setting, value: Any, integer: bool) -> float | int:
             raise _refuse(s, value)
     if s.minimum is not None and value < s.minimum:
         raise _refuse(s, value, f"below {s.minimum:g}")
+    if s.maximum is not None and value > s.maximum:
+        raise _refuse(s, value, f"above {s.maximum:g}")
     if s.multiple_of and value % s.multiple_of:
         raise _refuse(s, value, f"not a multiple of {s.multiple_of}")
     return value
@@ -273,9 +286,12 @@ def _float_list(s: Setting, value: Any) -> tuple[float, ...]:
             number = float(item)
         except (TypeError, ValueError):
             raise _refuse(s, value, f"{item!r} is not a number") from None
-        if not math.isfinite(number) or (s.minimum is not None and number < s.minimum):
+        if not math.isfinite(number) or (s.minimum is not None and number < s.minimum) \
+                or (s.maximum is not None and number > s.maximum):
             raise _refuse(s, value, f"{item!r} is out of range")
         out.append(number)
+    if len(out) > MAX_GPUS:
+        raise _refuse(s, value, f"{len(out)} entries; at most one per GPU ({MAX_GPUS})")
     return tuple(out)
 
 

@@ -28,6 +28,7 @@ tell float ties from real divergences; ``Availability.detail`` says what was fou
 from __future__ import annotations
 
 import enum
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -126,6 +127,12 @@ class SamplingSpec:
 
     def __post_init__(self) -> None:
         problems = []
+        for name in ("temperature", "top_p", "repetition_penalty"):
+            if not math.isfinite(getattr(self, name)):
+                problems.append(f"{name} {getattr(self, name)!r} is not a finite number")
+        if problems:
+            raise InvalidInputError("Invalid sampling settings: " + "; ".join(problems) + ".",
+                                    "Use temperature 0 (greedy) for A/B runs.")
         if self.temperature < 0:
             problems.append(f"temperature {self.temperature:g} is negative")
         if self.top_k < 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,15 +40,32 @@ def parse_gpu_sizes(text: str, overheads: Overheads = DEFAULT_OVERHEADS) -> tupl
     )
 
 
-def _parse_numbers(text: str | Sequence[float], what: str) -> list[float]:
-    if not isinstance(text, str):
-        return [float(v) for v in text]
+MAX_GPUS = 64
+MAX_GB = 16384.0
+"""16 TB: far above any GPU (an H200 has 141 GB); a larger number is a typo."""
+MAX_RESERVE_MB = MAX_GB * 1024
+
+
+def _parse_numbers(text: str | Sequence[float], what: str, limit: float = MAX_GB,
+                   example: str = "20,24") -> list[float]:
+    """Finite numbers from 0 to ``limit``, at most one per GPU."""
     try:
-        return [float(part) for part in text.replace(" ", "").strip("[]").split(",") if part]
-    except ValueError:
+        if isinstance(text, str):
+            values = [float(part) for part in text.replace(" ", "").strip("[]").split(",") if part]
+        else:
+            values = [float(v) for v in text]
+    except (TypeError, ValueError):
         raise InvalidInputError(
-            f"{what} {text!r} should be numbers separated by commas.", "For example: 20,24"
-        ) from None
+            f"{what} {str(text)[:40]!r} should be numbers separated by commas.",
+            f"For example: {example}") from None
+    if len(values) > MAX_GPUS:
+        raise InvalidInputError(f"{what} lists {len(values)} GPUs; SpecDeck plans for at most "
+                                f"{MAX_GPUS}.", f"For example: {example}")
+    bad = [v for v in values if not math.isfinite(v) or not 0 <= v <= limit]
+    if bad:
+        raise InvalidInputError(f"{what}: {bad[0]:g} is not a size from 0 to {limit:g}.",
+                                f"For example: {example}")
+    return values
 
 
 def parse_split(text: str | Sequence[float] | None, what: str = "gpu_split") -> tuple[float, ...] | None:
@@ -62,7 +80,7 @@ def parse_split(text: str | Sequence[float] | None, what: str = "gpu_split") -> 
 
 def parse_reserve_mb(text: str | Sequence[float]) -> tuple[float, ...]:
     """TabbyAPI's autosplit_reserve: MB kept free per GPU during autosplit, e.g. "96"."""
-    values = _parse_numbers(text, "autosplit_reserve")
+    values = _parse_numbers(text, "autosplit_reserve", MAX_RESERVE_MB, "96 or 96,0")
     if not values or any(v < 0 for v in values):
         raise InvalidInputError(
             f"autosplit_reserve {text!r} should be MB per GPU (0 or more).", "For example: 96 or 96,0"

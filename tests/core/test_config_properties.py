@@ -29,10 +29,13 @@ def valid_values(s: Setting):
     if s.kind in (Kind.TEXT, Kind.PATH):
         base = text_values.filter(lambda t: t.strip() != "")
     elif s.kind is Kind.FLOAT:
-        base = st.floats(min_value=s.minimum or 0.0, max_value=1e6, allow_nan=False)
+        base = st.floats(min_value=s.minimum or 0.0, max_value=min(1e6, s.maximum or 1e6), allow_nan=False)
     elif s.kind is Kind.INT:
         low = int(s.minimum if s.minimum is not None else 0)
-        ints = st.integers(min_value=max(low, 0 if s.multiple_of else low), max_value=1 << 20)
+        high = int(min(1 << 20, s.maximum or (1 << 20)))
+        if s.multiple_of:
+            high = min(high, int(s.maximum or high * s.multiple_of) // s.multiple_of)
+        ints = st.integers(min_value=max(low, 0 if s.multiple_of else low), max_value=high)
         base = ints.map(lambda i: i * s.multiple_of or s.multiple_of) if s.multiple_of else ints
     elif s.kind is Kind.BOOL:
         base = st.booleans()

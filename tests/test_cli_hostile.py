@@ -1,0 +1,120 @@
+"""Hostile input on the command line: every case gets one clear line on stderr and exit 2,
+no traceback, and nothing started that the input makes absurd (issue 16's list)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def specdeck(*args, home, cwd=None):
+    env = dict(os.environ, SPECDECK_HOME=str(home))
+    return subprocess.run([sys.executable, "-m", "specdeck", *args], capture_output=True,
+                          text=True, env=env, timeout=60, cwd=cwd)
+
+
+def model_folder(root, name, **overrides):
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+              "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
+              "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 1000,
+              "max_position_embeddings": 2048}
+    config.update(overrides)
+    folder = root / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config).replace("NaN", "NaN"))
+    return folder
+
+
+@pytest.fixture
+def models(tmp_path):
+    return {
+        "huge": model_folder(tmp_path, "huge", num_hidden_layers=10**7),
+        "huger": model_folder(tmp_path, "huger", num_hidden_layers=10**12),
+        "big": model_folder(tmp_path, "big", hidden_size="big"),
+        "nan": model_folder(tmp_path, "nan", vocab_size=float("nan")),
+        "null": model_folder(tmp_path, "null", vocab_size=None),
+        "list": model_folder(tmp_path, "list", vocab_size=[1, 2]),
+        "negative": model_folder(tmp_path, "negative", hidden_size=-1),
+        "ok": model_folder(tmp_path, "ok"),
+    }
+
+
+@pytest.mark.parametrize(("case", "args", "says"), [
+    ("layers 1e7", ["vram", "--model", "{huge}", "--gpus", "24", "--bpw", "4"],
+     "num_hidden_layers is 10000000; it must be a whole number from 1 to 1,024"),
+    ("layers 1e12", ["vram", "--model", "{huger}", "--gpus", "24", "--bpw", "4"],
+     "num_hidden_layers is 1000000000000"),
+    ("hidden_size 'big'", ["vram", "--model", "{big}", "--gpus", "24", "--bpw", "4"],
+     "hidden_size is 'big'"),
+    ("vocab NaN", ["vram", "--model", "{nan}", "--gpus", "24", "--bpw", "4"], "vocab_size is nan"),
+    ("vocab null", ["vram", "--model", "{null}", "--gpus", "24", "--bpw", "4"], "lacks vocab_size"),
+    ("vocab list", ["vram", "--model", "{list}", "--gpus", "24", "--bpw", "4"], "vocab_size is [1, 2]"),
+    ("hidden -1", ["vram", "--model", "{negative}", "--gpus", "24", "--bpw", "4"],
+     "hidden_size is -1"),
+    ("gpus nan", ["vram", "--model", "{ok}", "--gpus", "nan", "--bpw", "4"], "nan is not a size"),
+    ("gpus inf", ["vram", "--model", "{ok}", "--gpus", "inf", "--bpw", "4"], "inf is not a size"),
+    ("gpus 1e400", ["vram", "--model", "{ok}", "--gpus", "1e400", "--bpw", "4"], "is not a size"),
+    ("gpus 1e9", ["vram", "--model", "{ok}", "--gpus", "1e9", "--bpw", "4"], "1e+09 is not a size"),
+    ("reserve nan", ["vram", "--model", "{ok}", "--gpus", "24", "--reserve-mb", "nan",
+                     "--bpw", "4"], "autosplit_reserve: nan"),
+    ("split 1e308", ["vram", "--model", "{ok}", "--gpus", "24", "--gpu-split=1e308",
+                     "--bpw", "4"], "gpu_split: 1e+308 is not a size"),
+    ("split ,,,", ["vram", "--model", "{ok}", "--gpus", "24", "--gpu-split", ",,,",
+                   "--bpw", "4"], "needs at least one positive size"),
+    ("ctx 0", ["vram", "--model", "{ok}", "--gpus", "24", "--ctx", "0", "--bpw", "4"],
+     "--ctx 0 is not a context length"),
+    ("head bits 0", ["vram", "--model", "{ok}", "--gpus", "24", "--bpw", "4", "--head-bits", "0"],
+     "argument --head-bits: 0 is out of range"),
+    ("repeats 1e9", ["bench", "--demo", "--repeats", "1000000000"],
+     "argument --repeats: 1,000,000,000 is out of range"),
+    ("warmup 1e9", ["bench", "--demo", "--warmup", "1000000000"], "argument --warmup"),
+    ("temperature nan", ["generate", "--model", "demo", "--prompt", "x", "--temperature", "nan"],
+     "'nan' is not a finite number"),
+    ("num-tokens 1e23", ["config", "set-draft", "--config", "{ok}/c.yml", "--num-tokens", "1e23",
+                         "--dry-run"], ""),
+])
+def test_hostile_values_get_one_line_and_exit_2(case, args, says, models, specdeck_home):
+    filled = [a.format(**models) for a in args]
+    if case == "num-tokens 1e23":
+        (models["ok"] / "c.yml").write_text("draft_model:\n  draft_model_name: x\n")
+    result = specdeck(*filled, home=specdeck_home)
+    assert result.returncode == 2, (case, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, (case, result.stderr)
+    assert says in lines[0], (case, lines[0])
+
+
+def test_a_plan_file_asking_for_1e9_repeats_is_refused_before_anything_loads(tmp_path,
+                                                                           specdeck_home):
+    plan = {"version": 1, "engine": "torch", "model": "demo", "arms": [{"name": "A"}],
+            "suites": ["code"], "repeats": 10**9, "warmup": 10**9}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    result = specdeck("bench", "--plan", str(path), home=specdeck_home)
+    assert result.returncode == 2
+    assert "repeats is 1000000000; it must be a whole number from 1 to 1,000" in result.stderr
+    assert "warmup is 1000000000" in result.stderr
+    assert "Importing transformers" not in result.stderr  # nothing was loaded
+
+
+def test_one_bad_model_folder_does_not_hide_the_others(models, specdeck_home):
+    result = specdeck("models", "--dir", str(models["ok"].parent), "--json", home=specdeck_home)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    names = {m["name"] for m in data["models"]}
+    assert "ok" in names
+    unreadable = " ".join(p["reason"] for p in data["problems"])
+    assert "hidden_size is 'big'" in unreadable and "num_hidden_layers is 10000000" in unreadable
+
+
+def test_apply_checks_the_config_before_the_benchmark(tmp_path, specdeck_home):
+    result = specdeck("bench", "--demo", "--apply", "--config", str(tmp_path / "missing.yml"),
+                      "--yes", home=specdeck_home)
+    assert result.returncode == 2
+    assert "does not exist" in result.stderr
+    assert "Importing transformers" not in result.stderr
