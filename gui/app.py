@@ -60,6 +60,9 @@ class _FirstPaintProbe(QObject):
 
 def run_gui(argv: Sequence[str] = ()) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from specdeck.core.urls import redact_log_records
+
+    redact_log_records()  # HTTP clients log whole URLs, credentials included
     app = QApplication.instance() or QApplication([sys.argv[0], *argv])
     configure_application(app)
 

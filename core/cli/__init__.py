@@ -65,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    from specdeck.core.urls import redact_log_records
+
+    redact_log_records()
     handler = getattr(args, "handler", None)
     if handler is None:
         if args.command == "gui":
@@ -76,7 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(handler(args) or 0)
     except SpecDeckError as exc:
-        print(f"specdeck: error: {exc}", file=sys.stderr)
+        from specdeck.core.urls import redact_text
+
+        print(f"specdeck: error: {redact_text(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("specdeck: interrupted", file=sys.stderr)

@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import Iterator
 
 from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
+from specdeck.core.urls import redact_text, redact_url
 
 TOKENS_PAGE = "https://huggingface.co/settings/tokens"
 
@@ -133,7 +134,7 @@ def translate(
 
     if isinstance(exc, SpecDeckError):
         return exc
-    where = endpoint or "the Hugging Face Hub"
+    where = redact_url(endpoint) if endpoint else "the Hugging Face Hub"
     repo = repo_id or "the repository"
     login_fix = (
         f"If it is private or gated, sign in: set HF_TOKEN, run `hf auth login`, or enter a "
@@ -217,9 +218,10 @@ def translate(
 
 
 def connection_error(endpoint: str | None, exc: BaseException) -> HubConnectionError:
-    reason = str(exc).strip() or type(exc).__name__
+    reason = redact_text(str(exc).strip()) or type(exc).__name__
+    where = redact_url(endpoint) if endpoint else "the Hugging Face Hub"
     return HubConnectionError(
-        f"Cannot reach {endpoint or 'the Hugging Face Hub'}: {reason}.",
+        f"Cannot reach {where}: {reason}.",
         "Check your network connection or proxy. If HF_ENDPOINT is set, check that it points "
         "at a working Hub mirror.",
     )

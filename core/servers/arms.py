@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.servers.kinds import ServerKind, parse_kind
 from specdeck.core.servers.llama_server import LaunchProfile
-from specdeck.core.servers.transport import redact_url
+from specdeck.core.urls import redact_url
 
 DEFAULT_KEY_ENV = "SPECDECK_SERVER_API_KEY"
 KEYRING_SERVICE = "specdeck-server"

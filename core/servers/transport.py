@@ -19,40 +19,18 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from specdeck.core.errors import CancelledError, SpecDeckError
+from specdeck.core.urls import redact_url
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 60.0
 """Longest wait for a response or between two chunks: a prefill of a long prompt on a
 slow GPU fits; a server that stopped answering does not hang the run for longer."""
 MAX_JSON_BYTES = 16 * 1024 * 1024
-SECRET_QUERY_KEYS = {"token", "key", "api_key", "apikey", "access_token", "auth", "password",
-                     "secret", "sig", "signature"}
-
-
 class ServerError(SpecDeckError):
     """A server could not be reached, refused, answered an error or stopped mid-stream."""
-
-
-def redact_url(url: str) -> str:
-    """``url`` without its password and secret-looking query values, for messages and logs."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:***@{host}" if ":" in userinfo else f"{user}@{host}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode([(k, "***" if k.lower() in SECRET_QUERY_KEYS else v) for k, v in pairs],
-                          safe="*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ from specdeck.core.servers.llama_server import (
     with_flag,
 )
 from specdeck.core.servers.readings import StreamReading
-from specdeck.core.servers.transport import Base, ServerError, redact_url, request_json, stream_sse
+from specdeck.core.servers.transport import Base, ServerError, request_json, stream_sse
+from specdeck.core.urls import redact_url
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "servers"
 HELP = parse_help((DATA / "llama-server-11434-help.txt").read_text())
@@ -41,6 +42,23 @@ def test_passwords_and_tokens_never_appear_in_a_shown_url():
     base = Base.parse("alice:hunter2@127.0.0.1:5000/v1")
     assert base.prefix == "" and base.port == 5000 and "hunter2" not in base.shown
     assert base.basic_auth.startswith("Basic ")
+
+
+def test_log_lines_and_messages_lose_their_secrets(caplog):
+    import logging
+
+    from specdeck.core.hub.errors import connection_error
+    from specdeck.core.urls import redact_log_records, redact_text
+
+    assert redact_text("Cannot reach http://u:pw@h:1/?token=t: refused.") == \
+        "Cannot reach http://u:***@h:1/?token=***: refused."
+    redact_log_records()
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("huggingface_hub.utils._http").warning(
+            "thrown while requesting GET %s", "http://bob:hunter2@127.0.0.1:9/api?token=abc")
+    assert "hunter2" not in caplog.text and "abc" not in caplog.text
+    error = connection_error("http://bob:hunter2@h", OSError("refused by http://bob:hunter2@h"))
+    assert "hunter2" not in str(error)
 
 
 def test_a_plan_file_keeps_no_password():
