@@ -132,16 +132,21 @@ def _describe(doc) -> dict[str, Any]:
 
 
 def _shown(value: Any) -> str:
+    from specdeck.core.config.document import printable
+
     if value is None:
         return "(blank)"
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value) + "]"
-    return str(value)
+        return "[" + ", ".join(f"{v:g}" if isinstance(v, float) else printable(str(v))
+                               for v in value) + "]"
+    return printable(str(value))  # a value may hold terminal escape codes
 
 
 def _print_problems(problems: list[dict]) -> None:
+    from specdeck.core.config.document import printable
+
     for p in problems:
-        print(f"{p['severity']}: {p['message']}")
+        print(f"{p['severity']}: {printable(p['message'])}")
 
 
 def _confirm(question: str) -> bool:
@@ -168,6 +173,8 @@ def _write(change, args, what: str, replan=None) -> int:
             print(message)
         return EXIT_OK
     diff = change.diff()
+    for warning in getattr(change, "warnings", ()):
+        print(f"warning: {warning}", file=sys.stderr)
     if not args.json:
         sys.stdout.write(diff)
     if args.dry_run:

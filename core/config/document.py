@@ -114,6 +114,94 @@ def mapping_entry(node, key: str):
     return None
 
 
+def printable(text: str) -> str:
+    """``text`` with control characters (terminal escape codes) shown as escapes."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def shared_nodes(root) -> dict[int, list[tuple[str, ...]]]:
+    """Nodes that appear at more than one place (an anchor and its aliases): node id -> the
+    key paths where it appears. Editing such a node's text changes every place at once."""
+    paths: dict[int, list[tuple[str, ...]]] = {}
+
+    def walk(node, path: tuple[str, ...]) -> None:
+        if node is None:
+            return
+        seen = id(node) in paths
+        paths.setdefault(id(node), []).append(path)
+        if seen:
+            return
+        if is_mapping(node):
+            for key_node, value_node in node.value:
+                name = str(key_node.value) if is_scalar(key_node) else "?"
+                walk(value_node, path + (name,))
+        elif is_sequence(node):
+            for i, item in enumerate(node.value):
+                walk(item, path + (str(i),))
+
+    walk(root, ())
+    return {key: where for key, where in paths.items() if len(where) > 1}
+
+
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+"""TabbyAPI's config_sample.yml is about 10 KB; a 4 MB "config" is something else."""
+MAX_EXPANDED_VALUES = 100_000
+"""Values a file may hold once its YAML aliases are expanded (config_sample: ~100)."""
+
+
+def _read_config_bytes(path: Path) -> bytes:
+    """The file's bytes, refusing what is not a plain file of a config's size: a FIFO would
+    block forever, /dev/zero never ends."""
+    import os
+    import stat as stat_module
+
+    st = os.stat(path)  # FileNotFoundError passes to the caller
+    if stat_module.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(path)
+    if not stat_module.S_ISREG(st.st_mode):
+        raise InvalidInputError(f"{path} is not a regular file (a pipe or a device, say), so "
+                                "SpecDeck does not read it.",
+                                "Point SpecDeck at your TabbyAPI config.yml.")
+    if st.st_size > MAX_CONFIG_BYTES:
+        raise InvalidInputError(
+            f"{path} is {st.st_size / 2**20:.1f} MB; a TabbyAPI config.yml is a few KB, so "
+            f"SpecDeck does not open files over {MAX_CONFIG_BYTES >> 20} MB.",
+            "Check that this is the right file.")
+    with open(path, "rb") as handle:
+        return handle.read(MAX_CONFIG_BYTES + 1)
+
+
+def _check_expansion(root, where: str) -> None:
+    """Refuse a document whose aliases expand to more values than any config holds (a
+    "billion laughs" file): walking its values would never end."""
+    if root is None:
+        return
+    sizes: dict[int, int] = {}
+
+    def size(node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        sizes[key] = 1  # a recursive alias counts once; YAML's own loader refuses it
+        if isinstance(node.value, list):
+            total = 1
+            for item in node.value:
+                for child in (item if isinstance(item, tuple) else (item,)):
+                    total += size(child)
+                    if total > MAX_EXPANDED_VALUES:
+                        break
+        else:
+            total = 1
+        sizes[key] = total
+        return total
+
+    if size(root) > MAX_EXPANDED_VALUES:
+        raise ConfigError(
+            f"{where} uses YAML aliases (*name) that expand to more than "
+            f"{MAX_EXPANDED_VALUES:,} values; a TabbyAPI config holds about a hundred.",
+            "Remove the repeated aliases; SpecDeck will not read this file.")
+
+
 def fingerprint(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -128,6 +216,8 @@ class ConfigDocument:
         self.disk_fingerprint = disk_fingerprint
         where = path.name if path else "config.yml"
         self.newline = "\r\n" if "\r\n" in self.text else "\n"
+        self.root = compose(self.text, where)
+        _check_expansion(self.root, where)  # before anything walks the values
         data = parse_values(self.text, where)
         if data is None:
             data = {}
@@ -138,14 +228,13 @@ class ConfigDocument:
                 "Start from TabbyAPI's config_sample.yml.",
             )
         self.data: dict[str, Any] = data
-        self.root = compose(self.text, where)
 
     # -- reading -------------------------------------------------------------------------
     @classmethod
     def from_file(cls, path: str | Path) -> "ConfigDocument":
         path = Path(path).expanduser().absolute()
         try:
-            raw = path.read_bytes()
+            raw = _read_config_bytes(path)
         except FileNotFoundError:
             raise NotFoundError(
                 f"{path} does not exist.",
@@ -269,8 +358,24 @@ class ConfigDocument:
             why = file_value_problem(s, self.raw(s.section, s.key), backend)
             if why:
                 found.append(Problem("error", s.path, why))
+        found.extend(self._unknown_draft_keys())
         found.extend(self._cross_checks(backend))
         return found
+
+    def _unknown_draft_keys(self) -> Iterator[Problem]:
+        """TabbyAPI ignores keys it does not know, so a typo silently does nothing."""
+        import difflib
+
+        known = [s.key for s in SETTINGS if s.section == DRAFT]
+        where = ".".join(self.section_path(DRAFT))
+        for key in self.section_values(DRAFT):
+            if str(key) in known:
+                continue
+            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else "."
+            yield Problem("warning", (DRAFT, str(key)),
+                          f"{where}.{printable(str(key))} is not a setting TabbyAPI knows, so it "
+                          f"ignores it{hint}")
 
     def _cross_checks(self, backend: str | None) -> Iterator[Problem]:
         if self.layout is Layout.LEGACY_NESTED:

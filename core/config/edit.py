@@ -24,6 +24,7 @@ from specdeck.core.config.document import (
     is_sequence,
     mapping_entry,
     parse_values,
+    shared_nodes,
 )
 from specdeck.core.config.schema import Kind, Setting, normalize, setting
 from specdeck.core.errors import InvalidInputError
@@ -39,6 +40,8 @@ class ConfigChange:
     new_text: str
     changed_keys: tuple[Key, ...]
     values: Mapping[Key, Any]
+    warnings: tuple[str, ...] = ()
+    """What the user should know before saving (e.g. a section shared through an anchor)."""
 
     @property
     def is_noop(self) -> bool:
@@ -211,6 +214,15 @@ class _Edit:
 
 def _value_edit(doc: ConfigDocument, s: Setting, value: Any, key_node, value_node) -> _Edit:
     text = doc.text
+    style = getattr(value_node, "style", None) if is_scalar(value_node) else None
+    if style in ("|", ">"):
+        raise InvalidInputError(
+            f"{s.dotted} is written as a block scalar ({style}) in this file; SpecDeck edits "
+            "values written on the key's own line, so it changed nothing.",
+            f"Rewrite it as `{s.key}: value` in a text editor, then try again.")
+    if not is_scalar(key_node):
+        raise InvalidInputError(f"{s.dotted} has a complex key in this file; SpecDeck changed "
+                                "nothing.", "Write it as a plain `key: value` line.")
     if is_mapping(value_node):
         raise InvalidInputError(
             f"{s.dotted} holds a nested mapping in this file, not a value.",
@@ -357,6 +369,8 @@ def plan_change(doc: ConfigDocument, changes: Mapping[Key, Any]) -> ConfigChange
     edits: list[_Edit] = []
     to_insert: dict[str, list[tuple[Setting, Any]]] = {}
     changed: list[Key] = []
+    warnings: list[str] = []
+    shared = shared_nodes(doc.root)
     expected = copy.deepcopy(doc.data)
     for (section, key), value in normalized.items():
         s = setting(section, key)
@@ -375,6 +389,19 @@ def plan_change(doc: ConfigDocument, changes: Mapping[Key, Any]) -> ConfigChange
         _set_in(expected, doc.section_path(section), key, python_value(s, value))
         entry = _section_node(doc, section)
         found = mapping_entry(entry[1], key) if entry else None
+        if found is not None and id(found[1]) in shared:
+            others = [".".join(p) for p in shared[id(found[1])] if p != (*doc.section_path(section), key)]
+            raise InvalidInputError(
+                f"{s.dotted}'s value is shared through a YAML anchor/alias with "
+                f"{', '.join(others)}; changing it would change those too, so SpecDeck changed "
+                "nothing.", f"Give {s.key} a value of its own in a text editor, then try again.")
+        if entry is not None and id(entry[1]) in shared:
+            section_path = doc.section_path(section)
+            others = [".".join(p) for p in shared[id(entry[1])] if p != section_path]
+            note = (f"{'.'.join(section_path)} is shared through a YAML anchor/alias with "
+                    f"{', '.join(others)}: this change applies there too.")
+            if note not in warnings:
+                warnings.append(note)
         if found is not None:
             edits.append(_value_edit(doc, s, value, *found))
         else:
@@ -388,7 +415,7 @@ def plan_change(doc: ConfigDocument, changes: Mapping[Key, Any]) -> ConfigChange
 
     new_text = apply_edits(doc.text, edits) if edits else doc.text
     verify(doc, new_text, expected)
-    return ConfigChange(doc, new_text, tuple(changed), normalized)
+    return ConfigChange(doc, new_text, tuple(changed), normalized, tuple(warnings))
 
 
 def _section_settings(section: str) -> list[Setting]:
@@ -399,7 +426,13 @@ def _section_settings(section: str) -> list[Setting]:
 
 def verify(doc: ConfigDocument, new_text: str, expected: Any) -> None:
     """Refuse any edit whose result does not read back as exactly ``expected``."""
-    actual = parse_values(new_text, "the edited config.yml")
+    try:
+        actual = parse_values(new_text, "the edited config.yml")
+    except ConfigError:  # SpecDeck's own edit broke the YAML: say so, never blame the file
+        raise ConfigError(
+            "SpecDeck's edit of config.yml would not be valid YAML, so nothing was changed "
+            "(this is a bug in SpecDeck; please report it with the file).",
+            "Make this change in a text editor for now.") from None
     if actual is None:
         actual = {}
     if not _same(actual, expected):

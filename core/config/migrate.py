@@ -181,6 +181,29 @@ def _tabby_migrated(data: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
+def _refuse_shared(doc: ConfigDocument) -> None:
+    """Moving text that an anchor or alias ties to another place would break the other."""
+    from specdeck.core.config.document import mapping_entry, shared_nodes
+
+    model = mapping_entry(doc.root, MODEL)
+    if model is None:
+        return
+    shared = shared_nodes(doc.root)
+    for nested, _top in NESTED_MOVES:
+        entry = mapping_entry(model[1], nested)
+        if entry is None:
+            continue
+        anchored = getattr(entry[1], "anchor", None)
+        if id(entry[1]) in shared or anchored:
+            others = [".".join(p) for p in shared.get(id(entry[1]), []) if p != (MODEL, nested)]
+            with_what = f" with {', '.join(others)}" if others else ""
+            raise ConfigError(
+                f"model.{nested} is shared through a YAML anchor/alias{with_what}; moving it "
+                "would break that reference, so SpecDeck changed nothing.",
+                f"Give model.{nested} its own values in a text editor (or move it to "
+                "the top level by hand), then migrate.")
+
+
 def plan_migration(doc: ConfigDocument) -> Migration:
     """The migrated text (not written). A no-op Migration when the file is not legacy."""
     steps = tuple(legacy_parts(doc))
@@ -188,6 +211,7 @@ def plan_migration(doc: ConfigDocument) -> Migration:
         return Migration(doc, doc.text, ())
     text = doc.text
     model = doc.data.get(MODEL) if isinstance(doc.data.get(MODEL), dict) else {}
+    _refuse_shared(doc)
     for nested, top in NESTED_MOVES:
         if model.get(nested):
             text = _move_nested(text, nested, top, doc.newline)

@@ -426,7 +426,10 @@ class DraftSettingsPage(QWidget):
         invalid = [e.setting.label for e in self.fields.values() if not e.error.isHidden()]
         self._show_problems(problems, invalid)
         count = len(change.changed_keys)
-        self.status_label.setText(f"{count} setting(s) changed, not saved." if count else "")
+        text = f"{count} setting(s) changed, not saved." if count else ""
+        if change.warnings:
+            text = " ".join([text, *(f"Warning: {w}" for w in change.warnings)]).strip()
+        self.status_label.setText(text)
         self._update_buttons()
 
     def _on_plan_failed(self, seq: int, exc: BaseException) -> None:

@@ -379,3 +379,68 @@ def test_find_install_and_model_overrides(tmp_path):
     assert overrides.draft_model == {"draft_model_name": "TinyLlama"}
     with pytest.raises(InvalidInputError, match="does not look like a TabbyAPI folder"):
         config.find_install(tmp_path / "tabbyAPI" / "models")
+
+
+# -- hostile files -----------------------------------------------------------------------------
+
+
+def test_an_alias_bomb_is_refused_before_anything_walks_it(tmp_path):
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    path = tmp_path / "config.yml"
+    path.write_text("\n".join(lines) + "\ndraft_model:\n  draft_model_name: old\n")
+    with pytest.raises(ConfigError, match="expand to more than 100,000 values"):
+        config.load(path)
+
+
+def test_pipes_devices_and_huge_files_are_not_read(tmp_path):
+    fifo = tmp_path / "fifo.yml"
+    os.mkfifo(fifo)
+    with pytest.raises(InvalidInputError, match="not a regular file"):
+        config.load(fifo)
+    with pytest.raises(InvalidInputError, match="not a regular file"):
+        config.load("/dev/zero")
+    big = tmp_path / "big.yml"
+    big.write_bytes(b"# x\n" * (1_100_000))
+    with pytest.raises(InvalidInputError, match="4.2 MB.*over 4 MB"):
+        config.load(big)
+
+
+def test_a_block_scalar_value_is_refused_up_front_not_blamed_on_the_file(tmp_path):
+    path = tmp_path / "config.yml"
+    path.write_text("draft_model:\n  draft_model_name: |\n    MyDraft\n  draft_cache_mode: FP16\n")
+    with pytest.raises(InvalidInputError, match="block scalar \\(\\|\\)"):
+        config.plan_change(config.load(path), {(DRAFT, "draft_model_name"): "x"})
+    # The other keys of the file can still be edited.
+    change = config.plan_change(config.load(path), {(DRAFT, "draft_cache_mode"): "Q4"})
+    assert "draft_cache_mode: Q4" in change.new_text
+
+
+def test_a_value_shared_through_an_alias_is_refused(tmp_path):
+    path = tmp_path / "config.yml"
+    path.write_text("names:\n  main: &n Draft-A\ndraft_model:\n  draft_model_name: *n\n")
+    with pytest.raises(InvalidInputError, match="shared through a YAML anchor/alias with names.main"):
+        config.plan_change(config.load(path), {(DRAFT, "draft_model_name"): "x"})
+
+
+def test_a_section_shared_through_an_alias_is_edited_with_a_warning(tmp_path):
+    path = tmp_path / "config.yml"
+    path.write_text("defaults: &d\n  draft_model_name: shared\ndraft_model: *d\n")
+    change = config.plan_change(config.load(path), {(DRAFT, "draft_model_name"): "x"})
+    assert change.warnings == ("draft_model is shared through a YAML anchor/alias with "
+                               "defaults: this change applies there too.",)
+
+
+def test_migrating_a_draft_section_tied_to_an_anchor_is_refused(tmp_path):
+    path = tmp_path / "config.yml"
+    path.write_text("model:\n  model_name: x\n  draft: &d\n    draft_model_name: y\nother: *d\n")
+    with pytest.raises(ConfigError, match="model.draft is shared through a YAML anchor/alias"):
+        config.plan_migration(config.load(path))
+
+
+def test_a_misspelled_draft_key_is_flagged_with_the_closest_known_one(tmp_path):
+    path = tmp_path / "config.yml"
+    path.write_text("draft_model:\n  draft_model_nmae: x\n")
+    messages = [p.message for p in config.load(path).problems() if p.severity == "warning"]
+    assert any("draft_model_nmae is not a setting TabbyAPI knows" in m
+               and "did you mean draft_model_name?" in m for m in messages)
