@@ -105,6 +105,9 @@ class BenchPlan:
     """Device, dtype, cache modes, split; ``model_path`` and ``drafter`` are set per run.
     None = the engine's defaults."""
     notes: tuple[str, ...] = field(default=())
+    on_error: str = "stop"
+    """When a run fails (a server that is down or answers an error): "stop" the plan, or
+    "skip" the run (recorded with its error, left out of every statistic) and go on."""
 
     def __post_init__(self) -> None:
         if self.load is not None:
@@ -130,6 +133,8 @@ class BenchPlan:
             problems.append(f"it has {len(self.arms)} arms; at most {MAX_ARMS}")
         if not self.suites:
             problems.append("it names no prompt suite")
+        if self.on_error not in ("stop", "skip"):
+            problems.append(f"on_error is {self.on_error!r}; it must be stop or skip")
         if problems:
             raise InvalidInputError("This A/B plan is invalid: " + "; ".join(problems) + ".",
                                     "Fix the plan (or its JSON file) and start again.")
@@ -167,6 +172,7 @@ class BenchPlan:
             "stop_on_eos": self.stop_on_eos,
             "load": None if self.load is None else _load_to_json(self.load),
             "notes": list(self.notes),
+            "on_error": self.on_error,
         }
 
     @classmethod
@@ -197,6 +203,7 @@ class BenchPlan:
                 stop_on_eos=bool(data.get("stop_on_eos", True)),
                 load=None if load is None else _load_from_json(load),
                 notes=tuple(str(n) for n in data.get("notes", ())),
+                on_error=str(data.get("on_error", "stop")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidInputError(f"This A/B plan is not readable: {exc!r}.",

@@ -93,6 +93,7 @@ def _run_json(record: RunRecord) -> dict[str, Any]:
         "token_ids": list(result.token_ids),
         "from_draft": list(result.from_draft),
         "server": None if result.server is None else to_jsonable(result.server),
+        "error": record.error,
     }
 
 

@@ -41,7 +41,7 @@ from specdeck.core.engines.base import (
     LoadProgress,
     StopReason,
 )
-from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError
+from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError, SpecDeckError
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,8 @@ class RunRecord:
     result: GenerationResult
     started_at: float
     """Wall-clock time (time.time) when the run started."""
+    error: str | None = None
+    """Why the run failed, when the plan skips failed runs (plan.on_error == "skip")."""
 
     @property
     def arm(self) -> str:
@@ -275,8 +277,15 @@ def run_plan(
                 drafter = _resolve_drafter(slot.arm.drafter, emit, cancel)
                 loaded = engine.set_drafter(drafter, _stage_sink(emit), cancel)
                 current = slot.arm
-            records.append(_run_one(plan, engine, slot, prompt_ids[slot.prompt.id], len(schedule),
-                                    emit, cancel))
+            try:
+                records.append(_run_one(plan, engine, slot, prompt_ids[slot.prompt.id],
+                                        len(schedule), emit, cancel))
+            except SpecDeckError as exc:
+                if plan.on_error != "skip" or isinstance(exc, CancelledError):
+                    raise
+                record = _failed_record(plan, slot, str(exc))
+                records.append(record)
+                emit(RunFinished(record, len(schedule)))
         if not any(r.counted for r in records) and cancel.is_set():
             raise CancelledError("The A/B run was stopped before any measured run finished.")
         return BenchRun(
@@ -330,6 +339,18 @@ def _check_context(plan: BenchPlan, loaded: LoadedModel, prompt_ids: dict[str, t
             f"tokens that is {needed}, more than the loaded context ({loaded.max_seq_len}).",
             "Lower max new tokens, drop that prompt, or load a longer context.",
         )
+
+
+def _failed_record(plan: BenchPlan, slot: RunSlot, error: str) -> RunRecord:
+    """A run that failed: kept in the records with its error, counted by no statistic."""
+    from specdeck.core.engines.base import GenerationStats
+
+    stats = GenerationStats(prompt_tokens=0, new_tokens=0, prefill_s=0.0, decode_s=0.0, steps=0,
+                            draft_steps=0, drafted=0, accepted=0,
+                            stop_reason=StopReason.CANCELLED)
+    result = GenerationResult(text="", token_ids=(), prompt_ids=(), stats=stats,
+                              drafter=slot.arm.drafter, sampling=plan.sampling, engine=plan.engine)
+    return RunRecord(slot, result, time.time(), error=error)
 
 
 def _run_one(

@@ -103,6 +103,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          "against the binary's --help before anything runs")
     servers.add_argument("--server-args", default="", metavar='"FLAGS"',
                          help='flags every launched arm gets, e.g. "-t 8 -c 8192 -ngl 99"')
+    servers.add_argument("--on-error", choices=("stop", "skip"), default="stop",
+                         help="when a server fails a run: stop the plan (default), or skip the "
+                         "run (reported, left out of the statistics) and go on")
     servers.add_argument("--one-at-a-time", action="store_true",
                          help="run one launched llama-server at a time (they share a GPU); "
                          "default: each arm's server stays up for the whole plan")
@@ -270,6 +273,7 @@ def _server_plan(args: argparse.Namespace):
         repeats=args.repeats,
         warmup=args.warmup,
         apply_chat_template=not args.no_chat,
+        on_error=args.on_error,
     )
 
 
@@ -525,5 +529,9 @@ class ProgressPrinter:
             kind = "warm-up" if slot.warmup else f"repeat {slot.repeat + 1}"
             acceptance = "" if s.acceptance_rate is None else f", acceptance {s.acceptance_rate:.0%}"
             stopped = "" if record.complete else " (stopped)"
+            if record.error:
+                self.line(f"[{slot.index + 1}/{event.total}] {slot.arm.label} | {slot.prompt.id} "
+                          f"{kind}: FAILED, skipped: {record.error}")
+                return
             self.line(f"[{slot.index + 1}/{event.total}] {slot.arm.label} | {slot.prompt.id} "
                       f"{kind}: {s.tokens_per_second:.1f} tok/s{acceptance}{stopped}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import signal
 import sys
 import threading
@@ -220,12 +221,18 @@ def _gpu_split(text: str | None) -> tuple[float, ...] | None:
 
 
 def _quiet_library_progress_bars() -> None:
-    """transformers draws tqdm bars on stderr while loading; SpecDeck reports its own stages."""
-    try:
+    """transformers draws tqdm bars on stderr while loading; SpecDeck reports its own stages.
+    The environment variable it reads at import, so transformers is not imported here (the
+    server path and the packaged app must not pay for it)."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "huggingface_hub" in sys.modules:  # read its environment already
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    if "transformers" in sys.modules:
         from transformers.utils import logging as hf_logging
-    except ImportError:
-        return
-    hf_logging.disable_progress_bar()
+
+        hf_logging.disable_progress_bar()
 
 
 @contextmanager

@@ -32,7 +32,7 @@ def test_engines_json_lists_engines_and_the_demo_model():
     done = specdeck("engines", "--json")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
-    assert [e["name"] for e in data["engines"]] == ["torch", "exllamav2"]
+    assert [e["name"] for e in data["engines"]] == ["torch", "exllamav2", "server"]
     torch_engine = data["engines"][0]
     assert torch_engine["availability"]["available"] is True
     assert set(data["demo_model"]) >= {"available", "converted", "model_dir", "reason"}
@@ -89,7 +89,7 @@ def test_errors_exit_2_with_one_line(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith("specdeck: error: Model folder")
     done = specdeck("generate", "--model", "x", "--prompt", "hi", "--k", "0")
-    assert done.returncode == 2 and "num_draft_tokens" in done.stderr
+    assert done.returncode == 2 and "argument --k: 0 is out of range; use 1 to 32" in done.stderr
     done = specdeck("generate", "--model", "x", "--prompt", "hi", "--ngram", "--draft", "y")
     assert done.returncode == 2 and "not allowed with" in done.stderr
     done = specdeck("generate", "--engine", "vllm", "--model", "x", "--prompt", "hi")

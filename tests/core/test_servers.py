@@ -249,3 +249,64 @@ def test_the_api_key_is_sent_as_a_bearer_token_and_never_shown(replay, monkeypat
     assert path == "/v1/models" and headers["Authorization"] == "Bearer sk-very-secret"
     assert "sk-very-secret" not in json.dumps(info.to_json())
     assert "sk-very-secret" not in json.dumps(arm.to_json())
+
+
+def test_a_server_ab_runs_to_its_report_without_torch(replay, tmp_path, specdeck_home):
+    """The packaged app carries no torch: the whole server path (plan, runs, summary,
+    report) must not import it. Two arms replaying the real llama-server capture."""
+    import os
+    import subprocess
+    import sys
+
+    body = (DATA / "llama-server-plain-stream.sse").read_bytes()
+    a, _ = replay(body=body)
+    b, _ = replay(body=body)
+    script = (
+        "import json, sys\n"
+        "from specdeck.core.cli import main\n"
+        "rc = main(['bench', '--server', sys.argv[1], '--server', 'B=' + sys.argv[2],\n"
+        "           '--server-kind', 'openai', '--suite', 'code', '--max-prompts', '1',\n"
+        "           '--repeats', '1', '--warmup', '0', '--report', sys.argv[3],\n"
+        "           '--json', sys.argv[4], '--no-history'])\n"
+        # Qt is in the packaged app (the report's chart still draws with it: issue 13).
+        "heavy = [m for m in ('torch', 'transformers', 'exllamav2') if m in sys.modules]\n"
+        "print(json.dumps({'rc': rc, 'heavy': heavy}))\n")
+    out_json = tmp_path / "out.json"
+    result = subprocess.run(
+        [sys.executable, "-c", script, f"http://127.0.0.1:{a.port}", f"http://127.0.0.1:{b.port}",
+         str(tmp_path / "report"), str(out_json)],
+        capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, SPECDECK_HOME=str(specdeck_home)))
+    assert result.returncode == 0, result.stderr
+    status = json.loads(result.stdout.strip().splitlines()[-1])
+    assert status == {"rc": 0, "heavy": []}, result.stderr
+    data = json.loads(out_json.read_text())
+    comparison = data["summary"]["comparisons"][0]
+    assert comparison["lossless"]["verdict"] == "lossless: 1 of 1 runs identical"
+    arm_b = data["summary"]["arms"][1]
+    assert arm_b["acceptance_source"] == "not reported by this server"
+    assert arm_b["acceptance_rate"] is None
+    assert (tmp_path / "report" / "summary.md").is_file()
+
+
+def test_a_failing_arm_is_skipped_when_the_plan_says_so(replay):
+    from specdeck.core.bench.runner import run_plan
+    from specdeck.core.bench.summary import summarize
+    from specdeck.core.servers.engine import ServerEngine
+
+    good, _ = replay(body=(DATA / "llama-server-plain-stream.sse").read_bytes())
+    bad, _ = replay(body=b'{"error": {"message": "model crashed"}}', status=500,
+                    content_type="application/json")
+    arms = (Arm("A", NO_DRAFT, ServerArm(url=f"http://127.0.0.1:{good.port}", kind=ServerKind.OPENAI)),
+            Arm("B", DrafterSpec(DrafterKind.SERVER),
+                ServerArm(url=f"http://127.0.0.1:{bad.port}", kind=ServerKind.OPENAI)))
+    plan = BenchPlan(engine="server", model="server", arms=arms, suites=("code",), max_prompts=2,
+                     repeats=1, warmup=0, on_error="skip")
+    run = run_plan(plan, ServerEngine())
+    failed = [r for r in run.records if r.error]
+    assert [r.arm for r in failed] == ["B", "B"]
+    assert "answered 500: model crashed" in failed[0].error
+    assert len(run.counted("A")) == 2 and not run.counted("B")
+    assert summarize(run).comparisons[0].speedup is None
+    with pytest.raises(ServerError, match="Arm B: .*answered 500: model crashed"):
+        run_plan(BenchPlan(**{**plan.__dict__, "on_error": "stop"}), ServerEngine())
