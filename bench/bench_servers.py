@@ -1,6 +1,6 @@
-"""Server arms on a real llama-server: speed-ups per suite, client vs server clocks, and the
-client's CPU per streamed token
+"""Server arms on a real llama-server: client vs server clocks, speed-ups per suite
 
+And the client's CPU per streamed token.
 Three llama-servers launched by SpecDeck from the pinned llama.cpp build
 (tools/llama_server_build.py) serve the demo model's GGUF (SmolLM2-135M-Instruct Q4_1) on
 127.0.0.1: A without drafting, B with n-gram drafting (ngram-simple, size-n 2, size-m 4) and
@@ -105,7 +105,7 @@ def _agreement(report: Report, result) -> None:
         worst = max(worst, abs(med))
         rows.append([arm.name, arm.drafter.label, len(pairs),
                      f"{median([c for c, _ in pairs]):.1f}", f"{median([s for _, s in pairs]):.1f}",
-                     f"{med:+.1%}", f"{min(diffs):+.1%} .. {max(diffs):+.1%}"])
+                     f"{med:+.2%}", f"{min(diffs):+.2%} .. {max(diffs):+.2%}"])
         report.record(f"agreement_{arm.name}", {"median": med, "min": min(diffs),
                                                 "max": max(diffs), "runs": len(pairs)})
     report.text(f"Demo model (SmolLM2-135M Q4_1) on llama-server, {len(result.prompts)} prompts "
@@ -123,7 +123,7 @@ def _agreement(report: Report, result) -> None:
     report.record("agreement_met", met)
     report.text("")
     report.text(f"Goal: within {AGREEMENT_GOAL:.0%} (median per arm): "
-                f"{'met' if met else 'NOT met'} (worst arm {worst:.1%}). llama-server's clock "
+                f"{'met' if met else 'NOT met'} (worst arm {worst:.2%}). llama-server's clock "
                 "starts when the first token is sampled inside the server and its count includes "
                 "that token; the client's starts at the first token's arrival and counts the "
                 "tokens after it, so the two measure the same interval up to network and "
@@ -138,12 +138,13 @@ def _speedups(report: Report, summary) -> None:
     report.text("")
     rows = []
     reference = summary.arm(summary.reference)
-    rows.append([f"A: {reference.label}", f"{reference.tokens_per_second:.1f} tok/s", "-",
+    rows.append([f"{reference.name}: no draft", f"{reference.tokens_per_second:.1f} tok/s", "-",
                  *["1.00x" for _ in tags], "-"])
     for c in summary.comparisons:
         arm = summary.arm(c.arm)
         acc = "-" if arm.acceptance_rate is None else f"{arm.acceptance_rate:.0%}"
-        rows.append([arm.label, f"{arm.tokens_per_second:.1f} tok/s", acc,
+        rows.append([f"{arm.name}: {arm.label.split(': ', 1)[1].split(' @ ')[0]}",
+                     f"{arm.tokens_per_second:.1f} tok/s", acc,
                      *[f"{c.by_tag[t].median:.2f}x" if t in c.by_tag else "-" for t in tags],
                      c.lossless.verdict])
         report.record(f"speedup_{c.arm}", {"median": c.speedup.median if c.speedup else None,
@@ -151,6 +152,10 @@ def _speedups(report: Report, summary) -> None:
                                            "acceptance": arm.acceptance_rate,
                                            "lossless": c.lossless.verdict})
     report.table(["arm", "tok/s", "acceptance", *tags, "losslessness"], rows)
+    report.text("")
+    report.text("Arms: A `-t 2 -c 2048`; B adds `--spec-type ngram-simple "
+                "--spec-ngram-simple-size-n 2 --spec-ngram-simple-size-m 4`; C adds `-md "
+                "draft-Q4_0.gguf --spec-type draft-simple --spec-draft-n-max 4`.")
     report.text("")
     report.text("Every suite is shown, the ones drafting does not help included: the draft-model "
                 "arm's draft is the target itself in another quantization, so it costs as much "

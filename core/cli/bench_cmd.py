@@ -210,26 +210,12 @@ def build_plan(args: argparse.Namespace):
     )
 
 
-def _named(text: str, index: int, flag: str) -> tuple[str, str]:
-    """"NAME=VALUE" -> (NAME, VALUE); a bare VALUE gets the arm name for ``index``."""
-    from specdeck.core.bench.plan import _arm_name
-
-    head, eq, tail = text.partition("=")
-    if eq and head and head.replace("-", "").replace("_", "").isalnum() and "/" not in head \
-            and ":" not in head:
-        return head, tail
-    if flag == "--launch" and text.startswith("-"):
-        return _arm_name(index), text
-    return _arm_name(index), text
-
-
 def _server_plan(args: argparse.Namespace):
     """A plan whose arms are servers: --server URLs or --launch profiles (not both)."""
     import shlex
 
-    from specdeck.core.bench.plan import Arm, BenchPlan
-    from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec
-    from specdeck.core.servers.arms import ServerArm
+    from specdeck.core.bench.plan import Arm, BenchPlan, _arm_name
+    from specdeck.core.servers.arms import ServerArm, _split_name, arms_from_urls
     from specdeck.core.servers.kinds import parse_kind
     from specdeck.core.servers.llama_server import LaunchProfile, drafter_from_flags
 
@@ -239,19 +225,14 @@ def _server_plan(args: argparse.Namespace):
     kind = parse_kind(args.server_kind) if args.server_kind else None
     arms = []
     if args.server:
-        for i, text in enumerate(args.server):
-            name, url = _named(text, i, "--server")
-            url, _, model = url.partition("#")
-            drafter = NO_DRAFT if i == 0 else DrafterSpec(DrafterKind.SERVER, adaptive=False)
-            arms.append(Arm(name, drafter, ServerArm(url=url, kind=kind, model=model or None,
-                                                     api_key_env=args.api_key_env)))
+        arms = list(arms_from_urls(args.server, kind, args.api_key_env))
         model_label = "server"
     else:
         if not args.llama_server or not args.gguf:
             raise InvalidInputError("--launch needs --llama-server BINARY and --gguf MODEL.")
         common = tuple(shlex.split(args.server_args))
         for i, text in enumerate(args.launch):
-            name, flags = _named(text, i, "--launch")
+            name, flags = _split_name(text, _arm_name(i))
             try:
                 own = tuple(shlex.split(flags))
             except ValueError as exc:

@@ -90,3 +90,33 @@ def _without_password(url: str) -> str:
     host = parts.netloc.rsplit("@", 1)[-1]
     netloc = f"{parts.username}@{host}" if parts.username else host
     return redact_url(urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment)))
+
+
+def _split_name(text: str, default: str) -> tuple[str, str]:
+    """"NAME=VALUE" -> (NAME, VALUE) when NAME looks like an arm name; else (default, text)."""
+    head, eq, tail = text.partition("=")
+    if eq and head and head.replace("-", "").replace("_", "").isalnum():
+        return head, tail
+    return default, text
+
+
+def arms_from_urls(texts, kind: ServerKind | None = None, api_key_env: str | None = None):
+    """Arms for running servers, from "[NAME=]URL[#MODEL]" texts: the first is the no-draft
+    reference, the others draft as their servers are configured."""
+    from specdeck.core.bench.plan import Arm, _arm_name
+    from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec
+
+    arms = []
+    for i, text in enumerate(t.strip() for t in texts):
+        if not text:
+            continue
+        name, url = _split_name(text, _arm_name(len(arms)))
+        url, _, model = url.partition("#")
+        drafter = NO_DRAFT if not arms else DrafterSpec(DrafterKind.SERVER, adaptive=False)
+        arms.append(Arm(name, drafter, ServerArm(url=url.strip(), kind=kind,
+                                                 model=model.strip() or None,
+                                                 api_key_env=api_key_env)))
+    if len({a.name for a in arms}) != len(arms):
+        raise InvalidInputError("Two server arms have the same name.",
+                                "Name them: A=http://... B=http://...")
+    return tuple(arms)

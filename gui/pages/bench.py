@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from specdeck.core.bench.plan import BenchPlan, default_arms
+from specdeck.core.bench.plan import Arm, BenchPlan, default_arms
 from specdeck.core.bench.runner import (
     PlanStarted,
     RunFinished,
@@ -171,8 +172,6 @@ class BenchPage(QWidget):
         grid = QGridLayout(self.setup)
         self.engine = QComboBox()
         for name in engine_names():
-            if name == "server":  # server arms are CLI-only until the page has arm rows
-                continue
             self.engine.addItem(engine_label(name), name)
         self._suites = builtin_suites()
         self.model = QComboBox()
@@ -183,6 +182,19 @@ class BenchPage(QWidget):
         browse_model = QToolButton()
         browse_model.setText("…")
         browse_model.clicked.connect(lambda: self._browse(self.model.lineEdit()))
+        self.servers = QLineEdit()
+        self.servers.setPlaceholderText("http://127.0.0.1:8080, B=http://127.0.0.1:8081")
+        self.servers.setToolTip("One arm per server, comma-separated: [NAME=]URL[#MODEL]. The "
+                                "first is the no-draft reference. API keys come from "
+                                "SPECDECK_SERVER_API_KEY or the keyring.")
+        self.probe_button = QToolButton()
+        self.probe_button.setText("Probe")
+        self.probe_button.setToolTip("Ask each server what it is, what it has loaded and whether "
+                                     "it drafts")
+        self.probe_button.clicked.connect(self.probe_servers)
+        self.server_info = QLabel()
+        self.server_info.setProperty("role", "hint")
+        self.server_info.setWordWrap(True)
         self.use_draft = QCheckBox("Draft model")
         self.draft = QLineEdit()
         self.draft.setPlaceholderText('draft model folder, or "demo"')
@@ -252,10 +264,14 @@ class BenchPage(QWidget):
 
         grid.addWidget(QLabel("Engine"), 0, 0)
         grid.addWidget(self.engine, 0, 1)
-        grid.addWidget(QLabel("Target"), 0, 2)
+        self.target_label = QLabel("Target")
+        grid.addWidget(self.target_label, 0, 2)
         target_row = QHBoxLayout()
         target_row.addWidget(self.model, 1)
         target_row.addWidget(browse_model)
+        target_row.addWidget(self.servers, 1)
+        target_row.addWidget(self.probe_button)
+        self._local_only = [self.model, browse_model, browse_draft]
         grid.addLayout(target_row, 0, 3)
         draft_row = QHBoxLayout()
         draft_row.addWidget(self.use_draft)
@@ -265,7 +281,11 @@ class BenchPage(QWidget):
         draft_row.addWidget(self.k)
         draft_row.addWidget(self.adaptive)
         draft_row.addWidget(self.sweep)
-        grid.addWidget(QLabel("Drafters"), 0, 4)
+        draft_row.addWidget(self.server_info, 1)
+        self._local_only += [self.use_draft, self.draft, self.use_ngram, self.k, self.adaptive,
+                             self.sweep]
+        self.drafters_label = QLabel("Drafters")
+        grid.addWidget(self.drafters_label, 0, 4)
         grid.addLayout(draft_row, 0, 5)
         grid.addWidget(QLabel("Prompts"), 1, 0)
         grid.addLayout(suites_row, 1, 1, 1, 3)
@@ -294,6 +314,47 @@ class BenchPage(QWidget):
         self.k.valueChanged.connect(self._preview_arms)
         self.adaptive.toggled.connect(self._preview_arms)
         self.sweep.toggled.connect(self._preview_arms)
+        self.servers.textChanged.connect(self._preview_arms)
+        self.engine.currentIndexChanged.connect(self._sync_engine)
+        self._show_engine_controls()  # the panes do not exist yet: no preview here
+
+    def _serving(self) -> bool:
+        return self.engine.currentData() == "server"
+
+    def _sync_engine(self, *_args) -> None:
+        self._show_engine_controls()
+        self._preview_arms()
+
+    def _show_engine_controls(self) -> None:
+        """Local engines: a target and drafters. Servers: one URL per arm (their drafting is
+        whatever each server was started with)."""
+        serving = self._serving()
+        for widget in self._local_only:
+            widget.setVisible(not serving)
+        self.servers.setVisible(serving)
+        self.probe_button.setVisible(serving)
+        self.server_info.setVisible(serving)
+        self.target_label.setText("Servers" if serving else "Target")
+        self.drafters_label.setText("Found" if serving else "Drafters")
+        if serving and not self.server_info.text():
+            self.server_info.setText("Probe to see what each server is and whether it drafts.")
+
+    def _server_arms(self):
+        from specdeck.core.servers.arms import arms_from_urls
+
+        return arms_from_urls(re.split(r"[,\s]+", self.servers.text().strip()))
+
+    def probe_servers(self) -> None:
+        try:
+            arms = self._server_arms()
+        except SpecDeckError as exc:
+            self.server_info.setText(html.escape(str(exc)))
+            return
+        self.server_info.setText("Probing…")
+        self._submit(_probe_arms, arms, on_result=self._show_probes)
+
+    def _show_probes(self, lines) -> None:
+        self.server_info.setText(" · ".join(lines) or "No server given.")
 
     @staticmethod
     def _spin(low: int, high: int, value: int, prefix: str, suffix: str) -> QSpinBox:
@@ -310,6 +371,11 @@ class BenchPage(QWidget):
             line.setText(folder)
 
     def _arms_preview(self):
+        if self._serving():
+            try:
+                return self._server_arms() or (Arm("A"),)
+            except SpecDeckError:
+                return (Arm("A"),)
         draft = self.draft.text().strip() if self.use_draft.isChecked() else None
         try:
             arms = default_arms(draft or None, self.use_ngram.isChecked(), self.k.value(),
@@ -336,6 +402,17 @@ class BenchPage(QWidget):
         suites = [name for name, button in self.suite_buttons.items() if button.isChecked()]
         if not suites:
             raise SpecDeckError("No prompt suite is selected.", "Tick at least one suite.")
+        prompt_ids = tuple(p.id for name in suites
+                           for p in self._suites[name].prompts[: self.per_suite.value()])
+        if self._serving():
+            arms = self._server_arms()
+            if len(arms) < 2:
+                raise SpecDeckError("A server A/B needs two servers or more.",
+                                    "Give the reference first, then the drafting server(s), "
+                                    "separated by commas.")
+            return BenchPlan(engine="server", model="server", arms=arms, suites=tuple(suites),
+                             prompt_ids=prompt_ids, max_new_tokens=self.max_new.value(),
+                             repeats=self.repeats.value(), warmup=self.warmup.value())
         if self.use_draft.isChecked() and not self.draft.text().strip():
             raise SpecDeckError("Draft model is ticked but no folder is given.",
                                 "Choose the draft model's folder, or untick Draft model.")
@@ -343,7 +420,6 @@ class BenchPage(QWidget):
             raise SpecDeckError("Nothing to compare: no drafter is ticked.",
                                 "Tick Draft model and/or N-gram.")
         model = self.model.currentText().strip() or DEMO
-        prompt_ids = tuple(p.id for name in suites for p in self._suites[name].prompts[: self.per_suite.value()])
         return BenchPlan(
             engine=self.engine.currentData(),
             model=model,
@@ -398,8 +474,8 @@ class BenchPage(QWidget):
 
     def setup_inputs_enabled(self, enabled: bool) -> None:
         for widget in (self.engine, self.model, self.use_draft, self.draft, self.use_ngram, self.sweep,
-                       self.per_suite, self.max_new, self.repeats, self.warmup,
-                       *self.suite_buttons.values()):
+                       self.per_suite, self.max_new, self.repeats, self.warmup, self.servers,
+                       self.probe_button, *self.suite_buttons.values()):
             widget.setEnabled(enabled)
         self._sync_k()
 
@@ -698,6 +774,8 @@ class BenchPage(QWidget):
     def _offer_apply(self, rows, best) -> None:
         if not any(r.speedup is not None for r in rows):
             return
+        if self.last_run is not None and self.last_run.plan.engine == "server":
+            return  # a running server's settings are not SpecDeck's to write
         if best is None:
             self.apply_button.setText("Switch drafting off…")
             why = "No setting beat decoding without a draft"
@@ -843,7 +921,7 @@ class BenchPage(QWidget):
                                         f"{info.availability.install_hint}", Qt.ItemDataRole.ToolTipRole)
 
     def _check_demo(self) -> None:
-        if self.model.currentText().strip() != DEMO or self._running():
+        if self._serving() or self.model.currentText().strip() != DEMO or self._running():
             return
         from specdeck.core.engines.demo import demo_status
 
@@ -866,7 +944,8 @@ class BenchPage(QWidget):
         return {"engine": self.engine, "model": self.model, "use_draft": self.use_draft, "draft": self.draft,
                 "use_ngram": self.use_ngram, "k": self.k, "adaptive": self.adaptive, "sweep": self.sweep,
                 "per_suite": self.per_suite, "max_new": self.max_new, "repeats": self.repeats,
-                "warmup": self.warmup, **{f"suite_{n}": b for n, b in self.suite_buttons.items()}}
+                "warmup": self.warmup, "servers": self.servers,
+                **{f"suite_{n}": b for n, b in self.suite_buttons.items()}}
 
     def _save(self) -> None:
         settings = QSettings()
@@ -879,6 +958,24 @@ class BenchPage(QWidget):
             value = settings.value(SETTINGS_PREFIX + name)
             if value is not None:
                 _set_value(widget, value)
+
+
+def _probe_arms(arms) -> list[str]:
+    """Worker: one line per server arm (kind, drafting, where acceptance comes from)."""
+    from specdeck.core.servers.probe import probe
+
+    lines = []
+    for arm in arms:
+        server = arm.server
+        try:
+            info = probe(server.url, server.api_key(), server.kind)
+        except SpecDeckError as exc:
+            lines.append(f"{arm.name}: {exc.what}")
+            continue
+        drafting = {True: "drafts", False: "no drafting", None: "drafting unknown"}[info.speculative]
+        lines.append(f"{arm.name}: {info.kind.value}, {drafting}"
+                     + (f" ({info.draft})" if info.draft else ""))
+    return lines
 
 
 def _summarize_and_keep(run):

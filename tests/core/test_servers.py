@@ -4,13 +4,13 @@ real binary's --help text, and servers that stall, break off or refuse."""
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 import time
 from pathlib import Path
 
 import pytest
+
+from replay_server import replay  # noqa: F401 - a fixture
 
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec
@@ -137,55 +137,6 @@ def test_prometheus_counters_sum_over_labels():
 
 
 # -- a local HTTP server: replays, stalls, breaks off ------------------------------------------
-class Replay(http.server.BaseHTTPRequestHandler):
-    body = b""
-    content_type = "text/event-stream"
-    stall_after: int | None = None
-    status = 200
-    seen: list = []
-
-    def log_message(self, *args):  # keep pytest's output clean
-        pass
-
-    def do_GET(self):
-        type(self).seen.append((self.path, dict(self.headers), b""))
-        self._answer()
-
-    def do_POST(self):
-        length = int(self.headers.get("Content-Length", 0))
-        type(self).seen.append((self.path, dict(self.headers), self.rfile.read(length)))
-        self._answer()
-
-    def _answer(self):
-        self.send_response(self.status)
-        self.send_header("Content-Type", self.content_type)
-        self.end_headers()
-        lines = self.body.splitlines(keepends=True)
-        for i, line in enumerate(lines):
-            if self.stall_after is not None and i == self.stall_after:
-                time.sleep(3)
-                return
-            self.wfile.write(line)
-            self.wfile.flush()
-
-
-@pytest.fixture
-def replay():
-    servers = []
-
-    def start(**attrs):
-        handler = type("Handler", (Replay,), {**attrs, "seen": []})
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return Base.parse(f"http://127.0.0.1:{server.server_port}"), handler
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
-
-
 def test_a_real_llama_server_stream_is_read_with_its_own_figures(replay):
     base, _ = replay(body=(DATA / "llama-server-ngram-stream.sse").read_bytes())
     reading = StreamReading("llama-server", time.perf_counter())
