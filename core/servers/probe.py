@@ -49,9 +49,9 @@ def _get(base: Base, route: str, api_key: str | None) -> Any:
     try:
         return request_json(base, "GET", route, api_key=api_key, timeout=PROBE_TIMEOUT_S)
     except ServerError as exc:
-        if "Nothing is listening" in exc.what or "did not answer" in exc.what \
-                or "Cannot reach" in exc.what:
-            raise
+        if any(w in exc.what for w in ("Nothing is listening", "did not answer", "Cannot reach",
+                                         "refused the request")):
+            raise  # down, or asking for a key: say so, not "unknown server"
         return None
 
 

@@ -1,0 +1,94 @@
+"""Server arms against the TabbyAPI stand-in (tests/tabby_standin.py, which follows
+TabbyAPI's source at two commits): detection, the draft it reports, keys, usage read from
+the stream, and acceptance shown as not reported."""
+
+from __future__ import annotations
+
+import pytest
+from tabby_standin import start_tabby
+
+from specdeck.core.bench.plan import BenchPlan
+from specdeck.core.bench.runner import run_plan
+from specdeck.core.bench.summary import summarize
+from specdeck.core.servers.arms import arms_from_urls
+from specdeck.core.servers.engine import ServerEngine
+from specdeck.core.servers.kinds import ServerKind
+from specdeck.core.servers.probe import probe
+from specdeck.core.servers.transport import ServerError
+
+
+@pytest.fixture
+def tabby():
+    servers = []
+
+    def start(**attrs):
+        server, url = start_tabby(**attrs)
+        servers.append(server)
+        return url, server.RequestHandlerClass
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_probe_knows_tabbyapi_and_its_draft(tabby):
+    url, _ = tabby(branch="exl2-checkpoint", draft_name="Qwen2.5-0.5B-exl2-4.0bpw")
+    info = probe(url, "tabby-api-key")
+    assert info.kind is ServerKind.TABBYAPI and info.detected_by == "/v1/model"
+    assert info.model == "Qwen2.5-32B-Instruct-exl2-4.0bpw"
+    assert info.draft == "Qwen2.5-0.5B-exl2-4.0bpw" and info.speculative is True
+    assert "not reported" in info.acceptance
+    plain, _ = tabby(branch="main")
+    assert probe(plain, "tabby-api-key").speculative is False
+
+
+@pytest.mark.parametrize(("key", "detail"), [(None, "Please provide an API key"),
+                                             ("wrong", "Invalid API key")])
+def test_tabbyapi_keys_are_asked_for_clearly(tabby, key, detail):
+    url, _ = tabby()
+    with pytest.raises(ServerError) as caught:
+        _get_model(url, key)
+    assert f"refused the request (401): {detail}" in caught.value.what
+    assert "API key" in caught.value.fix
+
+
+def test_probing_without_the_key_says_so_not_unknown_server(tabby):
+    url, _ = tabby()
+    with pytest.raises(ServerError, match="refused the request \\(401\\): Please provide an API key"):
+        probe(url, None)
+
+
+def _get_model(url, key):
+    from specdeck.core.servers.transport import Base, request_json
+
+    return request_json(Base.parse(url), "GET", "/v1/model", api_key=key)
+
+
+@pytest.mark.parametrize("branch", ["main", "exl2-checkpoint"])
+def test_an_ab_of_two_tabbyapis_reads_usage_and_reports_no_acceptance(tabby, branch,
+                                                                       monkeypatch):
+    monkeypatch.setenv("SPECDECK_SERVER_API_KEY", "tabby-api-key")
+    plain, handler_a = tabby(branch=branch)
+    drafting, handler_b = tabby(branch=branch, draft_name="Qwen2.5-0.5B-exl2-4.0bpw")
+    plan = BenchPlan(engine="server", model="server", arms=arms_from_urls([plain, drafting]),
+                     suites=("code",), max_prompts=2, repeats=1, warmup=0, max_new_tokens=24)
+    run = run_plan(plan, ServerEngine())
+    records = run.counted("B")
+    assert len(records) == 2
+    report = records[0].result.server.report
+    assert report.completion_tokens == 24 and report.finish_reason == "length"
+    assert "usage.completion_tokens_per_sec" in report.fields
+    sent = handler_b.usage_seen[0]["completion_tokens_per_sec"]
+    if isinstance(sent, float):
+        assert report.tokens_per_second == pytest.approx(sent)
+    else:  # "Indeterminate": read as no number, never as zero
+        assert report.tokens_per_second is None
+    assert report.drafted is None and report.acceptance_source == ""
+    summary = summarize(run)
+    arm_b = summary.arm("B")
+    assert arm_b.acceptance_rate is None
+    assert arm_b.acceptance_source == "not reported by this server"
+    assert summary.comparisons[0].lossless.verdict == "lossless: 2 of 2 runs identical"
+    assert any(note.startswith("B: TabbyAPI at") for note in run.loaded.notes)
+    assert any(note.startswith("B: ") and "cannot turn off" in note for note in run.loaded.notes)
