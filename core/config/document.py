@@ -143,6 +143,15 @@ def shared_nodes(root) -> dict[int, list[tuple[str, ...]]]:
     return {key: where for key, where in paths.items() if len(where) > 1}
 
 
+MAIN_ONLY_KEYS = (
+    ("draft_model", "dynamic_draft"),
+    ("network", "sse_ping_interval"),
+    ("model", "cpu_moe_offload_layers"),
+    ("model", "template_vars_default"),
+)
+"""Keys in TabbyAPI main's config_sample.yml (f1f2c85) that the exl2-checkpoint branch's
+(79126f9) does not have."""
+
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 """TabbyAPI's config_sample.yml is about 10 KB; a 4 MB "config" is something else."""
 MAX_EXPANDED_VALUES = 100_000
@@ -308,6 +317,8 @@ class ConfigDocument:
         """exllamav2 / exllamav3 when the file or the target model says so, else None."""
         if declared := self.declared_backend():
             return declared
+        if self.is_tabby_main():
+            return EXLLAMAV3
         target = self.target_model_path()
         if target is not None and (target / "config.json").is_file():
             try:
@@ -321,6 +332,17 @@ class ConfigDocument:
                 return EXLLAMAV3
             return EXLLAMAV2
         return None
+
+    def is_tabby_main(self) -> bool:
+        """A file written for TabbyAPI's main branch, which runs only the ExLlamaV3 backend
+        since 2026-07 (exl2-checkpoint is the last branch that runs EXL2 models). Main's
+        config_sample.yml (f1f2c85) has keys the exl2-checkpoint one (79126f9) lacks; both
+        have draft_mode, so that alone says nothing."""
+        return any(self._has_path(path) for path in MAIN_ONLY_KEYS)
+
+    def _has_path(self, path: tuple[str, str]) -> bool:
+        section = self.data.get(path[0])
+        return isinstance(section, dict) and path[1] in section
 
     # -- paths ---------------------------------------------------------------------------
     def resolve_dir(self, section: str, key: str) -> Path:
@@ -378,6 +400,13 @@ class ConfigDocument:
                           f"ignores it{hint}")
 
     def _cross_checks(self, backend: str | None) -> Iterator[Problem]:
+        if self.is_tabby_main() and self.declared_backend() == EXLLAMAV2:
+            yield Problem(
+                "error", (MODEL, "backend"),
+                "backend is exllamav2, but this file is for TabbyAPI's main branch (it has "
+                "keys only main knows), which runs only ExLlamaV3 since 2026-07 and refuses "
+                "exllamav2. "
+                "Use TabbyAPI's exl2-checkpoint branch for EXL2 models, or an EXL3 model.")
         if self.layout is Layout.LEGACY_NESTED:
             yield Problem(
                 "info",

@@ -328,3 +328,28 @@ def test_weights_read_count_the_target_per_step_and_the_draft_per_drafted_token(
     assert summarize(run).arm("A").roofline_share is None  # CPU: no peak, no share
     md = markdown_summary(on_gpu, summary)
     assert "of peak" in md and "50.0 GB/s" in md
+
+
+def test_an_ngram_winner_applies_to_tabbyapi_mains_own_config_sample(tmp_path):
+    """TabbyAPI main's config has draft_mode: it is ExLlamaV3 only, which drafts n-grams."""
+    from conftest import TABBY
+
+    from specdeck.core import config
+    from specdeck.core.bench.sweep import plan_apply_setting
+    from specdeck.core.engines.base import DrafterKind, DrafterSpec
+
+    path = tmp_path / "config.yml"
+    path.write_bytes((TABBY / "config_sample.f1f2c85.yml").read_bytes())
+    planned = plan_apply_setting(DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=6, ngram_min=2,
+                                             adaptive=False), path)
+    assert planned.change.values[("draft_model", "draft_mode")] == "ngram"
+    assert planned.change.values[("draft_model", "draft_num_tokens")] == 6
+    assert "+  draft_mode: ngram" in planned.change.diff()
+    assert config.load(path).backend_hint() == "exllamav3"
+    # The exl2-checkpoint sample (no draft_mode) stays ExLlamaV2: n-gram is refused there.
+    old = tmp_path / "old.yml"
+    old.write_bytes((TABBY / "config_sample.exl2-checkpoint.yml").read_bytes())
+    import pytest
+
+    with pytest.raises(Exception, match="ExLlamaV2 backend cannot"):
+        plan_apply_setting(DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=6), old)
