@@ -20,6 +20,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from specdeck.gui.widgets.elided_label import ElidedLabel
+
 ARM_COLOURS = ("#64748b", "#2563eb", "#d97706", "#16a34a", "#9333ea")
 """A (the no-draft reference) in slate grey, then one colour per drafted arm."""
 DRAFT_HIGHLIGHT = "#bbf7d0"
@@ -39,27 +41,26 @@ class StreamPane(QFrame):
         super().__init__(parent)
         self.setObjectName("streamPane")
         self.setFrameShape(QFrame.Shape.StyledPanel)
-        self.title = QLabel(title)
+        self.title = ElidedLabel(title, min_chars=10)
         font = self.title.font()
         font.setBold(True)
         self.title.setFont(font)
         self.title.setStyleSheet(f"color: {colour.name()};")
-        self.prompt_label = QLabel()
+        self.prompt_label = ElidedLabel(min_chars=10)
         self.prompt_label.setProperty("role", "hint")
-        self.metrics = QLabel("waiting")
+        # Elided and of ignored size: the text changes every tick and must neither re-lay-out
+        # nor widen the window; the whole line is in its tooltip.
+        self.metrics = ElidedLabel("waiting", min_chars=12)
         self.metrics.setProperty("role", "hint")
         self.metrics.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        # A fixed width: the text changes every tick and must not re-lay-out the window.
-        self.metrics.setMinimumWidth(self.metrics.fontMetrics().horizontalAdvance("0" * 52))
         # QPlainTextEdit: built for appending, keeps per-character formats.
         self.text = QPlainTextEdit()
         self.text.setReadOnly(True)
         self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
         self.text.setFont(QFont("monospace", 9))
         header = QHBoxLayout()
-        header.addWidget(self.title)
-        header.addStretch(1)
-        header.addWidget(self.metrics)
+        header.addWidget(self.title, 1)
+        header.addWidget(self.metrics, 1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
         layout.addLayout(header)

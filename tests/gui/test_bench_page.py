@@ -87,7 +87,7 @@ def test_highlight_toggle_redraws_without_losing_text(qtbot, page, models):
 
 def test_draft_model_and_ngram_make_three_arms(qtbot, page, models):
     configure(page, models["target"], draft=models["draft"], ngram=True, repeats=1, max_new=12)
-    assert [p.title.text() for p in page.panes] == [
+    assert [p.title.full_text() for p in page.panes] == [
         "A: no draft", "B: draft draft (k<=4, adaptive)", "C: n-gram (k<=4, adaptive)"]
     page.start()
     qtbot.waitUntil(lambda: page.last_run is not None, timeout=120_000)
@@ -188,7 +188,7 @@ def test_sweep_finds_the_best_k_and_apply_writes_it_through_the_config_editor(
     assert [a.name for a in run.plan.arms] == ["A", *(f"k{k}" for k in range(1, 9))]
     assert all(not a.drafter.adaptive for a in run.plan.arms[1:])
     assert page.table.rowCount() == 9
-    assert page.panes[1].title.text().startswith("k8: n-gram")  # the last arm run
+    assert page.panes[1].title.full_text().startswith("k8: n-gram")  # the last arm run
     # The cycling model's output repeats: n-gram drafts are right, so longer drafts are
     # accepted further (deterministic under greedy) and drafting beats no drafting. Which k is
     # fastest is a timing question on a shared CPU, so the test checks the pick, not its value.

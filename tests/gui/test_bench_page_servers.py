@@ -37,7 +37,7 @@ def test_servers_engine_runs_a_server_plan_to_the_results(qtbot, page, replay):
     assert page.servers.isVisible() and not page.model.isVisible()
     assert not page.use_ngram.isVisible() and page.target_label.text() == "Servers"
     page.servers.setText(f"http://127.0.0.1:{a.port}, B=http://127.0.0.1:{b.port}")
-    assert [pane.title.text() for pane in page.panes][:2] == [
+    assert [pane.title.full_text() for pane in page.panes][:2] == [
         f"A: no draft @ http://127.0.0.1:{a.port}",
         f"B: server-side drafting @ http://127.0.0.1:{b.port}"]
     page.probe_button.click()
