@@ -178,6 +178,13 @@ class BenchPlots(QWidget):
         self._arm_index: dict[str, int] = {}
         self._legend = True
 
+    def set_acceptance_title(self, servers: bool) -> None:
+        """Servers report acceptance once a run is done, not per step: say so where the live
+        line would be, instead of an empty plot that looks broken."""
+        title = ("Acceptance: per run, in the table" if servers
+                 else "Draft acceptance (this run)")
+        self.accept_plot.setTitle(title)
+
     @staticmethod
     def _plot(title: str, unit: str):
         from specdeck.gui.telemetry_view import live_plot

@@ -13,8 +13,9 @@ import pytest
 
 def specdeck(*args, home, cwd=None):
     env = dict(os.environ, SPECDECK_HOME=str(home))
+    # errors="replace": a folder name that is not UTF-8 is printed as its bytes, like ls does.
     return subprocess.run([sys.executable, "-m", "specdeck", *args], capture_output=True,
-                          text=True, env=env, timeout=60, cwd=cwd)
+                          text=True, errors="replace", env=env, timeout=60, cwd=cwd)
 
 
 def model_folder(root, name, **overrides):
@@ -118,3 +119,25 @@ def test_apply_checks_the_config_before_the_benchmark(tmp_path, specdeck_home):
     assert result.returncode == 2
     assert "does not exist" in result.stderr
     assert "Importing transformers" not in result.stderr
+
+
+def test_a_binary_prompt_file_is_refused_in_one_line(tmp_path, specdeck_home):
+    binary = tmp_path / "prompt.bin"
+    binary.write_bytes(b"\x00\xff\xfe\x80binary")
+    result = specdeck("generate", "--model", "demo", "--prompt-file", str(binary), home=specdeck_home)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        f"specdeck: error: The prompt file {binary} is not UTF-8 text (byte 1).")
+    assert "Traceback" not in result.stderr
+
+
+def test_a_model_folder_whose_name_is_not_utf8_is_checked(tmp_path, specdeck_home):
+    import shutil
+
+    from conftest import MODELS
+
+    folder = tmp_path / "draft\udcffname"  # the bytes b"draft\xffname" on disk
+    shutil.copytree(MODELS / "TinyLlama-1.1B-Chat-v1.0", folder)
+    result = specdeck("check", str(MODELS / "Llama-2-7b-hf"), str(folder), home=specdeck_home)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 0, result.stdout + result.stderr

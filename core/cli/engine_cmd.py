@@ -153,12 +153,22 @@ def _generate(args: argparse.Namespace) -> int:
 def _prompt_text(args: argparse.Namespace) -> str:
     if args.prompt_file is None:
         return args.prompt
+    path = args.prompt_file
     try:
-        return args.prompt_file.read_text(encoding="utf-8")
+        if path.is_file() and path.stat().st_size > MAX_PROMPT_BYTES:
+            raise InvalidInputError(f"The prompt file {path} is over {MAX_PROMPT_BYTES >> 20} MB.",
+                                    "Give a prompt of a reasonable size.")
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(f"The prompt file {path} is not UTF-8 text (byte {exc.start}).",
+                                "Give a text file, saved as UTF-8.") from None
     except OSError as exc:
         raise InvalidInputError(
-            f"Cannot read the prompt file {args.prompt_file}: {exc.strerror or exc}."
+            f"Cannot read the prompt file {path}: {exc.strerror or exc}."
         ) from exc
+
+
+MAX_PROMPT_BYTES = 8 * 1024 * 1024
 
 
 def _drafter_spec(args: argparse.Namespace):

@@ -147,8 +147,9 @@ class VocabCache:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(path, json.dumps(payload, ensure_ascii=False))
-        except (OSError, SpecDeckError) as exc:
-            # A cache that cannot be written only costs time; the check itself goes on.
+        except (OSError, SpecDeckError, UnicodeError) as exc:
+            # A cache that cannot be written only costs time; the check itself goes on (a
+            # folder name that is not valid UTF-8 cannot be written into the JSON, say).
             log.info("Could not write the vocabulary cache %s: %s", path, exc)
             return
         self._prune()

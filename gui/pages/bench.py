@@ -521,6 +521,7 @@ class BenchPage(QWidget):
         self._ensure_plots()
         if self.plots is not None:
             self.plots.reset(state.arms)
+            self.plots.set_acceptance_title(state.plan.engine == "server")
         self.progress.setRange(0, state.total)
         self.progress.setValue(0)
         self.stage.setText(f"Running on {event.loaded.label}")
@@ -532,7 +533,9 @@ class BenchPage(QWidget):
         if len(state.arms) > len(self._panes):  # a shared pane says which arm it shows now
             pane.set_title(slot.arm.label, arm_colour(state.arms.index(slot.arm.name)))
         what = "warm-up" if slot.warmup else f"repeat {slot.repeat + 1}"
-        pane.begin(f"{slot.prompt.id} · {what} · {event.prompt_tokens} prompt tokens")
+        tokens = (f"{event.prompt_tokens} prompt tokens" if event.prompt_tokens
+                  else "prompt tokenized by the server")
+        pane.begin(f"{slot.prompt.id} · {what} · {tokens}")
         pane.metrics.setText("prefill…")
         state.live = _Live(slot, pane)
         if self.plots is not None:

@@ -61,6 +61,10 @@ def test_servers_engine_runs_a_server_plan_to_the_results(qtbot, page, replay):
     qtbot.waitUntil(lambda: page.last_summary is not None, timeout=60_000)
     assert not page.apply_button.isEnabled()  # a running server's settings are not ours
     assert page.panes[0].plain_text == run.counted("A")[0].result.text
+    assert "prompt tokenized by the server" in page.panes[0].prompt_label.full_text()
+    if page.plots is not None:
+        title = page.plots.accept_plot.getPlotItem().titleLabel.text
+        assert "per run, in the table" in title
 
 
 def test_servers_engine_needs_two_servers(qtbot, page):
