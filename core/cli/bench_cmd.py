@@ -103,9 +103,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          "against the binary's --help before anything runs")
     servers.add_argument("--server-args", default="", metavar='"FLAGS"',
                          help='flags every launched arm gets, e.g. "-t 8 -c 8192 -ngl 99"')
-    servers.add_argument("--on-error", choices=("stop", "skip"), default="stop",
-                         help="when a server fails a run: stop the plan (default), or skip the "
-                         "run (reported, left out of the statistics) and go on")
+    p.add_argument("--on-error", choices=("stop", "skip"), default="stop",
+                   help="when a run fails (a server that is down, say): stop the plan "
+                   "(default), or skip the run (reported, left out of the statistics) and go on")
     servers.add_argument("--one-at-a-time", action="store_true",
                          help="run one launched llama-server at a time (they share a GPU); "
                          "default: each arm's server stays up for the whole plan")
@@ -196,18 +196,22 @@ def build_plan(args: argparse.Namespace):
     arms = [Arm("A")]
     for drafter in _drafters(args, args.k, adaptive=not args.fixed_k):
         arms.append(Arm(_arm_name(len(arms)), drafter))
-    return BenchPlan(
-        engine=args.engine,
-        model=str(model),
-        arms=tuple(arms),
-        suites=tuple(s.strip() for s in args.suite.split(",") if s.strip()),
-        max_prompts=args.max_prompts,
-        max_new_tokens=args.max_new,
-        repeats=args.repeats,
-        warmup=args.warmup,
-        apply_chat_template=not args.no_chat,
-        load=LoadSpec(Path("."), device=args.device, dtype=args.dtype),
-    )
+    return BenchPlan(engine=args.engine, model=str(model), arms=tuple(arms),
+                     load=LoadSpec(Path("."), device=args.device, dtype=args.dtype),
+                     **_prompt_fields(args))
+
+
+def _prompt_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The plan fields every kind of plan takes from the flags: prompts, sizes, failures."""
+    return {
+        "suites": tuple(s.strip() for s in args.suite.split(",") if s.strip()),
+        "max_prompts": args.max_prompts,
+        "max_new_tokens": args.max_new,
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        "apply_chat_template": not args.no_chat,
+        "on_error": args.on_error,
+    }
 
 
 def _server_plan(args: argparse.Namespace):
@@ -244,18 +248,7 @@ def _server_plan(args: argparse.Namespace):
     if len({a.name for a in arms}) != len(arms):
         raise InvalidInputError("Two server arms have the same name.",
                                 "Name them: --server A=URL --server B=URL.")
-    return BenchPlan(
-        engine="server",
-        model=model_label,
-        arms=tuple(arms),
-        suites=tuple(s.strip() for s in args.suite.split(",") if s.strip()),
-        max_prompts=args.max_prompts,
-        max_new_tokens=args.max_new,
-        repeats=args.repeats,
-        warmup=args.warmup,
-        apply_chat_template=not args.no_chat,
-        on_error=args.on_error,
-    )
+    return BenchPlan(engine="server", model=model_label, arms=tuple(arms), **_prompt_fields(args))
 
 
 def _engine_for(args, plan):
