@@ -141,3 +141,19 @@ def test_a_model_folder_whose_name_is_not_utf8_is_checked(tmp_path, specdeck_hom
     result = specdeck("check", str(MODELS / "Llama-2-7b-hf"), str(folder), home=specdeck_home)
     assert "Traceback" not in result.stderr, result.stderr
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("token_id", "shown"), [(10**30, "1000000000000000000000000000000"),
+                                                 (1.5, "1.5"), (-3, "-3"), ("7", "'7'")])
+def test_a_damaged_tokenizer_id_is_one_line(tmp_path, specdeck_home, token_id, shown):
+    from conftest import MODELS
+
+    tokenizer = json.loads((MODELS / "TinyLlama-1.1B-Chat-v1.0" / "tokenizer.json").read_text())
+    tokenizer["model"]["vocab"]["broken"] = token_id
+    folder = tmp_path / "damaged"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    result = specdeck("check", str(MODELS / "Llama-2-7b-hf"), str(folder), home=specdeck_home)
+    assert result.returncode == 2, result.stderr
+    assert f"token 'broken' has the id {shown}; ids are whole numbers" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from specdeck.core.compat.vocab import (
+    MAX_TOKEN_ID,
     FORMAT_ADDED_ONLY,
     FORMAT_SENTENCEPIECE,
     FORMAT_SLOW_BPE,
@@ -134,16 +135,14 @@ def _read_tokenizer_json(path: Path) -> VocabBuilder:
     draft.byte_level = kind is VocabType.BPE and _mentions_type(top, "ByteLevel")
     vocab = model.get("vocab")
     if isinstance(vocab, Mapping):
-        texts: list[str | None] = [None] * (max(vocab.values(), default=-1) + 1)
-        for text, token_id in vocab.items():
-            texts[token_id] = text
-        draft.texts = texts
+        draft.texts = _texts_by_id(vocab.items(), path)
     elif isinstance(vocab, list):  # Unigram: [[piece, score], ...], the id is the position
         draft.texts = [entry[0] if isinstance(entry, list) and entry else None for entry in vocab]
     else:
         raise InvalidInputError(f"{path}: the model has no vocabulary (\"vocab\" is missing).")
     for added in top.get("added_tokens") or ():
-        if isinstance(added, Mapping) and isinstance(added.get("id"), int):
+        if isinstance(added, Mapping) and isinstance(added.get("id"), int) \
+                and not isinstance(added.get("id"), bool):
             draft.put(added["id"], str(added.get("content", "")), bool(added.get("special")))
     return draft
 
@@ -406,9 +405,7 @@ def _read_tiktoken(path: Path) -> VocabBuilder:
     if ranks == list(range(len(ranks))):  # the usual layout: line n holds rank n
         texts: list[str | None] = list(tokens)
     else:
-        texts = [None] * (max(ranks, default=-1) + 1)
-        for rank, text in zip(ranks, tokens):
-            texts[rank] = text
+        texts = _texts_by_id(zip(tokens, ranks), path)
     draft = VocabBuilder(texts, VocabType.BPE, FORMAT_TIKTOKEN, [_relative(path)], byte_level=True)
     draft.notes.append(
         "tiktoken ranks file: its special tokens are not in the file; they come from "
@@ -430,12 +427,27 @@ def _read_slow_bpe(path: Path) -> VocabBuilder:
         raise InvalidInputError(
             f"{path} is not valid JSON: {exc}.", "Re-download the tokenizer files."
         ) from exc
-    if not isinstance(vocab, dict) or not all(isinstance(v, int) for v in vocab.values()):
+    if not isinstance(vocab, dict):
         raise InvalidInputError(f"{path} should map token texts to integer ids.")
-    texts: list[str | None] = [None] * (max(vocab.values(), default=-1) + 1)
-    for text, token_id in vocab.items():
-        texts[token_id] = text
+    texts = _texts_by_id(vocab.items(), path)
     return VocabBuilder(texts, VocabType.BPE, FORMAT_SLOW_BPE, [path.name], byte_level=True)
+
+
+def _texts_by_id(pairs, path: Path) -> list[str | None]:
+    """Token texts indexed by id, from (text, id) pairs; ids must be whole numbers below
+    MAX_TOKEN_ID (a damaged file's 10**30 must not size a list)."""
+    pairs = list(pairs)
+    for text, token_id in pairs:
+        if isinstance(token_id, bool) or not isinstance(token_id, int) \
+                or not 0 <= token_id < MAX_TOKEN_ID:
+            shown = repr(token_id) if len(repr(token_id)) < 40 else repr(token_id)[:37] + "..."
+            raise InvalidInputError(
+                f"{path}: token {str(text)[:40]!r} has the id {shown}; ids are whole numbers "
+                f"from 0 to {MAX_TOKEN_ID - 1:,}, so this file is damaged.", "Re-download it.")
+    texts: list[str | None] = [None] * (max((i for _, i in pairs), default=-1) + 1)
+    for text, token_id in pairs:
+        texts[token_id] = text
+    return texts
 
 
 def _relative(path: Path) -> str:

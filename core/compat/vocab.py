@@ -11,6 +11,12 @@ import enum
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
+from specdeck.core.errors import InvalidInputError
+
+MAX_TOKEN_ID = 1 << 24
+"""Ids at or past this are refused (the largest real vocabularies hold ~260k tokens): a
+damaged file's 10**30 must not become a list of that many entries."""
+
 
 class VocabType(str, enum.Enum):
     """Tokenizer kinds, named as llama.cpp names them (``llama_vocab_type``)."""
@@ -103,6 +109,10 @@ class VocabBuilder:
     def put(self, token_id: int, text: str, special: bool) -> None:
         if token_id < 0:
             return
+        if token_id >= MAX_TOKEN_ID:
+            raise InvalidInputError(
+                f"A token id of {token_id:,} is past {MAX_TOKEN_ID:,}, far beyond any real "
+                "vocabulary: these tokenizer files are damaged.", "Re-download them.")
         if token_id >= len(self.texts):
             self.texts.extend([None] * (token_id + 1 - len(self.texts)))
         self.texts[token_id] = text

@@ -909,11 +909,7 @@ def _render_chat_template(model_dir: Path, text: str) -> str:
         raise EngineUnavailableError(
             "Applying a chat template needs transformers.", "pip install transformers"
         ) from exc
+    from specdeck.core.engines.chat import render_chat
+
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    if not getattr(tokenizer, "chat_template", None):
-        raise InvalidInputError(
-            f"{model_dir.name} has no chat template.", "Run without the chat template."
-        )
-    return tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
-    )
+    return render_chat(tokenizer, text, tokenize=False, model_name=model_dir.name)

@@ -215,14 +215,9 @@ class TorchEngine:
         tokenizer = self._require_target().tokenizer
         if not apply_chat_template:
             return list(tokenizer(text).input_ids)
-        if not getattr(tokenizer, "chat_template", None):
-            raise InvalidInputError(
-                f"{self._target.path.name} has no chat template.",
-                "Run without the chat template (a plain completion prompt).",
-            )
-        encoded = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-        )
+        from specdeck.core.engines.chat import render_chat
+
+        encoded = render_chat(tokenizer, text, tokenize=True, model_name=self._target.path.name)
         ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
         return [int(i) for i in ids]
 
