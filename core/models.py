@@ -379,6 +379,10 @@ def _parameters_from_tensors(tensors: list[TensorInfo]) -> int:
 def read_model(folder: str | Path) -> ModelInfo:
     """Describe the model in ``folder``. Raises NotFoundError / InvalidInputError."""
     path = Path(folder).expanduser()
+    if path.is_file():
+        raise InvalidInputError(
+            f"{path} is a file; SpecDeck reads a model from its folder.",
+            f"Pick the folder that holds config.json{' (this file is in ' + str(path.parent) + ')' if path.name == 'config.json' else ''}.")
     if not path.is_dir():
         raise NotFoundError(
             f"Model folder {path} does not exist.", "Pick the folder that holds config.json."

@@ -157,3 +157,26 @@ def test_a_damaged_tokenizer_id_is_one_line(tmp_path, specdeck_home, token_id, s
     assert result.returncode == 2, result.stderr
     assert f"token 'broken' has the id {shown}; ids are whole numbers" in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_small_surprises_are_worded_for_what_happened(tmp_path, specdeck_home):
+    some_file = tmp_path / "some-file.yml"
+    some_file.write_text("x: 1\n")
+    result = specdeck("vram", "--model", str(some_file), "--gpus", "24", home=specdeck_home)
+    assert result.returncode == 2 and "is a file; SpecDeck reads a model from its folder" in result.stderr
+    result = specdeck("install", "org/repo", "--name", "../../escape", "--dest", str(tmp_path),
+                      home=specdeck_home)
+    assert result.returncode == 2 and "without '/'" in result.stderr  # decided before any network
+    twice = tmp_path / "twice.yml"
+    twice.write_text("draft_model:\n  draft_model_name: a\ndraft_model:\n  draft_cache_mode: Q4\n")
+    result = specdeck("config", "show", "--config", str(twice), home=specdeck_home)
+    assert result.returncode == 2 and "the section appears twice" in result.stderr
+    assert '"{}"' not in result.stderr
+
+
+def test_a_plan_with_a_missing_draft_folder_fails_before_anything_runs(tmp_path, specdeck_home):
+    result = specdeck("bench", "--demo", "--demo-alone", "--draft", str(tmp_path / "nowhere"),
+                      home=specdeck_home)
+    assert result.returncode == 2
+    assert "the draft model folder" in result.stderr and "does not exist" in result.stderr
+    assert "Importing transformers" not in result.stderr and "[1/" not in result.stderr

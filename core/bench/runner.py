@@ -252,6 +252,7 @@ def run_plan(
         if serves_arms:  # a server engine: every arm is a server, checked before any run
             loaded = engine.prepare_plan(plan, _stage_sink(emit), cancel)
         else:
+            _check_draft_folders(plan)  # before the target loads and arm A runs
             loaded = _load(plan, engine, emit, cancel)
         emit(Stage("Tokenizing prompts", None))
         prompt_ids = {
@@ -302,6 +303,19 @@ def run_plan(
     finally:
         if owned:
             engine.unload()
+
+
+def _check_draft_folders(plan: BenchPlan) -> None:
+    from pathlib import Path
+
+    from specdeck.core.engines.demo import is_demo_alias
+
+    for arm in plan.arms:
+        path = arm.drafter.model_path
+        if arm.drafter.kind is DrafterKind.MODEL and path is not None \
+                and not is_demo_alias(path) and not Path(path).expanduser().is_dir():
+            raise NotFoundError(f"Arm {arm.name}: the draft model folder {path} does not exist.",
+                                "Fix the plan's draft folder; nothing was run.")
 
 
 def _stage_sink(emit: EventSink) -> Callable[[LoadProgress], None]:

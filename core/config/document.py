@@ -67,6 +67,9 @@ def _yaml_safe():
 def _yaml_error(exc: Exception, where: str) -> ConfigError:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    # ruamel shows a repeated section's values as "{}": name the repetition instead.
+    problem = problem.replace(' with value "{}" (original value: "{}")',
+                              " (the section appears twice: merge them into one)")
     if mark is not None:
         location = f"line {mark.line + 1}, column {mark.column + 1}"
         return ConfigError(

@@ -301,6 +301,10 @@ def plan_install(
     only; nothing is written). ``dest`` defaults to config.yml's draft_model_dir."""
     spec = parse_repo_spec(repo, revision)
     destination = resolve_destination(dest)
+    if name is not None and (problem := folder_name_problem(name)):
+        # Before any network call: a bad name is the user's to fix, whatever the Hub says.
+        raise InvalidInputError(f"'{name}' cannot be a model folder name: {problem}.",
+                                "Pick a plain folder name (letters, digits, '-', '_', '.').")
     client = client or HubClient(endpoint, token)
     try:
         info = client.model_info(spec.repo_id, revision=spec.revision)

@@ -57,8 +57,9 @@ def folder_name_problem(name: str) -> str | None:
     """Why ``name`` cannot be an install folder name (one plain, visible component)."""
     if not name or not name.strip():
         return "the name is empty"
+    if "/" in name or "\\" in name:  # before the dot rule: "../x" is about leaving --dest
+        return ("the name must be a single folder, without '/' or '\\' (it would put the "
+                "model outside the destination)")
     if name.startswith("."):
         return "names starting with '.' are hidden, and SpecDeck uses them for unfinished installs"
-    if "/" in name or "\\" in name:
-        return "the name must be a single folder, without '/' or '\\'"
     return path_problem(name)
