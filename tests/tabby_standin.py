@@ -24,6 +24,17 @@ What it mirrors, with the file each rule comes from:
   rounded to 2 decimals, endpoints/OAI/utils/common_.py get_usage_stats); then
   ``data: [DONE]``. There is no ``seed`` request field (pydantic drops it).
 - No draft acceptance anywhere over HTTP (the backends only log draft_accept/draft_reject).
+- admin routes (common/auth.py, endpoints/core/router.py): /v1/model/load and
+  /v1/model/unload read ``x-admin-key``, then ``Authorization: Bearer``; the API key is not
+  enough (401 {"detail": "Please provide an admin key"} / "Invalid admin key").
+- POST /v1/model/unload (endpoints/core/router.py): 200 with body null; 503 without a model.
+- POST /v1/model/load (endpoints/core/utils/model.py stream_model_load, types/model.py
+  ModelLoadRequest / DraftModelLoadRequest): 400 {"detail": "Could not find the model path
+  for load. Check model name or config.yml?"} for an unknown model; otherwise an SSE stream
+  of ModelLoadResponse {"model_type", "module", "modules", "status"}: a "processing" event
+  per module (module != 0) and a "finished" event after the last, the draft before the
+  model, and the stream then just closes (no [DONE]); a load while a model is loaded
+  replaces it. main's ExLlamaV3 model card never reports the draft.
 
 What stays unverified: the real server's token timing (the stand-in streams a fixed text at
 a fixed pace) and TabbyAPI's own tokenizer and sampler.
@@ -43,28 +54,34 @@ TEXT = ("def add(a: int, b: int) -> int:\n    return a + b\n\n"
 
 class TabbyHandler(http.server.BaseHTTPRequestHandler):
     api_key = "tabby-api-key"
+    admin_key = "tabby-admin-key"
     model_name = "Qwen2.5-32B-Instruct-exl2-4.0bpw"
     draft_name: str | None = None
     branch = "main"  # or "exl2-checkpoint"
     step_s = 0.004
     usage_seen: list = []
+    models = ("Qwen2.5-32B-Instruct-exl2-4.0bpw", "Qwen2.5-0.5B-exl2-4.0bpw",
+              "Qwen2.5-1.5B-exl2-4.0bpw")
+    admin_calls: list = []
 
     def log_message(self, *args):
         pass
 
     # common/auth.py -------------------------------------------------------------------------
-    def _authorized(self) -> bool:
-        key = self.headers.get("x-api-key")
+    def _authorized(self, admin: bool = False) -> bool:
+        key = self.headers.get("x-admin-key" if admin else "x-api-key")
         if key is None:
             auth = self.headers.get("Authorization")
             if auth is not None:
                 parts = auth.split(" ")
                 key = parts[1] if len(parts) == 2 and parts[0].lower() == "bearer" else ""
+        what = "admin key" if admin else "API key"
         if key is None:
-            self._json(401, {"detail": "Please provide an API key"})
+            self._json(401, {"detail": f"Please provide an {what}"})
             return False
-        if key != self.api_key:
-            self._json(401, {"detail": "Invalid API key"})
+        # The admin key passes as an API key too; the API key never as an admin key.
+        if key != self.admin_key and (admin or key != self.api_key):
+            self._json(401, {"detail": f"Invalid {what}"})
             return False
         return True
 
@@ -106,10 +123,16 @@ class TabbyHandler(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        if self.path in ("/v1/model/load", "/v1/model/unload"):
+            if not self._authorized(admin=True):
+                return None
+            return self._unload() if self.path.endswith("unload") else self._load(body)
         if not self._authorized():
-            return
+            return None
         if self.path != "/v1/chat/completions":
             return self._json(404, {"detail": "Not Found"})
+        if not self.model_name:
+            return self._json(503, {"detail": "No models are currently loaded."})
         max_tokens = body.get("max_tokens") or 16
         pieces = [(" " if i else "") + TEXT[i % len(TEXT)] for i in range(max_tokens)]
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -142,6 +165,39 @@ class TabbyHandler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(b"data: [DONE]\r\n\r\n")
         self.wfile.flush()
 
+    def _unload(self):
+        cls = type(self)
+        if not cls.model_name:
+            return self._json(503, {"detail": "No models are currently loaded."})
+        cls.admin_calls.append(("unload", cls.model_name, cls.draft_name))
+        cls.model_name, cls.draft_name = "", None
+        return self._json(200, None)
+
+    def _load(self, body: dict):
+        cls = type(self)
+        name = body.get("model_name")
+        draft = (body.get("draft_model") or {}).get("draft_model_name")
+        if not name:
+            return self._json(400, {"detail": "A model name was not provided for load."})
+        if name not in self.models or (draft and draft not in self.models):
+            return self._json(400, {"detail": "Could not find the model path for load. Check "
+                                              "model name or config.yml?"})
+        cls.admin_calls.append(("load", name, draft))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.end_headers()
+        for kind, modules in ((("draft", 3),) if draft else ()) + (("model", 5),):
+            for module in range(1, modules + 1):
+                event = {"model_type": kind, "module": module, "modules": modules,
+                         "status": "processing"}
+                self._event(event)
+                if module == modules:
+                    self._event({**event, "status": "finished"})
+        cls.model_name, cls.draft_name = name, draft
+        self.wfile.flush()
+        self.close_connection = True
+        return None
+
     def _chunk(self, cid: str, delta: dict, reason) -> dict:
         choice = {"index": 0, "delta": delta, "finish_reason": reason}
         if self.branch == "exl2-checkpoint":
@@ -155,7 +211,7 @@ class TabbyHandler(http.server.BaseHTTPRequestHandler):
 
 
 def start_tabby(**attrs) -> tuple[http.server.ThreadingHTTPServer, str]:
-    handler = type("Tabby", (TabbyHandler,), {**attrs, "usage_seen": []})
+    handler = type("Tabby", (TabbyHandler,), {"usage_seen": [], "admin_calls": [], **attrs})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_port}"

@@ -106,6 +106,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--on-error", choices=("stop", "skip"), default="stop",
                    help="when a run fails (a server that is down, say): stop the plan "
                    "(default), or skip the run (reported, left out of the statistics) and go on")
+    servers.add_argument("--tabby", metavar="URL",
+                         help="one TabbyAPI whose arms are reloads through its admin API: A "
+                         "holds the model without a draft, each --tabby-draft a draft; what "
+                         "was loaded is restored at the end (admin key in "
+                         "SPECDECK_TABBY_ADMIN_KEY or --admin-key-env)")
+    servers.add_argument("--tabby-draft", action="append", default=[], metavar="[NAME=]DRAFT",
+                         help="a draft model (its folder in TabbyAPI's draft_model_dir) for one arm")
+    servers.add_argument("--tabby-model", default="", metavar="NAME",
+                         help="the model every TabbyAPI arm loads (default: the one loaded now)")
+    servers.add_argument("--admin-key-env", metavar="VAR",
+                         help="environment variable holding TabbyAPI's admin key")
     servers.add_argument("--one-at-a-time", action="store_true",
                          help="run one launched llama-server at a time (they share a GPU); "
                          "default: each arm's server stays up for the whole plan")
@@ -187,7 +198,7 @@ def build_plan(args: argparse.Namespace):
         from specdeck.core.bench.report import load_plan
 
         return load_plan(args.plan)
-    if args.server or args.launch:
+    if args.server or args.launch or args.tabby:
         return _server_plan(args)
     model = _demo_pair(args)[0] if args.demo else args.model
     if not model:
@@ -223,12 +234,20 @@ def _server_plan(args: argparse.Namespace):
     from specdeck.core.servers.kinds import parse_kind
     from specdeck.core.servers.llama_server import LaunchProfile, drafter_from_flags
 
-    if args.server and args.launch:
-        raise InvalidInputError("Give --server URLs or --launch profiles, not both.",
-                                "Start the other servers yourself and pass their URLs.")
+    if sum(map(bool, (args.server, args.launch, args.tabby))) > 1:
+        raise InvalidInputError("Give --server URLs, --launch profiles or one --tabby, not two "
+                                "of them.", "Start the other servers yourself and pass their URLs.")
     kind = parse_kind(args.server_kind) if args.server_kind else None
     arms = []
-    if args.server:
+    if args.tabby:
+        from specdeck.core.servers.arms import tabby_arms
+
+        if not args.tabby_draft:
+            raise InvalidInputError("--tabby needs at least one --tabby-draft to compare with.")
+        arms = list(tabby_arms(args.tabby, args.tabby_draft, args.tabby_model,
+                               args.api_key_env, args.admin_key_env))
+        model_label = args.tabby_model or "tabbyapi"
+    elif args.server:
         arms = list(arms_from_urls(args.server, kind, args.api_key_env))
         model_label = "server"
     else:
@@ -265,7 +284,7 @@ def _engine_for(args, plan):
 def _bench(args: argparse.Namespace) -> int:
     if args.tune and args.sweep_k:
         raise InvalidInputError("--tune and --sweep-k are two ways to pick k; give one.")
-    serving = bool(args.server or args.launch)
+    serving = bool(args.server or args.launch or args.tabby)
     if args.apply and not serving and not (args.plan and args.config is None):
         if args.config is None:
             raise InvalidInputError("--apply needs the TabbyAPI config.yml to change.",
@@ -307,6 +326,8 @@ def _ab(args, plan, progress, cancel) -> int:
     finally:
         if engine is not None:
             engine.unload()
+            for problem in getattr(engine, "restore_problems", ()):
+                progress.line(f"warning: {problem}")
     summary = summarize(run)
     written = {}
     if args.report is not None:

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.servers.kinds import ServerKind, parse_kind
 from specdeck.core.servers.llama_server import LaunchProfile
+from specdeck.core.servers.tabby_reload import TabbyLoad
 from specdeck.core.urls import redact_url
 
 DEFAULT_KEY_ENV = "SPECDECK_SERVER_API_KEY"
@@ -33,17 +34,25 @@ class ServerArm:
     model: str | None = None
     """The model name to request (llama-swap and routers switch by it); None = the loaded one."""
     api_key_env: str | None = None
+    tabby: TabbyLoad | None = None
+    """For a TabbyAPI at ``url``: the model and draft to reload it with for this arm."""
 
     def __post_init__(self) -> None:
         if (self.url is None) == (self.launch is None):
             raise InvalidInputError("A server arm needs either a URL or a llama-server launch "
                                     "profile (not both).")
+        if self.tabby is not None and self.url is None:
+            raise InvalidInputError("A TabbyAPI reload arm needs the TabbyAPI's URL.")
 
     @property
     def where(self) -> str:
         if self.launch is not None:
             return f"llama-server {' '.join(self.launch.args) or '(no drafting flags)'}"
         shown = redact_url(self.url or "")
+        if self.tabby is not None:
+            draft = (f"draft {self.tabby.draft_model_name}" if self.tabby.draft_model_name
+                     else "no draft")
+            return f"{shown} reloaded: {self.tabby.model_name or 'its model'}, {draft}"
         return f"{shown}#{self.model}" if self.model else shown
 
     def api_key(self) -> str | None:
@@ -68,18 +77,21 @@ class ServerArm:
             "kind": None if self.kind is None else self.kind.value,
             "model": self.model,
             "api_key_env": self.api_key_env,
+            "tabby": None if self.tabby is None else self.tabby.to_json(),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ServerArm:
         launch = data.get("launch")
         kind = data.get("kind")
+        tabby = data.get("tabby")
         return cls(
             url=data.get("url"),
             launch=None if launch is None else LaunchProfile.from_json(launch),
             kind=None if kind is None else parse_kind(str(kind)),
             model=data.get("model"),
             api_key_env=data.get("api_key_env"),
+            tabby=None if tabby is None else TabbyLoad.from_json(tabby),
         )
 
 
@@ -119,4 +131,29 @@ def arms_from_urls(texts, kind: ServerKind | None = None, api_key_env: str | Non
     if len({a.name for a in arms}) != len(arms):
         raise InvalidInputError("Two server arms have the same name.",
                                 "Name them: A=http://... B=http://...")
+    return tuple(arms)
+
+
+def tabby_arms(url: str, drafts, model_name: str = "", api_key_env: str | None = None,
+               admin_key_env: str | None = None):
+    """Arms that reload one TabbyAPI: A holds ``model_name`` (default: the model it holds
+    when the plan starts) without a draft, then one arm per "[NAME=]DRAFT" in ``drafts``."""
+    from specdeck.core.bench.plan import Arm, _arm_name
+    from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec
+
+    def arm(name: str, draft: str | None):
+        load = TabbyLoad(model_name, draft, admin_key_env=admin_key_env)
+        drafter = NO_DRAFT if draft is None else DrafterSpec(DrafterKind.SERVER, adaptive=False)
+        return Arm(name, drafter, ServerArm(url=url, kind=ServerKind.TABBYAPI,
+                                            api_key_env=api_key_env, tabby=load))
+
+    arms = [arm("A", None)]
+    for text in drafts:
+        name, draft = _split_name(text.strip(), _arm_name(len(arms)))
+        if not draft:
+            raise InvalidInputError(f"--tabby-draft {text!r} names no draft model.",
+                                    "Give the draft's folder name in TabbyAPI's draft_model_dir.")
+        arms.append(arm(name, draft))
+    if len({a.name for a in arms}) != len(arms):
+        raise InvalidInputError("Two TabbyAPI arms have the same name.")
     return tuple(arms)

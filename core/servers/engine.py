@@ -10,6 +10,7 @@ on the text (see core.engines.lossless.compare_text).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -39,7 +40,17 @@ from specdeck.core.servers.kinds import TRAITS, ServerKind
 from specdeck.core.servers.llama_server import ManagedServer
 from specdeck.core.servers.probe import ServerInfo, probe
 from specdeck.core.servers.readings import ServerReport, StreamReading
-from specdeck.core.servers.transport import Base, ServerError, request_text, stream_sse
+from specdeck.core.servers.transport import (
+    Base,
+    ServerError,
+    request_json,
+    request_text,
+    stream_sse,
+)
+from specdeck.core.urls import redact_url
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -77,6 +88,10 @@ class ServerEngine:
         self._kind: ServerKind = ServerKind.OPENAI
         self._model: str | None = None
         self._key: str | None = None
+        self._tabby_original: dict[str, Any] = {}
+        """TabbyAPI URL -> what it held before the plan (restored by unload)."""
+        self._tabby_now: dict[str, Any] = {}
+        self.restore_problems: list[str] = []
 
     # Engine protocol ---------------------------------------------------------------------
     @property
@@ -99,6 +114,34 @@ class ServerEngine:
             server.stop()
         self._managed.clear()
         self._loaded = None
+        self._restore_tabby()
+
+    def _restore_tabby(self) -> None:
+        """Give each reloaded TabbyAPI back what it held before the plan."""
+        from specdeck.core.servers.tabby_reload import TabbyLoad, TabbyState, switch
+
+        problems = []
+        for url, (original, key_env) in list(self._tabby_original.items()):
+            now = self._tabby_now.get(url, original)
+            base = Base.parse(url)
+            now = TabbyState(now.model_name, now.draft_model_name)  # the original is kept as is
+            try:
+                if original.model_name is None and now.model_name is not None:
+                    request_json(base, "POST", "/v1/model/unload",
+                                 api_key=TabbyLoad("", admin_key_env=key_env).admin_key())
+                elif original.model_name is not None:
+                    switch(base, TabbyLoad(original.model_name, original.draft_model_name,
+                                           admin_key_env=key_env), now)
+            except SpecDeckError as exc:
+                problems.append(f"{base.shown}: {exc}")
+        self._tabby_original.clear()
+        self._tabby_now.clear()
+        if problems:  # reported, not raised: the plan's results must not be lost to it
+            self.restore_problems.extend(
+                f"Could not restore what TabbyAPI held before the plan ({p}); load your model "
+                "again in TabbyAPI." for p in problems)
+            for problem in self.restore_problems:
+                log.warning(problem)
 
     # Plans -------------------------------------------------------------------------------
     def prepare_plan(self, plan, progress: ProgressCallback | None = None,
@@ -128,6 +171,9 @@ class ServerEngine:
             except ServerError as exc:
                 raise ServerError(f"Arm {arm.name}: {exc.what}", exc.fix) from None
             self._infos[arm.name] = info
+            if server.tabby is not None:
+                self._remember_tabby(arm, server)
+                continue
             if arm is plan.arms[0] and info.speculative:
                 raise InvalidInputError(
                     f"Arm {arm.name} is the reference, but {info.url} drafts "
@@ -139,6 +185,21 @@ class ServerEngine:
                                    notes=tuple(self._notes(plan)))
         return self._loaded
 
+    def _remember_tabby(self, arm, server: ServerArm) -> None:
+        from specdeck.core.servers.tabby_reload import loaded_state
+
+        if server.url not in self._tabby_original:
+            state = loaded_state(Base.parse(server.url), server.api_key())
+            self._tabby_original[server.url] = (state, server.tabby.admin_key_env)
+        if not server.tabby.model_name and self._tabby_original[server.url][0].model_name is None:
+            raise InvalidInputError(f"Arm {arm.name}: TabbyAPI at {redact_url(server.url)} has "
+                                    "no model loaded, so SpecDeck does not know which to load.",
+                                    "Name it with --tabby-model.")
+        if server.tabby.admin_key() is None:
+            raise InvalidInputError(
+                f"Arm {arm.name} reloads TabbyAPI, which needs its admin key.",
+                "Put it in SPECDECK_TABBY_ADMIN_KEY (or the variable --admin-key-env names).")
+
     def _notes(self, plan) -> list[str]:
         notes = []
         for arm in plan.arms:
@@ -147,6 +208,12 @@ class ServerEngine:
             traits = TRAITS[kind]
             where = info.url if info else arm.server.where
             notes.append(f"{arm.name}: {traits.title} at {where}; acceptance: {traits.acceptance}")
+            if arm.server is not None and arm.server.tabby is not None \
+                    and arm is plan.arms[0]:
+                notes.append("TabbyAPI arms reload the model through the admin API; at the end "
+                             "SpecDeck restores the model (and the draft where TabbyAPI reports "
+                             "it: its main branch does not, so reload your draft there if you "
+                             "had one)")
             if not traits.cache_off:
                 notes.append(f"{arm.name}: this server keeps a prompt cache a client cannot "
                              "turn off; arms alternate which runs a prompt first, so the cache "
@@ -172,16 +239,40 @@ class ServerEngine:
             self._infos[arm.name] = probe(url, None, ServerKind.LLAMA_SERVER)
         else:
             url = server.url
+        if server.tabby is not None:
+            self._switch_tabby(server, say, cancel)
         info = self._infos[arm.name]
         self._arm = arm
         self._base = Base.parse(url)
         self._kind = info.kind
-        self._model = server.model or info.model
+        # TabbyAPI treats a request's "model" as an inline model switch (an admin action):
+        # name a model there only when the user asked to.
+        self._model = server.model if info.kind is ServerKind.TABBYAPI else \
+            (server.model or info.model)
         self._key = server.api_key()
         self._info = info
         self._loaded = replace(self._loaded, drafter=arm.drafter,
                                model_path=Path(info.model or url)) if self._loaded else None
         return self._loaded
+
+    def _switch_tabby(self, server: ServerArm, say, cancel) -> None:
+        from specdeck.core.servers.tabby_reload import switch
+
+        original = self._tabby_original[server.url][0]
+        want = server.tabby
+        if not want.model_name:
+            want = replace(want, model_name=original.model_name)
+        now = self._tabby_now.get(server.url)
+        if now is None:
+            # TabbyAPI main's model card never shows a loaded draft: "no draft" there may be
+            # false, so the first arm always reloads rather than trust it.
+            from specdeck.core.servers.tabby_reload import TabbyState
+
+            now = TabbyState(original.model_name, "(unknown)")
+            self._tabby_now[server.url] = now
+        switch(
+            Base.parse(server.url), want, now, cancel=cancel,
+            progress=lambda text, fraction=None: say(LoadProgress(text, fraction)))
 
     def _log_path(self, arm_name: str) -> Path:
         folder = self._log_dir or appdirs.cache_dir() / "llama-server-logs"

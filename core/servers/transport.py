@@ -201,13 +201,15 @@ def _says_finished(data: Any) -> bool:
 
 def stream_sse(base: Base, route: str, payload: Any, api_key: str | None = None,
                cancel: threading.Event | None = None,
-               read_timeout: float = READ_TIMEOUT_S) -> Iterator[StreamEvent]:
+               read_timeout: float = READ_TIMEOUT_S,
+               until_closed: bool = False) -> Iterator[StreamEvent]:
     """POST ``payload`` and yield each server-sent ``data:`` event as it arrives.
 
     Ends at ``data: [DONE]``, or when the server closes the stream after it said it finished
     (a finish_reason, Ollama's done). Raises ServerError when the stream ends before that (a
     server that died mid-answer must not pass for a short answer), when no chunk arrives
-    within ``read_timeout`` or the connection breaks; CancelledError when
+    within ``read_timeout`` or the connection breaks (``until_closed``: a stream that simply
+    ends when the server closes it, as TabbyAPI's load progress does); CancelledError when
     ``cancel`` is set (the connection is closed, which stops the server's generation too).
     A server that answers plain JSON instead of a stream yields that one object.
     """
@@ -241,7 +243,7 @@ def stream_sse(base: Base, route: str, payload: Any, api_key: str | None = None,
                                   "The server may have crashed or restarted.") from None
             at = time.perf_counter()
             if not line:
-                if finished:
+                if finished or until_closed:
                     return
                 raise ServerError(f"{where} ended the stream before the answer was complete.",
                                   "The server may have crashed or restarted; see its log.")

@@ -92,3 +92,62 @@ def test_an_ab_of_two_tabbyapis_reads_usage_and_reports_no_acceptance(tabby, bra
     assert summary.comparisons[0].lossless.verdict == "lossless: 2 of 2 runs identical"
     assert any(note.startswith("B: TabbyAPI at") for note in run.loaded.notes)
     assert any(note.startswith("B: ") and "cannot turn off" in note for note in run.loaded.notes)
+
+
+# -- arms that reload one TabbyAPI through its admin API ---------------------------------------
+def _cli(*args, env):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "specdeck", *args], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, **env))
+
+
+KEYS = {"SPECDECK_SERVER_API_KEY": "tabby-api-key", "SPECDECK_TABBY_ADMIN_KEY": "tabby-admin-key"}
+SMALL = ("--suite", "code", "--max-prompts", "1", "--repeats", "1", "--warmup", "0",
+         "--max-new", "16", "--no-history")
+
+
+@pytest.mark.parametrize("branch", ["main", "exl2-checkpoint"])
+def test_one_tabbyapi_is_reloaded_per_arm_and_restored(tabby, branch, specdeck_home):
+    import json
+
+    url, handler = tabby(branch=branch, draft_name="Qwen2.5-1.5B-exl2-4.0bpw")
+    result = _cli("bench", "--tabby", url, "--tabby-draft", "B=Qwen2.5-0.5B-exl2-4.0bpw", *SMALL,
+                  "--json", "-", env={**KEYS, "SPECDECK_HOME": str(specdeck_home)})
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert [a["name"] for a in data["summary"]["arms"]] == ["A", "B"]
+    assert "reloaded" in data["summary"]["arms"][1]["label"]
+    loads = [c for c in handler.admin_calls if c[0] == "load"]
+    model = "Qwen2.5-32B-Instruct-exl2-4.0bpw"
+    # A (no draft), B (its draft), then what was there before. Main's model card does not
+    # show the draft, so there SpecDeck can only restore the model itself (documented).
+    assert loads[0] == ("load", model, None)
+    assert loads[1] == ("load", model, "Qwen2.5-0.5B-exl2-4.0bpw")
+    restored = "Qwen2.5-1.5B-exl2-4.0bpw" if branch == "exl2-checkpoint" else None
+    assert loads[-1] == ("load", model, restored)
+    assert (handler.model_name, handler.draft_name) == (model, restored)
+    assert data["summary"]["comparisons"][0]["lossless"]["verdict"].startswith("lossless")
+    assert "tabby-admin-key" not in result.stdout + result.stderr
+
+
+def test_without_the_admin_key_nothing_is_reloaded(tabby, specdeck_home):
+    url, handler = tabby()
+    result = _cli("bench", "--tabby", url, "--tabby-draft", "Qwen2.5-0.5B-exl2-4.0bpw", *SMALL,
+                  env={"SPECDECK_SERVER_API_KEY": "tabby-api-key",
+                       "SPECDECK_HOME": str(specdeck_home)})
+    assert result.returncode == 2
+    assert "needs its admin key" in result.stderr and "SPECDECK_TABBY_ADMIN_KEY" in result.stderr
+    assert handler.admin_calls == []
+
+
+def test_a_failed_load_stops_the_plan_and_restores_the_model(tabby, specdeck_home):
+    url, handler = tabby(branch="exl2-checkpoint")
+    result = _cli("bench", "--tabby", url, "--tabby-draft", "B=Qwen2.5-0.5B-exl2-4.0bpw",
+                  "--tabby-draft", "C=No-Such-Draft", *SMALL,
+                  env={**KEYS, "SPECDECK_HOME": str(specdeck_home)})
+    assert result.returncode == 2
+    assert "Could not find the model path for load" in result.stderr
+    assert (handler.model_name, handler.draft_name) == ("Qwen2.5-32B-Instruct-exl2-4.0bpw", None)
