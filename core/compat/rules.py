@@ -180,10 +180,7 @@ def output_head_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> Ru
     title = "Output head vs. target embedding"
     values = {"target": f"{n(th)} rows", "draft": f"{n(dh)} rows"}
     if th is None or dh is None:
-        which = "target" if th is None else "draft"
-        return RuleResult("output_head", title, Status.UNKNOWN,
-                          f"The {which} folder has no config.json, so its head size is unknown.",
-                          origin=EXLLAMAV2, **values)
+        return _head_from_tokenizers(t, d, th, dh, title, values)
     if dh <= th:
         return RuleResult("output_head", title, Status.PASS,
                           f"The draft's head has {n(dh)} rows, the target's embedding {n(th)}: "
@@ -204,6 +201,47 @@ def output_head_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> Ru
                       origin=EXLLAMAV2, **values)
 
 
+def _head_from_tokenizers(t: LoadedModel, d: LoadedModel, th: int | None, dh: int | None,
+                          title: str, values: dict) -> RuleResult:
+    """A side without config.json: decide from what is known. A model's embedding covers at
+    least its own tokenizer's ids, and a draft emits at least its tokenizer's ids."""
+    t_ids, d_ids = t.vocab.size, d.vocab.size
+    target_floor = th if th is not None else t_ids
+    missing = "target" if th is None else "draft"
+    if dh is None:
+        values = {**values, "draft": f"unknown rows (tokenizer: {n(d_ids)} ids)"}
+    if th is None:
+        values = {**values, "target": f"unknown rows (tokenizer: {n(t_ids)} ids)"}
+    if target_floor is None or (dh is None and d_ids is None):
+        return RuleResult("output_head", title, Status.UNKNOWN,
+                          f"The {missing} folder has no config.json and its tokenizer is "
+                          "incomplete, so the sizes cannot be compared.",
+                          origin=EXLLAMAV2, **values)
+    if dh is not None and dh <= target_floor:
+        return RuleResult("output_head", title, Status.PASS,
+                          f"The draft's head has {n(dh)} rows and the target's embedding at least "
+                          f"{n(target_floor)} (its tokenizer's size): every id the draft can emit "
+                          "exists in the target, whatever the target's padding.",
+                          origin=EXLLAMAV2, **values)
+    if dh is None and d_ids <= target_floor:
+        return RuleResult("output_head", title, Status.WARN,
+                          f"The draft folder has no config.json, so its head size is unknown. Its "
+                          f"tokenizer's {n(d_ids)} ids all exist in the target (at least "
+                          f"{n(target_floor)} rows); padding rows past them are practically never "
+                          "picked by a trained draft, but ExLlamaV2 would not catch it if they "
+                          "were.", blocking=False, origin=EXLLAMAV2, **values)
+    if th is not None and d_ids is not None and d_ids > th:
+        return RuleResult("output_head", title, Status.FAIL,
+                          f"The draft has real tokens up to id {d_ids - 1:,} but the target's "
+                          f"embedding has only {n(th)} rows. ExLlamaV2 passes draft ids to the "
+                          "target unchecked: such an id would crash or corrupt generation.",
+                          origin=EXLLAMAV2, **values)
+    return RuleResult("output_head", title, Status.UNKNOWN,
+                      f"The draft can emit ids past the target tokenizer's {n(t_ids)}, and the "
+                      "target folder has no config.json to say whether its embedding has them.",
+                      origin=EXLLAMAV2, **values)
+
+
 def context_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison,
                  max_seq_len: int | None = None) -> RuleResult:
     tc, dc = t.context_length, d.context_length
@@ -212,8 +250,10 @@ def context_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison,
     values = {"target": f"{n(tc)} native" + (f", runs at {n(max_seq_len)}" if max_seq_len else ""),
               "draft": f"{n(dc)} native"}
     if need is None or dc is None:
-        return RuleResult("context", title, Status.UNKNOWN,
-                          "A config.json is missing, so the context lengths cannot be compared.",
+        return RuleResult("context", title, Status.WARN,
+                          "A config.json is missing, so the native context lengths cannot be "
+                          "compared: check that the draft was trained on as long a context as "
+                          "the target runs at (or set draft_rope_alpha).",
                           blocking=False, origin=EXLLAMAV2, **values)
     if dc >= need:
         return RuleResult("context", title, Status.PASS,

@@ -256,3 +256,38 @@ def test_hub_id_without_hub_support_is_explained():
     with pytest.raises(SpecDeckError, match="looks like a Hugging Face Hub id") as caught:
         check(MODELS / "Llama-2-7b-hf", "turboderp/TinyLlama-1B-exl2@4.0bpw")
     assert "point at its folder" in str(caught.value)
+
+
+def _tokenizer_only(tmp_path, source: str, name: str):
+    import shutil
+
+    folder = tmp_path / name
+    folder.mkdir()
+    for file in (MODELS / source).iterdir():
+        if file.name.startswith("tokenizer"):
+            shutil.copy(file, folder / file.name)
+    assert not (folder / "config.json").exists()
+    return folder
+
+
+def test_tokenizer_only_folders_are_decided_when_every_id_matches(tmp_path):
+    target = _tokenizer_only(tmp_path, "Llama-2-7b-hf", "target")
+    draft = _tokenizer_only(tmp_path, "TinyLlama-1.1B-Chat-v1.0", "draft")
+    report = check(str(target), str(draft))
+    assert report.verdict is Verdict.WARNINGS
+    head = report.rule("output_head")
+    assert head.status is Status.WARN and "its head size is unknown" in head.detail
+    assert report.rule("context").status is Status.WARN
+
+
+def test_a_known_draft_head_within_the_target_tokenizer_is_safe_whatever_the_target_head(tmp_path):
+    target = _tokenizer_only(tmp_path, "Llama-2-7b-hf", "target")
+    report = check(str(target), str(MODELS / "TinyLlama-1.1B-Chat-v1.0"))
+    assert report.rule("output_head").status is Status.PASS
+    assert report.verdict is not Verdict.INCONCLUSIVE
+
+
+def test_tokenizer_only_folders_that_differ_are_still_refused(tmp_path):
+    target = _tokenizer_only(tmp_path, "Llama-2-7b-hf", "target")
+    draft = _tokenizer_only(tmp_path, "Mistral-7B-v0.1", "draft")
+    assert check(str(target), str(draft)).verdict is Verdict.INCOMPATIBLE
