@@ -55,6 +55,9 @@ GiB = 1024**3
 def create_page(context):
     return GpusPage(context)
 
+COMPACT_LIVE_PX = 90
+"""The live half's height without GPUs: the banner's two lines of text and its badge."""
+
 
 class _ModelPicker(QWidget):
     """A folder field with Browse and, beside it, the bpw for folders that are not EXL2."""
@@ -396,6 +399,8 @@ class GpusPage(QWidget):
         live_layout.addLayout(banner)
         live_layout.addWidget(self.cards)
         live_layout.addWidget(self.telemetry, 1)
+        live_layout.addStretch(0)  # takes the slack instead of the telemetry when it is hidden
+        self._live_layout = live_layout
 
         # the plan half ---------------------------------------------------------------
         self.form = PlanForm()
@@ -419,6 +424,9 @@ class GpusPage(QWidget):
         # Live telemetry gets a little more room than the plan; the user can drag it.
         splitter.setSizes([440, 360])
         splitter.setChildrenCollapsible(False)
+        self.splitter = splitter
+        self._live = live
+        self._compact: bool | None = None
         layout = QVBoxLayout(self)
         layout.addWidget(splitter)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
@@ -439,6 +447,21 @@ class GpusPage(QWidget):
         if self.plots is None:
             QTimer.singleShot(0, self._build_plots)
         self.refresh()
+
+    def _fit_live_pane(self, compact: bool) -> None:
+        """Without GPUs the live half is just the banner: it sits at the top at its own
+        height and the planner gets the rest (instead of a banner floating in empty space).
+        Only on a change, so a user's drag of the splitter is kept."""
+        if compact == self._compact:
+            return
+        self._compact = compact
+        total = max(self.splitter.height(), 800)
+        layout = self._live_layout
+        layout.setStretch(layout.count() - 1, 1 if compact else 0)
+        if compact:
+            self.splitter.setSizes([COMPACT_LIVE_PX, total - COMPACT_LIVE_PX])
+        else:
+            self.splitter.setSizes([total * 11 // 20, total * 9 // 20])
 
     def _build_plots(self) -> None:
         if self.plots is None:
@@ -492,7 +515,9 @@ class GpusPage(QWidget):
         self.cards.show_frame(frame if has_gpus else None)
         set_visible(self.cards, has_gpus)
         # Empty plots only take room from the planner: show them once there is history.
-        set_visible(self.telemetry, has_gpus or bool(self.sampler.gpu_indices()))
+        showing = has_gpus or bool(self.sampler.gpu_indices())
+        set_visible(self.telemetry, showing)
+        self._fit_live_pane(compact=not showing)
         if self.plots is not None:
             self.plots.update_from(self.sampler)
         self.processes.show_frame(frame)
