@@ -19,6 +19,9 @@ class AppContext(QObject):
     """A config.yml was written by SpecDeck (absolute path); pages re-read it."""
     status_message = Signal(str, int)
     """Text for the status bar, and how long to show it in ms (0 = until replaced)."""
+    page_requested = Signal(str, str)
+    """Open a page (a PAGES key) with an optional argument: "demo" for the A/B page, a
+    config.yml path for Draft settings, a server URL for the A/B page."""
     install_requested = Signal(str, str)
     """A page asks for a Hub model to be installed: repo id, revision ("" = the default)."""
 

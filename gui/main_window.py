@@ -23,7 +23,8 @@ from specdeck.gui.pages import PAGES, PageSpec
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PAGE = "draft"
+DEFAULT_PAGE = "start"
+"""The first launch opens here; later launches reopen the page the user left."""
 
 
 class MainWindow(QMainWindow):
@@ -58,6 +59,7 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.gpu_label)
         self.context.status_message.connect(self._show_status)
         self.context.install_requested.connect(self._install_requested)
+        self.context.page_requested.connect(self._page_requested)
         self._build_menus()
 
         self.sidebar.currentRowChanged.connect(self._on_row_changed)
@@ -92,6 +94,14 @@ class MainWindow(QMainWindow):
         request = getattr(page, "request_install", None)
         if request is not None:
             request(repo_id, revision)
+
+    def _page_requested(self, key: str, argument: str) -> None:
+        if key == "draft" and argument:
+            self.context.set_config_path(argument)
+        page = self.show_page(key)
+        handle = getattr(page, "handle_request", None)
+        if argument and handle is not None:
+            handle(argument)
 
     def show_page(self, key: str) -> QWidget:
         row = [p.key for p in PAGES].index(key)

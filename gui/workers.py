@@ -57,12 +57,20 @@ class _Runnable(QRunnable):
         except BaseException as exc:  # noqa: BLE001 - delivered to the GUI, never lost
             if not _is_user_error(exc):
                 log.error("Background task failed:\n%s", traceback.format_exc())
-            handle.running = False
-            handle.failed.emit(exc)
+            _deliver(handle, handle.failed, exc)
         else:
-            handle.running = False
-            handle.finished.emit(result)
-        handle.done.emit()
+            _deliver(handle, handle.finished, result)
+        _deliver(handle, handle.done)
+
+
+def _deliver(handle, signal, *value) -> None:
+    """Emit, unless the widget that asked was closed meanwhile (its handle deleted with it):
+    then nobody is waiting for the answer, and the pool thread must not raise."""
+    try:
+        handle.running = False
+        signal.emit(*value)
+    except RuntimeError:  # "Signal source has been deleted"
+        pass
 
 
 def _is_user_error(exc: BaseException) -> bool:

@@ -301,7 +301,7 @@ def plan_install(
     only; nothing is written). ``dest`` defaults to config.yml's draft_model_dir."""
     spec = parse_repo_spec(repo, revision)
     destination = resolve_destination(dest)
-    if name is not None and (problem := folder_name_problem(name)):
+    if name and (problem := folder_name_problem(name)):  # "" means the default name, as below
         # Before any network call: a bad name is the user's to fix, whatever the Hub says.
         raise InvalidInputError(f"'{name}' cannot be a model folder name: {problem}.",
                                 "Pick a plain folder name (letters, digits, '-', '_', '.').")

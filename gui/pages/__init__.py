@@ -19,6 +19,12 @@ class PageSpec:
 
 PAGES: tuple[PageSpec, ...] = (
     PageSpec(
+        "start",
+        "Start",
+        "specdeck.gui.pages.start",
+        "What SpecDeck is for, the demo A/B, and what was found on this machine.",
+    ),
+    PageSpec(
         "models",
         "Models",
         "specdeck.gui.pages.models",

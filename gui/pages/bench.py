@@ -344,6 +344,23 @@ class BenchPage(QWidget):
 
         return arms_from_urls(re.split(r"[,\s]+", self.servers.text().strip()))
 
+    def handle_request(self, argument: str) -> None:
+        """From the start page: "demo" runs the demo A/B; a URL becomes a server arm."""
+        if self._running():
+            return
+        if argument == "demo":
+            self.engine.setCurrentIndex(self.engine.findData("torch"))
+            self.model.setEditText(DEMO)
+            self.use_draft.setChecked(False)
+            self.use_ngram.setChecked(True)
+            self.sweep.setChecked(False)
+            self.start()
+        elif argument.startswith("http"):
+            self.engine.setCurrentIndex(self.engine.findData("server"))
+            if argument not in self.servers.text():
+                self.servers.setText(", ".join(t for t in (self.servers.text().strip(), argument) if t))
+            self.probe_servers()
+
     def probe_servers(self) -> None:
         try:
             arms = self._server_arms()

@@ -1,0 +1,132 @@
+"""The start page: what SpecDeck is for, the demo A/B one click away, and what was found on
+this machine with the next step for each. The first launch opens here; later launches
+reopen the page the user left."""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from specdeck.gui import workers
+
+TASKS = (
+    ("Install a draft", "Find a small draft model for your big one on the Hugging Face Hub (EXL2 "
+     "bitrates) and install it, checked and resumable.", "models", "Models"),
+    ("Check a pair, plan VRAM", "Can this draft speculate for this target (tokenizers, ids, "
+     "context)? Will both fit on your GPUs?", "compat", "Compatibility"),
+    ("Measure the speed-up", "A/B with and without drafting, in SpecDeck or on the servers you "
+     "run (llama-server, TabbyAPI, vLLM, ...), with paired statistics and a losslessness check.",
+     "bench", "A/B bench"),
+)
+
+
+def create_page(context) -> QWidget:
+    return StartPage(context)
+
+
+class StartPage(QWidget):
+    def __init__(self, context, parent: QWidget | None = None, discover=None):
+        super().__init__(parent)
+        self.context = context
+        self._discover = discover
+        self._task = None
+        layout = QVBoxLayout(self)
+        heading = QLabel("<h2>Speculative decoding you can trust</h2>")
+        intro = QLabel("A small draft model proposes tokens and your big model checks them: the "
+                       "same output, faster, when the draft guesses well. SpecDeck helps you pick "
+                       "and fit a draft, set it up, and measure what it really gains.")
+        intro.setWordWrap(True)
+        layout.addWidget(heading)
+        layout.addWidget(intro)
+
+        cards = QGridLayout()
+        self.task_buttons: dict[str, QPushButton] = {}
+        for column, (title, text, key, page_title) in enumerate(TASKS):
+            card = QFrame()
+            card.setFrameShape(QFrame.Shape.StyledPanel)
+            box = QVBoxLayout(card)
+            box.addWidget(QLabel(f"<b>{html.escape(title)}</b>"))
+            body = QLabel(text)
+            body.setWordWrap(True)
+            box.addWidget(body, 1)
+            button = QPushButton(f"Open {page_title}")
+            button.clicked.connect(lambda _=False, k=key: self.context.page_requested.emit(k, ""))
+            box.addWidget(button, 0, Qt.AlignmentFlag.AlignLeft)
+            self.task_buttons[key] = button
+            cards.addWidget(card, 0, column)
+        layout.addLayout(cards)
+
+        demo_row = QHBoxLayout()
+        self.demo_button = QPushButton("Run the demo A/B")
+        self.demo_button.setProperty("role", "primary")
+        self.demo_button.setToolTip("No draft vs n-gram drafting on the embedded SmolLM2-135M "
+                                    "demo model, on this CPU: no download, no GPU")
+        self.demo_button.clicked.connect(lambda: self.context.page_requested.emit("bench", "demo"))
+        demo_row.addWidget(self.demo_button)
+        demo_hint = QLabel("See a live A/B in a minute, on the embedded demo model (no download).")
+        demo_hint.setProperty("role", "hint")
+        demo_row.addWidget(demo_hint, 1)
+        layout.addLayout(demo_row)
+
+        layout.addWidget(QLabel("<b>Found on this machine</b>"))
+        self.findings_host = QWidget()
+        self.findings = QGridLayout(self.findings_host)
+        self.findings.setContentsMargins(0, 0, 0, 0)
+        self.status = QLabel("Looking…")
+        self.status.setProperty("role", "hint")
+        self.findings.addWidget(self.status, 0, 0)
+        layout.addWidget(self.findings_host)
+        layout.addStretch(1)
+        self.rows: list[tuple[QLabel, QLabel, QPushButton | None]] = []
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Look again, in a worker: probing local ports and NVML takes a moment."""
+        from specdeck.core.discovery import discover
+
+        self.status.setText("Looking…")
+        self.status.show()
+        self._seq = getattr(self, "_seq", 0) + 1
+        seq = self._seq
+        self._task = workers.submit(self._discover or discover, parent=self)
+        self._task.finished.connect(lambda found, s=seq: self._show(found) if s == self._seq
+                                    else None)
+        self._task.failed.connect(lambda exc: self.status.setText(f"Could not look: {exc}"))
+
+    def _show(self, findings) -> None:
+        for label, step, button in self.rows:
+            for widget in (label, step, button):
+                if widget is not None:
+                    widget.deleteLater()
+        self.rows = []
+        self.status.setText("")
+        self.status.hide()
+        for row, finding in enumerate(findings, start=1):
+            mark = "✔" if finding.found else "–"
+            label = QLabel(f"{mark} {html.escape(finding.what)}")
+            label.setWordWrap(True)
+            step = QLabel(html.escape(finding.next_step))
+            step.setProperty("role", "hint")
+            step.setWordWrap(True)
+            button = None
+            if finding.page:
+                button = QPushButton("Go")
+                button.clicked.connect(lambda _=False, f=finding: self.context.page_requested.emit(
+                    f.page, f.detail))
+            self.findings.addWidget(label, row, 0)
+            self.findings.addWidget(step, row, 1)
+            if button is not None:
+                self.findings.addWidget(button, row, 2)
+            self.rows.append((label, step, button))
+        self.findings.setColumnStretch(0, 3)
+        self.findings.setColumnStretch(1, 3)

@@ -1,0 +1,67 @@
+"""The start page: a first launch opens on it, its buttons lead to the pages, and what it
+finds on this machine (a real llama-server capture replayed on a local port, a TabbyAPI
+config.yml) comes with a next step that works."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QSettings
+from replay_server import replay  # noqa: F401 - a fixture
+
+from specdeck.gui.main_window import MainWindow
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "servers"
+
+
+def test_a_first_launch_opens_on_the_start_page_and_later_ones_where_the_user_left(
+        qtbot, configured_qapp):
+    QSettings().remove("window/page")
+    window = MainWindow()
+    qtbot.addWidget(window)
+    assert window.current_page_key() == "start"
+    window.show_page("compat")
+    window.close()
+    again = MainWindow()
+    qtbot.addWidget(again)
+    assert again.current_page_key() == "compat"
+
+
+def test_findings_come_with_a_next_step_that_opens_the_right_page(qtbot, configured_qapp,
+                                                                  replay, tmp_path, monkeypatch):
+    from specdeck.core import discovery
+
+    models = {"/v1/models": (200, "application/json", b'{"object": "list", "data": [{"id": "m"}]}')}
+    server, _ = replay(body=(DATA / "llama-server-plain-stream.sse").read_bytes(), routes=models)
+    tabby = tmp_path / "tabbyAPI"
+    tabby.mkdir()
+    (tabby / "config.yml").write_text("draft_model:\n  draft_model_name:\n")
+    monkeypatch.setattr(discovery, "_home", lambda: tmp_path)
+    window = MainWindow()
+    qtbot.addWidget(window)
+    page = window.show_page("start")
+    page._discover = lambda: discovery.discover(ports={server.port: "test"})
+    page.refresh()
+    qtbot.waitUntil(lambda: any("openai at" in r[0].text() for r in page.rows), timeout=20_000)
+    texts = [label.text() for label, _, _ in page.rows]
+    assert any(f"TabbyAPI config: {tabby / 'config.yml'}" in t for t in texts)
+    assert any(f"openai at http://127.0.0.1:{server.port}" in t for t in texts)
+    row = next(r for r in page.rows if "openai at" in r[0].text())
+    row[2].click()  # Go: the A/B page, engine Servers, that URL as an arm
+    bench = window.page("bench")
+    assert window.current_page_key() == "bench"
+    assert bench.engine.currentData() == "server"
+    assert f"http://127.0.0.1:{server.port}" in bench.servers.text()
+    config_row = next(r for r in page.rows if "TabbyAPI config" in r[0].text())
+    config_row[2].click()
+    assert window.current_page_key() == "draft"
+    assert window.context.config_path == tabby / "config.yml"
+
+
+def test_the_task_buttons_open_their_pages(qtbot, configured_qapp):
+    window = MainWindow()
+    qtbot.addWidget(window)
+    page = window.show_page("start")
+    for key in ("models", "compat", "bench"):
+        page.task_buttons[key].click()
+        assert window.current_page_key() == key
