@@ -289,6 +289,10 @@ class ServerEngine:
         if self._model:
             body["model"] = self._model
         if kind is ServerKind.OLLAMA:
+            if not self._model:
+                raise InvalidInputError(
+                    f"Arm {self._arm.name}: Ollama needs the model's name in every request.",
+                    "Give it after the URL: http://127.0.0.1:11434#qwen2.5:32b")
             options = {"temperature": s.temperature, "seed": body["seed"],
                        "num_predict": request.max_new_tokens}
             if s.greedy:

@@ -167,9 +167,13 @@ def _ollama(base: Base, api_key: str | None) -> ServerInfo | None:
     version = _get(base, "/api/version", api_key)
     if not isinstance(version, dict) or "version" not in version:
         return None
-    tags = _get(base, "/api/tags", api_key)
-    return ServerInfo(base.shown, ServerKind.OLLAMA, models=_model_ids(tags),
-                      version=str(version["version"]), detected_by="/api/version")
+    tags = _model_ids(_get(base, "/api/tags", api_key))
+    running = _model_ids(_get(base, "/api/ps", api_key))  # the models loaded now
+    model = running[0] if running else (tags[0] if len(tags) == 1 else None)
+    notes = () if model else ("Ollama needs a model name in every request: give it as "
+                              "URL#MODEL.",)
+    return ServerInfo(base.shown, ServerKind.OLLAMA, model=model, models=tags,
+                      version=str(version["version"]), detected_by="/api/version", notes=notes)
 
 
 def _openai(base: Base, api_key: str | None) -> ServerInfo | None:

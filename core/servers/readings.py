@@ -131,10 +131,11 @@ def _acceptance(f: dict[str, Any], number) -> tuple[int | None, int | None, str]
         return (int(number("stats.total_draft_tokens_count")),
                 int(number("stats.accepted_draft_tokens_count") or 0),
                 "stats.total_draft_tokens_count")
-    spec = {k: v for k, v in f.items() if k.startswith("metrics.speculative_decoding.")}
-    drafted_key = next((k for k in spec if "draft_tokens" in k), None)
-    accepted_key = next((k for k in spec if "accepted" in k and "per_pos" not in k), None)
-    if drafted_key and accepted_key:
+    # vLLM --per-request-spec-decode-metrics (vllm/v1/metrics/stats.py to_dict, 0.33.0): both
+    # num_draft_tokens and num_accepted_draft_tokens contain "draft_tokens": exact names only.
+    drafted_key = "metrics.speculative_decoding.num_draft_tokens"
+    accepted_key = "metrics.speculative_decoding.num_accepted_draft_tokens"
+    if number(drafted_key) is not None and number(accepted_key) is not None:
         return int(number(drafted_key)), int(number(accepted_key)), drafted_key
     return None, None, ""
 

@@ -1,0 +1,95 @@
+"""Server arms against vLLM and Ollama stand-ins (tests/server_standins.py, which follows
+their sources): detection, where acceptance comes from (vLLM's per-request metrics, else
+its Prometheus counters around each run; Ollama: none), and Ollama's model name."""
+
+from __future__ import annotations
+
+import pytest
+from server_standins import OllamaHandler, VllmHandler, start
+
+from specdeck.core.bench.plan import BenchPlan
+from specdeck.core.bench.runner import run_plan
+from specdeck.core.bench.summary import summarize
+from specdeck.core.errors import InvalidInputError
+from specdeck.core.servers.arms import arms_from_urls
+from specdeck.core.servers.engine import ServerEngine
+from specdeck.core.servers.kinds import ServerKind
+from specdeck.core.servers.probe import probe
+
+
+@pytest.fixture
+def standins():
+    servers = []
+
+    def make(kind, **attrs):
+        server, url, handler = start(kind, **attrs)
+        servers.append(server)
+        return url, handler
+
+    yield make
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _plan(urls):
+    return BenchPlan(engine="server", model="server", arms=arms_from_urls(urls), suites=("code",),
+                     max_prompts=2, repeats=1, warmup=0, max_new_tokens=24)
+
+
+def test_vllm_is_detected_with_its_metrics(standins):
+    url, _ = standins(VllmHandler)
+    info = probe(url)
+    assert (info.kind, info.version, info.metrics) == (ServerKind.VLLM, "0.33.0", True)
+    assert info.model == "Qwen/Qwen2.5-32B-Instruct"
+
+
+@pytest.mark.parametrize(("per_request", "source"), [
+    (True, "metrics.speculative_decoding.num_draft_tokens"),
+    (False, "Prometheus counters"),
+])
+def test_vllm_acceptance_comes_from_the_request_or_the_counters(standins, per_request, source):
+    plain, _ = standins(VllmHandler)
+    drafting, handler = standins(VllmHandler, speculative=True, per_request_metrics=per_request)
+    run = run_plan(_plan([plain, drafting]), ServerEngine())
+    arm_b = summarize(run).arm("B")
+    assert arm_b.acceptance_source == source
+    assert (arm_b.drafted, arm_b.accepted) == (2 * (3 * 24 // 4), 2 * (24 // 2))
+    assert arm_b.acceptance_rate == pytest.approx(12 / 18)
+    sent = handler.seen[-1][1]
+    assert sent["temperature"] == 0.0 and sent["top_k"] == 1
+    assert sent["stream_options"] == {"include_usage": True}
+    report = run.counted("B")[0].result.server.report
+    assert report.completion_tokens == 24 and report.finish_reason == "length"
+
+
+def test_ollama_is_read_from_its_ndjson_stream_with_no_acceptance(standins):
+    a, _ = standins(OllamaHandler)
+    b, handler = standins(OllamaHandler)
+    info = probe(a)
+    assert info.kind is ServerKind.OLLAMA and info.model == "qwen2.5:32b"
+    run = run_plan(_plan([a, b]), ServerEngine())
+    records = run.counted("B")
+    report = records[0].result.server.report
+    assert report.completion_tokens == 24 and report.finish_reason == "length"
+    assert report.tokens_per_second is not None and report.tokens_per_second > 0
+    assert "eval_duration" in report.fields
+    summary = summarize(run)
+    assert summary.arm("B").acceptance_source == "not reported by this server"
+    assert summary.comparisons[0].lossless.verdict == "lossless: 2 of 2 runs identical"
+    route, body = handler.seen[-1]
+    assert route == "/api/chat" and body["model"] == "qwen2.5:32b"
+    assert body["options"]["num_predict"] == 24 and body["options"]["top_k"] == 1
+
+
+def test_ollama_without_a_loaded_model_asks_for_its_name(standins):
+    one, _ = standins(OllamaHandler, loaded=False, model="one:1b")
+    assert probe(one).model == "one:1b"  # the only model it has
+    several, _ = standins(OllamaHandler, loaded=False, extra_models=("other:7b",))
+    info = probe(several)
+    assert info.model is None and "URL#MODEL" in info.notes[0]
+    with pytest.raises(InvalidInputError, match="Ollama needs the model's name"):
+        run_plan(_plan([several, several]), ServerEngine())
+    named = f"{several}#qwen2.5:32b"
+    run = run_plan(_plan([named, f"B={named}"]), ServerEngine())
+    assert len(run.counted("B")) == 2
