@@ -188,16 +188,20 @@ def output_head_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> Ru
                           origin=EXLLAMAV2, **values)
     draft_ids = len(d.vocab.texts)
     if draft_ids > th:
-        return RuleResult("output_head", title, Status.FAIL,
-                          f"The draft has real tokens up to id {draft_ids - 1:,} but the target's "
-                          f"embedding has only {n(th)} rows. ExLlamaV2 passes draft ids to the "
-                          "target unchecked: such an id would crash or corrupt generation.",
-                          origin=EXLLAMAV2, **values)
+        return _past_embedding(draft_ids, th, title, values)
     return RuleResult("output_head", title, Status.WARN,
                       f"The draft's head has {n(dh)} rows, the target's embedding only {n(th)}. "
                       f"Rows {th:,}–{dh - 1:,} are padding past both tokenizers, so a trained "
                       "draft practically never picks them, but ExLlamaV2 would not catch it if "
                       "it did.",
+                      origin=EXLLAMAV2, **values)
+
+
+def _past_embedding(draft_ids: int, target_rows: int, title: str, values: dict) -> RuleResult:
+    return RuleResult("output_head", title, Status.FAIL,
+                      f"The draft has real tokens up to id {draft_ids - 1:,} but the target's "
+                      f"embedding has only {n(target_rows)} rows. ExLlamaV2 passes draft ids to "
+                      "the target unchecked: such an id would crash or corrupt generation.",
                       origin=EXLLAMAV2, **values)
 
 
@@ -231,11 +235,7 @@ def _head_from_tokenizers(t: LoadedModel, d: LoadedModel, th: int | None, dh: in
                           "picked by a trained draft, but ExLlamaV2 would not catch it if they "
                           "were.", blocking=False, origin=EXLLAMAV2, **values)
     if th is not None and d_ids is not None and d_ids > th:
-        return RuleResult("output_head", title, Status.FAIL,
-                          f"The draft has real tokens up to id {d_ids - 1:,} but the target's "
-                          f"embedding has only {n(th)} rows. ExLlamaV2 passes draft ids to the "
-                          "target unchecked: such an id would crash or corrupt generation.",
-                          origin=EXLLAMAV2, **values)
+        return _past_embedding(d_ids, th, title, values)
     return RuleResult("output_head", title, Status.UNKNOWN,
                       f"The draft can emit ids past the target tokenizer's {n(t_ids)}, and the "
                       "target folder has no config.json to say whether its embedding has them.",
