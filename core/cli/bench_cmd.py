@@ -316,9 +316,10 @@ def _ab(args, plan, progress, cancel) -> int:
         hint = ("Give a second --server or --launch arm." if plan.engine == "server"
                 else "Add --draft FOLDER and/or --ngram.")
         raise InvalidInputError("Nothing to compare: the plan has no drafting arm.", hint)
-    if args.apply and plan.engine == "server" and plan.arms[0].server.launch is None:
-        raise InvalidInputError("--apply needs launched arms: SpecDeck cannot know the settings "
-                                "of a server it did not start.",
+    if args.apply and plan.engine == "server" and plan.arms[0].server.launch is None \
+            and not all(a.server.model for a in plan.arms):
+        raise InvalidInputError("--apply needs launched arms or a llama-server router's models: "
+                                "SpecDeck cannot know the settings of another server.",
                                 "Use --launch profiles, or read the winner from the report.")
     engine = _engine_for(args, plan)
     try:
@@ -335,7 +336,8 @@ def _ab(args, plan, progress, cancel) -> int:
     if not args.no_history:
         written["history"] = save_to_history(run, summary).folder
     if args.apply and plan.engine == "server":
-        _show_best_flags(_best_arm(summary, plan))
+        best = _best_arm(summary, plan)
+        _show_best_flags(best, None if best is None else engine.arm_flags(best))
     elif args.apply:
         _apply(args, _best_arm_drafter(summary, plan))
     if args.json:
@@ -363,7 +365,7 @@ def _best_arm_drafter(summary, plan):
     return None if best is None else best.drafter
 
 
-def _show_best_flags(arm) -> None:
+def _show_best_flags(arm, flags: tuple[str, ...] | None) -> None:
     """A llama-server winner is shown for copying: SpecDeck edits TabbyAPI's config.yml, and
     a llama-server's flags live in the user's own command line or llama-swap config."""
     import shlex
@@ -371,9 +373,14 @@ def _show_best_flags(arm) -> None:
     if arm is None:
         sys.stderr.write("specdeck: no setting beat decoding without a draft; nothing to apply.\n")
         return
-    flags = [a for a in arm.server.launch.args]
-    sys.stderr.write(f"specdeck: best: arm {arm.name}. Its llama-server flags, to copy into "
-                     f"your command line or llama-swap cmd:\n  {shlex.join(flags)}\n")
+    if flags is None:
+        sys.stderr.write(f"specdeck: best: arm {arm.name}; SpecDeck does not know its server's "
+                         "flags, so there is nothing to copy.\n")
+        return
+    where = f" (router model {arm.server.model})" if arm.server.launch is None else ""
+    sys.stderr.write(f"specdeck: best: arm {arm.name}{where}. Its llama-server drafting flags, "
+                     f"to copy into your command line, preset or llama-swap cmd:\n"
+                     f"  {shlex.join(flags)}\n")
 
 
 def _sweep(args, plan, progress, cancel) -> int:
@@ -426,8 +433,8 @@ def _server_sweep(args, plan, progress, cancel) -> int:
     spec = SweepSpec(swept, (arms[1].drafter,), ks=parse_k_range(args.sweep_k))
     result = sweep_result(spec, [run])
     if args.apply:
-        best = result.best
-        _show_best_flags(None if best is None else swept.arm(best.arm))
+        best = None if result.best is None else swept.arm(result.best.arm)
+        _show_best_flags(best, None if best is None else best.server.launch.args)
     if args.json:
         _emit(args.json, result)
     else:

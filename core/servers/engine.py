@@ -84,6 +84,7 @@ class ServerEngine:
         self._infos: dict[str, ServerInfo] = {}
         self._managed: dict[str, ManagedServer] = {}
         self._arm = None
+        self._plan_arms: tuple = ()
         self._base: Base | None = None
         self._kind: ServerKind = ServerKind.OPENAI
         self._model: str | None = None
@@ -148,6 +149,7 @@ class ServerEngine:
                      cancel: threading.Event | None = None) -> LoadedModel:
         """Check every arm before the first run; probe the running servers."""
         say = progress or (lambda _p: None)
+        self._plan_arms = tuple(plan.arms)
         missing = [a.name for a in plan.arms if a.server is None]
         if missing:
             raise InvalidInputError(f"Arms {', '.join(missing)} name no server.",
@@ -174,6 +176,9 @@ class ServerEngine:
             if server.tabby is not None:
                 self._remember_tabby(arm, server)
                 continue
+            if info.router:
+                self._check_router_arm(arm, info, reference=arm is plan.arms[0])
+                continue
             if arm is plan.arms[0] and info.speculative:
                 raise InvalidInputError(
                     f"Arm {arm.name} is the reference, but {info.url} drafts "
@@ -184,6 +189,32 @@ class ServerEngine:
                                    max_seq_len=0, vocab_size=0,
                                    notes=tuple(self._notes(plan)))
         return self._loaded
+
+    @staticmethod
+    def _check_router_arm(arm, info: ServerInfo, reference: bool) -> None:
+        from specdeck.core.servers.llama_server import (
+            drafter_from_flags,
+            drafting_flags,
+            shown_command,
+        )
+
+        listed = ", ".join(info.models) or "none"
+        model = arm.server.model
+        if not model:
+            raise InvalidInputError(
+                f"Arm {arm.name}: {info.url} is a llama-server router; name the model this "
+                f"arm requests (it lists: {listed}).",
+                f"Write the arm as {arm.name}={info.url}#MODEL.")
+        if model not in info.models:
+            raise InvalidInputError(
+                f"Arm {arm.name}: the router at {info.url} has no model {model!r} "
+                f"(it lists: {listed}).", "Check the name, or add a preset for it.")
+        flags = info.flags_of(model) or ()
+        if reference and drafter_from_flags(flags).kind is not DrafterKind.NONE:
+            raise InvalidInputError(
+                f"Arm {arm.name} is the reference, but the router starts {model!r} with "
+                f"drafting flags ({shown_command(list(drafting_flags(flags)))}).",
+                "Put a model without --spec-type first (a preset with no drafting).")
 
     def _remember_tabby(self, arm, server: ServerArm) -> None:
         from specdeck.core.servers.tabby_reload import loaded_state
@@ -208,6 +239,13 @@ class ServerEngine:
             traits = TRAITS[kind]
             where = info.url if info else arm.server.where
             notes.append(f"{arm.name}: {traits.title} at {where}; acceptance: {traits.acceptance}")
+            if info is not None and info.router:
+                from specdeck.core.servers.llama_server import drafting_flags, shown_command
+
+                flags = drafting_flags(info.flags_of(arm.server.model) or ())
+                notes.append(f"{arm.name}: router model {arm.server.model}, drafting flags: "
+                             f"{shown_command(list(flags)) or 'none'}; loaded before its "
+                             "runs, so no run pays for a model load")
             if arm.server is not None and arm.server.tabby is not None \
                     and arm is plan.arms[0]:
                 notes.append("TabbyAPI arms reload the model through the admin API; at the end "
@@ -242,6 +280,8 @@ class ServerEngine:
         if server.tabby is not None:
             self._switch_tabby(server, say, cancel)
         info = self._infos[arm.name]
+        if info.router:
+            self._switch_router(arm, url, say, cancel)
         self._arm = arm
         self._base = Base.parse(url)
         self._kind = info.kind
@@ -273,6 +313,40 @@ class ServerEngine:
         switch(
             Base.parse(server.url), want, now, cancel=cancel,
             progress=lambda text, fraction=None: say(LoadProgress(text, fraction)))
+
+    def arm_flags(self, arm) -> tuple[str, ...] | None:
+        """The llama-server flags that set up ``arm``'s drafting, where SpecDeck knows them:
+        a launched arm's own flags, or a router model's drafting flags. None otherwise."""
+        from specdeck.core.servers.llama_server import drafting_flags
+
+        if arm.server.launch is not None:
+            return tuple(arm.server.launch.args)
+        info = self._infos.get(arm.name)
+        if info is not None and info.router:
+            return drafting_flags(info.flags_of(arm.server.model) or ())
+        return None
+
+    def _switch_router(self, arm, url: str, say, cancel) -> None:
+        """Load the arm's model on its router (and, one at a time, stop the model of the arm
+        before it on the same router), waiting until it is loaded."""
+        from specdeck.core.servers import router
+
+        base = Base.parse(url)
+        key = arm.server.api_key()
+        previous = self._arm
+        if (self.exclusive and previous is not None and previous.server.url == url
+                and previous.server.model != arm.server.model):
+            try:
+                router.unload(base, previous.server.model, key)
+            except ServerError as exc:  # already gone: the router evicted it
+                log.debug("Router unload of %s: %s", previous.server.model, exc)
+        evict = tuple(a.server.model for a in self._plan_arms
+                      if a.server.url == url and a.server.model)
+        try:
+            router.load(base, arm.server.model, key, evict=evict, cancel=cancel,
+                        progress=lambda text: say(LoadProgress(text)))
+        except ServerError as exc:
+            raise ServerError(f"Arm {arm.name}: {exc.what}", exc.fix) from None
 
     def _log_path(self, arm_name: str) -> Path:
         folder = self._log_dir or appdirs.cache_dir() / "llama-server-logs"

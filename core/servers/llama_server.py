@@ -337,6 +337,29 @@ def k_flag(args: tuple[str, ...]) -> str | None:
     return K_FLAG_BY_TYPE.get(kind) if kind else None
 
 
+_DRAFT_SHORT = ("-md", "-ngld", "-cd", "-devd", "-ctkd", "-ctvd", "-td", "-tbd")
+
+
+def drafting_flags(args: tuple[str, ...]) -> tuple[str, ...]:
+    """Only the flags (with their values) that set up drafting: what makes arms of one model
+    differ. A router's child command line also carries --host, --port, --model, ..."""
+    out: list[str] = []
+    keep_value = False
+    for arg in args:
+        if keep_value and not arg.startswith("-"):
+            out.append(arg)
+            keep_value = False
+            continue
+        keep_value = False
+        name = arg.partition("=")[0]
+        if not name.startswith("-"):
+            continue  # another flag's value (--alias draft)
+        if name.startswith("--spec") or "draft" in name or name in _DRAFT_SHORT:
+            out.append(arg)
+            keep_value = "=" not in arg
+    return tuple(out)
+
+
 def drafter_from_flags(args: tuple[str, ...]):
     """The DrafterSpec a llama-server with these flags amounts to (for labels and theory)."""
     from specdeck.core.engines.base import NO_DRAFT, MAX_DRAFT_TOKENS, DrafterKind, DrafterSpec

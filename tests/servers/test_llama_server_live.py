@@ -214,3 +214,132 @@ def test_a_server_that_dies_mid_run_gives_a_clear_error(llama_bin, demo_gguf, tm
                                                       "Nothing is listening"))
     finally:
         victim.stop()
+
+
+# A llama-server router: one address, a preset per drafting setting, switched by model name.
+@pytest.fixture(scope="module")
+def router(llama_bin, demo_gguf, draft_gguf, tmp_path_factory):
+    """A real llama-server in router mode with --models-max 1 (one model on the "GPU" at a
+    time, as on a box that fits one): presets plain, ngram, draft, other, and broken (its
+    model file does not exist)."""
+    import time
+
+    from specdeck.core.servers.llama_server import free_port
+
+    folder = tmp_path_factory.mktemp("router")
+    presets = folder / "presets.ini"
+    presets.write_text(
+        "version = 1\n[*]\nc = 2048\nt = 2\nmetrics = true\n"
+        f"[plain]\nmodel = {demo_gguf}\n"
+        f"[ngram]\nmodel = {demo_gguf}\nspec-type = ngram-simple\n"
+        "spec-ngram-simple-size-n = 2\nspec-ngram-simple-size-m = 4\n"
+        f"[draft]\nmodel = {demo_gguf}\nmodel-draft = {draft_gguf}\nspec-type = draft-simple\n"
+        "spec-draft-n-max = 4\n"
+        f"[other]\nmodel = {demo_gguf}\n"
+        f"[broken]\nmodel = {folder / 'missing.gguf'}\n")
+    port = free_port()
+    log = open(folder / "router.log", "w")
+    process = subprocess.Popen([str(llama_bin), "--models-preset", str(presets), "--models-max",
+                                "1", "--host", "127.0.0.1", "--port", str(port)],
+                               stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                request_text(Base.parse(url), "/props", timeout=2)
+                break
+            except ServerError:
+                assert process.poll() is None and time.monotonic() < deadline, \
+                    (folder / "router.log").read_text()[-2000:]
+                time.sleep(0.2)
+        yield url
+    finally:
+        children = psutil.Process(process.pid).children(recursive=True)
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        for child in children:  # a router's model instances go with it
+            if child.is_running():
+                child.kill()
+        log.close()
+
+
+def router_counters(url, model):
+    from specdeck.core.servers.engine import parse_counters
+
+    return parse_counters(request_text(Base.parse(url), f"/metrics?model={model}"))
+
+
+def test_probe_reads_a_router_and_each_models_drafting_flags(router, specdeck_home):
+    result = specdeck("servers", "probe", router, "--json", home=specdeck_home)
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["kind"] == "llama-server" and info["router"] is True
+    assert set(info["models"]) == {"plain", "ngram", "draft", "other", "broken"}
+    flags = info["model_flags"]
+    assert "ngram-simple" in flags["ngram"] and "--spec-type" not in flags["plain"]
+    assert any("Drafting models" in n and "ngram" in n and "draft" in n for n in info["notes"])
+
+
+def test_ab_through_a_router_switches_models_and_counts_what_the_server_counts(router,
+                                                                               specdeck_home):
+    from specdeck.core.servers import router as routing
+
+    result = specdeck("bench", "--server", f"A={router}#plain", "--server",
+                      f"B={router}#ngram", "--server", f"C={router}#draft", *SMALL,
+                      "--max-prompts", "1", "--apply", "--json", "-", home=specdeck_home)
+    assert result.returncode in (0, 1), result.stderr  # 1: greedy outputs differed (shown)
+    assert result.stderr.count("The router is loading") >= 3  # loaded before the runs
+    data = json.loads(result.stdout)
+    by_arm = {a["name"]: a for a in data["summary"]["arms"]}
+    assert by_arm["A"]["drafted"] == 0
+    assert by_arm["B"]["drafted"] > 0 and by_arm["C"]["drafted"] > 0
+    assert by_arm["C"]["acceptance_rate"] > 0.3  # a requantized copy of the target drafts well
+    # One prompt: warm-ups A B C, then A B C. With --models-max 1 every switch reloads, so
+    # C's model instance, still loaded, has served exactly the last run: its own counters
+    # must equal what that run's stream reported.
+    last = data["runs"][-1]
+    assert last["arm"] == "C"
+    assert routing.router_models(Base.parse(router), None)["draft"].status == "loaded"
+    after = router_counters(router, "draft")
+    assert last["server"]["report"]["drafted"] == \
+        after["llamacpp:spec_decode_num_draft_tokens_total"] > 0
+    assert last["server"]["report"]["accepted"] == \
+        after["llamacpp:spec_decode_num_accepted_tokens_total"]
+    notes = {n.split(":")[0]: n for n in data["environment"]["notes"] if "router model" in n}
+    assert "drafting flags: none" in notes["A"]
+    assert "--spec-type ngram-simple" in notes["B"] and "--spec-ngram-simple-size-m 4" in notes["B"]
+    assert "--spec-draft-n-max 4" in notes["C"] and "--host" not in notes["C"]
+    comparison = next(c for c in data["summary"]["comparisons"] if c["arm"] == "B")
+    assert comparison["lossless"]["verdict"].startswith("lossless: 1 of 1")
+    # --apply on router arms shows the winning preset's drafting flags for copying.
+    assert ("(router model " in result.stderr and "--spec-type" in result.stderr) or \
+        "nothing to apply" in result.stderr
+
+
+def test_router_arms_are_checked_before_any_run(router, specdeck_home):
+    drafting_first = specdeck("bench", "--server", f"{router}#ngram", "--server",
+                              f"{router}#plain", *SMALL, home=specdeck_home)
+    assert drafting_first.returncode == 2
+    assert "is the reference, but the router starts 'ngram' with drafting flags " \
+        "(--spec-" in drafting_first.stderr and "--spec-type ngram-simple)" in drafting_first.stderr
+    unnamed = specdeck("bench", "--server", router, "--server", f"{router}#ngram", *SMALL,
+                       home=specdeck_home)
+    assert unnamed.returncode == 2 and "is a llama-server router" in unnamed.stderr
+    assert "draft, ngram, other, plain" in unnamed.stderr or "lists:" in unnamed.stderr
+    unknown = specdeck("bench", "--server", f"{router}#plain", "--server", f"{router}#nope",
+                       *SMALL, home=specdeck_home)
+    assert unknown.returncode == 2 and "has no model 'nope'" in unknown.stderr
+    for result in (drafting_first, unnamed, unknown):
+        assert "Traceback" not in result.stderr
+
+
+def test_a_router_model_that_cannot_start_gives_a_clear_error(router, specdeck_home):
+    result = specdeck("bench", "--server", f"{router}#plain", "--server", f"{router}#broken",
+                      *SMALL, home=specdeck_home)
+    assert result.returncode == 2, result.stderr
+    assert "Arm B: The router could not start 'broken'" in result.stderr
+    assert "Read the router's log" in result.stderr and "Traceback" not in result.stderr
