@@ -34,6 +34,7 @@ from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.runner import BenchRun, EventSink, run_plan
 from specdeck.core.bench.stats import RatioSummary
 from specdeck.core.bench.summary import BenchSummary, summarize
+from specdeck.core.bench.tables import rate_cell, text_table
 from specdeck.core.engines.base import DrafterKind, DrafterSpec, Engine
 from specdeck.core.errors import CancelledError, InvalidInputError
 
@@ -252,30 +253,15 @@ def sweep_table(result: SweepResult, markdown: bool = True) -> str:
     best = result.best
     ks, grid = sweep_grid(result.rows, result.spec.ks)
     header = ["draft \\ k"] + [str(k) for k in ks]
-    lines = []
     body = []
     for candidate, row_per_k in grid:
         cells = [candidate]
-        for row in row_per_k:
-            if row is None:
-                cells.append("-")
-                continue
-            text = "-" if row.tokens_per_second is None else f"{row.tokens_per_second:.1f}"
-            if row.speedup is not None:
-                text += f" ({row.speedup.median:.2f}x)"
-            if row is best:
-                text = f"**{text}**" if markdown else f"*{text}"
-            cells.append(text)
+        cells += ["-" if row is None else
+                  rate_cell(row.tokens_per_second, row.speedup, row is best, markdown)
+                  for row in row_per_k]
         body.append(cells)
     baseline = result.baseline_tokens_per_second
-    if markdown:
-        lines.append("| " + " | ".join(header) + " |")
-        lines.append("|" + "---|" * len(header))
-        lines.extend("| " + " | ".join(cells) + " |" for cells in body)
-    else:
-        widths = [max(len(str(c)) for c in col) for col in zip(header, *body)]
-        lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)))
-        lines.extend("  ".join(c.ljust(w) for c, w in zip(cells, widths)) for cells in body)
+    lines = text_table(header, body, markdown)
     lines.append("")
     if baseline is not None:
         lines.append(f"No draft: {baseline:.1f} tok/s (median of the reference arms).")

@@ -117,6 +117,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help="the model every TabbyAPI arm loads (default: the one loaded now)")
     servers.add_argument("--admin-key-env", metavar="VAR",
                          help="environment variable holding TabbyAPI's admin key")
+    servers.add_argument("--sweep", action="append", default=[], metavar="FLAG=VALUES",
+                         help="launched arms: a llama-server flag and the values to try, e.g. "
+                         "spec-draft-p-min=0.5,0.75 or spec-draft-n-min=0-2 (repeat for a "
+                         "grid; with --sweep-k, k through each arm's own k flag). Every "
+                         "drafting --launch arm is swept; each setting runs its own A/B "
+                         "against the reference; the table has a column per suite. With "
+                         "--tune: successive halving, a fraction of the time")
     servers.add_argument("--one-at-a-time", action="store_true",
                          help="run one launched llama-server at a time (they share a GPU); "
                          "default: each arm's server stays up for the whole plan")
@@ -282,9 +289,9 @@ def _engine_for(args, plan):
 
 # Running -------------------------------------------------------------------------------------
 def _bench(args: argparse.Namespace) -> int:
-    if args.tune and args.sweep_k:
-        raise InvalidInputError("--tune and --sweep-k are two ways to pick k; give one.")
     serving = bool(args.server or args.launch or args.tabby)
+    if args.tune and args.sweep_k and not args.launch:
+        raise InvalidInputError("--tune and --sweep-k are two ways to pick k; give one.")
     if args.apply and not serving and not (args.plan and args.config is None):
         if args.config is None:
             raise InvalidInputError("--apply needs the TabbyAPI config.yml to change.",
@@ -300,6 +307,11 @@ def _bench(args: argparse.Namespace) -> int:
     _quiet_library_progress_bars()
     progress = ProgressPrinter(sys.stderr)
     with _cancel_on_interrupt(cancel):
+        if plan.engine == "server" and (args.sweep or args.sweep_k or args.tune):
+            return _server_grid(args, plan, progress, cancel)
+        if args.sweep:
+            raise InvalidInputError("--sweep varies llama-server flags of --launch arms.",
+                                    "For local engines use --sweep-k.")
         if args.tune:
             return _tune(args, plan, progress, cancel)
         if args.sweep_k:
@@ -377,6 +389,9 @@ def _show_best_flags(arm, flags: tuple[str, ...] | None) -> None:
         sys.stderr.write(f"specdeck: best: arm {arm.name}; SpecDeck does not know its server's "
                          "flags, so there is nothing to copy.\n")
         return
+    from specdeck.core.servers.llama_server import drafting_flags
+
+    flags = drafting_flags(flags)
     where = f" (router model {arm.server.model})" if arm.server.launch is None else ""
     sys.stderr.write(f"specdeck: best: arm {arm.name}{where}. Its llama-server drafting flags, "
                      f"to copy into your command line, preset or llama-swap cmd:\n"
@@ -386,8 +401,6 @@ def _show_best_flags(arm, flags: tuple[str, ...] | None) -> None:
 def _sweep(args, plan, progress, cancel) -> int:
     from specdeck.core.bench.sweep import SweepSpec, plan_apply_best, run_sweep, sweep_table
 
-    if plan.engine == "server":
-        return _server_sweep(args, plan, progress, cancel)
     drafters = _drafters(args, 1, adaptive=False) or [a.drafter for a in plan.arms[1:]]
     spec = SweepSpec(plan, tuple(drafters), ks=parse_k_range(args.sweep_k))
     result = run_sweep(spec, on_event=progress, cancel=cancel)
@@ -400,47 +413,43 @@ def _sweep(args, plan, progress, cancel) -> int:
     return EXIT_INTERRUPTED if result.cancelled and cancel.is_set() else EXIT_OK
 
 
-def _server_sweep(args, plan, progress, cancel) -> int:
-    """Launched llama-servers: the reference, then the second arm's flags at every k (the
-    flag that sets k for its --spec-type), one interleaved plan."""
-    from dataclasses import replace
+def _server_grid(args, plan, progress, cancel) -> int:
+    """Launched llama-servers: every drafting arm at every combination of the swept flags
+    (--sweep, and k through --sweep-k), each its own A/B against the reference, rendered as
+    the hand-made tables are: settings down, suites across, a baseline row."""
+    from specdeck.core.bench.grid import grid_table, run_grid
+    from specdeck.core.servers.llama_server import binary_help, check_args, grid_cells, parse_axis
 
-    from specdeck.core.bench.plan import Arm
-    from specdeck.core.bench.runner import run_plan
-    from specdeck.core.bench.sweep import SweepSpec, sweep_result, sweep_table
-    from specdeck.core.servers.llama_server import drafter_from_flags, k_flag, with_flag
-
-    if len(plan.arms) != 2 or plan.arms[1].server.launch is None:
-        raise InvalidInputError("A server sweep takes two --launch arms: the reference and the "
-                                "drafting flags to sweep.",
+    launched = [a for a in plan.arms if a.server.launch is not None]
+    if len(launched) != len(plan.arms) or len(plan.arms) < 2:
+        raise InvalidInputError("A server sweep takes --launch arms: the reference first, then "
+                                "the drafting flags to sweep.",
                                 'E.g. --launch A= --launch "B=--spec-type ngram-simple".')
-    base = plan.arms[1].server
-    flag = k_flag(base.launch.args)
-    if flag is None:
-        raise InvalidInputError(f"Arm {plan.arms[1].name} has no --spec-type whose draft length "
-                                "SpecDeck knows how to sweep.",
-                                "Add --spec-type draft-simple (with -md) or ngram-simple.")
-    arms = [plan.arms[0]]
-    for k in parse_k_range(args.sweep_k):
-        launch = replace(base.launch, args=with_flag(base.launch.args, flag, str(k)))
-        arms.append(Arm(f"k{k}", drafter_from_flags(launch.args), replace(base, launch=launch)))
-    swept = replace(plan, arms=tuple(arms))
-    engine = _engine_for(args, swept)
+    axes = [parse_axis(text) for text in args.sweep]
+    ks = parse_k_range(args.sweep_k) if args.sweep_k else ()
+    if not axes and not ks and args.tune:
+        ks = tuple(range(1, 9))
+    families = [(a.name, a.server.launch) for a in plan.arms[1:]]
+    cells = grid_cells(families, axes, ks)
+    info = binary_help(plan.arms[0].server.launch.binary)
+    for cell in cells:  # every cell's flags against the binary before anything starts
+        check_args(tuple(cell.arm.server.launch.args), info)
+    progress.line(f"{len(cells)} settings to try, each its own A/B against arm "
+                  f"{plan.arms[0].name}" + (" (successive halving)" if args.tune else ""))
+    engine = _engine_for(args, plan)
     try:
-        run = run_plan(swept, engine, on_event=progress, cancel=cancel)
+        result = run_grid(plan, plan.arms[0], cells, engine, progress, cancel, halving=args.tune)
     finally:
         engine.unload()
-    spec = SweepSpec(swept, (arms[1].drafter,), ks=parse_k_range(args.sweep_k))
-    result = sweep_result(spec, [run])
     if args.apply:
-        best = None if result.best is None else swept.arm(result.best.arm)
-        _show_best_flags(best, None if best is None else best.server.launch.args)
+        best = result.best
+        _show_best_flags(None if best is None else best.cell.arm,
+                         None if best is None else best.cell.arm.server.launch.args)
     if args.json:
         _emit(args.json, result)
     else:
-        sys.stdout.write(sweep_table(result, markdown=False))
-        sys.stdout.write(f"Swept {flag} of `{' '.join(base.launch.args)}`.\n")
-    return EXIT_INTERRUPTED if run.cancelled else EXIT_OK
+        sys.stdout.write(grid_table(result, markdown=False))
+    return EXIT_INTERRUPTED if result.cancelled and cancel.is_set() else EXIT_OK
 
 
 def _tune(args, plan, progress, cancel) -> int:

@@ -151,6 +151,13 @@ class ServerEngine:
         say = progress or (lambda _p: None)
         self._plan_arms = tuple(plan.arms)
         missing = [a.name for a in plan.arms if a.server is None]
+        # An engine kept between plans (a grid sweep) keeps the servers this plan uses again
+        # (the reference) and stops the others.
+        wanted = {a.name: a.server.launch for a in plan.arms if a.server is not None}
+        for name, running in list(self._managed.items()):
+            if wanted.get(name) != running.profile:
+                running.stop()
+                del self._managed[name]
         if missing:
             raise InvalidInputError(f"Arms {', '.join(missing)} name no server.",
                                     "Every arm of a server plan is a URL or a launch profile.")

@@ -380,3 +380,111 @@ def drafter_from_flags(args: tuple[str, ...]):
             return DrafterSpec(DrafterKind.MODEL, Path(model), num_draft_tokens=k, adaptive=False)
         return DrafterSpec(DrafterKind.SERVER, num_draft_tokens=k, adaptive=False)
     return DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=k, adaptive=False)
+
+
+# Grid sweeps over llama-server flags ----------------------------------------------------------
+@dataclass(frozen=True)
+class SweepAxis:
+    """One flag and the values a grid tries for it."""
+
+    flag: str
+    values: tuple[str, ...]
+
+    @property
+    def short(self) -> str:
+        """The flag as the table's column of settings shows it: --spec-draft-p-min -> p-min."""
+        name = self.flag.lstrip("-")
+        for prefix in ("spec-draft-", "spec-ngram-simple-", "spec-ngram-map-k4v-",
+                       "spec-ngram-map-k-", "spec-ngram-mod-", "spec-"):
+            if name.startswith(prefix):
+                return name[len(prefix):]
+        return name
+
+
+def parse_axis(text: str) -> SweepAxis:
+    """"spec-draft-p-min=0.5,0.75" (dashes optional, as in llama-server's presets) or
+    "spec-draft-n-min=0-2" (a whole-number range)."""
+    name, eq, raw = text.partition("=")
+    name = name.strip()
+    if not eq or not name or not raw.strip():
+        raise InvalidInputError(f"--sweep {text!r}: write FLAG=VALUES, e.g. "
+                                "spec-draft-p-min=0.5,0.75 or spec-draft-n-max=4-16.")
+    flag = name if name.startswith("-") else f"--{name}"
+    values: list[str] = []
+    for part in (p.strip() for p in raw.split(",")):
+        low, dash, high = part.partition("-")
+        if dash and low.isdigit() and high.isdigit():
+            if int(high) < int(low) or int(high) - int(low) > 64:
+                raise InvalidInputError(f"--sweep {text!r}: the range {part} is empty or over "
+                                        "65 values.")
+            values.extend(str(v) for v in range(int(low), int(high) + 1))
+        elif part:
+            values.append(part)
+    if not values:
+        raise InvalidInputError(f"--sweep {text!r} gives no values.")
+    return SweepAxis(flag, tuple(dict.fromkeys(values)))
+
+
+_FAMILY_OF_PREFIX = (("--spec-draft-", "draft-"), ("--spec-ngram-simple-", "ngram-simple"),
+                     ("--spec-ngram-map-k4v-", "ngram-map-k4v"), ("--spec-ngram-map-k-", "ngram-map-k"),
+                     ("--spec-ngram-mod-", "ngram-mod"))
+
+
+def flag_applies(flag: str, kind: str | None) -> bool:
+    """Whether a flag changes anything for a --spec-type (a draft-model flag means nothing to
+    an n-gram arm, so a grid does not multiply its cells by it)."""
+    for prefix, family in _FAMILY_OF_PREFIX:
+        if flag.startswith(prefix):
+            return kind is not None and (kind.startswith(family) if family.endswith("-")
+                                         else kind == family)
+    return True
+
+
+def grid_cells(families: list[tuple[str, LaunchProfile]], axes: list[SweepAxis],
+               ks: tuple[int, ...] = ()):
+    """Every combination of the axes' values (and of k, through each family's own k flag)
+    for each drafting family, as grid cells named FAMILY1, FAMILY2, ..."""
+    import itertools
+
+    from specdeck.core.bench.grid import Cell
+    from specdeck.core.bench.plan import Arm
+
+    cells = []
+    for name, profile in families:
+        kind = spec_type(profile.args)
+        own_axes = []
+        if ks:
+            flag = k_flag(profile.args)
+            if flag is None:
+                raise InvalidInputError(f"Arm {name} has no --spec-type whose draft length "
+                                        "SpecDeck knows how to sweep.",
+                                        "Add --spec-type draft-simple (with -md) or ngram-simple.")
+            own_axes.append((SweepAxis(flag, tuple(str(k) for k in ks)), "k"))
+        own_axes += [(a, a.short) for a in axes if flag_applies(a.flag, kind)]
+        if not own_axes:
+            cells.append(Cell(Arm(name, drafter_from_flags(profile.args),
+                                  _server_arm(profile)), name))
+            continue
+        combos = list(itertools.product(*(axis.values for axis, _ in own_axes)))
+        for i, combo in enumerate(combos, start=1):
+            args = profile.args
+            for (axis, _), value in zip(own_axes, combo):
+                args = with_flag(args, axis.flag, value)
+            launch = LaunchProfile(profile.binary, profile.model, args)
+            settings = tuple((short, value) for (_, short), value in zip(own_axes, combo))
+            label = f"{name} " + " ".join(f"{s}={v}" for s, v in settings)
+            cells.append(Cell(Arm(f"{name}{i}", drafter_from_flags(args), _server_arm(launch)),
+                              label, settings))
+    for axis in axes:
+        if not any(flag_applies(axis.flag, spec_type(p.args)) for _, p in families):
+            kinds = ", ".join(sorted({spec_type(p.args) or "none" for _, p in families}))
+            raise InvalidInputError(f"--sweep {axis.flag} changes nothing for the drafting arms' "
+                                    f"spec types ({kinds}).",
+                                    "Sweep a flag of their --spec-type, or add an arm that uses it.")
+    return cells
+
+
+def _server_arm(launch: LaunchProfile):
+    from specdeck.core.servers.arms import ServerArm
+
+    return ServerArm(launch=launch)

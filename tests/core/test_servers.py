@@ -275,3 +275,37 @@ def test_drafting_flags_keep_only_what_sets_up_drafting():
                                     "--spec-type", "draft-simple", "-ngld", "99",
                                     "--spec-draft-p-min=0.5")
     assert drafting_flags(("--alias", "plain", "--threads", "2")) == ()
+
+
+def test_sweep_axes_parse_ranges_lists_and_refuse_nonsense():
+    from specdeck.core.errors import InvalidInputError
+    from specdeck.core.servers.llama_server import parse_axis
+
+    assert parse_axis("spec-draft-n-min=0-2").values == ("0", "1", "2")
+    axis = parse_axis("--spec-draft-p-min=0.5,0.75,0.5")
+    assert (axis.flag, axis.values, axis.short) == ("--spec-draft-p-min", ("0.5", "0.75"), "p-min")
+    for bad in ("spec-draft-p-min", "=1,2", "spec-draft-n-max=9-2", "spec-draft-n-max=1-500",
+                "spec-draft-n-max= , "):
+        with pytest.raises(InvalidInputError):
+            parse_axis(bad)
+
+
+def test_grid_cells_multiply_only_the_flags_each_spec_type_reads():
+    from specdeck.core.errors import InvalidInputError
+    from specdeck.core.servers.llama_server import LaunchProfile, grid_cells, parse_axis
+
+    draft = LaunchProfile("bin", "t.gguf", ("-md", "d.gguf", "--spec-type", "draft-simple"))
+    ngram = LaunchProfile("bin", "t.gguf", ("--spec-type", "ngram-simple"))
+    cells = grid_cells([("D", draft), ("N", ngram)],
+                       [parse_axis("spec-draft-p-min=0.5,0.9")], ks=(4, 8))
+    assert [c.arm.name for c in cells] == ["D1", "D2", "D3", "D4", "N1", "N2"]
+    assert [c.label for c in cells] == ["D k=4 p-min=0.5", "D k=4 p-min=0.9", "D k=8 p-min=0.5",
+                                        "D k=8 p-min=0.9", "N k=4", "N k=8"]
+    d4 = cells[3].arm.server.launch.args
+    assert d4[d4.index("--spec-draft-n-max") + 1] == "8" and "--spec-draft-p-min" in d4
+    assert "--spec-draft-p-min" not in cells[4].arm.server.launch.args
+    assert cells[5].arm.drafter.num_draft_tokens == 8
+    with pytest.raises(InvalidInputError, match="changes nothing"):
+        grid_cells([("N", ngram)], [parse_axis("spec-draft-p-min=0.5")])
+    with pytest.raises(InvalidInputError, match="no --spec-type"):
+        grid_cells([("X", LaunchProfile("bin", "t.gguf", ("-md", "d.gguf")))], [], ks=(2,))

@@ -139,21 +139,91 @@ def test_reference_that_drafts_is_refused_before_any_run(servers, specdeck_home)
     assert "is the reference" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_launched_k_sweep_prints_the_table_and_writes_nothing(llama_bin, demo_gguf, tmp_path,
-                                                              specdeck_home):
+def two_suites(folder: Path) -> tuple[str, str]:
+    """Two small prompt suites, so the grid's table has a column per suite."""
+    echo = folder / "echo.txt"
+    echo.write_text("Repeat this list exactly: red, green, blue, red, green, blue, red, green.\n"
+                    "---\nCopy: alpha beta gamma delta alpha beta gamma delta alpha beta.\n")
+    ask = folder / "ask.txt"
+    ask.write_text("Name three rivers in Europe.\n---\nWhat is a prime number?\n")
+    return str(echo), str(ask)
+
+
+def test_launched_grid_sweep_prints_the_hand_made_table_and_writes_nothing(
+        llama_bin, demo_gguf, tmp_path, specdeck_home):
+    echo, ask = two_suites(tmp_path)
     before = set(tmp_path.iterdir())
     running = llama_servers_of(demo_gguf)
+    common = ("bench", "--llama-server", str(llama_bin), "--gguf", str(demo_gguf),
+              "--server-args", "-t 2 -c 2048", "--launch", "A=",
+              "--launch", "B=--spec-type ngram-simple", "--sweep-k", "2,4",
+              "--sweep", "spec-ngram-simple-size-n=2,3", "--suite", f"{echo},{ask}",
+              "--repeats", "1", "--warmup", "0", "--max-new", "32", "--no-history")
+    result = specdeck(*common, "--json", "-", home=specdeck_home)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["suites"] == ["echo", "ask"]
+    labels = [r["label"] for r in data["rows"]]
+    assert labels == ["B k=2 size-n=2", "B k=2 size-n=3", "B k=4 size-n=2", "B k=4 size-n=3"]
+    for row in data["rows"]:
+        assert set(row["by_suite"]) == {"echo", "ask", "all"}
+        assert row["by_suite"]["all"]["speedup"]["n"] == 4  # 2 prompts x 2 suites, paired
+        assert row["lossless"].startswith("lossless")
+    assert all(data["baseline_tokens_per_second"][s] > 0 for s in ("echo", "ask", "all"))
+    best = data["best"]
+    assert best is None or best["speedup"] == max(r["score"] for r in data["rows"]) > 1.0
+    assert set(tmp_path.iterdir()) == before  # --apply is not given; nothing is written
+    assert llama_servers_of(demo_gguf) <= running  # every launched server was stopped
+    # The same grid as text: settings down, the suites across, the baseline row first.
+    text = specdeck(*common, "--apply", home=specdeck_home)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0].split() == ["setting", "echo", "ask", "all", "accepted", "lossless"]
+    assert lines[1].startswith("no draft (baseline)")
+    assert "Best:" in text.stdout
+    shown = text.stderr.split("llama-swap cmd:\n", 1)
+    assert len(shown) == 2 or "nothing to apply" in text.stderr
+    if len(shown) == 2:  # only the drafting flags are shown for copying
+        assert shown[1].split("\n")[0].strip().startswith("--spec-type ngram-simple")
+        assert "-t 2" not in shown[1].split("\n")[0]
+
+
+def test_grid_flags_are_checked_before_anything_starts(llama_bin, demo_gguf, specdeck_home):
+    running = llama_servers_of(demo_gguf)
+    base = ("bench", "--llama-server", str(llama_bin), "--gguf", str(demo_gguf),
+            "--launch", "A=", "--launch", "B=--spec-type ngram-simple", *SMALL)
+    unknown = specdeck(*base, "--sweep", "spec-ngram-simple-size-q=1,2", home=specdeck_home,
+                       timeout=60)
+    assert unknown.returncode == 2 and "--spec-ngram-simple-size-q" in unknown.stderr
+    pointless = specdeck(*base, "--sweep", "spec-draft-p-min=0.5,0.9", home=specdeck_home,
+                         timeout=60)
+    assert pointless.returncode == 2
+    assert "changes nothing for the drafting arms' spec types (ngram-simple)" in pointless.stderr
+    assert llama_servers_of(demo_gguf) <= running
+
+
+def test_tuner_on_a_grid_halves_the_settings_and_measures_the_rest_fully(
+        llama_bin, demo_gguf, tmp_path, specdeck_home):
+    echo, ask = two_suites(tmp_path)
     result = specdeck(
         "bench", "--llama-server", str(llama_bin), "--gguf", str(demo_gguf),
         "--server-args", "-t 2 -c 2048", "--launch", "A=",
         "--launch", "B=--spec-type ngram-simple --spec-ngram-simple-size-n 2",
-        "--sweep-k", "2,4", "--warmup", "0", "--apply", *SMALL, home=specdeck_home)
+        "--sweep-k", "1,2,4,8", "--tune", "--suite", f"{echo},{ask}", "--repeats", "1",
+        "--warmup", "0", "--max-new", "32", "--no-history", "--json", "-", home=specdeck_home)
     assert result.returncode == 0, result.stderr
-    assert "n-gram" in result.stdout and "Best:" in result.stdout
-    assert "Swept --spec-ngram-simple-size-m" in result.stdout
-    assert ("--spec-ngram-simple-size-m" in result.stderr) or ("nothing to apply" in result.stderr)
-    assert set(tmp_path.iterdir()) == before
-    assert llama_servers_of(demo_gguf) <= running  # every server it launched was stopped
+    data = json.loads(result.stdout)
+    assert data["halving"] is True
+    dropped = [r for r in data["rows"] if r["dropped_in_round"] == 1]
+    kept = [r for r in data["rows"] if r["dropped_in_round"] is None]
+    assert len(dropped) == 2 and len(kept) == 2
+    # Round 1 ran every setting on one prompt per suite; the survivors ran every prompt.
+    assert all(r["by_suite"]["all"]["speedup"]["n"] == 2 for r in dropped)
+    assert all(r["by_suite"]["all"]["speedup"]["n"] == 4 for r in kept)
+    # The survivors were the better half of round 1.
+    assert min(r["round_scores"][0] for r in kept) >= max(r["round_scores"][0] for r in dropped)
+    assert all(len(r["round_scores"]) == 2 for r in kept)
+    assert any("Successive halving" in n for n in data["notes"])
 
 
 def test_launched_draft_model_arm_reports_acceptance(llama_bin, demo_gguf, draft_gguf,

@@ -1,0 +1,268 @@
+"""Grid sweeps: many settings against one reference, as the tables users make by hand.
+
+A grid is a reference arm (no drafting) and a list of cells, each one setting to try (on a
+server: a llama-server launch with its flags). Each cell runs its own A/B plan, the reference
+and the cell interleaved, so every speed-up is paired with reference runs taken beside it
+(slow drift and thermals hit both alike) and at most two servers are up at a time. The
+reference's tok/s over all plans gives the table's baseline row.
+
+The table follows the hand-made ones (the llama-swap tuning table): settings down, prompt
+suites across, a baseline row, each cell "tok/s (speed-up)", the best of each column marked.
+A speed-up per suite is the median of that suite's paired ratios; "all" pools every prompt.
+
+``halving`` cuts the time of a large grid (successive halving): every cell runs once on the
+first prompt of each suite; the better half (by median speed-up) goes on to the next round
+with twice the prompts; the last round runs the survivors on the full plan. Cells dropped
+early keep the figures they had, marked with the round that dropped them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from specdeck.core.bench.plan import Arm, BenchPlan
+from specdeck.core.bench.runner import BenchRun, EventSink, choose_prompts, run_plan
+from specdeck.core.bench.stats import RatioSummary
+from specdeck.core.bench.summary import BenchSummary, summarize
+from specdeck.core.bench.tables import rate_cell, text_table
+from specdeck.core.errors import CancelledError, InvalidInputError
+
+ALL = "all"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One setting of the grid: its arm, and what it sets, for the table's first column."""
+
+    arm: Arm
+    label: str
+    settings: tuple[tuple[str, str], ...] = ()
+    """(what, value) pairs that differ from the family's flags, e.g. ("k", "8")."""
+
+
+@dataclass(frozen=True)
+class Figure:
+    tokens_per_second: float | None
+    speedup: RatioSummary | None
+    acceptance_rate: float | None = None
+
+    @property
+    def score(self) -> float:
+        return self.speedup.median if self.speedup is not None else 0.0
+
+
+@dataclass(frozen=True)
+class GridRow:
+    cell: Cell
+    by_suite: dict[str, Figure]
+    """Suite name (and "all") -> the figure there."""
+    lossless: str
+    dropped_in_round: int | None = None
+    """Successive halving: the round after which this cell was not run further."""
+    round_scores: tuple[float, ...] = ()
+    """Successive halving: the overall median speed-up measured in each round it ran."""
+
+    @property
+    def score(self) -> float:
+        return self.by_suite[ALL].score if ALL in self.by_suite else 0.0
+
+
+@dataclass(frozen=True)
+class GridResult:
+    suites: tuple[str, ...]
+    rows: tuple[GridRow, ...]
+    baseline: dict[str, float | None]
+    """Suite -> median tok/s of the reference over every plan."""
+    runs: tuple[BenchRun, ...]
+    halving: bool = False
+    cancelled: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def best(self) -> GridRow | None:
+        """The fully measured row with the best overall median speed-up; None when no
+        setting beats the reference."""
+        ranked = [r for r in self.rows if r.dropped_in_round is None and ALL in r.by_suite
+                  and r.by_suite[ALL].speedup is not None]
+        top = max(ranked, key=lambda r: r.score, default=None)
+        return top if top is not None and top.score > 1.0 else None
+
+    def to_json(self) -> dict[str, Any]:
+        from specdeck.core.jsonout import to_jsonable
+
+        best = self.best
+        return {
+            "suites": list(self.suites),
+            "baseline_tokens_per_second": self.baseline,
+            "rows": [{"arm": r.cell.arm.name, "label": r.cell.label,
+                      "settings": dict(r.cell.settings), "score": r.score,
+                      "lossless": r.lossless, "dropped_in_round": r.dropped_in_round,
+                      "round_scores": list(r.round_scores),
+                      "by_suite": {s: to_jsonable(f) for s, f in r.by_suite.items()}}
+                     for r in self.rows],
+            "best": None if best is None else {"arm": best.cell.arm.name,
+                                               "label": best.cell.label,
+                                               "speedup": best.score},
+            "halving": self.halving,
+            "cancelled": self.cancelled,
+            "notes": list(self.notes),
+        }
+
+
+def cell_plan(base: BenchPlan, reference: Arm, cell: Cell) -> BenchPlan:
+    return replace(base, arms=(reference, cell.arm))
+
+
+def suite_summaries(run: BenchRun) -> dict[str, BenchSummary]:
+    """The run summarized over each suite's prompts, and over all of them ("all")."""
+    out = {ALL: summarize(run)}
+    suites = dict.fromkeys(p.suite for p in run.prompts)
+    if len(suites) < 2:
+        out.update({s: out[ALL] for s in suites})
+        return out
+    for suite in suites:
+        ids = {p.id for p in run.prompts if p.suite == suite}
+        part = replace(run, prompts=tuple(p for p in run.prompts if p.id in ids),
+                       records=tuple(r for r in run.records if r.prompt_id in ids))
+        out[suite] = summarize(part)
+    return out
+
+
+def _row(cell: Cell, run: BenchRun, dropped: int | None = None) -> GridRow:
+    by_suite = {}
+    lossless = ""
+    for suite, summary in suite_summaries(run).items():
+        arm = summary.arm(cell.arm.name)
+        comparison = summary.comparison(cell.arm.name)
+        by_suite[suite] = Figure(arm.tokens_per_second, comparison.speedup, arm.acceptance_rate)
+        if suite == ALL:
+            lossless = comparison.lossless.verdict
+    return GridRow(cell, by_suite, lossless, dropped)
+
+
+def _baseline(runs: Sequence[BenchRun], reference: str, suites: Sequence[str]) -> dict:
+    out: dict[str, float | None] = {}
+    for suite in (*suites, ALL):
+        rates = [r.result.stats.tokens_per_second for run in runs
+                 for r in run.counted(reference)
+                 if (suite == ALL or r.slot.prompt.suite == suite) and r.result.stats.decode_s > 0]
+        out[suite] = statistics.median(rates) if rates else None
+    return out
+
+
+def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
+             on_event: EventSink | None = None, cancel: threading.Event | None = None,
+             halving: bool = False) -> GridResult:
+    """Run every cell's A/B plan on ``engine`` (kept between plans, so the reference's
+    server stays up); with ``halving``, successive halving over the prompts."""
+    if not cells:
+        raise InvalidInputError("The grid has no settings to try.",
+                                "Give a drafting arm and values to sweep.")
+    if len({c.arm.name for c in cells} | {reference.name}) != len(cells) + 1:
+        raise InvalidInputError("Two grid settings have the same arm name.")
+    cancel = cancel or threading.Event()
+    prompts = choose_prompts(base)
+    suites = tuple(dict.fromkeys(p.suite for p in prompts))
+    runs: list[BenchRun] = []
+    rows: dict[str, GridRow] = {}
+    alive = list(cells)
+    rounds = _rounds(base, prompts, len(cells)) if halving else [base]
+    for number, plan in enumerate(rounds, start=1):
+        last = number == len(rounds)
+        measured: list[tuple[Cell, BenchRun]] = []
+        for cell in alive:
+            if cancel.is_set():
+                break
+            try:
+                run = run_plan(cell_plan(plan, reference, cell), engine, on_event, cancel)
+            except CancelledError:
+                break
+            runs.append(run)
+            measured.append((cell, run))
+            earlier = rows[cell.arm.name].round_scores if cell.arm.name in rows else ()
+            row = _row(cell, run)
+            rows[cell.arm.name] = replace(row, round_scores=(*earlier, row.score))
+        if cancel.is_set() or last:
+            break
+        ranked = sorted(measured, key=lambda m: rows[m[0].arm.name].score, reverse=True)
+        keep = max(1, math.ceil(len(ranked) / 2))
+        for cell, _run in ranked[keep:]:
+            rows[cell.arm.name] = replace(rows[cell.arm.name], dropped_in_round=number)
+        alive = [cell for cell, _run in ranked[:keep]]
+    ordered = tuple(rows[c.arm.name] for c in cells if c.arm.name in rows)
+    notes = []
+    if halving:
+        notes.append(f"Successive halving over {len(rounds)} rounds: rows marked 'dropped' "
+                     "were measured on fewer prompts, once, and are not candidates for best.")
+    return GridResult(suites, ordered, _baseline(runs, reference.name, suites), tuple(runs),
+                      halving, cancelled=cancel.is_set() or len(ordered) < len(cells),
+                      notes=tuple(notes))
+
+
+def _rounds(base: BenchPlan, prompts, n_cells: int) -> list[BenchPlan]:
+    """Plans of growing size: the first prompt of each suite once, then twice as many
+    prompts each round, the full plan last; one round per halving of the cells."""
+    if n_cells <= 2:
+        return [base]
+    by_suite: dict[str, list[str]] = {}
+    for p in prompts:
+        by_suite.setdefault(p.suite, []).append(p.id)
+    halvings = math.ceil(math.log2(n_cells))
+    plans = []
+    per_suite = 1
+    for _ in range(halvings):
+        ids = tuple(pid for ids in by_suite.values() for pid in ids[:per_suite])
+        if len(ids) >= len(prompts):
+            break
+        plans.append(replace(base, prompt_ids=ids, max_prompts=None, repeats=1, warmup=min(
+            base.warmup, 1)))
+        per_suite *= 2
+    return [*plans, base]
+
+
+def grid_table(result: GridResult, markdown: bool = True) -> str:
+    """Settings down, suites across ("all" last), a baseline row first; each cell
+    "tok/s (speed-up)", the best of each column marked (bold, or * in plain text)."""
+    columns = [*result.suites, ALL] if len(result.suites) > 1 else [ALL]
+    best_in = {}
+    for suite in columns:
+        ranked = [r for r in result.rows if r.dropped_in_round is None and suite in r.by_suite
+                  and r.by_suite[suite].speedup is not None]
+        top = max(ranked, key=lambda r: r.by_suite[suite].score, default=None)
+        if top is not None and top.by_suite[suite].score > 1.0:
+            best_in[suite] = top.cell.arm.name
+
+    header = ["setting", *columns, "accepted", "lossless"]
+    body = [["no draft (baseline)",
+             *("-" if result.baseline.get(s) is None else f"{result.baseline[s]:.1f}"
+               for s in columns), "", ""]]
+    for row in result.rows:
+        cells = [row.cell.label + (f" (dropped, round {row.dropped_in_round})"
+                                   if row.dropped_in_round else "")]
+        for suite in columns:
+            figure = row.by_suite.get(suite)
+            cells.append("-" if figure is None else rate_cell(
+                figure.tokens_per_second, figure.speedup,
+                best_in.get(suite) == row.cell.arm.name, markdown))
+        overall = row.by_suite.get(ALL)
+        rate = overall.acceptance_rate if overall else None
+        cells.append("-" if rate is None else f"{rate:.0%}")
+        cells.append(row.lossless.split(":")[0] if row.lossless else "-")
+        body.append(cells)
+    lines = text_table(header, body, markdown)
+    lines.append("")
+    best = result.best
+    if best is None:
+        lines.append("Best: no draft (no setting beat decoding without one)")
+    else:
+        speedup = best.by_suite[ALL].speedup
+        lines.append(f"Best: {best.cell.label}: {best.score:.2f}x over all prompts "
+                     f"({speedup.verdict}: 95% interval {speedup.ci_low:.2f}-{speedup.ci_high:.2f}"
+                     f"x, {speedup.n} pairs)")
+    lines.extend(f"Note: {n}" for n in result.notes)
+    return "\n".join(lines) + "\n"
