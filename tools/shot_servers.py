@@ -6,6 +6,8 @@ Servers engine probes them and runs grounded-edit and code prompts against them.
 
 bench-servers.png: the finished plan: both panes, the results table with the servers'
 acceptance, the summary with the paired speed-up and losslessness.
+bench-server-arms.png: the Arms dialog with llama-servers to launch (one with last year's
+--draft-max), after Check read the binary's --help.
 """
 
 from __future__ import annotations
@@ -47,7 +49,33 @@ def render(window, out_dir: Path) -> list[Path]:
         _pump_until(page, lambda: False, 0.3)
         shot = out_dir / "bench-servers.png"
         window.grab().save(str(shot))
-        return [shot]
+        return [shot, _arms_dialog(page, binary, gguf, urls[1], out_dir)]
     finally:
         for server in servers:
             server.stop()
+
+
+def _arms_dialog(page, binary, gguf, url: str, out_dir: Path) -> Path:
+    from specdeck.gui.widgets.server_arms_dialog import FOUND, LAUNCH, SOURCE
+
+    page.arms_button.click()
+    dialog = page.arms_dialog
+    while dialog.table.rowCount():
+        dialog.table.removeRow(0)
+    rows = (("A", LAUNCH, ""), ("B", LAUNCH, "--spec-type ngram-simple --spec-ngram-simple-size-n 2"),
+            ("C", LAUNCH, "-md SmolLM2-135M-Instruct.Q8_0.gguf --draft-max 8"),
+            ("D", "Running server", url))
+    for name, source, where in rows:
+        row = dialog.add_row(name, source, where)
+        dialog.table.cellWidget(row, SOURCE).setCurrentText(source)
+    dialog.binary.setText(str(binary))
+    dialog.gguf.setText(str(gguf))
+    dialog.common.setText("-t 2 -c 4096")
+    dialog.one_at_a_time.setChecked(True)
+    dialog.check_button.click()
+    _pump_until(page, lambda: dialog.table.item(3, FOUND).text() != "", 60)
+    _pump_until(page, lambda: False, 0.3)
+    shot = out_dir / "bench-server-arms.png"
+    dialog.grab().save(str(shot))
+    dialog.reject()
+    return shot

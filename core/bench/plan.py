@@ -108,6 +108,9 @@ class BenchPlan:
     on_error: str = "stop"
     """When a run fails (a server that is down or answers an error): "stop" the plan, or
     "skip" the run (recorded with its error, left out of every statistic) and go on."""
+    one_server_at_a_time: bool = False
+    """Server plans: run one launched llama-server at a time (they share one GPU); else each
+    launched arm's server stays up for the whole plan."""
 
     def __post_init__(self) -> None:
         if self.load is not None:
@@ -173,6 +176,7 @@ class BenchPlan:
             "load": None if self.load is None else _load_to_json(self.load),
             "notes": list(self.notes),
             "on_error": self.on_error,
+            "one_server_at_a_time": self.one_server_at_a_time,
         }
 
     @classmethod
@@ -204,6 +208,7 @@ class BenchPlan:
                 load=None if load is None else _load_from_json(load),
                 notes=tuple(str(n) for n in data.get("notes", ())),
                 on_error=str(data.get("on_error", "stop")),
+                one_server_at_a_time=bool(data.get("one_server_at_a_time", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidInputError(f"This A/B plan is not readable: {exc!r}.",

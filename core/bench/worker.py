@@ -122,7 +122,18 @@ def serve(jobs: Any, events: Any, cancel: Any, factory: EngineFactory = default_
                     engine = None
                 if engine is None:
                     engine, engine_name = factory(plan.engine), plan.engine
-                run = run_plan(plan, engine=engine, on_event=_freezing(batcher.emit), cancel=cancel)
+                serving = hasattr(engine, "activate_arm")
+                try:
+                    run = run_plan(plan, engine=engine, on_event=_freezing(batcher.emit),
+                                   cancel=cancel)
+                finally:
+                    if serving:
+                        # Server arms: the llama-servers it launched stop, and a reloaded
+                        # TabbyAPI gets its model back, when the plan ends (not at exit).
+                        _unload(engine)
+                        problems, engine = list(getattr(engine, "restore_problems", ())), None
+                if serving and problems:
+                    run.environment.setdefault("notes", []).extend(problems)
             except BaseException as exc:  # noqa: BLE001 - delivered to the parent, never lost
                 if not isinstance(exc, SpecDeckError):
                     log.error("A/B run failed:\n%s", traceback.format_exc())

@@ -236,10 +236,9 @@ def _server_plan(args: argparse.Namespace):
     """A plan whose arms are servers: --server URLs or --launch profiles (not both)."""
     import shlex
 
-    from specdeck.core.bench.plan import Arm, BenchPlan, _arm_name
-    from specdeck.core.servers.arms import ServerArm, _split_name, arms_from_urls
+    from specdeck.core.bench.plan import BenchPlan, _arm_name
+    from specdeck.core.servers.arms import _split_name, arms_from_urls, launched_arm
     from specdeck.core.servers.kinds import parse_kind
-    from specdeck.core.servers.llama_server import LaunchProfile, drafter_from_flags
 
     if sum(map(bool, (args.server, args.launch, args.tabby))) > 1:
         raise InvalidInputError("Give --server URLs, --launch profiles or one --tabby, not two "
@@ -267,24 +266,23 @@ def _server_plan(args: argparse.Namespace):
                 own = tuple(shlex.split(flags))
             except ValueError as exc:
                 raise InvalidInputError(f"--launch {text!r}: {exc}.") from None
-            profile = LaunchProfile(str(Path(args.llama_server).expanduser()),
-                                    str(Path(args.gguf).expanduser()), common + own)
-            arms.append(Arm(name, drafter_from_flags(own), ServerArm(launch=profile)))
+            arms.append(launched_arm(name, args.llama_server, args.gguf, own, common))
         model_label = str(args.gguf)
     if len({a.name for a in arms}) != len(arms):
         raise InvalidInputError("Two server arms have the same name.",
                                 "Name them: --server A=URL --server B=URL.")
-    return BenchPlan(engine="server", model=model_label, arms=tuple(arms), **_prompt_fields(args))
+    return BenchPlan(engine="server", model=model_label, arms=tuple(arms),
+                     one_server_at_a_time=args.one_at_a_time, **_prompt_fields(args))
 
 
 def _engine_for(args, plan):
-    """The engine a plan runs on: a server engine honours --one-at-a-time; others are made
-    by the runner from plan.engine."""
+    """The engine a plan runs on: a server engine here (kept by a grid between its plans,
+    its launched servers stopped by the caller); others are made by the runner."""
     if plan.engine != "server":
         return None
     from specdeck.core.servers.engine import ServerEngine
 
-    return ServerEngine(exclusive=getattr(args, "one_at_a_time", False))
+    return ServerEngine()
 
 
 # Running -------------------------------------------------------------------------------------

@@ -112,22 +112,76 @@ def _split_name(text: str, default: str) -> tuple[str, str]:
     return default, text
 
 
+def url_arm(name: str, url: str, model: str | None = None, api_key_env: str | None = None,
+            reference: bool = False, kind: ServerKind | None = None):
+    """An arm for a running server: the reference does not draft; the others draft as their
+    servers are configured."""
+    from specdeck.core.bench.plan import Arm
+    from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec
+
+    drafter = NO_DRAFT if reference else DrafterSpec(DrafterKind.SERVER, adaptive=False)
+    return Arm(name, drafter, ServerArm(url=url.strip(), kind=kind, model=(model or "").strip()
+                                        or None, api_key_env=(api_key_env or "").strip() or None))
+
+
+def launched_arm(name: str, binary: str, gguf: str, flags: tuple[str, ...],
+                 common: tuple[str, ...] = ()):
+    """An arm whose llama-server SpecDeck launches: the binary, the target GGUF, the flags
+    every arm shares, then this arm's own (its drafter is read from them)."""
+    from pathlib import Path
+
+    from specdeck.core.bench.plan import Arm
+    from specdeck.core.servers.llama_server import drafter_from_flags
+
+    profile = LaunchProfile(str(Path(binary).expanduser()), str(Path(gguf).expanduser()),
+                            tuple(common) + tuple(flags))
+    return Arm(name, drafter_from_flags(tuple(flags)), ServerArm(launch=profile))
+
+
+def describe(arm) -> str:
+    """One line on what an arm is, for a list of arms (a worker calls it: it probes a running
+    server, or reads a launched one's binary --help); never raises."""
+    from specdeck.core.errors import SpecDeckError
+
+    server: ServerArm = arm.server
+    try:
+        from specdeck.core.servers.llama_server import drafting_flags, shown_command
+
+        if server.launch is not None:
+            from specdeck.core.servers.llama_server import binary_help, check_args
+
+            check_args(tuple(server.launch.args), binary_help(server.launch.binary))
+            shown = shown_command(list(drafting_flags(tuple(server.launch.args))))
+            return f"{arm.name}: launched llama-server, {shown or 'no drafting'}; flags accepted"
+        from specdeck.core.servers.probe import probe
+
+        info = probe(server.url, server.api_key(), server.kind)
+    except SpecDeckError as exc:
+        return f"{arm.name}: {exc.what}"
+    if info.router:
+        if not server.model:
+            return f"{arm.name}: llama-server router; name a model: {', '.join(info.models)}"
+        flags = info.flags_of(server.model)
+        if flags is None:
+            return f"{arm.name}: the router has no model {server.model!r}"
+        shown = shown_command(list(drafting_flags(flags))) or "no drafting"
+        return f"{arm.name}: router model {server.model}, {shown}"
+    drafting = {True: "drafts", False: "no drafting", None: "drafting unknown"}[info.speculative]
+    return f"{arm.name}: {info.kind.value}, {drafting}" + (f" ({info.draft})" if info.draft else "")
+
+
 def arms_from_urls(texts, kind: ServerKind | None = None, api_key_env: str | None = None):
     """Arms for running servers, from "[NAME=]URL[#MODEL]" texts: the first is the no-draft
     reference, the others draft as their servers are configured."""
-    from specdeck.core.bench.plan import Arm, _arm_name
-    from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec
+    from specdeck.core.bench.plan import _arm_name
 
     arms = []
-    for i, text in enumerate(t.strip() for t in texts):
+    for text in (t.strip() for t in texts):
         if not text:
             continue
         name, url = _split_name(text, _arm_name(len(arms)))
         url, _, model = url.partition("#")
-        drafter = NO_DRAFT if not arms else DrafterSpec(DrafterKind.SERVER, adaptive=False)
-        arms.append(Arm(name, drafter, ServerArm(url=url.strip(), kind=kind,
-                                                 model=model.strip() or None,
-                                                 api_key_env=api_key_env)))
+        arms.append(url_arm(name, url, model, api_key_env, reference=not arms, kind=kind))
     if len({a.name for a in arms}) != len(arms):
         raise InvalidInputError("Two server arms have the same name.",
                                 "Name them: A=http://... B=http://...")

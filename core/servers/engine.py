@@ -77,8 +77,10 @@ class ServerEngine:
     name = "server"
 
     def __init__(self, exclusive: bool = False, log_dir: Path | None = None):
+        self._exclusive = exclusive
         self.exclusive = exclusive
-        """Run one managed llama-server at a time (they share one GPU)."""
+        """Run one managed llama-server at a time (they share one GPU): given here, or by
+        the plan (BenchPlan.one_server_at_a_time)."""
         self._log_dir = log_dir
         self._loaded: LoadedModel | None = None
         self._infos: dict[str, ServerInfo] = {}
@@ -150,6 +152,7 @@ class ServerEngine:
         """Check every arm before the first run; probe the running servers."""
         say = progress or (lambda _p: None)
         self._plan_arms = tuple(plan.arms)
+        self.exclusive = self._exclusive or plan.one_server_at_a_time
         missing = [a.name for a in plan.arms if a.server is None]
         # An engine kept between plans (a grid sweep) keeps the servers this plan uses again
         # (the reference) and stops the others.

@@ -10,6 +10,7 @@ amount of work per frame however fast tokens arrive. Statistics are the core's
 from __future__ import annotations
 
 import html
+import json
 import logging
 import re
 import time
@@ -61,6 +62,9 @@ RATE_WINDOW_S = 0.25
 """Live tok/s is measured over at least this much decode time, so the curve is readable."""
 MEMORY_INTERVAL_S = 0.25
 SETTINGS_PREFIX = "bench/"
+SERVERS_TIP = ("One arm per server, comma-separated: [NAME=]URL[#MODEL]. The first is the "
+               "no-draft reference. API keys come from SPECDECK_SERVER_API_KEY or the keyring. "
+               "Arms… for launched llama-servers and per-arm key variables.")
 GiB = 1024**3
 
 
@@ -184,14 +188,24 @@ class BenchPage(QWidget):
         browse_model.clicked.connect(lambda: self._browse(self.model.lineEdit()))
         self.servers = QLineEdit()
         self.servers.setPlaceholderText("http://127.0.0.1:8080, B=http://127.0.0.1:8081")
-        self.servers.setToolTip("One arm per server, comma-separated: [NAME=]URL[#MODEL]. The "
-                                "first is the no-draft reference. API keys come from "
-                                "SPECDECK_SERVER_API_KEY or the keyring.")
+        self.servers.setToolTip(SERVERS_TIP)
         self.probe_button = QToolButton()
         self.probe_button.setText("Probe")
         self.probe_button.setToolTip("Ask each server what it is, what it has loaded and whether "
                                      "it drafts")
         self.probe_button.clicked.connect(self.probe_servers)
+        self.arms_button = QToolButton()
+        self.arms_button.setText("Arms…")
+        self.arms_button.setToolTip("Edit the arms one per row: running servers (URL, model, key "
+                                    "variable) or llama-servers SpecDeck launches (their flags)")
+        self.arms_button.clicked.connect(self.edit_server_arms)
+        self._edited_arms = None
+        """Arms from the Arms dialog that the one-line list cannot express (launched
+        llama-servers, key variables); None: the line is the list."""
+        from specdeck.gui.widgets.server_arms_dialog import LaunchSettings
+
+        self._launch_settings = LaunchSettings()
+        self._one_at_a_time = False
         self.server_info = QLabel()
         self.server_info.setProperty("role", "hint")
         self.server_info.setWordWrap(True)
@@ -273,6 +287,7 @@ class BenchPage(QWidget):
         top.addWidget(browse_model)
         top.addWidget(self.servers, 1)
         top.addWidget(self.probe_button)
+        top.addWidget(self.arms_button)
         self._local_only = [self.model, browse_model, browse_draft]
         grid.addLayout(top, 0, 1)
         draft_row = QHBoxLayout()
@@ -333,6 +348,7 @@ class BenchPage(QWidget):
             widget.setVisible(not serving)
         self.servers.setVisible(serving)
         self.probe_button.setVisible(serving)
+        self.arms_button.setVisible(serving)
         self.server_info.setVisible(serving)
         self.target_label.setText("Servers" if serving else "Target")
         self.drafters_label.setText("Found" if serving else "Drafters")
@@ -342,7 +358,44 @@ class BenchPage(QWidget):
     def _server_arms(self):
         from specdeck.core.servers.arms import arms_from_urls
 
+        if self._edited_arms is not None:
+            return self._edited_arms
         return arms_from_urls(re.split(r"[,\s]+", self.servers.text().strip()))
+
+    def edit_server_arms(self) -> None:
+        from specdeck.gui.widgets.server_arms_dialog import ServerArmsDialog
+
+        try:
+            arms = self._server_arms()
+        except SpecDeckError:
+            arms = ()
+        dialog = ServerArmsDialog(arms, self._launch_settings, self._one_at_a_time, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.accepted.connect(lambda: self._take_arms(dialog))
+        self.arms_dialog = dialog
+        dialog.open()
+
+    def _take_arms(self, dialog) -> None:
+        self._launch_settings = dialog.launch_settings()
+        self._one_at_a_time = dialog.one_at_a_time.isChecked()
+        self._set_server_arms(dialog.arms())
+
+    def _set_server_arms(self, arms) -> None:
+        """Show ``arms`` in the one-line list when it can hold them, else as a summary."""
+        plain = all(a.server.launch is None and a.server.api_key_env is None
+                    and a.server.tabby is None for a in arms)
+        self._edited_arms = None if plain else tuple(arms)
+        self.servers.setReadOnly(not plain)
+        if plain:
+            self.servers.setText(", ".join(
+                f"{a.name}={a.server.url}" + (f"#{a.server.model}" if a.server.model else "")
+                for a in arms))
+            self.servers.setToolTip(SERVERS_TIP)
+        else:
+            self.servers.setText(" · ".join(f"{a.name}: {a.server.where}" for a in arms))
+            self.servers.setToolTip("Set in Arms… (launched llama-servers or key variables "
+                                    "do not fit on one line); edit them there.")
+        self._preview_arms()
 
     def handle_request(self, argument: str) -> None:
         """From the start page: "demo" runs the demo A/B; a URL becomes a server arm."""
@@ -357,7 +410,14 @@ class BenchPage(QWidget):
             self.start()
         elif argument.startswith("http"):
             self.engine.setCurrentIndex(self.engine.findData("server"))
-            if argument not in self.servers.text():
+            if self._edited_arms is not None:
+                from specdeck.core.bench.plan import _arm_name
+                from specdeck.core.servers.arms import url_arm
+
+                if all(a.server.url != argument for a in self._edited_arms):
+                    arm = url_arm(_arm_name(len(self._edited_arms)), argument)
+                    self._set_server_arms((*self._edited_arms, arm))
+            elif argument not in self.servers.text():
                 self.servers.setText(", ".join(t for t in (self.servers.text().strip(), argument) if t))
             self.probe_servers()
 
@@ -429,7 +489,8 @@ class BenchPage(QWidget):
                                     "separated by commas.")
             return BenchPlan(engine="server", model="server", arms=arms, suites=tuple(suites),
                              prompt_ids=prompt_ids, max_new_tokens=self.max_new.value(),
-                             repeats=self.repeats.value(), warmup=self.warmup.value())
+                             repeats=self.repeats.value(), warmup=self.warmup.value(),
+                             one_server_at_a_time=self._one_at_a_time)
         if self.use_draft.isChecked() and not self.draft.text().strip():
             raise SpecDeckError("Draft model is ticked but no folder is given.",
                                 "Choose the draft model's folder, or untick Draft model.")
@@ -968,9 +1029,17 @@ class BenchPage(QWidget):
                 **{f"suite_{n}": b for n, b in self.suite_buttons.items()}}
 
     def _save(self) -> None:
+        from dataclasses import asdict
+
         settings = QSettings()
         for name, widget in self._widgets().items():
             settings.setValue(SETTINGS_PREFIX + name, _value(widget))
+        # Arms as plan JSON (URLs without passwords, key variable names, never keys).
+        edited = None if self._edited_arms is None else json.dumps(
+            [a.server.to_json() | {"name": a.name} for a in self._edited_arms])
+        settings.setValue(SETTINGS_PREFIX + "server_arms", edited or "")
+        settings.setValue(SETTINGS_PREFIX + "launch", json.dumps(asdict(self._launch_settings)))
+        settings.setValue(SETTINGS_PREFIX + "one_at_a_time", self._one_at_a_time)
 
     def _restore(self) -> None:
         settings = QSettings()
@@ -978,24 +1047,49 @@ class BenchPage(QWidget):
             value = settings.value(SETTINGS_PREFIX + name)
             if value is not None:
                 _set_value(widget, value)
+        self._restore_server_arms(settings)
+
+    def _restore_server_arms(self, settings) -> None:
+        from specdeck.gui.widgets.server_arms_dialog import LaunchSettings
+
+        try:
+            self._launch_settings = LaunchSettings(
+                **json.loads(settings.value(SETTINGS_PREFIX + "launch") or "{}"))
+            self._one_at_a_time = settings.value(SETTINGS_PREFIX + "one_at_a_time") in (
+                True, "true")
+            saved = settings.value(SETTINGS_PREFIX + "server_arms") or ""
+            if saved:
+                self._set_server_arms(_arms_from_saved(json.loads(saved)))
+        except (TypeError, ValueError, KeyError, SpecDeckError) as exc:  # an old or edited file
+            log.info("Ignoring the saved server arms: %s", exc)
+            self._edited_arms = None
+            self.servers.setReadOnly(False)
+
+
+def _arms_from_saved(items) -> tuple:
+    """Arms saved by BenchPage._save: ServerArm JSON with the arm's name; the first is the
+    reference, launched arms draft as their flags say."""
+    from specdeck.core.bench.plan import Arm
+    from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec
+    from specdeck.core.servers.arms import ServerArm
+    from specdeck.core.servers.llama_server import drafter_from_flags
+
+    arms = []
+    for item in items:
+        server = ServerArm.from_json(item)
+        if server.launch is not None:
+            drafter = drafter_from_flags(tuple(server.launch.args))
+        else:
+            drafter = NO_DRAFT if not arms else DrafterSpec(DrafterKind.SERVER, adaptive=False)
+        arms.append(Arm(str(item["name"]), drafter, server))
+    return tuple(arms)
 
 
 def _probe_arms(arms) -> list[str]:
-    """Worker: one line per server arm (kind, drafting, where acceptance comes from)."""
-    from specdeck.core.servers.probe import probe
+    """Worker: one line per server arm (what it is, whether it drafts)."""
+    from specdeck.core.servers.arms import describe
 
-    lines = []
-    for arm in arms:
-        server = arm.server
-        try:
-            info = probe(server.url, server.api_key(), server.kind)
-        except SpecDeckError as exc:
-            lines.append(f"{arm.name}: {exc.what}")
-            continue
-        drafting = {True: "drafts", False: "no drafting", None: "drafting unknown"}[info.speculative]
-        lines.append(f"{arm.name}: {info.kind.value}, {drafting}"
-                     + (f" ({info.draft})" if info.draft else ""))
-    return lines
+    return [describe(arm) for arm in arms]
 
 
 def _summarize_and_keep(run):

@@ -72,3 +72,71 @@ def test_servers_engine_needs_two_servers(qtbot, page):
     page.servers.setText("http://127.0.0.1:9")
     page.start()
     assert page.banner.isVisible() and "two servers" in page.banner.label.text()
+
+
+@pytest.mark.slow
+def test_arms_dialog_runs_launched_llama_servers_one_at_a_time(qtbot, page, tmp_path):
+    """Arms… edits rows of launched llama-servers (the real pinned build, the demo GGUF),
+    Check reads the binary's --help, Start runs them, and the worker stops every server it
+    launched when the plan ends; the arms survive a restart of the page."""
+    import psutil
+
+    from specdeck.core.engines.demo import find_gguf
+    from specdeck.gui.context import AppContext
+    from specdeck.gui.widgets.server_arms_dialog import FOUND, LAUNCH, SOURCE, WHERE
+    from tools.llama_server_build import build
+
+    binary, gguf = build(), find_gguf()
+    page.engine.setCurrentIndex(page.engine.findData("server"))
+    assert page.arms_button.isVisible()
+    page.arms_button.click()
+    dialog = page.arms_dialog
+    assert dialog.table.rowCount() == 2 and not dialog.launch_box.isEnabled()
+    dialog.table.cellWidget(0, SOURCE).setCurrentText(LAUNCH)
+    dialog.table.cellWidget(1, SOURCE).setCurrentText(LAUNCH)
+    assert dialog.launch_box.isEnabled()
+    dialog.table.item(1, WHERE).setText("-md old.gguf --draft-max 8")
+    dialog.binary.setText(str(binary))
+    dialog.gguf.setText(str(gguf))
+    dialog.common.setText("-t 2 -c 2048")
+    dialog.one_at_a_time.setChecked(True)
+    dialog.check_button.click()
+    qtbot.waitUntil(lambda: dialog.table.item(1, FOUND).text() != "", timeout=30_000)
+    assert "flags accepted" in dialog.table.item(0, FOUND).text()
+    assert "--draft-max was removed" in dialog.table.item(1, FOUND).text()
+    dialog.table.item(1, WHERE).setText("--spec-type ngram-simple --spec-ngram-simple-size-n 2")
+    dialog._accept()
+    assert page._edited_arms is not None and page.servers.isReadOnly()
+    assert "launched" in page.servers.toolTip() or "Arms…" in page.servers.toolTip()
+    for name, button in page.suite_buttons.items():
+        button.setChecked(name == "grounded")
+    page.per_suite.setValue(1)
+    page.repeats.setValue(1)
+    page.warmup.setValue(0)
+    page.max_new.setValue(32)
+    plan = page.plan_from_controls()
+    assert plan.one_server_at_a_time
+    assert [a.server.launch.args for a in plan.arms] == [
+        ("-t", "2", "-c", "2048"),
+        ("-t", "2", "-c", "2048", "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2")]
+    assert plan.arms[1].drafter.kind.value == "ngram"
+    page.start()
+    qtbot.waitUntil(lambda: page.last_run is not None, timeout=180_000)
+    assert len(page.last_run.counted()) == 2 and page.table.rowCount() == 2
+
+    def ours():
+        return [p for p in psutil.process_iter(["cmdline"])
+                if p.info["cmdline"] and str(gguf) in p.info["cmdline"]
+                and "--spec-ngram-simple-size-n" in p.info["cmdline"]]
+
+    qtbot.waitUntil(lambda: not ours(), timeout=30_000)  # stopped when the plan ended
+    page._save()
+    again = BenchPage(AppContext())
+    qtbot.addWidget(again)
+    try:
+        assert again._edited_arms is not None
+        assert [a.server.launch.args for a in again._edited_arms] == [
+            a.server.launch.args for a in plan.arms]
+        assert again._one_at_a_time and again.servers.isReadOnly()
+    finally:
+        again.shutdown()
