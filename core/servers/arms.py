@@ -166,6 +166,11 @@ def describe(arm) -> str:
             return f"{arm.name}: the router has no model {server.model!r}"
         shown = shown_command(list(drafting_flags(flags))) or "no drafting"
         return f"{arm.name}: router model {server.model}, {shown}"
+    if info.kind is ServerKind.LLAMA_SWAP:
+        if not server.model or server.model not in info.models:
+            return f"{arm.name}: llama-swap; name a model: {', '.join(info.models)}"
+        return (f"{arm.name}: llama-swap model {server.model} (its drafting flags are read "
+                "when it starts)")
     drafting = {True: "drafts", False: "no drafting", None: "drafting unknown"}[info.speculative]
     return f"{arm.name}: {info.kind.value}, {drafting}" + (f" ({info.draft})" if info.draft else "")
 

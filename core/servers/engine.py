@@ -66,6 +66,9 @@ class ServerRun:
     metrics_drafted: int | None = None
     """Difference of the server's Prometheus counters around the run (vLLM)."""
     metrics_accepted: int | None = None
+    drafting_flags: tuple[str, ...] | None = None
+    """The llama-server drafting flags the arm ran with, where SpecDeck knows them (launched,
+    a router's model, a llama-swap model); None otherwise."""
 
 
 def availability() -> Availability:
@@ -87,6 +90,9 @@ class ServerEngine:
         self._managed: dict[str, ManagedServer] = {}
         self._arm = None
         self._plan_arms: tuple = ()
+        self._swap_flags: dict[str, tuple[str, ...]] = {}
+        self._flags_now: tuple[str, ...] | None = None
+        """llama-swap arms: the command line llama-swap ran the arm's model with."""
         self._base: Base | None = None
         self._kind: ServerKind = ServerKind.OPENAI
         self._model: str | None = None
@@ -189,6 +195,9 @@ class ServerEngine:
             if info.router:
                 self._check_router_arm(arm, info, reference=arm is plan.arms[0])
                 continue
+            if info.kind is ServerKind.LLAMA_SWAP:
+                self._check_swap_arm(arm, info)
+                continue
             if arm is plan.arms[0] and info.speculative:
                 raise InvalidInputError(
                     f"Arm {arm.name} is the reference, but {info.url} drafts "
@@ -225,6 +234,19 @@ class ServerEngine:
                 f"Arm {arm.name} is the reference, but the router starts {model!r} with "
                 f"drafting flags ({shown_command(list(drafting_flags(flags)))}).",
                 "Put a model without --spec-type first (a preset with no drafting).")
+
+    @staticmethod
+    def _check_swap_arm(arm, info: ServerInfo) -> None:
+        listed = ", ".join(info.models) or "none"
+        if not arm.server.model:
+            raise InvalidInputError(
+                f"Arm {arm.name}: {info.url} is llama-swap, which starts a model by the name a "
+                f"request gives; name this arm's model (it lists: {listed}).",
+                f"Write the arm as {arm.name}={info.url}#MODEL.")
+        if info.models and arm.server.model not in info.models:
+            raise InvalidInputError(
+                f"Arm {arm.name}: llama-swap at {info.url} has no model {arm.server.model!r} "
+                f"(it lists: {listed}).", "Check the name in its config.yaml.")
 
     def _remember_tabby(self, arm, server: ServerArm) -> None:
         from specdeck.core.servers.tabby_reload import loaded_state
@@ -292,6 +314,8 @@ class ServerEngine:
         info = self._infos[arm.name]
         if info.router:
             self._switch_router(arm, url, say, cancel)
+        elif info.kind is ServerKind.LLAMA_SWAP:
+            self._switch_swap(arm, url, say)
         self._arm = arm
         self._base = Base.parse(url)
         self._kind = info.kind
@@ -301,6 +325,10 @@ class ServerEngine:
             (server.model or info.model)
         self._key = server.api_key()
         self._info = info
+        from specdeck.core.servers.llama_server import drafting_flags
+
+        flags = self.arm_flags(arm)
+        self._flags_now = None if flags is None else drafting_flags(flags)
         self._loaded = replace(self._loaded, drafter=arm.drafter,
                                model_path=Path(info.model or url)) if self._loaded else None
         return self._loaded
@@ -334,7 +362,32 @@ class ServerEngine:
         info = self._infos.get(arm.name)
         if info is not None and info.router:
             return drafting_flags(info.flags_of(arm.server.model) or ())
+        if arm.name in self._swap_flags:
+            return drafting_flags(self._swap_flags[arm.name])
         return None
+
+    def _switch_swap(self, arm, url: str, say) -> None:
+        """llama-swap: start the arm's model (swapping others out) before its runs, and read
+        its command line; the reference must not draft."""
+        from specdeck.core.servers import swap
+        from specdeck.core.servers.llama_server import (
+            drafter_from_flags,
+            drafting_flags,
+            shown_command,
+        )
+
+        say(LoadProgress(f"llama-swap is starting {arm.server.model}"))
+        try:
+            flags = swap.load(Base.parse(url), arm.server.model, arm.server.api_key())
+        except ServerError as exc:
+            raise ServerError(f"Arm {arm.name}: {exc.what}", exc.fix) from None
+        self._swap_flags[arm.name] = flags
+        if arm.name == self._plan_arms[0].name and \
+                drafter_from_flags(flags).kind is not DrafterKind.NONE:
+            raise InvalidInputError(
+                f"Arm {arm.name} is the reference, but llama-swap runs {arm.server.model!r} "
+                f"with drafting flags ({shown_command(list(drafting_flags(flags)))}).",
+                "Put a model without --spec-type first.")
 
     def _switch_router(self, arm, url: str, say, cancel) -> None:
         """Load the arm's model on its router (and, one at a time, stop the model of the arm
@@ -480,7 +533,7 @@ class ServerEngine:
         server = ServerRun(report=report, client_tokens_per_second=client_rate,
                            time_to_first_token_s=ttft, chunks=len(arrivals),
                            url=self._base.shown, metrics_drafted=drafted_m,
-                           metrics_accepted=accepted_m)
+                           metrics_accepted=accepted_m, drafting_flags=self._flags_now)
         return GenerationResult(text=reading.text, token_ids=(), prompt_ids=(), stats=stats,
                                 drafter=self._arm.drafter, sampling=request.sampling,
                                 engine=f"server:{self._kind.value}", server=server)

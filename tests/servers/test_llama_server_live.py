@@ -413,3 +413,57 @@ def test_a_router_model_that_cannot_start_gives_a_clear_error(router, specdeck_h
     assert result.returncode == 2, result.stderr
     assert "Arm B: The router could not start 'broken'" in result.stderr
     assert "Read the router's log" in result.stderr and "Traceback" not in result.stderr
+
+
+# llama-swap: a stand-in (tests/llama_swap_standin.py, routes as in llama-swap 0bdb3720) that
+# starts and stops real llama-servers by the request's model name.
+@pytest.fixture(scope="module")
+def swap(llama_bin, demo_gguf, tmp_path_factory):
+    from llama_swap_standin import LlamaSwapStandin
+
+    cmd = f"{llama_bin} --port ${{PORT}} -m {demo_gguf} -t 2 -c 2048"
+    standin = LlamaSwapStandin(
+        {"plain": cmd, "ngram": cmd + " --spec-type ngram-simple --spec-ngram-simple-size-n 2"},
+        tmp_path_factory.mktemp("swap"))
+    url = standin.start()
+    try:
+        yield standin, url
+    finally:
+        standin.stop()
+
+
+def test_ab_through_llama_swap_loads_each_model_before_its_runs(swap, specdeck_home):
+    standin, url = swap
+    probe = json.loads(specdeck("servers", "probe", url, "--json", home=specdeck_home).stdout)
+    assert probe["kind"] == "llama-swap" and set(probe["models"]) == {"plain", "ngram"}
+    before = len(standin.swaps)
+    result = specdeck("bench", "--server", f"A={url}#plain", "--server", f"B={url}#ngram",
+                      *SMALL, "--apply", "--json", "-", home=specdeck_home)
+    assert result.returncode in (0, 1), result.stderr
+    data = json.loads(result.stdout)
+    # Every swap happened when SpecDeck switched arms, none inside a measured run.
+    assert len(standin.swaps) - before == result.stderr.count("llama-swap is starting")
+    flags = {r["arm"]: r["server"]["drafting_flags"] for r in data["runs"]}
+    assert flags["A"] == []
+    assert flags["B"] == ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2"]
+    arm_b = next(a for a in data["summary"]["arms"] if a["name"] == "B")
+    assert arm_b["drafted"] > 0 and arm_b["acceptance_source"] == "timings.draft_n"
+    assert "--spec-type ngram-simple" in result.stderr or "nothing to apply" in result.stderr
+
+
+def test_llama_swap_arms_are_checked(swap, specdeck_home):
+    _standin, url = swap
+    drafting_first = specdeck("bench", "--server", f"{url}#ngram", "--server", f"{url}#plain",
+                              *SMALL, home=specdeck_home)
+    assert drafting_first.returncode == 2
+    assert "is the reference, but llama-swap runs 'ngram' with drafting flags " \
+        "(--spec-type ngram-simple" in drafting_first.stderr
+    unnamed = specdeck("bench", "--server", url, "--server", f"{url}#ngram", *SMALL,
+                       home=specdeck_home)
+    assert unnamed.returncode == 2 and "name this arm's model (it lists: ngram, plain)" \
+        in unnamed.stderr
+    unknown = specdeck("bench", "--server", f"{url}#plain", "--server", f"{url}#nope", *SMALL,
+                       home=specdeck_home)
+    assert unknown.returncode == 2 and "has no model 'nope'" in unknown.stderr
+    for result in (drafting_first, unnamed, unknown):
+        assert "Traceback" not in result.stderr

@@ -1,0 +1,57 @@
+"""llama-swap: one address, a llama-server per model in its config.yaml, swapped by name.
+
+What this module relies on, from llama-swap's sources at 0bdb3720 (2026-08-22):
+
+- ``GET /running`` (internal/server/api.go, handleRunning, and runningModel at line 313):
+  ``{"running": [{"model", "state", "cmd", "proxy", "ttl", "name", "description"}]}``;
+  states from internal/process/process.go lines 14-20: stopped, starting, ready, stopping,
+  shutdown. ``cmd`` is the model's command line from config.yaml: its drafting flags.
+- ``/upstream/{model}/{path}`` (server.go line 311, api.go handleUpstream) forwards a request
+  to the model's own server, starting it first (swapping out the others of its group) and
+  answering once it is up; ``GET /upstream/{model}/health`` is llama-server's /health, so it
+  loads the model and waits without generating anything. An unknown model answers 404
+  "model not found".
+- ``GET /v1/models`` lists the configured models (owned_by "llama-swap", status value
+  loaded/unloaded).
+
+A model is loaded before its arm's runs, so no measured run pays for a swap.
+"""
+
+from __future__ import annotations
+
+import shlex
+from urllib.parse import quote
+
+from specdeck.core.servers.transport import Base, ServerError, request_json, request_text
+
+LOAD_TIMEOUT_S = 600.0
+
+
+def running(base: Base, api_key: str | None) -> dict[str, dict]:
+    """The models llama-swap runs now, by name, with their state and command line."""
+    data = request_json(base, "GET", "/running", api_key=api_key, timeout=10.0)
+    items = data.get("running") if isinstance(data, dict) else None
+    return {str(item.get("model")): item for item in items if isinstance(item, dict)} \
+        if isinstance(items, list) else {}
+
+
+def command_flags(cmd: str) -> tuple[str, ...]:
+    """A config.yaml cmd (possibly folded over lines with backslashes) as argv."""
+    try:
+        return tuple(shlex.split(cmd.replace("\\\n", " ")))
+    except ValueError:
+        return tuple(cmd.split())
+
+
+def load(base: Base, model: str, api_key: str | None, timeout: float = LOAD_TIMEOUT_S) -> tuple[str, ...]:
+    """Make llama-swap run ``model`` and wait until its server answers; its command line."""
+    try:
+        request_text(base, f"/upstream/{quote(model, safe='')}/health", api_key, timeout=timeout)
+    except ServerError as exc:
+        if "(404)" in exc.what:
+            raise ServerError(f"llama-swap at {base.shown} has no model {model!r}.",
+                              "Name one of the models in its config.yaml (URL#MODEL).") from None
+        raise ServerError(f"llama-swap could not start {model!r}: {exc.what}",
+                          "Read llama-swap's log (its /logs page): the model's cmd may fail.") from None
+    now = running(base, api_key).get(model)
+    return command_flags(str(now.get("cmd") or "")) if now else ()
