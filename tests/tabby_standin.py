@@ -59,6 +59,9 @@ class TabbyHandler(http.server.BaseHTTPRequestHandler):
     draft_name: str | None = None
     branch = "main"  # or "exl2-checkpoint"
     step_s = 0.004
+    step_by_draft: dict = {}
+    """Seconds per token while a draft is loaded, by draft name (default step_s): how fast a
+    real TabbyAPI would be is not this stand-in's to say, so tests choose (both ways)."""
     usage_seen: list = []
     models = ("Qwen2.5-32B-Instruct-exl2-4.0bpw", "Qwen2.5-0.5B-exl2-4.0bpw",
               "Qwen2.5-1.5B-exl2-4.0bpw")
@@ -143,7 +146,7 @@ class TabbyHandler(http.server.BaseHTTPRequestHandler):
         started = time.perf_counter()
         first = None
         for i, piece in enumerate(pieces):
-            time.sleep(self.step_s)
+            time.sleep(self.step_by_draft.get(type(self).draft_name, self.step_s))
             first = first or time.perf_counter()
             last = i == len(pieces) - 1
             reason = "length" if last and not include_usage else None

@@ -343,6 +343,20 @@ def plan_apply_setting(drafter: DrafterSpec | None, config_path: str | Path,
     return BestSettingChange(config.plan_change(doc, changes), tuple(notes))
 
 
+def plan_apply_draft_name(draft_name: str | None, config_path: str | Path) -> BestSettingChange:
+    """Plan writing the winning TabbyAPI arm's draft (a folder name in the draft_model_dir
+    TabbyAPI loaded it from; None = no draft won) into config.yml: only draft_model_name
+    changes, since the arms differed in nothing else."""
+    from specdeck.core import config
+    from specdeck.core.config.schema import DRAFT
+
+    doc = config.load(Path(config_path).expanduser())
+    notes = [] if draft_name else [
+        "No draft beat decoding without one: the draft model is switched off."]
+    return BestSettingChange(config.plan_change(doc, {(DRAFT, "draft_model_name"): draft_name or ""}),
+                             tuple(notes))
+
+
 def apply_best(planned: BestSettingChange, force: bool = False, backup: bool = True):
     """Save a planned change (after the user confirmed its diff); returns core.config.SaveResult."""
     from specdeck.core import config

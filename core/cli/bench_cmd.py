@@ -79,7 +79,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-history", action="store_true",
                    help="do not keep this run in SpecDeck's history")
     p.add_argument("--apply", action="store_true",
-                   help="write the best setting into TabbyAPI's config.yml (needs --config)")
+                   help="write the best setting into TabbyAPI's config.yml (needs --config; "
+                   "with --tabby: the winning draft); llama-server arms: print the winning "
+                   "flags to copy")
     p.add_argument("--config", type=Path, metavar="FILE", help="TabbyAPI config.yml for --apply")
     p.add_argument("--yes", "-y", action="store_true", help="save with --apply without asking")
     servers = p.add_argument_group(
@@ -290,6 +292,14 @@ def _bench(args: argparse.Namespace) -> int:
     serving = bool(args.server or args.launch or args.tabby)
     if args.tune and args.sweep_k and not args.launch:
         raise InvalidInputError("--tune and --sweep-k are two ways to pick k; give one.")
+    if args.apply and args.tabby:
+        if args.config is None:
+            raise InvalidInputError("--apply with --tabby writes the winning draft into "
+                                    "TabbyAPI's config.yml: give it with --config.",
+                                    "Pass --config path/to/tabbyAPI/config.yml.")
+        from specdeck.core import config
+
+        config.load(args.config)  # a missing or broken file is reported before any work
     if args.apply and not serving and not (args.plan and args.config is None):
         if args.config is None:
             raise InvalidInputError("--apply needs the TabbyAPI config.yml to change.",
@@ -327,7 +337,7 @@ def _ab(args, plan, progress, cancel) -> int:
                 else "Add --draft FOLDER and/or --ngram.")
         raise InvalidInputError("Nothing to compare: the plan has no drafting arm.", hint)
     if args.apply and plan.engine == "server" and plan.arms[0].server.launch is None \
-            and not all(a.server.model for a in plan.arms):
+            and plan.arms[0].server.tabby is None and not all(a.server.model for a in plan.arms):
         raise InvalidInputError("--apply needs launched arms or a llama-server router's models: "
                                 "SpecDeck cannot know the settings of another server.",
                                 "Use --launch profiles, or read the winner from the report.")
@@ -345,7 +355,13 @@ def _ab(args, plan, progress, cancel) -> int:
         written["report"] = write_report(run, summary, args.report).folder
     if not args.no_history:
         written["history"] = save_to_history(run, summary).folder
-    if args.apply and plan.engine == "server":
+    if args.apply and plan.engine == "server" and plan.arms[0].server.tabby is not None:
+        from specdeck.core.bench.sweep import plan_apply_draft_name
+
+        best = _best_arm(summary, plan)
+        _apply(args, None, planned=plan_apply_draft_name(
+            None if best is None else best.server.tabby.draft_model_name, args.config))
+    elif args.apply and plan.engine == "server":
         best = _best_arm(summary, plan)
         _show_best_flags(best, None if best is None else engine.arm_flags(best))
     elif args.apply:

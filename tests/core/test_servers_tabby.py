@@ -151,3 +151,41 @@ def test_a_failed_load_stops_the_plan_and_restores_the_model(tabby, specdeck_hom
     assert result.returncode == 2
     assert "Could not find the model path for load" in result.stderr
     assert (handler.model_name, handler.draft_name) == ("Qwen2.5-32B-Instruct-exl2-4.0bpw", None)
+
+
+@pytest.mark.parametrize("draft_step_s, expected", [(0.001, "Qwen2.5-0.5B-exl2-4.0bpw"),
+                                                    (0.012, "")])
+def test_apply_writes_the_winning_tabby_draft_into_config_yml(tabby, specdeck_home, tmp_path,
+                                                             draft_step_s, expected):
+    """--tabby --apply: the winner's draft name goes into config.yml through the editor (a
+    diff, a backup, only draft_model_name changes); when the draft loses, the draft is
+    switched off. The stand-in's speed with the draft is the test's choice, both ways."""
+    from conftest import FIXTURES
+
+    from specdeck.core import config
+
+    cfg = tmp_path / "config.yml"
+    cfg.write_bytes((FIXTURES / "tabbyapi" / "config_sample.exl2-checkpoint.yml").read_bytes())
+    doc = config.load(cfg)
+    config.save(config.plan_change(doc, {("draft_model", "draft_model_name"): "Old-Draft"}))
+    original = cfg.read_text()
+    url, _handler = tabby(branch="exl2-checkpoint",
+                          step_by_draft={"Qwen2.5-0.5B-exl2-4.0bpw": draft_step_s})
+    result = _cli("bench", "--tabby", url, "--tabby-draft", "B=Qwen2.5-0.5B-exl2-4.0bpw",
+                  "--suite", "code", "--max-prompts", "2", "--repeats", "2", "--warmup", "0",
+                  "--max-new", "24", "--no-history", "--apply", "--config", str(cfg), "--yes",
+                  env={**KEYS, "SPECDECK_HOME": str(specdeck_home)})
+    assert result.returncode == 0, result.stderr
+    assert "-  draft_model_name: Old-Draft" in result.stderr  # the diff was shown
+    assert (config.load(cfg).value("draft_model", "draft_model_name") or "") == expected
+    changed = [(a, b) for a, b in zip(original.splitlines(), cfg.read_text().splitlines()) if a != b]
+    assert len(changed) == 1 and "draft_model_name" in changed[0][1]
+    assert (tmp_path / "config.yml.bak").read_text() == original
+
+
+def test_apply_with_tabby_needs_the_config_first(tabby, specdeck_home):
+    url, handler = tabby()
+    result = _cli("bench", "--tabby", url, "--tabby-draft", "B=Qwen2.5-0.5B-exl2-4.0bpw",
+                  *SMALL, "--apply", env={**KEYS, "SPECDECK_HOME": str(specdeck_home)})
+    assert result.returncode == 2 and "--config" in result.stderr
+    assert handler.admin_calls == []  # refused before anything was reloaded
