@@ -315,16 +315,19 @@ def _bench(args: argparse.Namespace) -> int:
     _quiet_library_progress_bars()
     progress = ProgressPrinter(sys.stderr)
     with _cancel_on_interrupt(cancel):
-        if plan.engine == "server" and (args.sweep or args.sweep_k or args.tune):
-            return _server_grid(args, plan, progress, cancel)
-        if args.sweep:
-            raise InvalidInputError("--sweep varies llama-server flags of --launch arms.",
-                                    "For local engines use --sweep-k.")
-        if args.tune:
-            return _tune(args, plan, progress, cancel)
-        if args.sweep_k:
-            return _sweep(args, plan, progress, cancel)
-        return _ab(args, plan, progress, cancel)
+        try:
+            if plan.engine == "server" and (args.sweep or args.sweep_k or args.tune):
+                return _server_grid(args, plan, progress, cancel)
+            if args.sweep:
+                raise InvalidInputError("--sweep varies llama-server flags of --launch arms.",
+                                        "For local engines use --sweep-k.")
+            if args.tune:
+                return _tune(args, plan, progress, cancel)
+            if args.sweep_k:
+                return _sweep(args, plan, progress, cancel)
+            return _ab(args, plan, progress, cancel)
+        finally:
+            progress.close()
 
 
 def _ab(args, plan, progress, cancel) -> int:
@@ -530,15 +533,27 @@ def _emit(target: str, payload: Any) -> None:
 
 
 class ProgressPrinter:
-    """Runner events as lines on stderr: stages once each, then a line per finished run."""
+    """Runner events on stderr: stages once each, then each finished run. On a terminal the
+    runs fill a tqdm bar (runs done of all, time left, the last run's figures) with the
+    stages printed above it; elsewhere (logs, CI) one line per run."""
 
     def __init__(self, stream: TextIO):
         self.stream = stream
+        self.live = bool(getattr(stream, "isatty", lambda: False)())
         self._last_stage = ""
+        self._bar = None
 
     def line(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.write(f"specdeck: {text}", file=self.stream)
+            return
         self.stream.write(f"specdeck: {text}\n")
         self.stream.flush()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
     def __call__(self, event: Any) -> None:
         from specdeck.core.bench.runner import RunFinished, Stage
@@ -548,15 +563,32 @@ class ProgressPrinter:
                 self._last_stage = event.text
                 self.line(event.text)
         elif isinstance(event, RunFinished):
-            record = event.record
-            s = record.result.stats
-            slot = record.slot
-            kind = "warm-up" if slot.warmup else f"repeat {slot.repeat + 1}"
-            acceptance = "" if s.acceptance_rate is None else f", acceptance {s.acceptance_rate:.0%}"
-            stopped = "" if record.complete else " (stopped)"
-            if record.error:
-                self.line(f"[{slot.index + 1}/{event.total}] {slot.arm.label} | {slot.prompt.id} "
-                          f"{kind}: FAILED, skipped: {record.error}")
+            text = self._run_text(event)
+            if not self.live:
+                self.line(f"[{event.record.slot.index + 1}/{event.total}] {text}")
                 return
-            self.line(f"[{slot.index + 1}/{event.total}] {slot.arm.label} | {slot.prompt.id} "
-                      f"{kind}: {s.tokens_per_second:.1f} tok/s{acceptance}{stopped}")
+            from tqdm import tqdm
+
+            if self._bar is None or self._bar.total != event.total:
+                self.close()
+                self._bar = tqdm(total=event.total, unit="run", file=self.stream,
+                                 dynamic_ncols=True, desc="runs", leave=True)
+            self._bar.update(1)
+            self._bar.set_postfix_str(text)
+            if event.record.error:
+                self.line(text)
+            if self._bar.n >= self._bar.total:
+                self.close()  # before the results are printed
+
+    @staticmethod
+    def _run_text(event) -> str:
+        record = event.record
+        s = record.result.stats
+        slot = record.slot
+        kind = "warm-up" if slot.warmup else f"repeat {slot.repeat + 1}"
+        if record.error:
+            return f"{slot.arm.label} | {slot.prompt.id} {kind}: FAILED, skipped: {record.error}"
+        acceptance = "" if s.acceptance_rate is None else f", acceptance {s.acceptance_rate:.0%}"
+        stopped = "" if record.complete else " (stopped)"
+        return (f"{slot.arm.label} | {slot.prompt.id} {kind}: {s.tokens_per_second:.1f} tok/s"
+                f"{acceptance}{stopped}")

@@ -153,14 +153,15 @@ def run_variants(args: argparse.Namespace) -> int:
 
 # install ------------------------------------------------------------------------------
 class TerminalProgress:
-    """A one-line progress bar on a terminal; plain lines per file when not a terminal."""
+    """On a terminal, a tqdm bar (bytes, rate, time left, the file; it follows the terminal's
+    width); elsewhere (logs, CI) one plain line per file and per phase."""
 
     def __init__(self, stream: TextIO | None = None):
         self.stream = stream or sys.stderr
         self.live = bool(getattr(self.stream, "isatty", lambda: False)())
         self._last_file: str | None = None
         self._last_phase: str | None = None
-        self._width = 0
+        self._bar = None
 
     def __call__(self, p) -> None:
         if self.live:
@@ -169,13 +170,19 @@ class TerminalProgress:
             self._log(p)
 
     def _draw(self, p) -> None:
-        columns = shutil.get_terminal_size((100, 20)).columns
-        bar_width = max(10, min(40, columns - 70))
-        filled = int(bar_width * p.fraction)
-        line = f"[{'#' * filled}{'.' * (bar_width - filled)}] {p.describe()}"[: columns - 1]
-        self.stream.write("\r" + line.ljust(self._width))
-        self._width = len(line)
-        self.stream.flush()
+        from tqdm import tqdm
+
+        from specdeck.core.hub.progress import PHASE_LABELS
+
+        if self._bar is None or (p.total and self._bar.total != p.total):
+            self.close()
+            self._bar = tqdm(total=p.total or None, unit="B", unit_scale=True,
+                             unit_divisor=1000, file=self.stream, dynamic_ncols=True,
+                             desc=f"{p.repo_id}@{p.revision}", leave=True, mininterval=0.2)
+        self._bar.n = p.done
+        what = p.file if p.phase == "downloading" and p.file else PHASE_LABELS.get(p.phase, p.phase)
+        self._bar.set_postfix_str(what or "", refresh=False)
+        self._bar.refresh()
 
     def _log(self, p) -> None:
         if p.phase == "downloading" and p.file != self._last_file:
@@ -187,10 +194,9 @@ class TerminalProgress:
         self.stream.flush()
 
     def close(self) -> None:
-        if self.live and self._width:
-            self.stream.write("\n")
-            self.stream.flush()
-        self._width = 0
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
 
 @contextmanager

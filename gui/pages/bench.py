@@ -62,6 +62,8 @@ RATE_WINDOW_S = 0.25
 """Live tok/s is measured over at least this much decode time, so the curve is readable."""
 MEMORY_INTERVAL_S = 0.25
 SETTINGS_PREFIX = "bench/"
+HISTORY_SHOWN = 100
+"""The History list shows the newest runs; older ones stay on disk in the history folder."""
 SERVERS_TIP = ("One arm per server, comma-separated: [NAME=]URL[#MODEL]. The first is the "
                "no-draft reference. API keys come from SPECDECK_SERVER_API_KEY or the keyring. "
                "Arms… for launched llama-servers and per-arm key variables.")
@@ -919,7 +921,7 @@ class BenchPage(QWidget):
 
     def _show_history(self, entries) -> None:
         self.history.clear()
-        for entry in entries:
+        for entry in entries[:HISTORY_SHOWN]:
             speedups = ", ".join(f"{arm} {value:.2f}×" for arm, value in entry.speedups.items()
                                  if value is not None)
             self.history.addItem(f"{entry.created[:16].replace('T', ' ')} · {Path(entry.model).name} · "

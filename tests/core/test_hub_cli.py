@@ -85,8 +85,13 @@ def test_terminal_progress_bar_on_a_tty():
     bar(InstallProgress("downloading", TINY_REPO, "4.0bpw", done=500, total=1000, file="x.safetensors",
                         rate=2e6, eta_s=75))
     bar.close()
+    bar(InstallProgress("downloading", TINY_REPO, "4.0bpw", done=1000, total=1000,
+                        file="x.safetensors", rate=2e6, eta_s=0))
+    bar.close()
     text = stream.getvalue()
-    assert text.startswith("\r[") and "#" * 5 in text and "50%" in text and "1:15 left" in text
+    # tqdm's bar: the variant, the percentage, bytes done of all in decimal units, the file.
+    assert f"{TINY_REPO}@4.0bpw" in text and "50%" in text and "100%" in text
+    assert "500/1.00k" in text and "1.00k/1.00k" in text and "x.safetensors" in text
     assert text.endswith("\n")
 
 

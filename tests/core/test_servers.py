@@ -4,6 +4,8 @@ real binary's --help text, and servers that stall, break off or refuse."""
 
 from __future__ import annotations
 
+import re
+
 import json
 import time
 from pathlib import Path
@@ -309,3 +311,42 @@ def test_grid_cells_multiply_only_the_flags_each_spec_type_reads():
         grid_cells([("N", ngram)], [parse_axis("spec-draft-p-min=0.5")])
     with pytest.raises(InvalidInputError, match="no --spec-type"):
         grid_cells([("X", LaunchProfile("bin", "t.gguf", ("-md", "d.gguf")))], [], ks=(2,))
+
+
+def test_bench_progress_is_a_bar_on_a_terminal_and_lines_elsewhere(replay):
+    """The CLI's bench progress: on a terminal a tqdm bar over the runs (stages and failures
+    printed above it, closed when the last run is in); in a log, one line per run."""
+    import io
+
+    from specdeck.core.bench.runner import run_plan
+    from specdeck.core.cli.bench_cmd import ProgressPrinter
+    from specdeck.core.servers.engine import ServerEngine
+
+    good, _ = replay(body=(DATA / "llama-server-plain-stream.sse").read_bytes())
+    bad, _ = replay(body=b'{"error": {"message": "model crashed"}}', status=500,
+                    content_type="application/json")
+    arms = (Arm("A", NO_DRAFT, ServerArm(url=f"http://127.0.0.1:{good.port}", kind=ServerKind.OPENAI)),
+            Arm("B", DrafterSpec(DrafterKind.SERVER),
+                ServerArm(url=f"http://127.0.0.1:{bad.port}", kind=ServerKind.OPENAI)))
+    plan = BenchPlan(engine="server", model="server", arms=arms, suites=("code",), max_prompts=2,
+                     repeats=1, warmup=0, on_error="skip")
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    for stream in (Tty(), io.StringIO()):
+        printer = ProgressPrinter(stream)
+        run_plan(plan, ServerEngine(), on_event=printer)
+        text = stream.getvalue()
+        assert "specdeck: Probing" in text
+        lines = re.split(r"[\r\n]", text)
+        assert len([ln for ln in lines if ln.startswith("specdeck: ")
+                    and "FAILED, skipped: " in ln]) == 2  # each failure printed once
+        if isinstance(stream, Tty):
+            assert printer._bar is None  # closed with the last run, before any results
+            assert "4/4" in text and "100%" in text and "\r" in text
+        else:
+            assert "\r" not in text
+            assert [ln.split("]")[0] for ln in text.splitlines() if ln.startswith("specdeck: [")] \
+                == ["specdeck: [1/4", "specdeck: [2/4", "specdeck: [3/4", "specdeck: [4/4"]
