@@ -180,3 +180,20 @@ def test_a_plan_with_a_missing_draft_folder_fails_before_anything_runs(tmp_path,
     assert result.returncode == 2
     assert "the draft model folder" in result.stderr and "does not exist" in result.stderr
     assert "Importing transformers" not in result.stderr and "[1/" not in result.stderr
+
+
+def test_search_with_the_hub_unreachable_answers_in_seconds(specdeck_home):
+    """huggingface_hub retries a refused or unresolvable host for ~20 s; a search a user waits
+    on gets the answer at once (it took 23 s)."""
+    import socket
+    import time
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    result = specdeck("search", "qwen", "--endpoint", f"http://127.0.0.1:{port}",
+                      home=specdeck_home)
+    assert time.monotonic() - started < 8
+    assert result.returncode == 2
+    assert f"Cannot reach http://127.0.0.1:{port}" in result.stderr and "Traceback" not in result.stderr

@@ -21,6 +21,8 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 ENDPOINT_ENV = "HF_ENDPOINT"
 OFFLINE_ENVS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 LIBRARY_NAME = "specdeck"
+PREFLIGHT_TIMEOUT_S = 5.0
+PROXY_ENVS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 # config.json and tokenizer files are small; anything bigger read into memory is a mistake.
 SMALL_FILE_LIMIT = 64 * 1024 * 1024
 
@@ -106,6 +108,27 @@ class HubClient:
                 library_version=__version__,
             )
         return self._api
+
+    def check_reachable(self, timeout: float = PREFLIGHT_TIMEOUT_S) -> None:
+        """Fail fast, with the usual message, when the Hub's host does not resolve or take a
+        connection: huggingface_hub retries those errors with back-off for about 20 s, too
+        long for a search a user waits on. Skipped behind a proxy (the check cannot see
+        through it)."""
+        import socket
+        from urllib.parse import urlsplit
+
+        from specdeck.core.hub.errors import connection_error
+
+        if any(os.environ.get(name) for name in PROXY_ENVS):
+            return
+        parts = urlsplit(self.endpoint)
+        if not parts.hostname:
+            return
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            socket.create_connection((parts.hostname, port), timeout=timeout).close()
+        except OSError as exc:
+            raise connection_error(self.endpoint, exc) from None
 
     def errors(self, repo_id: str | None = None, revision: str | None = None):
         """A context that turns Hub exceptions into SpecDeck's HubErrors."""

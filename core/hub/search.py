@@ -73,6 +73,7 @@ def search_repos(
     query = max(query_words, key=len) if query_words else EXL2_MARK
     ensure_online()
     client = HubClient(endpoint, token)
+    client.check_reachable()  # seconds, not the library's ~20 s of retries
     hits: list[RepoHit] = []
     with client.errors():
         for info in client.api.list_models(
