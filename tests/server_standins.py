@@ -22,7 +22,23 @@ service binary), answering the way their sources do. Sources read:
   prompt_eval_count, prompt_eval_duration, eval_count, eval_duration in nanoseconds
   (api/types.go, server/routes.go). No draft acceptance anywhere.
 
-Unverified: real timing, tokenizers and samplers of both.
+- LM Studio (closed source): its official docs, lmstudio-ai/docs c6854fba, and the SDK's
+  types in lmstudio-ai/lmstudio-js 6ec11db1. GET /api/v0/models -> {"object": "list",
+  "data": [{id, object "model", type, publisher, arch, compatibility_type, quantization,
+  state "loaded" | "not-loaded", max_context_length}]} (1_developer/2_rest/endpoints.mdx);
+  GET /api/v1/models (0.4) -> {"models": [{type, publisher, key, display_name, ...,
+  loaded_instances [{id, config}]}]} (2_rest/list.md); GET /v1/models -> data [{id, object,
+  owned_by "organization_owner"}] (observed, JetBrains/koog #139); POST /v1/chat/completions
+  streams chat.completion.chunk objects whose system_fingerprint is the model id, then with
+  stream_options.include_usage a usage chunk (api-changelog.md, 0.3.18), then [DONE]
+  (observed: lmstudio-bug-tracker #676); the request's "draft_model" loads a draft
+  (api-changelog.md, 0.3.10); a missing API token answers 401 {"error": {"type":
+  "invalid_request", "code": "invalid_api_key", "message": ...}} (observed, opencode-lmstudio
+  #41); unknown routes answer 200 {"error": "Unexpected endpoint or method. (GET /x)"}
+  (observed). Whether a stream carries `stats` with draft counts is not documented (0.3.x
+  streams did not): ``stats_in_stream`` chooses, and the tests try both.
+
+Unverified: real timing, tokenizers and samplers of all three.
 """
 
 from __future__ import annotations
@@ -177,6 +193,92 @@ class OllamaHandler(_Base):
             "total_duration": int((end - started) * 1e9), "load_duration": 1000,
             "prompt_eval_count": 30, "prompt_eval_duration": int((first - started) * 1e9),
             "eval_count": n, "eval_duration": int((end - first) * 1e9)}).encode() + b"\n")
+        self.wfile.flush()
+        return None
+
+
+class LmStudioHandler(_Base):
+    model = "qwen2.5-7b-instruct"
+    models = ("qwen2.5-7b-instruct", "qwen2.5-0.5b-instruct")
+    api_version = "v0"  # "v1": LM Studio 0.4's models list only
+    stats_in_stream = False
+    api_token: str | None = None
+
+    def _authorized(self) -> bool:
+        if self.api_token is None or self.headers.get("Authorization") == f"Bearer {self.api_token}":
+            return True
+        self._json(401, {"error": {
+            "type": "invalid_request", "code": "invalid_api_key",
+            "message": "An LM Studio API token is required to make requests to this server, "
+                       "but none was provided using the Authorization header using the "
+                       "'Bearer' scheme (i.e., 'Authorization: Bearer $LM_API_TOKEN')."}})
+        return False
+
+    def do_GET(self):
+        if not self._authorized():
+            return None
+        if self.path == "/api/v0/models" and self.api_version == "v0":
+            return self._json(200, {"object": "list", "data": [
+                {"id": m, "object": "model", "type": "llm", "publisher": "lmstudio-community",
+                 "arch": "qwen2", "compatibility_type": "gguf", "quantization": "Q4_K_M",
+                 "state": "loaded" if m == self.model else "not-loaded",
+                 "max_context_length": 32768} for m in self.models]})
+        if self.path == "/api/v1/models":
+            return self._json(200, {"models": [
+                {"type": "llm", "publisher": "lmstudio-community", "key": m, "display_name": m,
+                 "architecture": "qwen2", "quantization": {"name": "Q4_K_M", "bits_per_weight": 4},
+                 "size_bytes": 4683073984, "params_string": "7B",
+                 "loaded_instances": [{"id": m, "config": {"context_length": 4096}}]
+                 if m == self.model else [], "max_context_length": 32768, "format": "gguf"}
+                for m in self.models]})
+        if self.path == "/v1/models":
+            return self._json(200, {"data": [{"id": m, "object": "model",
+                                              "owned_by": "organization_owner"}
+                                             for m in self.models], "object": "list"})
+        return self._json(200, {"error": f"Unexpected endpoint or method. (GET {self.path})"})
+
+    def do_POST(self):
+        if not self._authorized():
+            return None
+        body = self._body()
+        if self.path != "/v1/chat/completions":
+            return self._json(200, {"error": f"Unexpected endpoint or method. (POST {self.path})"})
+        n = body.get("max_tokens") or 16
+        draft = body.get("draft_model")
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        base = {"id": "chatcmpl-lms1", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": body.get("model") or self.model,
+                "system_fingerprint": body.get("model") or self.model}
+
+        def send(data):
+            self.wfile.write(b"data: " + json.dumps(data).encode() + b"\n\n")
+            self.wfile.flush()
+
+        words = _words(n)
+        started = time.perf_counter()
+        for i, word in enumerate(words):
+            time.sleep(self.step_s / (2 if draft else 1))
+            send({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": word},
+                                       "logprobs": None, "finish_reason": None}]})
+        last = {**base, "choices": [{"index": 0, "delta": {}, "logprobs": None,
+                                     "finish_reason": "length"}]}
+        if self.stats_in_stream:
+            seconds = time.perf_counter() - started
+            stats = {"tokens_per_second": n / seconds, "time_to_first_token": 0.05,
+                     "generation_time": seconds, "stop_reason": "maxPredictedTokensReached"}
+            if draft:
+                stats.update({"draft_model": draft, "total_draft_tokens_count": n,
+                              "accepted_draft_tokens_count": 3 * n // 4,
+                              "rejected_draft_tokens_count": n // 4 - 1,
+                              "ignored_draft_tokens_count": 1})
+            last["stats"] = stats
+        send(last)
+        if (body.get("stream_options") or {}).get("include_usage"):
+            send({**base, "choices": [], "usage": {"prompt_tokens": 30, "completion_tokens": n,
+                                                   "total_tokens": 30 + n}})
+        self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
         return None
 

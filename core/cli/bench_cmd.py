@@ -92,6 +92,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help="a running server as one arm (llama-server, llama-swap, TabbyAPI, "
                          "vLLM, LM Studio, Ollama, OpenAI-compatible); #MODEL names the model "
                          "to request (llama-swap switches by it)")
+    servers.add_argument("--server-draft", action="append", default=[], metavar="NAME=DRAFT",
+                         help="LM Studio: the draft model arm NAME's requests name (LM Studio "
+                         "loads it per request), e.g. --server A=URL#qwen2.5-7b-instruct "
+                         "--server B=URL#qwen2.5-7b-instruct --server-draft "
+                         "B=qwen2.5-0.5b-instruct")
     servers.add_argument("--server-kind", metavar="KIND",
                          help="skip detection: llama-server, llama-swap, tabbyapi, vllm, "
                          "lmstudio, ollama, openai")
@@ -256,7 +261,13 @@ def _server_plan(args: argparse.Namespace):
                                args.api_key_env, args.admin_key_env))
         model_label = args.tabby_model or "tabbyapi"
     elif args.server:
-        arms = list(arms_from_urls(args.server, kind, args.api_key_env))
+        drafts = {}
+        for text in args.server_draft:
+            name, eq, draft = text.partition("=")
+            if not eq or not name.strip() or not draft.strip():
+                raise InvalidInputError(f"--server-draft {text!r}: write NAME=DRAFT.")
+            drafts[name.strip()] = draft.strip()
+        arms = list(arms_from_urls(args.server, kind, args.api_key_env, drafts))
         model_label = "server"
     else:
         if not args.llama_server or not args.gguf:

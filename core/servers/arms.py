@@ -36,6 +36,9 @@ class ServerArm:
     api_key_env: str | None = None
     tabby: TabbyLoad | None = None
     """For a TabbyAPI at ``url``: the model and draft to reload it with for this arm."""
+    draft_model: str | None = None
+    """For LM Studio: the draft model this arm's requests name (its per-request
+    ``draft_model``), so one LM Studio serves every arm."""
 
     def __post_init__(self) -> None:
         if (self.url is None) == (self.launch is None):
@@ -53,7 +56,8 @@ class ServerArm:
             draft = (f"draft {self.tabby.draft_model_name}" if self.tabby.draft_model_name
                      else "no draft")
             return f"{shown} reloaded: {self.tabby.model_name or 'its model'}, {draft}"
-        return f"{shown}#{self.model}" if self.model else shown
+        shown = f"{shown}#{self.model}" if self.model else shown
+        return f"{shown} + draft {self.draft_model}" if self.draft_model else shown
 
     def api_key(self) -> str | None:
         """The key for this arm: its environment variable, the default one, the keyring."""
@@ -78,6 +82,7 @@ class ServerArm:
             "model": self.model,
             "api_key_env": self.api_key_env,
             "tabby": None if self.tabby is None else self.tabby.to_json(),
+            "draft_model": self.draft_model,
         }
 
     @classmethod
@@ -92,6 +97,7 @@ class ServerArm:
             model=data.get("model"),
             api_key_env=data.get("api_key_env"),
             tabby=None if tabby is None else TabbyLoad.from_json(tabby),
+            draft_model=data.get("draft_model"),
         )
 
 
@@ -113,15 +119,20 @@ def _split_name(text: str, default: str) -> tuple[str, str]:
 
 
 def url_arm(name: str, url: str, model: str | None = None, api_key_env: str | None = None,
-            reference: bool = False, kind: ServerKind | None = None):
+            reference: bool = False, kind: ServerKind | None = None,
+            draft_model: str | None = None):
     """An arm for a running server: the reference does not draft; the others draft as their
-    servers are configured."""
+    servers are configured (or, on LM Studio, with the draft model their requests name)."""
     from specdeck.core.bench.plan import Arm
     from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec
 
+    if reference and draft_model:
+        raise InvalidInputError(f"Arm {name} is the reference; it cannot name a draft model.",
+                                "Give the draft to a later arm.")
     drafter = NO_DRAFT if reference else DrafterSpec(DrafterKind.SERVER, adaptive=False)
     return Arm(name, drafter, ServerArm(url=url.strip(), kind=kind, model=(model or "").strip()
-                                        or None, api_key_env=(api_key_env or "").strip() or None))
+                                        or None, api_key_env=(api_key_env or "").strip() or None,
+                                        draft_model=(draft_model or "").strip() or None))
 
 
 def launched_arm(name: str, binary: str, gguf: str, flags: tuple[str, ...],
@@ -175,18 +186,25 @@ def describe(arm) -> str:
     return f"{arm.name}: {info.kind.value}, {drafting}" + (f" ({info.draft})" if info.draft else "")
 
 
-def arms_from_urls(texts, kind: ServerKind | None = None, api_key_env: str | None = None):
+def arms_from_urls(texts, kind: ServerKind | None = None, api_key_env: str | None = None,
+                   drafts: dict[str, str] | None = None):
     """Arms for running servers, from "[NAME=]URL[#MODEL]" texts: the first is the no-draft
-    reference, the others draft as their servers are configured."""
+    reference, the others draft as their servers are configured. ``drafts``: arm name ->
+    the draft model its requests name (LM Studio)."""
     from specdeck.core.bench.plan import _arm_name
 
     arms = []
+    drafts = dict(drafts or {})
     for text in (t.strip() for t in texts):
         if not text:
             continue
         name, url = _split_name(text, _arm_name(len(arms)))
         url, _, model = url.partition("#")
-        arms.append(url_arm(name, url, model, api_key_env, reference=not arms, kind=kind))
+        arms.append(url_arm(name, url, model, api_key_env, reference=not arms, kind=kind,
+                            draft_model=drafts.pop(name, None)))
+    if drafts:
+        raise InvalidInputError(f"--server-draft names no arm called {', '.join(drafts)}.",
+                                "Name the arms: --server B=URL --server-draft B=DRAFT.")
     if len({a.name for a in arms}) != len(arms):
         raise InvalidInputError("Two server arms have the same name.",
                                 "Name them: A=http://... B=http://...")

@@ -192,6 +192,11 @@ class ServerEngine:
             if server.tabby is not None:
                 self._remember_tabby(arm, server)
                 continue
+            if server.draft_model and info.kind is not ServerKind.LMSTUDIO:
+                raise InvalidInputError(
+                    f"Arm {arm.name} names a draft model per request, which only LM Studio "
+                    f"takes; {info.url} is {TRAITS[info.kind].title}.",
+                    "Start that server with its draft, and drop --server-draft.")
             if info.router:
                 self._check_router_arm(arm, info, reference=arm is plan.arms[0])
                 continue
@@ -463,8 +468,11 @@ class ServerEngine:
             body["messages"] = [{"role": "user", "content": request.prompt}]
         else:
             body["prompt"] = request.prompt
-        if kind is ServerKind.LMSTUDIO:  # its REST API adds `stats`
-            return ("/api/v0/chat/completions" if chat else "/api/v0/completions"), body
+        if kind is ServerKind.LMSTUDIO and self._arm.server.draft_model:
+            # Per request (LM Studio's API changelog, 0.3.10): it loads the draft itself.
+            body["draft_model"] = self._arm.server.draft_model
+        # LM Studio: its OpenAI-compatible routes, whose stream carries usage with
+        # include_usage (0.3.18); its own /api/v0 stream carries neither usage nor stats.
         return ("/v1/chat/completions" if chat else "/v1/completions"), body
 
     def generate(self, request: GenerationRequest, on_event: EventCallback | None = None,

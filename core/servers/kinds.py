@@ -40,7 +40,9 @@ TRAITS = {
         "vLLM", "Prometheus spec_decode counters around each run (other traffic skews them)",
         False),
     ServerKind.LMSTUDIO: KindTraits(
-        "LM Studio", "stats.accepted_draft_tokens_count / total_draft_tokens_count", False),
+        "LM Studio", "stats.accepted_draft_tokens_count / total_draft_tokens_count where a "
+        "response carries them (LM Studio's streams did not in 0.3.x: then not reported)",
+        False),
     ServerKind.OLLAMA: KindTraits("Ollama", "not reported by this server", False),
     ServerKind.OPENAI: KindTraits(
         "OpenAI-compatible server", "not reported by this server (tok/s only)", False),

@@ -189,12 +189,27 @@ def _vllm(base: Base, api_key: str | None) -> ServerInfo | None:
 
 
 def _lmstudio(base: Base, api_key: str | None) -> ServerInfo | None:
+    # LM Studio's docs (lmstudio-ai/docs c6854fba): /api/v0/models lists data[] with "state"
+    # loaded / not-loaded (1_developer/2_rest/endpoints.mdx); 0.4's /api/v1/models lists
+    # models[] with "key" and "loaded_instances" (2_rest/list.md). Unknown routes answer 200
+    # with an "error": only the fields tell.
+    note = ("LM Studio loads a draft per request: give a drafting arm its draft with "
+            "--server-draft NAME=DRAFT.")
     data = _get(base, "/api/v0/models", api_key)
-    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+    if isinstance(data, dict) and isinstance(data.get("data"), list) and all(
+            isinstance(m, dict) and "state" in m for m in data["data"]):
+        loaded = [m.get("id") for m in data["data"] if m.get("state") == "loaded"]
+        return ServerInfo(base.shown, ServerKind.LMSTUDIO, model=loaded[0] if loaded else None,
+                          models=_model_ids(data), detected_by="/api/v0/models", notes=(note,))
+    data = _get(base, "/api/v1/models", api_key)
+    items = data.get("models") if isinstance(data, dict) else None
+    if not isinstance(items, list) or not all(isinstance(m, dict) and "key" in m for m in items):
         return None
-    loaded = [m.get("id") for m in data["data"] if isinstance(m, dict) and m.get("state") == "loaded"]
+    loaded = [i.get("id") for m in items for i in (m.get("loaded_instances") or [])
+              if isinstance(i, dict)]
     return ServerInfo(base.shown, ServerKind.LMSTUDIO, model=loaded[0] if loaded else None,
-                      models=_model_ids(data), detected_by="/api/v0/models")
+                      models=tuple(str(m["key"]) for m in items), detected_by="/api/v1/models",
+                      notes=(note,))
 
 
 def _ollama(base: Base, api_key: str | None) -> ServerInfo | None:

@@ -385,7 +385,7 @@ class BenchPage(QWidget):
     def _set_server_arms(self, arms) -> None:
         """Show ``arms`` in the one-line list when it can hold them, else as a summary."""
         plain = all(a.server.launch is None and a.server.api_key_env is None
-                    and a.server.tabby is None for a in arms)
+                    and a.server.tabby is None and a.server.draft_model is None for a in arms)
         self._edited_arms = None if plain else tuple(arms)
         self.servers.setReadOnly(not plain)
         if plain:

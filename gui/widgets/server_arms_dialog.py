@@ -37,8 +37,9 @@ from specdeck.core.errors import InvalidInputError, SpecDeckError
 
 RUNNING = "Running server"
 LAUNCH = "Launch llama-server"
-COLUMNS = ("Name", "Arm", "URL or llama-server flags", "Model", "Key variable", "Found")
-NAME, SOURCE, WHERE, MODEL, KEY, FOUND = range(len(COLUMNS))
+COLUMNS = ("Name", "Arm", "URL or llama-server flags", "Model", "Draft (LM Studio)",
+           "Key variable", "Found")
+NAME, SOURCE, WHERE, MODEL, DRAFT, KEY, FOUND = range(len(COLUMNS))
 
 
 @dataclass(frozen=True)
@@ -67,12 +68,14 @@ class ServerArmsDialog(QDialog):
                              (SOURCE, QHeaderView.ResizeMode.ResizeToContents),
                              (WHERE, QHeaderView.ResizeMode.Stretch),
                              (MODEL, QHeaderView.ResizeMode.Interactive),
+                             (DRAFT, QHeaderView.ResizeMode.Interactive),
                              (KEY, QHeaderView.ResizeMode.Interactive),
                              (FOUND, QHeaderView.ResizeMode.Stretch)):
             header.setSectionResizeMode(column, mode)
         self.table.setToolTip(
             "The first arm is the reference: a server (or launch) without drafting. Model: the "
             "name each request carries (a llama-server router or llama-swap switches by it). "
+            "Draft: the draft model an LM Studio arm's requests name (LM Studio loads it). "
             "Key variable: the environment variable holding the server's API key (default "
             "SPECDECK_SERVER_API_KEY, or the keyring); the key itself is never stored.")
         add = QPushButton("Add arm")
@@ -125,7 +128,7 @@ class ServerArmsDialog(QDialog):
 
     # rows --------------------------------------------------------------------------------
     def add_row(self, name: str | None = None, source: str = RUNNING, where: str = "",
-                model: str = "", key: str = "") -> int:
+                model: str = "", key: str = "", draft: str = "") -> int:
         from specdeck.core.bench.plan import _arm_name
 
         row = self.table.rowCount()
@@ -135,7 +138,8 @@ class ServerArmsDialog(QDialog):
         combo.setCurrentText(source)
         combo.currentTextChanged.connect(lambda *_: self._sync_launch_box())
         self.table.setCellWidget(row, SOURCE, combo)
-        values = {NAME: name or _arm_name(row), WHERE: where, MODEL: model, KEY: key, FOUND: ""}
+        values = {NAME: name or _arm_name(row), WHERE: where, MODEL: model, DRAFT: draft,
+                  KEY: key, FOUND: ""}
         for column, value in values.items():
             item = QTableWidgetItem(value)
             if column == FOUND:
@@ -153,7 +157,7 @@ class ServerArmsDialog(QDialog):
             self.add_row(arm.name, LAUNCH, shlex.join(own))
         else:
             self.add_row(arm.name, RUNNING, server.url or "", server.model or "",
-                         server.api_key_env or "")
+                         server.api_key_env or "", server.draft_model or "")
 
     def _remove_selected(self) -> None:
         for row in sorted({i.row() for i in self.table.selectedIndexes()}, reverse=True):
@@ -202,7 +206,7 @@ class ServerArmsDialog(QDialog):
                     raise InvalidInputError(f"Arm {name} has no URL.",
                                             "Give the server's address, e.g. http://127.0.0.1:8080.")
                 arms.append(url_arm(name, where, self._text(row, MODEL), self._text(row, KEY),
-                                    reference=not arms))
+                                    reference=not arms, draft_model=self._text(row, DRAFT)))
         if len(arms) < 2:
             raise InvalidInputError("A server A/B needs two arms or more.",
                                     "Add the reference first, then the drafting arm(s).")

@@ -93,3 +93,74 @@ def test_ollama_without_a_loaded_model_asks_for_its_name(standins):
     named = f"{several}#qwen2.5:32b"
     run = run_plan(_plan([named, f"B={named}"]), ServerEngine())
     assert len(run.counted("B")) == 2
+
+
+# LM Studio ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("api_version", ["v0", "v1"])
+def test_lm_studio_is_detected_by_its_own_model_lists(standins, api_version):
+    from server_standins import LmStudioHandler
+
+    url, _ = standins(LmStudioHandler, api_version=api_version)
+    info = probe(url)
+    assert info.kind is ServerKind.LMSTUDIO and info.model == "qwen2.5-7b-instruct"
+    assert info.detected_by == f"/api/{api_version}/models"
+    assert "qwen2.5-0.5b-instruct" in info.models and "--server-draft" in info.notes[0]
+
+
+@pytest.mark.parametrize("stats_in_stream", [False, True])
+def test_lm_studio_arms_differ_by_the_draft_their_requests_name(standins, stats_in_stream,
+                                                               specdeck_home):
+    """One LM Studio serves both arms: B's requests carry draft_model. Acceptance comes from
+    `stats` only where the stream carries it (LM Studio's docs do not say it does)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from server_standins import LmStudioHandler
+
+    url, handler = standins(LmStudioHandler, stats_in_stream=stats_in_stream)
+    model = "qwen2.5-7b-instruct"
+    result = subprocess.run(
+        [sys.executable, "-m", "specdeck", "bench", "--server", f"A={url}#{model}",
+         "--server", f"B={url}#{model}", "--server-draft", "B=qwen2.5-0.5b-instruct",
+         "--suite", "code", "--max-prompts", "2", "--repeats", "1", "--warmup", "0",
+         "--max-new", "24", "--no-history", "--json", "-"],
+        capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, SPECDECK_HOME=str(specdeck_home)))
+    assert result.returncode == 0, result.stderr
+    sent = {(route, body.get("draft_model")) for route, body in handler.seen}
+    assert sent == {("/v1/chat/completions", None),
+                    ("/v1/chat/completions", "qwen2.5-0.5b-instruct")}
+    assert all(body["stream_options"] == {"include_usage": True} for _, body in handler.seen)
+    data = json.loads(result.stdout)
+    arm_b = next(a for a in data["summary"]["arms"] if a["name"] == "B")
+    assert "+ draft qwen2.5-0.5b-instruct" in arm_b["label"]
+    runs_b = [r for r in data["runs"] if r["arm"] == "B"]
+    assert all(r["server"]["report"]["completion_tokens"] == 24 for r in runs_b)
+    if stats_in_stream:
+        assert arm_b["acceptance_source"] == "stats.total_draft_tokens_count"
+        assert arm_b["acceptance_rate"] == pytest.approx(18 / 24)
+    else:
+        assert arm_b["acceptance_rate"] is None  # never a made-up number
+        assert arm_b["acceptance_source"] == "not reported by this server"
+
+
+def test_lm_studio_token_and_draft_rules_are_clear(standins, specdeck_home):
+    from server_standins import LmStudioHandler
+
+    url, _ = standins(LmStudioHandler, api_token="lms-secret")
+    with pytest.raises(Exception) as caught:
+        probe(url)
+    assert "refused the request (401)" in str(caught.value) and "lms-secret" not in str(caught.value)
+    vllm, _ = standins(VllmHandler)
+    arms = arms_from_urls([vllm, f"B={vllm}"], drafts={"B": "some-draft"})
+    with pytest.raises(InvalidInputError, match="only LM Studio takes"):
+        run_plan(_plan_from(arms), ServerEngine())
+    with pytest.raises(InvalidInputError, match="names no arm called C"):
+        arms_from_urls([vllm, f"B={vllm}"], drafts={"C": "x"})
+
+
+def _plan_from(arms):
+    return BenchPlan(engine="server", model="server", arms=arms, suites=("code",),
+                     max_prompts=1, repeats=1, warmup=0, max_new_tokens=8)

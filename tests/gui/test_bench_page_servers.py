@@ -140,3 +140,24 @@ def test_arms_dialog_runs_launched_llama_servers_one_at_a_time(qtbot, page, tmp_
         assert again._one_at_a_time and again.servers.isReadOnly()
     finally:
         again.shutdown()
+
+
+def test_arms_dialog_gives_an_lm_studio_arm_its_draft(qtbot, page):
+    from specdeck.gui.widgets.server_arms_dialog import DRAFT, MODEL, WHERE
+
+    page.engine.setCurrentIndex(page.engine.findData("server"))
+    page.servers.setText("http://127.0.0.1:1234#qwen2.5-7b-instruct, "
+                         "B=http://127.0.0.1:1234#qwen2.5-7b-instruct")
+    page.arms_button.click()
+    dialog = page.arms_dialog
+    assert [dialog.table.item(r, MODEL).text() for r in range(2)] == ["qwen2.5-7b-instruct"] * 2
+    assert dialog.table.item(1, WHERE).text() == "http://127.0.0.1:1234"
+    dialog.table.item(0, DRAFT).setText("qwen2.5-0.5b-instruct")
+    dialog._accept()  # the reference cannot draft: refused, the dialog stays open
+    assert "reference" in dialog.message.text() and dialog.isVisible()
+    dialog.table.item(0, DRAFT).setText("")
+    dialog.table.item(1, DRAFT).setText("qwen2.5-0.5b-instruct")
+    dialog._accept()
+    arms = page.plan_from_controls().arms
+    assert [a.server.draft_model for a in arms] == [None, "qwen2.5-0.5b-instruct"]
+    assert page.servers.isReadOnly() and "+ draft qwen2.5-0.5b-instruct" in page.servers.text()
