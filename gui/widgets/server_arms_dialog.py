@@ -37,7 +37,7 @@ from specdeck.core.errors import InvalidInputError, SpecDeckError
 
 RUNNING = "Running server"
 LAUNCH = "Launch llama-server"
-COLUMNS = ("Name", "Arm", "URL or llama-server flags", "Model", "Draft (LM Studio)",
+COLUMNS = ("Name", "Arm", "URL or llama-server flags", "Model", "LM Studio draft",
            "Key variable", "Found")
 NAME, SOURCE, WHERE, MODEL, DRAFT, KEY, FOUND = range(len(COLUMNS))
 
@@ -72,6 +72,9 @@ class ServerArmsDialog(QDialog):
                              (KEY, QHeaderView.ResizeMode.Interactive),
                              (FOUND, QHeaderView.ResizeMode.Stretch)):
             header.setSectionResizeMode(column, mode)
+        header.resizeSection(MODEL, 120)
+        header.resizeSection(DRAFT, 130)
+        header.resizeSection(KEY, 110)
         self.table.setToolTip(
             "The first arm is the reference: a server (or launch) without drafting. Model: the "
             "name each request carries (a llama-server router or llama-swap switches by it). "
@@ -118,7 +121,7 @@ class ServerArmsDialog(QDialog):
         layout.addLayout(rows)
         layout.addWidget(self.launch_box)
         layout.addWidget(buttons)
-        self.resize(960, 440)
+        self.resize(1120, 440)
         for arm in arms:
             self._add_arm(arm, launch)
         if not arms:
