@@ -117,4 +117,8 @@ def submit(
     runnable = _Runnable(handle, fn, args, kwargs)
     target_pool = pool or QThreadPool.globalInstance()
     QTimer.singleShot(0, handle, lambda: target_pool.start(runnable))
+    # Done, the handle is deleted once the event loop comes round: its parent would otherwise
+    # keep every handle of a long session alive (the soak benchmark found two per A/B run).
+    # The finished/failed/done slots queued before it still run: they were posted first.
+    handle.done.connect(handle.deleteLater)
     return handle

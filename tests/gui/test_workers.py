@@ -71,3 +71,21 @@ def test_callbacks_given_to_submit(qtbot, configured_qapp, kind):
     with qtbot.waitSignal(handle.done, timeout=2000):
         pass
     assert got and (got[0] == 42 if kind == "result" else isinstance(got[0], ZeroDivisionError))
+
+
+def test_finished_handles_do_not_pile_up_on_their_parent(qtbot, configured_qapp):
+    """A page's handles are its children; done, each is deleted (the soak benchmark found two
+    kept per A/B run), after every caller's result and done slots have run."""
+    from PySide6.QtWidgets import QWidget
+
+    from specdeck.gui.workers import TaskHandle
+
+    owner = QWidget()
+    qtbot.addWidget(owner)
+    results, dones = [], []
+    for i in range(10):
+        handle = submit(lambda n=i: n * n, parent=owner, on_result=results.append)
+        handle.done.connect(lambda: dones.append(1))
+    qtbot.waitUntil(lambda: len(dones) == 10, timeout=5000)
+    qtbot.waitUntil(lambda: not owner.findChildren(TaskHandle), timeout=5000)
+    assert sorted(results) == [i * i for i in range(10)]
