@@ -197,3 +197,12 @@ def test_search_with_the_hub_unreachable_answers_in_seconds(specdeck_home):
     assert time.monotonic() - started < 8
     assert result.returncode == 2
     assert f"Cannot reach http://127.0.0.1:{port}" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_plan_file_without_a_drafting_arm_gets_a_hint_about_the_file(tmp_path, specdeck_home):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "engine": "torch", "model": "demo",
+                                "arms": [{"name": "A"}], "suites": ["code"]}))
+    result = specdeck("bench", "--plan", str(plan), home=specdeck_home)
+    assert result.returncode == 2 and "no drafting arm" in result.stderr
+    assert f"Add a drafting arm to {plan}" in result.stderr and "--ngram" not in result.stderr

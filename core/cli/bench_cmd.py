@@ -347,8 +347,12 @@ def _ab(args, plan, progress, cancel) -> int:
     from specdeck.core.bench.summary import summarize
 
     if len(plan.arms) < 2:
-        hint = ("Give a second --server or --launch arm." if plan.engine == "server"
-                else "Add --draft FOLDER and/or --ngram.")
+        if args.plan:
+            hint = f"Add a drafting arm to {args.plan} (its \"arms\" list), after the reference."
+        elif plan.engine == "server":
+            hint = "Give a second --server or --launch arm."
+        else:
+            hint = "Add --draft FOLDER and/or --ngram."
         raise InvalidInputError("Nothing to compare: the plan has no drafting arm.", hint)
     if args.apply and plan.engine == "server" and plan.arms[0].server.launch is None \
             and plan.arms[0].server.tabby is None and not all(a.server.model for a in plan.arms):
