@@ -2,13 +2,16 @@
 treated as what it is: code from a downloaded file.
 
 transformers renders it in Jinja's sandbox, which blocks attribute tricks and huge ranges
-but has no time limit: nested loops can run for hours. Rendering happens on a daemon
-thread that is given up on after ``TEMPLATE_TIMEOUT_S``; sandbox refusals and any other
-failure of the template become one clear error instead of Jinja's own traceback.
+but has no time limit: nested loops can run for hours. Rendering happens on a thread that
+is given up on after ``TEMPLATE_TIMEOUT_S`` and then stopped: a trace function on that
+thread alone raises at its next line once the deadline has passed, so an abandoned template
+does not go on burning a core under the measurements that follow. Sandbox refusals and any
+other failure of the template become one clear error instead of Jinja's own traceback.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any
 
@@ -18,6 +21,10 @@ TEMPLATE_TIMEOUT_S = 10.0
 """Real templates render in milliseconds."""
 
 
+class TemplateAbandoned(Exception):
+    """Raised inside a template thread that ran past its deadline, to end it."""
+
+
 def render_chat(tokenizer: Any, text: str, *, tokenize: bool, model_name: str,
                 timeout_s: float = TEMPLATE_TIMEOUT_S) -> Any:
     """``tokenizer.apply_chat_template`` for one user message with the generation prompt."""
@@ -25,14 +32,23 @@ def render_chat(tokenizer: Any, text: str, *, tokenize: bool, model_name: str,
         raise InvalidInputError(f"{model_name} has no chat template.",
                                 "Run without the chat template (a plain completion prompt).")
     outcome: dict[str, Any] = {}
+    stop = threading.Event()
+
+    def trace(frame, event, arg):
+        if stop.is_set():
+            raise TemplateAbandoned()
+        return trace
 
     def render() -> None:
+        sys.settrace(trace)  # this thread only
         try:
             outcome["value"] = tokenizer.apply_chat_template(
                 [{"role": "user", "content": text}], add_generation_prompt=True,
                 tokenize=tokenize)
         except BaseException as exc:  # noqa: BLE001 - the template is user data: report it
             outcome["error"] = exc
+        finally:
+            sys.settrace(None)
 
     worker = threading.Thread(target=render, name="chat-template", daemon=True)
     worker.start()
@@ -40,6 +56,7 @@ def render_chat(tokenizer: Any, text: str, *, tokenize: bool, model_name: str,
     fix = ("Run without the chat template (--no-chat), or fix chat_template in the model's "
            "tokenizer_config.json.")
     if worker.is_alive():
+        stop.set()  # the thread ends at its next traced line
         raise InvalidInputError(
             f"{model_name}'s chat template did not finish within {timeout_s:g} s (real "
             "templates take milliseconds): it loops too long.", fix)
