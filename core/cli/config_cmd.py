@@ -186,7 +186,7 @@ def _write(change, args, what: str, replan=None) -> int:
             print("Not saved.")
             return EXIT_NEGATIVE
         raise InvalidInputError(
-            "Not saved: SpecDeck writes config.yml only when confirmed.",
+            f"Not saved: SpecDeck writes {change.document.path.name} only when confirmed.",
             "Re-run with --yes to save, or --dry-run to only see the diff.",
         )
     force = getattr(args, "force", False)

@@ -1,0 +1,225 @@
+"""`specdeck swap ...`: llama-swap's config.yaml: show, set-draft, migrate."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from specdeck.core.cli import EXIT_NEGATIVE, EXIT_OK
+from specdeck.core.cli.numbers import finite, whole
+from specdeck.core.cli.output import emit_json
+from specdeck.core.errors import InvalidInputError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("swap", help="llama-swap's config.yaml: show, set-draft, migrate",
+                              description="Read and edit the drafting flags in the cmd of "
+                              "each model in a llama-swap config.yaml: only the flags asked "
+                              "for change, a diff first, a backup, an atomic save.")
+    sub = p.add_subparsers(dest="swap_command", required=True, metavar="COMMAND")
+
+    def common(q, json_flag=True):
+        q.add_argument("--config", required=True, metavar="FILE", help="llama-swap's config.yaml")
+        q.add_argument("--model", metavar="NAME", help="one model (default: all)")
+        if json_flag:
+            q.add_argument("--json", action="store_true", help="JSON output")
+
+    def saving(q):
+        q.add_argument("--yes", "-y", action="store_true", help="save without asking")
+        q.add_argument("--dry-run", action="store_true", help="show the diff, save nothing")
+        q.add_argument("--no-backup", action="store_true", help="do not keep config.yaml.bak")
+        q.add_argument("--force", action="store_true",
+                       help="save even if the file changed on disk since it was read")
+
+    show = sub.add_parser("show", help="models, their drafting flags and what is out of date")
+    common(show)
+    show.add_argument("--llama-server", metavar="BINARY",
+                      help="judge the flags by this binary's --help")
+    show.set_defaults(handler=cmd_show)
+
+    setd = sub.add_parser("set-draft", help="set a model's draft model and drafting flags")
+    common(setd)
+    setd.add_argument("--draft", metavar="GGUF", help="the draft model (-md)")
+    setd.add_argument("--no-draft", action="store_true",
+                      help="remove the draft model and every drafting flag")
+    setd.add_argument("--spec-type", metavar="TYPE",
+                      help="draft-simple (with a draft model), ngram-simple, ngram-mod, ...")
+    setd.add_argument("--draft-max", type=whole(1, 256), metavar="N",
+                      help="most tokens drafted per step (--spec-draft-n-max)")
+    setd.add_argument("--draft-min", type=whole(0, 256), metavar="N",
+                      help="fewest tokens drafted per step (--spec-draft-n-min)")
+    setd.add_argument("--p-min", type=finite(0.0, 1.0), metavar="P",
+                      help="minimum draft probability (--spec-draft-p-min)")
+    setd.add_argument("--llama-server", metavar="BINARY",
+                      help="check the result against this binary's --help")
+    saving(setd)
+    setd.set_defaults(handler=cmd_set_draft)
+
+    mig = sub.add_parser("migrate", help="rewrite removed or renamed llama-server flags")
+    common(mig)
+    mig.add_argument("--llama-server", metavar="BINARY",
+                     help="the llama-server llama-swap runs: its --help decides what is gone")
+    saving(mig)
+    mig.set_defaults(handler=cmd_migrate)
+
+
+def _help(args):
+    from specdeck.core.servers.llama_server import binary_help
+
+    if not getattr(args, "llama_server", None):
+        return None
+    info = binary_help(args.llama_server)
+    if info is None:
+        raise InvalidInputError(f"{args.llama_server} does not run as a llama-server (its "
+                                "--help said nothing SpecDeck recognises).",
+                                "Give the path of the llama-server binary llama-swap starts.")
+    return info
+
+
+def _models(cfg, args):
+    return [cfg.model(args.model)] if args.model else list(cfg.models)
+
+
+def cmd_show(args) -> int:
+    from specdeck.core import swap
+
+    cfg = swap.load(args.config)
+    info = _help(args)
+    rows = []
+    for model in _models(cfg, args):
+        found = swap.findings(model, info) if model.is_llama_server else []
+        rows.append({"model": model.name, "style": model.style, "lines": model.lines,
+                     "llama_server": model.is_llama_server,
+                     "macros": list(model.macros_used), **model.drafting(),
+                     "editable": model.tokens is not None, "not_editable": model.not_editable,
+                     "problems": [f.message for f in found]})
+    if args.json:
+        emit_json({"path": cfg.path, "models": rows})
+        return EXIT_OK
+    for row in rows:
+        macros = f", macros {', '.join(row['macros'])}" if row["macros"] else ""
+        print(f"{row['model']}: {row['style']}, {row['lines']} line(s){macros}")
+        if not row["llama_server"]:
+            print("  not a llama-server command")
+            continue
+        print(f"  drafting: {row['drafter']}" + (f" ({' '.join(row['flags'])})" if row["flags"] else ""))
+        if row["flags_in_macros"]:
+            print(f"  set in macros: {' '.join(row['flags_in_macros'])}")
+        for problem in row["problems"]:
+            print(f"  out of date: {problem}")
+        if not row["editable"]:
+            print(f"  SpecDeck will not edit it: {row['not_editable']}")
+    return EXIT_OK
+
+
+def _draft_edits(args) -> list:
+    from specdeck.core.swap import FlagEdit
+    from specdeck.core.swap.config import DRAFT_MODEL_FLAGS
+    from specdeck.core.swap.migrate import N_MAX_OLD, N_MIN_OLD
+
+    if args.no_draft:
+        if any(v is not None for v in (args.draft, args.spec_type, args.draft_max,
+                                       args.draft_min, args.p_min)):
+            raise InvalidInputError("--no-draft removes drafting; give it alone.")
+        return [FlagEdit(f, None) for f in (*DRAFT_MODEL_FLAGS, "--spec-type", "--spec-draft-n-max",
+                                            "--spec-draft-n-min", "--spec-draft-p-min",
+                                            "--draft-p-min", *N_MAX_OLD, *N_MIN_OLD)]
+    edits = []
+    if args.draft:
+        edits.append(FlagEdit("-md", args.draft, also=DRAFT_MODEL_FLAGS[1:]))
+    spec = args.spec_type or ("draft-simple" if args.draft else None)
+    if spec:
+        edits.append(FlagEdit("--spec-type", spec))
+    if args.draft_max is not None:
+        edits.append(FlagEdit("--spec-draft-n-max", str(args.draft_max), replaces=N_MAX_OLD))
+    if args.draft_min is not None:
+        edits.append(FlagEdit("--spec-draft-n-min", str(args.draft_min), replaces=N_MIN_OLD))
+    if args.p_min is not None:
+        edits.append(FlagEdit("--spec-draft-p-min", f"{args.p_min:g}", also=("--draft-p-min",)))
+    if not edits:
+        raise InvalidInputError("Nothing to set.", "Give --draft, --spec-type, --draft-max, "
+                                "--draft-min, --p-min, or --no-draft.")
+    return edits
+
+
+def cmd_set_draft(args) -> int:
+    from specdeck.core import swap
+    from specdeck.core.cli.config_cmd import _write
+
+    if not args.model:
+        raise InvalidInputError("set-draft changes one model: give --model NAME.")
+    edits = _draft_edits(args)
+    info = _help(args)
+
+    def plan(doc):
+        cfg = swap.from_document(doc)
+        model = cfg.model(args.model)
+        if not model.is_llama_server:
+            raise InvalidInputError(f"Model {args.model}'s cmd does not start a llama-server.",
+                                    "SpecDeck edits llama-server's drafting flags only.")
+        change = swap.plan_edit(cfg, args.model, edits)
+        _check_result(change, args.model, info)
+        return change
+
+    cfg = swap.load(args.config)
+    return _write(plan(cfg.document), args, f"the drafting flags of {args.model}", replan=plan)
+
+
+def _check_result(change, model_name: str, info) -> None:
+    """The edited cmd against the user's binary, when given (nothing is saved otherwise)."""
+    if info is None:
+        return
+    from specdeck.core import swap
+    from specdeck.core.servers.llama_server import check_args
+
+    model = swap.from_text(change.new_text, change.document.path).model(model_name)
+    check_args(model.argv[1:], info)
+
+
+def cmd_migrate(args) -> int:
+    from specdeck.core import swap
+    from specdeck.core.cli.config_cmd import _write
+
+    info = _help(args)
+    cfg = swap.load(args.config)
+    names = [m.name for m in _models(cfg, args) if m.is_llama_server]
+
+    def plan(doc):
+        current = swap.from_document(doc)
+        change = None
+        unfixed: list[str] = []
+        for name in names:
+            found = swap.findings(current.model(name), info)
+            edits = [f.edit for f in found if f.edit is not None]
+            unfixed += [f"{name}: {f.message}" for f in found if f.edit is None]
+            if edits:
+                change = swap.plan_edit(current, name, edits)
+                current = swap.from_text(change.new_text, current.path)
+        return change, unfixed
+
+    change, unfixed = plan(cfg.document)
+    for line in unfixed:
+        print(f"warning: {line}", file=sys.stderr)
+    if change is None:
+        message = "Nothing to migrate: every llama-server cmd uses current flags."
+        if args.json:
+            emit_json({"changed": False, "path": cfg.path, "message": message,
+                       "unfixed": unfixed})
+        else:
+            print(message)
+        return EXIT_NEGATIVE if unfixed else EXIT_OK
+    from specdeck.core.config.edit import ConfigChange
+
+    whole_change = ConfigChange(cfg.document, change.new_text, change.changed_keys,
+                                change.values, change.warnings)
+    return _write(whole_change, args, "the migrated flags",
+                  replan=lambda doc: _whole(plan(doc)[0], doc))
+
+
+def _whole(change, doc) -> Any:
+    from specdeck.core.config.edit import ConfigChange
+
+    if change is None:
+        return ConfigChange(doc, doc.text, (), {})
+    return ConfigChange(doc, change.new_text, change.changed_keys, change.values, change.warnings)

@@ -1,0 +1,82 @@
+"""What last year's llama-swap cmds say that current llama-server no longer accepts, and the
+edit that says it today.
+
+Current llama.cpp removed ``--draft``/``--draft-n``/``--draft-max`` and ``--draft-min``/
+``--draft-n-min`` (``--spec-draft-n-max``/``--spec-draft-n-min``, or the n-gram type's own
+flags), and ``--spec-ngram-size-n``/``-m`` (each n-gram type has its own), drafts with
+``-md`` only given ``--spec-type``, and takes ``on|off|auto`` after ``--flash-attn`` (a bare
+one swallows the next flag as its value). Where the user's llama-server binary is given,
+its own ``--help`` decides which names are gone, so the advice follows the version they
+run; without it, the pinned llama.cpp's list (core.servers.llama_server.REMOVED_FALLBACK).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specdeck.core.servers.llama_server import REMOVED_FALLBACK, HelpInfo, spec_type
+from specdeck.core.swap.config import DRAFT_MODEL_FLAGS, ModelCmd
+from specdeck.core.swap.edit import FlagEdit
+
+N_MAX_OLD = ("--draft", "--draft-n", "--draft-max")
+N_MIN_OLD = ("--draft-min", "--draft-n-min")
+NGRAM_OLD = {"--spec-ngram-size-n": "size-n", "--spec-ngram-size-m": "size-m",
+             "--spec-ngram-min-hits": "min-hits"}
+FLASH = ("--flash-attn", "-fa")
+
+
+@dataclass(frozen=True)
+class Finding:
+    message: str
+    edit: FlagEdit | None
+    """The fix, when SpecDeck can write one in the cmd (None: in a macro, or no equivalent)."""
+
+
+def findings(model: ModelCmd, info: HelpInfo | None = None) -> list[Finding]:
+    argv = model.argv
+    own = [t.text for t in model.tokens] if model.tokens is not None else []
+    own_names = {a.split("=", 1)[0] for a in own if a.startswith("-")}
+    names = [a.split("=", 1)[0] for a in argv if a.startswith("-")]
+    removed = set(info.removed) if info is not None else set(REMOVED_FALLBACK) | set(NGRAM_OLD)
+    kind = spec_type(argv)
+    has_draft_model = any(n in DRAFT_MODEL_FLAGS for n in names)
+    out: list[Finding] = []
+
+    def add(message: str, flag: str, edit: FlagEdit | None) -> None:
+        if flag not in own_names:
+            out.append(Finding(f"{message} (it comes from a macro: {', '.join(model.macros_used)}; "
+                               "edit the macro)", None))
+        else:
+            out.append(Finding(message, edit))
+
+    for flag in dict.fromkeys(names):
+        if flag not in removed:
+            continue
+        value = model.flag_value(flag)
+        if flag in N_MAX_OLD or flag in N_MIN_OLD:
+            suffix = "max" if flag in N_MAX_OLD else "min"
+            new = (f"--spec-ngram-mod-n-{suffix}" if kind == "ngram-mod" and not has_draft_model
+                   else f"--spec-draft-n-{suffix}")
+            add(f"{flag} was removed: {new} now", flag,
+                FlagEdit(new, value if value is not None else None, replaces=(flag,)))
+        elif flag in NGRAM_OLD:
+            if kind and kind.startswith("ngram-") and kind != "ngram-mod":
+                new = f"--spec-{kind}-{NGRAM_OLD[flag]}"
+                add(f"{flag} was removed: {new} now (each n-gram type has its own)", flag,
+                    FlagEdit(new, value, replaces=(flag,)))
+            else:
+                add(f"{flag} was removed, and this cmd's --spec-type ({kind or 'none'}) has no "
+                    "equivalent: remove it", flag, FlagEdit(flag, None))
+        else:
+            advice = info.removed.get(flag, "") if info is not None else ""
+            out.append(Finding(f"{flag} was removed from llama-server: {advice}".rstrip(": "), None))
+    if has_draft_model and "--spec-type" not in names:
+        flag = next(n for n in names if n in DRAFT_MODEL_FLAGS)
+        add(f"{flag} alone no longer drafts: add --spec-type draft-simple", flag,
+            FlagEdit("--spec-type", "draft-simple"))
+    for i, arg in enumerate(argv):
+        if arg in FLASH and (i + 1 >= len(argv) or argv[i + 1] not in ("on", "off", "auto")):
+            swallowed = f" (it would take {argv[i + 1]} as its value)" if i + 1 < len(argv) else ""
+            add(f"{arg} now needs on, off or auto{swallowed}: {arg} on", arg,
+                FlagEdit(arg, "on", also=tuple(f for f in FLASH if f != arg)))
+    return out

