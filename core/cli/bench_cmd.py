@@ -131,6 +131,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          "drafting --launch arm is swept; each setting runs its own A/B "
                          "against the reference; the table has a column per suite. With "
                          "--tune: successive halving, a fraction of the time")
+    servers.add_argument("--swap-config", type=Path, metavar="FILE",
+                         help="with --apply: write the winning llama-server drafting flags "
+                         "into this llama-swap config.yaml (needs --swap-model)")
+    servers.add_argument("--swap-model", metavar="NAME",
+                         help="with --swap-config: the model whose cmd gets the winner")
     servers.add_argument("--one-at-a-time", action="store_true",
                          help="run one launched llama-server at a time (they share a GPU); "
                          "default: each arm's server stays up for the whole plan")
@@ -303,6 +308,15 @@ def _bench(args: argparse.Namespace) -> int:
     serving = bool(args.server or args.launch or args.tabby)
     if args.tune and args.sweep_k and not args.launch:
         raise InvalidInputError("--tune and --sweep-k are two ways to pick k; give one.")
+    if bool(args.swap_config) != bool(args.swap_model):
+        raise InvalidInputError("--swap-config and --swap-model go together: the file and the "
+                                "model whose cmd gets the winner.")
+    if args.swap_config:
+        if not args.apply:
+            raise InvalidInputError("--swap-config is where --apply writes; add --apply.")
+        from specdeck.core import swap
+
+        swap.load(args.swap_config).model(args.swap_model)  # checked before any run
     if args.apply and args.tabby:
         if args.config is None:
             raise InvalidInputError("--apply with --tabby writes the winning draft into "
@@ -381,7 +395,7 @@ def _ab(args, plan, progress, cancel) -> int:
             None if best is None else best.server.tabby.draft_model_name, args.config))
     elif args.apply and plan.engine == "server":
         best = _best_arm(summary, plan)
-        _show_best_flags(best, None if best is None else engine.arm_flags(best))
+        _apply_flags(args, best, None if best is None else engine.arm_flags(best))
     elif args.apply:
         _apply(args, _best_arm_drafter(summary, plan))
     if args.json:
@@ -407,6 +421,27 @@ def _best_arm(summary, plan):
 def _best_arm_drafter(summary, plan):
     best = _best_arm(summary, plan)
     return None if best is None else best.drafter
+
+
+def _apply_flags(args, arm, flags: tuple[str, ...] | None) -> None:
+    """A llama-server winner: into the llama-swap config given (a diff, then saved when
+    confirmed), else shown for copying."""
+    if not getattr(args, "swap_config", None):
+        _show_best_flags(arm, flags)
+        return
+    if arm is not None and flags is None:
+        _show_best_flags(arm, flags)
+        return
+    from specdeck.core import swap
+    from specdeck.core.bench.sweep import BestSettingChange
+    from specdeck.core.swap.apply import plan_apply_flags
+
+    change = plan_apply_flags(swap.load(args.swap_config), args.swap_model, flags)
+    notes = () if arm is not None else (
+        "No setting beat decoding without a draft: the drafting flags are removed.",)
+    for warning in change.warnings:
+        sys.stderr.write(f"specdeck: warning: {warning}\n")
+    _apply(args, None, planned=BestSettingChange(change, notes), target=args.swap_config)
 
 
 def _show_best_flags(arm, flags: tuple[str, ...] | None) -> None:
@@ -475,8 +510,8 @@ def _server_grid(args, plan, progress, cancel) -> int:
         engine.unload()
     if args.apply:
         best = result.best
-        _show_best_flags(None if best is None else best.cell.arm,
-                         None if best is None else best.cell.arm.server.launch.args)
+        _apply_flags(args, None if best is None else best.cell.arm,
+                     None if best is None else best.cell.arm.server.launch.args)
     if args.json:
         _emit(args.json, result)
     else:
@@ -511,23 +546,25 @@ def _tune(args, plan, progress, cancel) -> int:
     return EXIT_INTERRUPTED if cancel.is_set() else EXIT_OK
 
 
-def _apply(args, drafter, planned=None) -> None:
-    """Show the config.yml diff on stderr and save it when confirmed (--yes or a y answer)."""
+def _apply(args, drafter, planned=None, target=None) -> None:
+    """Show the config diff on stderr and save it when confirmed (--yes or a y answer)."""
     from specdeck.core.bench.sweep import apply_best, plan_apply_setting
 
     planned = planned or plan_apply_setting(drafter, args.config)
+    target = target or args.config
     err = sys.stderr
     for note in planned.notes:
         err.write(f"specdeck: {note}\n")
     if planned.is_noop:
-        err.write(f"specdeck: {args.config} already has the best setting.\n")
+        err.write(f"specdeck: {target} already has the best setting.\n")
         return
     err.write(planned.diff)
     if not args.yes:
         if not sys.stdin.isatty():
-            raise InvalidInputError("Not saved: SpecDeck writes config.yml only when confirmed.",
-                                    "Re-run with --yes to save the best setting.")
-        err.write(f"Save to {args.config}? [y/N] ")
+            raise InvalidInputError(
+                f"Not saved: SpecDeck writes {Path(target).name} only when confirmed.",
+                "Re-run with --yes to save the best setting.")
+        err.write(f"Save to {target}? [y/N] ")
         err.flush()
         if input().strip().lower() not in ("y", "yes"):
             err.write("specdeck: not saved.\n")

@@ -467,3 +467,34 @@ def test_llama_swap_arms_are_checked(swap, specdeck_home):
     assert unknown.returncode == 2 and "has no model 'nope'" in unknown.stderr
     for result in (drafting_first, unnamed, unknown):
         assert "Traceback" not in result.stderr
+
+
+def test_a_launched_winner_is_written_into_a_llama_swap_config(llama_bin, demo_gguf, tmp_path,
+                                                               specdeck_home):
+    """--apply --swap-config: the winning arm's drafting flags replace the model's own in its
+    cmd (a diff, a backup); when nothing wins, the drafting flags go. Either way the cmd is
+    one the pinned llama-server accepts."""
+    from specdeck.core import swap
+    from specdeck.core.servers.llama_server import binary_help, check_args, drafting_flags
+
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("models:\n  smol:\n    cmd: |\n"
+                   f"      {llama_bin} --port ${{PORT}}\n      -m {demo_gguf}\n"
+                   "      -md /models/old-draft.gguf --spec-type draft-simple\n"
+                   "      --spec-draft-n-max 16\n")
+    before = cfg.read_text()
+    result = specdeck(
+        "bench", "--llama-server", str(llama_bin), "--gguf", str(demo_gguf),
+        "--server-args", "-t 2 -c 2048", "--launch", "A=",
+        "--launch", "B=--spec-type ngram-simple --spec-ngram-simple-size-n 2",
+        *SMALL, "--apply", "--swap-config", str(cfg), "--swap-model", "smol", "--yes",
+        "--json", "-", home=specdeck_home)
+    assert result.returncode in (0, 1), result.stderr
+    assert (tmp_path / "config.yaml.bak").read_text() == before
+    model = swap.load(cfg).model("smol")
+    comparison = json.loads(result.stdout)["summary"]["comparisons"][0]
+    won = comparison["speedup"]["median"] > 1.0 and comparison["lossless"]["diverged"] == 0
+    expected = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2") if won else ()
+    assert drafting_flags(model.argv) == expected
+    assert "old-draft.gguf" not in cfg.read_text()
+    check_args(model.argv[1:], binary_help(llama_bin))
