@@ -29,6 +29,8 @@ class LoadedModel:
     """Time to load this side (fetching from the Hub included)."""
     cache: str
     """Where the vocabulary came from: "memory", "disk" or "none" (read from the files)."""
+    gguf_numbers: dict | None = None
+    """A GGUF side: its architecture, context length and output head rows (no config.json)."""
 
     @property
     def name(self) -> str:
@@ -38,11 +40,17 @@ class LoadedModel:
 
     @property
     def head_rows(self) -> int | None:
-        """Rows of the output head = config.json vocab_size (often padded past the tokenizer)."""
+        """Rows of the output head = config.json vocab_size (often padded past the tokenizer),
+        or a GGUF's output tensor rows."""
+        if self.gguf_numbers is not None:
+            return self.gguf_numbers.get("head_rows")
         return self.info.arch.vocab_size if self.info else None
 
     @property
     def context_length(self) -> int | None:
+        if self.gguf_numbers is not None:
+            value = self.gguf_numbers.get("context_length")
+            return value if isinstance(value, int) else None
         return self.info.context_length if self.info else None
 
     @property
@@ -66,6 +74,13 @@ def load_model(
     """Load the side named by ``spec`` (a folder or a Hub id[@revision])."""
     started = time.perf_counter()
     source = spec if isinstance(spec, ModelSource) else parse_source(spec)
+    if source.gguf is not None:
+        from specdeck.core.compat.gguf_file import read_gguf
+
+        vocab, special, numbers = read_gguf(source.gguf)
+        return LoadedModel(source=source, folder=source.gguf, info=None, vocab=vocab,
+                           special=special, seconds=time.perf_counter() - started,
+                           cache="none", gguf_numbers=numbers)
     folder = resolve_folder(source, endpoint=endpoint, token=token, cancel=cancel)
     check_cancel(cancel)
     info = read_model(folder) if (folder / "config.json").is_file() else None

@@ -31,6 +31,8 @@ class ModelSource:
     folder: Path | None = None
     repo_id: str | None = None
     revision: str | None = None
+    gguf: Path | None = None
+    """A local .gguf file: its header holds the vocabulary (llama.cpp models)."""
 
     @property
     def is_hub(self) -> bool:
@@ -38,6 +40,8 @@ class ModelSource:
 
     @property
     def label(self) -> str:
+        if self.gguf is not None:
+            return str(self.gguf)
         if self.repo_id:
             return f"{self.repo_id}@{self.revision}" if self.revision else self.repo_id
         return str(self.folder)
@@ -52,6 +56,8 @@ def parse_source(spec: str | Path) -> ModelSource:
         )
     path = Path(text).expanduser()
     if path.exists():
+        if path.is_file() and path.suffix.lower() == ".gguf":
+            return ModelSource(text, gguf=path)
         if not path.is_dir():
             raise InvalidInputError(
                 f"{path} is a file, not a model folder.",

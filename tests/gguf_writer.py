@@ -1,0 +1,41 @@
+"""Small GGUF files written with the gguf package from real tokenizer files: the header
+llama.cpp's converter (convert_hf_to_gguf.py) writes for a vocabulary, and no weights (one
+token embedding column, so the file says how many rows its output head has)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def write_tokenizer_gguf(folder: Path, out: Path, *, context: int = 32768,
+                         head_rows: int | None = None) -> Path:
+    import gguf
+
+    from specdeck.core.compat.load import load_model
+
+    side = load_model(folder)
+    vocab, special = side.vocab, side.special
+    texts = [t if t is not None else f"[PAD{i}]" for i, t in enumerate(vocab.texts)]
+    writer = gguf.GGUFWriter(str(out), "llama")
+    writer.add_context_length(context)
+    writer.add_tokenizer_model("gpt2" if vocab.byte_level else "llama")
+    writer.add_token_list(texts)
+    types = [gguf.TokenType.CONTROL if i in vocab.special_ids else gguf.TokenType.NORMAL
+             for i in range(len(texts))]
+    writer.add_token_types(types)
+    for key, sourced in (("bos", special.bos_id), ("eos", special.eos_id)):
+        if isinstance(sourced.value, int):
+            getattr(writer, f"add_{key}_token_id")(sourced.value)
+    writer.add_add_bos_token(bool(special.add_bos.value))
+    writer.add_add_eos_token(bool(special.add_eos.value))
+    if special.chat_template:
+        writer.add_chat_template(special.chat_template)
+    rows = head_rows or len(texts)
+    writer.add_tensor("token_embd.weight", np.zeros((rows, 1), dtype=np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
