@@ -13,14 +13,17 @@ from specdeck.core.errors import InvalidInputError
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("swap", help="llama-swap's config.yaml: show, set-draft, migrate",
+    p = subparsers.add_parser("swap", help="llama-swap's config.yaml (or a llama-server "
+                              "router's presets.ini): show, set-draft, migrate",
                               description="Read and edit the drafting flags in the cmd of "
-                              "each model in a llama-swap config.yaml: only the flags asked "
-                              "for change, a diff first, a backup, an atomic save.")
+                              "each model in a llama-swap config.yaml, or in each preset of a "
+                              "llama-server router's --models-preset .ini file: only the flags "
+                              "asked for change, a diff first, a backup, an atomic save.")
     sub = p.add_subparsers(dest="swap_command", required=True, metavar="COMMAND")
 
     def common(q, json_flag=True):
-        q.add_argument("--config", required=True, metavar="FILE", help="llama-swap's config.yaml")
+        q.add_argument("--config", required=True, metavar="FILE",
+                       help="llama-swap's config.yaml, or a router's presets .ini")
         q.add_argument("--model", metavar="NAME", help="one model (default: all)")
         if json_flag:
             q.add_argument("--json", action="store_true", help="JSON output")
@@ -81,8 +84,96 @@ def _models(cfg, args):
     return [cfg.model(args.model)] if args.model else list(cfg.models)
 
 
+def _is_presets(path) -> bool:
+    return str(path).lower().endswith(".ini")
+
+
+def _preset_names(presets, args) -> list[str]:
+    return [presets.section(args.model).name] if args.model else [s.name for s in presets.models()]
+
+
+def _show_presets(args) -> int:
+    from specdeck.core.servers.llama_server import drafter_from_flags
+    from specdeck.core.swap import presets as ini
+
+    presets = ini.load(args.config)
+    rows = []
+    for name in _preset_names(presets, args):
+        keys = presets.effective(name)
+        flags = tuple(a for k, v in keys.items() for a in (f"--{k}", v))
+        drafting = {k: v for k, v in keys.items()
+                    if k.startswith("spec") or "draft" in k or k in ini.DRAFT_MODEL_KEYS}
+        rows.append({"model": name, "drafting": drafting,
+                     "drafter": drafter_from_flags(flags).label,
+                     "problems": [m for m, _, _ in ini.findings(presets, name)]})
+    if args.json:
+        emit_json({"path": presets.path, "presets": rows})
+        return EXIT_OK
+    for row in rows:
+        shown = " ".join(f"{k}={v}" for k, v in row["drafting"].items())
+        print(f"[{row['model']}] drafting: {row['drafter']}" + (f" ({shown})" if shown else ""))
+        for problem in row["problems"]:
+            print(f"  out of date: {problem}")
+    return EXIT_OK
+
+
+def _migrate_presets(args) -> int:
+    from specdeck.core.cli.config_cmd import _write
+    from specdeck.core.config.edit import ConfigChange
+    from specdeck.core.swap import presets as ini
+
+    original = ini.load(args.config)
+    current, change = original, None
+    for name in _preset_names(original, args):
+        for _message, values, renames in ini.findings(current, name):
+            change = ini.plan_edit(current, name, values, renames)
+            current = ini.parse(change.new_text, original.path)
+    if change is None:
+        print("Nothing to migrate: every preset uses current keys.")
+        return EXIT_OK
+    whole = ConfigChange(original.document, change.new_text, change.changed_keys, change.values)
+    return _write(whole, args, "the migrated presets")
+
+
+def _set_draft_presets(args) -> int:
+    from specdeck.core.cli.config_cmd import _write
+    from specdeck.core.swap import presets as ini
+
+    presets = ini.load(args.config)
+    section = presets.section(args.model)
+    own = {e.key for e in section.entries}
+    renames = {old: new for old, new in ini.RENAMED.items() if old in own}
+    drafting = ("spec-type", "spec-draft-n-max", "spec-draft-n-min", "spec-draft-p-min",
+                "draft-p-min", *ini.DRAFT_MODEL_KEYS)
+    if args.no_draft:
+        values = {k: None for k in (*drafting, *ini.RENAMED)}
+        renames = {}
+    else:
+        values = {}
+        if args.draft:
+            key = next((k for k in ini.DRAFT_MODEL_KEYS if k in own), "model-draft")
+            values[key] = args.draft
+        spec = args.spec_type or ("draft-simple" if args.draft else None)
+        if spec:
+            values["spec-type"] = spec
+        for flag, value in (("spec-draft-n-max", args.draft_max),
+                            ("spec-draft-n-min", args.draft_min)):
+            if value is not None:
+                values[flag] = str(value)
+        if args.p_min is not None:
+            values["draft-p-min" if "draft-p-min" in own else "spec-draft-p-min"] = f"{args.p_min:g}"
+        if not values:
+            raise InvalidInputError("Nothing to set.", "Give --draft, --spec-type, --draft-max, "
+                                    "--draft-min, --p-min, or --no-draft.")
+    change = ini.plan_edit(presets, args.model, values, renames)
+    return _write(change, args, f"the drafting keys of [{args.model}]")
+
+
 def cmd_show(args) -> int:
     from specdeck.core import swap
+
+    if _is_presets(args.config):
+        return _show_presets(args)
 
     cfg = swap.load(args.config)
     info = _help(args)
@@ -149,6 +240,8 @@ def cmd_set_draft(args) -> int:
 
     if not args.model:
         raise InvalidInputError("set-draft changes one model: give --model NAME.")
+    if _is_presets(args.config):
+        return _set_draft_presets(args)
     edits = _draft_edits(args)
     info = _help(args)
 
@@ -181,6 +274,8 @@ def cmd_migrate(args) -> int:
     from specdeck.core import swap
     from specdeck.core.cli.config_cmd import _write
 
+    if _is_presets(args.config):
+        return _migrate_presets(args)
     info = _help(args)
     cfg = swap.load(args.config)
     names = [m.name for m in _models(cfg, args) if m.is_llama_server]

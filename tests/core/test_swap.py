@@ -235,3 +235,70 @@ def test_cli_show_set_draft_and_migrate(tmp_path, specdeck_home):
     wrong = run("set-draft", "--model", "nope", "--draft-max", "4", "--yes")
     assert wrong.returncode == 2 and "has no model 'nope' (it has: qwen-coder-32b, llama-8b)" \
         in wrong.stderr
+
+
+# llama-server router presets (--models-preset) ---------------------------------------------
+PRESETS = """\
+version = 1
+
+; every model on the 3090
+[*]
+c = 8192
+t = 2
+
+; last year's draft settings
+[qwen-draft]
+model = /models/qwen-32b.gguf
+model-draft = /models/qwen-0.5b.gguf
+draft-max = 16
+draft-min=4
+
+[plain]
+model = /models/qwen-32b.gguf
+"""
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_router_presets_are_migrated_line_by_line(newline):
+    from specdeck.core.swap import presets as ini
+
+    text = PRESETS.replace("\n", newline)
+    presets = ini.parse(text)
+    assert [s.name for s in presets.models()] == ["qwen-draft", "plain"]
+    assert presets.effective("plain") == {"c": "8192", "t": "2", "model": "/models/qwen-32b.gguf"}
+    found = ini.findings(presets, "qwen-draft")
+    assert [m for m, _, _ in found] == [
+        "[qwen-draft] draft-max was removed: spec-draft-n-max now",
+        "[qwen-draft] draft-min was removed: spec-draft-n-min now",
+        "[qwen-draft] a draft model alone no longer drafts: spec-type = draft-simple"]
+    assert ini.findings(presets, "plain") == []
+    current = presets
+    for _m, values, renames in found:
+        current = ini.parse(ini.plan_edit(current, "qwen-draft", values, renames).new_text)
+    new = current.document.text
+    removed, added = changed_lines(text, new)
+    assert removed == ["draft-max = 16", "draft-min=4"]
+    assert added == ["spec-draft-n-max = 16", "spec-draft-n-min=4", "spec-type = draft-simple"]
+    assert new.count("\r\n") == (new.count("\n") if newline == "\r\n" else 0)
+    assert ini.findings(current, "qwen-draft") == []
+    # Flags for the router: the pinned llama-server accepts every migrated preset.
+    for name in ("qwen-draft", "plain"):
+        flags = tuple(a for k, v in current.effective(name).items() for a in (f"--{k}", v))
+        check_args(tuple(a for a in flags if a not in ("--c", "--t")), HELP)
+
+
+def test_router_preset_set_and_remove_and_refusals():
+    from specdeck.core.swap import presets as ini
+
+    presets = ini.parse(PRESETS)
+    change = ini.plan_edit(presets, "plain", {"spec-type": "ngram-simple",
+                                              "spec-ngram-simple-size-n": "3"})
+    removed, added = changed_lines(PRESETS, change.new_text)
+    assert removed == [] and added == ["spec-type = ngram-simple", "spec-ngram-simple-size-n = 3"]
+    off = ini.plan_edit(ini.parse(change.new_text), "plain", {"spec-type": None,
+                                                             "spec-ngram-simple-size-n": None})
+    assert off.new_text == PRESETS
+    with pytest.raises(InvalidInputError, match=r"has no preset \[nope\]"):
+        ini.plan_edit(presets, "nope", {"spec-type": "x"})
+    with pytest.raises(InvalidInputError, match="line 2 is neither"):
+        ini.parse("[a]\nthis is not an entry\n")

@@ -4,6 +4,7 @@ a draft-model arm), flags refused before anything starts, and a server that dies
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -292,10 +293,6 @@ def router(llama_bin, demo_gguf, draft_gguf, tmp_path_factory):
     """A real llama-server in router mode with --models-max 1 (one model on the "GPU" at a
     time, as on a box that fits one): presets plain, ngram, draft, other, and broken (its
     model file does not exist)."""
-    import time
-
-    from specdeck.core.servers.llama_server import free_port
-
     folder = tmp_path_factory.mktemp("router")
     presets = folder / "presets.ini"
     presets.write_text(
@@ -307,6 +304,17 @@ def router(llama_bin, demo_gguf, draft_gguf, tmp_path_factory):
         "spec-draft-n-max = 4\n"
         f"[other]\nmodel = {demo_gguf}\n"
         f"[broken]\nmodel = {folder / 'missing.gguf'}\n")
+    with running_router(llama_bin, presets, folder) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def running_router(llama_bin, presets, folder):
+    """A llama-server router on a free port with ``presets`` and --models-max 1."""
+    import time
+
+    from specdeck.core.servers.llama_server import free_port
+
     port = free_port()
     log = open(folder / "router.log", "w")
     process = subprocess.Popen([str(llama_bin), "--models-preset", str(presets), "--models-max",
@@ -498,3 +506,31 @@ def test_a_launched_winner_is_written_into_a_llama_swap_config(llama_bin, demo_g
     assert drafting_flags(model.argv) == expected
     assert "old-draft.gguf" not in cfg.read_text()
     check_args(model.argv[1:], binary_help(llama_bin))
+
+
+def test_migrated_router_presets_start_where_last_years_did_not(llama_bin, demo_gguf, draft_gguf,
+                                                                tmp_path, specdeck_home):
+    """A presets file in last year's keys: the real router cannot start that model; after
+    `specdeck swap migrate` (only the old keys' lines change) it starts, drafting."""
+    from specdeck.core.servers import router as routing
+
+    presets = tmp_path / "presets.ini"
+    old = ("version = 1\n\n; all models\n[*]\nc = 2048\nt = 2\n\n; last year's guide\n"
+           f"[qwen-draft]\nmodel = {demo_gguf}\nmodel-draft = {draft_gguf}\ndraft-max = 8\n")
+    presets.write_text(old)
+    with running_router(llama_bin, presets, tmp_path) as url:
+        with pytest.raises(ServerError, match="could not start 'qwen-draft'"):
+            routing.load(Base.parse(url), "qwen-draft", None, timeout=60)
+    result = subprocess.run([sys.executable, "-m", "specdeck", "swap", "migrate", "--config",
+                             str(presets), "--yes"], capture_output=True, text=True, timeout=60,
+                            env=dict(os.environ, SPECDECK_HOME=str(specdeck_home)))
+    assert result.returncode == 0, result.stderr
+    new = presets.read_text()
+    assert [ln for ln in new.splitlines() if ln not in old.splitlines()] == [
+        "spec-draft-n-max = 8", "spec-type = draft-simple"]
+    assert "; last year's guide" in new and (tmp_path / "presets.ini.bak").read_text() == old
+    with running_router(llama_bin, presets, tmp_path) as url:
+        loaded = routing.load(Base.parse(url), "qwen-draft", None, timeout=120)
+        assert loaded.status == "loaded"
+        assert "--spec-type" in loaded.flags and "draft-simple" in loaded.flags
+        assert loaded.flags[loaded.flags.index("--spec-draft-n-max") + 1] == "8"
