@@ -56,7 +56,11 @@ def register(subparsers) -> None:
                          help="folder to install into (default: draft_model_dir of config.yml)")
     install.add_argument("--config", metavar="CONFIG_YML",
                          help="take the default --dest from this config.yml (default: the open one)")
-    install.add_argument("--name", help="folder name (default: <repo name>-<bpw>bpw)")
+    install.add_argument("--name", help="folder name (default: <repo name>-<bpw>bpw, or "
+                         "<repo name>-<quant> for a GGUF)")
+    install.add_argument("--gguf", metavar="QUANT|FILE",
+                         help="a GGUF repository: the quantization (Q8_0, Q4_K_M, ...) or file "
+                         "to install (all its shards); `specdeck variants REPO` lists them")
     install.add_argument("--endpoint", help=ENDPOINT_HELP)
     install.add_argument("--token-stdin", action="store_true",
                          help="read a Hugging Face token from standard input (never from the command line)")
@@ -135,10 +139,23 @@ def run_search(args: argparse.Namespace) -> int:
 def run_variants(args: argparse.Namespace) -> int:
     from specdeck.core.hub import format_bytes, list_variants
 
+    from specdeck.core.hub.gguf import list_gguf
+    from specdeck.core.jsonout import to_jsonable
+
     found = list_variants(args.repo, endpoint=args.endpoint)
+    ggufs = list_gguf(args.repo, endpoint=args.endpoint)
     if args.json:
-        emit_json(found)
+        emit_json({**to_jsonable(found), "gguf": [
+            {"name": c.name, "quant": c.quant, "size": c.size, "files": [f.path for f in c.files],
+             "main_file": c.main_file, "projector": c.is_projector} for c in ggufs]})
         return EXIT_OK
+    if ggufs:
+        rows = [[c.quant or "?", c.name, format_bytes(c.size), str(len(c.files)),
+                 "multimodal projector" if c.is_projector else ""] for c in ggufs]
+        print_table(rows, ["quant", "file", "download", "files", "notes"])
+        print(f"Install one: specdeck install {found.repo_id} --gguf QUANT --dest DIR")
+        if not found.variants:
+            return EXIT_OK
     if found.variants:
         rows = [[v.revision, v.label, format_bytes(v.total_bytes),
                  format_bytes(v.weights_vram_bytes) if v.weights_vram_bytes else "?",
@@ -232,7 +249,15 @@ def run_install(args: argparse.Namespace) -> int:
 
     token = _token(args)
     dest = _destination(args)
-    plan = plan_install(args.repo, dest=dest, name=args.name, endpoint=args.endpoint, token=token)
+    choice = None
+    if args.gguf:
+        from specdeck.core.hub.gguf import plan_gguf_install
+
+        plan, choice = plan_gguf_install(args.repo, args.gguf, dest, name=args.name,
+                                         endpoint=args.endpoint, token=token)
+    else:
+        plan = plan_install(args.repo, dest=dest, name=args.name, endpoint=args.endpoint,
+                            token=token)
     if args.dry_run:
         if args.json:
             emit_json({"repo_id": plan.repo_id, "revision": plan.revision, "commit": plan.commit,
@@ -262,6 +287,10 @@ def run_install(args: argparse.Namespace) -> int:
         emit_json(result)
         return EXIT_OK
     _print_result(result, time.monotonic() - started)
+    if choice is not None:
+        main = result.path / choice.files[0].path
+        print(f"  To use it as the draft model: -md {main} (llama-server), or "
+              f"specdeck swap set-draft --config config.yaml --model NAME --draft {main}")
     return EXIT_OK
 
 
