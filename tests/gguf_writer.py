@@ -10,7 +10,7 @@ import numpy as np
 
 
 def write_tokenizer_gguf(folder: Path, out: Path, *, context: int = 32768,
-                         head_rows: int | None = None) -> Path:
+                         head_rows: int | None = None, columns: int = 1) -> Path:
     import gguf
 
     from specdeck.core.compat.load import load_model
@@ -33,7 +33,7 @@ def write_tokenizer_gguf(folder: Path, out: Path, *, context: int = 32768,
     if special.chat_template:
         writer.add_chat_template(special.chat_template)
     rows = head_rows or len(texts)
-    writer.add_tensor("token_embd.weight", np.zeros((rows, 1), dtype=np.float16))
+    writer.add_tensor("token_embd.weight", np.zeros((rows, columns), dtype=np.float16))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -31,6 +31,14 @@ SKIPPED = ("tokenizer.ggml.merges", "tokenizer.ggml.scores")
 FORMAT_GGUF = "GGUF tokenizer.ggml.*"
 
 
+class NeedMore(Exception):
+    """The header goes on past the bytes fetched so far."""
+
+    def __init__(self, needed: int):
+        super().__init__(needed)
+        self.needed = needed
+
+
 class _Header:
     """The metadata and tensor table of a GGUF file (format v2/v3, little-endian), parsed
     straight from a memory map: the tensors' pages are never read. The gguf package's
@@ -40,39 +48,57 @@ class _Header:
     SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
                10: "<Q", 11: "<q", 12: "<d"}
 
-    def __init__(self, path: Path):
-        import mmap
+    def __init__(self, buf, name: str, partial: bool = False):
+        """Parse ``buf`` (a memory map or bytes). ``partial``: the buffer is the start of a
+        file; running past it raises NeedMore (fetch more and parse again)."""
         import struct
 
         self._struct = struct
+        self.buf, self.partial = buf, partial
+        try:
+            self._parse()
+        except NeedMore:
+            raise
+        except (struct.error, ValueError, IndexError, UnicodeDecodeError) as exc:
+            raise InvalidInputError(f"{name} is not a readable GGUF file ({exc}).",
+                                    "A download cut short, or not a GGUF.") from None
+
+    @classmethod
+    def from_path(cls, path: Path) -> _Header:
+        import mmap
+
         try:
             with open(path, "rb") as handle:
-                size = os.fstat(handle.fileno()).st_size
-                if size < 24:
-                    raise ValueError("shorter than a GGUF header")
-                self.buf = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+                if os.fstat(handle.fileno()).st_size < 24:
+                    raise InvalidInputError(f"{path.name} is not a GGUF file (shorter than a "
+                                            "GGUF header).")
+                buf = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
         except OSError as exc:
             raise InvalidInputError(f"Cannot read {path}: {exc.strerror or exc}.") from None
-        except ValueError as exc:
-            raise InvalidInputError(f"{path.name} is not a GGUF file ({exc}).") from None
         try:
-            self._parse(path)
-        except (struct.error, ValueError, IndexError, UnicodeDecodeError) as exc:
-            raise InvalidInputError(f"{path.name} is not a readable GGUF file ({exc}).",
-                                    "A download cut short, or not a GGUF.") from None
+            return cls(buf, path.name)
         finally:
-            self.buf.close()
+            buf.close()
+
+    def _need(self, size: int) -> None:
+        if self.pos + size > len(self.buf):
+            if self.partial:
+                raise NeedMore(self.pos + size)
+            raise ValueError("it runs past the end of the file")
 
     def _take(self, fmt: str):
+        size = self._struct.calcsize(fmt)
+        self._need(size)
         value = self._struct.unpack_from(fmt, self.buf, self.pos)[0]
-        self.pos += self._struct.calcsize(fmt)
+        self.pos += size
         return value
 
     def _string(self) -> str:
         length = self._take("<Q")
-        if length > len(self.buf) - self.pos:
-            raise ValueError("a string runs past the end of the file")
-        text = self.buf[self.pos:self.pos + length].decode("utf-8", "replace")
+        if length > 1 << 30:
+            raise ValueError(f"a string of {length:,} bytes")
+        self._need(length)
+        text = bytes(self.buf[self.pos:self.pos + length]).decode("utf-8", "replace")
         self.pos += length
         return text
 
@@ -92,6 +118,7 @@ class _Header:
 
                 fmt = self.SCALARS[item]
                 width = self._struct.calcsize(fmt)
+                self._need(width * count)
                 data = self.buf[self.pos:self.pos + width * count]
                 self.pos += width * count
                 if fmt[1] in "fd?":
@@ -107,17 +134,19 @@ class _Header:
         if item == 8:
             for _ in range(count):
                 length = self._take("<Q")  # read first: it moves pos past itself
+                self._need(length)
                 self.pos += length
         elif item in self.SCALARS:
-            self.pos += self._struct.calcsize(self.SCALARS[item]) * count
+            size = self._struct.calcsize(self.SCALARS[item]) * count
+            self._need(size)
+            self.pos += size
         else:
             for _ in range(count):
                 self._value(item)
-        if self.pos > len(self.buf):
-            raise ValueError("an array runs past the end of the file")
 
-    def _parse(self, path: Path) -> None:
+    def _parse(self) -> None:
         self.pos = 0
+        self._need(24)
         if bytes(self.buf[:4]) != b"GGUF":
             raise ValueError("no GGUF magic")
         self.pos = 4
@@ -153,7 +182,16 @@ def _field(header: _Header, key: str) -> Any:
 
 def read_gguf(path: Path) -> tuple[Vocab, SpecialTokens, dict[str, Any]]:
     """The vocabulary, special tokens and a few architecture numbers of a GGUF file."""
-    reader = _Header(path)
+    return side_from_header(_Header.from_path(path), path.name)
+
+
+def read_gguf_prefix(data: bytes, name: str) -> tuple[Vocab, SpecialTokens, dict[str, Any]]:
+    """The same from the first bytes of a GGUF (NeedMore when they end inside the header)."""
+    return side_from_header(_Header(data, name, partial=True), name)
+
+
+def side_from_header(reader: _Header, name: str) -> tuple[Vocab, SpecialTokens, dict[str, Any]]:
+    path = Path(name)
     model = _field(reader, "tokenizer.ggml.model")
     tokens = _field(reader, "tokenizer.ggml.tokens")
     if not isinstance(tokens, list) or not tokens:

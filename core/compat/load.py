@@ -81,6 +81,15 @@ def load_model(
         return LoadedModel(source=source, folder=source.gguf, info=None, vocab=vocab,
                            special=special, seconds=time.perf_counter() - started,
                            cache="none", gguf_numbers=numbers)
+    if source.hub_gguf is not None:
+        from specdeck.core.compat.gguf_hub import read_hub_gguf
+
+        vocab, special, numbers, path, fetched = read_hub_gguf(
+            source.repo_id, source.revision, source.hub_gguf, endpoint=endpoint, token=token,
+            cancel=cancel)
+        return LoadedModel(source=source, folder=Path(path), info=None, vocab=vocab,
+                           special=special, seconds=time.perf_counter() - started,
+                           cache="none", gguf_numbers={**numbers, "header_bytes": fetched})
     folder = resolve_folder(source, endpoint=endpoint, token=token, cancel=cancel)
     check_cancel(cancel)
     info = read_model(folder) if (folder / "config.json").is_file() else None

@@ -19,7 +19,7 @@ from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
 # cannot start with "." or "-".
 _HUB_ID = re.compile(
     r"^(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95})"
-    r"(?:@(?P<revision>[^\s@]+))?$"
+    r"(?:@(?P<revision>[^\s@:]+))?(?::(?P<gguf>[^\s@:]+))?$"
 )
 
 
@@ -33,6 +33,9 @@ class ModelSource:
     revision: str | None = None
     gguf: Path | None = None
     """A local .gguf file: its header holds the vocabulary (llama.cpp models)."""
+    hub_gguf: str | None = None
+    """A GGUF of a Hub repo, by quant type or file name ("org/name:Q8_0"): only its header is
+    fetched (HTTP range requests)."""
 
     @property
     def is_hub(self) -> bool:
@@ -43,7 +46,8 @@ class ModelSource:
         if self.gguf is not None:
             return str(self.gguf)
         if self.repo_id:
-            return f"{self.repo_id}@{self.revision}" if self.revision else self.repo_id
+            label = f"{self.repo_id}@{self.revision}" if self.revision else self.repo_id
+            return f"{label}:{self.hub_gguf}" if self.hub_gguf else label
         return str(self.folder)
 
 
@@ -66,7 +70,8 @@ def parse_source(spec: str | Path) -> ModelSource:
         return ModelSource(text, folder=path)
     match = _HUB_ID.match(text)
     if match and not text.startswith((".", "/", "~")):
-        return ModelSource(text, repo_id=match["repo"], revision=match["revision"])
+        return ModelSource(text, repo_id=match["repo"], revision=match["revision"],
+                           hub_gguf=match["gguf"])
     raise NotFoundError(
         f"Model folder {path} does not exist.",
         "Pick an existing folder, or give a Hugging Face Hub id such as org/name@revision.",

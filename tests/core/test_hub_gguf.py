@@ -26,8 +26,17 @@ def gguf_bytes(tmp_path_factory):
                                 folder / "q.gguf").read_bytes()
 
 
+@pytest.fixture(scope="module")
+def wide_gguf_bytes(tmp_path_factory):
+    """The same header before 9.7 MB of tensor data, as a real file has far more weights
+    than header."""
+    folder = tmp_path_factory.mktemp("gguf-wide")
+    return write_tokenizer_gguf(FIXTURES / "models" / "Qwen2.5-0.5B-Instruct",
+                                folder / "q.gguf", columns=32).read_bytes()
+
+
 @pytest.fixture
-def hub(memory_keyring, gguf_bytes):  # noqa: F811 - the fixture above
+def hub(memory_keyring, gguf_bytes, wide_gguf_bytes):  # noqa: F811 - the fixture above
     half = len(gguf_bytes) // 2
     files = {
         "README.md": b"# Qwen2.5-0.5B-Instruct GGUF\n",
@@ -36,6 +45,7 @@ def hub(memory_keyring, gguf_bytes):  # noqa: F811 - the fixture above
         "Qwen2.5-0.5B-Instruct-Q4_K_M-00002-of-00002.gguf": gguf_bytes[half:],
         "Qwen2.5-0.5B-Instruct-IQ4_XS.gguf": gguf_bytes[: half // 2],
         "mmproj-Qwen2.5-0.5B-Instruct-f16.gguf": gguf_bytes[: half // 4],
+        "Qwen2.5-0.5B-Instruct-BF16.gguf": wide_gguf_bytes,
     }
     with FakeHub([FakeRepo(REPO, {"main": files}, tags=("gguf",))]) as fake:
         yield fake
@@ -44,7 +54,7 @@ def hub(memory_keyring, gguf_bytes):  # noqa: F811 - the fixture above
 def test_variants_lists_the_gguf_files_by_quant(hub, capsys):
     assert main(["variants", REPO, "--endpoint", hub.url, "--json"]) == 0
     listed = {c["quant"] or c["name"]: c for c in json.loads(capsys.readouterr().out)["gguf"]}
-    assert set(listed) == {"Q8_0", "Q4_K_M", "IQ4_XS", "F16"}
+    assert set(listed) == {"Q8_0", "Q4_K_M", "IQ4_XS", "F16", "BF16"}
     assert listed["Q4_K_M"]["files"] == ["Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf",
                                          "Qwen2.5-0.5B-Instruct-Q4_K_M-00002-of-00002.gguf"]
     assert listed["F16"]["projector"] is True and listed["Q8_0"]["projector"] is False
@@ -101,5 +111,27 @@ def test_a_corrupt_gguf_never_appears_installed(hub, tmp_path):
 def test_unknown_or_ambiguous_picks_say_what_there_is(hub, tmp_path):
     from specdeck.core.hub.gguf import plan_gguf_install
 
-    with pytest.raises(InvalidInputError, match=r"has no GGUF 'Q2_K' \(it has: IQ4_XS, Q4_K_M, Q8_0\)"):
+    with pytest.raises(InvalidInputError,
+                       match=r"has no GGUF 'Q2_K' \(it has: IQ4_XS, Q4_K_M, Q8_0, BF16\)"):
         plan_gguf_install(REPO, "Q2_K", tmp_path, endpoint=hub.url)
+
+
+def test_check_reads_a_hub_ggufs_header_with_range_requests(hub, monkeypatch, capsys,
+                                                            wide_gguf_bytes):
+    """`check org/name:Q8_0 FOLDER`: only the header's bytes are fetched (range requests,
+    from the CDN origin), and the verdict is the local file's."""
+    from specdeck.core.compat import gguf_hub
+
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setattr(gguf_hub, "FIRST_FETCH", 64 * 1024)  # make it grow a few times
+    local = FIXTURES / "models" / "Qwen2.5-0.5B-Instruct"
+    assert main(["check", f"{REPO}:BF16", str(local), "--json"]) in (0, 1)
+    report = json.loads(capsys.readouterr().out)
+    assert report["target"]["tokenizer_format"] == "GGUF tokenizer.ggml.*"
+    assert report["target"]["vocab_size"] == 151665
+    assert next(r for r in report["rules"] if r["key"] == "token_text")["status"] == "pass"
+    gets = [r for r in hub.file_requests("GET") if (r.file or "").endswith("BF16.gguf")]
+    assert len(gets) >= 2 and all((r.range or "").startswith("bytes=0-") for r in gets)
+    assert any(r.origin == "cdn" for r in gets)  # LFS bytes come from the second origin
+    fetched = max(int(r.range.split("-")[1]) + 1 for r in gets)
+    assert fetched < len(wide_gguf_bytes) / 2  # the header, not the weights
