@@ -173,16 +173,24 @@ class BenchPlots(QWidget):
         self.speed: dict[str, _Series] = {}
         self.finished: dict[str, _Series] = {}
         self.accept: dict[str, _Series] = {}
+        self.accept_done: dict[str, _Series] = {}
+        """Acceptance of each finished run (server arms: the server's counts)."""
         self.memory: dict[str, _Series] = {}
         self._curves: dict[tuple[str, str], object] = {}
         self._arm_index: dict[str, int] = {}
         self._legend = True
 
-    def set_acceptance_title(self, servers: bool) -> None:
-        """Servers report acceptance once a run is done, not per step: say so where the live
-        line would be, instead of an empty plot that looks broken."""
-        title = ("Acceptance: per run, in the table" if servers
-                 else "Draft acceptance (this run)")
+    def set_acceptance_title(self, servers: bool, unreported: bool = False) -> None:
+        """Servers report acceptance once a run is done, not per step: a point per finished
+        run from the server's own counts; where no drafting arm's server reports any
+        (TabbyAPI, Ollama, an OpenAI-compatible server), the title says so instead of an
+        empty plot that looks broken."""
+        if not servers:
+            title = "Draft acceptance (this run)"
+        elif unreported:
+            title = "Acceptance: not reported by these servers"
+        else:
+            title = "Acceptance per finished run (server counts)"
         self.accept_plot.setTitle(title)
 
     @staticmethod
@@ -207,6 +215,7 @@ class BenchPlots(QWidget):
         self.speed = {a: _Series() for a in arms}
         self.finished = {a: _Series() for a in arms}
         self.accept = {a: _Series() for a in arms[1:]}
+        self.accept_done = {a: _Series() for a in arms[1:]}
         self.memory = {}
 
     def _curve(self, kind: str, name: str, plot, colour: QColor, scatter: bool = False):
@@ -253,7 +262,10 @@ class BenchPlots(QWidget):
 
     def _redraw_accept(self) -> None:
         for arm, series in self.accept.items():
-            self._set("accept", arm, self.accept_plot, arm_colour(self._arm_index[arm]), series)
+            colour = arm_colour(self._arm_index[arm])
+            self._set("accept", arm, self.accept_plot, colour, series)
+            self._set("accept-done", arm, self.accept_plot, colour, self.accept_done[arm],
+                      scatter=True)
 
     def _redraw_memory(self) -> None:
         for index, (name, series) in enumerate(self.memory.items()):

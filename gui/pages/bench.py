@@ -97,6 +97,9 @@ class _PlanState:
     """(prompt id, repeat, arm) -> results table row."""
     live: _Live | None = None
     loaded: object | None = None
+    acceptance_seen: set[str] = field(default_factory=set)
+    """Server plans: drafting arms whose servers reported acceptance for a run."""
+    acceptance_missing: set[str] = field(default_factory=set)
 
 
 class BenchPage(QWidget):
@@ -688,7 +691,16 @@ class BenchPage(QWidget):
         if not record.counted:
             return
         if self.plots is not None:
-            self.plots.finished[record.arm].add(time.monotonic() - state.started, stats.tokens_per_second)
+            t = time.monotonic() - state.started
+            self.plots.finished[record.arm].add(t, stats.tokens_per_second)
+            if state.plan.engine == "server" and record.arm in self.plots.accept_done:
+                if stats.acceptance_rate is not None:
+                    self.plots.accept_done[record.arm].add(t, 100 * stats.acceptance_rate)
+                seen = state.acceptance_seen if stats.acceptance_rate is not None \
+                    else state.acceptance_missing
+                seen.add(record.arm)
+                self.plots.set_acceptance_title(
+                    True, unreported=not state.acceptance_seen and bool(state.acceptance_missing))
         self._add_result_row(record)
         self.summary.setText(self._summary_html())
 

@@ -62,9 +62,36 @@ def test_servers_engine_runs_a_server_plan_to_the_results(qtbot, page, replay):
     assert not page.apply_button.isEnabled()  # a running server's settings are not ours
     assert page.panes[0].plain_text == run.counted("A")[0].result.text
     assert "prompt tokenized by the server" in page.panes[0].prompt_label.full_text()
-    if page.plots is not None:
+    if page.plots is not None:  # an OpenAI-compatible server reports no acceptance
         title = page.plots.accept_plot.getPlotItem().titleLabel.text
-        assert "per run, in the table" in title
+        assert "not reported by these servers" in title
+        assert len(page.plots.accept_done["B"].x) == 0
+
+
+def test_server_acceptance_is_plotted_per_finished_run(qtbot, page, replay):
+    """A llama-server that drafts reports its counts per request: one point per run."""
+    plain = (DATA / "llama-server-plain-stream.sse").read_bytes()
+    ngram = (DATA / "llama-server-ngram-stream.sse").read_bytes()
+    models = {"/v1/models": (200, "application/json",
+                             b'{"object": "list", "data": [{"id": "SmolLM2-135M"}]}')}
+    a, _ = replay(body=plain, routes=models)
+    b, _ = replay(body=ngram, routes=models)
+    page.engine.setCurrentIndex(page.engine.findData("server"))
+    page.servers.setText(f"http://127.0.0.1:{a.port}, B=http://127.0.0.1:{b.port}")
+    for name, button in page.suite_buttons.items():
+        button.setChecked(name == "code")
+    page.per_suite.setValue(2)
+    page.repeats.setValue(1)
+    page.warmup.setValue(0)
+    page.start()
+    qtbot.waitUntil(lambda: page.last_run is not None, timeout=120_000)
+    assert page.plots is not None
+    title = page.plots.accept_plot.getPlotItem().titleLabel.text
+    assert "per finished run (server counts)" in title
+    runs_b = page.last_run.counted("B")
+    assert len(page.plots.accept_done["B"].y) == len(runs_b) == 2
+    assert page.plots.accept_done["B"].y[0] == pytest.approx(
+        100 * runs_b[0].result.stats.acceptance_rate)
 
 
 def test_servers_engine_needs_two_servers(qtbot, page):
