@@ -288,6 +288,13 @@ def is_out_of_memory(exc: BaseException) -> bool:
     )
 
 
+NGRAM_MIN_MAX = 2
+"""The smallest max_ngram whose lookup runs (see set_drafter)."""
+SPLIT_TOO_SMALL = "Insufficient space in device allocation"
+"""exllamav2 0.3.2 model.py line 229: a manual gpu_split whose GB run out before the last
+module is placed fails this assertion (autosplit raises out-of-memory instead)."""
+
+
 def map_load_error(exc: BaseException, path: Path, plan: ContextPlan | None,
                    kept: str | None = None) -> BaseException:
     """Load failures, worded for the user; unknown exceptions are returned unchanged.
@@ -295,6 +302,14 @@ def map_load_error(exc: BaseException, path: Path, plan: ContextPlan | None,
     ``kept`` names the model that stays loaded (a draft failed beside its target)."""
     if isinstance(exc, SpecDeckError):
         return exc
+    if isinstance(exc, AssertionError) and SPLIT_TOO_SMALL in str(exc):
+        freed = (f"it was freed again and {kept} stays loaded without a draft" if kept
+                 else "everything was freed again")
+        return OutOfMemoryError(
+            f"{path.name} does not fit in the gpu_split given (its GB per GPU run out before "
+            f"the last layer); {freed}.",
+            "Raise gpu_split's numbers (in GB, one per GPU), or leave gpu_split empty to "
+            "autosplit.")
     if is_out_of_memory(exc):
         cache = f" with a {plan.cache_tokens}-token cache" if plan else ""
         freed = (f"it was freed again and {kept} stays loaded without a draft" if kept
@@ -481,6 +496,14 @@ class ExLlamaV2Engine:
                 self._draft_path = path.resolve()
                 self._draft_bytes = _gpu_weight_bytes(info)
             notes.extend(n for n in self._plan.notes if n not in notes)
+        if drafter.kind is DrafterKind.NGRAM and drafter.ngram_max < NGRAM_MIN_MAX:
+            # exllamav2 0.3.2 generator/dynamic.py iterate_ngram_gen (lines 1039-1044): the
+            # lookup loops over range(max_ngram - 1), so with 1 it never runs and every draft
+            # token is the last token repeated.
+            raise InvalidInputError(
+                f"ExLlamaV2's n-gram drafter needs ngram_max of {NGRAM_MIN_MAX} or more (it "
+                f"was {drafter.ngram_max}): with 1 it never looks anything up and drafts the "
+                "last token over and over.", "Use ngram_max 2 to 4 (4 is ExLlamaV2's default).")
         if drafter.kind is DrafterKind.NGRAM:
             notes.append(f"ExLlamaV2's n-gram drafter matches up to {drafter.ngram_max} tokens and "
                          "always drafts k (no minimum match: ngram_min does not apply)")

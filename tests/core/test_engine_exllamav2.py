@@ -498,3 +498,35 @@ def test_a_draft_that_does_not_fit_at_load_frees_everything(tmp_path, monkeypatc
         engine.load(LoadSpec(target, cache_mode="Q4", draft_cache_mode="Q4",
                              drafter=DrafterSpec(DrafterKind.MODEL, draft)))
     assert sorted(fake.unloaded) == ["draft", "target"] and engine.loaded is None
+
+
+def test_a_gpu_split_too_small_is_an_out_of_memory_message():
+    """exllamav2 0.3.2 model.py:229 asserts when a manual gpu_split runs out before the last
+    module (autosplit raises out-of-memory instead): the same kind of answer for both."""
+    exc = AssertionError("Insufficient space in device allocation")
+    error = map_load_error(exc, Path("/models/Llama-3.1-70B-exl2"), None)
+    assert isinstance(error, OutOfMemoryError)
+    assert "does not fit in the gpu_split given" in error.what and "gpu_split" in error.fix
+    kept = map_load_error(exc, Path("/models/draft"), None, kept="target")
+    assert "target stays loaded without a draft" in kept.what
+    assert map_load_error(AssertionError("something else"), Path("/m"), None).__class__ \
+        is AssertionError  # other assertions are not disguised
+
+
+def test_an_ngram_drafter_that_would_never_look_anything_up_is_refused(tmp_path, monkeypatch):
+    """exllamav2 0.3.2 generator/dynamic.py:1039-1044: with max_ngram 1 the lookup loop over
+    range(max_ngram - 1) never runs, and every draft is the last token repeated."""
+    pytest.importorskip("torch")
+    from specdeck.core.engines import exllamav2 as module
+
+    fake = _RecordingExLlamaV2()
+    monkeypatch.setattr(module, "_import_exllamav2", lambda: fake)
+    engine = ExLlamaV2Engine()
+    engine.load(LoadSpec(_exl2_folder(tmp_path / "target", EXL2), cache_mode="Q4",
+                         draft_cache_mode="Q4"))
+    with pytest.raises(InvalidInputError, match="ngram_max of 2 or more"):
+        engine.set_drafter(DrafterSpec(DrafterKind.NGRAM, ngram_min=1, ngram_max=1))
+    assert len(fake.generators) == 1  # refused before a generator was built
+    engine.set_drafter(DrafterSpec(DrafterKind.NGRAM, ngram_min=2, ngram_max=2))
+    assert fake.generators[-1]["max_ngram"] == 2
+    engine.unload()
