@@ -288,6 +288,15 @@ def is_out_of_memory(exc: BaseException) -> bool:
     )
 
 
+def draft_forwards(drafted: int, draft_steps: int) -> int:
+    """Forward passes of the draft model in a run: exllamav2 0.3.2's draft loop
+    (generator/dynamic.py, iterate_draftmodel_gen, lines 1108-1133) runs one forward per
+    drafted token and then one more, preprocess-only, that writes the last drafted token's
+    keys and values: k + 1 per draft step. (That last pass skips the output head; counting it
+    whole overstates a draft's traffic by its head's share of one forward.)"""
+    return drafted + draft_steps
+
+
 NGRAM_MIN_MAX = 2
 """The smallest max_ngram whose lookup runs (see set_drafter)."""
 SPLIT_TOO_SMALL = "Insufficient space in device allocation"
@@ -667,9 +676,10 @@ class ExLlamaV2Engine:
         )
         result = reader.result(prompt_ids, request, self._drafter, peak, time.perf_counter() - started)
         stats = result.stats
-        draft_forwards = stats.drafted if self._drafter.kind is DrafterKind.MODEL else 0
+        forwards = draft_forwards(stats.drafted, stats.draft_steps) \
+            if self._drafter.kind is DrafterKind.MODEL else 0
         return replace(result, stats=replace(stats, weight_bytes_read=weights_read(
-            stats.steps, draft_forwards, self._target_bytes, self._draft_bytes)))
+            stats.steps, forwards, self._target_bytes, self._draft_bytes)))
 
     # unloading -----------------------------------------------------------------------
     def _free_draft(self) -> None:

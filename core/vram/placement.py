@@ -249,16 +249,19 @@ def place_models(request: PlanRequest, overheads: Overheads) -> tuple[list[_Ledg
     try:
         if request.draft is not None:
             draft_costs = model_costs(request.draft.arch, request.draft_cache_mode, tokens,
-                                      request.chunk_size, overheads)
+                                      request.chunk_for(request.draft_gpu_split is None),
+                                      overheads)
             if request.draft_gpu_split is not None:
                 _place_split(ledgers, "draft", request.draft, draft_costs, request.draft_gpu_split,
                              overheads)
             else:  # TabbyAPI loads the draft with autosplit even on one GPU
                 _place_autosplit(ledgers, "draft", request.draft, draft_costs,
                                  request.autosplit_reserve_mb, overheads)
+        manual = request.gpu_split is not None and len(request.gpus) > 1
+        autosplit = not manual and len(request.gpus) > 1 and request.autosplit
         target_costs = model_costs(request.target.arch, request.cache_mode, tokens,
-                                   request.chunk_size, overheads)
-        if request.gpu_split is not None and len(request.gpus) > 1:
+                                   request.chunk_for(autosplit), overheads)
+        if manual:
             _place_split(ledgers, "target", request.target, target_costs, request.gpu_split, overheads)
         elif len(request.gpus) == 1 or not request.autosplit:
             # TabbyAPI turns autosplit off for one GPU: everything goes to GPU 0.

@@ -57,6 +57,12 @@ class PlanRequest:
     def cache_tokens(self) -> int:
         return round_context(self.context)
 
+    def chunk_for(self, autosplit: bool) -> int:
+        """The chunk (max_input_len) a model's buffers are sized for: exllamav2 0.3.2 clamps
+        it to max_seq_len when it loads with autosplit (model.py line 536,
+        load_autosplit_gen), not when it loads a manual gpu_split."""
+        return min(self.chunk_size, self.context) if autosplit else self.chunk_size
+
     @property
     def split_label(self) -> str:
         if len(self.gpus) == 1:

@@ -530,3 +530,13 @@ def test_an_ngram_drafter_that_would_never_look_anything_up_is_refused(tmp_path,
     engine.set_drafter(DrafterSpec(DrafterKind.NGRAM, ngram_min=2, ngram_max=2))
     assert fake.generators[-1]["max_ngram"] == 2
     engine.unload()
+
+
+def test_draft_traffic_counts_the_extra_preprocess_forward_per_step():
+    """exllamav2 0.3.2 dynamic.py 1108-1133: k draft forwards, then one preprocess-only
+    forward per draft step. 40 steps drafting 4 each read the draft's weights 200 times."""
+    from specdeck.core.engines.base import weights_read
+    from specdeck.core.engines.exllamav2 import draft_forwards
+
+    assert draft_forwards(drafted=160, draft_steps=40) == 200
+    assert weights_read(41, draft_forwards(160, 40), 10, 1) == 41 * 10 + 200

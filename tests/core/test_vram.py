@@ -455,3 +455,21 @@ def test_single_gpu_overheads_match_the_documented_formulas():
     assert gpu.overhead["cuda_context"] == 400 * MiB
     assert gpu.overhead["allocator_slack"] == int((gpu.target_weights + GiB) * 0.02)
     assert gpu.used_bytes == gpu.target_weights + GiB + sum(gpu.overhead.values())
+
+
+def test_autosplit_sizes_buffers_for_a_chunk_no_longer_than_the_context(llama70b, draft1b):
+    """exllamav2 0.3.2 model.py:536 (load_autosplit_gen) clamps max_input_len to max_seq_len;
+    a manual gpu_split load does not. At a 1024-token context the autosplit plan's buffers are
+    those of a 1024-token chunk, the manual one's of the 2048-token default."""
+    from specdeck.core.vram.costs import DEFAULT_OVERHEADS, model_costs
+
+    auto = vram.plan(request(llama70b, "48,48", context=1024, draft=draft1b))
+    manual = vram.plan(request(llama70b, "48,48", context=1024, draft=draft1b,
+                               gpu_split=(40.0, 40.0)))
+    clamped = model_costs(llama70b.arch, "FP16", 1024, 1024, DEFAULT_OVERHEADS)
+    full = model_costs(llama70b.arch, "FP16", 1024, 2048, DEFAULT_OVERHEADS)
+    assert clamped.activations < full.activations
+    def overheads(plan) -> int:
+        return sum(g.overhead["activations"] + g.overhead["scratch"] for g in plan.gpus)
+
+    assert overheads(auto) < overheads(manual)
