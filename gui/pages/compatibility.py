@@ -137,10 +137,15 @@ class ModelPicker(QWidget):
         self.combo.lineEdit().setPlaceholderText(placeholder)
         self.browse = QPushButton("Browse…")
         self.browse.clicked.connect(self._browse)
+        self.browse_gguf = QPushButton("GGUF…")
+        self.browse_gguf.setToolTip("A llama.cpp model file (.gguf): its vocabulary is read "
+                                    "from the header. A GGUF on the Hub: org/name:Q8_0")
+        self.browse_gguf.clicked.connect(self._browse_gguf)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.combo, 1)
         layout.addWidget(self.browse)
+        layout.addWidget(self.browse_gguf)
 
     def set_library(self, models: list) -> None:
         """Offer ``models`` (ModelInfo) in the list, keeping what the user has entered."""
@@ -177,6 +182,13 @@ class ModelPicker(QWidget):
         if folder:
             self.set_value(folder)
 
+    def _browse_gguf(self) -> None:
+        current = Path(self.value())
+        start = str(current.parent if current.is_file() else Path.home())
+        path, _ = QFileDialog.getOpenFileName(self, "GGUF model file", start, "GGUF (*.gguf)")
+        if path:
+            self.set_value(path)
+
 
 class CompatibilityPage(QWidget):
     report_shown = Signal(object)
@@ -203,13 +215,14 @@ class CompatibilityPage(QWidget):
         intro = QLabel(
             "Can this draft speculate for this target? The check compares the tokenizers id "
             "by id (llama.cpp's rules) and looks for ExLlamaV2's risks, before anything is "
-            "loaded. Pick a model from your library, type a folder, or a Hub id such as "
-            "<code>turboderp/Llama-3.2-1B-exl2@4.0bpw</code>.")
+            "loaded. Pick a model from your library, type a folder or a .gguf file, or a Hub "
+            "id such as <code>turboderp/Llama-3.2-1B-exl2@4.0bpw</code> (a Hub GGUF: "
+            "<code>org/name:Q8_0</code>, only its header is fetched).")
         intro.setWordWrap(True)
         intro.setProperty("role", "hint")
 
-        self.target = ModelPicker("Target model: folder or Hub id")
-        self.draft = ModelPicker("Draft model: folder or Hub id")
+        self.target = ModelPicker("Target model: folder, .gguf file or Hub id")
+        self.draft = ModelPicker("Draft model: folder, .gguf file or Hub id")
         self.context_len = QSpinBox()
         self.context_len.setRange(0, 10_000_000)
         self.context_len.setSingleStep(1024)

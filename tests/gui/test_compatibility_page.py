@@ -143,3 +143,21 @@ def test_configured_pair_is_preselected(qtbot, configured_qapp, tmp_path, librar
     assert widget.target.value() == str(MODELS / "Llama-2-7b-hf")
     assert widget.draft.value() == str(library / "TinyLlama-1.1B-Chat-v1.0")
     widget.shutdown()
+
+
+def test_a_gguf_file_is_picked_and_checked_against_a_folder(qtbot, page, tmp_path, monkeypatch):
+    """GGUF… picks a .gguf (the vocabulary comes from its header) for a mixed pair."""
+    from gguf_writer import write_tokenizer_gguf
+    from PySide6.QtWidgets import QFileDialog
+
+    gguf = write_tokenizer_gguf(MODELS / "Qwen2.5-7B-Instruct", tmp_path / "Qwen2.5-7B.gguf")
+    monkeypatch.setattr(QFileDialog, "getOpenFileName",
+                        staticmethod(lambda *a, **k: (str(gguf), "GGUF (*.gguf)")))
+    page.target.browse_gguf.click()
+    assert page.target.value() == str(gguf)
+    page.draft.set_value(str(MODELS / "Qwen2.5-0.5B-Instruct"))
+    with qtbot.waitSignal(page.report_shown, timeout=TIMEOUT_MS) as shown:
+        page.check_button.click()
+    report = shown.args[0]
+    assert report.target.tokenizer_format == "GGUF tokenizer.ggml.*"
+    assert dict((r.key, r.status.value) for r in report.rules)["token_text"] == "pass"
