@@ -469,6 +469,10 @@ class ExLlamaV2Engine:
         cache = cache_cls(model, max_seq_len=tokens, lazy=True)
         reserve = reserve_bytes(self._spec.autosplit_reserve_mb, torch.cuda.device_count())
         model.load_autosplit(cache, reserve_vram=reserve, callback=callback)
+        # exllamav2 0.3.2 (model.py 538-603 and 671-674) calls empty_cache while its 256 MB
+        # minimum_reserve_tensor is still referenced; that block is freed only when the
+        # function returns, into PyTorch's cache, where it reads as used VRAM. Give it back.
+        torch.cuda.empty_cache()
         return cache
 
     def set_drafter(
@@ -653,6 +657,10 @@ class ExLlamaV2Engine:
         )
         for device in range(torch.cuda.device_count()):
             torch.cuda.reset_peak_memory_stats(device)
+        # exllamav2 0.3.2 reuses cached prompt pages between jobs (generator/dynamic.py
+        # 2387-2432, 2551-2565): a repeated prompt would get a cheaper prefill and time to
+        # first token. Every measured job starts from an empty page table.
+        self._generator.reset_page_table()
         reader = _JobReader(job, k, on_event)
         started = time.perf_counter()
         self._generator.enqueue(job)

@@ -540,3 +540,69 @@ def test_draft_traffic_counts_the_extra_preprocess_forward_per_step():
 
     assert draft_forwards(drafted=160, draft_steps=40) == 200
     assert weights_read(41, draft_forwards(160, 40), 10, 1) == 41 * 10 + 200
+
+
+def _standin_engine(tmp_path, monkeypatch, script):
+    torch = pytest.importorskip("torch")
+    from exllamav2_standin import StandInExLlamaV2
+
+    from specdeck.core.engines import exllamav2 as module
+
+    fake = StandInExLlamaV2(script)
+    monkeypatch.setattr(module, "_import_exllamav2", lambda: fake)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: "NVIDIA GeForce RTX 4090")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: (8, 9))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 0)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: fake.calls.append("empty_cache"))
+    engine = ExLlamaV2Engine()
+    engine.load(LoadSpec(_exl2_folder(tmp_path / "target", EXL2), cache_mode="Q4",
+                         draft_cache_mode="Q4"))
+    return engine, fake
+
+
+def test_generate_runs_whole_through_the_enforcing_standin(tmp_path, monkeypatch):
+    """load -> set_drafter -> generate against a stand-in that asserts what exllamav2 0.3.2's
+    generator asserts: the first token arrives in the same iterate() as the prefill, a step
+    accepts 2 of 4 drafts, and EOS ends a step before its drafts are all judged
+    (accepted + rejected < k). Each measured job starts from an empty page table (item 3),
+    and the autosplit load gives PyTorch's cached reserve back (item 2)."""
+    from exllamav2_standin import Step
+
+    script = [Step((11,), with_prefill=True), Step((12, 13, 14), accepted=2, rejected=2),
+              Step((15, 2), accepted=1, eos=True)]
+    engine, fake = _standin_engine(tmp_path, monkeypatch, script)
+    assert fake.calls[fake.calls.index("load_autosplit target") + 1] == "empty_cache"
+    engine.set_drafter(DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=4, adaptive=False))
+    assert fake.generators[-1]["max_q_size"] == q_size(4) and fake.generators[-1]["paged"]
+    result = engine.generate(GenerationRequest(prompt_ids=(1, 5, 6, 7), max_new_tokens=32))
+    s = result.stats
+    assert fake.calls[-2:] == ["reset_page_table", "enqueue"]
+    assert result.token_ids == (11, 12, 13, 14, 15, 2)
+    assert (s.steps, s.draft_steps, s.drafted, s.accepted) == (3, 2, 5, 3)
+    assert s.new_tokens == 6 and s.stop_reason is StopReason.EOS
+    assert s.time_to_first_token_s is not None  # from the iterate() that held the prefill
+    assert result.from_draft == (False, True, True, False, True, False)
+    # A second job of the same prompt starts from an empty page table again.
+    engine.generate(GenerationRequest(prompt_ids=(1, 5, 6, 7), max_new_tokens=32))
+    assert fake.calls.count("reset_page_table") == 2
+    engine.unload()
+
+
+def test_the_standin_refuses_what_exllamav2_refuses(tmp_path, monkeypatch):
+    """The rules the stand-in enforces are real: a paged generator with flash-attn off
+    (dynamic.py 354-357) and k above max_q_size (338-340) fail as exllamav2 would."""
+    from exllamav2_standin import StandInExLlamaV2
+
+    fake = StandInExLlamaV2([])
+    model = fake.ExLlamaV2(fake.ExLlamaV2Config(str(tmp_path)))
+    cache = fake.ExLlamaV2Cache(model, 2048)
+    with pytest.raises(AssertionError, match="num_draft_tokens cannot be larger"):
+        fake.ExLlamaV2DynamicGenerator(model, cache, None, max_q_size=4, use_ngram_draft=True,
+                                       num_draft_tokens=8)
+    model.config.no_flash_attn = True
+    with pytest.raises(AssertionError, match="Paged mode requires flash-attn"):
+        fake.ExLlamaV2DynamicGenerator(model, cache, None, paged=True)
+    with pytest.raises(AssertionError, match="multiple of 256"):
+        fake.ExLlamaV2DynamicGenerator(model, fake.ExLlamaV2Cache(model, 1000), None, paged=False)
