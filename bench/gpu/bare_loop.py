@@ -38,18 +38,25 @@ class BareLoop:
         self._x: Any = None
 
     def load(self, model_dir: Path, max_seq_len: int) -> None:
+        from types import SimpleNamespace
+
         import exllamav2
-        from exllamav2.attn import has_flash_attn_with_paged
+        from exllamav2 import attn
         from exllamav2.generator import (
             ExLlamaV2DynamicGenerator,
             ExLlamaV2DynamicJob,
             ExLlamaV2Sampler,
         )
 
+        from specdeck.core.engines.exllamav2 import paged_attention_usable
+
         config = exllamav2.ExLlamaV2Config(str(model_dir))
         config.arch_compat_overrides()
         config.max_seq_len = max_seq_len
-        paged = bool(has_flash_attn_with_paged)
+        # The engine's rule, not flash-attn's presence alone: an architecture whose
+        # overrides turn flash-attn off, or a pre-Ampere GPU, cannot run paged (the generator
+        # asserts "Paged mode requires flash-attn", dynamic.py 354-357).
+        paged = paged_attention_usable(SimpleNamespace(attn=attn), config)
         if not paged:
             config.no_flash_attn = True
         self._model = exllamav2.ExLlamaV2(config)

@@ -80,8 +80,14 @@ def step_env(ctx: StepContext) -> dict[str, Any]:
 
 
 # build -----------------------------------------------------------------------------------
+ENGINE_LOGITS_ROWS = 33
+"""core.engines.exllamav2: max(MIN_OUTPUT_LEN, q_size(MAX_DRAFT_TOKENS)) = q_size(32) = 33."""
+
+# exllamav2 keeps the extension it JIT-builds as exllamav2.ext.exllamav2_ext (0.3.2 ext.py
+# 276-288); there is no top-level exllamav2_ext module to import by name.
 BUILD_PROBE = (
-    "import time; t = time.monotonic(); import exllamav2, exllamav2_ext; "
+    "import time; t = time.monotonic(); import exllamav2; "
+    "from exllamav2.ext import exllamav2_ext; "
     "print('SPECDECK_IMPORT_OK', exllamav2.__version__, exllamav2_ext.__file__, "
     "round(time.monotonic() - t, 1))"
 )
@@ -237,7 +243,10 @@ def step_memory(ctx: StepContext) -> dict[str, Any]:
     for label, (target, draft) in exl2_pairs(ctx).items():
         for with_draft in (False, True):
             name = f"{label} target" + (" + draft" if with_draft else "")
-            args = ["vram", "--model", str(target), "--ctx", str(context), "--cache-mode", mode]
+            # The load measured is SpecDeck's engine's, which allocates 33 logits rows
+            # (q_size(MAX_DRAFT_TOKENS)) where TabbyAPI allocates 16: plan for the same.
+            args = ["vram", "--model", str(target), "--ctx", str(context), "--cache-mode", mode,
+                    "--logits-rows", str(ENGINE_LOGITS_ROWS)]
             if with_draft:
                 args += ["--draft", str(draft), "--draft-cache-mode", mode]
             code, plan, errors = specdeck_cli(args, env)

@@ -55,6 +55,9 @@ def register(subparsers) -> None:
     vram.add_argument("--reserve-mb", metavar="MB,MB", default="96",
                       help="TabbyAPI autosplit_reserve per GPU in MB (default 96)")
     vram.add_argument("--chunk-size", type=whole(1, 1 << 20), default=2048, help="TabbyAPI chunk_size (default 2048)")
+    vram.add_argument("--logits-rows", type=whole(1, 256), default=16, metavar="N",
+                      help="logits rows per forward pass (default 16, TabbyAPI's "
+                      "max_output_len; SpecDeck's own ExLlamaV2 engine allocates 33)")
     vram.add_argument("--no-flash-attn", action="store_true",
                       help="plan for a GPU older than Ampere (no flash-attn: bigger buffers)")
     vram.add_argument("--count-in-use", action="store_true",
@@ -177,7 +180,12 @@ def run_vram(args: argparse.Namespace) -> int:
         count_in_use=args.count_in_use,
         flash_attention=not args.no_flash_attn,
     )
-    result = vram.plan_from_inputs(inputs)
+    from dataclasses import replace
+
+    from specdeck.core.vram.costs import DEFAULT_OVERHEADS
+
+    overheads = replace(DEFAULT_OVERHEADS, max_output_len=args.logits_rows)
+    result = vram.plan_from_inputs(inputs, overheads=overheads)
     if args.json:
         emit_json(result)
     else:

@@ -436,7 +436,7 @@ class ExLlamaV2Engine:
         x = self._x
         config = x.ExLlamaV2Config(str(path))
         config.arch_compat_overrides(quiet=True)
-        self._paged = _paged_attention_usable(x, config)
+        self._paged = paged_attention_usable(x, config)
         notes = list(self._plan.notes)
         if not self._paged:
             config.no_flash_attn = True
@@ -911,7 +911,7 @@ def _import_exllamav2() -> Any:
     )
 
 
-def _paged_attention_usable(x: Any, config: Any) -> bool:
+def paged_attention_usable(x: Any, config: Any) -> bool:
     """Paged mode needs flash-attn >= 2.5.7 and Ampere or newer GPUs (TabbyAPI's rule)."""
     import torch
 

@@ -352,3 +352,115 @@ def test_a_timed_out_build_is_killed_with_its_children(tmp_path):
     status = Path(f"/proc/{child}/status")
     # Gone, or a zombie waiting for init to reap it: either way no longer running.
     assert not status.exists() or "\nState:\tZ" in status.read_text()
+
+
+def _fake_exllamav2(root, *, flash_paged=True, arch_turns_flash_off=False):
+    """A package shaped like exllamav2 0.3.2 where the kit touches it: ext.py keeps the built
+    extension as a module-level name (ext.py 276-288: ``exllamav2_ext = load(...)``), attn
+    says whether flash-attn supports paging, and a config's arch_compat_overrides may turn
+    flash-attn off for an architecture."""
+    pkg = root / "exllamav2"
+    (pkg / "generator").mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "__version__ = '0.3.2'\n"
+        "class ExLlamaV2Config:\n"
+        "    def __init__(self, path):\n"
+        "        self.no_flash_attn = False\n"
+        "    def arch_compat_overrides(self, quiet=False):\n"
+        f"        self.no_flash_attn = self.no_flash_attn or {arch_turns_flash_off}\n"
+        "class ExLlamaV2:\n"
+        "    def __init__(self, config): self.config = config\n"
+        "    def load_autosplit(self, cache): pass\n"
+        "def ExLlamaV2Cache(model, max_seq_len, lazy): return object()\n"
+        "def ExLlamaV2Tokenizer(config): return object()\n")
+    (pkg / "ext.py").write_text("import types\nexllamav2_ext = types.ModuleType('exllamav2_ext')\n"
+                                "exllamav2_ext.__file__ = '/built/exllamav2_ext.so'\n"
+                                "ext_c = exllamav2_ext\n")
+    (pkg / "attn.py").write_text(f"has_flash_attn_with_paged = {flash_paged}\n")
+    (pkg / "generator" / "__init__.py").write_text(
+        "made = []\n"
+        "class ExLlamaV2DynamicGenerator:\n"
+        "    def __init__(self, **kw): made.append(kw)\n"
+        "    def warmup(self): pass\n"
+        "class ExLlamaV2DynamicJob: pass\n"
+        "class ExLlamaV2Sampler: pass\n")
+    return root
+
+
+def test_the_build_probe_imports_the_extension_where_exllamav2_keeps_it(tmp_path):
+    """Issue 14 item 5: exllamav2 has no top-level exllamav2_ext module; the probe must find
+    the extension as exllamav2.ext.exllamav2_ext (it failed with ModuleNotFoundError)."""
+    import subprocess
+    import sys
+
+    from bench.gpu.steps import BUILD_PROBE
+
+    root = _fake_exllamav2(tmp_path)
+    done = subprocess.run([sys.executable, "-c", BUILD_PROBE], capture_output=True, text=True,
+                          env={**__import__("os").environ, "PYTHONPATH": str(root)}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "SPECDECK_IMPORT_OK 0.3.2 /built/exllamav2_ext.so" in done.stdout
+
+
+@pytest.mark.parametrize("flash_paged, arch_off, capability, paged", [
+    (True, False, (8, 6), True),
+    (True, True, (8, 6), False),   # an architecture that turns flash-attn off runs unpaged
+    (True, False, (7, 5), False),  # a Turing GPU: no paged flash-attn
+    (False, False, (8, 9), False),
+])
+def test_the_bare_loop_chooses_paged_mode_by_the_engines_rule(tmp_path, monkeypatch,
+                                                              flash_paged, arch_off,
+                                                              capability, paged):
+    """Issue 14 item 6: the kit's bare loop took flash-attn's presence alone, so a draft
+    whose architecture turns flash-attn off still ran paged and hit "Paged mode requires
+    flash-attn" (dynamic.py 354-357)."""
+    import sys
+
+    torch = pytest.importorskip("torch")
+    root = _fake_exllamav2(tmp_path, flash_paged=flash_paged, arch_turns_flash_off=arch_off)
+    monkeypatch.syspath_prepend(str(root))
+    for name in [m for m in sys.modules if m == "exllamav2" or m.startswith("exllamav2.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: capability)
+    monkeypatch.setattr(torch.version, "hip", None)
+    from bench.gpu.bare_loop import BareLoop
+
+    try:
+        BareLoop().load(tmp_path / "model", 2048)
+        import exllamav2.generator as generator
+
+        assert generator.made[-1]["paged"] is paged
+    finally:  # the fake package must not outlive this test
+        for name in [m for m in sys.modules if m == "exllamav2" or m.startswith("exllamav2.")]:
+            del sys.modules[name]
+
+
+def test_the_kit_plans_the_logits_rows_the_engine_allocates(tmp_path):
+    """Issue 14 item 8: the planner's 16 rows are TabbyAPI's; the kit measures SpecDeck's
+    engine, which allocates q_size(MAX_DRAFT_TOKENS) = 33, so it plans with 33."""
+    import json
+
+    from bench.gpu.steps import ENGINE_LOGITS_ROWS
+    from conftest import MODELS
+
+    from specdeck.core.cli import main
+    from specdeck.core.engines.base import MAX_DRAFT_TOKENS
+    from specdeck.core.engines.exllamav2 import MIN_OUTPUT_LEN, q_size
+
+    assert ENGINE_LOGITS_ROWS == max(MIN_OUTPUT_LEN, q_size(MAX_DRAFT_TOKENS))
+    used = {}
+    for rows in (16, 33):
+        out = tmp_path / f"{rows}.json"
+        import contextlib
+        import io
+
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            main(["vram", "--model", str(MODELS / "Llama-3.2-1B"), "--bpw", "4", "--ctx", "4096",
+                  "--gpus", "24", "--logits-rows", str(rows), "--json"])
+        out.write_text(buffer.getvalue())
+        plan = json.loads(buffer.getvalue())
+        used[rows] = sum(g["overhead"]["activations"] for g in plan["gpus"])
+    vocab = json.loads((MODELS / "Llama-3.2-1B" / "config.json").read_text())["vocab_size"]
+    assert used[33] - used[16] == 17 * vocab * 4 * 2
