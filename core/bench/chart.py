@@ -1,18 +1,15 @@
-"""The report's PNG chart, drawn with Qt offscreen (QImage + QPainter, no display needed).
-
-matplotlib is not a SpecDeck dependency; Qt is. PySide6 is imported inside the functions
-only, so core stays free of Qt at import time (CONTRIBUTING.md); with no QGuiApplication
-running (the CLI), one is created on the "offscreen" platform when no display is set.
+"""The report's chart as SVG text: no Qt, no plotting library, so core draws it anywhere
+(the CLI on a server without a display, the packaged app without torch).
 
 Left: median decode tok/s per arm. Right: speed-up per drafting arm, the bar at the median
 of paired ratios, a thin line from min to max, a box over the bootstrap 95% interval, and a
-dashed line at 1.0 (no change). Slower arms are drawn in red.
+dashed line at 1.0 (no change). Slower arms are drawn in red. Browsers, image viewers and
+Markdown renderers show SVG as they show PNG.
 """
 
 from __future__ import annotations
 
-import os
-from typing import Any
+from xml.sax.saxutils import escape
 
 from specdeck.core.bench.summary import BenchSummary
 
@@ -22,112 +19,81 @@ HEADER = 64
 FOOTER = 36
 LABEL_W = 250
 GAP = 40
-
-_app: Any = None
-"""The QGuiApplication this module created (kept so Qt does not destroy it)."""
-
-
-def _ensure_gui_app() -> None:
-    global _app
-    from PySide6.QtGui import QGuiApplication
-
-    if QGuiApplication.instance() is not None:
-        return
-    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
-        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    # A QApplication (a QGuiApplication that can also host widgets): only one application
-    # object may exist per process, and a later GUI in this process (or a test) needs widgets.
-    try:
-        from PySide6.QtWidgets import QApplication
-    except ImportError:
-        QApplication = QGuiApplication  # noqa: N806 - Qt's class name
-    _app = QApplication(["specdeck-chart"])
+TEXT = "#202020"
+RATE = "#5b8def"
+FASTER, SLOWER = "#2e9d5b", "#d64545"
+FASTER_FILL, SLOWER_FILL = "#a9dcbf", "#f0b3b3"
 
 
-def render_chart(summary: BenchSummary) -> bytes:
-    """PNG bytes of the chart."""
-    _ensure_gui_app()
-    from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QPointF, QRectF, Qt
-    from PySide6.QtGui import QColor, QFont, QImage, QPainter, QPen
-
+def render_chart(summary: BenchSummary) -> str:
+    """The chart as an SVG document."""
     arms = summary.arms
     height = HEADER + ROW * max(len(arms), 1) + FOOTER
-    image = QImage(WIDTH, height, QImage.Format.Format_ARGB32)
-    image.fill(QColor("white"))
-    painter = QPainter(image)
-    try:
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        font = QFont()
-        font.setPixelSize(13)
-        painter.setFont(font)
-        text_color = QColor("#202020")
-        plot_w = (WIDTH - LABEL_W - GAP - 20) // 2
-        left_x = LABEL_W
-        right_x = LABEL_W + plot_w + GAP
+    plot_w = (WIDTH - LABEL_W - GAP - 20) // 2
+    left_x = LABEL_W
+    right_x = LABEL_W + plot_w + GAP
+    rates = [a.tokens_per_second or 0.0 for a in arms]
+    top_rate = max(rates + [1e-9])
+    comparisons = {c.arm: c for c in summary.comparisons}
+    spans = [1.0]
+    for c in summary.comparisons:
+        if c.speedup is not None:
+            spans += [c.speedup.maximum, c.speedup.ci_high]
+    top_ratio = max(spans) * 1.1
 
-        painter.setPen(text_color)
-        painter.drawText(QRectF(left_x, 8, plot_w, 20), Qt.AlignmentFlag.AlignLeft,
-                         "decode tok/s (median)")
-        painter.drawText(QRectF(right_x, 8, plot_w, 20), Qt.AlignmentFlag.AlignLeft,
-                         "speed-up vs " + summary.reference + " (median, 95% CI, min-max)")
+    def x_ratio(value: float) -> float:
+        return right_x + plot_w * min(value, top_ratio) / top_ratio
 
-        rates = [a.tokens_per_second or 0.0 for a in arms]
-        top_rate = max(rates + [1e-9])
-        comparisons = {c.arm: c for c in summary.comparisons}
-        spans = [1.0]
-        for c in summary.comparisons:
-            if c.speedup is not None:
-                spans += [c.speedup.maximum, c.speedup.ci_high]
-        top_ratio = max(spans) * 1.1
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="13">',
+        f'<rect width="{WIDTH}" height="{height}" fill="white"/>',
+        _text(left_x, 22, "decode tok/s (median)"),
+        _text(right_x, 22, f"speed-up vs {summary.reference} (median, 95% CI, min-max)"),
+    ]
+    for i, arm in enumerate(arms):
+        y = HEADER + i * ROW
+        mid = y + (ROW - 8) / 2
+        parts.append(_text(8, mid + 4, _elide(arm.label, 34), title=arm.label))
+        bar = (plot_w - 60) * rates[i] / top_rate  # room for the value label
+        parts.append(_rect(left_x, y + 8, bar, ROW - 20, RATE))
+        parts.append(_text(left_x + bar + 4, mid + 4, f"{rates[i]:.1f}"))
+        comparison = comparisons.get(arm.name)
+        if comparison is None or comparison.speedup is None:
+            label = "reference" if comparison is None else "no paired runs"
+            parts.append(_text(right_x, mid + 4, label))
+            continue
+        s = comparison.speedup
+        slower = s.median < 1.0
+        colour, fill = (SLOWER, SLOWER_FILL) if slower else (FASTER, FASTER_FILL)
+        parts.append(_rect(right_x, y + 12, x_ratio(s.median) - right_x, ROW - 28, fill))
+        parts.append(_line(x_ratio(s.minimum), mid, x_ratio(s.maximum), mid, "#404040", 1.5))
+        parts.append(f'<rect x="{x_ratio(s.ci_low):.1f}" y="{mid - 5:.1f}" '
+                     f'width="{max(x_ratio(s.ci_high) - x_ratio(s.ci_low), 1.0):.1f}" '
+                     'height="10" fill="none" stroke="#404040" stroke-width="1.5"/>')
+        parts.append(_line(x_ratio(s.median), y + 8, x_ratio(s.median), y + ROW - 12, colour, 3))
+        parts.append(_text(x_ratio(max(s.maximum, s.ci_high)) + 6, mid + 4, f"{s.median:.2f}x"))
+    one = x_ratio(1.0)
+    parts.append(f'<line x1="{one:.1f}" y1="{HEADER - 6}" x2="{one:.1f}" '
+                 f'y2="{height - FOOTER + 4}" stroke="#808080" stroke-dasharray="4 3"/>')
+    parts.append(_text(one, height - FOOTER + 20, "1.0x", anchor="middle"))
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
 
-        def x_ratio(value: float) -> float:
-            return right_x + plot_w * min(value, top_ratio) / top_ratio
 
-        for i, arm in enumerate(arms):
-            y = HEADER + i * ROW
-            painter.setPen(text_color)
-            painter.drawText(QRectF(8, y, LABEL_W - 16, ROW - 8),
-                             Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
-                             _elide(arm.label, 34))
-            bar = (plot_w - 60) * rates[i] / top_rate  # room for the value label
-            painter.fillRect(QRectF(left_x, y + 8, bar, ROW - 20), QColor("#5b8def"))
-            painter.drawText(QRectF(left_x + bar + 4, y, 90, ROW - 8),
-                             Qt.AlignmentFlag.AlignVCenter, f"{rates[i]:.1f}")
-            comparison = comparisons.get(arm.name)
-            if comparison is None or comparison.speedup is None:
-                label = "reference" if comparison is None else "no paired runs"
-                painter.drawText(QRectF(right_x, y, plot_w, ROW - 8),
-                                 Qt.AlignmentFlag.AlignVCenter, label)
-                continue
-            s = comparison.speedup
-            colour = QColor("#d64545") if s.median < 1.0 else QColor("#2e9d5b")
-            mid = y + (ROW - 8) / 2
-            painter.fillRect(QRectF(right_x, y + 12, x_ratio(s.median) - right_x, ROW - 28),
-                             colour.lighter(150))
-            painter.setPen(QPen(QColor("#404040"), 1.5))
-            painter.drawLine(QPointF(x_ratio(s.minimum), mid), QPointF(x_ratio(s.maximum), mid))
-            painter.drawRect(QRectF(x_ratio(s.ci_low), mid - 5,
-                                    max(x_ratio(s.ci_high) - x_ratio(s.ci_low), 1.0), 10))
-            painter.setPen(QPen(colour, 3))
-            painter.drawLine(QPointF(x_ratio(s.median), y + 8), QPointF(x_ratio(s.median), y + ROW - 12))
-            painter.setPen(text_color)
-            painter.drawText(QRectF(x_ratio(max(s.maximum, s.ci_high)) + 6, y, 80, ROW - 8),
-                             Qt.AlignmentFlag.AlignVCenter, f"{s.median:.2f}x")
+def _text(x: float, y: float, text: str, anchor: str = "start", title: str | None = None) -> str:
+    tip = f"<title>{escape(title)}</title>" if title and title != text else ""
+    return (f'<text x="{x:.1f}" y="{y:.1f}" fill="{TEXT}" text-anchor="{anchor}">'
+            f"{tip}{escape(text)}</text>")
 
-        one = x_ratio(1.0)
-        painter.setPen(QPen(QColor("#808080"), 1, Qt.PenStyle.DashLine))
-        painter.drawLine(QPointF(one, HEADER - 6), QPointF(one, height - FOOTER + 4))
-        painter.setPen(text_color)
-        painter.drawText(QRectF(one - 20, height - FOOTER + 6, 40, 20),
-                         Qt.AlignmentFlag.AlignHCenter, "1.0x")
-    finally:
-        painter.end()
-    data = QByteArray()
-    buffer = QBuffer(data)
-    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
-    image.save(buffer, "PNG")
-    buffer.close()
-    return bytes(data.data())
+
+def _rect(x: float, y: float, w: float, h: float, fill: str) -> str:
+    return f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(w, 0.0):.1f}" height="{h:.1f}" fill="{fill}"/>'
+
+
+def _line(x1: float, y1: float, x2: float, y2: float, stroke: str, width: float) -> str:
+    return (f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" '
+            f'stroke="{stroke}" stroke-width="{width}"/>')
 
 
 def _elide(text: str, limit: int) -> str:

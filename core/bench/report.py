@@ -1,4 +1,4 @@
-"""A/B reports on disk: complete JSON, CSV, Markdown, a PNG chart, the plan, and a history.
+"""A/B reports on disk: complete JSON, CSV, Markdown, an SVG chart, the plan, and a history.
 
 ``write_report(run, summary, folder)`` writes
 
@@ -6,7 +6,7 @@
   statistics, the summary), enough to recompute every number;
 - ``runs.csv``: one row per run (warm-ups and stopped runs included, marked);
 - ``summary.md``: the verdicts and tables a person reads;
-- ``chart.png``: speed-ups with their spread (rendered with Qt offscreen, see chart.py);
+- ``chart.svg``: speed-ups with their spread (SVG drawn by chart.py: no Qt in core);
 - ``plan.json``: the plan alone, so ``specdeck bench --plan folder/plan.json`` repeats it.
 
 ``save_to_history`` writes the same into a new folder under the app data dir, and
@@ -39,7 +39,7 @@ REPORT_VERSION = 1
 REPORT_JSON = "report.json"
 RUNS_CSV = "runs.csv"
 SUMMARY_MD = "summary.md"
-CHART_PNG = "chart.png"
+CHART_SVG = "chart.svg"
 PLAN_JSON = "plan.json"
 ENTRY_JSON = "entry.json"
 
@@ -51,8 +51,7 @@ class ReportPaths:
     csv: Path
     markdown: Path
     plan: Path
-    chart: Path | None
-    """None when the chart could not be drawn (no Qt): the other files are still complete."""
+    chart: Path
 
 
 # JSON ---------------------------------------------------------------------------------------
@@ -267,26 +266,15 @@ def write_report(run: BenchRun, summary: BenchSummary, folder: str | Path) -> Re
         raise InvalidInputError(f"Cannot create the report folder {folder}: {exc.strerror or exc}.",
                                 "Pick a folder you can write to.") from exc
     paths = ReportPaths(folder, folder / REPORT_JSON, folder / RUNS_CSV, folder / SUMMARY_MD,
-                        folder / PLAN_JSON, folder / CHART_PNG)
+                        folder / PLAN_JSON, folder / CHART_SVG)
+    from specdeck.core.bench.chart import render_chart
+
     _write_text(paths.json, dumps(report_data(run, summary)) + "\n")
     _write_text(paths.csv, runs_csv(run))
     _write_text(paths.markdown, markdown_summary(run, summary))
     _write_text(paths.plan, dumps(run.plan.to_json()) + "\n")
-    try:
-        from specdeck.core.bench.chart import render_chart
-    except ImportError:
-        return _without_chart(paths)
-    try:
-        atomic_write_bytes(paths.chart, render_chart(summary))
-    except ImportError:
-        return _without_chart(paths)
+    _write_text(paths.chart, render_chart(summary))
     return paths
-
-
-def _without_chart(paths: ReportPaths) -> ReportPaths:
-    from dataclasses import replace
-
-    return replace(paths, chart=None)
 
 
 def _write_text(path: Path, text: str) -> None:

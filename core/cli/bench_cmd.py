@@ -75,7 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="run a saved plan.json (other plan options are ignored)")
     p.add_argument("--json", metavar="FILE", help="write the result as JSON (- = stdout)")
     p.add_argument("--report", type=Path, metavar="DIR",
-                   help="write report.json, runs.csv, summary.md, chart.png, plan.json")
+                   help="write report.json, runs.csv, summary.md, chart.svg, plan.json")
     p.add_argument("--no-history", action="store_true",
                    help="do not keep this run in SpecDeck's history")
     p.add_argument("--apply", action="store_true",

@@ -122,11 +122,17 @@ def test_summary_and_every_report_file(models, tmp_path):
     assert "## Verdict" in paths.markdown.read_text()
     assert load_plan(paths.plan) == plan
 
-    from PySide6.QtGui import QImage
+    import xml.etree.ElementTree as ET
 
-    image = QImage()
-    assert paths.chart is not None and image.loadFromData(paths.chart.read_bytes(), "PNG")
-    assert image.width() > 200 and image.height() > 100
+    from PySide6.QtCore import QByteArray
+    from PySide6.QtSvg import QSvgRenderer
+
+    svg = paths.chart.read_text()
+    root = ET.fromstring(svg)  # well-formed XML
+    assert root.tag.endswith("svg") and int(root.get("width")) > 200
+    texts = [t.text for t in root.iter() if t.tag.endswith("text")]
+    assert f"{draft.speedup.median:.2f}x" in texts and "1.0x" in texts
+    assert QSvgRenderer(QByteArray(svg.encode())).isValid()  # a real renderer draws it
 
     saved = save_to_history(run, summary)
     history = list_history()
@@ -242,7 +248,7 @@ def test_cli_bench_json_report_and_plan_repeat(models, tmp_path, capsys):
     assert data["format"] == "specdeck-bench-report" and len(data["runs"]) == 2
     assert data["summary"]["comparisons"][0]["lossless"]["identical"] == 1
     assert "[2/2] B: n-gram" in captured.err and "acceptance" in captured.err
-    assert (tmp_path / "r" / "chart.png").stat().st_size > 0
+    assert (tmp_path / "r" / "chart.svg").read_text().startswith("<svg")
     assert main(["bench", "--plan", str(tmp_path / "r" / "plan.json"), "--no-history"]) == 0
     assert "## Verdict" in capsys.readouterr().out
 

@@ -204,9 +204,10 @@ def test_the_api_key_is_sent_as_a_bearer_token_and_never_shown(replay, monkeypat
     assert "sk-very-secret" not in json.dumps(arm.to_json())
 
 
-def test_a_server_ab_runs_to_its_report_without_torch(replay, tmp_path, specdeck_home):
-    """The packaged app carries no torch: the whole server path (plan, runs, summary,
-    report) must not import it. Two arms replaying the real llama-server capture."""
+def test_a_server_ab_runs_to_its_report_without_torch_or_qt(replay, tmp_path, specdeck_home):
+    """The packaged app carries no torch, and core must not need Qt: the whole server path
+    (plan, runs, summary, report with its chart) runs with both made unimportable. Two arms
+    replaying the real llama-server capture."""
     import os
     import subprocess
     import sys
@@ -216,13 +217,19 @@ def test_a_server_ab_runs_to_its_report_without_torch(replay, tmp_path, specdeck
     b, _ = replay(body=body)
     script = (
         "import json, sys\n"
+        "class Blocked:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('PySide6', 'pyqtgraph', 'torch', 'transformers',\n"
+        "                                  'exllamav2'):\n"
+        "            raise ImportError(name + ' is made unavailable by this test')\n"
+        "sys.meta_path.insert(0, Blocked())\n"
         "from specdeck.core.cli import main\n"
         "rc = main(['bench', '--server', sys.argv[1], '--server', 'B=' + sys.argv[2],\n"
         "           '--server-kind', 'openai', '--suite', 'code', '--max-prompts', '1',\n"
         "           '--repeats', '1', '--warmup', '0', '--report', sys.argv[3],\n"
         "           '--json', sys.argv[4], '--no-history'])\n"
-        # Qt is in the packaged app (the report's chart still draws with it: issue 13).
-        "heavy = [m for m in ('torch', 'transformers', 'exllamav2') if m in sys.modules]\n"
+        "heavy = [m for m in ('torch', 'transformers', 'exllamav2', 'PySide6', 'pyqtgraph')\n"
+        "         if m in sys.modules]\n"
         "print(json.dumps({'rc': rc, 'heavy': heavy}))\n")
     out_json = tmp_path / "out.json"
     result = subprocess.run(
@@ -240,6 +247,7 @@ def test_a_server_ab_runs_to_its_report_without_torch(replay, tmp_path, specdeck
     assert arm_b["acceptance_source"] == "not reported by this server"
     assert arm_b["acceptance_rate"] is None
     assert (tmp_path / "report" / "summary.md").is_file()
+    assert (tmp_path / "report" / "chart.svg").read_text().startswith("<svg")
 
 
 def test_a_failing_arm_is_skipped_when_the_plan_says_so(replay):
