@@ -19,6 +19,7 @@ from specdeck.core.compat.display import quoted, token_display
 from specdeck.core.compat.load import LoadedModel
 from specdeck.core.compat.report import RuleResult, Status, VocabComparison
 from specdeck.core.compat.vocab import FORMAT_TOKENIZER_JSON, VocabType
+from specdeck.core.exl2_facts import ntk_rope_alpha
 from specdeck.core.models import format_parameters
 
 LLAMA_CPP = "llama.cpp"
@@ -32,17 +33,6 @@ MIN_USEFUL_RATIO = 2.0
 
 def n(value: int | None) -> str:
     return "unknown" if value is None else f"{value:,}"
-
-
-def ntk_rope_alpha(ratio: float) -> float:
-    """The NTK rope alpha ExLlamaV2 / TabbyAPI use to stretch a context by ``ratio``.
-
-    TabbyAPI common/utils.py ``calculate_rope_alpha``: 1 up to the native length, then
-    -0.13436 + 0.80541 r + 0.28833 r^2.
-    """
-    if ratio <= 1.0:
-        return 1.0
-    return -0.13436 + 0.80541 * ratio + 0.28833 * ratio**2
 
 
 def _token_label(model: LoadedModel, token_id: int | None) -> str:

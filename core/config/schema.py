@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specdeck.core.errors import InvalidInputError
+from specdeck.core.exl2_facts import CACHE_STEP
 
 EXLLAMAV2 = "exllamav2"
 EXLLAMAV3 = "exllamav3"
@@ -27,7 +28,7 @@ MODEL = "model"
 
 EXL2_CACHE_MODES = ("FP16", "Q8", "Q6", "Q4")
 _EXL3_CACHE_PAIR = re.compile(r"^[2-8]\s*,\s*[2-8]$")
-CACHE_GRANULARITY = 256
+CACHE_GRANULARITY = CACHE_STEP
 
 
 class Kind(str, enum.Enum):

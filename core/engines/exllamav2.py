@@ -56,12 +56,13 @@ from specdeck.core.engines.base import (
     weights_read,
 )
 from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
+from specdeck.core.exl2_facts import CACHE_STEP, ntk_rope_alpha
 from specdeck.core.models import ModelInfo, read_model
 
 log = logging.getLogger(__name__)
 
 ENGINE_NAME = "exllamav2"
-PAGE_SIZE = 256
+PAGE_SIZE = CACHE_STEP
 """exllamav2.generator.dynamic.PAGED_PAGE_SIZE: cache lengths must be multiples of it."""
 DEFAULT_MAX_SEQ_LEN = 4096
 """Context when none is given (TabbyAPI's default): a 128k-context model's full cache
@@ -91,17 +92,9 @@ def round_up_to_page(tokens: int, page: int = PAGE_SIZE) -> int:
     return -(-tokens // page) * page
 
 
-def ntk_rope_alpha(target_len: int, native_len: int) -> float:
-    """NTK-aware RoPE alpha that stretches a ``native_len`` model to ``target_len``.
-
-    alpha = -0.13436 + 0.80541 r + 0.28833 r^2 for r = target / native > 1, else 1
-    (TabbyAPI's ``calculate_rope_alpha``, fitted to perplexity measurements)."""
-    if native_len <= 0:
-        return 1.0
-    ratio = target_len / native_len
-    if ratio <= 1.0:
-        return 1.0
-    return -0.13436 + 0.80541 * ratio + 0.28833 * ratio**2
+def draft_rope_alpha(target_len: int, native_len: int) -> float:
+    """The alpha that stretches a ``native_len`` draft to ``target_len`` (core.exl2_facts)."""
+    return ntk_rope_alpha(target_len / native_len) if native_len > 0 else 1.0
 
 
 @dataclass(frozen=True)
@@ -138,7 +131,7 @@ def plan_context(
     if spec.draft_rope_alpha is not None:
         alpha = float(spec.draft_rope_alpha)
     else:
-        alpha = ntk_rope_alpha(max_seq_len, draft_native)
+        alpha = draft_rope_alpha(max_seq_len, draft_native)
     if alpha != 1.0:
         notes.append(
             f"draft native context {draft_native} < {max_seq_len}: draft RoPE alpha {alpha:.3f}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdeck.core.errors import InvalidInputError
+from specdeck.core.exl2_facts import CACHE_STEP
 from specdeck.core.models import Architecture
 
 MiB = 1024**2
@@ -18,7 +19,7 @@ GiB = 1024**3
 
 CACHE_MODES = ("FP16", "Q8", "Q6", "Q4")
 """TabbyAPI's cache_mode / draft_cache_mode values for ExLlamaV2, largest first."""
-CONTEXT_STEP = 256
+CONTEXT_STEP = CACHE_STEP
 """TabbyAPI rounds cache_size up to a multiple of 256; ExLlamaV2's paged cache needs it."""
 DEFAULT_CHUNK_SIZE = 2048
 """TabbyAPI's chunk_size default: becomes ExLlamaV2's max_input_len (sizes every buffer)."""

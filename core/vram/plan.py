@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 
+from specdeck.core.exl2_facts import ntk_rope_alpha
 from specdeck.core.vram.costs import (
     CACHE_MODES,
     CONTEXT_STEP,
@@ -112,11 +113,6 @@ def plan(request: PlanRequest, overheads: Overheads = DEFAULT_OVERHEADS) -> Vram
     if verdict is not Verdict.FITS:
         result = replace(result, suggestions=tuple(_suggestions(request, result, overheads)))
     return result
-
-
-def ntk_rope_alpha(ratio: float) -> float:
-    """TabbyAPI's automatic rope alpha for running at ``ratio`` x the native context."""
-    return 1.0 if ratio <= 1 else -0.13436 + 0.80541 * ratio + 0.28833 * ratio**2
 
 
 def _notes(request: PlanRequest) -> list[str]:

@@ -35,7 +35,7 @@ from specdeck.core.engines.exllamav2 import (
     job_max_new_tokens,
     map_import_error,
     map_load_error,
-    ntk_rope_alpha,
+    draft_rope_alpha,
     plan_context,
     q_size,
     reserve_bytes,
@@ -59,10 +59,11 @@ def test_context_is_rounded_up_to_whole_pages(tokens, expected):
 
 
 def test_ntk_alpha_follows_the_fitted_formula():
-    assert ntk_rope_alpha(2048, 4096) == 1.0
-    assert ntk_rope_alpha(4096, 4096) == 1.0
-    assert ntk_rope_alpha(4096, 2048) == pytest.approx(-0.13436 + 0.80541 * 2 + 0.28833 * 4)
-    assert ntk_rope_alpha(8192, 2048) == pytest.approx(7.70056, abs=1e-5)
+    assert draft_rope_alpha(2048, 4096) == 1.0
+    assert draft_rope_alpha(4096, 4096) == 1.0
+    assert draft_rope_alpha(4096, 2048) == pytest.approx(-0.13436 + 0.80541 * 2 + 0.28833 * 4)
+    assert draft_rope_alpha(8192, 2048) == pytest.approx(7.70056, abs=1e-5)
+    assert draft_rope_alpha(8192, 0) == 1.0
 
 
 def test_tinyllama_drafting_for_llama2_gets_its_rope_stretched():
