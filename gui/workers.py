@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal
+from PySide6.QtCore import QMetaObject, QObject, QRunnable, Qt, QThreadPool, QTimer, Signal
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ class _Runnable(QRunnable):
         else:
             _deliver(handle, handle.finished, result)
         _deliver(handle, handle.done)
+        _release(handle)
 
 
 def _deliver(handle, signal, *value) -> None:
@@ -70,6 +71,18 @@ def _deliver(handle, signal, *value) -> None:
         handle.running = False
         signal.emit(*value)
     except RuntimeError:  # "Signal source has been deleted"
+        pass
+
+
+def _release(handle) -> None:
+    """Delete a finished handle on the GUI thread: its parent would otherwise keep every
+    handle of a long session alive (the soak benchmark found two per A/B run). Posted after
+    the finished/failed/done signals, so every slot queued for them runs first; connecting
+    done to deleteLater instead raced with slots connected after it (Qt may run the
+    deferred delete first, and PySide drops the pending calls of a deleted sender)."""
+    try:
+        QMetaObject.invokeMethod(handle, "deleteLater", Qt.ConnectionType.QueuedConnection)
+    except RuntimeError:  # already deleted with the widget that asked
         pass
 
 
@@ -117,8 +130,4 @@ def submit(
     runnable = _Runnable(handle, fn, args, kwargs)
     target_pool = pool or QThreadPool.globalInstance()
     QTimer.singleShot(0, handle, lambda: target_pool.start(runnable))
-    # Done, the handle is deleted once the event loop comes round: its parent would otherwise
-    # keep every handle of a long session alive (the soak benchmark found two per A/B run).
-    # The finished/failed/done slots queued before it still run: they were posted first.
-    handle.done.connect(handle.deleteLater)
     return handle
