@@ -65,7 +65,7 @@ def run(report: Report) -> None:
 
         def tick() -> None:
             now = clock.elapsed()
-            if page.state is not None and page.state.total:  # measure once runs stream
+            if page.state is not None and page.state.live.total:  # measure once runs stream
                 lateness.append(max(0.0, now - last[0] - PROBE_MS))
             last[0] = now
 

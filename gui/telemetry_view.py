@@ -271,8 +271,7 @@ def own_usage_text(frame: TelemetryFrame | None) -> str:
     """"SpecDeck itself: 1.2 GiB" (summed over GPUs), or why it is unknown."""
     if frame is None or not frame.gpus:
         return ""
-    values = [g.own_bytes for g in frame.gpus if g.status is GpuStatus.OK]
-    if any(v is None for v in values):
+    if frame.own_bytes is None:
         return "SpecDeck itself: unknown (the driver does not list processes here)"
-    return f"SpecDeck itself: {fmt_gib(sum(v or 0 for v in values))}"
+    return f"SpecDeck itself: {fmt_gib(frame.own_bytes)}"
 

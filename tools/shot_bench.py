@@ -38,8 +38,8 @@ def render(window, out_dir: Path) -> list[Path]:
     page.warmup.setValue(1)
     page.start()
     # Mid-run: the second measured B run is streaming.
-    _pump_until(page, lambda: page.table.rowCount() >= 3 and page.state.live is not None
-                and page.state.live.last_event is not None and page.state.live.last_event.new_tokens > 40,
+    _pump_until(page, lambda: page.table.rowCount() >= 3 and page.state.live.current is not None
+                and page.state.live.current.new_tokens > 40,
                 600)
     shots = [out_dir / "bench-running.png", out_dir / "bench-results.png"]
     window.grab().save(str(shots[0]))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from specdeck.core.bench.fields import PLAN_FIELDS, out_of_range
 from specdeck.core.engines.base import (
     GREEDY,
     NO_DRAFT,
@@ -23,17 +24,12 @@ from specdeck.core.engines.base import (
 from specdeck.core.errors import InvalidInputError
 
 PLAN_VERSION = 1
-LIMITS = {
-    "repeats": (1, 1000),
-    "warmup": (0, 100),
-    "max_new_tokens": (1, 131_072),
-    "max_prompts": (1, 10_000),
-    "warmup_tokens": (1, 131_072),
-}
-"""Bounds of the plan's counts: a plan (or plan.json) asking for 1e9 repeats is refused
-before anything starts. The CLI's flags use the same ranges."""
+COUNTS = ("repeats", "warmup", "max_new_tokens", "max_prompts", "warmup_tokens")
+"""The plan's counts, bounded by ``core.bench.fields.PLAN_FIELDS`` (the CLI's flags and the
+A/B page's spin boxes use the same ranges): a plan (or plan.json) asking for 1e9 repeats is
+refused before anything starts."""
 MAX_ARMS = 64
-DEFAULT_WARMUP_TOKENS = 32
+DEFAULT_WARMUP_TOKENS = PLAN_FIELDS["warmup_tokens"].default
 """Warm-up runs generate this many tokens at most: enough to touch every kernel path."""
 
 
@@ -92,9 +88,9 @@ class BenchPlan:
     """Only these prompts of the suites (all when empty)."""
     max_prompts: int | None = None
     """At most this many prompts, in suite order (after ``prompt_ids``)."""
-    max_new_tokens: int = 256
-    repeats: int = 3
-    warmup: int = 1
+    max_new_tokens: int = PLAN_FIELDS["max_new_tokens"].default
+    repeats: int = PLAN_FIELDS["repeats"].default
+    warmup: int = PLAN_FIELDS["warmup"].default
     """Warm-up runs per arm before anything is measured (not counted)."""
     warmup_tokens: int = DEFAULT_WARMUP_TOKENS
     sampling: SamplingSpec = GREEDY
@@ -125,13 +121,13 @@ class BenchPlan:
         names = [a.name for a in self.arms]
         if len(set(names)) != len(names):
             problems.append(f"arm names repeat ({', '.join(names)})")
-        for name, (low, high) in LIMITS.items():
+        for name in COUNTS:
             value = getattr(self, name)
             if value is None and name == "max_prompts":
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                problems.append(f"{name} is {value!r}; it must be a whole number from {low} to "
-                                f"{high:,}")
+            problem = out_of_range(name, value)
+            if problem:
+                problems.append(problem)
         if len(self.arms) > MAX_ARMS:
             problems.append(f"it has {len(self.arms)} arms; at most {MAX_ARMS}")
         if not self.suites:
@@ -197,11 +193,7 @@ class BenchPlan:
                 arms=tuple(_arm_from_json(a) for a in data.get("arms", [{"name": "A"}])),
                 suites=tuple(str(s) for s in data.get("suites", ("code",))),
                 prompt_ids=tuple(str(p) for p in data.get("prompt_ids", ())),
-                max_prompts=data.get("max_prompts"),
-                max_new_tokens=int(data.get("max_new_tokens", 256)),
-                repeats=int(data.get("repeats", 3)),
-                warmup=int(data.get("warmup", 1)),
-                warmup_tokens=int(data.get("warmup_tokens", DEFAULT_WARMUP_TOKENS)),
+                **{name: data.get(name, PLAN_FIELDS[name].default) for name in COUNTS},
                 sampling=SamplingSpec(**(data.get("sampling") or {})),
                 apply_chat_template=bool(data.get("apply_chat_template", True)),
                 stop_on_eos=bool(data.get("stop_on_eos", True)),
@@ -248,11 +240,20 @@ def drafter_from_json(data: dict[str, Any]) -> DrafterSpec:
     return DrafterSpec(
         kind=DrafterKind(data.get("kind", "none")),
         model_path=None if path is None else Path(path),
-        num_draft_tokens=int(data.get("num_draft_tokens", 4)),
+        num_draft_tokens=_whole(data.get("num_draft_tokens", PLAN_FIELDS["k"].default), "k"),
         ngram_max=int(data.get("ngram_max", 4)),
         ngram_min=int(data.get("ngram_min", 2)),
         adaptive=bool(data.get("adaptive", True)),
     )
+
+
+def _whole(value: Any, name: str) -> int:
+    """A plan file's count as written: 4, not 4.7 or "4" (int() would round or parse them)."""
+    problem = out_of_range(name, value)
+    if problem:
+        raise InvalidInputError(f"This A/B plan is invalid: {problem}.",
+                                "Fix the plan (or its JSON file) and start again.")
+    return value
 
 
 def _sampling_to_json(spec: SamplingSpec) -> dict[str, Any]:

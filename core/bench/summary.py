@@ -216,6 +216,16 @@ class BenchSummary:
     def comparison(self, name: str) -> Comparison:
         return next(c for c in self.comparisons if c.arm == name)
 
+    def lossless_overall(self) -> LosslessCheck:
+        """Every drafting arm's losslessness check pooled into one (a sweep's one line)."""
+        checks = [c.lossless for c in self.comparisons]
+        unchecked = next((c for c in checks if not c.checkable), None)
+        if unchecked is not None:
+            return unchecked
+        return LosslessCheck(True, "", sum(c.compared for c in checks),
+                             sum(c.identical for c in checks), sum(c.ties for c in checks),
+                             tuple(d for c in checks for d in c.divergences))
+
     def to_json(self) -> dict[str, Any]:
         from specdeck.core.jsonout import to_jsonable
 

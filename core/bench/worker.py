@@ -10,7 +10,8 @@ Protocol (all plain picklable data, see core.bench.runner):
 
 - parent -> child, ``jobs`` queue: a :class:`BenchPlan` to run, or ``None`` to unload and exit;
 - child -> parent, ``events`` queue: lists of events in order (verify steps batched, at most
-  ``BATCH_INTERVAL_S`` apart), each plan ending with :class:`PlanDone` or :class:`PlanFailed`;
+  ``BATCH_INTERVAL_S`` apart), each plan ending with :class:`PlanDone` (the run and its
+  summary, made here: the GUI process neither repeats it nor reads a tokenizer) or :class:`PlanFailed`;
   ``None`` once the child has unloaded and is about to exit;
 - ``cancel``: a shared event; the runner checks it between verify steps.
 
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specdeck.core.bench.runner import BenchEvent, BenchRun, PlanStarted, RunStep, run_plan
+from specdeck.core.bench.summary import BenchSummary, summarize
 from specdeck.core.engines.base import Engine
 from specdeck.core.errors import SpecDeckError
 
@@ -45,6 +47,8 @@ EngineFactory = Callable[[str], Engine]
 @dataclass(frozen=True)
 class PlanDone:
     run: BenchRun
+    summary: BenchSummary
+    """``summarize(run)``, made once in the process that ran the plan."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,7 @@ def serve(jobs: Any, events: Any, cancel: Any, factory: EngineFactory = default_
                         problems, engine = list(getattr(engine, "restore_problems", ())), None
                 if serving and problems:
                     run.environment.setdefault("notes", []).extend(problems)
+                summary = summarize(run)
             except BaseException as exc:  # noqa: BLE001 - delivered to the parent, never lost
                 if not isinstance(exc, SpecDeckError):
                     log.error("A/B run failed:\n%s", traceback.format_exc())
@@ -143,7 +148,7 @@ def serve(jobs: Any, events: Any, cancel: Any, factory: EngineFactory = default_
                     return
             else:
                 batcher.flush()
-                events.put([PlanDone(run)])
+                events.put([PlanDone(run, summary)])
     finally:
         if engine is not None:
             _unload(engine)

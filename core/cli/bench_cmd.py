@@ -23,12 +23,13 @@ import threading
 from pathlib import Path
 from typing import Any, TextIO
 
+from specdeck.core.bench.fields import PLAN_FIELDS
 from specdeck.core.cli import EXIT_INTERRUPTED, EXIT_NEGATIVE, EXIT_OK
 from specdeck.core.cli.engine_cmd import (
     _cancel_on_interrupt,
     _quiet_library_progress_bars,
 )
-from specdeck.core.cli.numbers import finite, whole
+from specdeck.core.cli.numbers import whole
 from specdeck.core.cli.output import emit_json
 from specdeck.core.errors import InvalidInputError
 
@@ -54,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="draft model folder (repeat for several candidates)")
     p.add_argument("--ngram", action="store_true", help="add an n-gram (prompt lookup) arm")
     ks = p.add_mutually_exclusive_group()
-    ks.add_argument("--k", type=whole(1, 32), default=4, help="draft tokens per step (default 4)")
+    ks.add_argument("--k", **_field("k"))
     ks.add_argument("--sweep-k", metavar="RANGE", help="sweep k, e.g. 1-8 or 1,2,4,8")
     p.add_argument("--tune", action="store_true",
                    help="find a good k with the adaptive tuner (a fraction of a sweep's time)")
@@ -64,10 +65,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--suite", default="code",
                    help="comma-separated suites (code, structured, grounded, chat, prose) or "
                    "suite files (default code)")
-    p.add_argument("--max-prompts", type=whole(1, 10_000), default=None, help="use at most N prompts")
-    p.add_argument("--repeats", type=whole(1, 1000), default=3, help="measured runs per prompt (default 3)")
-    p.add_argument("--warmup", type=whole(0, 100), default=1, help="warm-up runs per arm (default 1)")
-    p.add_argument("--max-new", type=whole(1, 131_072), default=256, help="max new tokens (default 256)")
+    for name in ("max_prompts", "repeats", "warmup", "max_new_tokens"):
+        p.add_argument(PLAN_FIELDS[name].flag, **_field(name))
     p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     p.add_argument("--device", default="auto", help="torch engine: auto, cpu, cuda, cuda:N")
     p.add_argument("--dtype", default="auto", help="torch engine: auto, float32, bfloat16, ...")
@@ -140,6 +139,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help="run one launched llama-server at a time (they share a GPU); "
                          "default: each arm's server stays up for the whole plan")
     p.set_defaults(handler=_bench)
+
+
+def _field(name: str) -> dict[str, Any]:
+    """argparse options for one of the plan's numeric fields (core.bench.fields)."""
+    field = PLAN_FIELDS[name]
+    return {"type": whole(field.low, field.high), "default": field.default, "help": field.describe()}
 
 
 # Building the plan ---------------------------------------------------------------------------
@@ -356,7 +361,12 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _ab(args, plan, progress, cancel) -> int:
-    from specdeck.core.bench.report import markdown_summary, report_data, save_to_history, write_report
+    from specdeck.core.bench.report import (
+        markdown_summary,
+        report_data,
+        save_to_history,
+        write_report,
+    )
     from specdeck.core.bench.runner import run_plan
     from specdeck.core.bench.summary import summarize
 
@@ -585,15 +595,18 @@ def _emit(target: str, payload: Any) -> None:
 
 
 class ProgressPrinter:
-    """Runner events on stderr: stages once each, then each finished run. On a terminal the
-    runs fill a tqdm bar (runs done of all, time left, the last run's figures) with the
-    stages printed above it; elsewhere (logs, CI) one line per run."""
+    """Runner events on stderr: stages once each, then each finished run with its arm's
+    running paired speed-up. On a terminal the runs fill a tqdm bar (runs done of all, time
+    left, the last run's figures) with the stages printed above it; elsewhere (logs, CI) one
+    line per run. The figures are the A/B page's: both render ``core.bench.live.LivePlan``."""
 
     def __init__(self, stream: TextIO):
         self.stream = stream
         self.live = bool(getattr(stream, "isatty", lambda: False)())
         self._last_stage = ""
         self._bar = None
+        self.plan_state = None
+        """The current plan's core.bench.live.LivePlan (a sweep or the tuner runs several)."""
 
     def line(self, text: str) -> None:
         if self._bar is not None:
@@ -608,14 +621,19 @@ class ProgressPrinter:
             self._bar = None
 
     def __call__(self, event: Any) -> None:
-        from specdeck.core.bench.runner import RunFinished, Stage
+        from specdeck.core.bench.live import LivePlan
+        from specdeck.core.bench.runner import PlanStarted, RunFinished, Stage
 
+        if isinstance(event, PlanStarted):
+            self.plan_state = LivePlan(event.plan)
+        changed = self.plan_state.apply(event) if self.plan_state is not None else []
         if isinstance(event, Stage):
             if event.text != self._last_stage:
                 self._last_stage = event.text
                 self.line(event.text)
         elif isinstance(event, RunFinished):
             text = self._run_text(event)
+            text += "".join(f" | {figure}" for figure in self._figures(changed))
             if not self.live:
                 self.line(f"[{event.record.slot.index + 1}/{event.total}] {text}")
                 return
@@ -631,6 +649,15 @@ class ProgressPrinter:
                 self.line(text)
             if self._bar.n >= self._bar.total:
                 self.close()  # before the results are printed
+
+    def _figures(self, changed: list[int]) -> list[str]:
+        """The running figures of the drafting arms whose paired runs ``changed`` added."""
+        state = self.plan_state
+        if state is None:
+            return []
+        arms = dict.fromkeys(state.rows[i].record.arm for i in changed
+                             if state.rows[i].record.arm != state.reference)
+        return [state.arm_so_far(arm).to_text(state.reference) for arm in arms]
 
     @staticmethod
     def _run_text(event) -> str:

@@ -188,6 +188,15 @@ class TelemetryFrame:
     def gpu(self, index: int) -> GpuReading | None:
         return next((g for g in self.gpus if g.index == index), None)
 
+    @property
+    def own_bytes(self) -> int | None:
+        """VRAM held by SpecDeck's own processes over every readable GPU; None when a
+        driver does not list processes."""
+        values = [g.own_bytes for g in self.gpus if g.status is GpuStatus.OK]
+        if any(v is None for v in values):
+            return None
+        return sum(values)
+
     def to_json(self) -> dict:
         from dataclasses import fields
 

@@ -3,8 +3,10 @@
 The page builds a :class:`BenchPlan` from its controls and hands it to a
 :class:`BenchSession` (a child process that owns the engine). A 50 ms timer drains the
 session's events and updates the panes, plots and results table, so the GUI does a bounded
-amount of work per frame however fast tokens arrive. Statistics are the core's
-(``core.bench.stats``), never recomputed differently here.
+amount of work per frame however fast tokens arrive. Every figure comes from the core:
+while the plan runs, ``core.bench.live.LivePlan`` (the reducer the CLI's progress uses too)
+turns the events into rows, running medians and plot points; when it ends, the summary made
+in the engine process (``core.bench.summary``). The page only renders them.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 import logging
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer
@@ -38,7 +40,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
+from specdeck.core.bench.fields import PLAN_FIELDS
+from specdeck.core.bench.live import LivePlan, Point, RunRow
 from specdeck.core.bench.plan import Arm, BenchPlan, default_arms
 from specdeck.core.bench.runner import (
     PlanStarted,
@@ -58,8 +61,6 @@ DEMO = "demo"
 MAX_PANES = 4
 """More arms than this (a sweep) share one pane for the drafted arms, beside the reference."""
 DRAIN_INTERVAL_MS = 50
-RATE_WINDOW_S = 0.25
-"""Live tok/s is measured over at least this much decode time, so the curve is readable."""
 MEMORY_INTERVAL_S = 0.25
 SETTINGS_PREFIX = "bench/"
 HISTORY_SHOWN = 100
@@ -75,31 +76,24 @@ def create_page(context):
 
 
 @dataclass
-class _Live:
-    """What the page tracks about the run in progress."""
+class _PlanView:
+    """The plan in progress: the core's live state, and where the page shows it."""
 
-    slot: object
-    pane: StreamPane
-    last_event: object | None = None
-    rate_mark: tuple[float, int] = (0.0, 0)
-    """(elapsed_s, new_tokens) where the current tok/s window began."""
-
-
-@dataclass
-class _PlanState:
-    plan: BenchPlan
-    started: float
-    total: int
-    arms: list[str]
+    live: LivePlan
     panes: dict[str, StreamPane]
-    records: list[RunRecord] = field(default_factory=list)
-    rows: dict[tuple[str, int, str], int] = field(default_factory=dict)
-    """(prompt id, repeat, arm) -> results table row."""
-    live: _Live | None = None
-    loaded: object | None = None
-    acceptance_seen: set[str] = field(default_factory=set)
-    """Server plans: drafting arms whose servers reported acceptance for a run."""
-    acceptance_missing: set[str] = field(default_factory=set)
+    """Arm name -> its pane (arms beyond MAX_PANES share one)."""
+    pane: StreamPane | None = None
+    """The pane of the run in progress."""
+    table_rows: dict[int, int] | None = None
+    """LivePlan row index -> results table row."""
+
+    @property
+    def plan(self) -> BenchPlan:
+        return self.live.plan
+
+    @property
+    def arms(self) -> list[str]:
+        return self.live.arms
 
 
 class BenchPage(QWidget):
@@ -108,7 +102,7 @@ class BenchPage(QWidget):
         self.context = context
         self._session_factory = session_factory
         self.session = None
-        self.state: _PlanState | None = None
+        self.state: _PlanView | None = None
         self.last_run = None
         self._last_memory_sample = 0.0
         self._plot_turn = 0
@@ -224,10 +218,8 @@ class BenchPage(QWidget):
         browse_draft.clicked.connect(lambda: self._browse(self.draft))
         self.use_ngram = QCheckBox("N-gram")
         self.use_ngram.setChecked(True)
-        self.k = QSpinBox()
-        self.k.setRange(1, 8)
-        self.k.setValue(4)
-        self.k.setPrefix("k = ")
+        self.k = self._spin("k", "k = ", "")
+        self.k.setToolTip(PLAN_FIELDS["k"].describe())
         self.adaptive = QCheckBox("adaptive")
         self.adaptive.setToolTip("Draft fewer tokens after rejections (PyTorch engine only)")
         self.adaptive.setChecked(True)
@@ -247,10 +239,12 @@ class BenchPage(QWidget):
             self.suite_buttons[name] = button
             suites_row.addWidget(button)
         suites_row.addStretch(1)
-        self.per_suite = self._spin(1, 10, 1, "", " per suite")
-        self.max_new = self._spin(8, 4096, 128, "", " new tokens")
-        self.repeats = self._spin(1, 20, 2, "× ", "")
-        self.warmup = self._spin(0, 5, 1, "warm-up ", "")
+        self.per_suite = QSpinBox()
+        self.per_suite.setRange(1, 10)
+        self.per_suite.setSuffix(" per suite")
+        self.max_new = self._spin("max_new_tokens", "", " new tokens")
+        self.repeats = self._spin("repeats", "× ", "")
+        self.warmup = self._spin("warmup", "warm-up ", "")
         self.start_button = QPushButton("Start")
         self.start_button.setProperty("role", "primary")
         self.start_button.clicked.connect(self.start)
@@ -439,10 +433,13 @@ class BenchPage(QWidget):
         self.server_info.setText(" · ".join(lines) or "No server given.")
 
     @staticmethod
-    def _spin(low: int, high: int, value: int, prefix: str, suffix: str) -> QSpinBox:
+    def _spin(name: str, prefix: str, suffix: str) -> QSpinBox:
+        """A spin box over one of the plan's fields: its range is the CLI's and plan.json's."""
+        field = PLAN_FIELDS[name]
         spin = QSpinBox()
-        spin.setRange(low, high)
-        spin.setValue(value)
+        spin.setRange(field.low, field.high)
+        spin.setValue(field.quick)
+        spin.setToolTip(field.describe())
         spin.setPrefix(prefix)
         spin.setSuffix(suffix)
         return spin
@@ -536,7 +533,7 @@ class BenchPage(QWidget):
         self.export_button.setEnabled(False)
         self.apply_button.setEnabled(False)
         self.last_run = self.last_summary = self.last_report = self.best_setting = None
-        self.state = _PlanState(plan, time.monotonic(), 0, [a.name for a in plan.arms], {})
+        self.state = _PlanView(LivePlan(plan), {}, table_rows={})
         self.table.setRowCount(0)
         self.summary.setText("Loading…")
         self.progress.setRange(0, 0)
@@ -587,7 +584,7 @@ class BenchPage(QWidget):
             elif isinstance(event, PlanStarted):
                 self._on_plan_started(event)
             elif isinstance(event, PlanDone):
-                self._on_done(event.run)
+                self._on_done(event)
             elif isinstance(event, PlanFailed):
                 self._on_failed(event.error)
         if steps:
@@ -597,22 +594,22 @@ class BenchPage(QWidget):
 
     def _on_plan_started(self, event: PlanStarted) -> None:
         state = self.state
-        state.total = len(event.schedule)
-        state.loaded = event.loaded
+        state.live.apply(event)
         self._make_panes([a.label for a in event.plan.arms])
         state.panes = {arm: self._panes[min(i, len(self._panes) - 1)] for i, arm in enumerate(state.arms)}
         self._ensure_plots()
         if self.plots is not None:
             self.plots.reset(state.arms)
-            self.plots.set_acceptance_title(state.plan.engine == "server")
-        self.progress.setRange(0, state.total)
+            self.plots.set_acceptance_title(state.live.serving)
+        self.progress.setRange(0, state.live.total)
         self.progress.setValue(0)
         self.stage.setText(f"Running on {event.loaded.label}")
 
     def _on_run_started(self, event: RunStarted) -> None:
         state = self.state
+        state.live.apply(event)
         slot = event.slot
-        pane = state.panes[slot.arm.name]
+        pane = state.pane = state.panes[slot.arm.name]
         if len(state.arms) > len(self._panes):  # a shared pane says which arm it shows now
             pane.set_title(slot.arm.label, arm_colour(state.arms.index(slot.arm.name)))
         what = "warm-up" if slot.warmup else f"repeat {slot.repeat + 1}"
@@ -620,7 +617,6 @@ class BenchPage(QWidget):
                   else "prompt tokenized by the server")
         pane.begin(f"{slot.prompt.id} · {what} · {tokens}")
         pane.metrics.setText("prefill…")
-        state.live = _Live(slot, pane)
         if self.plots is not None:
             self.plots.speed[slot.arm.name].gap()
             if slot.arm.name in self.plots.accept:
@@ -628,43 +624,44 @@ class BenchPage(QWidget):
 
     def _on_steps(self, steps: list[RunStep]) -> None:
         """Consecutive verify steps (all of the current run, normally): one pane update."""
-        live = self.state.live if self.state else None
-        mine = [s.event for s in steps if live is not None and s.slot == live.slot]
-        if not mine:
-            return
-        live.pane.append_steps([(e.text, e.draft_chars, e.accepted, len(e.token_ids)) for e in mine])
-        live.last_event = mine[-1]
+        state = self.state
+        current = state.live.current if state else None
+        mine = [s for s in steps if current is not None and s.slot == current.slot]
+        for step in mine:
+            state.live.apply(step)
+        if mine and state.pane is not None:
+            state.pane.append_steps([(s.event.text, s.event.draft_chars, s.event.accepted,
+                                      len(s.event.token_ids)) for s in mine])
 
     def _tick_live(self) -> None:
         state = self.state
         now = time.monotonic()
         if state is None or self.plots is None:
             return
-        t = now - state.started
-        if state.live is not None and state.live.last_event is not None:
-            live, e = state.live, state.live.last_event
-            arm = live.slot.arm.name
-            mark_s, mark_n = live.rate_mark
-            if e.elapsed_s - mark_s >= RATE_WINDOW_S:
-                rate = (e.new_tokens - mark_n) / (e.elapsed_s - mark_s)
-                self.plots.speed[arm].add(t, rate)
-                live.rate_mark = (e.elapsed_s, e.new_tokens)
-            parts = [f"{e.new_tokens / e.elapsed_s:.1f} tok/s" if e.elapsed_s > 0 else "",
-                     f"{e.new_tokens} tokens"]
-            if e.total_drafted:
-                accept = 100.0 * e.total_accepted / e.total_drafted
-                parts.insert(1, f"{accept:.0f}% of drafts accepted")
-                if arm in self.plots.accept:
-                    self.plots.accept[arm].add(t, accept)
-            live.pane.metrics.setText(" · ".join(p for p in parts if p))
+        self._plot(state.live.take_points())
+        current = state.live.current
+        if current is not None and current.new_tokens and state.pane is not None:
+            rate, accept = current.tokens_per_second, current.acceptance_rate
+            parts = [_rate(rate) if rate is not None else "",
+                     f"{100 * accept:.0f}% of drafts accepted" if accept is not None else "",
+                     f"{current.new_tokens} tokens"]
+            state.pane.metrics.setText(" · ".join(p for p in parts if p))
         if now - self._last_memory_sample >= MEMORY_INTERVAL_S:
             self._last_memory_sample = now
-            self._sample_memory(t)
+            self._sample_memory(state.live.elapsed())
         self._plot_turn = (self._plot_turn + 1) % 3
         self.plots.redraw(only=self._plot_turn)
 
+    def _plot(self, points: list[Point]) -> None:
+        series = {"speed": self.plots.speed, "accept": self.plots.accept,
+                  "finished": self.plots.finished, "accept_done": self.plots.accept_done}
+        for point in points:
+            curve = series[point.series].get(point.arm)
+            if curve is not None:
+                curve.add(point.t, point.value)
+
     def _sample_memory(self, t: float) -> None:
-        loaded = self.state.loaded if self.state else None
+        loaded = self.state.live.loaded if self.state else None
         if loaded is not None and str(loaded.device).startswith("cuda"):
             frame = self.context.gpu_sampler().latest
             for gpu in frame.gpus if frame is not None else ():
@@ -681,27 +678,22 @@ class BenchPage(QWidget):
 
     def _on_run_finished(self, event: RunFinished) -> None:
         state = self.state
+        live = state.live
         record = event.record
-        state.records.append(record)
-        self.progress.setValue(record.slot.index + 1)
-        stats = record.result.stats
-        if state.live is not None and state.live.slot == record.slot:
-            state.live.pane.metrics.setText(self._run_metrics(record))
-            state.live = None
+        was_current = live.current is not None and live.current.slot == record.slot
+        changed = live.apply(event)
+        self.progress.setValue(live.done)
+        if was_current and state.pane is not None:
+            state.pane.metrics.setText(self._run_metrics(record))
+            state.pane = None
         if not record.counted:
             return
         if self.plots is not None:
-            t = time.monotonic() - state.started
-            self.plots.finished[record.arm].add(t, stats.tokens_per_second)
-            if state.plan.engine == "server" and record.arm in self.plots.accept_done:
-                if stats.acceptance_rate is not None:
-                    self.plots.accept_done[record.arm].add(t, 100 * stats.acceptance_rate)
-                seen = state.acceptance_seen if stats.acceptance_rate is not None \
-                    else state.acceptance_missing
-                seen.add(record.arm)
-                self.plots.set_acceptance_title(
-                    True, unreported=not state.acceptance_seen and bool(state.acceptance_missing))
-        self._add_result_row(record)
+            self._plot(live.take_points())
+            if live.serving:
+                self.plots.set_acceptance_title(True, unreported=live.acceptance_unknown)
+        for index in changed:
+            self._show_row(index)
         self.summary.setText(self._summary_html())
 
     @staticmethod
@@ -714,71 +706,46 @@ class BenchPage(QWidget):
             parts.append("stopped")
         return " · ".join(parts)
 
-    def _add_result_row(self, record: RunRecord) -> None:
+    def _show_row(self, index: int) -> None:
+        """Add the live state's row ``index`` to the table, or refresh it (its reference
+        finished after it: the ratio and output columns fill in now)."""
         state = self.state
-        stats = record.result.stats
-        key = (record.prompt_id, record.slot.repeat)
-        reference = self._reference(key)
-        ratio = lossless = ""
-        warn = None
-        if reference is not None and record.arm != state.arms[0]:
-            ratio = _ratio(reference, record)
-            lossless, differs = _compare(reference, record, state.plan)
-            warn = 9 if differs else None
+        row: RunRow = state.live.rows[index]
+        record, stats = row.record, row.record.result.stats
+        ratio = "" if row.speedup is None else f"{row.speedup:.2f}×"
+        output = "" if row.output is None else row.output.text
+        table_row = state.table_rows.get(index)
+        if table_row is not None:
+            self.table.set_cell(table_row, 5, ratio)
+            self.table.set_cell(table_row, 9, output)
+            return
         accepted = "" if stats.acceptance_rate is None else f"{100 * stats.acceptance_rate:.0f}%"
         mean_len = "" if not stats.drafted else f"{stats.mean_acceptance_length:.2f}"
         ttft = "" if stats.time_to_first_token_s is None else f"{1000 * stats.time_to_first_token_s:.0f}"
-        row = self.table.add_row(
+        warn = 9 if row.output is not None and row.output.differs else None
+        table_row = self.table.add_row(
             [record.arm, record.prompt_id, str(record.slot.repeat + 1), str(stats.new_tokens),
-             f"{stats.tokens_per_second:.1f}", ratio, ttft, accepted, mean_len, lossless],
+             f"{stats.tokens_per_second:.1f}", ratio, ttft, accepted, mean_len, output],
             arm_colour(state.arms.index(record.arm)), warn,
         )
-        self.table.item(row, 0).setToolTip(record.slot.arm.label)
-        state.rows[(*key, record.arm)] = row
-        if record.arm == state.arms[0]:
-            # The reference arrived after its partners (B A order): fill their columns now.
-            for other in state.records:
-                if other.counted and other.arm != record.arm and (other.prompt_id, other.slot.repeat) == key:
-                    other_row = state.rows.get((*key, other.arm))
-                    if other_row is not None:
-                        self.table.set_cell(other_row, 5, _ratio(record, other))
-                        text, differs = _compare(record, other, state.plan)
-                        self.table.set_cell(other_row, 9, text)
-
-    def _reference(self, key: tuple[str, int]) -> RunRecord | None:
-        state = self.state
-        for record in state.records:
-            if record.counted and record.arm == state.arms[0] and (record.prompt_id, record.slot.repeat) == key:
-                return record
-        return None
+        self.table.item(table_row, 0).setToolTip(record.slot.arm.label)
+        state.table_rows[index] = table_row
 
     def _summary_html(self) -> str:
-        """The running summary: paired median and range so far (the bootstrap interval,
-        theory and causes come from ``core.bench.summary`` in a worker once the plan ends)."""
-        import statistics
-
-        from specdeck.core.bench.stats import paired_ratios
-
+        """The running figures (the bootstrap interval, theory and causes come from the
+        summary once the plan ends)."""
         state = self.state
-        base = state.arms[0]
+        base = state.live.reference
         lines = []
-        for arm in state.arms[1:]:
-            pairs = [(self._reference((r.prompt_id, r.slot.repeat)), r)
-                     for r in state.records if r.counted and r.arm == arm]
-            pairs = [(a, b) for a, b in pairs if a is not None]
-            head = _arm_head(state.plan.arm(arm).label, state.arms.index(arm))
-            if not pairs:
+        for arm in state.live.figures():
+            head = _arm_head(arm.label, state.arms.index(arm.name))
+            if arm.median_speedup is None:
                 lines.append(f"<p>{head}: waiting for paired runs</p>")
                 continue
-            ratios = paired_ratios([a.result.stats.tokens_per_second for a, _ in pairs],
-                                   [b.result.stats.tokens_per_second for _, b in pairs])
-            drafted = sum(b.result.stats.drafted for _, b in pairs)
-            accepted = sum(b.result.stats.accepted for _, b in pairs)
-            same = sum(1 for a, b in pairs if not _compare(a, b, state.plan)[1])
             lines.append(
-                f"<p>{head}<br>{_speedup_html(statistics.median(ratios), len(ratios), min(ratios), max(ratios), base)})<br>"
-                f"acceptance {_percent(accepted / drafted if drafted else None)} · "
-                f"{_identical_html(state.plan.sampling.greedy, same, len(pairs), base)}</p>"
+                f"<p>{head}<br>{_speedup_html(arm.median_speedup, arm.pairs, arm.min_speedup, arm.max_speedup, base)})<br>"
+                f"acceptance {_percent(arm.acceptance_rate)} · "
+                f"{_identical_html(arm.checkable, arm.identical, arm.pairs, base)}</p>"
             )
         return "<b>So far</b>" + "".join(lines)
 
@@ -823,8 +790,8 @@ class BenchPage(QWidget):
             lines.append(f"<p>{head}<br>" + "<br>".join(parts) + "</p>")
         return "<b>Result</b>" + "".join(lines)
 
-    def _on_done(self, run) -> None:
-        self.last_run = run
+    def _on_done(self, done) -> None:
+        run = self.last_run = done.run
         self.timer.stop()
         self._tick_live()
         if self.plots is not None:
@@ -835,7 +802,7 @@ class BenchPage(QWidget):
         self.summary.setText(self._summary_html())
         self.context.show_status("A/B run finished" + stopped)
         self._sync_controls()
-        self._submit(_summarize_and_keep, run, on_result=self._show_final)
+        self._submit(_keep, run, done.summary, on_result=self._show_final)
 
     def _submit(self, fn, *args, on_result=None) -> None:
         from specdeck.gui.workers import submit
@@ -1106,14 +1073,12 @@ def _probe_arms(arms) -> list[str]:
     return [describe(arm) for arm in arms]
 
 
-def _summarize_and_keep(run):
-    """Worker: the core's summary (bootstrap intervals, theory), saved into the history, and
-    every drafted arm ranked as a setting to apply."""
+def _keep(run, summary):
+    """Worker: the run and its summary (made in the engine process) saved into the history,
+    and every drafted arm ranked as a setting to apply."""
     from specdeck.core.bench.report import save_to_history
-    from specdeck.core.bench.summary import summarize
     from specdeck.core.bench.sweep import setting_rows
 
-    summary = summarize(run)
     return summary, save_to_history(run, summary), setting_rows(run, summary)
 
 
@@ -1137,15 +1102,10 @@ def _sweep_html(rows, best, summary) -> str:
         body.append(f"<tr><td>{html.escape(candidate)}</td>{''.join(tds)}</tr>")
     verdict = ("no setting beat no drafting" if best is None
                else f"best: {html.escape(best.candidate)}, k={best.k} ({best.score:.2f}×)")
-    checks = [c.lossless for c in summary.comparisons]
-    compared = sum(c.compared for c in checks)
-    diverged = sum(c.diverged for c in checks)
-    if not all(c.checkable for c in checks):
-        lossless = "sampled: losslessness not checkable"
-    elif diverged:
-        lossless = f"<b style='color:#b91c1c'>NOT lossless: {diverged} of {compared} runs diverged</b>"
-    else:
-        lossless = f"{compared - sum(c.ties for c in checks)} of {compared} drafted runs identical to {summary.reference}"
+    check = summary.lossless_overall()
+    lossless = html.escape(check.verdict)
+    if check.diverged:
+        lossless = f"<b style='color:#b91c1c'>{lossless}</b>"
     return (f"<b>Sweep</b> (tok/s, speed-up; {verdict})<table cellspacing='0' cellpadding='3' border='1'>"
             f"<tr><th></th>{head}</tr>{''.join(body)}</table><p>{lossless}</p>")
 
@@ -1172,27 +1132,6 @@ def _identical_html(checkable: bool, identical: int, compared: int, base: str) -
     if not checkable:
         return "sampled: losslessness not checkable"
     return f"{identical}/{compared} outputs identical to {base}"
-
-
-def _ratio(reference: RunRecord, other: RunRecord) -> str:
-    base = reference.result.stats.tokens_per_second
-    return f"{other.result.stats.tokens_per_second / base:.2f}×" if base > 0 else ""
-
-
-def _compare(reference: RunRecord, other: RunRecord, plan: BenchPlan) -> tuple[str, bool]:
-    """Text for the "Output vs A" column, and whether it is a real difference."""
-    if not plan.sampling.greedy:
-        return "sampled", False
-    from specdeck.core.engines.lossless import Verdict, compare_runs
-
-    comparison, unit = compare_runs(reference.result, other.result)
-    if comparison.verdict is Verdict.IDENTICAL:
-        return "identical", False
-    if comparison.verdict is Verdict.PREFIX:
-        return f"same for {comparison.compared} {unit}s", False
-    if comparison.verdict is Verdict.TIE:
-        return f"tie at {unit} {comparison.first_divergence}", False
-    return f"differs at {unit} {comparison.first_divergence}", True
 
 
 def _value(widget):

@@ -64,6 +64,18 @@ def test_start_runs_the_plan_and_fills_the_results_table(qtbot, page, models):
         assert float(row[7].rstrip("%")) > 50  # the cycling model repeats itself
     assert "outputs identical to A" in page.summary.text() and "4/4" in page.summary.text()
     assert page.progress.value() == page.progress.maximum() == len(run.records)
+    # Every ratio shown is the run over A's run of the same prompt and repeat, and the running
+    # median the page showed is the finished summary's (one reducer, one summary, in core).
+    reference = {(r.prompt_id, r.slot.repeat): r.result.stats.tokens_per_second
+                 for r in run.counted("A")}
+    shown = {(row[1], int(row[2]) - 1): row[5] for row in drafted}
+    for record in run.counted("B"):
+        key = (record.prompt_id, record.slot.repeat)
+        assert shown[key] == f"{record.result.stats.tokens_per_second / reference[key]:.2f}×"
+    qtbot.waitUntil(lambda: page.last_summary is not None, timeout=60_000)
+    live = page.state.live.arm_so_far("B")
+    assert live.median_speedup == pytest.approx(page.last_summary.comparison("B").speedup.median)
+    assert f"{live.median_speedup:.2f}×" in page.summary.text()
     assert page.start_button.isEnabled() and not page.stop_button.isEnabled()
     # The B pane shows the last B run's text with the accepted-draft part highlighted.
     b_pane = page.panes[1]
@@ -271,3 +283,14 @@ def test_worker_batches_steps_but_sends_other_events_at_once():
 
     error = picklable_error(Unpicklable())
     assert isinstance(error, RuntimeError) and "Unpicklable: boom" in str(error)
+
+
+def test_the_pages_ranges_are_the_plan_tables(page):
+    from specdeck.core.bench.fields import PLAN_FIELDS
+
+    for name, spin in (("k", page.k), ("repeats", page.repeats), ("warmup", page.warmup),
+                       ("max_new_tokens", page.max_new)):
+        field = PLAN_FIELDS[name]
+        assert (spin.minimum(), spin.maximum()) == (field.low, field.high), name
+    page.k.setValue(PLAN_FIELDS["k"].high)  # the CLI's largest k, no longer capped at 8
+    assert page.plan_from_controls().arms[1].drafter.num_draft_tokens == PLAN_FIELDS["k"].high

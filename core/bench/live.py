@@ -1,0 +1,292 @@
+"""The live state of an A/B plan, reduced from the runner's events.
+
+While a plan runs, the A/B page and the CLI's progress show the same figures: the run in
+progress (tok/s so far, acceptance so far), every finished run as a row (its tok/s, its ratio
+to the reference's run of the same prompt and repeat, whether its output matches), and per
+drafting arm the running paired median. They are computed here, once, from the events
+``core.bench.runner`` emits (:class:`PlanStarted`, :class:`RunStarted`, :class:`RunStep`,
+:class:`RunFinished`); callers only render them.
+
+The running figures follow the finished summary's rules (``core.bench.summary``): a ratio
+pairs a drafting run with the reference's run of the same prompt and repeat, the headline is
+the median of those ratios, acceptance is pooled (accepted / drafted over the runs, not a
+mean of rates), outputs are compared token by token (characters for server runs). The
+bootstrap interval, the theory and the likely causes need the whole plan: they come from
+``summarize`` once the plan ends.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from specdeck.core.bench.plan import BenchPlan
+from specdeck.core.bench.runner import (
+    PlanStarted,
+    RunFinished,
+    RunRecord,
+    RunSlot,
+    RunStarted,
+    RunStep,
+)
+from specdeck.core.engines.lossless import Verdict, compare_runs
+
+RATE_WINDOW_S = 0.25
+"""A live tok/s point covers at least this much decode time, so the curve is readable."""
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """A drafting run's output against the reference's run of the same prompt and repeat."""
+
+    text: str
+    """"identical", "same for N tokens", "tie at token N", "differs at token N", "sampled"."""
+    verdict: Verdict | None
+    """None for sampled plans (not checkable)."""
+
+    @property
+    def differs(self) -> bool:
+        """A real difference (not a float tie, not one output a prefix of the other)."""
+        return self.verdict is Verdict.DIVERGED
+
+
+def check_output(reference: RunRecord, other: RunRecord, greedy: bool) -> OutputCheck:
+    """The same classification as the finished summary's losslessness check."""
+    if not greedy:
+        return OutputCheck("sampled", None)
+    comparison, unit = compare_runs(reference.result, other.result)
+    text = {
+        Verdict.IDENTICAL: "identical",
+        Verdict.PREFIX: f"same for {comparison.compared} {unit}s",
+        Verdict.TIE: f"tie at {unit} {comparison.first_divergence}",
+        Verdict.DIVERGED: f"differs at {unit} {comparison.first_divergence}",
+    }[comparison.verdict]
+    return OutputCheck(text, comparison.verdict)
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One finished, counted run, as the results table shows it."""
+
+    record: RunRecord
+    speedup: float | None = None
+    """tok/s over the reference's run of the same prompt and repeat (None: the reference
+    itself, or its partner has not finished yet)."""
+    output: OutputCheck | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.record.prompt_id, self.record.slot.repeat
+
+
+@dataclass(frozen=True)
+class ArmSoFar:
+    """A drafting arm's running figures against the reference."""
+
+    name: str
+    label: str
+    pairs: int
+    """Finished runs paired with the reference's run of the same prompt and repeat."""
+    median_speedup: float | None
+    min_speedup: float | None
+    max_speedup: float | None
+    acceptance_rate: float | None
+    """Pooled over the arm's paired runs: accepted / drafted (None: nothing drafted)."""
+    identical: int
+    """Paired runs whose output equals the reference's (or one is a prefix of the other: a
+    stopped run), as the summary's losslessness check counts them."""
+    ties: int
+    """Paired runs that first differ at a float tie of the target's top two logits."""
+    checkable: bool
+    """False for sampled plans: outputs differ by design."""
+
+    def to_text(self, reference: str) -> str:
+        """One line, as the CLI's progress prints it."""
+        if self.median_speedup is None:
+            return f"{self.name}: waiting for paired runs"
+        accept = "" if self.acceptance_rate is None else f", acceptance {self.acceptance_rate:.0%}"
+        same = (f", {self.identical}/{self.pairs} identical" if self.checkable else "")
+        return (f"{self.name}: {self.median_speedup:.2f}x vs {reference} so far (median of "
+                f"{self.pairs} paired, {self.min_speedup:.2f}-{self.max_speedup:.2f}x{accept}{same})")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point for the live plots: ``t`` seconds since the plan started."""
+
+    series: str
+    """"speed" (live tok/s), "accept" (live acceptance %), "finished" (a finished run's
+    tok/s), "accept_done" (a finished server run's reported acceptance %)."""
+    arm: str
+    t: float
+    value: float
+
+
+@dataclass
+class CurrentRun:
+    """The run in progress."""
+
+    slot: RunSlot
+    prompt_tokens: int
+    new_tokens: int = 0
+    elapsed_s: float = 0.0
+    drafted: int = 0
+    accepted: int = 0
+    rate_mark: tuple[float, int] = (0.0, 0)
+    """(elapsed_s, new_tokens) where the current tok/s window began."""
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        return self.new_tokens / self.elapsed_s if self.elapsed_s > 0 else None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+
+@dataclass
+class LivePlan:
+    """The plan's live state; feed it every event with :meth:`apply`."""
+
+    plan: BenchPlan
+    clock: Callable[[], float] = time.monotonic
+    started: float = field(init=False)
+    total: int = 0
+    """Runs in the schedule, warm-ups included (0 until the plan has started)."""
+    done: int = 0
+    loaded: object | None = None
+    current: CurrentRun | None = None
+    rows: list[RunRow] = field(default_factory=list)
+    records: list[RunRecord] = field(default_factory=list)
+    """Every finished run, warm-ups and stopped runs included."""
+    acceptance_reported: set[str] = field(default_factory=set)
+    """Server plans: drafting arms whose servers reported acceptance for a finished run."""
+    acceptance_unreported: set[str] = field(default_factory=set)
+    _points: list[Point] = field(default_factory=list)
+    _row_of: dict[tuple[str, int, str], int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
+
+    @property
+    def arms(self) -> list[str]:
+        return [a.name for a in self.plan.arms]
+
+    @property
+    def reference(self) -> str:
+        return self.plan.baseline.name
+
+    @property
+    def serving(self) -> bool:
+        return self.plan.engine == "server"
+
+    @property
+    def acceptance_unknown(self) -> bool:
+        """Server plans: drafting runs finished, and none of their servers reports acceptance."""
+        return not self.acceptance_reported and bool(self.acceptance_unreported)
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    # events --------------------------------------------------------------------------------
+    def apply(self, event) -> list[int]:
+        """Take one runner event; returns the indices of the rows it added or changed."""
+        if isinstance(event, RunStep):
+            self._step(event)
+        elif isinstance(event, RunStarted):
+            self.current = CurrentRun(event.slot, event.prompt_tokens)
+        elif isinstance(event, RunFinished):
+            return self._finished(event.record, event.total)
+        elif isinstance(event, PlanStarted):
+            self.total = len(event.schedule)
+            self.loaded = event.loaded
+        return []
+
+    def _step(self, step: RunStep) -> None:
+        run = self.current
+        if run is None or step.slot != run.slot:
+            return
+        e = step.event
+        run.new_tokens, run.elapsed_s = e.new_tokens, e.elapsed_s
+        run.drafted, run.accepted = e.total_drafted, e.total_accepted
+        mark_s, mark_n = run.rate_mark
+        if e.elapsed_s - mark_s >= RATE_WINDOW_S:
+            arm, t = run.slot.arm.name, self.elapsed()
+            self._points.append(Point("speed", arm, t, (e.new_tokens - mark_n) / (e.elapsed_s - mark_s)))
+            if run.drafted:
+                self._points.append(Point("accept", arm, t, 100.0 * run.acceptance_rate))
+            run.rate_mark = (e.elapsed_s, e.new_tokens)
+
+    def _finished(self, record: RunRecord, total: int) -> list[int]:
+        self.total = total or self.total
+        self.records.append(record)
+        self.done = record.slot.index + 1
+        if self.current is not None and self.current.slot == record.slot:
+            self.current = None
+        if not record.counted:
+            return []
+        stats = record.result.stats
+        t = self.elapsed()
+        self._points.append(Point("finished", record.arm, t, stats.tokens_per_second))
+        if self.serving and record.arm != self.reference:
+            if stats.acceptance_rate is not None:
+                self._points.append(Point("accept_done", record.arm, t, 100 * stats.acceptance_rate))
+                self.acceptance_reported.add(record.arm)
+            else:
+                self.acceptance_unreported.add(record.arm)
+        key = (record.prompt_id, record.slot.repeat)
+        self._row_of[(*key, record.arm)] = len(self.rows)
+        self.rows.append(RunRow(record))
+        if record.arm != self.reference:
+            return [self._pair(len(self.rows) - 1)]
+        # The reference finished after its partners (B A order): their ratios come now.
+        changed = [len(self.rows) - 1]
+        for arm in self.arms[1:]:
+            index = self._row_of.get((*key, arm))
+            if index is not None:
+                changed.append(self._pair(index))
+        return changed
+
+    def _pair(self, index: int) -> int:
+        row = self.rows[index]
+        reference = self.reference_of(row.key)
+        if reference is not None:
+            base = reference.result.stats.tokens_per_second
+            speedup = row.record.result.stats.tokens_per_second / base if base > 0 else None
+            self.rows[index] = RunRow(row.record, speedup,
+                                      check_output(reference, row.record, self.plan.sampling.greedy))
+        return index
+
+    def reference_of(self, key: tuple[str, int]) -> RunRecord | None:
+        index = self._row_of.get((*key, self.reference))
+        return None if index is None else self.rows[index].record
+
+    # figures -------------------------------------------------------------------------------
+    def take_points(self) -> list[Point]:
+        """The plot points added since the last call."""
+        points, self._points = self._points, []
+        return points
+
+    def arm_so_far(self, name: str) -> ArmSoFar:
+        paired = [r for r in self.rows if r.record.arm == name and r.output is not None]
+        ratios = [r.speedup for r in paired if r.speedup is not None]
+        drafted = sum(r.record.result.stats.drafted for r in paired)
+        accepted = sum(r.record.result.stats.accepted for r in paired)
+        return ArmSoFar(
+            name=name,
+            label=self.plan.arm(name).label,
+            pairs=len(paired),
+            median_speedup=statistics.median(ratios) if ratios else None,
+            min_speedup=min(ratios, default=None),
+            max_speedup=max(ratios, default=None),
+            acceptance_rate=accepted / drafted if drafted else None,
+            identical=sum(1 for r in paired if r.output.verdict in (Verdict.IDENTICAL, Verdict.PREFIX)),
+            ties=sum(1 for r in paired if r.output.verdict is Verdict.TIE),
+            checkable=self.plan.sampling.greedy,
+        )
+
+    def figures(self) -> list[ArmSoFar]:
+        """Every drafting arm's running figures, in plan order."""
+        return [self.arm_so_far(name) for name in self.arms[1:]]

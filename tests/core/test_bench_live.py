@@ -1,0 +1,181 @@
+"""The live A/B reducer (core.bench.live) on real runs of tiny real Llama models.
+
+What the A/B page and the CLI's progress show while a plan runs must be what the finished
+summary says once it ends: the same pairs, the same median, the same pooled acceptance, the
+same losslessness counts. These tests run real plans, feed every event to the reducer, and
+compare its figures with ``summarize`` of the same run.
+"""
+
+from __future__ import annotations
+
+import io
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from specdeck.core.bench.live import RATE_WINDOW_S, LivePlan
+from specdeck.core.bench.plan import default_arms
+from specdeck.core.bench.runner import BenchRun, RunFinished, RunStarted, RunStep, run_plan
+from specdeck.core.bench.summary import summarize
+from specdeck.core.engines import create_engine
+from specdeck.core.engines.base import SamplingSpec
+from tiny_models import ab_models, tiny_plan
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    return ab_models(tmp_path_factory.mktemp("live-models"))
+
+
+@pytest.fixture(scope="module")
+def engine():
+    engine = create_engine("torch")
+    yield engine
+    engine.unload()
+
+
+def _run_with_live(plan, engine, clock=None):
+    live = LivePlan(plan) if clock is None else LivePlan(plan, clock=clock)
+    changes = []
+    run = run_plan(plan, engine, on_event=lambda e: changes.append((e, live.apply(e))))
+    return run, live, changes
+
+
+def test_live_figures_equal_the_finished_summary(models, engine):
+    plan = tiny_plan(models["cycle"], default_arms(models["draft"], ngram=True, k=3),
+                     max_prompts=3, repeats=2)
+    run, live, _ = _run_with_live(plan, engine)
+    summary = summarize(run)
+
+    assert live.total == len(run.records) and live.done == live.total and live.current is None
+    assert [r.record for r in live.rows] == run.counted()
+    for name in ("B", "C"):
+        arm, final = live.arm_so_far(name), summary.comparison(name)
+        assert arm.pairs == final.speedup.n == final.lossless.compared == 3 * 2
+        assert arm.median_speedup == pytest.approx(final.speedup.median)
+        assert (arm.min_speedup, arm.max_speedup) == pytest.approx(
+            (final.speedup.minimum, final.speedup.maximum))
+        assert arm.acceptance_rate == pytest.approx(summary.arm(name).acceptance_rate)
+        assert (arm.identical, arm.ties) == (final.lossless.identical, final.lossless.ties)
+    # Every drafting row's ratio is its run over the reference's run of that prompt and repeat.
+    for row in live.rows:
+        reference = live.reference_of(row.key)
+        if row.record.arm == "A":
+            assert row.speedup is None and row.output is None
+            continue
+        expected = row.record.result.stats.tokens_per_second / reference.result.stats.tokens_per_second
+        assert row.speedup == pytest.approx(expected)
+        assert row.output.text == "identical" and not row.output.differs
+
+
+def test_a_reference_that_finishes_after_its_partners_fills_their_rows(models, engine):
+    plan = tiny_plan(models["target"], default_arms(ngram=True, k=2), max_prompts=1, repeats=2,
+                     warmup=0)
+    _, live, changes = _run_with_live(plan, engine)
+    finished = [(e.record, changed) for e, changed in changes if isinstance(e, RunFinished)]
+    # The schedule runs A B, then B A: the second A pairs the B that ran before it.
+    assert [r.arm for r, _ in finished] == ["A", "B", "B", "A"]
+    b_first, a_second = finished[2], finished[3]
+    assert b_first[1] == [2] and live.rows[2].speedup is not None  # final state: paired
+    assert a_second[1] == [3, 2]  # the reference's own row, then its partner's, refreshed
+    # Until its reference came, the B row had no ratio: the event stream shows it unpaired.
+    replay = LivePlan(plan)
+    upto = next(i for i, (e, _) in enumerate(changes)
+                if isinstance(e, RunFinished) and e.record is b_first[0])
+    for event, _ in changes[: upto + 1]:
+        replay.apply(event)
+    assert replay.rows[2].speedup is None and replay.rows[2].output is None
+    assert replay.arm_so_far("B").pairs == 1  # only the first repeat's pair so far
+
+
+def test_sampled_plans_are_not_checkable_and_a_diverging_arm_is_flagged(models, engine):
+    greedy = tiny_plan(models["target"], default_arms(ngram=True), max_new_tokens=8, max_prompts=1)
+    sampled = replace(greedy, sampling=SamplingSpec(temperature=1.5, seed=3))
+    _, live, _ = _run_with_live(sampled, engine)
+    assert {r.output.text for r in live.rows if r.output} == {"sampled"}
+    assert not live.arm_so_far("B").checkable
+
+    # Arm B's runs drawn with sampling inside a greedy plan: every pair must differ.
+    greedy_run = run_plan(greedy, engine)
+    sampled_run = run_plan(sampled, engine)
+    mixed = LivePlan(greedy)
+    for record in greedy_run.records:
+        source = record if record.arm == "A" else next(
+            r for r in sampled_run.records if r.slot == record.slot)
+        mixed.apply(RunFinished(source, len(greedy_run.records)))
+    diverged = [r for r in mixed.rows if r.output is not None]
+    assert diverged and all(r.output.differs and r.output.text.startswith("differs at token")
+                            for r in diverged)
+    figures = mixed.arm_so_far("B")
+    assert figures.identical == 0 and figures.pairs == len(diverged)
+    mixed_run = BenchRun(**{**greedy_run.__dict__, "records": tuple(mixed.records)})
+    assert summarize(mixed_run).comparison("B").lossless.diverged == len(diverged)
+
+
+def test_stopped_and_warm_up_runs_are_kept_out_of_the_figures(models, engine):
+    plan = tiny_plan(models["target"], default_arms(ngram=True), warmup=1)
+    run, live, _ = _run_with_live(plan, engine)
+    warmups = [r for r in run.records if r.slot.warmup]
+    assert warmups and all(r in live.records for r in warmups)
+    assert all(not r.record.slot.warmup for r in live.rows)
+    stopped = replace(run.records[-1], result=replace(
+        run.records[-1].result, stats=replace(run.records[-1].result.stats,
+                                              stop_reason=type(run.records[-1].result.stats.stop_reason).CANCELLED)))
+    again = LivePlan(plan)
+    for record in run.records[:-1]:
+        again.apply(RunFinished(record, len(run.records)))
+    before = len(again.rows)
+    assert again.apply(RunFinished(stopped, len(run.records))) == []
+    assert len(again.rows) == before and again.done == len(run.records)
+
+
+def test_live_rate_points_cover_a_window_of_decode_time(models, engine):
+    plan = tiny_plan(models["cycle"], default_arms(ngram=True, k=4), max_new_tokens=48,
+                     max_prompts=1, repeats=1, warmup=0)
+    run, live, changes = _run_with_live(plan, engine)
+    points = live.take_points()
+    assert live.take_points() == []  # taken once
+    for arm in ("A", "B"):
+        finished = [p for p in points if p.series == "finished" and p.arm == arm]
+        assert [p.value for p in finished] == [r.result.stats.tokens_per_second
+                                                for r in run.counted(arm)]
+
+    # The real events of arm B's run, replayed with 0.1 s of decode time per step: a point
+    # every 0.3 s (the first step at or past RATE_WINDOW_S after the last point).
+    ticks = iter(range(10**6))
+    replay = LivePlan(plan, clock=lambda: float(next(ticks)))
+    started = next(e for e, _ in changes if isinstance(e, RunStarted) and e.slot.arm.name == "B")
+    replay.apply(started)
+    steps = [e for e, _ in changes if isinstance(e, RunStep) and e.slot == started.slot]
+    assert len(steps) >= 6
+    timed = [replace(s, event=replace(s.event, elapsed_s=0.1 * (i + 1))) for i, s in enumerate(steps)]
+    for step in timed:
+        replay.apply(step)
+    speed = [p for p in replay.take_points() if p.series == "speed"]
+    marks = [0.0] + [timed[i].event.elapsed_s for i in range(2, len(timed), 3)]
+    tokens = [0] + [timed[i].event.new_tokens for i in range(2, len(timed), 3)]
+    assert len(speed) == len(marks) - 1 and RATE_WINDOW_S == 0.25
+    for point, t0, t1, n0, n1 in zip(speed, marks, marks[1:], tokens, tokens[1:]):
+        assert point.arm == "B" and point.value == pytest.approx((n1 - n0) / (t1 - t0))
+    current = replay.current
+    assert current.new_tokens == timed[-1].event.new_tokens
+    assert current.acceptance_rate == pytest.approx(
+        timed[-1].event.total_accepted / timed[-1].event.total_drafted)
+
+
+def test_the_cli_progress_prints_the_reducers_running_figures(models, engine):
+    from specdeck.core.cli.bench_cmd import ProgressPrinter
+
+    plan = tiny_plan(models["cycle"], default_arms(ngram=True, k=3), max_prompts=2, repeats=1)
+    stream = io.StringIO()
+    printer = ProgressPrinter(stream)
+    run = run_plan(plan, engine, on_event=printer)
+    lines = [line for line in stream.getvalue().splitlines() if "tok/s" in line]
+    assert len(lines) == len(run.records)
+    figures = printer.plan_state.arm_so_far("B")
+    ratios = [b.result.stats.tokens_per_second / a.result.stats.tokens_per_second
+              for a in run.counted("A") for b in run.counted("B") if a.prompt_id == b.prompt_id]
+    assert figures.median_speedup == pytest.approx(statistics.median(ratios))
+    assert lines[-1].endswith(figures.to_text("A"))
+    assert f"{figures.median_speedup:.2f}x vs A so far (median of 2 paired" in lines[-1]
