@@ -4,22 +4,13 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 from PySide6.QtWidgets import QApplication
-from tools.fixtures import fixtures_dir
+
+from tools.fixtures import fixtures_dir, wait_until
 
 FIXTURES = fixtures_dir()
-
-
-def _wait(condition, timeout=10.0):
-    end = time.monotonic() + timeout
-    while not condition():
-        QApplication.processEvents()
-        if time.monotonic() > end:
-            raise TimeoutError("page did not reach the state to screenshot")
-        time.sleep(0.01)
 
 
 def render(window, out_dir: Path) -> list[Path]:
@@ -35,12 +26,12 @@ def render(window, out_dir: Path) -> list[Path]:
 
     page = window.show_page("draft")
     page.open_path(config_path)
-    _wait(lambda: page.document is not None)
+    wait_until(lambda: page.document is not None)
     page.fields[("draft_model", "draft_model_name")].set_text("TinyLlama-1.1B-Chat-v1.0-exl2-4.0bpw")
     page.fields[("draft_model", "draft_cache_mode")].set_text("Q4")
     page.fields[("draft_model", "draft_rope_alpha")].set_text("1..5")
     page.flush_plan()
-    _wait(lambda: page.change is not None and not page.change.is_noop)
+    wait_until(lambda: page.change is not None and not page.change.is_noop)
     QApplication.processEvents()
     path = out_dir / "draft-settings.png"
     window.grab().save(str(path))

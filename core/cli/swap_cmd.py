@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
-from typing import Any
 
 from specdeck.core.cli import EXIT_NEGATIVE, EXIT_OK
 from specdeck.core.cli.numbers import finite, whole
@@ -171,20 +169,14 @@ def _set_draft_presets(args) -> int:
 
 def cmd_show(args) -> int:
     from specdeck.core import swap
+    from specdeck.core.swap import actions
 
     if _is_presets(args.config):
         return _show_presets(args)
 
     cfg = swap.load(args.config)
-    info = _help(args)
-    rows = []
-    for model in _models(cfg, args):
-        found = swap.findings(model, info) if model.is_llama_server else []
-        rows.append({"model": model.name, "style": model.style, "lines": model.lines,
-                     "llama_server": model.is_llama_server,
-                     "macros": list(model.macros_used), **model.drafting(),
-                     "editable": model.tokens is not None, "not_editable": model.not_editable,
-                     "problems": [f.message for f in found]})
+    rows = [r for r in actions.model_rows(cfg, _help(args))
+            if not args.model or r["model"] == cfg.model(args.model).name]
     if args.json:
         emit_json({"path": cfg.path, "models": rows})
         return EXIT_OK
@@ -204,96 +196,44 @@ def cmd_show(args) -> int:
     return EXIT_OK
 
 
-def _draft_edits(args) -> list:
-    from specdeck.core.swap import FlagEdit
-    from specdeck.core.swap.config import DRAFT_MODEL_FLAGS
-    from specdeck.core.swap.migrate import N_MAX_OLD, N_MIN_OLD
+def _setting(args):
+    from specdeck.core.swap.actions import DraftSetting
 
-    if args.no_draft:
-        if any(v is not None for v in (args.draft, args.spec_type, args.draft_max,
-                                       args.draft_min, args.p_min)):
-            raise InvalidInputError("--no-draft removes drafting; give it alone.")
-        return [FlagEdit(f, None) for f in (*DRAFT_MODEL_FLAGS, "--spec-type", "--spec-draft-n-max",
-                                            "--spec-draft-n-min", "--spec-draft-p-min",
-                                            "--draft-p-min", *N_MAX_OLD, *N_MIN_OLD)]
-    edits = []
-    if args.draft:
-        edits.append(FlagEdit("-md", args.draft, also=DRAFT_MODEL_FLAGS[1:]))
-    spec = args.spec_type or ("draft-simple" if args.draft else None)
-    if spec:
-        edits.append(FlagEdit("--spec-type", spec))
-    if args.draft_max is not None:
-        edits.append(FlagEdit("--spec-draft-n-max", str(args.draft_max), replaces=N_MAX_OLD))
-    if args.draft_min is not None:
-        edits.append(FlagEdit("--spec-draft-n-min", str(args.draft_min), replaces=N_MIN_OLD))
-    if args.p_min is not None:
-        edits.append(FlagEdit("--spec-draft-p-min", f"{args.p_min:g}", also=("--draft-p-min",)))
-    if not edits:
-        raise InvalidInputError("Nothing to set.", "Give --draft, --spec-type, --draft-max, "
-                                "--draft-min, --p-min, or --no-draft.")
-    return edits
+    return DraftSetting(args.draft, args.spec_type, args.draft_max, args.draft_min, args.p_min,
+                        args.no_draft)
 
 
 def cmd_set_draft(args) -> int:
     from specdeck.core import swap
     from specdeck.core.cli.config_cmd import _write
+    from specdeck.core.swap import actions
 
     if not args.model:
         raise InvalidInputError("set-draft changes one model: give --model NAME.")
     if _is_presets(args.config):
         return _set_draft_presets(args)
-    edits = _draft_edits(args)
+    setting = _setting(args)
+    actions.draft_edits(setting)  # refuse a bad combination before reading the file
     info = _help(args)
 
     def plan(doc):
-        cfg = swap.from_document(doc)
-        model = cfg.model(args.model)
-        if not model.is_llama_server:
-            raise InvalidInputError(f"Model {args.model}'s cmd does not start a llama-server.",
-                                    "SpecDeck edits llama-server's drafting flags only.")
-        change = swap.plan_edit(cfg, args.model, edits)
-        _check_result(change, args.model, info)
-        return change
+        return actions.plan_draft(swap.from_document(doc), args.model, setting, info)
 
     cfg = swap.load(args.config)
     return _write(plan(cfg.document), args, f"the drafting flags of {args.model}", replan=plan)
 
 
-def _check_result(change, model_name: str, info) -> None:
-    """The edited cmd against the user's binary, when given (nothing is saved otherwise)."""
-    if info is None:
-        return
-    from specdeck.core import swap
-    from specdeck.core.servers.llama_server import check_args
-
-    model = swap.from_text(change.new_text, change.document.path).model(model_name)
-    check_args(model.argv[1:], info)
-
-
 def cmd_migrate(args) -> int:
     from specdeck.core import swap
     from specdeck.core.cli.config_cmd import _write
+    from specdeck.core.swap import actions
 
     if _is_presets(args.config):
         return _migrate_presets(args)
     info = _help(args)
     cfg = swap.load(args.config)
-    names = [m.name for m in _models(cfg, args) if m.is_llama_server]
-
-    def plan(doc):
-        current = swap.from_document(doc)
-        change = None
-        unfixed: list[str] = []
-        for name in names:
-            found = swap.findings(current.model(name), info)
-            edits = [f.edit for f in found if f.edit is not None]
-            unfixed += [f"{name}: {f.message}" for f in found if f.edit is None]
-            if edits:
-                change = swap.plan_edit(current, name, edits)
-                current = swap.from_text(change.new_text, current.path)
-        return change, unfixed
-
-    change, unfixed = plan(cfg.document)
+    names = [m.name for m in _models(cfg, args)]
+    change, unfixed = actions.plan_migration(cfg, names, info)
     for line in unfixed:
         print(f"warning: {line}", file=sys.stderr)
     if change is None:
@@ -304,17 +244,5 @@ def cmd_migrate(args) -> int:
         else:
             print(message)
         return EXIT_NEGATIVE if unfixed else EXIT_OK
-    from specdeck.core.config.edit import ConfigChange
-
-    whole_change = ConfigChange(cfg.document, change.new_text, change.changed_keys,
-                                change.values, change.warnings)
-    return _write(whole_change, args, "the migrated flags",
-                  replan=lambda doc: _whole(plan(doc)[0], doc))
-
-
-def _whole(change, doc) -> Any:
-    from specdeck.core.config.edit import ConfigChange
-
-    if change is None:
-        return ConfigChange(doc, doc.text, (), {})
-    return ConfigChange(doc, change.new_text, change.changed_keys, change.values, change.warnings)
+    return _write(change, args, "the migrated flags",
+                  replan=lambda doc: actions.migration_of(doc, names, info))

@@ -37,6 +37,12 @@ PAGES: tuple[PageSpec, ...] = (
         "The draft-model settings of TabbyAPI's config.yml.",
     ),
     PageSpec(
+        "swap",
+        "llama-swap",
+        "specdeck.gui.pages.swap",
+        "The drafting flags in llama-swap's config.yaml: see, set and migrate them.",
+    ),
+    PageSpec(
         "compat",
         "Compatibility",
         "specdeck.gui.pages.compatibility",

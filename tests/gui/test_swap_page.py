@@ -1,0 +1,135 @@
+"""The llama-swap page, driven like a user: open a config.yaml, pick a model, set its draft,
+read the diff, save; migrate a user's out-of-date file; a bad file is explained."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtWidgets import QDialog
+from specdeck.core import swap
+from specdeck.core.swap.actions import model_rows
+from specdeck.gui.widgets.config_dialog import ConfirmChangeDialog
+from swap_samples import SWAP, USER, schema_ok
+
+
+@pytest.fixture
+def page(qtbot, configured_qapp):
+    from specdeck.gui.context import AppContext
+    from specdeck.gui.pages.swap import SwapPage
+
+    page = SwapPage(AppContext())
+    qtbot.addWidget(page)
+    page.resize(1280, 720)
+    page.show()
+    yield page
+    page.shutdown()
+
+
+@pytest.fixture
+def accept_saves(monkeypatch):
+    """The confirmation dialog answered with Save (its diff is what the page showed)."""
+    shown = []
+
+    def exec_(dialog):
+        shown.append(dialog.diff.toPlainText())
+        return QDialog.DialogCode.Accepted
+
+    monkeypatch.setattr(ConfirmChangeDialog, "exec", exec_)
+    return shown
+
+
+def _open(qtbot, page, path: Path) -> None:
+    page.open_path(path)
+    qtbot.waitUntil(lambda: page.config is not None and page.config.path == path, timeout=10_000)
+
+
+def _select(page, name: str) -> None:
+    names = [page.models.item(i).data(256) for i in range(page.models.count())]
+    page.models.setCurrentRow(names.index(name))
+
+
+def test_set_a_draft_on_the_example_shows_the_diff_and_saves_only_those_lines(
+        qtbot, page, tmp_path, accept_saves):
+    path = tmp_path / "config.yaml"
+    before = (SWAP / "config.example.yaml").read_text()
+    path.write_text(before)
+    _open(qtbot, page, path)
+    rows = model_rows(swap.load(path))
+    assert page.models.count() == len(rows)
+    assert [page.models.item(i).text().split(" — ")[0].lstrip("⚠ ") for i in range(len(rows))] == [
+        r["model"] for r in rows]
+
+    _select(page, "gpt-oss-120b")
+    assert "gpt-oss-120b" in page.model_info.text() and page.draft.isEnabled()
+    page.draft.setText("/models/gpt-oss-20b-Q4_K_M.gguf")
+    page.draft_max.setValue(8)
+    qtbot.waitUntil(lambda: "--spec-draft-n-max 8" in page.diff_view.toPlainText(), timeout=10_000)
+    diff = page.diff_view.toPlainText()
+    added = [ln[1:] for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    removed = [ln for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
+    assert removed == []
+    assert [a.strip() for a in added] == ["-md /models/gpt-oss-20b-Q4_K_M.gguf",
+                                         "--spec-type draft-simple", "--spec-draft-n-max 8"]
+    assert page.save_button.isEnabled()
+
+    page.save()
+    assert accept_saves == [diff]
+    assert (tmp_path / "config.yaml.bak").read_text() == before
+    text = path.read_text()
+    schema_ok(text)
+    assert swap.load(path).model("gpt-oss-120b").flag_value("--spec-draft-n-max") == "8"
+    # Re-read after the save: the model now drafts, the form is clear, nothing to save.
+    qtbot.waitUntil(lambda: "draft" in page.models.currentItem().text()
+                    and page.change is None, timeout=10_000)
+    assert not page.save_button.isEnabled() and page.draft.text() == ""
+
+
+def test_migrate_all_rewrites_last_years_flags_in_a_users_file(qtbot, page, tmp_path, accept_saves):
+    path = tmp_path / "config.yaml"
+    path.write_text(USER)
+    _open(qtbot, page, path)
+    assert all(page.models.item(i).text().startswith("⚠") for i in range(page.models.count()))
+    _select(page, "qwen-coder-32b")
+    findings = [page.findings.item(i).text() for i in range(page.findings.count())]
+    assert any("--draft-max was removed" in f for f in findings)
+    assert any("--flash-attn now needs" in f for f in findings)
+    assert page.migrate_button.isEnabled()
+
+    page.plan_migrate_all()
+    qtbot.waitUntil(lambda: page.change is not None, timeout=10_000)
+    diff = page.diff_view.toPlainText()
+    assert "+      --spec-draft-n-max 16 --spec-draft-n-min 4" in diff
+    assert "+      --flash-attn on --metrics" in diff
+    page.save()
+    text = path.read_text()
+    schema_ok(text)
+    assert "# the draft goes on the P40" in text and "-md /models/Qwen2.5-Coder-0.5B-Instruct-Q8_0.gguf   " in text
+    for model in swap.load(path).models:
+        assert swap.findings(model) == []
+    qtbot.waitUntil(lambda: not any(page.models.item(i).text().startswith("⚠")
+                                    for i in range(page.models.count())), timeout=10_000)
+    assert not page.migrate_button.isEnabled()
+
+
+def test_remove_drafting_and_revert(qtbot, page, tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(USER)
+    _open(qtbot, page, path)
+    _select(page, "llama-8b")
+    page.no_draft.setChecked(True)
+    assert not page.draft.isEnabled()
+    qtbot.waitUntil(lambda: page.change is not None, timeout=10_000)
+    assert "-md /models/Llama-3.2-1B-Q8_0.gguf" not in page.change.new_text.split("llama-8b")[1]
+    page.revert()
+    assert page.change is None and page.diff_view.toPlainText() == "" and not page.no_draft.isChecked()
+    assert path.read_text() == USER  # nothing written without Save
+
+
+def test_a_file_that_is_not_a_llama_swap_config_is_explained(qtbot, page, tmp_path):
+    path = tmp_path / "config.yml"
+    path.write_text("network:\n  host: 127.0.0.1\n")  # a TabbyAPI config, say
+    page.open_path(path)
+    qtbot.waitUntil(lambda: page.banner.isVisible() and "no models: section" in page.banner.label.text(),
+                    timeout=10_000)
+    assert page.config is None and not page.models.isEnabled() and not page.save_button.isEnabled()
