@@ -101,8 +101,7 @@ class BareLoop:
 def interleaved_overhead_runs(target: Path, context: int, prompt: str, max_new_tokens: int,
                               repeats: int) -> tuple[list[Any], list[BareRun]]:
     """SpecDeck's baseline and the bare loop on the same prompt tokens, alternately (both
-    models stay loaded, so drift hits both alike); ([RunRecord], [BareRun])."""
-    from bench.gpu.ab import BASELINE, RunRecord
+    models stay loaded, so drift hits both alike); ([GenerationResult], [BareRun])."""
     from specdeck.core.engines import create_engine
     from specdeck.core.engines.base import GenerationRequest, LoadSpec
 
@@ -113,10 +112,10 @@ def interleaved_overhead_runs(target: Path, context: int, prompt: str, max_new_t
         bare.load(Path(target), engine.loaded.max_seq_len)
         ids = tuple(engine.tokenize(prompt))
         ours, theirs = [], []
-        for repeat in range(repeats):
+        for _ in range(repeats):
             result = engine.generate(GenerationRequest(
                 prompt_ids=ids, max_new_tokens=max_new_tokens, stop_on_eos=False))
-            ours.append(RunRecord.from_result(BASELINE, "overhead", repeat, result))
+            ours.append(result)
             theirs.append(bare.run(list(ids), max_new_tokens))
     finally:
         bare.unload()

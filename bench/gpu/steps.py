@@ -287,24 +287,27 @@ def step_ab(ctx: StepContext) -> dict[str, Any]:
     recorder = Recorder(trace, cfg.telemetry_seconds,
                         f"SpecDeck GPU proof kit: ExLlamaV2 A/B on a trained {label} EXL2 pair "
                         "(loads, baseline / draft / n-gram arms)", ctx.state.path("logs", "trace.log"))
-    arms = ab.default_arms(cfg.draft_ks, cfg.ngram_k)
+    from specdeck.core.bench.summary import summarize
+
+    arms = ab.default_arms(draft, cfg.draft_ks, cfg.ngram_k)
     prompts = ab.select_prompts(cfg.prompts, cfg.prompts_per_suite)
-    records = ab.run_arms("exllamav2", target, draft, arms, prompts, cfg.repeats,
-                          cfg.max_new_tokens, ctx.config.pair.context, ctx.config.cache_mode, ctx.log)
-    summaries = ab.summarize(records)
+    run = ab.run_arms("exllamav2", target, arms, prompts, cfg.repeats, cfg.max_new_tokens,
+                      ctx.config.pair.context, ctx.config.cache_mode, ctx.log)
+    summaries = ab.arm_rows(summarize(run))
     specdeck_runs, bare_runs = interleaved_overhead_runs(
         target, ctx.config.pair.context, prompts[0].text, cfg.max_new_tokens, cfg.bare_repeats)
-    overhead = ab.overhead([r.tokens_per_second for r in specdeck_runs],
+    overhead = ab.overhead([r.stats.tokens_per_second for r in specdeck_runs],
                            [r.tokens_per_second for r in bare_runs])
     code, recorder_output = recorder.finish()
     data = {
         "pair": label, "target": str(target), "draft": str(draft),
         "prompts": [p.id for p in prompts], "max_new_tokens": cfg.max_new_tokens,
         "repeats": cfg.repeats,
-        "summaries": [s.to_json() for s in summaries],
-        "runs": [_without_tokens(r) for r in records],
+        "summaries": summaries,
+        "runs": [ab.run_row(r.arm, r.prompt_id, r.slot.repeat, r.result) for r in run.counted()],
         "overhead": overhead.to_json(),
-        "overhead_runs": {"specdeck": [_without_tokens(r) for r in specdeck_runs],
+        "overhead_runs": {"specdeck": [ab.run_row(ab.BASELINE, "overhead", i, r)
+                                       for i, r in enumerate(specdeck_runs)],
                           "bare": [{"new_tokens": r.new_tokens, "time_generate": r.time_generate,
                                     "tokens_per_second": r.tokens_per_second} for r in bare_runs],
                           "same_tokens": [s.token_ids == b.token_ids
@@ -314,13 +317,7 @@ def step_ab(ctx: StepContext) -> dict[str, Any]:
     }
     ctx.state.write_json("ab", data)
     return {"overhead_ratio": round(overhead.ratio, 4),
-            "speedups": {s.arm: s.speedup_median for s in summaries if s.speedup_median}}
-
-
-def _without_tokens(record: Any) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return {k: v for k, v in asdict(record).items() if k != "token_ids"}
+            "speedups": {s["arm"]: s["speedup_median"] for s in summaries if s["speedup_median"]}}
 
 
 STEPS = [

@@ -217,7 +217,7 @@ def test_without_nvml_the_device_row_is_left_out(real_plan):
         "PyTorch peak reserved", "allocated after load"]
 
 
-# overhead and A/B summaries --------------------------------------------------------------
+# overhead --------------------------------------------------------------
 def test_overhead_ratio_and_goal():
     from bench.gpu.ab import overhead
 
@@ -227,21 +227,6 @@ def test_overhead_ratio_and_goal():
     assert result.paired_ratio_ci[0] <= result.ratio <= result.paired_ratio_ci[1] + 0.01
     slow = overhead([450.0, 455.0], [500.0, 500.0])
     assert not slow.met and slow.to_json()["met"] is False
-
-
-def test_summary_counts_divergences_from_the_baseline():
-    from bench.gpu.ab import RunRecord, summarize
-
-    def run(arm, repeat, tps, ids, drafted=0, accepted=0, steps=4):
-        return RunRecord(arm, "p", repeat, len(ids), 1.0, tps, steps, drafted, accepted, ids)
-
-    records = [run("baseline", 0, 100.0, (1, 2, 3, 4)), run("baseline", 1, 100.0, (1, 2, 3, 4)),
-               run("draft k=2", 0, 150.0, (1, 2, 3, 4), 4, 3, 2),
-               run("draft k=2", 1, 170.0, (1, 2, 9, 4), 4, 1, 3)]
-    arm = {s.arm: s for s in summarize(records)}["draft k=2"]
-    assert arm.acceptance_rate == 0.5 and arm.mean_acceptance_length == pytest.approx(1 + 4 / 5)
-    assert arm.speedup_median == pytest.approx(1.6)
-    assert arm.identical_to_baseline == 1 and arm.first_divergence == 2
 
 
 # artifacts, telemetry, wheels ------------------------------------------------------------

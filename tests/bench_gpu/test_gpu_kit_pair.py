@@ -11,7 +11,6 @@ from pathlib import Path
 
 import kit_paths  # noqa: F401
 import pytest
-
 from conftest import MODELS
 
 pytestmark = pytest.mark.slow
@@ -73,23 +72,32 @@ def test_specdeck_check_says_the_pair_is_compatible(kit_run):
 def test_torch_engine_speculates_with_the_trained_draft(kit_run):
     """The A/B loop the GPU run uses, on SpecDeck's PyTorch engine: the draft-model arm
     reproduces the baseline token for token and some drafts are accepted."""
+    from specdeck.core.bench.summary import summarize
+
     from bench.gpu import ab
 
     state, _, _ = kit_run
     target, draft = state.root / "pair" / "target", state.root / "pair" / "draft"
-    arms = ab.default_arms((3,), 3)
+    arms = ab.default_arms(draft, (3,), 3)
     prompts = ab.select_prompts(("grounded", "prose"), 1)
-    records = ab.run_arms("torch", target, draft, arms, prompts, repeats=1, max_new_tokens=24,
-                          log=lambda line: None)
+    run = ab.run_arms("torch", target, arms, prompts, repeats=1, max_new_tokens=24,
+                      log=lambda line: None)
+    records = run.counted()
     assert {r.arm for r in records} == {"baseline", "draft k=3", "n-gram k=3"}
-    assert all(r.new_tokens == 24 for r in records)
-    summaries = {s.arm: s for s in ab.summarize(records)}
-    drafted = summaries["draft k=3"]
-    assert drafted.identical_to_baseline == drafted.runs == 2
-    assert drafted.acceptance_rate is not None and drafted.acceptance_rate > 0
-    assert drafted.mean_acceptance_length > 1.0
-    assert summaries["baseline"].speedup_median is None
-    assert drafted.speedup_median is not None
+    assert all(r.result.stats.new_tokens == 24 for r in records)
+    summary = summarize(run)
+    rows = {row["arm"]: row for row in ab.arm_rows(summary)}
+    drafted = rows["draft k=3"]
+    # The kit's rows are core's summary, not a second computation of it.
+    final = summary.comparison("draft k=3")
+    assert drafted["speedup_median"] == final.speedup.median
+    assert drafted["identical_to_baseline"] == final.lossless.identical == drafted["runs"] == 2
+    assert drafted["lossless"].startswith("lossless")
+    assert drafted["acceptance_rate"] == summary.arm("draft k=3").acceptance_rate > 0
+    assert drafted["mean_acceptance_length"] > 1.0
+    assert rows["baseline"]["speedup_median"] is None and rows["baseline"]["lossless"] == "reference"
+    row = ab.run_row(records[0].arm, records[0].prompt_id, 0, records[0].result)
+    assert row["tokens_per_second"] == records[0].result.stats.tokens_per_second
 
 
 def test_report_shows_agreement_and_parses(kit_run, tmp_path):
@@ -109,8 +117,9 @@ def test_report_shows_agreement_and_parses(kit_run, tmp_path):
 
 def test_link_install_makes_the_tree_importable_as_specdeck(tmp_path):
     """The device has no setuptools we can trust: SpecDeck is linked into the site folder."""
-    from bench.gpu.install import link_specdeck
     from conftest import REPO_ROOT
+
+    from bench.gpu.install import link_specdeck
 
     site = tmp_path / "site"
     link_specdeck(site, REPO_ROOT)
