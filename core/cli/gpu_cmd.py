@@ -9,6 +9,7 @@ from typing import TextIO
 from specdeck.core.cli import EXIT_NEGATIVE, EXIT_OK
 from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.cli.output import emit_json, print_table
+from specdeck.core.exl2_facts import CACHE_MODES_TEXT
 
 
 def register(subparsers) -> None:
@@ -39,7 +40,7 @@ def register(subparsers) -> None:
     vram.add_argument("--draft", metavar="DIR", help="the draft model folder")
     vram.add_argument("--ctx", type=whole(-1, 1 << 27), metavar="N",
                       help="context (max_seq_len); default: TabbyAPI's, min(native, 4096)")
-    vram.add_argument("--cache-mode", default="FP16", help="FP16, Q8, Q6 or Q4 (default FP16)")
+    vram.add_argument("--cache-mode", default="FP16", help=f"{CACHE_MODES_TEXT} (default FP16)")
     vram.add_argument("--draft-cache-mode", default="FP16", help="the draft's cache mode")
     vram.add_argument("--gpus", metavar="GB,GB", help="plan for these GPUs, e.g. 32,24, "
                       "instead of the ones in this machine")

@@ -28,6 +28,7 @@ from specdeck.core.config.schema import (
     setting,
 )
 from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
+from specdeck.core.exl2_facts import CACHE_MODES_TEXT
 
 BOM = "\ufeff"
 
@@ -439,7 +440,7 @@ class ConfigDocument:
                 "error",
                 (MODEL, "cache_mode"),
                 f"model.cache_mode {cache_mode!r} is an ExLlamaV3 bit pair; the ExLlamaV2 "
-                "backend accepts FP16, Q8, Q6 or Q4 (TabbyAPI falls back to FP16).",
+                f"backend accepts {CACHE_MODES_TEXT} (TabbyAPI falls back to FP16).",
             )
         draft_name = self.raw(DRAFT, "draft_model_name")
         if draft_name:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specdeck.core.errors import InvalidInputError
-from specdeck.core.exl2_facts import CACHE_STEP
+from specdeck.core.exl2_facts import CACHE_MODES, CACHE_STEP
 
 EXLLAMAV2 = "exllamav2"
 EXLLAMAV3 = "exllamav3"
@@ -26,7 +26,7 @@ BOTH = (EXLLAMAV2, EXLLAMAV3)
 DRAFT = "draft_model"
 MODEL = "model"
 
-EXL2_CACHE_MODES = ("FP16", "Q8", "Q6", "Q4")
+EXL2_CACHE_MODES = CACHE_MODES
 _EXL3_CACHE_PAIR = re.compile(r"^[2-8]\s*,\s*[2-8]$")
 CACHE_GRANULARITY = CACHE_STEP
 

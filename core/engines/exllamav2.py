@@ -56,7 +56,7 @@ from specdeck.core.engines.base import (
     weights_read,
 )
 from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
-from specdeck.core.exl2_facts import CACHE_STEP, ntk_rope_alpha
+from specdeck.core.exl2_facts import CACHE_CLASSES, CACHE_MODES_TEXT, CACHE_STEP, ntk_rope_alpha
 from specdeck.core.models import ModelInfo, read_model
 
 log = logging.getLogger(__name__)
@@ -67,14 +67,6 @@ PAGE_SIZE = CACHE_STEP
 DEFAULT_MAX_SEQ_LEN = 4096
 """Context when none is given (TabbyAPI's default): a 128k-context model's full cache
 would not fit most GPUs."""
-CACHE_CLASSES = {
-    "FP16": "ExLlamaV2Cache",
-    "Q8": "ExLlamaV2Cache_Q8",
-    "Q6": "ExLlamaV2Cache_Q6",
-    "Q4": "ExLlamaV2Cache_Q4",
-}
-"""TabbyAPI's cache modes. (ExLlamaV2Cache_8bit is not offered: the dynamic generator
-asserts against it.)"""
 LOADABLE_QUANT = ("exl2", "gptq", "none")
 """What ExLlamaV2 0.3.2 loads: EXL2, GPTQ, and unquantized FP16/BF16 safetensors."""
 MIN_Q_SIZE = 8
@@ -146,7 +138,7 @@ def cache_class_name(mode: str) -> str:
     if key not in CACHE_CLASSES:
         raise InvalidInputError(
             f"Cache mode {mode!r} is not one ExLlamaV2 supports.",
-            "Use FP16, Q8, Q6 or Q4.",
+            f"Use {CACHE_MODES_TEXT}.",
         )
     return CACHE_CLASSES[key]
 

@@ -11,14 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdeck.core.errors import InvalidInputError
-from specdeck.core.exl2_facts import CACHE_STEP
+from specdeck.core.exl2_facts import CACHE_MODES, CACHE_STEP
 from specdeck.core.models import Architecture
 
 MiB = 1024**2
 GiB = 1024**3
 
-CACHE_MODES = ("FP16", "Q8", "Q6", "Q4")
-"""TabbyAPI's cache_mode / draft_cache_mode values for ExLlamaV2, largest first."""
 CONTEXT_STEP = CACHE_STEP
 """TabbyAPI rounds cache_size up to a multiple of 256; ExLlamaV2's paged cache needs it."""
 DEFAULT_CHUNK_SIZE = 2048

@@ -30,8 +30,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
 from specdeck.core.errors import SpecDeckError
+from specdeck.core.exl2_facts import CACHE_MODES
 from specdeck.core.gpu.telemetry import TelemetryFrame, TelemetryState
 from specdeck.gui.plan_bars import PlanBars
 from specdeck.gui.telemetry_view import (
@@ -47,7 +47,6 @@ from specdeck.gui.workers import submit
 log = logging.getLogger(__name__)
 
 DEMO_TRACE = ("traces", "demo-5090-4090-70b.jsonl")
-CACHE_MODES = ("FP16", "Q8", "Q6", "Q4")
 SETTINGS_PREFIX = "gpus/plan/"
 GiB = 1024**3
 
