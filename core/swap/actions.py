@@ -77,27 +77,34 @@ def plan_draft(config: SwapConfig, model_name: str, setting: DraftSetting, info=
 def plan_migration(config: SwapConfig, names: list[str] | None = None,
                    info=None) -> tuple[ConfigChange | None, list[str]]:
     """Every fixable finding of the named llama-server models (all by default) applied, as one
-    change of the whole file (None: nothing to fix), and what SpecDeck cannot fix itself."""
+    change of the whole file (None: nothing to fix), and what SpecDeck cannot fix itself.
+    A flag set in a global macro is fixed in the macro, once for every model using it (the
+    warning names them)."""
     names = [m.name for m in config.models if m.is_llama_server and (names is None or m.name in names)]
-    current, last, unfixed = config, None, []
+    current, last, unfixed, warnings = config, None, [], []
     for name in names:
-        found = findings(current.model(name), info)
-        edits = [f.edit for f in found if f.edit is not None]
+        found = findings(current.model(name), info, current.macro_cmds)
         unfixed += [f"{name}: {f.message}" for f in found if f.edit is None]
-        if edits:
-            last = plan_edit(current, name, edits)
+        targets = dict.fromkeys(f.macro for f in found if f.edit is not None)
+        for macro in targets:
+            edits = [f.edit for f in found if f.edit is not None and f.macro == macro]
+            if macro is not None:
+                users = current.users_of(macro)
+                warnings.append(f"Macro {macro} changes for every model that uses it: "
+                                f"{', '.join(users)}.")
+            last = plan_edit(current, macro or name, edits, macro=macro is not None)
             current = from_text(last.new_text, current.path)
     if last is None:
         return None, unfixed
     return ConfigChange(config.document, last.new_text, last.changed_keys, last.values,
-                        last.warnings), unfixed
+                        tuple(dict.fromkeys(warnings))), unfixed
 
 
 def model_rows(config: SwapConfig, info=None) -> list[dict[str, Any]]:
     """One row per model: how its cmd is written, what it drafts, what is out of date."""
     rows = []
     for model in config.models:
-        found = findings(model, info) if model.is_llama_server else []
+        found = findings(model, info, config.macro_cmds) if model.is_llama_server else []
         rows.append({"model": model.name, "style": model.style, "lines": model.lines,
                      "llama_server": model.is_llama_server,
                      "macros": list(model.macros_used), **model.drafting(),

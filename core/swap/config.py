@@ -72,6 +72,9 @@ class SwapConfig:
     document: ConfigDocument
     models: tuple[ModelCmd, ...]
     macros: dict[str, str] = field(default_factory=dict)
+    macro_cmds: tuple[ModelCmd, ...] = ()
+    """The global macros, read like cmds (their own words and where they are written), so a
+    flag set in a macro can be edited where it is written."""
 
     @property
     def path(self) -> Path | None:
@@ -84,6 +87,17 @@ class SwapConfig:
         names = ", ".join(m.name for m in self.models) or "none"
         raise InvalidInputError(f"{self.path} has no model {name!r} (it has: {names}).",
                                 "Use a name from its models: section.")
+
+    def macro(self, name: str) -> ModelCmd:
+        for macro in self.macro_cmds:
+            if macro.name == name:
+                return macro
+        raise InvalidInputError(f"{self.path} has no global macro {name!r}.",
+                                "Use a name from its macros: section.")
+
+    def users_of(self, macro: str) -> list[str]:
+        """The models whose cmd uses ``macro`` (directly or through another macro)."""
+        return [m.name for m in self.models if macro in m.macros_used]
 
 
 def load(path: str | Path) -> SwapConfig:
@@ -120,7 +134,19 @@ def from_document(doc: ConfigDocument) -> SwapConfig:
         # The value as a YAML reader gives it (the node's own value marks folds in `>`
         # blocks for round-tripping).
         models.append(_model(doc, name, cmd[1], own["cmd"], macros))
-    return SwapConfig(doc, tuple(models), global_macros)
+    return SwapConfig(doc, tuple(models), global_macros, _macro_cmds(doc, global_macros))
+
+
+def _macro_cmds(doc: ConfigDocument, macros: dict[str, str]) -> tuple[ModelCmd, ...]:
+    entry = mapping_entry(doc.root, "macros")
+    if entry is None or not is_mapping(entry[1]):
+        return ()
+    found = []
+    for key_node, value_node in entry[1].value:
+        name = str(key_node.value)
+        if is_scalar(value_node) and isinstance(macros.get(name), str):
+            found.append(_model(doc, name, value_node, macros[name], macros))
+    return tuple(found)
 
 
 def _macros(value: Any) -> dict[str, str]:

@@ -54,14 +54,16 @@ def _is_flag(text: str) -> bool:
 
 
 def plan_edit(config: SwapConfig, model_name: str, edits: list[FlagEdit],
-              warnings: tuple[str, ...] = ()) -> ConfigChange:
-    """The planned change (nothing written) for ``edits`` to one model's cmd."""
-    model = config.model(model_name)
+              warnings: tuple[str, ...] = (), macro: bool = False) -> ConfigChange:
+    """The planned change (nothing written) for ``edits`` to one model's cmd, or with
+    ``macro`` to one global macro's value (every model using it sees the change)."""
+    model = config.macro(model_name) if macro else config.model(model_name)
+    what = f"Macro {model_name}" if macro else f"Model {model_name}"
     if model.tokens is None:
-        raise InvalidInputError(f"Model {model_name}: SpecDeck will not edit its cmd: "
-                                f"{model.not_editable}.", "Edit that cmd by hand.")
+        raise InvalidInputError(f"{what}: SpecDeck will not edit {'it' if macro else 'its cmd'}: "
+                                f"{model.not_editable}.", "Edit it by hand.")
     if not model.tokens:
-        raise InvalidInputError(f"Model {model_name} has an empty cmd.")
+        raise InvalidInputError(f"{what} is empty.")
     text = config.document.text
     words = [(t.text, t.start, t.end) for t in model.tokens]
     splices: list[tuple[int, int, str]] = []
@@ -109,7 +111,7 @@ def plan_edit(config: SwapConfig, model_name: str, edits: list[FlagEdit],
     new_text = text
     for start, end, replacement in sorted(splices, key=lambda s: (s[0], s[1]), reverse=True):
         new_text = new_text[:start] + replacement + new_text[end:]
-    _verify(config, model, new_text, expected)
+    _verify(config, model, new_text, expected, macro)
     keys = tuple((model_name, e.flag) for e in edits)
     return ConfigChange(config.document, new_text, keys,
                         {(model_name, e.flag): e.value for e in edits}, warnings)
@@ -151,20 +153,26 @@ def _append(text: str, model: ModelCmd, words, appended: list[str]) -> tuple[int
     return last_end, last_end, "".join(f" {a}" for a in appended)
 
 
-def _verify(config: SwapConfig, model: ModelCmd, new_text: str, expected: list[str]) -> None:
+def _verify(config: SwapConfig, model: ModelCmd, new_text: str, expected: list[str],
+            macro: bool = False) -> None:
+    what = f"macro {model.name}" if macro else f"model {model.name}"
     try:
-        again = from_text(new_text, config.path).model(model.name)
+        after = from_text(new_text, config.path)
+        again = after.macro(model.name) if macro else after.model(model.name)
     except Exception as exc:  # noqa: BLE001 - any failure to read it back is a refusal
-        raise InvalidInputError(f"SpecDeck's edit of model {model.name} would not read back "
-                                f"({exc}); nothing was changed.", "Edit that cmd by hand.") from None
+        raise InvalidInputError(f"SpecDeck's edit of {what} would not read back "
+                                f"({exc}); nothing was changed.", "Edit it by hand.") from None
     got = [t.text for t in again.tokens or ()]
     if got != expected:
-        raise InvalidInputError(f"SpecDeck's edit of model {model.name} would mean something "
+        raise InvalidInputError(f"SpecDeck's edit of {what} would mean something "
                                 "other than what was asked; nothing was changed.",
-                                "Edit that cmd by hand.")
-    others_before = {m.name: m.value for m in config.models if m.name != model.name}
-    others_after = {m.name: m.value for m in from_text(new_text, config.path).models
-                    if m.name != model.name}
-    if others_before != others_after:
-        raise InvalidInputError("SpecDeck's edit would change other models too; nothing was "
-                                "changed.", "Edit that cmd by hand.")
+                                "Edit it by hand.")
+    # Everything else reads as before: every model's cmd as written (a macro edit changes
+    # what they expand to, not what they say), and every other macro.
+    def written(cfg: SwapConfig):
+        return ({m.name: m.value for m in cfg.models if macro or m.name != model.name},
+                {m.name: m.value for m in cfg.macro_cmds if not macro or m.name != model.name})
+
+    if written(config) != written(after):
+        raise InvalidInputError("SpecDeck's edit would change other models or macros too; "
+                                "nothing was changed.", "Edit it by hand.")

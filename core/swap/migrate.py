@@ -29,10 +29,18 @@ FLASH = ("--flash-attn", "-fa")
 class Finding:
     message: str
     edit: FlagEdit | None
-    """The fix, when SpecDeck can write one in the cmd (None: in a macro, or no equivalent)."""
+    """The fix, when SpecDeck can write one (None: no equivalent, or where it is written
+    cannot be edited)."""
+    macro: str | None = None
+    """The global macro the fix is written in (every model using it gets it); None: the
+    model's own cmd."""
 
 
-def findings(model: ModelCmd, info: HelpInfo | None = None) -> list[Finding]:
+def findings(model: ModelCmd, info: HelpInfo | None = None,
+             macros: tuple[ModelCmd, ...] = ()) -> list[Finding]:
+    """What ``model``'s cmd says that current llama-server refuses, each with its fix.
+    ``macros`` (SwapConfig.macro_cmds): a flag set in one of the global macros the cmd uses
+    is fixed in that macro."""
     argv = model.argv
     own = [t.text for t in model.tokens] if model.tokens is not None else []
     own_names = {a.split("=", 1)[0] for a in own if a.startswith("-")}
@@ -43,11 +51,16 @@ def findings(model: ModelCmd, info: HelpInfo | None = None) -> list[Finding]:
     out: list[Finding] = []
 
     def add(message: str, flag: str, edit: FlagEdit | None) -> None:
-        if flag not in own_names:
+        if flag in own_names:
+            out.append(Finding(message, edit))
+            return
+        macro = next((m for m in macros if m.name in model.macros_used and m.tokens
+                      and any(t.text.split("=", 1)[0] == flag for t in m.tokens)), None)
+        if macro is None:
             out.append(Finding(f"{message} (it comes from a macro: {', '.join(model.macros_used)}; "
                                "edit the macro)", None))
         else:
-            out.append(Finding(message, edit))
+            out.append(Finding(f"{message} (in macro {macro.name})", edit, macro.name))
 
     for flag in dict.fromkeys(names):
         if flag not in removed:
@@ -71,9 +84,10 @@ def findings(model: ModelCmd, info: HelpInfo | None = None) -> list[Finding]:
             advice = info.removed.get(flag, "") if info is not None else ""
             out.append(Finding(f"{flag} was removed from llama-server: {advice}".rstrip(": "), None))
     if has_draft_model and "--spec-type" not in names:
+        # Added to the model's own cmd, wherever its draft model is named.
         flag = next(n for n in names if n in DRAFT_MODEL_FLAGS)
-        add(f"{flag} alone no longer drafts: add --spec-type draft-simple", flag,
-            FlagEdit("--spec-type", "draft-simple"))
+        out.append(Finding(f"{flag} alone no longer drafts: add --spec-type draft-simple",
+                           FlagEdit("--spec-type", "draft-simple")))
     for i, arg in enumerate(argv):
         if arg in FLASH and (i + 1 >= len(argv) or argv[i + 1] not in ("on", "off", "auto")):
             swallowed = f" (it would take {argv[i + 1]} as its value)" if i + 1 < len(argv) else ""

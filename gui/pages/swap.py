@@ -537,7 +537,8 @@ def _model_html(row: dict) -> str:
     parts.append(f"drafting: <b>{html.escape(row['drafter'])}</b>"
                  + (f" <code>{html.escape(flags)}</code>" if flags else ""))
     if row["flags_in_macros"]:
-        parts.append("set in macros (edit the macro itself): "
+        parts.append("also passed by its macros (migration fixes them there; the form edits "
+                     "this cmd): "
                      f"<code>{html.escape(' '.join(row['flags_in_macros']))}</code>")
     if not row["editable"]:
         parts.append(f"SpecDeck will not edit this cmd: {html.escape(row['not_editable'] or '')}")

@@ -15,6 +15,7 @@ from specdeck.core import config as tabby_config
 from specdeck.core import swap
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.servers.llama_server import check_args, parse_help
+from specdeck.core.swap.actions import plan_migration
 from swap_samples import SWAP, USER, schema_ok
 
 HELP = parse_help((Path(__file__).resolve().parents[1] / "data" / "servers"
@@ -149,17 +150,45 @@ models:
     assert "-md" not in swap.from_text(removal.new_text).model("folded").argv
 
 
-def test_flags_set_in_a_macro_are_reported_not_edited():
+def test_flags_set_in_a_macro_are_fixed_in_the_macro_for_every_model_using_it(tmp_path):
     text = """\
 macros:
-  old: llama-server --port ${PORT} --draft-max 16
+  # shared by both models
+  "old": llama-server --port ${PORT} --draft-max 16   # last year's guide
+  "fa": --flash-attn
 models:
   m:
-    cmd: ${old} -m /m/t.gguf -md /m/d.gguf
+    cmd: ${old} -m /m/t.gguf -md /m/d.gguf ${fa} --metrics
+  n:
+    cmd: |
+      ${old}
+      -m /m/u.gguf --spec-type ngram-simple
 """
-    found = swap.findings(swap.from_text(text).model("m"), HELP)
-    assert found[0].edit is None and "comes from a macro: old" in found[0].message
-    assert found[1].edit is not None  # -md alone: fixed in the cmd itself
+    cfg = swap.from_text(text)
+    found = swap.findings(cfg.model("m"), HELP, cfg.macro_cmds)
+    assert [(f.message, f.macro) for f in found] == [
+        ("--draft-max was removed: --spec-draft-n-max now (in macro old)", "old"),
+        ("-md alone no longer drafts: add --spec-type draft-simple", None),
+        ("--flash-attn now needs on, off or auto (it would take --metrics as its value): "
+         "--flash-attn on (in macro fa)", "fa")]
+    # Without the macros, the finding is reported and not fixed (what the CLI did before).
+    assert swap.findings(cfg.model("m"), HELP)[0].edit is None
+
+    change, unfixed = plan_migration(cfg, None, HELP)
+    assert unfixed == []
+    removed, added = changed_lines(text, change.new_text)
+    assert removed == ['  "old": llama-server --port ${PORT} --draft-max 16   # last year\'s guide',
+                       '  "fa": --flash-attn',
+                       "    cmd: ${old} -m /m/t.gguf -md /m/d.gguf ${fa} --metrics"]
+    assert added == ['  "old": llama-server --port ${PORT} --spec-draft-n-max 16   # last year\'s guide',
+                     '  "fa": --flash-attn on',
+                     "    cmd: ${old} -m /m/t.gguf -md /m/d.gguf ${fa} --metrics --spec-type draft-simple"]
+    assert "Macro old changes for every model that uses it: m, n." in change.warnings
+    after = swap.from_text(change.new_text)
+    for model in after.models:
+        check_args(model.argv[1:], HELP)  # the pinned llama-server accepts both now
+        assert swap.findings(model, HELP, after.macro_cmds) == []
+    schema_ok(change.new_text)
 
 
 def test_cli_show_set_draft_and_migrate(tmp_path, specdeck_home):
