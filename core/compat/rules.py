@@ -144,13 +144,14 @@ def token_text_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> Rul
     values = {"target": f"{n(t.vocab.known_ids)} ids known",
               "draft": f"{n(d.vocab.known_ids)} ids known"}
     if cmp.differing:
-        first = cmp.mismatches[0]
+        first = cmp.mismatches[0] if cmp.mismatches else None  # none kept with examples=0
+        example = "" if first is None else (
+            f" (first: id {first.id:,}, {quoted(first.target.display)} in the target, "
+            f"{quoted(first.draft.display)} in the draft)")
         return RuleResult(
             "token_text", title, Status.FAIL,
-            f"{n(cmp.differing)} of {n(cmp.compared)} {span} carry different text (first: id "
-            f"{first.id:,}, {quoted(first.target.display)} in the target, "
-            f"{quoted(first.draft.display)} in the draft). Draft tokens would mean other "
-            "words to the target.", **values)
+            f"{n(cmp.differing)} of {n(cmp.compared)} {span} carry different text{example}. "
+            "Draft tokens would mean other words to the target.", **values)
     if not cmp.complete:
         return RuleResult(
             "token_text", title, Status.UNKNOWN,

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from specdeck.core.engines import common
 from specdeck.core.engines.base import (
     MAX_DRAFT_TOKENS,
     NO_DRAFT,
@@ -55,9 +56,9 @@ from specdeck.core.engines.base import (
     StopReason,
     weights_read,
 )
-from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
+from specdeck.core.errors import InvalidInputError, SpecDeckError
 from specdeck.core.exl2_facts import CACHE_CLASSES, CACHE_MODES_TEXT, CACHE_STEP, ntk_rope_alpha
-from specdeck.core.models import ModelInfo, read_model
+from specdeck.core.models import ModelInfo
 
 log = logging.getLogger(__name__)
 
@@ -207,24 +208,13 @@ def _template_starts_with_special(processor: Any) -> bool:
 
 def check_model_folder(path: Path, role: str) -> ModelInfo:
     """Fail before touching the GPU on folders ExLlamaV2 cannot load."""
-    info = read_model(path)
-    if info.quant.method not in LOADABLE_QUANT:
-        raise InvalidInputError(
-            f"The {role} {path.name} is {info.quant.label}, not an EXL2 model.",
-            "ExLlamaV2 loads EXL2 (and GPTQ / FP16) folders; EXL3 needs ExLlamaV3.",
-        )
-    if info.weights is None:
-        raise InvalidInputError(
-            f"The {role} folder {path} has no *.safetensors weights.",
-            "Download the EXL2 branch's files into that folder.",
-        )
-    if not (path / "tokenizer.json").is_file():
-        raise InvalidInputError(
-            f"The {role} folder {path} has no tokenizer.json; ExLlamaV2 0.3.2 reads only "
-            "tokenizer.json (SentencePiece tokenizer.model is no longer supported).",
-            "Copy tokenizer.json from the original (unquantized) model repository.",
-        )
-    return info
+    return common.check_model_folder(
+        path, role, loads=LOADABLE_QUANT,
+        wrong_quant="The {role} {name} is {label}, not an EXL2 model.",
+        wrong_quant_fix="ExLlamaV2 loads EXL2 (and GPTQ / FP16) folders; EXL3 needs ExLlamaV3.",
+        tokenizer="tokenizer.json",
+        tokenizer_note="ExLlamaV2 0.3.2 reads only tokenizer.json (SentencePiece "
+                       "tokenizer.model is no longer supported).")
 
 
 # Errors ----------------------------------------------------------------------------------
@@ -297,19 +287,15 @@ def map_load_error(exc: BaseException, path: Path, plan: ContextPlan | None,
     if isinstance(exc, SpecDeckError):
         return exc
     if isinstance(exc, AssertionError) and SPLIT_TOO_SMALL in str(exc):
-        freed = (f"it was freed again and {kept} stays loaded without a draft" if kept
-                 else "everything was freed again")
         return OutOfMemoryError(
             f"{path.name} does not fit in the gpu_split given (its GB per GPU run out before "
-            f"the last layer); {freed}.",
+            f"the last layer); {common.freed(kept)}.",
             "Raise gpu_split's numbers (in GB, one per GPU), or leave gpu_split empty to "
             "autosplit.")
     if is_out_of_memory(exc):
         cache = f" with a {plan.cache_tokens}-token cache" if plan else ""
-        freed = (f"it was freed again and {kept} stays loaded without a draft" if kept
-                 else "everything was freed again")
         return OutOfMemoryError(
-            f"Not enough VRAM to load {path.name}{cache}; {freed}.",
+            f"Not enough VRAM to load {path.name}{cache}; {common.freed(kept)}.",
             "Use a shorter context (max_seq_len), a Q4/Q6/Q8 cache, a lower-bpw model, "
             "or spread it over more GPUs with gpu_split.",
         )
@@ -375,6 +361,8 @@ class ExLlamaV2Engine:
         self._draft_model: Any = None
         self._draft_cache: Any = None
         self._draft_path: Path | None = None
+        self._draft_notes: tuple[str, ...] = ()
+        """core.compat's warnings about the loaded draft."""
         self._target_bytes: int | None = None
         self._draft_bytes: int | None = None
         """Weights on the GPU, from the EXL2 files (the embedding stays in system RAM)."""
@@ -407,7 +395,7 @@ class ExLlamaV2Engine:
         self._target_bytes = _gpu_weight_bytes(target)
         self._plan = plan_context(target, None, spec)
         try:
-            self._load_target(path, _Progress(progress, cancel))
+            self._load_target(path, common.LoadStages(progress, cancel))
             return self.set_drafter(spec.drafter, progress, cancel)
         except BaseException as exc:
             mapped = map_load_error(exc, path, self._plan)
@@ -417,7 +405,7 @@ class ExLlamaV2Engine:
                 raise
             raise mapped from exc
 
-    def _load_target(self, path: Path, progress: _Progress) -> None:
+    def _load_target(self, path: Path, progress: common.LoadStages) -> None:
         x = self._x
         config = x.ExLlamaV2Config(str(path))
         config.arch_compat_overrides(quiet=True)
@@ -429,7 +417,7 @@ class ExLlamaV2Engine:
         self._configure(config, self._plan.max_seq_len, 1.0)
         self._model = x.ExLlamaV2(config)
         self._cache = self._load_with_cache(
-            self._model, self._spec.cache_mode, progress.stage("Loading target weights", 0.0, 0.7)
+            self._model, self._spec.cache_mode, progress.span("Loading target weights", 0.0, 0.7)
         )
         self._tokenizer = x.ExLlamaV2Tokenizer(config)
         self._notes = tuple(notes)
@@ -483,7 +471,9 @@ class ExLlamaV2Engine:
                 try:
                     info = check_model_folder(path, "draft model")
                     self._plan = plan_context(self._target_info, info, self._spec)
-                    self._load_draft(path, _Progress(progress, cancel, kept=kept))
+                    self._draft_notes = common.require_compatible_draft(
+                        self._target_info.path, path, self._plan.max_seq_len)
+                    self._load_draft(path, common.LoadStages(progress, cancel, kept=kept))
                 except BaseException as exc:
                     plan = self._plan
                     self._fall_back_to_no_draft(exc)
@@ -493,7 +483,7 @@ class ExLlamaV2Engine:
                     raise mapped from exc
                 self._draft_path = path.resolve()
                 self._draft_bytes = _gpu_weight_bytes(info)
-            notes.extend(n for n in self._plan.notes if n not in notes)
+            notes.extend(n for n in (*self._plan.notes, *self._draft_notes) if n not in notes)
         if drafter.kind is DrafterKind.NGRAM and drafter.ngram_max < NGRAM_MIN_MAX:
             # exllamav2 0.3.2 generator/dynamic.py iterate_ngram_gen (lines 1039-1044): the
             # lookup loops over range(max_ngram - 1), so with 1 it never runs and every draft
@@ -545,7 +535,7 @@ class ExLlamaV2Engine:
         self._generator = self._make_generator()
         self._loaded = replace(self._loaded, drafter=NO_DRAFT, max_seq_len=self._plan.max_seq_len)
 
-    def _load_draft(self, path: Path, progress: _Progress) -> None:
+    def _load_draft(self, path: Path, progress: common.LoadStages) -> None:
         x = self._x
         config = x.ExLlamaV2Config(str(path))
         config.arch_compat_overrides(quiet=True)
@@ -556,7 +546,7 @@ class ExLlamaV2Engine:
         self._draft_cache = self._load_with_cache(
             self._draft_model,
             self._spec.draft_cache_mode,
-            progress.stage("Loading draft weights", 0.7, 0.95),
+            progress.span("Loading draft weights", 0.7, 0.95),
         )
 
     def _make_generator(self) -> Any:
@@ -584,14 +574,10 @@ class ExLlamaV2Engine:
             **kwargs,
         )
 
-    def _eos_ids(self) -> set[int]:
-        ids: set[int] = set()
-        if self._tokenizer is not None and self._tokenizer.eos_token_id is not None:
-            ids.add(int(self._tokenizer.eos_token_id))
+    def _eos_ids(self) -> frozenset[int]:
         generation = getattr(self._model.config, "generation_config", None) or {}
-        for token in generation.get("eos_token_id") or ():
-            ids.add(int(token))
-        return ids
+        return common.eos_ids(generation.get("eos_token_id"),
+                              getattr(self._tokenizer, "eos_token_id", None))
 
     # tokens --------------------------------------------------------------------------
     def tokenize(self, text: str, apply_chat_template: bool = False) -> list[int]:
@@ -625,13 +611,7 @@ class ExLlamaV2Engine:
             raise InvalidInputError("The prompt is empty.", "Type a prompt.")
         drafting = self._drafter.kind is not DrafterKind.NONE
         k = self._drafter.num_draft_tokens if drafting else 0
-        if len(prompt_ids) + request.max_new_tokens + k > self._plan.max_seq_len:
-            raise InvalidInputError(
-                f"The prompt ({len(prompt_ids)} tokens) plus max_new_tokens "
-                f"({request.max_new_tokens}) does not fit the {self._plan.max_seq_len}-token "
-                "context this model was loaded with.",
-                "Shorten the prompt, lower max_new_tokens, or reload with a longer context.",
-            )
+        common.check_length(len(prompt_ids), request.max_new_tokens, self._plan.max_seq_len, k)
         job = x.ExLlamaV2DynamicJob(
             input_ids=torch.tensor([prompt_ids], dtype=torch.long),
             max_new_tokens=job_max_new_tokens(request.max_new_tokens, k),
@@ -659,10 +639,8 @@ class ExLlamaV2Engine:
         except BaseException as exc:
             self._generator.clear_queue()
             if is_out_of_memory(exc):
-                raise OutOfMemoryError(
-                    "Ran out of VRAM while generating.",
-                    "Use a shorter prompt or context, or a quantized cache.",
-                ) from exc
+                raise common.out_of_memory(
+                    "generating", "Use a shorter prompt or context, or a quantized cache.") from exc
             raise
         peak = sum(
             int(torch.cuda.max_memory_allocated(d)) for d in range(torch.cuda.device_count())
@@ -682,6 +660,7 @@ class ExLlamaV2Engine:
         self._draft_model = None
         self._draft_cache = None
         self._draft_path = None
+        self._draft_notes = ()
         if had_draft:
             # A replaced generator still holds the draft cache, in a reference cycle (its cache
             # pages point back at it): only a collection frees it before the next draft loads.
@@ -836,28 +815,6 @@ class _JobReader:
             engine=ENGINE_NAME,
             from_draft=tuple(self.from_draft[: len(self.token_ids)]),
         )
-
-
-class _Progress:
-    """Maps ExLlamaV2's per-module load callback (done, total) onto a LoadProgress range,
-    and is where a cancel request interrupts loading."""
-
-    def __init__(self, progress: ProgressCallback | None, cancel: threading.Event | None,
-                 kept: str | None = None):
-        self._progress = progress
-        self._cancel = cancel
-        self._cancelled = (f"Loading the draft cancelled; {kept} stays loaded without a draft."
-                           if kept else "Loading cancelled; everything was freed again.")
-
-    def stage(self, label: str, start: float, end: float):
-        def callback(done: int, total: int) -> None:
-            if self._cancel is not None and self._cancel.is_set():
-                raise CancelledError(self._cancelled)
-            if self._progress is not None:
-                fraction = start + (end - start) * (done / total if total else 1.0)
-                self._progress(LoadProgress(label, fraction))
-
-        return callback
 
 
 def _import_exllamav2() -> Any:

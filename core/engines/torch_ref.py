@@ -31,11 +31,18 @@ from specdeck.core.engines.base import (
     GenerationRequest,
     GenerationResult,
     LoadedModel,
-    LoadProgress,
     LoadSpec,
-    OutOfMemoryError,
     ProgressCallback,
     weights_read,
+)
+from specdeck.core.engines.common import (
+    LoadStages,
+    check_length,
+    check_model_folder,
+    eos_ids,
+    freed,
+    out_of_memory,
+    require_compatible_draft,
 )
 from specdeck.core.engines.detok import StreamDecoder
 from specdeck.core.engines.sampling import TokenPicker
@@ -47,8 +54,7 @@ from specdeck.core.engines.speculative import (
     NgramDrafter,
     RunSettings,
 )
-from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError
-from specdeck.core.models import read_model
+from specdeck.core.errors import InvalidInputError, NotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +68,7 @@ DTYPES = {
     "bfloat16": torch.bfloat16,
     "bf16": torch.bfloat16,
 }
-MAX_VOCAB_DIFFERENCE = 128
-"""llama.cpp's rule for draft/target pairs (see DESIGN.md)."""
-FIRST_COMPARED_ID = 5
+OOM_FIX = "Use a smaller model, a shorter context, or a lower-precision dtype."
 
 
 @dataclass
@@ -92,6 +96,8 @@ class TorchEngine:
         self._dtype: torch.dtype | None = None
         self._target: _LoadedLM | None = None
         self._draft: _LoadedLM | None = None
+        self._draft_notes: tuple[str, ...] = ()
+        """core.compat's warnings about the loaded draft."""
         self._drafter_spec: DrafterSpec = NO_DRAFT
         self._eos: frozenset[int] = frozenset()
         self._max_seq_len = 0
@@ -109,19 +115,20 @@ class TorchEngine:
         cancel: threading.Event | None = None,
     ) -> LoadedModel:
         self.unload()
-        report = _Report(progress)
+        report = LoadStages(progress, cancel)
         try:
             self._device = resolve_device(spec.device)
             self._dtype = resolve_dtype(spec.dtype, self._device)
             report("Checking the model folder", 0.0)
             _check_folder(Path(spec.model_path), "model")
-            _check_cancel(cancel)
             self._target = self._load_lm(Path(spec.model_path), report, cancel, "target", 0.05)
             config = self._target.model.config
             config = getattr(config, "get_text_config", lambda: config)()
             native = int(getattr(config, "max_position_embeddings", 0) or 0)
             self._max_seq_len = spec.max_seq_len or native or 2048
-            self._eos = _eos_ids(self._target.model, self._target.tokenizer)
+            self._eos = eos_ids(
+                getattr(getattr(self._target.model, "generation_config", None), "eos_token_id", None),
+                getattr(self._target.tokenizer, "eos_token_id", None))
             return self.set_drafter(spec.drafter, progress, cancel)
         except BaseException as exc:  # noqa: BLE001 - free everything, then re-raise
             self.unload()
@@ -135,7 +142,7 @@ class TorchEngine:
     ) -> LoadedModel:
         if self._target is None:
             raise InvalidInputError("No model is loaded.", "Load a target model first.")
-        report = _Report(progress)
+        report = LoadStages(progress, cancel, kept=self._target.path.name)
         wanted = drafter.model_path if drafter.kind is DrafterKind.MODEL else None
         # Arms without a draft model keep a loaded one parked (unused): an interleaved A/B
         # run switches arms for every prompt and must not reload the draft each time.
@@ -150,8 +157,9 @@ class TorchEngine:
             else:
                 try:
                     _check_folder(path, "draft model")
+                    self._draft_notes = require_compatible_draft(self._target.path, path,
+                                                                 self._max_seq_len)
                     self._draft = self._load_lm(path, report, cancel, "draft", 0.6)
-                    _check_same_vocabulary(self._target, self._draft)
                 except BaseException as exc:  # noqa: BLE001 - free the draft, re-raise
                     # The target stays loaded and runs without a draft, labelled so: never
                     # a MODEL arm label on a run that had no draft model.
@@ -168,7 +176,7 @@ class TorchEngine:
     def _load_lm(
         self,
         path: Path,
-        report: _Report,
+        report: LoadStages,
         cancel: threading.Event | None,
         role: str,
         start: float,
@@ -177,12 +185,11 @@ class TorchEngine:
 
         report(f"Loading the {role} tokenizer", start)
         tokenizer = AutoTokenizer.from_pretrained(str(path))
-        _check_cancel(cancel)
         report(f"Loading the {role} weights", start + 0.05)
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=self._dtype)
         model.to(self._device)
         model.eval()
-        _check_cancel(cancel)
+        report.check_cancel()
         weight_bytes = _weight_bytes(model)  # before packing moves weights out of parameters
         packed = 0
         if self._prepack is not False and cpu_linear.supported(self._device, self._dtype):
@@ -196,6 +203,8 @@ class TorchEngine:
             notes.append(f"{self._target.packed_layers} linear layers pre-packed for oneDNN")
         if self._draft is self._target and self._drafter_spec.kind is DrafterKind.MODEL:
             notes.append("self-drafting: the draft shares the target's weights")
+        elif self._draft is not None and self._drafter_spec.kind is DrafterKind.MODEL:
+            notes.extend(self._draft_notes)
         if self._dtype != torch.float32:
             notes.append("not float32: greedy ties may flip between batch shapes")
         return LoadedModel(
@@ -237,7 +246,7 @@ class TorchEngine:
             if not request.prompt:
                 raise InvalidInputError("The prompt is empty.", "Type a prompt.")
             prompt_ids = self.tokenize(request.prompt, request.apply_chat_template)
-        self._check_length(len(prompt_ids), request.max_new_tokens)
+        check_length(len(prompt_ids), request.max_new_tokens, self._max_seq_len)
         bad = [i for i in prompt_ids if not 0 <= i < target.vocab_size]
         if bad:
             raise InvalidInputError(
@@ -265,10 +274,8 @@ class TorchEngine:
                 cancel,
                 memory.sample,
             ).run()
-        except torch.OutOfMemoryError as exc:
-            raise _out_of_memory(target.path, "generating") from exc
-        except MemoryError as exc:
-            raise _out_of_memory(target.path, "generating") from exc
+        except (torch.OutOfMemoryError, MemoryError) as exc:
+            raise out_of_memory(f"generating with {target.path.name}", OOM_FIX) from exc
         finally:
             # The run's caches and tensors are young objects: a young-generation collection
             # frees them. A full collection here would hold the GIL for a few hundred ms in a
@@ -301,15 +308,6 @@ class TorchEngine:
             return ModelDrafter(KVModel(self._draft.model, self._device))
         return None
 
-    def _check_length(self, prompt_tokens: int, max_new_tokens: int) -> None:
-        total = prompt_tokens + max_new_tokens
-        if total > self._max_seq_len:
-            raise InvalidInputError(
-                f"The prompt ({prompt_tokens} tokens) plus max_new_tokens ({max_new_tokens}) "
-                f"is {total} tokens, more than the model's context of {self._max_seq_len}.",
-                "Shorten the prompt or lower max_new_tokens.",
-            )
-
     def _require_target(self) -> _LoadedLM:
         if self._target is None:
             raise InvalidInputError("No model is loaded.", "Load a model first.")
@@ -332,20 +330,6 @@ class TorchEngine:
 
 
 # helpers ---------------------------------------------------------------------------------
-class _Report:
-    def __init__(self, progress: ProgressCallback | None):
-        self._progress = progress
-
-    def __call__(self, stage: str, fraction: float | None = None) -> None:
-        if self._progress is not None:
-            self._progress(LoadProgress(stage, fraction))
-
-
-def _check_cancel(cancel: threading.Event | None) -> None:
-    if cancel is not None and cancel.is_set():
-        raise CancelledError("Loading cancelled; nothing stays loaded.")
-
-
 def resolve_device(name: str) -> torch.device:
     """"auto" = the first CUDA GPU if torch sees one, else the CPU."""
     name = (name or "auto").strip().lower()
@@ -387,53 +371,22 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return DTYPES[name]
 
 
+def _check_folder(path: Path, role: str) -> None:
+    """Fail early, with a reason, on folders transformers cannot load."""
+    check_model_folder(
+        path, role, loads=("none",),
+        wrong_quant="The {role} {name} is quantized ({label}); the PyTorch engine loads "
+                    "unquantized Hugging Face models.",
+        wrong_quant_fix="Use the exllamav2 engine for EXL2 models, or pick the unquantized "
+                        "original.",
+        weights=("*.safetensors", "pytorch_model*.bin"))
+
+
 def _same_folder(a: Path, b: Path) -> bool:
     try:
         return a.resolve() == b.resolve()
     except OSError:
         return False
-
-
-def _check_folder(path: Path, role: str) -> None:
-    """Fail early, with a reason, on folders transformers cannot load."""
-    info = read_model(path)
-    if info.quant.method != "none":
-        raise InvalidInputError(
-            f"The {role} {path.name} is quantized ({info.quant.label}); the PyTorch engine "
-            "loads unquantized Hugging Face models.",
-            "Use the exllamav2 engine for EXL2 models, or pick the unquantized original.",
-        )
-    if not any(path.glob("*.safetensors")) and not any(path.glob("pytorch_model*.bin")):
-        raise InvalidInputError(
-            f"The {role} folder {path} has no weights (*.safetensors).",
-            "Download the model's weight files into that folder.",
-        )
-    if not info.tokenizer_files:
-        raise InvalidInputError(
-            f"The {role} folder {path} has no tokenizer files.",
-            "Copy tokenizer.json and tokenizer_config.json from the original model.",
-        )
-
-
-def _check_same_vocabulary(target: _LoadedLM, draft: _LoadedLM) -> None:
-    """Draft token ids go straight into the target: the vocabularies must agree."""
-    tv = target.tokenizer.get_vocab()
-    dv = draft.tokenizer.get_vocab()
-    t_by_id = {i: t for t, i in tv.items()}
-    d_by_id = {i: t for t, i in dv.items()}
-    if abs(len(t_by_id) - len(d_by_id)) > MAX_VOCAB_DIFFERENCE:
-        raise InvalidInputError(
-            f"The draft's vocabulary ({len(d_by_id)} tokens) and the target's "
-            f"({len(t_by_id)}) differ by more than {MAX_VOCAB_DIFFERENCE}.",
-            "Pick a draft model from the target's family (same tokenizer).",
-        )
-    for i in range(FIRST_COMPARED_ID, min(len(t_by_id), len(d_by_id))):
-        if t_by_id.get(i) != d_by_id.get(i):
-            raise InvalidInputError(
-                f"The draft's token {i} is {d_by_id.get(i)!r} but the target's is "
-                f"{t_by_id.get(i)!r}: their tokenizers differ.",
-                "Pick a draft model from the target's family (same tokenizer).",
-            )
 
 
 def _weight_bytes(model: torch.nn.Module) -> int:
@@ -451,25 +404,6 @@ def _output_vocab(model: torch.nn.Module) -> int:
     return int(getattr(head, "out_features", 0) or model.config.vocab_size)
 
 
-def _eos_ids(model: torch.nn.Module, tokenizer: object) -> frozenset[int]:
-    ids: set[int] = set()
-    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if isinstance(configured, int):
-        ids.add(configured)
-    elif isinstance(configured, (list, tuple)):
-        ids.update(int(i) for i in configured)
-    if getattr(tokenizer, "eos_token_id", None) is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    return frozenset(ids)
-
-
-def _out_of_memory(path: Path, doing: str) -> OutOfMemoryError:
-    return OutOfMemoryError(
-        f"Ran out of memory while {doing} {path.name}; everything it held was freed.",
-        "Use a smaller model, a shorter context, or a lower-precision dtype.",
-    )
-
-
 def _raise_mapped(exc: BaseException, path: Path) -> None:
     mapped = _map_load_error(exc, path)
     if mapped is exc:
@@ -484,7 +418,7 @@ def _map_load_error(exc: BaseException, path: Path) -> BaseException:
     if isinstance(exc, SpecDeckError):
         return exc
     if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
-        return _out_of_memory(path, "loading")
+        return out_of_memory(f"loading {path.name}", OOM_FIX, freed(None))
     if isinstance(exc, FileNotFoundError):
         return NotFoundError(f"Cannot load {path}: {exc}.")
     if isinstance(exc, (OSError, ValueError, KeyError)):

@@ -178,6 +178,14 @@ def test_ntk_alpha_matches_tabbyapi():
 # --- the report --------------------------------------------------------------------------------
 
 
+def test_no_examples_still_gives_the_verdict_and_the_count():
+    # `specdeck check --examples 0`, and the engines' own check before loading a draft.
+    report = run("Llama-2-7b-hf", "Mistral-7B-v0.1", examples=0)
+    rule = next(r for r in report.rules if r.key == "token_text")
+    assert report.verdict.value == "incompatible" and report.vocab.mismatches == ()
+    assert rule.status.value == "fail" and "carry different text. Draft tokens" in rule.detail
+
+
 def test_json_shape_is_stable():
     report = run("Llama-2-7b-hf", "Mistral-7B-v0.1", examples=3)
     data = json.loads(json.dumps(to_jsonable(report)))

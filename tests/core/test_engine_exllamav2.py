@@ -138,7 +138,8 @@ def test_bos_follows_tokenizer_config_then_the_post_processor():
 
 
 # folder checks -----------------------------------------------------------------------------
-def _exl2_folder(root: Path, quant: dict | None, tokenizer: bool = True, weights: bool = True):
+def _exl2_folder(root: Path, quant: dict | None, tokenizer: bool = True, weights: bool = True,
+                 family: str = "TinyLlama-1.1B-Chat-v1.0"):
     import numpy as np
     from safetensors.numpy import save_file
 
@@ -151,7 +152,7 @@ def _exl2_folder(root: Path, quant: dict | None, tokenizer: bool = True, weights
         save_file({"model.layers.0.self_attn.q_proj.q_weight": np.zeros((4, 4), np.int32)},
                   str(root / "output.safetensors"))
     if tokenizer:
-        shutil.copy(MODELS / "TinyLlama-1.1B-Chat-v1.0" / "tokenizer.json", root)
+        shutil.copy(MODELS / family / "tokenizer.json", root)
     return root
 
 
@@ -177,7 +178,7 @@ def test_missing_tokenizer_json_is_named(tmp_path):
 
 def test_missing_weights_are_named(tmp_path):
     folder = _exl2_folder(tmp_path / "m", EXL2, weights=False)
-    with pytest.raises(InvalidInputError, match="no \\*.safetensors"):
+    with pytest.raises(InvalidInputError, match=r"has no weights \(\*\.safetensors\)"):
         check_model_folder(folder, "model")
 
 
@@ -482,6 +483,25 @@ def test_a_draft_that_does_not_fit_leaves_the_target_loaded_and_usable(tmp_path,
     fake.out_of_memory.clear()
     engine.set_drafter(DrafterSpec(DrafterKind.MODEL, big, num_draft_tokens=4))
     assert fake.loaded == ["target", "big-draft"]
+    engine.unload()
+
+
+def test_a_draft_with_another_tokenizer_is_refused_by_the_compatibility_check(tmp_path, monkeypatch):
+    """The same check as `specdeck check` (core.compat), before any draft weight loads."""
+    pytest.importorskip("torch")
+    from specdeck.core.engines import exllamav2 as module
+
+    fake = _RecordingExLlamaV2()
+    monkeypatch.setattr(module, "_import_exllamav2", lambda: fake)
+    target = _exl2_folder(tmp_path / "target", EXL2)
+    mistral = _exl2_folder(tmp_path / "mistral-draft", EXL2, family="Mistral-7B-v0.1")
+    engine = ExLlamaV2Engine()
+    engine.load(LoadSpec(target, cache_mode="Q4", draft_cache_mode="Q4"))
+    with pytest.raises(InvalidInputError, match=r"Draft mistral-draft, target target: This draft "
+                       r"cannot speculate for this target \(Token text, id by id\)"):
+        engine.set_drafter(DrafterSpec(DrafterKind.MODEL, mistral, num_draft_tokens=4))
+    assert fake.loaded == ["target"]  # never loaded
+    assert engine.loaded.drafter.kind is DrafterKind.NONE and engine._generator is not None
     engine.unload()
 
 
