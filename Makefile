@@ -54,7 +54,7 @@ test: $(VENV)/.installed-test llama-server
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-test
-	QT_QPA_PLATFORM=offscreen $(PY) -m bench $(BENCH_ARGS)
+	QT_QPA_PLATFORM=offscreen $(PY) -m benchmarks $(BENCH_ARGS)
 
 package: $(VENV)/.installed-test
 	$(PY) -m PyInstaller --noconfirm --clean --distpath build/dist --workpath build/pyinstaller \

@@ -29,7 +29,7 @@ from specdeck.core.gpu.telemetry import GpuReading, TelemetryFrame, TelemetrySta
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 0.25
-"""4 Hz: smooth plots, and well under 1% of a core with NVML (see bench/bench_gpu.py)."""
+"""4 Hz: smooth plots, and well under 1% of a core with NVML (see benchmarks/bench_gpu.py)."""
 DEFAULT_CAPACITY = 2400
 """Ten minutes at 4 Hz per GPU: 2400 rows x 9 columns x 8 bytes = 173 KB per GPU."""
 REPLAY_ENV = "SPECDECK_GPU_REPLAY"

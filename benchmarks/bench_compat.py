@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.report import Report
+from benchmarks.report import Report
 from tools.fixtures import fixtures_dir
 
 GOAL_S = 0.3

@@ -13,8 +13,8 @@ import kit_paths  # noqa: F401
 import pytest
 
 from conftest import MODELS
-from bench.gpu.driver import Step, StepIncomplete, ToolFailed, run_steps
-from bench.gpu.state import KitState
+from gpukit.driver import Step, StepIncomplete, ToolFailed, run_steps
+from gpukit.state import KitState
 
 
 # driver ----------------------------------------------------------------------------------
@@ -85,7 +85,7 @@ def test_run_one_step_again_even_when_done(tmp_path):
 
 # quantize --------------------------------------------------------------------------------
 def test_conversion_plan_measures_once_per_model_then_reuses_it(tmp_path):
-    from bench.gpu.quantize import conversion_plan
+    from gpukit.quantize import conversion_plan
 
     models = {"target": tmp_path / "hf-target", "draft": tmp_path / "hf-draft"}
     plan = conversion_plan(models, tmp_path / "q", (4.0, 6.5), 6, 1024, python="py")
@@ -111,7 +111,7 @@ def _flags(argv: tuple[str, ...]) -> dict[str, str]:
 
 
 def test_converter_arguments_are_checked():
-    from bench.gpu.quantize import quantize_argv
+    from gpukit.quantize import quantize_argv
 
     with pytest.raises(ValueError, match="head bits 7"):
         quantize_argv("py", Path("i"), Path("o"), Path("m"), 4.0, 7, Path("out"), 1024)
@@ -134,7 +134,7 @@ STAND_IN = textwrap.dedent("""
 
 
 def test_run_conversions_skips_finished_jobs_and_reports_failures_verbatim(tmp_path):
-    from bench.gpu.quantize import Conversion, is_finished, run_conversions
+    from gpukit.quantize import Conversion, is_finished, run_conversions
 
     script = tmp_path / "convert.py"
     script.write_text(STAND_IN)
@@ -156,7 +156,7 @@ def test_run_conversions_skips_finished_jobs_and_reports_failures_verbatim(tmp_p
 
 
 def test_a_finished_job_without_its_output_starts_afresh(tmp_path):
-    from bench.gpu.quantize import Conversion, is_finished, prepare_work_dir
+    from gpukit.quantize import Conversion, is_finished, prepare_work_dir
 
     work = tmp_path / "work"
     work.mkdir()
@@ -183,7 +183,7 @@ def real_plan() -> dict:
 
 
 def test_plan_vs_measured_rows(real_plan):
-    from bench.gpu.memory import MeasuredMemory, compare_plan
+    from gpukit.memory import MeasuredMemory, compare_plan
 
     gpu = real_plan["gpus"][0]
     used, context = gpu["used_bytes"], gpu["overhead"]["cuda_context"]
@@ -209,7 +209,7 @@ def test_plan_vs_measured_rows(real_plan):
 
 
 def test_without_nvml_the_device_row_is_left_out(real_plan):
-    from bench.gpu.memory import MeasuredMemory, compare_plan
+    from gpukit.memory import MeasuredMemory, compare_plan
 
     measured = MeasuredMemory(None, None, None, 1, 1, 1, 1)
     comparison = compare_plan("x", real_plan, measured)
@@ -219,7 +219,7 @@ def test_without_nvml_the_device_row_is_left_out(real_plan):
 
 # overhead --------------------------------------------------------------
 def test_overhead_ratio_and_goal():
-    from bench.gpu.ab import overhead
+    from gpukit.ab import overhead
 
     result = overhead([495.0, 500.0, 490.0, 505.0, 498.0], [500.0, 505.0, 499.0, 510.0, 502.0])
     assert result.ratio == pytest.approx(498.0 / 502.0)
@@ -231,7 +231,7 @@ def test_overhead_ratio_and_goal():
 
 # artifacts, telemetry, wheels ------------------------------------------------------------
 def test_extension_parts_round_trip_and_detect_damage(tmp_path):
-    from bench.gpu.artifacts import join_parts, split_file
+    from gpukit.artifacts import join_parts, split_file
 
     source = tmp_path / "exllamav2_ext.so"
     source.write_bytes(bytes(range(256)) * 41)  # 10496 bytes -> 3 parts of 4096
@@ -251,7 +251,7 @@ def test_extension_parts_round_trip_and_detect_damage(tmp_path):
 def test_recorder_runs_specdecks_real_command(tmp_path):
     """Without a GPU `specdeck gpus --record` refuses with its no-GPU message: proof that
     the command line the kit builds is one the real CLI accepts."""
-    from bench.gpu.telemetry import Recorder
+    from gpukit.telemetry import Recorder
 
     recorder = Recorder(tmp_path / "trace.jsonl", 0.5, "kit test", tmp_path / "trace.log")
     code, output = recorder.finish()
@@ -260,7 +260,7 @@ def test_recorder_runs_specdecks_real_command(tmp_path):
 
 
 def test_missing_wheels_are_named(tmp_path):
-    from bench.gpu.__main__ import missing_wheels
+    from gpukit.__main__ import missing_wheels
 
     (tmp_path / "exllamav2-0.3.2-py3-none-any.whl").write_bytes(b"")
     (tmp_path / "platformdirs-4.14.7-py3-none-any.whl").write_bytes(b"")
@@ -270,7 +270,7 @@ def test_missing_wheels_are_named(tmp_path):
 def test_bare_loop_imports_exllamav2_only_when_loading():
     import importlib
 
-    module = importlib.import_module("bench.gpu.bare_loop")
+    module = importlib.import_module("gpukit.bare_loop")
     assert "exllamav2" not in sys.modules
     run = module.BareRun(new_tokens=250, time_generate=0.5, time_prefill=0.01, token_ids=())
     assert run.tokens_per_second == 500.0
@@ -280,10 +280,10 @@ def test_bare_loop_imports_exllamav2_only_when_loading():
 
 # report ----------------------------------------------------------------------------------
 def test_report_renders_recorded_gpu_numbers_and_failures(tmp_path):
-    from bench.gpu.ab import Overhead
-    from bench.gpu.report import write_report
-    from bench.gpu.state import StepRecord
-    from bench.gpu.steps import STEPS
+    from gpukit.ab import Overhead
+    from gpukit.report import write_report
+    from gpukit.state import StepRecord
+    from gpukit.steps import STEPS
 
     state = KitState(tmp_path / "work")
     state.write_json("env", {"date": "2026-11-30", "devices": [{"name": "NVIDIA H100 80GB HBM3"}],
@@ -323,7 +323,7 @@ def test_a_timed_out_build_is_killed_with_its_children(tmp_path):
     import os
     import time
 
-    from bench.gpu.steps import run_in_own_group
+    from gpukit.steps import run_in_own_group
 
     pid_file = tmp_path / "child.pid"
     script = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
@@ -378,7 +378,7 @@ def test_the_build_probe_imports_the_extension_where_exllamav2_keeps_it(tmp_path
     import subprocess
     import sys
 
-    from bench.gpu.steps import BUILD_PROBE
+    from gpukit.steps import BUILD_PROBE
 
     root = _fake_exllamav2(tmp_path)
     done = subprocess.run([sys.executable, "-c", BUILD_PROBE], capture_output=True, text=True,
@@ -409,7 +409,7 @@ def test_the_bare_loop_chooses_paged_mode_by_the_engines_rule(tmp_path, monkeypa
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: capability)
     monkeypatch.setattr(torch.version, "hip", None)
-    from bench.gpu.bare_loop import BareLoop
+    from gpukit.bare_loop import BareLoop
 
     try:
         BareLoop().load(tmp_path / "model", 2048)
@@ -426,7 +426,7 @@ def test_the_kit_plans_the_logits_rows_the_engine_allocates(tmp_path):
     engine, which allocates q_size(MAX_DRAFT_TOKENS) = 33, so it plans with 33."""
     import json
 
-    from bench.gpu.steps import ENGINE_LOGITS_ROWS
+    from gpukit.steps import ENGINE_LOGITS_ROWS
     from conftest import MODELS
 
     from specdeck.core.cli import main

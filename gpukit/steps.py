@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.gpu.driver import Step, StepContext, StepIncomplete, ToolFailed
-from bench.gpu.quantize import folder_name, tail
+from gpukit.driver import Step, StepContext, StepIncomplete, ToolFailed
+from gpukit.quantize import folder_name, tail
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def site_dir(state_root: Path) -> Path:
@@ -61,7 +61,7 @@ def specdeck_cli(args: list[str], env: dict[str, str] | None = None,
 
 # install ---------------------------------------------------------------------------------
 def step_install(ctx: StepContext) -> dict[str, Any]:
-    from bench.gpu.install import install
+    from gpukit.install import install
 
     return install(site_dir(ctx.state.root), REPO_ROOT / ".whl", REPO_ROOT,
                    ctx.state.path("logs", "install.log"))
@@ -69,7 +69,7 @@ def step_install(ctx: StepContext) -> dict[str, Any]:
 
 # env -------------------------------------------------------------------------------------
 def step_env(ctx: StepContext) -> dict[str, Any]:
-    from bench.gpu.envinfo import collect
+    from gpukit.envinfo import collect
 
     info = collect()
     info["date"] = time.strftime("%Y-%m-%d")
@@ -123,7 +123,7 @@ def step_build(ctx: StepContext) -> dict[str, Any]:
     so = Path(so_path)
     exported = []
     if so.suffix == ".so" and so.is_file():
-        from bench.gpu.artifacts import split_file
+        from gpukit.artifacts import split_file
 
         exported = [p.name for p in split_file(so, ctx.state.root / "export")]
     return {"exllamav2": version, "extension": so_path,
@@ -154,7 +154,7 @@ def pair_dir(ctx: StepContext) -> Path:
 
 
 def step_pair(ctx: StepContext) -> dict[str, Any]:
-    from bench.gpu.pair import make_pair
+    from gpukit.pair import make_pair
 
     device = "cuda" if _cuda_available() else "cpu"
     result = make_pair(ctx.config.pair, pair_dir(ctx), device=device, log=ctx.log)
@@ -178,7 +178,7 @@ def quant_dir(ctx: StepContext) -> Path:
 
 
 def step_quantize(ctx: StepContext) -> dict[str, Any]:
-    from bench.gpu.quantize import conversion_plan, run_conversions
+    from gpukit.quantize import conversion_plan, run_conversions
 
     models = {role: pair_dir(ctx) / role for role in ("target", "draft")}
     plan = conversion_plan(models, quant_dir(ctx), ctx.config.bits, ctx.config.head_bits,
@@ -234,7 +234,7 @@ def step_check(ctx: StepContext) -> dict[str, Any]:
 
 # memory ----------------------------------------------------------------------------------
 def step_memory(ctx: StepContext) -> dict[str, Any]:
-    from bench.gpu.memory import MeasuredMemory, compare_plan
+    from gpukit.memory import MeasuredMemory, compare_plan
 
     env = python_env(ctx.state.root, ctx.config.build_jobs)
     context = ctx.config.pair.context
@@ -253,7 +253,7 @@ def step_memory(ctx: StepContext) -> dict[str, Any]:
             if plan is None:
                 raise ToolFailed(f"specdeck vram failed for {name} (exit {code})", errors)
             out = ctx.state.path("results", f"measured-{name.replace(' ', '_')}.json")
-            argv = [sys.executable, "-m", "bench.gpu", "measure-memory", "--model", str(target),
+            argv = [sys.executable, "-m", "gpukit", "measure-memory", "--model", str(target),
                     "--ctx", str(context), "--cache-mode", mode, "--out", str(out)]
             if with_draft:
                 argv += ["--draft", str(draft)]
@@ -274,9 +274,9 @@ def step_memory(ctx: StepContext) -> dict[str, Any]:
 
 # ab --------------------------------------------------------------------------------------
 def step_ab(ctx: StepContext) -> dict[str, Any]:
-    from bench.gpu import ab
-    from bench.gpu.bare_loop import interleaved_overhead_runs
-    from bench.gpu.telemetry import Recorder
+    from gpukit import ab
+    from gpukit.bare_loop import interleaved_overhead_runs
+    from gpukit.telemetry import Recorder
 
     cfg = ctx.config.ab
     pairs = exl2_pairs(ctx)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.gpu.state import DONE, FAILED, INCOMPLETE, KitState, StepRecord, now_iso
+from gpukit.state import DONE, FAILED, INCOMPLETE, KitState, StepRecord, now_iso
 
 
 class StepIncomplete(Exception):
@@ -28,7 +28,7 @@ class StepIncomplete(Exception):
 class StepContext:
     state: KitState
     config: Any
-    """The kit's :class:`bench.gpu.config.KitConfig`."""
+    """The kit's :class:`gpukit.config.KitConfig`."""
     deadline: float
     """time.monotonic() by which the step must return."""
     log: Callable[[str], None] = print

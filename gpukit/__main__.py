@@ -1,4 +1,4 @@
-"""`python -m bench.gpu COMMAND`: the GPU proof kit's driver (docs/gpu-proof.md).
+"""`python -m gpukit COMMAND`: the GPU proof kit's driver (docs/gpu-proof.md).
 
   prepare         here, before a GPU session: tokenizer into .gpukit/, check the wheels
   next            run the pending steps within --budget seconds, write the report to --out
@@ -17,10 +17,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from bench.gpu.config import PRESETS
-from bench.gpu.state import KitState, work_dir
+from gpukit.config import PRESETS
+from gpukit.state import KitState, work_dir
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 CARRY_DIR = REPO_ROOT / ".gpukit"
 WHEELS_DIR = REPO_ROOT / ".whl"
 REQUIRED_WHEELS = ("exllamav2-0.3.2-", "fastparquet-", "cramjam-", "websockets-",
@@ -30,7 +30,7 @@ OUT_FILE_LIMIT = 8
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m gpukit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("next", "run", "status", "report"):
@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_steps(args: argparse.Namespace) -> int:
-    from bench.gpu.driver import describe, log_to, run_steps
-    from bench.gpu.steps import STEPS
+    from gpukit.driver import describe, log_to, run_steps
+    from gpukit.steps import STEPS
 
     state = KitState(work_dir())
     log = log_to(state.path("logs", "kit.log"))
@@ -83,8 +83,8 @@ def cmd_steps(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from bench.gpu.driver import describe, pending
-    from bench.gpu.steps import STEPS
+    from gpukit.driver import describe, pending
+    from gpukit.steps import STEPS
 
     state = KitState(work_dir())
     print(f"work folder: {state.root}")
@@ -95,8 +95,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from bench.gpu.report import write_report
-    from bench.gpu.steps import STEPS
+    from gpukit.report import write_report
+    from gpukit.steps import STEPS
 
     out = args.out or REPO_ROOT / "docs" / "benchmarks"
     for path in write_report(KitState(work_dir()), STEPS, args.preset, out):
@@ -107,8 +107,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def deliver(state: KitState, preset: str, out: Path, with_extension: bool) -> list[Path]:
     """The report, the trace, one combined log and (after a build) the extension's parts,
     within $OUT's 8 files."""
-    from bench.gpu.report import write_report
-    from bench.gpu.steps import STEPS
+    from gpukit.report import write_report
+    from gpukit.steps import STEPS
 
     files = write_report(state, STEPS, preset, out)
     logs = sorted((state.root / "logs").glob("*.log"))
@@ -134,8 +134,8 @@ def deliver(state: KitState, preset: str, out: Path, with_extension: bool) -> li
 
 
 def cmd_measure_memory(args: argparse.Namespace) -> int:
-    from bench.gpu.ab import select_prompts
-    from bench.gpu.memory import measure_load
+    from gpukit.ab import select_prompts
+    from gpukit.memory import measure_load
 
     prompt = select_prompts(("prose",), 1)[0].text
     measured = measure_load(args.model, args.draft, args.ctx, args.cache_mode, prompt)
@@ -144,7 +144,7 @@ def cmd_measure_memory(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from bench.gpu.pair import TOKENIZER_FILES, find_tokenizer
+    from gpukit.pair import TOKENIZER_FILES, find_tokenizer
 
     source = args.tokenizer or find_tokenizer()
     dest = CARRY_DIR / "tokenizer"
@@ -159,7 +159,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         return 1
     size = sum(f.stat().st_size for f in WHEELS_DIR.glob("*.whl")) / 2**20
     print(f"wheels: {len(list(WHEELS_DIR.glob('*.whl')))} files, {size:.1f} MiB in {WHEELS_DIR}")
-    print("ready: run `bash bench/gpu/kit.sh` on the device with carry [.whl, .gpukit]")
+    print("ready: run `bash gpukit/kit.sh` on the device with carry [.whl, .gpukit]")
     return 0
 
 
@@ -169,7 +169,7 @@ def missing_wheels(folder: Path) -> list[str]:
 
 
 def cmd_restore_ext(args: argparse.Namespace) -> int:
-    from bench.gpu.artifacts import join_parts
+    from gpukit.artifacts import join_parts
 
     manifests = sorted((CARRY_DIR / "ext").glob("*.parts.json"))
     if not manifests:

@@ -19,10 +19,10 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def kit_run(tmp_path_factory):
     """install-free steps of the kit (env, pair, check) through the real driver."""
-    from bench.gpu.config import TINY
-    from bench.gpu.driver import run_steps
-    from bench.gpu.state import KitState
-    from bench.gpu.steps import steps_by_name
+    from gpukit.config import TINY
+    from gpukit.driver import run_steps
+    from gpukit.state import KitState
+    from gpukit.steps import steps_by_name
 
     state = KitState(tmp_path_factory.mktemp("kit-work"))
     steps = [steps_by_name()[name] for name in ("env", "pair", "check")]
@@ -74,7 +74,7 @@ def test_torch_engine_speculates_with_the_trained_draft(kit_run):
     reproduces the baseline token for token and some drafts are accepted."""
     from specdeck.core.bench.summary import summarize
 
-    from bench.gpu import ab
+    from gpukit import ab
 
     state, _, _ = kit_run
     target, draft = state.root / "pair" / "target", state.root / "pair" / "draft"
@@ -101,8 +101,8 @@ def test_torch_engine_speculates_with_the_trained_draft(kit_run):
 
 
 def test_report_shows_agreement_and_parses(kit_run, tmp_path):
-    from bench.gpu.report import write_report
-    from bench.gpu.steps import STEPS
+    from gpukit.report import write_report
+    from gpukit.steps import STEPS
 
     state, _, _ = kit_run
     md, js = write_report(state, STEPS, "tiny", tmp_path)
@@ -119,7 +119,7 @@ def test_link_install_makes_the_tree_importable_as_specdeck(tmp_path):
     """The device has no setuptools we can trust: SpecDeck is linked into the site folder."""
     from conftest import REPO_ROOT
 
-    from bench.gpu.install import link_specdeck
+    from gpukit.install import link_specdeck
 
     site = tmp_path / "site"
     link_specdeck(site, REPO_ROOT)

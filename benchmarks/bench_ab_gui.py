@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.report import Report
+from benchmarks.report import Report
 
 GOAL_P99_MS = 16.0
 PROBE_MS = 4

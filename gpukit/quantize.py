@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.gpu.driver import StepIncomplete, ToolFailed
+from gpukit.driver import StepIncomplete, ToolFailed
 
 CONVERTER_MODULE = "exllamav2.conversion.convert_exl2"
 HEAD_BITS = (2, 3, 4, 5, 6, 8)

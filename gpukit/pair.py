@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.gpu.config import ModelSize, PairConfig
+from gpukit.config import ModelSize, PairConfig
 from tools.fixtures import fixtures_dir
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 BOS_ID, EOS_ID = 1, 2
 """TinyLlama / Llama 2's special ids."""
@@ -46,7 +46,7 @@ def find_tokenizer() -> Path:
             return folder
     searched = ", ".join(str(p) for p in tokenizer_candidates())
     raise FileNotFoundError(
-        f"No tokenizer.json found (searched {searched}). Run `python -m bench.gpu prepare` "
+        f"No tokenizer.json found (searched {searched}). Run `python -m gpukit prepare` "
         "where the shared fixtures are, and carry .gpukit."
     )
 
@@ -250,7 +250,7 @@ def make_pair(
     log: Callable[[str], None] = print,
 ) -> PairResult:
     """Build the corpus, train both models, save them under out_dir/{target,draft}."""
-    from bench.gpu.corpus import build_corpus, token_stream
+    from gpukit.corpus import build_corpus, token_stream
 
     tokenizer_dir = tokenizer_dir or find_tokenizer()
     corpus = build_corpus(include_exllamav2=include_exllamav2_text)

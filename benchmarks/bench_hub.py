@@ -32,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.report import Report, median
+from benchmarks.report import Report, median
 from tools.fixtures import fixtures_dir
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 
-from bench.report import Report
+from benchmarks.report import Report
 
 RUNS = 100
 SETTLED = 10

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.gpu.driver import Step
-from bench.gpu.state import KitState
+from gpukit.driver import Step
+from gpukit.state import KitState
 
 GiB = 1024**3
 
@@ -56,7 +56,7 @@ def render_markdown(data: dict[str, Any]) -> str:
     devices = env.get("devices") or []
     gpu = devices[0]["name"] if devices else (env.get("nvml") or {}).get("headline", "no GPU recorded")
     out = [f"# GPU proof: SpecDeck's ExLlamaV2 path on {gpu} ({data['date']})", "",
-           "Made by the GPU proof kit (`bench/gpu/`, docs/gpu-proof.md), preset "
+           "Made by the GPU proof kit (`gpukit/`, docs/gpu-proof.md), preset "
            f"`{data['preset']}`. Raw numbers: the .json beside this file.", ""]
     out += _environment(env)
     out += ["## Steps", ""]

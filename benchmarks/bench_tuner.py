@@ -14,7 +14,7 @@ sweep's own measurement of that k, so the tuner's noisier single runs cannot fla
 
 from __future__ import annotations
 
-from bench.report import Report
+from benchmarks.report import Report
 
 MAX_NEW = 64
 REPEATS = 3

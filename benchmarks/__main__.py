@@ -1,4 +1,4 @@
-"""Run the benchmarks: `python -m bench [NAME ...] [--list]`."""
+"""Run the benchmarks: `python -m benchmarks [NAME ...] [--list]`."""
 
 from __future__ import annotations
 
@@ -9,22 +9,22 @@ import sys
 import time
 from pathlib import Path
 
-import bench
-from bench.report import Report
+import benchmarks
+from benchmarks.report import Report
 
 OUT_DIR = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
 
 
 def available() -> dict[str, str]:
     names = {}
-    for info in pkgutil.iter_modules(bench.__path__):
+    for info in pkgutil.iter_modules(benchmarks.__path__):
         if info.name.startswith("bench_"):
-            names[info.name.removeprefix("bench_")] = f"bench.{info.name}"
+            names[info.name.removeprefix("bench_")] = f"benchmarks.{info.name}"
     return dict(sorted(names.items()))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     parser.add_argument("--out", type=Path, default=OUT_DIR, help="where reports are written")

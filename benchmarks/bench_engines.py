@@ -22,7 +22,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from bench.report import Report
+from benchmarks.report import Report
 
 REPS = 3
 MAX_NEW = 128

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.report import Report, median
+from benchmarks.report import Report, median
 
 RUNS = 9
 GOAL_S = 1.0

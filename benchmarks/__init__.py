@@ -2,5 +2,5 @@
 
 Every module here whose name starts with ``bench_`` is one benchmark: it defines
 ``run(report: Report) -> None`` and records numbers through the report. Run all of them
-with ``python -m bench``, or some with ``python -m bench startup compat``.
+with ``python -m benchmarks``, or some with ``python -m benchmarks startup compat``.
 """

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.gpu.driver import ToolFailed
+from gpukit.driver import ToolFailed
 
 PACKAGE_ROOTS = {"core": "core", "gui": "gui", "resources": "resources"}
 """specdeck.<name> -> repository folder, as in setup.py; specdeck/'s own files are linked

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.report import Report, median
+from benchmarks.report import Report, median
 
 SUITES = ("code", "structured", "grounded", "chat", "prose")
 REPEATS = 2

@@ -13,7 +13,7 @@ import statistics
 import time
 from pathlib import Path
 
-from bench.report import Report
+from benchmarks.report import Report
 from tools.fixtures import fixtures_dir
 
 ROOT = Path(__file__).resolve().parents[1]
