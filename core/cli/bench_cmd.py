@@ -651,12 +651,13 @@ class ProgressPrinter:
                 self.close()  # before the results are printed
 
     def _figures(self, changed: list[int]) -> list[str]:
-        """The running figures of the drafting arms whose paired runs ``changed`` added."""
+        """The running figures of the drafting arms that ``changed`` paired a run of (a run
+        whose reference has not finished yet changes nothing)."""
         state = self.plan_state
         if state is None:
             return []
         arms = dict.fromkeys(state.rows[i].record.arm for i in changed
-                             if state.rows[i].record.arm != state.reference)
+                             if state.rows[i].output is not None)
         return [state.arm_so_far(arm).to_text(state.reference) for arm in arms]
 
     @staticmethod
