@@ -85,9 +85,9 @@ class MainWindow(QMainWindow):
             return module.create_page(self.context)
         except Exception as exc:  # a broken page must not take the app down
             log.exception("Could not build the %s page", spec.title)
-            from specdeck.gui.pages.placeholder import PlaceholderPage
+            from specdeck.gui.pages.failed import FailedPage
 
-            return PlaceholderPage(spec.title, f"This page failed to open: {exc}")
+            return FailedPage(spec.title, exc)
 
     def _install_requested(self, repo_id: str, revision: str) -> None:
         page = self.show_page("models")

@@ -7,7 +7,8 @@ import os
 import subprocess
 import sys
 
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QGuiApplication
 
 from specdeck.gui.main_window import MainWindow
 from specdeck.gui.pages import PAGES
@@ -92,3 +93,34 @@ def test_a_remembered_config_that_vanished_is_forgotten_with_one_notice(qtbot, c
     again = MainWindow()  # the next launch says nothing more
     qtbot.addWidget(again)
     assert str(gone) not in again.statusBar().currentMessage()
+
+
+def test_a_page_that_fails_to_build_shows_the_error_and_its_traceback(qtbot, configured_qapp,
+                                                                        monkeypatch, tmp_path):
+    from specdeck.gui.pages import compatibility
+
+    def broken(context):
+        raise KeyError("tokenizer_cache")  # a bug inside the page's construction
+
+    monkeypatch.setattr(compatibility, "create_page", broken)
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.resize(1280, 800)
+    window.show()
+    page = window.show_page("compat")
+    assert window.stack.currentWidget() is page
+    text = page.message.text()
+    assert "KeyError" in text and "tokenizer_cache" in text and "Not built yet" not in text
+    assert "Compatibility could not open" in page.findChildren(type(page.message))[0].text()
+    # The traceback is one click away, and names the failing function.
+    assert not page.details.isVisible()
+    qtbot.mouseClick(page.details_button, Qt.MouseButton.LeftButton)
+    assert page.details.isVisible() and page.details_button.text() == "Hide details"
+    assert "in broken" in page.details.toPlainText() and "KeyError: 'tokenizer_cache'" in \
+        page.details.toPlainText()
+    page.copy()
+    assert QGuiApplication.clipboard().text() == page.details.toPlainText()
+    # The other pages still open.
+    assert type(window.show_page("start")).__name__ == "StartPage"
+    window.show_page("compat")
+    window.grab().save(str(tmp_path / "failed-page.png"))
