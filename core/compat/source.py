@@ -105,14 +105,8 @@ def _fetch_from_hub(
     token: str | None,
     cancel: threading.Event | None,
 ) -> Path:
-    try:
-        from specdeck.core.hub import fetch_metadata
-    except ImportError as exc:
-        raise SpecDeckError(
-            f"{repo_id} looks like a Hugging Face Hub id, but this SpecDeck build cannot reach "
-            "the Hub (its Hub support is missing).",
-            "Download the model and point at its folder instead.",
-        ) from exc
+    from specdeck.core.hub import fetch_metadata
+
     try:
         folder = fetch_metadata(repo_id, revision, endpoint=endpoint, token=token, cancel=cancel)
     except SpecDeckError:

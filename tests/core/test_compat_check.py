@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import threading
 
 import pytest
 from compat_helpers import copy_model, edit_json, with_tokenizer_json
 from conftest import MODELS
-
 from specdeck.core.compat import Status, Verdict, check, parse_source
 from specdeck.core.compat.rules import ntk_rope_alpha
-from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError, SpecDeckError
+from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError
 from specdeck.core.jsonout import to_jsonable
 
 
@@ -256,14 +254,6 @@ def test_hub_ids_and_folders_are_told_apart(tmp_path, monkeypatch):
         parse_source("just some words")
     with pytest.raises(InvalidInputError):
         parse_source("  ")
-
-
-@pytest.mark.skipif(importlib.util.find_spec("specdeck.core.hub") is not None,
-                    reason="the Hub module is present: its integration test covers this path")
-def test_hub_id_without_hub_support_is_explained():
-    with pytest.raises(SpecDeckError, match="looks like a Hugging Face Hub id") as caught:
-        check(MODELS / "Llama-2-7b-hf", "turboderp/TinyLlama-1B-exl2@4.0bpw")
-    assert "point at its folder" in str(caught.value)
 
 
 def _tokenizer_only(tmp_path, source: str, name: str):

@@ -1,17 +1,11 @@
-"""Checking Hub ids: through the Hub module, against the fake Hub on 127.0.0.1.
-
-Runs once the Hub module (specdeck.core.hub) and its fake Hub (tests/hubserver.py) are in
-the tree; they are built on the hub branch, so on a branch without them these tests skip.
-"""
+"""Checking Hub ids: through the Hub module, against the fake Hub on 127.0.0.1
+(tests/hubserver.py)."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import MODELS
-
-pytest.importorskip("specdeck.core.hub")
-hubserver = pytest.importorskip("hubserver")
-from hubserver import (  # noqa: E402,F401 - fake_hub and memory_keyring are fixtures
+from hubserver import (  # noqa: F401 - fake_hub and memory_keyring are fixtures
     GATED_REPO,
     GOOD_TOKEN,
     QWEN_REPO,
@@ -19,7 +13,6 @@ from hubserver import (  # noqa: E402,F401 - fake_hub and memory_keyring are fix
     fake_hub,
     memory_keyring,
 )
-
 from specdeck.core.cli import main  # noqa: E402
 from specdeck.core.compat import Status, Verdict, check, suggest  # noqa: E402
 from specdeck.core.errors import SpecDeckError  # noqa: E402

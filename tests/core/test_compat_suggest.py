@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
 import pytest
 from compat_helpers import copy_model, edit_json
 from conftest import MODELS, TABBY
-
 from specdeck.core.compat import suggest
 from specdeck.core.compat.library import config_model_dirs, library_dirs, read_config_models
 
@@ -90,15 +88,6 @@ def test_an_installed_hub_draft_is_not_suggested_twice(tmp_path):
     assert "TinyLlama-1B-exl2-4.0bpw" in names
     assert "turboderp/TinyLlama-1B-exl2" not in names
     assert "bartowski/TinyLlama-1.1B-Chat-v1.0-exl2" in names
-
-
-@pytest.mark.skipif(importlib.util.find_spec("specdeck.core.hub") is not None,
-                    reason="with the Hub module present, --verify fetches for real")
-def test_verify_without_hub_support_keeps_hub_drafts_unverified_with_a_note(library):
-    result = suggest(MODELS / "Qwen2.5-7B-Instruct", model_dirs=[library], verify_hub=True)
-    hub = [s for s in result.suggestions if s.origin == "hub"]
-    assert hub and all(s.status == "unverified" for s in hub)
-    assert "could not be checked" in hub[0].reason
 
 
 # --- where the library is ----------------------------------------------------------------

@@ -6,7 +6,6 @@ import pytest
 from hubserver import GATED_REPO, GOOD_TOKEN, TINY_REPO, fake_hub, memory_keyring  # noqa: F401 - fixtures
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QInputDialog
-
 from specdeck.gui.context import AppContext
 from specdeck.gui.pages.models import ModelsPage
 
@@ -185,7 +184,6 @@ def test_use_as_draft_needs_a_config(qtbot, page):
 
 def test_use_as_draft_edits_config_yml_after_showing_the_diff(qtbot, page, drafts, tmp_path, monkeypatch):
     from conftest import TABBY
-
     from specdeck.core import config
     from specdeck.gui.widgets import config_dialog
 
@@ -217,9 +215,7 @@ def test_use_as_draft_edits_config_yml_after_showing_the_diff(qtbot, page, draft
 
 
 def test_library_compatibility_against_the_config_target(qtbot, page, fake_hub, drafts, tmp_path):
-    pytest.importorskip("specdeck.core.compat", reason="the compatibility checker is not merged into this branch yet")
     from conftest import MODELS
-
     from specdeck.core.hub import install
 
     install(TINY_REPO, "4.0bpw", drafts)
