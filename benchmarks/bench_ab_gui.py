@@ -127,7 +127,7 @@ def run(report: Report) -> None:
         f"(median), {pump_p99:.1f} ms (p99), {max(pump_ms):.1f} ms (max) of GUI-thread work.\n\n"
         "The engine runs in its own process (core/bench/worker.py): the GUI process only "
         "unpickles batches of events (verify steps at most 10 ms apart) on a reader thread and "
-        "applies them every 50 ms. Before that move, with the engine on a thread of the GUI's "
-        "process, the same benchmark gave p99 12-23 ms across runs: the tiny model's "
-        "Python-bound decoding held the GIL against every Qt slot and pyqtgraph paint.\n"
+        "applies them every 50 ms, so the engine's Python-bound decoding no longer holds the "
+        "GUI's GIL. (The earlier design, the engine on a thread of the GUI's process, is not "
+        "measured here: there is no like-for-like number for it.)\n"
     )

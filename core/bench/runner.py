@@ -13,8 +13,9 @@ The protocol, and why:
 - the loop checks ``cancel`` between runs and the engine checks it between steps; a cancelled
   run is kept in the records, marked, and left out of every statistic.
 
-Everything is reported to ``on_event`` on the calling thread (the GUI runs this in a worker
-thread and forwards the events). Nothing here imports torch: engines do.
+Everything is reported to ``on_event`` on the calling thread (the A/B page runs this in the
+engine process, core/bench/worker.py, which batches the events back to the GUI). Nothing
+here imports torch: engines do.
 """
 
 from __future__ import annotations

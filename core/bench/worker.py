@@ -1,10 +1,10 @@
 """Run A/B plans in a child process that owns the engine; events come back in batches.
 
 Why a process: the engine's decode loop is Python (the PyTorch engine's speculative loop,
-ExLlamaV2's generator), and in the GUI's process it competes with the GUI thread for the
-GIL: at ~1,700 tokens/s on a 2-core machine the event loop's 99th-percentile latency hovered
-around a frame (12-23 ms). In its own process the engine holds its own GIL, and the GUI
-process only unpickles a batch of events every few ms.
+ExLlamaV2's generator), and in the GUI's process it would compete with the GUI thread for
+the GIL. In its own process the engine holds its own GIL, and the GUI process only unpickles
+a batch of events every few ms (docs/benchmarks/ab_gui.md measures the event loop's latency
+meanwhile).
 
 Protocol (all plain picklable data, see core.bench.runner):
 
@@ -16,7 +16,7 @@ Protocol (all plain picklable data, see core.bench.runner):
 - ``cancel``: a shared event; the runner checks it between verify steps.
 
 The engine stays loaded between plans (a second plan on the same engine reloads only what
-its load spec changes), exactly as it did on the worker thread this replaces.
+its load spec changes).
 """
 
 from __future__ import annotations

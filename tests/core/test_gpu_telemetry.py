@@ -55,7 +55,7 @@ def test_missing_nvml_is_the_no_gpu_state_not_an_error():
     assert read_once().state is TelemetryState.NO_LIBRARY
 
 
-@pytest.mark.skipif(not NVML_PRESENT, reason="needs an NVIDIA driver (verified on a lent GPU)")
+@pytest.mark.skipif(not NVML_PRESENT, reason="needs an NVIDIA driver (not yet run on one: no GPU was lent)")
 def test_live_nvml_reads_every_gpu():
     frame = read_once()
     assert frame.state is TelemetryState.OK and frame.gpus
