@@ -3,20 +3,24 @@
 An exhaustive sweep runs every k (1..8) on every prompt, ``repeats`` times. The tuner runs
 each setting once (repeats = 1) and only a few settings:
 
-1. **Probe**: A (no draft) and k = k_max, fixed k. The k_max run measures, for every draft
+1. **Probe**: A (no draft), k = k_max and k = k_max / 2, fixed k. The k_max run measures, for every draft
    position i, how many verify steps kept a draft there (accepted_i) and proposed one
    (drafted_i). Because a step at k_max keeps position i exactly when a run at any k >= i
    would have kept it (the same greedy target decides), the k_max run predicts every
    smaller k: tokens per step E(k) = 1 + sum_{i<k} accepted_i / steps.
-2. **Cost model**: decode time = t0 * steps + t1 * drafted tokens, fitted to the probe runs
-   (A pins t0, the time of one plain target step; k_max pins t1, the cost of one more
-   draft token: the draft forward plus the wider verify). Predicted tok/s at k:
-   E(k) / (t0 + t1 * D(k)), with D(k) = sum_{i<k} drafted_i / steps the drafts per step.
-   This is Leviathan et al.'s model with the cost ratio measured instead of assumed.
+2. **Cost model**: the time of a verify step = t0 + t1 * d + t2 * d^2 for d drafts in it,
+   fitted to the three probe runs (A pins t0, the time of one plain target step; t1 is the
+   cost of one more draft token: the draft forward plus the wider verify; t2 lets the verify
+   cost grow faster than linearly, as it does once k + 1 tokens stop being free for the
+   hardware, so the best k can lie between the probes). Predicted tok/s at k:
+   E(k) / (t0 + t1 * D(k) + t2 * Q(k)), with D(k) = sum_{i<k} drafted_i / steps the mean
+   drafts per step and Q(k) = sum_{i<k} (2i + 1) drafted_i / steps the mean of d^2 (a step
+   with d drafts drafted at positions 0..d-1, and d^2 = sum_{i<d} (2i + 1)). This is
+   Leviathan et al.'s model with the cost measured instead of assumed.
 3. **Confirm**: the best predicted k values not yet measured (``confirm`` of them) run with
    A again; the winner is the best measured speed-up (k = 0, no draft, when none beats 1).
 
-With the default 2 confirmations the tuner runs at most 5 arm passes over the prompts once;
+With the default 2 confirmations the tuner runs at most 6 arm passes over the prompts once;
 the sweep runs 9 arm passes ``repeats`` times (27 at the default 3 repeats).
 """
 
@@ -36,10 +40,22 @@ from specdeck.core.errors import InvalidInputError
 
 @dataclass(frozen=True)
 class CostModel:
-    """Decode seconds = step_s * verify steps + draft_token_s * drafted tokens."""
+    """Seconds per verify step with D drafts: step_s + draft_token_s * D + draft_token2_s * D^2."""
 
     step_s: float
     draft_token_s: float
+    draft_token2_s: float = 0.0
+
+    def step_seconds(self, drafts: float, drafts_squared: float | None = None) -> float:
+        """Mean seconds of a verify step with ``drafts`` mean drafts (and ``drafts_squared``
+        the mean of their squares; default: as if every step drafted the mean)."""
+        square = drafts * drafts if drafts_squared is None else drafts_squared
+        return self.step_s + self.draft_token_s * drafts + self.draft_token2_s * square
+
+
+def squared_drafts(per_position_drafted) -> int:
+    """Sum over a run's steps of (drafts in the step)^2, from its per-position counts."""
+    return sum((2 * i + 1) * n for i, n in enumerate(per_position_drafted))
 
     @property
     def draft_cost_ratio(self) -> float:
@@ -85,6 +101,7 @@ class TuneResult:
             "drafter": to_jsonable(self.drafter), "best_k": self.best_k,
             "best_speedup": self.best_speedup, "predicted_best_k": self.predicted_best_k,
             "cost": {"step_s": self.cost.step_s, "draft_token_s": self.cost.draft_token_s,
+                     "draft_token2_s": self.cost.draft_token2_s,
                      "draft_cost_ratio": self.cost.draft_cost_ratio},
             "forecast": to_jsonable(self.forecast), "measured": self.measured,
             "spent_s": self.spent_s, "notes": list(self.notes),
@@ -92,6 +109,53 @@ class TuneResult:
 
 
 def fit_cost(records: list[RunRecord]) -> CostModel:
+    """The step cost fitted to the runs: with three or more distinct drafts per step, the
+    quadratic model (least squares of each run's decode_s over steps, drafted and
+    drafted^2 / steps); else, or when the quadratic one would predict a step cheaper than a
+    plain one anywhere up to the most drafts measured, the linear one."""
+    quadratic = _fit_quadratic(records)
+    return quadratic if quadratic is not None else _fit_linear(records)
+
+
+def _fit_quadratic(records: list[RunRecord]) -> CostModel | None:
+    rows = []
+    for record in records:
+        s = record.result.stats
+        if s.steps:
+            rows.append((float(s.steps), float(s.drafted),
+                         float(squared_drafts(s.per_position_drafted)), s.decode_s))
+    if len({round(r[1] / r[0], 6) for r in rows}) < 3:
+        return None
+    # Normal equations of the 3-parameter least squares.
+    a = [[sum(r[i] * r[j] for r in rows) for j in range(3)] for i in range(3)]
+    b = [sum(r[i] * r[3] for r in rows) for i in range(3)]
+    solved = _solve3(a, b)
+    if solved is None:
+        return None
+    cost = CostModel(*solved)
+    most = max(r[1] / r[0] for r in rows)
+    plain = cost.step_s
+    if plain <= 0 or any(cost.step_seconds(most * i / 16) < plain for i in range(1, 17)):
+        return None  # noise made drafting look cheaper than not drafting: keep it linear
+    return cost
+
+
+def _solve3(a: list[list[float]], b: list[float]) -> tuple[float, float, float] | None:
+    """Gaussian elimination with partial pivoting; None when singular."""
+    m = [row[:] + [v] for row, v in zip(a, b)]
+    for col in range(3):
+        pivot = max(range(col, 3), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) < 1e-18:
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(3):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                m[r] = [x - f * y for x, y in zip(m[r], m[col])]
+    return tuple(m[i][3] / m[i][i] for i in range(3))
+
+
+def _fit_linear(records: list[RunRecord]) -> CostModel:
     """Least squares of decode_s over (steps, drafted); drafted-free runs pin step_s."""
     sxx = sxy = syy = sx_t = sy_t = 0.0
     for record in records:
@@ -128,7 +192,8 @@ def forecast(records: list[RunRecord], cost: CostModel, k_max: int,
     for k in range(1, k_max + 1):
         tokens = 1.0 + sum(accepted[:k]) / steps if steps else 1.0
         drafts = sum(drafted[:k]) / steps if steps else 0.0
-        rate = tokens / (cost.step_s + cost.draft_token_s * drafts)
+        squares = squared_drafts(drafted[:k]) / steps if steps else 0.0
+        rate = tokens / cost.step_seconds(drafts, squares)
         speedup = rate / baseline_tokens_per_second if baseline_tokens_per_second > 0 else 0.0
         out.append(KForecast(k, tokens, drafts, rate, speedup))
     return tuple(out)
@@ -161,8 +226,9 @@ def tune_k(
     def plan(ks: list[int]) -> BenchPlan:
         return replace(base, arms=(Arm("A"), *(arm(k) for k in ks)), repeats=1)
 
+    probes = sorted({k_max, max(1, k_max // 2)})
     try:
-        probe = run_plan(plan([k_max]), engine, on_event, cancel)
+        probe = run_plan(plan(probes), engine, on_event, cancel)
         runs = [probe]
         probe_summary = summarize(probe)
         measured = _measured(probe_summary)

@@ -204,6 +204,46 @@ def test_tuner_finds_the_sweeps_best_k_in_a_third_of_its_time(models, virtual_cl
     assert [f.k for f in tuned.forecast] == list(range(1, 9))
 
 
+@pytest.fixture
+def superlinear_clock(monkeypatch):
+    """A clock on which a forward of n tokens costs 1 + 0.05 n^2 units: verifying k + 1
+    tokens grows faster than the tokens it can accept, so on the cycling model (every n-gram
+    draft right) tok/s = (k + 1) / (1 + 0.05 (k + 1)^2) peaks at k = 3-4, not at the tuner's
+    first probe (k_max = 8), and a tuner that always answers k_max is 20% off."""
+    from specdeck.core.engines import speculative
+
+    now = [0.0]
+    real_feed = speculative.KVModel.feed
+
+    def feed(self, ids, all_logits=True):
+        now[0] += 1e-3 * (1 + 0.05 * len(ids) ** 2)
+        return real_feed(self, ids, all_logits)
+
+    class Clock:
+        @staticmethod
+        def perf_counter() -> float:
+            return now[0]
+
+    monkeypatch.setattr(speculative.KVModel, "feed", feed)
+    monkeypatch.setattr(speculative, "time", Clock)
+    return now
+
+
+def test_tuner_finds_a_best_k_between_its_probes_when_verifying_grows_dear(models, superlinear_clock):
+    base = tiny_plan(models["cycle"], (Arm("A"),), repeats=1, max_new_tokens=48)
+    engine = create_engine("torch")
+    sweep = run_sweep(SweepSpec(base, (NGRAM,)), engine)
+    tuned = tune_k(base, NGRAM, k_max=8, engine=engine)
+    engine.unload()
+    rates = {k: sweep.row("n-gram", k).tokens_per_second for k in range(1, 9)}
+    best = max(rates, key=rates.get)
+    assert best in (3, 4) and rates[8] < 0.9 * rates[best]  # "always 8" would fail below
+    assert rates[tuned.best_k] >= 0.97 * rates[best]
+    assert tuned.cost.draft_token2_s > 0  # the fit saw the verify cost grow
+    assert tuned.predicted_best_k in (3, 4, 5)
+    assert len(tuned.runs) == 2 and sum(len(r.plan.arms) for r in tuned.runs) <= 6
+
+
 def test_tuner_turns_drafting_off_when_nothing_is_accepted(models, virtual_clock):
     base = tiny_plan(models["target"], (Arm("A"),), repeats=1, max_new_tokens=8)
     tuned = tune_k(base, DrafterSpec(DrafterKind.MODEL, models["draft"]), k_max=4)
