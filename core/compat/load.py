@@ -57,6 +57,29 @@ class LoadedModel:
     def parameters(self) -> int | None:
         return self.info.parameters if self.info else None
 
+    @property
+    def is_gguf(self) -> bool:
+        return self.gguf_numbers is not None
+
+    @property
+    def file_bytes(self) -> int | None:
+        """A GGUF side's weights on disk (every shard of a split file); None elsewhere."""
+        return self.gguf_numbers.get("file_bytes") if self.gguf_numbers is not None else None
+
+
+def gguf_bytes(path: Path) -> int | None:
+    """The size of a GGUF on disk, all its shards together (``-00001-of-00003.gguf``)."""
+    import re
+
+    path = Path(path)
+    split = re.match(r"(.*)-\d{5}-of-(\d{5})\.gguf$", path.name, re.IGNORECASE)
+    files = ([path.with_name(f"{split.group(1)}-{i:05d}-of-{split.group(2)}.gguf")
+              for i in range(1, int(split.group(2)) + 1)] if split else [path])
+    try:
+        return sum(f.stat().st_size for f in files)
+    except OSError:
+        return None
+
 
 def check_cancel(cancel: threading.Event | None) -> None:
     if cancel is not None and cancel.is_set():
@@ -80,7 +103,8 @@ def load_model(
         vocab, special, numbers = read_gguf(source.gguf)
         return LoadedModel(source=source, folder=source.gguf, info=None, vocab=vocab,
                            special=special, seconds=time.perf_counter() - started,
-                           cache="none", gguf_numbers=numbers)
+                           cache="none", gguf_numbers={**numbers,
+                                                       "file_bytes": gguf_bytes(source.gguf)})
     if source.hub_gguf is not None:
         from specdeck.core.compat.gguf_hub import read_hub_gguf
 

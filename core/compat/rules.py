@@ -337,14 +337,55 @@ def exllamav2_tokenizer_rule(t: LoadedModel, d: LoadedModel, cmp: VocabCompariso
                       blocking=False, origin=EXLLAMAV2, **values)
 
 
+def llama_server_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+    """Both sides GGUF: what llama-server needs to run them as target (-m) and draft (-md)."""
+    values = {"target": "GGUF", "draft": "GGUF"}
+    return RuleResult("llama_server", "Loadable by llama-server", Status.PASS,
+                      "Both are GGUF files: llama-server loads them as -m TARGET -md DRAFT "
+                      "--spec-type draft-simple. It runs the rules above marked llama.cpp when "
+                      "it starts and refuses the pair if one fails (common/speculative.cpp).",
+                      blocking=False, origin=LLAMA_CPP, **values)
+
+
+def mixed_formats_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+    """One side GGUF, the other a model folder: no server loads the pair as it is."""
+    values = {"target": "GGUF" if t.is_gguf else "folder", "draft": "GGUF" if d.is_gguf else "folder"}
+    return RuleResult("formats", "One server for both", Status.WARN,
+                      "One side is a GGUF file and the other a model folder: llama-server needs "
+                      "both as GGUF (-m, -md), TabbyAPI both as EXL2 folders. The tokenizers "
+                      "compared above are what matters for drafting; get the draft in the "
+                      "target's format (e.g. the same model's GGUF or EXL2 repository).",
+                      blocking=False, origin=SPECDECK, **values)
+
+
+def loader_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+    """The server-specific check that applies to this pair's formats."""
+    if t.is_gguf and d.is_gguf:
+        return llama_server_rule(t, d, cmp)
+    if t.is_gguf or d.is_gguf:
+        return mixed_formats_rule(t, d, cmp)
+    return exllamav2_tokenizer_rule(t, d, cmp)
+
+
+def _size(model: LoadedModel) -> tuple[float | None, str]:
+    """What the size ratio compares: parameters from config.json, else a GGUF's bytes."""
+    if model.parameters:
+        return float(model.parameters), format_parameters(model.parameters)
+    if model.file_bytes:
+        return float(model.file_bytes), f"{model.file_bytes / 1024**3:.2f} GiB file"
+    return None, "unknown"
+
+
 def size_ratio_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
     title = "Size ratio"
-    tp, dp = t.parameters, d.parameters
-    values = {"target": format_parameters(tp) if tp else "unknown",
-              "draft": format_parameters(dp) if dp else "unknown"}
-    if not tp or not dp:
+    (tp, t_text), (dp, d_text) = _size(t), _size(d)
+    values = {"target": t_text, "draft": d_text}
+    if not tp or not dp or (t.parameters is None) != (d.parameters is None):
+        why = ("A config.json is missing" if not (t.is_gguf or d.is_gguf)
+               else "One side's parameters or file size is unknown" if not tp or not dp
+               else "One side is counted in parameters and the other in GGUF bytes")
         return RuleResult("size_ratio", title, Status.UNKNOWN,
-                          "A config.json is missing, so the sizes cannot be compared.",
+                          f"{why}, so the sizes cannot be compared.",
                           blocking=False, origin=SPECDECK, **values)
     ratio = tp / dp
     if ratio <= 1.0:
@@ -377,7 +418,7 @@ BLOCKING_RULES: tuple[RuleFn, ...] = (
 ADVISORY_RULES: tuple[RuleFn, ...] = (
     special_texts_rule,
     chat_template_rule,
-    exllamav2_tokenizer_rule,
+    loader_rule,
     size_ratio_rule,
 )
 

@@ -56,6 +56,30 @@ def test_gguf_pairs_get_the_verdicts_of_their_hf_folders(ggufs, target, draft):
             assert {r.key: r.status for r in report.rules}[rule] == llama_cpp[rule], rule
 
 
+def test_the_server_rule_follows_the_pairs_formats(ggufs):
+    target, draft = "Qwen2.5-7B-Instruct", "Qwen2.5-0.5B-Instruct"
+
+    def rules(report):
+        return {r.key: r for r in report.rules}
+
+    both = rules(check(ggufs[target], ggufs[draft]))
+    # Two GGUFs are llama-server's business: no ExLlamaV2 warning about tokenizer.json.
+    assert "exllamav2_tokenizer" not in both and "formats" not in both
+    assert both["llama_server"].status.value == "pass" and "-md DRAFT" in both["llama_server"].detail
+    assert both["token_text"].origin == "llama.cpp"
+    mixed = rules(check(ggufs[target], MODELS / draft))
+    assert mixed["formats"].status.value == "warn" and "llama_server" not in mixed
+    assert (mixed["formats"].target, mixed["formats"].draft) == ("GGUF", "folder")
+    folders = rules(check(MODELS / target, MODELS / draft))
+    assert "exllamav2_tokenizer" in folders and "llama_server" not in folders
+    # The size ratio of two GGUFs compares their files (no config.json to count parameters).
+    ratio = both["size_ratio"]
+    sizes = ggufs[target].stat().st_size / ggufs[draft].stat().st_size
+    assert ratio.target.endswith("GiB file") and (ratio.status.value, ratio.detail) != ("unknown", "")
+    assert (f"{sizes:.1f}x" in ratio.detail) or ratio.status.value == "warn"
+    assert mixed["size_ratio"].status.value == "unknown"  # parameters vs bytes: not compared
+
+
 def test_a_gguf_pair_of_150k_vocabularies_is_checked_quickly(ggufs):
     import time
 
