@@ -52,15 +52,15 @@ class CostModel:
         square = drafts * drafts if drafts_squared is None else drafts_squared
         return self.step_s + self.draft_token_s * drafts + self.draft_token2_s * square
 
-
-def squared_drafts(per_position_drafted) -> int:
-    """Sum over a run's steps of (drafts in the step)^2, from its per-position counts."""
-    return sum((2 * i + 1) * n for i, n in enumerate(per_position_drafted))
-
     @property
     def draft_cost_ratio(self) -> float:
         """One more draft token, in plain target steps: Leviathan's c (plus verify growth)."""
         return self.draft_token_s / self.step_s if self.step_s > 0 else 0.0
+
+
+def squared_drafts(per_position_drafted) -> int:
+    """Sum over a run's steps of (drafts in the step)^2, from its per-position counts."""
+    return sum((2 * i + 1) * n for i, n in enumerate(per_position_drafted))
 
 
 @dataclass(frozen=True)

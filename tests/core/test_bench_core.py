@@ -242,6 +242,9 @@ def test_tuner_finds_a_best_k_between_its_probes_when_verifying_grows_dear(model
     assert tuned.cost.draft_token2_s > 0  # the fit saw the verify cost grow
     assert tuned.predicted_best_k in (3, 4, 5)
     assert len(tuned.runs) == 2 and sum(len(r.plan.arms) for r in tuned.runs) <= 6
+    saved = tuned.to_json()  # what --json and the benchmark write
+    assert saved["cost"]["draft_token2_s"] == tuned.cost.draft_token2_s > 0
+    assert saved["best_k"] == tuned.best_k and len(saved["forecast"]) == 8
 
 
 def test_tuner_turns_drafting_off_when_nothing_is_accepted(models, virtual_clock):
