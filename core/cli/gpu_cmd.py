@@ -36,8 +36,20 @@ def register(subparsers) -> None:
         "they fit, with a per-GPU breakdown, the largest context that fits, and what to "
         "change if they do not. Exits 0 if it fits, 1 if not.",
     )
-    vram.add_argument("--model", required=True, metavar="DIR", help="the target model folder")
-    vram.add_argument("--draft", metavar="DIR", help="the draft model folder")
+    vram.add_argument("--model", metavar="DIR|GGUF", help="the target model folder, or a .gguf "
+                      "for a llama-server plan")
+    vram.add_argument("--draft", metavar="DIR|GGUF", help="the draft model folder (or .gguf)")
+    llama = vram.add_argument_group(
+        "llama-server (GGUF)", "With a .gguf --model, or a llama-swap model: layers, KV cache and "
+        "draft placed as llama.cpp places them, read from the files' headers and the flags.")
+    llama.add_argument("--llama-args", default="", metavar='"FLAGS"',
+                       help='the llama-server flags, e.g. "-c 16384 -ngl 99 -ctk q8_0 -ctv q8_0 '
+                       '-ngld 99 --device-draft CUDA1"')
+    llama.add_argument("--swap-config", metavar="FILE",
+                       help="plan what a llama-swap model's cmd loads (-m, -md and its flags)")
+    llama.add_argument("--swap-model", metavar="NAME", help="with --swap-config: the model")
+    llama.add_argument("--compute-reserve-mb", type=finite(0, 1 << 20), default=512,
+                       help="kept per GPU for llama.cpp's compute buffers (default 512)")
     vram.add_argument("--ctx", type=whole(-1, 1 << 27), metavar="N",
                       help="context (max_seq_len); default: TabbyAPI's, min(native, 4096)")
     vram.add_argument("--cache-mode", default="FP16", help=f"{CACHE_MODES_TEXT} (default FP16)")
@@ -157,6 +169,12 @@ def run_vram(args: argparse.Namespace) -> int:
     from specdeck.core import vram
     from specdeck.core.errors import InvalidInputError
 
+    if args.swap_config or (args.model and str(args.model).lower().endswith(".gguf")):
+        return _vram_gguf(args)
+    if not args.model:
+        raise InvalidInputError("Which model? Give --model (a folder, or a .gguf), or "
+                                "--swap-config FILE --swap-model NAME.")
+
     if args.ctx == 0:
         raise InvalidInputError("--ctx 0 is not a context length.",
                                 "Give tokens (e.g. --ctx 16384), -1 for the model's own context, "
@@ -192,6 +210,45 @@ def run_vram(args: argparse.Namespace) -> int:
     else:
         print_plan(result)
     return EXIT_OK if result.fits else EXIT_NEGATIVE
+
+
+def _vram_gguf(args: argparse.Namespace) -> int:
+    """The llama-server plan: GGUF target/draft from --model/--draft and --llama-args, or from
+    a llama-swap model's cmd."""
+    import shlex
+
+    from specdeck.core.errors import InvalidInputError
+    from specdeck.core.vram.gguf import LlamaFlags, plan_gguf, plan_lines, read_gguf_model
+    from specdeck.core.vram.inputs import PlanInputs, _resolve_gpus
+
+    if args.swap_config:
+        from specdeck.core import swap
+
+        if not args.swap_model:
+            raise InvalidInputError("--swap-config needs --swap-model NAME.")
+        argv = list(swap.load(args.swap_config).model(args.swap_model).argv[1:])
+        from specdeck.core.servers.llama_server import flag_value
+
+        target = flag_value(tuple(argv), "-m", "--model")
+        draft = flag_value(tuple(argv), "-md", "--model-draft", "--spec-draft-model")
+        if not target:
+            raise InvalidInputError(f"Model {args.swap_model}'s cmd names no -m GGUF.",
+                                    "SpecDeck plans llama-server cmds that load a local GGUF.")
+    else:
+        argv = shlex.split(args.llama_args)
+        target, draft = args.model, args.draft
+    flags = LlamaFlags.from_args(argv)
+    from specdeck.core.vram.costs import DEFAULT_OVERHEADS
+
+    gpus = _resolve_gpus(PlanInputs(model=str(target), gpus=args.gpus,
+                                    count_in_use=args.count_in_use), None, DEFAULT_OVERHEADS)
+    plan = plan_gguf(read_gguf_model(target), read_gguf_model(draft) if draft else None, flags,
+                     gpus, args.compute_reserve_mb)
+    if args.json:
+        emit_json(plan.to_json())
+    else:
+        print("\n".join(plan_lines(plan)))
+    return EXIT_OK if plan.fits else EXIT_NEGATIVE
 
 
 def print_plan(result, out: TextIO | None = None) -> None:

@@ -165,15 +165,18 @@ class _Header:
                 continue
             self.fields[key] = self._value(kind)
         self.tensor_shapes: dict[str, tuple[int, ...]] = {}
+        self.tensor_types: dict[str, int] = {}
+        """ggml type of each tensor (enum ggml_type), for sizing its data."""
         for _ in range(tensors):
             name = self._string()
             dims = self._take("<I")
             if dims > 8:
                 raise ValueError(f"tensor {name} has {dims} dimensions")
             shape = tuple(self._take("<Q") for _ in range(dims))
-            self._take("<I")
+            self.tensor_types[name] = self._take("<I")
             self._take("<Q")
             self.tensor_shapes[name] = shape
+        self.header_end = self.pos
 
 
 def _field(header: _Header, key: str) -> Any:

