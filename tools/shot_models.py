@@ -80,4 +80,38 @@ def render(window, out_dir: Path) -> list[Path]:
         window.grab().save(str(shots[-1]))
     finally:
         hub.stop()
+    shots.append(_gguf_shot(app, window, out_dir, drafts))
     return shots
+
+
+def _gguf_shot(app, window, out_dir: Path, drafts: Path) -> Path:
+    """models-gguf.png: a GGUF repository's files by quant, one installed (llama-server's -md)."""
+    from gguf_writer import write_tokenizer_gguf
+    from hubserver import FakeHub, FakeRepo
+
+    repo = "bartowski/Qwen2.5-0.5B-Instruct-GGUF"
+    data = write_tokenizer_gguf(_fixtures() / "models" / "Qwen2.5-0.5B-Instruct",
+                                Path(tempfile.mkdtemp()) / "q.gguf", columns=16).read_bytes()
+    half = len(data) // 2
+    files = {"README.md": b"# GGUF\n", "Qwen2.5-0.5B-Instruct-Q8_0.gguf": data,
+             "Qwen2.5-0.5B-Instruct-Q6_K.gguf": data[: half + half // 2],
+             "Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf": data[:half // 2],
+             "Qwen2.5-0.5B-Instruct-Q4_K_M-00002-of-00002.gguf": data[half // 2:half],
+             "mmproj-Qwen2.5-0.5B-Instruct-f16.gguf": data[: half // 4]}
+    hub = FakeHub([FakeRepo(repo, {"main": files}, tags=("gguf",))]).start()
+    os.environ["HF_ENDPOINT"] = hub.url
+    try:
+        page = window.show_page("models")
+        page.show_repo(repo)
+        _wait(app, lambda: page.variants_table.rowCount() == 4)
+        table = page.variants_table
+        table.selectRow(next(r for r in range(table.rowCount())
+                             if table.item(r, 0).text() == "Qwen2.5-0.5B-Instruct-Q8_0.gguf"))
+        page.start_install()
+        _wait(app, lambda: page._install_task is None and not page.busy())
+        _settle(app)
+        shot = out_dir / "models-gguf.png"
+        window.grab().save(str(shot))
+    finally:
+        hub.stop()
+    return shot

@@ -122,12 +122,35 @@ def plan_gguf_install(repo: str, wanted: str, dest=None, *, revision: str | None
         raise HubError(f"{choice.main_file} is split into {int(shards.group(2))} files, but "
                        f"{spec.repo_id} holds {len(choice.files)} of them.",
                        "The repository is incomplete; try another quantization.")
-    folder = name or f"{spec.name}-{choice.quant or choice.name}"
+    folder = name or gguf_folder_name(spec.repo_id, choice)
     if problem := folder_name_problem(folder):
         raise InvalidInputError(f"'{folder}' cannot be a model folder name: {problem}.")
     return InstallPlan(repo_id=spec.repo_id, revision=label, commit=commit,
                        endpoint=client.endpoint, dest=destination, folder_name=folder,
                        files=choice.files, skipped=(), bits=None, head_bits=None), choice
+
+
+def gguf_folder_name(repo_id: str, choice: GgufChoice) -> str:
+    """The folder an install of ``choice`` goes into: ``<repo name>-<quant>``."""
+    return f"{repo_id.split('/')[-1]}-{choice.quant or choice.name}"
+
+
+def is_installed(choice: GgufChoice, folder) -> bool:
+    """``folder`` holds every file of ``choice`` at its size (an install is atomic, so the
+    folder exists only once complete)."""
+    folder = Path(folder)
+    return all((folder / Path(f.path).name).is_file()
+               and (folder / Path(f.path).name).stat().st_size == f.size for f in choice.files)
+
+
+def install_gguf(repo: str, wanted: str, dest, *, name: str | None = None, progress=None,
+                 cancel=None, endpoint: str | None = None, token=None):
+    """Plan and run one GGUF's install (core.hub.install: staged, verified, atomic)."""
+    from specdeck.core.hub.install import install
+
+    plan, _choice = plan_gguf_install(repo, wanted, dest, name=name, endpoint=endpoint, token=token)
+    return install(plan.repo_id, plan.revision, dest, name=plan.folder_name, endpoint=endpoint,
+                   token=token, progress=progress, cancel=cancel, plan=plan)
 
 
 def list_gguf(repo: str, revision: str | None = None, *, endpoint: str | None = None,

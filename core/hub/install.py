@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from specdeck import __version__
 from specdeck.core.atomic import _fsync_dir, atomic_write_text  # the same durable rename
 from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.hub.client import HubClient, RemoteFile
@@ -60,6 +59,8 @@ from specdeck.core.hub.spec import RepoSpec, parse_repo_spec
 from specdeck.core.hub.transfer import RetryPolicy, download_file, file_digest
 from specdeck.core.hub.variants import bits_from_branch, variant_folder_name
 from specdeck.core.models import ModelInfo, quantization_from_config, read_model
+
+from specdeck import __version__
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +194,8 @@ class PartialInstall:
     bytes_done: int
     bytes_total: int
     updated_at: str
+    gguf: str | None = None
+    """A GGUF install: the file (its first shard) it installs; None for an EXL2 branch."""
 
     @property
     def spec(self) -> str:
@@ -706,11 +709,12 @@ def _download_all(
 
 
 def _result(status: str, plan: InstallPlan, *, downloaded: int, resumed: int) -> InstallResult:
-    try:
-        model = read_model(plan.target)
-    except SpecDeckError as exc:  # installed, but not readable as a model: say so, keep it
-        log.warning("Installed %s but cannot read it as a model: %s", plan.target, exc)
-        model = None
+    model = None
+    if not all(f.path.lower().endswith(".gguf") for f in plan.files):  # a GGUF has no config.json
+        try:
+            model = read_model(plan.target)
+        except SpecDeckError as exc:  # installed, but not readable as a model: say so, keep it
+            log.warning("Installed %s but cannot read it as a model: %s", plan.target, exc)
     return InstallResult(
         status=status,
         path=plan.target,
@@ -759,6 +763,8 @@ def find_partial_installs(dest: str | Path) -> list[PartialInstall]:
                 bytes_done=done,
                 bytes_total=sum(int(f["size"]) for f in files),
                 updated_at=str(state.get("updated_at", "")),
+                gguf=(Path(sorted(f["path"] for f in files)[0]).name
+                      if files and all(f["path"].lower().endswith(".gguf") for f in files) else None),
             )
         )
     return found

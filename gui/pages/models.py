@@ -45,7 +45,6 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
 from specdeck.core.errors import CancelledError
 from specdeck.gui.context import AppContext
 from specdeck.gui.pages.compatibility import BADGE_ROLES
@@ -193,12 +192,26 @@ def _forget() -> str:
 
 
 def _variants_with_status(repo_id: str, dirs: list[str], install_dir: str | None, cancel=None) -> dict:
+    """Worker: a repo's EXL2 branches and GGUF files, and which are installed."""
     from specdeck.core.hub import find_partial_installs, installed_variants, list_variants
+    from specdeck.core.hub.gguf import gguf_folder_name, is_installed, list_gguf
 
     found = list_variants(repo_id, cancel=cancel)
     installed = installed_variants([*dirs, install_dir] if install_dir else dirs)
     partials = find_partial_installs(install_dir) if install_dir else []
-    return {"found": found, "installed": installed, "partials": partials}
+    ggufs = list_gguf(repo_id)
+    gguf_installed = {c.name for c in ggufs if install_dir and is_installed(
+        c, Path(install_dir) / gguf_folder_name(repo_id, c))}
+    return {"found": found, "installed": installed, "partials": partials, "gguf": ggufs,
+            "gguf_installed": gguf_installed}
+
+
+def _install_gguf(repo_id: str, wanted: str, dest: str, name: str | None = None, progress=None,
+                  cancel=None):
+    """Worker: one GGUF of ``repo_id`` (all its shards), installed like an EXL2 branch."""
+    from specdeck.core.hub.gguf import install_gguf
+
+    return install_gguf(repo_id, wanted, dest, name=name, progress=progress, cancel=cancel)
 
 
 # ---------------------------------------------------------------------------------------
@@ -211,7 +224,10 @@ class ModelsPage(QWidget):
     LIBRARY_HEADERS = ["Name", "Architecture", "Parameters", "Size", "Quantization", "Context", "Vocab",
                        "Compatibility", "Installed from"]
     RESULT_HEADERS = ["Repository", "Downloads", "Likes", "Access"]
-    VARIANT_HEADERS = ["Branch", "Bitrate", "Download", "VRAM (weights)", "Files", "Status", "Notes"]
+    VARIANT_HEADERS = ["Branch / file", "Bitrate / quant", "Download", "VRAM (weights)", "Files",
+                       "Status", "Notes"]
+    GGUF_PREFIX = "gguf:"
+    """Row data of a GGUF file (EXL2 rows hold their branch)."""
 
     def __init__(self, context: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
@@ -222,6 +238,9 @@ class ModelsPage(QWidget):
         self._variants: Any = None  # RepoVariants of the selected repository
         self._installed: dict = {}
         self._partials: list = []
+        self._ggufs: dict = {}
+        """The selected repository's GGUF files by name (core.hub.gguf.GgufChoice)."""
+        self._gguf_installed: set[str] = set()
         self._library_dirs: list[Path] = []
         self._last_result: Any = None
         self._install_dir: Path | None = None
@@ -275,7 +294,7 @@ class ModelsPage(QWidget):
         return box
 
     def _build_hub(self) -> QWidget:
-        box = QGroupBox("Install an EXL2 draft model from the Hugging Face Hub")
+        box = QGroupBox("Install a draft model (EXL2 branch or GGUF file) from the Hugging Face Hub")
         layout = QVBoxLayout(box)
         self.error_banner = Banner()
         layout.addWidget(self.error_banner)
@@ -609,8 +628,10 @@ class ModelsPage(QWidget):
         self.context.show_status(f"Pick a bitrate of {repo_id} and press Install.")
 
     def show_repo(self, repo_id: str, select: str | None = None) -> None:
-        current = self.selected_variant()
-        keep = current.revision if current is not None and current.repo_id == repo_id else None
+        rows = self.variants_table.selectionModel().selectedRows() if self._variants else []
+        same_repo = self._variants is not None and self._variants.repo_id == repo_id
+        keep = (self.variants_table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole)
+                if rows and same_repo else None)
         keep = select or keep
         if self._variants_task is not None:
             self._variants_task.cancel()
@@ -643,10 +664,17 @@ class ModelsPage(QWidget):
         self._variants = found
         self._installed = result["installed"]
         self._partials = result["partials"]
+        self._ggufs = {c.name: c for c in result.get("gguf", ())}
+        self._gguf_installed = result.get("gguf_installed", set())
         others = "; ".join(f"{b}: {why}" for b, why in found.other_branches)
+        counts = [f"{len(found.variants)} bitrate{'s' if len(found.variants) != 1 else ''}"]
+        if self._ggufs and not found.variants:
+            counts = []
+        if self._ggufs:
+            counts.append(f"{len(self._ggufs)} GGUF file{'s' if len(self._ggufs) != 1 else ''}")
         self.repo_label.setText(
-            f"<b>{found.repo_id}</b> · {len(found.variants)} bitrate{'s' if len(found.variants) != 1 else ''}"
-            + (f"<br><span style='color:gray'>{others}</span>" if others else "")
+            f"<b>{found.repo_id}</b> · {', '.join(counts)}"
+            + (f"<br><span style='color:gray'>{others}</span>" if others and not self._ggufs else "")
         )
         table = self.variants_table
         table.setRowCount(0)
@@ -662,11 +690,42 @@ class ModelsPage(QWidget):
             table.setItem(row, 5, _item(self._status_text(variant)))
             notes = "; ".join(variant.notes)
             table.setItem(row, 6, _item(notes, notes or None))
-        if found.variants:
-            revisions = [v.revision for v in found.variants]
-            table.selectRow(revisions.index(keep) if keep in revisions else 0)
+        self._add_gguf_rows()
+        if table.rowCount():
+            keys = [table.item(r, 0).data(Qt.ItemDataRole.UserRole) for r in range(table.rowCount())]
+            table.selectRow(keys.index(keep) if keep in keys else 0)
         self._show_partials()
         self._update_buttons()
+
+    def _add_gguf_rows(self) -> None:
+        """One row per GGUF file (shards together): llama.cpp's drafts come as files, one per
+        quantization, not as branches."""
+        from specdeck.core.hub import format_bytes
+
+        table = self.variants_table
+        for choice in self._ggufs.values():
+            row = table.rowCount()
+            table.insertRow(row)
+            table.setItem(row, 0, _item(choice.main_file, "a GGUF file on the main branch",
+                                        data=self.GGUF_PREFIX + choice.name))
+            table.setItem(row, 1, _item(f"GGUF {choice.quant or '?'}"))
+            table.setItem(row, 2, _item(format_bytes(choice.size), align_right=True))
+            table.setItem(row, 3, _item(f"≈ {format_bytes(choice.size)}", "llama.cpp loads the "
+                                        "file's tensors as they are: its size is the weights' "
+                                        "VRAM when every layer is offloaded", align_right=True))
+            table.setItem(row, 4, _item(str(len(choice.files)), align_right=True))
+            table.setItem(row, 5, _item("installed" if choice.name in self._gguf_installed else ""))
+            note = ("multimodal projector: not a draft model" if choice.is_projector
+                    else "for llama-server (-md); TabbyAPI loads EXL2")
+            table.setItem(row, 6, _item(note, note))
+
+    def selected_gguf(self):
+        """The GGUF file (a core.hub.gguf.GgufChoice) selected, or None."""
+        rows = self.variants_table.selectionModel().selectedRows() if self._variants else []
+        if not rows:
+            return None
+        key = self.variants_table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole) or ""
+        return self._ggufs.get(key[len(self.GGUF_PREFIX):]) if key.startswith(self.GGUF_PREFIX) else None
 
     def _status_text(self, variant) -> str:
         entry = self._installed.get((variant.repo_id, variant.revision))
@@ -682,6 +741,8 @@ class ModelsPage(QWidget):
         if not rows:
             return None
         revision = self.variants_table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole)
+        if str(revision).startswith(self.GGUF_PREFIX):
+            return None
         return self._variants.find(revision)
 
     def select_variant(self, revision: str) -> None:
@@ -694,6 +755,18 @@ class ModelsPage(QWidget):
     # install -------------------------------------------------------------------------
     def _update_buttons(self) -> None:
         installing = self._install_task is not None
+        gguf = self.selected_gguf() if hasattr(self, "variants_table") else None
+        if gguf is not None:
+            installed = gguf.name in self._gguf_installed
+            self.install_button.setEnabled(self._install_dir is not None and not installing
+                                           and not installed and not gguf.is_projector)
+            self.install_button.setText("Installed" if installed else f"Install GGUF {gguf.quant or gguf.name}")
+            self.install_button.setToolTip(
+                "A multimodal projector, not a draft model." if gguf.is_projector else
+                f"Installs {len(gguf.files)} file(s) into {self._install_dir or '?'}/"
+                f"{self._variants.repo_id.split('/')[-1]}-{gguf.quant or gguf.name}")
+            self.cancel_button.setEnabled(installing)
+            return
         variant = self.selected_variant() if hasattr(self, "variants_table") else None
         installed = variant is not None and self._status_text(variant) == "installed"
         can = variant is not None and self._install_dir is not None and not installing and not installed
@@ -709,6 +782,10 @@ class ModelsPage(QWidget):
         self.cancel_button.setEnabled(installing)
 
     def start_install(self, name: str | None = None) -> None:
+        gguf = self.selected_gguf()
+        if gguf is not None and self._install_dir is not None and self._install_task is None:
+            self._begin_install(self._variants.repo_id, "main", name, gguf=gguf.name)
+            return
         variant = self.selected_variant()
         if variant is None or self._install_dir is None or self._install_task is not None:
             return
@@ -717,9 +794,11 @@ class ModelsPage(QWidget):
     def resume_install(self) -> None:
         if self._partials and self._install_task is None:
             partial = self._partials[0]
-            self._begin_install(partial.repo_id, partial.revision, partial.folder_name)
+            self._begin_install(partial.repo_id, partial.revision, partial.folder_name,
+                                gguf=partial.gguf)
 
-    def _begin_install(self, repo_id: str, revision: str, name: str | None) -> None:
+    def _begin_install(self, repo_id: str, revision: str, name: str | None,
+                       gguf: str | None = None) -> None:
         from specdeck.core.hub import install
 
         self._clear_error()
@@ -727,11 +806,18 @@ class ModelsPage(QWidget):
         self.use_button.hide()
         self.compat_badge.hide()
         self.progress_bar.setValue(0)
-        self.progress_label.setText(f"Starting {repo_id}@{revision}…")
-        self._install_task = self._run(
-            install, repo_id, revision, self._install_dir, name=name,
-            finished=self._install_done, failed=self._install_failed, progress=self._install_progress,
-        )
+        self.progress_label.setText(f"Starting {repo_id}@{revision}" + (f" {gguf}" if gguf else "") + "…")
+        if gguf is not None:
+            self._install_task = self._run(
+                _install_gguf, repo_id, gguf, str(self._install_dir), name=name,
+                finished=self._install_done, failed=self._install_failed,
+                progress=self._install_progress)
+        else:
+            self._install_task = self._run(
+                install, repo_id, revision, self._install_dir, name=name,
+                finished=self._install_done, failed=self._install_failed,
+                progress=self._install_progress,
+            )
         if self._install_task is None:
             return
         self._install_task.done.connect(self._install_ended)
@@ -776,9 +862,15 @@ class ModelsPage(QWidget):
         skipped = ""
         if result.skipped:
             skipped = "<br><span style='color:gray'>Left out: " + ", ".join(s.path for s in result.skipped) + "</span>"
+        ggufs = sorted(result.path.glob("*.gguf"))
+        if ggufs:
+            # A GGUF draft is llama-server's: TabbyAPI's config.yml cannot take it.
+            facts = (f"<br>For llama-server: <code>-md {html.escape(str(ggufs[0]))} --spec-type "
+                     "draft-simple</code> (the llama-swap page sets it in a model's cmd).")
         self.result_label.setText(f"<b>{result.path.name}</b> in {result.path.parent}{facts}{skipped}")
-        self.use_button.show()
-        self._update_use_button()
+        if not ggufs:
+            self.use_button.show()
+            self._update_use_button()
         self._check_new_model(result.path)
         self.install_finished.emit(result)
 

@@ -262,3 +262,108 @@ def test_install_request_from_another_page_opens_the_variant(qtbot, configured_q
     assert page.search_edit.text() == TINY_REPO
     page.shutdown()
     qtbot.waitUntil(lambda: not page.busy(), timeout=TIMEOUT)
+
+
+# GGUF drafts ---------------------------------------------------------------------------------
+GGUF_REPO = "bartowski/Qwen2.5-0.5B-Instruct-GGUF"
+
+
+@pytest.fixture
+def gguf_page(qtbot, configured_qapp, memory_keyring, monkeypatch, drafts, tmp_path):  # noqa: F811
+    """The Models page against a fake Hub holding a GGUF repository: one file per quant, one
+    split in two shards, and a multimodal projector."""
+    from conftest import FIXTURES
+    from gguf_writer import write_tokenizer_gguf
+    from hubserver import FakeHub, FakeRepo
+
+    data = write_tokenizer_gguf(FIXTURES / "models" / "Qwen2.5-0.5B-Instruct",
+                                tmp_path / "q.gguf", columns=8).read_bytes()
+    half = len(data) // 2
+    files = {"README.md": b"# GGUF\n", "Qwen2.5-0.5B-Instruct-Q8_0.gguf": data,
+             "Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf": data[:half],
+             "Qwen2.5-0.5B-Instruct-Q4_K_M-00002-of-00002.gguf": data[half:],
+             "mmproj-Qwen2.5-0.5B-Instruct-f16.gguf": data[: half // 4]}
+    with FakeHub([FakeRepo(GGUF_REPO, {"main": files}, tags=("gguf",))]) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        page = ModelsPage(AppContext())
+        qtbot.addWidget(page)
+        page.set_install_dir(drafts)
+        page.resize(1200, 800)
+        page.show()
+        hub.throttle_bps = 400_000
+        yield page, hub, files
+        page.shutdown()
+        qtbot.waitUntil(lambda: not page.busy(), timeout=TIMEOUT)
+
+
+def _rows(page) -> dict[str, list[str]]:
+    table = page.variants_table
+    return {table.item(r, 0).text(): [table.item(r, c).text() for c in range(table.columnCount())]
+            for r in range(table.rowCount())}
+
+
+def _select(page, file_name: str) -> None:
+    table = page.variants_table
+    table.selectRow(next(r for r in range(table.rowCount()) if table.item(r, 0).text() == file_name))
+
+
+def test_a_gguf_repo_lists_its_files_and_installs_one_verified(qtbot, gguf_page, drafts):
+    from specdeck.core.hub import format_bytes
+
+    page, hub, files = gguf_page
+    page.show_repo(GGUF_REPO)
+    qtbot.waitUntil(lambda: page.variants_table.rowCount() == 3, timeout=TIMEOUT)
+    rows = _rows(page)
+    q4 = rows["Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf"]
+    assert q4[1] == "GGUF Q4_K_M" and q4[4] == "2" and q4[2] == format_bytes(len(files[
+        "Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf"]) * 2 + (len(files[
+            "Qwen2.5-0.5B-Instruct-Q4_K_M-00002-of-00002.gguf"]) - len(files[
+                "Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf"])))
+    assert "projector" in rows["mmproj-Qwen2.5-0.5B-Instruct-f16.gguf"][6]
+    _select(page, "mmproj-Qwen2.5-0.5B-Instruct-f16.gguf")
+    assert not page.install_button.isEnabled()  # a projector is not a draft
+
+    _select(page, "Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf")
+    assert page.install_button.isEnabled() and page.install_button.text() == "Install GGUF Q4_K_M"
+    seen = []
+    page.progress_bar.valueChanged.connect(seen.append)
+    page.start_install()
+    qtbot.waitUntil(lambda: page._install_task is None and bool(page.result_label.text()), timeout=TIMEOUT)
+    folder = drafts / "Qwen2.5-0.5B-Instruct-GGUF-Q4_K_M"
+    for name in ("Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf",
+                 "Qwen2.5-0.5B-Instruct-Q4_K_M-00002-of-00002.gguf"):
+        assert (folder / name).read_bytes() == files[name]
+    assert any(0 < v < page.progress_bar.maximum() for v in seen)  # it moved while downloading
+    assert "-md " in page.result_label.text() and not page.use_button.isVisible()
+    qtbot.waitUntil(lambda: _rows(page).get(
+        "Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf", [""] * 6)[5] == "installed",
+        timeout=TIMEOUT)
+    _select(page, "Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf")
+    assert page.install_button.text() == "Installed" and not page.install_button.isEnabled()
+
+
+def test_a_cancelled_gguf_install_leaves_nothing_that_looks_installed(qtbot, gguf_page, drafts):
+    page, hub, files = gguf_page
+    hub.throttle_bps = 20_000
+    page.show_repo(GGUF_REPO)
+    qtbot.waitUntil(lambda: page.variants_table.rowCount() == 3, timeout=TIMEOUT)
+    _select(page, "Qwen2.5-0.5B-Instruct-Q8_0.gguf")
+    page.start_install()
+    qtbot.waitUntil(lambda: page.progress_bar.value() > 0, timeout=TIMEOUT)
+    page.cancel_install()
+    qtbot.waitUntil(lambda: page._install_task is None, timeout=TIMEOUT)
+    assert not (drafts / "Qwen2.5-0.5B-Instruct-GGUF-Q8_0").exists()
+    qtbot.waitUntil(lambda: page.variants_table.rowCount() == 3, timeout=TIMEOUT)
+    assert _rows(page)["Qwen2.5-0.5B-Instruct-Q8_0.gguf"][5] == ""
+    # The unfinished download is offered for resuming, as a GGUF (not the whole main branch).
+    qtbot.waitUntil(lambda: page.partial_banner.isVisible(), timeout=TIMEOUT)
+    assert page._partials[0].gguf == "Qwen2.5-0.5B-Instruct-Q8_0.gguf"
+    hub.throttle_bps = 0
+    page.resume_install()
+    qtbot.waitUntil(lambda: page._install_task is None and bool(page.result_label.text()),
+                    timeout=TIMEOUT)
+    folder = drafts / "Qwen2.5-0.5B-Instruct-GGUF-Q8_0"
+    assert [p.name for p in folder.iterdir() if not p.name.startswith(".")] == [
+        "Qwen2.5-0.5B-Instruct-Q8_0.gguf"]
+    assert (folder / "Qwen2.5-0.5B-Instruct-Q8_0.gguf").read_bytes() == files[
+        "Qwen2.5-0.5B-Instruct-Q8_0.gguf"]
