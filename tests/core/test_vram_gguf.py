@@ -46,6 +46,10 @@ def test_ngl_counts_the_output_layer_as_llama_cpp_does(demo):
     assert on_gpu(10).layers == tuple(range(21, 30)) and on_gpu(10).output
     assert on_gpu(1).layers == () and on_gpu(1).output
     assert on_gpu(31).layers == tuple(range(30)) and on_gpu(99).layers == tuple(range(30))
+    # SmolLM2 ties its output to token_embd: llama.cpp duplicates it onto the output's device.
+    assert demo.tied_output
+    assert on_gpu(99).weight_bytes == sum(demo.layer_bytes) + demo.output_bytes + demo.input_bytes
+    assert on_gpu(10).weight_bytes == sum(demo.layer_bytes[21:]) + demo.output_bytes + demo.input_bytes
     plan = plan_gguf(demo, None, LlamaFlags.from_args(["-ngl", "0"]), one)
     assert [p.device for p in plan.placements] == ["host"]
     assert plan.host_bytes == demo.weight_bytes + 30 * demo.kv_bytes_per_layer(8192, "f16", "f16")
