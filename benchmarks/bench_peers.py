@@ -117,3 +117,8 @@ def run(report: Report) -> None:
     report.text("")
     report.text(f"n-gram vs transformers' prompt lookup, same k = {K} (goal >= 1.00x on every "
                 f"suite): median {median(peer_all):.2f}x; {'met' if met_peer else 'NOT met'}.")
+    report.text("")
+    report.text("Where the no-draft tokens differ from generate()'s, the answer ended early: "
+                "generate(min_new_tokens) masks the end-of-sequence token until the length is "
+                "reached and picks the next best, while the engine (stop_on_eos=False) emits it "
+                "and goes on; the runs are then equal in length but not in text.")
