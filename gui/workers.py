@@ -36,6 +36,9 @@ class TaskHandle(QObject):
         super().__init__(parent)
         self.cancel_event = threading.Event()
         self.running = True
+        self.owned_by_parent = parent is not None
+        """A parent (a page) owns the C++ object; without one Python owns it, and only its
+        last reference may free it (a deleteLater too would free it twice)."""
 
     def cancel(self) -> None:
         self.cancel_event.set()
@@ -80,6 +83,8 @@ def _release(handle) -> None:
     the finished/failed/done signals, so every slot queued for them runs first; connecting
     done to deleteLater instead raced with slots connected after it (Qt may run the
     deferred delete first, and PySide drops the pending calls of a deleted sender)."""
+    if not handle.owned_by_parent:
+        return  # Python owns it: freed with its last reference, never by Qt
     try:
         QMetaObject.invokeMethod(handle, "deleteLater", Qt.ConnectionType.QueuedConnection)
     except RuntimeError:  # already deleted with the widget that asked
