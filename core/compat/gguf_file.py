@@ -15,6 +15,7 @@ The header is parsed straight from a memory map: only its pages are read.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,19 @@ CONTROL, USER_DEFINED = 3, 4
 SKIPPED = ("tokenizer.ggml.merges", "tokenizer.ggml.scores")
 """Read past, not kept: no rule compares them (llama.cpp's draft checks do not either)."""
 FORMAT_GGUF = "GGUF tokenizer.ggml.*"
+
+
+_SHARD = re.compile(r"(.*)-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+
+
+def shards(path: Path) -> list[Path]:
+    """Every file of a split GGUF (``-00001-of-00003.gguf``) from any one of them, in order;
+    ``[path]`` for a single file."""
+    split = _SHARD.match(path.name)
+    if not split:
+        return [path]
+    return [path.with_name(f"{split.group(1)}-{i:05d}-of-{split.group(3)}.gguf")
+            for i in range(1, int(split.group(3)) + 1)]
 
 
 class NeedMore(Exception):

@@ -69,14 +69,10 @@ class LoadedModel:
 
 def gguf_bytes(path: Path) -> int | None:
     """The size of a GGUF on disk, all its shards together (``-00001-of-00003.gguf``)."""
-    import re
+    from specdeck.core.compat.gguf_file import shards
 
-    path = Path(path)
-    split = re.match(r"(.*)-\d{5}-of-(\d{5})\.gguf$", path.name, re.IGNORECASE)
-    files = ([path.with_name(f"{split.group(1)}-{i:05d}-of-{split.group(2)}.gguf")
-              for i in range(1, int(split.group(2)) + 1)] if split else [path])
     try:
-        return sum(f.stat().st_size for f in files)
+        return sum(f.stat().st_size for f in shards(Path(path)))
     except OSError:
         return None
 

@@ -57,7 +57,6 @@ CACHE_TYPES = {name: (block, size) for name, block, size in GGML_TYPES.values()
 """What -ctk / -ctv accept (common/arg.cpp kv_cache_types)."""
 CTX_PAD = 256
 DEFAULT_RESERVE_MB = 512
-_SHARD = re.compile(r"(.*)-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -108,18 +107,9 @@ def tensor_bytes(ggml_type: int, shape: tuple[int, ...]) -> int:
     return count // block * size
 
 
-def shards(path: Path) -> list[Path]:
-    split = _SHARD.match(path.name)
-    if not split:
-        return [path]
-    total = int(split.group(3))
-    return [path.with_name(f"{split.group(1)}-{i:05d}-of-{split.group(3)}.gguf")
-            for i in range(1, total + 1)]
-
-
 def read_gguf_model(path: str | Path) -> GgufModel:
     """The sizes llama.cpp places, from the header(s) only."""
-    from specdeck.core.compat.gguf_file import _Header
+    from specdeck.core.compat.gguf_file import _Header, shards
 
     path = Path(path).expanduser()
     layers: dict[int, int] = {}

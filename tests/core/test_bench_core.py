@@ -61,20 +61,16 @@ def tiny_plan(model: Path, arms, **overrides) -> BenchPlan:
     return shared_tiny_plan(model, arms, **{**values, **overrides})
 
 
-@pytest.fixture
-def virtual_clock(monkeypatch):
-    """The PyTorch engine's clock advances only by the models' forwards (see module doc)."""
+def _forward_clock(monkeypatch, cost) -> list[float]:
+    """The PyTorch engine's clock advances only by the models' forwards, ``cost(model, ids)``
+    seconds each (see module doc)."""
     from specdeck.core.engines import speculative
 
     now = [0.0]
-    sizes: dict[int, int] = {}
     real_feed = speculative.KVModel.feed
 
     def feed(self, ids, all_logits=True):
-        key = id(self.model)
-        if key not in sizes:
-            sizes[key] = sum(p.numel() for p in self.model.parameters())
-        now[0] += sizes[key] * 1e-9
+        now[0] += cost(self.model, ids)
         return real_feed(self, ids, all_logits)
 
     class Clock:
@@ -85,6 +81,19 @@ def virtual_clock(monkeypatch):
     monkeypatch.setattr(speculative.KVModel, "feed", feed)
     monkeypatch.setattr(speculative, "time", Clock)
     return now
+
+
+@pytest.fixture
+def virtual_clock(monkeypatch):
+    """A forward costs 1 ns per parameter of the model, whatever the tokens it is given."""
+    sizes: dict[int, int] = {}
+
+    def cost(model, ids):
+        if id(model) not in sizes:
+            sizes[id(model)] = sum(p.numel() for p in model.parameters())
+        return sizes[id(model)] * 1e-9
+
+    return _forward_clock(monkeypatch, cost)
 
 
 # Summary and reports -------------------------------------------------------------------------
@@ -210,23 +219,7 @@ def superlinear_clock(monkeypatch):
     tokens grows faster than the tokens it can accept, so on the cycling model (every n-gram
     draft right) tok/s = (k + 1) / (1 + 0.05 (k + 1)^2) peaks at k = 3-4, not at the tuner's
     first probe (k_max = 8), and a tuner that always answers k_max is 20% off."""
-    from specdeck.core.engines import speculative
-
-    now = [0.0]
-    real_feed = speculative.KVModel.feed
-
-    def feed(self, ids, all_logits=True):
-        now[0] += 1e-3 * (1 + 0.05 * len(ids) ** 2)
-        return real_feed(self, ids, all_logits)
-
-    class Clock:
-        @staticmethod
-        def perf_counter() -> float:
-            return now[0]
-
-    monkeypatch.setattr(speculative.KVModel, "feed", feed)
-    monkeypatch.setattr(speculative, "time", Clock)
-    return now
+    return _forward_clock(monkeypatch, lambda model, ids: 1e-3 * (1 + 0.05 * len(ids) ** 2))
 
 
 def test_tuner_finds_a_best_k_between_its_probes_when_verifying_grows_dear(models, superlinear_clock):
