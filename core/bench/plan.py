@@ -231,6 +231,7 @@ def drafter_to_json(spec: DrafterSpec) -> dict[str, Any]:
         "num_draft_tokens": spec.num_draft_tokens,
         "ngram_max": spec.ngram_max,
         "ngram_min": spec.ngram_min,
+        "ngram_short": spec.ngram_short,
         "adaptive": spec.adaptive,
     }
 
@@ -243,6 +244,7 @@ def drafter_from_json(data: dict[str, Any]) -> DrafterSpec:
         num_draft_tokens=_whole(data.get("num_draft_tokens", PLAN_FIELDS["k"].default), "k"),
         ngram_max=int(data.get("ngram_max", 4)),
         ngram_min=int(data.get("ngram_min", 2)),
+        ngram_short=int(data.get("ngram_short", DrafterSpec.ngram_short)),
         adaptive=bool(data.get("adaptive", True)),
     )
 

@@ -18,7 +18,8 @@ each setting once (repeats = 1) and only a few settings:
    with d drafts drafted at positions 0..d-1, and d^2 = sum_{i<d} (2i + 1)). This is
    Leviathan et al.'s model with the cost measured instead of assumed.
 3. **Confirm**: the best predicted k values not yet measured (``confirm`` of them) run with
-   A again; the winner is the best measured speed-up (k = 0, no draft, when none beats 1).
+   A again (no warm-up: the probe left the engine warm); the winner is the best measured
+   speed-up (k = 0, no draft, when none beats 1).
 
 With the default 2 confirmations the tuner runs at most 6 arm passes over the prompts once;
 the sweep runs 9 arm passes ``repeats`` times (27 at the default 3 repeats).
@@ -238,7 +239,9 @@ def tune_k(
         ranked = sorted(curve, key=lambda f: f.tokens_per_second, reverse=True)
         candidates = [f.k for f in ranked if f.k not in measured and f.speedup > 1.0][:confirm]
         if candidates and not cancel.is_set():
-            check = run_plan(plan(sorted(candidates)), engine, on_event, cancel)
+            # The probe just warmed the engine up: no second warm-up.
+            check = run_plan(replace(plan(sorted(candidates)), warmup=0), engine, on_event,
+                             cancel)
             runs.append(check)
             measured.update(_measured(summarize(check)))
     finally:

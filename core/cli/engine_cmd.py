@@ -24,6 +24,15 @@ from typing import Any, TextIO
 from specdeck.core.cli import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
 from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.cli.output import emit_json, print_table
+from specdeck.core.engines.base import (
+    MAX_DRAFT_TOKENS,
+    DrafterKind,
+    DrafterSpec,
+    GenerationRequest,
+    LoadSpec,
+    SamplingSpec,
+    StopReason,
+)
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.exl2_facts import CACHE_MODES_TEXT
 
@@ -55,9 +64,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     drafter = gen.add_mutually_exclusive_group()
     drafter.add_argument("--draft", metavar="FOLDER", help="draft model folder (same tokenizer)")
     drafter.add_argument("--ngram", action="store_true", help="n-gram prompt-lookup drafting")
-    gen.add_argument("--k", type=whole(1, 32), default=4, help="draft tokens per step (default 4)")
-    gen.add_argument("--ngram-min", type=whole(1, 16), default=2, help="shortest n-gram match (default 2)")
-    gen.add_argument("--ngram-max", type=whole(1, 16), default=4, help="longest n-gram match (default 4)")
+    d = DrafterSpec  # the defaults and limits live with the drafter's fields
+    gen.add_argument("--k", type=whole(1, MAX_DRAFT_TOKENS), default=d.num_draft_tokens,
+                     help=f"draft tokens per step (default {d.num_draft_tokens})")
+    gen.add_argument("--ngram-min", type=whole(1, 16), default=d.ngram_min,
+                     help=f"shortest n-gram match that drafts up to k (default {d.ngram_min})")
+    gen.add_argument("--ngram-max", type=whole(1, 16), default=d.ngram_max,
+                     help=f"longest n-gram match (default {d.ngram_max})")
+    gen.add_argument("--ngram-short", type=whole(0, MAX_DRAFT_TOKENS), default=d.ngram_short,
+                     help="most tokens a match shorter than --ngram-min drafts "
+                     f"(default {d.ngram_short}; 0 = none)")
     prompt = gen.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", help="the prompt text")
     prompt.add_argument("--prompt-file", type=Path, help="read the prompt from a file")
@@ -126,7 +142,6 @@ def _generate(args: argparse.Namespace) -> int:
             draft = resolve_model(drafter.model_path, _progress_printer(err), cancel)
             drafter = dataclasses.replace(drafter, model_path=draft)
         loaded = engine.load(_load_spec(args, model, drafter), _progress_printer(err), cancel)
-        from specdeck.core.engines.base import GenerationRequest
 
         request = GenerationRequest(
             prompt=request_text,
@@ -146,7 +161,6 @@ def _generate(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         sys.stdout.flush()
         _print_stats(result, loaded, err)
-    from specdeck.core.engines.base import StopReason
 
     return EXIT_INTERRUPTED if result.stats.stop_reason is StopReason.CANCELLED else EXIT_OK
 
@@ -172,9 +186,7 @@ def _prompt_text(args: argparse.Namespace) -> str:
 MAX_PROMPT_BYTES = 8 * 1024 * 1024
 
 
-def _drafter_spec(args: argparse.Namespace):
-    from specdeck.core.engines.base import DrafterKind, DrafterSpec
-
+def _drafter_spec(args: argparse.Namespace) -> DrafterSpec:
     if args.draft:
         kind, path = DrafterKind.MODEL, Path(args.draft)
     elif args.ngram:
@@ -187,12 +199,11 @@ def _drafter_spec(args: argparse.Namespace):
         num_draft_tokens=args.k,
         ngram_max=args.ngram_max,
         ngram_min=args.ngram_min,
+        ngram_short=args.ngram_short,
     )
 
 
-def _sampling_spec(args: argparse.Namespace):
-    from specdeck.core.engines.base import SamplingSpec
-
+def _sampling_spec(args: argparse.Namespace) -> SamplingSpec:
     return SamplingSpec(
         temperature=args.temperature,
         top_k=args.top_k,
@@ -202,9 +213,7 @@ def _sampling_spec(args: argparse.Namespace):
     )
 
 
-def _load_spec(args: argparse.Namespace, model: Path, drafter: Any):
-    from specdeck.core.engines.base import LoadSpec
-
+def _load_spec(args: argparse.Namespace, model: Path, drafter: DrafterSpec) -> LoadSpec:
     return LoadSpec(
         model_path=model,
         drafter=drafter,

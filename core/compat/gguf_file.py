@@ -35,14 +35,21 @@ FORMAT_GGUF = "GGUF tokenizer.ggml.*"
 _SHARD = re.compile(r"(.*)-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 
 
+def split_name(name: str) -> tuple[str, int, int] | None:
+    """(stem, shard number, shard count) of a split GGUF's file name or path
+    (``stem-00001-of-00003.gguf``); None for a single file."""
+    split = _SHARD.match(name)
+    return (split.group(1), int(split.group(2)), int(split.group(3))) if split else None
+
+
 def shards(path: Path) -> list[Path]:
     """Every file of a split GGUF (``-00001-of-00003.gguf``) from any one of them, in order;
     ``[path]`` for a single file."""
-    split = _SHARD.match(path.name)
-    if not split:
+    split = split_name(path.name)
+    if split is None:
         return [path]
-    return [path.with_name(f"{split.group(1)}-{i:05d}-of-{split.group(3)}.gguf")
-            for i in range(1, int(split.group(3)) + 1)]
+    stem, _, count = split
+    return [path.with_name(f"{stem}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
 
 
 class NeedMore(Exception):
@@ -53,7 +60,7 @@ class NeedMore(Exception):
         self.needed = needed
 
 
-class _Header:
+class GgufHeader:
     """The metadata and tensor table of a GGUF file (format v2/v3, little-endian), parsed
     straight from a memory map: the tensors' pages are never read. The gguf package's
     GGUFReader turns every array element into a numpy object (2.4 s for a 49k vocabulary
@@ -78,7 +85,7 @@ class _Header:
                                     "A download cut short, or not a GGUF.") from None
 
     @classmethod
-    def from_path(cls, path: Path) -> _Header:
+    def from_path(cls, path: Path) -> GgufHeader:
         import mmap
 
         try:
@@ -193,21 +200,21 @@ class _Header:
         self.header_end = self.pos
 
 
-def _field(header: _Header, key: str) -> Any:
+def _field(header: GgufHeader, key: str) -> Any:
     return header.fields.get(key)
 
 
 def read_gguf(path: Path) -> tuple[Vocab, SpecialTokens, dict[str, Any]]:
     """The vocabulary, special tokens and a few architecture numbers of a GGUF file."""
-    return side_from_header(_Header.from_path(path), path.name)
+    return side_from_header(GgufHeader.from_path(path), path.name)
 
 
 def read_gguf_prefix(data: bytes, name: str) -> tuple[Vocab, SpecialTokens, dict[str, Any]]:
     """The same from the first bytes of a GGUF (NeedMore when they end inside the header)."""
-    return side_from_header(_Header(data, name, partial=True), name)
+    return side_from_header(GgufHeader(data, name, partial=True), name)
 
 
-def side_from_header(reader: _Header, name: str) -> tuple[Vocab, SpecialTokens, dict[str, Any]]:
+def side_from_header(reader: GgufHeader, name: str) -> tuple[Vocab, SpecialTokens, dict[str, Any]]:
     path = Path(name)
     model = _field(reader, "tokenizer.ggml.model")
     tokens = _field(reader, "tokenizer.ggml.tokens")
@@ -259,7 +266,7 @@ def side_from_header(reader: _Header, name: str) -> tuple[Vocab, SpecialTokens, 
     return vocab, special_tokens, numbers
 
 
-def _head_rows(header: _Header) -> int | None:
+def _head_rows(header: GgufHeader) -> int | None:
     """Rows of the output head: the output tensor's, else the tied embedding's."""
     for name in ("output.weight", "token_embd.weight"):
         shape = header.tensor_shapes.get(name)

@@ -59,7 +59,9 @@ class DrafterSpec:
     ngram_max: int = 4
     """Longest suffix (in tokens) the n-gram drafter tries to match."""
     ngram_min: int = 2
-    """Shortest match that lets the n-gram drafter propose anything."""
+    """Shortest match that lets the n-gram drafter propose up to num_draft_tokens."""
+    ngram_short: int = 2
+    """Most tokens a shorter match (down to one token) may propose; 0 = none (ngram.py)."""
     adaptive: bool = True
     """num_draft_tokens is the most per step; fewer after rejections (PyTorch engine only:
     ExLlamaV2 always drafts num_draft_tokens and reports its drafter with adaptive=False)."""
@@ -76,6 +78,10 @@ class DrafterSpec:
                 "1 <= ngram_min <= ngram_max <= 16.",
                 "The defaults (2..4) suit most prompts.",
             )
+        if not 0 <= self.ngram_short <= MAX_DRAFT_TOKENS:
+            raise InvalidInputError(
+                f"ngram_short is {self.ngram_short}; it must be 0 to {MAX_DRAFT_TOKENS}.",
+                "Use 0 (short matches draft nothing) to 2, the default.")
         if self.kind is DrafterKind.MODEL and self.model_path is None:
             raise InvalidInputError("A draft-model drafter needs the draft model's folder.")
 

@@ -494,7 +494,7 @@ class ExLlamaV2Engine:
                 "last token over and over.", "Use ngram_max 2 to 4 (4 is ExLlamaV2's default).")
         if drafter.kind is DrafterKind.NGRAM:
             notes.append(f"ExLlamaV2's n-gram drafter matches up to {drafter.ngram_max} tokens and "
-                         "always drafts k (no minimum match: ngram_min does not apply)")
+                         "always drafts k (no minimum match: ngram_min and ngram_short do not apply)")
         if drafter.kind is not DrafterKind.NONE and drafter.adaptive:
             # ExLlamaV2's generator always drafts num_draft_tokens: say so in every label.
             drafter = replace(drafter, adaptive=False)

@@ -105,8 +105,8 @@ class NgramDrafter:
 
     kind = DrafterKind.NGRAM
 
-    def __init__(self, ngram_max: int, ngram_min: int):
-        self.lookup = PromptLookup(ngram_max, ngram_min)
+    def __init__(self, ngram_max: int, ngram_min: int, short_tokens: int):
+        self.lookup = PromptLookup(ngram_max, ngram_min, short_tokens)
 
     def start(self, prompt_ids: Sequence[int], cancel: threading.Event | None) -> None:
         self.lookup.reset(prompt_ids)

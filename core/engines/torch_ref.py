@@ -108,6 +108,12 @@ class TorchEngine:
     def loaded(self) -> LoadedModel | None:
         return self._loaded
 
+    def model_objects(self) -> tuple[torch.nn.Module, torch.nn.Module | None]:
+        """The loaded target's and draft's model objects (oneDNN-packed where the engine
+        packed them), for benchmarks that run another decoding loop on the same weights."""
+        target = self._require_target()
+        return target.model, self._draft.model if self._draft is not None else None
+
     def load(
         self,
         spec: LoadSpec,
@@ -303,7 +309,7 @@ class TorchEngine:
     def _make_drafter(self) -> Drafter | None:
         spec = self._drafter_spec
         if spec.kind is DrafterKind.NGRAM:
-            return NgramDrafter(spec.ngram_max, spec.ngram_min)
+            return NgramDrafter(spec.ngram_max, spec.ngram_min, spec.ngram_short)
         if spec.kind is DrafterKind.MODEL and self._draft is not None:
             return ModelDrafter(KVModel(self._draft.model, self._device))
         return None

@@ -12,11 +12,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from specdeck.core.compat.gguf_file import split_name
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.hub.client import HubClient, RemoteFile
 from specdeck.core.hub.errors import HubError
 
-_SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 _QUANT = re.compile(
     r"(?:^|[-_.])((?:I?Q\d(?:_[0-9A-Z]+)*)|BF16|F16|F32|FP16|FP8|TQ\d_\d|MXFP4(?:_MOE)?)"
     r"(?=$|[-_.])", re.IGNORECASE)
@@ -57,9 +57,8 @@ def gguf_choices(files: list[RemoteFile]) -> list[GgufChoice]:
     for f in files:
         if not f.path.lower().endswith(".gguf"):
             continue
-        base = _SHARD.sub("", f.path)
-        if base.lower().endswith(".gguf"):
-            base = base[:-5]
+        split = split_name(f.path)
+        base = split[0] if split else f.path[:-5]
         groups.setdefault(base, []).append(f)
     choices = []
     for base, members in groups.items():
@@ -117,9 +116,9 @@ def plan_gguf_install(repo: str, wanted: str, dest=None, *, revision: str | None
         raise HubError(f"{spec.repo_id}'s {', '.join(missing)} is not stored in LFS, so the Hub "
                        "gives no sha256 to verify it against.",
                        "SpecDeck installs only files it can verify; download it by hand.")
-    shards = _SHARD.search(choice.files[0].path)
-    if shards and int(shards.group(2)) != len(choice.files):
-        raise HubError(f"{choice.main_file} is split into {int(shards.group(2))} files, but "
+    split = split_name(choice.files[0].path)
+    if split and split[2] != len(choice.files):
+        raise HubError(f"{choice.main_file} is split into {split[2]} files, but "
                        f"{spec.repo_id} holds {len(choice.files)} of them.",
                        "The repository is incomplete; try another quantization.")
     folder = name or gguf_folder_name(spec.repo_id, choice)

@@ -109,7 +109,7 @@ def tensor_bytes(ggml_type: int, shape: tuple[int, ...]) -> int:
 
 def read_gguf_model(path: str | Path) -> GgufModel:
     """The sizes llama.cpp places, from the header(s) only."""
-    from specdeck.core.compat.gguf_file import _Header, shards
+    from specdeck.core.compat.gguf_file import GgufHeader, shards
 
     path = Path(path).expanduser()
     layers: dict[int, int] = {}
@@ -120,7 +120,7 @@ def read_gguf_model(path: str | Path) -> GgufModel:
         if not part.is_file():
             raise InvalidInputError(f"{part} does not exist (a shard of {path.name}).",
                                     "Download every shard of the split GGUF into one folder.")
-        header = _Header.from_path(part)
+        header = GgufHeader.from_path(part)
         fields = fields or header.fields
         alignment = int(header.fields.get("general.alignment", 32) or 32)
         start = -(-header.header_end // alignment) * alignment

@@ -32,6 +32,27 @@ def test_nothing_without_a_match_of_at_least_ngram_min_tokens():
     assert PromptLookup(4, 1).propose(4) == []  # empty sequence
 
 
+def test_a_match_shorter_than_ngram_min_drafts_at_most_short_tokens():
+    ids = [1, 2, 3, 4, 5, 6, 3]  # only the 1-gram "3" matches; 4 5 6 3 followed it
+    one = PromptLookup(ngram_max=4, ngram_min=2, short_tokens=1)
+    one.reset(ids)
+    assert one.propose(4) == [4]
+    assert PromptLookup(ngram_max=4, ngram_min=2, short_tokens=2).propose(4) == []  # empty
+    lookup = PromptLookup(ngram_max=4, ngram_min=2, short_tokens=2)
+    lookup.reset(ids)
+    assert lookup.match() == (1, 3)
+    assert lookup.propose(4) == [4, 5]
+    assert lookup.propose(1) == [4]
+    # A match of ngram_min or more still drafts the full k.
+    lookup.extend([4])
+    assert lookup.match() == (2, 4)
+    assert lookup.propose(4) == [5, 6, 3, 4]
+    # short_tokens=0 is the old rule: nothing below ngram_min.
+    none = PromptLookup(ngram_max=4, ngram_min=2, short_tokens=0)
+    none.reset(ids)
+    assert none.match() is None and none.propose(4) == []
+
+
 def test_the_suffix_never_matches_itself():
     lookup = PromptLookup(ngram_max=2, ngram_min=2)
     lookup.reset([7, 8])
@@ -70,14 +91,16 @@ def test_real_tokenizer_prompt_lookup_on_a_rewrite():
     assert tok.decode(draft).startswith("on the plan")
 
 
-def _brute_force(ids: list[int], nmax: int, nmin: int, k: int) -> list[int]:
-    for n in range(nmax, nmin - 1, -1):
+def _brute_force(ids: list[int], nmax: int, nmin: int, k: int, short: int = 0) -> list[int]:
+    for n in range(nmax, (1 if short else nmin) - 1, -1):
         if len(ids) <= n:
             continue
         suffix = ids[-n:]
         for start in range(len(ids) - n - 1, -1, -1):
             if ids[start : start + n] == suffix:
                 follow = start + n
+                if n < nmin:
+                    k = min(k, short)
                 out = []
                 while len(out) < k:
                     pos = follow + len(out)
@@ -93,10 +116,11 @@ def _brute_force(ids: list[int], nmax: int, nmin: int, k: int) -> list[int]:
     extra=st.integers(0, 3),
     k=st.integers(1, 6),
     split=st.integers(0, 40),
+    short=st.integers(0, 3),
 )
-def test_matches_a_brute_force_search(ids, nmax, extra, k, split):
+def test_matches_a_brute_force_search(ids, nmax, extra, k, split, short):
     nmin = max(1, nmax - extra)
-    lookup = PromptLookup(ngram_max=nmax, ngram_min=nmin)
+    lookup = PromptLookup(ngram_max=nmax, ngram_min=nmin, short_tokens=short)
     lookup.reset(ids[:split])
     lookup.extend(ids[split:])
-    assert lookup.propose(k) == _brute_force(ids, nmax, nmin, k)
+    assert lookup.propose(k) == _brute_force(ids, nmax, nmin, k, short)

@@ -204,7 +204,8 @@ def test_ngram_on_repeating_output_accepts_nearly_everything(models):
 
 def test_ngram_drafter_proposes_nothing_without_a_match(models):
     engine = TorchEngine()
-    engine.load(LoadSpec(models["cycle"], drafter=DrafterSpec(DrafterKind.NGRAM, ngram_min=4)))
+    strict = DrafterSpec(DrafterKind.NGRAM, ngram_min=4, ngram_short=0)
+    engine.load(LoadSpec(models["cycle"], drafter=strict))
     # Until the cycle has repeated once, no 4-gram of the sequence occurred before.
     result = engine.generate(GenerationRequest(prompt_ids=(1, 15043), max_new_tokens=6))
     assert result.stats.drafted == 0
