@@ -72,8 +72,15 @@ def cycling_llama(
     cycle: Sequence[int] = (450, 4996, 17354, 1701, 29916),
     seed: int = 0,
     hidden: int = 64,
+    noise: float = 0.0,
 ) -> Path:
-    """Greedy output: ..., cycle[i], cycle[i+1], ... (wrapping), from any prompt token."""
+    """Greedy output: ..., cycle[i], cycle[i+1], ... (wrapping), from any prompt token.
+
+    With ``noise`` > 0 the attention outputs are random (that standard deviation) instead of
+    zero: the next token then depends a little on the context, and the model leaves the cycle
+    at some positions. As a draft of the plain cycling model its drafts are right often at
+    the first positions and less often further on (noise 3.0: acceptance stops growing past
+    about 4 draft tokens)."""
     import torch
     from transformers import LlamaForCausalLM
 
@@ -95,6 +102,11 @@ def cycling_llama(
             embed[token] = basis[i]
             head[cycle[(i + 1) % c]] += basis[i] / 8.0
         head[cycle[0]] += basis[c] / 8.0
+        if noise:
+            # Attention put back, weakly: the next token now depends a little on the context,
+            # so the model leaves the cycle at some positions and not at others.
+            for layer in model.model.layers:
+                layer.self_attn.o_proj.weight.normal_(0.0, noise)
     return _save(model, folder, TINYLLAMA)
 
 

@@ -251,7 +251,7 @@ class BenchPage(QWidget):
         self.stop_button = QPushButton("Stop")
         self.stop_button.clicked.connect(self.stop)
         self.export_button = QPushButton("Export report…")
-        self.export_button.setToolTip("JSON (complete), CSV (one row per run), Markdown, PNG chart "
+        self.export_button.setToolTip("JSON (complete), CSV (one row per run), Markdown, SVG chart "
                                       "and the plan, to repeat the run")
         self.export_button.setEnabled(False)
         self.export_button.clicked.connect(self.export_report)

@@ -42,7 +42,7 @@ from specdeck.core.cli.bench_cmd import parse_k_range
 from specdeck.core.engines import create_engine
 from specdeck.core.engines.base import DrafterKind, DrafterSpec, SamplingSpec
 from specdeck.core.errors import InvalidInputError
-from tiny_models import ab_models
+from tiny_models import ab_models, cycling_llama
 from tiny_models import tiny_plan as shared_tiny_plan
 
 pytest.importorskip("torch")
@@ -240,6 +240,41 @@ def test_tuner_finds_a_best_k_between_its_probes_when_verifying_grows_dear(model
     saved = tuned.to_json()  # what --json and the benchmark write
     assert saved["cost"]["draft_token2_s"] == tuned.cost.draft_token2_s > 0
     assert saved["best_k"] == tuned.best_k and len(saved["forecast"]) == 8
+
+
+@pytest.fixture(scope="module")
+def noisy_draft(tmp_path_factory) -> Path:
+    """The cycling model with its attention put back weakly: as the cycle's draft it leaves
+    the cycle at some positions, so acceptance falls with the draft position and stops
+    growing past k = 4 (2.6 tokens per step)."""
+    return cycling_llama(tmp_path_factory.mktemp("noisy-draft") / "draft", noise=3.0, seed=3)
+
+
+def test_tuner_finds_a_middle_k_when_acceptance_saturates_and_verifying_grows_dear(
+        models, noisy_draft, monkeypatch):
+    # A target forward of n tokens costs 1 + 0.01 n^2 units, a draft forward 0.1: drafting is
+    # cheap, verifying k + 1 tokens grows dear, and past k = 4 a longer draft buys nothing.
+    def cost(model, ids):
+        if Path(str(model.config._name_or_path)) == noisy_draft:
+            return 1e-4
+        return 1e-3 * (1 + 0.01 * len(ids) ** 2)
+
+    _forward_clock(monkeypatch, cost)
+    base = tiny_plan(models["cycle"], (Arm("A"),), repeats=3, max_prompts=3, max_new_tokens=64)
+    drafter = DrafterSpec(DrafterKind.MODEL, noisy_draft)
+    engine = create_engine("torch")
+    sweep = run_sweep(SweepSpec(base, (drafter,)), engine)
+    tuned = tune_k(base, drafter, k_max=8, engine=engine)
+    engine.unload()
+    rows = {k: sweep.row("draft", k) for k in range(1, 9)}
+    lengths = {k: row.mean_acceptance_length for k, row in rows.items()}
+    assert lengths[1] < lengths[3] < lengths[4] and lengths[8] == pytest.approx(lengths[4])
+    rates = {k: row.tokens_per_second for k, row in rows.items()}
+    best = max(rates, key=rates.get)
+    # The best k is neither probe, and answering either probe ("always 4", "always 8") misses.
+    assert best not in (4, 8) and max(rates[4], rates[8]) < 0.97 * rates[best]
+    assert rates[tuned.best_k] >= 0.97 * rates[best]
+    assert tuned.spent_s <= sweep.spent_s / 3
 
 
 def test_tuner_turns_drafting_off_when_nothing_is_accepted(models, virtual_clock):
