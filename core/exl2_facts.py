@@ -10,6 +10,10 @@
 - ExLlamaV2's cache modes, as TabbyAPI names them (cache_mode / draft_cache_mode): FP16,
   Q8, Q6, Q4, each one of exllamav2's cache classes (cache.py). ExLlamaV2Cache_8bit is not
   offered: the dynamic generator asserts against it.
+- TabbyAPI's defaults: max_seq_len 4096 and chunk_size 2048 (common/config_models.py,
+  commit 004e837); its ExLlamaV2 backend clamps chunk_size to 256..max_seq_len and rounds it
+  up to a multiple of 256 before it becomes max_input_len (backends/exllamav2/model.py,
+  commit 02a8d68); the config only asks for chunk_size > 0.
 
 The config editor (the cache_size rule, the cache modes), the VRAM planner (context steps,
 cache bytes, the automatic alpha it notes), the compatibility rules (the alpha a draft
@@ -33,6 +37,40 @@ CACHE_MODES = tuple(CACHE_CLASSES)
 CACHE_MODES_TEXT = "FP16, Q8, Q6 or Q4"
 """The modes as the help texts and error messages name them."""
 assert CACHE_MODES_TEXT == ", ".join(CACHE_MODES[:-1]) + f" or {CACHE_MODES[-1]}"
+
+
+DEFAULT_MAX_SEQ_LEN = 4096
+"""TabbyAPI's max_seq_len when config.yml leaves it blank."""
+DEFAULT_CHUNK_SIZE = 2048
+"""TabbyAPI's chunk_size default: becomes ExLlamaV2's max_input_len (sizes every buffer)."""
+
+CACHE_LAYOUT = {
+    "FP16": (1, 1, 2, False),
+    "Q8": (1, 1, 1, True),
+    "Q6": (1, 2, 1, True),
+    "Q4": (2, 2, 1, True),
+}
+"""Per cache mode: (key elements per storage unit, value elements per unit, bytes per unit,
+has scales), as ExLlamaV2's cache classes shape their tensors (cache.py): FP16 stores K and
+V as float16; Q8/Q6/Q4 store uint8 with 1 or 2 elements per byte and add float16 scales, one
+per 32 elements of each of K and V."""
+SCALE_GROUP = 32
+"""Elements per float16 scale in the quantized caches."""
+assert tuple(CACHE_LAYOUT) == CACHE_MODES
+
+
+def kv_bytes_per_element(mode: str) -> float:
+    """Bytes of K + V (and scales) per element of one head's dimension, per token and layer
+    (when head_dim is a multiple of 32): FP16 4, Q8 2.125, Q6 1.625, Q4 1.125."""
+    k_per_unit, v_per_unit, unit_bytes, scales = CACHE_LAYOUT[mode]
+    size = unit_bytes / k_per_unit + unit_bytes / v_per_unit
+    return size + (2 * 2 / SCALE_GROUP if scales else 0.0)
+
+
+def tabby_chunk_size(chunk_size: int, max_seq_len: int) -> int:
+    """The max_input_len TabbyAPI's ExLlamaV2 backend loads with for config.yml's chunk_size:
+    clamped to 256..max_seq_len, then rounded up to a multiple of 256."""
+    return round_up_to_cache_step(sorted((CACHE_STEP, int(chunk_size), int(max_seq_len)))[1])
 
 
 def round_up_to_cache_step(tokens: int, step: int = CACHE_STEP) -> int:

@@ -161,8 +161,10 @@ def parse_k_range(text: str) -> tuple[int, ...]:
                 values.append(int(part))
     except ValueError:
         values = []
-    if not values or any(not 1 <= v <= 32 for v in values):
-        raise InvalidInputError(f"--sweep-k {text!r} is not a list of k values from 1 to 32.",
+    k = PLAN_FIELDS["k"]
+    if not values or any(not k.low <= v <= k.high for v in values):
+        raise InvalidInputError(f"--sweep-k {text!r} is not a list of k values from {k.low} to "
+                                f"{k.high}.",
                                 "Write a range such as --sweep-k 1-8 or a list such as 1,2,4,8.")
     return tuple(sorted(set(values)))
 
@@ -505,7 +507,9 @@ def _server_grid(args, plan, progress, cancel) -> int:
     axes = [parse_axis(text) for text in args.sweep]
     ks = parse_k_range(args.sweep_k) if args.sweep_k else ()
     if not axes and not ks and args.tune:
-        ks = tuple(range(1, 9))
+        from specdeck.core.bench.sweep import DEFAULT_KS
+
+        ks = DEFAULT_KS
     families = [(a.name, a.server.launch) for a in plan.arms[1:]]
     cells = grid_cells(families, axes, ks)
     info = binary_help(plan.arms[0].server.launch.binary)

@@ -9,7 +9,12 @@ from typing import TextIO
 from specdeck.core.cli import EXIT_NEGATIVE, EXIT_OK
 from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.cli.output import emit_json, print_table
-from specdeck.core.exl2_facts import CACHE_MODES_TEXT
+from specdeck.core.exl2_facts import (
+    CACHE_MODES_TEXT,
+    CACHE_STEP,
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_MAX_SEQ_LEN,
+)
 
 
 def register(subparsers) -> None:
@@ -51,7 +56,7 @@ def register(subparsers) -> None:
     llama.add_argument("--compute-reserve-mb", type=finite(0, 1 << 20), default=512,
                        help="kept per GPU for llama.cpp's compute buffers (default 512)")
     vram.add_argument("--ctx", type=whole(-1, 1 << 27), metavar="N",
-                      help="context (max_seq_len); default: TabbyAPI's, min(native, 4096)")
+                      help=f"context (max_seq_len); default: TabbyAPI's, min(native, {DEFAULT_MAX_SEQ_LEN})")
     vram.add_argument("--cache-mode", default="FP16", help=f"{CACHE_MODES_TEXT} (default FP16)")
     vram.add_argument("--draft-cache-mode", default="FP16", help="the draft's cache mode")
     vram.add_argument("--gpus", metavar="GB,GB", help="plan for these GPUs, e.g. 32,24, "
@@ -67,7 +72,8 @@ def register(subparsers) -> None:
                       help="gpu_split_auto: false (everything on GPU 0 unless --gpu-split)")
     vram.add_argument("--reserve-mb", metavar="MB,MB", default="96",
                       help="TabbyAPI autosplit_reserve per GPU in MB (default 96)")
-    vram.add_argument("--chunk-size", type=whole(1, 1 << 20), default=2048, help="TabbyAPI chunk_size (default 2048)")
+    vram.add_argument("--chunk-size", type=whole(1, 1 << 20), default=DEFAULT_CHUNK_SIZE,
+                      help=f"TabbyAPI chunk_size (default {DEFAULT_CHUNK_SIZE}; it uses at least {CACHE_STEP})")
     vram.add_argument("--logits-rows", type=whole(1, 256), default=16, metavar="N",
                       help="logits rows per forward pass (default 16, TabbyAPI's "
                       "max_output_len; SpecDeck's own ExLlamaV2 engine allocates 33)")

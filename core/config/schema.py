@@ -17,7 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from specdeck.core.errors import InvalidInputError
-from specdeck.core.exl2_facts import CACHE_MODES, CACHE_STEP
+from specdeck.core.exl2_facts import (
+    CACHE_MODES,
+    CACHE_STEP,
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_MAX_SEQ_LEN,
+)
 
 EXLLAMAV2 = "exllamav2"
 EXLLAMAV3 = "exllamav3"
@@ -177,9 +182,10 @@ SETTINGS: tuple[Setting, ...] = (
        choices=(EXLLAMAV2, EXLLAMAV3), blank_means="detected from the model"),
     _s(MODEL, "max_seq_len", Kind.INT, None, "Context length",
        "Maximum context length in tokens; -1 reads it from the model's config.json. The "
-       "draft cache gets the same length.", maximum=MAX_CONTEXT, minimum=-1, blank_means="4096"),
+       "draft cache gets the same length.", maximum=MAX_CONTEXT, minimum=-1,
+       blank_means=str(DEFAULT_MAX_SEQ_LEN)),
     _s(MODEL, "cache_size", Kind.INT, None, "Cache size",
-       "Tokens of KV cache to allocate (default: max_seq_len); a multiple of 256, not "
+       f"Tokens of KV cache to allocate (default: max_seq_len); a multiple of {CACHE_STEP}, not "
        "less than max_seq_len.", maximum=MAX_CONTEXT, minimum=1, multiple_of=CACHE_GRANULARITY,
        blank_means="max_seq_len"),
     _s(MODEL, "cache_mode", Kind.CACHE_MODE, "FP16", "Cache mode",
@@ -193,9 +199,10 @@ SETTINGS: tuple[Setting, ...] = (
     _s(MODEL, "autosplit_reserve", Kind.FLOAT_LIST, (96.0,), "Autosplit reserve (MB)",
        "MB of VRAM to keep free per GPU when autosplitting (default: 96 on GPU 0).",
        maximum=MAX_GPU_GB * 1024, minimum=0.0, blank_means="96 MB on GPU 0"),
-    _s(MODEL, "chunk_size", Kind.INT, 2048, "Chunk size",
-       "Tokens per prompt-ingestion chunk (default: 2048). It sizes ExLlamaV2's scratch "
-       "buffers: lower saves VRAM, ingests slower; 512 to 4096 is the useful range.",
+    _s(MODEL, "chunk_size", Kind.INT, DEFAULT_CHUNK_SIZE, "Chunk size",
+       f"Tokens per prompt-ingestion chunk (default: {DEFAULT_CHUNK_SIZE}). It sizes ExLlamaV2's "
+       f"scratch buffers: lower saves VRAM, ingests slower; 512 to 4096 is the useful range, "
+       f"and TabbyAPI raises it to at least {CACHE_STEP} and to a multiple of {CACHE_STEP}.",
        maximum=1 << 20, minimum=1),
     _s(MODEL, "tensor_parallel", Kind.BOOL, False, "Tensor parallel",
        "Load the model with tensor parallelism (default: false).", blank_means="false"),

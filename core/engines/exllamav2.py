@@ -57,17 +57,19 @@ from specdeck.core.engines.base import (
     weights_read,
 )
 from specdeck.core.errors import InvalidInputError, SpecDeckError
-from specdeck.core.exl2_facts import CACHE_CLASSES, CACHE_MODES_TEXT, CACHE_STEP, ntk_rope_alpha
+from specdeck.core.exl2_facts import (
+    CACHE_CLASSES,
+    CACHE_MODES_TEXT,
+    CACHE_STEP,
+    DEFAULT_MAX_SEQ_LEN,
+    ntk_rope_alpha,
+    round_up_to_cache_step,
+)
 from specdeck.core.models import ModelInfo
 
 log = logging.getLogger(__name__)
 
 ENGINE_NAME = "exllamav2"
-PAGE_SIZE = CACHE_STEP
-"""exllamav2.generator.dynamic.PAGED_PAGE_SIZE: cache lengths must be multiples of it."""
-DEFAULT_MAX_SEQ_LEN = 4096
-"""Context when none is given (TabbyAPI's default): a 128k-context model's full cache
-would not fit most GPUs."""
 LOADABLE_QUANT = ("exl2", "gptq", "none")
 """What ExLlamaV2 0.3.2 loads: EXL2, GPTQ, and unquantized FP16/BF16 safetensors."""
 MIN_Q_SIZE = 8
@@ -78,18 +80,6 @@ FLASH_ATTN_MIN_CAPABILITY = 8
 
 
 # Context arithmetic ----------------------------------------------------------------------
-def round_up_to_page(tokens: int, page: int = PAGE_SIZE) -> int:
-    """The smallest multiple of ``page`` >= ``tokens`` (and at least one page)."""
-    if tokens <= 0:
-        return page
-    return -(-tokens // page) * page
-
-
-def draft_rope_alpha(target_len: int, native_len: int) -> float:
-    """The alpha that stretches a ``native_len`` draft to ``target_len`` (core.exl2_facts)."""
-    return ntk_rope_alpha(target_len / native_len) if native_len > 0 else 1.0
-
-
 @dataclass(frozen=True)
 class ContextPlan:
     """Sequence and cache lengths for a target (and draft) as ExLlamaV2 will use them."""
@@ -108,11 +98,13 @@ def plan_context(
     target: ModelInfo, draft: ModelInfo | None, spec: LoadSpec
 ) -> ContextPlan:
     native = target.context_length
+    # With no context given, TabbyAPI's default: a 128k-context model's full cache would not
+    # fit most GPUs. Cache lengths are whole pages of the dynamic generator.
     wanted = spec.max_seq_len or min(native, DEFAULT_MAX_SEQ_LEN)
-    max_seq_len = round_up_to_page(wanted)
+    max_seq_len = round_up_to_cache_step(wanted)
     notes = []
     if max_seq_len != wanted:
-        notes.append(f"context {wanted} rounded up to {max_seq_len} (a multiple of {PAGE_SIZE})")
+        notes.append(f"context {wanted} rounded up to {max_seq_len} (a multiple of {CACHE_STEP})")
     if max_seq_len > native:
         notes.append(
             f"context {max_seq_len} exceeds {target.name}'s native {native}: "
@@ -124,7 +116,7 @@ def plan_context(
     if spec.draft_rope_alpha is not None:
         alpha = float(spec.draft_rope_alpha)
     else:
-        alpha = draft_rope_alpha(max_seq_len, draft_native)
+        alpha = ntk_rope_alpha(max_seq_len / draft_native) if draft_native > 0 else 1.0
     if alpha != 1.0:
         notes.append(
             f"draft native context {draft_native} < {max_seq_len}: draft RoPE alpha {alpha:.3f}"

@@ -12,7 +12,7 @@ and ExLlamaV2 0.3.2 allocate when they load a model:
    norm and the output head. The token embedding stays in system RAM.
 4. Each attention module's KV cache lives on the same GPU (the autosplit loader allocates it
    as the layer loads). Per token per layer: FP16 4E, Q8 2.125E, Q6 1.625E, Q4 1.125E bytes
-   with E = num_key_value_heads x head_dim. The draft cache is as long as the target's.
+   with E = num_key_value_heads x head_dim (core.exl2_facts.kv_bytes_per_element). The draft cache is as long as the target's.
 5. Autosplit places a module on a GPU only if, with it and its cache, the GPU still has the
    autosplit reserve plus ExLlamaV2's 256 MB load reserve free; those are released after
    loading.
@@ -34,10 +34,10 @@ measurements and calculators.
 
 from __future__ import annotations
 
+from specdeck.core.exl2_facts import DEFAULT_CHUNK_SIZE
 from specdeck.core.vram.costs import (
     CACHE_MODES,
     CONTEXT_STEP,
-    DEFAULT_CHUNK_SIZE,
     DEFAULT_OVERHEADS,
     KV_BYTES_PER_ELEMENT,
     GiB,

@@ -11,7 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdeck.core.errors import InvalidInputError
-from specdeck.core.exl2_facts import CACHE_MODES, CACHE_STEP
+from specdeck.core.exl2_facts import (
+    CACHE_LAYOUT,
+    CACHE_MODES,
+    CACHE_STEP,
+    SCALE_GROUP,
+    kv_bytes_per_element,
+    round_up_to_cache_step,
+)
 from specdeck.core.models import Architecture
 
 MiB = 1024**2
@@ -19,20 +26,7 @@ GiB = 1024**3
 
 CONTEXT_STEP = CACHE_STEP
 """TabbyAPI rounds cache_size up to a multiple of 256; ExLlamaV2's paged cache needs it."""
-DEFAULT_CHUNK_SIZE = 2048
-"""TabbyAPI's chunk_size default: becomes ExLlamaV2's max_input_len (sizes every buffer)."""
-
-# Per cache mode: (key elements per byte-unit, value elements per unit, bytes per unit,
-# has scales) exactly as ExLlamaV2's cache classes shape their tensors (cache.py):
-# FP16 stores K and V as float16; Q8/Q6/Q4 store uint8 with 1 or 2 elements per byte and
-# add float16 scales, one per 32 elements of each of K and V.
-_CACHE_LAYOUT = {
-    "FP16": (1, 1, 2, False),
-    "Q8": (1, 1, 1, True),
-    "Q6": (1, 2, 1, True),
-    "Q4": (2, 2, 1, True),
-}
-KV_BYTES_PER_ELEMENT = {"FP16": 4.0, "Q8": 2.125, "Q6": 1.625, "Q4": 1.125}
+KV_BYTES_PER_ELEMENT = {mode: kv_bytes_per_element(mode) for mode in CACHE_MODES}
 """Bytes per token per layer per unit of E (when head_dim is a multiple of 32)."""
 TENSOR_PAD = 128
 """ExLlamaV2 sizes every scratch tensor 128 bytes larger than its elements (the ``+ 128`` in
@@ -95,16 +89,16 @@ def round_context(tokens: int) -> int:
     """The cache length TabbyAPI allocates for ``tokens``: the next multiple of 256."""
     if tokens < 1:
         raise InvalidInputError(f"Context {tokens} must be at least 1 token.")
-    return -(-int(tokens) // CONTEXT_STEP) * CONTEXT_STEP
+    return round_up_to_cache_step(tokens)
 
 
 def kv_bytes_per_token_layer(arch: Architecture, mode: str) -> int:
     """Exact bytes of K+V (and scales) per token per layer, as ExLlamaV2 shapes them."""
-    k_per_unit, v_per_unit, unit_bytes, scales = _CACHE_LAYOUT[check_cache_mode(mode)]
+    k_per_unit, v_per_unit, unit_bytes, scales = CACHE_LAYOUT[check_cache_mode(mode)]
     heads, head_dim = arch.num_kv_heads, arch.head_dim
     size = heads * (head_dim // k_per_unit) * unit_bytes + heads * (head_dim // v_per_unit) * unit_bytes
-    if scales:  # float16 scale per 32 elements, for K and for V
-        size += 2 * heads * (head_dim // 32) * 2
+    if scales:  # a float16 scale per 32 elements, for K and for V
+        size += 2 * heads * (head_dim // SCALE_GROUP) * 2
     return size
 
 

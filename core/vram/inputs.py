@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from specdeck.core.errors import InvalidInputError
-from specdeck.core.vram.costs import DEFAULT_CHUNK_SIZE, DEFAULT_OVERHEADS, Overheads
+from specdeck.core.exl2_facts import DEFAULT_CHUNK_SIZE, DEFAULT_MAX_SEQ_LEN
+from specdeck.core.vram.costs import DEFAULT_OVERHEADS, Overheads
 from specdeck.core.vram.gpus import GpuSpec, gpus_from_frame, parse_gpu_sizes, parse_reserve_mb, parse_split
 from specdeck.core.vram.plan import VramPlan, plan
 from specdeck.core.vram.request import PlanRequest
@@ -67,7 +68,7 @@ def _context_tokens(context: int | None, native: int) -> int:
     if context == -1:
         return native
     if context is None or context == 0:
-        return min(native, 4096)
+        return min(native, DEFAULT_MAX_SEQ_LEN)
     if context < 0:
         raise InvalidInputError(f"Context {context} is not a number of tokens.",
                                 "Use a positive number, or -1 for the model's own context.")

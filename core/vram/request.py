@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from specdeck.core.errors import InvalidInputError
-from specdeck.core.vram.costs import DEFAULT_CHUNK_SIZE, check_cache_mode, round_context
+from specdeck.core.exl2_facts import DEFAULT_CHUNK_SIZE, DEFAULT_MAX_SEQ_LEN, tabby_chunk_size
+from specdeck.core.vram.costs import check_cache_mode, round_context
 from specdeck.core.vram.gpus import GpuSpec
 from specdeck.core.vram.weights import ModelWeights
 
@@ -19,7 +20,7 @@ class PlanRequest:
 
     target: ModelWeights
     gpus: tuple[GpuSpec, ...]
-    context: int = 4096
+    context: int = DEFAULT_MAX_SEQ_LEN
     """max_seq_len / cache_size in tokens (rounded up to 256 in the plan)."""
     cache_mode: str = "FP16"
     draft: ModelWeights | None = None
@@ -45,8 +46,9 @@ class PlanRequest:
                     f"{what} lists {len(split)} GPUs but the plan has {len(self.gpus)}.",
                     "Give one size per GPU, or add the missing GPUs.",
                 )
-        if self.chunk_size < 256:
-            raise InvalidInputError(f"chunk_size {self.chunk_size} is below TabbyAPI's minimum of 256.")
+        if self.chunk_size < 1:
+            raise InvalidInputError(f"chunk_size {self.chunk_size} must be at least 1 token.",
+                                    "TabbyAPI's default is 2048.")
         return replace(
             self,
             cache_mode=check_cache_mode(self.cache_mode),
@@ -58,10 +60,13 @@ class PlanRequest:
         return round_context(self.context)
 
     def chunk_for(self, autosplit: bool) -> int:
-        """The chunk (max_input_len) a model's buffers are sized for: exllamav2 0.3.2 clamps
-        it to max_seq_len when it loads with autosplit (model.py line 536,
-        load_autosplit_gen), not when it loads a manual gpu_split."""
-        return min(self.chunk_size, self.context) if autosplit else self.chunk_size
+        """The chunk (max_input_len) a model's buffers are sized for: TabbyAPI clamps
+        chunk_size to 256..max_seq_len and rounds it up to a multiple of 256
+        (core.exl2_facts.tabby_chunk_size); exllamav2 0.3.2 clamps that to max_seq_len again
+        when it loads with autosplit (model.py line 536, load_autosplit_gen), not when it
+        loads a manual gpu_split."""
+        chunk = tabby_chunk_size(self.chunk_size, self.context)
+        return min(chunk, self.context) if autosplit else chunk
 
     @property
     def split_label(self) -> str:

@@ -51,6 +51,7 @@ from specdeck.core.bench.runner import (
     RunStep,
     Stage,
 )
+from specdeck.core.bench.sweep import DEFAULT_KS
 from specdeck.core.errors import CancelledError, SpecDeckError
 from specdeck.gui.bench_view import ResultsTable, StreamPane, arm_colour
 from specdeck.gui.widgets.banner import Banner
@@ -223,9 +224,10 @@ class BenchPage(QWidget):
         self.adaptive = QCheckBox("adaptive")
         self.adaptive.setToolTip("Draft fewer tokens after rejections (PyTorch engine only)")
         self.adaptive.setChecked(True)
-        self.sweep = QCheckBox("sweep k 1–8")
-        self.sweep.setToolTip("Run every k from 1 to 8 (exactly k drafts per step) for each ticked "
-                              "drafter, interleaved per prompt, then apply the best")
+        low, high = DEFAULT_KS[0], DEFAULT_KS[-1]
+        self.sweep = QCheckBox(f"sweep k {low}–{high}")
+        self.sweep.setToolTip(f"Run every k from {low} to {high} (exactly k drafts per step) for "
+                              "each ticked drafter, interleaved per prompt, then apply the best")
         self.sweep.toggled.connect(self._sync_k)
 
         self.suite_buttons: dict[str, QToolButton] = {}
@@ -240,7 +242,7 @@ class BenchPage(QWidget):
             suites_row.addWidget(button)
         suites_row.addStretch(1)
         self.per_suite = QSpinBox()
-        self.per_suite.setRange(1, 10)
+        self.per_suite.setRange(1, max(len(s.prompts) for s in self._suites.values()))
         self.per_suite.setSuffix(" per suite")
         self.max_new = self._spin("max_new_tokens", "", " new tokens")
         self.repeats = self._spin("repeats", "× ", "")

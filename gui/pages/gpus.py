@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from specdeck.core.errors import SpecDeckError
-from specdeck.core.exl2_facts import CACHE_MODES
+from specdeck.core.exl2_facts import CACHE_MODES, CACHE_STEP
 from specdeck.core.gpu.telemetry import TelemetryFrame, TelemetryState
 from specdeck.gui.plan_bars import PlanBars
 from specdeck.gui.telemetry_view import (
@@ -98,7 +98,7 @@ class PlanForm(QGroupBox):
         self.target = _ModelPicker("target model folder (EXL2, or config.json + bpw)")
         self.draft = _ModelPicker("draft model folder (optional)")
         self.context = QSpinBox()
-        self.context.setRange(256, 1_048_576)
+        self.context.setRange(CACHE_STEP, 1_048_576)
         self.context.setSingleStep(1024)
         self.context.setValue(16384)
         self.context.setSuffix(" tokens")

@@ -35,11 +35,9 @@ from specdeck.core.engines.exllamav2 import (
     job_max_new_tokens,
     map_import_error,
     map_load_error,
-    draft_rope_alpha,
     plan_context,
     q_size,
     reserve_bytes,
-    round_up_to_page,
     sampler_kwargs,
     wants_bos,
 )
@@ -50,22 +48,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 REAL_IMPORT_FAILURE = (DATA / "exllamav2-0.3.2-import-on-cpu-torch.txt").read_text()
 
 
-# context arithmetic -----------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "tokens, expected", [(0, 256), (1, 256), (256, 256), (257, 512), (4096, 4096), (5000, 5120)]
-)
-def test_context_is_rounded_up_to_whole_pages(tokens, expected):
-    assert round_up_to_page(tokens) == expected
-
-
-def test_ntk_alpha_follows_the_fitted_formula():
-    assert draft_rope_alpha(2048, 4096) == 1.0
-    assert draft_rope_alpha(4096, 4096) == 1.0
-    assert draft_rope_alpha(4096, 2048) == pytest.approx(-0.13436 + 0.80541 * 2 + 0.28833 * 4)
-    assert draft_rope_alpha(8192, 2048) == pytest.approx(7.70056, abs=1e-5)
-    assert draft_rope_alpha(8192, 0) == 1.0
-
-
+# context arithmetic (the rules themselves: test_exl2_facts.py) -------------------------------
 def test_tinyllama_drafting_for_llama2_gets_its_rope_stretched():
     plan = plan_context(
         read_model(MODELS / "Llama-2-7b-hf"),

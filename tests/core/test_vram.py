@@ -317,7 +317,7 @@ def test_gpus_from_a_frame_are_in_cuda_order_with_the_driver_reservation():
 @pytest.mark.parametrize("bad,match", [
     (dict(cache_mode="Q5"), "Cache mode"),
     (dict(gpu_split=(10, 10, 10)), "gpu_split lists 3 GPUs"),
-    (dict(chunk_size=128), "chunk_size"),
+    (dict(chunk_size=0), "chunk_size"),
 ])
 def test_bad_requests_say_what_is_wrong(llama70b, bad, match):
     with pytest.raises(InvalidInputError, match=match):
@@ -457,19 +457,25 @@ def test_single_gpu_overheads_match_the_documented_formulas():
     assert gpu.used_bytes == gpu.target_weights + GiB + sum(gpu.overhead.values())
 
 
-def test_autosplit_sizes_buffers_for_a_chunk_no_longer_than_the_context(llama70b, draft1b):
-    """exllamav2 0.3.2 model.py:536 (load_autosplit_gen) clamps max_input_len to max_seq_len;
-    a manual gpu_split load does not. At a 1024-token context the autosplit plan's buffers are
-    those of a 1024-token chunk, the manual one's of the 2048-token default."""
+def test_buffers_are_sized_for_the_chunk_tabbyapi_passes_on(llama70b, draft1b):
+    """TabbyAPI (backends/exllamav2/model.py, 02a8d68) clamps chunk_size to 256..max_seq_len
+    and rounds it up to a multiple of 256 before exllamav2 sees it; exllamav2 0.3.2
+    (model.py:536, load_autosplit_gen) clamps it to max_seq_len once more under autosplit, not
+    with a manual gpu_split. So at a 1000-token context the 2048 default sizes buffers for
+    1024 tokens with a manual split and for 1000 under autosplit, and chunk_size 128 plans as
+    256."""
     from specdeck.core.vram.costs import DEFAULT_OVERHEADS, model_costs
 
-    auto = vram.plan(request(llama70b, "48,48", context=1024, draft=draft1b))
-    manual = vram.plan(request(llama70b, "48,48", context=1024, draft=draft1b,
-                               gpu_split=(40.0, 40.0)))
-    clamped = model_costs(llama70b.arch, "FP16", 1024, 1024, DEFAULT_OVERHEADS)
-    full = model_costs(llama70b.arch, "FP16", 1024, 2048, DEFAULT_OVERHEADS)
-    assert clamped.activations < full.activations
     def overheads(plan) -> int:
         return sum(g.overhead["activations"] + g.overhead["scratch"] for g in plan.gpus)
 
-    assert overheads(auto) < overheads(manual)
+    def planned(**kw):
+        return overheads(vram.plan(request(llama70b, "48,48", context=1000, draft=draft1b, **kw)))
+
+    manual = {"gpu_split": (40.0, 40.0)}
+    assert planned(**manual) == planned(**manual, chunk_size=1024)  # not 2048's buffers
+    assert planned() < planned(**manual)  # autosplit: 1000, manual: 1024
+    assert planned(chunk_size=128) == planned(chunk_size=256)
+    full = model_costs(llama70b.arch, "FP16", 1024, 2048, DEFAULT_OVERHEADS)
+    tabby = model_costs(llama70b.arch, "FP16", 1024, 1024, DEFAULT_OVERHEADS)
+    assert tabby.activations < full.activations  # the clamp matters to the plan
