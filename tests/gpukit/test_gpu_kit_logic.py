@@ -222,7 +222,9 @@ def test_overhead_ratio_and_goal():
     from gpukit.ab import overhead
 
     result = overhead([495.0, 500.0, 490.0, 505.0, 498.0], [500.0, 505.0, 499.0, 510.0, 502.0])
-    assert result.ratio == pytest.approx(498.0 / 502.0)
+    # The median of the paired ratios (495/500, 500/505, ...), not the ratio of the medians.
+    assert result.ratio == pytest.approx(500.0 / 505.0)
+    assert result.specdeck_median == 498.0 and result.bare_median == 502.0
     assert result.met  # 0.992 >= 0.98
     assert result.paired_ratio_ci[0] <= result.ratio <= result.paired_ratio_ci[1] + 0.01
     slow = overhead([450.0, 455.0], [500.0, 500.0])
