@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from specdeck.core.bench import stats
 from specdeck.core.bench.plan import BenchPlan
 from specdeck.core.bench.runner import (
     PlanStarted,
@@ -227,12 +228,13 @@ class LivePlan:
             self.current = None
         if not record.counted:
             return []
-        stats = record.result.stats
+        measured = record.result.stats
         t = self.elapsed()
-        self._points.append(Point("finished", record.arm, t, stats.tokens_per_second))
+        self._points.append(Point("finished", record.arm, t, measured.tokens_per_second))
         if self.serving and record.arm != self.reference:
-            if stats.acceptance_rate is not None:
-                self._points.append(Point("accept_done", record.arm, t, 100 * stats.acceptance_rate))
+            if measured.acceptance_rate is not None:
+                self._points.append(Point("accept_done", record.arm, t,
+                                          100 * measured.acceptance_rate))
                 self.acceptance_reported.add(record.arm)
             else:
                 self.acceptance_unreported.add(record.arm)
@@ -253,9 +255,9 @@ class LivePlan:
         row = self.rows[index]
         reference = self.reference_of(row.key)
         if reference is not None:
-            base = reference.result.stats.tokens_per_second
-            speedup = row.record.result.stats.tokens_per_second / base if base > 0 else None
-            self.rows[index] = RunRow(row.record, speedup,
+            ratio = stats.speedup(reference.result.stats.tokens_per_second,
+                                  row.record.result.stats.tokens_per_second)
+            self.rows[index] = RunRow(row.record, ratio,
                                       check_output(reference, row.record, self.plan.sampling.greedy))
         return index
 

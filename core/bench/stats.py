@@ -45,6 +45,12 @@ class RatioSummary:
         return "no clear difference"
 
 
+def speedup(reference_tps: float, arm_tps: float) -> float | None:
+    """One pair's speed-up: the arm's tok/s over the reference run's beside it (None when the
+    reference measured nothing). The live A/B and the finished summary both use it."""
+    return arm_tps / reference_tps if reference_tps > 0 else None
+
+
 def paired_ratios(a: Sequence[float], b: Sequence[float]) -> list[float]:
     """b[i] / a[i] for each pair (a[i] > 0)."""
     if len(a) != len(b):

@@ -338,14 +338,15 @@ def pairs(run: BenchRun, arm: str) -> list[tuple[RunRecord, RunRecord]]:
 def _compare(run: BenchRun, arm: Arm, ref: ArmSummary, summary: ArmSummary,
              decoder: _LazyDecoder) -> Comparison:
     matched = pairs(run, arm.name)
-    speed = [(a.result.stats.tokens_per_second, b.result.stats.tokens_per_second, b)
-             for a, b in matched if a.result.stats.tokens_per_second > 0]
-    speedup = stats.summarize_ratios([y / x for x, y, _ in speed]) if speed else None
+    speed = [(ratio, b) for a, b in matched
+             if (ratio := stats.speedup(a.result.stats.tokens_per_second,
+                                        b.result.stats.tokens_per_second)) is not None]
+    speedup = stats.summarize_ratios([ratio for ratio, _ in speed]) if speed else None
     tags = {p.id: p.tags for p in run.prompts}
     by_tag: dict[str, list[float]] = {}
-    for x, y, record in speed:
+    for ratio, record in speed:
         for tag in tags.get(record.prompt_id, ()):
-            by_tag.setdefault(tag, []).append(y / x)
+            by_tag.setdefault(tag, []).append(ratio)
     lossless = _lossless(run, matched, decoder)
     theory = _theory(run, arm.drafter, summary, matched)
     verdict, causes = _verdict(arm, speedup, summary, theory, matched)
