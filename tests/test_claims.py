@@ -37,21 +37,37 @@ def test_every_cited_benchmark_report_exists():
     assert not missing
 
 
+def stale_ratios(paragraph: str, reports: str) -> list[str]:
+    """The ratios quoted in ``paragraph`` that appear nowhere in ``reports``."""
+    return [ratio for ratio in RATIO.findall(paragraph)
+            if not re.search(rf"(?<![\d.]){re.escape(ratio)}(?!\d)", reports)]
+
+
+def cited_reports(names: list[str]) -> str:
+    return "".join((REPORTS / f"{n}.md").read_text(encoding="utf-8") for n in names
+                   if (REPORTS / f"{n}.md").is_file())
+
+
 def test_every_quoted_ratio_is_in_the_report_it_cites():
     checked, stale = 0, []
     for where, paragraph, names in paragraphs_citing_reports():
-        reports = "".join((REPORTS / f"{n}.md").read_text(encoding="utf-8") for n in names
-                          if (REPORTS / f"{n}.md").is_file())
-        for ratio in RATIO.findall(paragraph):
-            checked += 1
-            if not re.search(rf"(?<![\d.]){re.escape(ratio)}(?!\d)", reports):
-                stale.append(f"{where}: {ratio}x is in none of {', '.join(names)}")
+        checked += len(RATIO.findall(paragraph))
+        stale += [f"{where}: {ratio}x is in none of {', '.join(names)}"
+                  for ratio in stale_ratios(paragraph, cited_reports(names))]
     assert not stale, "\n".join(stale)
     assert checked >= 10  # the README's measured-results paragraph alone quotes more
 
 
 def test_the_check_catches_a_ratio_the_report_does_not_hold():
-    report = (REPORTS / "peers.md").read_text(encoding="utf-8")
-    assert "1.04-1.12x" in report  # a range the README quotes
-    assert RATIO.findall("n-gram at 1.04-1.12x (docs/benchmarks/peers.md)") == ["1.04", "1.12"]
-    assert "9.87" not in report and RATIO.findall("gains 9.87x") == ["9.87"]
+    """Mutate one quoted figure of the README's measured paragraph (both ends of a range
+    count): the check must name exactly that figure."""
+    where, paragraph, names = next(found for found in paragraphs_citing_reports()
+                                   if found[0] == "README.md" and "peers" in found[2])
+    reports = cited_reports(names)
+    assert stale_ratios(paragraph, reports) == []
+    low, high = re.search(r"(\d+\.\d+)-(\d+\.\d+)x", paragraph).groups()
+    assert {low, high} <= set(RATIO.findall(paragraph))
+    invented = next(f"{9 + n / 100:.2f}" for n in range(100) if f"{9 + n / 100:.2f}" not in reports)
+    for quoted in (low, high):
+        mutated = paragraph.replace(quoted, invented, 1)
+        assert stale_ratios(mutated, reports) == [invented], (where, quoted)
