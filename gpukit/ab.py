@@ -36,29 +36,19 @@ def default_arms(draft_dir: Path | None, draft_ks: tuple[int, ...], ngram_k: int
     return tuple(arms)
 
 
-@dataclass(frozen=True)
-class PromptCase:
-    id: str
-    """"suite/prompt-id"."""
-    text: str
-
-
-def select_prompts(suites: tuple[str, ...], per_suite: int) -> list[PromptCase]:
+def select_prompts(suites: tuple[str, ...], per_suite: int) -> list:
+    """The first ``per_suite`` prompts of each named built-in suite (core.bench's Prompt)."""
     from specdeck.core.bench.suites import builtin_suites
 
     found = builtin_suites()
-    cases = []
-    for name in suites:
-        for prompt in found[name].prompts[:per_suite]:
-            cases.append(PromptCase(f"{name}/{prompt.id}", prompt.text))
-    return cases
+    return [prompt for name in suites for prompt in found[name].prompts[:per_suite]]
 
 
 def run_arms(
     engine_name: str,
     target: Path,
     arms: tuple,
-    prompts: list[PromptCase],
+    prompts: list,
     repeats: int,
     max_new_tokens: int,
     context: int | None = None,
@@ -76,8 +66,8 @@ def run_arms(
         engine=engine_name,
         model=str(target),
         arms=arms,
-        suites=tuple(dict.fromkeys(case.id.split("/", 1)[0] for case in prompts)),
-        prompt_ids=tuple(case.id.split("/", 1)[1] for case in prompts),
+        suites=tuple(dict.fromkeys(prompt.suite for prompt in prompts)),
+        prompt_ids=tuple(prompt.id for prompt in prompts),
         max_new_tokens=max_new_tokens,
         repeats=repeats,
         warmup=0,
