@@ -23,6 +23,8 @@ the GPUs page and the CLI's help all take them from here.
 
 from __future__ import annotations
 
+from specdeck.core.errors import InvalidInputError
+
 CACHE_STEP = 256
 """Tokens per step of the KV cache (TabbyAPI's rounding; ExLlamaV2's page size)."""
 
@@ -37,6 +39,16 @@ CACHE_MODES = tuple(CACHE_CLASSES)
 CACHE_MODES_TEXT = "FP16, Q8, Q6 or Q4"
 """The modes as the help texts and error messages name them."""
 assert CACHE_MODES_TEXT == ", ".join(CACHE_MODES[:-1]) + f" or {CACHE_MODES[-1]}"
+
+
+def check_cache_mode(mode: str) -> str:
+    """A cache mode as written in config.yml or a flag ("q4", " FP16"), as TabbyAPI names it;
+    anything else is an error naming the modes."""
+    normal = str(mode).strip().upper()
+    if normal not in CACHE_MODES:
+        raise InvalidInputError(f"Cache mode {mode!r} is not one ExLlamaV2 knows.",
+                                f"Use {CACHE_MODES_TEXT}.")
+    return normal
 
 
 DEFAULT_MAX_SEQ_LEN = 4096

@@ -80,8 +80,13 @@ def step_env(ctx: StepContext) -> dict[str, Any]:
 
 
 # build -----------------------------------------------------------------------------------
-ENGINE_LOGITS_ROWS = 33
-"""core.engines.exllamav2: max(MIN_OUTPUT_LEN, q_size(MAX_DRAFT_TOKENS)) = q_size(32) = 33."""
+def engine_logits_rows() -> int:
+    """The logits rows the engine loads with (core.engines.exllamav2; 33 for k up to 32): the
+    build probe sizes its test forward pass the same way."""
+    from specdeck.core.engines.base import MAX_DRAFT_TOKENS
+    from specdeck.core.engines.exllamav2 import MIN_OUTPUT_LEN, q_size
+
+    return max(MIN_OUTPUT_LEN, q_size(MAX_DRAFT_TOKENS))
 
 # exllamav2 keeps the extension it JIT-builds as exllamav2.ext.exllamav2_ext (0.3.2 ext.py
 # 276-288); there is no top-level exllamav2_ext module to import by name.
@@ -246,7 +251,7 @@ def step_memory(ctx: StepContext) -> dict[str, Any]:
             # The load measured is SpecDeck's engine's, which allocates 33 logits rows
             # (q_size(MAX_DRAFT_TOKENS)) where TabbyAPI allocates 16: plan for the same.
             args = ["vram", "--model", str(target), "--ctx", str(context), "--cache-mode", mode,
-                    "--logits-rows", str(ENGINE_LOGITS_ROWS)]
+                    "--logits-rows", str(engine_logits_rows())]
             if with_draft:
                 args += ["--draft", str(draft), "--draft-cache-mode", mode]
             code, plan, errors = specdeck_cli(args, env)
@@ -288,6 +293,7 @@ def step_ab(ctx: StepContext) -> dict[str, Any]:
                         f"SpecDeck GPU proof kit: ExLlamaV2 A/B on a trained {label} EXL2 pair "
                         "(loads, baseline / draft / n-gram arms)", ctx.state.path("logs", "trace.log"))
     from specdeck.core.bench.summary import summarize
+    from specdeck.core.engines.lossless import compare_tokens
 
     arms = ab.default_arms(draft, cfg.draft_ks, cfg.ngram_k)
     prompts = ab.select_prompts(cfg.prompts, cfg.prompts_per_suite)
@@ -310,8 +316,9 @@ def step_ab(ctx: StepContext) -> dict[str, Any]:
                                        for i, r in enumerate(specdeck_runs)],
                           "bare": [{"new_tokens": r.new_tokens, "time_generate": r.time_generate,
                                     "tokens_per_second": r.tokens_per_second} for r in bare_runs],
-                          "same_tokens": [s.token_ids == b.token_ids
-                                          for s, b in zip(specdeck_runs, bare_runs)]},
+                          # the engine's output against the bare loop's, core's check
+                          "vs_bare": [compare_tokens(b.token_ids, s.token_ids).verdict.value
+                                      for s, b in zip(specdeck_runs, bare_runs)]},
         "trace": {"path": str(trace) if trace.is_file() else None, "exit": code,
                   "output": recorder_output[-2000:]},
     }

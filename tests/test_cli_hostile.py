@@ -204,5 +204,5 @@ def test_a_plan_file_without_a_drafting_arm_gets_a_hint_about_the_file(tmp_path,
     plan.write_text(json.dumps({"version": 1, "engine": "torch", "model": "demo",
                                 "arms": [{"name": "A"}], "suites": ["code"]}))
     result = specdeck("bench", "--plan", str(plan), home=specdeck_home)
-    assert result.returncode == 2 and "no drafting arm" in result.stderr
+    assert result.returncode == 2 and "Nothing to compare" in result.stderr
     assert f"Add a drafting arm to {plan}" in result.stderr and "--ngram" not in result.stderr

@@ -142,6 +142,14 @@ class BenchPlan:
     def baseline(self) -> Arm:
         return self.arms[0]
 
+    def require_comparison(self, fix: str) -> None:
+        """An A/B compares arms with the reference: a plan with the reference alone (valid for
+        a sweep's base, or a plan being edited) cannot run as one. ``fix``: what to do, worded
+        for where the plan came from (the CLI's flags, a plan.json, the A/B page)."""
+        if len(self.arms) < 2:
+            raise InvalidInputError("Nothing to compare: the plan has no arm beside the "
+                                    f"reference ({self.baseline.label}).", fix)
+
     def arm(self, name: str) -> Arm:
         for arm in self.arms:
             if arm.name == name:

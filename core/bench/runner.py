@@ -28,7 +28,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from specdeck import __version__
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.suites import Prompt, select_prompts
 from specdeck.core.engines.base import (
@@ -42,7 +41,10 @@ from specdeck.core.engines.base import (
     LoadProgress,
     StopReason,
 )
+from specdeck.core.engines.common import check_length
 from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError, SpecDeckError
+
+from specdeck import __version__
 
 
 @dataclass(frozen=True)
@@ -346,14 +348,10 @@ def _load(plan: BenchPlan, engine: Engine, emit: EventSink, cancel: threading.Ev
 
 
 def _check_context(plan: BenchPlan, loaded: LoadedModel, prompt_ids: dict[str, tuple[int, ...]]) -> None:
-    longest = max(prompt_ids.items(), key=lambda item: len(item[1]))
-    needed = len(longest[1]) + plan.max_new_tokens
-    if needed > loaded.max_seq_len:
-        raise InvalidInputError(
-            f"Prompt {longest[0]} has {len(longest[1])} tokens; with {plan.max_new_tokens} new "
-            f"tokens that is {needed}, more than the loaded context ({loaded.max_seq_len}).",
-            "Lower max new tokens, drop that prompt, or load a longer context.",
-        )
+    """Before any run: the longest prompt must fit with max_new_tokens (the engines' check,
+    made once for the plan rather than failing every run of that prompt)."""
+    name, ids = max(prompt_ids.items(), key=lambda item: len(item[1]))
+    check_length(len(ids), plan.max_new_tokens, loaded.max_seq_len, prompt=name)
 
 
 def _failed_record(plan: BenchPlan, slot: RunSlot, error: str) -> RunRecord:

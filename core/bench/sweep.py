@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from specdeck.core.bench.fields import PLAN_FIELDS
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.runner import BenchRun, EventSink, run_plan
 from specdeck.core.bench.stats import RatioSummary
@@ -54,8 +55,9 @@ class SweepSpec:
         if not self.candidates or any(c.kind is DrafterKind.NONE for c in self.candidates):
             raise InvalidInputError("A sweep needs at least one drafter (a draft model or n-gram).",
                                     "Pass --draft FOLDER and/or --ngram.")
-        if not self.ks or any(not 1 <= k <= 32 for k in self.ks):
-            raise InvalidInputError(f"Sweep k values {list(self.ks)} must be 1 to 32.",
+        k = PLAN_FIELDS["k"]
+        if not self.ks or any(not k.low <= v <= k.high for v in self.ks):
+            raise InvalidInputError(f"Sweep k values {list(self.ks)} must be {k.low} to {k.high}.",
                                     "Use a range such as --sweep-k 1-8.")
 
 

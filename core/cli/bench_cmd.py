@@ -372,14 +372,13 @@ def _ab(args, plan, progress, cancel) -> int:
     from specdeck.core.bench.runner import run_plan
     from specdeck.core.bench.summary import summarize
 
-    if len(plan.arms) < 2:
-        if args.plan:
-            hint = f"Add a drafting arm to {args.plan} (its \"arms\" list), after the reference."
-        elif plan.engine == "server":
-            hint = "Give a second --server or --launch arm."
-        else:
-            hint = "Add --draft FOLDER and/or --ngram."
-        raise InvalidInputError("Nothing to compare: the plan has no drafting arm.", hint)
+    if args.plan:
+        fix = f"Add a drafting arm to {args.plan} (its \"arms\" list), after the reference."
+    elif plan.engine == "server":
+        fix = "Give a second --server or --launch arm."
+    else:
+        fix = "Add --draft FOLDER and/or --ngram."
+    plan.require_comparison(fix)
     if args.apply and plan.engine == "server" and plan.arms[0].server.launch is None \
             and plan.arms[0].server.tabby is None and not all(a.server.model for a in plan.arms):
         raise InvalidInputError("--apply needs launched arms or a llama-server router's models: "

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+from specdeck.core.bench.fields import PLAN_FIELDS
 from specdeck.core.cli import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
 from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.cli.output import emit_json, print_table
@@ -78,7 +79,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prompt.add_argument("--prompt", help="the prompt text")
     prompt.add_argument("--prompt-file", type=Path, help="read the prompt from a file")
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
-    gen.add_argument("--max-new", type=whole(1, 131_072), default=256, help="max new tokens (default 256)")
+    max_new = PLAN_FIELDS["max_new_tokens"]  # the A/B plan's limit and default
+    gen.add_argument("--max-new", type=whole(max_new.low, max_new.high), default=max_new.default,
+                     help=max_new.describe())
     gen.add_argument("--no-eos", action="store_true", help="do not stop at end-of-sequence")
     gen.add_argument("--temperature", type=finite(0, 100), default=0.0, help="0 = greedy (default)")
     gen.add_argument("--top-k", type=whole(0, 1 << 24), default=0)

@@ -78,13 +78,16 @@ def eos_ids(configured: object, tokenizer_eos: object) -> frozenset[int]:
     return frozenset(ids)
 
 
-def check_length(prompt_tokens: int, max_new_tokens: int, context: int, reserved: int = 0) -> None:
-    """``reserved``: tokens the engine needs beyond them (a drafting step's k)."""
+def check_length(prompt_tokens: int, max_new_tokens: int, context: int, reserved: int = 0,
+                 prompt: str = "") -> None:
+    """``reserved``: tokens the engine needs beyond them (a drafting step's k); ``prompt``:
+    which prompt, where there are several (an A/B plan's longest)."""
     total = prompt_tokens + max_new_tokens + reserved
     if total > context:
         extra = f" plus {reserved} for drafting" if reserved else ""
+        name = f" {prompt}" if prompt else ""
         raise InvalidInputError(
-            f"The prompt ({prompt_tokens} tokens) plus max_new_tokens ({max_new_tokens}){extra} "
+            f"The prompt{name} ({prompt_tokens} tokens) plus max_new_tokens ({max_new_tokens}){extra} "
             f"is {total} tokens, more than the {context}-token context this model was loaded with.",
             "Shorten the prompt, lower max_new_tokens, or load the model with a longer context.")
 

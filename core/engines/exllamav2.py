@@ -50,7 +50,6 @@ from specdeck.core.engines.base import (
     LoadedModel,
     LoadProgress,
     LoadSpec,
-    OutOfMemoryError,
     ProgressCallback,
     SamplingSpec,
     StopReason,
@@ -59,9 +58,9 @@ from specdeck.core.engines.base import (
 from specdeck.core.errors import InvalidInputError, SpecDeckError
 from specdeck.core.exl2_facts import (
     CACHE_CLASSES,
-    CACHE_MODES_TEXT,
     CACHE_STEP,
     DEFAULT_MAX_SEQ_LEN,
+    check_cache_mode,
     ntk_rope_alpha,
     round_up_to_cache_step,
 )
@@ -127,13 +126,8 @@ def plan_context(
 
 
 def cache_class_name(mode: str) -> str:
-    key = (mode or "FP16").strip().upper()
-    if key not in CACHE_CLASSES:
-        raise InvalidInputError(
-            f"Cache mode {mode!r} is not one ExLlamaV2 supports.",
-            f"Use {CACHE_MODES_TEXT}.",
-        )
-    return CACHE_CLASSES[key]
+    """The exllamav2 cache class for a TabbyAPI cache mode (blank: FP16)."""
+    return CACHE_CLASSES[check_cache_mode(mode or "FP16")]
 
 
 def reserve_bytes(reserve_mb: tuple[float, ...], devices: int = 1) -> list[int]:
@@ -279,18 +273,17 @@ def map_load_error(exc: BaseException, path: Path, plan: ContextPlan | None,
     if isinstance(exc, SpecDeckError):
         return exc
     if isinstance(exc, AssertionError) and SPLIT_TOO_SMALL in str(exc):
-        return OutOfMemoryError(
-            f"{path.name} does not fit in the gpu_split given (its GB per GPU run out before "
-            f"the last layer); {common.freed(kept)}.",
+        return common.out_of_memory(
+            f"loading {path.name}: its gpu_split ran out (the GB given per GPU ended before "
+            "the last layer)",
             "Raise gpu_split's numbers (in GB, one per GPU), or leave gpu_split empty to "
-            "autosplit.")
+            "autosplit.", common.freed(kept))
     if is_out_of_memory(exc):
         cache = f" with a {plan.cache_tokens}-token cache" if plan else ""
-        return OutOfMemoryError(
-            f"Not enough VRAM to load {path.name}{cache}; {common.freed(kept)}.",
+        return common.out_of_memory(
+            f"loading {path.name}{cache}",
             "Use a shorter context (max_seq_len), a Q4/Q6/Q8 cache, a lower-bpw model, "
-            "or spread it over more GPUs with gpu_split.",
-        )
+            "or spread it over more GPUs with gpu_split.", common.freed(kept))
     text = str(exc)
     if "No supported tokenizer" in text or "tokenizer.json" in text:
         return InvalidInputError(

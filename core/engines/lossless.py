@@ -12,6 +12,7 @@ still reported as a divergence, with its position.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specdeck.core.engines.base import GenerationResult
@@ -47,14 +48,19 @@ def compare_greedy(
     reference: GenerationResult, candidate: GenerationResult, tie_tolerance: float = 0.0
 ) -> TokenComparison:
     """Compare a candidate run (e.g. with a drafter) with the reference (no drafter)."""
-    ref, cand = reference.token_ids, candidate.token_ids
+    return compare_tokens(reference.token_ids, candidate.token_ids,
+                          (reference.top2_gaps, candidate.top2_gaps), tie_tolerance)
+
+
+def compare_tokens(ref: Sequence[int], cand: Sequence[int],
+                   gaps: Sequence[Sequence[float]] = (), tie_tolerance: float = 0.0) -> TokenComparison:
+    """The check on bare token ids (a loop outside the engines, e.g. the GPU kit's bare
+    ExLlamaV2 loop); ``gaps``: each run's top-2 logit gaps where known."""
     compared = min(len(ref), len(cand))
     for i in range(compared):
         if ref[i] != cand[i]:
-            gaps = [
-                g[i] for g in (reference.top2_gaps, candidate.top2_gaps) if i < len(g)
-            ]
-            gap = min(gaps) if gaps else None
+            known = [g[i] for g in gaps if i < len(g)]
+            gap = min(known) if known else None
             tie = gap is not None and gap <= tie_tolerance
             return TokenComparison(
                 Verdict.TIE if tie else Verdict.DIVERGED, compared, i, ref[i], cand[i], gap

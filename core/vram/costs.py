@@ -16,6 +16,7 @@ from specdeck.core.exl2_facts import (
     CACHE_MODES,
     CACHE_STEP,
     SCALE_GROUP,
+    check_cache_mode,
     kv_bytes_per_element,
     round_up_to_cache_step,
 )
@@ -76,15 +77,6 @@ DEFAULT_OVERHEADS = Overheads()
 
 
 # KV cache ------------------------------------------------------------------------------------
-def check_cache_mode(mode: str) -> str:
-    normal = str(mode).strip().upper()
-    if normal not in CACHE_MODES:
-        raise InvalidInputError(
-            f"Cache mode {mode!r} is not one ExLlamaV2 knows.", f"Use one of {', '.join(CACHE_MODES)}."
-        )
-    return normal
-
-
 def round_context(tokens: int) -> int:
     """The cache length TabbyAPI allocates for ``tokens``: the next multiple of 256."""
     if tokens < 1:

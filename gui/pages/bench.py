@@ -487,24 +487,22 @@ class BenchPage(QWidget):
                            for p in self._suites[name].prompts[: self.per_suite.value()])
         if self._serving():
             arms = self._server_arms()
-            if len(arms) < 2:
-                raise SpecDeckError("A server A/B needs two servers or more.",
-                                    "Give the reference first, then the drafting server(s), "
-                                    "separated by commas.")
-            return BenchPlan(engine="server", model="server", arms=arms, suites=tuple(suites),
-                             prompt_ids=prompt_ids, max_new_tokens=self.max_new.value(),
-                             repeats=self.repeats.value(), warmup=self.warmup.value(),
-                             one_server_at_a_time=self._one_at_a_time)
+            if not arms:
+                raise SpecDeckError("No server is given.", "Type the reference server's URL, "
+                                    "then the drafting server(s), separated by commas.")
+            plan = BenchPlan(engine="server", model="server", arms=arms,
+                             suites=tuple(suites), prompt_ids=prompt_ids,
+                             max_new_tokens=self.max_new.value(), repeats=self.repeats.value(),
+                             warmup=self.warmup.value(), one_server_at_a_time=self._one_at_a_time)
+            plan.require_comparison("Give the reference server first, then the drafting "
+                                    "server(s), separated by commas.")
+            return plan
         if self.use_draft.isChecked() and not self.draft.text().strip():
             raise SpecDeckError("Draft model is ticked but no folder is given.",
                                 "Choose the draft model's folder, or untick Draft model.")
-        if not self.use_draft.isChecked() and not self.use_ngram.isChecked():
-            raise SpecDeckError("Nothing to compare: no drafter is ticked.",
-                                "Tick Draft model and/or N-gram.")
-        model = self.model.currentText().strip() or DEMO
-        return BenchPlan(
+        plan = BenchPlan(
             engine=self.engine.currentData(),
-            model=model,
+            model=self.model.currentText().strip() or DEMO,
             arms=self._arms_preview(),
             suites=tuple(suites),
             prompt_ids=prompt_ids,
@@ -512,6 +510,8 @@ class BenchPage(QWidget):
             repeats=self.repeats.value(),
             warmup=self.warmup.value(),
         )
+        plan.require_comparison("Tick Draft model and/or N-gram.")
+        return plan
 
     # run control ---------------------------------------------------------------------------
     def _running(self) -> bool:

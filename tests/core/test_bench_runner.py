@@ -41,6 +41,16 @@ def test_plan_rejects_a_drafted_reference_and_repeated_names():
         BenchPlan(repeats=0)
 
 
+def test_a_plan_with_the_reference_alone_is_valid_but_not_a_comparison():
+    """A sweep's base plan holds the reference alone; running it as an A/B is refused with
+    the fix its caller words (the CLI's flags, a plan.json, the A/B page)."""
+    alone = BenchPlan(arms=(Arm("A"),))
+    with pytest.raises(InvalidInputError, match="Nothing to compare") as refused:
+        alone.require_comparison("Tick N-gram.")
+    assert refused.value.fix == "Tick N-gram."
+    BenchPlan(arms=(Arm("A"), Arm("B", DrafterSpec(DrafterKind.NGRAM)))).require_comparison("-")
+
+
 def test_plan_round_trips_through_json(tmp_path):
     plan = tiny_plan(tmp_path / "m", default_arms(tmp_path / "d", ngram=True, k=3),
                      sampling=SamplingSpec(temperature=0.7, top_p=0.9, seed=5), stop_on_eos=False)
@@ -127,5 +137,6 @@ def test_cancel_before_measuring_raises_and_later_cancel_keeps_finished_runs(mod
 
 def test_prompt_longer_than_the_context_is_refused_before_any_run(models):
     plan = tiny_plan(models["target"], (Arm("A"),), max_new_tokens=600)
-    with pytest.raises(InvalidInputError, match="more than the loaded context"):
+    refused = r"The prompt \S+ \(\d+ tokens\) plus max_new_tokens \(600\).* than the \d+-token context"
+    with pytest.raises(InvalidInputError, match=refused):
         run_plan(plan)

@@ -510,7 +510,7 @@ def test_a_gpu_split_too_small_is_an_out_of_memory_message():
     exc = AssertionError("Insufficient space in device allocation")
     error = map_load_error(exc, Path("/models/Llama-3.1-70B-exl2"), None)
     assert isinstance(error, OutOfMemoryError)
-    assert "does not fit in the gpu_split given" in error.what and "gpu_split" in error.fix
+    assert "its gpu_split ran out" in error.what and "gpu_split" in error.fix
     kept = map_load_error(exc, Path("/models/draft"), None, kept="target")
     assert "target stays loaded without a draft" in kept.what
     assert map_load_error(AssertionError("something else"), Path("/m"), None).__class__ \

@@ -428,14 +428,12 @@ def test_the_kit_plans_the_logits_rows_the_engine_allocates(tmp_path):
     engine, which allocates q_size(MAX_DRAFT_TOKENS) = 33, so it plans with 33."""
     import json
 
-    from gpukit.steps import ENGINE_LOGITS_ROWS
+    from gpukit.steps import engine_logits_rows
     from conftest import MODELS
 
     from specdeck.core.cli import main
-    from specdeck.core.engines.base import MAX_DRAFT_TOKENS
-    from specdeck.core.engines.exllamav2 import MIN_OUTPUT_LEN, q_size
 
-    assert ENGINE_LOGITS_ROWS == max(MIN_OUTPUT_LEN, q_size(MAX_DRAFT_TOKENS))
+    assert engine_logits_rows() == 33  # k up to 32 drafts plus the step's own token
     used = {}
     for rows in (16, 33):
         out = tmp_path / f"{rows}.json"

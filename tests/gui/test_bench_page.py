@@ -122,7 +122,8 @@ def test_stop_keeps_finished_runs(qtbot, page, models):
 def test_bad_setups_are_explained_and_nothing_starts(page, models):
     configure(page, models["cycle"], ngram=False)
     page.start()
-    assert page.banner.isVisible() and "no drafter" in page.banner.label.text()
+    assert page.banner.isVisible() and "Nothing to compare" in page.banner.label.text()
+    assert "Tick Draft model and/or N-gram" in page.banner.label.text()
     assert page.session is None
     configure(page, models["cycle"], suites=())
     page.start()

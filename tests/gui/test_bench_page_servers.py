@@ -95,10 +95,17 @@ def test_server_acceptance_is_plotted_per_finished_run(qtbot, page, replay):
 
 
 def test_servers_engine_needs_two_servers(qtbot, page):
+    """The page's server plan passes the same comparison check as the CLI's (core's
+    BenchPlan.require_comparison), worded for the page; nothing starts."""
     page.engine.setCurrentIndex(page.engine.findData("server"))
+    page.servers.setText("")
+    page.start()
+    assert page.banner.isVisible() and "No server is given" in page.banner.label.text()
     page.servers.setText("http://127.0.0.1:9")
     page.start()
-    assert page.banner.isVisible() and "two servers" in page.banner.label.text()
+    text = page.banner.label.text()
+    assert "Nothing to compare" in text and "drafting server(s)" in text
+    assert page.session is None
 
 
 @pytest.mark.slow
