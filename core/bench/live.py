@@ -79,7 +79,7 @@ class RunRow:
 
     @property
     def key(self) -> tuple[str, int]:
-        return self.record.prompt_id, self.record.slot.repeat
+        return self.record.pair_key
 
 
 @dataclass(frozen=True)
@@ -238,7 +238,7 @@ class LivePlan:
                 self.acceptance_reported.add(record.arm)
             else:
                 self.acceptance_unreported.add(record.arm)
-        key = (record.prompt_id, record.slot.repeat)
+        key = record.pair_key
         self._row_of[(*key, record.arm)] = len(self.rows)
         self.rows.append(RunRow(record))
         if record.arm != self.reference:

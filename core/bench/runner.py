@@ -78,6 +78,12 @@ class RunRecord:
         return self.slot.prompt.id
 
     @property
+    def pair_key(self) -> tuple[str, int]:
+        """What pairs a drafting arm's run with the reference's: the same prompt and repeat
+        (the live reducer and the finished summary both pair by it)."""
+        return self.slot.prompt.id, self.slot.repeat
+
+    @property
     def complete(self) -> bool:
         return self.result.stats.stop_reason is not StopReason.CANCELLED
 

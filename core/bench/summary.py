@@ -327,12 +327,8 @@ def _arm_summary(arm: Arm, records: list[RunRecord], peak_bandwidth: float | Non
 
 def pairs(run: BenchRun, arm: str) -> list[tuple[RunRecord, RunRecord]]:
     """(reference run, arm run) for every prompt and repeat both finished."""
-    reference = {(r.prompt_id, r.slot.repeat): r for r in run.counted(run.plan.baseline.name)}
-    return [
-        (reference[(r.prompt_id, r.slot.repeat)], r)
-        for r in run.counted(arm)
-        if (r.prompt_id, r.slot.repeat) in reference
-    ]
+    reference = {r.pair_key: r for r in run.counted(run.plan.baseline.name)}
+    return [(reference[r.pair_key], r) for r in run.counted(arm) if r.pair_key in reference]
 
 
 def _compare(run: BenchRun, arm: Arm, ref: ArmSummary, summary: ArmSummary,

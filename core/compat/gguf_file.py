@@ -63,8 +63,8 @@ class NeedMore(Exception):
 class GgufHeader:
     """The metadata and tensor table of a GGUF file (format v2/v3, little-endian), parsed
     straight from a memory map: the tensors' pages are never read. The gguf package's
-    GGUFReader turns every array element into a numpy object (2.4 s for a 49k vocabulary
-    here); this reads a 150k one in tens of milliseconds."""
+    GGUFReader turns every array element into a numpy object: 65x slower than this on the
+    demo model's GGUF (docs/benchmarks/compat.md)."""
 
     SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
                10: "<Q", 11: "<q", 12: "<d"}
@@ -123,6 +123,29 @@ class GgufHeader:
         self.pos += length
         return text
 
+    def _strings(self, count: int, keep: bool) -> list[str]:
+        """A string array (a vocabulary: 150k entries) in one tight loop: per element its
+        length and bytes, decoded only when ``keep``; the checks are _string's."""
+        buf, pos, end = self.buf, self.pos, len(self.buf)
+        length_at = self._struct.Struct("<Q").unpack_from
+        out: list[str] = []
+        for _ in range(count):
+            if pos + 8 > end:
+                self.pos = pos
+                self._need(8)  # raises: NeedMore for a partial buffer, else past the end
+            length = length_at(buf, pos)[0]
+            if length > 1 << 30:
+                raise ValueError(f"a string of {length:,} bytes")
+            pos += 8
+            if pos + length > end:
+                self.pos = pos
+                self._need(length)  # raises, as above
+            if keep:
+                out.append(buf[pos:pos + length].decode("utf-8", "replace"))
+            pos += length
+        self.pos = pos
+        return out
+
     def _value(self, kind: int):
         if kind == 8:
             return self._string()
@@ -133,7 +156,7 @@ class GgufHeader:
             if count >= MAX_TOKEN_ID:
                 raise ValueError(f"an array of {count:,} values")
             if item == 8:
-                return [self._string() for _ in range(count)]
+                return self._strings(count, keep=True)
             if item in self.SCALARS:
                 import array
 
@@ -153,10 +176,7 @@ class GgufHeader:
     def _skip_array(self) -> None:
         item, count = self._take("<I"), self._take("<Q")
         if item == 8:
-            for _ in range(count):
-                length = self._take("<Q")  # read first: it moves pos past itself
-                self._need(length)
-                self.pos += length
+            self._strings(count, keep=False)
         elif item in self.SCALARS:
             size = self._struct.calcsize(self.SCALARS[item]) * count
             self._need(size)

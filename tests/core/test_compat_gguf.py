@@ -100,6 +100,28 @@ def test_broken_gguf_files_get_one_clear_error(tmp_path, ggufs):
             read_gguf(path)
 
 
+def test_a_header_cut_anywhere_asks_for_more_and_then_reads_whole(ggufs):
+    """The Hub reader fetches a GGUF's first bytes and grows the range on NeedMore: cut
+    inside the magic, the token array (a string's length or its bytes) or the skipped merges,
+    the reader asks for more than it had, and with what it asked for it gets further, until
+    it reads exactly what the whole file gives."""
+    from specdeck.core.compat.gguf_file import NeedMore, read_gguf_prefix
+
+    data = ggufs["Qwen2.5-0.5B-Instruct"].read_bytes()
+    whole, _, numbers = read_gguf(ggufs["Qwen2.5-0.5B-Instruct"])
+    for cut in (3, 30, 50_000, 50_003, len(data) // 3, len(data) // 2):
+        size, asked = cut, 0
+        while True:
+            try:
+                vocab, _, got = read_gguf_prefix(data[:size], "q.gguf")
+                break
+            except NeedMore as more:
+                assert more.needed > size
+                size = max(more.needed, size * 2)  # the Hub reader's growth
+                asked += 1
+        assert asked >= 1 and vocab.texts == whole.texts and got == numbers
+
+
 def test_cli_check_takes_a_gguf_on_either_side(ggufs, specdeck_home):
     result = subprocess.run(
         [sys.executable, "-m", "specdeck", "check", str(ggufs["Qwen2.5-7B-Instruct"]),
