@@ -10,12 +10,14 @@ Goals (issue 13), on every shipped suite, same model, prompt, dtype, threads and
   most 5% where there is nothing to copy (chat, prose: n-gram / no draft >= 0.95x).
 
 Setup: the embedded demo model (SmolLM2-135M-Instruct, float32, CPU), loaded once by SpecDeck's
-engine; generate() runs on that same model object (the same weights, including the engine's
-oneDNN pre-packed linear layers), so only the decoding loops differ. Each prompt of each
+engine; generate() runs on that same model object (the same weights, and the same linear
+layers: pre-packed for oneDNN or plain, whichever the engine found faster for plain decoding
+on this CPU), so only the decoding loops differ. Each prompt of each
 suite (chat template), a fixed 64 new tokens (no stop on EOS: equal lengths), time = wall
 clock of the whole generation (prefill + decode) for both sides. The runs of a prompt are
 interleaved, their order reversed between repeats; a figure is the median of the per-prompt,
-per-repeat ratios of runs made side by side.
+per-repeat ratios of runs made side by side, with its 95% bootstrap interval, from
+core.bench.stats (the A/B feature's own pairing and statistics).
 
 Two draft-model pairs, since no trained pair of two sizes sharing a tokenizer can be had
 offline here (a draft cut from the demo model's own layers accepts under 4% of its tokens):
@@ -158,10 +160,12 @@ def _perturbed_copy(model_dir: Path, out: Path, seed: int = 0) -> Path:
 
 
 def _run_suite(engine, prompts, runs, names, draft_arms) -> dict:
+    from specdeck.core.bench.stats import speedup
+
     rates = {name: [] for name in names}
     ratios = {pair: [] for pair in PAIRS}
     acceptance = {pair: [] for pair in PAIRS}
-    speedup, same, control = [], 0, []
+    gains, same, control = [], 0, []
     for index, prompt in enumerate(prompts):
         ids = engine.tokenize(prompt.text, apply_chat_template=True)
         arms = [n for n in names if index < DRAFT_PROMPTS or n not in draft_arms]
@@ -173,7 +177,7 @@ def _run_suite(engine, prompts, runs, names, draft_arms) -> dict:
             if first is None:
                 first = peer
             else:  # the same generate() call, same prompt, run again: the run's noise
-                control.append(peer / first)
+                control.append(speedup(first, peer))
             plain = got[PAIRS["no draft"][0]][1]
             for name in arms:
                 rates[name].append(got[name][0])
@@ -181,25 +185,35 @@ def _run_suite(engine, prompts, runs, names, draft_arms) -> dict:
                     raise AssertionError(f"{prompt.id}: {name} changed the greedy output")
             for pair, (mine, peer) in PAIRS.items():
                 if mine in got:
-                    ratios[pair].append(got[mine][0] / got[peer][0])
+                    ratios[pair].append(speedup(got[peer][0], got[mine][0]))
                     if got[mine][2] is not None:
                         acceptance[pair].append(got[mine][2])
-            speedup.append(got[PAIRS["n-gram"][0]][0] / got[PAIRS["no draft"][0]][0])
+            gains.append(speedup(got[PAIRS["no draft"][0]][0], got[PAIRS["n-gram"][0]][0]))
             same += plain == got[PAIRS["no draft"][1]][1]
-    return {"rates": rates, "ratios": ratios, "acceptance": acceptance, "speedup": speedup,
+    return {"rates": rates, "ratios": ratios, "acceptance": acceptance, "speedup": gains,
             "identical_baselines": same, "control": control}
 
 
 def _write(report: Report, per_suite: dict) -> None:
+    from specdeck.core.bench.stats import summarize_ratios
+
+    def paired(ratios: list[float]) -> str:
+        summary = summarize_ratios(ratios)
+        return f"**{summary.median:.2f}x** ({summary.ci_low:.2f}-{summary.ci_high:.2f})"
+
+    def middle(ratios: list[float]) -> float:
+        return summarize_ratios(ratios).median
+
     report.record("suites", per_suite)
     for pair in PAIRS:
-        report.record(f"{pair} median", median([r for s in per_suite.values()
-                                                for r in s["ratios"][pair]]))
+        report.record(f"{pair} median", summarize_ratios([r for s in per_suite.values()
+                                                          for r in s["ratios"][pair]]).median)
     report.text(f"Demo model, float32, 2 threads, {MAX_NEW} new tokens, k = {K} fixed on both "
                 f"sides, every prompt of each suite x {REPEATS} repeats (the draft-model pairs: "
                 f"the first {DRAFT_PROMPTS} prompts), runs interleaved; tok/s = new tokens / "
                 "wall time of the generation (prefill included), median per arm; a ratio is "
-                "the median of ratios of runs made side by side; acceptance is SpecDeck's "
+                "the median of ratios of runs made side by side, with its 95% bootstrap "
+                "interval (core.bench.stats); acceptance is SpecDeck's "
                 "(transformers' greedy verification keeps the same tokens).")
     report.text("")
     rows = []
@@ -208,18 +222,18 @@ def _write(report: Report, per_suite: dict) -> None:
             accepted = figures["acceptance"][pair]
             rows.append([suite, pair, f"{median(figures['rates'][mine]):.1f}",
                          f"{median(figures['rates'][peer]):.1f}",
-                         f"**{median(figures['ratios'][pair]):.2f}x**",
+                         paired(figures["ratios"][pair]),
                          f"{median(accepted):.0%}" if accepted else "-",
                          len(figures["ratios"][pair])])
     report.table(["suite", "decoding", "SpecDeck tok/s", "transformers tok/s",
-                  "SpecDeck / transformers", "drafts accepted", "pairs"], rows)
+                  "SpecDeck / transformers (95% interval)", "drafts accepted", "pairs"], rows)
     report.table(["suite", "n-gram / no draft (SpecDeck)", "no-draft tokens = generate()'s",
                   "generate() / itself, run again (noise)"],
-                 [[suite, f"{median(f['speedup']):.2f}x",
+                 [[suite, paired(f["speedup"]).replace("**", ""),
                    f"{f['identical_baselines']}/{len(f['ratios']['no draft'])}",
-                   f"{median(f['control']):.2f}x"]
+                   f"{middle(f['control']):.2f}x"]
                   for suite, f in per_suite.items()])
-    noise = [median(f["control"]) for f in per_suite.values()]
+    noise = [middle(f["control"]) for f in per_suite.values()]
     noise_band = f"{min(noise):.2f}-{max(noise):.2f}x"
     report.text(f"The last column is how far this machine drifts: the same generate() call on "
                 f"the same prompt, its second run (minutes later) over its first ({noise_band} "
@@ -234,13 +248,13 @@ def _write(report: Report, per_suite: dict) -> None:
                   GOAL_NOTHING_TO_COPY, NOTHING_TO_COPY))
     met_all = {}
     for key, label, goal, suites in goals:
-        values = {s: median(per_suite[s]["ratios"][key] if key in PAIRS
+        values = {s: middle(per_suite[s]["ratios"][key] if key in PAIRS
                             else per_suite[s][key]) for s in suites}
         misses = [f"{s} {v:.3f}x" for s, v in values.items() if v < goal]
         met_all[key] = not misses
         verdict = "met." if not misses else f"NOT met ({', '.join(misses)})"
         if misses and key in PAIRS:
-            pooled = median([r for s in suites for r in per_suite[s]["ratios"][key]])
+            pooled = middle([r for s in suites for r in per_suite[s]["ratios"][key]])
             inside = 1 - min(values.values()) <= max(abs(1 - n) for n in noise)
             verdict += (f"; all suites pooled {pooled:.3f}x; "
                         + ("the gap is inside this run's noise." if inside

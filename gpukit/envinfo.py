@@ -61,8 +61,14 @@ def gpu_frame() -> dict[str, Any]:
     from specdeck.core.gpu import read_once
 
     frame = read_once()
-    return {"headline": frame.headline, "driver": frame.driver_version,
-            "gpus": [{"name": g.name, "memory_total": g.memory_total} for g in frame.gpus]}
+    return {"headline": frame.headline, "state": frame.state.value, "driver": frame.driver_version,
+            "gpus": [{"name": g.name, "memory_total": g.memory_total,
+                      "memory_used": g.memory_used, "memory_free": g.memory_free,
+                      "memory_reserved": g.memory_reserved,
+                      # NVML's v2 query: used + free + reserved is the card's total
+                      "memory_adds_up": g.memory_used is not None and g.memory_free is not None
+                      and g.memory_used + g.memory_free + (g.memory_reserved or 0)
+                      == g.memory_total} for g in frame.gpus]}
 
 
 def collect(include_torch: bool = True) -> dict[str, Any]:

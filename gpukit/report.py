@@ -82,6 +82,11 @@ def _environment(env: dict[str, Any]) -> list[str]:
             ["nvidia-smi", (env.get("nvidia_smi") or "not found").replace("\n", "; ")],
             ["nvcc", ((env.get("nvcc") or "not found").splitlines() or [""])[-1]],
             ["torch (CUDA)", f"{env.get('torch')} ({env.get('torch_cuda')})"]]
+    nvml = env.get("nvml") or {}
+    gpus = nvml.get("gpus") or []
+    rows.append(["SpecDeck's NVML read", f"{nvml.get('headline', 'not recorded')} "
+                 f"(state {nvml.get('state', '?')}; used + free + reserved = total on "
+                 f"{sum(1 for g in gpus if g.get('memory_adds_up'))} of {len(gpus)} GPUs)"])
     rows += [[name, version or "not installed"] for name, version in packages.items()]
     return ["## Environment", ""] + _table(["what", "value"], rows)
 

@@ -1,11 +1,13 @@
-"""Faster linear layers on CPU: weights pre-packed once for oneDNN.
+"""Faster linear layers on some CPUs: weights pre-packed once for oneDNN.
 
 A verify step multiplies 2-9 rows by every weight matrix. With plain ``F.linear`` (MKL
-sgemm) a few rows cost 1.5-3x one row, because the big weight is re-packed on every call;
-oneDNN's linear with a weight reordered once at load time costs about the same for 1 to 9
-rows (measured on SmolLM2-135M, 2-core AVX2: full forward 41 ms for 1 token, 53 ms for 5,
-against 52 / 81 ms unpacked). That is what makes drafting pay off on a CPU at all, and it
-speeds up plain decoding too, so both A/B arms get it.
+sgemm) a few rows can cost much more than one; oneDNN's linear with a weight reordered once
+at load time costs about the same for 1 to 9 rows. Whether that wins depends on the CPU
+(docs/benchmarks/engine_choices.md): on the 2-core EPYC it was written on packing made a
+1-row forward faster as well (by hand), on a 2-core Xeon 1.22x slower, while there 5 rows
+cost 1.24x one row packed against 1.58x plain. A slower plain decode would make every speed-up read high (the no-draft
+arm is the anchor), so the engine does not assume: :func:`choose` times a 1-row forward both
+ways on the loaded model and keeps the packed layers only where they are not slower.
 
 The ops are PyTorch-internal (``torch.ops.mkldnn._reorder_linear_weight`` and
 ``_linear_pointwise``, the ones Inductor's CPU weight pre-packing uses). Every packed layer
@@ -16,6 +18,8 @@ or mismatch leaves the model as it was. Imports torch; only the PyTorch engine u
 from __future__ import annotations
 
 import logging
+import statistics
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -71,19 +75,86 @@ def _packed_or_none(linear: nn.Linear) -> PackedLinear | None:
     return None
 
 
-def prepack_linears(model: nn.Module) -> int:
-    """Replace every ``nn.Linear`` of ``model`` by a :class:`PackedLinear`; returns how many.
+class Packing:
+    """Every ``nn.Linear`` of a model with its packed twin, swappable both ways."""
 
-    All or nothing: if one layer cannot be packed, none is (mixed layers would only make
-    the speed harder to explain)."""
-    targets: list[tuple[nn.Module, str, PackedLinear]] = []
-    for parent in model.modules():
-        for name, child in parent.named_children():
-            if type(child) is nn.Linear:
-                packed = _packed_or_none(child)
-                if packed is None:
-                    return 0
-                targets.append((parent, name, packed))
-    for parent, name, packed in targets:
-        setattr(parent, name, packed)
-    return len(targets)
+    def __init__(self, model: nn.Module):
+        self.swaps: list[tuple[nn.Module, str, nn.Linear, PackedLinear]] = []
+        for parent in model.modules():
+            for name, child in parent.named_children():
+                if type(child) is nn.Linear:
+                    packed = _packed_or_none(child)
+                    if packed is None:  # all or nothing: mixed layers explain nothing
+                        self.swaps = []
+                        return
+                    self.swaps.append((parent, name, child, packed))
+
+    def __len__(self) -> int:
+        return len(self.swaps)
+
+    def use(self, packed: bool) -> None:
+        for parent, name, plain, twin in self.swaps:
+            setattr(parent, name, twin if packed else plain)
+
+
+def prepack_linears(model: nn.Module) -> int:
+    """Replace every ``nn.Linear`` of ``model`` by a :class:`PackedLinear`; returns how many
+    (0: none could be packed, the model is unchanged)."""
+    packing = Packing(model)
+    packing.use(True)
+    return len(packing)
+
+
+@dataclass(frozen=True)
+class Choice:
+    packed_layers: int
+    """Layers left packed (0: plain F.linear)."""
+    plain_ms: float | None = None
+    packed_ms: float | None = None
+    """Median 1-row forward, each way, when they were timed."""
+
+    def note(self) -> str | None:
+        if self.plain_ms is None or self.packed_ms is None:
+            return (f"{self.packed_layers} linear layers pre-packed for oneDNN"
+                    if self.packed_layers else None)
+        timing = f"a 1-token forward took {self.packed_ms:.1f} ms packed, {self.plain_ms:.1f} ms plain"
+        if self.packed_layers:
+            return f"{self.packed_layers} linear layers pre-packed for oneDNN ({timing})"
+        return f"linear layers left plain: oneDNN pre-packing is slower on this CPU ({timing})"
+
+
+def choose(model: nn.Module, device: torch.device, repeats: int = 5) -> Choice:
+    """Pack the model's linear layers only if a 1-row forward (plain decoding, the A/B's
+    anchor) is not slower packed. The two are timed alternately after a short prefill."""
+    import time
+
+    packing = Packing(model)
+    if not packing:
+        return Choice(0)
+    cache_key = _cache_argument(model)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    with torch.inference_mode():
+        from transformers import DynamicCache
+
+        context = torch.arange(100, 164, device=device).unsqueeze(0)
+        step = torch.tensor([[200]], device=device)
+        cache = DynamicCache(config=model.config)
+        model(context, use_cache=True, **{cache_key: cache})
+        for index in range(2 * (repeats + 1)):
+            packed = index % 2 == 1
+            packing.use(packed)
+            started = time.perf_counter()
+            model(step, use_cache=True, **{cache_key: cache})
+            if index >= 2:  # the first of each way is a warm-up
+                times[packed].append(time.perf_counter() - started)
+            cache.crop(-1)
+    plain_ms, packed_ms = (statistics.median(times[p]) * 1000 for p in (False, True))
+    keep = packed_ms <= plain_ms
+    packing.use(keep)
+    return Choice(len(packing) if keep else 0, plain_ms, packed_ms)
+
+
+def _cache_argument(model: nn.Module) -> str:
+    from specdeck.core.engines.speculative import cache_argument
+
+    return cache_argument(model)

@@ -10,11 +10,11 @@ token) is weak evidence and drafts at most ``short_tokens`` (0: nothing): a reje
 costs a wider target forward for nothing, so a drafter that always guesses long makes prompts
 with nothing to copy slower than no drafting, while a short guess after a one-token match pays
 on structured text (keys, markup, table cells). On the demo model (CPU) a verify forward of 2
-tokens costs ~10% more than one of 1, and each further token ~1-3%: once a step drafts at
-all, a second token is nearly free. Measured there by hand on 2026-11-24 on the shipped
-suites (64 new tokens, k = 4, interleaved, 2 repeats, against short_tokens = 0): short_tokens = 2 ran 10% faster on the
-structured suite, 4% on grounded, even on code and chat, 3% slower on prose; 1 gained 4% on
-structured only. SpecDeck's default is 2 (DrafterSpec.ngram_short).
+tokens costs about 10% more than one of 1, so once a step drafts at all a second token is
+cheap. `make bench BENCH_ARGS=engine_choices` measures short_tokens = 2 against 0 with the
+A/B protocol on every shipped suite (docs/benchmarks/engine_choices.md): faster on
+structured, grounded and code prompts, even on chat, about 1% slower on prose. SpecDeck's
+default is 2 (DrafterSpec.ngram_short).
 
 Pure Python on lists of ints: the cost per token is a few dict operations.
 """

@@ -38,6 +38,14 @@ PREFILL_CHUNK = 512
 """Prompt tokens per prefill forward: bounds attention memory and lets cancel act between."""
 
 
+def cache_argument(model: torch.nn.Module) -> str:
+    """The forward's KV-cache keyword: ``cache`` since transformers 5.2x, which deprecates
+    ``past_key_values`` (gone in 5.40); older 5.x releases take only ``past_key_values``."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 class KVModel:
     """A causal LM with its own KV cache: feed tokens, read logits, roll back."""
 
@@ -45,6 +53,7 @@ class KVModel:
         self.model = model
         self.device = device
         self.cache = None
+        self._cache_arg = cache_argument(model)
 
     def reset(self) -> None:
         from transformers import DynamicCache
@@ -60,7 +69,7 @@ class KVModel:
         x = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
         out = self.model(
             input_ids=x,
-            past_key_values=self.cache,
+            **{self._cache_arg: self.cache},
             use_cache=True,
             logits_to_keep=0 if all_logits else 1,
         )

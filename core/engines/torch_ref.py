@@ -7,7 +7,8 @@ every draft token, a check of the loop).
 
 Defaults chosen for honest A/B runs: greedy sampling, float32 on CPU (bfloat16 ties flip the
 argmax between batch shapes, see DESIGN.md), linear layers pre-packed for oneDNN on CPU
-(cpu_linear.py; both arms get it).
+where that does not slow plain decoding on this CPU (cpu_linear.py, timed at load; both arms
+get the same layers).
 
 Importing this module imports torch: the engine registry imports it only when an engine is
 created, never to list engines.
@@ -79,7 +80,8 @@ class _LoadedLM:
     model: torch.nn.Module
     tokenizer: object
     vocab_size: int
-    packed_layers: int
+    packing: cpu_linear.Choice
+    """Whether its linear layers were pre-packed for oneDNN, and the timing that decided."""
     weight_bytes: int
     """Weights one forward reads (see :func:`_weight_bytes`)."""
 
@@ -90,7 +92,9 @@ class TorchEngine:
     name = ENGINE_NAME
 
     def __init__(self, prepack: bool | None = None):
-        """``prepack``: oneDNN pre-packed linear layers; None = wherever supported (CPU fp32)."""
+        """``prepack``: oneDNN pre-packed linear layers on CPU (float32): True always, False
+        never, None (default) where a 1-token forward is not slower packed on this CPU
+        (timed at load, cpu_linear.choose)."""
         self._prepack = prepack
         self._device: torch.device | None = None
         self._dtype: torch.dtype | None = None
@@ -197,16 +201,20 @@ class TorchEngine:
         model.eval()
         report.check_cancel()
         weight_bytes = _weight_bytes(model)  # before packing moves weights out of parameters
-        packed = 0
+        packing = cpu_linear.Choice(0)
         if self._prepack is not False and cpu_linear.supported(self._device, self._dtype):
-            report(f"Packing the {role}'s linear layers for oneDNN", start + 0.3)
-            packed = cpu_linear.prepack_linears(model)
-        return _LoadedLM(path, model, tokenizer, _output_vocab(model), packed, weight_bytes)
+            if self._prepack:
+                report(f"Packing the {role}'s linear layers for oneDNN", start + 0.3)
+                packing = cpu_linear.Choice(cpu_linear.prepack_linears(model))
+            else:
+                report(f"Timing the {role}'s linear layers packed for oneDNN and plain", start + 0.3)
+                packing = cpu_linear.choose(model, self._device)
+        return _LoadedLM(path, model, tokenizer, _output_vocab(model), packing, weight_bytes)
 
     def _describe(self) -> LoadedModel:
         notes = []
-        if self._target.packed_layers:
-            notes.append(f"{self._target.packed_layers} linear layers pre-packed for oneDNN")
+        if (packing := self._target.packing.note()) is not None:
+            notes.append(packing)
         if self._draft is self._target and self._drafter_spec.kind is DrafterKind.MODEL:
             notes.append("self-drafting: the draft shares the target's weights")
         elif self._draft is not None and self._drafter_spec.kind is DrafterKind.MODEL:

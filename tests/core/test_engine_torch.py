@@ -352,15 +352,40 @@ def test_unload_frees_the_models(models):
         engine.generate(greedy(PROMPTS[0]))
 
 
-def test_without_prepacking_the_tokens_are_the_same(engine, models):
-    plain = TorchEngine(prepack=False)
+def test_without_prepacking_the_tokens_are_the_same(models):
+    plain, packed = TorchEngine(prepack=False), TorchEngine(prepack=True)
     plain.load(LoadSpec(models["target"]))
+    packed.load(LoadSpec(models["target"]))
     assert not any("pre-packed" in note for note in plain.loaded.notes)
+    assert any("pre-packed for oneDNN" in note for note in packed.loaded.notes)
     for prompt in PROMPTS:
-        assert plain.generate(greedy(prompt)).token_ids == run_with(
-            engine, NO_DRAFT, greedy(prompt)
-        ).token_ids
+        assert plain.generate(greedy(prompt)).token_ids == packed.generate(greedy(prompt)).token_ids
     plain.unload()
+    packed.unload()
+
+
+def test_by_default_packing_is_kept_only_where_a_one_token_forward_is_not_slower(models):
+    """The no-draft arm is every speed-up's anchor: on a CPU where oneDNN's packed layers
+    make plain decoding slower (a 2-core Xeon here), the engine keeps F.linear. The choice
+    follows the two medians it timed, the model holds the layers it chose, and the note
+    says which and why."""
+    from specdeck.core.engines import cpu_linear
+    from torch import nn
+
+    engine = TorchEngine()
+    engine.load(LoadSpec(models["target"]))
+    try:
+        choice = engine._target.packing
+        assert choice.plain_ms > 0 and choice.packed_ms > 0
+        assert (choice.packed_layers > 0) == (choice.packed_ms <= choice.plain_ms)
+        model, _ = engine.model_objects()
+        kinds = {type(m) for m in model.modules() if isinstance(m, (nn.Linear, cpu_linear.PackedLinear))}
+        assert kinds == ({cpu_linear.PackedLinear} if choice.packed_layers else {nn.Linear})
+        note = choice.note()
+        assert note in engine.loaded.notes and f"{choice.plain_ms:.1f} ms plain" in note
+        assert ("pre-packed" in note) == bool(choice.packed_layers)
+    finally:
+        engine.unload()
 
 
 def test_sampling_is_reproducible_with_a_seed_and_labelled(engine, models):

