@@ -5,9 +5,10 @@ sgemm) a few rows can cost much more than one; oneDNN's linear with a weight reo
 at load time costs about the same for 1 to 9 rows. Whether that wins depends on the CPU
 (docs/benchmarks/engine_choices.md): on the 2-core EPYC it was written on packing made a
 1-row forward faster as well (by hand), on a 2-core Xeon 1.22x slower, while there 5 rows
-cost 1.24x one row packed against 1.58x plain. A slower plain decode would make every speed-up read high (the no-draft
-arm is the anchor), so the engine does not assume: :func:`choose` times a 1-row forward both
-ways on the loaded model and keeps the packed layers only where they are not slower.
+cost 1.24x one row packed against 1.58x plain. A slower plain decode would make every
+speed-up read high (the no-draft arm is the anchor), so the engine does not assume:
+:func:`choose` times a 1-row forward both ways on the loaded model and keeps the packed
+layers only where they are not slower.
 
 The ops are PyTorch-internal (``torch.ops.mkldnn._reorder_linear_weight`` and
 ``_linear_pointwise``, the ones Inductor's CPU weight pre-packing uses). Every packed layer
@@ -136,8 +137,9 @@ def choose(model: nn.Module, device: torch.device, repeats: int = 5) -> Choice:
     with torch.inference_mode():
         from transformers import DynamicCache
 
-        context = torch.arange(100, 164, device=device).unsqueeze(0)
-        step = torch.tensor([[200]], device=device)
+        vocab = model.get_input_embeddings().num_embeddings
+        context = (torch.arange(100, 164, device=device) % vocab).unsqueeze(0)
+        step = torch.tensor([[200 % vocab]], device=device)
         cache = DynamicCache(config=model.config)
         model(context, use_cache=True, **{cache_key: cache})
         for index in range(2 * (repeats + 1)):
