@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from specdeck import __version__
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.suites import Prompt, select_prompts
 from specdeck.core.engines.base import (
@@ -43,8 +44,6 @@ from specdeck.core.engines.base import (
 )
 from specdeck.core.engines.common import check_length
 from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError, SpecDeckError
-
-from specdeck import __version__
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import logging
 import statistics
+import time
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from specdeck.core.engines.speculative import cache_argument
 
 log = logging.getLogger(__name__)
 
@@ -127,16 +130,14 @@ class Choice:
 def choose(model: nn.Module, device: torch.device, repeats: int = 5) -> Choice:
     """Pack the model's linear layers only if a 1-row forward (plain decoding, the A/B's
     anchor) is not slower packed. The two are timed alternately after a short prefill."""
-    import time
+    from transformers import DynamicCache
 
     packing = Packing(model)
     if not packing:
         return Choice(0)
-    cache_key = _cache_argument(model)
+    cache_key = cache_argument(model)
     times: dict[bool, list[float]] = {False: [], True: []}
     with torch.inference_mode():
-        from transformers import DynamicCache
-
         vocab = model.get_input_embeddings().num_embeddings
         context = (torch.arange(100, 164, device=device) % vocab).unsqueeze(0)
         step = torch.tensor([[200 % vocab]], device=device)
@@ -154,9 +155,3 @@ def choose(model: nn.Module, device: torch.device, repeats: int = 5) -> Choice:
     keep = packed_ms <= plain_ms
     packing.use(keep)
     return Choice(len(packing) if keep else 0, plain_ms, packed_ms)
-
-
-def _cache_argument(model: nn.Module) -> str:
-    from specdeck.core.engines.speculative import cache_argument
-
-    return cache_argument(model)
