@@ -59,6 +59,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Names, paths and server messages come from files and servers SpecDeck does not control:
+    # whatever the CLI prints has its control characters escaped (an ESC in a model name must
+    # not clear the user's screen).
+    from specdeck.core.printable import SafeTextStream
+
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = SafeTextStream(sys.stdout), SafeTextStream(sys.stderr)
+    try:
+        return _run(argv)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(
