@@ -9,13 +9,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from specdeck.core.userpath import expand_user
+
 APP_NAME = "specdeck"
 HOME_ENV = "SPECDECK_HOME"
 
 
 def _override() -> Path | None:
     value = os.environ.get(HOME_ENV)
-    return Path(value).expanduser() if value else None
+    return expand_user(value) if value else None
 
 
 def config_dir() -> Path:

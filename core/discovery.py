@@ -13,6 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from specdeck.core.userpath import expand_user
+
 USUAL_PORTS = {
     8080: "llama-server / llama-swap",
     5000: "TabbyAPI",
@@ -55,12 +57,12 @@ def tabby_configs(extra: Sequence[Path] = ()) -> list[Path]:
     seen, found = set(), []
     for path in candidates:
         try:
-            real = path.expanduser().resolve()
+            real = expand_user(path).resolve()
         except OSError:
             continue
         if real not in seen and real.is_file():
             seen.add(real)
-            found.append(path.expanduser())
+            found.append(expand_user(path))
     return found
 
 

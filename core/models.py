@@ -10,8 +10,8 @@ and byte range, so per-layer sizes are exact and cost a few kilobytes of reading
 from __future__ import annotations
 
 import json
-import math
 import logging
+import math
 import re
 import struct
 from collections.abc import Iterable, Mapping
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from specdeck.core.errors import InvalidInputError, NotFoundError
+from specdeck.core.userpath import expand_user
 
 log = logging.getLogger(__name__)
 
@@ -378,7 +379,7 @@ def _parameters_from_tensors(tensors: list[TensorInfo]) -> int:
 
 def read_model(folder: str | Path) -> ModelInfo:
     """Describe the model in ``folder``. Raises NotFoundError / InvalidInputError."""
-    path = Path(folder).expanduser()
+    path = expand_user(folder)
     if path.is_file():
         raise InvalidInputError(
             f"{path} is a file; SpecDeck reads a model from its folder.",
@@ -467,7 +468,7 @@ def scan_models(
                 visit(child, depth + 1)
 
     for directory in directories:
-        root = Path(directory).expanduser()
+        root = expand_user(directory)
         if root.is_dir():
             visit(root, 0)
     found.sort(key=lambda m: m.name.lower())

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from specdeck.core import appdirs
 from specdeck.core.atomic import atomic_write_text
+from specdeck.core.userpath import expand_user
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ class Settings:
 
     def with_config(self, path: str | Path) -> "Settings":
         """Remember ``path`` as the current config and move it to the top of the recents."""
-        text = str(Path(path).expanduser().absolute())
+        text = str(expand_user(path).absolute())
         recent = (text, *(p for p in self.recent_configs if p != text))[:MAX_RECENT]
         return replace(self, config_path=text, recent_configs=recent)
 

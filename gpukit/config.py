@@ -47,6 +47,10 @@ class PairConfig:
 
 @dataclass(frozen=True)
 class AbConfig:
+    """The kit's A/B, sized for its minutes of device time. These are the kit's own choices,
+    not plan defaults (core.bench.fields holds those): this module is read before SpecDeck
+    can be imported on the device, so it imports nothing of it."""
+
     draft_ks: tuple[int, ...] = (2, 4, 6)
     ngram_k: int = 4
     repeats: int = 3

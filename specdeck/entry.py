@@ -22,4 +22,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_gui(args[1:])
     from specdeck.core.cli import main as cli_main
 
-    return cli_main(args)
+    return cli_main(args, open_gui=_open_gui)
+
+
+def _open_gui() -> int:
+    from specdeck.gui.app import run_gui
+
+    return run_gui([])

@@ -12,6 +12,15 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
 
 import pytest  # noqa: E402
+from hypothesis import settings as hypothesis_settings  # noqa: E402
+
+# Property tests are reproducible: the same inputs on every machine and every run, so CI never
+# fails by chance. SPECDECK_HYPOTHESIS=explore searches with new random inputs instead (and
+# keeps what it finds in .hypothesis/); turn each failure it finds into an @example.
+hypothesis_settings.register_profile("reproducible", derandomize=True, deadline=None,
+                                     print_blob=True)
+hypothesis_settings.register_profile("explore", deadline=None, print_blob=True)
+hypothesis_settings.load_profile(os.environ.get("SPECDECK_HYPOTHESIS", "reproducible"))
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Real-world files (tokenizers, configs, TabbyAPI and llama-swap samples), copied from the

@@ -164,9 +164,36 @@ class StandInExLlamaV2:
         self.ExLlamaV2 = Model
         self.ExLlamaV2Cache = cache
         self.ExLlamaV2Cache_Q4 = cache
-        self.ExLlamaV2Tokenizer = lambda config: SimpleNamespace(eos_token_id=eos_token_id,
-                                                                 bos_token="<s>")
+        self.ExLlamaV2Tokenizer = lambda config: StandInTokenizer(config.model_dir,
+                                                                  eos_token_id)
         self.ExLlamaV2DynamicGenerator = Generator
         self.ExLlamaV2DynamicJob = Job
         self.ExLlamaV2Sampler = Sampler
         self.attn = SimpleNamespace(has_flash_attn_with_paged=True)
+
+
+class StandInTokenizer:
+    """ExLlamaV2Tokenizer's ``encode`` for one string (tokenizer/tokenizer.py, da07fac:
+    ``encode(text, add_bos=False, ...)`` encodes without special tokens, then inserts
+    ``bos_token_id`` first only when the caller asks with add_bos; it returns a (1, n) tensor).
+    The ids come from the folder's tokenizer.json through the tokenizers library, as
+    ExLlamaV2's HF tokenizer model does; BOS is 1, ExLlamaV2's default where config.json
+    names none (the test folders are Llama family)."""
+
+    bos_token = "<s>"
+    bos_token_id = 1
+
+    def __init__(self, model_dir, eos_token_id: int):
+        self.eos_token_id = eos_token_id
+        self._file = Path(model_dir) / "tokenizer.json"
+
+    def encode(self, text, add_bos=False, add_eos=False, encode_special_tokens=False):
+        import torch
+        from tokenizers import Tokenizer
+
+        ids = Tokenizer.from_file(str(self._file)).encode(text, add_special_tokens=False).ids
+        if add_bos and self.bos_token_id is not None:
+            ids.insert(0, self.bos_token_id)
+        if add_eos and self.eos_token_id is not None:
+            ids.append(self.eos_token_id)
+        return torch.tensor([ids])

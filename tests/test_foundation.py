@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from specdeck import __version__
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def run_specdeck(*args: str, timeout: float = 60, env: dict | None = None):
@@ -70,6 +73,29 @@ def test_core_never_imports_qt():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == []
+
+
+QT_MODULES = ("PySide6", "shiboken6", "pyqtgraph", "specdeck.gui", "gui")
+
+
+def test_no_core_module_imports_qt_anywhere_in_its_code():
+    """Not even inside a function, where importing every module (above) cannot see it."""
+    import ast
+
+    offenders = []
+    for path in sorted((REPO / "core").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                if any(name == m or name.startswith(m + ".") for m in QT_MODULES):
+                    offenders.append(f"{path.relative_to(REPO)}:{node.lineno} imports {name}")
+    assert offenders == []
 
 
 def test_no_generic_top_level_packages_installed():

@@ -146,3 +146,63 @@ def dying_engine(name: str):
 
     engine.load = load
     return engine
+
+
+def forward_clock(monkeypatch, cost) -> list[float]:
+    """The PyTorch engine's clock advances only by the models' forwards, ``cost(model, ids)``
+    seconds each: which setting is fastest becomes a property of the forwards it runs, not of
+    a shared CPU's load. Tokens, drafts and acceptance stay real."""
+    from specdeck.core.engines import speculative
+
+    now = [0.0]
+    real_feed = speculative.KVModel.feed
+
+    def feed(self, ids, all_logits=True):
+        now[0] += cost(self.model, ids)
+        return real_feed(self, ids, all_logits)
+
+    class Clock:
+        @staticmethod
+        def perf_counter() -> float:
+            return now[0]
+
+    monkeypatch.setattr(speculative.KVModel, "feed", feed)
+    monkeypatch.setattr(speculative, "time", Clock)
+    return now
+
+
+def parameter_clock(monkeypatch) -> list[float]:
+    """A forward costs 1 ns per parameter of the model, whatever the tokens it is given: the
+    memory-bound decoding of a GPU, where a forward reads every weight once however many
+    tokens it verifies."""
+    sizes: dict[int, int] = {}
+
+    def cost(model, ids):
+        if id(model) not in sizes:
+            sizes[id(model)] = sum(p.numel() for p in model.parameters())
+        return sizes[id(model)] * 1e-9
+
+    return forward_clock(monkeypatch, cost)
+
+
+def changed_fastest(run):
+    """``run`` with its fastest drafting arm's output changed at one token of every run; that
+    arm, and the arm that must win instead (the fastest of the rest, by hand)."""
+    from dataclasses import replace
+
+    from specdeck.core.bench.summary import summarize
+
+    medians = {c.arm: c.speedup.median for c in summarize(run).comparisons}
+    fastest = max(medians, key=medians.get)
+    rest = {arm: m for arm, m in medians.items() if arm != fastest}
+    expected = max(rest, key=rest.get)
+    assert rest[expected] > 1.0
+
+    def changed(record):
+        if record.arm != fastest:
+            return record
+        ids = list(record.result.token_ids)
+        ids[5] = ids[5] + 1
+        return replace(record, result=replace(record.result, token_ids=tuple(ids)))
+
+    return replace(run, records=tuple(changed(r) for r in run.records)), fastest, expected

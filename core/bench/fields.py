@@ -1,15 +1,21 @@
-"""The A/B plan's numeric fields, in one table: their ranges, defaults and meaning.
+"""The A/B plan's fields, in one table: ranges, defaults and meaning; the default suites and
+the k range of sweeps and the tuner.
 
-The CLI's flags (``specdeck bench --k/--repeats/...``), the A/B page's spin boxes and the
-checks a plan (or a plan.json someone edited) passes before anything runs all read this
-table, so a value one of them accepts the others accept too.
+The CLI's flags (``specdeck bench --k/--repeats/...``), the A/B page's spin boxes, the GPU
+kit and the checks a plan (or a plan.json someone edited) passes before anything runs all
+read this module, so a value one of them accepts the others accept too, and a default changed
+here changes everywhere.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specdeck.core.engines.base import MAX_DRAFT_TOKENS
+from specdeck.core.engines.base import (
+    DEFAULT_DRAFT_TOKENS,
+    DEFAULT_MAX_NEW_TOKENS,
+    MAX_DRAFT_TOKENS,
+)
 
 
 @dataclass(frozen=True)
@@ -33,14 +39,26 @@ class PlanField:
 
 
 PLAN_FIELDS: dict[str, PlanField] = {f.name: f for f in (
-    PlanField("k", "--k", 1, MAX_DRAFT_TOKENS, 4, 4, "draft tokens per step"),
+    PlanField("k", "--k", 1, MAX_DRAFT_TOKENS, DEFAULT_DRAFT_TOKENS, DEFAULT_DRAFT_TOKENS,
+              "draft tokens per step"),
     PlanField("repeats", "--repeats", 1, 1000, 3, 2, "measured runs per prompt"),
     PlanField("warmup", "--warmup", 0, 100, 1, 1, "warm-up runs per arm"),
-    PlanField("max_new_tokens", "--max-new", 1, 131_072, 256, 128, "max new tokens"),
+    PlanField("max_new_tokens", "--max-new", 1, 131_072, DEFAULT_MAX_NEW_TOKENS, 128,
+              "max new tokens"),
     PlanField("max_prompts", "--max-prompts", 1, 10_000, None, None, "use at most N prompts"),
     PlanField("warmup_tokens", "--warmup-tokens", 1, 131_072, 32, 32,
               "tokens per warm-up run (enough to touch every kernel path)"),
 )}
+
+
+DEFAULT_SUITES: tuple[str, ...] = ("code",)
+"""The suites of a plan that names none (the CLI's --suite, a plan.json without "suites")."""
+QUICK_SUITES: tuple[str, ...] = ("code", "grounded")
+"""Where the A/B page starts: one suite with something to copy, one without much."""
+DEFAULT_K_MAX = 8
+"""The largest k a sweep tries and the tuner probes, unless told."""
+DEFAULT_KS: tuple[int, ...] = tuple(range(1, DEFAULT_K_MAX + 1))
+"""A sweep's k values, unless told."""
 
 
 def out_of_range(name: str, value: object) -> str | None:

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from specdeck.core.bench import winner
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.runner import BenchRun, EventSink, choose_prompts, run_plan
 from specdeck.core.bench.stats import RatioSummary
@@ -66,10 +67,18 @@ class GridRow:
     """Successive halving: the round after which this cell was not run further."""
     round_scores: tuple[float, ...] = ()
     """Successive halving: the overall median speed-up measured in each round it ran."""
+    diverged: int = 0
+    """Runs (over all prompts) whose output really changed."""
 
     @property
     def score(self) -> float:
         return self.by_suite[ALL].score if ALL in self.by_suite else 0.0
+
+    def standing(self) -> winner.Standing:
+        overall = self.by_suite.get(ALL)
+        return winner.Standing(
+            None if overall is None or overall.speedup is None else overall.speedup.median,
+            self.diverged, complete=self.dropped_in_round is None)
 
 
 @dataclass(frozen=True)
@@ -85,12 +94,9 @@ class GridResult:
 
     @property
     def best(self) -> GridRow | None:
-        """The fully measured row with the best overall median speed-up; None when no
-        setting beats the reference."""
-        ranked = [r for r in self.rows if r.dropped_in_round is None and ALL in r.by_suite
-                  and r.by_suite[ALL].speedup is not None]
-        top = max(ranked, key=lambda r: r.score, default=None)
-        return top if top is not None and top.score > 1.0 else None
+        """The winning row (``core.bench.winner``: fully measured, output unchanged, the
+        best overall median speed-up); None when no setting beats the reference."""
+        return winner.pick(self.rows, GridRow.standing)
 
     def to_json(self) -> dict[str, Any]:
         from specdeck.core.jsonout import to_jsonable
@@ -135,14 +141,14 @@ def suite_summaries(run: BenchRun) -> dict[str, BenchSummary]:
 
 def _row(cell: Cell, run: BenchRun, dropped: int | None = None) -> GridRow:
     by_suite = {}
-    lossless = ""
+    lossless, diverged = "", 0
     for suite, summary in suite_summaries(run).items():
         arm = summary.arm(cell.arm.name)
         comparison = summary.comparison(cell.arm.name)
         by_suite[suite] = Figure(arm.tokens_per_second, comparison.speedup, arm.acceptance_rate)
         if suite == ALL:
-            lossless = comparison.lossless.verdict
-    return GridRow(cell, by_suite, lossless, dropped)
+            lossless, diverged = comparison.lossless.verdict, comparison.lossless.diverged
+    return GridRow(cell, by_suite, lossless, dropped, diverged=diverged)
 
 
 def _baseline(runs: Sequence[BenchRun], reference: str, suites: Sequence[str]) -> dict:

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from specdeck.core.bench.fields import PLAN_FIELDS, out_of_range
+from specdeck.core.bench.fields import DEFAULT_SUITES, PLAN_FIELDS, out_of_range
 from specdeck.core.engines.base import (
+    DEFAULT_DRAFT_TOKENS,
     GREEDY,
     NO_DRAFT,
     DrafterKind,
@@ -58,7 +59,7 @@ class Arm:
 def default_arms(
     draft_model: str | Path | None = None,
     ngram: bool = False,
-    k: int = 4,
+    k: int = DEFAULT_DRAFT_TOKENS,
     adaptive: bool = True,
 ) -> tuple[Arm, ...]:
     """A = no draft, then B = the draft model and/or an n-gram arm, each with ``k``."""
@@ -82,7 +83,7 @@ class BenchPlan:
     model: str = "demo"
     """A model folder, or "demo" for the embedded demo model."""
     arms: tuple[Arm, ...] = (Arm("A"),)
-    suites: tuple[str, ...] = ("code",)
+    suites: tuple[str, ...] = DEFAULT_SUITES
     """Built-in suite names or suite files (see core/bench/suites.py)."""
     prompt_ids: tuple[str, ...] = ()
     """Only these prompts of the suites (all when empty)."""
@@ -199,7 +200,7 @@ class BenchPlan:
                 engine=str(data.get("engine", "torch")),
                 model=str(data.get("model", "demo")),
                 arms=tuple(_arm_from_json(a) for a in data.get("arms", [{"name": "A"}])),
-                suites=tuple(str(s) for s in data.get("suites", ("code",))),
+                suites=tuple(str(s) for s in data.get("suites", DEFAULT_SUITES)),
                 prompt_ids=tuple(str(p) for p in data.get("prompt_ids", ())),
                 **{name: data.get(name, PLAN_FIELDS[name].default) for name in COUNTS},
                 sampling=SamplingSpec(**(data.get("sampling") or {})),

@@ -33,6 +33,7 @@ from specdeck.core.bench.summary import BenchSummary, pairs
 from specdeck.core.engines.lossless import compare_runs
 from specdeck.core.errors import InvalidInputError, NotFoundError
 from specdeck.core.jsonout import dumps, to_jsonable
+from specdeck.core.userpath import expand_user
 
 REPORT_FORMAT = "specdeck-bench-report"
 REPORT_VERSION = 1
@@ -98,7 +99,7 @@ def _run_json(record: RunRecord) -> dict[str, Any]:
 
 def load_report(path: str | Path) -> dict[str, Any]:
     """A report.json (or the folder holding one), checked for format and version."""
-    path = Path(path).expanduser()
+    path = expand_user(path)
     if path.is_dir():
         path = path / REPORT_JSON
     try:
@@ -259,7 +260,7 @@ def _fmt(value: float | None, spec: str, unit: str = "") -> str:
 # Writing ------------------------------------------------------------------------------------
 def write_report(run: BenchRun, summary: BenchSummary, folder: str | Path) -> ReportPaths:
     """Write every report file into ``folder`` (created if needed); each file atomically."""
-    folder = Path(folder).expanduser()
+    folder = expand_user(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -283,7 +284,7 @@ def _write_text(path: Path, text: str) -> None:
 
 def load_plan(path: str | Path) -> BenchPlan:
     """A plan.json (or a report folder holding one)."""
-    path = Path(path).expanduser()
+    path = expand_user(path)
     if path.is_dir():
         path = path / PLAN_JSON
     try:

@@ -28,7 +28,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from specdeck import __version__
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.suites import Prompt, select_prompts
 from specdeck.core.engines.base import (
@@ -44,6 +43,9 @@ from specdeck.core.engines.base import (
 )
 from specdeck.core.engines.common import check_length
 from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError, SpecDeckError
+from specdeck.core.userpath import expand_user
+
+from specdeck import __version__
 
 
 @dataclass(frozen=True)
@@ -314,14 +316,13 @@ def run_plan(
 
 
 def _check_draft_folders(plan: BenchPlan) -> None:
-    from pathlib import Path
 
     from specdeck.core.engines.demo import is_demo_alias
 
     for arm in plan.arms:
         path = arm.drafter.model_path
         if arm.drafter.kind is DrafterKind.MODEL and path is not None \
-                and not is_demo_alias(path) and not Path(path).expanduser().is_dir():
+                and not is_demo_alias(path) and not expand_user(path).is_dir():
             raise NotFoundError(f"Arm {arm.name}: the draft model folder {path} does not exist.",
                                 "Fix the plan's draft folder; nothing was run.")
 

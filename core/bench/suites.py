@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdeck.core.errors import InvalidInputError, NotFoundError
+from specdeck.core.userpath import expand_user
 
 SEPARATOR = "---"
 
@@ -75,7 +76,7 @@ def _prompt(entry, suite: str, index: int, where: Path) -> Prompt:
 
 def load_suite(path: str | Path) -> Suite:
     """A suite from a .json, .jsonl or plain-text file (see resources/prompts/README.md)."""
-    path = Path(path).expanduser()
+    path = expand_user(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -135,7 +136,7 @@ def select_prompts(names: list[str]) -> list[Prompt]:
     for name in chosen:
         if name in builtin:
             prompts.extend(builtin[name].prompts)
-        elif Path(name).expanduser().is_file():
+        elif expand_user(name).is_file():
             prompts.extend(load_suite(name).prompts)
         else:
             raise NotFoundError(

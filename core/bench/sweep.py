@@ -6,10 +6,11 @@ own plan so a draft model is loaded once per candidate, not once per prompt. Arm
 exactly k tokens per step by default (``adaptive=False``): a sweep over k means "k drafts per
 step", as llama.cpp's --draft-max tables do.
 
-The best setting is the one with the highest median paired speed-up; when none beats no
-drafting, the best setting is "no draft" (``SweepResult.best is None``). ``setting_rows``
-ranks the drafted arms of any A/B run the same way, so a plain A/B's winner can be applied
-too.
+The best setting is ``core.bench.winner``'s (the rule every A/B, grid and the tuner share):
+the highest median paired speed-up among settings whose output did not change; when none
+beats no drafting, the best setting is "no draft" (``SweepResult.best is None``).
+``setting_rows`` turns the drafted arms of any A/B run into rows the same way, so a plain
+A/B's winner can be applied too.
 
 ``sweep_plan`` puts every candidate's arms into one plan instead, interleaved per prompt
 (the GUI's sweep): right for one draft model plus n-gram, since the engines keep one draft
@@ -30,7 +31,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from specdeck.core.bench.fields import PLAN_FIELDS
+from specdeck.core.bench import winner
+from specdeck.core.bench.fields import DEFAULT_KS, PLAN_FIELDS
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.runner import BenchRun, EventSink, run_plan
 from specdeck.core.bench.stats import RatioSummary
@@ -38,8 +40,8 @@ from specdeck.core.bench.summary import BenchSummary, summarize
 from specdeck.core.bench.tables import rate_cell, text_table
 from specdeck.core.engines.base import DrafterKind, DrafterSpec, Engine
 from specdeck.core.errors import CancelledError, InvalidInputError
+from specdeck.core.userpath import expand_user
 
-DEFAULT_KS = tuple(range(1, 9))
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,8 @@ class SweepRow:
     lossless: str
     arm: str = ""
     """The arm of the plan that measured it."""
+    diverged: int = 0
+    """Runs whose output really changed (such a row never wins)."""
 
     @property
     def score(self) -> float:
@@ -207,17 +211,15 @@ def setting_rows(run: BenchRun, summary: BenchSummary) -> list[SweepRow]:
             mean_acceptance_length=arm.mean_acceptance_length,
             lossless=comparison.lossless.verdict,
             arm=comparison.arm,
+            diverged=comparison.lossless.diverged,
         ))
     return rows
 
 
 def best_row(rows: Sequence[SweepRow]) -> SweepRow | None:
-    """The highest median paired speed-up; None when no row beats decoding without a draft."""
-    ranked = [r for r in rows if r.speedup is not None]
-    if not ranked:
-        return None
-    top = max(ranked, key=lambda r: r.score)
-    return top if top.score > 1.0 else None
+    """The winning row by ``core.bench.winner``'s rule; None when none beats no draft."""
+    return winner.pick(rows, lambda r: winner.Standing(
+        None if r.speedup is None else r.speedup.median, r.diverged))
 
 
 def sweep_result(spec: SweepSpec, runs: Sequence[BenchRun],
@@ -307,7 +309,7 @@ def plan_apply_setting(drafter: DrafterSpec | None, config_path: str | Path,
     from specdeck.core import config
     from specdeck.core.config.schema import DRAFT, EXLLAMAV3
 
-    doc = config.load(Path(config_path).expanduser())
+    doc = config.load(expand_user(config_path))
     backend = doc.backend_hint()
     changes: dict[tuple[str, str], Any] = {}
     notes: list[str] = []
@@ -332,7 +334,7 @@ def plan_apply_setting(drafter: DrafterSpec | None, config_path: str | Path,
                 "cache, not in a folder TabbyAPI loads from.",
                 "Download the same model (SmolLM2-135M-Instruct) into TabbyAPI's draft model "
                 "folder and apply that, or apply another setting.")
-        folder = Path(draft_folder or drafter.model_path).expanduser().resolve()
+        folder = expand_user(draft_folder or drafter.model_path).resolve()
         changes[(DRAFT, "draft_model_name")] = folder.name
         if doc.resolve_dir(DRAFT, "draft_model_dir").resolve() != folder.parent:
             changes[(DRAFT, "draft_model_dir")] = str(folder.parent)
@@ -352,7 +354,7 @@ def plan_apply_draft_name(draft_name: str | None, config_path: str | Path) -> Be
     from specdeck.core import config
     from specdeck.core.config.schema import DRAFT
 
-    doc = config.load(Path(config_path).expanduser())
+    doc = config.load(expand_user(config_path))
     notes = [] if draft_name else [
         "No draft beat decoding without one: the draft model is switched off."]
     return BestSettingChange(config.plan_change(doc, {(DRAFT, "draft_model_name"): draft_name or ""}),

@@ -18,8 +18,8 @@ each setting once (repeats = 1) and only a few settings:
    with d drafts drafted at positions 0..d-1, and d^2 = sum_{i<d} (2i + 1)). This is
    Leviathan et al.'s model with the cost measured instead of assumed.
 3. **Confirm**: the best predicted k values not yet measured (``confirm`` of them) run with
-   A again (no warm-up: the probe left the engine warm); the winner is the best measured
-   speed-up (k = 0, no draft, when none beats 1).
+   A again (no warm-up: the probe left the engine warm); the winner is chosen among every
+   measured k by ``core.bench.winner``'s rule (k = 0, no draft, when none beats 1).
 
 With the default 2 confirmations the tuner runs at most 6 arm passes over the prompts once;
 the sweep runs 9 arm passes ``repeats`` times (27 at the default 3 repeats).
@@ -31,6 +31,8 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from specdeck.core.bench import winner
+from specdeck.core.bench.fields import DEFAULT_K_MAX
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.runner import BenchRun, EventSink, RunRecord, run_plan
 from specdeck.core.bench.summary import summarize
@@ -203,7 +205,7 @@ def forecast(records: list[RunRecord], cost: CostModel, k_max: int,
 def tune_k(
     base: BenchPlan,
     drafter: DrafterSpec,
-    k_max: int = 8,
+    k_max: int = DEFAULT_K_MAX,
     confirm: int = 2,
     engine: Engine | None = None,
     on_event: EventSink | None = None,
@@ -232,25 +234,27 @@ def tune_k(
         probe = run_plan(plan(probes), engine, on_event, cancel)
         runs = [probe]
         probe_summary = summarize(probe)
-        measured = _measured(probe_summary)
+        standings = _standings(probe_summary)
         baseline = probe_summary.arm("A").tokens_per_second or 0.0
         cost = fit_cost(probe.counted())
         curve = forecast(probe.counted(arm_name(k_max)), cost, k_max, baseline)
         ranked = sorted(curve, key=lambda f: f.tokens_per_second, reverse=True)
-        candidates = [f.k for f in ranked if f.k not in measured and f.speedup > 1.0][:confirm]
+        candidates = [f.k for f in ranked if f.k not in standings and f.speedup > 1.0][:confirm]
         if candidates and not cancel.is_set():
             # The probe just warmed the engine up: no second warm-up.
             check = run_plan(replace(plan(sorted(candidates)), warmup=0), engine, on_event,
                              cancel)
             runs.append(check)
-            measured.update(_measured(summarize(check)))
+            standings.update(_standings(summarize(check)))
     finally:
         if owned:
             engine.unload()
-    best_k, best = max(measured.items(), key=lambda item: item[1], default=(0, 1.0))
-    notes = []
-    if best <= 1.0:
-        best_k, best = 0, 1.0
+    measured = {k: s.speedup for k, s in sorted(standings.items()) if s.speedup is not None}
+    notes = [f"k={k} cannot be chosen: {s.excluded_because}."
+             for k, s in sorted(standings.items()) if s.diverged]
+    best_k = winner.pick(sorted(standings), standings.__getitem__) or 0
+    best = standings[best_k].speedup if best_k else 1.0
+    if not best_k:
         notes.append("No k beat decoding without a draft: turn drafting off for this setup.")
     return TuneResult(
         drafter=drafter,
@@ -265,10 +269,11 @@ def tune_k(
     )
 
 
-def _measured(summary) -> dict[int, float]:
+def _standings(summary) -> dict[int, winner.Standing]:
+    """k -> what ``core.bench.winner`` reads of that k's arm."""
     out = {}
     for comparison in summary.comparisons:
         k = summary.arm(comparison.arm).k
-        if k is not None and comparison.speedup is not None:
-            out[k] = comparison.speedup.median
+        if k is not None:
+            out[k] = winner.comparison_standing(comparison)
     return out

@@ -15,7 +15,7 @@ import importlib
 import logging
 import pkgutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from specdeck import __version__
 from specdeck.core.errors import SpecDeckError
@@ -58,7 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, open_gui: Callable[[], int] | None = None) -> int:
+    """Run one command; ``open_gui`` opens the desktop app for ``specdeck gui`` (core never
+    imports Qt: the ``specdeck`` entry point passes it)."""
     # Names, paths and server messages come from files and servers SpecDeck does not control:
     # whatever the CLI prints has its control characters escaped (an ESC in a model name must
     # not clear the user's screen).
@@ -67,12 +69,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = SafeTextStream(sys.stdout), SafeTextStream(sys.stderr)
     try:
-        return _run(argv)
+        return _run(argv, open_gui)
     finally:
         sys.stdout, sys.stderr = streams
 
 
-def _run(argv: Sequence[str] | None) -> int:
+def _run(argv: Sequence[str] | None, open_gui: Callable[[], int] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(
@@ -84,10 +86,8 @@ def _run(argv: Sequence[str] | None) -> int:
     redact_log_records()
     handler = getattr(args, "handler", None)
     if handler is None:
-        if args.command == "gui":
-            from specdeck.gui.app import run_gui
-
-            return run_gui([])
+        if args.command == "gui" and open_gui is not None:
+            return open_gui()
         parser.print_help()
         return EXIT_ERROR
     try:

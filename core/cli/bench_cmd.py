@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any, TextIO
 
-from specdeck.core.bench.fields import PLAN_FIELDS
+from specdeck.core.bench.fields import DEFAULT_K_MAX, DEFAULT_KS, DEFAULT_SUITES, PLAN_FIELDS
 from specdeck.core.cli import EXIT_INTERRUPTED, EXIT_NEGATIVE, EXIT_OK
 from specdeck.core.cli.engine_cmd import (
     _cancel_on_interrupt,
@@ -32,6 +32,7 @@ from specdeck.core.cli.engine_cmd import (
 from specdeck.core.cli.numbers import whole
 from specdeck.core.cli.output import emit_json
 from specdeck.core.errors import InvalidInputError
+from specdeck.core.userpath import expand_user
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,9 +63,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--fixed-k", action="store_true",
                    help="draft exactly k per step (default: up to k, fewer after misses; "
                    "sweeps and the tuner always use exactly k)")
-    p.add_argument("--suite", default="code",
+    p.add_argument("--suite", default=",".join(DEFAULT_SUITES),
                    help="comma-separated suites (code, structured, grounded, chat, prose) or "
-                   "suite files (default code)")
+                   f"suite files (default {','.join(DEFAULT_SUITES)})")
     for name in ("max_prompts", "repeats", "warmup", "max_new_tokens"):
         p.add_argument(PLAN_FIELDS[name].flag, **_field(name))
     p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
@@ -172,7 +173,7 @@ def parse_k_range(text: str) -> tuple[int, ...]:
 def _drafters(args: argparse.Namespace, k: int, adaptive: bool) -> list[Any]:
     from specdeck.core.engines.base import DrafterKind, DrafterSpec
 
-    drafters = [DrafterSpec(DrafterKind.MODEL, Path(d).expanduser(), num_draft_tokens=k,
+    drafters = [DrafterSpec(DrafterKind.MODEL, expand_user(d), num_draft_tokens=k,
                             adaptive=adaptive) for d in args.draft]
     demo_draft = _demo_pair(args)[1]
     if demo_draft is not None:
@@ -422,11 +423,10 @@ def _ab(args, plan, progress, cancel) -> int:
 
 
 def _best_arm(summary, plan):
-    ranked = [c for c in summary.comparisons if c.speedup is not None and c.lossless.diverged == 0]
-    best = max(ranked, key=lambda c: c.speedup.median, default=None)
-    if best is None or best.speedup.median <= 1.0:
-        return None
-    return plan.arm(best.arm)
+    from specdeck.core.bench.winner import best_arm
+
+    name = best_arm(summary)
+    return None if name is None else plan.arm(name)
 
 
 def _best_arm_drafter(summary, plan):
@@ -506,7 +506,6 @@ def _server_grid(args, plan, progress, cancel) -> int:
     axes = [parse_axis(text) for text in args.sweep]
     ks = parse_k_range(args.sweep_k) if args.sweep_k else ()
     if not axes and not ks and args.tune:
-        from specdeck.core.bench.sweep import DEFAULT_KS
 
         ks = DEFAULT_KS
     families = [(a.name, a.server.launch) for a in plan.arms[1:]]
@@ -541,7 +540,7 @@ def _tune(args, plan, progress, cancel) -> int:
     if len(drafters) != 1:
         raise InvalidInputError("--tune tunes one drafter at a time.",
                                 "Give one --draft FOLDER or --ngram.")
-    k_max = parse_k_range(args.sweep_k)[-1] if args.sweep_k else 8
+    k_max = parse_k_range(args.sweep_k)[-1] if args.sweep_k else DEFAULT_K_MAX
     result = tune_k(plan, drafters[0], k_max=k_max, on_event=progress, cancel=cancel)
     if args.apply:
         best = None if result.best_k == 0 else replace(drafters[0], num_draft_tokens=result.best_k)
@@ -594,7 +593,7 @@ def _emit(target: str, payload: Any) -> None:
     from specdeck.core.atomic import atomic_write_bytes
     from specdeck.core.jsonout import dumps
 
-    atomic_write_bytes(Path(target).expanduser(), (dumps(payload) + "\n").encode("utf-8"))
+    atomic_write_bytes(expand_user(target), (dumps(payload) + "\n").encode("utf-8"))
 
 
 class ProgressPrinter:

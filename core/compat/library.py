@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdeck.core.errors import SpecDeckError
+from specdeck.core.userpath import expand_user
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def library_dirs(
 
     A config that cannot be read is reported and skipped: the other folders still count.
     """
-    dirs = [Path(d).expanduser() for d in extra_dirs]
+    dirs = [expand_user(d) for d in extra_dirs]
     problems: list[str] = []
     if config_path:
         try:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
+from specdeck.core.userpath import expand_user
 
 # The Hub's repo id rules: an owner and a name of letters, digits, "-", "_", "."; names
 # cannot start with "." or "-".
@@ -58,7 +59,7 @@ def parse_source(spec: str | Path) -> ModelSource:
         raise InvalidInputError(
             "No model given.", "Give a model folder, or a Hub id such as org/name@revision."
         )
-    path = Path(text).expanduser()
+    path = expand_user(text)
     if path.exists():
         if path.is_file() and path.suffix.lower() == ".gguf":
             return ModelSource(text, gguf=path)

@@ -6,8 +6,8 @@ The engine that runs EXL2 models is ExLlamaV2 behind TabbyAPI, so its rules deci
   ``eos_token_id`` (the first of a list); else the id of tokenizer_config.json's
   ``bos_token`` / ``eos_token`` text; else ExLlamaV2's defaults 1 and 2.
   special_tokens_map.json is consulted before the defaults, as transformers does.
-- add BOS (TabbyAPI ``HFModel.add_bos_token``): tokenizer_config.json's ``add_bos_token``,
-  True when the key or the file is missing. add EOS: ``add_eos_token``, else False.
+- add BOS: :func:`adds_bos`, the one rule SpecDeck's checks and engines share (see there).
+  add EOS: ``add_eos_token``, else False.
 - Stop tokens (TabbyAPI ``HFModel.eos_tokens``): config.json's and generation_config.json's
   ``eos_token_id`` together.
 - Chat template: tokenizer_config.json's ``chat_template``, else chat_template.jinja, else
@@ -118,13 +118,33 @@ def _special_id(
     return Sourced(default, f"ExLlamaV2's default (no {key} and no {role}_token anywhere)")
 
 
-def _add_flag(role: str, tokenizer_config: Mapping[str, Any] | None) -> Sourced:
-    key = f"add_{role}_token"
+def add_bos_flag(tokenizer_config: Mapping[str, Any] | None) -> Sourced:
+    """Whether a prompt for a model folder starts with BOS, given its tokenizer_config.json
+    (None: no such file). The server that runs model folders decides: TabbyAPI (both
+    branches, common/transformers_utils.py ``TokenizerConfig.add_bos_token: Optional[bool] =
+    True`` and ``HFModel.add_bos_token()``, e632af4 / 79126f9) reads ``add_bos_token`` and
+    adds BOS when the key or the file is missing (a null key: no BOS); ExLlamaV2 and
+    ExLlamaV3 add only what TabbyAPI asks for. transformers agrees on every tokenizer in the
+    test fixtures (tests/core/test_compat_bos.py), and so does llama.cpp on the GGUF its
+    converter makes of them (gguf-py writes add_bos_token from the same key, else from the
+    tokenizer.json template). GGUF files carry llama.cpp's own flag (core.compat.gguf_file).
+    """
+    key = "add_bos_token"
     if tokenizer_config is not None and key in tokenizer_config:
         return Sourced(bool(tokenizer_config[key]), f"tokenizer_config.json {key}")
-    if role == "bos":
-        where = "has no add_bos_token" if tokenizer_config is not None else "is missing"
-        return Sourced(True, f"TabbyAPI's default (tokenizer_config.json {where})")
+    where = "has no add_bos_token" if tokenizer_config is not None else "is missing"
+    return Sourced(True, f"TabbyAPI's default (tokenizer_config.json {where})")
+
+
+def adds_bos(folder: Path) -> Sourced:
+    """:func:`add_bos_flag` for the model in ``folder``."""
+    return add_bos_flag(read_optional_json(folder / "tokenizer_config.json"))
+
+
+def _add_eos_flag(tokenizer_config: Mapping[str, Any] | None) -> Sourced:
+    key = "add_eos_token"
+    if tokenizer_config is not None and key in tokenizer_config:
+        return Sourced(bool(tokenizer_config[key]), f"tokenizer_config.json {key}")
     return Sourced(False, "default: EOS is never added (no add_eos_token)")
 
 
@@ -177,8 +197,8 @@ def read_special_tokens(folder: Path, vocab: Vocab) -> SpecialTokens:
                            special_map),
         eos_id=_special_id("eos", EXLLAMAV2_DEFAULT_EOS, vocab, config, tokenizer_config,
                            special_map),
-        add_bos=_add_flag("bos", tokenizer_config),
-        add_eos=_add_flag("eos", tokenizer_config),
+        add_bos=add_bos_flag(tokenizer_config),
+        add_eos=_add_eos_flag(tokenizer_config),
         stop_ids=tuple(stop),
         declared=declared,
         chat_template=template,

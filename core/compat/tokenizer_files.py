@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from specdeck.core.compat.vocab import (
-    MAX_TOKEN_ID,
     FORMAT_ADDED_ONLY,
     FORMAT_SENTENCEPIECE,
     FORMAT_SLOW_BPE,
     FORMAT_TIKTOKEN,
     FORMAT_TOKENIZER_JSON,
+    MAX_TOKEN_ID,
     Vocab,
     VocabBuilder,
     VocabType,
@@ -43,6 +43,7 @@ from specdeck.core.compat.vocab import (
 )
 from specdeck.core.errors import InvalidInputError, NotFoundError
 from specdeck.core.models import read_json
+from specdeck.core.userpath import expand_user
 
 # ---------------------------------------------------------------------------------------
 # Which files describe the vocabulary
@@ -96,7 +97,7 @@ def read_vocab(folder: str | Path) -> Vocab:
     Raises NotFoundError when the folder does not exist or holds no tokenizer file at all,
     InvalidInputError when a tokenizer file is unreadable or malformed.
     """
-    path = Path(folder).expanduser()
+    path = expand_user(folder)
     if not path.is_dir():
         raise NotFoundError(f"Model folder {path} does not exist.")
     base = _base_source(path)

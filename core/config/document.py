@@ -22,13 +22,13 @@ from specdeck.core.config.schema import (
     EXLLAMAV3,
     MODEL,
     SETTINGS,
-    Setting,
     file_value_problem,
     normalize,
     setting,
 )
 from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.exl2_facts import CACHE_MODES_TEXT
+from specdeck.core.userpath import expand_user
 
 BOM = "\ufeff"
 
@@ -245,7 +245,7 @@ class ConfigDocument:
     # -- reading -------------------------------------------------------------------------
     @classmethod
     def from_file(cls, path: str | Path) -> "ConfigDocument":
-        path = Path(path).expanduser().absolute()
+        path = expand_user(path).absolute()
         try:
             raw = _read_config_bytes(path)
         except FileNotFoundError:
@@ -356,7 +356,7 @@ class ConfigDocument:
         its config.yml when started the usual way (start.sh / start.bat).
         """
         value = self.value(section, key) or setting(section, key).default
-        path = Path(str(value)).expanduser()
+        path = expand_user(str(value))
         if not path.is_absolute() and self.path is not None:
             path = self.path.parent / path
         return path

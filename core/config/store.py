@@ -18,7 +18,6 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdeck import __version__
 from specdeck.core.atomic import (
     WriteError,
     atomic_write_bytes,
@@ -31,6 +30,9 @@ from specdeck.core.config.edit import ConfigChange, render_scalar
 from specdeck.core.config.migrate import Migration
 from specdeck.core.config.schema import DRAFT, MODEL, SETTINGS
 from specdeck.core.errors import InvalidInputError, SpecDeckError
+from specdeck.core.userpath import expand_user
+
+from specdeck import __version__
 
 BACKUP_SUFFIX = ".bak"
 
@@ -158,7 +160,7 @@ def _wrap(text: str, width: int = 86) -> list[str]:
 
 def create_config(path: str | Path) -> ConfigDocument:
     """Write a new config.yml from the defaults; refuses to overwrite an existing file."""
-    path = Path(path).expanduser()
+    path = expand_user(path)
     if path.exists():
         raise InvalidInputError(f"{path} already exists; SpecDeck will not overwrite it.",
                                 "Open it instead.")

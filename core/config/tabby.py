@@ -15,6 +15,7 @@ from typing import Any
 from specdeck.core.config.document import ConfigDocument, parse_values
 from specdeck.core.config.schema import DRAFT, MODEL
 from specdeck.core.errors import InvalidInputError, NotFoundError
+from specdeck.core.userpath import expand_user
 
 CONFIG_NAME = "config.yml"
 SAMPLE_NAME = "config_sample.yml"
@@ -36,7 +37,7 @@ class TabbyInstall:
 
 def find_install(folder: str | Path) -> TabbyInstall:
     """Recognise a TabbyAPI folder (it has main.py plus config_sample.yml or config.yml)."""
-    root = Path(folder).expanduser()
+    root = expand_user(folder)
     if root.is_file() and root.name in (CONFIG_NAME, SAMPLE_NAME):
         root = root.parent
     if not root.is_dir():

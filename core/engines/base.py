@@ -39,6 +39,10 @@ from specdeck.core.errors import InvalidInputError, SpecDeckError
 
 MAX_DRAFT_TOKENS = 32
 """More draft tokens per step than any engine's verify batch (ExLlamaV2: max_q_size 8..16)."""
+DEFAULT_DRAFT_TOKENS = 4
+"""k when nobody says: ExLlamaV2's num_draft_tokens default (and TabbyAPI's, which cannot
+change it on its ExLlamaV2 backend). core.bench.fields's table reads it."""
+DEFAULT_MAX_NEW_TOKENS = 256
 
 
 class DrafterKind(str, enum.Enum):
@@ -55,7 +59,7 @@ class DrafterSpec:
 
     kind: DrafterKind = DrafterKind.NONE
     model_path: Path | None = None
-    num_draft_tokens: int = 4
+    num_draft_tokens: int = DEFAULT_DRAFT_TOKENS
     ngram_max: int = 4
     """Longest suffix (in tokens) the n-gram drafter tries to match."""
     ngram_min: int = 2
@@ -179,7 +183,7 @@ class GenerationRequest:
     prompt: str = ""
     prompt_ids: tuple[int, ...] | None = None
     """Exact prompt tokens; when given they win over ``prompt`` (A/B arms share them)."""
-    max_new_tokens: int = 256
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     sampling: SamplingSpec = GREEDY
     stop_on_eos: bool = True
     apply_chat_template: bool = False

@@ -7,6 +7,8 @@
   Compatibility page run (llama.cpp's vocabulary rules, BOS/EOS, the output head);
 - :func:`eos_ids`: the tokens that end a generation (generation_config's list and the
   tokenizer's own);
+- :func:`prompt_with_bos`: a prompt's ids begin with BOS exactly when TabbyAPI's would
+  (``core.compat.special.adds_bos``, the rule the compatibility check compares);
 - :func:`check_length`: the prompt plus the tokens asked for must fit the loaded context;
 - :class:`LoadStages`: a load's progress as LoadProgress fractions, and where a cancel
   request interrupts it;
@@ -76,6 +78,18 @@ def eos_ids(configured: object, tokenizer_eos: object) -> frozenset[int]:
     if tokenizer_eos is not None:
         ids.add(int(tokenizer_eos))
     return frozenset(ids)
+
+
+def prompt_with_bos(ids: list[int], bos_id: int | None, folder: Path) -> list[int]:
+    """``ids`` (a prompt encoded without special tokens; a chat template's text may already
+    begin with BOS) with BOS in front when the model's rule adds one and none is there: what
+    TabbyAPI sends its backend (it strips a template's leading BOS text and lets the backend
+    add the token, endpoints/OAI/utils/chat_completion.py)."""
+    from specdeck.core.compat.special import adds_bos
+
+    if bos_id is not None and ids[:1] != [bos_id] and adds_bos(folder).value:
+        return [bos_id, *ids]
+    return ids
 
 
 def check_length(prompt_tokens: int, max_new_tokens: int, context: int, reserved: int = 0,

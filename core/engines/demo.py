@@ -33,6 +33,7 @@ from specdeck.core.engines.base import (
     ProgressCallback,
 )
 from specdeck.core.errors import CancelledError
+from specdeck.core.userpath import expand_user
 
 if TYPE_CHECKING:
     from specdeck.core.models import ModelInfo
@@ -142,9 +143,34 @@ def ensure_demo_model(
         )
     assert status.model_dir is not None and status.gguf_path is not None
     if status.converted:
+        _carry_special_flags(status.gguf_path, status.model_dir)  # a conversion before 2026-11
         return status.model_dir
     _convert(status.gguf_path, status.model_dir, distribution, progress, cancel)
     return status.model_dir
+
+
+SPECIAL_FLAGS = {"add_bos_token": "add_bos", "add_eos_token": "add_eos"}
+"""tokenizer_config.json key -> the GGUF's flag (core.compat.special.SpecialTokens field)."""
+
+
+def _carry_special_flags(gguf: Path, folder: Path) -> None:
+    """Write the GGUF's add_bos/add_eos flags into the folder's tokenizer_config.json.
+
+    transformers' GGUF conversion drops them, and a folder without add_bos_token gets BOS
+    by TabbyAPI's rule (core.compat.special.adds_bos), which SpecDeck's engines follow: the
+    demo would then start every prompt with <|im_start|>, where llama.cpp, running the same
+    GGUF, adds nothing (tokenizer.ggml.add_bos_token is false in SmolLM2's)."""
+    from specdeck.core.atomic import atomic_write_text
+    from specdeck.core.compat.gguf_file import read_gguf
+
+    path = folder / "tokenizer_config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if all(key in config for key in SPECIAL_FLAGS):
+        return
+    _, special, _ = read_gguf(gguf)
+    for key, field_name in SPECIAL_FLAGS.items():
+        config[key] = bool(getattr(special, field_name).value)
+    atomic_write_text(path, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
 
 def _convert(
@@ -183,6 +209,7 @@ def _convert(
         _forget_gguf_quantization(model)
         model.save_pretrained(str(staging))
         tokenizer.save_pretrained(str(staging))
+        _carry_special_flags(gguf, staging)
         (staging / MARKER).write_text(
             json.dumps(
                 {
@@ -229,7 +256,7 @@ def resolve_model(
     """A model folder from what the user typed: a path, or "demo" for the demo model."""
     if is_demo_alias(name):
         return ensure_demo_model(progress, cancel, cache_root)
-    return Path(name).expanduser()
+    return expand_user(name)
 
 
 # A partner for the draft-model arm -----------------------------------------------------------

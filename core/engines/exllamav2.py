@@ -25,16 +25,15 @@ until a GPU run (docs/engines.md).
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import threading
 import time
 import traceback
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from specdeck.core.compat.special import adds_bos
 from specdeck.core.engines import common
 from specdeck.core.engines.base import (
     MAX_DRAFT_TOKENS,
@@ -162,34 +161,6 @@ def job_max_new_tokens(max_new_tokens: int, num_draft_tokens: int) -> int:
 def q_size(num_draft_tokens: int) -> int:
     """Tokens per verify forward (the last token + the drafts) must fit max_q_size."""
     return max(MIN_Q_SIZE, num_draft_tokens + 1)
-
-
-def wants_bos(model_dir: Path) -> bool:
-    """Whether prompts for this model start with BOS (ExLlamaV2's encode adds nothing itself).
-
-    tokenizer_config.json's ``add_bos_token`` when present, else whether tokenizer.json's
-    post-processor template puts a special token first (Llama 3 style)."""
-    config_path = model_dir / "tokenizer_config.json"
-    if config_path.is_file():
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-        if isinstance(config.get("add_bos_token"), bool):
-            return config["add_bos_token"]
-    tokenizer_path = model_dir / "tokenizer.json"
-    if tokenizer_path.is_file():
-        processor = json.loads(tokenizer_path.read_text(encoding="utf-8")).get("post_processor")
-        return _template_starts_with_special(processor)
-    return False
-
-
-def _template_starts_with_special(processor: Any) -> bool:
-    if not isinstance(processor, Mapping):
-        return False
-    if processor.get("type") == "Sequence":
-        return any(_template_starts_with_special(p) for p in processor.get("processors", ()))
-    if processor.get("type") != "TemplateProcessing":
-        return False
-    single = processor.get("single") or []
-    return bool(single) and isinstance(single[0], Mapping) and "SpecialToken" in single[0]
 
 
 def check_model_folder(path: Path, role: str) -> ModelInfo:
@@ -569,7 +540,7 @@ class ExLlamaV2Engine:
         if self._tokenizer is None:
             raise InvalidInputError("No model is loaded.", "Load a model first.")
         path = self._target_info.path
-        add_bos = wants_bos(path)
+        add_bos = adds_bos(path).value  # TabbyAPI's rule (core.compat.special)
         if apply_chat_template:
             text = _render_chat_template(path, text)
             bos = self._tokenizer.bos_token or ""

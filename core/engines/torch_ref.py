@@ -43,6 +43,7 @@ from specdeck.core.engines.common import (
     eos_ids,
     freed,
     out_of_memory,
+    prompt_with_bos,
     require_compatible_draft,
 )
 from specdeck.core.engines.detok import StreamDecoder
@@ -117,6 +118,10 @@ class TorchEngine:
         packed them), for benchmarks that run another decoding loop on the same weights."""
         target = self._require_target()
         return target.model, self._draft.model if self._draft is not None else None
+
+    def loaded_packing(self) -> cpu_linear.Choice:
+        """Whether the target's linear layers were pre-packed, with the timings behind it."""
+        return self._require_target().packing
 
     def load(
         self,
@@ -235,14 +240,16 @@ class TorchEngine:
 
     # tokens --------------------------------------------------------------------------
     def tokenize(self, text: str, apply_chat_template: bool = False) -> list[int]:
-        tokenizer = self._require_target().tokenizer
-        if not apply_chat_template:
-            return list(tokenizer(text).input_ids)
-        from specdeck.core.engines.chat import render_chat
+        """The prompt's ids as TabbyAPI would send them (BOS by ``core.compat.special``'s
+        rule, not by this tokenizer's own post-processor)."""
+        target = self._require_target()
+        tokenizer = target.tokenizer
+        if apply_chat_template:
+            from specdeck.core.engines.chat import render_chat
 
-        encoded = render_chat(tokenizer, text, tokenize=True, model_name=self._target.path.name)
-        ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
-        return [int(i) for i in ids]
+            text = render_chat(tokenizer, text, tokenize=False, model_name=target.path.name)
+        ids = [int(i) for i in tokenizer(text, add_special_tokens=False).input_ids]
+        return prompt_with_bos(ids, tokenizer.bos_token_id, target.path)
 
     def decode(self, ids: list[int]) -> str:
         return self._require_target().tokenizer.decode(ids, skip_special_tokens=True)

@@ -13,7 +13,14 @@ place (see install.py and transfer.py). Importing this package loads no huggingf
     fetch_metadata("owner/Model", revision)           -> folder with config + tokenizer only
 """
 
-from specdeck.core.hub.auth import HubToken, TokenSource, forget_token, resolve_token, save_token, whoami
+from specdeck.core.hub.auth import (
+    HubToken,
+    TokenSource,
+    forget_token,
+    resolve_token,
+    save_token,
+    whoami,
+)
 from specdeck.core.hub.client import RemoteFile, is_offline, resolve_endpoint
 from specdeck.core.hub.errors import (
     HubAccessError,
@@ -46,11 +53,12 @@ from specdeck.core.hub.install import (
 from specdeck.core.hub.library import LibraryEntry, installed_variants, scan_library
 from specdeck.core.hub.locations import default_install_dir, model_dirs
 from specdeck.core.hub.metadata import fetch_metadata
-from specdeck.core.hub.progress import InstallProgress, format_bytes
+from specdeck.core.hub.progress import InstallProgress
 from specdeck.core.hub.search import RepoHit, search_repos
 from specdeck.core.hub.spec import RepoSpec, parse_repo_spec
 from specdeck.core.hub.transfer import RetryPolicy
 from specdeck.core.hub.variants import RepoVariants, Variant, list_variants
+from specdeck.core.units import format_bytes
 
 __all__ = [
     "HubAccessError",

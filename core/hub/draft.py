@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from specdeck.core.errors import InvalidInputError
+from specdeck.core.userpath import expand_user
 
 
 def draft_settings(model_folder: str | Path) -> dict[tuple[str, str], str]:
     """The config.yml values that make TabbyAPI load ``model_folder`` as its draft model:
     TabbyAPI joins draft_model_dir and draft_model_name."""
-    folder = Path(model_folder).expanduser().absolute()
+    folder = expand_user(model_folder).absolute()
     if not (folder / "config.json").is_file():
         raise InvalidInputError(f"{folder} is not a model folder (no config.json).")
     return {
@@ -26,7 +27,7 @@ def plan_use_as_draft(model_folder: str | Path, config_path: str | Path) -> Any:
     draft model in ``config_path``. Nothing is written; save it with config.save(change)."""
     from specdeck.core import config
 
-    doc = config.load(Path(config_path).expanduser())
+    doc = config.load(expand_user(config_path))
     return config.plan_change(doc, draft_settings(model_folder))
 
 

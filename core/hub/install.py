@@ -54,11 +54,13 @@ from specdeck.core.hub.errors import (
 )
 from specdeck.core.hub.locations import default_install_dir
 from specdeck.core.hub.paths import folder_name_problem, path_problem, safe_join
-from specdeck.core.hub.progress import InstallProgress, ProgressTracker, format_bytes
+from specdeck.core.hub.progress import InstallProgress, ProgressTracker
 from specdeck.core.hub.spec import RepoSpec, parse_repo_spec
 from specdeck.core.hub.transfer import RetryPolicy, download_file, file_digest
 from specdeck.core.hub.variants import bits_from_branch, variant_folder_name
 from specdeck.core.models import ModelInfo, quantization_from_config, read_model
+from specdeck.core.units import format_bytes
+from specdeck.core.userpath import expand_user
 
 from specdeck import __version__
 
@@ -280,14 +282,14 @@ def _read_quantization(client: HubClient, repo_id: str, commit: str, listed: Rem
 
 def resolve_destination(dest: str | Path | None) -> Path:
     if dest is not None:
-        return Path(dest).expanduser().absolute()
+        return expand_user(dest).absolute()
     default = default_install_dir()
     if default is None:
         raise InvalidInputError(
             "No destination folder: no TabbyAPI config.yml is open to take draft_model_dir from.",
             "Open your config.yml in SpecDeck, or pass --dest FOLDER.",
         )
-    return default.expanduser().absolute()
+    return expand_user(default).absolute()
 
 
 def plan_install(
@@ -736,7 +738,7 @@ def _result(status: str, plan: InstallPlan, *, downloaded: int, resumed: int) ->
 
 def find_partial_installs(dest: str | Path) -> list[PartialInstall]:
     """Installs in ``dest`` that stopped before the end (cancelled, failed, interrupted)."""
-    root = Path(dest).expanduser()
+    root = expand_user(dest)
     found = []
     if not root.is_dir():
         return found

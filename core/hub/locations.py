@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specdeck.core import settings as settings_store
+from specdeck.core.userpath import expand_user
 
 if TYPE_CHECKING:
     from specdeck.core.config import ConfigDocument
@@ -29,7 +30,7 @@ def current_config(config_path: str | Path | None = None) -> ConfigDocument | No
     path = config_path or settings_store.remembered_config()
     if not path:
         return None
-    return config.load(Path(path).expanduser())
+    return config.load(expand_user(path))
 
 
 def default_install_dir(config_path: str | Path | None = None) -> Path | None:
@@ -53,8 +54,8 @@ def model_dirs(config_path: str | Path | None = None, extra: tuple[str | Path, .
     unique: list[Path] = []
     seen: set[Path] = set()
     for d in dirs:
-        key = d.expanduser().resolve()
+        key = expand_user(d).resolve()
         if key not in seen:
             seen.add(key)
-            unique.append(d.expanduser())
+            unique.append(expand_user(d))
     return unique

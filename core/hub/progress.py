@@ -13,6 +13,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from specdeck.core.units import format_bytes
+
 # The window the transfer rate is averaged over: long enough to smooth TCP bursts, short
 # enough to follow a real change of speed.
 RATE_WINDOW_S = 5.0
@@ -62,16 +64,6 @@ PHASE_LABELS = {
     "finishing": "moving into place",
     "done": "installed",
 }
-
-
-def format_bytes(count: float) -> str:
-    """Decimal units, as the Hub shows sizes: 1.2 GB = 1.2e9 bytes."""
-    value = float(count)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(value) < 1000 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} TB"  # pragma: no cover - loop always returns
 
 
 def format_duration(seconds: float) -> str:

@@ -42,7 +42,7 @@ from specdeck.core.hub.errors import (
     IntegrityError,
     _is_transport_error,
 )
-from specdeck.core.hub.progress import format_bytes
+from specdeck.core.units import format_bytes
 
 log = logging.getLogger(__name__)
 

@@ -18,6 +18,7 @@ from specdeck.core.servers.kinds import ServerKind, parse_kind
 from specdeck.core.servers.llama_server import LaunchProfile
 from specdeck.core.servers.tabby_reload import TabbyLoad
 from specdeck.core.urls import redact_url
+from specdeck.core.userpath import expand_user
 
 DEFAULT_KEY_ENV = "SPECDECK_SERVER_API_KEY"
 KEYRING_SERVICE = "specdeck-server"
@@ -139,12 +140,11 @@ def launched_arm(name: str, binary: str, gguf: str, flags: tuple[str, ...],
                  common: tuple[str, ...] = ()):
     """An arm whose llama-server SpecDeck launches: the binary, the target GGUF, the flags
     every arm shares, then this arm's own (its drafter is read from them)."""
-    from pathlib import Path
 
     from specdeck.core.bench.plan import Arm
     from specdeck.core.servers.llama_server import drafter_from_flags
 
-    profile = LaunchProfile(str(Path(binary).expanduser()), str(Path(gguf).expanduser()),
+    profile = LaunchProfile(str(expand_user(binary)), str(expand_user(gguf)),
                             tuple(common) + tuple(flags))
     return Arm(name, drafter_from_flags(tuple(flags)), ServerArm(launch=profile))
 

@@ -20,6 +20,7 @@ from specdeck.core.config.document import (
 )
 from specdeck.core.errors import InvalidInputError, NotFoundError
 from specdeck.core.swap.cmd import Token, expand, lex, sanitize, strip_comments
+from specdeck.core.userpath import expand_user
 
 STYLES = {None: "plain", "": "plain", "|": "literal block (|)", ">": "folded block (>)",
           "'": "single-quoted", '"': "double-quoted"}
@@ -104,7 +105,7 @@ def load(path: str | Path) -> SwapConfig:
     try:
         doc = ConfigDocument.from_file(path)
     except NotFoundError:
-        raise NotFoundError(f"{Path(path).expanduser()} does not exist.",
+        raise NotFoundError(f"{expand_user(path)} does not exist.",
                             "Give the path of your llama-swap config.yaml.") from None
     return from_document(doc)
 

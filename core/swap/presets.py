@@ -18,6 +18,7 @@ from pathlib import Path
 from specdeck.core.config.document import _read_config_bytes, fingerprint
 from specdeck.core.config.edit import ConfigChange
 from specdeck.core.errors import InvalidInputError, NotFoundError
+from specdeck.core.userpath import expand_user
 
 GLOBAL = "*"
 _SECTION = re.compile(r"^\s*\[(?P<name>[^\]]+)\]\s*$")
@@ -92,7 +93,7 @@ class Presets:
 
 
 def load(path: str | Path) -> Presets:
-    path = Path(path).expanduser().absolute()
+    path = expand_user(path).absolute()
     try:
         raw = _read_config_bytes(path)
     except FileNotFoundError:

@@ -35,16 +35,14 @@ measurements and calculators.
 from __future__ import annotations
 
 from specdeck.core.exl2_facts import DEFAULT_CHUNK_SIZE
+from specdeck.core.units import GiB, MiB, format_bytes
 from specdeck.core.vram.costs import (
     CACHE_MODES,
     CONTEXT_STEP,
     DEFAULT_OVERHEADS,
     KV_BYTES_PER_ELEMENT,
-    GiB,
-    MiB,
     Overheads,
     check_cache_mode,
-    format_bytes,
     kv_bytes_per_token_layer,
     kv_cache_bytes,
     round_context,

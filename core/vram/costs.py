@@ -21,9 +21,7 @@ from specdeck.core.exl2_facts import (
     round_up_to_cache_step,
 )
 from specdeck.core.models import Architecture
-
-MiB = 1024**2
-GiB = 1024**3
+from specdeck.core.units import MiB
 
 CONTEXT_STEP = CACHE_STEP
 """TabbyAPI rounds cache_size up to a multiple of 256; ExLlamaV2's paged cache needs it."""
@@ -159,12 +157,3 @@ def model_costs(arch: Architecture, mode: str, tokens: int, chunk: int,
         attention_temp=attention_temp,
         split_constant=rope + h * chunk * 2 + chunk * chunk * 2,
     )
-
-
-def format_bytes(count: int | float) -> str:
-    """Bytes in GiB (or MiB below 1 GiB), the way nvidia-smi's MiB figures add up."""
-    sign = "-" if count < 0 else ""
-    count = abs(count)
-    if count >= GiB:
-        return f"{sign}{count / GiB:.2f} GiB"
-    return f"{sign}{count / MiB:.0f} MiB"

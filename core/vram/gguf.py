@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specdeck.core.errors import InvalidInputError
-from specdeck.core.vram.costs import MiB, format_bytes
+from specdeck.core.units import MiB, format_bytes
+from specdeck.core.userpath import expand_user
 from specdeck.core.vram.gpus import GpuSpec
 
 # ggml type id -> (elements per block, bytes per block): ggml.h enum ggml_type and
@@ -111,7 +112,7 @@ def read_gguf_model(path: str | Path) -> GgufModel:
     """The sizes llama.cpp places, from the header(s) only."""
     from specdeck.core.compat.gguf_file import GgufHeader, shards
 
-    path = Path(path).expanduser()
+    path = expand_user(path)
     layers: dict[int, int] = {}
     input_bytes = output_bytes = data = 0
     has_output = False

@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specdeck.core.errors import InvalidInputError
-from specdeck.core.vram.costs import DEFAULT_OVERHEADS, GiB, Overheads
+from specdeck.core.units import GiB
+from specdeck.core.vram.costs import DEFAULT_OVERHEADS, Overheads
+
 
 @dataclass(frozen=True)
 class GpuSpec:

@@ -14,7 +14,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from specdeck.core.vram.costs import GiB, MiB, ModelCosts, Overheads, format_bytes, model_costs
+from specdeck.core.units import GiB, MiB, format_bytes
+from specdeck.core.vram.costs import ModelCosts, Overheads, model_costs
 from specdeck.core.vram.gpus import GpuSpec
 from specdeck.core.vram.request import PlanRequest
 from specdeck.core.vram.weights import ModelWeights, ModuleKind, ModuleWeights

@@ -6,19 +6,19 @@ import math
 from dataclasses import dataclass, fields, replace
 
 from specdeck.core.exl2_facts import ntk_rope_alpha
+from specdeck.core.units import GiB, format_bytes
 from specdeck.core.vram.costs import (
     CACHE_MODES,
     CONTEXT_STEP,
     DEFAULT_OVERHEADS,
-    GiB,
     Overheads,
-    format_bytes,
     model_costs,
     round_context,
 )
 from specdeck.core.vram.placement import GpuPlan, Verdict, evaluate, fits_with_margin
 from specdeck.core.vram.request import PlanRequest
 from specdeck.core.vram.weights import DEFAULT_HEAD_BITS, weights_from_bpw
+
 
 @dataclass(frozen=True)
 class VramPlan:

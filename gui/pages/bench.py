@@ -40,7 +40,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from specdeck.core.bench.fields import PLAN_FIELDS
+from specdeck.core.bench.fields import DEFAULT_KS, PLAN_FIELDS, QUICK_SUITES
 from specdeck.core.bench.live import LivePlan, Point, RunRow
 from specdeck.core.bench.plan import Arm, BenchPlan, default_arms
 from specdeck.core.bench.runner import (
@@ -51,7 +51,6 @@ from specdeck.core.bench.runner import (
     RunStep,
     Stage,
 )
-from specdeck.core.bench.sweep import DEFAULT_KS
 from specdeck.core.errors import CancelledError, SpecDeckError
 from specdeck.gui.bench_view import ResultsTable, StreamPane, arm_colour
 from specdeck.gui.widgets.banner import Banner
@@ -237,7 +236,7 @@ class BenchPage(QWidget):
             button.setText(name)
             button.setCheckable(True)
             button.setToolTip(suite.description)
-            button.setChecked(name in ("code", "grounded"))
+            button.setChecked(name in QUICK_SUITES)
             self.suite_buttons[name] = button
             suites_row.addWidget(button)
         suites_row.addStretch(1)

@@ -20,9 +20,9 @@ from conftest import TABBY
 from specdeck.core.bench.plan import Arm, BenchPlan, default_arms
 from specdeck.core.bench.report import (
     list_history,
-    markdown_summary,
     load_plan,
     load_report,
+    markdown_summary,
     save_to_history,
     write_report,
 )
@@ -42,7 +42,7 @@ from specdeck.core.cli.bench_cmd import parse_k_range
 from specdeck.core.engines import create_engine
 from specdeck.core.engines.base import DrafterKind, DrafterSpec, SamplingSpec
 from specdeck.core.errors import InvalidInputError
-from tiny_models import ab_models, cycling_llama
+from tiny_models import ab_models, cycling_llama, forward_clock, parameter_clock
 from tiny_models import tiny_plan as shared_tiny_plan
 
 pytest.importorskip("torch")
@@ -61,39 +61,10 @@ def tiny_plan(model: Path, arms, **overrides) -> BenchPlan:
     return shared_tiny_plan(model, arms, **{**values, **overrides})
 
 
-def _forward_clock(monkeypatch, cost) -> list[float]:
-    """The PyTorch engine's clock advances only by the models' forwards, ``cost(model, ids)``
-    seconds each (see module doc)."""
-    from specdeck.core.engines import speculative
-
-    now = [0.0]
-    real_feed = speculative.KVModel.feed
-
-    def feed(self, ids, all_logits=True):
-        now[0] += cost(self.model, ids)
-        return real_feed(self, ids, all_logits)
-
-    class Clock:
-        @staticmethod
-        def perf_counter() -> float:
-            return now[0]
-
-    monkeypatch.setattr(speculative.KVModel, "feed", feed)
-    monkeypatch.setattr(speculative, "time", Clock)
-    return now
-
-
 @pytest.fixture
 def virtual_clock(monkeypatch):
-    """A forward costs 1 ns per parameter of the model, whatever the tokens it is given."""
-    sizes: dict[int, int] = {}
-
-    def cost(model, ids):
-        if id(model) not in sizes:
-            sizes[id(model)] = sum(p.numel() for p in model.parameters())
-        return sizes[id(model)] * 1e-9
-
-    return _forward_clock(monkeypatch, cost)
+    """A forward costs 1 ns per parameter of the model (tiny_models.parameter_clock)."""
+    return parameter_clock(monkeypatch)
 
 
 # Summary and reports -------------------------------------------------------------------------
@@ -221,7 +192,7 @@ def superlinear_clock(monkeypatch):
     tokens grows faster than the tokens it can accept, so on the cycling model (every n-gram
     draft right) tok/s = (k + 1) / (1 + 0.05 (k + 1)^2) peaks at k = 3-4, not at the tuner's
     first probe (k_max = 8), and a tuner that always answers k_max is 20% off."""
-    return _forward_clock(monkeypatch, lambda model, ids: 1e-3 * (1 + 0.05 * len(ids) ** 2))
+    return forward_clock(monkeypatch, lambda model, ids: 1e-3 * (1 + 0.05 * len(ids) ** 2))
 
 
 def test_tuner_finds_a_best_k_between_its_probes_when_verifying_grows_dear(models, superlinear_clock):
@@ -259,7 +230,7 @@ def test_tuner_finds_a_middle_k_when_acceptance_saturates_and_verifying_grows_de
             return 1e-4
         return 1e-3 * (1 + 0.01 * len(ids) ** 2)
 
-    _forward_clock(monkeypatch, cost)
+    forward_clock(monkeypatch, cost)
     base = tiny_plan(models["cycle"], (Arm("A"),), repeats=3, max_prompts=3, max_new_tokens=64)
     drafter = DrafterSpec(DrafterKind.MODEL, noisy_draft)
     engine = create_engine("torch")
@@ -412,7 +383,6 @@ def test_weights_read_count_the_target_per_step_and_the_draft_per_drafted_token(
 def test_an_ngram_winner_applies_to_tabbyapi_mains_own_config_sample(tmp_path):
     """TabbyAPI main's config has draft_mode: it is ExLlamaV3 only, which drafts n-grams."""
     from conftest import TABBY
-
     from specdeck.core import config
     from specdeck.core.bench.sweep import plan_apply_setting
     from specdeck.core.engines.base import DrafterKind, DrafterSpec

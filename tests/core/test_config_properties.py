@@ -78,6 +78,8 @@ def edits(draw):
 @given(changes=edits())
 # Found by hypothesis: in the legacy layout the ends of model.draft and model coincide.
 @example(changes={("model", "cache_size"): 256, ("draft_model", "draft_rope_scale"): 0.0})
+# Found by hypothesis: "~0" (a user that does not exist) made Path.expanduser() raise.
+@example(changes={("model", "model_dir"): "~0", ("draft_model", "draft_model_dir"): "~x/d"})
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_generated_edits_round_trip(name, changes):
     doc = DOCS[name]

@@ -29,7 +29,6 @@ from specdeck.core.engines.base import (
 from specdeck.core.engines.exllamav2 import (
     ExLlamaV2Engine,
     _JobReader,
-    _template_starts_with_special,
     cache_class_name,
     check_model_folder,
     job_max_new_tokens,
@@ -39,7 +38,6 @@ from specdeck.core.engines.exllamav2 import (
     q_size,
     reserve_bytes,
     sampler_kwargs,
-    wants_bos,
 )
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.models import read_model
@@ -96,28 +94,6 @@ def test_cache_modes_reserve_and_lengths():
     assert job_max_new_tokens(256, 4) == 260
     assert job_max_new_tokens(256, 0) == 256
     assert q_size(4) == 8 and q_size(10) == 11
-
-
-# tokenizer facts ---------------------------------------------------------------------------
-def test_bos_follows_tokenizer_config_then_the_post_processor():
-    assert wants_bos(MODELS / "Llama-2-7b-hf") is True  # add_bos_token: true
-    assert wants_bos(MODELS / "Qwen2.5-0.5B-Instruct") is False  # add_bos_token: false
-    assert wants_bos(MODELS / "TinyLlama-1.1B-Chat-v1.0") is True  # template puts <s> first
-    llama3 = {
-        "type": "Sequence",
-        "processors": [
-            {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False},
-            {
-                "type": "TemplateProcessing",
-                "single": [
-                    {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
-                    {"Sequence": {"id": "A", "type_id": 0}},
-                ],
-            },
-        ],
-    }
-    assert _template_starts_with_special(llama3) is True
-    assert _template_starts_with_special({"type": "ByteLevel"}) is False
 
 
 # folder checks -----------------------------------------------------------------------------
@@ -549,7 +525,6 @@ def test_draft_traffic_counts_the_extra_preprocess_forward_per_step():
 def _standin_engine(tmp_path, monkeypatch, script):
     torch = pytest.importorskip("torch")
     from exllamav2_standin import StandInExLlamaV2
-
     from specdeck.core.engines import exllamav2 as module
 
     fake = StandInExLlamaV2(script)

@@ -364,26 +364,46 @@ def test_without_prepacking_the_tokens_are_the_same(models):
     packed.unload()
 
 
-def test_by_default_packing_is_kept_only_where_a_one_token_forward_is_not_slower(models):
+@pytest.mark.parametrize("packed_cost, kept", [(0.5, True), (1.0, True), (2.0, False)])
+def test_by_default_packing_is_kept_only_where_a_one_token_forward_is_not_slower(
+        models, monkeypatch, packed_cost, kept):
     """The no-draft arm is every speed-up's anchor: on a CPU where oneDNN's packed layers
-    make plain decoding slower (a 2-core Xeon here), the engine keeps F.linear. The choice
-    follows the two medians it timed, the model holds the layers it chose, and the note
-    says which and why."""
+    make plain decoding slower (a 2-core Xeon here), the engine keeps F.linear. A controlled
+    clock makes a packed forward cost ``packed_cost`` plain forwards, so each branch runs on
+    any machine: the choice follows the two medians, the model holds the layers it chose, and
+    the note says which and why."""
     from specdeck.core.engines import cpu_linear
     from torch import nn
 
+    mode, now = {"packed": False}, [0.0]
+    real_use = cpu_linear.Packing.use
+
+    def use(self, packed):
+        mode["packed"] = packed
+        return real_use(self, packed)
+
+    class Clock:
+        @staticmethod
+        def perf_counter():
+            # Every reading after a forward has advanced by that forward's cost: one reading
+            # before and one after each timed forward.
+            now[0] += 0.5e-3 * (packed_cost if mode["packed"] else 1.0)
+            return now[0]
+
+    monkeypatch.setattr(cpu_linear.Packing, "use", use)
+    monkeypatch.setattr(cpu_linear, "time", Clock)
     engine = TorchEngine()
     engine.load(LoadSpec(models["target"]))
     try:
-        choice = engine._target.packing
-        assert choice.plain_ms > 0 and choice.packed_ms > 0
-        assert (choice.packed_layers > 0) == (choice.packed_ms <= choice.plain_ms)
+        choice = engine.loaded_packing()
+        assert choice.packed_ms == pytest.approx(packed_cost * choice.plain_ms)
+        assert (choice.packed_layers > 0) is kept
         model, _ = engine.model_objects()
         kinds = {type(m) for m in model.modules() if isinstance(m, (nn.Linear, cpu_linear.PackedLinear))}
-        assert kinds == ({cpu_linear.PackedLinear} if choice.packed_layers else {nn.Linear})
+        assert kinds == ({cpu_linear.PackedLinear} if kept else {nn.Linear})
         note = choice.note()
         assert note in engine.loaded.notes and f"{choice.plain_ms:.1f} ms plain" in note
-        assert ("pre-packed" in note) == bool(choice.packed_layers)
+        assert ("pre-packed" in note) is kept
     finally:
         engine.unload()
 

@@ -40,7 +40,12 @@ NVML_PRESENT = _nvml_present()
 
 # NVML --------------------------------------------------------------------------------------
 @pytest.mark.skipif(NVML_PRESENT, reason="this machine has an NVIDIA driver")
-def test_missing_nvml_is_the_no_gpu_state_not_an_error():
+def test_missing_nvml_is_the_no_gpu_state_not_an_error(monkeypatch):
+    import pynvml
+
+    inits = []
+    real_init = pynvml.nvmlInit
+    monkeypatch.setattr(pynvml, "nvmlInit", lambda *a, **k: (inits.append(1), real_init(*a, **k)))
     source = NvmlSource()
     failure = source.open()
     assert failure is not None
@@ -49,10 +54,9 @@ def test_missing_nvml_is_the_no_gpu_state_not_an_error():
     assert "NVML" in failure.detail and failure.fix
     assert not failure.has_gpus and failure.gpus == ()
     # Reads keep answering with the same state, without retrying a library that cannot appear.
-    started = time.perf_counter()
     frames = [source.read() for _ in range(200)]
     assert {f.state for f in frames} == {TelemetryState.NO_LIBRARY}
-    assert time.perf_counter() - started < 1.0
+    assert len(inits) == 1  # the real library was looked for once
     source.close()
     assert read_once().state is TelemetryState.NO_LIBRARY
 
@@ -128,18 +132,14 @@ def test_sampler_thread_runs_a_replay_and_stops_promptly():
     sampler.add_listener(lambda frame: seen.append(frame.timestamp))
     sampler.add_listener(lambda frame: 1 / 0)  # a broken listener must not stop the others
     sampler.start()
+    thread = next(t for t in threading.enumerate() if t.name == "specdeck-gpu-sampler")
     deadline = time.monotonic() + 30
     while sampler.polls < 1500 and time.monotonic() < deadline:
         time.sleep(0.01)
-    started = time.monotonic()
-    sampler.stop()
-    assert time.monotonic() - started < 2.0
-    assert not sampler.is_running and sampler.polls >= 1500
+    sampler.stop()  # joins the thread: the loop sees the stop between two polls
+    assert not thread.is_alive() and not sampler.is_running and sampler.polls >= 1500
     assert len(sampler.history(1)["t"]) == 500
     assert len(seen) == sampler.polls and seen == sorted(seen)
-    polls = sampler.polls
-    time.sleep(0.05)
-    assert sampler.polls == polls  # really stopped
 
 
 def test_sampler_survives_a_source_that_raises():
@@ -176,7 +176,9 @@ def test_set_source_restarts_with_fresh_history():
     sampler.start()
     sampler.set_source(NvmlSource() if not NVML_PRESENT else ReplaySource(DEMO))
     assert sampler.is_running
-    time.sleep(0.05)
+    before, deadline = sampler.polls, time.monotonic() + 10
+    while sampler.polls == before and time.monotonic() < deadline:  # the new source polled
+        time.sleep(0.01)
     sampler.stop()
     if not NVML_PRESENT:
         assert sampler.gpu_indices() == []
