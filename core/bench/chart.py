@@ -68,9 +68,10 @@ def render_chart(summary: BenchSummary) -> str:
         colour, fill = (SLOWER, SLOWER_FILL) if slower else (FASTER, FASTER_FILL)
         parts.append(_rect(right_x, y + 12, x_ratio(s.median) - right_x, ROW - 28, fill))
         parts.append(_line(x_ratio(s.minimum), mid, x_ratio(s.maximum), mid, "#404040", 1.5))
-        parts.append(f'<rect x="{x_ratio(s.ci_low):.1f}" y="{mid - 5:.1f}" '
-                     f'width="{max(x_ratio(s.ci_high) - x_ratio(s.ci_low), 1.0):.1f}" '
-                     'height="10" fill="none" stroke="#404040" stroke-width="1.5"/>')
+        if s.has_interval:
+            parts.append(f'<rect x="{x_ratio(s.ci_low):.1f}" y="{mid - 5:.1f}" '
+                         f'width="{max(x_ratio(s.ci_high) - x_ratio(s.ci_low), 1.0):.1f}" '
+                         'height="10" fill="none" stroke="#404040" stroke-width="1.5"/>')
         parts.append(_line(x_ratio(s.median), y + 8, x_ratio(s.median), y + ROW - 12, colour, 3))
         parts.append(_text(x_ratio(max(s.maximum, s.ci_high)) + 6, mid + 4, f"{s.median:.2f}x"))
     one = x_ratio(1.0)

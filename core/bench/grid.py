@@ -74,10 +74,11 @@ class GridRow:
     def score(self) -> float:
         return self.by_suite[ALL].score if ALL in self.by_suite else 0.0
 
-    def standing(self) -> winner.Standing:
-        overall = self.by_suite.get(ALL)
+    def standing(self, suite: str = ALL) -> winner.Standing:
+        """What ``core.bench.winner`` reads of this row over ``suite`` ("all": every prompt)."""
+        figure = self.by_suite.get(suite)
         return winner.Standing(
-            None if overall is None or overall.speedup is None else overall.speedup.median,
+            None if figure is None or figure.speedup is None else figure.speedup.median,
             self.diverged, complete=self.dropped_in_round is None)
 
 
@@ -96,7 +97,7 @@ class GridResult:
     def best(self) -> GridRow | None:
         """The winning row (``core.bench.winner``: fully measured, output unchanged, the
         best overall median speed-up); None when no setting beats the reference."""
-        return winner.pick(self.rows, GridRow.standing)
+        return winner.pick(self.rows, lambda row: row.standing())
 
     def to_json(self) -> dict[str, Any]:
         from specdeck.core.jsonout import to_jsonable
@@ -236,11 +237,9 @@ def grid_table(result: GridResult, markdown: bool = True) -> str:
     "tok/s (speed-up)", the best of each column marked (bold, or * in plain text)."""
     columns = [*result.suites, ALL] if len(result.suites) > 1 else [ALL]
     best_in = {}
-    for suite in columns:
-        ranked = [r for r in result.rows if r.dropped_in_round is None and suite in r.by_suite
-                  and r.by_suite[suite].speedup is not None]
-        top = max(ranked, key=lambda r: r.by_suite[suite].score, default=None)
-        if top is not None and top.by_suite[suite].score > 1.0:
+    for suite in columns:  # each column's winner, by the one rule (core.bench.winner)
+        top = winner.pick(result.rows, lambda r, suite=suite: r.standing(suite))
+        if top is not None:
             best_in[suite] = top.cell.arm.name
 
     header = ["setting", *columns, "accepted", "lossless"]
@@ -268,7 +267,6 @@ def grid_table(result: GridResult, markdown: bool = True) -> str:
     else:
         speedup = best.by_suite[ALL].speedup
         lines.append(f"Best: {best.cell.label}: {best.score:.2f}x over all prompts "
-                     f"({speedup.verdict}: 95% interval {speedup.ci_low:.2f}-{speedup.ci_high:.2f}"
-                     f"x, {speedup.n} pairs)")
+                     f"({speedup.verdict}: {speedup.interval_text()})")
     lines.extend(f"Note: {n}" for n in result.notes)
     return "\n".join(lines) + "\n"

@@ -9,6 +9,9 @@
 - ``chart.svg``: speed-ups with their spread (SVG drawn by chart.py: no Qt in core);
 - ``plan.json``: the plan alone, so ``specdeck bench --plan folder/plan.json`` repeats it.
 
+``write_table_report(folder, name, result, table, runs)`` does it for a sweep, a grid or the
+tuner: the table, the whole result as JSON, and each A/B run behind it in ``runs/NN/``.
+
 ``save_to_history`` writes the same into a new folder under the app data dir, and
 ``list_history()`` lists past runs from a small ``entry.json`` per folder (the GUI's list
 does not parse big reports).
@@ -21,6 +24,7 @@ import datetime as _dt
 import io
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +33,7 @@ from specdeck.core import appdirs
 from specdeck.core.atomic import atomic_write_bytes
 from specdeck.core.bench.plan import BenchPlan
 from specdeck.core.bench.runner import BenchRun, RunRecord
-from specdeck.core.bench.summary import BenchSummary, pairs
+from specdeck.core.bench.summary import BenchSummary, pairs, summarize
 from specdeck.core.engines.lossless import compare_runs
 from specdeck.core.errors import InvalidInputError, NotFoundError
 from specdeck.core.jsonout import dumps, to_jsonable
@@ -260,12 +264,7 @@ def _fmt(value: float | None, spec: str, unit: str = "") -> str:
 # Writing ------------------------------------------------------------------------------------
 def write_report(run: BenchRun, summary: BenchSummary, folder: str | Path) -> ReportPaths:
     """Write every report file into ``folder`` (created if needed); each file atomically."""
-    folder = expand_user(folder)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InvalidInputError(f"Cannot create the report folder {folder}: {exc.strerror or exc}.",
-                                "Pick a folder you can write to.") from exc
+    folder = _report_folder(folder)
     paths = ReportPaths(folder, folder / REPORT_JSON, folder / RUNS_CSV, folder / SUMMARY_MD,
                         folder / PLAN_JSON, folder / CHART_SVG)
     from specdeck.core.bench.chart import render_chart
@@ -276,6 +275,28 @@ def write_report(run: BenchRun, summary: BenchSummary, folder: str | Path) -> Re
     _write_text(paths.plan, dumps(run.plan.to_json()) + "\n")
     _write_text(paths.chart, render_chart(summary))
     return paths
+
+
+def write_table_report(folder: str | Path, name: str, result: Any, table: str,
+                       runs: Sequence[BenchRun]) -> Path:
+    """A sweep's, grid's or tuner's report: ``{name}.md`` (its table), ``{name}.json`` (the
+    whole result) and every A/B run behind it as a full report in ``runs/NN/``."""
+    folder = _report_folder(folder)
+    _write_text(folder / f"{name}.md", table)
+    _write_text(folder / f"{name}.json", dumps(result) + "\n")
+    for index, run in enumerate(runs, 1):
+        write_report(run, summarize(run), folder / "runs" / f"{index:02d}")
+    return folder
+
+
+def _report_folder(folder: str | Path) -> Path:
+    folder = expand_user(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidInputError(f"Cannot create the report folder {folder}: {exc.strerror or exc}.",
+                                "Pick a folder you can write to.") from exc
+    return folder
 
 
 def _write_text(path: Path, text: str) -> None:

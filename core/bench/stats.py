@@ -24,6 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 BOOTSTRAP_RESAMPLES = 2000
+MIN_PAIRS_FOR_INTERVAL = 3
+"""Fewer pairs than this give no interval: a bootstrap of one or two ratios only repeats them
+("95% interval 1.06-1.06x, 1 pairs" is no interval). Say that more runs are needed."""
 
 
 @dataclass(frozen=True)
@@ -37,12 +40,25 @@ class RatioSummary:
     ci_high: float
 
     @property
+    def has_interval(self) -> bool:
+        return self.n >= MIN_PAIRS_FOR_INTERVAL
+
+    @property
     def verdict(self) -> str:
+        if not self.has_interval:
+            return "too few runs to tell"
         if self.ci_high < 1.0:
             return "slower"
         if self.ci_low > 1.0:
             return "faster"
         return "no clear difference"
+
+    def interval_text(self, sep: str = "-") -> str:
+        """"95% interval 1.02-1.31x, 12 pairs", or why there is none."""
+        if not self.has_interval:
+            return (f"no interval from {self.n} pair{'s' if self.n != 1 else ''}: run more "
+                    f"repeats (at least {MIN_PAIRS_FOR_INTERVAL} pairs)")
+        return f"95% interval {self.ci_low:.2f}{sep}{self.ci_high:.2f}x, {self.n} pairs"
 
 
 def speedup(reference_tps: float, arm_tps: float) -> float | None:

@@ -533,11 +533,10 @@ def _verdict(arm: Arm, speedup: stats.RatioSummary | None, summary: ArmSummary,
     if speedup is None:
         return f"{arm.name}: no paired runs finished, no speed-up to report.", ()
     span = (f"{speedup.median:.2f}x (min {speedup.minimum:.2f}, max {speedup.maximum:.2f}, "
-            f"95% CI {speedup.ci_low:.2f}-{speedup.ci_high:.2f}, n={speedup.n})")
+            f"{speedup.interval_text()})")
     slower = speedup.verdict == "slower" or speedup.median < CLEARLY_SLOWER
     if not slower:
-        kind = "faster" if speedup.verdict == "faster" else "no clear difference"
-        return f"{arm.name} ({arm.drafter.label}): {span}: {kind}.", ()
+        return f"{arm.name} ({arm.drafter.label}): {span}: {speedup.verdict}.", ()
     causes = _slowdown_causes(summary, theory, matched)
     text = (f"{arm.name} ({arm.drafter.label}) is SLOWER than no drafting: {span}. "
             "Drafting hurts here; turn it off or change the drafter.")

@@ -484,10 +484,8 @@ def _sweep(args, plan, progress, cancel) -> int:
     result = run_sweep(spec, on_event=progress, cancel=cancel)
     if args.apply:
         _apply(args, None, planned=plan_apply_best(result.best, args.config))
-    if args.json:
-        _emit(args.json, result)
-    else:
-        sys.stdout.write(sweep_table(result, markdown=False))
+    _finish(args, "sweep", result, sweep_table(result, markdown=False),
+            lambda: sweep_table(result), result.runs, progress)
     return EXIT_INTERRUPTED if result.cancelled and cancel.is_set() else EXIT_OK
 
 
@@ -524,10 +522,8 @@ def _server_grid(args, plan, progress, cancel) -> int:
         best = result.best
         _apply_flags(args, None if best is None else best.cell.arm,
                      None if best is None else best.cell.arm.server.launch.args)
-    if args.json:
-        _emit(args.json, result)
-    else:
-        sys.stdout.write(grid_table(result, markdown=False))
+    _finish(args, "grid", result, grid_table(result, markdown=False),
+            lambda: grid_table(result), result.runs, progress)
     return EXIT_INTERRUPTED if result.cancelled and cancel.is_set() else EXIT_OK
 
 
@@ -545,16 +541,13 @@ def _tune(args, plan, progress, cancel) -> int:
     if args.apply:
         best = None if result.best_k == 0 else replace(drafters[0], num_draft_tokens=result.best_k)
         _apply(args, best)
-    if args.json:
-        _emit(args.json, result)
-    else:
-        best = "no draft" if result.best_k == 0 else f"k={result.best_k}"
-        sys.stdout.write(
-            f"Best: {best} ({result.best_speedup:.2f}x measured; the cost model predicted "
+    best = "no draft" if result.best_k == 0 else f"k={result.best_k}"
+    text = (f"Best: {best} ({result.best_speedup:.2f}x measured; the cost model predicted "
             f"k={result.predicted_best_k}). Measured: "
             + ", ".join(f"k={k}: {v:.2f}x" for k, v in sorted(result.measured.items()))
-            + f". Spent {result.spent_s:.1f} s generating.\n")
-        sys.stdout.writelines(f"Note: {n}\n" for n in result.notes)
+            + f". Spent {result.spent_s:.1f} s generating.\n"
+            + "".join(f"Note: {n}\n" for n in result.notes))
+    _finish(args, "tune", result, text, lambda: text, result.runs, progress)
     return EXIT_INTERRUPTED if cancel.is_set() else EXIT_OK
 
 
@@ -584,6 +577,19 @@ def _apply(args, drafter, planned=None, target=None) -> None:
     saved = apply_best(planned)
     backup = f" (previous version: {saved.backup})" if saved.backup else ""
     err.write(f"specdeck: saved {saved.path}{backup}.\n")
+
+
+def _finish(args, name: str, result, text: str, markdown, runs, progress) -> None:
+    """A sweep's, grid's or tuner's result: its table on stdout (on stderr when --json - takes
+    stdout), the JSON, and with --report the table, the JSON and every run's own report."""
+    if args.report is not None:
+        from specdeck.core.bench.report import write_table_report
+
+        folder = write_table_report(args.report, name, result, markdown(), runs)
+        progress.line(f"report saved in {folder}")
+    if args.json:
+        _emit(args.json, result)
+    (sys.stderr if args.json == "-" else sys.stdout).write(text)
 
 
 def _emit(target: str, payload: Any) -> None:

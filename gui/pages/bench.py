@@ -772,7 +772,7 @@ class BenchPage(QWidget):
             verdict = {"slower": "<b style='color:#b91c1c'>slower</b>"}.get(ratio.verdict, ratio.verdict)
             parts = [
                 f"{_speedup_html(ratio.median, ratio.n, ratio.minimum, ratio.maximum, base)}; "
-                f"95% CI {ratio.ci_low:.2f}–{ratio.ci_high:.2f}×): {verdict}",
+                f"{html.escape(ratio.interval_text('–'))}): {verdict}",
                 f"acceptance {_percent(summary.arm(comparison.arm).acceptance_rate)} · "
                 + _identical_html(check.checkable, check.identical, check.compared, base),
             ]

@@ -297,6 +297,26 @@ def test_cli_bench_json_report_and_plan_repeat(models, tmp_path, capsys):
     assert "## Verdict" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("mode", ["--sweep-k", "--tune"])
+def test_cli_sweep_and_tune_write_their_report_and_keep_the_table_beside_json(
+        models, tmp_path, capsys, mode):
+    args = ["bench", "--model", str(models["cycle"]), "--ngram", "--no-chat", "--device", "cpu",
+            "--max-prompts", "1", "--repeats", "1", "--warmup", "0", "--max-new", "12",
+            mode, *(["1,2"] if mode == "--sweep-k" else []),
+            "--report", str(tmp_path / "r"), "--json", "-"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)  # stdout holds the JSON alone...
+    assert "Best:" in captured.err  # ...and the table goes to stderr
+    name = "sweep" if mode == "--sweep-k" else "tune"
+    report = tmp_path / "r"
+    assert json.loads((report / f"{name}.json").read_text()) == data
+    assert "Best:" in (report / f"{name}.md").read_text()
+    runs = sorted((report / "runs").iterdir())
+    assert runs and all((r / "report.json").is_file() and (r / "chart.svg").is_file()
+                        for r in runs)
+
+
 def test_cli_bench_errors_exit_2(capsys, tmp_path):
     assert main(["bench", "--ngram"]) == 2
     assert "needs a model" in capsys.readouterr().err

@@ -101,3 +101,12 @@ def test_bad_suites_are_clear_errors(tmp_path):
     bad.write_text('{"prompt": "ok"}\n{oops\n')
     with pytest.raises(InvalidInputError, match="line 2"):
         load_suite(bad)
+
+
+def test_too_few_pairs_give_no_interval_and_no_verdict():
+    one = stats.summarize_ratios([1.06])
+    assert not one.has_interval and one.verdict == "too few runs to tell"
+    assert one.interval_text() == "no interval from 1 pair: run more repeats (at least 3 pairs)"
+    three = stats.summarize_ratios([1.1, 1.2, 1.3])
+    assert three.has_interval and three.interval_text().startswith("95% interval 1.")
+    assert three.interval_text().endswith("x, 3 pairs")
