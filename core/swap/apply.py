@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from specdeck.core.config.edit import ConfigChange
 from specdeck.core.servers.llama_server import drafting_flags
+from specdeck.core.swap.cmd import canonical_argv
 from specdeck.core.swap.config import DRAFT_MODEL_FLAGS, SwapConfig
 from specdeck.core.swap.edit import BARE, FlagEdit, _is_flag, plan_edit
 
@@ -38,7 +39,7 @@ def plan_apply_flags(config: SwapConfig, model_name: str,
     model = config.model(model_name)
     wanted = flag_pairs(drafting_flags(winner or ()))
     wanted_names = {_canonical(f) for f, _ in wanted}
-    own = tuple(t.text for t in model.tokens or ())
+    own = canonical_argv(tuple(t.text for t in model.tokens or ()))
     edits = [FlagEdit(name, None) for name, _ in flag_pairs(drafting_flags(own))
              if _canonical(name) not in wanted_names]
     for flag, value in wanted:

@@ -1,0 +1,224 @@
+"""llama-swap's macros: which declarations it accepts, and what a cmd says once they are
+substituted, the way llama-swap substitutes them.
+
+Followed from llama-swap's internal/config/macros.go (resolveConfigMacros, validateMacro,
+mergeModelMacros, substituteMacroList, validateConfigMacroUses) and config.go (MacroList) at
+commit 0bdb3720199f530b622a1934c0db89f32c94819c:
+
+- the macros form one ordered list: ``MODEL_ID`` first, then the global macros in the order
+  they are written, a model's own macro replacing a global of the same name *in its place*
+  and the rest of the model's appended;
+- each macro is substituted once, in every value, **last declared first**. A macro's value may
+  therefore use macros declared before it, to any depth (a 20-level chain resolves in one
+  pass), but a macro declared after it, or a cycle, stays as ``${name}`` text, and llama-swap
+  then refuses the whole config ("unknown macro '${name}' found in <model>.cmd");
+- ``${PORT}`` is substituted after the others, with the port llama-swap allocates, in models
+  whose cmd uses it; ``${PID}`` only in ``cmdStop``; ``${env.NAME}`` from llama-swap's own
+  environment before everything else. SpecDeck keeps ``${PORT}`` and ``${env.NAME}`` as
+  written (it cannot know them), and reports ``${PID}`` in a cmd as llama-swap does;
+- declarations are refused for a name of 64 characters or more, a name outside
+  ``[a-zA-Z0-9_-]``, a reserved name (PID, PORT, MODEL_ID), a value that is not a string,
+  number or bool, and a value that uses its own name.
+
+llama-swap puts no bound on how large a cmd may grow (each macro can double it), so SpecDeck
+bounds it: a cmd whose macros expand past :data:`MAX_CMD_CHARS` is reported, not expanded,
+the way core.config.document refuses a YAML alias bomb.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
+USE = re.compile(r"\$\{([a-zA-Z0-9_-]+)\}")
+"""A macro use (macros.go macroPatternRegex); ``${env.X}`` is not one."""
+RESERVED = ("PID", "PORT", "MODEL_ID")
+KEPT = ("PORT",)
+"""Substituted by llama-swap when the model starts; kept as written in what SpecDeck shows."""
+MAX_NAME = 63
+MAX_CMD_CHARS = 2 * 1024 * 1024
+"""The most one expanded cmd may hold: Linux refuses to start a command line over ARG_MAX
+(2 MiB with the usual 8 MiB stack), so a larger cmd could never run anyway."""
+
+
+@dataclass(frozen=True)
+class Expansion:
+    text: str
+    """The value with its macros substituted (as far as they go)."""
+    used: tuple[str, ...]
+    problem: str | None = None
+    """Why llama-swap would refuse this value, or why SpecDeck did not expand it."""
+    too_large: bool = False
+
+
+def go_text(value: Any) -> str:
+    """A scalar macro value as llama-swap writes it into a string (Go's ``%v``): bools as
+    true/false, floats in Go's shortest form (1e+06, 0.5, 100000)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return _go_float(value)
+    return str(value)
+
+
+def _go_float(x: float) -> str:
+    # strconv.FormatFloat(x, 'g', -1, 64): the shortest digits that read back as x, in
+    # exponent form when the decimal exponent is < -4 or >= 6 (fmt's %v for float64).
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "+Inf" if x > 0 else "-Inf"
+    if x == 0:
+        return "-0" if math.copysign(1.0, x) < 0 else "0"
+    sign, digits, exponent = Decimal(repr(x)).normalize().as_tuple()
+    text = "".join(map(str, digits))
+    point = len(digits) + exponent
+    exp10 = point - 1
+    minus = "-" if sign else ""
+    if exp10 < -4 or exp10 >= 6:
+        mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
+        return f"{minus}{mantissa}e{'-' if exp10 < 0 else '+'}{abs(exp10):02d}"
+    if point <= 0:
+        return f"{minus}0.{'0' * -point}{text}"
+    if point >= len(text):
+        return minus + text + "0" * (point - len(text))
+    return f"{minus}{text[:point]}.{text[point:]}"
+
+
+def declaration_problem(name: Any, value: Any) -> str | None:
+    """What llama-swap's validateMacro says of one declaration (None: accepted)."""
+    name = str(name)
+    if len(name) > MAX_NAME:
+        return f"macro name '{name[:40]}...' is {len(name)} characters; llama-swap takes at most {MAX_NAME}"
+    if not NAME.match(name):
+        hint = " (YAML merge keys are not read inside macros)" if name == "<<" else ""
+        return f"macro name '{name}' has characters llama-swap refuses (it allows a-z, A-Z, 0-9, _ and -){hint}"
+    if isinstance(value, str):
+        if "${" + name + "}" in value:
+            return f"macro '{name}' uses itself"
+    elif value is None or not isinstance(value, (bool, int, float)):
+        kind = "empty" if value is None else f"a {type(value).__name__}"
+        return f"macro '{name}' is {kind}; llama-swap takes a string, number or bool"
+    if name in RESERVED:
+        return f"macro name '{name}' is reserved by llama-swap"
+    return None
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One ``macros:`` mapping as llama-swap reads it."""
+
+    macros: tuple[tuple[str, str], ...] = ()
+    """(name, text) in the order written, the ones llama-swap accepts (and a self-using one,
+    so that its uses show the loop)."""
+    problems: tuple[str, ...] = ()
+    refused: tuple[str, ...] = ()
+    """Names whose declarations are refused and left out."""
+
+
+def declarations(value: Any, where: str = "") -> Declared:
+    """A ``macros:`` mapping's values as llama-swap reads them (``where``: "model X: " for a
+    model's own, to name it in the problems)."""
+    if value is None:
+        return Declared()
+    if not isinstance(value, dict):
+        return Declared(problems=(f"{where}macros must be a mapping of names to values",))
+    usable, problems, refused = [], [], []
+    for name, item in value.items():
+        problem = declaration_problem(name, item)
+        if problem is not None:
+            problems.append(where + problem)
+            self_use = isinstance(item, str) and NAME.match(str(name)) and \
+                len(str(name)) <= MAX_NAME and str(name) not in RESERVED
+            if not self_use:
+                refused.append(str(name))
+                continue  # a self-use stays: expanding it shows the loop where it is used
+        usable.append((str(name), go_text(item)))
+    return Declared(tuple(usable), tuple(problems), tuple(refused))
+
+
+def merged(model_id: str | None, global_macros: Sequence[tuple[str, str]],
+           own: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The macro list llama-swap substitutes for one model (mergeModelMacros): MODEL_ID
+    first, the globals, a model's macro overriding a global in its place."""
+    result = ([("MODEL_ID", model_id)] if model_id is not None else []) + list(global_macros)
+    for name, text in own:
+        for i, (existing, _) in enumerate(result):
+            if existing == name:
+                result[i] = (name, text)
+                break
+        else:
+            result.append((name, text))
+    return result
+
+
+def expand(value: str, macros: Sequence[tuple[str, str]], limit: int | None = None,
+           refused: Sequence[str] = (), kept: Sequence[str] = ()) -> Expansion:
+    """``value`` with ``macros`` substituted as llama-swap does (each once, last declared
+    first), never growing past ``limit`` characters (MAX_CMD_CHARS); what it used; what is
+    wrong. ``refused``: names whose declarations llama-swap refuses (not in ``macros``);
+    ``kept``: names substituted later (besides PORT), not a problem when left."""
+    limit = MAX_CMD_CHARS if limit is None else limit
+    used: list[str] = []
+    for name, text in reversed(macros):
+        slug = "${" + name + "}"
+        count = value.count(slug)
+        if not count:
+            continue
+        size = len(value) + count * (len(text) - len(slug))
+        if size > limit:
+            return Expansion(value, tuple(dict.fromkeys([*used, name])), _too_large(limit), True)
+        value = value.replace(slug, text)
+        if name not in RESERVED:
+            used.append(name)
+    left = [n for n in dict.fromkeys(USE.findall(value)) if n not in KEPT and n not in kept]
+    problem = _unresolved(left[0], macros, refused) if left else None
+    return Expansion(value, tuple(n for n, _ in macros if n in used), problem)
+
+
+def _too_large(limit: int) -> str:
+    return (f"its macros expand to more than {limit / 2**20:g} MiB (each use of a macro that "
+            "uses another multiplies it); no system could start such a command, so SpecDeck "
+            "stopped expanding it")
+
+
+def _unresolved(name: str, macros: Sequence[tuple[str, str]], refused: Sequence[str] = ()) -> str:
+    """Why ``${name}`` is left after substitution, in llama-swap's terms."""
+    order = [n for n, _ in macros]
+    refuses = f"llama-swap refuses this config (unknown macro '${{{name}}}')"
+    if name in refused:
+        return f"it uses macro {name}, whose declaration llama-swap refuses"
+    if name not in order:
+        if name == "PID":
+            return "${PID} is only substituted in cmdStop; " + refuses
+        return f"${{{name}}} is not a macro it declares; {refuses}"
+    values = dict(macros)
+    cycle = _cycle_through(name, values)
+    if cycle:
+        return f"macros {' -> '.join(cycle)} use each other (a cycle); {refuses}"
+    user = next((n for n in order[: order.index(name)] if "${" + name + "}" in values[n]), None)
+    if user is not None:
+        return (f"macro {user} uses ${{{name}}}, which is declared after it; llama-swap "
+                f"substitutes each macro once, last declared first, so {refuses}: "
+                f"declare {name} before {user}")
+    return f"${{{name}}} is left unresolved; {refuses}"
+
+
+def _cycle_through(start: str, values: dict[str, str]) -> list[str] | None:
+    """A chain of macro uses from ``start`` back to itself, if there is one."""
+    stack: list[tuple[str, list[str]]] = [(start, [start])]
+    seen: set[str] = set()
+    while stack:
+        name, path = stack.pop()
+        for used in dict.fromkeys(USE.findall(values.get(name, ""))):
+            if used == start:
+                return [*path, start]
+            if used in values and used not in seen:
+                seen.add(used)
+                stack.append((used, [*path, used]))
+    return None
