@@ -9,6 +9,7 @@ without a draft) removes the drafting flags. Flags set in macros are left alone 
 from __future__ import annotations
 
 from specdeck.core.config.edit import ConfigChange
+from specdeck.core.printable import printable
 from specdeck.core.servers.llama_server import drafting_flags
 from specdeck.core.swap.cmd import canonical_argv
 from specdeck.core.swap.config import DRAFT_MODEL_FLAGS, SwapConfig
@@ -48,7 +49,7 @@ def plan_apply_flags(config: SwapConfig, model_name: str,
     warnings = []
     in_macros = model.drafting()["flags_in_macros"]
     if in_macros:
-        warnings.append(f"Model {model_name} also gets drafting flags from macros "
+        warnings.append(f"Model {printable(model_name)} also gets drafting flags from macros "
                         f"({' '.join(in_macros)}); SpecDeck leaves macros alone.")
     return plan_edit(config, model_name, edits, tuple(warnings))
 

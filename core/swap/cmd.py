@@ -72,14 +72,17 @@ def _continued(value: str) -> str:
     return "\n".join(lines)
 
 
+_LONE_BREAK = re.compile("\r(?!\n)|\x85")
+
+
 def source_breaks(text: str) -> str:
     """``text`` (YAML source) with its line breaks as llama-swap's reader sees them, at the
     same character positions: YAML reads CR LF, a lone CR and NEL as one line break each
-    (yaml.v3 read_line, ruamel's scanner), so a lone CR or NEL becomes LF and the CR of a
-    CR LF a blank."""
+    (yaml.v3 read_line, ruamel's scanner), so a lone CR or NEL becomes LF; a CR LF stays (its
+    CR is part of the break)."""
     if "\r" not in text and "\x85" not in text:
         return text
-    return text.replace("\r\n", " \n").replace("\r", "\n").replace("\x85", "\n")
+    return _LONE_BREAK.sub("\n", text)
 
 
 BLANKS = " \t\n"
@@ -95,19 +98,39 @@ def lex(text: str, offset: int = 0, skip_comment_lines: bool = False,
     breaks are read as YAML reads them (:func:`source_breaks`). With ``skip_comment_lines``,
     lines that are llama-swap comments are blanks, and a backslash that ends a line is a blank
     (SanitizeCommand's rules, applied in place). An unclosed quote raises UnclosedQuote."""
+    blanks = BLANKS
     if source:
         text = source_breaks(text)
+        blanks += "\r"  # only the CR of a CR LF is left: part of the break
+
     tokens: list[Token] = []
     i, n = 0, len(text)
     line_no = 0
     line_start = 0
+
+    def joined(pos: int) -> int:
+        """How many characters a backslash at ``pos`` and the line break after it take (0:
+        none follows): a backslash-newline joins lines, one at the very end is dropped."""
+        after = text[pos + 1:pos + 3]
+        if after[:1] in ("\n", ""):
+            return 1 + len(after[:1])
+        return 3 if source and after == "\r\n" else 0
+
+    def skip_join(pos: int) -> int:
+        """Past a joining backslash and its line break (counting the line)."""
+        nonlocal line_no, line_start
+        end = pos + joined(pos)
+        if text[end - 1:end] == "\n":
+            line_no += 1
+            line_start = end
+        return end
 
     def at_comment_line(pos: int) -> bool:
         return skip_comment_lines and text[line_start:pos].strip() == "" and \
             text[pos:pos + 1] == "#"
 
     def line_end_backslash(pos: int) -> bool:
-        return skip_comment_lines and text[pos] == "\\" and text[pos + 1:pos + 2] in ("\n", "") \
+        return skip_comment_lines and text[pos] == "\\" and joined(pos) > 0 \
             and text[line_start:pos].strip() != ""
 
     while i < n:
@@ -117,21 +140,21 @@ def lex(text: str, offset: int = 0, skip_comment_lines: bool = False,
             line_start = i + 1
             i += 1
             continue
-        if c in BLANKS:
+        if c in blanks:
             i += 1
             continue
         if line_end_backslash(i):
             i += 1  # a line-ending backslash: a blank
             continue
-        if c == "\\" and text[i + 1:i + 2] in ("\n", ""):
-            i += 2  # a joined line (or a backslash at the very end): nothing
+        if c == "\\" and joined(i):
+            i = skip_join(i)  # a joined line (or a backslash at the very end): nothing
             continue
         if at_comment_line(i):
             end = text.find("\n", i)
             i = n if end < 0 else end
             continue
         start, word, quoted = i, [], False
-        while i < n and text[i] not in BLANKS:
+        while i < n and text[i] not in blanks:
             c = text[i]
             if c == "'":
                 close = text.find("'", i + 1)
@@ -144,8 +167,8 @@ def lex(text: str, offset: int = 0, skip_comment_lines: bool = False,
             elif c == '"':
                 j, part = i + 1, []
                 while j < n and text[j] != '"':
-                    if text[j] == "\\" and text[j + 1:j + 2] in ("\n", ""):
-                        j += 2  # a joined line
+                    if text[j] == "\\" and joined(j):
+                        j = skip_join(j)  # a joined line
                     elif text[j] == "\\" and text[j + 1] in '$`"\\':
                         part.append(text[j + 1])
                         j += 2
@@ -161,9 +184,11 @@ def lex(text: str, offset: int = 0, skip_comment_lines: bool = False,
             elif c == "\\":
                 if line_end_backslash(i):
                     break  # a line-ending backslash ends the word
-                if text[i + 1:i + 2] not in ("\n", ""):
-                    word.append(text[i + 1])
-                i += 2  # a joined line adds nothing
+                if joined(i):
+                    i = skip_join(i)  # a joined line adds nothing
+                    continue
+                word.append(text[i + 1])
+                i += 2
             else:
                 word.append(c)
                 i += 1

@@ -19,6 +19,7 @@ from specdeck.core.config.document import (
     is_sequence,
 )
 from specdeck.core.errors import InvalidInputError, NotFoundError
+from specdeck.core.printable import printable
 from specdeck.core.swap import macros
 from specdeck.core.swap.cmd import (
     Token,
@@ -28,6 +29,7 @@ from specdeck.core.swap.cmd import (
     lex,
     sanitize,
     source_breaks,
+    split_command,
     strip_comments,
 )
 
@@ -56,6 +58,9 @@ class ModelCmd:
     errors: tuple[str, ...] = ()
     """What is wrong with it as llama-swap reads it: a macro left unresolved (llama-swap
     refuses the config), macros too large to expand, an unclosed quote."""
+    macros_resolved: bool = True
+    """False when its macros leave ``${name}`` or grow too large: argv is not what llama-swap
+    runs (it refuses the config, or SpecDeck stopped expanding)."""
     shared_with: tuple[str, ...] = ()
     """Other places the same YAML node is used (an anchor and its aliases or merges): an edit
     of this cmd changes them too."""
@@ -84,7 +89,9 @@ class ModelCmd:
 
         flags = drafting_flags(self.flags)
         drafter = drafter_from_flags(self.flags)
-        own = {canonical(t.text.split("=")[0]) for t in self.tokens or ()}
+        words = [t.text for t in self.tokens] if self.tokens is not None \
+            else split_command(strip_comments(self.value))
+        own = {canonical(w.split("=")[0]) for w in words}
         in_macros = [f for f in flags if f.startswith("-") and f.split("=")[0] not in own]
         return {"flags": list(flags), "drafts": drafter.kind.value != "none",
                 "drafter": drafter.label, "flags_in_macros": in_macros}
@@ -109,7 +116,7 @@ class SwapConfig:
         for model in self.models:
             if model.name == name:
                 return model
-        names = ", ".join(m.name for m in self.models) or "none"
+        names = ", ".join(printable(m.name) for m in self.models) or "none"
         raise InvalidInputError(f"{self.path} has no model {name!r} (it has: {names}).",
                                 "Use a name from its models: section.")
 
@@ -219,8 +226,9 @@ def from_document(doc: ConfigDocument) -> SwapConfig:
         if not isinstance(own.get("cmd"), str):
             continue
         own_entry = effective_entry(value_node, "macros")
-        own_macros = macros.declarations(own.get("macros"), f"model {name}: ")
-        problems += _merge_in_macros(own_entry[1] if own_entry else None, f"model {name}: ")
+        own_macros = macros.declarations(own.get("macros"), f"model {printable(name)}: ")
+        problems += _merge_in_macros(own_entry[1] if own_entry else None,
+                                     f"model {printable(name)}: ")
         problems += own_macros.problems
         merged = macros.merged(name, global_macros.macros, own_macros.macros)
         # The value as a YAML reader gives it (the node's own value marks folds in `>`
@@ -291,7 +299,8 @@ class _Reader:
                 "all; a llama-swap config's cmds hold a few KB.",
                 "Check the macros that use other macros; SpecDeck will not read this file.")
         common = dict(name=name, value=value, style=style, span=(start, end),
-                      macros_used=expansion.used, lines=lines, shared_with=shared_with)
+                      macros_used=expansion.used, lines=lines, shared_with=shared_with,
+                      macros_resolved=expansion.problem is None)
         if expansion.too_large:
             return ModelCmd(argv=(), tokens=None, not_editable=expansion.problem,
                             errors=(expansion.problem,), **common)

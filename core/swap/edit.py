@@ -18,7 +18,8 @@ import re
 
 from specdeck.core.config.edit import ConfigChange
 from specdeck.core.errors import InvalidInputError
-from specdeck.core.swap.cmd import canonical, shell_quote
+from specdeck.core.printable import printable
+from specdeck.core.swap.cmd import canonical, shell_quote, source_breaks
 from specdeck.core.swap.config import ModelCmd, SwapConfig, from_text
 
 BARE = True
@@ -83,7 +84,7 @@ def plan_edit(config: SwapConfig, model_name: str, edits: list[FlagEdit],
     ``shared_ok`` a cmd written once for several models (a YAML anchor) is edited for all of
     them."""
     model = config.macro(model_name) if macro else config.model(model_name)
-    what = f"Macro {model_name}" if macro else f"Model {model_name}"
+    what = f"Macro {printable(model_name)}" if macro else f"Model {printable(model_name)}"
     check_editable(model, what, shared_ok)
     if not model.tokens:
         raise InvalidInputError(f"{what} is empty.")
@@ -184,12 +185,18 @@ def _check_writable(value: str, flag: str, model: ModelCmd, what: str) -> None:
         "Your file is fine; nothing was changed.", fix)
 
 
+def _line_bounds(lines: str, start: int, end: int) -> tuple[int, int]:
+    """Where the line(s) holding ``start``..``end`` begin and end (before their break) in
+    ``lines``, the file's text with its line breaks as LF at the same positions."""
+    line_start = lines.rfind("\n", 0, start) + 1
+    line_end = lines.find("\n", end)
+    return line_start, len(lines) if line_end < 0 else line_end
+
+
 def _removal(text: str, start: int, end: int) -> tuple[int, int, str]:
     """Remove a flag (and its value) with the blanks before it; its whole line when nothing
     else is on it."""
-    line_start = text.rfind("\n", 0, start) + 1
-    line_end = text.find("\n", end)
-    line_end = len(text) if line_end < 0 else line_end
+    line_start, line_end = _line_bounds(source_breaks(text), start, end)
     before, after = text[line_start:start], text[end:line_end]
     if before.strip() == "" and after.strip() in ("", "\\"):
         return line_start, min(line_end + 1, len(text)), ""
@@ -198,21 +205,30 @@ def _removal(text: str, start: int, end: int) -> tuple[int, int, str]:
     return start, end, ""
 
 
+def _line_break(text: str, at: int) -> str:
+    """The line break the file uses at ``at`` (or, at its end, its first one): LF, CR LF or
+    a lone CR, so that a new line is written the way the file writes its lines."""
+    if text[at:at + 1] == "\r":
+        return "\r"
+    if text[at:at + 1] == "\n":
+        return "\r\n" if text[at - 1:at] == "\r" else "\n"
+    return "\r\n" if "\r\n" in text else "\r" if "\r" in text else "\n"
+
+
 def _append(text: str, model: ModelCmd, words, appended: list[str]) -> tuple[int, int, str]:
     last_end = words[-1][2] if words else model.tokens[-1].end
     if model.style.endswith("block (|)") or model.style.endswith("block (>)"):
-        line_start = text.rfind("\n", 0, last_end) + 1
-        line_end = text.find("\n", last_end)
-        line_end = len(text) if line_end < 0 else line_end
+        lines_text = source_breaks(text)
+        line_start, line_end = _line_bounds(lines_text, last_end, last_end)
+        newline = _line_break(text, line_end)
+        if newline == "\r\n" and text[line_end - 1:line_end] == "\r":
+            line_end -= 1  # the line's own CR stays at its end
         line = text[line_start:line_end]
         indent = line[: len(line) - len(line.lstrip())]
-        continued = any(text[t.start:text.find("\n", t.end)].rstrip().endswith("\\")
-                        for t in model.tokens[:-1])
+        continued = any(lines_text[t.start:_line_bounds(lines_text, t.end, t.end)[1]].rstrip()
+                        .endswith("\\") for t in model.tokens[:-1])
         tail = line[last_end - line_start:]
         head = " \\" if continued and not tail.rstrip().endswith("\\") else ""
-        newline = "\r\n" if text[line_end - 1:line_end] == "\r" else "\n"
-        if newline == "\r\n":  # the line's own \r stays at its end
-            line_end -= 1
         lines = [f"{newline}{indent}{a}" for a in appended]
         if continued:
             lines = [f"{piece} \\" if k < len(lines) - 1 else piece for k, piece in enumerate(lines)]
@@ -222,7 +238,7 @@ def _append(text: str, model: ModelCmd, words, appended: list[str]) -> tuple[int
 
 def _verify(config: SwapConfig, model: ModelCmd, new_text: str, expected: list[str],
             macro: bool = False, values: list[str] = ()) -> None:
-    what = f"macro {model.name}" if macro else f"model {model.name}"
+    what = f"macro {printable(model.name)}" if macro else f"model {printable(model.name)}"
     own = f"{' '.join(repr(v) for v in values)} " if values else ""
     try:
         after = from_text(new_text, config.path)

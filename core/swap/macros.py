@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from specdeck.core.printable import printable
+
 NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
 USE = re.compile(r"\$\{([a-zA-Z0-9_-]+)\}")
 """A macro use (macros.go macroPatternRegex); ``${env.X}`` is not one."""
@@ -93,11 +95,12 @@ def _go_float(x: float) -> str:
 def declaration_problem(name: Any, value: Any) -> str | None:
     """What llama-swap's validateMacro says of one declaration (None: accepted)."""
     name = str(name)
+    shown = printable(name)
     if len(name) > MAX_NAME:
-        return f"macro name '{name[:40]}...' is {len(name)} characters; llama-swap takes at most {MAX_NAME}"
+        return f"macro name '{shown[:40]}...' is {len(name)} characters; llama-swap takes at most {MAX_NAME}"
     if not NAME.match(name):
         hint = " (YAML merge keys are not read inside macros)" if name == "<<" else ""
-        return f"macro name '{name}' has characters llama-swap refuses (it allows a-z, A-Z, 0-9, _ and -){hint}"
+        return f"macro name '{shown}' has characters llama-swap refuses (it allows a-z, A-Z, 0-9, _ and -){hint}"
     if isinstance(value, str):
         if "${" + name + "}" in value:
             return f"macro '{name}' uses itself"
@@ -172,7 +175,9 @@ def expand(value: str, macros: Sequence[tuple[str, str]], limit: int | None = No
             continue
         size = len(value) + count * (len(text) - len(slug))
         if size > limit:
-            return Expansion(value, tuple(dict.fromkeys([*used, name])), _too_large(limit), True)
+            involved = {*used, name}
+            return Expansion(value, tuple(n for n, _ in macros if n in involved),
+                             _too_large(limit), True)
         value = value.replace(slug, text)
         if name not in RESERVED:
             used.append(name)
@@ -199,6 +204,8 @@ def _unresolved(name: str, macros: Sequence[tuple[str, str]], refused: Sequence[
         return f"${{{name}}} is not a macro it declares; {refuses}"
     values = dict(macros)
     cycle = _cycle_through(name, values)
+    if cycle and len(cycle) == 2:
+        return f"macro {name} uses itself; {refuses}"
     if cycle:
         return f"macros {' -> '.join(cycle)} use each other (a cycle); {refuses}"
     user = next((n for n in order[: order.index(name)] if "${" + name + "}" in values[n]), None)
