@@ -94,6 +94,7 @@ def plan_edit(config: SwapConfig, model_name: str, edits: list[FlagEdit],
     text = config.document.text
     words = [(t.text, t.start, t.end) for t in model.tokens]
     splices: list[tuple[int, int, str]] = []
+    removed: list[tuple[int, int]] = []
     expected = [w[0] for w in words]
     appended: list[str] = []
     for edit in edits:
@@ -102,7 +103,7 @@ def plan_edit(config: SwapConfig, model_name: str, edits: list[FlagEdit],
             for i in reversed(spots):
                 last = i + 1 if "=" not in words[i][0] and i + 1 < len(words) \
                     and not _is_flag(words[i + 1][0]) else i
-                splices.append(_removal(text, words[i][1], words[last][2]))
+                removed.append((words[i][1], words[last][2]))
                 del expected[i:last + 1]
                 words = words[:i] + words[last + 1:]
             continue
@@ -133,6 +134,7 @@ def plan_edit(config: SwapConfig, model_name: str, edits: list[FlagEdit],
             splices.append((end, end, " " + shell_quote(str(edit.value))))
             expected.insert(i + 1, str(edit.value))
             words.insert(i + 1, (str(edit.value), end, end))
+    splices += [_removal(text, start, end) for start, end in _merged(text, removed)]
     if appended:
         splices.append(_append(text, model, words, appended))
     new_text = text
@@ -193,6 +195,18 @@ def _line_bounds(lines: str, start: int, end: int) -> tuple[int, int]:
     return line_start, len(lines) if line_end < 0 else line_end
 
 
+def _merged(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Removed words next to each other on a line (``-md d.gguf --spec-type x``) as one span,
+    so that their blanks are taken once and a line left empty goes whole."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and text[merged[-1][1]:start].strip(" \t") == "":
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
 def _removal(text: str, start: int, end: int) -> tuple[int, int, str]:
     """Remove a flag (and its value) with the blanks before it; its whole line when nothing
     else is on it."""
@@ -200,6 +214,12 @@ def _removal(text: str, start: int, end: int) -> tuple[int, int, str]:
     before, after = text[line_start:start], text[end:line_end]
     if before.strip() == "" and after.strip() in ("", "\\"):
         return line_start, min(line_end + 1, len(text)), ""
+    if before.strip() == "":
+        # First on its line: the blanks before it are the line's indentation (in a block
+        # cmd, YAML's), so the blanks after it go instead.
+        while end < line_end and text[end] in " \t":
+            end += 1
+        return start, end, ""
     while start > line_start and text[start - 1] in " \t":
         start -= 1
     return start, end, ""
