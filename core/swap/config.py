@@ -150,6 +150,10 @@ MAX_TOTAL_CHARS = 16 * 1024 * 1024
 """The most all cmds and macros of one file may expand to together (each is bounded by
 core.swap.macros.MAX_CMD_CHARS): a 4 MB file of models that each use a large macro must not
 take gigabytes to read."""
+MAX_WORK_CHARS = 512 * 1024 * 1024
+"""The most string building and scanning expanding one file's macros may take (about a second
+here): a file of thousands of chained macros is refused rather than read for minutes. A real
+config's macros take a few KB."""
 
 
 def _is_merge(key_node) -> bool:
@@ -213,6 +217,7 @@ def from_document(doc: ConfigDocument) -> SwapConfig:
     problems = []
     global_entry = effective_entry(doc.root, "macros")
     global_macros = macros.declarations(data.get("macros"))
+    table = macros.Table(global_macros.macros)
     problems += _merge_in_macros(global_entry[1] if global_entry else None, "")
     problems += global_macros.problems
     reader = _Reader(doc, where)
@@ -230,30 +235,40 @@ def from_document(doc: ConfigDocument) -> SwapConfig:
         problems += _merge_in_macros(own_entry[1] if own_entry else None,
                                      f"model {printable(name)}: ")
         problems += own_macros.problems
-        merged = macros.merged(name, global_macros.macros, own_macros.macros)
+        merged = macros.Scope(table, own_macros.macros, model_id=name)
         # The value as a YAML reader gives it (the node's own value marks folds in `>`
         # blocks for round-tripping).
         found.append((name, cmd[1], own["cmd"], merged,
                       global_macros.refused + own_macros.refused))
     macro_nodes = _macro_nodes(global_entry, global_macros)
     places = _places(doc.root, {id(f[1]) for f in found} | {id(n) for _, n, _ in macro_nodes})
+    merged_into: dict[int, list[str]] = {}
+    for name, node, *_ in found:
+        merged_into.setdefault(id(node), []).append(f"models.{name}.cmd")
     models = []
     for name, node, value, merged, refused in found:
-        others = _others(places.get(id(node), []), f"models.{name}.cmd",
-                         [f"models.{other}.cmd" for other, n, *_ in found
-                          if n is node and other != name])
+        others = _others(places.get(id(node), []), f"models.{name}.cmd", merged_into[id(node)])
         models.append(reader.read(name, node, value, merged, refused, others, model_id=name))
     macro_cmds = []
-    for index, (name, node, value) in enumerate(macro_nodes):
-        before = global_macros.macros[:index]
+    for name, node, value in macro_nodes:
+        # A macro's own value sees the macros declared before it.
+        before = macros.Scope(table, upto=table.index[name])
         others = _others(places.get(id(node), []), f"macros.{name}", [])
         macro_cmds.append(reader.read(name, node, value, before, global_macros.refused, others))
     return SwapConfig(doc, tuple(models), dict(global_macros.macros), tuple(macro_cmds),
                       tuple(dict.fromkeys(problems)))
 
 
+MAX_PLACES_SHOWN = 8
+
+
 def _others(paths: list[str], own: str, merged_into: list[str]) -> tuple[str, ...]:
-    return tuple(p for p in dict.fromkeys([*paths, *merged_into]) if p != own)
+    """The other places a node is used, the first few by name (a thousand models sharing one
+    anchor must not make a million names)."""
+    others = [p for p in dict.fromkeys([*paths, *merged_into]) if p != own]
+    if len(others) > MAX_PLACES_SHOWN:
+        return (*others[:MAX_PLACES_SHOWN], f"{len(others) - MAX_PLACES_SHOWN} more")
+    return tuple(others)
 
 
 def _merge_in_macros(node, where: str) -> list[str]:
@@ -281,6 +296,7 @@ class _Reader:
         self.text = source_breaks(doc.text)
         """The file's text with YAML's line breaks as LF, at the same positions."""
         self.budget = MAX_TOTAL_CHARS
+        self.work = macros.Budget(MAX_WORK_CHARS)
 
     def line_of(self, index: int) -> int:
         return self.text.count("\n", 0, index) + 1
@@ -291,7 +307,15 @@ class _Reader:
         style = STYLES.get(node.style, str(node.style))
         lines = self.text.count("\n", start, end) + 1
         kept = () if model_id is not None else ("MODEL_ID",)
-        expansion = macros.expand(strip_comments(value), merged, refused=refused, kept=kept)
+        try:
+            expansion = macros.expand(strip_comments(value), merged, refused=refused, kept=kept,
+                                      budget=self.work)
+        except macros.TooTangled:
+            raise ConfigError(
+                f"{self.where}'s macros use each other so much that expanding them would take "
+                f"more than {MAX_WORK_CHARS >> 20} MiB of work; a llama-swap config's macros "
+                "take a few KB.",
+                "Check the macros that use other macros; SpecDeck will not read this file.") from None
         self.budget -= 0 if expansion.too_large else len(expansion.text)  # what is kept
         if self.budget < 0:
             raise ConfigError(

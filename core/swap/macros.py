@@ -43,6 +43,10 @@ RESERVED = ("PID", "PORT", "MODEL_ID")
 KEPT = ("PORT",)
 """Substituted by llama-swap when the model starts; kept as written in what SpecDeck shows."""
 MAX_NAME = 63
+SUBSTITUTION_COST = 4096
+"""What one substitution costs a file's work budget besides the characters it builds: the
+Python work around it (a file of thousands of chained macros is refused in about a second,
+not read for minutes)."""
 MAX_CMD_CHARS = 2 * 1024 * 1024
 """The most one expanded cmd may hold: Linux refuses to start a command line over ARG_MAX
 (2 MiB with the usual 8 MiB stack), so a larger cmd could never run anyway."""
@@ -145,45 +149,155 @@ def declarations(value: Any, where: str = "") -> Declared:
     return Declared(tuple(usable), tuple(problems), tuple(refused))
 
 
+class Table:
+    """One ``macros:`` list, indexed once: a file's global macros are shared by every model,
+    so a model's scope costs only its own macros (a file of thousands of models and macros
+    must not take minutes)."""
+
+    def __init__(self, macros: Sequence[tuple[str, str]]):
+        self.names = [n for n, _ in macros]
+        self.texts = [t for _, t in macros]
+        self.index = {n: i for i, n in enumerate(self.names)}
+        self._users: dict[str, list[int]] | None = None
+
+    def users(self, name: str) -> list[int]:
+        """Positions of the macros whose text uses ``${name}``, in order."""
+        if self._users is None:
+            self._users = {}
+            for i, text in enumerate(self.texts):
+                for used in dict.fromkeys(USE.findall(text)):
+                    self._users.setdefault(used, []).append(i)
+        return self._users.get(name, [])
+
+
+class Scope:
+    """The macros llama-swap substitutes in one value (mergeModelMacros): ``MODEL_ID`` first
+    (for a model), the global macros (only the first ``upto`` of them: a macro's own value
+    sees those declared before it), a model's own macro replacing a global of the same name
+    in its place, the model's other macros after."""
+
+    def __init__(self, table: Table, own: Sequence[tuple[str, str]] = (),
+                 model_id: str | None = None, upto: int | None = None):
+        self.table = table
+        self.upto = len(table.names) if upto is None else upto
+        self.model_id = model_id
+        self.own = dict(own)
+        first = 1 if model_id is not None else 0
+        self._first = first
+        self._extra = {n: first + self.upto + k
+                       for k, n in enumerate(n for n, _ in own if self._global(n) is None)}
+
+    def _global(self, name: str) -> int | None:
+        i = self.table.index.get(name)
+        return i if i is not None and i < self.upto else None
+
+    def position(self, name: str) -> int | None:
+        """Where ``name`` is in the list llama-swap substitutes from (None: not in it)."""
+        if name == "MODEL_ID" and self.model_id is not None:
+            return 0
+        i = self._global(name)
+        return self._first + i if i is not None else self._extra.get(name)
+
+    def text(self, name: str) -> str:
+        if name == "MODEL_ID" and self.model_id is not None:
+            return self.model_id
+        return self.own[name] if name in self.own else self.table.texts[self.table.index[name]]
+
+    def first_user_before(self, name: str, position: int) -> str | None:
+        """The first macro declared before ``position`` whose value uses ``${name}``."""
+        slug = "${" + name + "}"
+        found = [(self.position(n), n) for n in self.own if slug in self.own[n]]
+        found += [(self._first + i, self.table.names[i]) for i in self.table.users(name)
+                  if i < self.upto and self.table.names[i] not in self.own]
+        found = [(p, n) for p, n in found if p is not None and p < position]
+        return min(found)[1] if found else None
+
+
 def merged(model_id: str | None, global_macros: Sequence[tuple[str, str]],
-           own: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The macro list llama-swap substitutes for one model (mergeModelMacros): MODEL_ID
-    first, the globals, a model's macro overriding a global in its place."""
-    result = ([("MODEL_ID", model_id)] if model_id is not None else []) + list(global_macros)
-    for name, text in own:
-        for i, (existing, _) in enumerate(result):
-            if existing == name:
-                result[i] = (name, text)
-                break
-        else:
-            result.append((name, text))
-    return result
+           own: Sequence[tuple[str, str]]) -> Scope:
+    """The macro list llama-swap substitutes for one model (mergeModelMacros)."""
+    return Scope(Table(global_macros), own, model_id)
 
 
-def expand(value: str, macros: Sequence[tuple[str, str]], limit: int | None = None,
-           refused: Sequence[str] = (), kept: Sequence[str] = ()) -> Expansion:
+class Budget:
+    """Characters of expansion work one file may cost (each substitution builds a new string
+    and is scanned once): a file whose macros need more is refused, never left running."""
+
+    def __init__(self, chars: int):
+        self.chars = chars
+
+    def spend(self, chars: int) -> None:
+        self.chars -= chars
+        if self.chars < 0:
+            raise TooTangled()
+
+
+class TooTangled(Exception):
+    """The file's macros take more work to expand than any config needs."""
+
+
+def expand(value: str, macros: Scope | Sequence[tuple[str, str]], limit: int | None = None,
+           refused: Sequence[str] = (), kept: Sequence[str] = (),
+           budget: Budget | None = None) -> Expansion:
     """``value`` with ``macros`` substituted as llama-swap does (each once, last declared
     first), never growing past ``limit`` characters (MAX_CMD_CHARS); what it used; what is
     wrong. ``refused``: names whose declarations llama-swap refuses (not in ``macros``);
-    ``kept``: names substituted later (besides PORT), not a problem when left."""
+    ``kept``: names substituted later (besides PORT), not a problem when left; ``budget``:
+    the file's expansion work so far (raises TooTangled when spent).
+
+    Only the macros the value comes to use are visited, from the last declared down: a
+    substitution can bring in uses of earlier macros (queued) or later ones (already passed,
+    so left as written, as llama-swap leaves them)."""
+    import heapq
+
+    scope = macros if isinstance(macros, Scope) else Scope(Table(macros))
     limit = MAX_CMD_CHARS if limit is None else limit
-    used: list[str] = []
-    for name, text in reversed(macros):
+    queued: set[int] = set()
+    heap: list[tuple[int, str]] = []
+
+    def queue(names, below: int | None) -> None:
+        for name in names:
+            at = scope.position(name)
+            if at is not None and at not in queued and (below is None or at < below):
+                queued.add(at)
+                heapq.heappush(heap, (-at, name))
+
+    queue(dict.fromkeys(USE.findall(value)), None)
+    # A use can also form across a substitution's edges ("${" + a macro holding "name}"), but
+    # only where a "${" is not already part of a whole use: then the value is scanned again
+    # after each substitution; otherwise only the text each substitution brings in is.
+    loose = _loose(value)
+    used: list[tuple[int, str]] = []
+    while heap:
+        at, name = heapq.heappop(heap)
+        at = -at
+        text = scope.text(name)
         slug = "${" + name + "}"
         count = value.count(slug)
         if not count:
             continue
         size = len(value) + count * (len(text) - len(slug))
         if size > limit:
-            involved = {*used, name}
-            return Expansion(value, tuple(n for n, _ in macros if n in involved),
-                             _too_large(limit), True)
+            used.append((at, name))
+            return Expansion(value, _in_order(used), _too_large(limit), True)
         value = value.replace(slug, text)
-        if name not in RESERVED:
-            used.append(name)
+        loose = loose or _loose(text)
+        if budget is not None:
+            budget.spend(len(value) * (2 if loose else 1) + len(text) + SUBSTITUTION_COST)
+        used.append((at, name))
+        queue(dict.fromkeys(USE.findall(value if loose else text)), at)
     left = [n for n in dict.fromkeys(USE.findall(value)) if n not in KEPT and n not in kept]
-    problem = _unresolved(left[0], macros, refused) if left else None
-    return Expansion(value, tuple(n for n, _ in macros if n in used), problem)
+    problem = _unresolved(left[0], scope, refused) if left else None
+    return Expansion(value, _in_order(used), problem)
+
+
+def _loose(text: str) -> bool:
+    """Whether ``text`` has a "${" that does not start a whole macro use."""
+    return text.count("${") != len(USE.findall(text))
+
+
+def _in_order(used: list[tuple[int, str]]) -> tuple[str, ...]:
+    return tuple(n for _, n in sorted(used) if n not in RESERVED)
 
 
 def _too_large(limit: int) -> str:
@@ -192,23 +306,22 @@ def _too_large(limit: int) -> str:
             "stopped expanding it")
 
 
-def _unresolved(name: str, macros: Sequence[tuple[str, str]], refused: Sequence[str] = ()) -> str:
+def _unresolved(name: str, scope: Scope, refused: Sequence[str] = ()) -> str:
     """Why ``${name}`` is left after substitution, in llama-swap's terms."""
-    order = [n for n, _ in macros]
     refuses = f"llama-swap refuses this config (unknown macro '${{{name}}}')"
     if name in refused:
         return f"it uses macro {name}, whose declaration llama-swap refuses"
-    if name not in order:
+    position = scope.position(name)
+    if position is None:
         if name == "PID":
             return "${PID} is only substituted in cmdStop; " + refuses
         return f"${{{name}}} is not a macro it declares; {refuses}"
-    values = dict(macros)
-    cycle = _cycle_through(name, values)
+    cycle = _cycle_through(name, scope)
     if cycle and len(cycle) == 2:
         return f"macro {name} uses itself; {refuses}"
     if cycle:
         return f"macros {' -> '.join(cycle)} use each other (a cycle); {refuses}"
-    user = next((n for n in order[: order.index(name)] if "${" + name + "}" in values[n]), None)
+    user = scope.first_user_before(name, position)
     if user is not None:
         return (f"macro {user} uses ${{{name}}}, which is declared after it; llama-swap "
                 f"substitutes each macro once, last declared first, so {refuses}: "
@@ -216,16 +329,16 @@ def _unresolved(name: str, macros: Sequence[tuple[str, str]], refused: Sequence[
     return f"${{{name}}} is left unresolved; {refuses}"
 
 
-def _cycle_through(start: str, values: dict[str, str]) -> list[str] | None:
+def _cycle_through(start: str, scope: Scope) -> list[str] | None:
     """A chain of macro uses from ``start`` back to itself, if there is one."""
     stack: list[tuple[str, list[str]]] = [(start, [start])]
     seen: set[str] = set()
     while stack:
         name, path = stack.pop()
-        for used in dict.fromkeys(USE.findall(values.get(name, ""))):
+        for used in dict.fromkeys(USE.findall(scope.text(name))):
             if used == start:
                 return [*path, start]
-            if used in values and used not in seen:
+            if scope.position(used) is not None and used not in seen:
                 seen.add(used)
                 stack.append((used, [*path, used]))
     return None

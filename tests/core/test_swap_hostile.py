@@ -55,6 +55,28 @@ def test_the_whole_file_has_an_expansion_budget(monkeypatch):
         swap.from_text(text)
 
 
+@pytest.mark.timeout(60)
+def test_macros_that_would_take_too_much_work_are_refused(monkeypatch):
+    # A chain of 300: each macro, read like a cmd, expands the chain below it (45,000
+    # substitutions in all); a file's work is bounded, so it is refused, never read for long.
+    from specdeck.core.swap import config
+
+    text = "macros:\n  c0: x\n" + "".join(f"  c{i}: ${{c{i - 1}}}\n" for i in range(1, 300))
+    text += f"models:\n  m:\n    cmd: {SERVER} ${{c299}}\n"
+    assert swap.from_text(text).model("m").argv == (SERVER, "x")
+    monkeypatch.setattr(config, "MAX_WORK_CHARS", 64 * macros.SUBSTITUTION_COST)
+    with pytest.raises(ConfigError, match="macros use each other so much that expanding them "
+                                          "would take more than 0 MiB of work"):
+        swap.from_text(text)
+
+
+def test_a_use_formed_across_a_substitution_is_substituted_like_llama_swap_does():
+    # Last declared first: ${b} -> "${o}a}", then ${o} -> "${" forms "${a}", then a.
+    cfg = swap.from_text(f'macros:\n  a: "-c 4"\n  o: "${{"\n  b: "a}}"\nmodels:\n'
+                         f'  m:\n    cmd: {SERVER} ${{o}}${{b}}\n')
+    assert cfg.model("m").argv == (SERVER, "-c", "4") and cfg.model("m").errors == ()
+
+
 def test_a_20_level_chain_expands_fully_and_its_model_drafts():
     cfg = swap.from_text(hostile.macro_chain(depth=20))
     deep = cfg.model("deep")
@@ -146,6 +168,14 @@ def test_models_defined_through_merge_keys_and_aliases_are_found():
         assert cfg.model(name).argv[-4:] == ("-md", "/m/d.gguf", "--draft-max", "16")
         assert set(cfg.model(name).shared_with) >= {"x-base.cmd"}
     assert cfg.model("own").argv[2] == "/m/own.gguf" and cfg.model("own").shared_with == ()
+
+
+def test_a_thousand_models_on_one_anchor_name_a_few_places_each():
+    text = f"x: &base\n  cmd: {SERVER} -m /m/t.gguf\nmodels:\n" + "".join(
+        f"  m{i}:\n    <<: *base\n" for i in range(1000))
+    cfg = swap.from_text(text)
+    assert len(cfg.models) == 1000
+    assert cfg.model("m5").shared_with[-1] == "992 more" and len(cfg.model("m5").shared_with) == 9
 
 
 def test_a_shared_cmd_is_refused_for_one_model_and_migrated_once_for_all(tmp_path):
