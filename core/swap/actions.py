@@ -66,7 +66,8 @@ def plan_draft(config: SwapConfig, model_name: str, setting: DraftSetting, info=
     model = config.model(model_name)
     check_editable(model, f"Model {printable(model_name)}")
     if not model.is_llama_server:
-        raise InvalidInputError(f"Model {printable(model_name)}'s cmd does not start a llama-server.",
+        raise InvalidInputError(f"Model {printable(model_name)}'s cmd does not start a "
+                                "llama-server.",
                                 "SpecDeck edits llama-server's drafting flags only.")
     change = plan_edit(config, model_name, draft_edits(setting))
     if info is not None:

@@ -315,7 +315,8 @@ class _Reader:
                 f"{self.where}'s macros use each other so much that expanding them would take "
                 f"more than {MAX_WORK_CHARS >> 20} MiB of work; a llama-swap config's macros "
                 "take a few KB.",
-                "Check the macros that use other macros; SpecDeck will not read this file.") from None
+                "Check the macros that use other macros; SpecDeck will not read this file.",
+            ) from None
         self.budget -= 0 if expansion.too_large else len(expansion.text)  # what is kept
         if self.budget < 0:
             raise ConfigError(

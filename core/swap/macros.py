@@ -101,10 +101,12 @@ def declaration_problem(name: Any, value: Any) -> str | None:
     name = str(name)
     shown = printable(name)
     if len(name) > MAX_NAME:
-        return f"macro name '{shown[:40]}...' is {len(name)} characters; llama-swap takes at most {MAX_NAME}"
+        return (f"macro name '{shown[:40]}...' is {len(name)} characters; llama-swap takes "
+                f"at most {MAX_NAME}")
     if not NAME.match(name):
         hint = " (YAML merge keys are not read inside macros)" if name == "<<" else ""
-        return f"macro name '{shown}' has characters llama-swap refuses (it allows a-z, A-Z, 0-9, _ and -){hint}"
+        return (f"macro name '{shown}' has characters llama-swap refuses (it allows a-z, A-Z, "
+                f"0-9, _ and -){hint}")
     if isinstance(value, str):
         if "${" + name + "}" in value:
             return f"macro '{name}' uses itself"
@@ -211,12 +213,6 @@ class Scope:
                   if i < self.upto and self.table.names[i] not in self.own]
         found = [(p, n) for p, n in found if p is not None and p < position]
         return min(found)[1] if found else None
-
-
-def merged(model_id: str | None, global_macros: Sequence[tuple[str, str]],
-           own: Sequence[tuple[str, str]]) -> Scope:
-    """The macro list llama-swap substitutes for one model (mergeModelMacros)."""
-    return Scope(Table(global_macros), own, model_id)
 
 
 class Budget:

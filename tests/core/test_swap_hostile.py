@@ -150,7 +150,8 @@ models:
   m:
     macros:
       tag: model
-    cmd: {SERVER} --alias ${{MODEL_ID}} --port ${{PORT}} -fa ${{fa}} ${{big}} ${{half}} ${{whole}} ${{msg}}
+    cmd: {SERVER} --alias ${{MODEL_ID}} --port ${{PORT}} -fa ${{fa}}
+      ${{big}} ${{half}} ${{whole}} ${{msg}}
 """)
     # Go's %v: true, 1e+06, 0.5, 100000; a model's macro replaces the global in its place, so
     # the global msg sees it (macro_in_macro_test.go TestConfig_ModelMacroOverridesGlobal).

@@ -171,4 +171,5 @@ models:
     _select(page, "looped")
     assert "a cycle" in page.model_info.text() and "Problem" in page.model_info.text()
     assert not page.draft.isEnabled() and not page.draft_max.isEnabled()
-    assert page.banner.isVisible() and "macro &#x27;me&#x27; uses itself" in page.banner.label.text()
+    assert page.banner.isVisible()
+    assert "macro &#x27;me&#x27; uses itself" in page.banner.label.text()
