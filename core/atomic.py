@@ -4,7 +4,9 @@ The new content goes to a temporary file in the same directory (same filesystem,
 final rename is atomic), is flushed and fsynced, takes over the original's permission
 bits, owner and group, and only then replaces the target. The directory is fsynced so the
 rename itself survives a power cut. If anything fails, the temporary file is removed and the
-original is untouched.
+original is untouched. A save that keeps a backup (``config.yml.bak``) writes it the same way
+and renames it into place only after the new file is in place, so a failed save never costs
+the user their previous backup either.
 
 A rename gives the file a new inode, owned by whoever wrote it: root saving the TabbyAPI
 service user's config.yml (mode 640) would lock the service out of its own file. So the
@@ -19,6 +21,7 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from specdeck.core.errors import SpecDeckError
@@ -116,33 +119,21 @@ def _give_owner(fd: int, path: Path, owner: tuple[int, int]) -> None:
         raise
 
 
-def atomic_write_bytes(
-    path: Path,
-    data: bytes,
-    mode: int | None = None,
-    *,
-    owner: tuple[int, int] | None = None,
-    follow_symlinks: bool = True,
-) -> None:
-    """Replace ``path`` with ``data`` atomically.
+@dataclass(frozen=True)
+class Backup:
+    """A copy of what a save replaces, kept next to it (``config.yml.bak``)."""
 
-    The file keeps its permission bits, owner and group; a new file gets ``mode`` (or the
-    usual default) and ``owner`` (or this process's). With ``follow_symlinks=False`` a
-    symlink at ``path`` is itself replaced by the file and what it pointed to is untouched.
-    """
-    path = Path(path)
-    target = resolve_target(path) if follow_symlinks else Path(os.path.abspath(path))
+    path: Path
+    """Written as a plain file: a symlink there is replaced, never followed."""
+    data: bytes
+    mode: int
+    owner: tuple[int, int] | None = None
+
+
+def _stage(target: Path, data: bytes, mode: int, owner: tuple[int, int] | None) -> Path:
+    """A temporary file next to ``target`` holding ``data``, flushed, fsynced, with ``owner``
+    and ``mode``: ready to be renamed over ``target``. Nothing is left behind on failure."""
     directory = target.parent
-    try:
-        existing = target.stat() if follow_symlinks else target.lstat()
-    except FileNotFoundError:
-        existing = None
-    if existing is not None and stat.S_ISLNK(existing.st_mode):
-        existing = None  # replacing the link itself: nothing of it to keep
-    if mode is None:
-        mode = stat.S_IMODE(existing.st_mode) if existing is not None else _default_mode()
-    if owner is None and existing is not None:
-        owner = (existing.st_uid, existing.st_gid)
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     except OSError as exc:
@@ -160,18 +151,91 @@ def atomic_write_bytes(
                 # Before the mode: chown clears set-id bits, and it must not widen access.
                 _give_owner(handle.fileno(), target, owner)
         os.chmod(tmp, mode)
-        os.replace(tmp, target)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        _discard(tmp)
         raise WriteError(
             f"Could not save {target}: {exc.strerror or exc}. The original file is unchanged.",
             "Free some disk space or fix the folder's permissions, then save again.",
         ) from exc
     except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        _discard(tmp)
         raise
+    return tmp
+
+
+def _discard(*paths: Path | None) -> None:
+    for path in paths:
+        if path is not None:
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def atomic_write_bytes(
+    path: Path,
+    data: bytes,
+    mode: int | None = None,
+    *,
+    owner: tuple[int, int] | None = None,
+    follow_symlinks: bool = True,
+    backup: Backup | None = None,
+) -> None:
+    """Replace ``path`` with ``data`` atomically.
+
+    The file keeps its permission bits, owner and group; a new file gets ``mode`` (or the
+    usual default) and ``owner`` (or this process's). With ``follow_symlinks=False`` a
+    symlink at ``path`` is itself replaced by the file and what it pointed to is untouched.
+
+    With ``backup``, its data replaces the backup file too, but only once the new file is in
+    place: both are written and fsynced first, the file is renamed, then the backup. A save
+    that fails at any step before leaves the file *and its previous backup* as they were.
+    """
+    path = Path(path)
+    target = resolve_target(path) if follow_symlinks else Path(os.path.abspath(path))
+    directory = target.parent
+    try:
+        existing = target.stat() if follow_symlinks else target.lstat()
+    except FileNotFoundError:
+        existing = None
+    if existing is not None and stat.S_ISLNK(existing.st_mode):
+        existing = None  # replacing the link itself: nothing of it to keep
+    if mode is None:
+        mode = stat.S_IMODE(existing.st_mode) if existing is not None else _default_mode()
+    if owner is None and existing is not None:
+        owner = (existing.st_uid, existing.st_gid)
+    backup_target = Path(os.path.abspath(backup.path)) if backup is not None else None
+    staged_backup = None
+    if backup is not None:
+        staged_backup = _stage(backup_target, backup.data, backup.mode, backup.owner)
+    try:
+        tmp = _stage(target, data, mode, owner)
+    except BaseException:
+        _discard(staged_backup)
+        raise
+    kept = f", and so is {backup_target.name}" if backup is not None else ""
+    try:
+        os.replace(tmp, target)
+    except OSError as exc:
+        _discard(tmp, staged_backup)
+        raise WriteError(
+            f"Could not save {target}: {exc.strerror or exc}. The original file is "
+            f"unchanged{kept}.",
+            "Free some disk space or fix the folder's permissions, then save again.",
+        ) from exc
+    except BaseException:
+        _discard(tmp, staged_backup)
+        raise
+    _fsync_dir(directory)
+    if staged_backup is None:
+        return
+    try:
+        os.replace(staged_backup, backup_target)
+    except OSError as exc:
+        raise WriteError(
+            f"{target} was saved, but its backup {backup_target.name} could not be updated "
+            f"({exc.strerror or exc}): the previous {backup_target.name} is unchanged, and the "
+            f"version this save replaced is in {staged_backup}.",
+            f"Keep {staged_backup.name} (rename it) if you want that version.",
+        ) from exc
     _fsync_dir(directory)
 
 

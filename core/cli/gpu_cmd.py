@@ -232,7 +232,11 @@ def _vram_gguf(args: argparse.Namespace) -> int:
 
         if not args.swap_model:
             raise InvalidInputError("--swap-config needs --swap-model NAME.")
-        argv = list(swap.load(args.swap_config).model(args.swap_model).argv[1:])
+        model = swap.load(args.swap_config).model(args.swap_model)
+        if not model.macros_resolved:  # its argv is not what llama-swap would run
+            raise InvalidInputError(f"Model {args.swap_model}: {model.errors[0]}.",
+                                    "Fix its macros first.")
+        argv = list(model.argv[1:])
         from specdeck.core.servers.llama_server import flag_value
 
         target = flag_value(tuple(argv), "-m", "--model")

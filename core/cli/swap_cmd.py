@@ -8,6 +8,7 @@ from specdeck.core.cli import EXIT_NEGATIVE, EXIT_OK
 from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.cli.output import emit_json
 from specdeck.core.errors import InvalidInputError
+from specdeck.core.printable import printable
 
 
 def register(subparsers) -> None:
@@ -109,9 +110,10 @@ def _show_presets(args) -> int:
         return EXIT_OK
     for row in rows:
         shown = " ".join(f"{k}={v}" for k, v in row["drafting"].items())
-        print(f"[{row['model']}] drafting: {row['drafter']}" + (f" ({shown})" if shown else ""))
+        print(printable(f"[{row['model']}] drafting: {row['drafter']}"
+                        + (f" ({shown})" if shown else "")))
         for problem in row["problems"]:
-            print(f"  out of date: {problem}")
+            print(f"  out of date: {printable(problem)}")
     return EXIT_OK
 
 
@@ -178,21 +180,31 @@ def cmd_show(args) -> int:
     rows = [r for r in actions.model_rows(cfg, _help(args))
             if not args.model or r["model"] == cfg.model(args.model).name]
     if args.json:
-        emit_json({"path": cfg.path, "models": rows})
+        emit_json({"path": cfg.path, "problems": list(cfg.problems), "models": rows})
         return EXIT_OK
+    # Names, flags and messages quote the file: every control character in them is shown
+    # escaped (a line break or CR in a name must not redraw the output either).
+    for problem in cfg.problems:
+        print(f"llama-swap refuses this file: {printable(problem)}")
     for row in rows:
         macros = f", macros {', '.join(row['macros'])}" if row["macros"] else ""
-        print(f"{row['model']}: {row['style']}, {row['lines']} line(s){macros}")
+        print(printable(f"{row['model']}: {row['style']}, {row['lines']} line(s){macros}"))
+        for error in row["errors"]:
+            print(f"  problem: {printable(error)}")
+        if row["shared_with"]:
+            print(f"  its cmd is also used at: {printable(', '.join(row['shared_with']))}")
         if not row["llama_server"]:
-            print("  not a llama-server command")
+            if not row["errors"]:
+                print("  not a llama-server command")
             continue
-        print(f"  drafting: {row['drafter']}" + (f" ({' '.join(row['flags'])})" if row["flags"] else ""))
+        print(printable(f"  drafting: {row['drafter']}"
+                        + (f" ({' '.join(row['flags'])})" if row["flags"] else "")))
         if row["flags_in_macros"]:
-            print(f"  set in macros: {' '.join(row['flags_in_macros'])}")
+            print(printable(f"  set in macros: {' '.join(row['flags_in_macros'])}"))
         for problem in row["problems"]:
-            print(f"  out of date: {problem}")
-        if not row["editable"]:
-            print(f"  SpecDeck will not edit it: {row['not_editable']}")
+            print(f"  out of date: {printable(problem)}")
+        if not row["editable"] and row["not_editable"] not in row["errors"]:
+            print(f"  SpecDeck will not edit it: {printable(row['not_editable'])}")
     return EXIT_OK
 
 
@@ -235,7 +247,7 @@ def cmd_migrate(args) -> int:
     names = [m.name for m in _models(cfg, args)]
     change, unfixed = actions.plan_migration(cfg, names, info)
     for line in unfixed:
-        print(f"warning: {line}", file=sys.stderr)
+        print(f"warning: {printable(line)}", file=sys.stderr)
     if change is None:
         message = "Nothing to migrate: every llama-server cmd uses current flags."
         if args.json:

@@ -7,8 +7,10 @@ Order of operations, so that no failure can lose the user's file:
    changed it (another SpecDeck, TabbyAPI's own migration, a text editor), refuse unless
    forced;
 4. if the saved file could not keep its owner and group, refuse (nothing written yet);
-5. the bytes on disk are copied to ``config.yml.bak`` (atomically, never through a symlink);
-6. the new bytes replace config.yml atomically (temp file, fsync, owner, mode, rename).
+5. the bytes on disk and the new bytes are both written to temporary files (fsynced, owner,
+   mode); the new bytes replace config.yml (rename), and only then the copy of the old bytes
+   replaces ``config.yml.bak`` (never through a symlink): a save that fails before its file
+   is in place leaves the previous backup as it was.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdeck.core.atomic import (
+    Backup,
     WriteError,
     atomic_write_bytes,
     check_can_keep_owner,
@@ -117,6 +120,7 @@ def save(change: ConfigChange | Migration, *, force: bool = False, backup: bool 
                     "Reload it to see the new version, or save anyway to overwrite it.",
                 )
         saved_backup = None
+        keep = None
         if on_disk is not None:
             st = path.stat()
             owner = (st.st_uid, st.st_gid)
@@ -124,9 +128,8 @@ def save(change: ConfigChange | Migration, *, force: bool = False, backup: bool 
             if backup:
                 saved_backup = backup_path(path)
                 _check_backup_slot(saved_backup)
-                atomic_write_bytes(saved_backup, on_disk, mode=stat.S_IMODE(st.st_mode),
-                                   owner=owner, follow_symlinks=False)
-        atomic_write_bytes(path, doc.encode(change.new_text))
+                keep = Backup(saved_backup, on_disk, stat.S_IMODE(st.st_mode), owner)
+        atomic_write_bytes(path, doc.encode(change.new_text), backup=keep)
     return SaveResult(doc.path, written=True, backup=saved_backup)
 
 

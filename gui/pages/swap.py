@@ -8,7 +8,10 @@ flags asked for change; comments, macros, quoting and every other model stay byt
 and Save keeps a backup and replaces the file atomically.
 
 Everything here is ``core.swap`` (the same edits as ``specdeck swap``); reading the file,
-planning an edit and asking a llama-server binary for its --help run in workers.
+planning an edit and asking a llama-server binary for its --help run in workers. Names,
+flags and messages come from the user's file: they are shown with control characters
+escaped (core.printable) and, in rich-text labels and tooltips, HTML-escaped (:func:`_html`),
+so a name like ``<img src=...>`` or one with terminal escapes reads as what it is.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from specdeck.core.errors import SpecDeckError
+from specdeck.core.printable import printable
 from specdeck.gui import workers
 from specdeck.gui.widgets.banner import Banner
 from specdeck.gui.widgets.config_dialog import confirm_and_save
@@ -255,6 +259,7 @@ class SwapPage(QWidget):
         layout.addWidget(self.unfixed)
         buttons = QHBoxLayout()
         self.status = QLabel()
+        self.status.setTextFormat(Qt.TextFormat.PlainText)  # it quotes names from the file
         self.status.setProperty("role", "hint")
         self.status.setWordWrap(True)
         buttons.addWidget(self.status, 1)
@@ -311,14 +316,13 @@ class SwapPage(QWidget):
         settings = QSettings()
         settings.setValue(SETTINGS_PREFIX + "config", str(config.path))
         settings.setValue(SETTINGS_PREFIX + "llama_server", self.binary.text().strip())
-        self.banner.hide()
         self._fill_spec_types(info)
         self.models.blockSignals(True)
         self.models.clear()
         for row in rows:
             item = QListWidgetItem(_model_line(row))
             item.setData(Qt.ItemDataRole.UserRole, row["model"])
-            item.setToolTip("\n".join(row["problems"]) or row["drafter"])
+            item.setToolTip(_tooltip([*row["errors"], *row["problems"]] or [row["drafter"]]))
             self.models.addItem(item)
         self.models.blockSignals(False)
         names = [r["model"] for r in rows]
@@ -328,16 +332,28 @@ class SwapPage(QWidget):
         judge = "its llama-server's --help" if info is not None else "SpecDeck's table of removed flags"
         self.status.setText(f"{len(rows)} models; {stale} with out-of-date flags (judged by {judge}).")
         self.migrate_button.setEnabled(any(r["fixable"] for r in rows))
-        if not rows:
-            self.banner.show_message(f"{html.escape(path.name)} has no model with a cmd.", "warning")
+        self._file_banner()
+
+    def _file_banner(self) -> None:
+        """What is wrong with the whole file stays in view (a plan's error replaces it only
+        until the next plan)."""
+        if self.config is not None and self.config.problems:
+            self.banner.show_message("<b>llama-swap refuses this file</b>: "
+                                     + "<br>".join(_html(p) for p in self.config.problems),
+                                     "warning")
+        elif self.config is not None and not self.rows:
+            self.banner.show_message(f"{_html(self.config.path.name)} has no model with a cmd.",
+                                     "warning")
+        else:
+            self.banner.hide()
 
     def _load_failed(self, seq: int, path: Path, exc: BaseException) -> None:
         if seq != self._load_seq:
             return
         self.status.setText("")
         fix = getattr(exc, "fix", "")
-        self.banner.show_message(f"<b>Cannot open {html.escape(path.name)}</b>: {html.escape(str(exc))}"
-                                 + (f"<br>{html.escape(fix)}" if fix else ""), "error",
+        self.banner.show_message(f"<b>Cannot open {_html(path.name)}</b>: {_html(exc)}"
+                                 + (f"<br>{_html(fix)}" if fix else ""), "error",
                                  [("Open another…", self.choose_file)])
 
     def _fill_spec_types(self, info) -> None:
@@ -369,10 +385,10 @@ class SwapPage(QWidget):
             return
         self.model_info.setText(_model_html(row))
         for problem in row["problems"]:
-            self.findings.addItem(f"⚠ {problem}")
+            self.findings.addItem(f"⚠ {printable(problem)}")
         if not row["problems"]:
             self.findings.addItem("Nothing: every flag is current.")
-        editable = row["llama_server"] and row["editable"]
+        editable = row["llama_server"] and row["editable"] and not row["errors"]
         for widget in self._form_widgets():
             widget.setEnabled(editable)
         self._show_current(self.config.model(row["model"]) if row["llama_server"] else None)
@@ -456,7 +472,7 @@ class SwapPage(QWidget):
     def _planned(self, seq: int, change, unfixed) -> None:
         if seq != self._plan_seq:
             return
-        self.banner.hide()
+        self._file_banner()
         self._show_change(change, unfixed)
 
     def _plan_failed(self, seq: int, exc: BaseException) -> None:
@@ -464,15 +480,14 @@ class SwapPage(QWidget):
             return
         self._show_change(None)
         fix = getattr(exc, "fix", "")
-        self.banner.show_message(html.escape(str(exc)) + (f"<br>{html.escape(fix)}" if fix else ""),
-                                 "error")
+        self.banner.show_message(_html(exc) + (f"<br>{_html(fix)}" if fix else ""), "error")
 
     def _show_change(self, change, unfixed=()) -> None:
         if change is not None and change.new_text == change.document.text:
             change = None
         self.change = change
         self.diff_view.set_diff("" if change is None else change.diff())
-        self.unfixed.setText("".join(f"Not fixed automatically: {html.escape(u)}<br>" for u in unfixed))
+        self.unfixed.setText("".join(f"Not fixed automatically: {_html(u)}<br>" for u in unfixed))
         self.unfixed.setVisible(bool(unfixed))
         self.save_button.setEnabled(change is not None)
         self.revert_button.setEnabled(change is not None)
@@ -480,7 +495,8 @@ class SwapPage(QWidget):
             self.status.setText("")
         else:
             warnings = " ".join(getattr(change, "warnings", ()))
-            self.status.setText(f"{len(change.diff().splitlines())} diff lines. {warnings}".strip())
+            self.status.setText(printable(f"{len(change.diff().splitlines())} diff lines. "
+                                          f"{warnings}".strip()))
 
     # saving ------------------------------------------------------------------------------
     def revert(self) -> None:
@@ -493,8 +509,8 @@ class SwapPage(QWidget):
             return
         path = self.change.document.path
         saved = confirm_and_save(self, self.change, f"Save {path.name}",
-                                 f"SpecDeck will change {html.escape(str(path))} like this (the "
-                                 f"previous version is kept as {html.escape(path.name)}.bak):")
+                                 f"SpecDeck will change {_html(path)} like this (the "
+                                 f"previous version is kept as {_html(path.name)}.bak):")
         if saved is not None and saved.written:
             self.context.show_status(f"Saved {saved.path}.")
             self._clear_form()
@@ -518,28 +534,48 @@ class SwapPage(QWidget):
             handle.cancel()
 
 
+def _html(text) -> str:
+    """Text from the file (or a message quoting it) for a rich-text label: control
+    characters escaped, then HTML-escaped."""
+    return html.escape(printable(text))
+
+
+def _tooltip(lines: list[str]) -> str:
+    # <qt> makes Qt read the tooltip as rich text whatever its first line says, so the
+    # escaped text shows as written.
+    return "<qt>" + "<br>".join(_html(line) for line in lines) + "</qt>"
+
+
 def _model_line(row: dict) -> str:
-    mark = "⚠ " if row["problems"] else ""
+    mark = "⚠ " if row["problems"] or row["errors"] else ""
     what = row["drafter"] if row["llama_server"] else "not a llama-server"
+    if row["errors"]:
+        what = "cannot be read as llama-swap reads it"
     stale = f" · {len(row['problems'])} out of date" if row["problems"] else ""
-    return f"{mark}{row['model']} — {what}{stale}"
+    return printable(f"{mark}{row['model']} — {what}{stale}")
 
 
 def _model_html(row: dict) -> str:
-    parts = [f"<b>{html.escape(row['model'])}</b>: {html.escape(row['style'])}, "
-             f"{row['lines']} line(s)"]
+    parts = [f"<b>{_html(row['model'])}</b>: {_html(row['style'])}, {row['lines']} line(s)"]
     if row["macros"]:
-        parts.append("macros: " + html.escape(", ".join(row["macros"])))
+        parts.append("macros: " + _html(", ".join(row["macros"])))
+    for error in row["errors"]:
+        parts.append(f"<b>Problem</b>: {_html(error)}")
+    if row["shared_with"]:
+        parts.append("Its cmd is written once and also used at "
+                     f"{_html(', '.join(row['shared_with']))} (a YAML anchor): SpecDeck will not "
+                     "change it for one model.")
     if not row["llama_server"]:
-        parts.append("Its cmd does not start a llama-server: nothing to edit here.")
+        if not row["errors"]:
+            parts.append("Its cmd does not start a llama-server: nothing to edit here.")
         return "<br>".join(parts)
     flags = " ".join(row["flags"])
-    parts.append(f"drafting: <b>{html.escape(row['drafter'])}</b>"
-                 + (f" <code>{html.escape(flags)}</code>" if flags else ""))
+    parts.append(f"drafting: <b>{_html(row['drafter'])}</b>"
+                 + (f" <code>{_html(flags)}</code>" if flags else ""))
     if row["flags_in_macros"]:
         parts.append("also passed by its macros (migration fixes them there; the form edits "
                      "this cmd): "
-                     f"<code>{html.escape(' '.join(row['flags_in_macros']))}</code>")
-    if not row["editable"]:
-        parts.append(f"SpecDeck will not edit this cmd: {html.escape(row['not_editable'] or '')}")
+                     f"<code>{_html(' '.join(row['flags_in_macros']))}</code>")
+    if not row["editable"] and row["not_editable"] not in row["errors"]:
+        parts.append(f"SpecDeck will not edit this cmd: {_html(row['not_editable'] or '')}")
     return "<br>".join(parts)

@@ -294,3 +294,23 @@ def test_router_preset_set_and_remove_and_refusals():
         ini.plan_edit(presets, "nope", {"spec-type": "x"})
     with pytest.raises(InvalidInputError, match="line 2 is neither"):
         ini.parse("[a]\nthis is not an entry\n")
+
+
+@pytest.mark.parametrize(("winner", "cmd_tail"), [
+    (("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2"),
+     "      -m /m/t.gguf\n      --spec-type ngram-simple\n      --spec-ngram-simple-size-n 2\n"),
+    (None, "      -m /m/t.gguf\n"),
+])
+def test_flags_removed_from_the_start_of_a_line_keep_its_indentation(winner, cmd_tail):
+    """A drafting flag first on its line goes with the blanks after it (the ones before are
+    the block's indentation); flags removed next to each other leave no blank line. (The
+    bench's --apply --swap-config wrote an unreadable file when the n-gram arm won.)"""
+    from specdeck.core.swap.apply import plan_apply_flags
+
+    text = ("models:\n  smol:\n    cmd: |\n      /bin/llama-server --port ${PORT}\n"
+            "      -m /m/t.gguf\n      -md /m/old.gguf --spec-type draft-simple\n"
+            "      --spec-draft-n-max 16 --spec-draft-n-min 4\n    ttl: 5\n")
+    change = plan_apply_flags(swap.from_text(text), "smol", winner)
+    assert change.new_text == ("models:\n  smol:\n    cmd: |\n      /bin/llama-server --port "
+                               "${PORT}\n" + cmd_tail + "    ttl: 5\n")
+    schema_ok(change.new_text)

@@ -133,3 +133,43 @@ def test_a_file_that_is_not_a_llama_swap_config_is_explained(qtbot, page, tmp_pa
     qtbot.waitUntil(lambda: page.banner.isVisible() and "no models: section" in page.banner.label.text(),
                     timeout=10_000)
     assert page.config is None and not page.models.isEnabled() and not page.save_button.isEnabled()
+
+
+def test_names_from_the_file_are_shown_escaped_and_unreadable_cmds_explained(qtbot, page,
+                                                                              tmp_path):
+    """A model name with terminal escapes and HTML reads as what it is in every label, list
+    item and tooltip; a cmd whose macros loop is explained and not offered for editing; what
+    llama-swap refuses in the file is in the banner (issue 26)."""
+    from swap_hostile import SERVER
+
+    path = tmp_path / "config.yaml"
+    path.write_text(f"""\
+macros:
+  a: "-md ${{b}}"
+  b: "${{a}}"
+  me: "${{me}}"
+models:
+  "evil\\e[2J<img src=x>":
+    cmd: {SERVER} -m /m/t.gguf -md /m/d.gguf
+  looped:
+    cmd: {SERVER} -m /m/t.gguf ${{a}}
+""")
+    _open(qtbot, page, path)
+    name = "evil\x1b[2J<img src=x>"
+    item = page.models.item(0)
+    assert item.data(256) == name  # the real name, for the edits
+    assert item.text().startswith("⚠ evil\\x1b[2J<img src=x> — ")  # plain text, escaped
+    assert "\x1b" not in item.toolTip() and item.toolTip().startswith("<qt>")
+    _select(page, name)
+    info = page.model_info.text()
+    assert "<b>evil\\x1b[2J&lt;img src=x&gt;</b>" in info and "<img" not in info
+    assert page.draft.isEnabled()
+    page.draft_max.setValue(4)
+    qtbot.waitUntil(lambda: page.change is not None, timeout=10_000)
+    assert "\x1b" not in page.status.text()
+
+    _select(page, "looped")
+    assert "a cycle" in page.model_info.text() and "Problem" in page.model_info.text()
+    assert not page.draft.isEnabled() and not page.draft_max.isEnabled()
+    assert page.banner.isVisible()
+    assert "macro &#x27;me&#x27; uses itself" in page.banner.label.text()
