@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import TextIO
 
+from specdeck.core import llama_flags
 from specdeck.core.cli import EXIT_NEGATIVE, EXIT_OK
 from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.cli.output import emit_json, print_table
@@ -240,7 +241,7 @@ def _vram_gguf(args: argparse.Namespace) -> int:
         from specdeck.core.servers.llama_server import flag_value
 
         target = flag_value(tuple(argv), "-m", "--model")
-        draft = flag_value(tuple(argv), "-md", "--model-draft", "--spec-draft-model")
+        draft = flag_value(tuple(argv), *llama_flags.DRAFT_MODEL)
         if not target:
             raise InvalidInputError(f"Model {args.swap_model}'s cmd names no -m GGUF.",
                                     "SpecDeck plans llama-server cmds that load a local GGUF.")

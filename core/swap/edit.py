@@ -12,9 +12,8 @@ backup, atomic replace).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import re
+from dataclasses import dataclass
 
 from specdeck.core.config.edit import ConfigChange
 from specdeck.core.errors import InvalidInputError

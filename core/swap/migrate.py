@@ -10,20 +10,21 @@ the same flag here: its short and long names, and a long name written with ``_``
 (``--flash_attn``, ``--draft_max``: common/arg.cpp reads ``_`` as ``-`` after ``--``).
 Where the user's llama-server binary is given,
 its own ``--help`` decides which names are gone, so the advice follows the version they
-run; without it, the pinned llama.cpp's list (core.servers.llama_server.REMOVED_FALLBACK).
+run; without it, the pinned llama.cpp's list (core.llama_flags.REMOVED).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specdeck.core.servers.llama_server import REMOVED_FALLBACK, HelpInfo, spec_type
+from specdeck.core import llama_flags
+from specdeck.core.servers.llama_server import HelpInfo, spec_type
 from specdeck.core.swap.cmd import canonical
-from specdeck.core.swap.config import DRAFT_MODEL_FLAGS, ModelCmd
+from specdeck.core.swap.config import ModelCmd
 from specdeck.core.swap.edit import FlagEdit
 
-N_MAX_OLD = ("--draft", "--draft-n", "--draft-max")
-N_MIN_OLD = ("--draft-min", "--draft-n-min")
+N_MAX_OLD = llama_flags.N_MAX_REMOVED
+N_MIN_OLD = llama_flags.N_MIN_REMOVED
 NGRAM_OLD = {"--spec-ngram-size-n": "size-n", "--spec-ngram-size-m": "size-m",
              "--spec-ngram-min-hits": "min-hits"}
 FLASH = ("--flash-attn", "-fa")
@@ -52,9 +53,9 @@ def findings(model: ModelCmd, info: HelpInfo | None = None,
     own_names = {canonical(a.split("=", 1)[0]) for a in own if a.startswith("-")}
     names = [a.split("=", 1)[0] for a in argv if a.startswith("-")]
     removed = {canonical(f) for f in (info.removed if info is not None
-                                      else (*REMOVED_FALLBACK, *NGRAM_OLD))}
+                                      else (*llama_flags.REMOVED, *NGRAM_OLD))}
     kind = spec_type(argv)
-    has_draft_model = any(n in DRAFT_MODEL_FLAGS for n in names)
+    has_draft_model = any(n in llama_flags.DRAFT_MODEL for n in names)
     out: list[Finding] = []
 
     def add(message: str, flag: str, edit: FlagEdit | None) -> None:
@@ -91,11 +92,11 @@ def findings(model: ModelCmd, info: HelpInfo | None = None,
             advice = next((a for f, a in info.removed.items() if canonical(f) == flag), "") \
                 if info is not None else ""
             out.append(Finding(f"{flag} was removed from llama-server: {advice}".rstrip(": "), None))
-    if has_draft_model and "--spec-type" not in names:
+    if has_draft_model and llama_flags.SPEC_TYPE not in names:
         # Added to the model's own cmd, wherever its draft model is named.
-        flag = next(n for n in names if n in DRAFT_MODEL_FLAGS)
+        flag = next(n for n in names if n in llama_flags.DRAFT_MODEL)
         out.append(Finding(f"{flag} alone no longer drafts: add --spec-type draft-simple",
-                           FlagEdit("--spec-type", "draft-simple")))
+                           FlagEdit(llama_flags.SPEC_TYPE, "draft-simple")))
     for i, arg in enumerate(argv):
         if arg in FLASH and (i + 1 >= len(argv) or argv[i + 1] not in FLASH_VALUES):
             written = model.argv[i]  # as the user spelt it (--flash_attn stays so)

@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specdeck.core import llama_flags
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.units import MiB, format_bytes
 from specdeck.core.userpath import expand_user
@@ -209,7 +210,7 @@ class LlamaFlags:
         return cls(
             ctx=whole(0, "--ctx-size", "-c"),
             n_gpu_layers=whole(-1, "--n-gpu-layers", "--gpu-layers", "-ngl"),
-            n_gpu_layers_draft=whole(-1, "--n-gpu-layers-draft", "--gpu-layers-draft", "-ngld"),
+            n_gpu_layers_draft=whole(-1, *llama_flags.GPU_LAYERS_DRAFT),
             cache_k=k, cache_v=v,
             cache_k_draft=text("--cache-type-k-draft", "-ctkd") or k,
             cache_v_draft=text("--cache-type-v-draft", "-ctvd") or v,

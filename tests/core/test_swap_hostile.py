@@ -18,7 +18,8 @@ from specdeck.core.config.document import ConfigError
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.swap import macros
 from specdeck.core.swap.actions import DraftSetting, model_rows, plan_draft, plan_migration
-from specdeck.core.swap.migrate import DRAFT_MODEL_FLAGS, FLASH, N_MAX_OLD, N_MIN_OLD
+from specdeck.core.llama_flags import DRAFT_MODEL as DRAFT_MODEL_FLAGS
+from specdeck.core.swap.migrate import FLASH, N_MAX_OLD, N_MIN_OLD
 from swap_samples import schema_ok
 
 SERVER = hostile.SERVER
