@@ -211,7 +211,8 @@ def _check_expansion(root, where: str) -> None:
     if size(root) > MAX_EXPANDED_VALUES:
         raise ConfigError(
             f"{where} uses YAML aliases (*name) that expand to more than "
-            f"{MAX_EXPANDED_VALUES:,} values; a TabbyAPI config holds about a hundred.",
+            f"{MAX_EXPANDED_VALUES:,} values, far more than any server's config holds (an alias "
+            "bomb).",
             "Remove the repeated aliases; SpecDeck will not read this file.")
 
 
