@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import statistics
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -31,7 +32,7 @@ from specdeck.core.bench.runner import BenchRun, EventSink, choose_prompts, run_
 from specdeck.core.bench.stats import RatioSummary
 from specdeck.core.bench.summary import BenchSummary, summarize
 from specdeck.core.bench.tables import rate_cell, text_table
-from specdeck.core.errors import CancelledError, InvalidInputError
+from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
 
 ALL = "all"
 
@@ -164,9 +165,11 @@ def _baseline(runs: Sequence[BenchRun], reference: str, suites: Sequence[str]) -
 
 def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
              on_event: EventSink | None = None, cancel: threading.Event | None = None,
-             halving: bool = False) -> GridResult:
+             halving: bool = False, deadline: float | None = None) -> GridResult:
     """Run every cell's A/B plan on ``engine`` (kept between plans, so the reference's
-    server stays up); with ``halving``, successive halving over the prompts."""
+    server stays up); with ``halving``, successive halving over the prompts. ``deadline``
+    (time.monotonic()): no cell's plan starts after it; what was measured by then is the
+    result (a note says the budget ran out)."""
     if not cells:
         raise InvalidInputError("The grid has no settings to try.",
                                 "Give a drafting arm and values to sweep.")
@@ -177,59 +180,115 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
     suites = tuple(dict.fromkeys(p.suite for p in prompts))
     runs: list[BenchRun] = []
     rows: dict[str, GridRow] = {}
+    failed: dict[str, str] = {}
+    """Arm name -> why its plan could not run (a server that would not start or died)."""
     alive = list(cells)
     rounds = _rounds(base, prompts, len(cells)) if halving else [base]
+    out_of_time = False
     for number, plan in enumerate(rounds, start=1):
         last = number == len(rounds)
         measured: list[tuple[Cell, BenchRun]] = []
         for cell in alive:
             if cancel.is_set():
                 break
+            if deadline is not None and time.monotonic() > deadline:
+                out_of_time = True
+                break
             try:
                 run = run_plan(cell_plan(plan, reference, cell), engine, on_event, cancel)
             except CancelledError:
                 break
+            except SpecDeckError as exc:  # this setting's server would not run: the others can
+                failed[cell.arm.name] = str(exc)
+                continue
             runs.append(run)
             measured.append((cell, run))
             earlier = rows[cell.arm.name].round_scores if cell.arm.name in rows else ()
             row = _row(cell, run)
             rows[cell.arm.name] = replace(row, round_scores=(*earlier, row.score))
-        if cancel.is_set() or last:
+        if cancel.is_set() or last or out_of_time:
             break
-        ranked = sorted(measured, key=lambda m: rows[m[0].arm.name].score, reverse=True)
-        keep = max(1, math.ceil(len(ranked) / 2))
-        for cell, _run in ranked[keep:]:
-            rows[cell.arm.name] = replace(rows[cell.arm.name], dropped_in_round=number)
-        alive = [cell for cell, _run in ranked[:keep]]
+        kept = survivors([rows[c.arm.name] for c, _ in measured],
+                         noise([run for _, run in measured], reference.name))
+        for cell, _run in measured:
+            if cell.arm.name not in kept:
+                rows[cell.arm.name] = replace(rows[cell.arm.name], dropped_in_round=number)
+        alive = [cell for cell, _run in measured if cell.arm.name in kept]
     ordered = tuple(rows[c.arm.name] for c in cells if c.arm.name in rows)
+    label_of = {c.arm.name: c.label for c in cells}
     notes = []
     if halving:
         notes.append(f"Successive halving over {len(rounds)} rounds: rows marked 'dropped' "
-                     "were measured on fewer prompts, once, and are not candidates for best.")
+                     "were measured on fewer prompts, once, and are not candidates for best; "
+                     "a setting within the run's noise of the cut went on.")
+    notes += [f"{label_of[name]} could not be measured: {why}" for name, why in failed.items()]
+    if out_of_time:
+        notes.append("The time budget ran out: settings not measured on every prompt by then "
+                     "are not candidates for best.")
     return GridResult(suites, ordered, _baseline(runs, reference.name, suites), tuple(runs),
-                      halving, cancelled=cancel.is_set() or len(ordered) < len(cells),
+                      halving, cancelled=cancel.is_set(),
                       notes=tuple(notes))
 
 
+def noise(runs: Sequence[BenchRun], reference: str) -> float:
+    """The run-to-run noise of this machine, as a share of the speed: how far the reference
+    arm's own tok/s strays between runs of the same prompt (the median absolute deviation of
+    its runs over their median, per prompt, then the median of those). The reference runs
+    beside every setting, so this is measured, not assumed; 0 with too few runs to tell."""
+    by_prompt: dict[str, list[float]] = {}
+    for run in runs:
+        for record in run.counted(reference):
+            if record.result.stats.decode_s > 0:
+                by_prompt.setdefault(record.prompt_id, []).append(
+                    record.result.stats.tokens_per_second)
+    spreads = []
+    for rates in by_prompt.values():
+        if len(rates) >= 2:
+            middle = statistics.median(rates)
+            spreads.append(statistics.median(abs(r - middle) for r in rates) / middle)
+    return statistics.median(spreads) if spreads else 0.0
+
+
+NOISE_MARGIN = 2.0
+"""A setting this many noise widths or less below the cut is kept for the next round: one
+lucky or unlucky run must not decide."""
+
+
+def survivors(rows: Sequence[GridRow], noise_share: float) -> set[str]:
+    """The arm names that go on to the next round: the better half by median speed-up, and
+    every setting within the noise of the last one kept (a setting whose output changed
+    never goes on)."""
+    ranked = sorted((r for r in rows if not r.diverged), key=lambda r: r.score, reverse=True)
+    if not ranked:
+        return set()
+    keep = max(1, math.ceil(len(rows) / 2))
+    cut = ranked[min(keep, len(ranked)) - 1].score
+    floor = cut * (1 - NOISE_MARGIN * noise_share)
+    return {r.cell.arm.name for i, r in enumerate(ranked) if i < keep or r.score >= floor}
+
+
 def _rounds(base: BenchPlan, prompts, n_cells: int) -> list[BenchPlan]:
-    """Plans of growing size: the first prompt of each suite once, then twice as many
-    prompts each round, the full plan last; one round per halving of the cells."""
+    """Plans of growing size: one prompt once, then twice as many prompts each round (taken
+    from each suite in turn, so every suite is in by the second round if it fits), the full
+    plan last; one round per halving of the cells."""
     if n_cells <= 2:
         return [base]
     by_suite: dict[str, list[str]] = {}
     for p in prompts:
         by_suite.setdefault(p.suite, []).append(p.id)
+    interleaved = [ids[i] for i in range(max(map(len, by_suite.values())))
+                   for ids in by_suite.values() if i < len(ids)]
     halvings = math.ceil(math.log2(n_cells))
     plans = []
-    per_suite = 1
+    size = 1
     for _ in range(halvings):
-        ids = tuple(pid for ids in by_suite.values() for pid in ids[:per_suite])
-        if len(ids) >= len(prompts):
+        if size >= len(prompts):
             break
-        plans.append(replace(base, prompt_ids=ids, max_prompts=None, repeats=1, warmup=min(
-            base.warmup, 1)))
-        per_suite *= 2
+        plans.append(replace(base, prompt_ids=tuple(interleaved[:size]), max_prompts=None,
+                             repeats=1, warmup=min(base.warmup, 1)))
+        size *= 2
     return [*plans, base]
+
 
 
 def grid_table(result: GridResult, markdown: bool = True) -> str:

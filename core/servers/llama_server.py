@@ -179,6 +179,31 @@ class LaunchProfile:
                    str(data.get("host", "127.0.0.1")), int(data.get("port", 0)))
 
 
+def _die_with_parent():
+    """On Linux, a function for Popen's preexec_fn that makes the child receive SIGTERM when
+    SpecDeck's process ends in any way (killed, crashed): a llama-server SpecDeck started
+    must never outlive it holding a GPU's memory. None elsewhere (stop() still ends it)."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    parent = os.getpid()
+
+    def prepare() -> None:
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return prepare
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -210,7 +235,8 @@ class ManagedServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+                                        stdin=subprocess.DEVNULL, start_new_session=True,
+                                        preexec_fn=_die_with_parent())
         self.url = f"http://{profile.host}:{port}"
         try:
             self._wait_healthy(timeout, cancel, argv)

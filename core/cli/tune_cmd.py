@@ -1,0 +1,165 @@
+"""`specdeck tune`: make your own llama-server faster, unattended (core.tune).
+
+    specdeck tune --swap-config ~/llama-swap/config.yaml --model qwen-coder-32b --budget 10m
+    specdeck tune --llama-server ./llama-server --gguf model.gguf -- -ngl 99 -c 8192
+    specdeck tune --demo --llama-server ./llama-server --budget 5m --yes
+
+Exit 0 when a verified winner was written (or is shown to copy), 1 when nothing beat the
+current setting (nothing written), 2 on an error, 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import threading
+from pathlib import Path
+
+from specdeck.core.cli import EXIT_INTERRUPTED, EXIT_NEGATIVE, EXIT_OK
+from specdeck.core.cli.numbers import whole
+from specdeck.core.errors import InvalidInputError
+
+DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
+
+
+def duration(text: str) -> float:
+    """"90", "90s", "10m", "1.5h" -> seconds."""
+    match = DURATION.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 10m, 90s, 1h)")
+    seconds = float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+    if not 10 <= seconds <= 7 * 24 * 3600:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 10 s to 7 days")
+    return seconds
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "tune", help="make your llama-server (or a llama-swap model) draft faster: search, "
+        "verify, apply", description=(
+            "Find the fastest drafting setting for the llama-server you run: every drafting "
+            "method its --help lists and the draft GGUFs beside your model, each setting "
+            "searched on tuning prompts within the time budget, the winner verified on other "
+            "prompts against your current setting and no drafting (output unchanged), then "
+            "written into your llama-swap config with a diff and a backup, and proven by "
+            "starting llama-server from the written file."))
+    source = p.add_argument_group("what to tune (one of)")
+    source.add_argument("--swap-config", metavar="FILE", help="llama-swap's config.yaml")
+    source.add_argument("--model", metavar="NAME", help="the llama-swap model to tune")
+    source.add_argument("--gguf", metavar="FILE", help="the target GGUF (with --llama-server)")
+    source.add_argument("--demo", action="store_true",
+                        help="the embedded demo model (SmolLM2-135M), on the CPU")
+    p.add_argument("--llama-server", metavar="BINARY",
+                   help="the llama-server binary (default: the llama-swap cmd's, or PATH's)")
+    p.add_argument("--budget", type=duration, default=600.0, metavar="TIME",
+                   help="wall clock for the search and the verification (default 10m)")
+    p.add_argument("--prompts", metavar="FILE", action="append", default=[],
+                   help="your own prompts (JSON Lines with a \"prompt\" field, or a suite file; "
+                   "repeatable; default: the shipped grounded, code and structured suites)")
+    p.add_argument("--per-suite", type=whole(2, 64), default=4, metavar="N",
+                   help="prompts per suite, half to tune and half to verify (default 4)")
+    p.add_argument("--max-new", type=whole(8, 4096), default=96, metavar="N",
+                   help="tokens generated per run (default 96)")
+    p.add_argument("--draft-dir", metavar="DIR", action="append", default=[],
+                   help="also look for draft GGUFs here (besides the target's folder)")
+    p.add_argument("--gpu", action="store_true",
+                   help="the server runs on a GPU (the predictions assume a CPU otherwise)")
+    p.add_argument("--yes", "-y", action="store_true", help="write the winner without asking")
+    p.add_argument("--dry-run", action="store_true", help="decide, show the diff, write nothing")
+    p.add_argument("--json", metavar="FILE", help="write the result as JSON (- = stdout)")
+    p.add_argument("--report", type=Path, metavar="DIR", help="write tune.md, tune.json, runs/")
+    p.add_argument("server_args", nargs=argparse.REMAINDER,
+                   help="after --: llama-server flags (with --gguf or --demo)")
+    p.set_defaults(handler=cmd_tune)
+
+
+def _setup(args):
+    from specdeck.core.tune import setup
+
+    flags = tuple(a for a in args.server_args if a != "--") if args.server_args else ()
+    chosen = [bool(args.swap_config), bool(args.gguf), bool(args.demo)]
+    if sum(chosen) != 1:
+        raise InvalidInputError("Say what to tune: --swap-config FILE --model NAME, or "
+                                "--llama-server BIN --gguf FILE, or --demo.")
+    if args.swap_config:
+        if not args.model:
+            raise InvalidInputError("--swap-config needs --model NAME (the model to tune).")
+        if flags:
+            raise InvalidInputError("A llama-swap model's flags come from its cmd; give no "
+                                    "flags after --.")
+        return setup.from_swap(args.swap_config, args.model, binary=args.llama_server)
+    if args.gguf:
+        if not args.llama_server:
+            raise InvalidInputError("--gguf needs --llama-server BINARY.")
+        return setup.from_llama_server(args.llama_server, args.gguf, flags)
+    return setup.demo(args.llama_server, flags)
+
+
+def cmd_tune(args) -> int:
+    from specdeck.core.cli.bench_cmd import ProgressPrinter, _emit
+    from specdeck.core.cli.engine_cmd import _cancel_on_interrupt
+    from specdeck.core.tune import apply as tune_apply
+    from specdeck.core.tune import report
+    from specdeck.core.tune.run import TuneOptions, tune
+
+    chosen = _setup(args)
+    options = TuneOptions(budget_s=args.budget,
+                          suites=tuple(args.prompts) or TuneOptions().suites,
+                          prompts_per_suite=args.per_suite, max_new_tokens=args.max_new,
+                          draft_dirs=tuple(Path(d) for d in args.draft_dir),
+                          device="gpu" if args.gpu else "cpu")
+    cancel = threading.Event()
+    err = sys.stderr
+    progress = ProgressPrinter(err)
+    err.write(f"specdeck: tuning {chosen.where} within {args.budget / 60:g} min\n")
+    with _cancel_on_interrupt(cancel):
+        try:
+            result = tune(chosen, options, on_event=_printer(progress, err), cancel=cancel)
+        finally:
+            progress.close()
+        if result.decision.apply and not args.dry_run:
+            result = result.with_applied(tune_apply.apply(result, None if args.yes else _ask,
+                                                          cancel))
+    if args.report is not None:
+        err.write(f"specdeck: report saved in {report.write(result, args.report)}\n")
+    if args.json:
+        _emit(args.json, report.to_json(result))
+    (err if args.json == "-" else sys.stdout).write(report.markdown(result))
+    if result.cancelled:
+        return EXIT_INTERRUPTED
+    applied = result.applied
+    good = applied is not None and not applied.rolled_back and (applied.written or
+                                                                  applied.path is None)
+    return EXIT_OK if good else EXIT_NEGATIVE
+
+
+def _printer(progress, err):
+    from specdeck.core.tune.run import CandidatesFound, Decided, Phase
+
+    def on_event(event) -> None:
+        if isinstance(event, Phase):
+            err.write(f"specdeck: [{event.name}] {event.text}\n")
+        elif isinstance(event, CandidatesFound):
+            for candidate, prediction in event.candidates:
+                err.write(f"  {candidate.label}: predicted {prediction.speedup:.2f}x "
+                          f"({prediction.low:.2f}-{prediction.high:.2f}, {prediction.source})\n")
+            for skipped in event.not_tried:
+                err.write(f"  not tried: {skipped.what}: {skipped.why}\n")
+        elif isinstance(event, Decided):
+            err.write(f"specdeck: {event.why}\n")
+        else:
+            progress(event)
+
+    return on_event
+
+
+def _ask(diff: str) -> bool:
+    sys.stderr.write(diff)
+    if not sys.stdin.isatty():
+        sys.stderr.write("specdeck: not written: no terminal to confirm on; re-run with --yes "
+                         "to write the verified winner.\n")
+        return False
+    sys.stderr.write("Write this change? [y/N] ")
+    sys.stderr.flush()
+    return input().strip().lower() in ("y", "yes")

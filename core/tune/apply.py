@@ -1,0 +1,128 @@
+"""Write a verified winner, prove it from the file as written, or put the file back.
+
+Only a decision that says apply (``core.tune.run.decide``: faster than no drafting with its
+whole 95% interval above 1.0, faster than the current setting, output unchanged) reaches this
+module. For a llama-swap model the winner's drafting flags go into its cmd through the same
+editor as ``specdeck swap set-draft`` (only those flags' characters change; a diff first; a
+.bak; an atomic save), and never over a config.yaml that changed on disk while tuning ran.
+Then llama-server is started from the file as written (the cmd read back, macros resolved)
+and must answer a prompt and draft; if it does not, the file is rolled back to the bytes it
+had before. A setup without a file (a binary and a GGUF, the demo) gets the flags to copy.
+"""
+
+from __future__ import annotations
+
+import shlex
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from specdeck.core.errors import SpecDeckError
+from specdeck.core.tune.run import TuneResult
+
+Confirm = Callable[[str], bool]
+"""Shown the diff; True to write it."""
+
+
+@dataclass(frozen=True)
+class Applied:
+    path: Path | None
+    """The file changed (None: nothing to write, the flags are shown for copying)."""
+    flags: str
+    """The winner's drafting flags, as a shell would take them."""
+    diff: str = ""
+    written: bool = False
+    backup: Path | None = None
+    relaunch: str = ""
+    """What the server started from the written file did (drafted and answered, or why not)."""
+    rolled_back: bool = False
+    why: str = ""
+    """Why nothing was written, when nothing was."""
+
+
+def apply(result: TuneResult, confirm: Confirm | None = None,
+          cancel: threading.Event | None = None) -> Applied:
+    """Write ``result``'s winner (asking ``confirm`` with the diff unless it is None: None
+    means the user said yes beforehand), relaunch from the file, roll back on failure."""
+    decision = result.decision
+    if not decision.apply or decision.flags is None:
+        raise SpecDeckError("There is no verified winner to apply.", decision.why)
+    setup = result.setup
+    flags = shlex.join(decision.flags)
+    if setup.kind != "llama-swap":
+        return Applied(None, flags, why="SpecDeck does not own this command line: add the "
+                       "flags to your llama-server command (or your preset) yourself.")
+    from specdeck.core import swap
+    from specdeck.core.config.store import ConfigConflictError, save
+    from specdeck.core.swap.apply import plan_apply_flags
+
+    config = swap.load(setup.swap_config)
+    if config.document.disk_fingerprint != setup.swap_fingerprint:
+        raise ConfigConflictError(
+            f"{setup.swap_config} changed on disk while SpecDeck was tuning; nothing was written.",
+            "Tune again, so that the result is measured against the file as it is now.")
+    change = plan_apply_flags(config, setup.swap_model, decision.flags)
+    diff = change.diff()
+    if change.is_noop:
+        return Applied(setup.swap_config, flags, diff, why="The file already has these flags.")
+    if confirm is not None and not confirm(diff):
+        return Applied(setup.swap_config, flags, diff, why="Not confirmed: nothing was written.")
+    original = setup.swap_config.read_bytes()
+    saved = save(change)
+    applied = Applied(setup.swap_config, flags, diff, written=saved.written, backup=saved.backup)
+    check = relaunch(result, cancel)
+    if check is None:
+        return replace(applied, relaunch="llama-server started from the saved file, answered "
+                       "and drafted.")
+    _restore(setup.swap_config, original)
+    return replace(applied, relaunch=check, rolled_back=True,
+                   why=f"Rolled back: {check}")
+
+
+def relaunch(result: TuneResult, cancel: threading.Event | None = None) -> str | None:
+    """Start llama-server from the llama-swap model's cmd as the file now says, send it one
+    held-out prompt; None when it answered and drafted, else what went wrong."""
+    from specdeck.core.bench.plan import Arm, BenchPlan
+    from specdeck.core.bench.runner import run_plan
+    from specdeck.core.servers.arms import ServerArm
+    from specdeck.core.servers.engine import ServerEngine
+    from specdeck.core.servers.llama_server import LaunchProfile, drafter_from_flags
+    from specdeck.core.tune.run import split_prompts
+    from specdeck.core.tune.setup import from_swap
+
+    setup = result.setup
+    try:
+        written = from_swap(setup.swap_config, setup.swap_model, binary=setup.binary)
+        profile = LaunchProfile(written.binary, str(written.target), written.flags)
+        _, held_out = split_prompts(result.options)
+        plan = BenchPlan(engine="server", model=str(written.target),
+                         arms=(Arm("written", drafter_from_flags(written.flags),
+                                   ServerArm(launch=profile)),),
+                         suites=result.options.suites, prompt_ids=held_out[:1], repeats=1,
+                         warmup=0, max_new_tokens=result.options.max_new_tokens,
+                         stop_on_eos=False)
+        engine = ServerEngine()
+        try:
+            run = run_plan(plan, engine, None, cancel)
+        finally:
+            engine.unload()
+    except SpecDeckError as exc:
+        return f"llama-server did not run from the saved file: {exc}"
+    records = run.counted("written")
+    if not records or records[0].error:
+        return ("llama-server started from the saved file did not answer"
+                + (f": {records[0].error}" if records and records[0].error else "."))
+    stats = records[0].result.stats
+    if not stats.new_tokens:
+        return "llama-server started from the saved file answered with no tokens."
+    if not stats.drafted:
+        return ("llama-server started from the saved file answered but drafted nothing "
+                "(its drafting flags did not take effect).")
+    return None
+
+
+def _restore(path: Path, original: bytes) -> None:
+    from specdeck.core.atomic import atomic_write_bytes
+
+    atomic_write_bytes(path, original)

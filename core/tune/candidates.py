@@ -1,0 +1,151 @@
+"""What a setup can draft with, and the settings worth trying for each.
+
+The server decides what exists: the ``--spec-type`` values its binary's ``--help`` lists
+(never a list in the code, except when no help can be read). Each n-gram type is a
+candidate; ``draft-simple`` is one candidate per draft GGUF on disk that passes the
+compatibility check against the target (llama.cpp's vocabulary rules, ``core.compat``) and is
+smaller than it; ``draft-mtp`` is a candidate when the target carries MTP layers. Types that
+need something SpecDeck cannot find or make (an EAGLE-3 head, DFlash blocks) are listed as
+not tried, with why.
+
+Each candidate searches the flag that sets k (the most tokens drafted per step), over
+``K_VALUES``: on a CPU and on a small GPU a short draft wins, on a large GPU a long one; the
+search decides, not a default.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specdeck.core import llama_flags
+from specdeck.core.errors import CancelledError, SpecDeckError
+from specdeck.core.tune.setup import Setup
+
+K_VALUES = ("4", "8", "16")
+"""The k values tried for every candidate (its own k flag: --spec-draft-n-max, the n-gram
+type's size)."""
+NOT_SEARCHED = {
+    "draft-eagle3": "needs an EAGLE-3 draft head for this target; SpecDeck finds none",
+    "draft-dflash": "needs a DFlash draft for this target; SpecDeck finds none",
+    "draft-dspark": "needs a DSpark draft for this target; SpecDeck finds none",
+    "draft-mtp": "the target has no MTP layers (nextn_predict_layers)",
+    "draft-simple": "no draft GGUF on disk passes the compatibility check",
+}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way of drafting: a spec type, with a draft model when it needs one."""
+
+    spec_type: str
+    draft: Path | None = None
+    draft_bytes: int = 0
+    """The draft's weights (for the prediction and the report)."""
+    download_bytes: int = 0
+    """What must be downloaded before it can run (0: on disk)."""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return self.spec_type if self.draft is None else f"{self.spec_type} {self.draft.name}"
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """Its drafting flags, with llama-server's defaults for everything searched."""
+        out: tuple[str, ...] = (llama_flags.SPEC_TYPE, self.spec_type)
+        if self.draft is not None:
+            out += (llama_flags.DRAFT_MODEL[0], str(self.draft))
+        return out
+
+    @property
+    def k_flag(self) -> str | None:
+        return llama_flags.K_FLAG_BY_TYPE.get(self.spec_type)
+
+
+@dataclass(frozen=True)
+class NotTried:
+    what: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Candidates:
+    found: tuple[Candidate, ...]
+    not_tried: tuple[NotTried, ...] = field(default=())
+
+
+def find_candidates(setup: Setup, spec_types: Sequence[str], drafts: Iterable[Path] = (),
+                    cancel: threading.Event | None = None) -> Candidates:
+    """Every candidate this setup's server can run (``spec_types``: its --help's list)."""
+    found: list[Candidate] = []
+    skipped: list[NotTried] = []
+    for kind in spec_types:
+        if kind == "none":
+            continue
+        if kind.startswith("ngram-"):
+            found.append(Candidate(kind))
+        elif kind == "draft-mtp" and setup.facts.mtp_layers:
+            found.append(Candidate(kind, notes=(f"{setup.facts.mtp_layers} MTP layer(s) in "
+                                                f"{setup.facts.name}",)))
+        elif kind == "draft-simple":
+            models, refused = _draft_models(setup, drafts, cancel)
+            found += [Candidate(kind, path, size) for path, size in models]
+            skipped += refused
+            if not models:
+                skipped.append(NotTried(kind, NOT_SEARCHED[kind]))
+        else:
+            skipped.append(NotTried(kind, NOT_SEARCHED.get(kind, "SpecDeck does not know what "
+                                                                  "it needs")))
+    return Candidates(tuple(found), tuple(skipped))
+
+
+def draft_files(setup: Setup, folders: Iterable[Path] = ()) -> list[Path]:
+    """GGUF files that could be drafts: beside the target and in ``folders`` (first shards
+    only; projectors and the target itself left out)."""
+    from specdeck.core.compat.gguf_file import split_name
+
+    seen: dict[Path, None] = {}
+    for folder in (setup.target.parent, *folders):
+        try:
+            files = sorted(Path(folder).glob("*.gguf"))
+        except OSError:
+            continue
+        for path in files:
+            shard = split_name(path.name)
+            if shard is not None and shard[1] != 1:
+                continue
+            if "mmproj" in path.name.lower() or path.resolve() == setup.target.resolve():
+                continue
+            seen.setdefault(path.resolve(), None)
+    return list(seen)
+
+
+def _draft_models(setup: Setup, drafts: Iterable[Path], cancel: threading.Event | None
+                  ) -> tuple[list[tuple[Path, int]], list[NotTried]]:
+    from specdeck.core.compat import check
+    from specdeck.core.compat.report import Verdict
+    from specdeck.core.vram.gguf import read_gguf_model
+
+    usable: list[tuple[Path, int]] = []
+    refused: list[NotTried] = []
+    for path in drafts:
+        if cancel is not None and cancel.is_set():
+            raise CancelledError()
+        label = f"draft-simple {path.name}"
+        try:
+            size = read_gguf_model(path).weight_bytes
+            if size >= setup.facts.weight_bytes:
+                refused.append(NotTried(label, "not smaller than the target"))
+                continue
+            report = check(setup.target, path, examples=0, cancel=cancel)
+        except SpecDeckError as exc:
+            refused.append(NotTried(label, exc.what))
+            continue
+        if report.verdict in (Verdict.INCOMPATIBLE, Verdict.INCONCLUSIVE):
+            refused.append(NotTried(label, report.summary))
+            continue
+        usable.append((path, size))
+    return usable, refused

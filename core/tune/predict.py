@@ -1,0 +1,129 @@
+"""A speed-up for each candidate before it runs, with a range, and the record that makes the
+next prediction better.
+
+Where this machine has tuned the same target with the same candidate before (the tune history
+SpecDeck keeps, one line per candidate measured), the prediction is what was measured then: the
+median, its range widened by a tenth. Otherwise it is Leviathan et al.'s speed-up
+(core.bench.stats.theoretical_speedup) at the best of the searched k, over a range of
+acceptance that fits the kind of drafter:
+
+- a draft model that passed the compatibility check (same tokenizer, usually the same family):
+  acceptance 0.45-0.80, a draft forward costing its share of the target's weights (decoding is
+  memory-bound: a forward reads every weight once);
+- an n-gram type: acceptance 0.10-0.60 (it depends on how much the output repeats the
+  prompt), drafts cost nothing;
+- MTP layers: acceptance 0.55-0.85, a draft costing one layer of the target.
+
+Verifying k + 1 tokens costs one target forward on a GPU, and more on a CPU, where a forward
+over a few rows is dearer than over one (``VERIFY_COST_PER_TOKEN``). The report puts every
+prediction next to what was measured, so its error is visible, not assumed.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdeck.core import appdirs
+from specdeck.core.bench.stats import iid_cumulative, theoretical_speedup
+from specdeck.core.tune.candidates import K_VALUES, Candidate
+from specdeck.core.tune.setup import Setup
+
+ACCEPTANCE = {"draft": (0.45, 0.80), "ngram": (0.10, 0.60), "mtp": (0.55, 0.85)}
+VERIFY_COST_PER_TOKEN = {"gpu": 0.02, "cpu": 0.25}
+"""Extra target-forward cost per verified token beyond the first: a GPU verifies a few rows
+for the price of one; a 2-core CPU pays about a quarter of a forward more per row
+(docs/benchmarks/engine_choices.md measured 1.58x for 5 rows against 1)."""
+HISTORY_FILE = "tune-history.jsonl"
+HISTORY_WIDEN = 0.10
+
+
+@dataclass(frozen=True)
+class Prediction:
+    speedup: float
+    low: float
+    high: float
+    source: str
+    """"history (N runs)" or "theory (acceptance A-B, cost ratio C)"."""
+
+    def error(self, measured: float | None) -> float | None:
+        """(predicted - measured) / measured; None when nothing was measured."""
+        if measured is None or measured <= 0:
+            return None
+        return (self.speedup - measured) / measured
+
+
+def _kind(candidate: Candidate) -> str:
+    if candidate.spec_type == "draft-mtp":
+        return "mtp"
+    return "draft" if candidate.spec_type.startswith("draft-") else "ngram"
+
+
+def _cost_ratio(candidate: Candidate, setup: Setup) -> float:
+    kind = _kind(candidate)
+    if kind == "ngram":
+        return 0.0
+    if kind == "mtp":
+        return 1.0 / max(setup.facts.layers, 1)
+    return candidate.draft_bytes / max(setup.facts.weight_bytes, 1)
+
+
+def theory(candidate: Candidate, setup: Setup, device: str) -> Prediction:
+    low_a, high_a = ACCEPTANCE[_kind(candidate)]
+    cost = _cost_ratio(candidate, setup)
+    per_token = VERIFY_COST_PER_TOKEN[device]
+
+    def best(alpha: float) -> float:
+        return max(theoretical_speedup(iid_cumulative(alpha, int(k)), int(k), cost,
+                                       lambda k: 1.0 + per_token * k) for k in K_VALUES)
+
+    return Prediction(best((low_a + high_a) / 2), best(low_a), best(high_a),
+                      f"theory (acceptance {low_a:.2f}-{high_a:.2f}, draft cost ratio "
+                      f"{cost:.3f}, {device})")
+
+
+def history_path() -> Path:
+    return appdirs.data_dir() / HISTORY_FILE
+
+
+def read_history(path: Path | None = None) -> list[dict]:
+    path = path or history_path()
+    entries = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a crash: the others still count
+        if isinstance(entry, dict) and isinstance(entry.get("speedup"), (int, float)):
+            entries.append(entry)
+    return entries
+
+
+def record(setup: Setup, candidate: Candidate, speedup: float, path: Path | None = None) -> None:
+    """Remember what ``candidate`` measured on this machine for this target."""
+    path = path or history_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps({"target": setup.facts.name, "candidate": candidate.label,
+                       "speedup": round(speedup, 4)})
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(line + "\n")
+
+
+def predict(candidate: Candidate, setup: Setup, device: str,
+            history: list[dict] | None = None) -> Prediction:
+    history = read_history() if history is None else history
+    seen = [e["speedup"] for e in history
+            if e.get("target") == setup.facts.name and e.get("candidate") == candidate.label]
+    if seen:
+        spread = max(seen) - min(seen)
+        widen = HISTORY_WIDEN * statistics.median(seen) + spread / 2
+        middle = statistics.median(seen)
+        return Prediction(middle, min(seen) - widen / 2, max(seen) + widen / 2,
+                          f"history ({len(seen)} earlier tune{'s' if len(seen) > 1 else ''})")
+    return theory(candidate, setup, device)

