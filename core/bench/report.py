@@ -214,7 +214,7 @@ def markdown_summary(run: BenchRun, summary: BenchSummary) -> str:
                   "prefill excluded); the server's own figure and where acceptance comes from:",
                   ""]
         lines += [f"- {a.name}: server-reported {_fmt(a.server_tokens_per_second, '.1f')} tok/s; "
-                  f"acceptance: {a.acceptance_source or 'no drafting'}" for a in summary.arms]
+                  f"acceptance: {a.acceptance_source or _no_source(a)}" for a in summary.arms]
         lines += [f"- {note}" for note in run.loaded.notes]
     peak = env.get("memory_bandwidth_peak")
     lines += ["", "Weights read: bytes of model weights read per second of decoding (target once "
@@ -257,6 +257,12 @@ def markdown_summary(run: BenchRun, summary: BenchSummary) -> str:
                          f"{d.reference_text!r}, this arm {d.candidate_text!r}")
     lines += [""] + [f"Note: {n}" for n in summary.notes]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _no_source(arm) -> str:
+    if arm.drafter == "none":
+        return "no drafting"
+    return "no run finished" if not arm.runs else "not reported"
 
 
 def bandwidth_text(rate: float | None, share: float | None) -> str:

@@ -298,13 +298,6 @@ def summarize(run: BenchRun, decode: Decoder | None = None) -> BenchSummary:
     notes = []
     if run.cancelled:
         notes.append("The run was stopped early: only the finished runs are counted.")
-    for arm in arms:
-        if arm.failed_runs:
-            notes.append(f"Arm {arm.name}: {arm.failed_runs} of {arm.failed_runs + arm.runs} "
-                         f"measured runs failed and are in no figure ({arm.errors[0]}"
-                         + (f"; {len(arm.errors) - 1} other errors" if len(arm.errors) > 1
-                            else "") + ").")
-        notes.extend(f"Arm {arm.name}: not usable: {why}" for why in arm.not_usable)
     if any(a.adaptive for a in arms[1:]):
         notes.append("Adaptive arms draft up to k tokens per step; the theory assumes exactly k.")
     return BenchSummary(

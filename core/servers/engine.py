@@ -525,7 +525,7 @@ class ServerEngine:
             raise ServerError(f"Arm {self._arm.name}: {exc.what}", exc.fix) from None
         report = reading.report()
         if stop is None and not reading.arrivals and report.completion_tokens in (None, 0):
-            raise ServerError(f"Arm {self._arm.name}: {self._base.shown}{route} returned no text.",
+            raise ServerError(f"Arm {self._arm.name}: {self._base.shown_at(route)} returned no text.",
                               "Check the server's log; the model may have failed to generate.")
         counted = None
         if counters_before is not None:

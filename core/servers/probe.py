@@ -89,9 +89,9 @@ class _Asker:
     def get(self, route: str) -> Any:
         """GET ``route``'s JSON; None when this server does not answer it (it is another kind).
         Raises when the server is down, too slow, or asks for a key."""
+        timeout = self.timeout()
         try:
-            return request_json(self.base, "GET", route, api_key=self.key,
-                                timeout=self.timeout())
+            return request_json(self.base, "GET", route, api_key=self.key, timeout=timeout)
         except HttpStatusError as exc:
             if exc.status in (401, 403):
                 raise  # asking for a key: say so, not "unknown server"
@@ -99,6 +99,8 @@ class _Asker:
                 self.telling = exc
             return None
         except ServerError as exc:
+            if "did not finish answering" in exc.what and timeout < PROBE_TIMEOUT_S:
+                self.timeout()  # the whole probe's time ran out: say so
             if "broke off" not in exc.what and "more than" not in exc.what \
                     and "cannot read" not in exc.what:
                 raise  # down or too slow: say so

@@ -128,6 +128,11 @@ class Base:
         path = self.prefix + route
         return f"{path}?{self.query}" if self.query else path
 
+    def shown_at(self, route: str) -> str:
+        """Where ``route`` is, as it may be shown: the redacted query after the route."""
+        head, _, query = self.shown.partition("?")
+        return f"{head.rstrip('/')}{route}" + (f"?{query}" if query else "")
+
     def masks(self, api_key: str | None) -> tuple[str, ...]:
         """Every form of this request's secrets a server could echo back."""
         return secret_forms((*self.secrets, api_key))
@@ -203,7 +208,7 @@ class _Exchange:
                  extra_headers: dict[str, str] | None = None):
         self.base = base
         self.route = route
-        self.where = f"{base.shown}{route}"
+        self.where = base.shown_at(route)
         self.masks = base.masks(api_key)
         self.watchdog = _Watchdog(timeout, cancel)
         self.idle = max(0.001, min(idle, timeout))
