@@ -26,7 +26,8 @@ def specdeck(*args, home, env=None):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(("server", "attrs", "says"), [
     (hs.Status, {"status": 503}, "answered 503 (unavailable): Loading model"),
-    (hs.Status, {"status": 301, "extra_headers": {"Location": f"http://10.0.0.9:8080/?key={URL_KEY}"}},
+    (hs.Status, {"status": 301,
+                 "extra_headers": {"Location": f"http://10.0.0.9:8080/?key={URL_KEY}"}},
      "redirects (301) to http://10.0.0.9:8080/?key=***"),
     (hs.ManyHeaders, {}, "cannot read (got more than 100 headers)"),
     (hs.DeepJson, {}, "not as an LLM server SpecDeck knows"),
@@ -44,14 +45,16 @@ def test_probe_says_what_the_server_did_in_one_line(server, attrs, says, specdec
 
 @pytest.mark.timeout(180)
 def test_a_hostile_ab_exits_2_shows_its_failures_and_leaks_no_key(tmp_path, specdeck_home):
-    """Arm A is sound, B's server reports NaN and accepted > drafted (not usable, never a
-    figure), C's server fails every run and echoes the key it was sent (--on-error skip):
-    the summary names C's failures, the command exits 2, and neither key appears anywhere."""
+    """Arm A is sound; B's server is slower and reports NaN and accepted > drafted (not
+    usable: never a figure, nor a cause made of one); C's server fails every run and echoes
+    the key it was sent (--on-error skip): the summary names C's failures, the command exits
+    2, and neither key appears anywhere."""
     report = tmp_path / "report"
     out = tmp_path / "out.json"
     with hs.serving(hs.Llm, drafting=False) as (a, _), \
-            hs.serving(hs.Reports, timings_json='{"predicted_n": 16, "predicted_per_second": '
-                       'NaN, "draft_n": 4, "draft_n_accepted": 400}') as (b, _), \
+            hs.serving(hs.Reports, step_s=0.02, timings_json='{"predicted_n": 16, '
+                       '"predicted_per_second": NaN, "draft_n": 4, "draft_n_accepted": 400}') \
+            as (b, _), \
             hs.serving(hs.Echo, status=500) as (c, _):
         result = specdeck(
             "bench", "--server", f"A={a}/v1?api-key={URL_KEY}", "--server", f"B={b}",
@@ -67,7 +70,12 @@ def test_a_hostile_ab_exits_2_shows_its_failures_and_leaks_no_key(tmp_path, spec
     assert "C: not usable: every measured run of arm C failed" in summary
     assert "B: not usable: acceptance: timings.draft_n: 400 accepted of 4 drafted" in summary
     assert "/v1/chat/completions?api-key=*** answered 500" in summary
-    assert "0.00x" not in summary and "hurts" not in summary
+    c_verdict = next(line for line in summary.splitlines() if line.startswith("- C:"))
+    assert "0.00x" not in c_verdict and "hurts" not in c_verdict
+    b_causes = summary.split("- B ", 1)[1].split("\n- C:", 1)[0]  # B is ten times slower
+    assert "likely cause: acceptance unknown (not usable: timings.draft_n: 400 accepted" \
+        in b_causes
+    assert "draft too slow" not in b_causes  # a step's yield is unknown without accepted counts
     files = [p for p in (*tmp_path.rglob("*"), *Path(specdeck_home).rglob("*")) if p.is_file()]
     assert any(p.name == "plan.json" for p in files) and any(p.suffix == ".svg" for p in files)
     assert any("history" in str(p) for p in files)

@@ -445,7 +445,8 @@ def _why_no_speedup(ref: ArmSummary, arm: ArmSummary,
                     f"{side.failed_runs}: {side.errors[0]})")
     for side, who in ((arm, f"arm {arm.name}"), (ref, f"the reference {ref.name}")):
         if side.runs and side.tokens_per_second is None:
-            return f"no run of {who} has a usable speed ({side.not_usable[0] if side.not_usable else 'nothing was measured'})"
+            why = side.not_usable[0] if side.not_usable else "nothing was measured"
+            return f"no run of {who} has a usable speed ({why})"
     if not matched:
         return "no run of this arm has a finished reference run of the same prompt beside it"
     problems = [*arm.not_usable, *ref.not_usable]
@@ -665,7 +666,8 @@ def _slowdown_causes(summary: ArmSummary, theory: Theory | None,
                      matched: list[tuple[RunRecord, RunRecord]]) -> tuple[str, ...]:
     causes = []
     rate = summary.acceptance_rate
-    if rate is None and summary.acceptance_source:  # a server arm: unknown, not "nothing"
+    unknown = rate is None and bool(summary.acceptance_source)
+    if unknown:  # a server arm that reports none (or nothing usable): unknown, not "nothing"
         causes.append(f"acceptance unknown ({summary.acceptance_source})")
     elif rate is None or summary.drafted == 0:
         causes.append("nothing was drafted: the drafter found nothing to propose, so every "
@@ -674,7 +676,8 @@ def _slowdown_causes(summary: ArmSummary, theory: Theory | None,
         causes.append(f"low acceptance: only {rate:.0%} of draft tokens were kept (mean "
                       f"acceptance length {summary.mean_acceptance_length:.2f}); the draft "
                       "does not predict this target on these prompts")
-    if theory is not None and theory.measured_step_cost is not None:
+    if theory is not None and theory.measured_step_cost is not None and not unknown:
+        # (without the accepted counts a step's yield is unknown: no cost is made up)
         ideal = theory.ideal_step_cost
         mean_length = summary.mean_acceptance_length or 1.0
         cost = theory.measured_step_cost

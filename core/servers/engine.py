@@ -525,7 +525,8 @@ class ServerEngine:
             raise ServerError(f"Arm {self._arm.name}: {exc.what}", exc.fix) from None
         report = reading.report()
         if stop is None and not reading.arrivals and report.completion_tokens in (None, 0):
-            raise ServerError(f"Arm {self._arm.name}: {self._base.shown_at(route)} returned no text.",
+            raise ServerError(f"Arm {self._arm.name}: {self._base.shown_at(route)} returned no "
+                              "text.",
                               "Check the server's log; the model may have failed to generate.")
         counted = None
         if counters_before is not None:
@@ -544,12 +545,13 @@ class ServerEngine:
         else:
             n = len(arrivals)
             if report.completion_problem:
-                speed_problem = f"the server's token count is not usable ({report.completion_problem})"
+                speed_problem = ("the server's token count is not usable "
+                                 f"({report.completion_problem})")
         ttft = arrivals[0] - reading.sent_at if arrivals else None
         span = arrivals[-1] - arrivals[0] if len(arrivals) >= 2 else 0.0
         if not speed_problem and (n < 2 or span <= 0):
-            speed_problem = ("fewer than two tokens arrived, so there is no decode rate"
-                             if n < 2 else "every token arrived at once, so there is no decode rate")
+            speed_problem = ("fewer than two tokens arrived, so there is no decode rate" if n < 2
+                             else "every token arrived at once, so there is no decode rate")
         # new_tokens / decode_s must read as the rate between the first and the last token:
         # n - 1 tokens arrived in `span`, so the n tokens' decode time is span * n / (n - 1).
         decode_s = 0.0 if speed_problem else span * n / (n - 1)
@@ -651,7 +653,8 @@ def _counted_draft(before: dict[str, float], after: dict[str, float], tokens: in
     problem = problem or accepted_problem
     if not problem and drafted is None and accepted is None:
         return None, None, ""
-    problem = problem or check_acceptance(drafted, accepted, tokens, "/metrics spec_decode counters")
+    problem = problem or check_acceptance(drafted, accepted, tokens,
+                                          "/metrics spec_decode counters")
     if problem:
         return None, None, problem
     return int(drafted), int(accepted), ""

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdeck.core.servers.transport import (
+    BadAnswerError,
     Base,
     HttpStatusError,
     ServerError,
@@ -98,15 +99,14 @@ class _Asker:
             if exc.status not in NOT_HERE and self.telling is None:
                 self.telling = exc
             return None
-        except ServerError as exc:
-            if "did not finish answering" in exc.what and timeout < PROBE_TIMEOUT_S:
-                self.timeout()  # the whole probe's time ran out: say so
-            if "broke off" not in exc.what and "more than" not in exc.what \
-                    and "cannot read" not in exc.what:
-                raise  # down or too slow: say so
+        except BadAnswerError as exc:  # it answered, unreadably: maybe another kind's route
             if self.telling is None:
                 self.telling = exc
             return None
+        except ServerError as exc:
+            if "did not finish answering" in exc.what and timeout < PROBE_TIMEOUT_S:
+                self.timeout()  # the whole probe's time ran out: say so
+            raise  # down or too slow: say so
 
     def text(self, route: str) -> str | None:
         try:

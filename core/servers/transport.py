@@ -62,6 +62,11 @@ class ServerError(SpecDeckError):
     """A server could not be reached, refused, answered an error or stopped mid-stream."""
 
 
+class BadAnswerError(ServerError):
+    """The server answered, but not with anything usable: an HTTP answer SpecDeck cannot
+    read, one cut off or closed before it began, or one beyond a size bound."""
+
+
 class HttpStatusError(ServerError):
     """The server answered, with a status that is not success."""
 
@@ -261,20 +266,24 @@ class _Exchange:
         if isinstance(exc, ConnectionRefusedError):
             return ServerError(f"Nothing is listening at {self.base.shown}.",
                                "Start the server, or check the host and port.")
+        if isinstance(exc, http.client.RemoteDisconnected):
+            return BadAnswerError(f"{self.where} closed the connection without answering.",
+                                  "The server may have crashed or restarted, or it is not an "
+                                  "HTTP server.")
         if isinstance(exc, http.client.HTTPException) and not isinstance(
-                exc, (http.client.RemoteDisconnected, http.client.IncompleteRead)):
+                exc, http.client.IncompleteRead):
             detail = self.shown(str(exc) or type(exc).__name__, 120)
-            return ServerError(f"{self.where} sent an HTTP answer SpecDeck cannot read "
-                               f"({detail}).",
-                               "Check that the URL is the LLM server's own address, not a "
-                               "proxy or another service in front of it.")
+            return BadAnswerError(f"{self.where} sent an HTTP answer SpecDeck cannot read "
+                                  f"({detail}).",
+                                  "Check that the URL is the LLM server's own address, not a "
+                                  "proxy or another service in front of it.")
         if isinstance(exc, (OSError, http.client.HTTPException)):
-            if before_answer and not isinstance(exc, http.client.RemoteDisconnected):
+            if before_answer:
                 reason = getattr(exc, "strerror", None) or type(exc).__name__
                 return ServerError(f"Cannot reach {self.base.shown}: {reason}.",
                                    "Check the URL and that the server is running.")
-            return ServerError(f"{self.where} broke off its answer.",
-                               "The server may have crashed or restarted.")
+            return BadAnswerError(f"{self.where} broke off its answer.",
+                                  "The server may have crashed or restarted.")
         if isinstance(exc, SpecDeckError):
             return exc
         return exc
@@ -290,8 +299,9 @@ class _Exchange:
                     break
                 size += len(chunk)
                 if size > limit:
-                    raise ServerError(f"{self.where} answered more than {limit >> 20} MiB.",
-                                      "That is not an answer an LLM server gives; check the URL.")
+                    raise BadAnswerError(f"{self.where} answered more than {limit >> 20} MiB.",
+                                         "That is not an answer an LLM server gives; check the "
+                                         "URL.")
                 parts.append(chunk)
         except ServerError:
             raise
@@ -300,8 +310,8 @@ class _Exchange:
         if self.watchdog.expired or self.watchdog.cancelled:
             raise self.failure(TimeoutError())
         if not self.response.chunked and (self.response.length or 0) > 0:
-            raise ServerError(f"{self.where} broke off its answer.",
-                              "The server may have crashed or restarted.")
+            raise BadAnswerError(f"{self.where} broke off its answer.",
+                                 "The server may have crashed or restarted.")
         return b"".join(parts)
 
     def check_status(self, raw: bytes) -> None:

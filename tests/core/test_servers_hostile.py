@@ -134,7 +134,8 @@ def test_a_flood_of_64_kb_lines_stops_at_the_stream_byte_bound(good):
 @pytest.mark.timeout(60)
 def test_one_huge_event_fails_the_run_rather_than_vanishing(good):
     with hs.serving(hs.HugeEvent) as (url, _):
-        with pytest.raises(ServerError, match=f"one event of more than {MAX_EVENT_BYTES >> 20} MiB"):
+        with pytest.raises(ServerError,
+                           match=f"one event of more than {MAX_EVENT_BYTES >> 20} MiB"):
             ab(good, url)
 
 
@@ -205,6 +206,25 @@ def test_an_arm_whose_speed_is_unknown_is_not_usable_never_0x(good):
     assert comparison.verdict.startswith("B: not usable: no run of arm B has a usable speed")
     assert "0.00x" not in comparison.verdict and "hurts" not in comparison.verdict
     assert "implausibly large" in comparison.verdict
+    # The live figures and the CLI's progress lines follow the same rule.
+    import io
+
+    from specdeck.core.bench.live import LivePlan
+    from specdeck.core.bench.runner import RunFinished
+    from specdeck.core.cli.bench_cmd import ProgressPrinter
+
+    live = LivePlan(run.plan)
+    out = io.StringIO()
+    printer = ProgressPrinter(out)
+    for record in run.records:
+        live.apply(RunFinished(record, len(run.records)))
+        printer(RunFinished(record, len(run.records)))
+    assert live.arm_so_far("B").to_text("A") == "B: no usable speed in 1 paired runs so far"
+    assert [p.arm for p in live.take_points() if p.series == "finished"] == ["A"]
+    line = next(line for line in out.getvalue().splitlines() if "B: server" in line)
+    assert "speed not usable: the server's token count is not usable (timings.predicted_n is " \
+        "1e+30: implausibly large)" in line
+    assert "acceptance not usable: timings.draft_n: accepted count -20.0 is not a count" in line
 
 
 @pytest.mark.timeout(60)
@@ -235,7 +255,7 @@ def test_counters_that_are_not_finite_give_a_problem_not_a_traceback(values):
     assert (drafted, accepted) == (None, None) and "not a counter's value" in problem
 
 
-# -- tracebacks: deep JSON ----------------------------------------------------------------------------
+# -- tracebacks: deep JSON ---------------------------------------------------------------------
 @pytest.mark.timeout(60)
 def test_deeply_nested_json_is_refused_not_a_recursion_error(good):
     with hs.serving(hs.DeepJson) as (url, _):
