@@ -99,6 +99,8 @@ def run(report: Report) -> None:
          {"what": "stream", "max_new": 16, "deadline": STREAM_DEADLINE_S}, STREAM_DEADLINE_S),
         ("endless stream ignoring max_tokens (2,048 asked)", hs.Endless, {"step_s": 0.0},
          {"what": "stream", "max_new": MAX_NEW}, None),
+        ("probe of a server whose every answer is endless JSON", hs.Flood, {},
+         {"what": "probe"}, None),
         ("flood of 64 KB lines, no token", hs.Flood, {},
          {"what": "stream", "max_new": MAX_NEW}, None),
         ("flood of 64 KB text events (each a 'token')", hs.Flood, {"line": TEXT_EVENT},

@@ -198,7 +198,7 @@ class Endless(Llm):
 
 class Flood(Llm):
     """A stream of 64 KB lines as fast as the socket takes them, never a token: comments by
-    default (``line`` sets what each line is)."""
+    default (``line`` sets what each line is); every GET an endless JSON answer."""
 
     line = b":" + b"x" * (64 * 1024 - 2) + b"\n"
 
@@ -206,6 +206,15 @@ class Flood(Llm):
         self.start_stream()
         while True:
             self.wfile.write(self.line)
+
+    def get(self):
+        """A JSON answer that never ends: '[' and 64 KB of spaces, again and again."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b"[")
+        while True:
+            self.wfile.write(b" " * (64 * 1024))
 
 
 class HugeEvent(Llm):

@@ -28,6 +28,7 @@ from specdeck.core.servers.probe import probe
 from specdeck.core.servers.readings import StreamReading
 from specdeck.core.servers.transport import (
     MAX_EVENT_BYTES,
+    MAX_JSON_BYTES,
     MAX_STREAM_BYTES,
     Base,
     ServerError,
@@ -129,6 +130,15 @@ def test_a_flood_of_64_kb_lines_stops_at_the_stream_byte_bound(good):
         run, summary = ab(good, url, on_error="skip")  # the engine's own bound
     assert f"sent more than {MAX_STREAM_BYTES >> 20} MiB" in run.records[-1].error or \
         f"sent more than {MAX_STREAM_BYTES >> 20} MiB" in run.records[0].error
+
+
+@pytest.mark.timeout(60)
+def test_an_endless_json_answer_stops_at_the_answer_byte_bound():
+    with hs.serving(hs.Flood) as (url, _):
+        with pytest.raises(ServerError, match=f"/props answered more than {MAX_JSON_BYTES >> 20} "
+                                              "MiB") as caught:
+            probe(url)  # every route floods: the first one is what the server said
+    assert "not an answer an LLM server gives" in caught.value.fix
 
 
 @pytest.mark.timeout(60)
