@@ -563,9 +563,9 @@ class ServerEngine:
             drafted_m, accepted_m, counter_problem = counted
             if counter_problem:
                 problems.append(counter_problem)
-                acceptance_problem = acceptance_problem or counter_problem
-            if drafted is None and not report.acceptance_source:
+            if not report.acceptance_source:  # the counters are this run's acceptance
                 drafted, accepted = drafted_m, accepted_m
+                acceptance_problem = counter_problem
         if stop is None:
             stop = (StopReason.MAX_NEW_TOKENS if report.finish_reason == "length"
                     or reading.overran or n >= request.max_new_tokens else StopReason.EOS)

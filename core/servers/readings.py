@@ -79,8 +79,9 @@ class _Checker:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 self.fail(f"{name} is {_shown(value)}: not a number")
                 return None
-            if not math.isfinite(value) or value < 0 or value > most:
-                why = "not a finite number" if not math.isfinite(value) else \
+            finite = isinstance(value, int) or math.isfinite(value)  # a huge int: no float
+            if not finite or value < 0 or value > most:
+                why = "not a finite number" if not finite else \
                     "negative" if value < 0 else "implausibly large"
                 self.fail(f"{name} is {_shown(value)}: {why}")
                 return None
@@ -268,7 +269,10 @@ def _acceptance(f: dict[str, Any]) -> tuple[float | None, float | None, str]:
         v = f.get(name)
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             return None if v is None else math.nan
-        return float(v)
+        try:
+            return float(v)
+        except OverflowError:  # an integer past any float: no count
+            return math.inf
 
     if "timings.draft_n" in f:
         accepted = value("timings.draft_n_accepted")

@@ -131,8 +131,9 @@ def switch(base: Base, want: TabbyLoad, state: TabbyState, *,
                             timeout=LOAD_TOTAL_S):
         data = event.data if isinstance(event.data, dict) else {}
         module, modules = data.get("module"), data.get("modules")
-        kind = data.get("model_type", "model")
-        if isinstance(module, int) and isinstance(modules, int) and modules > 0:
+        kind = data.get("model_type") if isinstance(data.get("model_type"), str) else "model"
+        if isinstance(module, int) and isinstance(modules, int) and 0 <= module <= modules \
+                and modules > 0:  # (a fraction only of counts that make one)
             say(f"Loading {label}: {kind} {module}/{modules}", module / modules)
         if data.get("status") == "finished":
             finished.add(kind)
