@@ -1,33 +1,96 @@
 """URLs as they may be shown: no password, no secret-looking query value. Used by every
-message, log line and file that names a server or a Hub endpoint."""
+message, log line and file that names a server or a Hub endpoint. And ``mask_secrets``: the
+secrets SpecDeck sent, taken out of whatever a server says back (an error body that echoes
+the key or the Authorization header)."""
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from collections.abc import Iterable
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
-SECRET_QUERY_KEYS = {"token", "key", "api_key", "apikey", "access_token", "auth", "password",
-                     "secret", "sig", "signature"}
+_SECRET_NAME = re.compile(r"key|token|secret|passw|pwd|auth|sig|credential|session|cookie",
+                          re.IGNORECASE)
+"""Query names whose value is a secret: api-key, x-api-key, apiKey, access_token, hf_token,
+client_secret, password, auth, sig, signature... matched as parts of the name, so a spelling
+SpecDeck has not seen is still hidden (hiding a harmless value costs nothing)."""
+MASK = "***"
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a query parameter (or header) called ``name`` carries a secret."""
+    return bool(_SECRET_NAME.search(name))
 
 
 def redact_url(url: str) -> str:
-    """``url`` without its password and secret-looking query values."""
+    """``url`` without its password and secret-looking query values (a URL without a scheme,
+    ``user:pass@host:8080``, too)."""
+    bare = "://" not in url
     try:
-        parts = urlsplit(url)
+        parts = urlsplit("//" + url if bare else url)
     except ValueError:
         return "<unparseable URL>"
     netloc = parts.netloc
     if "@" in netloc:
         userinfo, host = netloc.rsplit("@", 1)
         user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:***@{host}" if ":" in userinfo else f"{user}@{host}"
+        netloc = f"{user}:{MASK}@{host}" if ":" in userinfo else f"{user}@{host}"
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode([(k, "***" if k.lower() in SECRET_QUERY_KEYS else v) for k, v in pairs],
-                          safe="*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+        query = urlencode([(k, MASK if is_secret_name(k) else v) for k, v in pairs], safe="*")
+    shown = urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return shown[2:] if bare and shown.startswith("//") else shown
+
+
+def url_secrets(url: str) -> tuple[str, ...]:
+    """The secrets a URL carries: its password (as written and decoded) and the values of
+    secret-looking query names."""
+    try:
+        parts = urlsplit(url if "://" in url else "//" + url)
+    except ValueError:
+        return ()
+    found = []
+    if parts.password:
+        found += [parts.password, unquote(parts.password)]
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if is_secret_name(name) and value:
+            found.append(value)
+    return tuple(found)
+
+
+MIN_MASKED = 4
+"""Shorter strings are not masked: "ab" would be starred out of every word that holds it,
+and a secret that short protects nothing."""
+
+
+def secret_forms(secrets: Iterable[str | None]) -> tuple[str, ...]:
+    """Every form in which a server could echo ``secrets``: as is, percent-encoded, and in a
+    Basic Authorization header (base64 of "user:password" is covered by the caller passing
+    the header's value). Longest first, so a longer secret is masked before a part of it."""
+    forms: set[str] = set()
+    for secret in secrets:
+        if not secret or len(secret) < MIN_MASKED:
+            continue
+        forms.add(secret)
+        forms.add(quote(secret, safe=""))
+        if secret.startswith("Basic "):
+            forms.add(secret[len("Basic "):])
+            try:
+                forms.add(base64.b64decode(secret[len("Basic "):]).decode("utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                pass
+    return tuple(sorted((f for f in forms if len(f) >= MIN_MASKED), key=len, reverse=True))
+
+
+def mask_secrets(text: str, forms: Iterable[str]) -> str:
+    """``text`` with every one of ``forms`` (from :func:`secret_forms`) replaced by ***."""
+    for form in forms:
+        if form in text:
+            text = text.replace(form, MASK)
+    return text
 
 
 _URL = re.compile(r"https?://[^\s'\"<>]*[^\s'\"<>.,:;)\]]")

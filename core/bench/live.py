@@ -43,24 +43,31 @@ class OutputCheck:
     """A drafting run's output against the reference's run of the same prompt and repeat."""
 
     text: str
-    """"identical", "same for N tokens", "tie at token N", "differs at token N", "sampled"."""
+    """"identical", "ends at token N of M", "tie at token N", "differs at token N",
+    "sampled", "not compared: lost data"."""
     verdict: Verdict | None
-    """None for sampled plans (not checkable)."""
+    """None when not checkable (sampled plans) or not compared (a run lost data)."""
 
     @property
     def differs(self) -> bool:
-        """A real difference (not a float tie, not one output a prefix of the other)."""
-        return self.verdict is Verdict.DIVERGED
+        """A real difference: a differing token, or one output ending before the other (both
+        were asked for the same tokens). Not a float tie."""
+        return self.verdict in (Verdict.DIVERGED, Verdict.PREFIX)
 
 
 def check_output(reference: RunRecord, other: RunRecord, greedy: bool) -> OutputCheck:
     """The same classification as the finished summary's losslessness check."""
     if not greedy:
         return OutputCheck("sampled", None)
+    if reference.lost_data or other.lost_data:
+        return OutputCheck("not compared: lost data", None)
     comparison, unit = compare_runs(reference.result, other.result)
+    shorter = min(comparison.reference_length, comparison.candidate_length)
+    longer = max(comparison.reference_length, comparison.candidate_length)
     text = {
         Verdict.IDENTICAL: "identical",
-        Verdict.PREFIX: f"same for {comparison.compared} {unit}s",
+        Verdict.PREFIX: (f"{'ends' if comparison.candidate_length < longer else 'goes on'} "
+                         f"at {unit} {shorter} of {longer}"),
         Verdict.TIE: f"tie at {unit} {comparison.first_divergence}",
         Verdict.DIVERGED: f"differs at {unit} {comparison.first_divergence}",
     }[comparison.verdict]
@@ -96,8 +103,8 @@ class ArmSoFar:
     acceptance_rate: float | None
     """Pooled over the arm's paired runs: accepted / drafted (None: nothing drafted)."""
     identical: int
-    """Paired runs whose output equals the reference's (or one is a prefix of the other: a
-    stopped run), as the summary's losslessness check counts them."""
+    """Paired runs whose output equals the reference's, as the summary's losslessness check
+    counts them (an output that ends early is not identical)."""
     ties: int
     """Paired runs that first differ at a float tie of the target's top two logits."""
     checkable: bool
@@ -106,6 +113,8 @@ class ArmSoFar:
     def to_text(self, reference: str) -> str:
         """One line, as the CLI's progress prints it."""
         if self.median_speedup is None:
+            if self.pairs:
+                return f"{self.name}: no usable speed in {self.pairs} paired runs so far"
             return f"{self.name}: waiting for paired runs"
         accept = "" if self.acceptance_rate is None else f", acceptance {self.acceptance_rate:.0%}"
         same = (f", {self.identical}/{self.pairs} identical" if self.checkable else "")
@@ -230,7 +239,8 @@ class LivePlan:
             return []
         measured = record.result.stats
         t = self.elapsed()
-        self._points.append(Point("finished", record.arm, t, measured.tokens_per_second))
+        if measured.decode_s > 0:  # a run without a usable speed has no point, not a 0
+            self._points.append(Point("finished", record.arm, t, measured.tokens_per_second))
         if self.serving and record.arm != self.reference:
             if measured.acceptance_rate is not None:
                 self._points.append(Point("accept_done", record.arm, t,
@@ -284,7 +294,7 @@ class LivePlan:
             min_speedup=min(ratios, default=None),
             max_speedup=max(ratios, default=None),
             acceptance_rate=accepted / drafted if drafted else None,
-            identical=sum(1 for r in paired if r.output.verdict in (Verdict.IDENTICAL, Verdict.PREFIX)),
+            identical=sum(1 for r in paired if r.output.verdict is Verdict.IDENTICAL),
             ties=sum(1 for r in paired if r.output.verdict is Verdict.TIE),
             checkable=self.plan.sampling.greedy,
         )

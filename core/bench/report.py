@@ -31,6 +31,7 @@ from typing import Any
 
 from specdeck.core import appdirs
 from specdeck.core.atomic import atomic_write_bytes
+from specdeck.core.bench import stats
 from specdeck.core.bench.plan import BenchPlan
 from specdeck.core.bench.runner import BenchRun, RunRecord
 from specdeck.core.bench.summary import BenchSummary, pairs, summarize
@@ -147,8 +148,9 @@ def runs_csv(run: BenchRun) -> str:
         if record.slot.index in paired:
             reference = paired[record.slot.index][0]
             a = reference.result.stats.tokens_per_second
-            speedup = _num(s.tokens_per_second / a) if a > 0 else ""
-            if run.plan.sampling.greedy:
+            ratio = stats.speedup(a, s.tokens_per_second)
+            speedup = "" if ratio is None else _num(ratio)
+            if run.plan.sampling.greedy and not (reference.lost_data or record.lost_data):
                 same = compare_runs(reference.result, record.result)[0].lossless
         writer.writerow([
             record.slot.index, record.arm, d.kind.value,
@@ -188,6 +190,16 @@ def markdown_summary(run: BenchRun, summary: BenchSummary) -> str:
     for c in summary.comparisons:
         lines.append(f"- {c.verdict} Losslessness: {c.lossless.verdict}.")
         lines.extend(f"  - likely cause: {cause}" for cause in c.causes)
+    failing = [a for a in summary.arms if a.failed_runs or a.not_usable]
+    if failing:
+        lines += ["", "## Failed runs and unusable readings", ""]
+        for a in failing:
+            if a.failed_runs:
+                lines.append(f"- {a.name}: {a.failed_runs} of {a.failed_runs + a.runs} measured "
+                             "runs FAILED" + (" (every one: this arm measured nothing)"
+                                              if a.all_failed else "") + ":")
+                lines.extend(f"  - {error}" for error in a.errors[:5])
+            lines.extend(f"- {a.name}: not usable: {why}" for why in a.not_usable)
     lines += ["", "## Arms", "",
               "| arm | tok/s (median) | TTFT (median) | acceptance | mean accepted length | "
               "per position | peak memory | weights read |", "|---|---|---|---|---|---|---|---|"]
@@ -207,7 +219,7 @@ def markdown_summary(run: BenchRun, summary: BenchSummary) -> str:
                   "prefill excluded); the server's own figure and where acceptance comes from:",
                   ""]
         lines += [f"- {a.name}: server-reported {_fmt(a.server_tokens_per_second, '.1f')} tok/s; "
-                  f"acceptance: {a.acceptance_source or 'no drafting'}" for a in summary.arms]
+                  f"acceptance: {a.acceptance_source or _no_source(a)}" for a in summary.arms]
         lines += [f"- {note}" for note in run.loaded.notes]
     peak = env.get("memory_bandwidth_peak")
     lines += ["", "Weights read: bytes of model weights read per second of decoding (target once "
@@ -242,11 +254,20 @@ def markdown_summary(run: BenchRun, summary: BenchSummary) -> str:
         lines += ["", "## Divergences", ""]
         for arm, d in divergences:
             kind = "float tie" if d.tie else "DIVERGED"
-            lines.append(f"- {arm}, prompt {d.prompt_id}, repeat {d.repeat + 1}, token "
-                         f"{d.position}: {kind}: after {d.context!r} the reference has "
+            where = f"- {arm}, prompt {d.prompt_id}, repeat {d.repeat + 1}, {d.unit} {d.position}"
+            if d.ended:
+                lines.append(f"{where}: {kind}: after {d.context!r} {d.ended}")
+                continue
+            lines.append(f"{where}: {kind}: after {d.context!r} the reference has "
                          f"{d.reference_text!r}, this arm {d.candidate_text!r}")
     lines += [""] + [f"Note: {n}" for n in summary.notes]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _no_source(arm) -> str:
+    if arm.drafter == "none":
+        return "no drafting"
+    return "no run finished" if not arm.runs else "not reported"
 
 
 def bandwidth_text(rate: float | None, share: float | None) -> str:

@@ -85,6 +85,12 @@ class RunRecord:
         return self.slot.prompt.id, self.slot.repeat
 
     @property
+    def lost_data(self) -> tuple[str, ...]:
+        """What the run's answer lost on the way (a server's stream event that was not JSON):
+        such a run's output is not all it made, so it is not compared; () for none."""
+        return tuple(getattr(self.result.server, "lost", ()) or ())
+
+    @property
     def complete(self) -> bool:
         return self.result.stats.stop_reason is not StopReason.CANCELLED
 

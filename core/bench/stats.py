@@ -62,9 +62,11 @@ class RatioSummary:
 
 
 def speedup(reference_tps: float, arm_tps: float) -> float | None:
-    """One pair's speed-up: the arm's tok/s over the reference run's beside it (None when the
-    reference measured nothing). The live A/B and the finished summary both use it."""
-    return arm_tps / reference_tps if reference_tps > 0 else None
+    """One pair's speed-up: the arm's tok/s over the reference run's beside it. None when
+    either run has no decode rate (tok/s 0: nothing measured, or a reading that failed its
+    checks): an unknown speed is never a 0.00x. The live A/B and the finished summary both
+    use it."""
+    return arm_tps / reference_tps if reference_tps > 0 and arm_tps > 0 else None
 
 
 def paired_ratios(a: Sequence[float], b: Sequence[float]) -> list[float]:

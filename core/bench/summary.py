@@ -82,8 +82,22 @@ class ArmSummary:
     server_tokens_per_second: float | None = None
     """Server arms: the median of the server's own decode rate, beside the client's."""
     acceptance_source: str = ""
-    """Server arms: which reported field the acceptance comes from, or that the server
-    reports none (then acceptance_rate is None: never a made-up number)."""
+    """Server arms: which reported field the acceptance comes from, that the server
+    reports none, or "not usable: why" when what it reported failed its checks (then
+    acceptance_rate is None: never a made-up number)."""
+    failed_runs: int = 0
+    """Measured runs that failed (kept in the records with their error when the plan skips
+    failed runs); they are in no statistic."""
+    errors: tuple[str, ...] = ()
+    """The failed runs' distinct errors, in order."""
+    not_usable: tuple[str, ...] = ()
+    """Why some of this arm's runs gave no usable figure (a speed or a reading that failed
+    its checks), distinct, in order; those figures are in no statistic."""
+
+    @property
+    def all_failed(self) -> bool:
+        """Every measured run failed: the arm measured nothing."""
+        return self.failed_runs > 0 and self.runs == 0
 
 
 @dataclass(frozen=True)
@@ -105,6 +119,9 @@ class DivergenceReport:
     candidate_text: str
     unit: str = "token"
     """What ``position`` counts: "token", or "character" for runs without token ids."""
+    ended: str = ""
+    """When one output is shorter: which one ends at ``position`` ("this arm" or "the
+    reference") while the other goes on; "" for a differing token."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +134,10 @@ class LosslessCheck:
     ties: int = 0
     divergences: tuple[DivergenceReport, ...] = ()
     """Real divergences and ties, in run order."""
+    not_compared: int = 0
+    """Paired runs left out because a run lost data (a stream event that was not JSON): what
+    it returned is not all it made, so comparing it could only pass by chance."""
+    not_compared_why: tuple[str, ...] = ()
 
     @property
     def diverged(self) -> int:
@@ -126,18 +147,24 @@ class LosslessCheck:
     def verdict(self) -> str:
         if not self.checkable:
             return self.reason
+        left_out = (f"; {self.not_compared} not compared (lost data: "
+                    f"{self.not_compared_why[0]})" if self.not_compared else "")
         if not self.compared:
+            if self.not_compared:
+                return (f"not checked: every paired run lost data ({self.not_compared}: "
+                        f"{self.not_compared_why[0]})")
             return "not checked: no paired runs"
         if self.diverged:
-            return f"NOT lossless: {self.diverged} of {self.compared} runs diverged"
+            return f"NOT lossless: {self.diverged} of {self.compared} runs diverged{left_out}"
         if self.ties:
-            return f"lossless up to float ties ({self.ties} of {self.compared} runs)"
-        return f"lossless: {self.identical} of {self.compared} runs identical"
+            return f"lossless up to float ties ({self.ties} of {self.compared} runs){left_out}"
+        return f"lossless: {self.identical} of {self.compared} runs identical{left_out}"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "checkable": self.checkable, "reason": self.reason, "compared": self.compared,
             "identical": self.identical, "ties": self.ties, "diverged": self.diverged,
+            "not_compared": self.not_compared, "not_compared_why": list(self.not_compared_why),
             "verdict": self.verdict, "divergences": list(self.divergences),
         }
 
@@ -184,6 +211,14 @@ class Comparison:
     """One line: faster / slower / no clear difference, with the numbers."""
     causes: tuple[str, ...] = ()
     """When slower: the likely causes, most likely first."""
+    not_usable: str = ""
+    """Why this arm has no speed-up ("" when it has one): every run failed, no run's speed
+    (or the reference's) passed its checks. Such an arm is never ranked or called slower."""
+
+    @property
+    def usable(self) -> bool:
+        """A speed-up was measured: the arm can be ranked (see also lossless.diverged)."""
+        return self.speedup is not None and not self.not_usable
 
     def to_json(self) -> dict[str, Any]:
         def ratio(r: stats.RatioSummary | None) -> dict[str, Any] | None:
@@ -196,7 +231,7 @@ class Comparison:
             "arm": self.arm, "label": self.label, "speedup": ratio(self.speedup),
             "by_tag": {tag: ratio(r) for tag, r in self.by_tag.items()},
             "lossless": self.lossless, "theory": self.theory, "verdict": self.verdict,
-            "causes": list(self.causes),
+            "causes": list(self.causes), "usable": self.usable, "not_usable": self.not_usable,
         }
 
 
@@ -224,7 +259,14 @@ class BenchSummary:
             return unchecked
         return LosslessCheck(True, "", sum(c.compared for c in checks),
                              sum(c.identical for c in checks), sum(c.ties for c in checks),
-                             tuple(d for c in checks for d in c.divergences))
+                             tuple(d for c in checks for d in c.divergences),
+                             sum(c.not_compared for c in checks),
+                             tuple(w for c in checks for w in c.not_compared_why))
+
+    @property
+    def failed_arms(self) -> tuple[str, ...]:
+        """Arms every measured run of which failed (a command that ran them must not exit 0)."""
+        return tuple(a.name for a in self.arms if a.all_failed)
 
     def to_json(self) -> dict[str, Any]:
         from specdeck.core.jsonout import to_jsonable
@@ -247,7 +289,8 @@ def summarize(run: BenchRun, decode: Decoder | None = None) -> BenchSummary:
     plan = run.plan
     reference = plan.baseline.name
     peak = run.environment.get("memory_bandwidth_peak")
-    arms = tuple(_arm_summary(arm, run.counted(arm.name), peak) for arm in plan.arms)
+    arms = tuple(_arm_summary(arm, run.counted(arm.name), peak, _failed(run, arm.name))
+                 for arm in plan.arms)
     decoder = _LazyDecoder(decode, run.loaded.model_path)
     comparisons = tuple(
         _compare(run, arm, arms[0], arms[i], decoder) for i, arm in enumerate(plan.arms) if i > 0
@@ -272,7 +315,25 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _arm_summary(arm: Arm, records: list[RunRecord], peak_bandwidth: float | None = None) -> ArmSummary:
+def _failed(run: BenchRun, arm: str) -> list[RunRecord]:
+    """The measured runs of ``arm`` that failed (the plan skipped them and went on)."""
+    return [r for r in run.records if r.arm == arm and r.error and not r.slot.warmup]
+
+
+def _server_problems(records: list[RunRecord]) -> tuple[list[str], list[str]]:
+    """(why a run's speed is not usable, why its acceptance is not), distinct, per arm."""
+    speed, acceptance = [], []
+    for record in records:
+        server = record.result.server
+        for found, into in ((getattr(server, "speed_problem", ""), speed),
+                            (getattr(server, "acceptance_problem", ""), acceptance)):
+            if found and found not in into:
+                into.append(found)
+    return speed, acceptance
+
+
+def _arm_summary(arm: Arm, records: list[RunRecord], peak_bandwidth: float | None = None,
+                 failed: list[RunRecord] = ()) -> ArmSummary:
     all_stats = [r.result.stats for r in records]
     drafted = sum(s.drafted for s in all_stats)
     accepted = sum(s.accepted for s in all_stats)
@@ -291,11 +352,22 @@ def _arm_summary(arm: Arm, records: list[RunRecord], peak_bandwidth: float | Non
     server_rate = _median([s.report.tokens_per_second for s in server_runs
                            if s.report.tokens_per_second is not None])
     source = ""
+    speed_problems, acceptance_problems = _server_problems(records)
+    acceptance_known = not acceptance_problems
     if server_runs and has_drafter:
         sources = {s.report.acceptance_source or ("Prometheus counters" if s.metrics_drafted
                                                    is not None else "") for s in server_runs}
         sources.discard("")
         source = ", ".join(sorted(sources)) or "not reported by this server"
+        acceptance_known = bool(sources) and not acceptance_problems
+        if acceptance_problems:  # one garbled reading makes the server's counts suspect
+            source = f"not usable: {acceptance_problems[0]}"
+    not_usable = [f"{sum(1 for r in records if getattr(r.result.server, 'speed_problem', ''))} "
+                  f"of {len(records)} runs have no usable speed ({speed_problems[0]})"] \
+        if speed_problems else []
+    if acceptance_problems:
+        not_usable.append(f"acceptance: {acceptance_problems[0]}")
+    measured = [s for s in all_stats if s.decode_s > 0]
     return ArmSummary(
         name=arm.name,
         label=arm.label,
@@ -303,14 +375,15 @@ def _arm_summary(arm: Arm, records: list[RunRecord], peak_bandwidth: float | Non
         k=arm.drafter.num_draft_tokens if has_drafter else None,
         adaptive=has_drafter and arm.drafter.adaptive,
         runs=len(records),
-        tokens_per_second=_median([s.tokens_per_second for s in all_stats if s.decode_s > 0]),
+        tokens_per_second=_median([s.tokens_per_second for s in measured]),
         time_to_first_token_s=_median(
             [s.time_to_first_token_s for s in all_stats if s.time_to_first_token_s is not None]
         ),
-        acceptance_rate=accepted / drafted if drafted else None,
-        mean_acceptance_length=1.0 + accepted / steps if steps and has_drafter else None,
+        acceptance_rate=accepted / drafted if drafted and acceptance_known else None,
+        mean_acceptance_length=1.0 + accepted / steps
+        if steps and has_drafter and acceptance_known else None,
         per_position_acceptance=tuple(per_position),
-        step_time_s=_median([s.decode_s / s.steps for s in all_stats if s.steps]),
+        step_time_s=_median([s.decode_s / s.steps for s in measured if s.steps]),
         peak_memory_bytes=max(memories) if memories else None,
         memory_kind=kinds.pop() if len(kinds) == 1 else ",".join(sorted(kinds)),
         drafted=drafted,
@@ -321,6 +394,9 @@ def _arm_summary(arm: Arm, records: list[RunRecord], peak_bandwidth: float | Non
         roofline_share=rate / peak_bandwidth if rate is not None and peak_bandwidth else None,
         server_tokens_per_second=server_rate,
         acceptance_source=source,
+        failed_runs=len(failed),
+        errors=tuple(dict.fromkeys(r.error for r in failed)),
+        not_usable=tuple(not_usable),
     )
 
 
@@ -345,7 +421,8 @@ def _compare(run: BenchRun, arm: Arm, ref: ArmSummary, summary: ArmSummary,
             by_tag.setdefault(tag, []).append(ratio)
     lossless = _lossless(run, matched, decoder)
     theory = _theory(run, arm.drafter, summary, matched)
-    verdict, causes = _verdict(arm, speedup, summary, theory, matched)
+    not_usable = "" if speedup is not None else _why_no_speedup(ref, summary, matched)
+    verdict, causes = _verdict(arm, speedup, summary, theory, matched, not_usable)
     return Comparison(
         arm=arm.name,
         label=arm.label,
@@ -355,7 +432,26 @@ def _compare(run: BenchRun, arm: Arm, ref: ArmSummary, summary: ArmSummary,
         theory=theory,
         verdict=verdict,
         causes=causes,
+        not_usable=not_usable,
     )
+
+
+def _why_no_speedup(ref: ArmSummary, arm: ArmSummary,
+                    matched: list[tuple[RunRecord, RunRecord]]) -> str:
+    """Why an arm has no speed-up, said for what happened (never a 0.00x)."""
+    for side, who in ((arm, f"arm {arm.name}"), (ref, f"the reference {ref.name}")):
+        if side.all_failed:
+            return (f"every measured run of {who} failed ({side.failed_runs} of "
+                    f"{side.failed_runs}: {side.errors[0]})")
+    for side, who in ((arm, f"arm {arm.name}"), (ref, f"the reference {ref.name}")):
+        if side.runs and side.tokens_per_second is None:
+            why = side.not_usable[0] if side.not_usable else "nothing was measured"
+            return f"no run of {who} has a usable speed ({why})"
+    if not matched:
+        return "no run of this arm has a finished reference run of the same prompt beside it"
+    problems = [*arm.not_usable, *ref.not_usable]
+    return "no pair of runs has a usable speed on both sides" + (
+        f" ({problems[0]})" if problems else "")
 
 
 # Losslessness -------------------------------------------------------------------------------
@@ -363,27 +459,47 @@ def _lossless(run: BenchRun, matched: list[tuple[RunRecord, RunRecord]],
               decoder: _LazyDecoder) -> LosslessCheck:
     if not run.plan.sampling.greedy:
         return LosslessCheck(False, "not checkable: sampled (outputs differ by design)")
-    identical = ties = 0
+    identical = ties = compared = 0
     found = []
+    lost: list[str] = []
     for reference, candidate in matched:
+        losses = [*reference.lost_data, *candidate.lost_data]
+        if losses:
+            lost.append(losses[0])
+            continue
+        compared += 1
         comparison, unit = compare_runs(reference.result, candidate.result)
         if comparison.lossless:
             identical += 1
             continue
         tie = comparison.verdict is Verdict.TIE
         ties += tie
+        ended = _which_ended(comparison)
         if unit == "character":
-            found.append(_text_divergence(reference, candidate, comparison.first_divergence or 0))
+            found.append(_text_divergence(reference, candidate, comparison.first_divergence or 0,
+                                          ended))
             continue
         found.append(_divergence(reference, candidate, comparison.first_divergence or 0,
                                  comparison.reference_token, comparison.candidate_token,
-                                 tie, comparison.gap, decoder))
-    return LosslessCheck(True, "", len(matched), identical, ties, tuple(found))
+                                 tie, comparison.gap, decoder, ended))
+    return LosslessCheck(True, "", compared, identical, ties, tuple(found), len(lost),
+                         tuple(dict.fromkeys(lost)))
+
+
+def _which_ended(comparison) -> str:
+    """For a PREFIX comparison: which output ended first, and after how much of the other."""
+    if comparison.verdict is not Verdict.PREFIX:
+        return ""
+    if comparison.candidate_length < comparison.reference_length:
+        return (f"this arm's output ends here ({comparison.candidate_length} of the "
+                f"reference's {comparison.reference_length})")
+    return (f"the reference's output ends here ({comparison.reference_length} of this arm's "
+            f"{comparison.candidate_length})")
 
 
 def _divergence(reference: RunRecord, candidate: RunRecord, position: int,
                 ref_token: int | None, cand_token: int | None, tie: bool, gap: float | None,
-                decoder: _LazyDecoder) -> DivergenceReport:
+                decoder: _LazyDecoder, ended: str = "") -> DivergenceReport:
     ref_ids = reference.result.token_ids
     cand_ids = candidate.result.token_ids
     before = ref_ids[max(0, position - TEXT_CONTEXT_TOKENS):position]
@@ -398,17 +514,19 @@ def _divergence(reference: RunRecord, candidate: RunRecord, position: int,
         context=decoder(before),
         reference_text=decoder(ref_ids[position:position + 4]),
         candidate_text=decoder(cand_ids[position:position + 4]),
+        ended=ended,
     )
 
 
-def _text_divergence(reference: RunRecord, candidate: RunRecord, position: int) -> DivergenceReport:
+def _text_divergence(reference: RunRecord, candidate: RunRecord, position: int,
+                     ended: str = "") -> DivergenceReport:
     ref, cand = reference.result.text, candidate.result.text
     return DivergenceReport(
         prompt_id=reference.prompt_id, repeat=reference.slot.repeat, position=position,
         reference_token=None, candidate_token=None, tie=False, gap=None,
         context=ref[max(0, position - 40):position],
         reference_text=ref[position:position + 16], candidate_text=cand[position:position + 16],
-        unit="character")
+        unit="character", ended=ended)
 
 
 class _LazyDecoder:
@@ -528,10 +646,10 @@ def _theory(run: BenchRun, drafter: DrafterSpec, summary: ArmSummary,
 
 # Verdict ------------------------------------------------------------------------------------
 def _verdict(arm: Arm, speedup: stats.RatioSummary | None, summary: ArmSummary,
-             theory: Theory | None, matched: list[tuple[RunRecord, RunRecord]]
-             ) -> tuple[str, tuple[str, ...]]:
+             theory: Theory | None, matched: list[tuple[RunRecord, RunRecord]],
+             not_usable: str = "") -> tuple[str, tuple[str, ...]]:
     if speedup is None:
-        return f"{arm.name}: no paired runs finished, no speed-up to report.", ()
+        return f"{arm.name}: not usable: {not_usable}; no speed-up to report.", ()
     span = (f"{speedup.median:.2f}x (min {speedup.minimum:.2f}, max {speedup.maximum:.2f}, "
             f"{speedup.interval_text()})")
     slower = speedup.verdict == "slower" or speedup.median < CLEARLY_SLOWER
@@ -547,14 +665,18 @@ def _slowdown_causes(summary: ArmSummary, theory: Theory | None,
                      matched: list[tuple[RunRecord, RunRecord]]) -> tuple[str, ...]:
     causes = []
     rate = summary.acceptance_rate
-    if rate is None or summary.drafted == 0:
+    unknown = rate is None and bool(summary.acceptance_source)
+    if unknown:  # a server arm that reports none (or nothing usable): unknown, not "nothing"
+        causes.append(f"acceptance unknown ({summary.acceptance_source})")
+    elif rate is None or summary.drafted == 0:
         causes.append("nothing was drafted: the drafter found nothing to propose, so every "
                       "step paid for drafting without a chance of a gain")
     elif rate < LOW_ACCEPTANCE:
         causes.append(f"low acceptance: only {rate:.0%} of draft tokens were kept (mean "
                       f"acceptance length {summary.mean_acceptance_length:.2f}); the draft "
                       "does not predict this target on these prompts")
-    if theory is not None and theory.measured_step_cost is not None:
+    if theory is not None and theory.measured_step_cost is not None and not unknown:
+        # (without the accepted counts a step's yield is unknown: no cost is made up)
         ideal = theory.ideal_step_cost
         mean_length = summary.mean_acceptance_length or 1.0
         cost = theory.measured_step_cost

@@ -5,7 +5,7 @@ llama-server flags and the k tuner all end by naming a winner, and the user may 
 their server's config. They must never disagree, so they all ask this module:
 
 - A setting takes part only when its median paired speed-up against decoding without a draft
-  is known (a finite number), its output did not change (no real divergence from the
+  is known (a finite number, from readings that passed their checks), its output did not change (no real divergence from the
   reference: float ties are not divergences; a sampled plan, which cannot be checked, is not
   held against it), and it was measured on everything the others were (successive halving
   drops settings after a round: a setting measured on fewer prompts cannot win on them).
@@ -40,10 +40,14 @@ class Standing:
     """Runs whose output really changed (float ties excluded)."""
     complete: bool = True
     """Measured on every prompt the plan holds (not dropped early)."""
+    not_usable: str = ""
+    """Why its figures cannot be used (a server's reading that failed its checks)."""
 
     @property
     def excluded_because(self) -> str | None:
         """Why this setting cannot win whatever its speed; None when it takes part."""
+        if self.not_usable:
+            return f"not usable: {self.not_usable}"
         if self.speedup is None or not math.isfinite(self.speedup):
             return "no paired runs to measure it"
         if self.diverged:
@@ -65,7 +69,8 @@ def pick(items: Iterable[T], standing: Callable[[T], Standing]) -> T | None:
 
 def comparison_standing(comparison: Comparison) -> Standing:
     ratio = comparison.speedup
-    return Standing(None if ratio is None else ratio.median, comparison.lossless.diverged)
+    return Standing(None if ratio is None else ratio.median, comparison.lossless.diverged,
+                    not_usable=comparison.not_usable)
 
 
 def best_arm(summary: BenchSummary) -> str | None:

@@ -11,8 +11,9 @@
 
 Progress goes to stderr (a line per run: arm, prompt, tok/s, acceptance); the verdicts go to
 stdout, or one JSON object with ``--json -`` (``--json FILE`` writes it to a file). Exit 0
-when done, 1 when a greedy drafting arm changed the output (not lossless), 2 on errors,
-130 when stopped with Ctrl-C (what finished is still reported).
+when done, 1 when a greedy drafting arm changed the output (not lossless), 2 on errors (with
+``--on-error skip``, an arm whose every measured run failed is one: the summary is still
+printed), 130 when stopped with Ctrl-C (what finished is still reported).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from specdeck.core.bench.fields import DEFAULT_K_MAX, DEFAULT_KS, DEFAULT_SUITES, PLAN_FIELDS
-from specdeck.core.cli import EXIT_INTERRUPTED, EXIT_NEGATIVE, EXIT_OK
+from specdeck.core.cli import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NEGATIVE, EXIT_OK
 from specdeck.core.cli.engine_cmd import (
     _cancel_on_interrupt,
     _quiet_library_progress_bars,
@@ -418,6 +419,12 @@ def _ab(args, plan, progress, cancel) -> int:
         progress.line(f"{what} saved in {folder}")
     if run.cancelled:
         return EXIT_INTERRUPTED
+    for name in summary.failed_arms:  # --on-error skip: what was skipped must not pass as done
+        arm = summary.arm(name)
+        progress.line(f"error: every measured run of arm {name} failed ({arm.failed_runs} of "
+                      f"{arm.failed_runs}): {arm.errors[0]}")
+    if summary.failed_arms:
+        return EXIT_ERROR
     diverged = any(c.lossless.diverged for c in summary.comparisons)
     return EXIT_NEGATIVE if diverged else EXIT_OK
 
@@ -676,7 +683,15 @@ class ProgressPrinter:
         kind = "warm-up" if slot.warmup else f"repeat {slot.repeat + 1}"
         if record.error:
             return f"{slot.arm.label} | {slot.prompt.id} {kind}: FAILED, skipped: {record.error}"
+        server = record.result.server
         acceptance = "" if s.acceptance_rate is None else f", acceptance {s.acceptance_rate:.0%}"
+        if getattr(server, "acceptance_problem", ""):
+            acceptance = f", acceptance not usable: {server.acceptance_problem}"
         stopped = "" if record.complete else " (stopped)"
-        return (f"{slot.arm.label} | {slot.prompt.id} {kind}: {s.tokens_per_second:.1f} tok/s"
-                f"{acceptance}{stopped}")
+        speed = f"{s.tokens_per_second:.1f} tok/s" if s.decode_s > 0 else \
+            f"speed not usable: {getattr(server, 'speed_problem', '') or 'nothing measured'}"
+        said = (getattr(server, "acceptance_problem", ""), getattr(server, "speed_problem", ""))
+        notes = "".join(f"; note: {n}" for n in (*getattr(server, "lost", ()),
+                                                   *getattr(server, "problems", ()))
+                        if not any(n in text for text in said))
+        return f"{slot.arm.label} | {slot.prompt.id} {kind}: {speed}{acceptance}{stopped}{notes}"

@@ -21,7 +21,9 @@ from specdeck.core.engines.base import GenerationResult
 class Verdict(str, enum.Enum):
     IDENTICAL = "identical"
     PREFIX = "prefix"
-    """Equal as far as the shorter run went (one was cancelled or hit its limit)."""
+    """Equal as far as the shorter run went, and then one of them ended. Not lossless: two
+    runs asked for the same tokens must give the same output, and an empty or cut-short
+    output is not the reference's (a run cancelled midway is left out before comparing)."""
     TIE = "tie"
     """First divergence at a float tie of the target's top two logits."""
     DIVERGED = "diverged"
@@ -33,15 +35,19 @@ class TokenComparison:
     compared: int
     """Tokens compared: the shorter run's length."""
     first_divergence: int | None = None
-    """Index into the generated tokens (characters for a text comparison), when they differ."""
+    """Index into the generated tokens (characters for a text comparison), when they differ;
+    for PREFIX, where the shorter one ended."""
     reference_token: int | None = None
     candidate_token: int | None = None
     gap: float | None = None
     """The smaller known top-1/top-2 gap at the divergence."""
+    reference_length: int = 0
+    """Tokens (characters) each run produced."""
+    candidate_length: int = 0
 
     @property
     def lossless(self) -> bool:
-        return self.verdict in (Verdict.IDENTICAL, Verdict.PREFIX)
+        return self.verdict is Verdict.IDENTICAL
 
 
 def compare_greedy(
@@ -63,10 +69,20 @@ def compare_tokens(ref: Sequence[int], cand: Sequence[int],
             gap = min(known) if known else None
             tie = gap is not None and gap <= tie_tolerance
             return TokenComparison(
-                Verdict.TIE if tie else Verdict.DIVERGED, compared, i, ref[i], cand[i], gap
-            )
-    verdict = Verdict.IDENTICAL if len(ref) == len(cand) else Verdict.PREFIX
-    return TokenComparison(verdict, compared)
+                Verdict.TIE if tie else Verdict.DIVERGED, compared, i, ref[i], cand[i], gap,
+                len(ref), len(cand))
+    return _ended(compared, ref, cand)
+
+
+def _ended(compared: int, ref: Sequence, cand: Sequence) -> TokenComparison:
+    """Equal up to the shorter one: identical when both ended there, else PREFIX."""
+    if len(ref) == len(cand):
+        return TokenComparison(Verdict.IDENTICAL, compared, reference_length=len(ref),
+                               candidate_length=len(cand))
+    ref_token = ref[compared] if compared < len(ref) and not isinstance(ref, str) else None
+    cand_token = cand[compared] if compared < len(cand) and not isinstance(cand, str) else None
+    return TokenComparison(Verdict.PREFIX, compared, compared, ref_token, cand_token,
+                           reference_length=len(ref), candidate_length=len(cand))
 
 
 def compare_text(reference: GenerationResult, candidate: GenerationResult) -> TokenComparison:
@@ -76,15 +92,15 @@ def compare_text(reference: GenerationResult, candidate: GenerationResult) -> To
     compared = min(len(ref), len(cand))
     for i in range(compared):
         if ref[i] != cand[i]:
-            return TokenComparison(Verdict.DIVERGED, compared, i)
-    verdict = Verdict.IDENTICAL if len(ref) == len(cand) else Verdict.PREFIX
-    return TokenComparison(verdict, compared)
+            return TokenComparison(Verdict.DIVERGED, compared, i, reference_length=len(ref),
+                                   candidate_length=len(cand))
+    return _ended(compared, ref, cand)
 
 
 def compare_runs(reference: GenerationResult, candidate: GenerationResult,
                  tie_tolerance: float = 0.0) -> tuple[TokenComparison, str]:
     """Token by token where both runs have token ids, else character by character.
     Returns the comparison and its unit ("token" or "character")."""
-    if reference.token_ids and candidate.token_ids:
+    if reference.token_ids or candidate.token_ids:  # an empty output has no ids, but is one
         return compare_greedy(reference, candidate, tie_tolerance), "token"
     return compare_text(reference, candidate), "character"

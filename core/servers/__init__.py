@@ -6,5 +6,7 @@
 
 Nothing here imports torch or the engines' heavy packages: the packaged app, which carries
 no torch, can A/B servers. HTTP goes through the standard library (http.client), with a
-timeout on connecting and between streamed chunks, so no server can hang a run.
+total deadline on every request and bounds on bytes and tokens (core.servers.transport), so
+no server can hang a run or fill the memory; what a server reports is checked before it
+becomes a figure (core.servers.readings).
 """

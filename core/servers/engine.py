@@ -11,6 +11,7 @@ on the text (see core.engines.lossless.compare_text).
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -39,7 +40,7 @@ from specdeck.core.servers.arms import ServerArm
 from specdeck.core.servers.kinds import TRAITS, ServerKind
 from specdeck.core.servers.llama_server import ManagedServer
 from specdeck.core.servers.probe import ServerInfo, probe
-from specdeck.core.servers.readings import ServerReport, StreamReading
+from specdeck.core.servers.readings import ServerReport, StreamReading, check_acceptance
 from specdeck.core.servers.transport import (
     Base,
     ServerError,
@@ -51,6 +52,14 @@ from specdeck.core.urls import redact_url
 
 
 log = logging.getLogger(__name__)
+
+
+GENERATION_TIMEOUT_S = 120.0
+"""A generation's total deadline: this much (a long prompt's prefill) ..."""
+GENERATION_S_PER_TOKEN = 1.0
+"""... plus this much per token asked for (a server slower than one token a second is not
+worth benchmarking); past it the run fails, so a server that never ends its stream or keeps
+it alive with comments cannot hold a run for ever."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,16 @@ class ServerRun:
     drafting_flags: tuple[str, ...] | None = None
     """The llama-server drafting flags the arm ran with, where SpecDeck knows them (launched,
     a router's model, a llama-swap model); None otherwise."""
+    problems: tuple[str, ...] = ()
+    """What the server reported that failed its checks (the report's, the counters'): those
+    figures were not used."""
+    speed_problem: str = ""
+    """Why this run has no decode rate ("" when it has one): its stats' decode_s is 0 then,
+    and no speed-up is computed from it."""
+    acceptance_problem: str = ""
+    """Why the draft counts the server gave are not usable ("" when they are or none came)."""
+    lost: tuple[str, ...] = ()
+    """Data the stream lost (events that were not JSON): the run's output is not compared."""
 
 
 def availability() -> Availability:
@@ -485,11 +504,15 @@ class ServerEngine:
         emit = on_event or (lambda _e: None)
         counters_before = self._counters() if self._use_metrics_diff() else None
         sent = time.perf_counter()
-        reading = StreamReading(self._kind.value, sent)
+        reading = StreamReading(self._kind.value, sent, max_tokens=request.max_new_tokens)
         stop = None
+        deadline = GENERATION_TIMEOUT_S + GENERATION_S_PER_TOKEN * request.max_new_tokens
         try:
-            for event in stream_sse(self._base, route, body, self._key, cancel):
+            for event in stream_sse(self._base, route, body, self._key, cancel,
+                                    timeout=deadline):
                 text = reading.add(event)
+                if reading.overran:
+                    break  # closing the stream stops the server's generation too
                 if text:
                     n = len(reading.arrivals)
                     emit(GenerationEvent(text=text, token_ids=(), from_draft=(), step=n,
@@ -502,30 +525,50 @@ class ServerEngine:
             raise ServerError(f"Arm {self._arm.name}: {exc.what}", exc.fix) from None
         report = reading.report()
         if stop is None and not reading.arrivals and report.completion_tokens in (None, 0):
-            raise ServerError(f"Arm {self._arm.name}: {self._base.shown}{route} returned no text.",
+            raise ServerError(f"Arm {self._arm.name}: {self._base.shown_at(route)} returned no "
+                              "text.",
                               "Check the server's log; the model may have failed to generate.")
-        drafted_m = accepted_m = None
+        counted = None
         if counters_before is not None:
-            after = self._counters()
-            drafted_m = _delta(counters_before, after, "num_draft_tokens_total")
-            accepted_m = _delta(counters_before, after, "num_accepted_tokens_total")
-        return self._result(request, reading, report, stop, drafted_m, accepted_m)
+            counted = _counted_draft(counters_before, self._counters(),
+                                     report.completion_tokens if report.completion_tokens
+                                     is not None else len(reading.arrivals))
+        return self._result(request, reading, report, stop, counted)
 
     def _result(self, request, reading: StreamReading, report: ServerReport, stop,
-                drafted_m, accepted_m) -> GenerationResult:
+                counted: tuple[int | None, int | None, str] | None) -> GenerationResult:
         arrivals = reading.arrivals
-        n = report.completion_tokens if report.completion_tokens else len(arrivals)
+        problems = list(report.problems)
+        speed_problem = ""
+        if report.completion_tokens is not None:
+            n = report.completion_tokens
+        else:
+            n = len(arrivals)
+            if report.completion_problem:
+                speed_problem = ("the server's token count is not usable "
+                                 f"({report.completion_problem})")
         ttft = arrivals[0] - reading.sent_at if arrivals else None
         span = arrivals[-1] - arrivals[0] if len(arrivals) >= 2 else 0.0
+        if not speed_problem and (n < 2 or span <= 0):
+            speed_problem = ("fewer than two tokens arrived, so there is no decode rate" if n < 2
+                             else "every token arrived at once, so there is no decode rate")
         # new_tokens / decode_s must read as the rate between the first and the last token:
         # n - 1 tokens arrived in `span`, so the n tokens' decode time is span * n / (n - 1).
-        decode_s = span * n / (n - 1) if n > 1 and span > 0 else 0.0
-        client_rate = (n - 1) / span if n > 1 and span > 0 else None
-        drafted = report.drafted if report.drafted is not None else drafted_m
-        accepted = report.accepted if report.accepted is not None else accepted_m
+        decode_s = 0.0 if speed_problem else span * n / (n - 1)
+        client_rate = None if speed_problem else (n - 1) / span
+        drafted, accepted = report.drafted, report.accepted
+        acceptance_problem = report.acceptance_problem
+        drafted_m = accepted_m = None
+        if counted is not None:
+            drafted_m, accepted_m, counter_problem = counted
+            if counter_problem:
+                problems.append(counter_problem)
+            if not report.acceptance_source:  # the counters are this run's acceptance
+                drafted, accepted = drafted_m, accepted_m
+                acceptance_problem = counter_problem
         if stop is None:
             stop = (StopReason.MAX_NEW_TOKENS if report.finish_reason == "length"
-                    or n >= request.max_new_tokens else StopReason.EOS)
+                    or reading.overran or n >= request.max_new_tokens else StopReason.EOS)
         stats = GenerationStats(
             prompt_tokens=report.prompt_tokens or 0,
             new_tokens=n,
@@ -541,7 +584,9 @@ class ServerEngine:
         server = ServerRun(report=report, client_tokens_per_second=client_rate,
                            time_to_first_token_s=ttft, chunks=len(arrivals),
                            url=self._base.shown, metrics_drafted=drafted_m,
-                           metrics_accepted=accepted_m, drafting_flags=self._flags_now)
+                           metrics_accepted=accepted_m, drafting_flags=self._flags_now,
+                           problems=tuple(problems), speed_problem=speed_problem,
+                           acceptance_problem=acceptance_problem, lost=tuple(reading.lost))
         return GenerationResult(text=reading.text, token_ids=(), prompt_ids=(), stats=stats,
                                 drafter=self._arm.drafter, sampling=request.sampling,
                                 engine=f"server:{self._kind.value}", server=server)
@@ -576,8 +621,40 @@ def parse_counters(text: str) -> dict[str, float]:
     return out
 
 
-def _delta(before: dict[str, float], after: dict[str, float], suffix: str) -> int | None:
+def _delta(before: dict[str, float], after: dict[str, float], suffix: str
+           ) -> tuple[float | None, str]:
+    """How much the speculative counters ending in ``suffix`` grew around a run; a problem
+    when a value is not finite or a counter went down (the server restarted or reset it)."""
     names = [n for n in after if n.endswith(suffix) and "spec_decode" in n and "per_pos" not in n]
     if not names:
-        return None
-    return int(sum(after[n] - before.get(n, 0.0) for n in names))
+        return None, ""
+    total = 0.0
+    for name in names:
+        old, new = before.get(name, 0.0), after[name]
+        if not (math.isfinite(old) and math.isfinite(new)) or old < 0 or new < 0:
+            return None, f"/metrics {name} is {new!r} (was {old!r}): not a counter's value"
+        if new < old:
+            return None, (f"/metrics {name} went down from {old:g} to {new:g} (the server "
+                          "restarted or reset its counters)")
+        total += new - old
+    return total, ""
+
+
+def _counted_draft(before: dict[str, float], after: dict[str, float], tokens: int
+                   ) -> tuple[int | None, int | None, str]:
+    """(drafted, accepted, problem) from the Prometheus counters around a run, checked like
+    a reported count (core.servers.readings.check_acceptance)."""
+    if not before and not after:
+        return None, None, ""
+    if not before or not after:
+        return None, None, "/metrics could not be read on both sides of the run"
+    drafted, problem = _delta(before, after, "num_draft_tokens_total")
+    accepted, accepted_problem = _delta(before, after, "num_accepted_tokens_total")
+    problem = problem or accepted_problem
+    if not problem and drafted is None and accepted is None:
+        return None, None, ""
+    problem = problem or check_acceptance(drafted, accepted, tokens,
+                                          "/metrics spec_decode counters")
+    if problem:
+        return None, None, problem
+    return int(drafted), int(accepted), ""

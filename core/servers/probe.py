@@ -4,14 +4,25 @@ field names drift between versions)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdeck.core.servers.transport import Base, ServerError, request_json, request_text
+from specdeck.core.servers.transport import (
+    BadAnswerError,
+    Base,
+    HttpStatusError,
+    ServerError,
+    request_json,
+    request_text,
+)
 from specdeck.core.servers.kinds import TRAITS, ServerKind
 from specdeck.core.servers.router import is_router, router_models
 
 PROBE_TIMEOUT_S = 5.0
+"""The most one probe request takes, from connecting to its last byte."""
+PROBE_TOTAL_S = 30.0
+"""The most a whole probe (up to a dozen requests) takes."""
 
 
 @dataclass(frozen=True)
@@ -56,14 +67,68 @@ class ServerInfo:
                 "notes": list(self.notes)}
 
 
-def _get(base: Base, route: str, api_key: str | None) -> Any:
-    try:
-        return request_json(base, "GET", route, api_key=api_key, timeout=PROBE_TIMEOUT_S)
-    except ServerError as exc:
-        if any(w in exc.what for w in ("Nothing is listening", "did not answer", "Cannot reach",
-                                         "refused the request")):
-            raise  # down, or asking for a key: say so, not "unknown server"
+class _Asker:
+    """One probe's requests: each bounded by PROBE_TIMEOUT_S, all of them by PROBE_TOTAL_S,
+    and the answers that tell what the server is (a 503 while it loads, a redirect, an
+    unreadable answer) kept, so that a server no probe recognised is described by what it
+    said rather than as "not an LLM server"."""
+
+    def __init__(self, base: Base, api_key: str | None):
+        self.base = base
+        self.key = api_key
+        self.ends = time.monotonic() + PROBE_TOTAL_S
+        self.telling: ServerError | None = None
+
+    def timeout(self) -> float:
+        left = self.ends - time.monotonic()
+        if left <= 0:
+            raise ServerError(f"{self.base.shown} did not finish answering SpecDeck's probe "
+                              f"within {PROBE_TOTAL_S:g} s.",
+                              "The server is too slow to answer; check it, then try again.")
+        return min(PROBE_TIMEOUT_S, left)
+
+    def get(self, route: str) -> Any:
+        """GET ``route``'s JSON; None when this server does not answer it (it is another kind).
+        Raises when the server is down, too slow, or asks for a key."""
+        timeout = self.timeout()
+        try:
+            return request_json(self.base, "GET", route, api_key=self.key, timeout=timeout)
+        except HttpStatusError as exc:
+            if exc.status in (401, 403):
+                raise  # asking for a key: say so, not "unknown server"
+            if exc.status not in NOT_HERE and self.telling is None:
+                self.telling = exc
+            return None
+        except BadAnswerError as exc:  # it answered, unreadably: maybe another kind's route
+            if self.telling is None:
+                self.telling = exc
+            return None
+        except ServerError as exc:
+            if "did not finish answering" in exc.what and timeout < PROBE_TIMEOUT_S:
+                self.timeout()  # the whole probe's time ran out: say so
+            raise  # down or too slow: say so
+
+    def text(self, route: str) -> str | None:
+        try:
+            return request_text(self.base, route, self.key, timeout=self.timeout())
+        except ServerError:
+            return None
+
+
+NOT_HERE = frozenset({400, 404, 405, 410, 422, 501})
+"""Statuses with which a server says it has no such route: it is another kind of server."""
+
+
+def _name(value: Any) -> str | None:
+    """A name or version the server gave, when it is one (a string or a number), cut to a
+    length a line can show; None for anything else (a hostile server's list or object)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)) or value == "":
         return None
+    return str(value)[:200]
+
+
+def _listed(value: Any) -> list:
+    return value if isinstance(value, list) else []
 
 
 def _model_ids(data: Any) -> tuple[str, ...]:
@@ -74,68 +139,72 @@ def _model_ids(data: Any) -> tuple[str, ...]:
     for item in items if isinstance(items, list) else []:
         if isinstance(item, dict):
             name = item.get("id") or item.get("name") or item.get("model")
-            if isinstance(name, str):
-                ids.append(name)
+            if isinstance(name, str) and name:
+                ids.append(name[:200])
     return tuple(ids)
 
 
 def probe(url: str, api_key: str | None = None, kind: ServerKind | None = None) -> ServerInfo:
     """Identify the server at ``url``; ``kind`` skips detection (the user knows better)."""
     base = Base.parse(url)
+    ask = _Asker(base, api_key)
     order = [kind] if kind is not None else [
         ServerKind.LLAMA_SERVER, ServerKind.LLAMA_SWAP, ServerKind.TABBYAPI, ServerKind.VLLM,
         ServerKind.LMSTUDIO, ServerKind.OLLAMA, ServerKind.OPENAI]
     for candidate in order:
-        info = _PROBES[candidate](base, api_key)
+        info = _PROBES[candidate](ask)
         if info is not None:
             return info
     if kind is not None:
-        return ServerInfo(base.shown, kind, detected_by="chosen by hand",
-                          notes=("The server did not answer as this kind usually does.",))
+        said = f" (it said: {ask.telling.what})" if ask.telling is not None else ""
+        return ServerInfo(ask.base.shown, kind, detected_by="chosen by hand",
+                          notes=(f"The server did not answer as this kind usually does{said}.",))
+    if ask.telling is not None:  # what the server did say: a 503 while loading, a redirect
+        raise ask.telling
     raise ServerError(f"{base.shown} answers HTTP, but not as an LLM server SpecDeck knows "
                       "(no /v1/models).",
                       "Check the URL (the server's base address, e.g. http://127.0.0.1:8080).")
 
 
-def _llama_server(base: Base, api_key: str | None) -> ServerInfo | None:
-    props = _get(base, "/props", api_key)
+def _llama_server(ask: _Asker) -> ServerInfo | None:
+    props = ask.get("/props")
     if not isinstance(props, dict) or not ("default_generation_settings" in props
                                            or "build_info" in props):
         return None
     if is_router(props):
-        return _llama_router(base, api_key, props)
-    slots = _get(base, "/slots", api_key)
+        return _llama_router(ask, props)
+    slots = ask.get("/slots")
     speculative = None
     if isinstance(slots, list) and slots and isinstance(slots[0], dict):
         value = slots[0].get("speculative")
         speculative = value if isinstance(value, bool) else None
-    models = _model_ids(_get(base, "/v1/models", api_key))
+    models = _model_ids(ask.get("/v1/models"))
     notes = []
     if speculative is None:
         notes.append("The server's /slots is off (--no-slots): whether it drafts is unknown.")
     return ServerInfo(
-        base.shown, ServerKind.LLAMA_SERVER,
-        model=models[0] if models else props.get("model_path"),
+        ask.base.shown, ServerKind.LLAMA_SERVER,
+        model=models[0] if models else _name(props.get("model_path")),
         models=models,
         speculative=speculative,
-        version=str(props.get("build_info")) if props.get("build_info") else None,
-        metrics=_has_metrics(base, api_key, "llamacpp:spec_decode"),
+        version=_name(props.get("build_info")),
+        metrics=_has_metrics(ask, "llamacpp:spec_decode"),
         detected_by="/props",
         notes=tuple(notes),
     )
 
 
-def _llama_router(base: Base, api_key: str | None, props: dict) -> ServerInfo:
+def _llama_router(ask: _Asker, props: dict) -> ServerInfo:
     from specdeck.core.engines.base import DrafterKind
     from specdeck.core.servers.llama_server import drafter_from_flags
 
-    models = router_models(base, api_key)
+    models = router_models(ask.base, ask.key, timeout=ask.timeout())
     drafting = [m.id for m in models.values()
                 if drafter_from_flags(m.flags).kind is not DrafterKind.NONE]
     return ServerInfo(
-        base.shown, ServerKind.LLAMA_SERVER,
+        ask.base.shown, ServerKind.LLAMA_SERVER,
         models=tuple(models),
-        version=str(props.get("build_info")) if props.get("build_info") else None,
+        version=_name(props.get("build_info")),
         detected_by="/props (role: router)",
         router=True,
         model_flags=tuple((m.id, m.flags) for m in models.values()),
@@ -146,91 +215,89 @@ def _llama_router(base: Base, api_key: str | None, props: dict) -> ServerInfo:
     )
 
 
-def _has_metrics(base: Base, api_key: str | None, prefix: str) -> bool:
-    try:
-        return prefix in request_text(base, "/metrics", api_key, timeout=PROBE_TIMEOUT_S)
-    except ServerError:
-        return False
+def _has_metrics(ask: _Asker, prefix: str) -> bool:
+    return prefix in (ask.text("/metrics") or "")
 
 
-def _llama_swap(base: Base, api_key: str | None) -> ServerInfo | None:
-    running = _get(base, "/running", api_key)
+def _llama_swap(ask: _Asker) -> ServerInfo | None:
+    running = ask.get("/running")
     if not isinstance(running, dict) or "running" not in running:
         return None
-    models = _model_ids(_get(base, "/v1/models", api_key))
-    return ServerInfo(base.shown, ServerKind.LLAMA_SWAP, models=models, detected_by="/running",
+    models = _model_ids(ask.get("/v1/models"))
+    return ServerInfo(ask.base.shown, ServerKind.LLAMA_SWAP, models=models, detected_by="/running",
                       notes=("llama-swap switches llama-servers by the request's model name: "
                              "give each arm its model (NAME=URL#model).",))
 
 
-def _tabbyapi(base: Base, api_key: str | None) -> ServerInfo | None:
+def _tabbyapi(ask: _Asker) -> ServerInfo | None:
     # TabbyAPI's /v1/model is a ModelCard (endpoints/core/types/model.py: owned_by "tabbyAPI",
     # parameters.draft a ModelCard of the draft when one is loaded).
-    card = _get(base, "/v1/model", api_key)
+    card = ask.get("/v1/model")
     if not isinstance(card, dict) or str(card.get("owned_by", "")).lower() != "tabbyapi":
         return None
     params = card.get("parameters") if isinstance(card.get("parameters"), dict) else {}
     draft = params.get("draft") if isinstance(params.get("draft"), dict) else None
-    draft_name = draft.get("id") if draft else None
-    return ServerInfo(base.shown, ServerKind.TABBYAPI, model=card.get("id"),
+    draft_name = _name(draft.get("id")) if draft else None
+    return ServerInfo(ask.base.shown, ServerKind.TABBYAPI, model=_name(card.get("id")),
                       draft=draft_name, speculative=draft is not None, detected_by="/v1/model",
                       notes=("TabbyAPI reports no draft acceptance over HTTP.",))
 
 
-def _vllm(base: Base, api_key: str | None) -> ServerInfo | None:
-    version = _get(base, "/version", api_key)
+def _vllm(ask: _Asker) -> ServerInfo | None:
+    version = ask.get("/version")
     if not isinstance(version, dict) or "version" not in version:
         return None
-    models = _model_ids(_get(base, "/v1/models", api_key))
-    return ServerInfo(base.shown, ServerKind.VLLM, model=models[0] if models else None,
-                      models=models, version=str(version["version"]),
-                      metrics=_has_metrics(base, api_key, "vllm:spec_decode"),
+    models = _model_ids(ask.get("/v1/models"))
+    return ServerInfo(ask.base.shown, ServerKind.VLLM, model=models[0] if models else None,
+                      models=models, version=_name(version["version"]),
+                      metrics=_has_metrics(ask, "vllm:spec_decode"),
                       detected_by="/version")
 
 
-def _lmstudio(base: Base, api_key: str | None) -> ServerInfo | None:
+def _lmstudio(ask: _Asker) -> ServerInfo | None:
     # LM Studio's docs (lmstudio-ai/docs c6854fba): /api/v0/models lists data[] with "state"
     # loaded / not-loaded (1_developer/2_rest/endpoints.mdx); 0.4's /api/v1/models lists
     # models[] with "key" and "loaded_instances" (2_rest/list.md). Unknown routes answer 200
     # with an "error": only the fields tell.
     note = ("LM Studio loads a draft per request: give a drafting arm its draft with "
             "--server-draft NAME=DRAFT.")
-    data = _get(base, "/api/v0/models", api_key)
+    data = ask.get("/api/v0/models")
     if isinstance(data, dict) and isinstance(data.get("data"), list) and all(
             isinstance(m, dict) and "state" in m for m in data["data"]):
-        loaded = [m.get("id") for m in data["data"] if m.get("state") == "loaded"]
-        return ServerInfo(base.shown, ServerKind.LMSTUDIO, model=loaded[0] if loaded else None,
+        loaded = [_name(m.get("id")) for m in data["data"] if m.get("state") == "loaded"]
+        return ServerInfo(ask.base.shown, ServerKind.LMSTUDIO, model=loaded[0] if loaded else None,
                           models=_model_ids(data), detected_by="/api/v0/models", notes=(note,))
-    data = _get(base, "/api/v1/models", api_key)
+    data = ask.get("/api/v1/models")
     items = data.get("models") if isinstance(data, dict) else None
     if not isinstance(items, list) or not all(isinstance(m, dict) and "key" in m for m in items):
         return None
-    loaded = [i.get("id") for m in items for i in (m.get("loaded_instances") or [])
+    loaded = [_name(i.get("id")) for m in items for i in _listed(m.get("loaded_instances"))
               if isinstance(i, dict)]
-    return ServerInfo(base.shown, ServerKind.LMSTUDIO, model=loaded[0] if loaded else None,
-                      models=tuple(str(m["key"]) for m in items), detected_by="/api/v1/models",
+    return ServerInfo(ask.base.shown, ServerKind.LMSTUDIO, model=loaded[0] if loaded else None,
+                      models=tuple(k for m in items if (k := _name(m["key"]))),
+                      detected_by="/api/v1/models",
                       notes=(note,))
 
 
-def _ollama(base: Base, api_key: str | None) -> ServerInfo | None:
-    version = _get(base, "/api/version", api_key)
+def _ollama(ask: _Asker) -> ServerInfo | None:
+    version = ask.get("/api/version")
     if not isinstance(version, dict) or "version" not in version:
         return None
-    tags = _model_ids(_get(base, "/api/tags", api_key))
-    running = _model_ids(_get(base, "/api/ps", api_key))  # the models loaded now
+    tags = _model_ids(ask.get("/api/tags"))
+    running = _model_ids(ask.get("/api/ps"))  # the models loaded now
     model = running[0] if running else (tags[0] if len(tags) == 1 else None)
     notes = () if model else ("Ollama needs a model name in every request: give it as "
                               "URL#MODEL.",)
-    return ServerInfo(base.shown, ServerKind.OLLAMA, model=model, models=tags,
-                      version=str(version["version"]), detected_by="/api/version", notes=notes)
+    return ServerInfo(ask.base.shown, ServerKind.OLLAMA, model=model, models=tags,
+                      version=_name(version["version"]), detected_by="/api/version", notes=notes)
 
 
-def _openai(base: Base, api_key: str | None) -> ServerInfo | None:
-    data = _get(base, "/v1/models", api_key)
+def _openai(ask: _Asker) -> ServerInfo | None:
+    data = ask.get("/v1/models")
     models = _model_ids(data)
     if not isinstance(data, dict):
         return None
-    return ServerInfo(base.shown, ServerKind.OPENAI, model=models[0] if models else None,
+    return ServerInfo(ask.base.shown, ServerKind.OPENAI, model=models[0] if models else None,
                       models=models, detected_by="/v1/models")
 
 

@@ -9,15 +9,31 @@ because those names drift between versions.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from specdeck.core.servers.transport import StreamEvent
 
 
+MAX_COUNT = 100_000_000
+"""More tokens than any one request holds: a count above it is not a count."""
+MAX_TOKENS_PER_SECOND = 1_000_000.0
+MAX_MILLISECONDS = 1e9
+"""Eleven days: longer than any one request takes."""
+MAX_DRAFT_PER_TOKEN = 256
+"""Drafted tokens per generated token: a verify step drafts at most its k (llama-server's
+--draft-max, vLLM's num_speculative_tokens), and each step makes at least one token."""
+SILENT_TOKENS = 16
+"""Tokens a run may count without showing them as text (an end-of-sequence token, special
+tokens a server leaves out of the text)."""
+
+
 @dataclass(frozen=True)
 class ServerReport:
-    """What one run's response said about itself, and where each number came from."""
+    """What one run's response said about itself, and where each number came from. Every
+    figure here passed its checks (finite, non-negative, accepted <= drafted, counts consistent
+    with the tokens received): one that failed is None, with why in ``problems``."""
 
     kind: str
     fields: tuple[str, ...] = ()
@@ -34,6 +50,80 @@ class ServerReport:
     finish_reason: str | None = None
     acceptance_source: str = ""
     """Which field the drafted/accepted counts came from; "" when none."""
+    problems: tuple[str, ...] = ()
+    """Every reported figure that failed its checks, as "field is value: why"."""
+    completion_problem: str = ""
+    """Why the server's token count is not usable ("" when it is, or when none was sent)."""
+    acceptance_problem: str = ""
+    """Why the server's draft counts are not usable ("" when they are, or none were sent)."""
+
+
+class _Checker:
+    """Reads the server's fields, keeping only values that pass their checks."""
+
+    def __init__(self, found: dict[str, Any]):
+        self.found = found
+        self.problems: list[str] = []
+
+    def fail(self, text: str) -> None:
+        if text not in self.problems:
+            self.problems.append(text)
+
+    def number(self, *names: str, most: float = math.inf) -> float | None:
+        """The first of ``names`` the server sent: None when absent, or (with a problem)
+        when it is not a finite number from 0 to ``most``."""
+        for name in names:
+            if name not in self.found:
+                continue
+            value = self.found[name]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                self.fail(f"{name} is {_shown(value)}: not a number")
+                return None
+            finite = isinstance(value, int) or math.isfinite(value)  # a huge int: no float
+            if not finite or value < 0 or value > most:
+                why = "not a finite number" if not finite else \
+                    "negative" if value < 0 else "implausibly large"
+                self.fail(f"{name} is {_shown(value)}: {why}")
+                return None
+            return float(value)
+        return None
+
+    def count(self, *names: str) -> int | None:
+        value = self.number(*names, most=MAX_COUNT)
+        if value is None:
+            return None
+        if value != int(value):
+            self.fail(f"{_which(self.found, names)} is {_shown(value)}: a count is a whole number")
+            return None
+        return int(value)
+
+
+def _which(found: dict[str, Any], names: tuple[str, ...]) -> str:
+    return next((n for n in names if n in found), names[0])
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "…"
+
+
+def check_acceptance(drafted: float | None, accepted: float | None, tokens: int | None,
+                     source: str) -> str:
+    """Why draft counts are not usable, or "" when they are: finite, non-negative whole
+    numbers, accepted <= drafted, accepted <= the tokens the run made (an accepted draft
+    token is an output token), drafted within what that many verify steps can draft."""
+    for name, value in (("drafted", drafted), ("accepted", accepted)):
+        if value is None:
+            return f"{source}: no {name} count"
+        if not math.isfinite(value) or value < 0 or value != int(value) or value > MAX_COUNT:
+            return f"{source}: {name} count {_shown(value)} is not a count"
+    if accepted > drafted:
+        return f"{source}: {int(accepted)} accepted of {int(drafted)} drafted (more than drafted)"
+    if tokens is not None and accepted > tokens:
+        return f"{source}: {int(accepted)} accepted draft tokens, but the run made {tokens} tokens"
+    if tokens is not None and drafted > MAX_DRAFT_PER_TOKEN * max(tokens, 1):
+        return f"{source}: {int(drafted)} drafted for {tokens} tokens (more than any k drafts)"
+    return ""
 
 
 @dataclass
@@ -42,26 +132,38 @@ class StreamReading:
 
     kind: str
     sent_at: float
+    max_tokens: int | None = None
+    """The request's max new tokens: text past it is not kept (``overran`` says so)."""
     text_parts: list[str] = field(default_factory=list)
     arrivals: list[float] = field(default_factory=list)
     """Arrival time of every chunk that carried text."""
     found: dict[str, Any] = field(default_factory=dict)
     finish_reason: str | None = None
+    lost: list[str] = field(default_factory=list)
+    """Events whose data could not be used (not JSON): the run lost data."""
+    overran: bool = False
+    """The server sent text past ``max_tokens`` (it ignored the request's limit)."""
 
     def add(self, event: StreamEvent) -> str:
         """Take one event; returns the text it added ("" for none)."""
+        if event.lost:
+            self.lost.append(event.lost)
+            return ""
         data = event.data if isinstance(event.data, dict) else {}
         text = _delta_text(data)
+        if text and self.max_tokens is not None and len(self.arrivals) >= self.max_tokens:
+            self.overran = True  # every text chunk holds a token at least: this one is extra
+            return ""
         if text:
             self.text_parts.append(text)
             self.arrivals.append(event.at)
         choices = data.get("choices")
         if isinstance(choices, list) and choices and isinstance(choices[0], dict):
             reason = choices[0].get("finish_reason")
-            if reason:
-                self.finish_reason = str(reason)
-        if data.get("done_reason"):  # Ollama
-            self.finish_reason = str(data["done_reason"])
+            if isinstance(reason, str) and reason:
+                self.finish_reason = reason[:40]
+        if isinstance(data.get("done_reason"), str) and data["done_reason"]:  # Ollama
+            self.finish_reason = data["done_reason"][:40]
         for group in ("timings", "usage", "stats"):
             if isinstance(data.get(group), dict):
                 _flatten(group, data[group], self.found)
@@ -69,7 +171,7 @@ class StreamReading:
         if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
             _flatten("metrics.speculative_decoding", metrics["speculative_decoding"], self.found)
         for key in ("eval_count", "eval_duration", "prompt_eval_count", "prompt_eval_duration"):
-            if isinstance(data.get(key), (int, float)):
+            if key in data:
                 self.found[key] = data[key]
         return text
 
@@ -78,74 +180,128 @@ class StreamReading:
         return "".join(self.text_parts)
 
     def report(self) -> ServerReport:
-        f = self.found
-
-        def number(*names: str) -> float | None:
-            for name in names:
-                value = f.get(name)
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    return float(value)
-            return None
-
-        def count(*names: str) -> int | None:
-            value = number(*names)
-            return None if value is None else int(value)
-
-        completion = count("timings.predicted_n", "usage.completion_tokens", "eval_count",
-                           "stats.predicted_tokens_count")
-        rate = number("timings.predicted_per_second", "usage.completion_tokens_per_sec",
-                      "stats.tokens_per_second")
-        decode_ms = number("timings.predicted_ms")
-        if decode_ms is None and number("usage.completion_time") is not None:
-            decode_ms = number("usage.completion_time") * 1000.0
-        eval_ns = number("eval_duration")
+        """The server's figures, each checked: finite, non-negative, plausible, and the token
+        count consistent with the text received (at least one token per text chunk, at most
+        the request's max new tokens and the text's bytes plus a few silent tokens)."""
+        check = _Checker(self.found)
+        chunks = len(self.arrivals)
+        completion_names = ("timings.predicted_n", "usage.completion_tokens", "eval_count",
+                            "stats.predicted_tokens_count")
+        completion = check.count(*completion_names)
+        completion_problem = next((p for p in check.problems
+                                   if p.startswith(completion_names)), "")
+        if self.overran:
+            # What it counted includes text SpecDeck did not keep: the kept chunks count.
+            check.fail(f"the server kept streaming past the {self.max_tokens} tokens asked for; "
+                       f"SpecDeck stopped reading at {self.max_tokens}")
+            completion = None
+        if completion is not None:
+            name = _which(self.found, completion_names)
+            most = len(self.text.encode("utf-8")) + SILENT_TOKENS
+            if self.max_tokens is not None:
+                most = min(most, self.max_tokens)
+            if completion < chunks:
+                completion_problem = (f"{name} is {completion}, but {chunks} chunks of text "
+                                      "arrived (each holds a token at least)")
+            elif completion > most:
+                completion_problem = (f"{name} is {completion}, more than the "
+                                      + (f"{self.max_tokens} asked for" if self.max_tokens
+                                         is not None and most == self.max_tokens else
+                                         f"{len(self.text)} characters received can hold"))
+            if completion_problem:
+                check.fail(completion_problem)
+                completion = None
+        rate = check.number("timings.predicted_per_second", "usage.completion_tokens_per_sec",
+                            "stats.tokens_per_second", most=MAX_TOKENS_PER_SECOND)
+        decode_ms = check.number("timings.predicted_ms", most=MAX_MILLISECONDS)
+        seconds = check.number("usage.completion_time", most=MAX_MILLISECONDS / 1000)
+        if decode_ms is None and seconds is not None:
+            decode_ms = seconds * 1000.0
+        eval_ns = check.number("eval_duration", most=MAX_MILLISECONDS * 1e6)
         if eval_ns is not None and completion:
             decode_ms = eval_ns / 1e6
-            rate = rate or completion / (eval_ns / 1e9) if eval_ns > 0 else rate
-        prompt_ms = number("timings.prompt_ms")
-        if prompt_ms is None and number("usage.prompt_time") is not None:
-            prompt_ms = number("usage.prompt_time") * 1000.0
-        drafted, accepted, source = _acceptance(f, number)
+            if rate is None and eval_ns > 0:
+                rate = completion / (eval_ns / 1e9)
+                if rate > MAX_TOKENS_PER_SECOND:
+                    check.fail(f"eval_duration is {eval_ns:g} ns for {completion} tokens: "
+                               "implausibly fast")
+                    rate = None
+        prompt_ms = check.number("timings.prompt_ms", most=MAX_MILLISECONDS)
+        prompt_seconds = check.number("usage.prompt_time", most=MAX_MILLISECONDS / 1000)
+        if prompt_ms is None and prompt_seconds is not None:
+            prompt_ms = prompt_seconds * 1000.0
+        prompt = check.count("timings.prompt_n", "usage.prompt_tokens", "prompt_eval_count")
+        cached = check.count("timings.cache_n", "usage.prompt_tokens_details.cached_tokens")
+        if cached is not None and prompt is not None and cached > prompt:
+            check.fail(f"{cached} cached prompt tokens of {prompt}: more than the prompt")
+            cached = None
+        drafted, accepted, source = _acceptance(self.found)
+        acceptance_problem = ""
+        if source:
+            tokens = completion if completion is not None else (None if completion_problem
+                                                               else chunks)
+            acceptance_problem = check_acceptance(drafted, accepted, tokens, source)
+            if acceptance_problem:
+                check.fail(acceptance_problem)
+                drafted = accepted = None
         return ServerReport(
             kind=self.kind,
-            fields=tuple(sorted(f)),
+            fields=tuple(sorted(self.found)),
             completion_tokens=completion,
-            prompt_tokens=count("timings.prompt_n", "usage.prompt_tokens", "prompt_eval_count"),
-            cached_prompt_tokens=count("timings.cache_n",
-                                       "usage.prompt_tokens_details.cached_tokens"),
+            prompt_tokens=prompt,
+            cached_prompt_tokens=cached,
             tokens_per_second=rate,
             decode_ms=decode_ms,
             prompt_ms=prompt_ms,
-            drafted=drafted,
-            accepted=accepted,
+            drafted=None if drafted is None else int(drafted),
+            accepted=None if accepted is None else int(accepted),
             finish_reason=self.finish_reason,
             acceptance_source=source,
+            problems=tuple(check.problems),
+            completion_problem=completion_problem,
+            acceptance_problem=acceptance_problem,
         )
 
 
-def _acceptance(f: dict[str, Any], number) -> tuple[int | None, int | None, str]:
-    if number("timings.draft_n") is not None:
-        return (int(number("timings.draft_n")), int(number("timings.draft_n_accepted") or 0),
-                "timings.draft_n")
-    if number("stats.total_draft_tokens_count") is not None:
-        return (int(number("stats.total_draft_tokens_count")),
-                int(number("stats.accepted_draft_tokens_count") or 0),
+def _acceptance(f: dict[str, Any]) -> tuple[float | None, float | None, str]:
+    """(drafted, accepted, the field they came from), unchecked: check_acceptance checks."""
+    def value(name: str) -> float | None:
+        v = f.get(name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return None if v is None else math.nan
+        try:
+            return float(v)
+        except OverflowError:  # an integer past any float: no count
+            return math.inf
+
+    if "timings.draft_n" in f:
+        accepted = value("timings.draft_n_accepted")
+        return value("timings.draft_n"), 0.0 if accepted is None else accepted, "timings.draft_n"
+    if "stats.total_draft_tokens_count" in f:
+        accepted = value("stats.accepted_draft_tokens_count")
+        return (value("stats.total_draft_tokens_count"), 0.0 if accepted is None else accepted,
                 "stats.total_draft_tokens_count")
     # vLLM --per-request-spec-decode-metrics (vllm/v1/metrics/stats.py to_dict, 0.33.0): both
     # num_draft_tokens and num_accepted_draft_tokens contain "draft_tokens": exact names only.
     drafted_key = "metrics.speculative_decoding.num_draft_tokens"
     accepted_key = "metrics.speculative_decoding.num_accepted_draft_tokens"
-    if number(drafted_key) is not None and number(accepted_key) is not None:
-        return int(number(drafted_key)), int(number(accepted_key)), drafted_key
+    if drafted_key in f and accepted_key in f:
+        return value(drafted_key), value(accepted_key), drafted_key
     return None, None, ""
 
 
-def _flatten(prefix: str, data: dict[str, Any], out: dict[str, Any]) -> None:
+MAX_FLATTEN_DEPTH = 4
+"""The server's figures sit a level or two down (timings.draft_n, usage.prompt_tokens_details
+.cached_tokens): deeper nesting is not read."""
+
+
+def _flatten(prefix: str, data: dict[str, Any], out: dict[str, Any], depth: int = 1) -> None:
     for key, value in data.items():
         name = f"{prefix}.{key}"
         if isinstance(value, dict):
-            _flatten(name, value, out)
-        else:
+            if depth < MAX_FLATTEN_DEPTH:
+                _flatten(name, value, out, depth + 1)
+        elif not isinstance(value, list):  # no figure SpecDeck reads is a list
             out[name] = value
 
 

@@ -31,6 +31,8 @@ from specdeck.core.servers.transport import Base, ServerError, request_json, str
 DEFAULT_ADMIN_KEY_ENV = "SPECDECK_TABBY_ADMIN_KEY"
 LOAD_TIMEOUT_S = 600.0
 """Longest wait between two progress events: a 70B model's layers on a slow disk."""
+LOAD_TOTAL_S = 3600.0
+"""Longest a whole load takes (a server that sends progress for ever is given up on)."""
 
 
 @dataclass(frozen=True)
@@ -125,11 +127,13 @@ def switch(base: Base, want: TabbyLoad, state: TabbyState, *,
     say(f"Loading {label}", 0.0)
     finished = set()
     for event in stream_sse(base, "/v1/model/load", want.body(), key, cancel,
-                            read_timeout=LOAD_TIMEOUT_S, until_closed=True):
+                            read_timeout=LOAD_TIMEOUT_S, until_closed=True,
+                            timeout=LOAD_TOTAL_S):
         data = event.data if isinstance(event.data, dict) else {}
         module, modules = data.get("module"), data.get("modules")
-        kind = data.get("model_type", "model")
-        if isinstance(module, int) and isinstance(modules, int) and modules > 0:
+        kind = data.get("model_type") if isinstance(data.get("model_type"), str) else "model"
+        if isinstance(module, int) and isinstance(modules, int) and 0 <= module <= modules \
+                and modules > 0:  # (a fraction only of counts that make one)
             say(f"Loading {label}: {kind} {module}/{modules}", module / modules)
         if data.get("status") == "finished":
             finished.add(kind)

@@ -1,10 +1,23 @@
-"""HTTP for server arms: JSON requests and server-sent event streams, with timeouts and
-secrets kept out of every message.
+"""HTTP for server arms: JSON requests and server-sent event streams, bounded in time and size,
+with secrets kept out of every message.
 
-The standard library's http.client is enough: one connection per request (a benchmark must
-not share a socket between arms), a connect timeout, and a read timeout that bounds the
-wait between two chunks of a stream. Credentials in a URL (``http://user:pass@host``,
-``?token=...``) are sent as headers and never appear in an error or a log line.
+A server is untrusted input (DESIGN.md). The standard library's http.client is enough: one
+connection per request (a benchmark must not share a socket between arms), and around it
+the bounds a server cannot talk its way past:
+
+- a total deadline per request (connect, headers, body, every event of a stream): a
+  watchdog shuts the socket when it runs out, so a server that trickles a byte every few
+  seconds, or sends ``: keep-alive`` comments for ever, cannot hold a run or a probe; within
+  it, a silence longer than ``READ_TIMEOUT_S`` ends the request sooner;
+- a bound on bytes: a JSON answer, one stream event and a whole stream each have a most;
+- JSON nested deeper than ``MAX_JSON_DEPTH`` is refused (Python's parser, and everything
+  after it that walks the data, would raise RecursionError);
+- credentials in a URL (``http://user:pass@host``, ``?api-key=...``) are sent (decoded) and
+  never shown; whatever the server sends back has the secrets of the request masked
+  (a server that echoes the key or the Authorization header in its error).
+
+Redirects are not followed (the key would go along to wherever they point): they are
+reported with their target.
 """
 
 from __future__ import annotations
@@ -19,18 +32,52 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from specdeck.core.errors import CancelledError, SpecDeckError
-from specdeck.core.urls import redact_url
+from specdeck.core.printable import printable
+from specdeck.core.urls import mask_secrets, redact_url, secret_forms, url_secrets
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 60.0
-"""Longest wait for a response or between two chunks: a prefill of a long prompt on a
-slow GPU fits; a server that stopped answering does not hang the run for longer."""
+"""Longest silence: before a response (a prefill of a long prompt on a slow GPU fits) or
+between two chunks of a stream."""
+REQUEST_TIMEOUT_S = 10.0
+"""Default total deadline of one JSON request, from connecting to the last byte."""
+STREAM_TIMEOUT_S = 3600.0
+"""Default total deadline of a stream; a generation passes its own (core.servers.engine)."""
 MAX_JSON_BYTES = 16 * 1024 * 1024
+MAX_EVENT_BYTES = 4 * 1024 * 1024
+"""One server-sent event (a line): a server's events are a few hundred bytes."""
+MAX_STREAM_BYTES = 64 * 1024 * 1024
+"""A whole stream, comments and all: 2,048 tokens of llama-server's events are ~1 MB."""
+MAX_JSON_DEPTH = 64
+"""No server's answer nests deeper than a handful of levels."""
+READ_CHUNK = 64 * 1024
+WATCH_POLL_S = 0.1
+"""How often a watchdog looks at a cancel event while a read blocks."""
+
+
 class ServerError(SpecDeckError):
     """A server could not be reached, refused, answered an error or stopped mid-stream."""
+
+
+class BadAnswerError(ServerError):
+    """The server answered, but not with anything usable: an HTTP answer SpecDeck cannot
+    read, one cut off or closed before it began, or one beyond a size bound."""
+
+
+class HttpStatusError(ServerError):
+    """The server answered, with a status that is not success."""
+
+    def __init__(self, status: int, message: str, what: str, fix: str = "",
+                 location: str | None = None):
+        super().__init__(what, fix)
+        self.status = status
+        self.message = message
+        """The server's own message (masked, at most 300 characters)."""
+        self.location = location
+        """Where a redirect points (redacted)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +93,9 @@ class Base:
     basic_auth: str | None
     shown: str
     """The URL as it may be shown (redacted)."""
+    secrets: tuple[str, ...] = ()
+    """What in the URL is secret (password, key-looking query values, the Basic header):
+    masked in everything the server sends back."""
 
     @classmethod
     def parse(cls, url: str) -> Base:
@@ -63,13 +113,15 @@ class Base:
                               "Write it as http://HOST:PORT, e.g. http://127.0.0.1:8080.")
         auth = None
         if parts.username is not None:
-            raw = f"{parts.username}:{parts.password or ''}".encode()
+            # A URL percent-encodes what it cannot hold (p%40ss is "p@ss"): send it decoded.
+            raw = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
             auth = "Basic " + base64.b64encode(raw).decode("ascii")
         prefix = parts.path.rstrip("/")
         if prefix.endswith("/v1"):  # users paste the OpenAI base URL; the routes add /v1
             prefix = prefix[: -len("/v1")]
+        secrets = url_secrets(text) + ((auth,) if auth else ())
         return cls(parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80),
-                   prefix, parts.query, auth, redact_url(text).rstrip("/"))
+                   prefix, parts.query, auth, redact_url(text).rstrip("/"), secrets)
 
     def connection(self, timeout: float) -> http.client.HTTPConnection:
         if self.scheme == "https":
@@ -80,6 +132,15 @@ class Base:
     def target(self, route: str) -> str:
         path = self.prefix + route
         return f"{path}?{self.query}" if self.query else path
+
+    def shown_at(self, route: str) -> str:
+        """Where ``route`` is, as it may be shown: the redacted query after the route."""
+        head, _, query = self.shown.partition("?")
+        return f"{head.rstrip('/')}{route}" + (f"?{query}" if query else "")
+
+    def masks(self, api_key: str | None) -> tuple[str, ...]:
+        """Every form of this request's secrets a server could echo back."""
+        return secret_forms((*self.secrets, api_key))
 
 
 def _headers(base: Base, api_key: str | None, body: bool) -> dict[str, str]:
@@ -94,91 +155,295 @@ def _headers(base: Base, api_key: str | None, body: bool) -> dict[str, str]:
     return headers
 
 
-def _open(base: Base, method: str, route: str, payload: Any, api_key: str | None,
-          timeout: float, extra_headers: dict[str, str] | None = None):
-    conn = base.connection(CONNECT_TIMEOUT_S)
-    body = None if payload is None else json.dumps(payload).encode("utf-8")
-    headers = _headers(base, api_key, body is not None)
-    headers.update(extra_headers or {})
-    where = f"{base.shown}{route}"
-    try:
-        conn.connect()
-        conn.sock.settimeout(timeout)
-        conn.request(method, base.target(route), body=body, headers=headers)
-        response = conn.getresponse()
-    except (socket.timeout, TimeoutError):
-        conn.close()
-        raise ServerError(f"{where} did not answer within {timeout:g} s.",
-                          "Check that the server is running and not busy, then try again.") from None
-    except ConnectionRefusedError:
-        conn.close()
-        raise ServerError(f"Nothing is listening at {base.shown}.",
-                          "Start the server, or check the host and port.") from None
-    except (OSError, http.client.HTTPException) as exc:
-        conn.close()
-        reason = getattr(exc, "strerror", None) or type(exc).__name__
-        raise ServerError(f"Cannot reach {base.shown}: {reason}.",
-                          "Check the URL and that the server is running.") from None
-    return conn, response
+class _Watchdog:
+    """A request's total deadline, and the user's cancel: when either comes, the socket is shut,
+    which ends any read blocked on it (a header trickled byte by byte, a chunk-size line, a
+    body) however http.client reads it."""
+
+    def __init__(self, seconds: float, cancel: threading.Event | None = None):
+        self.seconds = seconds
+        self.ends = time.monotonic() + seconds
+        self.cancel = cancel
+        self.expired = False
+        self._conn: http.client.HTTPConnection | None = None
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def remaining(self) -> float:
+        return self.ends - time.monotonic()
+
+    def watch(self, conn: http.client.HTTPConnection) -> None:
+        self._conn = conn
+        self._thread = threading.Thread(target=self._run, name="specdeck-http-deadline",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            left = self.remaining()
+            if left <= 0:
+                self.expired = True
+                break
+            step = left if self.cancel is None else min(left, WATCH_POLL_S)
+            if self._done.wait(step):
+                return
+            if self.cancel is not None and self.cancel.is_set():
+                break
+        sock = self._conn.sock if self._conn is not None else None
+        if sock is not None:
+            try:  # the plain socket's shutdown: an SSL socket's would drop its state mid-read
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        self._done.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
 
 
-def _error_text(response, raw: bytes) -> str:
+class _Exchange:
+    """One request on its own connection: the response, read within the watchdog's bounds,
+    and every message about it worded the same way."""
+
+    def __init__(self, base: Base, method: str, route: str, payload: Any, api_key: str | None,
+                 timeout: float, idle: float, cancel: threading.Event | None = None,
+                 extra_headers: dict[str, str] | None = None):
+        self.base = base
+        self.route = route
+        self.where = base.shown_at(route)
+        self.masks = base.masks(api_key)
+        self.watchdog = _Watchdog(timeout, cancel)
+        self.idle = max(0.001, min(idle, timeout))
+        self.conn = base.connection(min(CONNECT_TIMEOUT_S, max(timeout, 0.001)))
+        body = None if payload is None else json.dumps(payload).encode("utf-8")
+        headers = _headers(base, api_key, body is not None)
+        headers.update(extra_headers or {})
+        self.watchdog.watch(self.conn)
+        self.connected = False
+        try:
+            self.conn.connect()
+            self.connected = True
+            self.conn.sock.settimeout(max(0.001, min(self.idle, self.watchdog.remaining())))
+            self.conn.request(method, base.target(route), body=body, headers=headers)
+            self.response = self.conn.getresponse()
+        except Exception as exc:
+            error = self.failure(exc, before_answer=True)
+            self.close()
+            raise error from None
+
+    def close(self) -> None:
+        self.watchdog.stop()
+        self.conn.close()
+
+    def shown(self, text: str, limit: int = 300) -> str:
+        """Server text as it may be shown: secrets masked, control characters escaped, cut."""
+        text = printable(mask_secrets(text, self.masks)).strip()
+        return text if len(text) <= limit else text[:limit] + "…"
+
+    def failure(self, exc: BaseException, before_answer: bool = False) -> BaseException:
+        """The error to raise for ``exc``, said for what really happened."""
+        if self.watchdog.cancelled:
+            return CancelledError()
+        if self.watchdog.expired:
+            return ServerError(
+                f"{self.where} did not finish answering within {self.watchdog.seconds:g} s.",
+                "The server is too slow or stuck (a trickle of bytes, or keep-alives without an "
+                "answer); check it, then try again.")
+        if isinstance(exc, (socket.timeout, TimeoutError)):
+            if not self.connected:
+                return ServerError(f"{self.base.shown} did not accept a connection within "
+                                   f"{self.conn.timeout:g} s.",
+                                   "Check the host and port, and that the server is running.")
+            if before_answer:
+                return ServerError(f"{self.where} did not answer within {self.idle:g} s.",
+                                   "Check that the server is running and not busy, then try "
+                                   "again.")
+            return ServerError(f"{self.where} went silent mid-answer.",
+                               "The server may be stuck or overloaded.")
+        if isinstance(exc, ConnectionRefusedError):
+            return ServerError(f"Nothing is listening at {self.base.shown}.",
+                               "Start the server, or check the host and port.")
+        if isinstance(exc, http.client.RemoteDisconnected):
+            return BadAnswerError(f"{self.where} closed the connection without answering.",
+                                  "The server may have crashed or restarted, or it is not an "
+                                  "HTTP server.")
+        if isinstance(exc, http.client.HTTPException) and not isinstance(
+                exc, http.client.IncompleteRead):
+            detail = self.shown(str(exc) or type(exc).__name__, 120)
+            return BadAnswerError(f"{self.where} sent an HTTP answer SpecDeck cannot read "
+                                  f"({detail}).",
+                                  "Check that the URL is the LLM server's own address, not a "
+                                  "proxy or another service in front of it.")
+        if isinstance(exc, (OSError, http.client.HTTPException)):
+            if before_answer:
+                reason = getattr(exc, "strerror", None) or type(exc).__name__
+                return ServerError(f"Cannot reach {self.base.shown}: {reason}.",
+                                   "Check the URL and that the server is running.")
+            return BadAnswerError(f"{self.where} broke off its answer.",
+                                  "The server may have crashed or restarted.")
+        if isinstance(exc, SpecDeckError):
+            return exc
+        return exc
+
+    def read_body(self, limit: int = MAX_JSON_BYTES) -> bytes:
+        """The whole body, at most ``limit`` bytes (more is an error), within the deadline."""
+        parts: list[bytes] = []
+        size = 0
+        try:
+            while True:
+                chunk = self.response.read1(READ_CHUNK)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > limit:
+                    raise BadAnswerError(f"{self.where} answered more than {limit >> 20} MiB.",
+                                         "That is not an answer an LLM server gives; check the "
+                                         "URL.")
+                parts.append(chunk)
+        except ServerError:
+            raise
+        except Exception as exc:
+            raise self.failure(exc) from None
+        if self.watchdog.expired or self.watchdog.cancelled:
+            raise self.failure(TimeoutError())
+        if not self.response.chunked and (self.response.length or 0) > 0:
+            raise BadAnswerError(f"{self.where} broke off its answer.",
+                                 "The server may have crashed or restarted.")
+        return b"".join(parts)
+
+    def check_status(self, raw: bytes) -> None:
+        """Raise HttpStatusError unless the answer is a success (2xx), saying what it was:
+        the status, the server's own message, where a redirect points."""
+        status = self.response.status
+        if 200 <= status < 300:
+            return
+        message = self.shown(_error_text(raw, self.masks))
+        said = f": {message}" if message else " with no message"
+        where = self.where
+        if 300 <= status < 400:
+            location = self.response.getheader("Location")
+            target = redact_url(self.shown(location, 200)) if location else None
+            raise HttpStatusError(
+                status, message,
+                f"{where} redirects ({status}) to {target}." if target else
+                f"{where} answered {status} (a redirect) without saying where to.",
+                "Use the address it redirects to as the server URL (SpecDeck does not follow "
+                "redirects: the API key would go along)." if target else
+                "Check the URL: it is not the LLM server's own address.", location=target)
+        if status in (401, 403):
+            raise HttpStatusError(status, message, f"{where} refused the request ({status}){said}",
+                                  "Give the server's API key (an environment variable or the "
+                                  "keyring).")
+        if status == 404:
+            raise HttpStatusError(status, message,
+                                  f"{where} does not exist on this server (404).",
+                                  "Check the URL, or pick the server's kind by hand.")
+        if status == 503:
+            raise HttpStatusError(status, message, f"{where} answered 503 (unavailable){said}",
+                                  "The server is busy or still loading its model (llama-server "
+                                  "answers 503 until its model is loaded): wait until it is "
+                                  "ready, then try again.")
+        if status >= 500:
+            raise HttpStatusError(status, message, f"{where} answered {status}{said}",
+                                  "The server failed on this request; its own log says why.")
+        raise HttpStatusError(status, message, f"{where} answered {status}{said}")
+
+    def json(self, raw: bytes) -> Any:
+        """``raw`` as JSON, with the request's secrets masked in every string; ValueError when
+        it is not JSON (or nests deeper than MAX_JSON_DEPTH)."""
+        return parse_json(raw, self.masks)
+
+
+def parse_json(raw: bytes | str, masks: tuple[str, ...] = ()) -> Any:
+    """JSON from a server: ValueError when it is not JSON or nests deeper than MAX_JSON_DEPTH
+    (the parser's own recursion limit is a RecursionError, and everything that walks the
+    data after it would hit one too); the strings in it with ``masks`` masked."""
     try:
         data = json.loads(raw)
+    except RecursionError:
+        raise ValueError(f"JSON nested more than {MAX_JSON_DEPTH} levels deep") from None
+    depth = _depth(data)
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
+    return _masked(data, masks) if masks else data
+
+
+def _depth(data: Any) -> int:
+    """How deep ``data`` nests (walked without recursion), stopping past MAX_JSON_DEPTH."""
+    deepest = 0
+    todo = [(data, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if not isinstance(item, (dict, list)):
+            continue
+        deepest = max(deepest, depth)
+        if depth > MAX_JSON_DEPTH:
+            return depth
+        todo.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def _masked(data: Any, masks: tuple[str, ...]) -> Any:
+    if isinstance(data, str):
+        return mask_secrets(data, masks)
+    if isinstance(data, list):
+        return [_masked(v, masks) for v in data]
+    if isinstance(data, dict):
+        return {mask_secrets(k, masks): _masked(v, masks) for k, v in data.items()}
+    return data
+
+
+def _error_text(raw: bytes | str, masks: tuple[str, ...] = ()) -> str:
+    """The server's own message in an error body (OpenAI's error.message, FastAPI's detail),
+    or the body's text."""
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    try:
+        data = parse_json(text[:MAX_JSON_BYTES])
     except ValueError:
-        return raw.decode("utf-8", "replace").strip()[:300]
+        return mask_secrets(text.strip()[:1000], masks)
     error = data.get("error") if isinstance(data, dict) else None
     if isinstance(error, dict):
-        return str(error.get("message") or error)[:300]
-    if error:
-        return str(error)[:300]
-    detail = data.get("detail") if isinstance(data, dict) else None  # FastAPI (TabbyAPI, vLLM)
-    return str(detail or data)[:300]
-
-
-def _raise_for_status(base: Base, route: str, response, raw: bytes) -> None:
-    if response.status < 400:
-        return
-    message = _error_text(response, raw)
-    where = f"{base.shown}{route}"
-    if response.status in (401, 403):
-        raise ServerError(f"{where} refused the request ({response.status}): {message}",
-                          "Give the server's API key (an environment variable or the keyring).")
-    if response.status == 404:
-        raise ServerError(f"{where} does not exist on this server (404).",
-                          "Check the URL, or pick the server's kind by hand.")
-    raise ServerError(f"{where} answered {response.status}: {message}")
+        found = error.get("message") or error
+    elif error:
+        found = error
+    else:
+        detail = data.get("detail") if isinstance(data, dict) else None  # FastAPI
+        found = detail or data
+    return mask_secrets(str(found)[:1000], masks)
 
 
 def request_json(base: Base, method: str, route: str, payload: Any = None,
-                 api_key: str | None = None, timeout: float = 10.0) -> Any:
-    """One request, its JSON answer (None for an empty body). Raises ServerError."""
-    conn, response = _open(base, method, route, payload, api_key, timeout)
+                 api_key: str | None = None, timeout: float = REQUEST_TIMEOUT_S) -> Any:
+    """One request, its JSON answer (None for an empty body; the text when it is not JSON).
+    ``timeout`` bounds the whole request. Raises ServerError."""
+    call = _Exchange(base, method, route, payload, api_key, timeout, timeout)
     try:
-        raw = response.read(MAX_JSON_BYTES + 1)
-    except (OSError, http.client.HTTPException):
-        raise ServerError(f"{base.shown}{route} stopped answering mid-response.") from None
+        raw = call.read_body()
+        call.check_status(raw)
     finally:
-        conn.close()
-    _raise_for_status(base, route, response, raw)
-    if len(raw) > MAX_JSON_BYTES:
-        raise ServerError(f"{base.shown}{route} answered more than {MAX_JSON_BYTES >> 20} MiB.")
+        call.close()
     if not raw.strip():
         return None
     try:
-        return json.loads(raw)
+        return call.json(raw)
     except ValueError:
-        return raw.decode("utf-8", "replace")
+        return mask_secrets(raw.decode("utf-8", "replace"), call.masks)
 
 
-def request_text(base: Base, route: str, api_key: str | None = None, timeout: float = 10.0) -> str:
-    conn, response = _open(base, "GET", route, None, api_key, timeout)
+def request_text(base: Base, route: str, api_key: str | None = None,
+                 timeout: float = REQUEST_TIMEOUT_S) -> str:
+    """GET ``route`` as text (Prometheus metrics, health). ``timeout`` bounds the whole
+    request. Raises ServerError."""
+    call = _Exchange(base, "GET", route, None, api_key, timeout, timeout)
     try:
-        raw = response.read(MAX_JSON_BYTES)
+        raw = call.read_body()
+        call.check_status(raw)
     finally:
-        conn.close()
-    _raise_for_status(base, route, response, raw)
-    return raw.decode("utf-8", "replace")
+        call.close()
+    return mask_secrets(raw.decode("utf-8", "replace"), call.masks)
 
 
 @dataclass(frozen=True)
@@ -186,7 +451,10 @@ class StreamEvent:
     at: float
     """time.perf_counter() when the event's line arrived."""
     data: Any
-    """The parsed JSON of a ``data:`` line (a dict for every server here)."""
+    """The parsed JSON of a ``data:`` line (a dict for every server here); None when lost."""
+    lost: str = ""
+    """Why this event's data could not be used (not JSON, nested too deep): the run that
+    contains it lost data and is marked so."""
 
 
 def _says_finished(data: Any) -> bool:
@@ -202,51 +470,70 @@ def _says_finished(data: Any) -> bool:
 def stream_sse(base: Base, route: str, payload: Any, api_key: str | None = None,
                cancel: threading.Event | None = None,
                read_timeout: float = READ_TIMEOUT_S,
-               until_closed: bool = False) -> Iterator[StreamEvent]:
+               until_closed: bool = False,
+               timeout: float = STREAM_TIMEOUT_S,
+               max_bytes: int = MAX_STREAM_BYTES) -> Iterator[StreamEvent]:
     """POST ``payload`` and yield each server-sent ``data:`` event as it arrives.
 
     Ends at ``data: [DONE]``, or when the server closes the stream after it said it finished
     (a finish_reason, Ollama's done). Raises ServerError when the stream ends before that (a
     server that died mid-answer must not pass for a short answer), when no chunk arrives
-    within ``read_timeout`` or the connection breaks (``until_closed``: a stream that simply
-    ends when the server closes it, as TabbyAPI's load progress does); CancelledError when
+    within ``read_timeout``, the whole stream takes longer than ``timeout`` or sends more
+    than ``max_bytes`` (comments and keep-alives count), one event is larger than
+    MAX_EVENT_BYTES, or the connection breaks (``until_closed``: a stream that simply ends
+    when the server closes it, as TabbyAPI's load progress does); CancelledError when
     ``cancel`` is set (the connection is closed, which stops the server's generation too).
-    A server that answers plain JSON instead of a stream yields that one object.
+    An event that is not JSON is yielded with ``lost`` saying so. A server that answers
+    plain JSON instead of a stream yields that one object.
     """
-    conn, response = _open(base, "POST", route, payload, api_key, read_timeout)
-    where = f"{base.shown}{route}"
+    call = _Exchange(base, "POST", route, payload, api_key, timeout, read_timeout, cancel)
+    where = call.where
     try:
-        if response.status >= 400:
-            _raise_for_status(base, route, response, response.read(MAX_JSON_BYTES))
-        content_type = response.getheader("Content-Type", "")
+        if not 200 <= call.response.status < 300:
+            call.check_status(call.read_body())
+        content_type = call.response.getheader("Content-Type", "")
         if "text/event-stream" not in content_type and "ndjson" not in content_type:
-            raw = response.read(MAX_JSON_BYTES)
+            raw = call.read_body()
             at = time.perf_counter()
             try:
-                yield StreamEvent(at, json.loads(raw))
+                yield StreamEvent(at, call.json(raw))
             except ValueError:
                 raise ServerError(f"{where} answered neither a stream nor JSON.") from None
             return
         ndjson = "ndjson" in content_type  # Ollama's native API streams JSON lines
         finished = False
+        received = 0
         while True:
             if cancel is not None and cancel.is_set():
                 raise CancelledError()
             try:
-                line = response.readline(MAX_JSON_BYTES)
-            except (socket.timeout, TimeoutError):
+                line = call.response.readline(MAX_EVENT_BYTES + 1)
+            except (socket.timeout, TimeoutError) as exc:
+                if call.watchdog.expired or call.watchdog.cancelled:
+                    raise call.failure(exc) from None
                 raise ServerError(f"{where} sent nothing for {read_timeout:g} s mid-stream.",
                                   "The server may be stuck or overloaded; the run was stopped.") \
                     from None
-            except (OSError, http.client.HTTPException):
-                raise ServerError(f"{where} broke off the stream.",
-                                  "The server may have crashed or restarted.") from None
+            except (OSError, http.client.HTTPException) as exc:
+                raise call.failure(exc) from None
             at = time.perf_counter()
+            if call.watchdog.expired or call.watchdog.cancelled:
+                raise call.failure(TimeoutError())
+            received += len(line)
+            if received > max_bytes:
+                raise ServerError(f"{where} sent more than {max_bytes >> 20} MiB without "
+                                  "finishing its answer; SpecDeck stopped reading.",
+                                  "The server ignores the request's limits; check it.")
             if not line:
                 if finished or until_closed:
                     return
                 raise ServerError(f"{where} ended the stream before the answer was complete.",
                                   "The server may have crashed or restarted; see its log.")
+            if len(line) > MAX_EVENT_BYTES:
+                raise ServerError(f"{where} sent one event of more than {MAX_EVENT_BYTES >> 20} "
+                                  "MiB; SpecDeck stopped reading (a server's events are a few "
+                                  "hundred bytes).", "The server is not answering as an LLM "
+                                  "server does; check it.")
             text = line.decode("utf-8", "replace").strip()
             if ndjson and text:
                 text = "data: " + text
@@ -256,13 +543,15 @@ def stream_sse(base: Base, route: str, payload: Any, api_key: str | None = None,
             if body == "[DONE]":
                 return
             try:
-                data = json.loads(body)
-            except ValueError:
+                data = call.json(body)
+            except ValueError as exc:
+                yield StreamEvent(at, None, lost=f"an event that is not usable JSON "
+                                  f"({len(body)} bytes: {exc})")
                 continue
             if isinstance(data, dict) and "error" in data and not data.get("choices"):
                 raise ServerError(f"{where} reported an error mid-stream: "
-                                  f"{_error_text(response, body.encode())}")
+                                  f"{call.shown(_error_text(body, call.masks))}")
             finished = finished or _says_finished(data)
             yield StreamEvent(at, data)
     finally:
-        conn.close()
+        call.close()

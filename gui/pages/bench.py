@@ -766,8 +766,9 @@ class BenchPage(QWidget):
                 continue
             head = _arm_head(comparison.label, state.arms.index(comparison.arm))
             ratio, check = comparison.speedup, comparison.lossless
-            if ratio is None:
-                lines.append(f"<p>{head}: no paired runs</p>")
+            if ratio is None:  # never a 0.00x: why there is no speed-up (core.bench.summary)
+                why = html.escape(comparison.not_usable or "no paired runs")
+                lines.append(f"<p>{head}: not usable: {why}</p>")
                 continue
             verdict = {"slower": "<b style='color:#b91c1c'>slower</b>"}.get(ratio.verdict, ratio.verdict)
             parts = [

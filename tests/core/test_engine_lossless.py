@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from specdeck.core.engines.base import GREEDY, NO_DRAFT, GenerationResult, GenerationStats
-from specdeck.core.engines.lossless import Verdict, compare_greedy
+from specdeck.core.engines.lossless import Verdict, compare_greedy, compare_runs
 
 
 def run(tokens, gaps=()) -> GenerationResult:
@@ -14,10 +14,18 @@ def run(tokens, gaps=()) -> GenerationResult:
                             top2_gaps=tuple(gaps))
 
 
-def test_identical_and_prefix_are_lossless():
-    assert compare_greedy(run([5, 6, 7]), run([5, 6, 7])).verdict is Verdict.IDENTICAL
+def test_identical_is_lossless_and_an_output_that_ends_early_is_not():
+    """Both runs were asked for the same tokens: a shorter or empty output is not the
+    reference's output, though it agrees as far as it goes (issue 26: "False identical")."""
+    assert compare_greedy(run([5, 6, 7]), run([5, 6, 7])).lossless
     prefix = compare_greedy(run([5, 6, 7]), run([5, 6]))
-    assert prefix.verdict is Verdict.PREFIX and prefix.lossless and prefix.compared == 2
+    assert prefix.verdict is Verdict.PREFIX and not prefix.lossless and prefix.compared == 2
+    assert (prefix.first_divergence, prefix.reference_token, prefix.candidate_token) == (2, 7, None)
+    assert (prefix.reference_length, prefix.candidate_length) == (3, 2)
+    empty = compare_runs(run([5, 6, 7]), run([]))[0]
+    assert empty.verdict is Verdict.PREFIX and not empty.lossless and empty.first_divergence == 0
+    longer = compare_greedy(run([5]), run([5, 6]))
+    assert not longer.lossless and longer.candidate_token == 6
 
 
 def test_a_divergence_at_an_exact_tie_is_reported_as_a_tie():
