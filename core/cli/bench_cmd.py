@@ -419,14 +419,20 @@ def _ab(args, plan, progress, cancel) -> int:
         progress.line(f"{what} saved in {folder}")
     if run.cancelled:
         return EXIT_INTERRUPTED
-    for name in summary.failed_arms:  # --on-error skip: what was skipped must not pass as done
-        arm = summary.arm(name)
-        progress.line(f"error: every measured run of arm {name} failed ({arm.failed_runs} of "
-                      f"{arm.failed_runs}): {arm.errors[0]}")
-    if summary.failed_arms:
+    if _all_failed(summary, progress):
         return EXIT_ERROR
     diverged = any(c.lossless.diverged for c in summary.comparisons)
     return EXIT_NEGATIVE if diverged else EXIT_OK
+
+
+def _all_failed(summary, progress) -> bool:
+    """Say which arms failed every measured run (--on-error skip: what was skipped must not
+    pass as done); True when any did."""
+    for name in summary.failed_arms:
+        arm = summary.arm(name)
+        progress.line(f"error: every measured run of arm {name} failed ({arm.failed_runs} of "
+                      f"{arm.failed_runs}): {arm.errors[0]}")
+    return bool(summary.failed_arms)
 
 
 def _best_arm(summary, plan):
@@ -491,8 +497,9 @@ def _sweep(args, plan, progress, cancel) -> int:
     result = run_sweep(spec, on_event=progress, cancel=cancel)
     if args.apply:
         _apply(args, None, planned=plan_apply_best(result.best, args.config))
-    _finish(args, "sweep", result, sweep_table(result, markdown=False),
-            lambda: sweep_table(result), result.runs, progress)
+    if _finish(args, "sweep", result, sweep_table(result, markdown=False),
+               lambda: sweep_table(result), result.runs, progress):
+        return EXIT_ERROR
     return EXIT_INTERRUPTED if result.cancelled and cancel.is_set() else EXIT_OK
 
 
@@ -529,8 +536,9 @@ def _server_grid(args, plan, progress, cancel) -> int:
         best = result.best
         _apply_flags(args, None if best is None else best.cell.arm,
                      None if best is None else best.cell.arm.server.launch.args)
-    _finish(args, "grid", result, grid_table(result, markdown=False),
-            lambda: grid_table(result), result.runs, progress)
+    if _finish(args, "grid", result, grid_table(result, markdown=False),
+               lambda: grid_table(result), result.runs, progress):
+        return EXIT_ERROR
     return EXIT_INTERRUPTED if result.cancelled and cancel.is_set() else EXIT_OK
 
 
@@ -554,7 +562,8 @@ def _tune(args, plan, progress, cancel) -> int:
             + ", ".join(f"k={k}: {v:.2f}x" for k, v in sorted(result.measured.items()))
             + f". Spent {result.spent_s:.1f} s generating.\n"
             + "".join(f"Note: {n}\n" for n in result.notes))
-    _finish(args, "tune", result, text, lambda: text, result.runs, progress)
+    if _finish(args, "tune", result, text, lambda: text, result.runs, progress):
+        return EXIT_ERROR
     return EXIT_INTERRUPTED if cancel.is_set() else EXIT_OK
 
 
@@ -586,9 +595,10 @@ def _apply(args, drafter, planned=None, target=None) -> None:
     err.write(f"specdeck: saved {saved.path}{backup}.\n")
 
 
-def _finish(args, name: str, result, text: str, markdown, runs, progress) -> None:
+def _finish(args, name: str, result, text: str, markdown, runs, progress) -> bool:
     """A sweep's, grid's or tuner's result: its table on stdout (on stderr when --json - takes
-    stdout), the JSON, and with --report the table, the JSON and every run's own report."""
+    stdout), the JSON, and with --report the table, the JSON and every run's own report.
+    True when an arm of one of its runs failed every measured run."""
     if args.report is not None:
         from specdeck.core.bench.report import write_table_report
 
@@ -597,6 +607,9 @@ def _finish(args, name: str, result, text: str, markdown, runs, progress) -> Non
     if args.json:
         _emit(args.json, result)
     (sys.stderr if args.json == "-" else sys.stdout).write(text)
+    from specdeck.core.bench.summary import summarize
+
+    return any([_all_failed(summarize(run), progress) for run in runs])
 
 
 def _emit(target: str, payload: Any) -> None:
