@@ -304,12 +304,27 @@ def _server_plan(args: argparse.Namespace):
 
 def _engine_for(args, plan):
     """The engine a plan runs on: a server engine here (kept by a grid between its plans,
-    its launched servers stopped by the caller); others are made by the runner."""
+    its launched servers stopped by the caller), keeping up as many launched llama-servers
+    as fit in memory; others are made by the runner."""
     if plan.engine != "server":
         return None
     from specdeck.core.servers.engine import ServerEngine
 
-    return ServerEngine()
+    return ServerEngine(max_servers=_servers_that_fit(plan))
+
+
+def _servers_that_fit(plan) -> int | None:
+    from specdeck.core.servers.llama_server import servers_that_fit
+
+    sizes = []
+    for arm in plan.arms:
+        launch = arm.server.launch if arm.server is not None else None
+        if launch is not None:
+            try:
+                sizes.append(Path(launch.model).stat().st_size)
+            except OSError:
+                return None  # the launch reports the missing file
+    return servers_that_fit(max(sizes)) if sizes else None
 
 
 # Running -------------------------------------------------------------------------------------

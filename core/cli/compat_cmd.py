@@ -13,7 +13,7 @@ import textwrap
 from typing import TextIO
 
 from specdeck.core.cli import EXIT_NEGATIVE, EXIT_OK
-from specdeck.core.cli.numbers import finite, whole
+from specdeck.core.cli.numbers import whole
 from specdeck.core.cli.output import emit_json
 
 WIDTH = 100

@@ -4,7 +4,6 @@ library and EXL2 models from the Hugging Face Hub, headless."""
 from __future__ import annotations
 
 import argparse
-import shutil
 import signal
 import sys
 import threading
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from specdeck.core.cli import EXIT_INTERRUPTED, EXIT_OK
-from specdeck.core.cli.numbers import finite, whole
+from specdeck.core.cli.numbers import whole
 from specdeck.core.cli.output import emit_json, print_table
 from specdeck.core.errors import CancelledError, InvalidInputError
 

@@ -98,11 +98,17 @@ def availability() -> Availability:
 class ServerEngine:
     name = "server"
 
-    def __init__(self, exclusive: bool = False, log_dir: Path | None = None):
+    def __init__(self, exclusive: bool = False, log_dir: Path | None = None,
+                 max_servers: int | None = None):
         self._exclusive = exclusive
         self.exclusive = exclusive
         """Run one managed llama-server at a time (they share one GPU): given here, or by
         the plan (BenchPlan.one_server_at_a_time)."""
+        self.max_servers = max_servers
+        """At most this many managed llama-servers up at once (None: no limit): starting
+        another stops the one used longest ago, so a grid keeps its reference and the
+        setting of the moment loaded and restarts only what must go."""
+        self._used: dict[str, int] = {}
         self._log_dir = log_dir
         self._loaded: LoadedModel | None = None
         self._infos: dict[str, ServerInfo] = {}
@@ -136,6 +142,19 @@ class ServerEngine:
 
     def tokenize(self, text: str, apply_chat_template: bool = False) -> list[int]:
         return []  # the server tokenizes; prompts go as text
+
+    def running(self) -> dict[str, int]:
+        """Arm name -> process id of each llama-server this engine started and keeps up."""
+        return {name: server.process.pid for name, server in self._managed.items()
+                if server.process is not None}
+
+    def _make_room(self, limit: int | None) -> None:
+        """Stop managed servers, the least recently used first, until one more fits ``limit``."""
+        if limit is None:
+            return
+        while self._managed and len(self._managed) >= limit:
+            name = min(self._managed, key=lambda n: self._used.get(n, 0))
+            self._managed.pop(name).stop()
 
     def unload(self) -> None:
         for server in self._managed.values():
@@ -321,14 +340,12 @@ class ServerEngine:
         if server.launch is not None:
             running = self._managed.get(arm.name)
             if running is None or running.process is None:
-                if self.exclusive:
-                    for name, other in list(self._managed.items()):
-                        other.stop()
-                        del self._managed[name]
+                self._make_room(1 if self.exclusive else self.max_servers)
                 say(LoadProgress(f"Starting llama-server for arm {arm.name}"))
                 running = ManagedServer(server.launch, self._log_path(arm.name))
                 running.start(cancel)
                 self._managed[arm.name] = running
+            self._used[arm.name] = max(self._used.values(), default=0) + 1
             url = running.url
             self._infos[arm.name] = probe(url, None, ServerKind.LLAMA_SERVER)
         else:

@@ -204,6 +204,28 @@ def _die_with_parent():
     return prepare
 
 
+SERVER_OVERHEAD = 512 * 1024**2
+"""Beyond its weights, what one llama-server holds: KV cache, compute buffers (a rough
+allowance; the GGUF VRAM plan, core.vram.gguf, sizes them for one server)."""
+
+
+def servers_that_fit(model_bytes: int) -> int:
+    """How many llama-servers of a model this size to keep up at once while switching arms:
+    as many as fit in nine tenths of the free memory they would use (the GPUs' when NVML sees
+    any, else the machine's), at least 1 (then every switch restarts: slower, never out of
+    memory)."""
+    import psutil
+
+    from specdeck.core.gpu import read_once
+
+    frame = read_once()
+    if frame.has_gpus:
+        free = sum(g.memory_free or 0 for g in frame.gpus)
+    else:
+        free = psutil.virtual_memory().available
+    return max(1, int(0.9 * free // (model_bytes + SERVER_OVERHEAD)))
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))

@@ -174,7 +174,10 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
                      stop_on_eos=False)
     cells = [cell for c, _ in predicted for cell in candidate_cells(setup, c)]
     deadline = started + options.budget_s * (1 - VERIFY_SHARE)
-    engine = engine or ServerEngine()
+    from specdeck.core.servers.llama_server import servers_that_fit
+
+    engine = engine or ServerEngine(max_servers=servers_that_fit(
+        setup.facts.weight_bytes + max((c.draft_bytes for c, _ in predicted), default=0)))
     search = verification = None
     try:
         emit(Phase("search", f"{len(cells)} settings of {len(predicted)} candidates on "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 from specdeck.core.exl2_facts import ntk_rope_alpha
 from specdeck.core.units import GiB, format_bytes

@@ -574,3 +574,31 @@ def test_a_launched_server_dies_with_specdeck_even_when_it_is_killed(llama_bin, 
             time.sleep(0.1)
     finally:
         parent.kill()
+
+
+def test_the_engine_keeps_what_fits_and_restarts_only_what_must(llama_bin, demo_gguf, tmp_path):
+    """max_servers=2: a grid's reference and the setting of the moment stay up; starting a
+    third server stops the one used longest ago, not the reference it just used."""
+    from specdeck.core.bench.plan import Arm
+    from specdeck.core.servers.arms import ServerArm
+    from specdeck.core.servers.engine import ServerEngine
+    from specdeck.core.servers.llama_server import LaunchProfile
+
+    def arm(name, *flags):
+        return Arm(name, server=ServerArm(launch=LaunchProfile(
+            str(llama_bin), str(demo_gguf), ("-t", "1", "-c", "512", *flags))))
+
+    engine = ServerEngine(max_servers=2, log_dir=tmp_path)
+    a, b, c = arm("A"), arm("B", "--spec-type", "ngram-simple"), arm("C", "--spec-type", "ngram-mod")
+    try:
+        for step in (a, b, a, c):
+            engine.activate_arm(step)
+        pids = engine.running()
+        assert set(pids) == {"A", "C"}  # B, used before A's second turn, made room
+        engine.activate_arm(a)
+        assert engine.running()["A"] == pids["A"]  # not restarted
+        assert len([p for p in psutil.process_iter(["cmdline"])
+                    if str(demo_gguf) in " ".join(p.info["cmdline"] or ())
+                    and "-c 512" in " ".join(p.info["cmdline"] or ())]) == 2
+    finally:
+        engine.unload()
