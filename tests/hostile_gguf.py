@@ -199,6 +199,12 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("string longer than GGUF allows", _build(lambda g: replace(g, kvs=g.kvs + [
         ("general.name", STR, struct.pack("<Q", (1 << 30) + 1))])),
         "a string of 1,073,741,825 bytes"),
+    Variant("a token longer than GGUF allows", _build(lambda g: g.set(
+        "tokenizer.ggml.tokens", ARR, struct.pack("<iQ", STR, VOCAB) + string("a")
+        + struct.pack("<Q", (1 << 30) + 1) + b"b" * 64)), "a string of 1,073,741,825 bytes"),
+    Variant("a token past the end of the file", _build(lambda g: g.set(
+        "tokenizer.ggml.tokens", ARR, struct.pack("<iQ", STR, VOCAB) + string("a")
+        + struct.pack("<Q", 1 << 29))), "it ends inside its header"),
     Variant("array longer than GGUF allows", _build(lambda g: g.set(
         "general.odd", ARR, struct.pack("<iQ", U8, (1 << 30) + 1))),
         "an array of 1,073,741,825 elements"),

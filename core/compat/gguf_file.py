@@ -242,12 +242,38 @@ class GgufHeader:
         return self._raw_string().decode("utf-8", "surrogateescape")
 
     def _strings(self, count: int, keep: bool) -> list[str]:
-        """A string array (a vocabulary: 150k entries) in one tight loop: per element its
-        length and bytes, decoded only when ``keep``; the checks are _raw_string's."""
+        """A string array (a vocabulary and its merges: 150k entries each) in one tight loop
+        that trusts the lengths, each only held to gguf.cpp's limit, the buffer's end checked
+        once after it (a length past the end stops the loop: nothing more can be read there);
+        anything amiss and the careful loop reads the array again to say what and where.
+        Elements are decoded only when ``keep``."""
         buf, pos, end = self.buf, self.pos, len(self.buf)
         length_at = self._struct.Struct("<Q").unpack_from
         out: list[str] = []
         append = out.append
+        try:
+            for _ in range(count):
+                length = length_at(buf, pos)[0]
+                if length > MAX_STRING:
+                    break
+                pos += 8
+                if keep:
+                    append(buf[pos:pos + length].decode("utf-8", "surrogateescape"))
+                pos += length
+            else:
+                if pos <= end:
+                    self.pos = pos
+                    return out
+        except self._struct.error:  # a length went past the end of the buffer
+            pass
+        return self._strings_checked(count, keep)
+
+    def _strings_checked(self, count: int, keep: bool) -> list[str]:
+        """_strings with every check in its place: NeedMore or the refusal at the element
+        that breaks the file."""
+        buf, pos, end = self.buf, self.pos, len(self.buf)
+        length_at = self._struct.Struct("<Q").unpack_from
+        out: list[str] = []
         for _ in range(count):
             if pos + 8 > end:
                 self.pos = pos
@@ -260,7 +286,7 @@ class GgufHeader:
                 self.pos = pos
                 self._need(length)  # raises, as above
             if keep:
-                append(buf[pos:pos + length].decode("utf-8", "surrogateescape"))
+                out.append(buf[pos:pos + length].decode("utf-8", "surrogateescape"))
             pos += length
         self.pos = pos
         return out

@@ -245,6 +245,12 @@ def test_host_memory_is_planned_and_checked(good, tmp_path, capsys):
     assert "-c -5 is not a context size" in line or "--ctx-size -5" in line, line
 
 
+def test_llama_args_with_an_unclosed_quote_are_one_line(good, capsys):
+    line = one_line_error(*run(capsys, "vram", "--model", str(good), *VRAM,
+                               "--llama-args", '-c 512 --alias "x')[::2])
+    assert "--llama-args cannot be split into flags" in line
+
+
 def test_per_layer_head_counts_are_read_as_llama_cpp_reads_them(tmp_path, capsys):
     """An array of one count per layer (u32, i32 or bool; get_key_or_arr) is a valid file; a
     negative i32 count is a damaged one."""
