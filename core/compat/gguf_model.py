@@ -74,11 +74,20 @@ class Hparams(NamedTuple):
     value_length: int | None
 
 
-def read_headers(path: Path) -> list[GgufHeader]:
+class LoadableGguf(NamedTuple):
+    """A GGUF model that llama.cpp's loader would take, as far as SpecDeck checks it."""
+
+    headers: list[GgufHeader]
+    """Each shard's (one for a single file), in order."""
+    hparams: Hparams
+    vocab: VocabFacts
+
+
+def read_model(path: Path) -> LoadableGguf:
     """The header of every file of the GGUF at ``path`` (each shard of a split one, in order),
     checked as llama.cpp's model loader checks a split model (src/llama-model-loader.cpp:
     595-680): each shard present and readable, numbered, no tensor in two shards, and the
-    tensor count the first one declares."""
+    tensor count the first one declares; then the model (check_model)."""
     path = Path(path).expanduser()
     parts = shards(path)
     if parts[0] != path:  # src/llama-model-loader.cpp:604
@@ -102,8 +111,7 @@ def read_headers(path: Path) -> list[GgufHeader]:
                               "Give it the name it was split with.")
     else:
         _check_split(path.name, parts, headers)
-    check_model(headers, path.name)
-    return headers
+    return LoadableGguf(headers, *check_model(headers, path.name))
 
 
 def _check_split(name: str, parts: list[Path], headers: list[GgufHeader]) -> None:
@@ -127,10 +135,9 @@ def _check_split(name: str, parts: list[Path], headers: list[GgufHeader]) -> Non
                           f"says {declared}")
 
 
-def check_model(headers: list[GgufHeader], name: str) -> Hparams:
+def check_model(headers: list[GgufHeader], name: str) -> tuple[Hparams, VocabFacts]:
     """What llama.cpp's model loader checks in the metadata of a model whose GGUF reads: its
-    hyperparameters, that no layer's tensor lies past the block count, and the vocabulary.
-    Returns the hyperparameters."""
+    hyperparameters, that no layer's tensor lies past the block count, and the vocabulary."""
     params = hparams(headers[0], name)
     for header in headers:
         for tensor in header.tensors:
@@ -139,8 +146,7 @@ def check_model(headers: list[GgufHeader], name: str) -> Hparams:
                 # never created, so the count of tensors is wrong (llama-model-loader.cpp:1398)
                 raise GgufRefused(name, f"it holds the tensor '{tensor}', past its "
                                   f"{params.n_layer} layers ({params.arch}.block_count)")
-    check_vocabulary(headers[0], name)
-    return params
+    return params, check_vocabulary(headers[0], name)
 
 
 def hparams(header: GgufHeader, name: str) -> Hparams:
@@ -242,8 +248,8 @@ def _refuse_duplicate_tokens(name: str, tokens: list[str]) -> None:
 def read_gguf(path: Path) -> tuple[Vocab, SpecialTokens, dict[str, Any]]:
     """The vocabulary, special tokens and a few architecture numbers of a GGUF file (every
     shard of a split one is checked; the vocabulary is in the first)."""
-    headers = read_headers(path)
-    return side_from_header(headers[0], headers[0].name)
+    model = read_model(path)
+    return side_from_header(model.headers[0], model.headers[0].name, model.vocab)
 
 
 def read_gguf_prefix(data: bytes, name: str, file_size: int | None = None
@@ -251,15 +257,17 @@ def read_gguf_prefix(data: bytes, name: str, file_size: int | None = None
     """The same from the first bytes of a GGUF (NeedMore when they end inside the header);
     ``file_size``, when known, lets the tensor table be checked against the whole file."""
     header = GgufHeader(data, name, partial=True, file_size=file_size)
-    check_model([header], name)
-    return side_from_header(header, name)
+    _, facts = check_model([header], name)
+    return side_from_header(header, name, facts)
 
 
-def side_from_header(reader: GgufHeader, name: str) -> tuple[Vocab, SpecialTokens, dict[str, Any]]:
-    """The side a check compares, from a header that check_model passed."""
+def side_from_header(reader: GgufHeader, name: str, facts: VocabFacts
+                     ) -> tuple[Vocab, SpecialTokens, dict[str, Any]]:
+    """The side a check compares, from a header that check_model passed (``facts``: what it
+    found of the vocabulary)."""
     path = Path(name)
     where = f"{path.name}"
-    model, tokens, types = check_vocabulary(reader, path.name)
+    model, tokens, types = facts
     if not tokens:
         raise InvalidInputError(f"{path.name} has no vocabulary (tokenizer.ggml.tokens is "
                                 f"{'empty' if tokens is not None else 'absent'}).",

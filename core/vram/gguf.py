@@ -87,11 +87,10 @@ def read_gguf_model(path: str | Path) -> GgufModel:
     """The sizes llama.cpp places, from the header(s) only. A file llama.cpp refuses is
     refused (GgufRefused: core.compat.gguf_model checks every value used here as llama.cpp
     checks it); what only the plan needs (attention heads, their width) is checked here."""
-    from specdeck.core.compat.gguf_model import LAYER_TENSOR, hparams, read_headers
+    from specdeck.core.compat.gguf_model import LAYER_TENSOR, read_model
 
     path = Path(path).expanduser()
-    headers = read_headers(path)
-    params = hparams(headers[0], path.name)
+    headers, params, _ = read_model(path)
     arch, n_layer = params.arch, params.n_layer  # 1..512: the list below stays small
     layers = [0] * n_layer
     input_bytes = output_bytes = data = 0
@@ -102,7 +101,7 @@ def read_gguf_model(path: str | Path) -> GgufModel:
         for name, info in header.tensors.items():
             layer = LAYER_TENSOR.match(name)
             if layer:
-                layers[int(layer.group(1))] += info.nbytes  # < n_layer: read_headers checked
+                layers[int(layer.group(1))] += info.nbytes  # < n_layer: read_model checked
             elif name.startswith("token_embd"):
                 input_bytes += info.nbytes
             else:
