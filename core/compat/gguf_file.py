@@ -141,7 +141,7 @@ def file_problem(path: Path) -> str | None:
         import errno
 
         if exc.errno == errno.ELOOP:
-            return "is a symbolic link loop (it points back at itself)"
+            return "is a symbolic link loop (following it never reaches a file)"
         if exc.errno == errno.ENAMETOOLONG:
             return "is a path too long for this system"
         return f"cannot be read ({exc.strerror or exc})"
