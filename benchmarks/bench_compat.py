@@ -127,7 +127,7 @@ def _real_gguf() -> dict[str, object]:
     """The demo model's GGUF (SmolLM2-135M-Instruct, Q4_1, 49,152 tokens): whole weights
     behind the header, unlike the tokenizer-only GGUFs above."""
     from gguf import GGUFReader
-    from specdeck.core.compat.gguf_file import read_gguf
+    from specdeck.core.compat.gguf_model import read_gguf
     from specdeck.core.engines.demo import find_gguf
 
     path = find_gguf()

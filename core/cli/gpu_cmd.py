@@ -56,6 +56,9 @@ def register(subparsers) -> None:
     llama.add_argument("--swap-model", metavar="NAME", help="with --swap-config: the model")
     llama.add_argument("--compute-reserve-mb", type=finite(0, 1 << 20), default=512,
                        help="kept per GPU for llama.cpp's compute buffers (default 512)")
+    llama.add_argument("--host-ram", type=finite(0, 1 << 20, low_open=True), metavar="GB",
+                       help="the host memory what stays off the GPUs must fit in "
+                       "(default: this machine's)")
     vram.add_argument("--ctx", type=whole(-1, 1 << 27), metavar="N",
                       help=f"context (max_seq_len); default: TabbyAPI's, min(native, {DEFAULT_MAX_SEQ_LEN})")
     vram.add_argument("--cache-mode", default="FP16", help=f"{CACHE_MODES_TEXT} (default FP16)")
@@ -246,7 +249,11 @@ def _vram_gguf(args: argparse.Namespace) -> int:
             raise InvalidInputError(f"Model {args.swap_model}'s cmd names no -m GGUF.",
                                     "SpecDeck plans llama-server cmds that load a local GGUF.")
     else:
-        argv = shlex.split(args.llama_args)
+        try:
+            argv = shlex.split(args.llama_args)
+        except ValueError as exc:  # an unclosed quote
+            raise InvalidInputError(f"--llama-args cannot be split into flags ({exc}).",
+                                    "Close the quote.") from None
         target, draft = args.model, args.draft
     flags = LlamaFlags.from_args(argv)
     from specdeck.core.vram.costs import DEFAULT_OVERHEADS
@@ -254,12 +261,21 @@ def _vram_gguf(args: argparse.Namespace) -> int:
     gpus = _resolve_gpus(PlanInputs(model=str(target), gpus=args.gpus,
                                     count_in_use=args.count_in_use), None, DEFAULT_OVERHEADS)
     plan = plan_gguf(read_gguf_model(target), read_gguf_model(draft) if draft else None, flags,
-                     gpus, args.compute_reserve_mb)
+                     gpus, args.compute_reserve_mb, _host_ram(args.host_ram))
     if args.json:
         emit_json(plan.to_json())
     else:
         print("\n".join(plan_lines(plan)))
     return EXIT_OK if plan.fits else EXIT_NEGATIVE
+
+
+def _host_ram(gigabytes: float | None) -> int:
+    """The host memory to plan for: ``--host-ram`` GB, else this machine's (psutil)."""
+    if gigabytes is not None:
+        return int(gigabytes * 1024**3)
+    import psutil
+
+    return int(psutil.virtual_memory().total)
 
 
 def print_plan(result, out: TextIO | None = None) -> None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from specdeck.core.compat.gguf_file import NeedMore, read_gguf_prefix
+from specdeck.core.compat.gguf_file import NeedMore
+from specdeck.core.compat.gguf_model import read_gguf_prefix
 from specdeck.core.errors import CancelledError
 from specdeck.core.hub.errors import HubError
 
@@ -41,7 +42,10 @@ def read_hub_gguf(repo_id: str, revision: str | None, wanted: str, *,
             raise CancelledError("Compatibility check cancelled.")
         data = _fetch(client, url, size, repo_id, commit)
         try:
-            vocab, special, numbers = read_gguf_prefix(data, path.rsplit("/", 1)[-1])
+            # The listing's size lets the tensor table be checked against the whole file
+            # (a truncated upload is refused as llama.cpp refuses it).
+            vocab, special, numbers = read_gguf_prefix(data, path.rsplit("/", 1)[-1],
+                                                       choice.files[0].size or None)
             return vocab, special, numbers, path, len(data)
         except NeedMore as more:
             if len(data) < size:

@@ -94,7 +94,7 @@ def load_model(
     started = time.perf_counter()
     source = spec if isinstance(spec, ModelSource) else parse_source(spec)
     if source.gguf is not None:
-        from specdeck.core.compat.gguf_file import read_gguf
+        from specdeck.core.compat.gguf_model import read_gguf
 
         vocab, special, numbers = read_gguf(source.gguf)
         return LoadedModel(source=source, folder=source.gguf, info=None, vocab=vocab,

@@ -71,6 +71,15 @@ class TokenText:
     """What it stands for (" the", "\\n")."""
     special: bool = False
 
+    def to_json(self) -> dict:
+        """Bytes of a GGUF token that are not UTF-8 (kept as escaped surrogates, so that two
+        such tokens stay different) are written \\xNN: JSON text cannot hold them."""
+        from specdeck.core.compat.display import shown_bytes
+
+        return {"text": None if self.text is None else shown_bytes(self.text),
+                "display": None if self.display is None else shown_bytes(self.display),
+                "special": self.special}
+
 
 @dataclass(frozen=True)
 class Mismatch:

@@ -340,10 +340,15 @@ def exllamav2_tokenizer_rule(t: LoadedModel, d: LoadedModel, cmp: VocabCompariso
 def llama_server_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
     """Both sides GGUF: what llama-server needs to run them as target (-m) and draft (-md)."""
     values = {"target": "GGUF", "draft": "GGUF"}
+    # A GGUF that llama.cpp's loader refuses never gets here: reading it raised GgufRefused
+    # (core/compat/gguf_model.py).
     return RuleResult("llama_server", "Loadable by llama-server", Status.PASS,
-                      "Both are GGUF files: llama-server loads them as -m TARGET -md DRAFT "
-                      "--spec-type draft-simple. It runs the rules above marked llama.cpp when "
-                      "it starts and refuses the pair if one fails (common/speculative.cpp).",
+                      "Both are GGUF files that pass the checks of llama.cpp's loader SpecDeck "
+                      "repeats (format, tensor table, hyperparameters, vocabulary; not that "
+                      "every tensor of the architecture is there): llama-server loads them as "
+                      "-m TARGET -md DRAFT --spec-type draft-simple. It runs the rules above "
+                      "marked llama.cpp when it starts and refuses the pair if one fails "
+                      "(common/speculative.cpp).",
                       blocking=False, origin=LLAMA_CPP, **values)
 
 

@@ -8,6 +8,7 @@ only the tokenizer and config files are fetched (never weights).
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from dataclasses import dataclass
@@ -60,6 +61,10 @@ def parse_source(spec: str | Path) -> ModelSource:
             "No model given.", "Give a model folder, or a Hub id such as org/name@revision."
         )
     path = expand_user(text)
+    if path.suffix.lower() == ".gguf" and os.path.lexists(path):
+        # Whatever it is (a file, a folder, a FIFO, a link that loops), it was named as a
+        # GGUF: the GGUF reader says what it is, never "a model folder".
+        return ModelSource(text, gguf=path)
     if path.exists():
         if path.is_file() and path.suffix.lower() == ".gguf":
             return ModelSource(text, gguf=path)

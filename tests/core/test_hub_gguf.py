@@ -28,11 +28,11 @@ def gguf_bytes(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def wide_gguf_bytes(tmp_path_factory):
-    """The same header before 9.7 MB of tensor data, as a real file has far more weights
-    than header."""
+    """The same header (5.9 MB: 151,665 tokens and as many merges) before 19.4 MB of tensor
+    data, as a real file has far more weights than header."""
     folder = tmp_path_factory.mktemp("gguf-wide")
     return write_tokenizer_gguf(FIXTURES / "models" / "Qwen2.5-0.5B-Instruct",
-                                folder / "q.gguf", columns=32).read_bytes()
+                                folder / "q.gguf", columns=64).read_bytes()
 
 
 @pytest.fixture
