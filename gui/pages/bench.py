@@ -524,7 +524,7 @@ class BenchPage(QWidget):
             self.banner.show_message(html.escape(str(exc)), "error")
             return
         if self.session is None or not self.session.alive:
-            from specdeck.gui.bench_session import BenchSession
+            from specdeck.core.bench.session import BenchSession
 
             self.session = (self._session_factory or BenchSession)()
             pid = getattr(self.session, "worker_pid", None)
@@ -566,7 +566,7 @@ class BenchPage(QWidget):
         """Apply what the session reported since the last tick; returns the events handled."""
         if self.session is None:
             return 0
-        from specdeck.gui.bench_session import PlanDone, PlanFailed
+        from specdeck.core.bench.session import PlanDone, PlanFailed
 
         events = self.session.drain()
         steps: list[RunStep] = []
