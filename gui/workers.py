@@ -3,7 +3,12 @@
 ``submit(fn, ...)`` runs ``fn`` on Qt's thread pool and delivers its result, error or
 progress back on the GUI thread through signals. ``fn`` receives a ``threading.Event`` as
 ``cancel`` and a ``progress`` callback when it accepts them, which is how every long core
-call in SpecDeck is shaped (see DESIGN.md).
+call in SpecDeck is shaped (see CONTRIBUTING.md).
+
+A page does not call ``submit`` itself: it keeps one :class:`Tasks` and runs its calls
+through it by key (as anki's ``QueryOp``), which holds the rules every page needs: the newest
+request of a key wins (the older is cancelled and its late answer dropped), and closing the
+page cancels everything and drops whatever still arrives.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ import inspect
 import logging
 import threading
 import traceback
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from PySide6.QtCore import QMetaObject, QObject, QRunnable, Qt, QThreadPool, QTimer, Signal
@@ -136,3 +142,113 @@ def submit(
     target_pool = pool or QThreadPool.globalInstance()
     QTimer.singleShot(0, handle, lambda: target_pool.start(runnable))
     return handle
+
+
+class Tasks(QObject):
+    """A page's background calls, by key.
+
+    ``run(key, fn, ...)`` submits ``fn`` and calls ``on_result`` / ``on_error`` /
+    ``on_progress`` / ``on_done`` on the GUI thread, but only while that call is still the
+    newest of its key and the page is open:
+
+    - a newer ``run`` with the same key cancels the older call (its ``cancel`` event is set)
+      and drops whatever the older one still delivers: the page never shows an answer to a
+      question it no longer asks (a scan of folders since changed, a plan of edits since
+      typed over);
+    - ``key=None`` is a call of its own, never superseded (saving a report, a history entry);
+    - ``close()`` (a page's shutdown) cancels every call and drops every late answer; so does
+      destroying the page, which owns this object.
+
+    The handles are children of this object, deleted once done (see ``_release``).
+    """
+
+    def __init__(self, owner: QObject):
+        super().__init__(owner)
+        self._current: dict[Hashable, TaskHandle] = {}
+        self._cancels: dict[Hashable, threading.Event] = {}
+        """The running calls' cancel events: plain Python, so the page's destruction can set
+        them without touching a Qt object being deleted."""
+        self._unfinished: set[TaskHandle] = set()
+        """Every call still in a worker, superseded and cancelled ones too."""
+        self._closed = False
+        self._serial = itertools.count()
+        self.destroyed.connect(lambda *_args, cancels=self._cancels: _cancel_all(cancels))
+
+    def run(
+        self,
+        key: Hashable | None,
+        fn: Callable[..., Any],
+        *args: Any,
+        on_result: Callable[[Any], None] | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
+        on_progress: Callable[[Any], None] | None = None,
+        on_done: Callable[[], None] | None = None,
+        **kwargs: Any,
+    ) -> TaskHandle | None:
+        """Run ``fn(*args, **kwargs)`` as the newest call of ``key``; None once closed."""
+        if self._closed:
+            return None
+        if key is None:
+            key = (Tasks, next(self._serial))
+        self.cancel(key)
+        handle = submit(fn, *args, parent=self, **kwargs)
+        self._current[key] = handle
+        self._cancels[key] = handle.cancel_event
+        self._unfinished.add(handle)
+
+        def live() -> bool:
+            return not self._closed and self._current.get(key) is handle
+
+        for signal, callback in ((handle.finished, on_result), (handle.failed, on_error),
+                                 (handle.progress, on_progress)):
+            if callback is not None:
+                signal.connect(lambda value, callback=callback: callback(value) if live() else None)
+
+        def finish() -> None:
+            self._unfinished.discard(handle)
+            if not live():
+                return
+            del self._current[key]
+            self._cancels.pop(key, None)
+            if on_done is not None:
+                on_done()
+
+        handle.done.connect(finish)
+        return handle
+
+    def cancel(self, key: Hashable) -> None:
+        """Cancel the call of ``key`` and drop its answers (nothing if none runs)."""
+        handle = self._current.pop(key, None)
+        self._cancels.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+
+    def stop(self, key: Hashable) -> None:
+        """Ask the call of ``key`` to stop (a Cancel button): unlike :meth:`cancel` it stays
+        the newest, so what it answers (a CancelledError, or its result if it was too late
+        to stop) is still delivered."""
+        handle = self._current.get(key)
+        if handle is not None:
+            handle.cancel()
+
+    def running(self, key: Hashable | None = None) -> bool:
+        """Whether the newest call of ``key`` is still running; without a key, whether any
+        call is still in a worker, cancelled ones included (what a closed page's owner may
+        wait for before it goes)."""
+        if key is None:
+            # ``running`` is plain Python, cleared in the worker: it stays readable when the
+            # page (and with it each handle) was deleted before the answer could arrive.
+            self._unfinished = {h for h in self._unfinished if h.running}
+            return bool(self._unfinished)
+        return key in self._current
+
+    def close(self) -> None:
+        """The page is closing: cancel every call; nothing is delivered from now on."""
+        self._closed = True
+        for key in list(self._current):
+            self.cancel(key)
+
+
+def _cancel_all(cancels: dict) -> None:
+    for event in list(cancels.values()):
+        event.set()

@@ -74,7 +74,7 @@ def render(window, out_dir: Path) -> list[Path]:
         shots.append(out_dir / "models-install.png")
         window.grab().save(str(shots[-1]))
         hub.throttle_bps = None
-        _wait(app, lambda: page._install_task is None and not page.busy())
+        _wait(app, lambda: not page.installing() and not page.busy())
         _settle(app)
         shots.append(out_dir / "models-installed.png")
         window.grab().save(str(shots[-1]))
@@ -108,7 +108,7 @@ def _gguf_shot(app, window, out_dir: Path, drafts: Path) -> Path:
         table.selectRow(next(r for r in range(table.rowCount())
                              if table.item(r, 0).text() == "Qwen2.5-0.5B-Instruct-Q8_0.gguf"))
         page.start_install()
-        _wait(app, lambda: page._install_task is None and not page.busy())
+        _wait(app, lambda: not page.installing() and not page.busy())
         _settle(app)
         shot = out_dir / "models-gguf.png"
         window.grab().save(str(shot))

@@ -109,9 +109,12 @@ class BenchPage(QWidget):
         self._plot_turn = 0
         self.last_summary = None
         self.last_report = None
-        self._tasks: list = []
         self._engines_probed = False
 
+        from specdeck.gui.workers import Tasks
+
+        self.tasks = Tasks(self)
+        """Background calls by key: "probe", "history", "apply", ... (see gui.workers.Tasks)."""
         self.banner = Banner()
         self._build_setup()
         self.panes_host = QWidget()
@@ -429,7 +432,7 @@ class BenchPage(QWidget):
             self.server_info.setText(html.escape(str(exc)))
             return
         self.server_info.setText("Probing…")
-        self._submit(_probe_arms, arms, on_result=self._show_probes)
+        self._submit("probe", _probe_arms, arms, on_result=self._show_probes)
 
     def _show_probes(self, lines) -> None:
         self.server_info.setText(" · ".join(lines) or "No server given.")
@@ -804,14 +807,10 @@ class BenchPage(QWidget):
         self.summary.setText(self._summary_html())
         self.context.show_status("A/B run finished" + stopped)
         self._sync_controls()
-        self._submit(_keep, run, done.summary, on_result=self._show_final)
+        self._submit(None, _keep, run, done.summary, on_result=self._show_final)
 
-    def _submit(self, fn, *args, on_result=None) -> None:
-        from specdeck.gui.workers import submit
-
-        task = submit(fn, *args, parent=self, on_result=on_result, on_error=self._task_failed)
-        self._tasks.append(task)
-        task.done.connect(lambda: self._tasks.remove(task) if task in self._tasks else None)
+    def _submit(self, key: str | None, fn, *args, on_result=None) -> None:
+        self.tasks.run(key, fn, *args, on_result=on_result, on_error=self._task_failed)
 
     def _task_failed(self, error: BaseException) -> None:
         self.banner.show_message(html.escape(str(error)), "error")
@@ -861,7 +860,7 @@ class BenchPage(QWidget):
                 "Apply again.", "warning")
             return
         drafter = None if self.best_setting is None else self.best_setting.drafter
-        self._submit(plan_apply_setting, drafter, path, on_result=self._confirm_apply)
+        self._submit("apply", plan_apply_setting, drafter, path, on_result=self._confirm_apply)
 
     def _confirm_apply(self, planned) -> None:
         from specdeck.gui.widgets.config_dialog import confirm_and_save
@@ -892,13 +891,13 @@ class BenchPage(QWidget):
     def export_to(self, folder: Path) -> None:
         from specdeck.core.bench.report import write_report
 
-        self._submit(write_report, self.last_run, self.last_summary, folder,
+        self._submit(None, write_report, self.last_run, self.last_summary, folder,
                      on_result=lambda paths: self.context.show_status(f"A/B report written to {paths.folder}"))
 
     def refresh_history(self) -> None:
         from specdeck.core.bench.report import list_history
 
-        self._submit(list_history, on_result=self._show_history)
+        self._submit("history", list_history, on_result=self._show_history)
 
     def _show_history(self, entries) -> None:
         self.history.clear()
@@ -975,7 +974,7 @@ class BenchPage(QWidget):
             self._engines_probed = True
             from specdeck.core.engines import list_engines
 
-            self._submit(list_engines, on_result=self._show_engine_availability)
+            self._submit("engines", list_engines, on_result=self._show_engine_availability)
 
     def _show_engine_availability(self, engines) -> None:
         for info in engines:
@@ -998,8 +997,7 @@ class BenchPage(QWidget):
     # lifecycle -----------------------------------------------------------------------------
     def shutdown(self) -> None:
         self.timer.stop()
-        for task in list(self._tasks):
-            task.cancel()
+        self.tasks.close()
         self._save()
         if self.session is not None:
             self.session.shutdown()

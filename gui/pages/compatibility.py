@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 from specdeck.core.errors import CancelledError
 from specdeck.gui.context import AppContext
 from specdeck.gui.pages import spec
-from specdeck.gui.workers import TaskHandle, submit
+from specdeck.gui.workers import Tasks
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ class CompatibilityPage(QWidget):
     def __init__(self, context: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
         self._context = context
-        self._tasks: dict[str, TaskHandle] = {}
+        self.tasks = Tasks(self)
         self._library_loaded = False
         self.report = None
         self.suggestions = None
@@ -503,23 +503,13 @@ class CompatibilityPage(QWidget):
     def _run(self, key: str, fn: Callable[..., Any], *args: Any,
              on_done: Callable[[Any], None], quiet: bool = False, **kwargs: Any) -> None:
         """Run ``fn`` in the background; a newer run of the same kind replaces the older."""
-        previous = self._tasks.get(key)
-        if previous is not None and previous.running:
-            previous.cancel()
-        handle = submit(fn, *args, parent=self, **kwargs)
-        self._tasks[key] = handle
+        self.tasks.run(key, fn, *args, on_result=on_done,
+                       on_error=lambda exc: self._show_failure(exc, quiet),
+                       on_progress=lambda text: self.busy.setText(str(text)),
+                       on_done=self._task_done, **kwargs)
 
-        def current() -> bool:
-            return self._tasks.get(key) is handle
-
-        handle.finished.connect(lambda result: current() and on_done(result))
-        handle.failed.connect(lambda exc: current() and self._show_failure(exc, quiet))
-        handle.progress.connect(lambda text: current() and self.busy.setText(str(text)))
-        handle.done.connect(lambda: current() and self._task_done(key))
-
-    def _task_done(self, key: str) -> None:
-        self._tasks.pop(key, None)
-        if not any(k in self._tasks for k in ("check", "suggest")):
+    def _task_done(self) -> None:
+        if not any(self.tasks.running(k) for k in ("check", "suggest")):
             self.busy.setText("")
 
     def _set_busy(self, text: str) -> None:
@@ -540,5 +530,4 @@ class CompatibilityPage(QWidget):
         self.error_shown.emit(text)
 
     def shutdown(self) -> None:
-        for handle in self._tasks.values():
-            handle.cancel()
+        self.tasks.close()

@@ -70,10 +70,8 @@ class DraftSettingsPage(QWidget):
         self.context = context
         self.document: ConfigDocument | None = None
         self.change: config.ConfigChange | None = None
-        self._plan_seq = 0
-        self._tasks: set[workers.TaskHandle] = set()
-        self._loading_path: Path | None = None
-        self._remember = True
+        self.tasks = workers.Tasks(self)
+        """Reading the file ("load"), planning the edits ("plan"): the newest of each wins."""
 
         self._plan_timer = QTimer(self)
         self._plan_timer.setSingleShot(True)
@@ -237,25 +235,21 @@ class DraftSettingsPage(QWidget):
         if not self.confirm_discard():
             return
         path = Path(path)
-        self._loading_path = path
-        self._remember = remember
         self.status_label.setText(f"Reading {path.name}…")
-        handle = workers.submit(load_with_choices, path, parent=self)
-        handle.finished.connect(lambda result, p=path: self._on_loaded(p, *result))
-        handle.failed.connect(lambda exc, p=path: self._on_load_failed(p, exc))
-        self._track(handle)
+        self.tasks.run("load", load_with_choices, path,
+                       on_result=lambda result: self._on_loaded(path, *result, remember=remember),
+                       on_error=lambda exc: self._on_load_failed(path, exc))
 
     def reload(self) -> None:
         if self.document is not None and self.document.path is not None:
             self.open_path(self.document.path)
 
-    def _on_loaded(self, path: Path, doc: ConfigDocument, draft_names: list[str]) -> None:
-        if self._loading_path != path:
-            return  # a newer open superseded this one
+    def _on_loaded(self, path: Path, doc: ConfigDocument, draft_names: list[str],
+                   remember: bool = True) -> None:
         self.document = doc
         self.change = None
         self.path_edit.setText(str(doc.path))
-        if getattr(self, "_remember", True) and self.context.config_path != doc.path.absolute():
+        if remember and self.context.config_path != doc.path.absolute():
             self.context.set_config_path(doc.path)
         for key, editor in self.fields.items():
             editor.base_dir = doc.path.parent
@@ -270,8 +264,6 @@ class DraftSettingsPage(QWidget):
         self.status_label.setText(f"Opened {doc.path.name}.")
 
     def _on_load_failed(self, path: Path, exc: BaseException) -> None:
-        if self._loading_path != path:
-            return
         self.status_label.setText("")
         if isinstance(exc, NotFoundError):
             self._offer_create(path, None)
@@ -411,16 +403,11 @@ class DraftSettingsPage(QWidget):
             editor.show_error(problem)
             if problem is None:
                 valid[key] = editor.text()
-        self._plan_seq += 1
-        seq = self._plan_seq
-        handle = workers.submit(plan_with_problems, self.document, valid, parent=self)
-        handle.finished.connect(lambda result, s=seq: self._on_planned(s, *result))
-        handle.failed.connect(lambda exc, s=seq: self._on_plan_failed(s, exc))
-        self._track(handle)
+        self.tasks.run("plan", plan_with_problems, self.document, valid,
+                       on_result=lambda result: self._on_planned(*result),
+                       on_error=self._on_plan_failed)
 
-    def _on_planned(self, seq: int, change: config.ConfigChange, problems: list) -> None:
-        if seq != self._plan_seq:
-            return
+    def _on_planned(self, change: config.ConfigChange, problems: list) -> None:
         self.change = change
         self.diff_view.set_diff(change.diff())
         invalid = [e.setting.label for e in self.fields.values() if not e.error.isHidden()]
@@ -432,9 +419,7 @@ class DraftSettingsPage(QWidget):
         self.status_label.setText(text)
         self._update_buttons()
 
-    def _on_plan_failed(self, seq: int, exc: BaseException) -> None:
-        if seq != self._plan_seq:
-            return
+    def _on_plan_failed(self, exc: BaseException) -> None:
         self.change = None
         self.diff_view.set_diff("")
         self.status_label.setText(f"Cannot apply: {exc}")
@@ -443,6 +428,7 @@ class DraftSettingsPage(QWidget):
     def revert(self) -> None:
         if self.document is None:
             return
+        self.tasks.cancel("plan")  # a plan of the edits being dropped must not come back
         for key, editor in self.fields.items():
             editor.load(self.document.raw(*key) if self.document.has(*key) else None)
         self.change = None
@@ -523,9 +509,9 @@ class DraftSettingsPage(QWidget):
     def can_close(self) -> bool:
         return self.confirm_discard()
 
-    def _track(self, handle: workers.TaskHandle) -> None:
-        self._tasks.add(handle)
-        handle.done.connect(lambda h=handle: self._tasks.discard(h))
+    def shutdown(self) -> None:
+        self._plan_timer.stop()
+        self.tasks.close()
 
 
 def _escape(text: str) -> str:

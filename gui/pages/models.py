@@ -21,7 +21,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import shiboken6
 from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
@@ -49,7 +48,7 @@ from specdeck.core.errors import CancelledError
 from specdeck.gui.context import AppContext
 from specdeck.gui.pages.compatibility import BADGE_ROLES
 from specdeck.gui.widgets.banner import Banner
-from specdeck.gui.workers import TaskHandle, submit
+from specdeck.gui.workers import TaskHandle, Tasks
 
 log = logging.getLogger(__name__)
 
@@ -232,9 +231,9 @@ class ModelsPage(QWidget):
     def __init__(self, context: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
         self.context = context
-        self._tasks: set[TaskHandle] = set()
-        self._install_task: TaskHandle | None = None
-        self._variants_task: TaskHandle | None = None
+        self.tasks = Tasks(self)
+        """Keys: "library" (the scan), "compatibility", "variants" (the selected repository's),
+        "install", "search", "token", ...: a newer request of a key replaces the older."""
         self._variants: Any = None  # RepoVariants of the selected repository
         self._installed: dict = {}
         self._partials: list = []
@@ -245,9 +244,6 @@ class ModelsPage(QWidget):
         self._last_result: Any = None
         self._install_dir: Path | None = None
         self._rename_offer: Any = None  # a Variant whose folder name clashed
-        self._scan_generation = 0
-        self._closed = False
-        self._variants_generation = 0
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 8, 10, 8)
@@ -269,7 +265,7 @@ class ModelsPage(QWidget):
             self.refresh_library()
         else:
             self._use_config_destination()
-        self._run(_token_status, finished=self.token_label.setText)
+        self._run("token", _token_status, finished=self.token_label.setText)
 
     # building ------------------------------------------------------------------------
     def _build_library(self) -> QWidget:
@@ -327,7 +323,8 @@ class ModelsPage(QWidget):
                                      "never in config.yml or SpecDeck's settings.")
         self.token_button.clicked.connect(self._ask_token)
         self.forget_button = QPushButton("Forget token")
-        self.forget_button.clicked.connect(lambda: self._run(_forget, finished=self.token_label.setText))
+        self.forget_button.clicked.connect(
+            lambda: self._run("token", _forget, finished=self.token_label.setText))
         token.addWidget(self.token_label, 1)
         token.addWidget(self.token_button)
         token.addWidget(self.forget_button)
@@ -408,24 +405,13 @@ class ModelsPage(QWidget):
         return panel
 
     # workers -------------------------------------------------------------------------
-    def _run(self, fn, *args, finished=None, failed=None, progress=None, **kwargs) -> TaskHandle | None:
-        """Run ``fn`` in a worker; its result, error and progress reach the callbacks on the
-        GUI thread, and never after shutdown() or once the page is destroyed."""
-        if self._closed:
-            return None
-        handle = submit(fn, *args, **kwargs)
-        self._tasks.add(handle)
-        for signal, callback in ((handle.finished, finished), (handle.failed, failed or self._show_error),
-                                 (handle.progress, progress)):
-            if callback is not None:
-                signal.connect(lambda value, callback=callback: self._deliver(callback, value))
-        handle.done.connect(lambda: self._tasks.discard(handle))
-        return handle
-
-    def _deliver(self, callback, value: Any) -> None:
-        # The handle outlives the page when the window closes mid-task: drop late results.
-        if not self._closed and shiboken6.isValid(self):
-            callback(value)
+    def _run(self, key: str | None, fn, *args, finished=None, failed=None, progress=None,
+             **kwargs) -> TaskHandle | None:
+        """Run ``fn`` in a worker as the newest call of ``key`` (None: a call of its own); its
+        result, error and progress reach the callbacks on the GUI thread while it is the
+        newest, and never after shutdown()."""
+        return self.tasks.run(key, fn, *args, on_result=finished,
+                              on_error=failed or self._show_error, on_progress=progress, **kwargs)
 
     def _show_error(self, error: BaseException) -> None:
         self.error_banner.show_message(html.escape(str(error)), "error")
@@ -434,13 +420,15 @@ class ModelsPage(QWidget):
         self.error_banner.clear()
 
     def busy(self) -> bool:
-        return bool(self._tasks)
+        """Whether any call is still in a worker (after shutdown: until each has stopped)."""
+        return self.tasks.running()
+
+    def installing(self) -> bool:
+        return self.tasks.running("install")
 
     def shutdown(self) -> None:
         """Stop background work when the window closes; a running install stays resumable."""
-        self._closed = True
-        for handle in list(self._tasks):
-            handle.cancel()
+        self.tasks.close()
 
     # library -------------------------------------------------------------------------
     @property
@@ -456,7 +444,8 @@ class ModelsPage(QWidget):
         self._install_dir = None
         self._show_destination()
         self.refresh_library()
-        self._run(self._default_dir, finished=self._got_default_dir, failed=lambda exc: self._got_default_dir(None))
+        self._run("default_dir", self._default_dir, finished=self._got_default_dir,
+                  failed=lambda exc: self._got_default_dir(None))
 
     def _default_dir(self) -> Path | None:
         from specdeck.core.hub import default_install_dir
@@ -506,13 +495,9 @@ class ModelsPage(QWidget):
 
     def refresh_library(self) -> None:
         # Scans can overlap (a new folder while one runs): only the latest one is shown.
-        self._scan_generation += 1
-        generation = self._scan_generation
-        self._run(
-            _scan, self._config_path(), str(self._install_dir) if self._install_dir else None,
-            finished=lambda scan: self._show_library(scan) if generation == self._scan_generation else None,
-            failed=self._show_error,
-        )
+        self._run("library", _scan, self._config_path(),
+                  str(self._install_dir) if self._install_dir else None,
+                  finished=self._show_library)
 
     def _show_library(self, scan: dict) -> None:
         from specdeck.core.hub import format_bytes
@@ -551,7 +536,7 @@ class ModelsPage(QWidget):
         self._partials = scan["partials"]
         self._show_partials()
         drafts = [e.model.path.as_posix() for e in scan["entries"]]
-        self._run(_compatibility, self._config_path(), drafts,
+        self._run("compatibility", _compatibility, self._config_path(), drafts,
                   finished=self._show_compatibility, progress=self._show_compatibility,
                   failed=lambda exc: self._show_compatibility({}))
 
@@ -581,7 +566,7 @@ class ModelsPage(QWidget):
         self.search_button.setEnabled(False)
         self.search_status.setText("Searching…")
         self._run(
-            search_repos, self.search_edit.text(), author=self.author_edit.text() or None,
+            "search", search_repos, self.search_edit.text(), author=self.author_edit.text() or None,
             family=family or None,
             finished=self._show_results,
             failed=lambda exc: (self.search_button.setEnabled(True), self.search_status.setText(""),
@@ -633,20 +618,15 @@ class ModelsPage(QWidget):
         keep = (self.variants_table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole)
                 if rows and same_repo else None)
         keep = select or keep
-        if self._variants_task is not None:
-            self._variants_task.cancel()
-        self._variants_generation += 1
-        generation = self._variants_generation
         self._variants = None
         self.variants_table.setRowCount(0)
         self.repo_label.setText(f"<b>{repo_id}</b> · reading its branches…")
         dirs = [str(d) for d in self._library_dirs]
-        self._variants_task = self._run(
-            _variants_with_status, repo_id, dirs, str(self._install_dir) if self._install_dir else None,
-            finished=lambda result: self._show_variants(repo_id, result, keep)
-            if generation == self._variants_generation else None,
-            failed=lambda exc: self._variants_failed(repo_id, exc)
-            if generation == self._variants_generation else None,
+        self._run(
+            "variants", _variants_with_status, repo_id, dirs,
+            str(self._install_dir) if self._install_dir else None,
+            finished=lambda result: self._show_variants(repo_id, result, keep),
+            failed=lambda exc: self._variants_failed(repo_id, exc),
         )
 
     def _variants_failed(self, repo_id: str, error: BaseException) -> None:
@@ -754,7 +734,7 @@ class ModelsPage(QWidget):
 
     # install -------------------------------------------------------------------------
     def _update_buttons(self) -> None:
-        installing = self._install_task is not None
+        installing = self.installing()
         gguf = self.selected_gguf() if hasattr(self, "variants_table") else None
         if gguf is not None:
             installed = gguf.name in self._gguf_installed
@@ -783,16 +763,16 @@ class ModelsPage(QWidget):
 
     def start_install(self, name: str | None = None) -> None:
         gguf = self.selected_gguf()
-        if gguf is not None and self._install_dir is not None and self._install_task is None:
+        if gguf is not None and self._install_dir is not None and not self.installing():
             self._begin_install(self._variants.repo_id, "main", name, gguf=gguf.name)
             return
         variant = self.selected_variant()
-        if variant is None or self._install_dir is None or self._install_task is not None:
+        if variant is None or self._install_dir is None or self.installing():
             return
         self._begin_install(variant.repo_id, variant.revision, name)
 
     def resume_install(self) -> None:
-        if self._partials and self._install_task is None:
+        if self._partials and not self.installing():
             partial = self._partials[0]
             self._begin_install(partial.repo_id, partial.revision, partial.folder_name,
                                 gguf=partial.gguf)
@@ -808,26 +788,21 @@ class ModelsPage(QWidget):
         self.progress_bar.setValue(0)
         self.progress_label.setText(f"Starting {repo_id}@{revision}" + (f" {gguf}" if gguf else "") + "…")
         if gguf is not None:
-            self._install_task = self._run(
-                _install_gguf, repo_id, gguf, str(self._install_dir), name=name,
-                finished=self._install_done, failed=self._install_failed,
-                progress=self._install_progress)
+            call, args = _install_gguf, (repo_id, gguf, str(self._install_dir))
         else:
-            self._install_task = self._run(
-                install, repo_id, revision, self._install_dir, name=name,
-                finished=self._install_done, failed=self._install_failed,
-                progress=self._install_progress,
-            )
-        if self._install_task is None:
+            call, args = install, (repo_id, revision, self._install_dir)
+        handle = self.tasks.run("install", call, *args, name=name, on_result=self._install_done,
+                                on_error=self._install_failed, on_progress=self._install_progress,
+                                on_done=self._install_ended)
+        if handle is None:
             return
-        self._install_task.done.connect(self._install_ended)
         self._show_partials()
         self._update_buttons()
 
     def cancel_install(self) -> None:
-        if self._install_task is not None:
+        if self.installing():
             self.progress_label.setText("Cancelling…")
-            self._install_task.cancel()
+            self.tasks.stop("install")
 
     def _install_progress(self, p) -> None:
         self.progress_bar.setValue(int(p.fraction * PROGRESS_STEPS))
@@ -835,9 +810,6 @@ class ModelsPage(QWidget):
         self.progress_label.setText(p.describe())
 
     def _install_ended(self) -> None:
-        self._install_task = None
-        if self._closed:
-            return
         self._update_buttons()
         self.refresh_library()
         if self._variants is not None:
@@ -898,7 +870,7 @@ class ModelsPage(QWidget):
     def _show_partials(self) -> None:
         from specdeck.core.hub import format_bytes
 
-        if not self._partials or self._install_task is not None:
+        if not self._partials or self.installing():
             self.partial_banner.clear()
             return
         p = self._partials[0]
@@ -919,7 +891,7 @@ class ModelsPage(QWidget):
         answer = QMessageBox.question(self, "Discard unfinished install",
                                       f"Delete what was downloaded for {partial.spec}?")
         if answer == QMessageBox.StandardButton.Yes:
-            self._run(discard_partial, partial, finished=lambda _r: self.refresh_library())
+            self._run(None, discard_partial, partial, finished=lambda _r: self.refresh_library())
 
     # after install -------------------------------------------------------------------
     def _check_new_model(self, path: Path) -> None:
@@ -932,8 +904,8 @@ class ModelsPage(QWidget):
             _set_role(self.compat_badge, BADGE_ROLES.get(value, "badge-info"))
             self.compat_badge.show()
 
-        self._run(_compatibility, self._config_path(), [path.as_posix()], finished=show,
-                  failed=lambda exc: None)
+        self._run("new_model_compatibility", _compatibility, self._config_path(),
+                  [path.as_posix()], finished=show, failed=lambda exc: None)
 
     def _update_use_button(self) -> None:
         has_config = self.context.config_path is not None
@@ -948,7 +920,7 @@ class ModelsPage(QWidget):
 
         if self._last_result is None or self.context.config_path is None:
             return
-        self._run(plan_use_as_draft, self._last_result.path, self.context.config_path, finished=self._confirm_change)
+        self._run("use_as_draft", plan_use_as_draft, self._last_result.path, self.context.config_path, finished=self._confirm_change)
 
     def _confirm_change(self, change) -> None:
         from specdeck.gui.widgets.config_dialog import confirm_and_save
@@ -979,5 +951,6 @@ class ModelsPage(QWidget):
         )
         if ok and value.strip():
             self.token_label.setText("Checking the token…")
-            self._run(_sign_in, value.strip(), finished=self.token_label.setText,
-                      failed=lambda exc: (self._show_error(exc), self._run(_token_status, finished=self.token_label.setText)))
+            self._run("token", _sign_in, value.strip(), finished=self.token_label.setText,
+                      failed=lambda exc: (self._show_error(exc), self._run(
+                          "token", _token_status, finished=self.token_label.setText)))

@@ -58,6 +58,9 @@ class ServerArmsDialog(QDialog):
     def __init__(self, arms: Sequence, launch: LaunchSettings, one_at_a_time: bool,
                  parent: QWidget | None = None):
         super().__init__(parent)
+        from specdeck.gui.workers import Tasks
+
+        self.tasks = Tasks(self)
         self.setWindowTitle("Server arms")
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
@@ -231,12 +234,10 @@ class ServerArmsDialog(QDialog):
         except SpecDeckError as exc:
             self.message.setText(str(exc))
             return
-        from specdeck.gui.workers import submit
-
         self.message.setText("Checking…")
         self.check_button.setEnabled(False)
-        self.task = submit(_describe_all, arms, parent=self, on_result=self._show_found,
-                           on_error=self._check_failed)
+        self.tasks.run("check", _describe_all, arms, on_result=self._show_found,
+                       on_error=self._check_failed)
 
     def _show_found(self, lines: list[str]) -> None:
         self.check_button.setEnabled(True)

@@ -159,7 +159,7 @@ def test_finished_run_is_summarised_saved_to_history_and_exported(qtbot, page, m
     assert page.history.itemData(0) == str(page.last_report.folder)
     page.export_to(tmp_path / "export")
     qtbot.waitUntil(lambda: (tmp_path / "export" / page.last_report.csv.name).exists(), timeout=30_000)
-    qtbot.waitUntil(lambda: not page._tasks, timeout=30_000)
+    qtbot.waitUntil(lambda: not page.tasks.running(), timeout=30_000)
     data = json.loads((tmp_path / "export" / page.last_report.json.name).read_text())
     assert len(data["runs"]) == len(page.last_run.records)
     with open(tmp_path / "export" / page.last_report.csv.name, newline="") as handle:

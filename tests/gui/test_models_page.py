@@ -328,7 +328,7 @@ def test_a_gguf_repo_lists_its_files_and_installs_one_verified(qtbot, gguf_page,
     seen = []
     page.progress_bar.valueChanged.connect(seen.append)
     page.start_install()
-    qtbot.waitUntil(lambda: page._install_task is None and bool(page.result_label.text()), timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: not page.installing() and bool(page.result_label.text()), timeout=TIMEOUT)
     folder = drafts / "Qwen2.5-0.5B-Instruct-GGUF-Q4_K_M"
     for name in ("Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf",
                  "Qwen2.5-0.5B-Instruct-Q4_K_M-00002-of-00002.gguf"):
@@ -351,7 +351,7 @@ def test_a_cancelled_gguf_install_leaves_nothing_that_looks_installed(qtbot, ggu
     page.start_install()
     qtbot.waitUntil(lambda: page.progress_bar.value() > 0, timeout=TIMEOUT)
     page.cancel_install()
-    qtbot.waitUntil(lambda: page._install_task is None, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: not page.installing(), timeout=TIMEOUT)
     assert not (drafts / "Qwen2.5-0.5B-Instruct-GGUF-Q8_0").exists()
     qtbot.waitUntil(lambda: page.variants_table.rowCount() == 3, timeout=TIMEOUT)
     assert _rows(page)["Qwen2.5-0.5B-Instruct-Q8_0.gguf"][5] == ""
@@ -360,7 +360,7 @@ def test_a_cancelled_gguf_install_leaves_nothing_that_looks_installed(qtbot, ggu
     assert page._partials[0].gguf == "Qwen2.5-0.5B-Instruct-Q8_0.gguf"
     hub.throttle_bps = 0
     page.resume_install()
-    qtbot.waitUntil(lambda: page._install_task is None and bool(page.result_label.text()),
+    qtbot.waitUntil(lambda: not page.installing() and bool(page.result_label.text()),
                     timeout=TIMEOUT)
     folder = drafts / "Qwen2.5-0.5B-Instruct-GGUF-Q8_0"
     assert [p.name for p in folder.iterdir() if not p.name.startswith(".")] == [
