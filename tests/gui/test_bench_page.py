@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from specdeck.core.bench.plan import BenchPlan, default_arms
+from specdeck.gui.bench_form import plan_from_choices
 from specdeck.gui.pages.bench import BenchPage
 from tiny_models import ab_models
 
@@ -31,43 +33,44 @@ def page(qtbot, configured_qapp):
 
 def configure(page: BenchPage, model: Path, draft: Path | None = None, ngram: bool = True,
               suites=("grounded",), per_suite: int = 1, max_new: int = 24, repeats: int = 2,
-              warmup: int = 0) -> None:
-    page.model.setEditText(str(model))
-    page.use_draft.setChecked(draft is not None)
-    page.draft.setText(str(draft) if draft else "")
-    page.use_ngram.setChecked(ngram)
-    for name, button in page.suite_buttons.items():
-        button.setChecked(name in suites)
-    page.per_suite.setValue(per_suite)
-    page.max_new.setValue(max_new)
-    page.repeats.setValue(repeats)
-    page.warmup.setValue(warmup)
+              warmup: int = 0, sweep: bool = False) -> BenchPlan:
+    """Show a plan in the form (A, then the draft model and/or n-gram at k <= 4)."""
+    from specdeck.core.bench.suites import first_prompts
+    from specdeck.core.bench.sweep import sweep_arms
+
+    arms = default_arms(draft, ngram, k=4)
+    plan = BenchPlan(engine="torch", model=str(model),
+                     arms=sweep_arms([a.drafter for a in arms[1:]]) if sweep else arms,
+                     suites=suites, prompt_ids=tuple(p.id for p in first_prompts(suites, per_suite)),
+                     max_new_tokens=max_new, repeats=repeats, warmup=warmup)
+    page.form.set_plan(plan)
+    assert plan_from_choices(page.form.choices(), comparison=False) == plan
+    return plan
 
 
 def test_start_runs_the_plan_and_fills_the_results_table(qtbot, page, models):
-    configure(page, models["cycle"], suites=("grounded", "code"), repeats=2, warmup=1)
+    configure(page, models["cycle"], suites=("code", "grounded"), repeats=2, warmup=1)
     page.start()
     assert page.stop_button.isEnabled() and not page.start_button.isEnabled()
-    assert not page.model.isEnabled()
+    assert not page.form.model.isEnabled()
     qtbot.waitUntil(lambda: page.last_run is not None, timeout=120_000)
     run = page.last_run
     assert len(run.counted()) == 2 * 2 * 2  # prompts x repeats x arms
-    assert page.table.rowCount() == 8  # warm-ups are not rows
-    rows = [[page.table.item(r, c).text() for c in range(page.table.columnCount())]
-            for r in range(page.table.rowCount())]
-    drafted = [r for r in rows if r[0] == "B"]
+    rows = page.table.rows()
+    assert len(rows) == 8  # warm-ups are not rows
+    drafted = [r for r in rows if r["Arm"] == "B"]
     assert len(drafted) == 4
     for row in drafted:
-        assert row[9] == "identical"  # greedy: n-gram never changes a token
-        assert row[5].endswith("×")  # paired with A's run of the same prompt and repeat
-        assert float(row[7].rstrip("%")) > 50  # the cycling model repeats itself
+        assert row["Output vs A"] == "identical"  # greedy: n-gram never changes a token
+        assert row["vs A"].endswith("×")  # paired with A's run of the same prompt and repeat
+        assert float(row["Accepted"].rstrip("%")) > 50  # the cycling model repeats itself
     assert "outputs identical to A" in page.summary.text() and "4/4" in page.summary.text()
     assert page.progress.value() == page.progress.maximum() == len(run.records)
     # Every ratio shown is the run over A's run of the same prompt and repeat, and the running
     # median the page showed is the finished summary's (one reducer, one summary, in core).
     reference = {(r.prompt_id, r.slot.repeat): r.result.stats.tokens_per_second
                  for r in run.counted("A")}
-    shown = {(row[1], int(row[2]) - 1): row[5] for row in drafted}
+    shown = {(row["Prompt"], int(row["Rep"]) - 1): row["vs A"] for row in drafted}
     for record in run.counted("B"):
         key = (record.prompt_id, record.slot.repeat)
         assert shown[key] == f"{record.result.stats.tokens_per_second / reference[key]:.2f}×"
@@ -119,17 +122,21 @@ def test_stop_keeps_finished_runs(qtbot, page, models):
 
 
 def test_bad_setups_are_explained_and_nothing_starts(page, models):
-    configure(page, models["cycle"], ngram=False)
+    configure(page, models["cycle"], ngram=False)  # the reference alone: shown, not run
     page.start()
     assert page.banner.isVisible() and "Nothing to compare" in page.banner.label.text()
     assert "Tick Draft model and/or N-gram" in page.banner.label.text()
     assert page.session is None
-    configure(page, models["cycle"], suites=())
+    # What no plan can hold, the user can still click: the form says what is missing.
+    form = page.form
+    for button in form.suite_buttons.values():
+        button.setChecked(False)
     page.start()
     assert "No prompt suite" in page.banner.label.text()
-    page.use_ngram.setChecked(False)
-    page.use_draft.setChecked(True)
-    page.suite_buttons["code"].setChecked(True)
+    form.use_ngram.setChecked(False)
+    form.use_draft.setChecked(True)
+    form.draft.setText("")
+    form.suite_buttons["code"].setChecked(True)
     page.start()
     assert "no folder" in page.banner.label.text()
 
@@ -172,9 +179,8 @@ def test_sweep_finds_the_best_k_and_apply_writes_it_through_the_config_editor(
     from specdeck.gui.widgets import config_dialog
     from conftest import TABBY
 
-    configure(page, models["cycle"], repeats=1, max_new=24)
-    page.sweep.setChecked(True)
-    assert not page.k.isEnabled() and not page.adaptive.isEnabled()
+    configure(page, models["cycle"], repeats=1, max_new=24, sweep=True)
+    assert not page.form.k.isEnabled() and not page.form.adaptive.isEnabled()
     # Nine arms (A, k=1..8) share two panes: the reference and the drafting arm of the moment.
     assert len(page.panes) == 2
     page.start()
@@ -182,7 +188,7 @@ def test_sweep_finds_the_best_k_and_apply_writes_it_through_the_config_editor(
     run = page.last_run
     assert [a.name for a in run.plan.arms] == ["A", *(f"k{k}" for k in range(1, 9))]
     assert all(not a.drafter.adaptive for a in run.plan.arms[1:])
-    assert page.table.rowCount() == 9
+    assert len(page.table.rows()) == 9
     assert page.panes[1].title.full_text().startswith("k8: n-gram")  # the last arm run
     # The cycling model's output repeats: n-gram drafts are right, so longer drafts are
     # accepted further (deterministic under greedy) and drafting beats no drafting. Which k is
@@ -229,9 +235,10 @@ def test_sweep_finds_the_best_k_and_apply_writes_it_through_the_config_editor(
 def test_the_pages_ranges_are_the_plan_tables(page):
     from specdeck.core.bench.fields import PLAN_FIELDS
 
-    for name, spin in (("k", page.k), ("repeats", page.repeats), ("warmup", page.warmup),
-                       ("max_new_tokens", page.max_new)):
+    form = page.form
+    for name, spin in (("k", form.k), ("repeats", form.repeats), ("warmup", form.warmup),
+                       ("max_new_tokens", form.max_new)):
         field = PLAN_FIELDS[name]
         assert (spin.minimum(), spin.maximum()) == (field.low, field.high), name
-    page.k.setValue(PLAN_FIELDS["k"].high)  # the CLI's largest k, no longer capped at 8
-    assert page.plan_from_controls().arms[1].drafter.num_draft_tokens == PLAN_FIELDS["k"].high
+    form.k.setValue(PLAN_FIELDS["k"].high)  # the CLI's largest k, no longer capped at 8
+    assert form.plan().arms[1].drafter.num_draft_tokens == PLAN_FIELDS["k"].high
