@@ -103,10 +103,8 @@ def _gguf_shot(app, window, out_dir: Path, drafts: Path) -> Path:
     try:
         page = window.show_page("models")
         page.show_repo(repo)
-        _wait(app, lambda: page.variants_table.rowCount() == 4)
-        table = page.variants_table
-        table.selectRow(next(r for r in range(table.rowCount())
-                             if table.item(r, 0).text() == "Qwen2.5-0.5B-Instruct-Q8_0.gguf"))
+        _wait(app, lambda: len(page.variant_rows()) == 4)
+        page.select_variant(page.GGUF_PREFIX + "Qwen2.5-0.5B-Instruct-Q8_0")
         page.start_install()
         _wait(app, lambda: not page.installing() and not page.busy())
         _settle(app)

@@ -1,23 +1,27 @@
-"""The Models page: the local model library, and EXL2 drafts to install from the Hub.
+"""The Models page: the local model library, and drafts to install from the Hub (an EXL2
+branch for TabbyAPI, or a GGUF file for llama-server).
 
 Top: every model folder SpecDeck knows (config.yml's model and draft folders, extra folders,
 the install destination) with its architecture, size, bitrate, context, vocabulary, a
 compatibility badge against config.yml's target model, and where it came from.
 
-Bottom: search the Hub, pick a repository, pick a bitrate (one branch each), Install.
-Progress shows bytes, rate, time left and the file; Cancel keeps what was downloaded, and
-an unfinished install (cancelled, failed, or cut off by a restart) is offered for Resume.
-After an install, "Use as draft" previews the config.yml change and saves it atomically
-through the config editor.
+Bottom: search the Hub, pick a repository, pick a bitrate (one EXL2 branch each) or a GGUF
+file (its shards together), Install. Progress shows bytes, rate, time left and the file;
+Cancel keeps what was downloaded, and an unfinished install (cancelled, failed, or cut off by
+a restart) is offered for Resume. After an EXL2 install, "Use as draft" previews the
+config.yml change and saves it atomically through the config editor; after a GGUF install,
+the page shows the llama-server flags that draft with it.
 
-Everything slow (network, disk scans, keyring, tokenizers) runs in gui.workers; the page
-only shows state. Domain logic lives in specdeck.core.hub.
+Everything slow (network, disk scans, keyring, tokenizers) runs in gui.workers. What is
+installed, in which state, under which folder name, and what a folder is for is decided in
+specdeck.core.hub.library; the page renders it.
 """
 
 from __future__ import annotations
 
 import html
 import logging
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -116,55 +120,6 @@ def _set_role(label: QLabel, role: str | None) -> None:
 # The calls that run in workers: plain functions of core, nothing Qt.
 
 
-def _scan(config_path: str | None, install_dir: str | None) -> dict:
-    from specdeck.core.hub import find_partial_installs, model_dirs, scan_library
-
-    extra = (install_dir,) if install_dir else ()
-    errors = []
-    try:
-        dirs = model_dirs(config_path, extra)
-    except Exception as exc:  # a broken config.yml: still show the install folder
-        errors.append(str(exc))
-        dirs = [Path(install_dir)] if install_dir else []
-    entries, problems = scan_library(dirs)
-    partials = find_partial_installs(install_dir) if install_dir else []
-    return {"dirs": dirs, "entries": entries, "problems": problems, "partials": partials, "errors": errors}
-
-
-def _target_model(config_path: str | None) -> Path | None:
-    from specdeck.core.hub.locations import current_config
-
-    doc = current_config(config_path)
-    return doc.target_model_path() if doc is not None else None
-
-
-def _compatibility(config_path: str | None, drafts: list[str], cancel=None, progress=None) -> dict:
-    """Verdicts of each draft folder against config.yml's target, via the compatibility
-    checker (specdeck.core.compat) when this build has it; {} otherwise."""
-    try:
-        from specdeck.core.compat import check
-    except ImportError:
-        return {}
-    target = _target_model(config_path)
-    if target is None or not Path(target).is_dir():
-        return {}
-    verdicts = {}
-    for draft in drafts:
-        if cancel is not None and cancel.is_set():
-            break
-        if Path(draft).resolve() == Path(target).resolve():
-            verdicts[draft] = ("target", "Target model", "config.yml's target model")
-            continue
-        try:
-            report = check(target, draft, cancel=cancel)
-            verdicts[draft] = (report.verdict.value, report.verdict.label, report.summary)
-        except Exception as exc:  # one unreadable model must not hide the others' badges
-            verdicts[draft] = ("inconclusive", "Not checked", str(exc))
-        if progress:
-            progress(dict(verdicts))
-    return verdicts
-
-
 def _token_status() -> str:
     from specdeck.core.hub import resolve_token
 
@@ -190,27 +145,13 @@ def _forget() -> str:
     return _token_status()
 
 
-def _variants_with_status(repo_id: str, dirs: list[str], install_dir: str | None, cancel=None) -> dict:
-    """Worker: a repo's EXL2 branches and GGUF files, and which are installed."""
-    from specdeck.core.hub import find_partial_installs, installed_variants, list_variants
-    from specdeck.core.hub.gguf import gguf_folder_name, is_installed, list_gguf
+def _install_and_use(install, *args, progress=None, cancel=None, **kwargs):
+    """Worker: ``install`` (an EXL2 branch or a GGUF file), then what the installed folder
+    is for (read from its files here, not on the GUI thread)."""
+    from specdeck.core.hub.library import installed_use
 
-    found = list_variants(repo_id, cancel=cancel)
-    installed = installed_variants([*dirs, install_dir] if install_dir else dirs)
-    partials = find_partial_installs(install_dir) if install_dir else []
-    ggufs = list_gguf(repo_id)
-    gguf_installed = {c.name for c in ggufs if install_dir and is_installed(
-        c, Path(install_dir) / gguf_folder_name(repo_id, c))}
-    return {"found": found, "installed": installed, "partials": partials, "gguf": ggufs,
-            "gguf_installed": gguf_installed}
-
-
-def _install_gguf(repo_id: str, wanted: str, dest: str, name: str | None = None, progress=None,
-                  cancel=None):
-    """Worker: one GGUF of ``repo_id`` (all its shards), installed like an EXL2 branch."""
-    from specdeck.core.hub.gguf import install_gguf
-
-    return install_gguf(repo_id, wanted, dest, name=name, progress=progress, cancel=cancel)
+    result = install(*args, progress=progress, cancel=cancel, **kwargs)
+    return result, installed_use(result.path)
 
 
 # ---------------------------------------------------------------------------------------
@@ -234,12 +175,9 @@ class ModelsPage(QWidget):
         self.tasks = Tasks(self)
         """Keys: "library" (the scan), "compatibility", "variants" (the selected repository's),
         "install", "search", "token", ...: a newer request of a key replaces the older."""
-        self._variants: Any = None  # RepoVariants of the selected repository
-        self._installed: dict = {}
+        self._offer: Any = None
+        """What the selected repository offers (core.hub.library.RepoOffer)."""
         self._partials: list = []
-        self._ggufs: dict = {}
-        """The selected repository's GGUF files by name (core.hub.gguf.GgufChoice)."""
-        self._gguf_installed: set[str] = set()
         self._library_dirs: list[Path] = []
         self._last_result: Any = None
         self._install_dir: Path | None = None
@@ -419,6 +357,30 @@ class ModelsPage(QWidget):
     def _clear_error(self) -> None:
         self.error_banner.clear()
 
+    # what the page shows, by column name (tests and tools read these) ------------------
+    def library_rows(self) -> dict[str, dict[str, str]]:
+        """The library table: model name -> {column header: text}."""
+        from specdeck.gui.widgets.table_text import rows_by_header
+
+        return {row["Name"]: row for row in rows_by_header(self.library_table)}
+
+    def variant_rows(self) -> dict[str, dict[str, str]]:
+        """The selected repository's branches and GGUF files: first cell -> its row."""
+        from specdeck.gui.widgets.table_text import rows_by_header
+
+        return {row["Branch / file"]: row for row in rows_by_header(self.variants_table)}
+
+    def repositories(self) -> list[str]:
+        """The search results, in order."""
+        from specdeck.gui.widgets.table_text import rows_by_header
+
+        return [row["Repository"] for row in rows_by_header(self.results_table)]
+
+    @property
+    def partials(self) -> list:
+        """Unfinished installs offered for Resume (core.hub.install.PartialInstall)."""
+        return list(self._partials)
+
     def busy(self) -> bool:
         """Whether any call is still in a worker (after shutdown: until each has stopped)."""
         return self.tasks.running()
@@ -494,22 +456,25 @@ class ModelsPage(QWidget):
             self.refresh_library()
 
     def refresh_library(self) -> None:
+        from specdeck.core.hub.library import scan_for_install
+
         # Scans can overlap (a new folder while one runs): only the latest one is shown.
-        self._run("library", _scan, self._config_path(),
+        self._run("library", scan_for_install, self._config_path(),
                   str(self._install_dir) if self._install_dir else None,
                   finished=self._show_library)
 
-    def _show_library(self, scan: dict) -> None:
+    def _show_library(self, scan) -> None:
         from specdeck.core.hub import format_bytes
+        from specdeck.core.hub.library import target_badges
 
-        self._library_dirs = list(scan["dirs"])
+        self._library_dirs = list(scan.dirs)
         self.folders_label.setText(
-            "Folders: " + (", ".join(str(d) for d in scan["dirs"]) if scan["dirs"] else
+            "Folders: " + (", ".join(str(d) for d in scan.dirs) if scan.dirs else
                            "none yet (open config.yml or add a folder)")
         )
         table = self.library_table
         table.setRowCount(0)
-        for entry in scan["entries"]:
+        for entry in scan.entries:
             m = entry.model
             row = table.rowCount()
             table.insertRow(row)
@@ -527,30 +492,31 @@ class ModelsPage(QWidget):
             ]
             for column, cell in enumerate(cells):
                 table.setItem(row, column, cell)
-        notes = [f"{p.path.name}: {p.reason}" for p in scan["problems"]] + scan["errors"]
-        count = len(scan["entries"])
+        notes = [f"{p.path.name}: {p.reason}" for p in scan.problems] + list(scan.errors)
+        count = len(scan.entries)
         status = f"{count} model{'s' if count != 1 else ''}."
         if notes:
             status += " Could not read: " + "; ".join(notes)
         self.library_status.setText(status)
-        self._partials = scan["partials"]
+        self._partials = list(scan.partials)
         self._show_partials()
-        drafts = [e.model.path.as_posix() for e in scan["entries"]]
-        self._run("compatibility", _compatibility, self._config_path(), drafts,
+        drafts = [e.model.path.as_posix() for e in scan.entries]
+        self._run("compatibility", target_badges, self._config_path(), drafts,
                   finished=self._show_compatibility, progress=self._show_compatibility,
                   failed=lambda exc: self._show_compatibility({}))
 
-    def _show_compatibility(self, verdicts: dict) -> None:
+    def _show_compatibility(self, badges: dict) -> None:
         table = self.library_table
+        column = self.LIBRARY_HEADERS.index("Compatibility")
         for row in range(table.rowCount()):
             path = table.item(row, 0).data(Qt.ItemDataRole.UserRole)
-            cell = table.item(row, 7)
-            if path in verdicts:
-                value, label, summary = verdicts[path]
-                cell.setText(label)
-                cell.setToolTip(summary)
-                if value in VERDICT_COLOURS:
-                    cell.setForeground(QColor(VERDICT_COLOURS[value]))
+            cell = table.item(row, column)
+            badge = badges.get(path)
+            if badge is not None:
+                cell.setText(badge.label)
+                cell.setToolTip(badge.summary)
+                if badge.verdict in VERDICT_COLOURS:
+                    cell.setForeground(QColor(VERDICT_COLOURS[badge.verdict]))
             elif cell.text() == "…":
                 cell.setText("—")
                 cell.setToolTip("Not checked: needs config.yml with a target model, and the compatibility checker.")
@@ -613,17 +579,19 @@ class ModelsPage(QWidget):
         self.context.show_status(f"Pick a bitrate of {repo_id} and press Install.")
 
     def show_repo(self, repo_id: str, select: str | None = None) -> None:
-        rows = self.variants_table.selectionModel().selectedRows() if self._variants else []
-        same_repo = self._variants is not None and self._variants.repo_id == repo_id
+        rows = self.variants_table.selectionModel().selectedRows() if self._offer else []
+        same_repo = self._offer is not None and self._offer.repo_id == repo_id
         keep = (self.variants_table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole)
                 if rows and same_repo else None)
         keep = select or keep
-        self._variants = None
+        self._offer = None
         self.variants_table.setRowCount(0)
         self.repo_label.setText(f"<b>{repo_id}</b> · reading its branches…")
         dirs = [str(d) for d in self._library_dirs]
+        from specdeck.core.hub.library import repo_offer
+
         self._run(
-            "variants", _variants_with_status, repo_id, dirs,
+            "variants", repo_offer, repo_id, dirs,
             str(self._install_dir) if self._install_dir else None,
             finished=lambda result: self._show_variants(repo_id, result, keep),
             failed=lambda exc: self._variants_failed(repo_id, exc),
@@ -635,26 +603,24 @@ class ModelsPage(QWidget):
         self.repo_label.setText(f"<b>{repo_id}</b>")
         self._show_error(error)
 
-    def _show_variants(self, repo_id: str, result: dict, keep: str | None = None) -> None:
+    def _show_variants(self, repo_id: str, offer, keep: str | None = None) -> None:
         from specdeck.core.hub import format_bytes
 
-        found = result["found"]
-        if found.repo_id != repo_id:
+        if offer.repo_id != repo_id:
             return
-        self._variants = found
-        self._installed = result["installed"]
-        self._partials = result["partials"]
-        self._ggufs = {c.name: c for c in result.get("gguf", ())}
-        self._gguf_installed = result.get("gguf_installed", set())
+        self._offer = offer
+        found = offer.variants
+        self._partials = list(offer.partials)
+        ggufs = offer.ggufs
         others = "; ".join(f"{b}: {why}" for b, why in found.other_branches)
         counts = [f"{len(found.variants)} bitrate{'s' if len(found.variants) != 1 else ''}"]
-        if self._ggufs and not found.variants:
+        if ggufs and not found.variants:
             counts = []
-        if self._ggufs:
-            counts.append(f"{len(self._ggufs)} GGUF file{'s' if len(self._ggufs) != 1 else ''}")
+        if ggufs:
+            counts.append(f"{len(ggufs)} GGUF file{'s' if len(ggufs) != 1 else ''}")
         self.repo_label.setText(
             f"<b>{found.repo_id}</b> · {', '.join(counts)}"
-            + (f"<br><span style='color:gray'>{others}</span>" if others and not self._ggufs else "")
+            + (f"<br><span style='color:gray'>{others}</span>" if others and not ggufs else "")
         )
         table = self.variants_table
         table.setRowCount(0)
@@ -667,7 +633,7 @@ class ModelsPage(QWidget):
             vram = variant.weights_vram_bytes
             table.setItem(row, 3, _item(format_bytes(vram) if vram else "?", VRAM_TIP, align_right=True))
             table.setItem(row, 4, _item(str(variant.file_count), align_right=True))
-            table.setItem(row, 5, _item(self._status_text(variant)))
+            table.setItem(row, 5, _item(offer.state(variant).text))
             notes = "; ".join(variant.notes)
             table.setItem(row, 6, _item(notes, notes or None))
         self._add_gguf_rows()
@@ -683,7 +649,7 @@ class ModelsPage(QWidget):
         from specdeck.core.hub import format_bytes
 
         table = self.variants_table
-        for choice in self._ggufs.values():
+        for choice in self._offer.ggufs:
             row = table.rowCount()
             table.insertRow(row)
             table.setItem(row, 0, _item(choice.main_file, "a GGUF file on the main branch",
@@ -694,36 +660,30 @@ class ModelsPage(QWidget):
                                         "file's tensors as they are: its size is the weights' "
                                         "VRAM when every layer is offloaded", align_right=True))
             table.setItem(row, 4, _item(str(len(choice.files)), align_right=True))
-            table.setItem(row, 5, _item("installed" if choice.name in self._gguf_installed else ""))
+            table.setItem(row, 5, _item(self._offer.gguf_state(choice).text))
             note = ("multimodal projector: not a draft model" if choice.is_projector
                     else "for llama-server (-md); TabbyAPI loads EXL2")
             table.setItem(row, 6, _item(note, note))
 
     def selected_gguf(self):
         """The GGUF file (a core.hub.gguf.GgufChoice) selected, or None."""
-        rows = self.variants_table.selectionModel().selectedRows() if self._variants else []
+        rows = self.variants_table.selectionModel().selectedRows() if self._offer else []
         if not rows:
             return None
         key = self.variants_table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole) or ""
-        return self._ggufs.get(key[len(self.GGUF_PREFIX):]) if key.startswith(self.GGUF_PREFIX) else None
-
-    def _status_text(self, variant) -> str:
-        entry = self._installed.get((variant.repo_id, variant.revision))
-        if entry is not None:
-            return "installed" if entry.source.commit == variant.commit else "older version installed"
-        for partial in self._partials:
-            if (partial.repo_id, partial.revision) == (variant.repo_id, variant.revision):
-                return f"unfinished ({partial.fraction:.0%})"
-        return ""
+        if not key.startswith(self.GGUF_PREFIX):
+            return None
+        name = key[len(self.GGUF_PREFIX):]
+        return next((c for c in self._offer.ggufs if c.name == name), None)
 
     def selected_variant(self):
-        rows = self.variants_table.selectionModel().selectedRows() if self._variants else []
+        rows = self.variants_table.selectionModel().selectedRows() if self._offer else []
         if not rows:
             return None
         revision = self.variants_table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole)
         if str(revision).startswith(self.GGUF_PREFIX):
             return None
-        return self._variants.find(revision)
+        return self._offer.variants.find(revision)
 
     def select_variant(self, revision: str) -> None:
         for row in range(self.variants_table.rowCount()):
@@ -737,18 +697,18 @@ class ModelsPage(QWidget):
         installing = self.installing()
         gguf = self.selected_gguf() if hasattr(self, "variants_table") else None
         if gguf is not None:
-            installed = gguf.name in self._gguf_installed
+            installed = self._offer.gguf_state(gguf).installed
             self.install_button.setEnabled(self._install_dir is not None and not installing
                                            and not installed and not gguf.is_projector)
             self.install_button.setText("Installed" if installed else f"Install GGUF {gguf.quant or gguf.name}")
             self.install_button.setToolTip(
                 "A multimodal projector, not a draft model." if gguf.is_projector else
                 f"Installs {len(gguf.files)} file(s) into {self._install_dir or '?'}/"
-                f"{self._variants.repo_id.split('/')[-1]}-{gguf.quant or gguf.name}")
+                f"{self._offer.gguf_folder(gguf)}")
             self.cancel_button.setEnabled(installing)
             return
         variant = self.selected_variant() if hasattr(self, "variants_table") else None
-        installed = variant is not None and self._status_text(variant) == "installed"
+        installed = variant is not None and self._offer.state(variant).installed
         can = variant is not None and self._install_dir is not None and not installing and not installed
         self.install_button.setEnabled(can)
         if installed:
@@ -764,7 +724,7 @@ class ModelsPage(QWidget):
     def start_install(self, name: str | None = None) -> None:
         gguf = self.selected_gguf()
         if gguf is not None and self._install_dir is not None and not self.installing():
-            self._begin_install(self._variants.repo_id, "main", name, gguf=gguf.name)
+            self._begin_install(self._offer.repo_id, "main", name, gguf=gguf.name)
             return
         variant = self.selected_variant()
         if variant is None or self._install_dir is None or self.installing():
@@ -788,10 +748,13 @@ class ModelsPage(QWidget):
         self.progress_bar.setValue(0)
         self.progress_label.setText(f"Starting {repo_id}@{revision}" + (f" {gguf}" if gguf else "") + "…")
         if gguf is not None:
-            call, args = _install_gguf, (repo_id, gguf, str(self._install_dir))
+            from specdeck.core.hub.gguf import install_gguf
+
+            call, args = install_gguf, (repo_id, gguf, str(self._install_dir))
         else:
             call, args = install, (repo_id, revision, self._install_dir)
-        handle = self.tasks.run("install", call, *args, name=name, on_result=self._install_done,
+        handle = self.tasks.run("install", _install_and_use, call, *args, name=name,
+                                on_result=lambda done: self._install_done(*done),
                                 on_error=self._install_failed, on_progress=self._install_progress,
                                 on_done=self._install_ended)
         if handle is None:
@@ -812,13 +775,14 @@ class ModelsPage(QWidget):
     def _install_ended(self) -> None:
         self._update_buttons()
         self.refresh_library()
-        if self._variants is not None:
-            self.show_repo(self._variants.repo_id)  # new statuses: installed, unfinished
+        if self._offer is not None:
+            self.show_repo(self._offer.repo_id)  # new statuses: installed, unfinished
         offer, self._rename_offer = self._rename_offer, None
         if offer is not None:
             self._offer_other_name(offer)
 
-    def _install_done(self, result) -> None:
+    def _install_done(self, result, use) -> None:
+        """``use``: what the installed folder is for (core.hub.library.InstalledUse)."""
         self._last_result = result
         self.progress_bar.setValue(PROGRESS_STEPS)
         self.progress_bar.setFormat("100%")
@@ -834,13 +798,12 @@ class ModelsPage(QWidget):
         skipped = ""
         if result.skipped:
             skipped = "<br><span style='color:gray'>Left out: " + ", ".join(s.path for s in result.skipped) + "</span>"
-        ggufs = sorted(result.path.glob("*.gguf"))
-        if ggufs:
-            # A GGUF draft is llama-server's: TabbyAPI's config.yml cannot take it.
-            facts = (f"<br>For llama-server: <code>-md {html.escape(str(ggufs[0]))} --spec-type "
-                     "draft-simple</code> (the llama-swap page sets it in a model's cmd).")
+        if not use.for_tabby:  # TabbyAPI's config.yml cannot take a GGUF draft
+            flags = html.escape(shlex.join(use.llama_server_flags))
+            facts = (f"<br>For llama-server: <code>{flags}</code> (the llama-swap page sets it "
+                     "in a model's cmd).")
         self.result_label.setText(f"<b>{result.path.name}</b> in {result.path.parent}{facts}{skipped}")
-        if not ggufs:
+        if use.for_tabby:
             self.use_button.show()
             self._update_use_button()
         self._check_new_model(result.path)
@@ -895,16 +858,18 @@ class ModelsPage(QWidget):
 
     # after install -------------------------------------------------------------------
     def _check_new_model(self, path: Path) -> None:
-        def show(verdicts: dict) -> None:
-            if str(path.as_posix()) not in verdicts:
+        def show(badges: dict) -> None:
+            badge = badges.get(path.as_posix())
+            if badge is None:
                 return
-            value, label, summary = verdicts[path.as_posix()]
-            self.compat_badge.setText(f"{label} with the target model")
-            self.compat_badge.setToolTip(summary)
-            _set_role(self.compat_badge, BADGE_ROLES.get(value, "badge-info"))
+            self.compat_badge.setText(f"{badge.label} with the target model")
+            self.compat_badge.setToolTip(badge.summary)
+            _set_role(self.compat_badge, BADGE_ROLES.get(badge.verdict, "badge-info"))
             self.compat_badge.show()
 
-        self._run("new_model_compatibility", _compatibility, self._config_path(),
+        from specdeck.core.hub.library import target_badges
+
+        self._run("new_model_compatibility", target_badges, self._config_path(),
                   [path.as_posix()], finished=show, failed=lambda exc: None)
 
     def _update_use_button(self) -> None:
