@@ -18,6 +18,7 @@ import logging
 import threading
 import traceback
 import itertools
+import weakref
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -127,21 +128,26 @@ def submit(
     right after this call: the work starts on the next turn of the event loop, because a
     signal emitted from another thread before anything is connected to it is lost.
     """
-    handle = TaskHandle(parent)
+    handle, runnable = _prepare(fn, args, kwargs, parent)
     if on_result is not None:
         handle.finished.connect(on_result)
     if on_error is not None:
         handle.failed.connect(on_error)
     if on_progress is not None:
         handle.progress.connect(on_progress)
+    target_pool = pool or QThreadPool.globalInstance()
+    QTimer.singleShot(0, handle, lambda: target_pool.start(runnable))
+    return handle
+
+
+def _prepare(fn: Callable[..., Any], args, kwargs: dict[str, Any],
+             parent: QObject | None) -> tuple[TaskHandle, _Runnable]:
+    handle = TaskHandle(parent)
     if _accepts(fn, "cancel") and "cancel" not in kwargs:
         kwargs["cancel"] = handle.cancel_event
     if _accepts(fn, "progress") and "progress" not in kwargs:
         kwargs["progress"] = handle.progress.emit
-    runnable = _Runnable(handle, fn, args, kwargs)
-    target_pool = pool or QThreadPool.globalInstance()
-    QTimer.singleShot(0, handle, lambda: target_pool.start(runnable))
-    return handle
+    return handle, _Runnable(handle, fn, args, kwargs)
 
 
 class Tasks(QObject):
@@ -149,7 +155,8 @@ class Tasks(QObject):
 
     ``run(key, fn, ...)`` submits ``fn`` and calls ``on_result`` / ``on_error`` /
     ``on_progress`` / ``on_done`` on the GUI thread, but only while that call is still the
-    newest of its key and the page is open:
+    newest of its key and the page is open (by ``on_result`` or ``on_error`` the call no
+    longer counts as running, so they may start the next call of the key):
 
     - a newer ``run`` with the same key cancels the older call (its ``cancel`` event is set)
       and drops whatever the older one still delivers: the page never shows an answer to a
@@ -170,6 +177,10 @@ class Tasks(QObject):
         them without touching a Qt object being deleted."""
         self._unfinished: set[TaskHandle] = set()
         """Every call still in a worker, superseded and cancelled ones too."""
+        self._callbacks: dict[TaskHandle, _Callbacks] = {}
+        self._released: list = []
+        """Callbacks of finished calls, dropped on the next run(): never while a handle is
+        being delivered or deleted (see run)."""
         self._closed = False
         self._serial = itertools.count()
         self.destroyed.connect(lambda *_args, cancels=self._cancels: _cancel_all(cancels))
@@ -183,38 +194,60 @@ class Tasks(QObject):
         on_error: Callable[[BaseException], None] | None = None,
         on_progress: Callable[[Any], None] | None = None,
         on_done: Callable[[], None] | None = None,
+        pool: QThreadPool | None = None,
         **kwargs: Any,
     ) -> TaskHandle | None:
-        """Run ``fn(*args, **kwargs)`` as the newest call of ``key``; None once closed."""
+        """Run ``fn(*args, **kwargs)`` as the newest call of ``key`` (in ``pool``, Qt's
+        global pool by default); None once closed."""
         if self._closed:
             return None
         if key is None:
             key = (Tasks, next(self._serial))
         self.cancel(key)
-        handle = submit(fn, *args, parent=self, **kwargs)
+        self._released.clear()  # the caller holds its page: dropping these frees nothing
+        handle, runnable = _prepare(fn, args, kwargs, self)
         self._current[key] = handle
         self._cancels[key] = handle.cancel_event
         self._unfinished.add(handle)
-
-        def live() -> bool:
-            return not self._closed and self._current.get(key) is handle
-
-        for signal, callback in ((handle.finished, on_result), (handle.failed, on_error),
-                                 (handle.progress, on_progress)):
-            if callback is not None:
-                signal.connect(lambda value, callback=callback: callback(value) if live() else None)
-
-        def finish() -> None:
-            self._unfinished.discard(handle)
-            if not live():
-                return
-            del self._current[key]
-            self._cancels.pop(key, None)
-            if on_done is not None:
-                on_done()
-
-        handle.done.connect(finish)
+        self._callbacks[handle] = _Callbacks(on_result, on_error, on_progress, on_done)
+        # The handle's own connections hold no callback (they close over the page): only a
+        # weak reference to this object. Otherwise deleting a finished handle could drop the
+        # last reference to a page that Python owns, and the page, deleted in the middle of
+        # the handle's deletion, would delete the handle a second time.
+        tasks = weakref.ref(self)
+        handle.finished.connect(lambda value: _dispatch(tasks, key, handle, "result", value))
+        handle.failed.connect(lambda value: _dispatch(tasks, key, handle, "error", value))
+        handle.progress.connect(lambda value: _dispatch(tasks, key, handle, "progress", value))
+        handle.done.connect(lambda: _dispatch(tasks, key, handle, "done", None))
+        # Everything is connected: the work starts now, not on the next turn of the event
+        # loop (a page that is closing can wait for it in ``pool``).
+        (pool or QThreadPool.globalInstance()).start(runnable)
         return handle
+
+    def _live(self, key: Hashable, handle: TaskHandle) -> bool:
+        return not self._closed and self._current.get(key) is handle
+
+    def _deliver(self, key: Hashable, handle: TaskHandle, what: str, value: Any) -> None:
+        callbacks = self._callbacks.get(handle)
+        if what == "done":
+            self._unfinished.discard(handle)
+            self._released.append(self._callbacks.pop(handle, None))
+            if callbacks is not None and callbacks.answered and callbacks.on_done is not None \
+                    and not self._closed:
+                callbacks.on_done()
+            return
+        if callbacks is None or not self._live(key, handle):
+            return  # superseded or closed: nobody asks any more
+        if what == "progress":
+            if callbacks.on_progress is not None:
+                callbacks.on_progress(value)
+            return
+        callbacks.answered = True  # its result or error: the call no longer runs
+        del self._current[key]
+        self._cancels.pop(key, None)
+        callback = callbacks.on_result if what == "result" else callbacks.on_error
+        if callback is not None:
+            callback(value)
 
     def cancel(self, key: Hashable) -> None:
         """Cancel the call of ``key`` and drop its answers (nothing if none runs)."""
@@ -247,6 +280,23 @@ class Tasks(QObject):
         self._closed = True
         for key in list(self._current):
             self.cancel(key)
+        self._callbacks.clear()  # the page is still held by its caller: nothing is freed here
+        self._released.clear()
+
+
+class _Callbacks:
+    __slots__ = ("on_result", "on_error", "on_progress", "on_done", "answered")
+
+    def __init__(self, on_result, on_error, on_progress, on_done):
+        self.on_result, self.on_error = on_result, on_error
+        self.on_progress, self.on_done = on_progress, on_done
+        self.answered = False
+
+
+def _dispatch(tasks, key, handle, what: str, value) -> None:
+    owner = tasks()
+    if owner is not None:
+        owner._deliver(key, handle, what, value)
 
 
 def _cancel_all(cancels: dict) -> None:

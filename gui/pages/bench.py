@@ -482,11 +482,23 @@ class BenchPage(QWidget):
         if planned.is_noop:
             self.context.show_status("config.yml already has this setting.")
             return
-        saved = confirm_and_save(self, planned.change, "Apply the A/B result",
-                                 render.apply_intro(self.best_setting, planned.notes))
-        if saved is not None and saved.written:
+        if confirm_and_save(self, self.tasks, planned.change, "Apply the A/B result",
+                            render.apply_intro(self.best_setting, planned.notes),
+                            on_saved=self._applied, on_failed=self._apply_failed):
+            self.apply_button.setEnabled(False)
+            self.context.show_status("Saving config.yml…", 0)
+
+    def _applied(self, saved) -> None:
+        self.apply_button.setEnabled(True)
+        if saved.written:
             self.context.config_saved.emit(str(saved.path))
             self.context.show_status(f"Applied to {saved.path}.")
+
+    def _apply_failed(self, error: BaseException | None) -> None:
+        self.apply_button.setEnabled(True)
+        self.context.show_status("config.yml was not changed.")
+        if error is not None:
+            self.banner.show_message(render.error_html(error), "error")
 
     def export_report(self) -> None:
         if self.last_run is None or self.last_summary is None:

@@ -891,19 +891,30 @@ class ModelsPage(QWidget):
         from specdeck.gui.widgets.config_dialog import confirm_and_save
 
         name = self._last_result.path.name if self._last_result else "the model"
-        saved = confirm_and_save(
-            self, change, "Use as draft model",
+
+        def saved(result) -> None:
+            self.use_button.setEnabled(True)
+            path = str(result.path)
+            if result.written:
+                self.context.config_saved.emit(path)
+                self.context.show_status(f"Draft model set to {name} in {path}.")
+            else:
+                self.context.show_status(f"{name} already is the draft model in {path}.")
+
+        def failed(error: BaseException | None) -> None:
+            self.use_button.setEnabled(True)
+            self.context.show_status("config.yml was not changed.")
+            if error is not None:
+                self._show_error(error)
+
+        if confirm_and_save(
+            self, self.tasks, change, "Use as draft model",
             f"Make <b>{html.escape(name)}</b> TabbyAPI's draft model. SpecDeck will change config.yml "
             "like this (the previous version is kept as config.yml.bak):",
-        )
-        if saved is None:
-            return
-        path = str(self.context.config_path)
-        if getattr(saved, "written", True):
-            self.context.config_saved.emit(path)
-            self.context.show_status(f"Draft model set to {name} in {path}.")
-        else:
-            self.context.show_status(f"{name} already is the draft model in {path}.")
+            on_saved=saved, on_failed=failed,
+        ):
+            self.use_button.setEnabled(False)
+            self.context.show_status("Saving config.yml…", 0)
 
     # token ---------------------------------------------------------------------------
     def _ask_token(self) -> None:

@@ -478,13 +478,28 @@ class SwapPage(QWidget):
         if self.change is None:
             return
         path = self.change.document.path
-        saved = confirm_and_save(self, self.change, f"Save {path.name}",
-                                 f"SpecDeck will change {html.escape(str(path))} like this (the "
-                                 f"previous version is kept as {html.escape(path.name)}.bak):")
-        if saved is not None and saved.written:
-            self.context.show_status(f"Saved {saved.path}.")
-            self._clear_form()
-            self.open_path(Path(saved.path))
+
+        def saved(result) -> None:
+            if result.written:
+                self.context.show_status(f"Saved {result.path}.")
+                self._clear_form()
+                self.open_path(Path(result.path))
+            else:
+                self._show_change(self.change)
+
+        def failed(error: BaseException | None) -> None:
+            self._show_change(self.change)  # the change stays, to save again
+            if error is not None:
+                self.banner.show_message(f"<b>Could not save {html.escape(path.name)}</b>: "
+                                         f"{html.escape(str(error))}", "error")
+
+        if confirm_and_save(self, self.tasks, self.change, f"Save {path.name}",
+                            f"SpecDeck will change {html.escape(str(path))} like this (the "
+                            f"previous version is kept as {html.escape(path.name)}.bak):",
+                            on_saved=saved, on_failed=failed):
+            self.save_button.setEnabled(False)
+            self.revert_button.setEnabled(False)
+            self.status.setText(f"Saving {path.name}…")
 
     # plumbing ----------------------------------------------------------------------------
     def _set_enabled(self, on: bool) -> None:

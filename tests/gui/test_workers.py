@@ -211,3 +211,58 @@ def test_destroying_the_owner_cancels_its_calls(qtbot, configured_qapp):
     assert finished.wait(5)
     # Its answer has nowhere to go, but whoever waits for the work to end is told it did.
     qtbot.waitUntil(lambda: not tasks.running(), timeout=5000)
+
+
+def test_by_its_answer_a_call_no_longer_runs_so_the_answer_may_ask_again(qtbot, owner):
+    """A save whose result reopens the file, a failed sign-in that asks for the status: the
+    next call of the key starts from inside the answer, and is not dropped."""
+    from specdeck.gui.workers import Tasks
+
+    tasks = Tasks(owner)
+    seen = []
+
+    def first_answer(value):
+        seen.append((value, tasks.running("file")))
+        tasks.run("file", lambda: "reopened", on_result=lambda v: seen.append((v, None)))
+
+    tasks.run("file", lambda: "saved", on_result=first_answer, on_done=lambda: seen.append("done"))
+    qtbot.waitUntil(lambda: ("reopened", None) in seen, timeout=5000)
+    assert seen[0] == ("saved", False)
+    qtbot.waitUntil(lambda: "done" in seen, timeout=5000)
+
+
+def test_a_page_that_python_owns_survives_its_calls_ending(tmp_path):
+    """An owner without a parent, held only through its callbacks (a context a test dropped):
+    the finished handles are deleted, and that must not free the owner in the middle of a
+    handle's deletion (the owner would then delete that handle a second time: a segmentation
+    fault, seen when the callbacks were connected to the handle itself). In a child process,
+    so a crash fails this test instead of ending the run."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "owner.py"
+    script.write_text(
+        "from PySide6.QtCore import QCoreApplication, QObject, QThreadPool\n"
+        "from specdeck.gui.workers import Tasks\n"
+        "app = QCoreApplication([])\n"
+        "class Owner(QObject):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.tasks = Tasks(self)\n"
+        "        self.pool = QThreadPool(self)\n"
+        "    def failed(self, error):\n"
+        "        pass\n"
+        "def drop():\n"
+        "    owner = Owner()\n"
+        "    for _ in range(20):\n"
+        "        owner.tasks.run('save', lambda: 1, on_error=owner.failed, pool=owner.pool)\n"
+        "    app.processEvents()  # a page's work starts at once or on this turn\n"
+        "    owner.pool.waitForDone()  # answered in workers, not yet delivered\n"
+        "drop()\n"
+        "for _ in range(5):\n"
+        "    app.processEvents()\n"
+        "print('survived')\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert done.returncode == 0 and done.stdout.strip() == "survived", done.stderr[-2000:]
