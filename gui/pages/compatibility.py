@@ -198,7 +198,7 @@ class CompatibilityPage(QWidget):
 
     def __init__(self, context: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
-        self._context = context
+        self.context = context
         self.tasks = Tasks(self)
         self._library_loaded = False
         self.report = None
@@ -320,8 +320,8 @@ class CompatibilityPage(QWidget):
 
     # library ---------------------------------------------------------------------------
     def refresh_library(self) -> None:
-        settings = self._context.settings
-        config = str(self._context.config_path) if self._context.config_path else None
+        settings = self.context.settings
+        config = str(self.context.config_path) if self.context.config_path else None
         self._run("library", scan_library, tuple(settings.extra_model_dirs), config,
                   on_done=self._library_scanned, quiet=True)
 
@@ -350,7 +350,7 @@ class CompatibilityPage(QWidget):
             return
         self._set_busy("Checking…")
         self._run("check", check, target, draft, max_seq_len=self.context_len.value() or None,
-                  endpoint=self._context.settings.hub_endpoint, on_done=self._show_report)
+                  endpoint=self.context.settings.hub_endpoint, on_done=self._show_report)
 
     def swap(self) -> None:
         target, draft = self.target.value(), self.draft.value()
@@ -428,10 +428,10 @@ class CompatibilityPage(QWidget):
         if not target:
             self._show_error("Pick the target model to find drafts for.")
             return
-        settings = self._context.settings
+        settings = self.context.settings
         self._set_busy("Looking for drafts…")
         self._run("suggest", suggest, target, model_dirs=tuple(settings.extra_model_dirs),
-                  config_path=self._context.config_path,
+                  config_path=self.context.config_path,
                   max_seq_len=self.context_len.value() or None,
                   endpoint=settings.hub_endpoint, on_done=self._show_suggestions)
 
@@ -495,8 +495,8 @@ class CompatibilityPage(QWidget):
         if chosen is None or chosen.repo_id is None:
             return
         revision = chosen.revisions[0] if chosen.revisions else ""
-        self._context.install_requested.emit(chosen.repo_id, revision)
-        self._context.show_status(f"Install of {chosen.repo_id} requested: follow it on the "
+        self.context.install_requested.emit(chosen.repo_id, revision)
+        self.context.show_status(f"Install of {chosen.repo_id} requested: follow it on the "
                                   "Models page.")
 
     # workers ---------------------------------------------------------------------------

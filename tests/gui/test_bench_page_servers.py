@@ -144,7 +144,7 @@ def test_arms_dialog_runs_launched_llama_servers_one_at_a_time(qtbot, page, tmp_
     assert "flags accepted" in dialog.table.item(0, FOUND).text()
     assert "--draft-max was removed" in dialog.table.item(1, FOUND).text()
     dialog.table.item(1, WHERE).setText("--spec-type ngram-simple --spec-ngram-simple-size-n 2")
-    dialog._accept()
+    dialog.ok_button.click()
     assert form.choices().server_arms is not None and form.servers.isReadOnly()
     assert "launched" in form.servers.toolTip() or "Arms…" in form.servers.toolTip()
     plan = server_plan(form.plan().arms, suites=("grounded",), max_new_tokens=32,
@@ -186,11 +186,11 @@ def test_arms_dialog_gives_an_lm_studio_arm_its_draft(qtbot, page):
     assert [dialog.table.item(r, MODEL).text() for r in range(2)] == ["qwen2.5-7b-instruct"] * 2
     assert dialog.table.item(1, WHERE).text() == "http://127.0.0.1:1234"
     dialog.table.item(0, DRAFT).setText("qwen2.5-0.5b-instruct")
-    dialog._accept()  # the reference cannot draft: refused, the dialog stays open
+    dialog.ok_button.click()  # the reference cannot draft: refused, the dialog stays open
     assert "reference" in dialog.message.text() and dialog.isVisible()
     dialog.table.item(0, DRAFT).setText("")
     dialog.table.item(1, DRAFT).setText("qwen2.5-0.5b-instruct")
-    dialog._accept()
+    dialog.ok_button.click()
     arms = form.plan().arms
     assert [a.server.draft_model for a in arms] == [None, "qwen2.5-0.5b-instruct"]
     assert form.servers.isReadOnly() and "+ draft qwen2.5-0.5b-instruct" in form.servers.text()
