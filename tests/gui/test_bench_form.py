@@ -190,3 +190,51 @@ def test_arm_colours_are_qts(configured_qapp):
     for index in range(len(ARM_COLOURS), 80):
         qt = QColor.fromHsv(int(index * 137.5) % 360, 190, 200).name()
         assert arm_colour_name(index) == arm_colour(index).name() == qt, index
+
+
+class _RecordingSession:
+    """Stands in for the engine process: records the plans it is asked to run."""
+
+    alive = True
+    worker_pid = None
+
+    def __init__(self):
+        self.plans = []
+
+    def start(self, plan):
+        self.plans.append(plan)
+
+    def drain(self):
+        return []
+
+    def stop(self):
+        pass
+
+    def shutdown(self):
+        pass
+
+
+def test_the_pages_requests_go_through_the_form(qtbot, configured_qapp):
+    """The Start page's "demo" runs the demo A/B (no draft vs n-gram, the form's prompts and
+    sizes); a server URL becomes a server arm. Both through the form's plans."""
+    from specdeck.gui.context import AppContext
+    from specdeck.gui.pages.bench import BenchPage
+
+    session = _RecordingSession()
+    page = BenchPage(AppContext(), session_factory=lambda: session)
+    qtbot.addWidget(page)
+    try:
+        page.form.set_plan(EXPRESSIBLE["draft model and n-gram, k=6, fixed"])
+        page.handle_request("demo")
+        (started,) = session.plans
+        assert started == plan(arms=default_arms(ngram=True, k=6, adaptive=False),
+                               suites=("chat", "code", "prose"), per_suite=3, max_new_tokens=77,
+                               repeats=3, warmup=0)
+        assert page.form.plan() == started
+        page.timer.stop()  # the stand-in never finishes the plan: as if it had
+        page.handle_request("http://127.0.0.1:9/v1")
+        shown = plan_from_choices(page.form.choices(), comparison=False)
+        assert shown.engine == "server" and shown.arms[-1].server.url == "http://127.0.0.1:9/v1"
+        assert page.form.server_info.text() == "Probing…"
+    finally:
+        page.shutdown()
