@@ -95,10 +95,14 @@ def parse_server_line(text: str) -> tuple[Arm, ...]:
 
 def server_line(arms) -> str | None:
     """The one-line list that makes exactly ``arms``; None when the line cannot hold them."""
+    from specdeck.core.bench.plan import _arm_name
+
     if any(a.server is None or a.server.url is None for a in arms):
         return None
-    text = ", ".join(f"{a.name}={a.server.url}" + (f"#{a.server.model}" if a.server.model else "")
-                     for a in arms)
+    # A name is written only where it is not the one the line would give (A, B, C, ...).
+    text = ", ".join(("" if a.name == _arm_name(i) else f"{a.name}=") + a.server.url
+                     + (f"#{a.server.model}" if a.server.model else "")
+                     for i, a in enumerate(arms))
     try:
         return text if parse_server_line(text) == tuple(arms) else None
     except SpecDeckError:

@@ -91,7 +91,7 @@ def test_the_controls_follow_the_plan(form):
     assert form.k.value() == 6  # a sweep leaves k open: the form keeps the user's
     form.set_plan(EXPRESSIBLE["servers on one line"])
     assert form.servers.isVisible() and not form.model.isVisible()
-    assert form.servers.text() == "A=http://127.0.0.1:8080#qwen, fast=http://127.0.0.1:8081"
+    assert form.servers.text() == "http://127.0.0.1:8080#qwen, fast=http://127.0.0.1:8081"
     assert not form.servers.isReadOnly()
     form.set_plan(EXPRESSIBLE["launched llama-servers, one at a time"])
     assert form.servers.isReadOnly() and "llama-server" in form.servers.text()
