@@ -37,6 +37,8 @@ def run(report: Report) -> None:
     from PySide6.QtCore import QElapsedTimer, QTimer
     from PySide6.QtWidgets import QApplication
 
+    from specdeck.core.bench.plan import BenchPlan, default_arms
+    from specdeck.core.bench.suites import first_prompts
     from specdeck.gui.app import configure_application
     from specdeck.gui.main_window import MainWindow
 
@@ -48,16 +50,12 @@ def run(report: Report) -> None:
         window.resize(1280, 800)
         window.show()
         page = window.show_page("bench")
-        page.model.setEditText(str(model))
-        page.use_draft.setChecked(False)
-        page.use_ngram.setChecked(True)
-        page.k.setValue(8)
-        for name, button in page.suite_buttons.items():
-            button.setChecked(name in ("grounded", "code"))
-        page.per_suite.setValue(2)
-        page.max_new.setValue(320)  # the tiny model's context is 512 tokens
-        page.repeats.setValue(3)
-        page.warmup.setValue(1)
+        suites = ("code", "grounded")  # the order of the page's suite buttons
+        page.form.set_plan(BenchPlan(
+            engine="torch", model=str(model), arms=default_arms(ngram=True, k=8), suites=suites,
+            prompt_ids=tuple(p.id for p in first_prompts(suites, 2)),
+            max_new_tokens=320,  # the tiny model's context is 512 tokens
+            repeats=3, warmup=1))
 
         lateness: list[float] = []
         clock = QElapsedTimer()

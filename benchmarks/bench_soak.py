@@ -31,6 +31,8 @@ def run(report: Report, runs: int = RUNS) -> None:
     import psutil
     from PySide6.QtWidgets import QApplication
 
+    from specdeck.core.bench.plan import BenchPlan, default_arms
+    from specdeck.core.bench.suites import first_prompts
     from specdeck.gui.app import configure_application
     from specdeck.gui.main_window import MainWindow
 
@@ -40,17 +42,10 @@ def run(report: Report, runs: int = RUNS) -> None:
     window.resize(1280, 800)
     window.show()
     page = window.show_page("bench")
-    page.engine.setCurrentIndex(page.engine.findData("torch"))
-    page.model.setEditText("demo")
-    page.use_draft.setChecked(False)
-    page.use_ngram.setChecked(True)
-    page.sweep.setChecked(False)
-    for name, button in page.suite_buttons.items():
-        button.setChecked(name == "grounded")
-    page.per_suite.setValue(1)
-    page.max_new.setValue(24)
-    page.repeats.setValue(1)
-    page.warmup.setValue(0)
+    prompt = first_prompts(["grounded"], 1)[0]
+    page.form.set_plan(BenchPlan(engine="torch", model="demo", arms=default_arms(ngram=True, k=4),
+                                 suites=("grounded",), prompt_ids=(prompt.id,),
+                                 max_new_tokens=24, repeats=1, warmup=0))
     me = psutil.Process()
     samples = []
     started = time.monotonic()

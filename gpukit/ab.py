@@ -38,10 +38,9 @@ def default_arms(draft_dir: Path | None, draft_ks: tuple[int, ...], ngram_k: int
 
 def select_prompts(suites: tuple[str, ...], per_suite: int) -> list:
     """The first ``per_suite`` prompts of each named built-in suite (core.bench's Prompt)."""
-    from specdeck.core.bench.suites import builtin_suites
+    from specdeck.core.bench.suites import first_prompts
 
-    found = builtin_suites()
-    return [prompt for name in suites for prompt in found[name].prompts[:per_suite]]
+    return first_prompts(suites, per_suite)
 
 
 def run_arms(

@@ -12,7 +12,6 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QHeaderView,
-    QLabel,
     QTableWidget,
     QTableWidgetItem,
     QPlainTextEdit,
@@ -20,18 +19,23 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from specdeck.gui.bench_render import (
+    ARM,
+    ARM_COLOURS,
+    OUTPUT,
+    REPEAT,
+    RESULT_COLUMNS,
+    arm_colour_name,
+)
 from specdeck.gui.widgets.elided_label import ElidedLabel
 
-ARM_COLOURS = ("#64748b", "#2563eb", "#d97706", "#16a34a", "#9333ea")
-"""A (the no-draft reference) in slate grey, then one colour per drafted arm."""
 DRAFT_HIGHLIGHT = "#bbf7d0"
 
 
 def arm_colour(index: int) -> QColor:
-    """A fixed colour per arm; past the palette (a sweep's many arms), hues 137.5° apart."""
-    if index < len(ARM_COLOURS):
-        return QColor(ARM_COLOURS[index])
-    return QColor.fromHsv(int(index * 137.5) % 360, 190, 200)
+    """A fixed colour per arm (gui.bench_render.arm_colour_name: the summary's HTML uses the
+    same)."""
+    return QColor(arm_colour_name(index))
 
 
 class StreamPane(QFrame):
@@ -276,10 +280,6 @@ class BenchPlots(QWidget):
         return sum(len(s.x) for group in (self.speed, self.accept, self.memory) for s in group.values())
 
 
-RESULT_COLUMNS = ("Arm", "Prompt", "Rep", "Tokens", "tok/s", "vs A", "TTFT ms", "Accepted",
-                  "Mean accept len", "Output vs A")
-
-
 class ResultsTable(QTableWidget):
     """One row per measured run, filled in as runs finish."""
 
@@ -301,9 +301,9 @@ class ResultsTable(QTableWidget):
         self.insertRow(row)
         for column, value in enumerate(values):
             item = QTableWidgetItem(value)
-            if column >= 2 and column != 9:
+            if column >= REPEAT and column != OUTPUT:
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            if column == 0:
+            if column == ARM:
                 item.setForeground(QBrush(colour))
             if column == warn_column:
                 item.setForeground(QBrush(QColor("#b91c1c")))
@@ -315,3 +315,9 @@ class ResultsTable(QTableWidget):
         item = self.item(row, column)
         if item is not None:
             item.setText(value)
+
+    def rows(self) -> list[dict[str, str]]:
+        """Every row's text by column name (RESULT_COLUMNS), top to bottom."""
+        from specdeck.gui.widgets.table_text import rows_by_header
+
+        return rows_by_header(self)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QThreadPool, Signal
 
 from specdeck.core import settings as settings_store
 from specdeck.core.settings import Settings
@@ -27,6 +27,12 @@ class AppContext(QObject):
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
+        from specdeck.gui.workers import Tasks
+
+        self.tasks = Tasks(self)
+        self._writer = QThreadPool(self)
+        self._writer.setMaxThreadCount(1)
+        """settings.json is written by one thread, in order: the newest settings land last."""
         self._settings = settings_store.load()
         self._gpu_sampler = None
         self.forgotten_config: str | None = None
@@ -54,8 +60,18 @@ class AppContext(QObject):
         return self._settings
 
     def update_settings(self, new: Settings) -> None:
+        """Use ``new`` from now on; settings.json is written in a worker (a failure is said
+        in the status bar: the settings still hold for this session)."""
         self._settings = new
-        settings_store.save(new)
+        self.tasks.run("settings", settings_store.save, new, pool=self._writer,
+                       on_error=self._settings_not_saved)
+
+    def _settings_not_saved(self, error: BaseException) -> None:
+        self.show_status(f"Could not save SpecDeck's settings: {error}", 0)
+
+    def flush(self, timeout_ms: int = 10_000) -> bool:
+        """Wait until the settings being written are on disk (the window is closing)."""
+        return self._writer.waitForDone(timeout_ms)
 
     @property
     def config_path(self) -> Path | None:

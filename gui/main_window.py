@@ -176,4 +176,5 @@ class MainWindow(QMainWindow):
         store = QSettings()
         store.setValue("window/geometry", self.saveGeometry())
         store.setValue("window/page", self.current_page_key())
+        self.context.flush()
         super().closeEvent(event)

@@ -3,7 +3,12 @@
 ``submit(fn, ...)`` runs ``fn`` on Qt's thread pool and delivers its result, error or
 progress back on the GUI thread through signals. ``fn`` receives a ``threading.Event`` as
 ``cancel`` and a ``progress`` callback when it accepts them, which is how every long core
-call in SpecDeck is shaped (see DESIGN.md).
+call in SpecDeck is shaped (see CONTRIBUTING.md).
+
+A page does not call ``submit`` itself: it keeps one :class:`Tasks` and runs its calls
+through it by key (as anki's ``QueryOp``), which holds the rules every page needs: the newest
+request of a key wins (the older is cancelled and its late answer dropped), and closing the
+page cancels everything and drops whatever still arrives.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ import inspect
 import logging
 import threading
 import traceback
-from collections.abc import Callable
+import itertools
+import weakref
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from PySide6.QtCore import QMetaObject, QObject, QRunnable, Qt, QThreadPool, QTimer, Signal
@@ -121,18 +128,177 @@ def submit(
     right after this call: the work starts on the next turn of the event loop, because a
     signal emitted from another thread before anything is connected to it is lost.
     """
-    handle = TaskHandle(parent)
+    handle, runnable = _prepare(fn, args, kwargs, parent)
     if on_result is not None:
         handle.finished.connect(on_result)
     if on_error is not None:
         handle.failed.connect(on_error)
     if on_progress is not None:
         handle.progress.connect(on_progress)
+    target_pool = pool or QThreadPool.globalInstance()
+    QTimer.singleShot(0, handle, lambda: target_pool.start(runnable))
+    return handle
+
+
+def _prepare(fn: Callable[..., Any], args, kwargs: dict[str, Any],
+             parent: QObject | None) -> tuple[TaskHandle, _Runnable]:
+    handle = TaskHandle(parent)
     if _accepts(fn, "cancel") and "cancel" not in kwargs:
         kwargs["cancel"] = handle.cancel_event
     if _accepts(fn, "progress") and "progress" not in kwargs:
         kwargs["progress"] = handle.progress.emit
-    runnable = _Runnable(handle, fn, args, kwargs)
-    target_pool = pool or QThreadPool.globalInstance()
-    QTimer.singleShot(0, handle, lambda: target_pool.start(runnable))
-    return handle
+    return handle, _Runnable(handle, fn, args, kwargs)
+
+
+class Tasks(QObject):
+    """A page's background calls, by key.
+
+    ``run(key, fn, ...)`` submits ``fn`` and calls ``on_result`` / ``on_error`` /
+    ``on_progress`` / ``on_done`` on the GUI thread, but only while that call is still the
+    newest of its key and the page is open (by ``on_result`` or ``on_error`` the call no
+    longer counts as running, so they may start the next call of the key):
+
+    - a newer ``run`` with the same key cancels the older call (its ``cancel`` event is set)
+      and drops whatever the older one still delivers: the page never shows an answer to a
+      question it no longer asks (a scan of folders since changed, a plan of edits since
+      typed over);
+    - ``key=None`` is a call of its own, never superseded (saving a report, a history entry);
+    - ``close()`` (a page's shutdown) cancels every call and drops every late answer; so does
+      destroying the page, which owns this object.
+
+    The handles are children of this object, deleted once done (see ``_release``).
+    """
+
+    def __init__(self, owner: QObject):
+        super().__init__(owner)
+        self._current: dict[Hashable, TaskHandle] = {}
+        self._cancels: dict[Hashable, threading.Event] = {}
+        """The running calls' cancel events: plain Python, so the page's destruction can set
+        them without touching a Qt object being deleted."""
+        self._unfinished: set[TaskHandle] = set()
+        """Every call still in a worker, superseded and cancelled ones too."""
+        self._callbacks: dict[TaskHandle, _Callbacks] = {}
+        self._released: list = []
+        """Callbacks of finished calls, dropped on the next run(): never while a handle is
+        being delivered or deleted (see run)."""
+        self._closed = False
+        self._serial = itertools.count()
+        self.destroyed.connect(lambda *_args, cancels=self._cancels: _cancel_all(cancels))
+
+    def run(
+        self,
+        key: Hashable | None,
+        fn: Callable[..., Any],
+        *args: Any,
+        on_result: Callable[[Any], None] | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
+        on_progress: Callable[[Any], None] | None = None,
+        on_done: Callable[[], None] | None = None,
+        pool: QThreadPool | None = None,
+        **kwargs: Any,
+    ) -> TaskHandle | None:
+        """Run ``fn(*args, **kwargs)`` as the newest call of ``key`` (in ``pool``, Qt's
+        global pool by default); None once closed."""
+        if self._closed:
+            return None
+        if key is None:
+            key = (Tasks, next(self._serial))
+        self.cancel(key)
+        self._released.clear()  # the caller holds its page: dropping these frees nothing
+        handle, runnable = _prepare(fn, args, kwargs, self)
+        self._current[key] = handle
+        self._cancels[key] = handle.cancel_event
+        self._unfinished.add(handle)
+        self._callbacks[handle] = _Callbacks(on_result, on_error, on_progress, on_done)
+        # The handle's own connections hold no callback (they close over the page): only a
+        # weak reference to this object. Otherwise deleting a finished handle could drop the
+        # last reference to a page that Python owns, and the page, deleted in the middle of
+        # the handle's deletion, would delete the handle a second time.
+        tasks = weakref.ref(self)
+        handle.finished.connect(lambda value: _dispatch(tasks, key, handle, "result", value))
+        handle.failed.connect(lambda value: _dispatch(tasks, key, handle, "error", value))
+        handle.progress.connect(lambda value: _dispatch(tasks, key, handle, "progress", value))
+        handle.done.connect(lambda: _dispatch(tasks, key, handle, "done", None))
+        # Everything is connected: the work starts now, not on the next turn of the event
+        # loop (a page that is closing can wait for it in ``pool``).
+        (pool or QThreadPool.globalInstance()).start(runnable)
+        return handle
+
+    def _live(self, key: Hashable, handle: TaskHandle) -> bool:
+        return not self._closed and self._current.get(key) is handle
+
+    def _deliver(self, key: Hashable, handle: TaskHandle, what: str, value: Any) -> None:
+        callbacks = self._callbacks.get(handle)
+        if what == "done":
+            self._unfinished.discard(handle)
+            self._released.append(self._callbacks.pop(handle, None))
+            if callbacks is not None and callbacks.answered and callbacks.on_done is not None \
+                    and not self._closed:
+                callbacks.on_done()
+            return
+        if callbacks is None or not self._live(key, handle):
+            return  # superseded or closed: nobody asks any more
+        if what == "progress":
+            if callbacks.on_progress is not None:
+                callbacks.on_progress(value)
+            return
+        callbacks.answered = True  # its result or error: the call no longer runs
+        del self._current[key]
+        self._cancels.pop(key, None)
+        callback = callbacks.on_result if what == "result" else callbacks.on_error
+        if callback is not None:
+            callback(value)
+
+    def cancel(self, key: Hashable) -> None:
+        """Cancel the call of ``key`` and drop its answers (nothing if none runs)."""
+        handle = self._current.pop(key, None)
+        self._cancels.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+
+    def stop(self, key: Hashable) -> None:
+        """Ask the call of ``key`` to stop (a Cancel button): unlike :meth:`cancel` it stays
+        the newest, so what it answers (a CancelledError, or its result if it was too late
+        to stop) is still delivered."""
+        handle = self._current.get(key)
+        if handle is not None:
+            handle.cancel()
+
+    def running(self, key: Hashable | None = None) -> bool:
+        """Whether the newest call of ``key`` is still running; without a key, whether any
+        call is still in a worker, cancelled ones included (what a closed page's owner may
+        wait for before it goes)."""
+        if key is None:
+            # ``running`` is plain Python, cleared in the worker: it stays readable when the
+            # page (and with it each handle) was deleted before the answer could arrive.
+            self._unfinished = {h for h in self._unfinished if h.running}
+            return bool(self._unfinished)
+        return key in self._current
+
+    def close(self) -> None:
+        """The page is closing: cancel every call; nothing is delivered from now on."""
+        self._closed = True
+        for key in list(self._current):
+            self.cancel(key)
+        self._callbacks.clear()  # the page is still held by its caller: nothing is freed here
+        self._released.clear()
+
+
+class _Callbacks:
+    __slots__ = ("on_result", "on_error", "on_progress", "on_done", "answered")
+
+    def __init__(self, on_result, on_error, on_progress, on_done):
+        self.on_result, self.on_error = on_result, on_error
+        self.on_progress, self.on_done = on_progress, on_done
+        self.answered = False
+
+
+def _dispatch(tasks, key, handle, what: str, value) -> None:
+    owner = tasks()
+    if owner is not None:
+        owner._deliver(key, handle, what, value)
+
+
+def _cancel_all(cancels: dict) -> None:
+    for event in list(cancels.values()):
+        event.set()

@@ -23,19 +23,22 @@ def _pump_until(page, done, timeout_s: float) -> None:
         time.sleep(0.01)
 
 
+def demo_plan(suites=("code", "grounded"), per_suite: int = 2, sweep: bool = False, **sizes):
+    """The demo model, no draft vs n-gram (k <= 4; a sweep: every k), on the first
+    ``per_suite`` prompts of each suite: a plan of the kind the A/B page runs."""
+    from specdeck.core.bench.plan import BenchPlan, default_arms
+    from specdeck.core.bench.suites import first_prompts
+    from specdeck.core.bench.sweep import sweep_arms
+
+    arms = default_arms(ngram=True, k=4)
+    return BenchPlan(engine="torch", model="demo",
+                     arms=sweep_arms([arms[1].drafter]) if sweep else arms, suites=suites,
+                     prompt_ids=tuple(p.id for p in first_prompts(suites, per_suite)), **sizes)
+
+
 def render(window, out_dir: Path) -> list[Path]:
     page = window.show_page("bench")
-    page.model.setEditText("demo")
-    page.use_draft.setChecked(False)
-    page.use_ngram.setChecked(True)
-    page.sweep.setChecked(False)
-    page.k.setValue(4)
-    for name, button in page.suite_buttons.items():
-        button.setChecked(name in ("grounded", "code"))
-    page.per_suite.setValue(2)
-    page.max_new.setValue(96)
-    page.repeats.setValue(1)
-    page.warmup.setValue(1)
+    page.form.set_plan(demo_plan(max_new_tokens=96, repeats=1, warmup=1))
     page.start()
     # Mid-run: the second measured B run is streaming.
     _pump_until(page, lambda: page.table.rowCount() >= 3 and page.state.live.current is not None
@@ -47,10 +50,8 @@ def render(window, out_dir: Path) -> list[Path]:
     _pump_until(page, lambda: False, 0.3)
     window.grab().save(str(shots[1]))
 
-    page.sweep.setChecked(True)
-    page.per_suite.setValue(1)
-    page.suite_buttons["code"].setChecked(False)
-    page.max_new.setValue(64)
+    page.form.set_plan(demo_plan(("grounded",), per_suite=1, sweep=True, max_new_tokens=64,
+                                 repeats=1, warmup=1))
     page.start()
     _pump_until(page, lambda: page.last_summary is not None, 900)
     _pump_until(page, lambda: False, 0.3)

@@ -9,23 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tools.shot_bench import _pump_until
+from tools.shot_bench import _pump_until, demo_plan
 
 
 def render(window, out_dir: Path) -> list[Path]:
     shots = []
     page = window.show_page("bench")
-    page.engine.setCurrentIndex(page.engine.findData("torch"))
-    page.model.setEditText("demo")
-    page.use_draft.setChecked(False)
-    page.use_ngram.setChecked(True)
-    page.sweep.setChecked(False)
-    for name, button in page.suite_buttons.items():
-        button.setChecked(name in ("grounded", "code"))
-    page.per_suite.setValue(1)
-    page.max_new.setValue(64)
-    page.repeats.setValue(1)
-    page.warmup.setValue(0)
+    page.form.set_plan(demo_plan(per_suite=1, max_new_tokens=64, repeats=1, warmup=0))
     window.resize(1280, 720)
     page.start()
     _pump_until(page, lambda: page.last_summary is not None or not page.timer.isActive(), 600)

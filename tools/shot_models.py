@@ -74,7 +74,7 @@ def render(window, out_dir: Path) -> list[Path]:
         shots.append(out_dir / "models-install.png")
         window.grab().save(str(shots[-1]))
         hub.throttle_bps = None
-        _wait(app, lambda: page._install_task is None and not page.busy())
+        _wait(app, lambda: not page.installing() and not page.busy())
         _settle(app)
         shots.append(out_dir / "models-installed.png")
         window.grab().save(str(shots[-1]))
@@ -103,12 +103,10 @@ def _gguf_shot(app, window, out_dir: Path, drafts: Path) -> Path:
     try:
         page = window.show_page("models")
         page.show_repo(repo)
-        _wait(app, lambda: page.variants_table.rowCount() == 4)
-        table = page.variants_table
-        table.selectRow(next(r for r in range(table.rowCount())
-                             if table.item(r, 0).text() == "Qwen2.5-0.5B-Instruct-Q8_0.gguf"))
+        _wait(app, lambda: len(page.variant_rows()) == 4)
+        page.select_variant(page.GGUF_PREFIX + "Qwen2.5-0.5B-Instruct-Q8_0")
         page.start_install()
-        _wait(app, lambda: page._install_task is None and not page.busy())
+        _wait(app, lambda: not page.installing() and not page.busy())
         _settle(app)
         shot = out_dir / "models-gguf.png"
         window.grab().save(str(shot))

@@ -20,7 +20,10 @@ from tools.shot_bench import _pump_until
 def render(window, out_dir: Path) -> list[Path]:
     import tempfile
 
+    from specdeck.core.bench.plan import BenchPlan
+    from specdeck.core.bench.suites import first_prompts
     from specdeck.core.engines.demo import find_gguf
+    from specdeck.core.servers.arms import arms_from_urls
     from specdeck.core.servers.llama_server import LaunchProfile, ManagedServer
     from tools.llama_server_build import build
 
@@ -34,16 +37,13 @@ def render(window, out_dir: Path) -> list[Path]:
     try:
         urls = [server.start(timeout=120) for server in servers]
         page = window.show_page("bench")
-        page.engine.setCurrentIndex(page.engine.findData("server"))
-        page.servers.setText(f"{urls[0]}, B={urls[1]}")
-        page.probe_servers()
-        _pump_until(page, lambda: "Probing" not in page.server_info.text(), 30)
-        for name, button in page.suite_buttons.items():
-            button.setChecked(name in ("grounded", "code"))
-        page.per_suite.setValue(2)
-        page.max_new.setValue(96)
-        page.repeats.setValue(1)
-        page.warmup.setValue(1)
+        suites = ("code", "grounded")  # the order of the page's suite buttons
+        page.form.set_plan(BenchPlan(
+            engine="server", model="server", arms=arms_from_urls([urls[0], f"B={urls[1]}"]),
+            suites=suites, prompt_ids=tuple(p.id for p in first_prompts(suites, 2)),
+            max_new_tokens=96, repeats=1, warmup=1))
+        page.form.probe_servers()
+        _pump_until(page, lambda: "Probing" not in page.form.server_info.text(), 30)
         page.start()
         _pump_until(page, lambda: page.last_summary is not None or not page.timer.isActive(), 600)
         _pump_until(page, lambda: False, 0.3)
@@ -58,8 +58,8 @@ def render(window, out_dir: Path) -> list[Path]:
 def _arms_dialog(page, binary, gguf, url: str, out_dir: Path) -> Path:
     from specdeck.gui.widgets.server_arms_dialog import FOUND, LAUNCH, SOURCE
 
-    page.arms_button.click()
-    dialog = page.arms_dialog
+    page.form.arms_button.click()
+    dialog = page.form.arms_dialog
     while dialog.table.rowCount():
         dialog.table.removeRow(0)
     rows = (("A", LAUNCH, ""), ("B", LAUNCH, "--spec-type ngram-simple --spec-ngram-simple-size-n 2"),

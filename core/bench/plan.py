@@ -66,14 +66,15 @@ def default_arms(
     arms = [Arm("A")]
     if draft_model is not None:
         spec = DrafterSpec(DrafterKind.MODEL, Path(draft_model), num_draft_tokens=k, adaptive=adaptive)
-        arms.append(Arm(_arm_name(len(arms)), spec))
+        arms.append(Arm(arm_letter(len(arms)), spec))
     if ngram:
-        arms.append(Arm(_arm_name(len(arms)), DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=k,
+        arms.append(Arm(arm_letter(len(arms)), DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=k,
                                                           adaptive=adaptive)))
     return tuple(arms)
 
 
-def _arm_name(index: int) -> str:
+def arm_letter(index: int) -> str:
+    """The default name of the plan's arm at ``index``: A (the reference), B, C, ..."""
     return chr(ord("A") + index) if index < 26 else f"arm{index + 1}"
 
 
@@ -167,7 +168,7 @@ class BenchPlan:
             "version": PLAN_VERSION,
             "engine": self.engine,
             "model": self.model,
-            "arms": [_arm_to_json(a) for a in self.arms],
+            "arms": [arm_to_json(a) for a in self.arms],
             "suites": list(self.suites),
             "prompt_ids": list(self.prompt_ids),
             "max_prompts": self.max_prompts,
@@ -199,7 +200,7 @@ class BenchPlan:
             return cls(
                 engine=str(data.get("engine", "torch")),
                 model=str(data.get("model", "demo")),
-                arms=tuple(_arm_from_json(a) for a in data.get("arms", [{"name": "A"}])),
+                arms=tuple(arm_from_json(a) for a in data.get("arms", [{"name": "A"}])),
                 suites=tuple(str(s) for s in data.get("suites", DEFAULT_SUITES)),
                 prompt_ids=tuple(str(p) for p in data.get("prompt_ids", ())),
                 **{name: data.get(name, PLAN_FIELDS[name].default) for name in COUNTS},
@@ -217,14 +218,15 @@ class BenchPlan:
                                     "DIR/plan.json.") from exc
 
 
-def _arm_to_json(arm: Arm) -> dict[str, Any]:
+def arm_to_json(arm: Arm) -> dict[str, Any]:
+    """An arm as plan.json holds it (the A/B page keeps its server arms this way too)."""
     data = {"name": arm.name, "drafter": drafter_to_json(arm.drafter)}
     if arm.server is not None:
         data["server"] = arm.server.to_json()
     return data
 
 
-def _arm_from_json(data: dict[str, Any]) -> Arm:
+def arm_from_json(data: dict[str, Any]) -> Arm:
     server = data.get("server")
     if server is not None:
         from specdeck.core.servers.arms import ServerArm

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,6 +127,15 @@ def _split_blocks(text: str) -> list[str]:
             current.append(line)
     blocks.append("\n".join(current))
     return blocks
+
+
+def first_prompts(names: Sequence[str], per_suite: int,
+                  builtin: dict[str, Suite] | None = None) -> list[Prompt]:
+    """The first ``per_suite`` prompts of each named built-in suite, in order (how the A/B
+    page and the GPU kit choose prompts; a plan names them in ``prompt_ids``). ``builtin``:
+    ``builtin_suites()``, when the caller has read them already."""
+    builtin = builtin if builtin is not None else builtin_suites()
+    return [prompt for name in names for prompt in builtin[name].prompts[:per_suite]]
 
 
 def select_prompts(names: list[str]) -> list[Prompt]:

@@ -219,7 +219,7 @@ def _stderr_stage(progress: Any) -> None:
 
 def build_plan(args: argparse.Namespace):
     """The plan the arguments describe (its arms: A, then one per drafter at --k)."""
-    from specdeck.core.bench.plan import Arm, BenchPlan, _arm_name
+    from specdeck.core.bench.plan import Arm, BenchPlan, arm_letter
     from specdeck.core.engines.base import LoadSpec
 
     if args.plan is not None:
@@ -234,7 +234,7 @@ def build_plan(args: argparse.Namespace):
                                 "Pass --model FOLDER, --demo, or --plan FILE.")
     arms = [Arm("A")]
     for drafter in _drafters(args, args.k, adaptive=not args.fixed_k):
-        arms.append(Arm(_arm_name(len(arms)), drafter))
+        arms.append(Arm(arm_letter(len(arms)), drafter))
     return BenchPlan(engine=args.engine, model=str(model), arms=tuple(arms),
                      load=LoadSpec(Path("."), device=args.device, dtype=args.dtype),
                      **_prompt_fields(args))
@@ -257,7 +257,7 @@ def _server_plan(args: argparse.Namespace):
     """A plan whose arms are servers: --server URLs or --launch profiles (not both)."""
     import shlex
 
-    from specdeck.core.bench.plan import BenchPlan, _arm_name
+    from specdeck.core.bench.plan import BenchPlan, arm_letter
     from specdeck.core.servers.arms import _split_name, arms_from_urls, launched_arm
     from specdeck.core.servers.kinds import parse_kind
 
@@ -288,7 +288,7 @@ def _server_plan(args: argparse.Namespace):
             raise InvalidInputError("--launch needs --llama-server BINARY and --gguf MODEL.")
         common = tuple(shlex.split(args.server_args))
         for i, text in enumerate(args.launch):
-            name, flags = _split_name(text, _arm_name(i))
+            name, flags = _split_name(text, arm_letter(i))
             try:
                 own = tuple(shlex.split(flags))
             except ValueError as exc:

@@ -1,4 +1,5 @@
-"""The Hugging Face Hub: find EXL2 draft models, list their bitrate variants, install one.
+"""The Hugging Face Hub: find draft models, list their EXL2 bitrate variants (branches) and
+GGUF files (core.hub.gguf), install one.
 
 Built on huggingface_hub (HfApi for search, refs, trees and file metadata; its HTTP session,
 headers and error classes); SpecDeck adds what a safe one-click install needs: resumable,

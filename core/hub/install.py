@@ -1,4 +1,5 @@
-"""Install one EXL2 variant from the Hub into a model folder, safely.
+"""Install one model from the Hub into a model folder, safely: an EXL2 variant (a branch) or,
+planned by core.hub.gguf, one GGUF file with its shards; both with the same guarantees.
 
 The promise to the user: a folder with the model's name appears only when every file is
 complete and verified; until then everything lives in a hidden staging folder beside it
@@ -8,7 +9,8 @@ dot-folders). In order:
 1. plan: resolve the revision to a commit (everything is downloaded at that commit, so a
    branch that moves mid-install cannot mix two versions), list the files with their sizes
    and checksums, refuse file names that would escape the destination, leave out code
-   (.py, ...) and pickled weights, name the folder "<repo name>-<bpw>bpw";
+   (.py, ...) and pickled weights, name the folder "<repo name>-<bpw>bpw" (a GGUF:
+   "<repo name>-<quant>", holding the GGUF file(s) only);
 2. refuse to touch an existing folder of that name, unless it is this very variant
    installed by SpecDeck (then installing is a no-op); take a lock so two installs of the
    same variant cannot interleave; check free disk space;

@@ -191,14 +191,14 @@ def arms_from_urls(texts, kind: ServerKind | None = None, api_key_env: str | Non
     """Arms for running servers, from "[NAME=]URL[#MODEL]" texts: the first is the no-draft
     reference, the others draft as their servers are configured. ``drafts``: arm name ->
     the draft model its requests name (LM Studio)."""
-    from specdeck.core.bench.plan import _arm_name
+    from specdeck.core.bench.plan import arm_letter
 
     arms = []
     drafts = dict(drafts or {})
     for text in (t.strip() for t in texts):
         if not text:
             continue
-        name, url = _split_name(text, _arm_name(len(arms)))
+        name, url = _split_name(text, arm_letter(len(arms)))
         url, _, model = url.partition("#")
         arms.append(url_arm(name, url, model, api_key_env, reference=not arms, kind=kind,
                             draft_model=drafts.pop(name, None)))
@@ -215,7 +215,7 @@ def tabby_arms(url: str, drafts, model_name: str = "", api_key_env: str | None =
                admin_key_env: str | None = None):
     """Arms that reload one TabbyAPI: A holds ``model_name`` (default: the model it holds
     when the plan starts) without a draft, then one arm per "[NAME=]DRAFT" in ``drafts``."""
-    from specdeck.core.bench.plan import Arm, _arm_name
+    from specdeck.core.bench.plan import Arm, arm_letter
     from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec
 
     def arm(name: str, draft: str | None):
@@ -226,7 +226,7 @@ def tabby_arms(url: str, drafts, model_name: str = "", api_key_env: str | None =
 
     arms = [arm("A", None)]
     for text in drafts:
-        name, draft = _split_name(text.strip(), _arm_name(len(arms)))
+        name, draft = _split_name(text.strip(), arm_letter(len(arms)))
         if not draft:
             raise InvalidInputError(f"--tabby-draft {text!r} names no draft model.",
                                     "Give the draft's folder name in TabbyAPI's draft_model_dir.")

@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 from specdeck.core.errors import CancelledError
 from specdeck.gui.context import AppContext
 from specdeck.gui.pages import spec
-from specdeck.gui.workers import TaskHandle, submit
+from specdeck.gui.workers import Tasks
 
 log = logging.getLogger(__name__)
 
@@ -198,8 +198,8 @@ class CompatibilityPage(QWidget):
 
     def __init__(self, context: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
-        self._context = context
-        self._tasks: dict[str, TaskHandle] = {}
+        self.context = context
+        self.tasks = Tasks(self)
         self._library_loaded = False
         self.report = None
         self.suggestions = None
@@ -320,8 +320,8 @@ class CompatibilityPage(QWidget):
 
     # library ---------------------------------------------------------------------------
     def refresh_library(self) -> None:
-        settings = self._context.settings
-        config = str(self._context.config_path) if self._context.config_path else None
+        settings = self.context.settings
+        config = str(self.context.config_path) if self.context.config_path else None
         self._run("library", scan_library, tuple(settings.extra_model_dirs), config,
                   on_done=self._library_scanned, quiet=True)
 
@@ -350,7 +350,7 @@ class CompatibilityPage(QWidget):
             return
         self._set_busy("Checking…")
         self._run("check", check, target, draft, max_seq_len=self.context_len.value() or None,
-                  endpoint=self._context.settings.hub_endpoint, on_done=self._show_report)
+                  endpoint=self.context.settings.hub_endpoint, on_done=self._show_report)
 
     def swap(self) -> None:
         target, draft = self.target.value(), self.draft.value()
@@ -428,10 +428,10 @@ class CompatibilityPage(QWidget):
         if not target:
             self._show_error("Pick the target model to find drafts for.")
             return
-        settings = self._context.settings
+        settings = self.context.settings
         self._set_busy("Looking for drafts…")
         self._run("suggest", suggest, target, model_dirs=tuple(settings.extra_model_dirs),
-                  config_path=self._context.config_path,
+                  config_path=self.context.config_path,
                   max_seq_len=self.context_len.value() or None,
                   endpoint=settings.hub_endpoint, on_done=self._show_suggestions)
 
@@ -495,31 +495,21 @@ class CompatibilityPage(QWidget):
         if chosen is None or chosen.repo_id is None:
             return
         revision = chosen.revisions[0] if chosen.revisions else ""
-        self._context.install_requested.emit(chosen.repo_id, revision)
-        self._context.show_status(f"Install of {chosen.repo_id} requested: follow it on the "
+        self.context.install_requested.emit(chosen.repo_id, revision)
+        self.context.show_status(f"Install of {chosen.repo_id} requested: follow it on the "
                                   "Models page.")
 
     # workers ---------------------------------------------------------------------------
     def _run(self, key: str, fn: Callable[..., Any], *args: Any,
              on_done: Callable[[Any], None], quiet: bool = False, **kwargs: Any) -> None:
         """Run ``fn`` in the background; a newer run of the same kind replaces the older."""
-        previous = self._tasks.get(key)
-        if previous is not None and previous.running:
-            previous.cancel()
-        handle = submit(fn, *args, parent=self, **kwargs)
-        self._tasks[key] = handle
+        self.tasks.run(key, fn, *args, on_result=on_done,
+                       on_error=lambda exc: self._show_failure(exc, quiet),
+                       on_progress=lambda text: self.busy.setText(str(text)),
+                       on_done=self._task_done, **kwargs)
 
-        def current() -> bool:
-            return self._tasks.get(key) is handle
-
-        handle.finished.connect(lambda result: current() and on_done(result))
-        handle.failed.connect(lambda exc: current() and self._show_failure(exc, quiet))
-        handle.progress.connect(lambda text: current() and self.busy.setText(str(text)))
-        handle.done.connect(lambda: current() and self._task_done(key))
-
-    def _task_done(self, key: str) -> None:
-        self._tasks.pop(key, None)
-        if not any(k in self._tasks for k in ("check", "suggest")):
+    def _task_done(self) -> None:
+        if not any(self.tasks.running(k) for k in ("check", "suggest")):
             self.busy.setText("")
 
     def _set_busy(self, text: str) -> None:
@@ -540,5 +530,4 @@ class CompatibilityPage(QWidget):
         self.error_shown.emit(text)
 
     def shutdown(self) -> None:
-        for handle in self._tasks.values():
-            handle.cancel()
+        self.tasks.close()

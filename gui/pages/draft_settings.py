@@ -1,12 +1,14 @@
 """The Draft settings page: TabbyAPI's config.yml, its draft settings, a live diff, Save.
 
-Reading and planning run in workers (parsing a config.yml costs tens of milliseconds);
-the page keeps the latest plan and shows exactly what Save will write.
+Reading, planning and writing run in workers (parsing a config.yml costs tens of
+milliseconds; a write must never stall the window): the page keeps the latest plan, shows
+exactly what Save will write, says while it saves, and shows a failed save in place.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,20 @@ def load_with_choices(path: Path) -> tuple[ConfigDocument, list[str]]:
     return doc, names
 
 
+def create_config_file(path: Path, sample: Path | None = None) -> None:
+    """Worker: a new config.yml, a copy of ``sample`` (TabbyAPI's config_sample.yml) or from
+    SpecDeck's defaults; never over an existing file."""
+    if sample is None:
+        config.create_config(path)
+        return
+    from specdeck.core.atomic import atomic_write_bytes
+
+    if path.exists():
+        raise SpecDeckError(f"{path} already exists; SpecDeck will not overwrite it.",
+                            "Open it instead.")
+    atomic_write_bytes(path, sample.read_bytes())
+
+
 def plan_with_problems(doc: ConfigDocument, changes: dict) -> tuple[config.ConfigChange, list]:
     """Worker: the planned text and what TabbyAPI would say about it."""
     change = config.plan_change(doc, changes)
@@ -70,10 +86,8 @@ class DraftSettingsPage(QWidget):
         self.context = context
         self.document: ConfigDocument | None = None
         self.change: config.ConfigChange | None = None
-        self._plan_seq = 0
-        self._tasks: set[workers.TaskHandle] = set()
-        self._loading_path: Path | None = None
-        self._remember = True
+        self.tasks = workers.Tasks(self)
+        """Reading the file ("load"), planning the edits ("plan"): the newest of each wins."""
 
         self._plan_timer = QTimer(self)
         self._plan_timer.setSingleShot(True)
@@ -95,7 +109,7 @@ class DraftSettingsPage(QWidget):
         splitter.setSizes([520, 640])
         outer.addWidget(splitter, 1)
 
-        QShortcut(QKeySequence.StandardKey.Save, self, activated=self.save)
+        QShortcut(QKeySequence.StandardKey.Save, self, activated=lambda: self.save())
         self._set_enabled(False)
         self.context.config_saved.connect(self._on_saved_elsewhere)
         self.context.config_path_changed.connect(self._on_path_changed_elsewhere)
@@ -187,7 +201,7 @@ class DraftSettingsPage(QWidget):
         self.revert_button.clicked.connect(self.revert)
         self.save_button = QPushButton("Save")
         self.save_button.setDefault(True)
-        self.save_button.clicked.connect(self.save)
+        self.save_button.clicked.connect(lambda: self.save())
         buttons.addWidget(self.revert_button)
         buttons.addWidget(self.save_button)
         layout.addLayout(buttons)
@@ -234,28 +248,24 @@ class DraftSettingsPage(QWidget):
 
     def open_path(self, path: Path, remember: bool = True) -> None:
         """Open ``path``; ``remember`` makes it the app's current config (other pages follow)."""
-        if not self.confirm_discard():
+        if not self.confirm_discard(then=lambda: self.open_path(path, remember)):
             return
         path = Path(path)
-        self._loading_path = path
-        self._remember = remember
         self.status_label.setText(f"Reading {path.name}…")
-        handle = workers.submit(load_with_choices, path, parent=self)
-        handle.finished.connect(lambda result, p=path: self._on_loaded(p, *result))
-        handle.failed.connect(lambda exc, p=path: self._on_load_failed(p, exc))
-        self._track(handle)
+        self.tasks.run("load", load_with_choices, path,
+                       on_result=lambda result: self._on_loaded(path, *result, remember=remember),
+                       on_error=lambda exc: self._on_load_failed(path, exc))
 
     def reload(self) -> None:
         if self.document is not None and self.document.path is not None:
             self.open_path(self.document.path)
 
-    def _on_loaded(self, path: Path, doc: ConfigDocument, draft_names: list[str]) -> None:
-        if self._loading_path != path:
-            return  # a newer open superseded this one
+    def _on_loaded(self, path: Path, doc: ConfigDocument, draft_names: list[str],
+                   remember: bool = True) -> None:
         self.document = doc
         self.change = None
         self.path_edit.setText(str(doc.path))
-        if getattr(self, "_remember", True) and self.context.config_path != doc.path.absolute():
+        if remember and self.context.config_path != doc.path.absolute():
             self.context.set_config_path(doc.path)
         for key, editor in self.fields.items():
             editor.base_dir = doc.path.parent
@@ -270,8 +280,6 @@ class DraftSettingsPage(QWidget):
         self.status_label.setText(f"Opened {doc.path.name}.")
 
     def _on_load_failed(self, path: Path, exc: BaseException) -> None:
-        if self._loading_path != path:
-            return
         self.status_label.setText("")
         if isinstance(exc, NotFoundError):
             self._offer_create(path, None)
@@ -296,20 +304,20 @@ class DraftSettingsPage(QWidget):
         self.banner.show_message(f"<b>{_escape(str(path))}</b> does not exist yet.", "warning", actions)
 
     def create_config(self, path: Path, sample: Path | None = None) -> None:
-        try:
-            if sample is not None:
-                from specdeck.core.atomic import atomic_write_bytes
+        """Write a new config.yml (a copy of ``sample``, or SpecDeck's defaults) in a worker,
+        then open it."""
+        self.status_label.setText(f"Creating {path.name}…")
 
-                if path.exists():
-                    raise SpecDeckError(f"{path} already exists; SpecDeck will not overwrite it.")
-                atomic_write_bytes(path, sample.read_bytes())
-            else:
-                config.create_config(path)
-        except (SpecDeckError, OSError) as exc:
+        def failed(exc: BaseException) -> None:
+            self.status_label.setText("")
             self.banner.show_message(f"Could not create {path}: {_escape(str(exc))}", "error")
-            return
-        self.context.show_status(f"Created {path}.")
-        self.open_path(path)
+
+        def created(_result) -> None:
+            self.context.show_status(f"Created {path}.")
+            self.open_path(path)
+
+        self.tasks.run("create", create_config_file, path, sample, on_result=created,
+                       on_error=failed)
 
     # -- display -----------------------------------------------------------------------
     def _show_badges(self, doc: ConfigDocument) -> None:
@@ -411,16 +419,11 @@ class DraftSettingsPage(QWidget):
             editor.show_error(problem)
             if problem is None:
                 valid[key] = editor.text()
-        self._plan_seq += 1
-        seq = self._plan_seq
-        handle = workers.submit(plan_with_problems, self.document, valid, parent=self)
-        handle.finished.connect(lambda result, s=seq: self._on_planned(s, *result))
-        handle.failed.connect(lambda exc, s=seq: self._on_plan_failed(s, exc))
-        self._track(handle)
+        self.tasks.run("plan", plan_with_problems, self.document, valid,
+                       on_result=lambda result: self._on_planned(*result),
+                       on_error=self._on_plan_failed)
 
-    def _on_planned(self, seq: int, change: config.ConfigChange, problems: list) -> None:
-        if seq != self._plan_seq:
-            return
+    def _on_planned(self, change: config.ConfigChange, problems: list) -> None:
         self.change = change
         self.diff_view.set_diff(change.diff())
         invalid = [e.setting.label for e in self.fields.values() if not e.error.isHidden()]
@@ -432,9 +435,7 @@ class DraftSettingsPage(QWidget):
         self.status_label.setText(text)
         self._update_buttons()
 
-    def _on_plan_failed(self, seq: int, exc: BaseException) -> None:
-        if seq != self._plan_seq:
-            return
+    def _on_plan_failed(self, exc: BaseException) -> None:
         self.change = None
         self.diff_view.set_diff("")
         self.status_label.setText(f"Cannot apply: {exc}")
@@ -443,6 +444,7 @@ class DraftSettingsPage(QWidget):
     def revert(self) -> None:
         if self.document is None:
             return
+        self.tasks.cancel("plan")  # a plan of the edits being dropped must not come back
         for key, editor in self.fields.items():
             editor.load(self.document.raw(*key) if self.document.has(*key) else None)
         self.change = None
@@ -458,41 +460,72 @@ class DraftSettingsPage(QWidget):
             self._replan()
 
     # -- saving ------------------------------------------------------------------------
-    def save(self) -> bool:
+    def save(self, then: Callable[[], None] | None = None) -> bool:
+        """Save the planned change in a worker; True when a save started. Once saved, the
+        file is read again, or ``then`` runs instead (what was waiting for the save: opening
+        another file, closing the window)."""
         self.flush_plan()
         change = self.change
         if change is None or change.is_noop or not self.save_button.isEnabled():
             return False
-        result = save_change(self, change)
-        if result is None:
-            return False
+        self._show_saving(change.document.path)
+        save_change(self, self.tasks, change,
+                    on_saved=lambda result: self._saved(result, then), on_failed=self._save_failed)
+        return True
+
+    def saving(self) -> bool:
+        return self.tasks.running("save")
+
+    def _show_saving(self, path: Path) -> None:
+        self.status_label.setText(f"Saving {path.name}…")
+        self.save_button.setEnabled(False)
+        self.revert_button.setEnabled(False)
+
+    def _saved(self, result, then: Callable[[], None] | None = None) -> None:
         backup = f" Previous version: {result.backup.name}." if result.backup else ""
         self.context.show_status(f"Saved {result.path}.{backup}")
+        self.status_label.setText(f"Saved {result.path.name}.")
         # Mark the edits as saved at once (the reload below refreshes from disk).
         for editor in self.fields.values():
             editor.initial_text = editor.text()
         self.change = None
         self._update_buttons()
         self.context.config_saved.emit(str(result.path))
-        self.open_path(result.path)
-        return True
+        if then is not None:
+            then()
+        else:
+            self.open_path(result.path)
+
+    def _save_failed(self, error: BaseException | None) -> None:
+        """Shown in place; the edits stay, to save again (None: the user chose not to
+        overwrite a file changed on disk)."""
+        self.status_label.setText("Not saved." if error is None else "")
+        if error is not None:
+            self.banner.show_message(f"<b>Could not save</b>: {_escape(str(error))}", "error")
+        self._update_buttons()
 
     def migrate(self) -> None:
-        if self.document is None or not self.confirm_discard():
+        if self.document is None or not self.confirm_discard(then=self.migrate):
             return
         try:
             migration = config.plan_migration(self.document)
         except SpecDeckError as exc:
-            QMessageBox.warning(self, "Cannot migrate", str(exc))
+            self.banner.show_message(f"<b>Cannot migrate</b>: {_escape(str(exc))}", "error")
             return
-        result = confirm_and_save(
-            self, migration, "Migrate config.yml",
+
+        def saved(result) -> None:
+            self.status_label.setText("")
+            if result.written:
+                self.context.config_saved.emit(str(result.path))
+                self.open_path(result.path)
+
+        if confirm_and_save(
+            self, self.tasks, migration, "Migrate config.yml",
             "Move the draft settings to a top-level draft_model section, as TabbyAPI does on "
             "start, keeping your comments. The current file is kept as config.yml.bak.",
-        )
-        if result is not None and result.written:
-            self.context.config_saved.emit(str(result.path))
-            self.open_path(result.path)
+            on_saved=saved, on_failed=self._save_failed,
+        ):
+            self._show_saving(migration.document.path)
 
     # -- other pages and closing -------------------------------------------------------
     def _on_saved_elsewhere(self, path: str) -> None:
@@ -503,7 +536,13 @@ class DraftSettingsPage(QWidget):
         if self.document is None or str(self.document.path.absolute()) != path:
             self.open_path(Path(path))
 
-    def confirm_discard(self) -> bool:
+    def confirm_discard(self, then: Callable[[], None] | None = None) -> bool:
+        """Whether what was asked (opening another file, closing) may go on now. Unsaved
+        edits are asked about: Save starts saving and says no for now (``then`` runs once
+        the file is saved), Discard reverts them, Cancel says no."""
+        if self.saving():
+            self.context.show_status("Saving config.yml: wait for it to finish.")
+            return False
         if not self.is_dirty():
             return True
         answer = QMessageBox.question(
@@ -514,18 +553,19 @@ class DraftSettingsPage(QWidget):
             QMessageBox.StandardButton.Save,
         )
         if answer == QMessageBox.StandardButton.Save:
-            return self.save()
+            self.save(then=then)
+            return False
         if answer == QMessageBox.StandardButton.Discard:
             self.revert()
             return True
         return False
 
     def can_close(self) -> bool:
-        return self.confirm_discard()
+        return self.confirm_discard(then=lambda: self.window().close())
 
-    def _track(self, handle: workers.TaskHandle) -> None:
-        self._tasks.add(handle)
-        handle.done.connect(lambda h=handle: self._tasks.discard(h))
+    def shutdown(self) -> None:
+        self._plan_timer.stop()
+        self.tasks.close()
 
 
 def _escape(text: str) -> str:

@@ -42,7 +42,7 @@ from specdeck.gui.telemetry_view import (
     set_text,
     set_visible,
 )
-from specdeck.gui.workers import submit
+from specdeck.gui.workers import Tasks
 
 log = logging.getLogger(__name__)
 
@@ -356,7 +356,7 @@ class GpusPage(QWidget):
         super().__init__(parent)
         self.context = context
         self.sampler = context.gpu_sampler()
-        self._task = None
+        self.tasks = Tasks(self)
         self._last_frame_seen: TelemetryFrame | None = None
 
         # the live half ---------------------------------------------------------------
@@ -476,8 +476,7 @@ class GpusPage(QWidget):
         """The window is closing: stop redrawing and stop the sampler."""
         self.timer.stop()
         self.sampler.stop()
-        if self._task is not None:
-            self._task.cancel()
+        self.tasks.close()
 
     # telemetry -------------------------------------------------------------------------
     def play_demo(self) -> None:
@@ -566,10 +565,9 @@ class GpusPage(QWidget):
         frame = self.sampler.latest
         self.form.plan_button.setEnabled(False)
         self.result.show_message("Planning…")
-        self._task = submit(plan_from_inputs, inputs, frame, parent=self)
-        self._task.finished.connect(self._plan_done)
-        self._task.failed.connect(self._plan_failed)
-        self._task.done.connect(lambda: self.form.plan_button.setEnabled(True))
+        self.tasks.run("plan", plan_from_inputs, inputs, frame, on_result=self._plan_done,
+                       on_error=self._plan_failed,
+                       on_done=lambda: self.form.plan_button.setEnabled(True))
         self.form.save()
 
     def _plan_done(self, plan) -> None:

@@ -1,27 +1,30 @@
-"""The Models page: the local model library, and EXL2 drafts to install from the Hub.
+"""The Models page: the local model library, and drafts to install from the Hub (an EXL2
+branch for TabbyAPI, or a GGUF file for llama-server).
 
 Top: every model folder SpecDeck knows (config.yml's model and draft folders, extra folders,
 the install destination) with its architecture, size, bitrate, context, vocabulary, a
 compatibility badge against config.yml's target model, and where it came from.
 
-Bottom: search the Hub, pick a repository, pick a bitrate (one branch each), Install.
-Progress shows bytes, rate, time left and the file; Cancel keeps what was downloaded, and
-an unfinished install (cancelled, failed, or cut off by a restart) is offered for Resume.
-After an install, "Use as draft" previews the config.yml change and saves it atomically
-through the config editor.
+Bottom: search the Hub, pick a repository, pick a bitrate (one EXL2 branch each) or a GGUF
+file (its shards together), Install. Progress shows bytes, rate, time left and the file;
+Cancel keeps what was downloaded, and an unfinished install (cancelled, failed, or cut off by
+a restart) is offered for Resume. After an EXL2 install, "Use as draft" previews the
+config.yml change and saves it atomically through the config editor; after a GGUF install,
+the page shows the llama-server flags that draft with it.
 
-Everything slow (network, disk scans, keyring, tokenizers) runs in gui.workers; the page
-only shows state. Domain logic lives in specdeck.core.hub.
+Everything slow (network, disk scans, keyring, tokenizers) runs in gui.workers. What is
+installed, in which state, under which folder name, and what a folder is for is decided in
+specdeck.core.hub.library; the page renders it.
 """
 
 from __future__ import annotations
 
 import html
 import logging
+import shlex
 from pathlib import Path
 from typing import Any
 
-import shiboken6
 from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
@@ -49,7 +52,7 @@ from specdeck.core.errors import CancelledError
 from specdeck.gui.context import AppContext
 from specdeck.gui.pages.compatibility import BADGE_ROLES
 from specdeck.gui.widgets.banner import Banner
-from specdeck.gui.workers import TaskHandle, submit
+from specdeck.gui.workers import TaskHandle, Tasks
 
 log = logging.getLogger(__name__)
 
@@ -117,55 +120,6 @@ def _set_role(label: QLabel, role: str | None) -> None:
 # The calls that run in workers: plain functions of core, nothing Qt.
 
 
-def _scan(config_path: str | None, install_dir: str | None) -> dict:
-    from specdeck.core.hub import find_partial_installs, model_dirs, scan_library
-
-    extra = (install_dir,) if install_dir else ()
-    errors = []
-    try:
-        dirs = model_dirs(config_path, extra)
-    except Exception as exc:  # a broken config.yml: still show the install folder
-        errors.append(str(exc))
-        dirs = [Path(install_dir)] if install_dir else []
-    entries, problems = scan_library(dirs)
-    partials = find_partial_installs(install_dir) if install_dir else []
-    return {"dirs": dirs, "entries": entries, "problems": problems, "partials": partials, "errors": errors}
-
-
-def _target_model(config_path: str | None) -> Path | None:
-    from specdeck.core.hub.locations import current_config
-
-    doc = current_config(config_path)
-    return doc.target_model_path() if doc is not None else None
-
-
-def _compatibility(config_path: str | None, drafts: list[str], cancel=None, progress=None) -> dict:
-    """Verdicts of each draft folder against config.yml's target, via the compatibility
-    checker (specdeck.core.compat) when this build has it; {} otherwise."""
-    try:
-        from specdeck.core.compat import check
-    except ImportError:
-        return {}
-    target = _target_model(config_path)
-    if target is None or not Path(target).is_dir():
-        return {}
-    verdicts = {}
-    for draft in drafts:
-        if cancel is not None and cancel.is_set():
-            break
-        if Path(draft).resolve() == Path(target).resolve():
-            verdicts[draft] = ("target", "Target model", "config.yml's target model")
-            continue
-        try:
-            report = check(target, draft, cancel=cancel)
-            verdicts[draft] = (report.verdict.value, report.verdict.label, report.summary)
-        except Exception as exc:  # one unreadable model must not hide the others' badges
-            verdicts[draft] = ("inconclusive", "Not checked", str(exc))
-        if progress:
-            progress(dict(verdicts))
-    return verdicts
-
-
 def _token_status() -> str:
     from specdeck.core.hub import resolve_token
 
@@ -191,27 +145,13 @@ def _forget() -> str:
     return _token_status()
 
 
-def _variants_with_status(repo_id: str, dirs: list[str], install_dir: str | None, cancel=None) -> dict:
-    """Worker: a repo's EXL2 branches and GGUF files, and which are installed."""
-    from specdeck.core.hub import find_partial_installs, installed_variants, list_variants
-    from specdeck.core.hub.gguf import gguf_folder_name, is_installed, list_gguf
+def _install_and_use(install, *args, progress=None, cancel=None, **kwargs):
+    """Worker: ``install`` (an EXL2 branch or a GGUF file), then what the installed folder
+    is for (read from its files here, not on the GUI thread)."""
+    from specdeck.core.hub.library import installed_use
 
-    found = list_variants(repo_id, cancel=cancel)
-    installed = installed_variants([*dirs, install_dir] if install_dir else dirs)
-    partials = find_partial_installs(install_dir) if install_dir else []
-    ggufs = list_gguf(repo_id)
-    gguf_installed = {c.name for c in ggufs if install_dir and is_installed(
-        c, Path(install_dir) / gguf_folder_name(repo_id, c))}
-    return {"found": found, "installed": installed, "partials": partials, "gguf": ggufs,
-            "gguf_installed": gguf_installed}
-
-
-def _install_gguf(repo_id: str, wanted: str, dest: str, name: str | None = None, progress=None,
-                  cancel=None):
-    """Worker: one GGUF of ``repo_id`` (all its shards), installed like an EXL2 branch."""
-    from specdeck.core.hub.gguf import install_gguf
-
-    return install_gguf(repo_id, wanted, dest, name=name, progress=progress, cancel=cancel)
+    result = install(*args, progress=progress, cancel=cancel, **kwargs)
+    return result, installed_use(result.path)
 
 
 # ---------------------------------------------------------------------------------------
@@ -232,22 +172,16 @@ class ModelsPage(QWidget):
     def __init__(self, context: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
         self.context = context
-        self._tasks: set[TaskHandle] = set()
-        self._install_task: TaskHandle | None = None
-        self._variants_task: TaskHandle | None = None
-        self._variants: Any = None  # RepoVariants of the selected repository
-        self._installed: dict = {}
+        self.tasks = Tasks(self)
+        """Keys: "library" (the scan), "compatibility", "variants" (the selected repository's),
+        "install", "search", "token", ...: a newer request of a key replaces the older."""
+        self._offer: Any = None
+        """What the selected repository offers (core.hub.library.RepoOffer)."""
         self._partials: list = []
-        self._ggufs: dict = {}
-        """The selected repository's GGUF files by name (core.hub.gguf.GgufChoice)."""
-        self._gguf_installed: set[str] = set()
         self._library_dirs: list[Path] = []
         self._last_result: Any = None
         self._install_dir: Path | None = None
         self._rename_offer: Any = None  # a Variant whose folder name clashed
-        self._scan_generation = 0
-        self._closed = False
-        self._variants_generation = 0
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 8, 10, 8)
@@ -269,7 +203,7 @@ class ModelsPage(QWidget):
             self.refresh_library()
         else:
             self._use_config_destination()
-        self._run(_token_status, finished=self.token_label.setText)
+        self._run("token", _token_status, finished=self.token_label.setText)
 
     # building ------------------------------------------------------------------------
     def _build_library(self) -> QWidget:
@@ -327,7 +261,8 @@ class ModelsPage(QWidget):
                                      "never in config.yml or SpecDeck's settings.")
         self.token_button.clicked.connect(self._ask_token)
         self.forget_button = QPushButton("Forget token")
-        self.forget_button.clicked.connect(lambda: self._run(_forget, finished=self.token_label.setText))
+        self.forget_button.clicked.connect(
+            lambda: self._run("token", _forget, finished=self.token_label.setText))
         token.addWidget(self.token_label, 1)
         token.addWidget(self.token_button)
         token.addWidget(self.forget_button)
@@ -408,24 +343,13 @@ class ModelsPage(QWidget):
         return panel
 
     # workers -------------------------------------------------------------------------
-    def _run(self, fn, *args, finished=None, failed=None, progress=None, **kwargs) -> TaskHandle | None:
-        """Run ``fn`` in a worker; its result, error and progress reach the callbacks on the
-        GUI thread, and never after shutdown() or once the page is destroyed."""
-        if self._closed:
-            return None
-        handle = submit(fn, *args, **kwargs)
-        self._tasks.add(handle)
-        for signal, callback in ((handle.finished, finished), (handle.failed, failed or self._show_error),
-                                 (handle.progress, progress)):
-            if callback is not None:
-                signal.connect(lambda value, callback=callback: self._deliver(callback, value))
-        handle.done.connect(lambda: self._tasks.discard(handle))
-        return handle
-
-    def _deliver(self, callback, value: Any) -> None:
-        # The handle outlives the page when the window closes mid-task: drop late results.
-        if not self._closed and shiboken6.isValid(self):
-            callback(value)
+    def _run(self, key: str | None, fn, *args, finished=None, failed=None, progress=None,
+             **kwargs) -> TaskHandle | None:
+        """Run ``fn`` in a worker as the newest call of ``key`` (None: a call of its own); its
+        result, error and progress reach the callbacks on the GUI thread while it is the
+        newest, and never after shutdown()."""
+        return self.tasks.run(key, fn, *args, on_result=finished,
+                              on_error=failed or self._show_error, on_progress=progress, **kwargs)
 
     def _show_error(self, error: BaseException) -> None:
         self.error_banner.show_message(html.escape(str(error)), "error")
@@ -433,14 +357,40 @@ class ModelsPage(QWidget):
     def _clear_error(self) -> None:
         self.error_banner.clear()
 
+    # what the page shows, by column name (tests and tools read these) ------------------
+    def library_rows(self) -> dict[str, dict[str, str]]:
+        """The library table: model name -> {column header: text}."""
+        from specdeck.gui.widgets.table_text import rows_by_header
+
+        return {row["Name"]: row for row in rows_by_header(self.library_table)}
+
+    def variant_rows(self) -> dict[str, dict[str, str]]:
+        """The selected repository's branches and GGUF files: first cell -> its row."""
+        from specdeck.gui.widgets.table_text import rows_by_header
+
+        return {row["Branch / file"]: row for row in rows_by_header(self.variants_table)}
+
+    def repositories(self) -> list[str]:
+        """The search results, in order."""
+        from specdeck.gui.widgets.table_text import rows_by_header
+
+        return [row["Repository"] for row in rows_by_header(self.results_table)]
+
+    @property
+    def partials(self) -> list:
+        """Unfinished installs offered for Resume (core.hub.install.PartialInstall)."""
+        return list(self._partials)
+
     def busy(self) -> bool:
-        return bool(self._tasks)
+        """Whether any call is still in a worker (after shutdown: until each has stopped)."""
+        return self.tasks.running()
+
+    def installing(self) -> bool:
+        return self.tasks.running("install")
 
     def shutdown(self) -> None:
         """Stop background work when the window closes; a running install stays resumable."""
-        self._closed = True
-        for handle in list(self._tasks):
-            handle.cancel()
+        self.tasks.close()
 
     # library -------------------------------------------------------------------------
     @property
@@ -456,7 +406,8 @@ class ModelsPage(QWidget):
         self._install_dir = None
         self._show_destination()
         self.refresh_library()
-        self._run(self._default_dir, finished=self._got_default_dir, failed=lambda exc: self._got_default_dir(None))
+        self._run("default_dir", self._default_dir, finished=self._got_default_dir,
+                  failed=lambda exc: self._got_default_dir(None))
 
     def _default_dir(self) -> Path | None:
         from specdeck.core.hub import default_install_dir
@@ -505,26 +456,25 @@ class ModelsPage(QWidget):
             self.refresh_library()
 
     def refresh_library(self) -> None:
+        from specdeck.core.hub.library import scan_for_install
+
         # Scans can overlap (a new folder while one runs): only the latest one is shown.
-        self._scan_generation += 1
-        generation = self._scan_generation
-        self._run(
-            _scan, self._config_path(), str(self._install_dir) if self._install_dir else None,
-            finished=lambda scan: self._show_library(scan) if generation == self._scan_generation else None,
-            failed=self._show_error,
-        )
+        self._run("library", scan_for_install, self._config_path(),
+                  str(self._install_dir) if self._install_dir else None,
+                  finished=self._show_library)
 
-    def _show_library(self, scan: dict) -> None:
+    def _show_library(self, scan) -> None:
         from specdeck.core.hub import format_bytes
+        from specdeck.core.hub.library import target_badges
 
-        self._library_dirs = list(scan["dirs"])
+        self._library_dirs = list(scan.dirs)
         self.folders_label.setText(
-            "Folders: " + (", ".join(str(d) for d in scan["dirs"]) if scan["dirs"] else
+            "Folders: " + (", ".join(str(d) for d in scan.dirs) if scan.dirs else
                            "none yet (open config.yml or add a folder)")
         )
         table = self.library_table
         table.setRowCount(0)
-        for entry in scan["entries"]:
+        for entry in scan.entries:
             m = entry.model
             row = table.rowCount()
             table.insertRow(row)
@@ -542,30 +492,31 @@ class ModelsPage(QWidget):
             ]
             for column, cell in enumerate(cells):
                 table.setItem(row, column, cell)
-        notes = [f"{p.path.name}: {p.reason}" for p in scan["problems"]] + scan["errors"]
-        count = len(scan["entries"])
+        notes = [f"{p.path.name}: {p.reason}" for p in scan.problems] + list(scan.errors)
+        count = len(scan.entries)
         status = f"{count} model{'s' if count != 1 else ''}."
         if notes:
             status += " Could not read: " + "; ".join(notes)
         self.library_status.setText(status)
-        self._partials = scan["partials"]
+        self._partials = list(scan.partials)
         self._show_partials()
-        drafts = [e.model.path.as_posix() for e in scan["entries"]]
-        self._run(_compatibility, self._config_path(), drafts,
+        drafts = [e.model.path.as_posix() for e in scan.entries]
+        self._run("compatibility", target_badges, self._config_path(), drafts,
                   finished=self._show_compatibility, progress=self._show_compatibility,
                   failed=lambda exc: self._show_compatibility({}))
 
-    def _show_compatibility(self, verdicts: dict) -> None:
+    def _show_compatibility(self, badges: dict) -> None:
         table = self.library_table
+        column = self.LIBRARY_HEADERS.index("Compatibility")
         for row in range(table.rowCount()):
             path = table.item(row, 0).data(Qt.ItemDataRole.UserRole)
-            cell = table.item(row, 7)
-            if path in verdicts:
-                value, label, summary = verdicts[path]
-                cell.setText(label)
-                cell.setToolTip(summary)
-                if value in VERDICT_COLOURS:
-                    cell.setForeground(QColor(VERDICT_COLOURS[value]))
+            cell = table.item(row, column)
+            badge = badges.get(path)
+            if badge is not None:
+                cell.setText(badge.label)
+                cell.setToolTip(badge.summary)
+                if badge.verdict in VERDICT_COLOURS:
+                    cell.setForeground(QColor(VERDICT_COLOURS[badge.verdict]))
             elif cell.text() == "…":
                 cell.setText("—")
                 cell.setToolTip("Not checked: needs config.yml with a target model, and the compatibility checker.")
@@ -581,7 +532,7 @@ class ModelsPage(QWidget):
         self.search_button.setEnabled(False)
         self.search_status.setText("Searching…")
         self._run(
-            search_repos, self.search_edit.text(), author=self.author_edit.text() or None,
+            "search", search_repos, self.search_edit.text(), author=self.author_edit.text() or None,
             family=family or None,
             finished=self._show_results,
             failed=lambda exc: (self.search_button.setEnabled(True), self.search_status.setText(""),
@@ -628,25 +579,22 @@ class ModelsPage(QWidget):
         self.context.show_status(f"Pick a bitrate of {repo_id} and press Install.")
 
     def show_repo(self, repo_id: str, select: str | None = None) -> None:
-        rows = self.variants_table.selectionModel().selectedRows() if self._variants else []
-        same_repo = self._variants is not None and self._variants.repo_id == repo_id
+        rows = self.variants_table.selectionModel().selectedRows() if self._offer else []
+        same_repo = self._offer is not None and self._offer.repo_id == repo_id
         keep = (self.variants_table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole)
                 if rows and same_repo else None)
         keep = select or keep
-        if self._variants_task is not None:
-            self._variants_task.cancel()
-        self._variants_generation += 1
-        generation = self._variants_generation
-        self._variants = None
+        self._offer = None
         self.variants_table.setRowCount(0)
         self.repo_label.setText(f"<b>{repo_id}</b> · reading its branches…")
         dirs = [str(d) for d in self._library_dirs]
-        self._variants_task = self._run(
-            _variants_with_status, repo_id, dirs, str(self._install_dir) if self._install_dir else None,
-            finished=lambda result: self._show_variants(repo_id, result, keep)
-            if generation == self._variants_generation else None,
-            failed=lambda exc: self._variants_failed(repo_id, exc)
-            if generation == self._variants_generation else None,
+        from specdeck.core.hub.library import repo_offer
+
+        self._run(
+            "variants", repo_offer, repo_id, dirs,
+            str(self._install_dir) if self._install_dir else None,
+            finished=lambda result: self._show_variants(repo_id, result, keep),
+            failed=lambda exc: self._variants_failed(repo_id, exc),
         )
 
     def _variants_failed(self, repo_id: str, error: BaseException) -> None:
@@ -655,26 +603,24 @@ class ModelsPage(QWidget):
         self.repo_label.setText(f"<b>{repo_id}</b>")
         self._show_error(error)
 
-    def _show_variants(self, repo_id: str, result: dict, keep: str | None = None) -> None:
+    def _show_variants(self, repo_id: str, offer, keep: str | None = None) -> None:
         from specdeck.core.hub import format_bytes
 
-        found = result["found"]
-        if found.repo_id != repo_id:
+        if offer.repo_id != repo_id:
             return
-        self._variants = found
-        self._installed = result["installed"]
-        self._partials = result["partials"]
-        self._ggufs = {c.name: c for c in result.get("gguf", ())}
-        self._gguf_installed = result.get("gguf_installed", set())
+        self._offer = offer
+        found = offer.variants
+        self._partials = list(offer.partials)
+        ggufs = offer.ggufs
         others = "; ".join(f"{b}: {why}" for b, why in found.other_branches)
         counts = [f"{len(found.variants)} bitrate{'s' if len(found.variants) != 1 else ''}"]
-        if self._ggufs and not found.variants:
+        if ggufs and not found.variants:
             counts = []
-        if self._ggufs:
-            counts.append(f"{len(self._ggufs)} GGUF file{'s' if len(self._ggufs) != 1 else ''}")
+        if ggufs:
+            counts.append(f"{len(ggufs)} GGUF file{'s' if len(ggufs) != 1 else ''}")
         self.repo_label.setText(
             f"<b>{found.repo_id}</b> · {', '.join(counts)}"
-            + (f"<br><span style='color:gray'>{others}</span>" if others and not self._ggufs else "")
+            + (f"<br><span style='color:gray'>{others}</span>" if others and not ggufs else "")
         )
         table = self.variants_table
         table.setRowCount(0)
@@ -687,7 +633,7 @@ class ModelsPage(QWidget):
             vram = variant.weights_vram_bytes
             table.setItem(row, 3, _item(format_bytes(vram) if vram else "?", VRAM_TIP, align_right=True))
             table.setItem(row, 4, _item(str(variant.file_count), align_right=True))
-            table.setItem(row, 5, _item(self._status_text(variant)))
+            table.setItem(row, 5, _item(offer.state(variant).text))
             notes = "; ".join(variant.notes)
             table.setItem(row, 6, _item(notes, notes or None))
         self._add_gguf_rows()
@@ -703,7 +649,7 @@ class ModelsPage(QWidget):
         from specdeck.core.hub import format_bytes
 
         table = self.variants_table
-        for choice in self._ggufs.values():
+        for choice in self._offer.ggufs:
             row = table.rowCount()
             table.insertRow(row)
             table.setItem(row, 0, _item(choice.main_file, "a GGUF file on the main branch",
@@ -714,36 +660,30 @@ class ModelsPage(QWidget):
                                         "file's tensors as they are: its size is the weights' "
                                         "VRAM when every layer is offloaded", align_right=True))
             table.setItem(row, 4, _item(str(len(choice.files)), align_right=True))
-            table.setItem(row, 5, _item("installed" if choice.name in self._gguf_installed else ""))
+            table.setItem(row, 5, _item(self._offer.gguf_state(choice).text))
             note = ("multimodal projector: not a draft model" if choice.is_projector
                     else "for llama-server (-md); TabbyAPI loads EXL2")
             table.setItem(row, 6, _item(note, note))
 
     def selected_gguf(self):
         """The GGUF file (a core.hub.gguf.GgufChoice) selected, or None."""
-        rows = self.variants_table.selectionModel().selectedRows() if self._variants else []
+        rows = self.variants_table.selectionModel().selectedRows() if self._offer else []
         if not rows:
             return None
         key = self.variants_table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole) or ""
-        return self._ggufs.get(key[len(self.GGUF_PREFIX):]) if key.startswith(self.GGUF_PREFIX) else None
-
-    def _status_text(self, variant) -> str:
-        entry = self._installed.get((variant.repo_id, variant.revision))
-        if entry is not None:
-            return "installed" if entry.source.commit == variant.commit else "older version installed"
-        for partial in self._partials:
-            if (partial.repo_id, partial.revision) == (variant.repo_id, variant.revision):
-                return f"unfinished ({partial.fraction:.0%})"
-        return ""
+        if not key.startswith(self.GGUF_PREFIX):
+            return None
+        name = key[len(self.GGUF_PREFIX):]
+        return next((c for c in self._offer.ggufs if c.name == name), None)
 
     def selected_variant(self):
-        rows = self.variants_table.selectionModel().selectedRows() if self._variants else []
+        rows = self.variants_table.selectionModel().selectedRows() if self._offer else []
         if not rows:
             return None
         revision = self.variants_table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole)
         if str(revision).startswith(self.GGUF_PREFIX):
             return None
-        return self._variants.find(revision)
+        return self._offer.variants.find(revision)
 
     def select_variant(self, revision: str) -> None:
         for row in range(self.variants_table.rowCount()):
@@ -754,21 +694,21 @@ class ModelsPage(QWidget):
 
     # install -------------------------------------------------------------------------
     def _update_buttons(self) -> None:
-        installing = self._install_task is not None
+        installing = self.installing()
         gguf = self.selected_gguf() if hasattr(self, "variants_table") else None
         if gguf is not None:
-            installed = gguf.name in self._gguf_installed
+            installed = self._offer.gguf_state(gguf).installed
             self.install_button.setEnabled(self._install_dir is not None and not installing
                                            and not installed and not gguf.is_projector)
             self.install_button.setText("Installed" if installed else f"Install GGUF {gguf.quant or gguf.name}")
             self.install_button.setToolTip(
                 "A multimodal projector, not a draft model." if gguf.is_projector else
                 f"Installs {len(gguf.files)} file(s) into {self._install_dir or '?'}/"
-                f"{self._variants.repo_id.split('/')[-1]}-{gguf.quant or gguf.name}")
+                f"{self._offer.gguf_folder(gguf)}")
             self.cancel_button.setEnabled(installing)
             return
         variant = self.selected_variant() if hasattr(self, "variants_table") else None
-        installed = variant is not None and self._status_text(variant) == "installed"
+        installed = variant is not None and self._offer.state(variant).installed
         can = variant is not None and self._install_dir is not None and not installing and not installed
         self.install_button.setEnabled(can)
         if installed:
@@ -783,16 +723,16 @@ class ModelsPage(QWidget):
 
     def start_install(self, name: str | None = None) -> None:
         gguf = self.selected_gguf()
-        if gguf is not None and self._install_dir is not None and self._install_task is None:
-            self._begin_install(self._variants.repo_id, "main", name, gguf=gguf.name)
+        if gguf is not None and self._install_dir is not None and not self.installing():
+            self._begin_install(self._offer.repo_id, "main", name, gguf=gguf.name)
             return
         variant = self.selected_variant()
-        if variant is None or self._install_dir is None or self._install_task is not None:
+        if variant is None or self._install_dir is None or self.installing():
             return
         self._begin_install(variant.repo_id, variant.revision, name)
 
     def resume_install(self) -> None:
-        if self._partials and self._install_task is None:
+        if self._partials and not self.installing():
             partial = self._partials[0]
             self._begin_install(partial.repo_id, partial.revision, partial.folder_name,
                                 gguf=partial.gguf)
@@ -808,26 +748,24 @@ class ModelsPage(QWidget):
         self.progress_bar.setValue(0)
         self.progress_label.setText(f"Starting {repo_id}@{revision}" + (f" {gguf}" if gguf else "") + "…")
         if gguf is not None:
-            self._install_task = self._run(
-                _install_gguf, repo_id, gguf, str(self._install_dir), name=name,
-                finished=self._install_done, failed=self._install_failed,
-                progress=self._install_progress)
+            from specdeck.core.hub.gguf import install_gguf
+
+            call, args = install_gguf, (repo_id, gguf, str(self._install_dir))
         else:
-            self._install_task = self._run(
-                install, repo_id, revision, self._install_dir, name=name,
-                finished=self._install_done, failed=self._install_failed,
-                progress=self._install_progress,
-            )
-        if self._install_task is None:
+            call, args = install, (repo_id, revision, self._install_dir)
+        handle = self.tasks.run("install", _install_and_use, call, *args, name=name,
+                                on_result=lambda done: self._install_done(*done),
+                                on_error=self._install_failed, on_progress=self._install_progress,
+                                on_done=self._install_ended)
+        if handle is None:
             return
-        self._install_task.done.connect(self._install_ended)
         self._show_partials()
         self._update_buttons()
 
     def cancel_install(self) -> None:
-        if self._install_task is not None:
+        if self.installing():
             self.progress_label.setText("Cancelling…")
-            self._install_task.cancel()
+            self.tasks.stop("install")
 
     def _install_progress(self, p) -> None:
         self.progress_bar.setValue(int(p.fraction * PROGRESS_STEPS))
@@ -835,18 +773,16 @@ class ModelsPage(QWidget):
         self.progress_label.setText(p.describe())
 
     def _install_ended(self) -> None:
-        self._install_task = None
-        if self._closed:
-            return
         self._update_buttons()
         self.refresh_library()
-        if self._variants is not None:
-            self.show_repo(self._variants.repo_id)  # new statuses: installed, unfinished
+        if self._offer is not None:
+            self.show_repo(self._offer.repo_id)  # new statuses: installed, unfinished
         offer, self._rename_offer = self._rename_offer, None
         if offer is not None:
             self._offer_other_name(offer)
 
-    def _install_done(self, result) -> None:
+    def _install_done(self, result, use) -> None:
+        """``use``: what the installed folder is for (core.hub.library.InstalledUse)."""
         self._last_result = result
         self.progress_bar.setValue(PROGRESS_STEPS)
         self.progress_bar.setFormat("100%")
@@ -862,13 +798,12 @@ class ModelsPage(QWidget):
         skipped = ""
         if result.skipped:
             skipped = "<br><span style='color:gray'>Left out: " + ", ".join(s.path for s in result.skipped) + "</span>"
-        ggufs = sorted(result.path.glob("*.gguf"))
-        if ggufs:
-            # A GGUF draft is llama-server's: TabbyAPI's config.yml cannot take it.
-            facts = (f"<br>For llama-server: <code>-md {html.escape(str(ggufs[0]))} --spec-type "
-                     "draft-simple</code> (the llama-swap page sets it in a model's cmd).")
+        if not use.for_tabby:  # TabbyAPI's config.yml cannot take a GGUF draft
+            flags = html.escape(shlex.join(use.llama_server_flags))
+            facts = (f"<br>For llama-server: <code>{flags}</code> (the llama-swap page sets it "
+                     "in a model's cmd).")
         self.result_label.setText(f"<b>{result.path.name}</b> in {result.path.parent}{facts}{skipped}")
-        if not ggufs:
+        if use.for_tabby:
             self.use_button.show()
             self._update_use_button()
         self._check_new_model(result.path)
@@ -898,7 +833,7 @@ class ModelsPage(QWidget):
     def _show_partials(self) -> None:
         from specdeck.core.hub import format_bytes
 
-        if not self._partials or self._install_task is not None:
+        if not self._partials or self.installing():
             self.partial_banner.clear()
             return
         p = self._partials[0]
@@ -919,21 +854,23 @@ class ModelsPage(QWidget):
         answer = QMessageBox.question(self, "Discard unfinished install",
                                       f"Delete what was downloaded for {partial.spec}?")
         if answer == QMessageBox.StandardButton.Yes:
-            self._run(discard_partial, partial, finished=lambda _r: self.refresh_library())
+            self._run(None, discard_partial, partial, finished=lambda _r: self.refresh_library())
 
     # after install -------------------------------------------------------------------
     def _check_new_model(self, path: Path) -> None:
-        def show(verdicts: dict) -> None:
-            if str(path.as_posix()) not in verdicts:
+        def show(badges: dict) -> None:
+            badge = badges.get(path.as_posix())
+            if badge is None:
                 return
-            value, label, summary = verdicts[path.as_posix()]
-            self.compat_badge.setText(f"{label} with the target model")
-            self.compat_badge.setToolTip(summary)
-            _set_role(self.compat_badge, BADGE_ROLES.get(value, "badge-info"))
+            self.compat_badge.setText(f"{badge.label} with the target model")
+            self.compat_badge.setToolTip(badge.summary)
+            _set_role(self.compat_badge, BADGE_ROLES.get(badge.verdict, "badge-info"))
             self.compat_badge.show()
 
-        self._run(_compatibility, self._config_path(), [path.as_posix()], finished=show,
-                  failed=lambda exc: None)
+        from specdeck.core.hub.library import target_badges
+
+        self._run("new_model_compatibility", target_badges, self._config_path(),
+                  [path.as_posix()], finished=show, failed=lambda exc: None)
 
     def _update_use_button(self) -> None:
         has_config = self.context.config_path is not None
@@ -948,25 +885,36 @@ class ModelsPage(QWidget):
 
         if self._last_result is None or self.context.config_path is None:
             return
-        self._run(plan_use_as_draft, self._last_result.path, self.context.config_path, finished=self._confirm_change)
+        self._run("use_as_draft", plan_use_as_draft, self._last_result.path, self.context.config_path, finished=self._confirm_change)
 
     def _confirm_change(self, change) -> None:
         from specdeck.gui.widgets.config_dialog import confirm_and_save
 
         name = self._last_result.path.name if self._last_result else "the model"
-        saved = confirm_and_save(
-            self, change, "Use as draft model",
+
+        def saved(result) -> None:
+            self.use_button.setEnabled(True)
+            path = str(result.path)
+            if result.written:
+                self.context.config_saved.emit(path)
+                self.context.show_status(f"Draft model set to {name} in {path}.")
+            else:
+                self.context.show_status(f"{name} already is the draft model in {path}.")
+
+        def failed(error: BaseException | None) -> None:
+            self.use_button.setEnabled(True)
+            self.context.show_status("config.yml was not changed.")
+            if error is not None:
+                self._show_error(error)
+
+        if confirm_and_save(
+            self, self.tasks, change, "Use as draft model",
             f"Make <b>{html.escape(name)}</b> TabbyAPI's draft model. SpecDeck will change config.yml "
             "like this (the previous version is kept as config.yml.bak):",
-        )
-        if saved is None:
-            return
-        path = str(self.context.config_path)
-        if getattr(saved, "written", True):
-            self.context.config_saved.emit(path)
-            self.context.show_status(f"Draft model set to {name} in {path}.")
-        else:
-            self.context.show_status(f"{name} already is the draft model in {path}.")
+            on_saved=saved, on_failed=failed,
+        ):
+            self.use_button.setEnabled(False)
+            self.context.show_status("Saving config.yml…", 0)
 
     # token ---------------------------------------------------------------------------
     def _ask_token(self) -> None:
@@ -979,5 +927,6 @@ class ModelsPage(QWidget):
         )
         if ok and value.strip():
             self.token_label.setText("Checking the token…")
-            self._run(_sign_in, value.strip(), finished=self.token_label.setText,
-                      failed=lambda exc: (self._show_error(exc), self._run(_token_status, finished=self.token_label.setText)))
+            self._run("token", _sign_in, value.strip(), finished=self.token_label.setText,
+                      failed=lambda exc: (self._show_error(exc), self._run(
+                          "token", _token_status, finished=self.token_label.setText)))

@@ -39,7 +39,7 @@ class StartPage(QWidget):
         super().__init__(parent)
         self.context = context
         self._discover = discover
-        self._task = None
+        self.tasks = workers.Tasks(self)
         layout = QVBoxLayout(self)
         heading = QLabel("<h2>Speculative decoding you can trust</h2>")
         intro = QLabel("A small draft model proposes tokens and your big model checks them: the "
@@ -96,12 +96,11 @@ class StartPage(QWidget):
 
         self.status.setText("Looking…")
         self.status.show()
-        self._seq = getattr(self, "_seq", 0) + 1
-        seq = self._seq
-        self._task = workers.submit(self._discover or discover, parent=self)
-        self._task.finished.connect(lambda found, s=seq: self._show(found) if s == self._seq
-                                    else None)
-        self._task.failed.connect(lambda exc: self.status.setText(f"Could not look: {exc}"))
+        self.tasks.run("discover", self._discover or discover, on_result=self._show,
+                       on_error=lambda exc: self.status.setText(f"Could not look: {exc}"))
+
+    def shutdown(self) -> None:
+        self.tasks.close()
 
     def _show(self, findings) -> None:
         for label, step, button in self.rows:

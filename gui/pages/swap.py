@@ -103,10 +103,9 @@ class SwapPage(QWidget):
         self.info = None
         self.rows: list[dict] = []
         self.change = None
-        self._load_seq = 0
-        self._plan_seq = 0
-        """Newer requests supersede older ones still in a worker."""
-        self._tasks: set = set()
+        self.tasks = workers.Tasks(self)
+        """Reading the file ("load") and planning an edit ("plan"): newer requests supersede
+        older ones still in a worker."""
 
         self._plan_timer = QTimer(self)
         self._plan_timer.setSingleShot(True)
@@ -291,12 +290,10 @@ class SwapPage(QWidget):
             self.draft.setText(path)
 
     def open_path(self, path: Path) -> None:
-        self._load_seq += 1
-        seq = self._load_seq
         self.status.setText(f"Reading {path.name}…")
-        self._submit(read_config, Path(path), self.binary.text().strip(),
-                     on_result=lambda result: self._loaded(seq, path, *result),
-                     on_error=lambda exc: self._load_failed(seq, path, exc))
+        self.tasks.run("load", read_config, Path(path), self.binary.text().strip(),
+                       on_result=lambda result: self._loaded(path, *result),
+                       on_error=lambda exc: self._load_failed(path, exc))
 
     def reload(self) -> None:
         path = self.config.path if self.config is not None else None
@@ -305,9 +302,7 @@ class SwapPage(QWidget):
         if path is not None:
             self.open_path(path)
 
-    def _loaded(self, seq: int, path: Path, config, rows, info) -> None:
-        if seq != self._load_seq:
-            return
+    def _loaded(self, path: Path, config, rows, info) -> None:
         previous = self._current_name()
         self.config, self.rows, self.info = config, rows, info
         self.path_edit.setText(str(config.path))
@@ -345,9 +340,7 @@ class SwapPage(QWidget):
         else:
             self.banner.hide()
 
-    def _load_failed(self, seq: int, path: Path, exc: BaseException) -> None:
-        if seq != self._load_seq:
-            return
+    def _load_failed(self, path: Path, exc: BaseException) -> None:
         self.status.setText("")
         fix = getattr(exc, "fix", "")
         self.banner.show_message(f"<b>Cannot open {_html(path.name)}</b>: {_html(exc)}"
@@ -448,35 +441,28 @@ class SwapPage(QWidget):
     def plan_edit(self) -> None:
         """Plan the form's setting for the selected model (in a worker); the diff follows."""
         name, setting = self._current_name(), self.setting()
-        self._plan_seq += 1
         if self.config is None or name is None or setting is None:
+            self.tasks.cancel("plan")
             self._show_change(None)
             return
-        seq = self._plan_seq
         self.status.setText("Planning…")
-        self._submit(plan_setting, self.config, name, setting, self.info,
-                     on_result=lambda result: self._planned(seq, *result),
-                     on_error=lambda exc: self._plan_failed(seq, exc))
+        self.tasks.run("plan", plan_setting, self.config, name, setting, self.info,
+                       on_result=lambda result: self._planned(*result),
+                       on_error=self._plan_failed)
 
     def plan_migrate_all(self) -> None:
         if self.config is None:
             return
         self._clear_form()
-        self._plan_seq += 1
-        seq = self._plan_seq
-        self._submit(plan_migration, self.config, self.info,
-                     on_result=lambda result: self._planned(seq, *result),
-                     on_error=lambda exc: self._plan_failed(seq, exc))
+        self.tasks.run("plan", plan_migration, self.config, self.info,
+                       on_result=lambda result: self._planned(*result),
+                       on_error=self._plan_failed)
 
-    def _planned(self, seq: int, change, unfixed) -> None:
-        if seq != self._plan_seq:
-            return
+    def _planned(self, change, unfixed) -> None:
         self._file_banner()
         self._show_change(change, unfixed)
 
-    def _plan_failed(self, seq: int, exc: BaseException) -> None:
-        if seq != self._plan_seq:
-            return
+    def _plan_failed(self, exc: BaseException) -> None:
         self._show_change(None)
         fix = getattr(exc, "fix", "")
         self.banner.show_message(_html(exc) + (f"<br>{_html(fix)}" if fix else ""), "error")
@@ -500,20 +486,35 @@ class SwapPage(QWidget):
     # saving ------------------------------------------------------------------------------
     def revert(self) -> None:
         self._clear_form()
-        self._plan_seq += 1
+        self.tasks.cancel("plan")
         self._show_change(None)
 
     def save(self) -> None:
         if self.change is None:
             return
         path = self.change.document.path
-        saved = confirm_and_save(self, self.change, f"Save {path.name}",
-                                 f"SpecDeck will change {_html(path)} like this (the "
-                                 f"previous version is kept as {_html(path.name)}.bak):")
-        if saved is not None and saved.written:
-            self.context.show_status(f"Saved {saved.path}.")
-            self._clear_form()
-            self.open_path(Path(saved.path))
+
+        def saved(result) -> None:
+            if result.written:
+                self.context.show_status(f"Saved {result.path}.")
+                self._clear_form()
+                self.open_path(Path(result.path))
+            else:
+                self._show_change(self.change)
+
+        def failed(error: BaseException | None) -> None:
+            self._show_change(self.change)  # the change stays, to save again
+            if error is not None:
+                self.banner.show_message(f"<b>Could not save {html.escape(path.name)}</b>: "
+                                         f"{html.escape(str(error))}", "error")
+
+        if confirm_and_save(self, self.tasks, self.change, f"Save {path.name}",
+                            f"SpecDeck will change {_html(path)} like this (the "
+                            f"previous version is kept as {_html(path.name)}.bak):",
+                            on_saved=saved, on_failed=failed):
+            self.save_button.setEnabled(False)
+            self.revert_button.setEnabled(False)
+            self.status.setText(f"Saving {path.name}…")
 
     # plumbing ----------------------------------------------------------------------------
     def _set_enabled(self, on: bool) -> None:
@@ -522,15 +523,9 @@ class SwapPage(QWidget):
         self.save_button.setEnabled(on and self.change is not None)
         self.revert_button.setEnabled(on and self.change is not None)
 
-    def _submit(self, fn, *args, on_result, on_error) -> None:
-        handle = workers.submit(fn, *args, parent=self, on_result=on_result, on_error=on_error)
-        self._tasks.add(handle)
-        handle.done.connect(lambda: self._tasks.discard(handle))
-
     def shutdown(self) -> None:
         self._plan_timer.stop()
-        for handle in list(self._tasks):
-            handle.cancel()
+        self.tasks.close()
 
 
 def _html(text) -> str:

@@ -1,11 +1,16 @@
-"""Confirm a config.yml change: show the diff, save atomically, handle conflicts.
+"""Confirm a config.yml change: show the diff, save atomically in a worker, handle conflicts.
 
 Every page that writes config.yml (Draft settings, "Use as draft" on the Models page,
-"Apply" on the A/B page) goes through :func:`confirm_and_save`, so the user always sees
-the exact lines that will change before anything is written.
+"Apply" on the A/B page, the llama-swap page) goes through :func:`confirm_and_save` or
+:func:`save_change`, so the user always sees the exact lines that will change before
+anything is written, and the write never runs on the GUI thread: the page says it is
+saving, and shows what went wrong in place.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 from PySide6.QtWidgets import (
     QDialog,
@@ -17,7 +22,6 @@ from PySide6.QtWidgets import (
 )
 
 from specdeck.core import config
-from specdeck.core.errors import SpecDeckError
 from specdeck.gui.widgets.diff_view import DiffView
 
 
@@ -48,32 +52,51 @@ class ConfirmChangeDialog(QDialog):
         self.buttons = buttons
 
 
-def save_change(parent: QWidget, change, force: bool = False) -> config.SaveResult | None:
-    """Save, asking before overwriting a file that changed on disk. None if not saved."""
-    try:
-        return config.save(change, force=force)
-    except config.ConfigConflictError as exc:
-        name = change.document.path.name
-        answer = QMessageBox.question(
-            parent,
-            f"{name} changed on disk",
-            f"{exc.what}\n\nOverwrite it with your version? (The version on disk is kept as "
-            f"{name}.bak.)",
-            QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Cancel,
-            QMessageBox.StandardButton.Cancel,
-        )
-        if answer == QMessageBox.StandardButton.Save:
-            return save_change(parent, change, force=True)
-        return None
-    except SpecDeckError as exc:
-        QMessageBox.warning(parent, f"Could not save {change.document.path.name}", str(exc))
-        return None
+def save_change(parent: QWidget, tasks, change, on_saved: Callable[[Any], None],
+                on_failed: Callable[[BaseException | None], None], force: bool = False) -> None:
+    """Save ``change`` in a worker (``tasks``: the page's gui.workers.Tasks), never on the
+    GUI thread. A file that changed on disk since it was read is asked about first: overwrite
+    it (the version on disk kept as .bak), or not. Then ``on_saved(SaveResult)``, or
+    ``on_failed(error)`` with the error to show in place (None: the user chose not to
+    overwrite; nothing to show)."""
+
+    def failed(error: BaseException) -> None:
+        if isinstance(error, config.ConfigConflictError):
+            if _overwrite(parent, change, error):
+                save_change(parent, tasks, change, on_saved, on_failed, force=True)
+            else:
+                on_failed(None)
+            return
+        on_failed(error)
+
+    tasks.run("save", config.save, change, force=force, on_result=on_saved, on_error=failed)
 
 
-def confirm_and_save(parent: QWidget, change, title: str, intro: str) -> config.SaveResult | None:
+def _overwrite(parent: QWidget, change, conflict) -> bool:
+    name = change.document.path.name
+    answer = QMessageBox.question(
+        parent,
+        f"{name} changed on disk",
+        f"{conflict.what}\n\nOverwrite it with your version? (The version on disk is kept as "
+        f"{name}.bak.)",
+        QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Cancel,
+        QMessageBox.StandardButton.Cancel,
+    )
+    return answer == QMessageBox.StandardButton.Save
+
+
+def confirm_and_save(parent: QWidget, tasks, change, title: str, intro: str,
+                     on_saved: Callable[[Any], None],
+                     on_failed: Callable[[BaseException | None], None]) -> bool:
+    """Show the exact lines ``change`` writes; once the user accepts, save it in a worker
+    (:func:`save_change`). True when a save started; False when the user cancelled, or
+    when there was nothing to write (then ``on_saved`` has had a SaveResult with ``written``
+    False, at once)."""
     if change.new_text == change.document.text:
-        return config.SaveResult(change.document.path, written=False, backup=None)
+        on_saved(config.SaveResult(change.document.path, written=False, backup=None))
+        return False
     dialog = ConfirmChangeDialog(change, title, intro, parent)
     if dialog.exec() != QDialog.DialogCode.Accepted:
-        return None
-    return save_change(parent, change)
+        return False
+    save_change(parent, tasks, change, on_saved, on_failed)
+    return True

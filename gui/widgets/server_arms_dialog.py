@@ -58,6 +58,9 @@ class ServerArmsDialog(QDialog):
     def __init__(self, arms: Sequence, launch: LaunchSettings, one_at_a_time: bool,
                  parent: QWidget | None = None):
         super().__init__(parent)
+        from specdeck.gui.workers import Tasks
+
+        self.tasks = Tasks(self)
         self.setWindowTitle("Server arms")
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
@@ -114,6 +117,7 @@ class ServerArmsDialog(QDialog):
 
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok
                                    | QDialogButtonBox.StandardButton.Cancel)
+        self.ok_button = buttons.button(QDialogButtonBox.StandardButton.Ok)
         buttons.accepted.connect(self._accept)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
@@ -132,7 +136,7 @@ class ServerArmsDialog(QDialog):
     # rows --------------------------------------------------------------------------------
     def add_row(self, name: str | None = None, source: str = RUNNING, where: str = "",
                 model: str = "", key: str = "", draft: str = "") -> int:
-        from specdeck.core.bench.plan import _arm_name
+        from specdeck.core.bench.plan import arm_letter
 
         row = self.table.rowCount()
         self.table.insertRow(row)
@@ -141,7 +145,7 @@ class ServerArmsDialog(QDialog):
         combo.setCurrentText(source)
         combo.currentTextChanged.connect(lambda *_: self._sync_launch_box())
         self.table.setCellWidget(row, SOURCE, combo)
-        values = {NAME: name or _arm_name(row), WHERE: where, MODEL: model, DRAFT: draft,
+        values = {NAME: name or arm_letter(row), WHERE: where, MODEL: model, DRAFT: draft,
                   KEY: key, FOUND: ""}
         for column, value in values.items():
             item = QTableWidgetItem(value)
@@ -231,12 +235,10 @@ class ServerArmsDialog(QDialog):
         except SpecDeckError as exc:
             self.message.setText(str(exc))
             return
-        from specdeck.gui.workers import submit
-
         self.message.setText("Checking…")
         self.check_button.setEnabled(False)
-        self.task = submit(_describe_all, arms, parent=self, on_result=self._show_found,
-                           on_error=self._check_failed)
+        self.tasks.run("check", _describe_all, arms, on_result=self._show_found,
+                       on_error=self._check_failed)
 
     def _show_found(self, lines: list[str]) -> None:
         self.check_button.setEnabled(True)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from specdeck.gui.bench_session import BenchSession, PlanDone, PlanFailed
+from specdeck.core.bench.plan import BenchPlan, default_arms
+from specdeck.gui.bench_form import plan_from_choices
 from specdeck.gui.pages.bench import BenchPage
-from tiny_models import ab_models, tiny_plan
+from tiny_models import ab_models
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -32,43 +33,44 @@ def page(qtbot, configured_qapp):
 
 def configure(page: BenchPage, model: Path, draft: Path | None = None, ngram: bool = True,
               suites=("grounded",), per_suite: int = 1, max_new: int = 24, repeats: int = 2,
-              warmup: int = 0) -> None:
-    page.model.setEditText(str(model))
-    page.use_draft.setChecked(draft is not None)
-    page.draft.setText(str(draft) if draft else "")
-    page.use_ngram.setChecked(ngram)
-    for name, button in page.suite_buttons.items():
-        button.setChecked(name in suites)
-    page.per_suite.setValue(per_suite)
-    page.max_new.setValue(max_new)
-    page.repeats.setValue(repeats)
-    page.warmup.setValue(warmup)
+              warmup: int = 0, sweep: bool = False) -> BenchPlan:
+    """Show a plan in the form (A, then the draft model and/or n-gram at k <= 4)."""
+    from specdeck.core.bench.suites import first_prompts
+    from specdeck.core.bench.sweep import sweep_arms
+
+    arms = default_arms(draft, ngram, k=4)
+    plan = BenchPlan(engine="torch", model=str(model),
+                     arms=sweep_arms([a.drafter for a in arms[1:]]) if sweep else arms,
+                     suites=suites, prompt_ids=tuple(p.id for p in first_prompts(suites, per_suite)),
+                     max_new_tokens=max_new, repeats=repeats, warmup=warmup)
+    page.form.set_plan(plan)
+    assert plan_from_choices(page.form.choices(), comparison=False) == plan
+    return plan
 
 
 def test_start_runs_the_plan_and_fills_the_results_table(qtbot, page, models):
-    configure(page, models["cycle"], suites=("grounded", "code"), repeats=2, warmup=1)
+    configure(page, models["cycle"], suites=("code", "grounded"), repeats=2, warmup=1)
     page.start()
     assert page.stop_button.isEnabled() and not page.start_button.isEnabled()
-    assert not page.model.isEnabled()
+    assert not page.form.model.isEnabled()
     qtbot.waitUntil(lambda: page.last_run is not None, timeout=120_000)
     run = page.last_run
     assert len(run.counted()) == 2 * 2 * 2  # prompts x repeats x arms
-    assert page.table.rowCount() == 8  # warm-ups are not rows
-    rows = [[page.table.item(r, c).text() for c in range(page.table.columnCount())]
-            for r in range(page.table.rowCount())]
-    drafted = [r for r in rows if r[0] == "B"]
+    rows = page.table.rows()
+    assert len(rows) == 8  # warm-ups are not rows
+    drafted = [r for r in rows if r["Arm"] == "B"]
     assert len(drafted) == 4
     for row in drafted:
-        assert row[9] == "identical"  # greedy: n-gram never changes a token
-        assert row[5].endswith("×")  # paired with A's run of the same prompt and repeat
-        assert float(row[7].rstrip("%")) > 50  # the cycling model repeats itself
+        assert row["Output vs A"] == "identical"  # greedy: n-gram never changes a token
+        assert row["vs A"].endswith("×")  # paired with A's run of the same prompt and repeat
+        assert float(row["Accepted"].rstrip("%")) > 50  # the cycling model repeats itself
     assert "outputs identical to A" in page.summary.text() and "4/4" in page.summary.text()
     assert page.progress.value() == page.progress.maximum() == len(run.records)
     # Every ratio shown is the run over A's run of the same prompt and repeat, and the running
     # median the page showed is the finished summary's (one reducer, one summary, in core).
     reference = {(r.prompt_id, r.slot.repeat): r.result.stats.tokens_per_second
                  for r in run.counted("A")}
-    shown = {(row[1], int(row[2]) - 1): row[5] for row in drafted}
+    shown = {(row["Prompt"], int(row["Rep"]) - 1): row["vs A"] for row in drafted}
     for record in run.counted("B"):
         key = (record.prompt_id, record.slot.repeat)
         assert shown[key] == f"{record.result.stats.tokens_per_second / reference[key]:.2f}×"
@@ -120,17 +122,21 @@ def test_stop_keeps_finished_runs(qtbot, page, models):
 
 
 def test_bad_setups_are_explained_and_nothing_starts(page, models):
-    configure(page, models["cycle"], ngram=False)
+    configure(page, models["cycle"], ngram=False)  # the reference alone: shown, not run
     page.start()
     assert page.banner.isVisible() and "Nothing to compare" in page.banner.label.text()
     assert "Tick Draft model and/or N-gram" in page.banner.label.text()
     assert page.session is None
-    configure(page, models["cycle"], suites=())
+    # What no plan can hold, the user can still click: the form says what is missing.
+    form = page.form
+    for button in form.suite_buttons.values():
+        button.setChecked(False)
     page.start()
     assert "No prompt suite" in page.banner.label.text()
-    page.use_ngram.setChecked(False)
-    page.use_draft.setChecked(True)
-    page.suite_buttons["code"].setChecked(True)
+    form.use_ngram.setChecked(False)
+    form.use_draft.setChecked(True)
+    form.draft.setText("")
+    form.suite_buttons["code"].setChecked(True)
     page.start()
     assert "no folder" in page.banner.label.text()
 
@@ -143,23 +149,6 @@ def test_a_missing_model_folder_fails_with_a_clear_banner(qtbot, page, tmp_path)
     assert "nowhere" in page.banner.label.text()
 
 
-def test_session_drains_in_order_and_shuts_down(models):
-    from specdeck.core.bench.plan import default_arms
-
-    session = BenchSession()
-    plan = tiny_plan(models["cycle"], default_arms(ngram=True), suites=("chat",), max_prompts=1,
-                     max_new_tokens=8, repeats=1, warmup=0)
-    session.start(plan)
-    events = []
-    import time
-
-    deadline = time.monotonic() + 60
-    while not (events and isinstance(events[-1], PlanDone)) and time.monotonic() < deadline:
-        events.extend(session.drain())
-        time.sleep(0.02)
-    assert isinstance(events[-1], PlanDone)
-    assert not session.running
-    assert session.shutdown(timeout_s=30)
 
 
 def test_finished_run_is_summarised_saved_to_history_and_exported(qtbot, page, models, tmp_path):
@@ -177,7 +166,7 @@ def test_finished_run_is_summarised_saved_to_history_and_exported(qtbot, page, m
     assert page.history.itemData(0) == str(page.last_report.folder)
     page.export_to(tmp_path / "export")
     qtbot.waitUntil(lambda: (tmp_path / "export" / page.last_report.csv.name).exists(), timeout=30_000)
-    qtbot.waitUntil(lambda: not page._tasks, timeout=30_000)
+    qtbot.waitUntil(lambda: not page.tasks.running(), timeout=30_000)
     data = json.loads((tmp_path / "export" / page.last_report.json.name).read_text())
     assert len(data["runs"]) == len(page.last_run.records)
     with open(tmp_path / "export" / page.last_report.csv.name, newline="") as handle:
@@ -190,9 +179,8 @@ def test_sweep_finds_the_best_k_and_apply_writes_it_through_the_config_editor(
     from specdeck.gui.widgets import config_dialog
     from conftest import TABBY
 
-    configure(page, models["cycle"], repeats=1, max_new=24)
-    page.sweep.setChecked(True)
-    assert not page.k.isEnabled() and not page.adaptive.isEnabled()
+    configure(page, models["cycle"], repeats=1, max_new=24, sweep=True)
+    assert not page.form.k.isEnabled() and not page.form.adaptive.isEnabled()
     # Nine arms (A, k=1..8) share two panes: the reference and the drafting arm of the moment.
     assert len(page.panes) == 2
     page.start()
@@ -200,7 +188,7 @@ def test_sweep_finds_the_best_k_and_apply_writes_it_through_the_config_editor(
     run = page.last_run
     assert [a.name for a in run.plan.arms] == ["A", *(f"k{k}" for k in range(1, 9))]
     assert all(not a.drafter.adaptive for a in run.plan.arms[1:])
-    assert page.table.rowCount() == 9
+    assert len(page.table.rows()) == 9
     assert page.panes[1].title.full_text().startswith("k8: n-gram")  # the last arm run
     # The cycling model's output repeats: n-gram drafts are right, so longer drafts are
     # accepted further (deterministic under greedy) and drafting beats no drafting. Which k is
@@ -240,58 +228,17 @@ def test_sweep_finds_the_best_k_and_apply_writes_it_through_the_config_editor(
     assert (tmp_path / "config.yml.bak").read_text() == original
 
 
-def test_an_engine_process_that_dies_ends_the_plan_with_a_clear_error(models):
-    import time
-
-    from specdeck.core.bench.plan import default_arms
-    from tiny_models import dying_engine
-
-    session = BenchSession(dying_engine)
-    plan = tiny_plan(models["cycle"], default_arms(ngram=True), max_new_tokens=8, repeats=1, warmup=0)
-    session.start(plan)
-    events = []
-    deadline = time.monotonic() + 60
-    while not events and time.monotonic() < deadline:
-        events.extend(session.drain())
-        time.sleep(0.05)
-    (failed,) = [e for e in events if isinstance(e, PlanFailed)]
-    assert "engine process stopped" in str(failed.error) and "exit code 9" in str(failed.error)
-    assert not session.running and not session.alive
-    session.shutdown(timeout_s=5)
 
 
-def test_worker_batches_steps_but_sends_other_events_at_once():
-    from specdeck.core.bench.runner import RunStep, Stage
-    from specdeck.core.bench.worker import BATCH_INTERVAL_S, _Batcher, picklable_error
-
-    sent, now = [], [0.0]
-    batcher = _Batcher(sent.append, clock=lambda: now[0])
-    step = RunStep(slot=None, event=None)
-    batcher.emit(step)
-    batcher.emit(step)
-    assert sent == []  # steps wait for company
-    now[0] += BATCH_INTERVAL_S
-    batcher.emit(step)
-    assert sent == [[step, step, step]]
-    batcher.emit(step)
-    batcher.emit(Stage("Loading"))
-    assert sent[-1] == [step, Stage("Loading")]  # a stage goes out at once, after its steps
-
-    class Unpicklable(Exception):
-        def __init__(self):
-            super().__init__("boom")
-            self.handle = lambda: None
-
-    error = picklable_error(Unpicklable())
-    assert isinstance(error, RuntimeError) and "Unpicklable: boom" in str(error)
 
 
 def test_the_pages_ranges_are_the_plan_tables(page):
     from specdeck.core.bench.fields import PLAN_FIELDS
 
-    for name, spin in (("k", page.k), ("repeats", page.repeats), ("warmup", page.warmup),
-                       ("max_new_tokens", page.max_new)):
+    form = page.form
+    for name, spin in (("k", form.k), ("repeats", form.repeats), ("warmup", form.warmup),
+                       ("max_new_tokens", form.max_new)):
         field = PLAN_FIELDS[name]
         assert (spin.minimum(), spin.maximum()) == (field.low, field.high), name
-    page.k.setValue(PLAN_FIELDS["k"].high)  # the CLI's largest k, no longer capped at 8
-    assert page.plan_from_controls().arms[1].drafter.num_draft_tokens == PLAN_FIELDS["k"].high
+    form.k.setValue(PLAN_FIELDS["k"].high)  # the CLI's largest k, no longer capped at 8
+    assert form.plan().arms[1].drafter.num_draft_tokens == PLAN_FIELDS["k"].high

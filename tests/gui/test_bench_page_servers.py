@@ -10,9 +10,19 @@ from pathlib import Path
 import pytest
 from replay_server import replay  # noqa: F401 - a fixture
 
+from specdeck.core.bench.plan import BenchPlan
+from specdeck.core.bench.suites import first_prompts
+from specdeck.core.servers.arms import arms_from_urls
 from specdeck.gui.pages.bench import BenchPage
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "servers"
+
+
+def server_plan(arms, suites=("code",), per_suite=1, **sizes) -> BenchPlan:
+    """A server plan of the kind the page runs: the first prompts of each suite."""
+    sizes = {"repeats": 1, "warmup": 0, **sizes}
+    return BenchPlan(engine="server", model="server", arms=tuple(arms), suites=suites,
+                     prompt_ids=tuple(p.id for p in first_prompts(suites, per_suite)), **sizes)
 
 
 @pytest.fixture
@@ -33,31 +43,28 @@ def test_servers_engine_runs_a_server_plan_to_the_results(qtbot, page, replay):
                              b'{"object": "list", "data": [{"id": "SmolLM2-135M"}]}')}
     a, _ = replay(body=body, routes=models)  # an OpenAI-compatible server
     b, _ = replay(body=body, routes=models)
-    page.engine.setCurrentIndex(page.engine.findData("server"))
-    assert page.servers.isVisible() and not page.model.isVisible()
-    assert not page.use_ngram.isVisible() and page.target_label.text() == "Servers"
-    page.servers.setText(f"http://127.0.0.1:{a.port}, B=http://127.0.0.1:{b.port}")
+    form = page.form
+    form.engine.setCurrentIndex(form.engine.findData("server"))  # as a user picks it
+    assert form.servers.isVisible() and not form.model.isVisible()
+    assert not form.use_ngram.isVisible() and form.target_label.text() == "Servers"
+    form.servers.setText(f"http://127.0.0.1:{a.port}, B=http://127.0.0.1:{b.port}")
     assert [pane.title.full_text() for pane in page.panes][:2] == [
         f"A: no draft @ http://127.0.0.1:{a.port}",
         f"B: server-side drafting @ http://127.0.0.1:{b.port}"]
-    page.probe_button.click()
-    qtbot.waitUntil(lambda: "Probing" not in page.server_info.text(), timeout=30_000)
-    assert page.server_info.text() == "A: openai, drafting unknown · B: openai, drafting unknown"
-    for name, button in page.suite_buttons.items():
-        button.setChecked(name == "code")
-    page.per_suite.setValue(1)
-    page.repeats.setValue(1)
-    page.warmup.setValue(0)
-    plan = page.plan_from_controls()
-    assert plan.engine == "server" and [a.server.url for a in plan.arms] == [
+    form.probe_button.click()
+    qtbot.waitUntil(lambda: "Probing" not in form.server_info.text(), timeout=30_000)
+    assert form.server_info.text() == "A: openai, drafting unknown · B: openai, drafting unknown"
+    plan = server_plan(form.plan().arms)
+    form.set_plan(plan)
+    assert form.plan() == plan and [a.server.url for a in plan.arms] == [
         f"http://127.0.0.1:{a.port}", f"http://127.0.0.1:{b.port}"]
     page.start()
     qtbot.waitUntil(lambda: page.last_run is not None, timeout=120_000)
     run = page.last_run
     assert len(run.counted()) == 2
-    assert page.table.rowCount() == 2
-    row_b = [page.table.item(1, c).text() for c in range(page.table.columnCount())]
-    assert row_b[0] == "B" and row_b[9] == "identical"
+    rows = page.table.rows()
+    assert len(rows) == 2
+    assert rows[1]["Arm"] == "B" and rows[1]["Output vs A"] == "identical"
     qtbot.waitUntil(lambda: page.last_summary is not None, timeout=60_000)
     assert not page.apply_button.isEnabled()  # a running server's settings are not ours
     assert page.panes[0].plain_text == run.counted("A")[0].result.text
@@ -76,13 +83,9 @@ def test_server_acceptance_is_plotted_per_finished_run(qtbot, page, replay):
                              b'{"object": "list", "data": [{"id": "SmolLM2-135M"}]}')}
     a, _ = replay(body=plain, routes=models)
     b, _ = replay(body=ngram, routes=models)
-    page.engine.setCurrentIndex(page.engine.findData("server"))
-    page.servers.setText(f"http://127.0.0.1:{a.port}, B=http://127.0.0.1:{b.port}")
-    for name, button in page.suite_buttons.items():
-        button.setChecked(name == "code")
-    page.per_suite.setValue(2)
-    page.repeats.setValue(1)
-    page.warmup.setValue(0)
+    page.form.set_plan(server_plan(
+        arms_from_urls([f"http://127.0.0.1:{a.port}", f"B=http://127.0.0.1:{b.port}"]),
+        per_suite=2))
     page.start()
     qtbot.waitUntil(lambda: page.last_run is not None, timeout=120_000)
     assert page.plots is not None
@@ -97,11 +100,12 @@ def test_server_acceptance_is_plotted_per_finished_run(qtbot, page, replay):
 def test_servers_engine_needs_two_servers(qtbot, page):
     """The page's server plan passes the same comparison check as the CLI's (core's
     BenchPlan.require_comparison), worded for the page; nothing starts."""
-    page.engine.setCurrentIndex(page.engine.findData("server"))
-    page.servers.setText("")
+    form = page.form
+    form.engine.setCurrentIndex(form.engine.findData("server"))
+    form.servers.setText("")
     page.start()
     assert page.banner.isVisible() and "No server is given" in page.banner.label.text()
-    page.servers.setText("http://127.0.0.1:9")
+    form.set_plan(server_plan(arms_from_urls(["http://127.0.0.1:9"])))  # shown, not run
     page.start()
     text = page.banner.label.text()
     assert "Nothing to compare" in text and "drafting server(s)" in text
@@ -121,10 +125,11 @@ def test_arms_dialog_runs_launched_llama_servers_one_at_a_time(qtbot, page, tmp_
     from tools.llama_server_build import build
 
     binary, gguf = build(), find_gguf()
-    page.engine.setCurrentIndex(page.engine.findData("server"))
-    assert page.arms_button.isVisible()
-    page.arms_button.click()
-    dialog = page.arms_dialog
+    form = page.form
+    form.engine.setCurrentIndex(form.engine.findData("server"))
+    assert form.arms_button.isVisible()
+    form.arms_button.click()
+    dialog = form.arms_dialog
     assert dialog.table.rowCount() == 2 and not dialog.launch_box.isEnabled()
     dialog.table.cellWidget(0, SOURCE).setCurrentText(LAUNCH)
     dialog.table.cellWidget(1, SOURCE).setCurrentText(LAUNCH)
@@ -139,24 +144,20 @@ def test_arms_dialog_runs_launched_llama_servers_one_at_a_time(qtbot, page, tmp_
     assert "flags accepted" in dialog.table.item(0, FOUND).text()
     assert "--draft-max was removed" in dialog.table.item(1, FOUND).text()
     dialog.table.item(1, WHERE).setText("--spec-type ngram-simple --spec-ngram-simple-size-n 2")
-    dialog._accept()
-    assert page._edited_arms is not None and page.servers.isReadOnly()
-    assert "launched" in page.servers.toolTip() or "Arms…" in page.servers.toolTip()
-    for name, button in page.suite_buttons.items():
-        button.setChecked(name == "grounded")
-    page.per_suite.setValue(1)
-    page.repeats.setValue(1)
-    page.warmup.setValue(0)
-    page.max_new.setValue(32)
-    plan = page.plan_from_controls()
-    assert plan.one_server_at_a_time
+    dialog.ok_button.click()
+    assert form.choices().server_arms is not None and form.servers.isReadOnly()
+    assert "launched" in form.servers.toolTip() or "Arms…" in form.servers.toolTip()
+    plan = server_plan(form.plan().arms, suites=("grounded",), max_new_tokens=32,
+                       one_server_at_a_time=True)
+    form.set_plan(plan)
+    assert form.plan() == plan and plan.one_server_at_a_time
     assert [a.server.launch.args for a in plan.arms] == [
         ("-t", "2", "-c", "2048"),
         ("-t", "2", "-c", "2048", "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2")]
     assert plan.arms[1].drafter.kind.value == "ngram"
     page.start()
     qtbot.waitUntil(lambda: page.last_run is not None, timeout=180_000)
-    assert len(page.last_run.counted()) == 2 and page.table.rowCount() == 2
+    assert len(page.last_run.counted()) == 2 and len(page.table.rows()) == 2
 
     def ours():
         return [p for p in psutil.process_iter(["cmdline"])
@@ -164,14 +165,12 @@ def test_arms_dialog_runs_launched_llama_servers_one_at_a_time(qtbot, page, tmp_
                 and "--spec-ngram-simple-size-n" in p.info["cmdline"]]
 
     qtbot.waitUntil(lambda: not ours(), timeout=30_000)  # stopped when the plan ended
-    page._save()
+    page.form.save()
     again = BenchPage(AppContext())
     qtbot.addWidget(again)
     try:
-        assert again._edited_arms is not None
-        assert [a.server.launch.args for a in again._edited_arms] == [
-            a.server.launch.args for a in plan.arms]
-        assert again._one_at_a_time and again.servers.isReadOnly()
+        assert again.form.plan().arms == plan.arms  # kept as plan.json arms
+        assert again.form.choices().one_at_a_time and again.form.servers.isReadOnly()
     finally:
         again.shutdown()
 
@@ -179,19 +178,19 @@ def test_arms_dialog_runs_launched_llama_servers_one_at_a_time(qtbot, page, tmp_
 def test_arms_dialog_gives_an_lm_studio_arm_its_draft(qtbot, page):
     from specdeck.gui.widgets.server_arms_dialog import DRAFT, MODEL, WHERE
 
-    page.engine.setCurrentIndex(page.engine.findData("server"))
-    page.servers.setText("http://127.0.0.1:1234#qwen2.5-7b-instruct, "
-                         "B=http://127.0.0.1:1234#qwen2.5-7b-instruct")
-    page.arms_button.click()
-    dialog = page.arms_dialog
+    form = page.form
+    form.set_plan(server_plan(arms_from_urls(["http://127.0.0.1:1234#qwen2.5-7b-instruct",
+                                              "B=http://127.0.0.1:1234#qwen2.5-7b-instruct"])))
+    form.arms_button.click()
+    dialog = form.arms_dialog
     assert [dialog.table.item(r, MODEL).text() for r in range(2)] == ["qwen2.5-7b-instruct"] * 2
     assert dialog.table.item(1, WHERE).text() == "http://127.0.0.1:1234"
     dialog.table.item(0, DRAFT).setText("qwen2.5-0.5b-instruct")
-    dialog._accept()  # the reference cannot draft: refused, the dialog stays open
+    dialog.ok_button.click()  # the reference cannot draft: refused, the dialog stays open
     assert "reference" in dialog.message.text() and dialog.isVisible()
     dialog.table.item(0, DRAFT).setText("")
     dialog.table.item(1, DRAFT).setText("qwen2.5-0.5b-instruct")
-    dialog._accept()
-    arms = page.plan_from_controls().arms
+    dialog.ok_button.click()
+    arms = form.plan().arms
     assert [a.server.draft_model for a in arms] == [None, "qwen2.5-0.5b-instruct"]
-    assert page.servers.isReadOnly() and "+ draft qwen2.5-0.5b-instruct" in page.servers.text()
+    assert form.servers.isReadOnly() and "+ draft qwen2.5-0.5b-instruct" in form.servers.text()

@@ -117,7 +117,7 @@ def test_suggestions_check_and_install(qtbot, page, library):
 
     table.selectRow(1)  # a Hub draft: can be installed
     assert page.install_button.isEnabled()
-    with qtbot.waitSignal(page._context.install_requested) as requested:
+    with qtbot.waitSignal(page.context.install_requested) as requested:
         page.install_button.click()
     assert requested.args == ["cgus/Qwen2.5-0.5B-Instruct-exl2", "main"]
 

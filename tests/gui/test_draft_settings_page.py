@@ -101,6 +101,7 @@ def test_edit_two_fields_see_diff_save_reload(qtbot, page, cfg):
     assert config.backup_path(cfg).read_text() == original
 
     # A fresh page (as after a restart) shows the saved values from the remembered path.
+    page.context.flush()  # as closing the window does: settings.json is written
     again = DraftSettingsPage(AppContext())
     qtbot.addWidget(again)
     qtbot.waitUntil(lambda: again.document is not None, timeout=5000)
@@ -141,12 +142,43 @@ def test_conflict_asks_before_overwriting(qtbot, page, cfg):
     wait_planned(qtbot, page)
     cfg.write_text(cfg.read_text() + "# changed by hand\n")
     click_in_modal(QMessageBox.StandardButton.Cancel)
-    assert page.save() is False
+    assert page.save() is True  # saving, in a worker: the conflict is asked about there
+    assert page.status_label.text() == f"Saving {cfg.name}…" and not page.save_button.isEnabled()
+    qtbot.waitUntil(lambda: page.status_label.text() == "Not saved.", timeout=5000)
     assert cfg.read_text().endswith("# changed by hand\n")
+    assert page.save_button.isEnabled() and page.is_dirty()  # the edit stays, to save again
     click_in_modal(QMessageBox.StandardButton.Save)
     assert page.save() is True
-    assert "draft_cache_mode: Q8" in cfg.read_text()
+    qtbot.waitUntil(lambda: "draft_cache_mode: Q8" in cfg.read_text(), timeout=5000)
     assert config.backup_path(cfg).read_text().endswith("# changed by hand\n")
+
+
+def test_a_save_that_fails_is_shown_in_place_and_the_edits_stay(qtbot, page, cfg):
+    open_and_wait(qtbot, page, cfg)
+    choose(page.fields[CACHE], "Q8")
+    wait_planned(qtbot, page)
+    before = cfg.read_bytes()
+    cfg.chmod(0o444)  # read-only: SpecDeck refuses to change it
+    assert page.save() is True
+    qtbot.waitUntil(lambda: page.banner.isVisible() and page.banner.severity == "error",
+                    timeout=5000)
+    cfg.chmod(0o644)
+    assert "Could not save" in page.banner.label.text() and "read-only" in page.banner.label.text()
+    assert cfg.read_bytes() == before and page.is_dirty() and page.save_button.isEnabled()
+    assert page.save() is True  # writable again: the same edits save
+    qtbot.waitUntil(lambda: "draft_cache_mode: Q8" in cfg.read_text(), timeout=5000)
+
+
+def test_saving_before_closing_closes_once_saved(qtbot, page, cfg, monkeypatch):
+    open_and_wait(qtbot, page, cfg)
+    choose(page.fields[CACHE], "Q4")
+    wait_planned(qtbot, page)
+    closed = []
+    monkeypatch.setattr(page, "window", lambda: type("W", (), {"close": lambda self: closed.append(1)})())
+    click_in_modal(QMessageBox.StandardButton.Save)
+    assert page.can_close() is False  # not yet: the file is being saved
+    qtbot.waitUntil(lambda: closed == [1], timeout=5000)
+    assert "draft_cache_mode: Q4" in cfg.read_text() and not page.is_dirty()
 
 
 def test_legacy_file_offers_migration(qtbot, page, tmp_path):

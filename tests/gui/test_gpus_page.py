@@ -50,7 +50,7 @@ def fill_form(page, target, bpw, draft=None, draft_bpw=0.0, context=16384, typed
 
 def plan_now(page, qtbot):
     qtbot.mouseClick(page.form.plan_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: page._task is not None and not page._task.running, timeout=20_000)
+    qtbot.waitUntil(lambda: not page.tasks.running("plan"), timeout=20_000)
     qtbot.waitUntil(lambda: page.form.plan_button.isEnabled(), timeout=5_000)
 
 

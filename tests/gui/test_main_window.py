@@ -88,6 +88,7 @@ def test_a_remembered_config_that_vanished_is_forgotten_with_one_notice(qtbot, c
     qtbot.addWidget(window)
     assert str(gone) in window.statusBar().currentMessage()
     assert "no longer exists" in window.statusBar().currentMessage()
+    window.context.flush()  # settings.json is written in a worker
     assert settings.load().config_path is None
     assert str(gone) not in settings.load().recent_configs
     again = MainWindow()  # the next launch says nothing more

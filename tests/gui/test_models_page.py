@@ -41,26 +41,19 @@ def open_repo(qtbot, page, text: str, repo_id: str) -> None:
 
 
 def variant_status(page, revision: str) -> str:
-    for row in range(page.variants_table.rowCount()):
-        if page.variants_table.item(row, 0).text() == revision:
-            return page.variants_table.item(row, 5).text()
-    raise KeyError(revision)
+    return page.variant_rows()[revision]["Status"]
 
 
-def library_rows(page) -> dict[str, list[str]]:
-    table = page.library_table
-    return {
-        table.item(r, 0).text(): [table.item(r, c).text() for c in range(table.columnCount())]
-        for r in range(table.rowCount())
-    }
+def library_rows(page) -> dict[str, dict[str, str]]:
+    return page.library_rows()
 
 
 def test_find_pick_install_and_see_it_in_the_library(qtbot, page, fake_hub, drafts):
     fake_hub.throttle_bps = 3_000_000  # slow enough to watch the progress bar move
     open_repo(qtbot, page, "tinyllama", TINY_REPO)
-    assert [page.results_table.item(r, 0).text() for r in range(page.results_table.rowCount())] == [
-        TINY_REPO, "soloquant/TinyLlama-1.1B-Chat-v1.0-4.0bpw-h6-exl2"]
-    assert [page.variants_table.item(r, 1).text() for r in range(3)] == ["4.0 bpw · h6", "6.5 bpw · h6", "8.0 bpw · h8"]
+    assert page.repositories() == [TINY_REPO, "soloquant/TinyLlama-1.1B-Chat-v1.0-4.0bpw-h6-exl2"]
+    assert [row["Bitrate / quant"] for row in page.variant_rows().values()] == [
+        "4.0 bpw · h6", "6.5 bpw · h6", "8.0 bpw · h8"]
     page.select_variant("6_5")
     assert page.install_button.isEnabled() and "6.5 bpw" in page.install_button.text()
 
@@ -82,7 +75,8 @@ def test_find_pick_install_and_see_it_in_the_library(qtbot, page, fake_hub, draf
     assert not page.use_button.isHidden()
     qtbot.waitUntil(lambda: folder.name in library_rows(page), timeout=TIMEOUT)
     row = library_rows(page)[folder.name]
-    assert row[1] == "llama" and row[4] == "EXL2 6.5 bpw h6" and row[8] == f"{TINY_REPO}@6_5"
+    assert (row["Architecture"], row["Quantization"], row["Installed from"]) == (
+        "llama", "EXL2 6.5 bpw h6", f"{TINY_REPO}@6_5")
     qtbot.waitUntil(lambda: page.variants_table.rowCount() == 3 and variant_status(page, "6_5") == "installed",
                     timeout=TIMEOUT)
     assert page.selected_variant().revision == "6_5", "the selection survives the refresh"
@@ -167,7 +161,8 @@ def test_set_a_token_for_a_gated_repo(qtbot, page, monkeypatch, memory_keyring):
     assert GOOD_TOKEN in memory_keyring.store.values()
     page.show_repo(GATED_REPO)
     qtbot.waitUntil(lambda: page.variants_table.rowCount() == 1, timeout=TIMEOUT)
-    assert page.variants_table.item(0, 6).text() == ""  # config.json readable: no "needs access" note
+    (row,) = page.variant_rows().values()
+    assert row["Notes"] == ""  # config.json readable: no "needs access" note
     qtbot.mouseClick(page.forget_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "No Hugging Face token" in page.token_label.text(), timeout=TIMEOUT)
     assert memory_keyring.store == {}
@@ -227,7 +222,7 @@ def test_library_compatibility_against_the_config_target(qtbot, page, fake_hub, 
 
     def verdicts():
         rows = library_rows(page)
-        return {name: rows[name][7] for name in ("TinyLlama-1.1B-Chat-v1.0-exl2-4.0bpw",
+        return {name: rows[name]["Compatibility"] for name in ("TinyLlama-1.1B-Chat-v1.0-exl2-4.0bpw",
                                                  "Qwen2.5-0.5B-Instruct-exl2-4.0bpw", "Llama-2-7b-hf") if name in rows}
 
     qtbot.waitUntil(lambda: len(verdicts()) == 3 and verdicts()["Llama-2-7b-hf"] == "Target model"
@@ -296,15 +291,12 @@ def gguf_page(qtbot, configured_qapp, memory_keyring, monkeypatch, drafts, tmp_p
         qtbot.waitUntil(lambda: not page.busy(), timeout=TIMEOUT)
 
 
-def _rows(page) -> dict[str, list[str]]:
-    table = page.variants_table
-    return {table.item(r, 0).text(): [table.item(r, c).text() for c in range(table.columnCount())]
-            for r in range(table.rowCount())}
+def _rows(page) -> dict[str, dict[str, str]]:
+    return page.variant_rows()
 
 
 def _select(page, file_name: str) -> None:
-    table = page.variants_table
-    table.selectRow(next(r for r in range(table.rowCount()) if table.item(r, 0).text() == file_name))
+    page.select_variant(page.GGUF_PREFIX + file_name.removesuffix(".gguf").split("-00001-of-")[0])
 
 
 def test_a_gguf_repo_lists_its_files_and_installs_one_verified(qtbot, gguf_page, drafts):
@@ -315,11 +307,11 @@ def test_a_gguf_repo_lists_its_files_and_installs_one_verified(qtbot, gguf_page,
     qtbot.waitUntil(lambda: page.variants_table.rowCount() == 3, timeout=TIMEOUT)
     rows = _rows(page)
     q4 = rows["Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf"]
-    assert q4[1] == "GGUF Q4_K_M" and q4[4] == "2" and q4[2] == format_bytes(len(files[
+    assert q4["Bitrate / quant"] == "GGUF Q4_K_M" and q4["Files"] == "2" and q4["Download"] == format_bytes(len(files[
         "Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf"]) * 2 + (len(files[
             "Qwen2.5-0.5B-Instruct-Q4_K_M-00002-of-00002.gguf"]) - len(files[
                 "Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf"])))
-    assert "projector" in rows["mmproj-Qwen2.5-0.5B-Instruct-f16.gguf"][6]
+    assert "projector" in rows["mmproj-Qwen2.5-0.5B-Instruct-f16.gguf"]["Notes"]
     _select(page, "mmproj-Qwen2.5-0.5B-Instruct-f16.gguf")
     assert not page.install_button.isEnabled()  # a projector is not a draft
 
@@ -328,7 +320,7 @@ def test_a_gguf_repo_lists_its_files_and_installs_one_verified(qtbot, gguf_page,
     seen = []
     page.progress_bar.valueChanged.connect(seen.append)
     page.start_install()
-    qtbot.waitUntil(lambda: page._install_task is None and bool(page.result_label.text()), timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: not page.installing() and bool(page.result_label.text()), timeout=TIMEOUT)
     folder = drafts / "Qwen2.5-0.5B-Instruct-GGUF-Q4_K_M"
     for name in ("Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf",
                  "Qwen2.5-0.5B-Instruct-Q4_K_M-00002-of-00002.gguf"):
@@ -336,7 +328,7 @@ def test_a_gguf_repo_lists_its_files_and_installs_one_verified(qtbot, gguf_page,
     assert any(0 < v < page.progress_bar.maximum() for v in seen)  # it moved while downloading
     assert "-md " in page.result_label.text() and not page.use_button.isVisible()
     qtbot.waitUntil(lambda: _rows(page).get(
-        "Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf", [""] * 6)[5] == "installed",
+        "Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf", {}).get("Status") == "installed",
         timeout=TIMEOUT)
     _select(page, "Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf")
     assert page.install_button.text() == "Installed" and not page.install_button.isEnabled()
@@ -351,16 +343,16 @@ def test_a_cancelled_gguf_install_leaves_nothing_that_looks_installed(qtbot, ggu
     page.start_install()
     qtbot.waitUntil(lambda: page.progress_bar.value() > 0, timeout=TIMEOUT)
     page.cancel_install()
-    qtbot.waitUntil(lambda: page._install_task is None, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: not page.installing(), timeout=TIMEOUT)
     assert not (drafts / "Qwen2.5-0.5B-Instruct-GGUF-Q8_0").exists()
     qtbot.waitUntil(lambda: page.variants_table.rowCount() == 3, timeout=TIMEOUT)
-    assert _rows(page)["Qwen2.5-0.5B-Instruct-Q8_0.gguf"][5] == ""
+    assert _rows(page)["Qwen2.5-0.5B-Instruct-Q8_0.gguf"]["Status"] == ""
     # The unfinished download is offered for resuming, as a GGUF (not the whole main branch).
     qtbot.waitUntil(lambda: page.partial_banner.isVisible(), timeout=TIMEOUT)
-    assert page._partials[0].gguf == "Qwen2.5-0.5B-Instruct-Q8_0.gguf"
+    assert page.partials[0].gguf == "Qwen2.5-0.5B-Instruct-Q8_0.gguf"
     hub.throttle_bps = 0
     page.resume_install()
-    qtbot.waitUntil(lambda: page._install_task is None and bool(page.result_label.text()),
+    qtbot.waitUntil(lambda: not page.installing() and bool(page.result_label.text()),
                     timeout=TIMEOUT)
     folder = drafts / "Qwen2.5-0.5B-Instruct-GGUF-Q8_0"
     assert [p.name for p in folder.iterdir() if not p.name.startswith(".")] == [

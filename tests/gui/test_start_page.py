@@ -50,8 +50,11 @@ def test_findings_come_with_a_next_step_that_opens_the_right_page(qtbot, configu
     row[2].click()  # Go: the A/B page, engine Servers, that URL as an arm
     bench = window.page("bench")
     assert window.current_page_key() == "bench"
-    assert bench.engine.currentData() == "server"
-    assert f"http://127.0.0.1:{server.port}" in bench.servers.text()
+    from specdeck.gui.bench_form import plan_from_choices
+
+    shown = plan_from_choices(bench.form.choices(), comparison=False)  # one server so far
+    assert shown.engine == "server"
+    assert f"http://127.0.0.1:{server.port}" in [a.server.url for a in shown.arms]
     config_row = next(r for r in page.rows if "TabbyAPI config" in r[0].text())
     config_row[2].click()
     assert window.current_page_key() == "draft"

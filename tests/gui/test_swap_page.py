@@ -75,6 +75,8 @@ def test_set_a_draft_on_the_example_shows_the_diff_and_saves_only_those_lines(
 
     page.save()
     assert accept_saves == [diff]
+    assert page.status.text() == "Saving config.yaml…" and not page.save_button.isEnabled()
+    qtbot.waitUntil(lambda: not page.tasks.running("save"), timeout=10_000)  # in a worker
     assert (tmp_path / "config.yaml.bak").read_text() == before
     text = path.read_text()
     schema_ok(text)
@@ -102,6 +104,7 @@ def test_migrate_all_rewrites_last_years_flags_in_a_users_file(qtbot, page, tmp_
     assert "+      --spec-draft-n-max 16 --spec-draft-n-min 4" in diff
     assert "+      --flash-attn on --metrics" in diff
     page.save()
+    qtbot.waitUntil(lambda: not page.tasks.running("save"), timeout=10_000)
     text = path.read_text()
     schema_ok(text)
     assert "# the draft goes on the P40" in text and "-md /models/Qwen2.5-Coder-0.5B-Instruct-Q8_0.gguf   " in text
@@ -173,3 +176,23 @@ models:
     assert not page.draft.isEnabled() and not page.draft_max.isEnabled()
     assert page.banner.isVisible()
     assert "macro &#x27;me&#x27; uses itself" in page.banner.label.text()
+
+
+def test_a_save_that_fails_is_shown_in_place_and_the_change_stays(qtbot, page, tmp_path,
+                                                                 accept_saves):
+    path = tmp_path / "config.yaml"
+    before = (SWAP / "config.example.yaml").read_text()
+    path.write_text(before)
+    _open(qtbot, page, path)
+    _select(page, "gpt-oss-120b")
+    page.draft.setText("/models/gpt-oss-20b-Q4_K_M.gguf")
+    qtbot.waitUntil(lambda: page.save_button.isEnabled(), timeout=10_000)
+    path.chmod(0o444)  # read-only: SpecDeck leaves it as it is
+    try:
+        page.save()
+        qtbot.waitUntil(lambda: page.banner.isVisible(), timeout=10_000)
+    finally:
+        path.chmod(0o644)
+    assert "Could not save config.yaml" in page.banner.label.text()
+    assert "read-only" in page.banner.label.text()
+    assert path.read_text() == before and page.save_button.isEnabled()

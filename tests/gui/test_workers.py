@@ -89,3 +89,180 @@ def test_finished_handles_do_not_pile_up_on_their_parent(qtbot, configured_qapp)
     qtbot.waitUntil(lambda: len(dones) == 10, timeout=5000)
     qtbot.waitUntil(lambda: not owner.findChildren(TaskHandle), timeout=5000)
     assert sorted(results) == [i * i for i in range(10)]
+
+
+# Tasks: a page's calls by key ---------------------------------------------------------------
+@pytest.fixture
+def owner(qtbot, configured_qapp):
+    from PySide6.QtWidgets import QWidget
+
+    widget = QWidget()
+    qtbot.addWidget(widget)
+    return widget
+
+
+def _gated(gate: threading.Event, value, seen_cancel: list):
+    """A call that answers ``value`` only once ``gate`` opens, whatever its cancel says: the
+    worst case, a call that ignores cancel and answers late."""
+    def call(cancel=None):
+        gate.wait(10)
+        seen_cancel.append(cancel.is_set())
+        return value
+    return call
+
+
+def test_the_newest_request_of_a_key_wins_and_a_late_answer_is_dropped(qtbot, owner):
+    from specdeck.gui.workers import Tasks
+
+    tasks = Tasks(owner)
+    results, dones, seen_cancel = [], [], []
+    gate = threading.Event()
+    old = tasks.run("scan", _gated(gate, "old", seen_cancel), on_result=results.append,
+                    on_done=lambda: dones.append("old"))
+    new = tasks.run("scan", lambda: "new", on_result=results.append,
+                    on_done=lambda: dones.append("new"))
+    assert old.cancel_event.is_set() and not new.cancel_event.is_set()
+    qtbot.waitUntil(lambda: dones == ["new"], timeout=5000)
+    assert results == ["new"] and not tasks.running("scan")
+    with qtbot.waitSignal(old.done, timeout=5000):
+        gate.set()  # the superseded call answers now, after the newer one
+    qtbot.waitUntil(lambda: seen_cancel == [True], timeout=5000)
+    assert results == ["new"] and dones == ["new"]
+
+
+def test_keys_are_independent_and_a_keyless_call_is_never_superseded(qtbot, owner):
+    from specdeck.gui.workers import Tasks
+
+    tasks = Tasks(owner)
+    results = []
+    for value in ("a", "b"):
+        tasks.run(None, lambda v=value: v, on_result=results.append)
+    tasks.run("library", lambda: "library", on_result=results.append)
+    tasks.run("variants", lambda: "variants", on_result=results.append)
+    qtbot.waitUntil(lambda: len(results) == 4, timeout=5000)
+    assert sorted(results) == ["a", "b", "library", "variants"]
+    qtbot.waitUntil(lambda: not tasks.running(), timeout=5000)
+
+
+def test_errors_and_progress_of_a_superseded_call_are_dropped_too(qtbot, owner):
+    from specdeck.gui.workers import Tasks
+
+    tasks = Tasks(owner)
+    errors, progress, gate = [], [], threading.Event()
+
+    def failing(progress=None):
+        progress("old step")
+        gate.wait(10)
+        raise SpecDeckError("old failure")
+
+    old = tasks.run("check", failing, on_error=errors.append, on_progress=progress.append)
+    tasks.cancel("check")
+    with qtbot.waitSignal(old.done, timeout=5000):
+        gate.set()
+    qtbot.wait(0)  # anything queued for the superseded call would run now
+    assert errors == [] and progress == []
+    tasks.run("check", lambda: 1 / 0, on_error=errors.append)
+    qtbot.waitUntil(lambda: len(errors) == 1, timeout=5000)
+    assert isinstance(errors[0], ZeroDivisionError)
+
+
+def test_close_cancels_every_call_and_drops_what_still_arrives(qtbot, owner):
+    from specdeck.gui.workers import Tasks
+
+    tasks = Tasks(owner)
+    delivered, started = [], threading.Event()
+
+    def waits_for_cancel(cancel=None):
+        started.set()
+        if not cancel.wait(10):
+            return "not cancelled"
+        raise CancelledError()
+
+    handle = tasks.run("install", waits_for_cancel, on_result=delivered.append,
+                       on_error=delivered.append, on_done=lambda: delivered.append("done"))
+    qtbot.waitUntil(started.is_set, timeout=5000)
+    with qtbot.waitSignal(handle.done, timeout=5000):
+        tasks.close()
+    assert handle.cancel_event.is_set()
+    qtbot.wait(0)
+    assert delivered == [] and not tasks.running()
+    assert tasks.run("install", lambda: "after close", on_result=delivered.append) is None
+
+
+def test_destroying_the_owner_cancels_its_calls(qtbot, configured_qapp):
+    from PySide6.QtWidgets import QWidget
+
+    from specdeck.gui.workers import Tasks
+
+    owner = QWidget()
+    tasks = Tasks(owner)
+    started, finished = threading.Event(), threading.Event()
+
+    def waits_for_cancel(cancel=None):
+        started.set()
+        cancel.wait(10)
+        finished.set()
+
+    handle = tasks.run("scan", waits_for_cancel)
+    qtbot.waitUntil(started.is_set, timeout=5000)
+    cancel = handle.cancel_event
+    owner.deleteLater()
+    qtbot.waitUntil(cancel.is_set, timeout=5000)
+    assert finished.wait(5)
+    # Its answer has nowhere to go, but whoever waits for the work to end is told it did.
+    qtbot.waitUntil(lambda: not tasks.running(), timeout=5000)
+
+
+def test_by_its_answer_a_call_no_longer_runs_so_the_answer_may_ask_again(qtbot, owner):
+    """A save whose result reopens the file, a failed sign-in that asks for the status: the
+    next call of the key starts from inside the answer, and is not dropped."""
+    from specdeck.gui.workers import Tasks
+
+    tasks = Tasks(owner)
+    seen = []
+
+    def first_answer(value):
+        seen.append((value, tasks.running("file")))
+        tasks.run("file", lambda: "reopened", on_result=lambda v: seen.append((v, None)))
+
+    tasks.run("file", lambda: "saved", on_result=first_answer, on_done=lambda: seen.append("done"))
+    qtbot.waitUntil(lambda: ("reopened", None) in seen, timeout=5000)
+    assert seen[0] == ("saved", False)
+    qtbot.waitUntil(lambda: "done" in seen, timeout=5000)
+
+
+def test_a_page_that_python_owns_survives_its_calls_ending(tmp_path):
+    """An owner without a parent, held only through its callbacks (a context a test dropped):
+    the finished handles are deleted, and that must not free the owner in the middle of a
+    handle's deletion (the owner would then delete that handle a second time: a segmentation
+    fault, seen when the callbacks were connected to the handle itself). In a child process,
+    so a crash fails this test instead of ending the run."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "owner.py"
+    script.write_text(
+        "from PySide6.QtCore import QCoreApplication, QObject, QThreadPool\n"
+        "from specdeck.gui.workers import Tasks\n"
+        "app = QCoreApplication([])\n"
+        "class Owner(QObject):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.tasks = Tasks(self)\n"
+        "        self.pool = QThreadPool(self)\n"
+        "    def failed(self, error):\n"
+        "        pass\n"
+        "def drop():\n"
+        "    owner = Owner()\n"
+        "    for _ in range(20):\n"
+        "        owner.tasks.run('save', lambda: 1, on_error=owner.failed, pool=owner.pool)\n"
+        "    app.processEvents()  # a page's work starts at once or on this turn\n"
+        "    owner.pool.waitForDone()  # answered in workers, not yet delivered\n"
+        "drop()\n"
+        "for _ in range(5):\n"
+        "    app.processEvents()\n"
+        "print('survived')\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert done.returncode == 0 and done.stdout.strip() == "survived", done.stderr[-2000:]

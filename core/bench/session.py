@@ -1,4 +1,4 @@
-"""Run A/B plans in an engine process; the GUI drains the events from a deque.
+"""Run A/B plans in an engine process; the caller drains the events from a deque.
 
 An A/B plan blocks for minutes and the engine's decode loop is Python, so a
 :class:`BenchSession` starts one child process (core.bench.worker) that owns the engine and
@@ -6,9 +6,9 @@ runs plans there, one at a time: the engine's Python never competes with the GUI
 the GIL. The engine stays loaded between plans: repeating a run with another k or another
 suite does not reload the model.
 
-A reader thread receives the child's event batches into a deque; the page drains it from a
-QTimer (every 50 ms), so the GUI does a bounded amount of work per frame however fast the
-engine runs, and nothing is lost. The last event of a plan is :class:`PlanDone` or
+A reader thread receives the child's event batches into a deque; the caller drains it when
+it likes (the A/B page from a timer, every 50 ms), so the GUI does a bounded amount of work
+per frame however fast the engine runs, and nothing is lost. The last event of a plan is :class:`PlanDone` or
 :class:`PlanFailed`; a child that dies mid-plan (killed, out of memory) ends the plan with
 PlanFailed saying so.
 """
@@ -68,7 +68,7 @@ class BenchSession:
         self._reader = threading.Thread(target=self._read, name="specdeck-bench-reader", daemon=True)
         self._reader.start()
 
-    # GUI thread ------------------------------------------------------------------------
+    # caller's thread -----------------------------------------------------------------------
     @property
     def running(self) -> bool:
         return self._running.is_set()

@@ -1,0 +1,80 @@
+"""The A/B engine session (core.bench.session): plans run in a child process, events drained
+in order, a dying child reported, verify steps batched (tiny real models)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from specdeck.core.bench.session import BenchSession, PlanDone, PlanFailed
+from tiny_models import ab_models, tiny_plan
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    return ab_models(tmp_path_factory.mktemp("bench-session-models"))
+
+
+def test_session_drains_in_order_and_shuts_down(models):
+    from specdeck.core.bench.plan import default_arms
+
+    session = BenchSession()
+    plan = tiny_plan(models["cycle"], default_arms(ngram=True), suites=("chat",), max_prompts=1,
+                     max_new_tokens=8, repeats=1, warmup=0)
+    session.start(plan)
+    events = []
+    deadline = time.monotonic() + 60
+    while not (events and isinstance(events[-1], PlanDone)) and time.monotonic() < deadline:
+        events.extend(session.drain())
+        time.sleep(0.02)
+    assert isinstance(events[-1], PlanDone)
+    assert not session.running
+    assert session.shutdown(timeout_s=30)
+
+
+def test_an_engine_process_that_dies_ends_the_plan_with_a_clear_error(models):
+    from specdeck.core.bench.plan import default_arms
+    from tiny_models import dying_engine
+
+    session = BenchSession(dying_engine)
+    plan = tiny_plan(models["cycle"], default_arms(ngram=True), max_new_tokens=8, repeats=1, warmup=0)
+    session.start(plan)
+    events = []
+    deadline = time.monotonic() + 60
+    while not events and time.monotonic() < deadline:
+        events.extend(session.drain())
+        time.sleep(0.05)
+    (failed,) = [e for e in events if isinstance(e, PlanFailed)]
+    assert "engine process stopped" in str(failed.error) and "exit code 9" in str(failed.error)
+    assert not session.running and not session.alive
+    session.shutdown(timeout_s=5)
+
+
+def test_worker_batches_steps_but_sends_other_events_at_once():
+    from specdeck.core.bench.runner import RunStep, Stage
+    from specdeck.core.bench.worker import BATCH_INTERVAL_S, _Batcher, picklable_error
+
+    sent, now = [], [0.0]
+    batcher = _Batcher(sent.append, clock=lambda: now[0])
+    step = RunStep(slot=None, event=None)
+    batcher.emit(step)
+    batcher.emit(step)
+    assert sent == []  # steps wait for company
+    now[0] += BATCH_INTERVAL_S
+    batcher.emit(step)
+    assert sent == [[step, step, step]]
+    batcher.emit(step)
+    batcher.emit(Stage("Loading"))
+    assert sent[-1] == [step, Stage("Loading")]  # a stage goes out at once, after its steps
+
+    class Unpicklable(Exception):
+        def __init__(self):
+            super().__init__("boom")
+            self.handle = lambda: None
+
+    error = picklable_error(Unpicklable())
+    assert isinstance(error, RuntimeError) and "Unpicklable: boom" in str(error)
