@@ -73,16 +73,19 @@ def test_the_cli_and_the_page_apply_the_same_winner(cycle, tmp_path, monkeypatch
     page = BenchPage(AppContext(), session_factory=lambda: session)
     qtbot.addWidget(page)
     try:
-        page.model.setEditText(str(cycle))
-        page.use_draft.setChecked(False)
-        page.use_ngram.setChecked(True)
-        page.sweep.setChecked(True)
-        for name, button in page.suite_buttons.items():
-            button.setChecked(name == "code")
-        page.per_suite.setValue(2)
-        page.max_new.setValue(30)
-        page.repeats.setValue(1)
-        page.warmup.setValue(0)
+        from specdeck.core.bench.fields import DEFAULT_KS
+        from specdeck.core.bench.sweep import sweep_arms
+        from specdeck.core.engines.base import DrafterKind, DrafterSpec
+
+        from specdeck.core.bench.suites import first_prompts
+
+        form = page.form.plan()
+        page.form.set_plan(replace(
+            form, model=str(cycle), suites=("code",), max_new_tokens=30, repeats=1, warmup=0,
+            prompt_ids=tuple(p.id for p in first_prompts(("code",), 2)),
+            arms=sweep_arms((replace(form.arms[-1].drafter, kind=DrafterKind.NGRAM)
+                             if len(form.arms) > 1 else DrafterSpec(DrafterKind.NGRAM),),
+                            DEFAULT_KS)))
         page.start()
         qtbot.waitUntil(lambda: page.last_summary is not None, timeout=60_000)
         run = session.finished
