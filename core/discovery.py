@@ -28,7 +28,7 @@ CONNECT_TIMEOUT_S = 0.3
 
 
 @dataclass(frozen=True)
-class Finding:
+class Discovery:
     what: str
     """One line: what was found (or not)."""
     next_step: str
@@ -81,13 +81,13 @@ def _answers(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
-def servers(ports: dict[int, str] | None = None) -> list[Finding]:
+def servers(ports: dict[int, str] | None = None) -> list[Discovery]:
     """The usual ports that answer, each identified by probing (in parallel, quick)."""
     from specdeck.core.servers.probe import probe
 
     ports = USUAL_PORTS if ports is None else ports
 
-    def look(port: int) -> Finding | None:
+    def look(port: int) -> Discovery | None:
         if not _answers(port):
             return None
         url = f"http://127.0.0.1:{port}"
@@ -95,11 +95,11 @@ def servers(ports: dict[int, str] | None = None) -> list[Finding]:
             info = probe(url)
         except Exception as exc:  # noqa: BLE001 - anything listening there is worth a line
             reason = getattr(exc, "what", str(exc))
-            return Finding(f"Port {port} answers, but not as an LLM server SpecDeck knows "
+            return Discovery(f"Port {port} answers, but not as an LLM server SpecDeck knows "
                            f"({reason})", "Check what runs there.", None, True, url)
         drafting = {True: "drafting", False: "no drafting", None: "drafting unknown"}
         model = f" with {Path(info.model).name}" if info.model else ""
-        return Finding(f"{info.kind.value} at {url}{model} ({drafting[info.speculative]})",
+        return Discovery(f"{info.kind.value} at {url}{model} ({drafting[info.speculative]})",
                        "A/B it against another server, or reload it with a draft: "
                        "A/B bench, engine Servers.", "bench", True, url)
 
@@ -108,35 +108,35 @@ def servers(ports: dict[int, str] | None = None) -> list[Finding]:
     return [r for r in results if r is not None]
 
 
-def discover(ports: dict[int, str] | None = None) -> list[Finding]:
+def discover(ports: dict[int, str] | None = None) -> list[Discovery]:
     """Everything a start page shows under "found on this machine"."""
     from specdeck.core.gpu import read_once
 
-    findings: list[Finding] = []
+    findings: list[Discovery] = []
     frame = read_once()
     if frame.has_gpus:
         names = ", ".join(g.name for g in frame.gpus)
-        findings.append(Finding(f"GPUs: {names}", "Plan VRAM for a target and a draft.", "gpus"))
+        findings.append(Discovery(f"GPUs: {names}", "Plan VRAM for a target and a draft.", "gpus"))
     else:
-        findings.append(Finding(f"{frame.headline}", "Plan VRAM for the GPUs you type in, or "
+        findings.append(Discovery(f"{frame.headline}", "Plan VRAM for the GPUs you type in, or "
                                 "A/B on the CPU with the demo model.", "gpus", found=False))
     configs = tabby_configs()
     for path in configs:
-        findings.append(Finding(f"TabbyAPI config: {path}", "Set its draft model.", "draft",
+        findings.append(Discovery(f"TabbyAPI config: {path}", "Set its draft model.", "draft",
                                 True, str(path)))
     if not configs:
-        findings.append(Finding("No TabbyAPI config.yml at the usual places",
+        findings.append(Discovery("No TabbyAPI config.yml at the usual places",
                                 "Open yours on Draft settings, or create one there.", "draft",
                                 found=False))
     for path in llama_swap_configs():
-        findings.append(Finding(f"llama-swap config: {path}",
+        findings.append(Discovery(f"llama-swap config: {path}",
                                 "Check its llama-server flags: specdeck servers check-flags.",
                                 None, True, str(path)))
     found_servers = servers(ports)
     findings.extend(found_servers)
     if not found_servers:
         ports_text = ", ".join(str(p) for p in (USUAL_PORTS if ports is None else ports))
-        findings.append(Finding(f"No LLM server answers on 127.0.0.1 ports {ports_text}",
+        findings.append(Discovery(f"No LLM server answers on 127.0.0.1 ports {ports_text}",
                                 "Start yours, or A/B the demo model right here.", "bench",
                                 found=False))
     return findings

@@ -32,7 +32,7 @@ from specdeck.core.bench.runner import (
     RunStarted,
     RunStep,
 )
-from specdeck.core.engines.lossless import Verdict, compare_runs
+from specdeck.core.engines.lossless import OutputMatch, compare_runs
 
 RATE_WINDOW_S = 0.25
 """A live tok/s point covers at least this much decode time, so the curve is readable."""
@@ -45,14 +45,14 @@ class OutputCheck:
     text: str
     """"identical", "ends at token N of M", "tie at token N", "differs at token N",
     "sampled", "not compared: lost data"."""
-    verdict: Verdict | None
+    verdict: OutputMatch | None
     """None when not checkable (sampled plans) or not compared (a run lost data)."""
 
     @property
     def differs(self) -> bool:
         """A real difference: a differing token, or one output ending before the other (both
         were asked for the same tokens). Not a float tie."""
-        return self.verdict in (Verdict.DIVERGED, Verdict.PREFIX)
+        return self.verdict in (OutputMatch.DIVERGED, OutputMatch.PREFIX)
 
 
 def check_output(reference: RunRecord, other: RunRecord, greedy: bool) -> OutputCheck:
@@ -65,11 +65,11 @@ def check_output(reference: RunRecord, other: RunRecord, greedy: bool) -> Output
     shorter = min(comparison.reference_length, comparison.candidate_length)
     longer = max(comparison.reference_length, comparison.candidate_length)
     text = {
-        Verdict.IDENTICAL: "identical",
-        Verdict.PREFIX: (f"{'ends' if comparison.candidate_length < longer else 'goes on'} "
+        OutputMatch.IDENTICAL: "identical",
+        OutputMatch.PREFIX: (f"{'ends' if comparison.candidate_length < longer else 'goes on'} "
                          f"at {unit} {shorter} of {longer}"),
-        Verdict.TIE: f"tie at {unit} {comparison.first_divergence}",
-        Verdict.DIVERGED: f"differs at {unit} {comparison.first_divergence}",
+        OutputMatch.TIE: f"tie at {unit} {comparison.first_divergence}",
+        OutputMatch.DIVERGED: f"differs at {unit} {comparison.first_divergence}",
     }[comparison.verdict]
     return OutputCheck(text, comparison.verdict)
 
@@ -294,8 +294,8 @@ class LivePlan:
             min_speedup=min(ratios, default=None),
             max_speedup=max(ratios, default=None),
             acceptance_rate=accepted / drafted if drafted else None,
-            identical=sum(1 for r in paired if r.output.verdict is Verdict.IDENTICAL),
-            ties=sum(1 for r in paired if r.output.verdict is Verdict.TIE),
+            identical=sum(1 for r in paired if r.output.verdict is OutputMatch.IDENTICAL),
+            ties=sum(1 for r in paired if r.output.verdict is OutputMatch.TIE),
             checkable=self.plan.sampling.greedy,
         )
 

@@ -28,7 +28,7 @@ from specdeck.core.bench import stats
 from specdeck.core.bench.plan import Arm
 from specdeck.core.bench.runner import BenchRun, RunRecord
 from specdeck.core.engines.base import DrafterKind, DrafterSpec
-from specdeck.core.engines.lossless import Verdict, compare_runs
+from specdeck.core.engines.lossless import OutputMatch, compare_runs
 
 LOW_ACCEPTANCE = 0.5
 """Below this pooled acceptance rate, low acceptance is named as a cause of a slow-down."""
@@ -472,7 +472,7 @@ def _lossless(run: BenchRun, matched: list[tuple[RunRecord, RunRecord]],
         if comparison.lossless:
             identical += 1
             continue
-        tie = comparison.verdict is Verdict.TIE
+        tie = comparison.verdict is OutputMatch.TIE
         ties += tie
         ended = _which_ended(comparison)
         if unit == "character":
@@ -488,7 +488,7 @@ def _lossless(run: BenchRun, matched: list[tuple[RunRecord, RunRecord]],
 
 def _which_ended(comparison) -> str:
     """For a PREFIX comparison: which output ended first, and after how much of the other."""
-    if comparison.verdict is not Verdict.PREFIX:
+    if comparison.verdict is not OutputMatch.PREFIX:
         return ""
     if comparison.candidate_length < comparison.reference_length:
         return (f"this arm's output ends here ({comparison.candidate_length} of the "
@@ -644,7 +644,7 @@ def _theory(run: BenchRun, drafter: DrafterSpec, summary: ArmSummary,
     )
 
 
-# Verdict ------------------------------------------------------------------------------------
+# OutputMatch ------------------------------------------------------------------------------------
 def _verdict(arm: Arm, speedup: stats.RatioSummary | None, summary: ArmSummary,
              theory: Theory | None, matched: list[tuple[RunRecord, RunRecord]],
              not_usable: str = "") -> tuple[str, tuple[str, ...]]:

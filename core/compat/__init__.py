@@ -1,7 +1,7 @@
 """Draft/target compatibility: can this draft model speculate for this target model?
 
     report = check("/models/Llama-3.1-70B-exl2", "turboderp/Llama-3.2-1B-exl2@4.0bpw")
-    report.verdict              # Verdict.COMPATIBLE / WARNINGS / INCOMPATIBLE / INCONCLUSIVE
+    report.verdict              # CompatVerdict.COMPATIBLE / WARNINGS / INCOMPATIBLE / INCONCLUSIVE
     report.rules                # every rule: status, a sentence, the values on both sides
     report.to_json()            # the stable shape `specdeck check --json` prints
 
@@ -14,20 +14,20 @@ library (model folders), suggest.
 """
 
 from specdeck.core.compat.check import check, compare_models
-from specdeck.core.compat.load import LoadedModel, load_model
-from specdeck.core.compat.report import CompatReport, RuleResult, Status, Verdict
+from specdeck.core.compat.load import CheckSide, load_model
+from specdeck.core.compat.report import CompatReport, CompatVerdict, RuleResult, Status
 from specdeck.core.compat.source import ModelSource, parse_source
 from specdeck.core.compat.suggest import Suggestion, SuggestionList, suggest
 
 __all__ = [
     "CompatReport",
-    "LoadedModel",
+    "CheckSide",
     "ModelSource",
     "RuleResult",
     "Status",
     "Suggestion",
     "SuggestionList",
-    "Verdict",
+    "CompatVerdict",
     "check",
     "compare_models",
     "load_model",

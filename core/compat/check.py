@@ -10,14 +10,14 @@ from typing import Any
 
 from specdeck.core.compat.cache import VocabCache
 from specdeck.core.compat.compare import EXAMPLES, compare_vocabs
-from specdeck.core.compat.load import LoadedModel, check_cancel, load_model
+from specdeck.core.compat.load import CheckSide, check_cancel, load_model
 from specdeck.core.compat.report import (
     CompatReport,
+    CompatVerdict,
     RuleResult,
     SideSummary,
     Status,
     Timings,
-    Verdict,
     decide,
 )
 from specdeck.core.compat.rules import evaluate
@@ -63,8 +63,8 @@ def check(
 
 
 def compare_models(
-    target: LoadedModel,
-    draft: LoadedModel,
+    target: CheckSide,
+    draft: CheckSide,
     *,
     max_seq_len: int | None = None,
     examples: int = EXAMPLES,
@@ -91,25 +91,25 @@ def compare_models(
     )
 
 
-def summarize(verdict: Verdict, rules: tuple[RuleResult, ...]) -> str:
+def summarize(verdict: CompatVerdict, rules: tuple[RuleResult, ...]) -> str:
     """One sentence for the top of the report."""
     failed = [r for r in rules if r.blocking and r.status is Status.FAIL]
     unknown = [r for r in rules if r.blocking and r.status is Status.UNKNOWN]
     warned = [r for r in rules if r.status is Status.WARN]
-    if verdict is Verdict.INCOMPATIBLE:
+    if verdict is CompatVerdict.INCOMPATIBLE:
         names = "; ".join(r.title for r in failed)
         return f"This draft cannot speculate for this target ({names}). {failed[0].detail}"
-    if verdict is Verdict.INCONCLUSIVE:
+    if verdict is CompatVerdict.INCONCLUSIVE:
         # The token-text rule says best how much could and could not be compared.
         deciding = next((r for r in unknown if r.key == "token_text"), unknown[0])
         return f"Could not decide. {deciding.detail}"
-    if verdict is Verdict.WARNINGS:
+    if verdict is CompatVerdict.WARNINGS:
         names = "; ".join(r.title for r in warned)
         return f"Compatible, with {len(warned)} warning{'s' if len(warned) > 1 else ''}: {names}."
     return "Compatible: same tokenizer, same BOS/EOS handling, and the draft fits the target."
 
 
-def side_summary(model: LoadedModel) -> SideSummary:
+def side_summary(model: CheckSide) -> SideSummary:
     info, vocab, special = model.info, model.vocab, model.special
     return SideSummary(
         name=model.name,

@@ -16,7 +16,7 @@ from specdeck.core.models import ModelInfo, read_model
 
 
 @dataclass(frozen=True)
-class LoadedModel:
+class CheckSide:
     """What the rules need to know about one model."""
 
     source: ModelSource
@@ -89,7 +89,7 @@ def load_model(
     token: str | None = None,
     cache: VocabCache | None = None,
     cancel: threading.Event | None = None,
-) -> LoadedModel:
+) -> CheckSide:
     """Load the side named by ``spec`` (a folder or a Hub id[@revision])."""
     started = time.perf_counter()
     source = spec if isinstance(spec, ModelSource) else parse_source(spec)
@@ -97,7 +97,7 @@ def load_model(
         from specdeck.core.compat.gguf_model import read_gguf
 
         vocab, special, numbers = read_gguf(source.gguf)
-        return LoadedModel(source=source, folder=source.gguf, info=None, vocab=vocab,
+        return CheckSide(source=source, folder=source.gguf, info=None, vocab=vocab,
                            special=special, seconds=time.perf_counter() - started,
                            cache="none", gguf_numbers={**numbers,
                                                        "file_bytes": gguf_bytes(source.gguf)})
@@ -107,7 +107,7 @@ def load_model(
         vocab, special, numbers, path, fetched = read_hub_gguf(
             source.repo_id, source.revision, source.hub_gguf, endpoint=endpoint, token=token,
             cancel=cancel)
-        return LoadedModel(source=source, folder=Path(path), info=None, vocab=vocab,
+        return CheckSide(source=source, folder=Path(path), info=None, vocab=vocab,
                            special=special, seconds=time.perf_counter() - started,
                            cache="none", gguf_numbers={**numbers, "header_bytes": fetched})
     folder = resolve_folder(source, endpoint=endpoint, token=token, cancel=cancel)
@@ -116,7 +116,7 @@ def load_model(
     vocab, origin = (cache or default_cache()).read(folder)
     check_cancel(cancel)
     special = read_special_tokens(folder, vocab)
-    return LoadedModel(
+    return CheckSide(
         source=source,
         folder=folder,
         info=info,

@@ -24,7 +24,7 @@ class Status(str, enum.Enum):
     """The rule could not be evaluated: a file it needs is missing."""
 
 
-class Verdict(str, enum.Enum):
+class CompatVerdict(str, enum.Enum):
     COMPATIBLE = "compatible"
     WARNINGS = "compatible_with_warnings"
     INCOMPATIBLE = "incompatible"
@@ -34,17 +34,17 @@ class Verdict(str, enum.Enum):
     @property
     def label(self) -> str:
         return {
-            Verdict.COMPATIBLE: "Compatible",
-            Verdict.WARNINGS: "Compatible with warnings",
-            Verdict.INCOMPATIBLE: "Incompatible",
-            Verdict.INCONCLUSIVE: "Inconclusive",
+            CompatVerdict.COMPATIBLE: "Compatible",
+            CompatVerdict.WARNINGS: "Compatible with warnings",
+            CompatVerdict.INCOMPATIBLE: "Incompatible",
+            CompatVerdict.INCONCLUSIVE: "Inconclusive",
         }[self]
 
     @property
     def exit_code(self) -> int:
         """`specdeck check`'s exit status: 0 usable, 1 refused, 3 undecided (2 is an error)."""
-        return {Verdict.COMPATIBLE: 0, Verdict.WARNINGS: 0, Verdict.INCOMPATIBLE: 1,
-                Verdict.INCONCLUSIVE: 3}[self]
+        return {CompatVerdict.COMPATIBLE: 0, CompatVerdict.WARNINGS: 0, CompatVerdict.INCOMPATIBLE: 1,
+                CompatVerdict.INCONCLUSIVE: 3}[self]
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ class Timings:
 
 @dataclass(frozen=True)
 class CompatReport:
-    verdict: Verdict
+    verdict: CompatVerdict
     summary: str
     target: SideSummary
     draft: SideSummary
@@ -197,13 +197,13 @@ class CompatReport:
         }
 
 
-def decide(rules: Iterable[RuleResult]) -> Verdict:
+def decide(rules: Iterable[RuleResult]) -> CompatVerdict:
     """Blocking failures refuse the pair; blocking unknowns leave it undecided."""
     rules = tuple(rules)
     if any(r.blocking and r.status is Status.FAIL for r in rules):
-        return Verdict.INCOMPATIBLE
+        return CompatVerdict.INCOMPATIBLE
     if any(r.blocking and r.status is Status.UNKNOWN for r in rules):
-        return Verdict.INCONCLUSIVE
+        return CompatVerdict.INCONCLUSIVE
     if any(r.status in (Status.WARN, Status.FAIL) for r in rules):
-        return Verdict.WARNINGS
-    return Verdict.COMPATIBLE
+        return CompatVerdict.WARNINGS
+    return CompatVerdict.COMPATIBLE

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from specdeck.core.compat.compare import CHECK_START_ID, MAX_SIZE_DIFFERENCE
 from specdeck.core.compat.display import quoted, token_display
-from specdeck.core.compat.load import LoadedModel
+from specdeck.core.compat.load import CheckSide
 from specdeck.core.compat.report import RuleResult, Status, VocabComparison
 from specdeck.core.compat.vocab import FORMAT_TOKENIZER_JSON, VocabType
 from specdeck.core.exl2_facts import ntk_rope_alpha
@@ -35,7 +35,7 @@ def n(value: int | None) -> str:
     return "unknown" if value is None else f"{value:,}"
 
 
-def _token_label(model: LoadedModel, token_id: int | None) -> str:
+def _token_label(model: CheckSide, token_id: int | None) -> str:
     if token_id is None:
         return "none"
     text = token_display(model.vocab, token_id)
@@ -46,7 +46,7 @@ def _token_label(model: LoadedModel, token_id: int | None) -> str:
 # llama.cpp's rules
 
 
-def vocab_type_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+def vocab_type_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
     tv, dv = t.vocab.vocab_type, d.vocab.vocab_type
     values = {"target": f"{tv.label} ({t.vocab.source_format})",
               "draft": f"{dv.label} ({d.vocab.source_format})"}
@@ -63,7 +63,7 @@ def vocab_type_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> Rul
                       "cannot mean the same token in both.", **values)
 
 
-def _flag_rule(role: str, t: LoadedModel, d: LoadedModel) -> RuleResult:
+def _flag_rule(role: str, t: CheckSide, d: CheckSide) -> RuleResult:
     attr = f"add_{role}"
     tf, df = getattr(t.special, attr), getattr(d.special, attr)
     key, title, name = f"add_{role}", f"Adds {role.upper()}", role.upper()
@@ -80,7 +80,7 @@ def _flag_rule(role: str, t: LoadedModel, d: LoadedModel) -> RuleResult:
                       f"the two see different prompts (llama.cpp refuses such pairs).", **values)
 
 
-def _id_rule(role: str, t: LoadedModel, d: LoadedModel) -> RuleResult:
+def _id_rule(role: str, t: CheckSide, d: CheckSide) -> RuleResult:
     attr = f"{role}_id"
     ti, di = getattr(t.special, attr), getattr(d.special, attr)
     key, title, name = f"{role}_id", f"{role.upper()} token", role.upper()
@@ -97,23 +97,23 @@ def _id_rule(role: str, t: LoadedModel, d: LoadedModel) -> RuleResult:
                       f"llama.cpp refuses pairs whose {name} ids differ.{advice}", **values)
 
 
-def add_bos_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+def add_bos_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
     return _flag_rule("bos", t, d)
 
 
-def bos_id_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+def bos_id_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
     return _id_rule("bos", t, d)
 
 
-def add_eos_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+def add_eos_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
     return _flag_rule("eos", t, d)
 
 
-def eos_id_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+def eos_id_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
     return _id_rule("eos", t, d)
 
 
-def vocab_size_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+def vocab_size_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
     ts, ds = t.vocab.size, d.vocab.size
     title = "Vocabulary size"
     values = {"target": f"{n(ts)} tokens", "draft": f"{n(ds)} tokens"}
@@ -138,7 +138,7 @@ def vocab_size_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> Rul
                       f"{MAX_SIZE_DIFFERENCE}. These are different vocabularies.", **values)
 
 
-def token_text_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+def token_text_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
     title = "Token text, id by id"
     span = f"ids {cmp.first_id:,}–{max(cmp.first_id, cmp.end_id - 1):,}"
     values = {"target": f"{n(t.vocab.known_ids)} ids known",
@@ -166,7 +166,7 @@ def token_text_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> Rul
 # ExLlamaV2 / TabbyAPI specifics
 
 
-def output_head_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+def output_head_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
     th, dh = t.head_rows, d.head_rows
     title = "Output head vs. target embedding"
     values = {"target": f"{n(th)} rows", "draft": f"{n(dh)} rows"}
@@ -196,7 +196,7 @@ def _past_embedding(draft_ids: int, target_rows: int, title: str, values: dict) 
                       origin=EXLLAMAV2, **values)
 
 
-def _head_from_tokenizers(t: LoadedModel, d: LoadedModel, th: int | None, dh: int | None,
+def _head_from_tokenizers(t: CheckSide, d: CheckSide, th: int | None, dh: int | None,
                           title: str, values: dict) -> RuleResult:
     """A side without config.json: decide from what is known. A model's embedding covers at
     least its own tokenizer's ids, and a draft emits at least its tokenizer's ids."""
@@ -233,7 +233,7 @@ def _head_from_tokenizers(t: LoadedModel, d: LoadedModel, th: int | None, dh: in
                       origin=EXLLAMAV2, **values)
 
 
-def context_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison,
+def context_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison,
                  max_seq_len: int | None = None) -> RuleResult:
     tc, dc = t.context_length, d.context_length
     need = max_seq_len or tc
@@ -268,7 +268,7 @@ def context_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison,
         blocking=False, origin=TABBYAPI, **values)
 
 
-def special_texts_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+def special_texts_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
     title = "Special-token texts"
     differences = []
     for role in ("bos", "eos", "pad", "unk"):
@@ -291,12 +291,12 @@ def special_texts_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> 
                       blocking=False, origin=SPECDECK, **declared)
 
 
-def _declared(model: LoadedModel) -> str:
+def _declared(model: CheckSide) -> str:
     parts = [f"{role} {quoted(text)}" for role, text in model.special.declared.items() if text]
     return ", ".join(parts) or "none declared"
 
 
-def chat_template_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+def chat_template_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
     title = "Chat template"
     tt, dt = t.special.chat_template, d.special.chat_template
     values = {"target": t.special.chat_template_source or "none",
@@ -320,7 +320,7 @@ def chat_template_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> 
                       blocking=False, origin=SPECDECK, **values)
 
 
-def exllamav2_tokenizer_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+def exllamav2_tokenizer_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
     title = "Loadable by ExLlamaV2"
     values = {"target": t.vocab.source_format, "draft": d.vocab.source_format}
     missing = [side for side, m in (("target", t), ("draft", d))
@@ -337,7 +337,7 @@ def exllamav2_tokenizer_rule(t: LoadedModel, d: LoadedModel, cmp: VocabCompariso
                       blocking=False, origin=EXLLAMAV2, **values)
 
 
-def llama_server_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+def llama_server_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
     """Both sides GGUF: what llama-server needs to run them as target (-m) and draft (-md)."""
     values = {"target": "GGUF", "draft": "GGUF"}
     # A GGUF that llama.cpp's loader refuses never gets here: reading it raised GgufRefused
@@ -352,7 +352,7 @@ def llama_server_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> R
                       blocking=False, origin=LLAMA_CPP, **values)
 
 
-def mixed_formats_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+def mixed_formats_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
     """One side GGUF, the other a model folder: no server loads the pair as it is."""
     values = {"target": "GGUF" if t.is_gguf else "folder", "draft": "GGUF" if d.is_gguf else "folder"}
     return RuleResult("formats", "One server for both", Status.WARN,
@@ -363,7 +363,7 @@ def mixed_formats_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> 
                       blocking=False, origin=SPECDECK, **values)
 
 
-def loader_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+def loader_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
     """The server-specific check that applies to this pair's formats."""
     if t.is_gguf and d.is_gguf:
         return llama_server_rule(t, d, cmp)
@@ -372,7 +372,7 @@ def loader_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleRes
     return exllamav2_tokenizer_rule(t, d, cmp)
 
 
-def _size(model: LoadedModel) -> tuple[float | None, str]:
+def _size(model: CheckSide) -> tuple[float | None, str]:
     """What the size ratio compares: parameters from config.json, else a GGUF's bytes."""
     if model.parameters:
         return float(model.parameters), format_parameters(model.parameters)
@@ -381,7 +381,7 @@ def _size(model: LoadedModel) -> tuple[float | None, str]:
     return None, "unknown"
 
 
-def size_ratio_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> RuleResult:
+def size_ratio_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
     title = "Size ratio"
     (tp, t_text), (dp, d_text) = _size(t), _size(d)
     values = {"target": t_text, "draft": d_text}
@@ -408,7 +408,7 @@ def size_ratio_rule(t: LoadedModel, d: LoadedModel, cmp: VocabComparison) -> Rul
                       blocking=False, origin=SPECDECK, **values)
 
 
-RuleFn = Callable[[LoadedModel, LoadedModel, VocabComparison], RuleResult]
+RuleFn = Callable[[CheckSide, CheckSide, VocabComparison], RuleResult]
 
 BLOCKING_RULES: tuple[RuleFn, ...] = (
     vocab_type_rule,
@@ -428,7 +428,7 @@ ADVISORY_RULES: tuple[RuleFn, ...] = (
 )
 
 
-def evaluate(t: LoadedModel, d: LoadedModel, cmp: VocabComparison,
+def evaluate(t: CheckSide, d: CheckSide, cmp: VocabComparison,
              max_seq_len: int | None = None) -> tuple[RuleResult, ...]:
     """Every rule's result, blocking rules first."""
     results = [rule(t, d, cmp) for rule in BLOCKING_RULES]

@@ -28,8 +28,8 @@ from specdeck.core.compat.check import compare_models
 from specdeck.core.compat.fit import fit_planner
 from specdeck.core.compat.known import Family, KnownDraft, find_family
 from specdeck.core.compat.library import library_dirs
-from specdeck.core.compat.load import LoadedModel, check_cancel, load_model
-from specdeck.core.compat.report import CompatReport, Verdict
+from specdeck.core.compat.load import CheckSide, check_cancel, load_model
+from specdeck.core.compat.report import CompatReport, CompatVerdict
 from specdeck.core.compat.source import ModelSource
 from specdeck.core.errors import CancelledError, SpecDeckError
 from specdeck.core.models import ModelInfo, scan_models
@@ -184,7 +184,7 @@ def _too_big(draft_parameters: int | None, target_parameters: int | None) -> boo
 
 
 def _check_local(
-    target: LoadedModel,
+    target: CheckSide,
     info: ModelInfo,
     max_seq_len: int | None,
     cache: VocabCache | None,
@@ -202,14 +202,14 @@ def _check_local(
     except SpecDeckError as exc:
         return Rejected(info.name, str(info.path), f"could not be read: {exc}")
     report = compare_models(target, draft, max_seq_len=max_seq_len)
-    if report.verdict is Verdict.INCOMPATIBLE:
+    if report.verdict is CompatVerdict.INCOMPATIBLE:
         return Rejected(info.name, str(info.path), f"{report.verdict.label}. {report.summary}")
     return _Candidate(info.name, ORIGIN_LOCAL, info.parameters, report.verdict.value, report,
                       path=info.path, quantization=info.quant.label)
 
 
 def _hub_candidate(
-    target: LoadedModel,
+    target: CheckSide,
     known: KnownDraft,
     verify: bool,
     max_seq_len: int | None,
@@ -255,12 +255,12 @@ def _ratio_band(ratio: float | None) -> int:
     return 2
 
 
-_TIER = {Verdict.COMPATIBLE.value: 0, Verdict.WARNINGS.value: 1, UNVERIFIED: 2}
+_TIER = {CompatVerdict.COMPATIBLE.value: 0, CompatVerdict.WARNINGS.value: 1, UNVERIFIED: 2}
 
 
 def _sort_key(candidate: _Candidate, target_parameters: int | None) -> tuple:
     ratio = _ratio(candidate.parameters, target_parameters)
-    undecided = candidate.status == Verdict.INCONCLUSIVE.value
+    undecided = candidate.status == CompatVerdict.INCONCLUSIVE.value
     too_big = candidate.fits_vram is False
     distance = abs(math.log(ratio / _SWEET_CENTER)) if ratio else math.inf
     return (undecided, too_big, _ratio_band(ratio), _TIER.get(candidate.status, 3), distance,
@@ -288,16 +288,16 @@ def _check_text(candidate: _Candidate, family: Family | None) -> str:
                 "not checked against its own files yet.")
         return f"{text} {candidate.note}".strip()
     where = "its Hub files" if candidate.origin == ORIGIN_HUB else "its files"
-    if report.verdict is Verdict.INCONCLUSIVE:
+    if report.verdict is CompatVerdict.INCONCLUSIVE:
         return f"Checked against {where}, but the check could not decide. {report.summary}"
-    if report.verdict is Verdict.COMPATIBLE:
+    if report.verdict is CompatVerdict.COMPATIBLE:
         return (f"Checked against {where}: compatible ({report.vocab.identical:,} token ids "
                 "identical).")
     warned = "; ".join(r.title for r in report.warnings)
     return f"Checked against {where}: compatible with warnings ({warned})."
 
 
-def _suggestion(rank: int, candidate: _Candidate, target: LoadedModel,
+def _suggestion(rank: int, candidate: _Candidate, target: CheckSide,
                 family: Family | None) -> Suggestion:
     ratio = _ratio(candidate.parameters, target.parameters)
     parts = [_check_text(candidate, family), _ratio_text(ratio)]

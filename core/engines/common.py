@@ -57,10 +57,10 @@ def check_model_folder(path: Path, role: str, *, loads: Iterable[str], wrong_qua
 def require_compatible_draft(target: Path, draft: Path, max_seq_len: int | None = None) -> tuple[str, ...]:
     """Refuse a draft that cannot speculate for ``target`` (core.compat's verdict); returns
     the check's warnings, for the loaded model's notes."""
-    from specdeck.core.compat import Status, Verdict, check
+    from specdeck.core.compat import CompatVerdict, Status, check
 
     report = check(target, draft, max_seq_len=max_seq_len, examples=1)
-    if report.verdict is Verdict.INCOMPATIBLE:
+    if report.verdict is CompatVerdict.INCOMPATIBLE:
         raise InvalidInputError(f"Draft {draft.name}, target {target.name}: {report.summary}",
                                 "Pick a draft model from the target's family (same tokenizer); "
                                 "`specdeck suggest` lists candidates.")

@@ -283,7 +283,7 @@ def find_demo_partner(
     from specdeck.core.compat.check import compare_models
     from specdeck.core.compat.library import library_dirs
     from specdeck.core.compat.load import check_cancel, load_model
-    from specdeck.core.compat.report import Verdict
+    from specdeck.core.compat.report import CompatVerdict
     from specdeck.core.compat.source import ModelSource
     from specdeck.core.errors import SpecDeckError
     from specdeck.core.models import read_model, scan_models
@@ -307,6 +307,6 @@ def find_demo_partner(
             target = load_model(ModelSource(str(info.path), folder=info.path), cancel=cancel)
         except SpecDeckError:
             continue  # a folder the checker cannot read is no partner
-        if compare_models(target, draft).verdict in (Verdict.COMPATIBLE, Verdict.WARNINGS):
+        if compare_models(target, draft).verdict in (CompatVerdict.COMPATIBLE, CompatVerdict.WARNINGS):
             return info
     return None

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from specdeck.core.engines.base import GenerationResult
 
 
-class Verdict(str, enum.Enum):
+class OutputMatch(str, enum.Enum):
     IDENTICAL = "identical"
     PREFIX = "prefix"
     """Equal as far as the shorter run went, and then one of them ended. Not lossless: two
@@ -31,7 +31,7 @@ class Verdict(str, enum.Enum):
 
 @dataclass(frozen=True)
 class TokenComparison:
-    verdict: Verdict
+    verdict: OutputMatch
     compared: int
     """Tokens compared: the shorter run's length."""
     first_divergence: int | None = None
@@ -47,7 +47,7 @@ class TokenComparison:
 
     @property
     def lossless(self) -> bool:
-        return self.verdict is Verdict.IDENTICAL
+        return self.verdict is OutputMatch.IDENTICAL
 
 
 def compare_greedy(
@@ -69,7 +69,7 @@ def compare_tokens(ref: Sequence[int], cand: Sequence[int],
             gap = min(known) if known else None
             tie = gap is not None and gap <= tie_tolerance
             return TokenComparison(
-                Verdict.TIE if tie else Verdict.DIVERGED, compared, i, ref[i], cand[i], gap,
+                OutputMatch.TIE if tie else OutputMatch.DIVERGED, compared, i, ref[i], cand[i], gap,
                 len(ref), len(cand))
     return _ended(compared, ref, cand)
 
@@ -77,11 +77,11 @@ def compare_tokens(ref: Sequence[int], cand: Sequence[int],
 def _ended(compared: int, ref: Sequence, cand: Sequence) -> TokenComparison:
     """Equal up to the shorter one: identical when both ended there, else PREFIX."""
     if len(ref) == len(cand):
-        return TokenComparison(Verdict.IDENTICAL, compared, reference_length=len(ref),
+        return TokenComparison(OutputMatch.IDENTICAL, compared, reference_length=len(ref),
                                candidate_length=len(cand))
     ref_token = ref[compared] if compared < len(ref) and not isinstance(ref, str) else None
     cand_token = cand[compared] if compared < len(cand) and not isinstance(cand, str) else None
-    return TokenComparison(Verdict.PREFIX, compared, compared, ref_token, cand_token,
+    return TokenComparison(OutputMatch.PREFIX, compared, compared, ref_token, cand_token,
                            reference_length=len(ref), candidate_length=len(cand))
 
 
@@ -92,7 +92,7 @@ def compare_text(reference: GenerationResult, candidate: GenerationResult) -> To
     compared = min(len(ref), len(cand))
     for i in range(compared):
         if ref[i] != cand[i]:
-            return TokenComparison(Verdict.DIVERGED, compared, i, reference_length=len(ref),
+            return TokenComparison(OutputMatch.DIVERGED, compared, i, reference_length=len(ref),
                                    candidate_length=len(cand))
     return _ended(compared, ref, cand)
 

@@ -25,7 +25,7 @@ from specdeck.core.engines.base import SamplingSpec
 
 
 @dataclass
-class Verdict:
+class StepOutcome:
     """The outcome of verifying one step's draft."""
 
     accepted: int
@@ -131,7 +131,7 @@ class TokenPicker:
         processed: torch.Tensor,
         drafts: Sequence[int],
         draft_probs: Sequence[torch.Tensor] | None,
-    ) -> Verdict:
+    ) -> StepOutcome:
         """Which drafts the target keeps, given its processed rows [len(drafts) + 1, V]."""
         if self.greedy:
             return _verify_greedy(processed, drafts)
@@ -142,7 +142,7 @@ class TokenPicker:
         processed: torch.Tensor,
         drafts: Sequence[int],
         draft_probs: Sequence[torch.Tensor] | None,
-    ) -> Verdict:
+    ) -> StepOutcome:
         probs = self.probabilities(processed).cpu()
         for i, token in enumerate(drafts):
             p = probs[i]
@@ -158,11 +158,11 @@ class TokenPicker:
                 residual[token] = 0.0
             if float(residual.sum()) <= 0.0:  # p == q up to rounding: any draw from p is exact
                 residual = p
-            return Verdict(i, self.sample(residual / residual.sum()), [])
-        return Verdict(len(drafts), self.sample(probs[len(drafts)]), [])
+            return StepOutcome(i, self.sample(residual / residual.sum()), [])
+        return StepOutcome(len(drafts), self.sample(probs[len(drafts)]), [])
 
 
-def _verify_greedy(processed: torch.Tensor, drafts: Sequence[int]) -> Verdict:
+def _verify_greedy(processed: torch.Tensor, drafts: Sequence[int]) -> StepOutcome:
     top2 = torch.topk(processed, 2, dim=-1)
     choices = top2.indices[:, 0].tolist()
     accepted = 0
@@ -171,7 +171,7 @@ def _verify_greedy(processed: torch.Tensor, drafts: Sequence[int]) -> Verdict:
             break
         accepted += 1
     gaps = (top2.values[: accepted + 1, 0] - top2.values[: accepted + 1, 1]).tolist()
-    return Verdict(accepted, choices[accepted], gaps)
+    return StepOutcome(accepted, choices[accepted], gaps)
 
 
 def _top_p_filter(rows: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -95,7 +95,7 @@ class Badge:
     """A library model's compatibility with config.yml's target model."""
 
     verdict: str
-    """A core.compat Verdict value, "target" (the target itself) or "inconclusive"."""
+    """A core.compat CompatVerdict value, "target" (the target itself) or "inconclusive"."""
     label: str
     summary: str
 

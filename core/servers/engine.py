@@ -30,9 +30,9 @@ from specdeck.core.engines.base import (
     GenerationResult,
     GenerationStats,
     LoadedModel,
+    LoadProgress,
     LoadSpec,
     ProgressCallback,
-    LoadProgress,
     StopReason,
 )
 from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
@@ -49,7 +49,6 @@ from specdeck.core.servers.transport import (
     stream_sse,
 )
 from specdeck.core.urls import redact_url
-
 
 log = logging.getLogger(__name__)
 
@@ -419,7 +418,7 @@ class ServerEngine:
 
         say(LoadProgress(f"llama-swap is starting {arm.server.model}"))
         try:
-            flags = swap.load(Base.parse(url), arm.server.model, arm.server.api_key())
+            flags = swap.start_model(Base.parse(url), arm.server.model, arm.server.api_key())
         except ServerError as exc:
             raise ServerError(f"Arm {arm.name}: {exc.what}", exc.fix) from None
         self._swap_flags[arm.name] = flags
@@ -447,7 +446,7 @@ class ServerEngine:
         evict = tuple(a.server.model for a in self._plan_arms
                       if a.server.url == url and a.server.model)
         try:
-            router.load(base, arm.server.model, key, evict=evict, cancel=cancel,
+            router.load_model(base, arm.server.model, key, evict=evict, cancel=cancel,
                         progress=lambda text: say(LoadProgress(text)))
         except ServerError as exc:
             raise ServerError(f"Arm {arm.name}: {exc.what}", exc.fix) from None

@@ -78,7 +78,7 @@ def router_models(base: Base, api_key: str | None, timeout: float = 10.0) -> dic
     return models
 
 
-def load(base: Base, model: str, api_key: str | None, *,
+def load_model(base: Base, model: str, api_key: str | None, *,
          evict: tuple[str, ...] = (),
          cancel: threading.Event | None = None,
          progress: Callable[[str], None] | None = None,

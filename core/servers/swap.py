@@ -43,7 +43,8 @@ def command_flags(cmd: str) -> tuple[str, ...]:
         return tuple(cmd.split())
 
 
-def load(base: Base, model: str, api_key: str | None, timeout: float = LOAD_TIMEOUT_S) -> tuple[str, ...]:
+def start_model(base: Base, model: str, api_key: str | None, timeout: float = LOAD_TIMEOUT_S
+                ) -> tuple[str, ...]:
     """Make llama-swap run ``model`` and wait until its server answers; its command line."""
     try:
         request_text(base, f"/upstream/{quote(model, safe='')}/health", api_key, timeout=timeout)

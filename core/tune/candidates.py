@@ -126,7 +126,7 @@ def draft_files(setup: Setup, folders: Iterable[Path] = ()) -> list[Path]:
 def _draft_models(setup: Setup, drafts: Iterable[Path], cancel: threading.Event | None
                   ) -> tuple[list[tuple[Path, int]], list[NotTried]]:
     from specdeck.core.compat import check
-    from specdeck.core.compat.report import Verdict
+    from specdeck.core.compat.report import CompatVerdict
     from specdeck.core.vram.gguf import read_gguf_model
 
     usable: list[tuple[Path, int]] = []
@@ -144,7 +144,7 @@ def _draft_models(setup: Setup, drafts: Iterable[Path], cancel: threading.Event 
         except SpecDeckError as exc:
             refused.append(NotTried(label, exc.what))
             continue
-        if report.verdict in (Verdict.INCOMPATIBLE, Verdict.INCONCLUSIVE):
+        if report.verdict in (CompatVerdict.INCOMPATIBLE, CompatVerdict.INCONCLUSIVE):
             refused.append(NotTried(label, report.summary))
             continue
         usable.append((path, size))

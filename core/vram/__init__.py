@@ -60,7 +60,7 @@ from specdeck.core.vram.inputs import (
     inputs_from_tabby_config,
     plan_from_inputs,
 )
-from specdeck.core.vram.placement import OVERHEAD_LABELS, OVERHEAD_PARTS, GpuPlan, Verdict
+from specdeck.core.vram.placement import OVERHEAD_LABELS, OVERHEAD_PARTS, FitVerdict, GpuPlan
 from specdeck.core.vram.plan import VramPlan, largest_bpw, largest_context, ntk_rope_alpha, plan
 from specdeck.core.vram.request import DEFAULT_AUTOSPLIT_RESERVE_MB, PlanRequest
 from specdeck.core.vram.weights import (
@@ -77,7 +77,7 @@ __all__ = [
     "CACHE_MODES", "CONTEXT_STEP", "DEFAULT_AUTOSPLIT_RESERVE_MB", "DEFAULT_CHUNK_SIZE",
     "DEFAULT_HEAD_BITS", "DEFAULT_OVERHEADS", "GiB", "GpuPlan", "GpuSpec", "KV_BYTES_PER_ELEMENT",
     "MiB", "ModelWeights", "ModuleKind", "ModuleWeights", "OVERHEAD_LABELS", "OVERHEAD_PARTS",
-    "Overheads", "PlanInputs", "PlanRequest", "Verdict", "VramPlan", "build_request",
+    "Overheads", "PlanInputs", "PlanRequest", "FitVerdict", "VramPlan", "build_request",
     "check_cache_mode", "format_bytes", "gpus_from_frame", "inputs_from_tabby_config",
     "kv_bytes_per_token_layer", "kv_cache_bytes", "largest_bpw", "largest_context",
     "model_weights", "ntk_rope_alpha", "parse_gpu_sizes", "parse_reserve_mb", "parse_split",

@@ -160,7 +160,7 @@ def _layer_range(layers: Iterable[int]) -> tuple[int, int] | None:
     return (min(layers), max(layers)) if layers else None
 
 
-class Verdict(str, enum.Enum):
+class FitVerdict(str, enum.Enum):
     FITS = "fits"
     TIGHT = "tight"
     NO_FIT = "does not fit"
@@ -206,12 +206,12 @@ class GpuPlan:
     def is_used(self) -> bool:
         return self.used_bytes > 0
 
-    def verdict(self, margin: int) -> Verdict:
+    def verdict(self, margin: int) -> FitVerdict:
         if self.free_bytes < 0:
-            return Verdict.NO_FIT
+            return FitVerdict.NO_FIT
         if self.is_used and self.binding and self.free_bytes < margin:
-            return Verdict.TIGHT
-        return Verdict.FITS
+            return FitVerdict.TIGHT
+        return FitVerdict.FITS
 
     def segments(self) -> list[tuple[str, int]]:
         """(label, bytes) in stacking order, for bars; "free" is clipped at zero."""
@@ -305,7 +305,7 @@ class Outcome:
     """One placement judged: the per-GPU plans, the verdict, why not, and the headroom."""
 
     gpus: tuple[GpuPlan, ...]
-    verdict: Verdict
+    verdict: FitVerdict
     problem: str | None
     headroom: int
 
@@ -315,15 +315,15 @@ def evaluate(request: PlanRequest, overheads: Overheads) -> Outcome:
     ledgers, failure = place_models(request, overheads)
     gpus = tuple(_gpu_plan(ledger, overheads) for ledger in ledgers)
     if failure is not None:
-        return Outcome(gpus, Verdict.NO_FIT, str(failure), -failure.missing_bytes)
+        return Outcome(gpus, FitVerdict.NO_FIT, str(failure), -failure.missing_bytes)
     verdicts = [g.verdict(overheads.margin) for g in gpus]
     headroom = headroom_of(gpus)
-    if Verdict.NO_FIT in verdicts:
+    if FitVerdict.NO_FIT in verdicts:
         short = next(g for g in gpus if g.free_bytes < 0)
-        return Outcome(gpus, Verdict.NO_FIT, (
+        return Outcome(gpus, FitVerdict.NO_FIT, (
             f"GPU {short.index} ({short.name}) would need {format_bytes(-short.free_bytes)} "
             "more than it has."), headroom)
-    return Outcome(gpus, Verdict.TIGHT if Verdict.TIGHT in verdicts else Verdict.FITS, None, headroom)
+    return Outcome(gpus, FitVerdict.TIGHT if FitVerdict.TIGHT in verdicts else FitVerdict.FITS, None, headroom)
 
 
 def headroom_of(gpus: Sequence[GpuPlan]) -> int:
@@ -335,4 +335,4 @@ def headroom_of(gpus: Sequence[GpuPlan]) -> int:
 
 def fits_with_margin(request: PlanRequest, overheads: Overheads) -> bool:
     """Fits, and not merely tight: what the context and bpw searches look for."""
-    return evaluate(request, overheads).verdict is Verdict.FITS
+    return evaluate(request, overheads).verdict is FitVerdict.FITS

@@ -15,7 +15,7 @@ from specdeck.core.vram.costs import (
     model_costs,
     round_context,
 )
-from specdeck.core.vram.placement import GpuPlan, Verdict, evaluate, fits_with_margin
+from specdeck.core.vram.placement import FitVerdict, GpuPlan, evaluate, fits_with_margin
 from specdeck.core.vram.request import PlanRequest
 from specdeck.core.vram.weights import DEFAULT_HEAD_BITS, weights_from_bpw
 
@@ -33,7 +33,7 @@ class VramPlan:
     draft_cache_mode: str | None
     split: str
     gpus: tuple[GpuPlan, ...]
-    verdict: Verdict
+    verdict: FitVerdict
     problem: str | None
     headroom_bytes: int
     """Free memory on the fullest GPU whose fill does not adapt; negative: the shortfall
@@ -51,7 +51,7 @@ class VramPlan:
 
     @property
     def fits(self) -> bool:
-        return self.verdict is not Verdict.NO_FIT
+        return self.verdict is not FitVerdict.NO_FIT
 
     def gpu(self, index: int) -> GpuPlan:
         return self.gpus[index]
@@ -110,7 +110,7 @@ def plan(request: PlanRequest, overheads: Overheads = DEFAULT_OVERHEADS) -> Vram
         context_limit=limit,
         notes=tuple(_notes(request)),
     )
-    if verdict is not Verdict.FITS:
+    if verdict is not FitVerdict.FITS:
         result = replace(result, suggestions=tuple(_suggestions(request, result, overheads)))
     return result
 
@@ -166,7 +166,7 @@ def _suggestions(request: PlanRequest, result: VramPlan, overheads: Overheads) -
 
     def works(candidate: PlanRequest) -> int | None:
         outcome = evaluate(candidate, overheads)
-        return outcome.headroom if outcome.verdict is Verdict.FITS else None
+        return outcome.headroom if outcome.verdict is FitVerdict.FITS else None
 
     for mode in CACHE_MODES[CACHE_MODES.index(request.cache_mode) + 1:]:
         headroom = works(replace(request, cache_mode=mode))

@@ -295,10 +295,10 @@ class PlanResult(QWidget):
         self.error.show()
 
     def show_plan(self, plan) -> None:
-        from specdeck.core.vram import Verdict, format_bytes
+        from specdeck.core.vram import FitVerdict, format_bytes
 
         self.error.hide()
-        role = {Verdict.FITS: "badge-ok", Verdict.TIGHT: "badge-warn", Verdict.NO_FIT: "badge-bad"}
+        role = {FitVerdict.FITS: "badge-ok", FitVerdict.TIGHT: "badge-warn", FitVerdict.NO_FIT: "badge-bad"}
         self.verdict.setText(plan.verdict.value.upper())
         _set_role(self.verdict, role[plan.verdict])
         self.verdict.show()

@@ -8,7 +8,7 @@ import threading
 import pytest
 from compat_helpers import copy_model, edit_json, with_tokenizer_json
 from conftest import MODELS
-from specdeck.core.compat import Status, Verdict, check, parse_source
+from specdeck.core.compat import CompatVerdict, Status, check, parse_source
 from specdeck.core.compat.rules import ntk_rope_alpha
 from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError
 from specdeck.core.jsonout import to_jsonable
@@ -28,7 +28,7 @@ def statuses(report):
 
 def test_llama2_and_tinyllama_share_a_vocabulary_but_tinyllama_needs_rope_scaling():
     report = run("Llama-2-7b-hf", "TinyLlama-1.1B-Chat-v1.0")
-    assert report.verdict is Verdict.WARNINGS
+    assert report.verdict is CompatVerdict.WARNINGS
     assert report.vocab.compared == 31995 and report.vocab.differing == 0
     assert [r.key for r in report.warnings] == ["context"]
     context = report.rule("context")
@@ -40,7 +40,7 @@ def test_llama2_and_tinyllama_share_a_vocabulary_but_tinyllama_needs_rope_scalin
 
 def test_llama2_and_mistral_have_the_same_size_but_not_the_same_tokens():
     report = run("Llama-2-7b-hf", "Mistral-7B-v0.1")
-    assert report.verdict is Verdict.INCOMPATIBLE
+    assert report.verdict is CompatVerdict.INCOMPATIBLE
     assert report.rule("vocab_size").status is Status.PASS  # 32,000 both: size proves nothing
     assert report.rule("vocab_type").status is Status.PASS
     assert report.rule("token_text").status is Status.FAIL
@@ -60,7 +60,7 @@ def test_qwen_sizes_are_compatible_despite_padded_heads():
     assert report.vocab.compared == 151660 and report.vocab.differing == 0
     # The fixtures carry vocab.json + merges.txt only, which ExLlamaV2 0.3 cannot load.
     assert [r.key for r in report.warnings] == ["exllamav2_tokenizer"]
-    assert report.verdict is Verdict.WARNINGS
+    assert report.verdict is CompatVerdict.WARNINGS
 
 
 def test_qwen_pair_with_tokenizer_json_is_plainly_compatible(tmp_path):
@@ -70,13 +70,13 @@ def test_qwen_pair_with_tokenizer_json_is_plainly_compatible(tmp_path):
     target = copy_model("Qwen2.5-7B-Instruct", tmp_path)
     (target / "tokenizer.json").write_bytes((draft / "tokenizer.json").read_bytes())
     report = run(target, draft)
-    assert report.verdict is Verdict.COMPATIBLE
+    assert report.verdict is CompatVerdict.COMPATIBLE
     assert report.warnings == ()
 
 
 def test_llama3_target_without_tokenizer_files_is_inconclusive():
     report = run("Llama-3.1-8B", "Llama-3.2-1B")
-    assert report.verdict is Verdict.INCONCLUSIVE
+    assert report.verdict is CompatVerdict.INCONCLUSIVE
     text = report.rule("token_text")
     assert text.status is Status.UNKNOWN
     assert report.vocab.compared == 256 and report.vocab.differing == 0  # the added tokens
@@ -89,14 +89,14 @@ def test_llama3_target_without_tokenizer_files_is_inconclusive():
 
 def test_llama_and_qwen_are_incompatible():
     report = run("Llama-2-7b-hf", "Qwen2.5-0.5B-Instruct")
-    assert report.verdict is Verdict.INCOMPATIBLE
+    assert report.verdict is CompatVerdict.INCOMPATIBLE
     failed = {k for k, s in statuses(report).items() if s is Status.FAIL}
     assert {"vocab_type", "vocab_size", "token_text", "bos_id", "output_head"} <= failed
 
 
 def test_a_partial_target_is_still_refused_when_its_known_ids_differ():
     report = run("Llama-3.1-8B", "Qwen2.5-0.5B-Instruct")
-    assert report.verdict is Verdict.INCOMPATIBLE
+    assert report.verdict is CompatVerdict.INCOMPATIBLE
     assert report.rule("token_text").status is Status.FAIL
     assert report.vocab.mismatches[0].target.text == "<|begin_of_text|>"
 
@@ -123,7 +123,7 @@ def test_draft_with_a_real_token_past_the_target_embedding_is_refused(tmp_path):
     assert report.rule("vocab_size").status is Status.PASS  # 1 apart: llama.cpp would accept
     assert report.rule("token_text").status is Status.PASS
     assert report.rule("output_head").status is Status.FAIL
-    assert report.verdict is Verdict.INCOMPATIBLE
+    assert report.verdict is CompatVerdict.INCOMPATIBLE
 
 
 def test_instruct_target_with_a_base_flavoured_eos_is_refused(tmp_path):
@@ -132,7 +132,7 @@ def test_instruct_target_with_a_base_flavoured_eos_is_refused(tmp_path):
     report = run("Qwen2.5-7B-Instruct", draft)
     eos = report.rule("eos_id")
     assert eos.status is Status.FAIL and "same flavour" in eos.detail
-    assert report.verdict is Verdict.INCOMPATIBLE
+    assert report.verdict is CompatVerdict.INCOMPATIBLE
 
 
 def test_different_add_bos_flags_are_refused(tmp_path):
@@ -140,7 +140,7 @@ def test_different_add_bos_flags_are_refused(tmp_path):
     edit_json(draft / "tokenizer_config.json", add_bos_token=False)
     report = run("Llama-2-7b-hf", draft)
     assert report.rule("add_bos").status is Status.FAIL
-    assert report.verdict is Verdict.INCOMPATIBLE
+    assert report.verdict is CompatVerdict.INCOMPATIBLE
 
 
 def test_different_chat_templates_warn(tmp_path):
@@ -148,7 +148,7 @@ def test_different_chat_templates_warn(tmp_path):
     edit_json(draft / "tokenizer_config.json", chat_template="{{ messages[0]['content'] }}")
     report = run("Qwen2.5-7B-Instruct", draft)
     assert report.rule("chat_template").status is Status.WARN
-    assert report.verdict is Verdict.WARNINGS
+    assert report.verdict is CompatVerdict.WARNINGS
 
 
 @pytest.mark.parametrize(("max_seq_len", "status"), [(2048, Status.PASS), (4096, Status.WARN),
@@ -272,7 +272,7 @@ def test_tokenizer_only_folders_are_decided_when_every_id_matches(tmp_path):
     target = _tokenizer_only(tmp_path, "Llama-2-7b-hf", "target")
     draft = _tokenizer_only(tmp_path, "TinyLlama-1.1B-Chat-v1.0", "draft")
     report = check(str(target), str(draft))
-    assert report.verdict is Verdict.WARNINGS
+    assert report.verdict is CompatVerdict.WARNINGS
     head = report.rule("output_head")
     assert head.status is Status.WARN and "its head size is unknown" in head.detail
     assert report.rule("context").status is Status.WARN
@@ -282,10 +282,10 @@ def test_a_known_draft_head_within_the_target_tokenizer_is_safe_whatever_the_tar
     target = _tokenizer_only(tmp_path, "Llama-2-7b-hf", "target")
     report = check(str(target), str(MODELS / "TinyLlama-1.1B-Chat-v1.0"))
     assert report.rule("output_head").status is Status.PASS
-    assert report.verdict is not Verdict.INCONCLUSIVE
+    assert report.verdict is not CompatVerdict.INCONCLUSIVE
 
 
 def test_tokenizer_only_folders_that_differ_are_still_refused(tmp_path):
     target = _tokenizer_only(tmp_path, "Llama-2-7b-hf", "target")
     draft = _tokenizer_only(tmp_path, "Mistral-7B-v0.1", "draft")
-    assert check(str(target), str(draft)).verdict is Verdict.INCOMPATIBLE
+    assert check(str(target), str(draft)).verdict is CompatVerdict.INCOMPATIBLE

@@ -14,7 +14,7 @@ from hubserver import (  # noqa: F401 - fake_hub and memory_keyring are fixtures
     memory_keyring,
 )
 from specdeck.core.cli import main  # noqa: E402
-from specdeck.core.compat import Status, Verdict, check, suggest  # noqa: E402
+from specdeck.core.compat import CompatVerdict, Status, check, suggest  # noqa: E402
 from specdeck.core.errors import SpecDeckError  # noqa: E402
 from specdeck.core.settings import Settings, save  # noqa: E402
 
@@ -23,7 +23,7 @@ WEIGHTS = (".safetensors", ".bin", ".pt", ".gguf")
 
 def test_hub_draft_is_checked_from_its_tokenizer_and_config_only(fake_hub):
     report = check(MODELS / "Llama-2-7b-hf", f"{TINY_REPO}@4.0bpw", endpoint=fake_hub.url)
-    assert report.verdict is Verdict.WARNINGS  # TinyLlama's 2,048-token context
+    assert report.verdict is CompatVerdict.WARNINGS  # TinyLlama's 2,048-token context
     assert report.rule("token_text").status is Status.PASS
     assert (report.draft.repo_id, report.draft.revision) == (TINY_REPO, "4.0bpw")
     assert report.draft.quantization == "EXL2 4 bpw h6"

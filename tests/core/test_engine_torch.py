@@ -21,7 +21,7 @@ from specdeck.core.engines.base import (
     SamplingSpec,
     StopReason,
 )
-from specdeck.core.engines.lossless import Verdict, compare_greedy
+from specdeck.core.engines.lossless import OutputMatch, compare_greedy
 from specdeck.core.errors import InvalidInputError, NotFoundError
 from tiny_models import cycling_llama, random_llama
 
@@ -128,7 +128,7 @@ def test_every_drafter_reproduces_the_baseline_token_for_token(engine, models, d
         speculative = run_with(engine, drafter, greedy(prompt))
         assert speculative.token_ids == baseline.token_ids
         assert speculative.text == baseline.text
-        assert compare_greedy(baseline, speculative).verdict is Verdict.IDENTICAL
+        assert compare_greedy(baseline, speculative).verdict is OutputMatch.IDENTICAL
         assert speculative.drafter == drafter
         assert_accounting(speculative)
         assert_accounting(baseline)
@@ -291,7 +291,7 @@ def test_cancel_mid_run_returns_what_was_made_and_the_engine_stays_usable(engine
     assert partial.stats.steps == 3 and len(partial.token_ids) == 3
     full = engine.generate(greedy(PROMPTS[0], max_new=40))
     assert full.token_ids[:3] == partial.token_ids
-    assert compare_greedy(full, partial).verdict is Verdict.PREFIX
+    assert compare_greedy(full, partial).verdict is OutputMatch.PREFIX
     assert len(full.token_ids) == 40
 
 

@@ -12,10 +12,9 @@ import math
 
 import numpy as np
 import pytest
+from conftest import MODELS, REPO_ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from conftest import MODELS, REPO_ROOT
 from specdeck.core import vram
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.models import read_model
@@ -172,7 +171,7 @@ def test_single_gpu_holds_everything_and_the_cache_follows_the_layers():
     target = vram.model_weights(MODELS / "Llama-3.1-8B", bpw=5.0)
     plan = vram.plan(request(target, "24", context=8192, cache_mode="FP16"))
     gpu = plan.gpu(0)
-    assert plan.verdict is vram.Verdict.FITS
+    assert plan.verdict is vram.FitVerdict.FITS
     assert gpu.target_weights == target.gpu_bytes
     assert gpu.target_cache == GiB  # 8192 tokens x 32 layers x 4 x 1024 bytes
     assert gpu.target_layers == (0, 31)
@@ -185,7 +184,7 @@ def test_autosplit_fills_gpu0_first_and_keeps_its_reserves_free(llama70b, draft1
     plan = vram.plan(request(llama70b, "32,24", context=32768, cache_mode="Q4", draft=draft1b,
                              draft_cache_mode="Q4"))
     g0, g1 = plan.gpus
-    assert plan.verdict is vram.Verdict.FITS
+    assert plan.verdict is vram.FitVerdict.FITS
     # The draft loads first: all of it on GPU 0; the target's layers continue on GPU 1.
     assert g0.draft_layers == (0, 15) and g1.draft_layers is None
     assert g0.target_layers[0] == 0 and g1.target_layers[1] == 79
@@ -207,7 +206,7 @@ def test_a_70b_at_2_5_bpw_with_a_1_1b_draft_fits_on_the_5090_alone():
     draft = vram.model_weights(MODELS / "TinyLlama-1.1B-Chat-v1.0", bpw=4.0)
     plan = vram.plan(request(target, "32,24", context=16384, cache_mode="Q4", draft=draft,
                              draft_cache_mode="Q4"))
-    assert plan.verdict is vram.Verdict.FITS
+    assert plan.verdict is vram.FitVerdict.FITS
     assert plan.gpu(0).target_layers == (0, 79) and not plan.gpu(1).is_used
     assert plan.gpu(0).target_cache == 1152 * 80 * 16384  # 1.125 x 1024 bytes per layer-token
     assert plan.gpu(0).draft_cache == 288 * 22 * 16384  # 1.125 x 256
@@ -235,13 +234,13 @@ def test_phi3_128k_q4_matches_the_reported_19_gb():
 
 def test_manual_split_follows_the_shares_and_reports_too_small_ones(llama70b):
     split = vram.plan(request(llama70b, "32,24", context=8192, cache_mode="Q4", gpu_split=(18, 24)))
-    assert split.verdict is vram.Verdict.FITS
+    assert split.verdict is vram.FitVerdict.FITS
     auto = vram.plan(request(llama70b, "32,24", context=8192, cache_mode="Q4"))
     # An 18 GB share takes fewer layers on GPU 0 than autosplit's fill of 32 GB.
     assert split.gpu(0).target_layers[1] < auto.gpu(0).target_layers[1]
     assert split.gpu(0).target_weights <= 18 * GiB
     too_small = vram.plan(request(llama70b, "32,24", context=8192, cache_mode="Q4", gpu_split=(10, 10)))
-    assert too_small.verdict is vram.Verdict.NO_FIT
+    assert too_small.verdict is vram.FitVerdict.NO_FIT
     assert "gpu_split shares" in too_small.problem
     assert any("Remove gpu_split" in tip for tip in too_small.suggestions)
     assert too_small.headroom_bytes < 0
@@ -257,7 +256,7 @@ def test_draft_gpu_split_moves_the_draft(llama70b, draft1b):
 def test_no_fit_suggests_the_changes_that_would_fit(llama70b, draft1b):
     plan = vram.plan(request(llama70b, "32,24", context=65536, cache_mode="FP16", draft=draft1b,
                              draft_cache_mode="FP16"))
-    assert plan.verdict is vram.Verdict.NO_FIT
+    assert plan.verdict is vram.FitVerdict.NO_FIT
     assert plan.problem.startswith("The target does not fit")
     tips = "\n".join(plan.suggestions)
     assert "cache_mode: Q8" in tips  # the first cheaper mode that fits
@@ -266,7 +265,7 @@ def test_no_fit_suggests_the_changes_that_would_fit(llama70b, draft1b):
     # Each suggestion holds: the first cache mode named fits, the context named fits.
     assert vram.plan(request(llama70b, "32,24", context=65536, cache_mode="Q8", draft=draft1b)).fits
     assert vram.plan(request(llama70b, "32,24", context=plan.max_context, draft=draft1b)).verdict \
-        is vram.Verdict.FITS
+        is vram.FitVerdict.FITS
     bpw = vram.largest_bpw(vram.PlanRequest(llama70b, vram.parse_gpu_sizes("32,24"), 65536,
                                             draft=draft1b))
     assert bpw is not None and f"{bpw:g} bpw" in tips and bpw < 4.0
@@ -290,13 +289,13 @@ def test_largest_context_is_the_boundary_of_what_fits(sizes, mode):
     best = vram.largest_context(base, limit)
     if best is None:
         small = vram.plan(vram.PlanRequest(**{**base.__dict__, "context": 256}))
-        assert small.verdict is not vram.Verdict.FITS
+        assert small.verdict is not vram.FitVerdict.FITS
         return
     assert best % 256 == 0
-    assert vram.plan(vram.PlanRequest(**{**base.__dict__, "context": best})).verdict is vram.Verdict.FITS
+    assert vram.plan(vram.PlanRequest(**{**base.__dict__, "context": best})).verdict is vram.FitVerdict.FITS
     if best < limit:
         over = vram.plan(vram.PlanRequest(**{**base.__dict__, "context": best + 256}))
-        assert over.verdict is not vram.Verdict.FITS
+        assert over.verdict is not vram.FitVerdict.FITS
 
 
 def test_gpus_from_a_frame_are_in_cuda_order_with_the_driver_reservation():

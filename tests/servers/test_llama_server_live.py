@@ -14,7 +14,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from specdeck.core.servers.transport import Base, ServerError, request_text
 
 pytestmark = pytest.mark.slow
@@ -529,7 +528,7 @@ def test_migrated_router_presets_start_where_last_years_did_not(llama_bin, demo_
     presets.write_text(old)
     with running_router(llama_bin, presets, tmp_path) as url:
         with pytest.raises(ServerError, match="could not start 'qwen-draft'"):
-            routing.load(Base.parse(url), "qwen-draft", None, timeout=60)
+            routing.load_model(Base.parse(url), "qwen-draft", None, timeout=60)
     result = subprocess.run([sys.executable, "-m", "specdeck", "swap", "migrate", "--config",
                              str(presets), "--yes"], capture_output=True, text=True, timeout=60,
                             env=dict(os.environ, SPECDECK_HOME=str(specdeck_home)))
@@ -539,7 +538,7 @@ def test_migrated_router_presets_start_where_last_years_did_not(llama_bin, demo_
         "spec-draft-n-max = 8", "spec-type = draft-simple"]
     assert "; last year's guide" in new and (tmp_path / "presets.ini.bak").read_text() == old
     with running_router(llama_bin, presets, tmp_path) as url:
-        loaded = routing.load(Base.parse(url), "qwen-draft", None, timeout=120)
+        loaded = routing.load_model(Base.parse(url), "qwen-draft", None, timeout=120)
         assert loaded.status == "loaded"
         assert "--spec-type" in loaded.flags and "draft-simple" in loaded.flags
         assert loaded.flags[loaded.flags.index("--spec-draft-n-max") + 1] == "8"
