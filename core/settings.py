@@ -2,7 +2,8 @@
 
 Only small, non-secret values live here: the last TabbyAPI config.yml opened, extra model
 folders, the Hub endpoint. Secrets (Hugging Face tokens) go to the platform keyring, never
-here. Window geometry is Qt's business and lives in QSettings.
+here. What only the GUI needs (window geometry, the page last shown, the A/B form's controls
+and its edited server arms) is Qt's business and lives in QSettings.
 """
 
 from __future__ import annotations

@@ -80,14 +80,10 @@ def test_the_server_rule_follows_the_pairs_formats(ggufs):
     assert mixed["size_ratio"].status.value == "unknown"  # parameters vs bytes: not compared
 
 
-def test_a_gguf_pair_of_150k_vocabularies_is_checked_quickly(ggufs):
-    import time
-
-    started = time.perf_counter()
+def test_a_gguf_pair_of_150k_vocabularies_is_compatible(ggufs):
+    # How fast: benchmarks/bench_compat.py (docs/benchmarks/compat.md), not a timed test.
     report = check(ggufs["Qwen2.5-7B-Instruct"], ggufs["Qwen2.5-0.5B-Instruct"])
     assert report.verdict.value in ("compatible", "compatible_with_warnings")
-    # Generous here (a shared CI machine); the benchmark holds the 0.3 s goal.
-    assert time.perf_counter() - started < 3.0
 
 
 def test_broken_gguf_files_get_one_clear_error(tmp_path, ggufs):
