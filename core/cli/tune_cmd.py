@@ -118,9 +118,9 @@ def cmd_tune(args) -> int:
             result = tune(chosen, options, on_event=_printer(progress, err), cancel=cancel)
         finally:
             progress.close()
-        if result.decision.apply and not args.dry_run:
-            result = result.with_applied(tune_apply.apply(result, None if args.yes else _ask,
-                                                          cancel))
+        if result.decision.apply:
+            confirm = _dry_run if args.dry_run else None if args.yes else _ask
+            result = result.with_applied(tune_apply.apply(result, confirm, cancel))
     if args.report is not None:
         err.write(f"specdeck: report saved in {report.write(result, args.report)}\n")
     if args.json:
@@ -152,6 +152,11 @@ def _printer(progress, err):
             progress(event)
 
     return on_event
+
+
+def _dry_run(diff: str) -> bool:
+    sys.stderr.write(diff + "specdeck: --dry-run: nothing was written.\n")
+    return False
 
 
 def _ask(diff: str) -> bool:

@@ -88,7 +88,7 @@ def relaunch(result: TuneResult, cancel: threading.Event | None = None) -> str |
     from specdeck.core.servers.arms import ServerArm
     from specdeck.core.servers.engine import ServerEngine
     from specdeck.core.servers.llama_server import LaunchProfile, drafter_from_flags
-    from specdeck.core.tune.run import split_prompts
+    from specdeck.core.tune.run import reference_arm, split_prompts
     from specdeck.core.tune.setup import from_swap
 
     setup = result.setup
@@ -96,9 +96,13 @@ def relaunch(result: TuneResult, cancel: threading.Event | None = None) -> str |
         written = from_swap(setup.swap_config, setup.swap_model, binary=setup.binary)
         profile = LaunchProfile(written.binary, str(written.target), written.flags)
         _, held_out = split_prompts(result.options)
+        # The plan's first arm is the no-draft reference its runner requires; one run of
+        # it beside the written arm costs a second and shows the written setting still
+        # answers where plain decoding does.
         plan = BenchPlan(engine="server", model=str(written.target),
-                         arms=(Arm("written", drafter_from_flags(written.flags),
-                                   ServerArm(launch=profile)),),
+                         arms=(reference_arm(written),
+                               Arm("written", drafter_from_flags(written.flags),
+                                   ServerArm(launch=profile))),
                          suites=result.options.suites, prompt_ids=held_out[:1], repeats=1,
                          warmup=0, max_new_tokens=result.options.max_new_tokens,
                          stop_on_eos=False)

@@ -86,7 +86,7 @@ def test_the_result_is_the_summarys(ab):
     html = render.result_html(setting_rows(run, summary), None, summary, live.arms)
     ratio = summary.comparison("B").speedup
     assert html.startswith("<b>Result</b>")
-    assert f"95% CI {ratio.ci_low:.2f}–{ratio.ci_high:.2f}×" in html
+    assert ratio.interval_text("–") in html
     assert summary.comparison("B").lossless.verdict in html
     assert render.finished_stage(run) == (f"Finished: {len(run.counted())} measured runs in "
                                           f"{run.finished_at - run.started_at:.1f} s")
