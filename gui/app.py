@@ -35,7 +35,10 @@ def configure_application(app: QCoreApplication) -> None:
             QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(appdirs.config_dir())
         )
     if isinstance(app, QApplication):
+        from specdeck.gui.gc_guard import install
         from specdeck.resources import path as resource_path
+
+        install(app)  # cycles are collected on the GUI thread, never on a worker's
 
         app.setWindowIcon(QIcon(str(resource_path("icons", "specdeck.svg"))))
         app.setDesktopFileName("specdeck")

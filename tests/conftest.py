@@ -51,6 +51,19 @@ def qapp_args():
     return ["specdeck-tests"]
 
 
+@pytest.fixture(scope="session")
+def qapp(qapp_args):
+    """pytest-qt's QApplication, with Python's cycle collector moved to the GUI thread as the
+    app does (gui/gc_guard.py): a worker thread must never free a test's widgets."""
+    from PySide6.QtWidgets import QApplication
+
+    from specdeck.gui.gc_guard import install
+
+    app = QApplication.instance() or QApplication(qapp_args)
+    install(app)
+    yield app
+
+
 @pytest.fixture
 def configured_qapp(qapp):
     """pytest-qt's QApplication, named and styled like SpecDeck's."""

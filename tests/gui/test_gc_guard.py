@@ -1,0 +1,37 @@
+"""Cycles are collected on the GUI thread (gui/gc_guard.py), never on a worker's."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+
+def test_cycles_are_collected_on_the_gui_thread_only(qtbot, qapp):
+    from PySide6.QtCore import QObject
+
+    from specdeck.gui.gc_guard import GuiThreadCollector, install
+
+    guard = install(qapp)
+    assert isinstance(guard, GuiThreadCollector) and install(qapp) is guard
+    assert not gc.isenabled()  # no collection in whichever thread allocates
+    freed_in = []
+
+    class Cyclic(QObject):
+        def __del__(self):
+            freed_in.append(threading.current_thread().name)
+
+    def make_garbage():
+        for _ in range(3):
+            obj = Cyclic()
+            obj.me = obj  # a cycle: only the collector frees it
+        junk = []
+        for _ in range(200_000):  # far past every threshold, on a worker thread
+            junk.append([[]])
+            junk = junk[-100:]
+
+    worker = threading.Thread(target=make_garbage, name="worker")
+    worker.start()
+    worker.join()
+    assert freed_in == []  # the worker's allocations collected nothing
+    qtbot.waitUntil(lambda: len(freed_in) == 3, timeout=5000)
+    assert set(freed_in) == {threading.main_thread().name}
