@@ -36,7 +36,7 @@ def _plan(page) -> None:
 
     page.run_plan()
     deadline = time.monotonic() + 30
-    while page._task is not None and page._task.running and time.monotonic() < deadline:
+    while page.tasks.running("plan") and time.monotonic() < deadline:
         QApplication.processEvents()
         time.sleep(0.01)
     _settle(page)
