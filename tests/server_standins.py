@@ -100,8 +100,9 @@ class VllmHandler(_Base):
                           f"{float(value)}",
                           f'vllm:spec_decode_{name}_created{{engine="0",model_name="{self.model}"}} '
                           "1.79547e+09"]
-            lines.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",'
-                         f'model_name="{self.model}",position="0"}} {float(c["accepted"])}')
+            for position, value in enumerate(c.get("positions", [0, 0, 0, 0])):
+                lines.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",'
+                             f'model_name="{self.model}",position="{position}"}} {float(value)}')
             data = ("\n".join(lines) + "\n").encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -136,6 +137,13 @@ class VllmHandler(_Base):
         self.counters["drafted"] += drafted
         self.counters["accepted"] += accepted
         self.counters["drafts"] += drafted // 4
+        # Four drafts a step, each step keeping a prefix: position i counts the steps that
+        # kept more than i (vLLM's per-position counter; they add up to the accepted).
+        steps, positions = drafted // 4, self.counters.setdefault("positions", [0, 0, 0, 0])
+        for step in range(steps):
+            kept = min(4, accepted // steps + (step < accepted % steps))
+            for i in range(kept):
+                positions[i] += 1
         if (body.get("stream_options") or {}).get("include_usage"):
             usage = {**base, "choices": [],
                      "usage": {"prompt_tokens": 30, "completion_tokens": n, "total_tokens": 30 + n}}

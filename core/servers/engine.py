@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -552,7 +553,7 @@ class ServerEngine:
         return self._result(request, reading, report, stop, counted)
 
     def _result(self, request, reading: StreamReading, report: ServerReport, stop,
-                counted: tuple[int | None, int | None, str] | None) -> GenerationResult:
+                counted: CountedDraft | None) -> GenerationResult:
         arrivals = reading.arrivals
         problems = list(report.problems)
         speed_problem = ""
@@ -575,13 +576,17 @@ class ServerEngine:
         drafted, accepted = report.drafted, report.accepted
         acceptance_problem = report.acceptance_problem
         drafted_m = accepted_m = None
+        draft_steps, by_position = 0, ()
         if counted is not None:
-            drafted_m, accepted_m, counter_problem = counted
-            if counter_problem:
-                problems.append(counter_problem)
+            drafted_m, accepted_m = counted.drafted, counted.accepted
+            if counted.problem:
+                problems.append(counted.problem)
             if not report.acceptance_source:  # the counters are this run's acceptance
                 drafted, accepted = drafted_m, accepted_m
-                acceptance_problem = counter_problem
+                acceptance_problem = counted.problem
+            if counted.steps is not None and not counted.problem and drafted_m == drafted:
+                # The steps and positions describe the same drafts the figures count.
+                draft_steps, by_position = counted.steps, counted.accepted_by_position
         if stop is None:
             stop = (StopReason.MAX_NEW_TOKENS if report.finish_reason == "length"
                     or reading.overran or n >= request.max_new_tokens else StopReason.EOS)
@@ -591,9 +596,13 @@ class ServerEngine:
             prefill_s=ttft or 0.0,
             decode_s=decode_s,
             steps=max(0, n - (accepted or 0)),
-            draft_steps=0,
+            draft_steps=draft_steps,
             drafted=drafted or 0,
             accepted=accepted or 0,
+            # A position's drafts are the verify steps that drafted (llama.cpp's and vLLM's
+            # per-position acceptance: accepted there over drafts).
+            per_position_drafted=tuple(draft_steps for _ in by_position),
+            per_position_accepted=by_position,
             stop_reason=stop,
             time_to_first_token_s=ttft,
         )
@@ -607,9 +616,12 @@ class ServerEngine:
                                 drafter=self._arm.drafter, sampling=request.sampling,
                                 engine=f"server:{self._kind.value}", server=server)
 
-    # Prometheus counters (vLLM: no per-request acceptance unless it was asked for at launch)
+    # Prometheus counters around each run: vLLM reports no per-request acceptance unless asked
+    # at launch, and llama-server's timings say nothing of verify steps, positions, or a run
+    # that drafted nothing (draft_n is left out then). SpecDeck is a launched server's only
+    # client, so the growth around a run is that run's.
     def _use_metrics_diff(self) -> bool:
-        return self._kind is ServerKind.VLLM and self._info.metrics
+        return self._kind in (ServerKind.VLLM, ServerKind.LLAMA_SERVER) and self._info.metrics
 
     def _counters(self) -> dict[str, float]:
         try:
@@ -619,29 +631,40 @@ class ServerEngine:
 
 
 def parse_counters(text: str) -> dict[str, float]:
-    """Prometheus text: metric name (labels dropped, values summed) -> value."""
+    """Prometheus text: metric name (labels dropped, values summed) -> value; a series with a
+    ``position`` label is also kept as ``name#position`` (per-position acceptance)."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
         name, _, rest = line.partition(" ")
         name = name.split("{", 1)[0]
+        labels = ""
         if "{" in line and "}" in line:
             name = line.split("{", 1)[0]
+            labels = line.split("{", 1)[1].rsplit("}", 1)[0]
             rest = line.rsplit("}", 1)[1]
         try:
             value = float(rest.strip().split()[0])
         except (ValueError, IndexError):
             continue
         out[name] = out.get(name, 0.0) + value
+        position = _POSITION.search(labels)
+        if position:
+            key = f"{name}#{position.group(1)}"
+            out[key] = out.get(key, 0.0) + value
     return out
+
+
+_POSITION = re.compile(r'(?:^|,)\s*position="(\d{1,4})"')
 
 
 def _delta(before: dict[str, float], after: dict[str, float], suffix: str
            ) -> tuple[float | None, str]:
     """How much the speculative counters ending in ``suffix`` grew around a run; a problem
     when a value is not finite or a counter went down (the server restarted or reset it)."""
-    names = [n for n in after if n.endswith(suffix) and "spec_decode" in n and "per_pos" not in n]
+    names = [n for n in after if n.endswith(suffix) and "spec_decode" in n and "per_pos" not in n
+             and "#" not in n]
     if not names:
         return None, ""
     total = 0.0
@@ -656,21 +679,67 @@ def _delta(before: dict[str, float], after: dict[str, float], suffix: str
     return total, ""
 
 
+@dataclass(frozen=True)
+class CountedDraft:
+    """What the server's Prometheus counters say one run drafted (their growth around it)."""
+
+    drafted: int | None = None
+    accepted: int | None = None
+    steps: int | None = None
+    """Verify steps that carried a draft (``..._num_drafts_total``)."""
+    accepted_by_position: tuple[int, ...] = ()
+    """Drafts accepted at each position (``..._num_accepted_tokens_per_pos_total``)."""
+    problem: str = ""
+
+
 def _counted_draft(before: dict[str, float], after: dict[str, float], tokens: int
-                   ) -> tuple[int | None, int | None, str]:
-    """(drafted, accepted, problem) from the Prometheus counters around a run, checked like
-    a reported count (core.servers.readings.check_acceptance)."""
+                   ) -> CountedDraft:
+    """The counters' growth around a run, checked like a reported count
+    (core.servers.readings.check_acceptance): finite, counters that only grow, accepted <=
+    drafted, at most the tokens the run made; the drafts at most one per token; the
+    positions' accepted adding up to the accepted total and none above the drafts."""
     if not before and not after:
-        return None, None, ""
+        return CountedDraft()
     if not before or not after:
-        return None, None, "/metrics could not be read on both sides of the run"
+        return CountedDraft(problem="/metrics could not be read on both sides of the run")
     drafted, problem = _delta(before, after, "num_draft_tokens_total")
     accepted, accepted_problem = _delta(before, after, "num_accepted_tokens_total")
-    problem = problem or accepted_problem
+    steps, steps_problem = _delta(before, after, "num_drafts_total")
+    problem = problem or accepted_problem or steps_problem
     if not problem and drafted is None and accepted is None:
-        return None, None, ""
+        return CountedDraft()
     problem = problem or check_acceptance(drafted, accepted, tokens,
                                           "/metrics spec_decode counters")
+    if not problem and steps is not None and steps > max(tokens, 0):
+        problem = f"/metrics spec_decode counters: {int(steps)} drafts for {tokens} tokens"
     if problem:
-        return None, None, problem
-    return int(drafted), int(accepted), ""
+        return CountedDraft(problem=problem)
+    by_position, position_problem = _by_position(before, after, accepted, steps)
+    return CountedDraft(int(drafted), int(accepted), None if steps is None else int(steps),
+                        by_position, position_problem)
+
+
+def _by_position(before: dict[str, float], after: dict[str, float], accepted: float | None,
+                 steps: float | None) -> tuple[tuple[int, ...], str]:
+    """Accepted drafts per position from the ``..._per_pos_total{position=N}`` counters;
+    () with a problem when they do not add up."""
+    grown: dict[int, float] = {}
+    for name, new in after.items():
+        head, sep, position = name.partition("#")
+        if not sep or "accepted_tokens_per_pos" not in head:
+            continue
+        old = before.get(name, 0.0)
+        if not (math.isfinite(old) and math.isfinite(new)) or new < old:
+            return (), f"/metrics {head} at position {position} is not a growing counter"
+        grown[int(position)] = grown.get(int(position), 0.0) + (new - old)
+    if not grown:
+        return (), ""
+    values = [grown.get(i, 0.0) for i in range(max(grown) + 1)]
+    while values and values[-1] == 0:
+        values.pop()
+    if accepted is not None and abs(sum(values) - accepted) > 0.5:
+        return (), (f"/metrics accepted per position add up to {sum(values):g}, not the "
+                    f"{accepted:g} accepted")
+    if steps is not None and any(v > steps for v in values):
+        return (), "/metrics accepted at a position more often than there were drafts"
+    return tuple(int(v) for v in values), ""

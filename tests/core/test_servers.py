@@ -358,3 +358,41 @@ def test_bench_progress_is_a_bar_on_a_terminal_and_lines_elsewhere(replay):
             assert "\r" not in text
             assert [ln.split("]")[0] for ln in text.splitlines() if ln.startswith("specdeck: [")] \
                 == ["specdeck: [1/4", "specdeck: [2/4", "specdeck: [3/4", "specdeck: [4/4"]
+
+
+LLAMA_METRICS = """\
+# HELP llamacpp:spec_decode_num_draft_tokens_total Speculative: Total draft tokens generated
+# TYPE llamacpp:spec_decode_num_draft_tokens_total counter
+llamacpp:spec_decode_num_draft_tokens_total {drafted}
+llamacpp:spec_decode_num_accepted_tokens_total {accepted}
+llamacpp:spec_decode_num_drafts_total {drafts}
+{positions}
+"""
+
+
+def _llama_metrics(drafted, accepted, drafts, positions):
+    return parse_counters(LLAMA_METRICS.format(
+        drafted=drafted, accepted=accepted, drafts=drafts, positions="\n".join(
+            f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {v}'
+            for i, v in enumerate(positions))))
+
+
+def test_a_runs_drafts_steps_and_positions_come_from_the_counters_growth():
+    """llama-server's /metrics as the pinned build writes them (the same counters a real run
+    showed: 24 drafted, 14 accepted in 3 drafts, per position 3 3 3 3 1 1 0 ...)."""
+    from specdeck.core.servers.engine import _counted_draft
+
+    before = _llama_metrics(10, 4, 2, [2, 1, 1] + [0] * 45)
+    after = _llama_metrics(34, 18, 5, [5, 4, 4, 3, 1, 1] + [0] * 42)
+    counted = _counted_draft(before, after, tokens=22)
+    assert (counted.drafted, counted.accepted, counted.steps) == (24, 14, 3)
+    assert counted.accepted_by_position == (3, 3, 3, 3, 1, 1) and not counted.problem
+    # Positions that do not add up to the accepted total are not used (the totals still are).
+    odd = _counted_draft(before, _llama_metrics(34, 18, 5, [9, 4, 4, 3, 1, 1]), tokens=22)
+    assert odd.accepted == 14 and odd.accepted_by_position == ()
+    assert "add up to" in odd.problem
+    # A run that drafted nothing: llama-server's timings leave draft_n out, the counters say 0.
+    idle = _counted_draft(after, after, tokens=22)
+    assert (idle.drafted, idle.accepted, idle.steps, idle.accepted_by_position) == (0, 0, 0, ())
+    # More drafts than tokens cannot be one run's.
+    assert "drafts for" in _counted_draft(before, _llama_metrics(34, 18, 90, []), 22).problem

@@ -264,8 +264,9 @@ def test_counters_that_are_not_finite_give_a_problem_not_a_traceback(values):
                             f"vllm:spec_decode_num_accepted_tokens_total {values[0]}\n")
     after = parse_counters(f"vllm:spec_decode_num_draft_tokens_total {values[1]}\n"
                            f"vllm:spec_decode_num_accepted_tokens_total {values[1]}\n")
-    drafted, accepted, problem = _counted_draft(before, after, 16)
-    assert (drafted, accepted) == (None, None) and "not a counter's value" in problem
+    counted = _counted_draft(before, after, 16)
+    assert (counted.drafted, counted.accepted) == (None, None)
+    assert "not a counter's value" in counted.problem
 
 
 # -- tracebacks: deep JSON ---------------------------------------------------------------------

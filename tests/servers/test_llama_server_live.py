@@ -128,6 +128,17 @@ def test_ab_of_two_running_servers_matches_the_servers_own_counters(servers, spe
     comparison = data["summary"]["comparisons"][0]
     assert comparison["lossless"]["verdict"].startswith("lossless: 2 of 2")
     assert comparison["speedup"]["n"] == 2
+    # Verify steps and acceptance by position from the counters' growth around each run
+    # (issue 28: the records said draft_steps 0 and no positions).
+    steps = sum(r["stats"]["draft_steps"] for r in runs_b)
+    assert steps == after["llamacpp:spec_decode_num_drafts_total"] - \
+        before.get("llamacpp:spec_decode_num_drafts_total", 0)
+    assert steps > 0
+    for r in runs_b:
+        by_position = r["stats"]["per_position_accepted"]
+        assert sum(by_position) == r["stats"]["accepted"]
+        assert r["stats"]["per_position_drafted"] == [r["stats"]["draft_steps"]] * len(by_position)
+    assert arm_b["per_position_acceptance"] and arm_b["per_position_acceptance"][0] > 0
     # What llama-server was asked: no prompt cache, greedy.
     assert all(r["server"]["report"]["cached_prompt_tokens"] == 0 for r in data["runs"])
 
