@@ -169,6 +169,9 @@ def final_html(summary, arms: Sequence[str], only: str | None = None) -> str:
             f"acceptance {percent(summary.arm(comparison.arm).acceptance_rate)} · "
             + _identical(check.checkable, check.identical, check.compared, base),
         ]
+        if comparison.not_drafting:  # measured as it ran, but not a drafting result
+            parts.insert(0, f"<b style='color:{SLOWER}'>did not draft</b>: "
+                            f"{html.escape(comparison.not_drafting)}")
         parts += [f"likely cause: {html.escape(c)}" for c in comparison.causes]
         arm = summary.arm(comparison.arm)
         if arm.weight_read_rate:

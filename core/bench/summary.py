@@ -215,6 +215,12 @@ class Comparison:
     """Why this arm has no speed-up ("" when it has one): every run failed, no run's speed
     (or the reference's) passed its checks. Such an arm is never ranked or called slower."""
 
+    not_drafting: str = ""
+    """Why this drafting arm is not a drafting result ("" when it drafted): it drafted
+    nothing in any run, as counted by its engine or reported by its server (a server started
+    without --spec-type, a draft that failed to load, nothing in the prompts to copy). Its
+    speed-up is shown as measured, but it never wins and is not called a drafting speed-up."""
+
     @property
     def usable(self) -> bool:
         """A speed-up was measured: the arm can be ranked (see also lossless.diverged)."""
@@ -232,6 +238,7 @@ class Comparison:
             "by_tag": {tag: ratio(r) for tag, r in self.by_tag.items()},
             "lossless": self.lossless, "theory": self.theory, "verdict": self.verdict,
             "causes": list(self.causes), "usable": self.usable, "not_usable": self.not_usable,
+            "not_drafting": self.not_drafting,
         }
 
 
@@ -422,7 +429,10 @@ def _compare(run: BenchRun, arm: Arm, ref: ArmSummary, summary: ArmSummary,
     lossless = _lossless(run, matched, decoder)
     theory = _theory(run, arm.drafter, summary, matched)
     not_usable = "" if speedup is not None else _why_no_speedup(ref, summary, matched)
+    not_drafting = _why_not_drafting(arm, summary)
     verdict, causes = _verdict(arm, speedup, summary, theory, matched, not_usable)
+    if not_drafting and speedup is not None:
+        verdict = f"{arm.name} did not draft: {not_drafting}. Measured as it ran: {verdict}"
     return Comparison(
         arm=arm.name,
         label=arm.label,
@@ -433,7 +443,21 @@ def _compare(run: BenchRun, arm: Arm, ref: ArmSummary, summary: ArmSummary,
         verdict=verdict,
         causes=causes,
         not_usable=not_usable,
+        not_drafting=not_drafting,
     )
+
+
+def _why_not_drafting(arm: Arm, summary: ArmSummary) -> str:
+    """Why a drafting arm is not drafting ("" when it drafted, or when nobody reported
+    whether it did: a server that reports no acceptance is unknown, not idle)."""
+    if arm.drafter.kind is DrafterKind.NONE or not summary.runs or summary.drafted:
+        return ""
+    if summary.acceptance_source.startswith(("not reported", "not usable")):
+        return ""
+    where = (f", by {summary.acceptance_source}" if summary.acceptance_source else "")
+    return (f"it drafted nothing in {summary.runs} run{'s' if summary.runs != 1 else ''}{where} "
+            "(a server started without --spec-type, a draft that did not load, or prompts "
+            "with nothing its drafter could propose)")
 
 
 def _why_no_speedup(ref: ArmSummary, arm: ArmSummary,

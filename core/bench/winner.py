@@ -4,8 +4,9 @@ A plain A/B (`specdeck bench --apply`, the A/B page's Apply button), a sweep of 
 llama-server flags and the k tuner all end by naming a winner, and the user may write it into
 their server's config. They must never disagree, so they all ask this module:
 
-- A setting takes part only when its median paired speed-up against decoding without a draft
-  is known (a finite number, from readings that passed their checks), its output did not change (no real divergence from the
+- A setting takes part only when it drafted (a drafting arm that drafted nothing is not a
+  drafting result), its median paired speed-up against decoding without a draft is known (a
+  finite number, from readings that passed their checks), its output did not change (no real divergence from the
   reference: float ties are not divergences; a sampled plan, which cannot be checked, is not
   held against it), and it was measured on everything the others were (successive halving
   drops settings after a round: a setting measured on fewer prompts cannot win on them).
@@ -70,7 +71,7 @@ def pick(items: Iterable[T], standing: Callable[[T], Standing]) -> T | None:
 def comparison_standing(comparison: Comparison) -> Standing:
     ratio = comparison.speedup
     return Standing(None if ratio is None else ratio.median, comparison.lossless.diverged,
-                    not_usable=comparison.not_usable)
+                    not_usable=comparison.not_usable or comparison.not_drafting)
 
 
 def best_arm(summary: BenchSummary) -> str | None:

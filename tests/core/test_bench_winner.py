@@ -47,6 +47,16 @@ def test_the_rule(standings, expected):
     assert winner.pick(standings, standings.__getitem__) == expected
 
 
+def test_an_arm_that_did_not_draft_never_wins():
+    from specdeck.core.bench.summary import Comparison, LosslessCheck
+    from specdeck.core.bench.stats import summarize_ratios
+
+    idle = Comparison("B", "B", summarize_ratios([1.3, 1.2, 1.25]), {}, LosslessCheck(True), None,
+                      "", not_drafting="it drafted nothing in 3 runs")
+    assert winner.comparison_standing(idle).excluded_because.startswith("not usable: it drafted")
+    assert winner.pick([idle], winner.comparison_standing) is None
+
+
 def test_every_exclusion_says_why():
     assert winner.Standing(1.5).excluded_because is None
     assert "changed in 2" in winner.Standing(1.5, diverged=2).excluded_because

@@ -90,6 +90,14 @@ def test_the_result_is_the_summarys(ab):
     assert summary.comparison("B").lossless.verdict in html
     assert render.finished_stage(run) == (f"Finished: {len(run.counted())} measured runs in "
                                           f"{run.finished_at - run.started_at:.1f} s")
+    assert "did not draft" not in html
+    # An arm that drafted nothing says so first (core.bench.summary decides; not re-derived).
+    from dataclasses import replace
+
+    idle = replace(summary, comparisons=tuple(
+        replace(c, not_drafting="it drafted nothing in 2 runs") for c in summary.comparisons))
+    flagged = render.result_html(setting_rows(run, idle), None, idle, live.arms)
+    assert "did not draft</b>: it drafted nothing in 2 runs" in flagged
 
 
 def test_a_sweep_shows_its_table_and_marks_the_best(models, engine):

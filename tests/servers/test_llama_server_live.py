@@ -614,3 +614,22 @@ def test_the_engine_keeps_what_fits_and_restarts_only_what_must(llama_bin, demo_
                     and "-c 512" in " ".join(p.info["cmdline"] or ())]) == 2
     finally:
         engine.unload()
+
+
+def test_a_drafting_arm_that_drafted_nothing_is_named_and_never_wins(llama_bin, demo_gguf,
+                                                                      specdeck_home):
+    """llama-server's ngram-simple with its default 12-token match finds nothing to copy in
+    short code answers: its counters say 0 drafts. The arm is flagged, not a drafting result
+    (issue 28), and --apply has no winner to write."""
+    result = specdeck("bench", "--llama-server", str(llama_bin), "--gguf", str(demo_gguf),
+                      "--server-args", "-t 2 -c 1024", "--launch", "A=",
+                      "--launch", "B=--spec-type ngram-simple", "--suite", "code",
+                      "--max-prompts", "2", "--repeats", "1", "--warmup", "0", "--max-new", "24",
+                      "--no-history", "--json", "-", home=specdeck_home)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    arm_b = next(a for a in data["summary"]["arms"] if a["name"] == "B")
+    comparison = data["summary"]["comparisons"][0]
+    assert arm_b["drafted"] == 0 and arm_b["acceptance_source"] == "Prometheus counters"
+    assert comparison["not_drafting"].startswith("it drafted nothing in 2 runs")
+    assert comparison["verdict"].startswith("B did not draft")
