@@ -269,8 +269,9 @@ def survivors(rows: Sequence[GridRow], noise_share: float) -> set[str]:
 
 def _rounds(base: BenchPlan, prompts, n_cells: int) -> list[BenchPlan]:
     """Plans of growing size: one prompt once, then twice as many prompts each round (taken
-    from each suite in turn, so every suite is in by the second round if it fits), the full
-    plan last; one round per halving of the cells."""
+    from each suite in turn, so every suite is in by the second round if it fits), every
+    prompt once when the full plan repeats them, the full plan last; one round per halving of
+    the cells."""
     if n_cells <= 2:
         return [base]
     by_suite: dict[str, list[str]] = {}
@@ -283,6 +284,9 @@ def _rounds(base: BenchPlan, prompts, n_cells: int) -> list[BenchPlan]:
     size = 1
     for _ in range(halvings):
         if size >= len(prompts):
+            if base.repeats > 1:  # every prompt once, before the repeats of the full plan
+                plans.append(replace(base, prompt_ids=tuple(interleaved), max_prompts=None,
+                                     repeats=1, warmup=min(base.warmup, 1)))
             break
         plans.append(replace(base, prompt_ids=tuple(interleaved[:size]), max_prompts=None,
                              repeats=1, warmup=min(base.warmup, 1)))

@@ -1,0 +1,187 @@
+"""`specdeck tune`'s search against the exhaustive grid, on a real llama-server
+
+Goals (issue 27): on each of three suites, the search's pick is within 3% of the best setting
+of an exhaustive grid of the same settings, in at most a third of the grid's time; and every
+candidate's predicted speed-up is set beside what was measured (goal: within 15%).
+
+The setup is `specdeck tune --demo`'s: the pinned llama-server serving the demo GGUF
+(SmolLM2-135M-Instruct Q4_1, 2 threads), the candidates its `--help` offers (each n-gram spec
+type; draft-simple with the same model requantized to Q4_0 by llama-quantize, as a draft GGUF on
+disk would be), each at the k values the tuner searches. Per suite, one plan (the suite's
+prompts, greedy, fixed length, several repeats) runs twice from cold servers: every setting on
+the full plan (the exhaustive grid), and the tuner's successive halving (core.bench.grid with
+halving; the finalist rule of core.tune.run). Time is wall clock, server starts included (both
+start every setting's server once). The exhaustive grid's best is the largest of many noisy
+figures and flatters itself, so where the two picks differ a referee runs both side by side
+with no drafting (interleaved, more repeats) and the search's pick is judged by its speed-up
+over the grid pick's. Predictions are the tuner's prior (theory, no history), against each
+candidate's best setting in the exhaustive grid.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from benchmarks.report import Report
+
+SUITES = ("grounded", "code", "structured")
+MAX_NEW = 48
+REPEATS = 3
+REFEREE_REPEATS = 4
+FLAGS = ("-t", "2", "-c", "2048")
+GOAL_QUALITY = 0.97
+GOAL_TIME = 1 / 3
+GOAL_PREDICTION = 0.15
+
+
+def run(report: Report) -> None:
+    from specdeck.core.bench.grid import ALL, run_grid
+    from specdeck.core.bench.plan import BenchPlan
+    from specdeck.core.servers.engine import ServerEngine
+    from specdeck.core.servers.llama_server import binary_help, servers_that_fit
+    from specdeck.core.tune import setup as tune_setup
+    from specdeck.core.tune.candidates import find_candidates
+    from specdeck.core.tune.predict import predict
+    from specdeck.core.tune.run import _tried, candidate_cells, finalist, reference_arm
+
+    from tools.llama_server_build import build
+
+    binary = build()
+    setup = tune_setup.demo(binary, FLAGS)
+    with tempfile.TemporaryDirectory() as tmp:
+        draft = Path(tmp) / "SmolLM2-135M-Instruct.Q4_0.gguf"
+        subprocess.run([str(binary.parent / "llama-quantize"), "--allow-requantize",
+                        str(setup.target), str(draft), "Q4_0"], check=True,
+                       capture_output=True, timeout=300)
+        found = find_candidates(setup, binary_help(binary).spec_types, [draft])
+        predicted = [(c, predict(c, setup, "cpu", history=[])) for c in found.found]
+        cells = [cell for c, _ in predicted for cell in candidate_cells(setup, c)]
+        load = os.getloadavg()
+        report.text(f"{len(cells)} settings ({len(predicted)} candidates: "
+                    + ", ".join(c.label for c, _ in predicted)
+                    + f"); per suite every prompt, {MAX_NEW} new tokens, {REPEATS} repeats; "
+                    f"the referee runs {REFEREE_REPEATS} repeats. Load average at the start: "
+                    f"{load[0]:.1f} on {os.cpu_count()} cores (other work was running on "
+                    "this machine: the noise the tuner must cope with).")
+        report.text("")
+        engine = ServerEngine(max_servers=servers_that_fit(
+            setup.facts.weight_bytes + max(c.draft_bytes for c, _ in predicted)))
+        per_suite, rows, errors = {}, [], {}
+        try:
+            for index, suite in enumerate(SUITES):
+                base = BenchPlan(engine="server", model=str(setup.target),
+                                 arms=(reference_arm(setup),), suites=(suite,),
+                                 max_new_tokens=MAX_NEW, repeats=REPEATS, warmup=1,
+                                 warmup_tokens=8, apply_chat_template=True, stop_on_eos=False)
+                timed = {}
+                # Alternate which goes first, so a drift in the machine's load favours neither.
+                for kind in (("grid", "search") if index % 2 == 0 else ("search", "grid")):
+                    engine.unload()
+                    t0 = time.monotonic()
+                    timed[kind] = run_grid(base, base.arms[0], cells, engine,
+                                           halving=kind == "search")
+                    timed[kind + "_s"] = time.monotonic() - t0
+                grid, search = timed["grid"], timed["search"]
+                best = grid.best
+                pick, noise_share = finalist(search)
+                by_arm = {r.cell.arm.name: r for r in grid.rows}
+                in_grid = (by_arm[pick.cell.arm.name].score / best.score
+                           if pick is not None and best is not None else None)
+                referee = _referee(base, best, pick, engine)
+                quality = referee["quality"] if referee else None
+                time_ratio = timed["search_s"] / timed["grid_s"]
+                met = quality is not None and quality >= GOAL_QUALITY and time_ratio <= GOAL_TIME
+                for candidate, prediction in predicted:
+                    tried = _tried(candidate, prediction, grid)
+                    if tried.error is not None:
+                        errors.setdefault(candidate.label, []).append(
+                            (suite, prediction.speedup, tried.measured, tried.error))
+                per_suite[suite] = {
+                    "grid": grid.to_json(), "search": search.to_json(),
+                    "grid_s": timed["grid_s"], "search_s": timed["search_s"],
+                    "grid_best": None if best is None else best.cell.label,
+                    "grid_best_speedup": None if best is None else best.score,
+                    "search_pick": None if pick is None else pick.cell.label,
+                    "pick_in_grid": in_grid, "noise_share": noise_share, "referee": referee,
+                    "quality": quality, "time_ratio": time_ratio, "met": met}
+                rows.append([
+                    suite, best.cell.label if best else "none beats no draft",
+                    f"{best.score:.2f}x" if best else "-",
+                    pick.cell.label if pick else "none", "-" if in_grid is None
+                    else f"{in_grid:.1%}", referee["cell"] if referee else "-",
+                    f"{noise_share:.1%}",
+                    f"{timed['search_s']:.0f} s of {timed['grid_s']:.0f} s ({time_ratio:.0%})",
+                    "yes" if met else "NO"])
+                report.text(f"### {suite}: the exhaustive grid")
+                report.text("")
+                from specdeck.core.bench.grid import grid_table
+
+                report.text(grid_table(grid))
+                report.text("")
+                baseline = grid.baseline.get(ALL)
+                report.text(f"No draft: {baseline:.1f} tok/s." if baseline else "No draft: -")
+                report.text("")
+        finally:
+            engine.unload()
+    report.record("settings", [c.label for c in cells])
+    report.record("load_average_at_start", load)
+    report.record("suites", per_suite)
+    report.record("all_met", all(v["met"] for v in per_suite.values()))
+    report.text("### Search against the exhaustive grid")
+    report.text("")
+    report.table(["suite", "grid's best", "its median speed-up", "search's pick",
+                  "pick's figure in the grid (% of best)",
+                  f"referee: both side by side, {REFEREE_REPEATS} repeats",
+                  "noise the search measured", "search's time of the grid's",
+                  f"goal (>= {GOAL_QUALITY:.0%} by the referee, <= {GOAL_TIME:.0%} of the "
+                  "time) met"], rows)
+    _prediction_table(report, errors)
+
+
+def _referee(base, best, pick, engine) -> dict | None:
+    """Both picks again, side by side with no drafting, interleaved; the search's pick's
+    median speed-up over the grid pick's. None when either found nothing."""
+    from specdeck.core.bench.runner import run_plan
+    from specdeck.core.bench.summary import summarize
+
+    if best is None or pick is None:
+        return None
+    if best.cell.arm.name == pick.cell.arm.name:
+        return {"quality": 1.0, "cell": "same setting"}
+    arms = (base.arms[0], best.cell.arm, pick.cell.arm)
+    summary = summarize(run_plan(replace(base, arms=arms, repeats=REFEREE_REPEATS), engine))
+
+    def speedup(row) -> float:
+        ratio = summary.comparison(row.cell.arm.name).speedup
+        return ratio.median if ratio else 0.0
+
+    quality = speedup(pick) / speedup(best) if speedup(best) else 0.0
+    return {"quality": quality, "grid_pick_speedup": speedup(best),
+            "search_pick_speedup": speedup(pick),
+            "cell": f"{pick.cell.label} {speedup(pick):.2f}x vs {best.cell.label} "
+                    f"{speedup(best):.2f}x ({quality:.1%})"}
+
+
+def _prediction_table(report: Report, errors: dict) -> None:
+    rows, all_errors = [], []
+    for label, items in errors.items():
+        for suite, predicted, measured, error in items:
+            all_errors.append(abs(error))
+            rows.append([label, suite, f"{predicted:.2f}x", f"{measured:.2f}x", f"{error:+.0%}",
+                         "yes" if abs(error) <= GOAL_PREDICTION else "NO"])
+    within = sum(e <= GOAL_PREDICTION for e in all_errors)
+    report.record("prediction_errors", {k: [list(i) for i in v] for k, v in errors.items()})
+    report.record("predictions_within_goal", [within, len(all_errors)])
+    report.text("### Predicted (the tuner's prior, before any run) against measured")
+    report.text("")
+    report.text("Measured: the candidate's best setting in the exhaustive grid, median paired "
+                "speed-up.")
+    report.text("")
+    report.table(["candidate", "suite", "predicted", "measured", "error",
+                  f"within {GOAL_PREDICTION:.0%}"], rows)
+    report.text(f"{within} of {len(all_errors)} predictions within {GOAL_PREDICTION:.0%}.")
