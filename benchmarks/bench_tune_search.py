@@ -83,7 +83,7 @@ def run(report: Report) -> None:
                 for kind in (("grid", "search") if index % 2 == 0 else ("search", "grid")):
                     engine.unload()
                     t0 = time.monotonic()
-                    timed[kind] = run_grid(base, base.arms[0], cells, engine,
+                    timed[kind] = run_grid(base, base.arms[0], cells, engine, _progress(kind),
                                            halving=kind == "search")
                     timed[kind + "_s"] = time.monotonic() - t0
                 grid, search = timed["grid"], timed["search"]
@@ -141,6 +141,23 @@ def run(report: Report) -> None:
                   f"goal (>= {GOAL_QUALITY:.0%} by the referee, <= {GOAL_TIME:.0%} of the "
                   "time) met"], rows)
     _prediction_table(report, errors)
+
+
+def _progress(kind: str):
+    """A line per 20 finished runs on stderr: a long benchmark shows it is moving."""
+    import sys
+
+    from specdeck.core.bench.runner import RunFinished
+
+    done = [0]
+
+    def sink(event) -> None:
+        if isinstance(event, RunFinished):
+            done[0] += 1
+            if done[0] % 20 == 0:
+                print(f"  {time.strftime('%H:%M:%S')} {kind}: {done[0]} runs",
+                      file=sys.stderr, flush=True)
+    return sink
 
 
 def _referee(base, best, pick, engine) -> dict | None:
