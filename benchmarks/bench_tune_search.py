@@ -30,7 +30,7 @@ from pathlib import Path
 from benchmarks.report import Report
 
 SUITES = ("grounded", "code", "structured")
-MAX_NEW = 48
+MAX_NEW = 32
 REPEATS = 3
 REFEREE_REPEATS = 4
 FLAGS = ("-t", "2", "-c", "2048")
