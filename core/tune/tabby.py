@@ -1,0 +1,188 @@
+"""Tuning a running TabbyAPI: which draft model, or none, makes it fastest.
+
+TabbyAPI changes models only through its admin API (core.servers.tabby_reload): a setting is
+``POST /v1/model/load`` with the model and a ``draft_model_name`` from its
+``draft_model_dir``. The draft's k (``draft_num_tokens``), ``draft_mode`` and the cache mode
+are read from config.yml when TabbyAPI starts and cannot be sent with a load (TabbyAPI main
+e632af41 and exl2-checkpoint 79126f90, endpoints/core/types/model.py), so against a TabbyAPI
+that SpecDeck does not start, the search is over draft models at the k the file sets; the
+report says so.
+
+The candidates are the model folders in ``draft_model_dir`` that this TabbyAPI's backend can
+load (EXL3 on main, EXL2 on exl2-checkpoint: core.config.document decides the branch from the
+file), smaller than the target, and whose tokenizer matches the target's (core.compat, when
+the target's folder is on this machine). The winner is written with the config editor
+(draft_model_dir and draft_model_name; a diff, a .bak, an atomic save) and never over a
+config.yml that changed on disk while tuning ran. TabbyAPI reads config.yml when it starts,
+so the check after writing loads what the file now names through the admin API, as a restart
+would, and must answer and keep the output; otherwise the file is put back byte for byte.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
+from specdeck.core.tune.candidates import NotTried
+
+EXL2, EXL3 = "exl2", "exl3"
+
+
+@dataclass(frozen=True)
+class TabbySetup:
+    """One running TabbyAPI and the config.yml it was started from."""
+
+    url: str
+    config: Path
+    fingerprint: str | None
+    """config.yml's bytes when it was read: a file changed while tuning is never
+    overwritten."""
+    model_name: str
+    """The model TabbyAPI holds (or, when it holds none, config.yml's model_name)."""
+    model_folder: Path | None
+    """That model's folder, where it is on this machine (for the tokenizer check)."""
+    draft_dir: Path
+    current_draft: str | None
+    """config.yml's draft_model_name (the draft TabbyAPI loads at its start)."""
+    main_branch: bool
+    """TabbyAPI main (ExLlamaV3, EXL3 models) rather than exl2-checkpoint (EXL2)."""
+    draft_tokens: int | None = None
+    """config.yml's draft_num_tokens (None: TabbyAPI's default)."""
+    api_key_env: str | None = None
+    admin_key_env: str | None = None
+
+    kind = "tabbyapi"
+
+    @property
+    def where(self) -> str:
+        return f"TabbyAPI at {self.url} ({self.config})"
+
+    @property
+    def weights_format(self) -> str:
+        return EXL3 if self.main_branch else EXL2
+
+    @property
+    def drafting(self) -> tuple[str, ...]:
+        return () if not self.current_draft else (f"draft_model_name: {self.current_draft}",)
+
+
+def read_setup(url: str, config_path: str | Path, api_key_env: str | None = None,
+               admin_key_env: str | None = None) -> TabbySetup:
+    """The TabbyAPI at ``url`` and its ``config_path``: what it holds and where its drafts
+    are. A server that holds no model and a file that names none is refused."""
+    from specdeck.core.config.document import ConfigDocument
+    from specdeck.core.config.schema import DRAFT, MODEL
+    from specdeck.core.servers.arms import ServerArm
+    from specdeck.core.servers.kinds import ServerKind
+    from specdeck.core.servers.tabby_reload import loaded_state
+    from specdeck.core.servers.transport import Base
+
+    doc = ConfigDocument.from_file(config_path)
+    arm = ServerArm(url=url, kind=ServerKind.TABBYAPI, api_key_env=api_key_env)
+    state = loaded_state(Base.parse(url), arm.api_key())
+    name = state.model_name or doc.raw(MODEL, "model_name")
+    if not name:
+        raise InvalidInputError(f"TabbyAPI at {url} holds no model and {doc.path} names none "
+                                "(model_name).",
+                                "Load the model you want tuned, or set model_name in "
+                                "config.yml.")
+    folder = doc.resolve_dir(MODEL, "model_dir") / str(name)
+    tokens = doc.raw(DRAFT, "draft_num_tokens")
+    return TabbySetup(
+        url=url, config=doc.path, fingerprint=doc.disk_fingerprint, model_name=str(name),
+        model_folder=folder if (folder / "config.json").is_file() else None,
+        draft_dir=doc.resolve_dir(DRAFT, "draft_model_dir"),
+        current_draft=str(doc.raw(DRAFT, "draft_model_name") or "") or None,
+        main_branch=doc.is_tabby_main() or doc.declared_backend() == "exllamav3",
+        draft_tokens=tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None,
+        api_key_env=api_key_env, admin_key_env=admin_key_env)
+
+
+@dataclass(frozen=True)
+class TabbyDraft:
+    """A draft model folder TabbyAPI could load."""
+
+    folder: Path
+    weight_bytes: int
+
+    @property
+    def name(self) -> str:
+        return self.folder.name
+
+
+def folder_format(folder: Path) -> str | None:
+    """exl2 / exl3 from config.json's quantization_config; None for anything else."""
+    from specdeck.core.models import quantization_from_config, read_json
+
+    try:
+        method = quantization_from_config(read_json(folder / "config.json")).method
+    except SpecDeckError:
+        return None
+    return method if method in (EXL2, EXL3) else None
+
+
+def weight_bytes(folder: Path) -> int:
+    """The bytes of a folder's safetensors files (what loading it reads into memory)."""
+    return sum(p.stat().st_size for p in folder.glob("*.safetensors") if p.is_file())
+
+
+def draft_candidates(setup: TabbySetup, cancel: threading.Event | None = None
+                     ) -> tuple[list[TabbyDraft], list[NotTried]]:
+    """The folders of ``draft_model_dir`` worth trying as drafts, and the others with why."""
+    from specdeck.core.compat import check
+    from specdeck.core.compat.report import CompatVerdict
+
+    try:
+        folders = sorted(p for p in setup.draft_dir.iterdir() if (p / "config.json").is_file())
+    except OSError as exc:
+        raise InvalidInputError(f"Cannot list the draft models in {setup.draft_dir}: "
+                                f"{exc.strerror or exc}.",
+                                "Check draft_model_dir in config.yml.") from None
+    target_bytes = weight_bytes(setup.model_folder) if setup.model_folder else 0
+    usable: list[TabbyDraft] = []
+    refused: list[NotTried] = []
+    for folder in folders:
+        if cancel is not None and cancel.is_set():
+            raise CancelledError()
+        if folder.name == setup.model_name:
+            continue
+        label = f"draft {folder.name}"
+        kind = folder_format(folder)
+        if kind != setup.weights_format:
+            branch = "main" if setup.main_branch else "exl2-checkpoint"
+            refused.append(NotTried(label, f"{(kind or 'not EXL2/EXL3').upper()} weights; "
+                                    f"TabbyAPI {branch} loads "
+                                    f"{setup.weights_format.upper()} models only"))
+            continue
+        size = weight_bytes(folder)
+        if target_bytes and size >= target_bytes:
+            refused.append(NotTried(label, "not smaller than the target"))
+            continue
+        if setup.model_folder is not None:
+            try:
+                report = check(setup.model_folder, folder, examples=0, cancel=cancel)
+            except SpecDeckError as exc:
+                refused.append(NotTried(label, exc.what))
+                continue
+            if report.verdict in (CompatVerdict.INCOMPATIBLE, CompatVerdict.INCONCLUSIVE):
+                refused.append(NotTried(label, report.summary))
+                continue
+        usable.append(TabbyDraft(folder, size))
+    return usable, refused
+
+
+def arm(setup: TabbySetup, name: str, draft: str | None):
+    """An A/B arm that has TabbyAPI hold the target with ``draft`` (None: no draft)."""
+    from specdeck.core.bench.plan import Arm
+    from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec
+    from specdeck.core.servers.arms import ServerArm
+    from specdeck.core.servers.kinds import ServerKind
+    from specdeck.core.servers.tabby_reload import TabbyLoad
+
+    load = TabbyLoad(setup.model_name, draft, admin_key_env=setup.admin_key_env)
+    drafter = NO_DRAFT if draft is None else DrafterSpec(
+        DrafterKind.SERVER, num_draft_tokens=setup.draft_tokens or 4, adaptive=False)
+    return Arm(name, drafter, ServerArm(url=setup.url, kind=ServerKind.TABBYAPI,
+                                        api_key_env=setup.api_key_env, tabby=load))

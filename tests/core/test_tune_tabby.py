@@ -1,0 +1,137 @@
+"""Tuning a running TabbyAPI (core.tune.tabby) against the TabbyAPI stand-in
+(tests/tabby_standin.py, which follows TabbyAPI's source) and a TabbyAPI folder built from
+the real config_sample.yml files and real tokenizer fixtures: what it reads, which drafts it
+tries and which it refuses, and why."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, MODELS
+from specdeck.core.tune import tabby
+from tabby_standin import start_tabby
+
+TARGET = "Qwen2.5-7B-Instruct-exl2-4.0bpw"
+DRAFT = "Qwen2.5-0.5B-Instruct-exl2-4.0bpw"
+OTHER_FAMILY = "Llama-3.2-1B-exl2-4.0bpw"
+EXL3_DRAFT = "Qwen2.5-0.5B-Instruct-exl3-3.0bpw"
+SAMPLES = {"exl2-checkpoint": "config_sample.exl2-checkpoint.yml",
+           "main": "config_sample.f1f2c85.yml"}
+
+
+def _weights(folder: Path, size: int) -> None:
+    """A safetensors file of ``size`` bytes (one uint8 tensor; sparse on disk)."""
+    header = json.dumps({"w": {"dtype": "U8", "shape": [size],
+                               "data_offsets": [0, size]}}).encode()
+    path = folder / "model.safetensors"
+    with path.open("wb") as handle:
+        handle.write(struct.pack("<Q", len(header)) + header)
+    with path.open("r+b") as handle:
+        handle.truncate(8 + len(header) + size)
+
+
+def _model(models: Path, name: str, fixture: str, method: str, size: int) -> Path:
+    folder = models / name
+    shutil.copytree(MODELS / fixture, folder, ignore=shutil.ignore_patterns("SOURCE.txt"))
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config["quantization_config"] = {"quant_method": method, "bits": 4.0, "head_bits": 6}
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    _weights(folder, size)
+    return folder
+
+
+def tabby_folder(root: Path, branch: str, draft: str | None = None) -> Path:
+    """A TabbyAPI folder: config.yml from the branch's real sample, naming the target (and
+    ``draft``), and models/ with the target, a draft of its family, one of another family and
+    one in the other branch's format."""
+    text = (FIXTURES / "tabbyapi" / SAMPLES[branch]).read_text(encoding="utf-8")
+    text = text.replace("  model_name:\n", f"  model_name: {TARGET}\n", 1)
+    if draft:
+        text = text.replace("  draft_model_name:\n", f"  draft_model_name: {draft}\n", 1)
+    root.mkdir()
+    (root / "config.yml").write_text(text, encoding="utf-8")
+    models = root / "models"
+    models.mkdir()
+    fmt = "exl3" if branch == "main" else "exl2"
+    _model(models, TARGET, "Qwen2.5-7B-Instruct", fmt, 4_000_000_000)
+    _model(models, DRAFT, "Qwen2.5-0.5B-Instruct", fmt, 400_000_000)
+    _model(models, OTHER_FAMILY, "Llama-3.2-1B", fmt, 900_000_000)
+    _model(models, EXL3_DRAFT if fmt == "exl2" else "Qwen2.5-0.5B-Instruct-exl2-4.0bpw-old",
+           "Qwen2.5-0.5B-Instruct", "exl2" if fmt == "exl3" else "exl3", 300_000_000)
+    return root / "config.yml"
+
+
+@pytest.fixture
+def tabby_server():
+    servers = []
+
+    def start(**attrs):
+        server, url = start_tabby(**attrs)
+        servers.append(server)
+        return url, server.RequestHandlerClass
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def keys(monkeypatch):
+    monkeypatch.setenv("SPECDECK_SERVER_API_KEY", "tabby-api-key")
+    monkeypatch.setenv("SPECDECK_TABBY_ADMIN_KEY", "tabby-admin-key")
+
+
+@pytest.mark.parametrize("branch", ["exl2-checkpoint", "main"])
+def test_reads_what_tabbyapi_holds_and_where_its_drafts_are(tmp_path, tabby_server, branch):
+    config = tabby_folder(tmp_path / "tabbyAPI", branch, draft=DRAFT)
+    url, _ = tabby_server(branch=branch, model_name=TARGET, models=(TARGET, DRAFT))
+    setup = tabby.read_setup(url, config)
+    assert setup.model_name == TARGET
+    assert setup.model_folder == tmp_path / "tabbyAPI" / "models" / TARGET
+    assert setup.draft_dir == tmp_path / "tabbyAPI" / "models"
+    assert setup.current_draft == DRAFT
+    assert setup.main_branch is (branch == "main")
+    assert setup.fingerprint is not None
+
+
+@pytest.mark.parametrize("branch", ["exl2-checkpoint", "main"])
+def test_candidates_are_the_drafts_this_branch_loads_and_that_share_the_tokenizer(
+        tmp_path, tabby_server, branch):
+    config = tabby_folder(tmp_path / "tabbyAPI", branch)
+    url, _ = tabby_server(branch=branch, model_name=TARGET)
+    usable, refused = tabby.draft_candidates(tabby.read_setup(url, config))
+    assert [d.name for d in usable] == [DRAFT]
+    assert usable[0].weight_bytes > 400_000_000
+    why = {n.what: n.why for n in refused}
+    assert OTHER_FAMILY in " ".join(why)  # another tokenizer: refused with the check's words
+    wrong_format = next(w for what, w in why.items() if "Llama" not in what)
+    assert ("EXL2 weights" if branch == "main" else "EXL3 weights") in wrong_format
+    assert ("main loads EXL3" if branch == "main" else "exl2-checkpoint loads EXL2") \
+        in wrong_format
+    assert TARGET not in " ".join(why)  # the target is not its own draft
+
+
+def test_a_model_it_does_not_hold_and_a_file_that_names_none_is_refused(tmp_path,
+                                                                       tabby_server):
+    config = tabby_folder(tmp_path / "tabbyAPI", "exl2-checkpoint")
+    config.write_text(config.read_text().replace(f"model_name: {TARGET}", "model_name:"))
+    url, _ = tabby_server(branch="exl2-checkpoint", model_name="")
+    with pytest.raises(Exception, match="holds no model") as caught:
+        tabby.read_setup(url, config)
+    assert "model_name" in caught.value.fix
+
+
+def test_a_draft_folder_that_is_missing_says_which_setting_to_fix(tmp_path, tabby_server):
+    config = tabby_folder(tmp_path / "tabbyAPI", "exl2-checkpoint")
+    shutil.rmtree(tmp_path / "tabbyAPI" / "models" / DRAFT)
+    config.write_text(config.read_text().replace("  draft_model_dir: models",
+                                                 "  draft_model_dir: no-such-dir"))
+    url, _ = tabby_server(branch="exl2-checkpoint", model_name=TARGET)
+    with pytest.raises(Exception, match="no-such-dir") as caught:
+        tabby.draft_candidates(tabby.read_setup(url, config))
+    assert "draft_model_dir" in caught.value.fix
