@@ -1,0 +1,224 @@
+"""Start TabbyAPI for one A/B arm, from a copy of the user's config.yml that differs only in
+the draft settings; stop it after the arm. The user's config.yml is read, never written.
+
+What SpecDeck relies on, from TabbyAPI's source (main e632af41; exl2-checkpoint 79126f90 is
+the same in each point):
+
+- ``python main.py --config FILE`` (common/args.py builds an option per config field; the
+  ``config`` group's ``--config`` is "Path to an overriding config.yml file"). Its values are
+  merged over the config.yml of the working folder and the ``TABBY_*`` environment
+  (common/tabby_config.py ``load``: file, environment, then the override, with None values
+  dropped), and every other command-line option is then ignored (``_from_args`` returns
+  early). So the arm's copy is complete (host, port, model, draft), the working folder is
+  TabbyAPI's own (relative paths in the file, api_tokens.yml and templates resolve from it).
+- A value left blank (None) in the copy does not clear the one in config.yml, since the merge
+  drops None: the arm without a draft says so with ``draft_mode: disabled`` on main
+  (backends/exllamav3/model.py accepts model, disabled, mtp, ngram) and an empty
+  ``draft_model_name`` on exl2-checkpoint (backends/exllamav2/model.py drafts only when the
+  name is truthy).
+- The model loads before the API starts (main.py ``entrypoint_async``), so ``GET /health``
+  answering means the arm is ready; a port in use makes TabbyAPI take the next one
+  (``is_port_in_use``; it logs "Switching to"), so both are tried.
+- A config.yml in the legacy layout (``model.draft``) is rewritten by TabbyAPI at every start
+  (``_from_file`` renames it to config.yml.bak and writes a migrated one): SpecDeck refuses
+  to start TabbyAPI in a folder whose config.yml it would rewrite, and says how to migrate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError
+from specdeck.core.servers.transport import Base, ServerError, request_json
+
+HEALTH_TIMEOUT_S = 900.0
+"""A 70B model's load from a slow disk happens before TabbyAPI answers /health."""
+STOP_TIMEOUT_S = 20.0
+
+
+def default_python(folder: Path) -> Path | None:
+    """The Python of TabbyAPI's own venv (start.sh/start.bat create ``venv`` in its folder)."""
+    for candidate in (folder / "venv" / "bin" / "python", folder / "venv" / "Scripts" /
+                      "python.exe"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@dataclass(frozen=True)
+class TabbyLaunch:
+    """How to start TabbyAPI for one arm."""
+
+    folder: str
+    """TabbyAPI's folder (main.py, config.yml, api_tokens.yml)."""
+    python: str
+    draft: tuple[tuple[str, Any], ...] = ()
+    """draft_model keys this arm sets, e.g. (("draft_mode", "ngram"),
+    ("draft_num_tokens", 4)); the rest of config.yml is as the user wrote it."""
+    host: str = "127.0.0.1"
+    port: int = 0
+    """0 = a free port."""
+
+    @property
+    def config(self) -> Path:
+        return Path(self.folder) / "config.yml"
+
+    @property
+    def where(self) -> str:
+        shown = ", ".join(f"{k}: {v}" for k, v in self.draft) or "config.yml's draft settings"
+        return f"TabbyAPI in {self.folder} ({shown})"
+
+    def to_json(self) -> dict:
+        return {"folder": self.folder, "python": self.python,
+                "draft": [[k, v] for k, v in self.draft], "host": self.host, "port": self.port}
+
+    @classmethod
+    def from_json(cls, data: dict) -> TabbyLaunch:
+        return cls(str(data["folder"]), str(data["python"]),
+                   tuple((str(k), v) for k, v in data.get("draft", ())),
+                   str(data.get("host", "127.0.0.1")), int(data.get("port", 0)))
+
+
+def no_draft(main_branch: bool) -> tuple[tuple[str, Any], ...]:
+    """The draft settings of an arm that must not draft, whatever config.yml says."""
+    return (("draft_mode", "disabled"),) if main_branch else (("draft_model_name", ""),)
+
+
+def check_folder(launch: TabbyLaunch) -> None:
+    """Refuse what TabbyAPI could not start, or would start by rewriting the user's file."""
+    from specdeck.core.config.document import ConfigDocument, Layout
+
+    folder = Path(launch.folder)
+    if not (folder / "main.py").is_file():
+        raise NotFoundError(f"{folder} is not a TabbyAPI folder (no main.py).",
+                            "Give the folder you cloned TabbyAPI into.")
+    if not Path(launch.python).is_file():
+        raise NotFoundError(f"{launch.python} does not exist.",
+                            "Give the Python of TabbyAPI's venv (its folder's venv/bin/python "
+                            "after start.sh).")
+    if launch.config.is_file():
+        doc = ConfigDocument.from_file(launch.config)
+        if doc.layout is Layout.LEGACY_NESTED:
+            raise InvalidInputError(
+                f"{launch.config} has the legacy layout (model.draft): TabbyAPI rewrites such "
+                "a file every time it starts, so SpecDeck will not start it there.",
+                f"Migrate it first: specdeck config migrate {launch.config}")
+
+
+def arm_config(launch: TabbyLaunch, port: int) -> str:
+    """The arm's config.yml: the user's values, with where to listen and the arm's draft."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="safe")
+    data: dict = {}
+    if launch.config.is_file():
+        loaded = yaml.load(launch.config.read_text(encoding="utf-8"))
+        data = loaded if isinstance(loaded, dict) else {}
+    network = data.get("network") if isinstance(data.get("network"), dict) else {}
+    data["network"] = {**network, "host": launch.host, "port": port}
+    draft = data.get("draft_model") if isinstance(data.get("draft_model"), dict) else {}
+    data["draft_model"] = {**draft, **dict(launch.draft)}
+    out = io.StringIO()
+    YAML().dump(data, out)
+    return out.getvalue()
+
+
+@dataclass
+class ManagedTabby:
+    """One TabbyAPI that SpecDeck started for an arm; ``stop()`` ends it and removes its
+    config copy."""
+
+    profile: TabbyLaunch
+    log_path: Path
+    api_key: str | None = None
+    process: subprocess.Popen | None = None
+    url: str = ""
+    _log: object = field(default=None, repr=False)
+    _dir: Path | None = None
+
+    def start(self, cancel: threading.Event | None = None,
+              timeout: float = HEALTH_TIMEOUT_S) -> str:
+        from specdeck.core.servers.llama_server import _die_with_parent, free_port
+
+        check_folder(self.profile)
+        port = self.profile.port or free_port(self.profile.host)
+        self._dir = Path(tempfile.mkdtemp(prefix="specdeck-tabby-"))
+        copy = self._dir / "config.yml"
+        copy.write_text(arm_config(self.profile, port), encoding="utf-8")
+        argv = [self.profile.python, "main.py", "--config", str(copy)]
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(argv, cwd=self.profile.folder, stdout=self._log,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        start_new_session=True, preexec_fn=_die_with_parent())
+        try:
+            self.url = self._wait_healthy(port, timeout, cancel)
+        except BaseException:
+            self.stop()
+            raise
+        return self.url
+
+    def _wait_healthy(self, port: int, timeout: float, cancel: threading.Event | None) -> str:
+        deadline = time.monotonic() + timeout
+        urls = [f"http://{self.profile.host}:{p}" for p in (port, port + 1)]
+        while True:
+            if cancel is not None and cancel.is_set():
+                raise CancelledError()
+            code = self.process.poll()
+            if code is not None:
+                raise ServerError(f"TabbyAPI exited with code {code} before it was ready: "
+                                  f"{self.log_tail()}", f"Its whole log: {self.log_path}.")
+            for url in urls:
+                with contextlib.suppress(ServerError):
+                    health = request_json(Base.parse(url), "GET", "/health", timeout=2.0)
+                    if isinstance(health, dict) and health.get("status") == "healthy":
+                        return url
+            if time.monotonic() > deadline:
+                raise ServerError(f"TabbyAPI was not ready after {timeout:g} s.",
+                                  f"Its log: {self.log_path}.")
+            time.sleep(0.2)
+
+    def log_tail(self, lines: int = 3) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        useful = [ln for ln in text.splitlines() if ln.strip()]
+        return " | ".join(useful[-lines:]) or "(empty log)"
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(STOP_TIMEOUT_S)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
+def python_for(folder: str | Path, python: str | Path | None = None) -> str:
+    """The Python that runs TabbyAPI in ``folder``: the one given, else its venv's."""
+    if python is not None:
+        return str(python)
+    found = default_python(Path(folder))
+    if found is None:
+        raise NotFoundError(f"{folder} has no venv (venv/bin/python): SpecDeck does not know "
+                            "which Python runs this TabbyAPI.",
+                            "Give it with --tabby-python (the Python start.sh uses).")
+    return str(found)

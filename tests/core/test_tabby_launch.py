@@ -1,0 +1,164 @@
+"""Starting TabbyAPI for an arm (core.servers.tabby_launch) against a stand-in of TabbyAPI's
+start-up (tests/tabby_app.py, which follows its source): the arm's settings take effect over
+the user's config.yml, which is never written, the no-draft arm really does not draft on
+either branch, a busy port, a legacy file TabbyAPI would rewrite, and a start-up that fails."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+from specdeck.core.errors import InvalidInputError, NotFoundError
+from specdeck.core.servers.tabby_launch import ManagedTabby, TabbyLaunch, arm_config, no_draft
+from specdeck.core.servers.transport import Base, ServerError, request_json
+
+TESTS = Path(__file__).resolve().parents[1]
+SAMPLES = {"exl2-checkpoint": "config_sample.exl2-checkpoint.yml",
+           "main": "config_sample.f1f2c85.yml"}
+
+
+def tabby_install(root: Path, branch: str = "main", draft: str | None = "Qwen2.5-0.5B-exl3",
+                  legacy: bool = False) -> Path:
+    """A TabbyAPI folder: main.py starting the stand-in, the branch's real config sample as
+    config.yml naming a model (and a draft), and the model folders."""
+    root.mkdir()
+    (root / "main.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom tabby_app import main\n"
+        f"main({branch!r})\n", encoding="utf-8")
+    text = (FIXTURES / "tabbyapi" / SAMPLES[branch]).read_text(encoding="utf-8")
+    text = text.replace("  model_name:\n", "  model_name: Qwen2.5-7B-exl3\n", 1)
+    if draft:
+        text = text.replace("  draft_model_name:\n", f"  draft_model_name: {draft}\n", 1)
+    if legacy:  # the draft section nested as model.draft, as files before 2024-09 had it
+        lines, inside = [], False
+        for line in text.splitlines(keepends=True):
+            if line.startswith("draft_model:"):
+                inside, line = True, "  draft:\n"
+            elif inside and line[:1].isalpha():
+                inside = False
+            elif inside and line.strip():
+                line = "  " + line
+            lines.append(line)
+        text = "".join(lines)
+    (root / "config.yml").write_text(text, encoding="utf-8")
+    for name in ("Qwen2.5-7B-exl3", "Qwen2.5-0.5B-exl3"):
+        (root / "models" / name).mkdir(parents=True)
+        (root / "models" / name / "config.json").write_text("{}", encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def started():
+    servers = []
+
+    def start(launch: TabbyLaunch, log: Path) -> ManagedTabby:
+        server = ManagedTabby(launch, log)
+        servers.append(server)
+        server.start(timeout=60)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def _loaded_line(server: ManagedTabby) -> str:
+    return next(ln for ln in server.log_path.read_text().splitlines() if ln.startswith("Loaded"))
+
+
+def _card(url: str) -> dict:
+    return request_json(Base.parse(url), "GET", "/v1/model", api_key="tabby-api-key")
+
+
+@pytest.mark.parametrize("branch", ["main", "exl2-checkpoint"])
+def test_the_no_draft_arm_does_not_draft_although_config_yml_names_a_draft(tmp_path, started,
+                                                                          branch):
+    folder = tabby_install(tmp_path / "tabbyAPI", branch)
+    before = (folder / "config.yml").read_bytes()
+    server = started(TabbyLaunch(str(folder), sys.executable, no_draft(branch == "main")),
+                     tmp_path / "a.log")
+    assert _loaded_line(server) == "Loaded Qwen2.5-7B-exl3 with none"
+    assert _card(server.url)["id"] == "Qwen2.5-7B-exl3"
+    assert (folder / "config.yml").read_bytes() == before
+
+
+def test_an_arm_drafts_as_its_settings_say_and_leaves_no_copy_behind(tmp_path, started):
+    folder = tabby_install(tmp_path / "tabbyAPI", "main", draft=None)
+    before = (folder / "config.yml").read_bytes()
+    server = started(TabbyLaunch(str(folder), sys.executable,
+                                 (("draft_mode", "ngram"), ("draft_num_tokens", 4))),
+                     tmp_path / "b.log")
+    assert _loaded_line(server) == "Loaded Qwen2.5-7B-exl3 with ngram:2:4"
+    copy = server._dir
+    assert copy is not None and (copy / "config.yml").is_file()
+    server.stop()
+    assert not copy.exists()
+    assert (folder / "config.yml").read_bytes() == before
+
+
+def test_a_draft_model_arm_loads_the_draft(tmp_path, started):
+    folder = tabby_install(tmp_path / "tabbyAPI", "main", draft=None)
+    server = started(TabbyLaunch(str(folder), sys.executable,
+                                 (("draft_mode", "model"),
+                                  ("draft_model_name", "Qwen2.5-0.5B-exl3"),
+                                  ("draft_num_tokens", 3))), tmp_path / "c.log")
+    assert _loaded_line(server) == "Loaded Qwen2.5-7B-exl3 with model:Qwen2.5-0.5B-exl3:3"
+
+
+def test_a_busy_port_is_followed_to_the_next_one_as_tabbyapi_does(tmp_path, started):
+    folder = tabby_install(tmp_path / "tabbyAPI")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        server = started(TabbyLaunch(str(folder), sys.executable, no_draft(True), port=port),
+                         tmp_path / "d.log")
+        assert server.url == f"http://127.0.0.1:{port + 1}"
+        assert "Switching to" in server.log_path.read_text()
+
+
+def test_a_legacy_config_that_tabbyapi_would_rewrite_is_refused_untouched(tmp_path):
+    folder = tabby_install(tmp_path / "tabbyAPI", "exl2-checkpoint", legacy=True)
+    before = (folder / "config.yml").read_bytes()
+    server = ManagedTabby(TabbyLaunch(str(folder), sys.executable, no_draft(False)),
+                          tmp_path / "e.log")
+    with pytest.raises(InvalidInputError, match="legacy layout") as caught:
+        server.start(timeout=30)
+    assert "specdeck config migrate" in caught.value.fix
+    assert (folder / "config.yml").read_bytes() == before
+    assert not (folder / "config.yml.bak").exists()
+
+
+def test_a_start_up_that_fails_says_what_tabbyapi_said(tmp_path):
+    folder = tabby_install(tmp_path / "tabbyAPI")
+    server = ManagedTabby(TabbyLaunch(str(folder), sys.executable, (("draft_mode", "eagle"),)),
+                          tmp_path / "f.log")
+    with pytest.raises(ServerError, match="Unknown exllamav3 draft mode: eagle"):
+        server.start(timeout=60)
+    assert server.process is None and server._dir is None
+
+
+def test_what_is_not_tabbyapi_is_refused_before_anything_starts(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NotFoundError, match="no main.py"):
+        ManagedTabby(TabbyLaunch(str(tmp_path / "empty"), sys.executable), tmp_path / "g.log"
+                     ).start()
+
+
+def test_the_copy_keeps_the_users_values_and_sets_only_the_arms(tmp_path):
+    from ruamel.yaml import YAML
+
+    folder = tabby_install(tmp_path / "tabbyAPI")
+    user = YAML(typ="safe").load((folder / "config.yml").read_text())
+    copy = YAML(typ="safe").load(arm_config(TabbyLaunch(str(folder), sys.executable,
+                                                        (("draft_num_tokens", 6),)), 5123))
+    assert copy["network"]["port"] == 5123 and copy["network"]["host"] == "127.0.0.1"
+    assert copy["draft_model"]["draft_num_tokens"] == 6
+    for section in user:
+        for key, value in (user[section] or {}).items():
+            if (section, key) not in {("network", "port"), ("network", "host"),
+                                      ("draft_model", "draft_num_tokens")}:
+                assert copy[section][key] == value, (section, key)
