@@ -109,7 +109,7 @@ def drafting(config: dict, branch: str) -> tuple[str | None, str]:
     name = draft.get("draft_model_name")
     tokens = draft.get("draft_num_tokens")
     if branch == "exl2-checkpoint":
-        return (name, f"model:{name}:{tokens or 4}") if name else (None, "none")
+        return (name, f"model:{name}:4") if name else (None, "none")  # exllamav2 drafts 4
     mode = draft.get("draft_mode") or "model"
     if mode not in {"model", "disabled", "mtp", "ngram"}:
         raise ValueError(f"Unknown exllamav3 draft mode: {mode}")

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.servers.kinds import ServerKind, parse_kind
 from specdeck.core.servers.llama_server import LaunchProfile
+from specdeck.core.servers.tabby_launch import TabbyLaunch
 from specdeck.core.servers.tabby_reload import TabbyLoad
 from specdeck.core.urls import redact_url
 from specdeck.core.userpath import expand_user
@@ -40,16 +41,25 @@ class ServerArm:
     draft_model: str | None = None
     """For LM Studio: the draft model this arm's requests name (its per-request
     ``draft_model``), so one LM Studio serves every arm."""
+    tabby_launch: TabbyLaunch | None = None
+    """A TabbyAPI SpecDeck starts for this arm (core.servers.tabby_launch)."""
 
     def __post_init__(self) -> None:
-        if (self.url is None) == (self.launch is None):
-            raise InvalidInputError("A server arm needs either a URL or a llama-server launch "
-                                    "profile (not both).")
+        if sum(x is not None for x in (self.url, self.launch, self.tabby_launch)) != 1:
+            raise InvalidInputError("A server arm needs one of a URL, a llama-server launch "
+                                    "profile or a TabbyAPI launch.")
         if self.tabby is not None and self.url is None:
             raise InvalidInputError("A TabbyAPI reload arm needs the TabbyAPI's URL.")
 
     @property
+    def managed(self) -> LaunchProfile | TabbyLaunch | None:
+        """What SpecDeck starts for this arm (None: a running server)."""
+        return self.launch or self.tabby_launch
+
+    @property
     def where(self) -> str:
+        if self.tabby_launch is not None:
+            return self.tabby_launch.where
         if self.launch is not None:
             return f"llama-server {' '.join(self.launch.args) or '(no drafting flags)'}"
         shown = redact_url(self.url or "")
@@ -65,6 +75,8 @@ class ServerArm:
         for name in (self.api_key_env, DEFAULT_KEY_ENV):
             if name and os.environ.get(name):
                 return os.environ[name]
+        if self.tabby_launch is not None:  # the key TabbyAPI made for itself in its folder
+            return self.tabby_launch.api_key()
         if self.url is None:
             return None
         try:
@@ -84,6 +96,7 @@ class ServerArm:
             "api_key_env": self.api_key_env,
             "tabby": None if self.tabby is None else self.tabby.to_json(),
             "draft_model": self.draft_model,
+            "tabby_launch": None if self.tabby_launch is None else self.tabby_launch.to_json(),
         }
 
     @classmethod
@@ -91,6 +104,7 @@ class ServerArm:
         launch = data.get("launch")
         kind = data.get("kind")
         tabby = data.get("tabby")
+        tabby_launch = data.get("tabby_launch")
         return cls(
             url=data.get("url"),
             launch=None if launch is None else LaunchProfile.from_json(launch),
@@ -99,6 +113,7 @@ class ServerArm:
             api_key_env=data.get("api_key_env"),
             tabby=None if tabby is None else TabbyLoad.from_json(tabby),
             draft_model=data.get("draft_model"),
+            tabby_launch=None if tabby_launch is None else TabbyLaunch.from_json(tabby_launch),
         )
 
 

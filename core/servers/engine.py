@@ -200,7 +200,7 @@ class ServerEngine:
         missing = [a.name for a in plan.arms if a.server is None]
         # An engine kept between plans (a grid sweep) keeps the servers this plan uses again
         # (the reference) and stops the others.
-        wanted = {a.name: a.server.launch for a in plan.arms if a.server is not None}
+        wanted = {a.name: a.server.managed for a in plan.arms if a.server is not None}
         for name, running in list(self._managed.items()):
             if wanted.get(name) != running.profile:
                 running.stop()
@@ -214,6 +214,11 @@ class ServerEngine:
             server: ServerArm = arm.server
             if cancel is not None and cancel.is_set():
                 raise CancelledError()
+            if server.tabby_launch is not None:
+                from specdeck.core.servers.tabby_launch import check_folder
+
+                check_folder(server.tabby_launch)
+                continue
             if server.launch is not None:
                 check_args(tuple(server.launch.args), binary_help(server.launch.binary))
                 for path, what in ((server.launch.binary, "llama-server binary"),
@@ -337,17 +342,26 @@ class ServerEngine:
                      cancel: threading.Event | None = None) -> LoadedModel:
         server: ServerArm = arm.server
         say = progress or (lambda _p: None)
-        if server.launch is not None:
+        if server.managed is not None:
             running = self._managed.get(arm.name)
+            tabby = server.tabby_launch is not None
             if running is None or running.process is None:
                 self._make_room(1 if self.exclusive else self.max_servers)
-                say(LoadProgress(f"Starting llama-server for arm {arm.name}"))
-                running = ManagedServer(server.launch, self._log_path(arm.name))
+                say(LoadProgress(f"Starting {'TabbyAPI' if tabby else 'llama-server'} for "
+                                 f"arm {arm.name}"))
+                if tabby:
+                    from specdeck.core.servers.tabby_launch import ManagedTabby
+
+                    running = ManagedTabby(server.tabby_launch, self._log_path(arm.name))
+                else:
+                    running = ManagedServer(server.launch, self._log_path(arm.name))
                 running.start(cancel)
                 self._managed[arm.name] = running
             self._used[arm.name] = max(self._used.values(), default=0) + 1
             url = running.url
-            self._infos[arm.name] = probe(url, None, ServerKind.LLAMA_SERVER)
+            self._infos[arm.name] = probe(url, server.api_key() if tabby else None,
+                                          ServerKind.TABBYAPI if tabby else
+                                          ServerKind.LLAMA_SERVER)
         else:
             url = server.url
         if server.tabby is not None:

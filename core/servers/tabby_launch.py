@@ -72,6 +72,19 @@ class TabbyLaunch:
     def config(self) -> Path:
         return Path(self.folder) / "config.yml"
 
+    def api_key(self) -> str | None:
+        """The API key in the folder's api_tokens.yml (TabbyAPI writes it at its first start;
+        common/auth.py), or None. Read to send, never shown or saved."""
+        from ruamel.yaml import YAML
+
+        path = Path(self.folder) / "api_tokens.yml"
+        try:
+            tokens = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, Exception):  # noqa: BLE001 - no readable file: no key
+            return None
+        key = tokens.get("api_key") if isinstance(tokens, dict) else None
+        return str(key) if key else None
+
     @property
     def where(self) -> str:
         shown = ", ".join(f"{k}: {v}" for k, v in self.draft) or "config.yml's draft settings"

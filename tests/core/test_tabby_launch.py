@@ -162,3 +162,52 @@ def test_the_copy_keeps_the_users_values_and_sets_only_the_arms(tmp_path):
             if (section, key) not in {("network", "port"), ("network", "host"),
                                       ("draft_model", "draft_num_tokens")}:
                 assert copy[section][key] == value, (section, key)
+
+
+def test_an_ab_of_draft_modes_on_tabbyapis_it_starts(tmp_path, monkeypatch):
+    """TabbyAPI main's draft modes side by side (issue 29): SpecDeck starts one TabbyAPI per
+    arm from the user's folder, each with its own draft settings; the stand-in's speeds are
+    the test's choice (n-gram twice as fast), what is checked is that each arm ran with its
+    settings, the figures come out of the runs, and the user's file is untouched."""
+    import json
+
+    from specdeck.core.bench.plan import Arm, BenchPlan
+    from specdeck.core.bench.runner import run_plan
+    from specdeck.core.bench.summary import summarize
+    from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec
+    from specdeck.core.servers.arms import ServerArm
+    from specdeck.core.servers.engine import ServerEngine
+    from specdeck.core.servers.kinds import ServerKind
+
+    folder = tabby_install(tmp_path / "tabbyAPI", "main")
+    (folder / "api_tokens.yml").write_text("api_key: tabby-api-key\nadmin_key: tabby-admin-key\n")
+    before = (folder / "config.yml").read_bytes()
+    monkeypatch.setenv("SPECDECK_STANDIN_STEPS", json.dumps({"none": 0.006,
+                                                             "ngram:2:4": 0.003}))
+
+    def arm(name, draft, drafter):
+        return Arm(name, drafter, ServerArm(kind=ServerKind.TABBYAPI, tabby_launch=TabbyLaunch(
+            str(folder), sys.executable, draft)))
+
+    plan = BenchPlan(engine="server", model="tabby", suites=("code",), max_prompts=2, repeats=2,
+                     warmup=0, max_new_tokens=24, stop_on_eos=False,
+                     arms=(arm("A", no_draft(True), NO_DRAFT),
+                           arm("B", (("draft_mode", "ngram"), ("draft_num_tokens", 4)),
+                               DrafterSpec(DrafterKind.SERVER, num_draft_tokens=4,
+                                           adaptive=False))))
+    engine = ServerEngine(log_dir=tmp_path / "logs")
+    try:
+        run = run_plan(plan, engine)
+        assert len(engine.running()) == 2  # both TabbyAPIs up while the plan runs
+    finally:
+        engine.unload()
+    assert engine.running() == {}
+    summary = summarize(run)
+    comparison = summary.comparison("B")
+    assert comparison.speedup is not None and comparison.speedup.median > 1.3
+    assert comparison.lossless.diverged == 0
+    logs = sorted((tmp_path / "logs").glob("*.log"))
+    assert {_line for p in logs for _line in p.read_text().splitlines()
+            if _line.startswith("Loaded")} == {"Loaded Qwen2.5-7B-exl3 with none",
+                                                 "Loaded Qwen2.5-7B-exl3 with ngram:2:4"}
+    assert (folder / "config.yml").read_bytes() == before
