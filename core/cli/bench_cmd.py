@@ -123,6 +123,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help="a draft model (its folder in TabbyAPI's draft_model_dir) for one arm")
     servers.add_argument("--tabby-model", default="", metavar="NAME",
                          help="the model every TabbyAPI arm loads (default: the one loaded now)")
+    servers.add_argument("--tabby-folder", metavar="DIR",
+                         help="a TabbyAPI install SpecDeck starts once per arm, each from a copy "
+                         "of its config.yml that differs only in the arm's draft settings "
+                         "(your config.yml is not written): A without a draft, then each "
+                         "--tabby-arm; compares draft modes, which a running TabbyAPI cannot "
+                         "switch")
+    servers.add_argument("--tabby-arm", action="append", default=[],
+                         metavar='[NAME=]"KEY=VALUE ..."',
+                         help='one started TabbyAPI arm\'s draft_model settings, e.g. '
+                         '"B=draft_mode=ngram draft_num_tokens=4" or "C=draft_model_name='
+                         'Qwen2.5-0.5B-exl3 draft_num_tokens=3"')
+    servers.add_argument("--tabby-python", metavar="PYTHON",
+                         help="the Python that runs TabbyAPI (default: its folder's venv)")
     servers.add_argument("--admin-key-env", metavar="VAR",
                          help="environment variable holding TabbyAPI's admin key")
     servers.add_argument("--sweep", action="append", default=[], metavar="FLAG=VALUES",
@@ -226,7 +239,7 @@ def build_plan(args: argparse.Namespace):
         from specdeck.core.bench.report import load_plan
 
         return load_plan(args.plan)
-    if args.server or args.launch or args.tabby:
+    if args.server or args.launch or args.tabby or args.tabby_folder:
         return _server_plan(args)
     model = _demo_pair(args)[0] if args.demo else args.model
     if not model:
@@ -261,12 +274,22 @@ def _server_plan(args: argparse.Namespace):
     from specdeck.core.servers.arms import _split_name, arms_from_urls, launched_arm
     from specdeck.core.servers.kinds import parse_kind
 
-    if sum(map(bool, (args.server, args.launch, args.tabby))) > 1:
-        raise InvalidInputError("Give --server URLs, --launch profiles or one --tabby, not two "
-                                "of them.", "Start the other servers yourself and pass their URLs.")
+    if sum(map(bool, (args.server, args.launch, args.tabby, args.tabby_folder))) > 1:
+        raise InvalidInputError("Give --server URLs, --launch profiles, one --tabby or one "
+                                "--tabby-folder, not two of them.",
+                                "Start the other servers yourself and pass their URLs.")
     kind = parse_kind(args.server_kind) if args.server_kind else None
     arms = []
-    if args.tabby:
+    if args.tabby_folder:
+        from specdeck.core.servers.tabby_launch import launched_tabby_arms
+
+        if not args.tabby_arm:
+            raise InvalidInputError("--tabby-folder needs at least one --tabby-arm to compare "
+                                    "with.", 'E.g. --tabby-arm "B=draft_mode=ngram".')
+        arms = list(launched_tabby_arms(args.tabby_folder, args.tabby_arm, args.tabby_python,
+                                        args.api_key_env))
+        model_label = str(args.tabby_folder)
+    elif args.tabby:
         from specdeck.core.servers.arms import tabby_arms
 
         if not args.tabby_draft:
@@ -319,6 +342,10 @@ def _servers_that_fit(plan) -> int | None:
     sizes = []
     for arm in plan.arms:
         launch = arm.server.launch if arm.server is not None else None
+        if arm.server is not None and arm.server.tabby_launch is not None:
+            from specdeck.core.servers.tabby_launch import memory_needed
+
+            sizes.append(memory_needed(arm.server.tabby_launch))
         if launch is not None:
             try:
                 sizes.append(Path(launch.model).stat().st_size)
@@ -329,7 +356,7 @@ def _servers_that_fit(plan) -> int | None:
 
 # Running -------------------------------------------------------------------------------------
 def _bench(args: argparse.Namespace) -> int:
-    serving = bool(args.server or args.launch or args.tabby)
+    serving = bool(args.server or args.launch or args.tabby or args.tabby_folder)
     if args.tune and args.sweep_k and not args.launch:
         raise InvalidInputError("--tune and --sweep-k are two ways to pick k; give one.")
     if bool(args.swap_config) != bool(args.swap_model):
@@ -396,7 +423,7 @@ def _ab(args, plan, progress, cancel) -> int:
     else:
         fix = "Add --draft FOLDER and/or --ngram."
     plan.require_comparison(fix)
-    if args.apply and plan.engine == "server" and plan.arms[0].server.launch is None \
+    if args.apply and plan.engine == "server" and plan.arms[0].server.managed is None \
             and plan.arms[0].server.tabby is None and not all(a.server.model for a in plan.arms):
         raise InvalidInputError("--apply needs launched arms or a llama-server router's models: "
                                 "SpecDeck cannot know the settings of another server.",
@@ -421,6 +448,8 @@ def _ab(args, plan, progress, cancel) -> int:
         best = _best_arm(summary, plan)
         _apply(args, None, planned=plan_apply_draft_name(
             None if best is None else best.server.tabby.draft_model_name, args.config))
+    elif args.apply and plan.engine == "server" and plan.arms[0].server.tabby_launch:
+        _apply_tabby_settings(args, plan, _best_arm(summary, plan))
     elif args.apply and plan.engine == "server":
         best = _best_arm(summary, plan)
         _apply_flags(args, best, None if best is None else engine.arm_flags(best))
@@ -580,6 +609,20 @@ def _tune(args, plan, progress, cancel) -> int:
     if _finish(args, "tune", result, text, lambda: text, result.runs, progress):
         return EXIT_ERROR
     return EXIT_INTERRUPTED if cancel.is_set() else EXIT_OK
+
+
+def _apply_tabby_settings(args, plan, best) -> None:
+    """Started TabbyAPI arms: the winner's draft settings into the install's config.yml (or
+    --config); when no drafting arm won, the reference's (drafting off)."""
+    from specdeck.core.bench.sweep import BestSettingChange
+    from specdeck.core.servers.tabby_launch import plan_apply_settings
+
+    launch = (best or plan.arms[0]).server.tabby_launch
+    target = args.config or launch.config
+    notes = () if best is not None else ("No drafting arm beat decoding without a draft: "
+                                         "drafting is switched off.",)
+    _apply(args, None, planned=BestSettingChange(plan_apply_settings(launch.draft, target),
+                                                 notes), target=target)
 
 
 def _apply(args, drafter, planned=None, target=None) -> None:

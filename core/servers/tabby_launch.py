@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError
+from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.servers.transport import Base, ServerError, request_json
 
 HEALTH_TIMEOUT_S = 900.0
@@ -235,3 +235,113 @@ def python_for(folder: str | Path, python: str | Path | None = None) -> str:
                             "which Python runs this TabbyAPI.",
                             "Give it with --tabby-python (the Python start.sh uses).")
     return str(found)
+
+
+def draft_keys() -> tuple[str, ...]:
+    """The draft_model keys an arm may set (core.config.schema's table, minus the folder)."""
+    from specdeck.core.config.schema import DRAFT, SETTINGS
+
+    return tuple(s.key for s in SETTINGS if s.section == DRAFT and s.key != "draft_model_dir")
+
+
+def parse_arm(text: str, default_name: str, backend: str | None
+              ) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    """"[NAME=]key=value key=value ..." -> (NAME, settings), each value checked by TabbyAPI's
+    own rule for its key (core.config.schema)."""
+    import shlex
+
+    from specdeck.core.config.schema import DRAFT, normalize, setting
+
+    known = draft_keys()
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise InvalidInputError(f"--tabby-arm {text!r}: {exc}.") from None
+    name = default_name
+    if words and words[0].partition("=")[0] not in known:
+        name, eq, rest = words[0].partition("=")
+        if not eq or not name.replace("-", "").replace("_", "").isalnum():
+            raise InvalidInputError(f"--tabby-arm {text!r}: {words[0]!r} is neither NAME= nor "
+                                    "a draft setting.",
+                                    f"Write [NAME=]key=value ...; keys: {', '.join(known)}.")
+        words = [rest, *words[1:]] if rest else words[1:]
+    settings = []
+    for word in words:
+        key, eq, value = word.partition("=")
+        if not eq or key not in known:
+            raise InvalidInputError(f"--tabby-arm {text!r}: {word!r} is not key=value with a "
+                                    "draft_model key.", f"Keys: {', '.join(known)}.")
+        settings.append((key, normalize(setting(DRAFT, key), value, backend)))
+    return name, tuple(settings)
+
+
+def launched_tabby_arms(folder: str | Path, texts, python: str | Path | None = None,
+                        api_key_env: str | None = None):
+    """Arms that each start TabbyAPI from ``folder`` with their own draft settings: A without
+    a draft (whatever config.yml says), then one per "[NAME=]key=value ..." in ``texts``."""
+    from specdeck.core.bench.plan import Arm, arm_letter
+    from specdeck.core.config.document import ConfigDocument
+    from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec
+    from specdeck.core.servers.arms import ServerArm
+    from specdeck.core.servers.kinds import ServerKind
+
+    folder = Path(folder)
+    config = folder / "config.yml"
+    doc = ConfigDocument.from_file(config) if config.is_file() else None
+    main = doc is not None and (doc.is_tabby_main() or doc.declared_backend() == "exllamav3")
+    backend = None if doc is None else doc.backend_hint()
+    run_with = python_for(folder, python)
+
+    def arm(name: str, settings) -> Arm:
+        values = dict(settings)
+        off = values.get("draft_mode") == "disabled" or values.get("draft_model_name") == ""
+        drafter = NO_DRAFT if off or not settings else DrafterSpec(
+            DrafterKind.SERVER, num_draft_tokens=int(values.get("draft_num_tokens") or 4),
+            adaptive=bool(values.get("dynamic_draft")))
+        return Arm(name, drafter, ServerArm(kind=ServerKind.TABBYAPI, api_key_env=api_key_env,
+                                            tabby_launch=TabbyLaunch(str(folder), run_with,
+                                                                     settings)))
+
+    arms = [arm("A", no_draft(main))]
+    for text in texts:
+        name, settings = parse_arm(text, arm_letter(len(arms)), backend)
+        if not settings:
+            raise InvalidInputError(f"--tabby-arm {text!r} sets nothing.",
+                                    "Give its draft settings, e.g. draft_mode=ngram.")
+        arms.append(arm(name, settings))
+    if len({a.name for a in arms}) != len(arms):
+        raise InvalidInputError("Two TabbyAPI arms have the same name.")
+    return tuple(arms)
+
+
+def plan_apply_settings(settings, config_path: str | Path):
+    """The config editor's change writing a winning arm's draft settings into config.yml
+    (only those keys change; core.config keeps every other byte)."""
+    from specdeck.core import config
+    from specdeck.core.config.schema import DRAFT
+
+    doc = config.load(config_path)
+    return config.plan_change(doc, {(DRAFT, key): value for key, value in settings})
+
+
+def memory_needed(launch: TabbyLaunch) -> int:
+    """What one started TabbyAPI of this arm holds, at least: the target's and its draft's
+    weights (their safetensors files; the cache comes on top, so ``servers_that_fit`` keeps
+    its margin). Two that do not fit side by side are started one at a time."""
+    from specdeck.core.config.document import ConfigDocument
+    from specdeck.core.config.schema import DRAFT
+
+    try:
+        doc = ConfigDocument.from_file(launch.config)
+    except SpecDeckError:
+        return 0
+    total = 0
+    target = doc.target_model_path()
+    draft_name = dict(launch.draft).get("draft_model_name", doc.raw(DRAFT, "draft_model_name"))
+    folders = [target] if target is not None else []
+    if draft_name and dict(launch.draft).get("draft_mode", "model") == "model":
+        folders.append(doc.resolve_dir(DRAFT, "draft_model_dir") / str(draft_name))
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            total += sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    return total

@@ -211,3 +211,58 @@ def test_an_ab_of_draft_modes_on_tabbyapis_it_starts(tmp_path, monkeypatch):
             if _line.startswith("Loaded")} == {"Loaded Qwen2.5-7B-exl3 with none",
                                                  "Loaded Qwen2.5-7B-exl3 with ngram:2:4"}
     assert (folder / "config.yml").read_bytes() == before
+
+
+def _bench(folder: Path, *arms: str, extra=(), env=None):
+    import os
+    import subprocess
+
+    cmd = [sys.executable, "-m", "specdeck", "bench", "--tabby-folder", str(folder),
+           "--tabby-python", sys.executable, *(a for arm in arms for a in ("--tabby-arm", arm)),
+           "--suite", "code", "--max-prompts", "2", "--repeats", "2", "--warmup", "0",
+           "--max-new", "24", "--no-history", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+
+
+def test_bench_compares_draft_modes_and_applies_the_winner_into_config_yml(tmp_path,
+                                                                          specdeck_home):
+    """`specdeck bench --tabby-folder` end to end: the n-gram arm (made faster by the test)
+    wins, and --apply writes its two settings, and nothing else, into config.yml."""
+    import difflib
+    import json
+
+    folder = tabby_install(tmp_path / "tabbyAPI", "main", draft=None)
+    (folder / "api_tokens.yml").write_text("api_key: tabby-api-key\nadmin_key: tabby-admin-key\n")
+    before = (folder / "config.yml").read_text()
+    done = _bench(folder, "B=draft_mode=ngram draft_num_tokens=4",
+                  extra=("--apply", "--yes", "--json", "-"),
+                  env={"SPECDECK_STANDIN_STEPS": json.dumps({"none": 0.006, "ngram:2:4": 0.003}),
+                       "SPECDECK_HOME": str(specdeck_home)})
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    speedup = next(c for c in data["summary"]["comparisons"] if c["arm"] == "B")["speedup"]
+    assert speedup["median"] > 1.3
+    after = (folder / "config.yml").read_text()
+    changed = [ln for ln in difflib.unified_diff(before.splitlines(), after.splitlines(),
+                                                 lineterm="", n=0)
+               if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+    assert sorted(changed) == sorted(["-  draft_mode: model", "+  draft_mode: ngram",
+                                      "-  draft_num_tokens:", "+  draft_num_tokens: 4"]), changed
+    assert (folder / "config.yml.bak").read_text() == before
+    assert "tabby-api-key" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(("arm", "says"), [
+    ("B=draft_mode=eagle", "draft_mode"),
+    ("B=draft_tokens=4", "not key=value with a draft_model key"),
+    ("B=", "sets nothing"),
+    ("B", "neither NAME= nor a draft setting"),
+])
+def test_bench_refuses_arms_tabbyapi_would_refuse_before_starting_anything(tmp_path, arm, says,
+                                                                         specdeck_home):
+    folder = tabby_install(tmp_path / "tabbyAPI", "main")
+    done = _bench(folder, arm, env={"SPECDECK_HOME": str(specdeck_home)})
+    assert done.returncode == 2
+    assert says in done.stderr
+    assert not any((tmp_path / "tabbyAPI").glob("*.log"))
