@@ -236,13 +236,15 @@ def test_bench_compares_draft_modes_and_applies_the_winner_into_config_yml(tmp_p
     (folder / "api_tokens.yml").write_text("api_key: tabby-api-key\nadmin_key: tabby-admin-key\n")
     before = (folder / "config.yml").read_text()
     done = _bench(folder, "B=draft_mode=ngram draft_num_tokens=4",
+                  "C=draft_model_name=Qwen2.5-0.5B-exl3 draft_num_tokens=3",
                   extra=("--apply", "--yes", "--json", "-"),
-                  env={"SPECDECK_STANDIN_STEPS": json.dumps({"none": 0.006, "ngram:2:4": 0.003}),
+                  env={"SPECDECK_STANDIN_STEPS": json.dumps({
+                      "none": 0.006, "ngram:2:4": 0.003, "model:Qwen2.5-0.5B-exl3:3": 0.0045}),
                        "SPECDECK_HOME": str(specdeck_home)})
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
-    speedup = next(c for c in data["summary"]["comparisons"] if c["arm"] == "B")["speedup"]
-    assert speedup["median"] > 1.3
+    speedups = {c["arm"]: c["speedup"]["median"] for c in data["summary"]["comparisons"]}
+    assert speedups["B"] > speedups["C"] > 1.1  # no draft vs n-gram vs a draft model
     after = (folder / "config.yml").read_text()
     changed = [ln for ln in difflib.unified_diff(before.splitlines(), after.splitlines(),
                                                  lineterm="", n=0)
