@@ -41,6 +41,9 @@ if str(HERE) not in sys.path:
 
 from tabby_standin import TabbyHandler  # noqa: E402
 
+FIXTURES = Path(os.environ.get("SPECDECK_FIXTURES", HERE / "data" / "fixtures"))
+SAMPLES = {"exl2-checkpoint": "config_sample.exl2-checkpoint.yml",
+           "main": "config_sample.f1f2c85.yml"}
 SECTIONS = ("network", "logging", "model", "draft_model", "sampling", "developer", "embeddings",
             "lora", "memory")
 
@@ -160,3 +163,33 @@ def main(branch: str = "main") -> None:
     print(f"Uvicorn running on http://{host}:{port}", flush=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     threading.Event().wait()
+
+
+def make_install(root: Path, branch: str = "main", draft: str | None = "Qwen2.5-0.5B-exl3",
+                  legacy: bool = False) -> Path:
+    """A TabbyAPI folder: main.py starting the stand-in, the branch's real config sample as
+    config.yml naming a model (and a draft), and the model folders."""
+    root.mkdir()
+    (root / "main.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(HERE)!r})\nfrom tabby_app import main\n"
+        f"main({branch!r})\n", encoding="utf-8")
+    text = (FIXTURES / "tabbyapi" / SAMPLES[branch]).read_text(encoding="utf-8")
+    text = text.replace("  model_name:\n", "  model_name: Qwen2.5-7B-exl3\n", 1)
+    if draft:
+        text = text.replace("  draft_model_name:\n", f"  draft_model_name: {draft}\n", 1)
+    if legacy:  # the draft section nested as model.draft, as files before 2024-09 had it
+        lines, inside = [], False
+        for line in text.splitlines(keepends=True):
+            if line.startswith("draft_model:"):
+                inside, line = True, "  draft:\n"
+            elif inside and line[:1].isalpha():
+                inside = False
+            elif inside and line.strip():
+                line = "  " + line
+            lines.append(line)
+        text = "".join(lines)
+    (root / "config.yml").write_text(text, encoding="utf-8")
+    for name in ("Qwen2.5-7B-exl3", "Qwen2.5-0.5B-exl3"):
+        (root / "models" / name).mkdir(parents=True)
+        (root / "models" / name / "config.json").write_text("{}", encoding="utf-8")
+    return root

@@ -173,6 +173,13 @@ def describe(arm) -> str:
     try:
         from specdeck.core.servers.llama_server import drafting_flags, shown_command
 
+        if server.tabby_launch is not None:
+            from specdeck.core.servers.tabby_launch import check_folder
+
+            check_folder(server.tabby_launch)
+            settings = ", ".join(f"{k}: {v!r}" if v == "" else f"{k}: {v}"
+                                 for k, v in server.tabby_launch.draft)
+            return f"{arm.name}: starts TabbyAPI with {settings or 'its config.yml'}; folder ok"
         if server.launch is not None:
             from specdeck.core.servers.llama_server import binary_help, check_args
 

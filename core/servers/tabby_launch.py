@@ -109,6 +109,7 @@ def no_draft(main_branch: bool) -> tuple[tuple[str, Any], ...]:
 def check_folder(launch: TabbyLaunch) -> None:
     """Refuse what TabbyAPI could not start, or would start by rewriting the user's file."""
     from specdeck.core.config.document import ConfigDocument, Layout
+    from specdeck.core.config.schema import DRAFT
 
     folder = Path(launch.folder)
     if not (folder / "main.py").is_file():
@@ -118,13 +119,25 @@ def check_folder(launch: TabbyLaunch) -> None:
         raise NotFoundError(f"{launch.python} does not exist.",
                             "Give the Python of TabbyAPI's venv (its folder's venv/bin/python "
                             "after start.sh).")
-    if launch.config.is_file():
-        doc = ConfigDocument.from_file(launch.config)
-        if doc.layout is Layout.LEGACY_NESTED:
-            raise InvalidInputError(
-                f"{launch.config} has the legacy layout (model.draft): TabbyAPI rewrites such "
-                "a file every time it starts, so SpecDeck will not start it there.",
-                f"Migrate it first: specdeck config migrate {launch.config}")
+    if not launch.config.is_file():
+        return
+    doc = ConfigDocument.from_file(launch.config)
+    if doc.layout is Layout.LEGACY_NESTED:
+        raise InvalidInputError(
+            f"{launch.config} has the legacy layout (model.draft): TabbyAPI rewrites such "
+            "a file every time it starts, so SpecDeck will not start it there.",
+            f"Migrate it first: specdeck config migrate {launch.config}")
+    settings = dict(launch.draft)
+    draft = settings.get("draft_model_name", doc.raw(DRAFT, "draft_model_name"))
+    folders = [("model", doc.target_model_path(), "model_name")]
+    if draft and settings.get("draft_mode", doc.raw(DRAFT, "draft_mode") or "model") == "model":
+        folders.append(("draft model", doc.resolve_dir(DRAFT, "draft_model_dir") / str(draft),
+                        "draft_model_name"))
+    for what, path, key in folders:
+        if path is not None and not path.is_dir():
+            raise NotFoundError(f"TabbyAPI would not start: the {what} folder {path} does not "
+                                "exist.", f"Check {key} (and its folder setting) in "
+                                f"{launch.config}, or the arm's settings.")
 
 
 def arm_config(launch: TabbyLaunch, port: int) -> str:
@@ -275,40 +288,60 @@ def parse_arm(text: str, default_name: str, backend: str | None
     return name, tuple(settings)
 
 
-def launched_tabby_arms(folder: str | Path, texts, python: str | Path | None = None,
-                        api_key_env: str | None = None):
-    """Arms that each start TabbyAPI from ``folder`` with their own draft settings: A without
-    a draft (whatever config.yml says), then one per "[NAME=]key=value ..." in ``texts``."""
-    from specdeck.core.bench.plan import Arm, arm_letter
+def _install(folder: Path) -> tuple[bool, str | None]:
+    """(TabbyAPI main?, the backend its config.yml implies) for the install in ``folder``."""
     from specdeck.core.config.document import ConfigDocument
+
+    config = folder / "config.yml"
+    doc = ConfigDocument.from_file(config) if config.is_file() else None
+    if doc is None:
+        return False, None
+    return doc.is_tabby_main() or doc.declared_backend() == "exllamav3", doc.backend_hint()
+
+
+def launched_tabby_arm(name: str, folder: str | Path, text: str = "",
+                       python: str | Path | None = None, api_key_env: str | None = None,
+                       reference: bool = False):
+    """An arm that starts TabbyAPI from ``folder`` with the draft settings ``text`` ("key=value
+    ...", as --tabby-arm takes them); the reference runs without a draft whatever config.yml
+    says."""
+    from specdeck.core.bench.plan import Arm
     from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec
     from specdeck.core.servers.arms import ServerArm
     from specdeck.core.servers.kinds import ServerKind
 
     folder = Path(folder)
-    config = folder / "config.yml"
-    doc = ConfigDocument.from_file(config) if config.is_file() else None
-    main = doc is not None and (doc.is_tabby_main() or doc.declared_backend() == "exllamav3")
-    backend = None if doc is None else doc.backend_hint()
-    run_with = python_for(folder, python)
-
-    def arm(name: str, settings) -> Arm:
-        values = dict(settings)
-        off = values.get("draft_mode") == "disabled" or values.get("draft_model_name") == ""
-        drafter = NO_DRAFT if off or not settings else DrafterSpec(
-            DrafterKind.SERVER, num_draft_tokens=int(values.get("draft_num_tokens") or 4),
-            adaptive=bool(values.get("dynamic_draft")))
-        return Arm(name, drafter, ServerArm(kind=ServerKind.TABBYAPI, api_key_env=api_key_env,
-                                            tabby_launch=TabbyLaunch(str(folder), run_with,
-                                                                     settings)))
-
-    arms = [arm("A", no_draft(main))]
-    for text in texts:
-        name, settings = parse_arm(text, arm_letter(len(arms)), backend)
+    main, backend = _install(folder)
+    if reference:
+        settings = no_draft(main)
+    else:
+        name, settings = parse_arm(f"{name}={text}", name, backend)
         if not settings:
-            raise InvalidInputError(f"--tabby-arm {text!r} sets nothing.",
+            raise InvalidInputError(f"TabbyAPI arm {name} sets nothing.",
                                     "Give its draft settings, e.g. draft_mode=ngram.")
-        arms.append(arm(name, settings))
+    values = dict(settings)
+    off = values.get("draft_mode") == "disabled" or values.get("draft_model_name") == ""
+    drafter = NO_DRAFT if off else DrafterSpec(
+        DrafterKind.SERVER, num_draft_tokens=int(values.get("draft_num_tokens") or 4),
+        adaptive=bool(values.get("dynamic_draft")))
+    return Arm(name, drafter, ServerArm(kind=ServerKind.TABBYAPI, api_key_env=api_key_env,
+                                        tabby_launch=TabbyLaunch(str(folder),
+                                                                 python_for(folder, python),
+                                                                 settings)))
+
+
+def launched_tabby_arms(folder: str | Path, texts, python: str | Path | None = None,
+                        api_key_env: str | None = None):
+    """Arms that each start TabbyAPI from ``folder`` with their own draft settings: A without
+    a draft (whatever config.yml says), then one per "[NAME=]key=value ..." in ``texts``."""
+    from specdeck.core.bench.plan import arm_letter
+
+    arms = [launched_tabby_arm("A", folder, python=python, api_key_env=api_key_env,
+                               reference=True)]
+    for text in texts:
+        name, _ = parse_arm(text, arm_letter(len(arms)), None)
+        settings = text.split("=", 1)[1] if text.startswith(f"{name}=") else text
+        arms.append(launched_tabby_arm(name, folder, settings, python, api_key_env))
     if len({a.name for a in arms}) != len(arms):
         raise InvalidInputError("Two TabbyAPI arms have the same name.")
     return tuple(arms)

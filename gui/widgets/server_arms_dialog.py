@@ -1,5 +1,6 @@
-"""The arms of a server A/B, one row each: a running server (URL, model, key variable) or a
-llama-server SpecDeck launches (its flags), with the launch settings those rows share.
+"""The arms of a server A/B, one row each: a running server (URL, model, key variable), a
+llama-server SpecDeck launches (its flags) or a TabbyAPI SpecDeck starts (its draft settings),
+with the launch settings those rows share.
 
 The dialog only edits: the arms are built by core.servers.arms (as the CLI builds them), and
 Check runs core.servers.arms.describe in a worker (probing a server or reading a binary's
@@ -32,12 +33,12 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
 from specdeck.core.errors import InvalidInputError, SpecDeckError
 
 RUNNING = "Running server"
 LAUNCH = "Launch llama-server"
-COLUMNS = ("Name", "Arm", "URL or llama-server flags", "Model", "LM Studio draft",
+TABBY = "Start TabbyAPI"
+COLUMNS = ("Name", "Arm", "URL, flags or draft settings", "Model", "LM Studio draft",
            "Key variable", "Found")
 NAME, SOURCE, WHERE, MODEL, DRAFT, KEY, FOUND = range(len(COLUMNS))
 
@@ -50,6 +51,10 @@ class LaunchSettings:
     gguf: str = ""
     common: str = ""
     """Flags for every launched arm, as typed (split like a shell does)."""
+    tabby_folder: str = ""
+    """The TabbyAPI install started for TabbyAPI arms."""
+    tabby_python: str = ""
+    """Its Python (blank: the install's venv)."""
 
 
 class ServerArmsDialog(QDialog):
@@ -83,7 +88,9 @@ class ServerArmsDialog(QDialog):
             "name each request carries (a llama-server router or llama-swap switches by it). "
             "Draft: the draft model an LM Studio arm's requests name (LM Studio loads it). "
             "Key variable: the environment variable holding the server's API key (default "
-            "SPECDECK_SERVER_API_KEY, or the keyring); the key itself is never stored.")
+            "SPECDECK_SERVER_API_KEY, or the keyring); the key itself is never stored. "
+            "Start TabbyAPI rows: the arm's draft_model settings as key=value (e.g. "
+            "draft_mode=ngram draft_num_tokens=4); the first row runs without a draft.")
         add = QPushButton("Add arm")
         add.clicked.connect(lambda: self.add_row())
         remove = QPushButton("Remove")
@@ -114,6 +121,16 @@ class ServerArmsDialog(QDialog):
         form.addRow("Model", _with_browse(self.gguf, "Choose the target GGUF", "GGUF (*.gguf)"))
         form.addRow("Flags", self.common)
         form.addRow("", self.one_at_a_time)
+        self.tabby_box = QGroupBox("TabbyAPI arms start")
+        tabby_form = QFormLayout(self.tabby_box)
+        self.tabby_folder = QLineEdit(launch.tabby_folder)
+        self.tabby_folder.setPlaceholderText("your TabbyAPI folder (main.py, config.yml); its "
+                                             "config.yml is copied per arm, never written")
+        self.tabby_python = QLineEdit(launch.tabby_python)
+        self.tabby_python.setPlaceholderText("blank: the folder's venv/bin/python")
+        tabby_form.addRow("TabbyAPI", _with_browse(self.tabby_folder, "Choose TabbyAPI's folder",
+                                                   None))
+        tabby_form.addRow("Python", self.tabby_python)
 
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok
                                    | QDialogButtonBox.StandardButton.Cancel)
@@ -124,6 +141,7 @@ class ServerArmsDialog(QDialog):
         layout.addWidget(self.table, 1)
         layout.addLayout(rows)
         layout.addWidget(self.launch_box)
+        layout.addWidget(self.tabby_box)
         layout.addWidget(buttons)
         self.resize(1120, 440)
         for arm in arms:
@@ -141,7 +159,7 @@ class ServerArmsDialog(QDialog):
         row = self.table.rowCount()
         self.table.insertRow(row)
         combo = QComboBox()
-        combo.addItems([RUNNING, LAUNCH])
+        combo.addItems([RUNNING, LAUNCH, TABBY])
         combo.setCurrentText(source)
         combo.currentTextChanged.connect(lambda *_: self._sync_launch_box())
         self.table.setCellWidget(row, SOURCE, combo)
@@ -157,7 +175,12 @@ class ServerArmsDialog(QDialog):
 
     def _add_arm(self, arm, launch: LaunchSettings) -> None:
         server = arm.server
-        if server.launch is not None:
+        if server.tabby_launch is not None:
+            settings = dict(server.tabby_launch.draft)
+            reference = not self.table.rowCount()
+            self.add_row(arm.name, TABBY, "" if reference else " ".join(
+                f"{k}={v}" for k, v in settings.items()), key=server.api_key_env or "")
+        elif server.launch is not None:
             common = tuple(shlex.split(launch.common)) if launch.common else ()
             own = server.launch.args[len(common):] if server.launch.args[:len(common)] == common \
                 else server.launch.args
@@ -179,13 +202,15 @@ class ServerArmsDialog(QDialog):
         return self.table.cellWidget(row, SOURCE).currentText()
 
     def _sync_launch_box(self) -> None:
-        self.launch_box.setEnabled(any(self._source(r) == LAUNCH
-                                       for r in range(self.table.rowCount())))
+        sources = {self._source(r) for r in range(self.table.rowCount())}
+        self.launch_box.setEnabled(LAUNCH in sources)
+        self.tabby_box.setEnabled(TABBY in sources)
 
     # results -----------------------------------------------------------------------------
     def launch_settings(self) -> LaunchSettings:
         return LaunchSettings(self.binary.text().strip(), self.gguf.text().strip(),
-                              self.common.text().strip())
+                              self.common.text().strip(), self.tabby_folder.text().strip(),
+                              self.tabby_python.text().strip())
 
     def arms(self) -> tuple:
         """The arms the rows describe, built as the CLI builds them."""
@@ -198,7 +223,15 @@ class ServerArmsDialog(QDialog):
             where = self._text(row, WHERE)
             if not name:
                 raise InvalidInputError(f"Row {row + 1} has no name.", "Name every arm (A, B, ...).")
-            if self._source(row) == LAUNCH:
+            if self._source(row) == TABBY:
+                from specdeck.core.servers.tabby_launch import launched_tabby_arm
+
+                if not launch.tabby_folder:
+                    raise InvalidInputError(f"Arm {name} starts TabbyAPI: give its folder below.")
+                arms.append(launched_tabby_arm(
+                    name, launch.tabby_folder, where, launch.tabby_python or None,
+                    self._text(row, KEY) or None, reference=not arms))
+            elif self._source(row) == LAUNCH:
                 if not launch.binary or not launch.gguf:
                     raise InvalidInputError(f"Arm {name} launches a llama-server: give the "
                                             "binary and the model below.")
@@ -260,7 +293,8 @@ def _describe_all(arms) -> list[str]:
     return [describe(arm) for arm in arms]
 
 
-def _with_browse(line: QLineEdit, title: str, pattern: str) -> QWidget:
+def _with_browse(line: QLineEdit, title: str, pattern: str | None) -> QWidget:
+    """``line`` with a browse button: a file matching ``pattern``, or a folder when None."""
     box = QWidget()
     row = QHBoxLayout(box)
     row.setContentsMargins(0, 0, 0, 0)
@@ -269,7 +303,10 @@ def _with_browse(line: QLineEdit, title: str, pattern: str) -> QWidget:
     button.setText("…")
 
     def browse() -> None:
-        path, _ = QFileDialog.getOpenFileName(box, title, line.text(), pattern)
+        if pattern is None:
+            path = QFileDialog.getExistingDirectory(box, title, line.text())
+        else:
+            path, _ = QFileDialog.getOpenFileName(box, title, line.text(), pattern)
         if path:
             line.setText(path)
 

@@ -10,44 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
 from specdeck.core.errors import InvalidInputError, NotFoundError
 from specdeck.core.servers.tabby_launch import ManagedTabby, TabbyLaunch, arm_config, no_draft
 from specdeck.core.servers.transport import Base, ServerError, request_json
-
-TESTS = Path(__file__).resolve().parents[1]
-SAMPLES = {"exl2-checkpoint": "config_sample.exl2-checkpoint.yml",
-           "main": "config_sample.f1f2c85.yml"}
-
-
-def tabby_install(root: Path, branch: str = "main", draft: str | None = "Qwen2.5-0.5B-exl3",
-                  legacy: bool = False) -> Path:
-    """A TabbyAPI folder: main.py starting the stand-in, the branch's real config sample as
-    config.yml naming a model (and a draft), and the model folders."""
-    root.mkdir()
-    (root / "main.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom tabby_app import main\n"
-        f"main({branch!r})\n", encoding="utf-8")
-    text = (FIXTURES / "tabbyapi" / SAMPLES[branch]).read_text(encoding="utf-8")
-    text = text.replace("  model_name:\n", "  model_name: Qwen2.5-7B-exl3\n", 1)
-    if draft:
-        text = text.replace("  draft_model_name:\n", f"  draft_model_name: {draft}\n", 1)
-    if legacy:  # the draft section nested as model.draft, as files before 2024-09 had it
-        lines, inside = [], False
-        for line in text.splitlines(keepends=True):
-            if line.startswith("draft_model:"):
-                inside, line = True, "  draft:\n"
-            elif inside and line[:1].isalpha():
-                inside = False
-            elif inside and line.strip():
-                line = "  " + line
-            lines.append(line)
-        text = "".join(lines)
-    (root / "config.yml").write_text(text, encoding="utf-8")
-    for name in ("Qwen2.5-7B-exl3", "Qwen2.5-0.5B-exl3"):
-        (root / "models" / name).mkdir(parents=True)
-        (root / "models" / name / "config.json").write_text("{}", encoding="utf-8")
-    return root
+from tabby_app import make_install as tabby_install
 
 
 @pytest.fixture
