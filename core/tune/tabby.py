@@ -52,12 +52,41 @@ class TabbySetup:
     """config.yml's draft_num_tokens (None: TabbyAPI's default)."""
     api_key_env: str | None = None
     admin_key_env: str | None = None
+    python: str | None = None
+    """Set when SpecDeck starts this TabbyAPI itself (its install is config.yml's folder):
+    then the draft mode and k can be searched too. None: a running TabbyAPI at ``url``,
+    switched by reloading through its admin API."""
+    draft_mode: str | None = None
+    """config.yml's draft_mode (main), None when unset."""
 
     kind = "tabbyapi"
 
     @property
+    def managed(self) -> bool:
+        return self.python is not None
+
+    @property
     def where(self) -> str:
+        if self.managed:
+            return f"TabbyAPI in {self.config.parent} (started by SpecDeck)"
         return f"TabbyAPI at {self.url} ({self.config})"
+
+    @property
+    def facts(self):
+        """The target as its folder describes it (core.tune.setup.TargetFacts); zeros where
+        the folder is not on this machine."""
+        from specdeck.core.tune.setup import TargetFacts
+
+        if self.model_folder is not None:
+            try:
+                from specdeck.core.models import read_model
+
+                info = read_model(self.model_folder)
+                return TargetFacts(self.model_name, info.arch.model_type, info.arch.num_layers,
+                                   info.context_length, weight_bytes(self.model_folder))
+            except SpecDeckError:
+                pass
+        return TargetFacts(self.model_name, "unknown", 0, 0, 0)
 
     @property
     def weights_format(self) -> str:
@@ -65,7 +94,16 @@ class TabbySetup:
 
     @property
     def drafting(self) -> tuple[str, ...]:
-        return () if not self.current_draft else (f"draft_model_name: {self.current_draft}",)
+        """How config.yml has TabbyAPI draft now, as "key: value" (empty: it does not)."""
+        if self.main_branch and self.draft_mode in ("ngram", "mtp"):
+            shown = [f"draft_mode: {self.draft_mode}"]
+        elif self.current_draft and (not self.main_branch or self.draft_mode in (None, "model")):
+            shown = [f"draft_model_name: {self.current_draft}"]
+        else:
+            return ()
+        if self.draft_tokens and self.main_branch:
+            shown.append(f"draft_num_tokens: {self.draft_tokens}")
+        return tuple(shown)
 
 
 def read_setup(url: str, config_path: str | Path, api_key_env: str | None = None,
@@ -73,7 +111,7 @@ def read_setup(url: str, config_path: str | Path, api_key_env: str | None = None
     """The TabbyAPI at ``url`` and its ``config_path``: what it holds and where its drafts
     are. A server that holds no model and a file that names none is refused."""
     from specdeck.core.config.document import ConfigDocument
-    from specdeck.core.config.schema import DRAFT, MODEL
+    from specdeck.core.config.schema import MODEL
     from specdeck.core.servers.arms import ServerArm
     from specdeck.core.servers.kinds import ServerKind
     from specdeck.core.servers.tabby_reload import loaded_state
@@ -88,16 +126,44 @@ def read_setup(url: str, config_path: str | Path, api_key_env: str | None = None
                                 "(model_name).",
                                 "Load the model you want tuned, or set model_name in "
                                 "config.yml.")
-    folder = doc.resolve_dir(MODEL, "model_dir") / str(name)
+    return _from_doc(doc, str(name), url=url, api_key_env=api_key_env,
+                     admin_key_env=admin_key_env)
+
+
+def read_install(folder: str | Path, python: str | Path | None = None,
+                 api_key_env: str | None = None) -> TabbySetup:
+    """A TabbyAPI install that SpecDeck starts itself for each setting (core.servers.
+    tabby_launch): its config.yml names the model; nothing needs to be running."""
+    from specdeck.core.config.document import ConfigDocument
+    from specdeck.core.config.schema import MODEL
+    from specdeck.core.servers.tabby_launch import TabbyLaunch, check_folder, python_for
+
+    folder = Path(folder)
+    run_with = python_for(folder, python)
+    check_folder(TabbyLaunch(str(folder), run_with))
+    doc = ConfigDocument.from_file(folder / "config.yml")
+    name = doc.raw(MODEL, "model_name")
+    if not name:
+        raise InvalidInputError(f"{doc.path} names no model (model_name): SpecDeck starts "
+                                "TabbyAPI with the model config.yml names.",
+                                "Set model_name in config.yml.")
+    return _from_doc(doc, str(name), url="", api_key_env=api_key_env, python=run_with)
+
+
+def _from_doc(doc, name: str, **where) -> TabbySetup:
+    from specdeck.core.config.schema import DRAFT, MODEL
+
+    folder = doc.resolve_dir(MODEL, "model_dir") / name
     tokens = doc.raw(DRAFT, "draft_num_tokens")
+    mode = doc.raw(DRAFT, "draft_mode")
     return TabbySetup(
-        url=url, config=doc.path, fingerprint=doc.disk_fingerprint, model_name=str(name),
+        config=doc.path, fingerprint=doc.disk_fingerprint, model_name=name,
         model_folder=folder if (folder / "config.json").is_file() else None,
         draft_dir=doc.resolve_dir(DRAFT, "draft_model_dir"),
         current_draft=str(doc.raw(DRAFT, "draft_model_name") or "") or None,
         main_branch=doc.is_tabby_main() or doc.declared_backend() == "exllamav3",
         draft_tokens=tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None,
-        api_key_env=api_key_env, admin_key_env=admin_key_env)
+        draft_mode=str(mode) if mode else None, **where)
 
 
 @dataclass(frozen=True)
@@ -186,3 +252,111 @@ def arm(setup: TabbySetup, name: str, draft: str | None):
         DrafterKind.SERVER, num_draft_tokens=setup.draft_tokens or 4, adaptive=False)
     return Arm(name, drafter, ServerArm(url=setup.url, kind=ServerKind.TABBYAPI,
                                         api_key_env=setup.api_key_env, tabby=load))
+
+
+K_VALUES = (2, 4, 8)
+"""draft_num_tokens tried on TabbyAPI main (ExLlamaV3); exllamav2 always drafts 4."""
+MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+"""config.json keys that say a model carries multi-token-prediction layers."""
+
+
+def mtp_layers(folder: Path | None) -> int:
+    from specdeck.core.models import read_json
+
+    if folder is None:
+        return 0
+    try:
+        config = read_json(folder / "config.json")
+    except SpecDeckError:
+        return 0
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    for key in MTP_KEYS:
+        value = text.get(key, config.get(key))
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
+
+
+def find(setup: TabbySetup, cancel: threading.Event | None = None):
+    """Every way this TabbyAPI can draft (core.tune.candidates.Candidates): the draft models
+    of its draft_model_dir, and on main, when SpecDeck starts it, n-gram and MTP."""
+    from specdeck.core.tune.candidates import Candidate, Candidates
+
+    drafts, refused = draft_candidates(setup, cancel)
+    found = [Candidate("model", d.folder, d.weight_bytes) for d in drafts]
+    skipped = list(refused)
+    if not drafts:
+        skipped.append(NotTried("model", f"no draft model in {setup.draft_dir} passes the checks"))
+    if setup.main_branch:
+        layers = mtp_layers(setup.model_folder)
+        modes = [("ngram", None)] + ([("mtp", f"{layers} MTP layer(s)")] if layers else [])
+        for mode, note in modes:
+            if setup.managed:
+                found.append(Candidate(mode, notes=(note,) if note else ()))
+            else:
+                skipped.append(NotTried(mode, "TabbyAPI reads draft_mode when it starts: give "
+                                              "its folder (--tabby-folder) so SpecDeck starts "
+                                              "it for each setting"))
+        if not layers:
+            skipped.append(NotTried("mtp", "the target has no MTP layers"))
+    return Candidates(tuple(found), tuple(skipped))
+
+
+def _launch(setup: TabbySetup, settings):
+    from specdeck.core.servers.tabby_launch import TabbyLaunch
+
+    return TabbyLaunch(str(setup.config.parent), str(setup.python), tuple(settings))
+
+
+def _arm(setup: TabbySetup, name: str, settings, drafts: bool, k: int | None = None):
+    from specdeck.core.bench.plan import Arm
+    from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec
+    from specdeck.core.servers.arms import ServerArm
+    from specdeck.core.servers.kinds import ServerKind
+
+    drafter = DrafterSpec(DrafterKind.SERVER, num_draft_tokens=k or setup.draft_tokens or 4,
+                          adaptive=False) if drafts else NO_DRAFT
+    return Arm(name, drafter, ServerArm(kind=ServerKind.TABBYAPI, api_key_env=setup.api_key_env,
+                                        tabby_launch=_launch(setup, settings)))
+
+
+def reference_arm(setup: TabbySetup, name: str = "A"):
+    """No drafting, whatever config.yml says."""
+    from specdeck.core.servers.tabby_launch import no_draft
+
+    if not setup.managed:
+        return arm(setup, name, None)
+    return _arm(setup, name, no_draft(setup.main_branch), drafts=False)
+
+
+def current_arm(setup: TabbySetup, name: str):
+    """The user's setting as config.yml has it (None when it does not draft)."""
+    if not setup.drafting:
+        return None
+    if not setup.managed:
+        return arm(setup, name, setup.current_draft)
+    return _arm(setup, name, (), drafts=True)  # the copy changes nothing: config.yml's own
+
+
+def settings_of(candidate, k: int | None, main_branch: bool) -> tuple[tuple[str, object], ...]:
+    """The draft_model keys that make TabbyAPI draft as ``candidate`` at ``k``."""
+    if not main_branch:
+        return (("draft_model_name", candidate.draft.name),)
+    out: tuple = (("draft_mode", candidate.spec_type),)
+    if candidate.draft is not None:
+        out += (("draft_model_name", candidate.draft.name),)
+    return out + ((("draft_num_tokens", k),) if k else ())
+
+
+def cells(setup: TabbySetup, candidate, prefix: str):
+    """One grid cell per k for a TabbyAPI SpecDeck starts (k is config-only: one cell, at
+    config.yml's k, for a running one, and on exl2-checkpoint, which always drafts 4)."""
+    from specdeck.core.bench.grid import Cell
+
+    if not setup.managed:
+        return [Cell(arm(setup, prefix + "reload", candidate.draft.name), candidate.label)]
+    values = K_VALUES if setup.main_branch else (None,)
+    return [Cell(_arm(setup, prefix + (str(k) if k else "default"),
+                      settings_of(candidate, k, setup.main_branch), drafts=True, k=k),
+                 candidate.label + (f" k={k}" if k else ""), (("k", str(k)),) if k else ())
+            for k in values]

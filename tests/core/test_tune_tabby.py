@@ -135,3 +135,51 @@ def test_a_draft_folder_that_is_missing_says_which_setting_to_fix(tmp_path, tabb
     with pytest.raises(Exception, match="no-such-dir") as caught:
         tabby.draft_candidates(tabby.read_setup(url, config))
     assert "draft_model_dir" in caught.value.fix
+
+
+def _managed(tmp_path, branch: str, draft: str | None = None):
+    import sys
+
+    config = tabby_folder(tmp_path / "tabbyAPI", branch, draft=draft)
+    (config.parent / "main.py").write_text("# TabbyAPI\n")
+    return tabby.read_install(config.parent, sys.executable)
+
+
+def test_a_tabbyapi_it_starts_searches_draft_modes_and_k_on_main(tmp_path):
+    setup = _managed(tmp_path, "main")
+    assert setup.managed and setup.main_branch and setup.drafting == ()
+    found = tabby.find(setup)
+    assert [c.label for c in found.found] == [f"model {DRAFT}", "ngram"]
+    assert any(n.what == "mtp" and "no MTP layers" in n.why for n in found.not_tried)
+    cells = tabby.cells(setup, found.found[0], "m-")
+    assert [c.label for c in cells] == [f"model {DRAFT} k={k}" for k in tabby.K_VALUES]
+    assert cells[1].arm.server.tabby_launch.draft == (
+        ("draft_mode", "model"), ("draft_model_name", DRAFT), ("draft_num_tokens", 4))
+    assert cells[1].arm.drafter.num_draft_tokens == 4
+    reference = tabby.reference_arm(setup)
+    assert reference.server.tabby_launch.draft == (("draft_mode", "disabled"),)
+    assert reference.drafter.kind.value == "none"
+
+
+def test_a_running_tabbyapi_searches_its_drafts_and_says_why_not_the_modes(tmp_path,
+                                                                          tabby_server):
+    config = tabby_folder(tmp_path / "tabbyAPI", "main", draft=DRAFT)
+    url, _ = tabby_server(branch="main", model_name=TARGET, models=(TARGET, DRAFT))
+    setup = tabby.read_setup(url, config)
+    assert setup.drafting == (f"draft_model_name: {DRAFT}",)
+    found = tabby.find(setup)
+    assert [c.label for c in found.found] == [f"model {DRAFT}"]
+    assert "--tabby-folder" in next(n.why for n in found.not_tried if n.what == "ngram")
+    (cell,) = tabby.cells(setup, found.found[0], "m-")
+    assert cell.arm.server.tabby.draft_model_name == DRAFT and cell.arm.server.url == url
+    assert tabby.current_arm(setup, "C").server.tabby.draft_model_name == DRAFT
+
+
+def test_exl2_checkpoint_drafts_four_so_k_is_not_searched(tmp_path):
+    setup = _managed(tmp_path, "exl2-checkpoint", draft=DRAFT)
+    found = tabby.find(setup)
+    assert [c.label for c in found.found] == [f"model {DRAFT}"]
+    (cell,) = tabby.cells(setup, found.found[0], "m-")
+    assert cell.arm.server.tabby_launch.draft == (("draft_model_name", DRAFT),)
+    assert tabby.reference_arm(setup).server.tabby_launch.draft == (("draft_model_name", ""),)
+    assert tabby.current_arm(setup, "C").server.tabby_launch.draft == ()
