@@ -163,7 +163,7 @@ class ModelsPage(QWidget):
 
     LIBRARY_HEADERS = ["Name", "Architecture", "Parameters", "Size", "Quantization", "Context", "Vocab",
                        "Compatibility", "Installed from"]
-    RESULT_HEADERS = ["Repository", "Downloads", "Likes", "Access"]
+    RESULT_HEADERS = ["Repository", "Downloads", "Likes", "Access", "Format"]
     VARIANT_HEADERS = ["Branch / file", "Bitrate / quant", "Download", "VRAM (weights)", "Files",
                        "Status", "Notes"]
     GGUF_PREFIX = "gguf:"
@@ -228,19 +228,29 @@ class ModelsPage(QWidget):
         return box
 
     def _build_hub(self) -> QWidget:
-        box = QGroupBox("Install a draft model (EXL2 branch or GGUF file) from the Hugging Face Hub")
+        box = QGroupBox("Install a draft model (EXL2 or EXL3 branch, or GGUF file) from the Hugging Face Hub")
         layout = QVBoxLayout(box)
         self.error_banner = Banner()
         layout.addWidget(self.error_banner)
 
         search = QHBoxLayout()
         self.search_edit = QLineEdit()
-        self.search_edit.setPlaceholderText("Search EXL2 repositories, e.g. qwen2.5 0.5b instruct")
+        self.search_edit.setPlaceholderText("Search EXL2, EXL3 and GGUF repositories, e.g. qwen2.5 0.5b instruct")
         self.search_edit.returnPressed.connect(self.search)
         self.family_combo = QComboBox()
         self.family_combo.setEditable(True)
         for family in FAMILIES:
             self.family_combo.addItem(family or ANY_FAMILY)
+        from specdeck.core.hub.search import FORMAT_LABELS, FORMAT_RUNS_ON
+
+        self.format_combo = QComboBox()
+        self.format_combo.addItem("All formats", "all")
+        for key, label in FORMAT_LABELS.items():
+            self.format_combo.addItem(label, key)
+            self.format_combo.setItemData(self.format_combo.count() - 1, FORMAT_RUNS_ON[key],
+                                          Qt.ItemDataRole.ToolTipRole)
+        self.format_combo.setToolTip("EXL2: TabbyAPI exl2-checkpoint · EXL3: TabbyAPI main · "
+                                     "GGUF: llama-server, llama-swap, LM Studio, Ollama")
         self.author_edit = QLineEdit()
         self.author_edit.setPlaceholderText("author (optional)")
         self.author_edit.setMaximumWidth(160)
@@ -250,6 +260,7 @@ class ModelsPage(QWidget):
         self.search_button.clicked.connect(self.search)
         search.addWidget(self.search_edit, 1)
         search.addWidget(self.family_combo)
+        search.addWidget(self.format_combo)
         search.addWidget(self.author_edit)
         search.addWidget(self.search_button)
         layout.addLayout(search)
@@ -274,7 +285,8 @@ class ModelsPage(QWidget):
         left_layout.setContentsMargins(0, 0, 0, 0)
         self.results_table = _table(self.RESULT_HEADERS, stretch=0)
         self.results_table.itemSelectionChanged.connect(self._repo_selected)
-        self.search_status = _label("Search for a model family or name to see EXL2 repositories.", role="hint")
+        self.search_status = _label("Search for a model family or name to see EXL2, EXL3 and GGUF "
+                                    "repositories.", role="hint")
         left_layout.addWidget(self.results_table, 1)
         left_layout.addWidget(self.search_status)
         split.addWidget(left)
@@ -533,13 +545,15 @@ class ModelsPage(QWidget):
         self.search_status.setText("Searching…")
         self._run(
             "search", search_repos, self.search_edit.text(), author=self.author_edit.text() or None,
-            family=family or None,
+            family=family or None, formats=self.format_combo.currentData(),
             finished=self._show_results,
             failed=lambda exc: (self.search_button.setEnabled(True), self.search_status.setText(""),
                                 self._show_error(exc)),
         )
 
     def _show_results(self, hits: list) -> None:
+        from specdeck.core.hub.search import FORMAT_RUNS_ON
+
         self.search_button.setEnabled(True)
         table = self.results_table
         table.setRowCount(0)
@@ -552,9 +566,12 @@ class ModelsPage(QWidget):
             table.setItem(row, 1, _item(f"{hit.downloads:,}", align_right=True))
             table.setItem(row, 2, _item(f"{hit.likes:,}", align_right=True))
             table.setItem(row, 3, _item(access))
+            table.setItem(row, 4, _item(hit.format_label, FORMAT_RUNS_ON.get(hit.format or "", "")))
+        kind = self.format_combo.currentText() if self.format_combo.currentData() != "all" else ""
+        what = f"{kind} repositor" if kind else "repositor"
         self.search_status.setText(
-            f"{len(hits)} EXL2 repositor{'ies' if len(hits) != 1 else 'y'}; pick one to see its bitrates."
-            if hits else "No EXL2 repositories match. Try fewer words, or another family."
+            f"{len(hits)} {what}{'ies' if len(hits) != 1 else 'y'}; pick one to see its bitrates or files."
+            if hits else f"No {what}ies match. Try fewer words, another family or another format."
         )
 
     def select_repo(self, repo_id: str) -> None:
@@ -628,7 +645,9 @@ class ModelsPage(QWidget):
             row = table.rowCount()
             table.insertRow(row)
             table.setItem(row, 0, _item(variant.revision, f"commit {variant.commit}", data=variant.revision))
-            table.setItem(row, 1, _item(variant.label, f"from {variant.bits_source or 'nowhere: unknown'}"))
+            fmt = f"{variant.format.upper()} · " if variant.format else ""
+            table.setItem(row, 1, _item(f"{fmt}{variant.label}", f"{variant.format_label}; bitrate from "
+                                        f"{variant.bits_source or 'nowhere: unknown'}"))
             table.setItem(row, 2, _item(format_bytes(variant.total_bytes), align_right=True))
             vram = variant.weights_vram_bytes
             table.setItem(row, 3, _item(format_bytes(vram) if vram else "?", VRAM_TIP, align_right=True))
