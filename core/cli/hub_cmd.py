@@ -103,15 +103,19 @@ def run_models(args: argparse.Namespace) -> int:
             ],
         })
         return EXIT_OK
+    from specdeck.core.hub.search import SERVER_OF
+
     rows = []
     for e in entries:
         m = e.model
         rows.append([
             m.name, m.arch.model_type, m.parameters_label, format_bytes(m.files_bytes), m.quant.label,
-            str(m.context_length), str(m.arch.vocab_size), e.source.spec if e.source else "",
+            SERVER_OF.get(m.quant.method, "?"), str(m.context_length), str(m.arch.vocab_size),
+            e.source.spec if e.source else "",
         ])
     if rows:
-        print_table(rows, ["name", "arch", "params", "size", "quantization", "context", "vocab", "from"])
+        print_table(rows, ["name", "arch", "params", "size", "quantization", "runs on", "context", "vocab",
+                           "from"])
     else:
         print(f"No models in {', '.join(str(d) for d in dirs)}.")
     for p in problems:

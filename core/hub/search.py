@@ -35,6 +35,11 @@ FORMAT_RUNS_ON = {
     EXL3_MARK: "ExLlamaV3: TabbyAPI's main branch",
     GGUF_MARK: "llama.cpp: llama-server, llama-swap, LM Studio, Ollama",
 }
+SERVER_OF = {EXL2_MARK: "TabbyAPI exl2-checkpoint", EXL3_MARK: "TabbyAPI main",
+             GGUF_MARK: "llama.cpp servers", "none": "TabbyAPI main (unquantized)"}
+"""The server a model folder's quant_method (or a repository's format) runs on, in short:
+ExLlamaV3 loads EXL3 and unquantized weights, ExLlamaV2 EXL2 only."""
+
 # The Hub answers at most this many per page; more than enough once filtered locally.
 FETCH_LIMIT = 1000
 EXPAND = ["author", "downloads", "likes", "tags", "gated", "private", "lastModified"]

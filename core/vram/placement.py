@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from specdeck.core.units import GiB, MiB, format_bytes
 from specdeck.core.vram.costs import ModelCosts, Overheads, model_costs
 from specdeck.core.vram.gpus import GpuSpec
-from specdeck.core.vram.request import PlanRequest
+from specdeck.core.vram.request import DEFAULT_AUTOSPLIT_RESERVE_MB, PlanRequest
 from specdeck.core.vram.weights import ModelWeights, ModuleKind, ModuleWeights
 
 OVERHEAD_PARTS = ("cuda_context", "scratch", "cache_staging", "rope_tables", "activations",
                   "allocator_slack")
 OVERHEAD_LABELS = {
     "cuda_context": "CUDA context",
-    "scratch": "ExLlamaV2 scratch",
+    "scratch": "scratch buffers",
     "cache_staging": "quantized-cache staging",
     "rope_tables": "RoPE tables",
     "activations": "activations",
@@ -292,9 +292,16 @@ def _exl3_limits(request: PlanRequest, split: Sequence[float] | None) -> list[in
 
 
 def _exl3_reserves(request: PlanRequest, manual: bool) -> list[int]:
-    """autosplit_reserve per GPU as exllamav3 receives it; with a manual gpu_split TabbyAPI
-    main passes no reserve at all, so exllamav3's default 0.5 GB applies to every GPU."""
-    mb = [] if manual else list(request.autosplit_reserve_mb)
+    """autosplit_reserve per GPU as exllamav3 receives it. TabbyAPI main reads the user's
+    list only for autosplit on two or more GPUs; otherwise it keeps its own [96] MB (set in
+    ExllamaV3Container.__init__); with a manual gpu_split it passes no reserve at all, so
+    exllamav3's default 0.5 GB applies to every GPU."""
+    if manual:
+        mb: list[float] = []
+    elif len(request.gpus) == 1 or not request.autosplit:
+        mb = list(DEFAULT_AUTOSPLIT_RESERVE_MB)
+    else:
+        mb = list(request.autosplit_reserve_mb)
     gb = [v / 1024 for v in mb] + [EXL3_DEFAULT_RESERVE_GB] * len(request.gpus)
     return [int(v * GiB) for v in gb[:len(request.gpus)]]
 
@@ -316,7 +323,7 @@ def _place_exl3(ledgers: list[_Ledger], role: str, model: ModelWeights, costs: M
     set_memory_fraction_reserve) the GPU's free memory at that moment less its reserve. That
     limit caps everything PyTorch holds on the GPU, the draft's tensors included although
     free memory already left them out: a draft counts twice against the target's limit on
-    every GPU they share."""
+    every GPU they share (measured on a lent H200: docs/vram.md)."""
     limits = _exl3_limits(request, split)
     active = [i for i, limit in enumerate(limits) if limit is None or limit > 0]
     slack = overheads.allocator_slack

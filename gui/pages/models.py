@@ -1,15 +1,18 @@
 """The Models page: the local model library, and drafts to install from the Hub (an EXL2
-branch for TabbyAPI, or a GGUF file for llama-server).
+branch for TabbyAPI exl2-checkpoint, an EXL3 branch for TabbyAPI main, or a GGUF file for
+llama-server).
 
 Top: every model folder SpecDeck knows (config.yml's model and draft folders, extra folders,
 the install destination) with its architecture, size, bitrate, context, vocabulary, a
 compatibility badge against config.yml's target model, and where it came from.
 
-Bottom: search the Hub, pick a repository, pick a bitrate (one EXL2 branch each) or a GGUF
+Bottom: search the Hub (every format, or one: EXL2, EXL3, GGUF), pick a repository, pick a
+bitrate (one EXL2 or EXL3 branch each, labelled with its format) or a GGUF
 file (its shards together), Install. Progress shows bytes, rate, time left and the file;
 Cancel keeps what was downloaded, and an unfinished install (cancelled, failed, or cut off by
-a restart) is offered for Resume. After an EXL2 install, "Use as draft" previews the
-config.yml change and saves it atomically through the config editor; after a GGUF install,
+a restart) is offered for Resume. After an EXL2 or EXL3 install, "Use as draft" previews the
+config.yml change (refused, with the reason, when config.yml's TabbyAPI branch cannot load
+that format) and saves it atomically through the config editor; after a GGUF install,
 the page shows the llama-server flags that draft with it.
 
 Everything slow (network, disk scans, keyring, tokenizers) runs in gui.workers. What is
@@ -478,6 +481,7 @@ class ModelsPage(QWidget):
     def _show_library(self, scan) -> None:
         from specdeck.core.hub import format_bytes
         from specdeck.core.hub.library import target_badges
+        from specdeck.core.hub.search import SERVER_OF
 
         self._library_dirs = list(scan.dirs)
         self.folders_label.setText(
@@ -496,7 +500,7 @@ class ModelsPage(QWidget):
                 _item(m.arch.model_type),
                 _item(m.parameters_label, align_right=True),
                 _item(format_bytes(m.files_bytes), align_right=True),
-                _item(m.quant.label),
+                _item(m.quant.label, f"Runs on {SERVER_OF.get(m.quant.method, 'no server SpecDeck drives')}"),
                 _item(f"{m.context_length:,}", align_right=True),
                 _item(f"{m.arch.vocab_size:,}", align_right=True),
                 _item("…", "Checking against config.yml's target model"),
@@ -681,7 +685,7 @@ class ModelsPage(QWidget):
             table.setItem(row, 4, _item(str(len(choice.files)), align_right=True))
             table.setItem(row, 5, _item(self._offer.gguf_state(choice).text))
             note = ("multimodal projector: not a draft model" if choice.is_projector
-                    else "for llama-server (-md); TabbyAPI loads EXL2")
+                    else "for llama-server (-md); TabbyAPI loads EXL2/EXL3 folders")
             table.setItem(row, 6, _item(note, note))
 
     def selected_gguf(self):

@@ -164,6 +164,14 @@ def test_an_installed_exl3_branch_gets_a_vram_plan_measured_from_its_files(hub, 
     estimated = exl3_vram.weights_from_bits(measured.arch, 3.0, 6)
     assert measured.source == "files" and measured.gpu_bytes == estimated.gpu_bytes
     assert measured.embedding_bytes == 2 * 512 * 256  # fp16 embedding, kept in system RAM
+    # The library labels it, and it is offered as the draft of a TabbyAPI main config.
+    assert main(["models", "--dir", str(tmp_path / "models")]) == 0
+    listed = capsys.readouterr().out
+    assert "EXL3 3 bpw h6" in listed and "TabbyAPI main" in listed
+    from specdeck.core.hub.draft import plan_use_as_draft
+
+    change = plan_use_as_draft(result.path, _config_yml(tmp_path / "config.yml", tmp_path / "models", True))
+    assert f"draft_model_name: {result.path.name}" in change.new_text
 
 
 # the arithmetic against exllamav3's formulas, on real configs ----------------------------------
@@ -214,6 +222,47 @@ def test_a_real_sized_exl3_pair_is_planned_as_tabbyapi_main_loads_it(tmp_path):
                                       gpus=f"{size:.3f},24", cache_mode="Q8", draft_cache_mode="8,4"))
     assert two.gpus[0].draft_weights == gpu.draft_weights and two.gpus[1].target_weights > 0
     assert two.gpus[0].free_bytes > gpu.draft_weights  # what is left on GPU 0 is the double count
+
+
+def test_a_gpu_split_caps_everything_pytorch_holds_there(tmp_path):
+    """exllamav3's use_per_device: the share covers weights, cache and buffers, so a share
+    that holds the weights alone sends the last layers on."""
+    target = write_folder(tmp_path / "t", {"config.json": json.dumps(
+        exl3_config(MODELS / "Qwen2.5-7B-Instruct", 4.0, 6)).encode()})
+    weights = model_weights(target)
+    share = (weights.gpu_bytes + 64 * 2**20) / 1024**3
+    result = plan_from_inputs(PlanInputs(model=str(target), gpus="24,24", context=32768,
+                                         gpu_split=f"{share:.3f},20"))
+    first, second = result.gpus
+    assert first.target_layers[0] == 0 and second.target_layers is not None
+    assert second.target_layers[0] == first.target_layers[1] + 1
+    torch_bytes = first.used_bytes - first.overhead["cuda_context"]
+    assert torch_bytes <= share * 1024**3 and result.split.startswith("gpu_split")
+    # On one GPU TabbyAPI main keeps its own 96 MB reserve, whatever autosplit_reserve says.
+    one = plan_from_inputs(PlanInputs(model=str(target), gpus="24", context=32768))
+    ignored = plan_from_inputs(PlanInputs(model=str(target), gpus="24", context=32768,
+                                          autosplit_reserve_mb="20000"))
+    assert one.fits and ignored.gpus == one.gpus and ignored.max_context == one.max_context
+    spread = plan_from_inputs(PlanInputs(model=str(target), gpus="24,24", context=32768,
+                                         autosplit_reserve_mb="20000"))
+    assert spread.gpus[1].target_weights > 0  # two GPUs: the user's reserve counts
+
+
+def test_tabbyapi_main_config_draft_modes_choose_the_draft(tmp_path):
+    from specdeck.core import config
+    from specdeck.core.vram import inputs_from_tabby_config
+
+    models = tmp_path / "models"
+    write_folder(models / "target", exl3_files(QWEN, 4))
+    write_folder(models / "q-exl3", exl3_files(QWEN, 3))
+    yml = _config_yml(tmp_path / "config.yml", models, True)
+    assert inputs_from_tabby_config(config.load(yml)).draft is None  # draft_mode: ngram
+    text = yml.read_text().replace("draft_mode: ngram", "draft_mode: model\n  draft_model_name: q-exl3")
+    yml.write_text(text)
+    assert inputs_from_tabby_config(config.load(yml)).draft == str(models / "q-exl3")
+    yml.write_text(text.replace("draft_mode: model", "draft_mode: mtp"))
+    planned = inputs_from_tabby_config(config.load(yml))
+    assert planned.mtp and planned.draft is None
 
 
 def test_tabbyapi_main_refusals_are_explained(tmp_path):
