@@ -1,9 +1,10 @@
 """EXL3 models as TabbyAPI's main branch loads them: ExLlamaV3's weights, cache and buffers.
 
 Read from exllamav3's own sources. The 1.6.5 release itself could not be fetched here (no
-sdist or wheel reachable); what follows was read at turboderp-org/exllamav3 4f8ad01
-(2026-08-08, the newest snapshot on hand, after the 1.4.1 tag) and checked against the
-1.6.0 development tree (0604813) where the two differ in nothing used here:
+sdist or wheel reachable, and no 1.6.x tree on hand: the code index holds only a version.py
+of 1.6.0.test, 0604813); what follows was read at turboderp-org/exllamav3 4f8ad01
+(2026-08-08, version.py 1.4.1, the newest full snapshot on hand). Where 1.6.5 differs, the
+plan follows 1.4.1:
 
 - **Weights.** An EXL3 linear layer is stored as ``trellis`` (int16, shape
   ``(in/16, out/16, 16*K)`` for K bits per weight: modules/quant/exl3_lib/quantize.py
@@ -19,7 +20,8 @@ sdist or wheel reachable); what follows was read at turboderp-org/exllamav3 4f8a
 - **Cache** (cache/fp16.py, cache/quant.py): FP16 keeps K and V as fp16, 4E bytes per
   token per layer (E = kv heads x head dim); the quantized cache keeps int32 words of
   ``E/32*k_bits`` and ``E/32*v_bits`` per token plus one fp16 scale per 32 elements for each
-  of K and V: ``E*(k_bits+v_bits)/8 + E/8``; k and v bits run from 2 to 8. Pages are 256
+  of K and V: ``E*(k_bits+v_bits)/8 + E/8``, the sum exllamav3's own ``storage_size()``
+  returns for each cache layer (no GPU needed); k and v bits run from 2 to 8. Pages are 256
   tokens (constants.py PAGE_SIZE). TabbyAPI main maps Q4/Q6/Q8 to 4,4 / 6,6 / 8,8 and takes
   "k,v" pairs (backends/exllamav3/model.py ``create_cache``).
 - **Buffers.** A forward pass over more than 144 rows (AUTO_RECONSTRUCT_THRESHOLD) rebuilds
