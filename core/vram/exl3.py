@@ -15,8 +15,10 @@ plan follows 1.4.1:
   (K varies per tensor), ``head_bits`` the lm_head's. Norms stay fp16.
 - **Modules.** The embedding, then one ``TransformerBlock`` per layer (attention and MLP
   together), the final norm, the head (architecture/llama.py). The embedding has
-  ``prefer_cpu`` (modules/embedding.py), so it stays in system RAM. A tied model without an
-  lm_head tensor uses the fp16 embedding as its head (``alt_key``), on the GPU.
+  ``prefer_cpu`` (modules/embedding.py), so it stays in system RAM. The converter clones a
+  tied model's head from the embedding and quantizes it at ``head_bits``
+  (conversion/convert_model.py, "Cloned lm_head from model.embed_tokens"); only a folder
+  with no lm_head tensor uses the fp16 embedding as its head (``alt_key``), on the GPU.
 - **Cache** (cache/fp16.py, cache/quant.py): FP16 keeps K and V as fp16, 4E bytes per
   token per layer (E = kv heads x head dim); the quantized cache keeps int32 words of
   ``E/32*k_bits`` and ``E/32*v_bits`` per token plus one fp16 scale per 32 elements for each

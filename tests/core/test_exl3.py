@@ -2,11 +2,8 @@
 installed and planned, the EXL3 VRAM arithmetic against exllamav3's own storage formulas,
 TabbyAPI main's load order, "Use as draft" per TabbyAPI branch, and compatibility.
 
-EXL3 folders are built the way exllamav3's converter writes them (conversion/compile.py,
-modules/quant/exl3_lib/quantize.py at turboderp-org/exllamav3 4f8ad01): config.json with
-``quantization_config = {quant_method: exl3, version, bits, head_bits}``, and per linear
-layer ``trellis`` (int16, ``(in/16, out/16, 16*K)``), ``suh`` and ``svh`` (fp16); the
-embedding fp16, norms fp16. Tiny, but real safetensors files read by real code.
+EXL3 folders are built the way exllamav3's converter writes them (tests/hubserver.py
+``exl3_branch``, after exllamav3 4f8ad01): tiny, but real safetensors files read by real code.
 """
 
 from __future__ import annotations
@@ -14,16 +11,25 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 from conftest import MODELS
 from gguf_writer import write_tokenizer_gguf
-from hubserver import FakeHub, FakeRepo, exl2_branch, memory_keyring, safetensors_bytes  # noqa: F401
+from hubserver import (  # noqa: F401 - memory_keyring is a fixture
+    EXL3_SMALL,
+    FakeHub,
+    FakeRepo,
+    exl2_branch,
+    exl3_branch,
+    exl3_config,
+    exl3_tensors,
+    memory_keyring,
+    safetensors_bytes,
+)
 
 from specdeck.core.cli import main
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.hub import install, list_variants, search_repos
-from specdeck.core.models import TOKENIZER_FILES, architecture_from_config
+from specdeck.core.models import architecture_from_config
 from specdeck.core.vram import PlanInputs, plan_from_inputs
 from specdeck.core.vram import exl3 as exl3_vram
 from specdeck.core.vram.weights import model_weights
@@ -33,63 +39,6 @@ TINY = MODELS / "TinyLlama-1.1B-Chat-v1.0"
 EXL2_REPO = "testorg/Qwen2.5-0.5B-Instruct-exl2"
 EXL3_REPO = "turboderp/Qwen2.5-0.5B-Instruct-exl3"
 GGUF_REPO = "bartowski/Qwen2.5-0.5B-Instruct-GGUF"
-SMALL = {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
-         "intermediate_size": 512, "num_hidden_layers": 2, "vocab_size": 512}
-
-
-# EXL3 files as exllamav3 writes them ---------------------------------------------------------
-def _linear(tensors: dict, key: str, features_in: int, features_out: int, k_bits: int, rng) -> None:
-    tensors[f"{key}.trellis"] = rng.integers(-2**15, 2**15 - 1, (features_in // 16, features_out // 16, 16 * k_bits),
-                                             dtype=np.int16)
-    tensors[f"{key}.suh"] = rng.standard_normal(features_in).astype(np.float16)
-    tensors[f"{key}.svh"] = rng.standard_normal(features_out).astype(np.float16)
-
-
-def exl3_tensors(config: dict, bits: int, head_bits: int, *, mtp_layers: int = 0, seed: int = 0) -> dict:
-    """Every tensor of a llama/qwen2-style EXL3 model at ``bits`` (all layers at one K)."""
-    arch = architecture_from_config(config)
-    rng = np.random.default_rng(seed)
-    h, q, kv, inter = arch.hidden_size, arch.num_heads * arch.head_dim, arch.kv_width, arch.intermediate_size
-    tensors: dict = {"model.embed_tokens.weight": rng.standard_normal((arch.vocab_size, h)).astype(np.float16),
-                     "model.norm.weight": np.ones(h, dtype=np.float16)}
-
-    def block(prefix: str) -> None:
-        for name, i, o in (("self_attn.q_proj", h, q), ("self_attn.k_proj", h, kv), ("self_attn.v_proj", h, kv),
-                           ("self_attn.o_proj", q, h), ("mlp.gate_proj", h, inter), ("mlp.up_proj", h, inter),
-                           ("mlp.down_proj", inter, h)):
-            _linear(tensors, f"{prefix}.{name}", i, o, bits, rng)
-        tensors[f"{prefix}.input_layernorm.weight"] = np.ones(h, dtype=np.float16)
-        tensors[f"{prefix}.post_attention_layernorm.weight"] = np.ones(h, dtype=np.float16)
-
-    for layer in range(arch.num_layers):
-        block(f"model.layers.{layer}")
-    _linear(tensors, "lm_head", h, arch.vocab_size, head_bits, rng)
-    for layer in range(mtp_layers):
-        block(f"mtp.layers.{layer}")
-    if mtp_layers:
-        _linear(tensors, "mtp.fc", 2 * h, h, bits, rng)
-        tensors["mtp.norm.weight"] = np.ones(h, dtype=np.float16)
-    return tensors
-
-
-def exl3_config(base: Path, bits: float, head_bits: int, **overrides) -> dict:
-    config = json.loads((base / "config.json").read_text())
-    config.update(overrides)
-    config["tie_word_embeddings"] = False
-    config["quantization_config"] = {"quant_method": "exl3", "version": "1.6.5", "bits": bits,
-                                     "head_bits": head_bits, "calibration": {"rows": 250, "cols": 2048}}
-    return config
-
-
-def exl3_files(base: Path, bits: int, head_bits: int = 6, *, small: bool = True, seed: int = 0) -> dict[str, bytes]:
-    """One EXL3 branch: the real tokenizer files of ``base``, config.json with exllamav3's
-    quantization_config, and real safetensors weights whose shapes match that config."""
-    files = {name: (base / name).read_bytes() for name in (*TOKENIZER_FILES, "generation_config.json")
-             if (base / name).is_file()}
-    config = exl3_config(base, bits, head_bits, **(SMALL if small else {}))
-    files["config.json"] = json.dumps(config, indent=4).encode()
-    files["model.safetensors"] = safetensors_bytes(exl3_tensors(config, bits, head_bits, seed=seed))
-    return files
 
 
 def write_folder(folder: Path, files: dict[str, bytes]) -> Path:
@@ -111,8 +60,8 @@ def hub(memory_keyring, gguf_bytes):  # noqa: F811 - the fixture imported above
     repos = [
         FakeRepo(EXL2_REPO, {"main": main_readme, "4.0bpw": exl2_branch(QWEN, 4.0, 6, seed=4)},
                  tags=("exl2", "qwen2"), downloads=3400),
-        FakeRepo(EXL3_REPO, {"main": main_readme, "3.0bpw": exl3_files(QWEN, 3, 6, seed=1),
-                             "4.0bpw": exl3_files(QWEN, 4, 6, seed=2)},
+        FakeRepo(EXL3_REPO, {"main": main_readme, "3.0bpw": exl3_branch(QWEN, 3, 6, seed=1),
+                             "4.0bpw": exl3_branch(QWEN, 4, 6, seed=2)},
                  tags=("exl3", "qwen2", "text-generation"), downloads=2100),
         FakeRepo(GGUF_REPO, {"main": {"README.md": b"# GGUF\n", "Qwen2.5-0.5B-Instruct-Q8_0.gguf": gguf_bytes}},
                  tags=("gguf", "qwen2"), downloads=9000),
@@ -141,16 +90,19 @@ def test_search_finds_every_runnable_format_and_filters_by_one(hub, capsys):
 
 
 # variants and install -------------------------------------------------------------------------
-def test_exl3_variants_read_bits_from_config_and_agree_with_the_vram_plan(hub, tmp_path):
+def test_exl3_variants_read_bits_from_config_and_agree_with_the_vram_plan(hub, tmp_path, capsys):
     found = list_variants(EXL3_REPO, endpoint=hub.url)
     assert [(v.revision, v.bits, v.head_bits, v.bits_source, v.format) for v in found.variants] == [
         ("3.0bpw", 3.0, 6, "config.json", "exl3"), ("4.0bpw", 4.0, 6, "config.json", "exl3")]
     three = found.find("3.0bpw")
     assert three.format_label == "EXL3 (TabbyAPI main)" and "ExLlamaV2 cannot" in " ".join(three.notes)
     # One computation: the variant's VRAM figure is vram's estimate for its config.json alone.
-    only_config = write_folder(tmp_path / "cfg", {"config.json": exl3_files(QWEN, 3, 6)["config.json"]})
+    only_config = write_folder(tmp_path / "cfg", {"config.json": exl3_branch(QWEN, 3, 6)["config.json"]})
     assert three.weights_vram_bytes == model_weights(only_config).gpu_bytes
     assert list_variants(EXL2_REPO, endpoint=hub.url).variants[0].format == "exl2"
+    assert main(["variants", EXL3_REPO, "--endpoint", hub.url]) == 0
+    table = capsys.readouterr().out
+    assert table.count("EXL3 (TabbyAPI main)") == 2 and "3.0 bpw · h6" in table
 
 
 def test_an_installed_exl3_branch_gets_a_vram_plan_measured_from_its_files(hub, tmp_path, capsys):
@@ -253,8 +205,8 @@ def test_tabbyapi_main_config_draft_modes_choose_the_draft(tmp_path):
     from specdeck.core.vram import inputs_from_tabby_config
 
     models = tmp_path / "models"
-    write_folder(models / "target", exl3_files(QWEN, 4))
-    write_folder(models / "q-exl3", exl3_files(QWEN, 3))
+    write_folder(models / "target", exl3_branch(QWEN, 4))
+    write_folder(models / "q-exl3", exl3_branch(QWEN, 3))
     yml = _config_yml(tmp_path / "config.yml", models, True)
     assert inputs_from_tabby_config(config.load(yml)).draft is None  # draft_mode: ngram
     text = yml.read_text().replace("draft_mode: ngram", "draft_mode: model\n  draft_model_name: q-exl3")
@@ -266,7 +218,7 @@ def test_tabbyapi_main_config_draft_modes_choose_the_draft(tmp_path):
 
 
 def test_tabbyapi_main_refusals_are_explained(tmp_path):
-    target = write_folder(tmp_path / "t", exl3_files(QWEN, 4))
+    target = write_folder(tmp_path / "t", exl3_branch(QWEN, 4))
     exl2 = write_folder(tmp_path / "e", exl2_branch(QWEN, 4.0, 6))
     with pytest.raises(InvalidInputError, match="ExLlamaV3, which loads EXL3"):
         plan_from_inputs(PlanInputs(model=str(target), draft=str(exl2), gpus="24"))
@@ -277,7 +229,7 @@ def test_tabbyapi_main_refusals_are_explained(tmp_path):
 
 
 def test_mtp_layers_draft_for_their_own_model(tmp_path):
-    config = exl3_config(QWEN, 4, 6, mtp_num_hidden_layers=1, **SMALL)
+    config = exl3_config(QWEN, 4, 6, mtp_num_hidden_layers=1, **EXL3_SMALL)
     files = {"config.json": json.dumps(config).encode(),
              "model.safetensors": safetensors_bytes(exl3_tensors(config, 4, 6, mtp_layers=1))}
     folder = write_folder(tmp_path / "mtp", files)
@@ -303,7 +255,7 @@ def test_use_as_draft_follows_the_configs_tabbyapi_branch(tmp_path):
     from specdeck.core.hub.draft import plan_use_as_draft
 
     models = tmp_path / "models"
-    exl3_draft = write_folder(models / "q-exl3", exl3_files(QWEN, 4))
+    exl3_draft = write_folder(models / "q-exl3", exl3_branch(QWEN, 4))
     exl2_draft = write_folder(models / "q-exl2", exl2_branch(QWEN, 4.0, 6))
     main_yml = _config_yml(tmp_path / "main.yml", models, main_branch=True)
     change = plan_use_as_draft(exl3_draft, main_yml)
@@ -319,14 +271,14 @@ def test_use_as_draft_follows_the_configs_tabbyapi_branch(tmp_path):
 def test_compat_accepts_exl3_folders_and_names_the_pairs_no_server_loads(tmp_path, gguf_bytes, capsys):
     from specdeck.core.compat import check
 
-    tiny_target = write_folder(tmp_path / "tt", exl3_files(TINY, 4, seed=1))
-    tiny_draft = write_folder(tmp_path / "td", exl3_files(TINY, 3, seed=2))
+    tiny_target = write_folder(tmp_path / "tt", exl3_branch(TINY, 4, seed=1))
+    tiny_draft = write_folder(tmp_path / "td", exl3_branch(TINY, 3, seed=2))
     rules = {r.key: r for r in check(tiny_target, tiny_draft).rules}
     assert rules["exllamav3_tokenizer"].status.value == "pass" and "exllamav2_tokenizer" not in rules
     assert not [r for r in rules.values() if r.blocking and r.status.value == "fail"]
     # Qwen2.5's fixture has vocab.json + merges.txt but no tokenizer.json: read, but warned.
-    target = write_folder(tmp_path / "t", exl3_files(QWEN, 4, seed=1))
-    draft = write_folder(tmp_path / "d", exl3_files(QWEN, 3, seed=2))
+    target = write_folder(tmp_path / "t", exl3_branch(QWEN, 4, seed=1))
+    draft = write_folder(tmp_path / "d", exl3_branch(QWEN, 3, seed=2))
     rules = {r.key: r for r in check(target, draft).rules}
     assert rules["exllamav3_tokenizer"].status.value == "warn" and "tokenizer.json" in rules["exllamav3_tokenizer"].detail
     exl2 = write_folder(tmp_path / "e", exl2_branch(QWEN, 4.0, 6))
