@@ -293,9 +293,8 @@ def test_compat_accepts_exl3_folders_and_names_the_pairs_no_server_loads(tmp_pat
 
 
 # the Models page ------------------------------------------------------------------------------
-def test_models_page_filters_by_format_and_labels_exl3(qtbot, configured_qapp, hub, monkeypatch, tmp_path):
-    from PySide6.QtCore import Qt
-
+@pytest.fixture
+def page(qtbot, configured_qapp, hub, monkeypatch, tmp_path):
     from specdeck.gui.context import AppContext
     from specdeck.gui.pages.models import ModelsPage
 
@@ -305,25 +304,64 @@ def test_models_page_filters_by_format_and_labels_exl3(qtbot, configured_qapp, h
     page.set_install_dir(tmp_path / "drafts")
     page.resize(1200, 800)
     page.show()
-    try:
-        def results() -> list[tuple[str, str]]:
-            table = page.results_table
-            return [(table.item(r, 0).text(), table.item(r, 4).text()) for r in range(table.rowCount())]
+    yield page
+    page.shutdown()
+    qtbot.waitUntil(lambda: not page.busy(), timeout=10_000)
 
-        qtbot.keyClicks(page.search_edit, "qwen2.5 0.5b")
-        qtbot.mouseClick(page.search_button, Qt.MouseButton.LeftButton)
-        qtbot.waitUntil(lambda: page.results_table.rowCount() == 3, timeout=10_000)
-        assert results() == [(GGUF_REPO, "GGUF"), (EXL2_REPO, "EXL2"), (EXL3_REPO, "EXL3")]
-        page.format_combo.setCurrentIndex(page.format_combo.findData("exl3"))
-        qtbot.mouseClick(page.search_button, Qt.MouseButton.LeftButton)
-        qtbot.waitUntil(lambda: results() == [(EXL3_REPO, "EXL3")], timeout=10_000)
-        assert page.search_status.text().startswith("1 EXL3 repository")
-        page.select_repo(EXL3_REPO)
-        qtbot.waitUntil(lambda: page.variants_table.rowCount() == 2, timeout=10_000)
-        assert [row["Bitrate / quant"] for row in page.variant_rows().values()] == [
-            "EXL3 · 3.0 bpw · h6", "EXL3 · 4.0 bpw · h6"]
-        page.grab().save(str(tmp_path / "models-exl3.png"))
-        assert (tmp_path / "models-exl3.png").stat().st_size > 10_000
-    finally:
-        page.shutdown()
-        qtbot.waitUntil(lambda: not page.busy(), timeout=10_000)
+
+def test_models_page_filters_by_format_and_labels_exl3(qtbot, page, tmp_path):
+    from PySide6.QtCore import Qt
+
+    def results() -> list[tuple[str, str]]:
+        table = page.results_table
+        return [(table.item(r, 0).text(), table.item(r, 4).text()) for r in range(table.rowCount())]
+
+    qtbot.keyClicks(page.search_edit, "qwen2.5 0.5b")
+    qtbot.mouseClick(page.search_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.results_table.rowCount() == 3, timeout=10_000)
+    assert results() == [(GGUF_REPO, "GGUF"), (EXL2_REPO, "EXL2"), (EXL3_REPO, "EXL3")]
+    page.format_combo.setCurrentIndex(page.format_combo.findData("exl3"))
+    qtbot.mouseClick(page.search_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: results() == [(EXL3_REPO, "EXL3")], timeout=10_000)
+    assert page.search_status.text().startswith("1 EXL3 repository")
+    page.select_repo(EXL3_REPO)
+    qtbot.waitUntil(lambda: page.variants_table.rowCount() == 2, timeout=10_000)
+    assert [row["Bitrate / quant"] for row in page.variant_rows().values()] == [
+        "EXL3 · 3.0 bpw · h6", "EXL3 · 4.0 bpw · h6"]
+    page.grab().save(str(tmp_path / "models-exl3.png"))
+    assert (tmp_path / "models-exl3.png").stat().st_size > 10_000
+
+
+def test_models_page_use_as_draft_follows_a_main_configs_backend(qtbot, page, tmp_path, monkeypatch):
+    """TabbyAPI main's own config_sample.yml (f1f2c85): an installed EXL2 branch is refused as
+    its draft, with the reason on the page; an EXL3 branch is offered and saved."""
+    from conftest import TABBY
+    from PySide6.QtCore import Qt
+
+    from specdeck.core import config
+    from specdeck.gui.widgets import config_dialog
+
+    config_yml = tmp_path / "tabby" / "config.yml"
+    config_yml.parent.mkdir()
+    config_yml.write_text((TABBY / "config_sample.f1f2c85.yml").read_text())
+    original = config_yml.read_text()
+    page.context.set_config_path(config_yml)
+    monkeypatch.setattr(config_dialog.ConfirmChangeDialog, "exec",
+                        lambda dialog: config_dialog.QDialog.DialogCode.Accepted)
+
+    def install(repo: str, branch: str):
+        page.show_repo(repo)
+        qtbot.waitUntil(lambda: branch in page.variant_rows(), timeout=10_000)
+        page.select_variant(branch)
+        with qtbot.waitSignal(page.install_finished, timeout=60_000) as finished:
+            qtbot.mouseClick(page.install_button, Qt.MouseButton.LeftButton)
+        return finished.args[0].path
+
+    install(EXL2_REPO, "4.0bpw")
+    qtbot.mouseClick(page.use_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "ExLlamaV3 only" in page.error_banner.label.text(), timeout=10_000)
+    assert "cannot load EXL2" in page.error_banner.label.text() and config_yml.read_text() == original
+    exl3 = install(EXL3_REPO, "3.0bpw")
+    with qtbot.waitSignal(page.context.config_saved, timeout=10_000):
+        qtbot.mouseClick(page.use_button, Qt.MouseButton.LeftButton)
+    assert config.load(config_yml).draft_model_path() == exl3
