@@ -776,6 +776,82 @@ def exl2_main_branch(repo_name: str, branches: list[str]) -> dict[str, bytes]:
     }
 
 
+# ---------------------------------------------------------------------------------------
+# EXL3 repositories, as exllamav3's converter writes them (conversion/compile.py,
+# modules/quant/exl3_lib/quantize.py at turboderp-org/exllamav3 4f8ad01): config.json with
+# quantization_config = {quant_method: exl3, version, bits, head_bits}, and per linear layer
+# trellis (int16, (in/16, out/16, 16*K)), suh and svh (fp16); embedding and norms fp16.
+
+EXL3_SMALL = {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+              "intermediate_size": 512, "num_hidden_layers": 2, "vocab_size": 512}
+"""Small dimensions for EXL3 test weights (real shapes of a tiny llama), so a folder's
+files match its config.json exactly."""
+
+
+def _exl3_linear(tensors: dict, key: str, features_in: int, features_out: int, k_bits: int, rng) -> None:
+    import numpy as np
+
+    tensors[f"{key}.trellis"] = rng.integers(-2**15, 2**15 - 1, (features_in // 16, features_out // 16, 16 * k_bits),
+                                             dtype=np.int16)
+    tensors[f"{key}.suh"] = rng.standard_normal(features_in).astype(np.float16)
+    tensors[f"{key}.svh"] = rng.standard_normal(features_out).astype(np.float16)
+
+
+def exl3_tensors(config: dict, bits: int, head_bits: int, *, mtp_layers: int = 0, seed: int = 0) -> dict:
+    """Every tensor of a llama/qwen2-style EXL3 model at ``bits`` (all layers at one K)."""
+    import numpy as np
+
+    from specdeck.core.models import architecture_from_config
+
+    arch = architecture_from_config(config)
+    rng = np.random.default_rng(seed)
+    h, q, kv, inter = arch.hidden_size, arch.num_heads * arch.head_dim, arch.kv_width, arch.intermediate_size
+    tensors: dict = {"model.embed_tokens.weight": rng.standard_normal((arch.vocab_size, h)).astype(np.float16),
+                     "model.norm.weight": np.ones(h, dtype=np.float16)}
+
+    def block(prefix: str) -> None:
+        for name, i, o in (("self_attn.q_proj", h, q), ("self_attn.k_proj", h, kv), ("self_attn.v_proj", h, kv),
+                           ("self_attn.o_proj", q, h), ("mlp.gate_proj", h, inter), ("mlp.up_proj", h, inter),
+                           ("mlp.down_proj", inter, h)):
+            _exl3_linear(tensors, f"{prefix}.{name}", i, o, bits, rng)
+        tensors[f"{prefix}.input_layernorm.weight"] = np.ones(h, dtype=np.float16)
+        tensors[f"{prefix}.post_attention_layernorm.weight"] = np.ones(h, dtype=np.float16)
+
+    for layer in range(arch.num_layers):
+        block(f"model.layers.{layer}")
+    _exl3_linear(tensors, "lm_head", h, arch.vocab_size, head_bits, rng)
+    for layer in range(mtp_layers):
+        block(f"mtp.layers.{layer}")
+    if mtp_layers:
+        _exl3_linear(tensors, "mtp.fc", 2 * h, h, bits, rng)
+        tensors["mtp.norm.weight"] = np.ones(h, dtype=np.float16)
+    return tensors
+
+
+def exl3_config(base: Path, bits: float, head_bits: int, **overrides) -> dict:
+    """``base``'s config.json as exllamav3's converter leaves it. A tied model stays tied: the
+    converter clones lm_head from the embedding and quantizes it (convert_model.py "Cloned
+    lm_head from model.embed_tokens"), so exl3_tensors writes an lm_head either way."""
+    config = json.loads((base / "config.json").read_text())
+    config.update(overrides)
+    config["quantization_config"] = {"quant_method": "exl3", "version": "1.6.5", "bits": bits,
+                                     "head_bits": head_bits, "calibration": {"rows": 250, "cols": 2048}}
+    return config
+
+
+def exl3_branch(base: Path, bits: int, head_bits: int = 6, *, small: bool = True, seed: int = 0) -> dict[str, bytes]:
+    """One EXL3 branch: the real tokenizer files of ``base``, config.json with exllamav3's
+    quantization_config, and real safetensors weights whose shapes match that config."""
+    from specdeck.core.models import TOKENIZER_FILES
+
+    files = {name: (base / name).read_bytes() for name in (*TOKENIZER_FILES, "generation_config.json")
+             if (base / name).is_file()}
+    config = exl3_config(base, bits, head_bits, **(EXL3_SMALL if small else {}))
+    files["config.json"] = json.dumps(config, indent=4).encode()
+    files["model.safetensors"] = safetensors_bytes(exl3_tensors(config, bits, head_bits, seed=seed))
+    return files
+
+
 TINY_REPO = "testorg/TinyLlama-1.1B-Chat-v1.0-exl2"
 QWEN_REPO = "testorg/Qwen2.5-0.5B-Instruct-exl2"
 SOLO_REPO = "soloquant/TinyLlama-1.1B-Chat-v1.0-4.0bpw-h6-exl2"

@@ -7,7 +7,10 @@ config fixtures, with small synthetic weights), so the repository names are the 
 the real configs, says what the real model would need. Shots:
 
 - models-install.png: search results, the variants of a repository, an install under way;
-- models-installed.png: the install done, the model in the library, "Use as draft".
+- models-installed.png: the install done, the model in the library, "Use as draft";
+- models-gguf.png: a GGUF repository's files by quant, one installed;
+- models-exl3.png: one model's EXL2, EXL3 and GGUF repositories, filtered to EXL3, an EXL3
+  branch installed and labelled with the TabbyAPI branch that runs it.
 """
 
 from __future__ import annotations
@@ -81,7 +84,45 @@ def render(window, out_dir: Path) -> list[Path]:
     finally:
         hub.stop()
     shots.append(_gguf_shot(app, window, out_dir, drafts))
+    shots.append(_exl3_shot(app, window, out_dir, drafts))
     return shots
+
+
+def _exl3_shot(app, window, out_dir: Path, drafts: Path) -> Path:
+    """models-exl3.png: search every format, filter to EXL3, install an EXL3 branch."""
+    from hubserver import FakeHub, FakeRepo, exl2_branch, exl3_branch
+
+    qwen = _fixtures() / "models" / "Qwen2.5-0.5B-Instruct"
+    readme = {"README.md": b"# Qwen2.5-0.5B-Instruct\n\nEach bitrate on its own branch.\n"}
+    repos = [
+        FakeRepo("testorg/Qwen2.5-0.5B-Instruct-exl2", {"main": readme, "4.0bpw": exl2_branch(qwen, 4.0, 6)},
+                 tags=("exl2", "qwen2"), downloads=3400),
+        FakeRepo("turboderp/Qwen2.5-0.5B-Instruct-exl3",
+                 {"main": readme, **{f"{b}.0bpw": exl3_branch(qwen, b, 6, small=False, seed=b) for b in (3, 4)}},
+                 tags=("exl3", "qwen2"), downloads=2100),
+        FakeRepo("bartowski/Qwen2.5-0.5B-Instruct-GGUF", {"main": {"README.md": b"# GGUF\n"}},
+                 tags=("gguf", "qwen2"), downloads=9000),
+    ]
+    hub = FakeHub(repos).start()
+    os.environ["HF_ENDPOINT"] = hub.url
+    try:
+        page = window.show_page("models")
+        page.search_edit.setText("qwen2.5 0.5b")
+        page.format_combo.setCurrentIndex(page.format_combo.findData("exl3"))
+        page.search()
+        _wait(app, lambda: page.results_table.rowCount() == 1)
+        page.select_repo("turboderp/Qwen2.5-0.5B-Instruct-exl3")
+        _wait(app, lambda: page.variants_table.rowCount() == 2)
+        page.select_variant("3.0bpw")
+        page.start_install()
+        _wait(app, lambda: not page.installing() and not page.busy(), timeout=300)
+        _settle(app)
+        shot = out_dir / "models-exl3.png"
+        window.grab().save(str(shot))
+    finally:
+        hub.stop()
+        page.format_combo.setCurrentIndex(0)
+    return shot
 
 
 def _gguf_shot(app, window, out_dir: Path, drafts: Path) -> Path:

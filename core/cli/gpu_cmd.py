@@ -38,13 +38,16 @@ def register(subparsers) -> None:
     vram = subparsers.add_parser(
         "vram",
         help="plan VRAM for a target (and draft) model on your GPUs or typed-in ones",
-        description="Place the target and draft as TabbyAPI + ExLlamaV2 would and say whether "
+        description="Place the target and draft as TabbyAPI would (exl2-checkpoint + ExLlamaV2 "
+        "for EXL2 folders, main + ExLlamaV3 for EXL3 folders) and say whether "
         "they fit, with a per-GPU breakdown, the largest context that fits, and what to "
         "change if they do not. Exits 0 if it fits, 1 if not.",
     )
     vram.add_argument("--model", metavar="DIR|GGUF", help="the target model folder, or a .gguf "
                       "for a llama-server plan")
     vram.add_argument("--draft", metavar="DIR|GGUF", help="the draft model folder (or .gguf)")
+    vram.add_argument("--mtp", action="store_true", help="an EXL3 target drafts with its own MTP "
+                      "layers (TabbyAPI main's draft_mode: mtp)")
     llama = vram.add_argument_group(
         "llama-server (GGUF)", "With a .gguf --model, or a llama-swap model: layers, KV cache and "
         "draft placed as llama.cpp places them, read from the files' headers and the flags.")
@@ -61,12 +64,13 @@ def register(subparsers) -> None:
                        "(default: this machine's)")
     vram.add_argument("--ctx", type=whole(-1, 1 << 27), metavar="N",
                       help=f"context (max_seq_len); default: TabbyAPI's, min(native, {DEFAULT_MAX_SEQ_LEN})")
-    vram.add_argument("--cache-mode", default="FP16", help=f"{CACHE_MODES_TEXT} (default FP16)")
+    vram.add_argument("--cache-mode", default="FP16", help=f"{CACHE_MODES_TEXT} (default FP16); for EXL3 also k,v bits "
+                      "from 2 to 8, e.g. 8,4")
     vram.add_argument("--draft-cache-mode", default="FP16", help="the draft's cache mode")
     vram.add_argument("--gpus", metavar="GB,GB", help="plan for these GPUs, e.g. 32,24, "
                       "instead of the ones in this machine")
     vram.add_argument("--bpw", type=finite(1, 16), help="the target's bpw, for a folder that is not "
-                      "an EXL2 quant (config.json is enough)")
+                      "an EXL2 or EXL3 quant (config.json is enough), or to override an EXL3's")
     vram.add_argument("--draft-bpw", type=finite(1, 16), help="the draft's bpw, likewise")
     vram.add_argument("--head-bits", type=whole(2, 16), help="the target head's bits with --bpw (default 6)")
     vram.add_argument("--draft-head-bits", type=whole(2, 16), help="the draft head's bits with --draft-bpw")
@@ -179,6 +183,7 @@ def run_vram(args: argparse.Namespace) -> int:
     from specdeck.core import vram
     from specdeck.core.errors import InvalidInputError
 
+    _refuse_mixed_formats(args.model, args.draft)
     if args.swap_config or (args.model and str(args.model).lower().endswith(".gguf")):
         return _vram_gguf(args)
     if not args.model:
@@ -208,6 +213,7 @@ def run_vram(args: argparse.Namespace) -> int:
         chunk_size=args.chunk_size,
         count_in_use=args.count_in_use,
         flash_attention=not args.no_flash_attn,
+        mtp=args.mtp,
     )
     from dataclasses import replace
 
@@ -220,6 +226,18 @@ def run_vram(args: argparse.Namespace) -> int:
     else:
         print_plan(result)
     return EXIT_OK if result.fits else EXIT_NEGATIVE
+
+
+def _refuse_mixed_formats(model: str | None, draft: str | None) -> None:
+    """A GGUF with a model folder (EXL2, EXL3): llama.cpp loads only GGUFs and TabbyAPI only
+    folders, so no server loads the pair (core.compat.rules says the same for compat)."""
+    from specdeck.core.compat.rules import mixed_format_problem
+
+    problem = mixed_format_problem(model, draft)
+    if problem is not None:
+        from specdeck.core.errors import InvalidInputError
+
+        raise InvalidInputError(problem, "Plan a GGUF draft for a GGUF target, or a folder for a folder.")
 
 
 def _vram_gguf(args: argparse.Namespace) -> int:

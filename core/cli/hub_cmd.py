@@ -1,5 +1,5 @@
 """`specdeck models`, `specdeck search`, `specdeck variants`, `specdeck install`: the local
-library and EXL2 models from the Hugging Face Hub, headless."""
+library and EXL2, EXL3 and GGUF models from the Hugging Face Hub, headless."""
 
 from __future__ import annotations
 
@@ -29,16 +29,19 @@ def register(subparsers) -> None:
     models.add_argument("--json", action="store_true", help="print JSON")
     models.set_defaults(handler=run_models)
 
-    search = subparsers.add_parser("search", help="find EXL2 models on the Hugging Face Hub")
+    search = subparsers.add_parser("search", help="find EXL2, EXL3 and GGUF models on the Hugging Face Hub")
     search.add_argument("text", nargs="*", help="words that must all appear in the repository id")
     search.add_argument("--author", help="only repositories of this user or organization")
     search.add_argument("--family", help="model family, e.g. llama, qwen2, mistral")
+    search.add_argument("--format", choices=("exl2", "exl3", "gguf", "all"), default="all",
+                        help="only this format (default all): exl2 runs on TabbyAPI exl2-checkpoint, "
+                        "exl3 on TabbyAPI main, gguf on llama.cpp servers")
     search.add_argument("--limit", type=whole(1, 1000), default=30, help="at most this many results (default 30)")
     search.add_argument("--endpoint", help=ENDPOINT_HELP)
     search.add_argument("--json", action="store_true", help="print JSON")
     search.set_defaults(handler=run_search)
 
-    variants = subparsers.add_parser("variants", help="list the bitrate variants (branches) of an EXL2 repo")
+    variants = subparsers.add_parser("variants", help="list the variants of a repo: EXL2/EXL3 branches, GGUF files")
     variants.add_argument("repo", metavar="REPO", help="owner/name or a huggingface.co URL")
     variants.add_argument("--endpoint", help=ENDPOINT_HELP)
     variants.add_argument("--json", action="store_true", help="print JSON")
@@ -100,15 +103,19 @@ def run_models(args: argparse.Namespace) -> int:
             ],
         })
         return EXIT_OK
+    from specdeck.core.hub.search import SERVER_OF
+
     rows = []
     for e in entries:
         m = e.model
         rows.append([
             m.name, m.arch.model_type, m.parameters_label, format_bytes(m.files_bytes), m.quant.label,
-            str(m.context_length), str(m.arch.vocab_size), e.source.spec if e.source else "",
+            SERVER_OF.get(m.quant.method, "?"), str(m.context_length), str(m.arch.vocab_size),
+            e.source.spec if e.source else "",
         ])
     if rows:
-        print_table(rows, ["name", "arch", "params", "size", "quantization", "context", "vocab", "from"])
+        print_table(rows, ["name", "arch", "params", "size", "quantization", "runs on", "context", "vocab",
+                           "from"])
     else:
         print(f"No models in {', '.join(str(d) for d in dirs)}.")
     for p in problems:
@@ -122,16 +129,20 @@ def run_models(args: argparse.Namespace) -> int:
 def run_search(args: argparse.Namespace) -> int:
     from specdeck.core.hub import search_repos
 
+    from specdeck.core.hub.search import FORMAT_LABELS, check_formats
+
+    formats = check_formats(args.format)
     hits = search_repos(" ".join(args.text), author=args.author, family=args.family,
-                        limit=args.limit, endpoint=args.endpoint)
+                        limit=args.limit, formats=formats, endpoint=args.endpoint)
     if args.json:
         emit_json(hits)
         return EXIT_OK
     if not hits:
-        print("No EXL2 repositories found.")
+        print(f"No {'/'.join(FORMAT_LABELS[f] for f in formats)} repositories found.")
         return EXIT_OK
-    rows = [[h.repo_id, str(h.downloads), str(h.likes), "gated" if h.gated else ""] for h in hits]
-    print_table(rows, ["repository", "downloads", "likes", ""])
+    rows = [[h.repo_id, h.format_label, str(h.downloads), str(h.likes), "gated" if h.gated else ""]
+            for h in hits]
+    print_table(rows, ["repository", "format", "downloads", "likes", ""])
     return EXIT_OK
 
 
@@ -156,10 +167,10 @@ def run_variants(args: argparse.Namespace) -> int:
         if not found.variants:
             return EXIT_OK
     if found.variants:
-        rows = [[v.revision, v.label, format_bytes(v.total_bytes),
+        rows = [[v.revision, v.format_label, v.label, format_bytes(v.total_bytes),
                  format_bytes(v.weights_vram_bytes) if v.weights_vram_bytes else "?",
                  str(v.file_count), v.folder_name, "; ".join(v.notes)] for v in found.variants]
-        print_table(rows, ["branch", "bitrate", "download", "VRAM (weights)", "files", "installs as", "notes"])
+        print_table(rows, ["branch", "format", "bitrate", "download", "VRAM (weights)", "files", "installs as", "notes"])
     else:
         print(f"{found.repo_id} has no branch with an installable model.")
     for branch, why in found.other_branches:

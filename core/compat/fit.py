@@ -3,7 +3,8 @@
 The plan uses TabbyAPI's settings from config.yml when one is given (cache modes, splits,
 context), the target being suggested for, and the GPUs typed by the user or, if none were
 typed, this machine's GPUs. When no plan is possible at all (no GPU here, a target whose
-EXL2 size is unknown) every draft's fit stays unknown and ``note`` says why.
+size is unknown) every draft's fit stays unknown and ``note`` says why. An EXL3 target is
+planned as TabbyAPI main loads it; a draft of the other format has no plan (unknown fit).
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ def fit_planner(
             from specdeck.core.vram import inputs_from_tabby_config
 
             configured = inputs_from_tabby_config(config.load(config_path))
-            inputs = replace(configured, model=str(target_folder), draft=None,
+            # A suggested draft replaces whatever config.yml drafts with (a draft model, or
+            # TabbyAPI main's MTP layers).
+            inputs = replace(configured, model=str(target_folder), draft=None, mtp=False,
                              context=max_seq_len or configured.context)
         except SpecDeckError as exc:
             log.info("Planning VRAM without %s's settings: %s", config_path, exc)

@@ -24,6 +24,7 @@ from specdeck.core.models import format_parameters
 
 LLAMA_CPP = "llama.cpp"
 EXLLAMAV2 = "ExLlamaV2"
+EXLLAMAV3 = "ExLlamaV3"
 TABBYAPI = "TabbyAPI"
 SPECDECK = "SpecDeck"
 
@@ -320,21 +321,28 @@ def chat_template_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> Rule
                       blocking=False, origin=SPECDECK, **values)
 
 
-def exllamav2_tokenizer_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
-    title = "Loadable by ExLlamaV2"
+def _tokenizer_json_rule(key: str, engine: str, server: str, t: CheckSide, d: CheckSide) -> RuleResult:
+    """ExLlamaV2 0.3 and ExLlamaV3 (tokenizer/tokenizer.py, ``HFTokenizer.from_file``) both
+    load tokenizer.json and nothing else."""
+    title = f"Loadable by {engine}"
     values = {"target": t.vocab.source_format, "draft": d.vocab.source_format}
     missing = [side for side, m in (("target", t), ("draft", d))
                if m.vocab.source_format != FORMAT_TOKENIZER_JSON]
     if not missing:
-        return RuleResult("exllamav2_tokenizer", title, Status.PASS,
-                          "Both folders have the tokenizer.json ExLlamaV2 loads.",
-                          blocking=False, origin=EXLLAMAV2, **values)
+        return RuleResult(key, title, Status.PASS,
+                          f"Both folders have the tokenizer.json {engine} loads ({server}).",
+                          blocking=False, origin=engine, **values)
     who = "target and draft folders lack" if len(missing) == 2 else f"{missing[0]} folder lacks"
-    return RuleResult("exllamav2_tokenizer", title, Status.WARN,
-                      f"ExLlamaV2 0.3 loads only tokenizer.json, which the {who}: TabbyAPI's "
-                      "ExLlamaV2 backend cannot load such a folder as it is. Copy tokenizer.json "
+    return RuleResult(key, title, Status.WARN,
+                      f"{engine} loads only tokenizer.json, which the {who}: {server} "
+                      "cannot load such a folder as it is. Copy tokenizer.json "
                       "from the original model repository into it.",
-                      blocking=False, origin=EXLLAMAV2, **values)
+                      blocking=False, origin=engine, **values)
+
+
+def exllamav2_tokenizer_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
+    return _tokenizer_json_rule("exllamav2_tokenizer", EXLLAMAV2,
+                                "TabbyAPI's ExLlamaV2 backend", t, d)
 
 
 def llama_server_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
@@ -352,15 +360,54 @@ def llama_server_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleR
                       blocking=False, origin=LLAMA_CPP, **values)
 
 
+def _format(model: CheckSide) -> str:
+    """"GGUF", "EXL2", "EXL3" or "folder" (unquantized or another quantization)."""
+    if model.is_gguf:
+        return "GGUF"
+    method = model.info.quant.method if model.info is not None else "none"
+    return method.upper() if method in ("exl2", "exl3") else "folder"
+
+
+def mixed_format_problem(target: str | None, draft: str | None) -> str | None:
+    """Why no server loads a GGUF file with a model folder (EXL2 or EXL3) as a pair, or None;
+    from the two paths alone (a .gguf is a file, a model is a folder)."""
+    if not target or not draft:
+        return None
+    gguf = [str(p).lower().endswith(".gguf") for p in (target, draft)]
+    if gguf[0] == gguf[1]:
+        return None
+    return ("The target and the draft are in different formats (one a GGUF file, the other a "
+            "model folder): no server loads them together. llama-server, llama-swap, LM Studio "
+            "and Ollama load GGUF files only; TabbyAPI loads model folders only (EXL2 on its "
+            "exl2-checkpoint branch, EXL3 on main).")
+
+
 def mixed_formats_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
-    """One side GGUF, the other a model folder: no server loads the pair as it is."""
-    values = {"target": "GGUF" if t.is_gguf else "folder", "draft": "GGUF" if d.is_gguf else "folder"}
+    """One side GGUF, the other a model folder (EXL2, EXL3): no server loads the pair."""
+    values = {"target": _format(t), "draft": _format(d)}
     return RuleResult("formats", "One server for both", Status.WARN,
-                      "One side is a GGUF file and the other a model folder: llama-server needs "
-                      "both as GGUF (-m, -md), TabbyAPI both as EXL2 folders. The tokenizers "
+                      "One side is a GGUF file and the other a model folder "
+                      f"({values['target']} target, {values['draft']} draft): no server loads "
+                      "them together. llama-server needs both as GGUF (-m, -md); TabbyAPI both "
+                      "as folders (EXL2 on exl2-checkpoint, EXL3 on main). The tokenizers "
                       "compared above are what matters for drafting; get the draft in the "
-                      "target's format (e.g. the same model's GGUF or EXL2 repository).",
+                      "target's format (e.g. the same model's GGUF, EXL2 or EXL3 repository).",
                       blocking=False, origin=SPECDECK, **values)
+
+
+def mixed_backends_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
+    """An EXL2 folder with an EXL3 folder: each TabbyAPI branch runs one of the two."""
+    values = {"target": _format(t), "draft": _format(d)}
+    return RuleResult("formats", "One server for both", Status.WARN,
+                      f"A {values['target']} target with a {values['draft']} draft: no TabbyAPI "
+                      "loads them together. Its exl2-checkpoint branch runs ExLlamaV2 (EXL2 "
+                      "only), its main branch ExLlamaV3 (EXL3 or unquantized). Get the draft "
+                      "in the target's format.",
+                      blocking=False, origin=TABBYAPI, **values)
+
+
+def exllamav3_tokenizer_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
+    return _tokenizer_json_rule("exllamav3_tokenizer", EXLLAMAV3, "TabbyAPI main", t, d)
 
 
 def loader_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
@@ -369,6 +416,11 @@ def loader_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:
         return llama_server_rule(t, d, cmp)
     if t.is_gguf or d.is_gguf:
         return mixed_formats_rule(t, d, cmp)
+    formats = {_format(t), _format(d)}
+    if formats == {"EXL2", "EXL3"}:
+        return mixed_backends_rule(t, d, cmp)
+    if "EXL3" in formats:
+        return exllamav3_tokenizer_rule(t, d, cmp)
     return exllamav2_tokenizer_rule(t, d, cmp)
 
 

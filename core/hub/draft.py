@@ -24,11 +24,40 @@ def draft_settings(model_folder: str | Path) -> dict[tuple[str, str], str]:
 
 def plan_use_as_draft(model_folder: str | Path, config_path: str | Path) -> Any:
     """The config editor's ConfigChange (new text, diff) that sets ``model_folder`` as the
-    draft model in ``config_path``. Nothing is written; save it with config.save(change)."""
+    draft model in ``config_path``. Nothing is written; save it with config.save(change).
+
+    The config's branch decides what fits: TabbyAPI main runs ExLlamaV3 (EXL3 drafts, and
+    ``draft_mode: model`` so a draft model is what it drafts with), exl2-checkpoint runs
+    ExLlamaV2 (EXL2 drafts); the other format is refused with the reason."""
     from specdeck.core import config
 
     doc = config.load(expand_user(config_path))
-    return config.plan_change(doc, draft_settings(model_folder))
+    settings = draft_settings(model_folder)
+    backend = doc.backend_hint()
+    _check_draft_format(Path(settings[("draft_model", "draft_model_dir")]) /
+                        settings[("draft_model", "draft_model_name")], backend)
+    mode = doc.raw("draft_model", "draft_mode")
+    if backend == "exllamav3" and mode is not None and str(mode).lower() != "model":
+        settings[("draft_model", "draft_mode")] = "model"  # ngram/mtp/disabled ignore a draft model
+    return config.plan_change(doc, settings)
+
+
+def _check_draft_format(folder: Path, backend: str | None) -> None:
+    """Refuse an EXL2 draft for TabbyAPI main and an EXL3 one for exl2-checkpoint."""
+    from specdeck.core.models import quantization_from_config, read_json
+
+    method = quantization_from_config(read_json(folder / "config.json")).method
+    if backend == "exllamav3" and method == "exl2":
+        raise InvalidInputError(
+            f"{folder.name} is an EXL2 quant, but this config.yml is for TabbyAPI's main branch, "
+            "which runs ExLlamaV3 only and cannot load EXL2 models.",
+            "Install an EXL3 variant of the draft (specdeck search --format exl3), or use "
+            "TabbyAPI's exl2-checkpoint branch for EXL2.")
+    if backend == "exllamav2" and method == "exl3":
+        raise InvalidInputError(
+            f"{folder.name} is an EXL3 quant, but this config.yml is for TabbyAPI's ExLlamaV2 "
+            "backend (exl2-checkpoint), which cannot load EXL3 models.",
+            "Install an EXL2 variant of the draft, or move to TabbyAPI's main branch for EXL3.")
 
 
 def change_diff(change: Any) -> str:

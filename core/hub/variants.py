@@ -1,10 +1,13 @@
-"""The bitrate variants of an EXL2 repository.
+"""The bitrate variants of an EXL2 or EXL3 repository.
 
-EXL2 repositories keep one quantization per branch ("4.0bpw", "6_5", "8.0bpw-h8", ...)
+EXL2 and EXL3 repositories keep one quantization per branch ("4.0bpw", "6_5", "8.0bpw-h8", ...;
+turboderp's EXL3 repositories name them the same way)
 with a README and measurement.json on main; some keep a single quantization on main with
 the bitrate in the repository's name ("...-4.0bpw-h6-exl2"). For every branch SpecDeck lists
 the files (sizes from the tree listing) and reads config.json's ``quantization_config``,
-which is what exllamav2 itself reads: the branch name is only a label and can be wrong.
+which is what exllamav2 and exllamav3 themselves read: the branch name is only a label and
+can be wrong. exllamav3's converter writes ``{"quant_method": "exl3", "bits", "head_bits"}``
+there (exllamav3 conversion/compile.py, 4f8ad01), exllamav2's ``{"quant_method": "exl2", ...}``.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ from specdeck.core.hub.errors import HubAccessError, HubAuthError, IntegrityErro
 from specdeck.core.hub.spec import parse_repo_spec
 from specdeck.core.models import quantization_from_config
 
-# "4.0bpw", "6_5", "8_0", "4.65bpw-h6", "6.0bpw_h8", "5bpw", "exl2-3.0bpw", "4.0bpw-h6-exl2"
+# "4.0bpw", "6_5", "8_0", "4.65bpw-h6", "6.0bpw_h8", "5bpw", "exl2-3.0bpw", "4.0bpw-h6-exl2",
+# "exl3-3.0bpw", "3.0bpw-exl3"
 _BRANCH_BITS = re.compile(
-    r"^(?:exl2[-_.])?(?P<bits>\d{1,2}(?:[._]\d{1,3})?)(?:[-_]?bpw|[-_]?bits?)?"
-    r"(?:[-_.]?h(?P<head>\d{1,2}))?(?:[-_.]exl2)?$",
+    r"^(?:exl[23][-_.])?(?P<bits>\d{1,2}(?:[._]\d{1,3})?)(?:[-_]?bpw|[-_]?bits?)?"
+    r"(?:[-_.]?h(?P<head>\d{1,2}))?(?:[-_.]exl[23])?$",
     re.IGNORECASE,
 )
 # A bitrate inside a repository name: "...-4.0bpw-h6-exl2", "..._6_5bpw"
@@ -108,6 +112,21 @@ class Variant:
         return f"{self.repo_id}@{self.revision}"
 
     @property
+    def format(self) -> str | None:
+        """"exl2" or "exl3" as config.json says (else as the repository's name says)."""
+        if self.quant_method in ("exl2", "exl3"):
+            return self.quant_method
+        from specdeck.core.hub.search import format_of
+
+        named = format_of(self.repo_id)
+        return named if named in ("exl2", "exl3") else None
+
+    @property
+    def format_label(self) -> str:
+        """"EXL2" / "EXL3" and the TabbyAPI branch that loads it, for lists and tables."""
+        return {"exl2": "EXL2 (exl2-checkpoint)", "exl3": "EXL3 (TabbyAPI main)"}.get(self.format or "", "?")
+
+    @property
     def label(self) -> str:
         if self.bits is None:
             return self.quant_method.upper() if self.quant_method else "unknown bitrate"
@@ -131,15 +150,20 @@ class RepoVariants:
         return next((v for v in self.variants if v.revision == revision), None)
 
 
-def _weights_vram(config: dict, bits: float | None, head_bits: int | None) -> int | None:
-    """GPU bytes of an EXL2 variant's weights, from the VRAM planner's estimate."""
+def _weights_vram(config: dict, bits: float | None, head_bits: int | None,
+                  quant_method: str | None = None) -> int | None:
+    """GPU bytes of an EXL2 or EXL3 variant's weights, from the VRAM planner's estimate (the
+    same one `specdeck vram` makes for a folder with only this config.json)."""
     from specdeck.core.models import architecture_from_config
+    from specdeck.core.vram import exl3
     from specdeck.core.vram.weights import DEFAULT_HEAD_BITS, weights_from_bpw
 
     if bits is None:
         return None
     try:
         arch = architecture_from_config(config)
+        if quant_method == exl3.EXL3:
+            return exl3.weights_from_bits(arch, bits, head_bits or exl3.DEFAULT_HEAD_BITS).gpu_bytes
         return weights_from_bpw(arch, bits, head_bits or DEFAULT_HEAD_BITS).gpu_bytes
     except SpecDeckError:  # an unusual config: no estimate rather than a wrong one
         return None
@@ -172,19 +196,21 @@ def _inspect_branch(client: HubClient, repo_id: str, branch: str, commit: str) -
         quant = quantization_from_config(config)
         model_type = str(config.get("model_type") or "") or None
         quant_method = quant.method if quant.method != "none" else None
-        if quant.method == "exl2" and quant.bits is not None:
+        if quant.method in ("exl2", "exl3") and quant.bits is not None:
             bits, head, source = quant.bits, quant.head_bits, "config.json"
         elif quant.method == "none":
             notes.append("not quantized (no quantization_config in config.json)")
-        elif quant.method != "exl2":
-            notes.append(f"{quant.method.upper()} quantization, not EXL2: ExLlamaV2 cannot load it")
+        if quant.method == "exl3":
+            notes.append("EXL3: TabbyAPI main (ExLlamaV3) loads it; ExLlamaV2 cannot")
+        elif quant.method not in ("exl2", "none"):
+            notes.append(f"{quant.method.upper()} quantization, not EXL2 or EXL3: TabbyAPI cannot load it")
     named = bits_from_branch(branch) or bits_from_repo_name(repo_id.split("/", 1)[1])
     if bits is None and named is not None:
         bits, head = named
         source = "branch name" if bits_from_branch(branch) else "repository name"
     elif named is not None and abs(named[0] - bits) > 0.01:  # type: ignore[operator]
         notes.append(f"the name says {format_bits(named[0])} bpw but config.json says {format_bits(bits)} bpw")  # type: ignore[arg-type]
-    weights_vram = _weights_vram(config, bits, head) if isinstance(config, dict) else None
+    weights_vram = _weights_vram(config, bits, head, quant_method) if isinstance(config, dict) else None
     code = [f.path for f in files if f.path.endswith(".py")]
     if code:
         notes.append(f"holds Python code ({', '.join(code[:3])}), which SpecDeck never installs")

@@ -38,6 +38,9 @@ class PlanInputs:
     count_in_use: bool = False
     flash_attention: bool = True
     """False for GPUs older than Ampere, where TabbyAPI runs without flash-attn."""
+    mtp: bool = False
+    """Draft with the target's own MTP layers (TabbyAPI main's draft_mode: mtp) instead of
+    a draft folder."""
 
 
 def build_request(inputs: PlanInputs, frame=None, overheads: Overheads = DEFAULT_OVERHEADS) -> PlanRequest:
@@ -47,7 +50,20 @@ def build_request(inputs: PlanInputs, frame=None, overheads: Overheads = DEFAULT
         raise InvalidInputError("No target model folder given.", "Pick the folder that holds config.json.")
     target = model_weights(inputs.model, inputs.bpw, inputs.head_bits)
     draft = None
-    if inputs.draft and str(inputs.draft).strip():
+    if inputs.mtp:
+        if inputs.draft and str(inputs.draft).strip():
+            raise InvalidInputError("A draft folder and MTP drafting were both asked for.",
+                                    "TabbyAPI main drafts with one: drop --draft or --mtp.")
+        from specdeck.core.models import read_model
+        from specdeck.core.vram.exl3 import mtp_weights
+
+        info = read_model(inputs.model)
+        if info.quant.method != "exl3":
+            raise InvalidInputError(f"{info.name} is not an EXL3 model; MTP drafting is "
+                                    "TabbyAPI main's (ExLlamaV3) draft_mode: mtp.",
+                                    "Plan an EXL3 quant of the target.")
+        draft = mtp_weights(info)
+    elif inputs.draft and str(inputs.draft).strip():
         draft = model_weights(inputs.draft, inputs.draft_bpw, inputs.draft_head_bits)
     return PlanRequest(
         target=target,
@@ -117,7 +133,8 @@ def inputs_from_tabby_config(doc) -> PlanInputs:
             "This config.yml names no model (model.model_name is empty).",
             "Set model_name, or pick the target folder by hand.",
         )
-    draft = doc.draft_model_path()
+    mode = str(doc.value("draft_model", "draft_mode") or "model").lower()
+    draft = doc.draft_model_path() if mode == "model" else None
     # On Ampere and newer (paged mode) TabbyAPI allocates cache_size tokens, which defaults
     # to max_seq_len; max_seq_len -1 means the model's own context.
     context = doc.value("model", "cache_size") or doc.value("model", "max_seq_len")
@@ -133,4 +150,5 @@ def inputs_from_tabby_config(doc) -> PlanInputs:
         autosplit=True if auto is None else bool(auto),
         autosplit_reserve_mb=_split_text(doc.value("model", "autosplit_reserve")) or "96",
         chunk_size=int(doc.value("model", "chunk_size") or DEFAULT_CHUNK_SIZE),
+        mtp=mode == "mtp",
     )

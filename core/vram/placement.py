@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from specdeck.core.units import GiB, MiB, format_bytes
 from specdeck.core.vram.costs import ModelCosts, Overheads, model_costs
 from specdeck.core.vram.gpus import GpuSpec
-from specdeck.core.vram.request import PlanRequest
+from specdeck.core.vram.request import DEFAULT_AUTOSPLIT_RESERVE_MB, PlanRequest
 from specdeck.core.vram.weights import ModelWeights, ModuleKind, ModuleWeights
 
 OVERHEAD_PARTS = ("cuda_context", "scratch", "cache_staging", "rope_tables", "activations",
                   "allocator_slack")
 OVERHEAD_LABELS = {
     "cuda_context": "CUDA context",
-    "scratch": "ExLlamaV2 scratch",
+    "scratch": "scratch buffers",
     "cache_staging": "quantized-cache staging",
     "rope_tables": "RoPE tables",
     "activations": "activations",
@@ -245,6 +245,8 @@ def _ledgers_for(request: PlanRequest) -> list[_Ledger]:
 
 def place_models(request: PlanRequest, overheads: Overheads) -> tuple[list[_Ledger], _NoFit | None]:
     """Place draft then target as TabbyAPI does; (ledgers, the failure or None)."""
+    if request.is_exl3:
+        return _place_exl3_models(request, overheads)
     ledgers = _ledgers_for(request)
     tokens = request.cache_tokens
     try:
@@ -270,6 +272,101 @@ def place_models(request: PlanRequest, overheads: Overheads) -> tuple[list[_Ledg
         else:
             _place_autosplit(ledgers, "target", request.target, target_costs,
                              request.autosplit_reserve_mb, overheads)
+    except _NoFit as exc:
+        return ledgers, exc
+    return ledgers, None
+
+
+# TabbyAPI main + ExLlamaV3 ------------------------------------------------------------------
+EXL3_DEFAULT_RESERVE_GB = 0.5
+"""exllamav3 model/model.py load_gen: a GPU missing from reserve_per_device keeps 0.5 GB
+free (TabbyAPI main passes only autosplit_reserve's list, [96] MB by default)."""
+
+
+def _exl3_limits(request: PlanRequest, split: Sequence[float] | None) -> list[int | None]:
+    """Per GPU, what the loader lets PyTorch hold there: ``use_per_device`` bytes (a split,
+    GiB as exllamav3 reads them), or None where the reserve rule applies."""
+    if split is None:
+        return [None] * len(request.gpus)
+    return [int(gb * GiB) for gb in split] + [0] * (len(request.gpus) - len(split))
+
+
+def _exl3_reserves(request: PlanRequest, manual: bool) -> list[int]:
+    """autosplit_reserve per GPU as exllamav3 receives it. TabbyAPI main reads the user's
+    list only for autosplit on two or more GPUs; otherwise it keeps its own [96] MB (set in
+    ExllamaV3Container.__init__); with a manual gpu_split it passes no reserve at all, so
+    exllamav3's default 0.5 GB applies to every GPU."""
+    if manual:
+        mb: list[float] = []
+    elif len(request.gpus) == 1 or not request.autosplit:
+        mb = list(DEFAULT_AUTOSPLIT_RESERVE_MB)
+    else:
+        mb = list(request.autosplit_reserve_mb)
+    gb = [v / 1024 for v in mb] + [EXL3_DEFAULT_RESERVE_GB] * len(request.gpus)
+    return [int(v * GiB) for v in gb[:len(request.gpus)]]
+
+
+def _torch_bytes(ledger: _Ledger, slack: float, add: dict[str, int] | None = None) -> int:
+    """What PyTorch's allocator holds on this GPU (everything but the CUDA context)."""
+    context = ledger.parts.get("cuda_context", 0) + (add or {}).get("cuda_context", 0)
+    return ledger.used(slack, add) - context
+
+
+def _place_exl3(ledgers: list[_Ledger], role: str, model: ModelWeights, costs: ModelCosts,
+                request: PlanRequest, split: Sequence[float] | None, reserves: list[int],
+                overheads: Overheads) -> None:
+    """exllamav3's _load_autosplit (model/model_ls.py), the only loader TabbyAPI main uses
+    without tensor parallelism: modules go to the current GPU until one raises out of memory
+    under the per-process limit set when the loader first reached that GPU, then to the next.
+
+    The limit is ``use_per_device`` of a split, or (util/memory.py
+    set_memory_fraction_reserve) the GPU's free memory at that moment less its reserve. That
+    limit caps everything PyTorch holds on the GPU, the draft's tensors included although
+    free memory already left them out: a draft counts twice against the target's limit on
+    every GPU they share (measured on a lent H200: docs/vram.md)."""
+    limits = _exl3_limits(request, split)
+    active = [i for i, limit in enumerate(limits) if limit is None or limit > 0]
+    slack = overheads.allocator_slack
+    cap: int | None = None
+    position = 0
+    for module in model.modules:
+        while True:
+            if position >= len(active):
+                raise _NoFit(_ran_out(role, model, module, split=split is not None),
+                             _unplaced_bytes(model, module, costs))
+            index = active[position]
+            ledger = ledgers[index]
+            add = _module_costs(ledger, role, module, costs, overheads)
+            if cap is None:  # the loader reaches this GPU: touch it, then set the limit
+                touched = ledger.parts.get("cuda_context", 0) or overheads.cuda_context
+                free = ledger.spec.capacity_bytes - touched - _torch_bytes(ledger, slack)
+                cap = limits[index] if limits[index] is not None else free - reserves[index]
+            if _torch_bytes(ledger, slack, add) <= cap and ledger.used(slack, add) <= ledger.spec.capacity_bytes:
+                _commit(ledger, role, module, add)
+                break
+            ledger.passed_over = True
+            position, cap = position + 1, None
+
+
+def _place_exl3_models(request: PlanRequest, overheads: Overheads) -> tuple[list[_Ledger], _NoFit | None]:
+    """TabbyAPI main's load_model_sync: the draft (or the MTP component) first, with
+    autosplit_reserve or draft_gpu_split, then the target with autosplit_reserve or
+    gpu_split; with one GPU the same loader runs on GPU 0 (backends/exllamav3/model.py)."""
+    from specdeck.core.vram import exl3
+
+    ledgers = _ledgers_for(request)
+    tokens = request.cache_tokens
+    chunk = request.chunk_for(True)
+    manual = request.gpu_split is not None and len(request.gpus) > 1
+    reserves = _exl3_reserves(request, manual)
+    try:
+        if request.draft is not None:
+            costs = exl3.model_costs(request.draft.arch, request.draft_cache_mode, tokens, chunk, overheads)
+            _place_exl3(ledgers, "draft", request.draft, costs, request,
+                        request.draft_gpu_split if manual else None, reserves, overheads)
+        costs = exl3.model_costs(request.target.arch, request.cache_mode, tokens, chunk, overheads)
+        _place_exl3(ledgers, "target", request.target, costs, request,
+                    request.gpu_split if manual else None, reserves, overheads)
     except _NoFit as exc:
         return ledgers, exc
     return ledgers, None

@@ -17,7 +17,7 @@ from specdeck.core.vram.costs import (
 )
 from specdeck.core.vram.placement import FitVerdict, GpuPlan, evaluate, fits_with_margin
 from specdeck.core.vram.request import PlanRequest
-from specdeck.core.vram.weights import DEFAULT_HEAD_BITS, weights_from_bpw
+from specdeck.core.vram.weights import estimate_weights
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,11 @@ def _notes(request: PlanRequest) -> list[str]:
             )
         if model.source == "bpw":
             notes.append(f"The {role}'s weights are estimated from its config.json at "
-                         f"{model.bpw:g} bpw; an EXL2 folder on disk gives exact sizes.")
+                         f"{model.bpw:g} bpw; an {model.quant_format.upper()} folder on disk "
+                         "gives exact sizes.")
+    if request.is_exl3:
+        notes.append("Planned as TabbyAPI main loads EXL3 with ExLlamaV3 (exllamav3's sources, "
+                     "docs/vram.md); its buffers are not yet measured on a GPU.")
     return notes
 
 
@@ -145,8 +149,7 @@ def largest_bpw(request: PlanRequest, overheads: Overheads = DEFAULT_OVERHEADS) 
     steps = int(round((target.bpw - 2.0) / 0.05))
 
     def fits(step: int) -> bool:
-        bits = weights_from_bpw(target.arch, 2.0 + step * 0.05, target.head_bits or DEFAULT_HEAD_BITS,
-                                target.name)
+        bits = estimate_weights(target, 2.0 + step * 0.05)
         return fits_with_margin(replace(request, target=bits), overheads)
 
     if steps < 0 or not fits(0):
@@ -168,20 +171,23 @@ def _suggestions(request: PlanRequest, result: VramPlan, overheads: Overheads) -
         outcome = evaluate(candidate, overheads)
         return outcome.headroom if outcome.verdict is FitVerdict.FITS else None
 
-    for mode in CACHE_MODES[CACHE_MODES.index(request.cache_mode) + 1:]:
+    modes, smallest = _smaller_cache_modes(request)
+    for mode in modes:
         headroom = works(replace(request, cache_mode=mode))
         if headroom is not None:
             tips.append(f"Use cache_mode: {mode} for the target (fits with "
                         f"{format_bytes(headroom)} of headroom).")
             break
-    if request.draft is not None and request.draft_cache_mode != "Q4":
-        headroom = works(replace(request, draft_cache_mode="Q4"))
+    if request.draft is not None and request.draft_cache_mode != smallest:
+        headroom = works(replace(request, draft_cache_mode=smallest))
         if headroom is not None:
-            tips.append(f"Use draft_cache_mode: Q4 (fits with {format_bytes(headroom)} of headroom).")
+            tips.append(f"Use draft_cache_mode: {smallest} (fits with {format_bytes(headroom)} of headroom).")
     if result.max_context is not None and result.max_context < request.cache_tokens:
         tips.append(f"Lower max_seq_len (cache_size) to {result.max_context}: the largest "
                     "context that fits" + (" with the draft." if request.draft else "."))
-    if request.draft is not None and len(request.gpus) > 1 and request.draft_gpu_split is None:
+    # TabbyAPI main loads a draft_gpu_split only beside a gpu_split (PlanRequest.checked).
+    split_ok = not request.is_exl3 or request.gpu_split is not None
+    if request.draft is not None and len(request.gpus) > 1 and request.draft_gpu_split is None and split_ok:
         for gpu in range(len(request.gpus) - 1, 0, -1):
             split = _draft_split_on(request, gpu, overheads)
             if works(replace(request, draft_gpu_split=split)) is not None:
@@ -208,10 +214,34 @@ def _suggestions(request: PlanRequest, result: VramPlan, overheads: Overheads) -
     return tips
 
 
+def _smaller_cache_modes(request: PlanRequest) -> tuple[tuple[str, ...], str]:
+    """The target's cache modes smaller than its own, and the draft mode to suggest: the
+    ExLlamaV2 modes, or for EXL3 the k,v pairs of exllamav3's quantized cache."""
+    if not request.is_exl3:
+        return CACHE_MODES[CACHE_MODES.index(request.cache_mode) + 1:], "Q4"
+    from specdeck.core.vram import exl3
+
+    own = exl3.kv_bytes_per_token_layer(request.target.arch, request.cache_mode)
+    smaller = tuple(m for m in exl3.SMALLER_CACHE_MODES
+                    if exl3.kv_bytes_per_token_layer(request.target.arch, m) < own)
+    return smaller, "4,4"
+
+
 def _draft_split_on(request: PlanRequest, gpu: int, overheads: Overheads) -> tuple[float, ...]:
     """A draft_gpu_split that puts the whole draft on ``gpu`` (with room for its buffers)."""
     draft = request.draft
     assert draft is not None
+    if request.is_exl3:  # use_per_device caps everything PyTorch holds: weights, cache, buffers
+        from specdeck.core.vram import exl3
+
+        costs = exl3.model_costs(draft.arch, request.draft_cache_mode, request.cache_tokens,
+                                 request.chunk_for(True), overheads)
+        layers = sum(1 for m in draft.modules if m.kind.value == "attention")
+        need = (draft.gpu_bytes + layers * costs.cache_per_layer + costs.scratch_fixed
+                + costs.cache_staging + costs.activations)
+        need = int(need * (1 + overheads.allocator_slack))
+        gb = math.ceil(need / GiB * 10) / 10 + 0.1
+        return tuple(0.0 for _ in range(gpu)) + (gb,)
     costs = model_costs(draft.arch, request.draft_cache_mode, request.cache_tokens,
                         request.chunk_size, overheads)
     need = draft.gpu_bytes + costs.split_constant + costs.attention_scratch + costs.attention_temp

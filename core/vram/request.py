@@ -49,11 +49,48 @@ class PlanRequest:
         if self.chunk_size < 1:
             raise InvalidInputError(f"chunk_size {self.chunk_size} must be at least 1 token.",
                                     "TabbyAPI's default is 2048.")
+        if self.is_exl3:
+            return self._checked_exl3()
+        if self.draft is not None and self.draft.is_exl3:
+            raise InvalidInputError(
+                f"The draft {self.draft.name} is EXL3 but the target {self.target.name} is EXL2: "
+                "TabbyAPI loads both with one backend (ExLlamaV2 on exl2-checkpoint, ExLlamaV3 "
+                "on main), so no TabbyAPI runs this pair.",
+                "Pick an EXL2 draft for an EXL2 target, or EXL3 quants of both.")
         return replace(
             self,
             cache_mode=check_cache_mode(self.cache_mode),
             draft_cache_mode=check_cache_mode(self.draft_cache_mode),
         )
+
+    def _checked_exl3(self) -> PlanRequest:
+        from specdeck.core.vram import exl3
+
+        if self.draft is not None and not self.draft.is_exl3:
+            raise InvalidInputError(
+                f"The target {self.target.name} is EXL3 but the draft {self.draft.name} is not: "
+                "TabbyAPI's main branch runs ExLlamaV3, which loads EXL3 (or unquantized) "
+                "models, not EXL2.",
+                "Pick an EXL3 quant of the draft (specdeck search --format exl3).")
+        manual = self.gpu_split is not None and len(self.gpus) > 1
+        if self.draft is not None and self.draft_gpu_split is not None and not manual:
+            raise InvalidInputError(
+                "draft_gpu_split without gpu_split does not load on TabbyAPI main: it passes its "
+                "autosplit_reserve and the draft_gpu_split to exllamav3 together, and "
+                "Model.load_gen refuses both at once (\"Cannot specify both memory usage and "
+                "memory reserve\"; backends/exllamav3/model.py e632af4, exllamav3 model/model.py).",
+                "Set gpu_split for the target too (TabbyAPI main ignores it on one GPU), or leave "
+                "draft_gpu_split out.")
+        return replace(
+            self,
+            cache_mode=exl3.check_cache_mode(self.cache_mode),
+            draft_cache_mode=exl3.check_cache_mode(self.draft_cache_mode),
+        )
+
+    @property
+    def is_exl3(self) -> bool:
+        """The target is EXL3: TabbyAPI main and ExLlamaV3 load it (core.vram.exl3)."""
+        return self.target.is_exl3
 
     @property
     def cache_tokens(self) -> int:
@@ -65,6 +102,10 @@ class PlanRequest:
         (core.exl2_facts.tabby_chunk_size); exllamav2 0.3.2 clamps that to max_seq_len again
         when it loads with autosplit (model.py line 536, load_autosplit_gen), not when it
         loads a manual gpu_split."""
+        if self.is_exl3:
+            from specdeck.core.vram.exl3 import tabby_chunk_size as main_chunk_size
+
+            return main_chunk_size(self.chunk_size)
         chunk = tabby_chunk_size(self.chunk_size, self.context)
         return min(chunk, self.context) if autosplit else chunk
 
@@ -74,7 +115,7 @@ class PlanRequest:
             return "single GPU"
         if self.gpu_split is not None:
             return f"gpu_split [{', '.join(f'{v:g}' for v in self.gpu_split)}]"
-        if not self.autosplit:
+        if not self.autosplit and not self.is_exl3:
             return "gpu_split_auto off (all on GPU 0)"
         reserve = ", ".join(f"{v:g}" for v in self.autosplit_reserve_mb)
         return f"autosplit (reserve [{reserve}] MB)"

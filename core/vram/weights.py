@@ -54,17 +54,26 @@ class ModelWeights:
     """"files" (exact, from safetensors headers) or "bpw" (estimated from config.json)."""
     bpw: float | None = None
     head_bits: int | None = None
+    quant_format: str = "exl2"
+    """"exl2" (ExLlamaV2's modules: attention and MLP apart) or "exl3" (ExLlamaV3's: one
+    transformer block per layer, listed as its attention module, which holds the cache)."""
 
     @property
     def gpu_bytes(self) -> int:
         return sum(m.nbytes for m in self.modules)
 
     @property
+    def is_exl3(self) -> bool:
+        return self.quant_format == "exl3"
+
+    @property
     def label(self) -> str:
+        fmt = self.quant_format.upper()
         if self.source == "files":
-            bits = f"EXL2 {self.bpw:g} bpw, " if self.bpw else ""
+            bits = f"{fmt} {self.bpw:g} bpw, " if self.bpw else f"{fmt}, " if self.is_exl3 else ""
             return f"{self.name} ({bits}sizes from its files)"
-        return f"{self.name} ({self.bpw:g} bpw, head {self.head_bits} bits, estimated)"
+        fmt = f"{fmt} " if self.is_exl3 else ""
+        return f"{self.name} ({fmt}{self.bpw:g} bpw, head {self.head_bits} bits, estimated)"
 
 
 def _linear_shapes(arch: Architecture) -> dict[ModuleKind, list[tuple[int, int]]]:
@@ -151,6 +160,8 @@ def model_weights(folder: str | Path, bpw: float | None = None,
     override that with an estimate, which is what a folder with only config.json needs.
     """
     info = read_model(folder)
+    if info.quant.method == "exl3":
+        return _exl3_weights(info, bpw, head_bits)
     if bpw is None and info.is_exl2 and info.weights is not None:
         return weights_from_files(info)
     if bpw is None and info.is_exl2 and info.quant.bits:
@@ -164,3 +175,28 @@ def model_weights(folder: str | Path, bpw: float | None = None,
         )
     bits = head_bits or info.quant.head_bits or DEFAULT_HEAD_BITS
     return weights_from_bpw(info.arch, float(bpw), bits, name=info.name)
+
+
+def _exl3_weights(info: ModelInfo, bpw: float | None, head_bits: int | None) -> ModelWeights:
+    """An EXL3 folder: measured from its files, else estimated from quantization_config's
+    bits (``bpw`` overrides both), as core.vram.exl3 reads exllamav3."""
+    from specdeck.core.vram import exl3
+
+    if bpw is None and info.weights is not None:
+        return exl3.weights_from_files(info)
+    bits = bpw if bpw is not None else info.quant.bits
+    if bits is None:
+        raise InvalidInputError(f"{info.path}'s quantization_config names no bits.",
+                                "Pass the bits per weight of the EXL3 quant (e.g. --bpw 4.0).")
+    head = head_bits or info.quant.head_bits or exl3.DEFAULT_HEAD_BITS
+    return exl3.weights_from_bits(info.arch, float(bits), head, name=info.name)
+
+
+def estimate_weights(model: ModelWeights, bpw: float) -> ModelWeights:
+    """``model`` re-estimated at another bitrate, in its own format (the bpw search)."""
+    if model.is_exl3:
+        from specdeck.core.vram import exl3
+
+        return exl3.weights_from_bits(model.arch, bpw, model.head_bits or exl3.DEFAULT_HEAD_BITS,
+                                      model.name)
+    return weights_from_bpw(model.arch, bpw, model.head_bits or DEFAULT_HEAD_BITS, model.name)

@@ -1,15 +1,18 @@
 """The Models page: the local model library, and drafts to install from the Hub (an EXL2
-branch for TabbyAPI, or a GGUF file for llama-server).
+branch for TabbyAPI exl2-checkpoint, an EXL3 branch for TabbyAPI main, or a GGUF file for
+llama-server).
 
 Top: every model folder SpecDeck knows (config.yml's model and draft folders, extra folders,
 the install destination) with its architecture, size, bitrate, context, vocabulary, a
 compatibility badge against config.yml's target model, and where it came from.
 
-Bottom: search the Hub, pick a repository, pick a bitrate (one EXL2 branch each) or a GGUF
+Bottom: search the Hub (every format, or one: EXL2, EXL3, GGUF), pick a repository, pick a
+bitrate (one EXL2 or EXL3 branch each, labelled with its format) or a GGUF
 file (its shards together), Install. Progress shows bytes, rate, time left and the file;
 Cancel keeps what was downloaded, and an unfinished install (cancelled, failed, or cut off by
-a restart) is offered for Resume. After an EXL2 install, "Use as draft" previews the
-config.yml change and saves it atomically through the config editor; after a GGUF install,
+a restart) is offered for Resume. After an EXL2 or EXL3 install, "Use as draft" previews the
+config.yml change (refused, with the reason, when config.yml's TabbyAPI branch cannot load
+that format) and saves it atomically through the config editor; after a GGUF install,
 the page shows the llama-server flags that draft with it.
 
 Everything slow (network, disk scans, keyring, tokenizers) runs in gui.workers. What is
@@ -163,7 +166,7 @@ class ModelsPage(QWidget):
 
     LIBRARY_HEADERS = ["Name", "Architecture", "Parameters", "Size", "Quantization", "Context", "Vocab",
                        "Compatibility", "Installed from"]
-    RESULT_HEADERS = ["Repository", "Downloads", "Likes", "Access"]
+    RESULT_HEADERS = ["Repository", "Downloads", "Likes", "Access", "Format"]
     VARIANT_HEADERS = ["Branch / file", "Bitrate / quant", "Download", "VRAM (weights)", "Files",
                        "Status", "Notes"]
     GGUF_PREFIX = "gguf:"
@@ -228,19 +231,29 @@ class ModelsPage(QWidget):
         return box
 
     def _build_hub(self) -> QWidget:
-        box = QGroupBox("Install a draft model (EXL2 branch or GGUF file) from the Hugging Face Hub")
+        box = QGroupBox("Install a draft model (EXL2 or EXL3 branch, or GGUF file) from the Hugging Face Hub")
         layout = QVBoxLayout(box)
         self.error_banner = Banner()
         layout.addWidget(self.error_banner)
 
         search = QHBoxLayout()
         self.search_edit = QLineEdit()
-        self.search_edit.setPlaceholderText("Search EXL2 repositories, e.g. qwen2.5 0.5b instruct")
+        self.search_edit.setPlaceholderText("Search EXL2, EXL3 and GGUF repositories, e.g. qwen2.5 0.5b instruct")
         self.search_edit.returnPressed.connect(self.search)
         self.family_combo = QComboBox()
         self.family_combo.setEditable(True)
         for family in FAMILIES:
             self.family_combo.addItem(family or ANY_FAMILY)
+        from specdeck.core.hub.search import FORMAT_LABELS, FORMAT_RUNS_ON
+
+        self.format_combo = QComboBox()
+        self.format_combo.addItem("All formats", "all")
+        for key, label in FORMAT_LABELS.items():
+            self.format_combo.addItem(label, key)
+            self.format_combo.setItemData(self.format_combo.count() - 1, FORMAT_RUNS_ON[key],
+                                          Qt.ItemDataRole.ToolTipRole)
+        self.format_combo.setToolTip("EXL2: TabbyAPI exl2-checkpoint · EXL3: TabbyAPI main · "
+                                     "GGUF: llama-server, llama-swap, LM Studio, Ollama")
         self.author_edit = QLineEdit()
         self.author_edit.setPlaceholderText("author (optional)")
         self.author_edit.setMaximumWidth(160)
@@ -250,6 +263,7 @@ class ModelsPage(QWidget):
         self.search_button.clicked.connect(self.search)
         search.addWidget(self.search_edit, 1)
         search.addWidget(self.family_combo)
+        search.addWidget(self.format_combo)
         search.addWidget(self.author_edit)
         search.addWidget(self.search_button)
         layout.addLayout(search)
@@ -274,7 +288,8 @@ class ModelsPage(QWidget):
         left_layout.setContentsMargins(0, 0, 0, 0)
         self.results_table = _table(self.RESULT_HEADERS, stretch=0)
         self.results_table.itemSelectionChanged.connect(self._repo_selected)
-        self.search_status = _label("Search for a model family or name to see EXL2 repositories.", role="hint")
+        self.search_status = _label("Search for a model family or name to see EXL2, EXL3 and GGUF "
+                                    "repositories.", role="hint")
         left_layout.addWidget(self.results_table, 1)
         left_layout.addWidget(self.search_status)
         split.addWidget(left)
@@ -466,6 +481,7 @@ class ModelsPage(QWidget):
     def _show_library(self, scan) -> None:
         from specdeck.core.hub import format_bytes
         from specdeck.core.hub.library import target_badges
+        from specdeck.core.hub.search import SERVER_OF
 
         self._library_dirs = list(scan.dirs)
         self.folders_label.setText(
@@ -484,7 +500,7 @@ class ModelsPage(QWidget):
                 _item(m.arch.model_type),
                 _item(m.parameters_label, align_right=True),
                 _item(format_bytes(m.files_bytes), align_right=True),
-                _item(m.quant.label),
+                _item(m.quant.label, f"Runs on {SERVER_OF.get(m.quant.method, 'no server SpecDeck drives')}"),
                 _item(f"{m.context_length:,}", align_right=True),
                 _item(f"{m.arch.vocab_size:,}", align_right=True),
                 _item("…", "Checking against config.yml's target model"),
@@ -533,13 +549,15 @@ class ModelsPage(QWidget):
         self.search_status.setText("Searching…")
         self._run(
             "search", search_repos, self.search_edit.text(), author=self.author_edit.text() or None,
-            family=family or None,
+            family=family or None, formats=self.format_combo.currentData(),
             finished=self._show_results,
             failed=lambda exc: (self.search_button.setEnabled(True), self.search_status.setText(""),
                                 self._show_error(exc)),
         )
 
     def _show_results(self, hits: list) -> None:
+        from specdeck.core.hub.search import FORMAT_RUNS_ON
+
         self.search_button.setEnabled(True)
         table = self.results_table
         table.setRowCount(0)
@@ -552,9 +570,12 @@ class ModelsPage(QWidget):
             table.setItem(row, 1, _item(f"{hit.downloads:,}", align_right=True))
             table.setItem(row, 2, _item(f"{hit.likes:,}", align_right=True))
             table.setItem(row, 3, _item(access))
+            table.setItem(row, 4, _item(hit.format_label, FORMAT_RUNS_ON.get(hit.format or "", "")))
+        kind = self.format_combo.currentText() if self.format_combo.currentData() != "all" else ""
+        what = f"{kind} repositor" if kind else "repositor"
         self.search_status.setText(
-            f"{len(hits)} EXL2 repositor{'ies' if len(hits) != 1 else 'y'}; pick one to see its bitrates."
-            if hits else "No EXL2 repositories match. Try fewer words, or another family."
+            f"{len(hits)} {what}{'ies' if len(hits) != 1 else 'y'}; pick one to see its bitrates or files."
+            if hits else f"No {what}ies match. Try fewer words, another family or another format."
         )
 
     def select_repo(self, repo_id: str) -> None:
@@ -628,7 +649,9 @@ class ModelsPage(QWidget):
             row = table.rowCount()
             table.insertRow(row)
             table.setItem(row, 0, _item(variant.revision, f"commit {variant.commit}", data=variant.revision))
-            table.setItem(row, 1, _item(variant.label, f"from {variant.bits_source or 'nowhere: unknown'}"))
+            fmt = f"{variant.format.upper()} · " if variant.format else ""
+            table.setItem(row, 1, _item(f"{fmt}{variant.label}", f"{variant.format_label}; bitrate from "
+                                        f"{variant.bits_source or 'nowhere: unknown'}"))
             table.setItem(row, 2, _item(format_bytes(variant.total_bytes), align_right=True))
             vram = variant.weights_vram_bytes
             table.setItem(row, 3, _item(format_bytes(vram) if vram else "?", VRAM_TIP, align_right=True))
@@ -662,7 +685,7 @@ class ModelsPage(QWidget):
             table.setItem(row, 4, _item(str(len(choice.files)), align_right=True))
             table.setItem(row, 5, _item(self._offer.gguf_state(choice).text))
             note = ("multimodal projector: not a draft model" if choice.is_projector
-                    else "for llama-server (-md); TabbyAPI loads EXL2")
+                    else "for llama-server (-md); TabbyAPI loads EXL2/EXL3 folders")
             table.setItem(row, 6, _item(note, note))
 
     def selected_gguf(self):

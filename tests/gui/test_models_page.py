@@ -53,7 +53,7 @@ def test_find_pick_install_and_see_it_in_the_library(qtbot, page, fake_hub, draf
     open_repo(qtbot, page, "tinyllama", TINY_REPO)
     assert page.repositories() == [TINY_REPO, "soloquant/TinyLlama-1.1B-Chat-v1.0-4.0bpw-h6-exl2"]
     assert [row["Bitrate / quant"] for row in page.variant_rows().values()] == [
-        "4.0 bpw · h6", "6.5 bpw · h6", "8.0 bpw · h8"]
+        "EXL2 · 4.0 bpw · h6", "EXL2 · 6.5 bpw · h6", "EXL2 · 8.0 bpw · h8"]
     page.select_variant("6_5")
     assert page.install_button.isEnabled() and "6.5 bpw" in page.install_button.text()
 
