@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         if name == "run":
             p.add_argument("step")
         if name in ("next", "run"):
-            p.add_argument("--budget", type=float, default=540.0,
-                           help="seconds this command may spend on steps (default 540)")
+            p.add_argument("--budget", type=float, default=450.0,
+                           help="seconds this command may spend on steps (default 450)")
     m = sub.add_parser("measure-memory")
     m.add_argument("--model", type=Path, required=True)
     m.add_argument("--draft", type=Path)
@@ -68,11 +68,17 @@ def cmd_steps(args: argparse.Namespace) -> int:
     if only and only not in {s.name for s in STEPS}:
         print(f"unknown step {only!r}; steps: {', '.join(s.name for s in STEPS)}", file=sys.stderr)
         return 2
-    outcome = run_steps(STEPS, state, PRESETS[args.preset], args.budget, log, only=only)
+    def after_step(outcome) -> None:
+        if args.out:  # after every step: a command cut at its limit keeps what it measured
+            deliver(state, args.preset, args.out, with_extension="build" in outcome.ran)
+
+    outcome = run_steps(STEPS, state, PRESETS[args.preset], args.budget, log, only=only,
+                        after_step=after_step)
     for line in describe(STEPS, state):
         log(line)
     if outcome.failed:
-        log(f"STEP FAILED: {outcome.failed} (error in the report). Fix, then run the same command.")
+        log(f"STEP FAILED: {outcome.failed} (error in the report); the steps that did not need "
+            "it ran. Fix, then run the same command.")
     elif outcome.next_step:
         log(f"NEXT: run the same command again (next step: {outcome.next_step}).")
     else:

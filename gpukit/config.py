@@ -1,7 +1,9 @@
 """What the kit builds and measures: model sizes, training time, bitrates, A/B settings.
 
-``GPU`` is the real run (one H100: training a few minutes, the whole kit ~20 min of device
-time); ``TINY`` is the same pipeline at toy sizes for the CPU tests.
+``GPU`` is the real run, sized for one command of about eight minutes on one H100 or H200
+(the device lends 15 minutes a session, the machine's start included): a minute of
+training on the GPU while the extension builds, one bitrate per model, small calibration.
+``TINY`` is the same pipeline at toy sizes for the CPU tests and the CPU rehearsal.
 """
 
 from __future__ import annotations
@@ -69,17 +71,23 @@ class KitConfig:
     head_bits: int = 6
     calibration_length: int = 1024
     """Tokens per calibration row (the converter's -l / -ml; its default is 2048)."""
+    calibration_rows: int | None = 40
+    """Rows for the quantization (-r; the converter's default is 100)."""
+    measurement_rows: int | None = 8
+    """Rows for the measurement pass (-mr; the converter's default is 16)."""
     cache_mode: str = "FP16"
     ab: AbConfig = field(default_factory=AbConfig)
-    build_jobs: int = 16
-    """MAX_JOBS for the JIT build (ninja's parallelism)."""
+    build_jobs: int = 0
+    """MAX_JOBS for the JIT build (ninja's parallelism); 0: the machine's cores."""
 
 
 GPU = KitConfig(
     pair=PairConfig(
         target=ModelSize(hidden=768, layers=20, heads=12, kv_heads=4, intermediate=2048),
         draft=ModelSize(hidden=384, layers=2, heads=6, kv_heads=2, intermediate=1024),
+        train_seconds=60.0,
     ),
+    bits=(4.0,),
 )
 
 TINY = replace(

@@ -3,9 +3,14 @@
 A step is a function of a :class:`StepContext` returning a small summary (JSON-able). It
 may raise :class:`StepIncomplete` when it used up the command's time but can continue
 (the extension build: ninja keeps what it compiled), or any exception, recorded verbatim
-as the step's failure. The driver never starts a step whose estimate exceeds the time
-left, unless nothing has run yet in this command (a long step then gets the whole budget
-and resumes next time if it must).
+as the step's failure. A failure does not end the command: every later step that does not
+need the failed one still runs (a build that fails on a new CUDA still leaves the
+environment, the trained pair and its check measured), and a step whose ``needs`` did not
+finish is recorded as skipped, with which and why. The driver never starts a step whose
+estimate exceeds the time left, unless nothing has run yet in this command (a long step
+then gets the whole budget and resumes next time if it must). ``after_step`` is called
+after every step, so the report is written after each one, not only at the end: a command
+cut at its limit still leaves everything measured until then.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpukit.state import DONE, FAILED, INCOMPLETE, KitState, StepRecord, now_iso
+from gpukit.state import DONE, FAILED, INCOMPLETE, SKIPPED, KitState, StepRecord, now_iso
 
 
 class StepIncomplete(Exception):
@@ -44,6 +49,8 @@ class Step:
     estimate_s: float
     """Expected seconds on the reference machine (one H100, 16 cores)."""
     run: Callable[[StepContext], dict[str, Any]]
+    needs: tuple[str, ...] = ()
+    """Steps that must be done before this one can run."""
 
 
 @dataclass
@@ -70,8 +77,10 @@ def run_steps(
     log: Callable[[str], None] = print,
     only: str | None = None,
     clock: Callable[[], float] = time.monotonic,
+    after_step: Callable[[DriverOutcome], None] = lambda _outcome: None,
 ) -> DriverOutcome:
-    """Run pending steps (or just ``only``) until one fails or the budget is spent."""
+    """Run pending steps (or just ``only``) until the budget is spent (see the module's
+    docstring for failures and needs)."""
     started = clock()
     deadline = started + budget_s
     outcome = DriverOutcome()
@@ -81,6 +90,13 @@ def run_steps(
         if outcome.ran and step.estimate_s > left:
             log(f"-- {step.name}: needs ~{step.estimate_s:.0f} s, {left:.0f} s left; stopping here")
             break
+        missing = [n for n in step.needs if not state.is_done(n)]
+        if missing:
+            why = ", ".join(f"{n} ({_status(state, n)})" for n in missing)
+            state.save(StepRecord(step.name, SKIPPED, 0.0, now_iso(), {}, f"needs {why}"))
+            log(f"-- {step.name}: skipped, needs {why}")
+            after_step(outcome)
+            continue
         log(f"== {step.name}: {step.title} (~{step.estimate_s:.0f} s)")
         step_started = clock()
         context = StepContext(state, config, deadline, log)
@@ -95,14 +111,19 @@ def run_steps(
         state.save(StepRecord(step.name, status, round(seconds, 2), now_iso(), summary, error))
         outcome.ran.append(step.name)
         log(f"   {status} in {seconds:.1f} s" + (f": {error.splitlines()[-1]}" if error else ""))
+        after_step(outcome)
         if status == FAILED:
-            outcome.failed = step.name
-            break
-        if status == INCOMPLETE or only:
+            outcome.failed = outcome.failed or step.name
+        if only:
             break
     remaining = pending(steps, state)
     outcome.next_step = remaining[0].name if remaining else None
     return outcome
+
+
+def _status(state: KitState, name: str) -> str:
+    record = state.record(name)
+    return "not run yet" if record is None else record.status
 
 
 def _verbatim(exc: BaseException) -> str:

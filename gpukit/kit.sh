@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The GPU proof kit's one command (docs/gpu-proof.md). Run it on the device machine with
-# carry [".whl", ".gpukit"], again and again, until it prints ALL STEPS DONE. Each call runs
-# the pending steps for at most KIT_BUDGET seconds (default 540: the device allows 600 per
-# command) and leaves the report, the trace and the logs in $OUT.
+# The GPU proof kit's one command (docs/gpu-proof.md). Run it once on the device machine with
+# carry [".whl", ".gpukit"] and timeout_s 520: it runs every step within KIT_BUDGET seconds
+# (default 450, so that one command and the machine's start fit the 15 minutes of device
+# time a session has, with room for a short rerun), the extension build in the background
+# while the pair trains, and writes the report, the trace and the logs to $OUT after every
+# step. A second call continues what is left (a rerun after a fix, on a warm machine).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export SPECDECK_GPU_WORK="${SPECDECK_GPU_WORK:-/tmp/specdeck-gpu}"
@@ -20,4 +22,4 @@ mkdir -p "$SPECDECK_GPU_WORK" "$OUT_DIR"
 if ls .gpukit/ext/*.parts.json >/dev/null 2>&1; then
     prebuilt="$("$PY" -m gpukit restore-ext)" && export PYTHONPATH="$prebuilt:$PYTHONPATH"
 fi
-exec "$PY" -m gpukit next --preset "${KIT_PRESET:-gpu}" --budget "${KIT_BUDGET:-540}" --out "$OUT_DIR"
+exec "$PY" -m gpukit next --preset "${KIT_PRESET:-gpu}" --budget "${KIT_BUDGET:-450}" --out "$OUT_DIR"

@@ -44,38 +44,54 @@ def folder_name(role: str, bits: float) -> str:
     return f"{role}-{bits:g}bpw"
 
 
+def _rows(rows: int | None, measurement_rows: int | None) -> tuple[str, ...]:
+    """-r / -mr (calibration rows for the quantization / the measurement; the converter's
+    defaults, 100 and 16, when None)."""
+    out: tuple[str, ...] = ()
+    if rows is not None:
+        out += ("-r", str(rows))
+    if measurement_rows is not None:
+        out += ("-mr", str(measurement_rows))
+    return out
+
+
 def measurement_argv(python: str, model: Path, work: Path, measurement: Path,
-                     length: int) -> tuple[str, ...]:
+                     length: int, rows: tuple[str, ...] = ()) -> tuple[str, ...]:
     return (python, "-m", CONVERTER_MODULE, "-i", str(model), "-o", str(work),
-            "-om", str(measurement), "-ml", str(length), "-l", str(length))
+            "-om", str(measurement), "-ml", str(length), "-l", str(length), *rows)
 
 
 def quantize_argv(python: str, model: Path, work: Path, measurement: Path, bits: float,
-                  head_bits: int, out: Path, length: int) -> tuple[str, ...]:
+                  head_bits: int, out: Path, length: int,
+                  rows: tuple[str, ...] = ()) -> tuple[str, ...]:
     if head_bits not in HEAD_BITS:
         raise ValueError(f"head bits {head_bits} is not one of {HEAD_BITS}")
     if not 2.0 <= bits <= 8.0:
         raise ValueError(f"{bits} bpw is outside the converter's 2..8")
     return (python, "-m", CONVERTER_MODULE, "-i", str(model), "-o", str(work),
             "-m", str(measurement), "-b", f"{bits:g}", "-hb", str(head_bits),
-            "-cf", str(out), "-ml", str(length), "-l", str(length))
+            "-cf", str(out), "-ml", str(length), "-l", str(length), *rows)
 
 
 def conversion_plan(models: dict[str, Path], quant_dir: Path, bits: tuple[float, ...],
-                    head_bits: int, length: int, python: str = sys.executable) -> list[Conversion]:
+                    head_bits: int, length: int, python: str = sys.executable,
+                    rows: int | None = None,
+                    measurement_rows: int | None = None) -> list[Conversion]:
     """For each model (role -> HF folder): its measurement, then one job per bitrate."""
     plan = []
+    extra = _rows(rows, measurement_rows)
     for role, model in models.items():
         measurement = quant_dir / f"{role}-measurement.json"
         work = quant_dir / "work" / f"{role}-measure"
         plan.append(Conversion(f"{role} measurement", measurement_argv(
-            python, model, work, measurement, length), work, measurement))
+            python, model, work, measurement, length, extra), work, measurement))
         for b in bits:
             name = folder_name(role, b)
             out = quant_dir / name
             work = quant_dir / "work" / name
             plan.append(Conversion(name, quantize_argv(
-                python, model, work, measurement, b, head_bits, out, length), work, out))
+                python, model, work, measurement, b, head_bits, out, length, extra),
+                work, out))
     return plan
 
 

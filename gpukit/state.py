@@ -23,6 +23,8 @@ DONE = "done"
 FAILED = "failed"
 INCOMPLETE = "incomplete"
 """The step ran out of this command's time; running it again continues it."""
+SKIPPED = "skipped"
+"""A step it needs did not finish (failed, cut off, skipped): it runs when that one has."""
 
 
 def work_dir() -> Path:

@@ -1,15 +1,20 @@
 """The kit's steps, in order. Each writes results/<step>.json under the work folder.
 
-| step     | needs a GPU | what |
-|----------|-------------|------|
-| install  | no  | carried wheels into work/site, SpecDeck linked from the tree |
-| env      | no  | machine, GPU, driver, CUDA, versions |
-| build    | yes | import exllamav2 = JIT-build its CUDA extension (timed, log kept) |
-| pair     | no (slow on CPU) | train target + draft on the same text, save HF, agreement |
-| quantize | yes | EXL2 at each bitrate with exllamav2's converter |
-| check    | no  | `specdeck check` on the HF pair and on each EXL2 pair |
-| memory   | yes | `specdeck vram --json` vs a real load's allocation |
-| ab       | yes | A/B arms through the engine, bare-loop overhead, NVML trace |
+Ordered by the value of what each measures, so that one command of about eight minutes
+brings the most evidence first, and a step that cannot run (the extension does not build on
+a new CUDA) does not stop the ones that do not need it:
+
+| step      | needs a GPU | what |
+|-----------|-------------|------|
+| install   | no  | carried wheels into work/site, SpecDeck linked from the tree |
+| env       | no  | machine, GPU, driver, CUDA, versions, SpecDeck's NVML reading |
+| build-start | no | start `import exllamav2` (its JIT CUDA build, for this GPU's architecture only, MAX_JOBS = cores) in the background |
+| pair      | yes (CPU: slow) | train target + draft on the same text on the GPU while the extension builds, save HF, agreement |
+| build     | yes | wait for the build: timed, its failure text verbatim |
+| quantize  | yes | EXL2 at one bitrate per model with exllamav2's converter |
+| ab        | yes | A/B arms through SpecDeck's engine (losslessness), bare-loop overhead, NVML trace |
+| memory    | yes | `specdeck vram --json` vs a real load's allocation (NVML and torch) |
+| check     | no  | `specdeck check` on the HF pair and on each EXL2 pair |
 """
 
 from __future__ import annotations
@@ -42,9 +47,25 @@ def python_env(state_root: Path, build_jobs: int) -> dict[str, str]:
     if site_dir(state_root).is_dir() and site not in paths:
         env["PYTHONPATH"] = os.pathsep.join([site, *paths])
     env.setdefault("TORCH_EXTENSIONS_DIR", str(state_root / "torch_extensions"))
-    env.setdefault("MAX_JOBS", str(build_jobs))
+    # All cores but one: the pair trains on the GPU meanwhile, and its loop needs a core.
+    env.setdefault("MAX_JOBS", str(build_jobs or max(1, (os.cpu_count() or 2) - 1)))
+    arch = cuda_arch()
+    if arch:
+        env.setdefault("TORCH_CUDA_ARCH_LIST", arch)
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def cuda_arch() -> str | None:
+    """This GPU's compute capability as TORCH_CUDA_ARCH_LIST wants it ("9.0" on an H100):
+    the extension is built for the GPU that is there, not for every architecture torch
+    knows (which multiplies the compile time). None without a CUDA GPU."""
+    if not _cuda_available():
+        return None
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    return f"{major}.{minor}"
 
 
 def specdeck_cli(args: list[str], env: dict[str, str] | None = None,
@@ -98,23 +119,45 @@ BUILD_PROBE = (
 )
 
 
-def step_build(ctx: StepContext) -> dict[str, Any]:
+_BACKGROUND: dict[str, Any] = {}
+"""The build started by build-start in this process: its Popen, start time and log."""
+
+
+def _start_build(ctx: StepContext) -> dict[str, Any]:
     env = python_env(ctx.state.root, ctx.config.build_jobs)
     log_path = ctx.state.path("logs", "build.log")
     attempts_path = ctx.state.path("results", "build-attempts.json")
     attempts = json.loads(attempts_path.read_text()) if attempts_path.is_file() else []
-    started = time.monotonic()
-    with log_path.open("a", encoding="utf-8") as handle:
-        handle.write(f"--- attempt {len(attempts) + 1}, MAX_JOBS={env['MAX_JOBS']}, "
-                     f"TORCH_EXTENSIONS_DIR={env['TORCH_EXTENSIONS_DIR']}\n")
-        handle.flush()
-        # A killed build leaves torch's baton file behind, and the next import would wait
-        # on it for ever: remove it (nothing else builds here).
-        stale_lock = Path(env["TORCH_EXTENSIONS_DIR"]) / "exllamav2_ext" / "lock"
-        stale_lock.unlink(missing_ok=True)
-        code = run_in_own_group([sys.executable, "-c", BUILD_PROBE], handle, env,
-                                max(10.0, ctx.seconds_left()))
-    seconds = time.monotonic() - started
+    handle = log_path.open("a", encoding="utf-8")
+    handle.write(f"--- attempt {len(attempts) + 1}, MAX_JOBS={env['MAX_JOBS']}, "
+                 f"TORCH_CUDA_ARCH_LIST={env.get('TORCH_CUDA_ARCH_LIST', '(torch default)')}, "
+                 f"TORCH_EXTENSIONS_DIR={env['TORCH_EXTENSIONS_DIR']}\n")
+    handle.flush()
+    # A killed build leaves torch's baton file behind, and the next import would wait on it
+    # for ever: remove it (nothing else builds here).
+    (Path(env["TORCH_EXTENSIONS_DIR"]) / "exllamav2_ext" / "lock").unlink(missing_ok=True)
+    process = subprocess.Popen([sys.executable, "-c", BUILD_PROBE], stdout=handle,
+                               stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    _BACKGROUND.update(process=process, started=time.monotonic(), log=handle,
+                       attempts=attempts, attempts_path=attempts_path, log_path=log_path)
+    return {"max_jobs": env["MAX_JOBS"], "arch": env.get("TORCH_CUDA_ARCH_LIST")}
+
+
+def step_build_start(ctx: StepContext) -> dict[str, Any]:
+    """Start the extension build in the background: it is the longest step and needs the
+    CPUs, the pair's training needs the GPU, so they overlap."""
+    return _start_build(ctx)
+
+
+def step_build(ctx: StepContext) -> dict[str, Any]:
+    if not _BACKGROUND or _BACKGROUND.get("waited"):
+        _start_build(ctx)  # a command that did not run build-start, or `run build` again
+    code = wait_group(_BACKGROUND["process"], max(10.0, ctx.seconds_left()))
+    _BACKGROUND["waited"] = True
+    _BACKGROUND["log"].close()
+    attempts, attempts_path = _BACKGROUND["attempts"], _BACKGROUND["attempts_path"]
+    log_path = _BACKGROUND["log_path"]
+    seconds = time.monotonic() - _BACKGROUND["started"]
     attempts.append({"seconds": round(seconds, 1), "exit": code})
     attempts_path.write_text(json.dumps(attempts, indent=2))
     if code is None:
@@ -139,12 +182,18 @@ def step_build(ctx: StepContext) -> dict[str, Any]:
 
 
 def run_in_own_group(argv: list[str], output: Any, env: dict[str, str], timeout: float) -> int | None:
-    """Exit code, or None after killing the whole process group at the timeout (ninja and
-    its nvcc children included: orphans would keep compiling into the next command)."""
-    import signal
-
+    """Exit code, or None after killing the whole process group at the timeout."""
     process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=env,
                                start_new_session=True)
+    return wait_group(process, timeout)
+
+
+def wait_group(process: subprocess.Popen, timeout: float) -> int | None:
+    """``process``'s exit code, or None after killing its whole process group at the
+    timeout (ninja and its nvcc children included: orphans would keep compiling into the
+    next command)."""
+    import signal
+
     try:
         return process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -187,7 +236,8 @@ def step_quantize(ctx: StepContext) -> dict[str, Any]:
 
     models = {role: pair_dir(ctx) / role for role in ("target", "draft")}
     plan = conversion_plan(models, quant_dir(ctx), ctx.config.bits, ctx.config.head_bits,
-                           ctx.config.calibration_length)
+                           ctx.config.calibration_length, rows=ctx.config.calibration_rows,
+                           measurement_rows=ctx.config.measurement_rows)
     os.environ.update({k: v for k, v in python_env(ctx.state.root, ctx.config.build_jobs).items()
                        if k in ("TORCH_EXTENSIONS_DIR", "MAX_JOBS")})
     runs = run_conversions(plan, ctx.state.root / "logs", ctx.seconds_left, ctx.log)
@@ -328,14 +378,19 @@ def step_ab(ctx: StepContext) -> dict[str, Any]:
 
 
 STEPS = [
-    Step("install", "install the carried wheels, link SpecDeck from the tree", 20, step_install),
+    Step("install", "install the carried wheels, link SpecDeck from the tree", 15, step_install),
     Step("env", "record the machine, GPU, driver and versions", 10, step_env),
-    Step("build", "import exllamav2: JIT-build its CUDA extension", 420, step_build),
-    Step("pair", "train a target and a draft on the same text, save HF", 200, step_pair),
-    Step("quantize", "EXL2-quantize both at each bitrate (exllamav2's converter)", 180, step_quantize),
-    Step("check", "specdeck check on the HF pair and each EXL2 pair", 30, step_check),
-    Step("memory", "specdeck vram plan vs a real load's allocation", 100, step_memory),
-    Step("ab", "A/B arms, bare-loop overhead, NVML trace", 150, step_ab),
+    Step("build-start", "start import exllamav2 (its JIT CUDA build) in the background", 2,
+         step_build_start),
+    Step("pair", "train a target and a draft on the same text, save HF", 90, step_pair),
+    Step("build", "wait for the extension build", 120, step_build, needs=("build-start",)),
+    Step("quantize", "EXL2-quantize both (exllamav2's converter)", 120, step_quantize,
+         needs=("build", "pair")),
+    Step("ab", "A/B arms, bare-loop overhead, NVML trace", 90, step_ab, needs=("quantize",)),
+    Step("memory", "specdeck vram plan vs a real load's allocation", 60, step_memory,
+         needs=("quantize",)),
+    Step("check", "specdeck check on the HF pair and each EXL2 pair", 20, step_check,
+         needs=("pair",)),
 ]
 
 

@@ -45,11 +45,12 @@ def test_driver_resumes_an_incomplete_step_and_skips_done_ones(tmp_path):
     state, clock, calls = KitState(tmp_path), Clock(), []
     steps = _steps(calls, clock, {"b": [StepIncomplete("ninja was cut off")]})
     first = run_steps(steps, state, None, budget_s=540, log=lambda s: None, clock=clock)
-    assert first.ran == ["a", "b"] and first.next_step == "b" and not first.finished
+    # c does not need b, and its estimate fits what is left: it runs in the same command
+    assert first.ran == ["a", "b", "c"] and first.next_step == "b" and not first.finished
     assert state.record("b").status == "incomplete"
     second = run_steps(steps, state, None, budget_s=540, log=lambda s: None, clock=clock)
-    assert second.ran == ["b", "c"] and second.finished
-    assert calls == ["a", "b", "b", "c"]
+    assert second.ran == ["b"] and second.finished
+    assert calls == ["a", "b", "c", "b"]
 
 
 def test_driver_stops_before_a_step_that_would_not_fit_the_budget(tmp_path):
@@ -62,17 +63,34 @@ def test_driver_stops_before_a_step_that_would_not_fit_the_budget(tmp_path):
     assert outcome.ran == ["b", "c"]
 
 
-def test_driver_records_a_tool_failure_verbatim_and_retries_it_next_time(tmp_path):
+def test_driver_records_a_tool_failure_verbatim_goes_on_and_retries_it_next_time(tmp_path):
     state, clock, calls = KitState(tmp_path), Clock(), []
     error = ToolFailed("import exllamav2 failed (exit 1)", "nvcc fatal: Unsupported gpu architecture 'compute_120'")
     steps = _steps(calls, clock, {"b": [error]})
-    outcome = run_steps(steps, state, None, budget_s=540, log=lambda s: None, clock=clock)
-    assert outcome.failed == "b" and outcome.ran == ["a", "b"]
+    reports = []
+    outcome = run_steps(steps, state, None, budget_s=540, log=lambda s: None, clock=clock,
+                        after_step=lambda o: reports.append(list(o.ran)))
+    assert outcome.failed == "b" and outcome.ran == ["a", "b", "c"]  # c does not need b
+    assert reports == [["a"], ["a", "b"], ["a", "b", "c"]]  # the report after every step
     record = state.record("b")
     assert record.status == "failed"
     assert "nvcc fatal: Unsupported gpu architecture 'compute_120'" in record.error
     outcome = run_steps(steps, state, None, budget_s=540, log=lambda s: None, clock=clock)
-    assert outcome.finished and calls == ["a", "b", "b", "c"]
+    assert outcome.finished and calls == ["a", "b", "c", "b"]
+
+
+def test_a_step_whose_needs_did_not_finish_is_skipped_with_why_and_runs_later(tmp_path):
+    from dataclasses import replace
+
+    state, clock, calls = KitState(tmp_path), Clock(), []
+    steps = _steps(calls, clock, {"a": [ToolFailed("no CUDA", "CUDA_HOME is not set")]})
+    steps[2] = replace(steps[2], needs=("a",))
+    outcome = run_steps(steps, state, None, budget_s=540, log=lambda s: None, clock=clock)
+    assert outcome.ran == ["a", "b"] and calls == ["a", "b"]
+    assert state.record("c").status == "skipped" and state.record("c").error == "needs a (failed)"
+    assert outcome.next_step == "a"
+    outcome = run_steps(steps, state, None, budget_s=540, log=lambda s: None, clock=clock)
+    assert outcome.finished and calls == ["a", "b", "a", "c"]
 
 
 def test_run_one_step_again_even_when_done(tmp_path):
