@@ -9,3 +9,19 @@ folders and are installed beneath it:
 """
 
 __version__ = "0.1.0"
+
+
+def _source_checkout() -> None:
+    """Run from a source checkout with nothing installed (``python -m specdeck`` in the
+    repository's root, as the GPU kit does on a bare machine), the parts are the folders
+    beside this one: let Python find ``specdeck.core`` in core/ and so on. An installed
+    SpecDeck (its parts beneath this folder) is left as it is."""
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.isfile(os.path.join(root, "core", "__init__.py")) \
+            and os.path.isfile(os.path.join(root, "setup.py")) and root not in __path__:
+        __path__.append(root)
+
+
+_source_checkout()

@@ -485,3 +485,17 @@ def test_the_kit_plans_the_logits_rows_the_engine_allocates(tmp_path):
         used[rows] = sum(g["overhead"]["activations"] for g in plan["gpus"])
     vocab = json.loads((MODELS / "Llama-3.2-1B" / "config.json").read_text())["vocab_size"]
     assert used[33] - used[16] == 17 * vocab * 4 * 2
+
+
+def test_specdeck_imports_from_the_checkout_with_nothing_installed(tmp_path):
+    """The device machine is bare: the kit runs `python -m gpukit` in the repository's root,
+    where the tree's specdeck/ folder comes first on sys.path. Its parts (core/, gui/, ...)
+    must be found from there (the first GPU run failed here: No module named
+    'specdeck.core'). -S leaves out site-packages, so no installed SpecDeck can help."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-S", "-c",
+                           "import specdeck.core.units as u, specdeck.core.errors; "
+                           "print(u.__file__)"],
+                          cwd=root, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(root / "core" / "units.py")
