@@ -53,6 +53,7 @@ def run_arms(
     context: int | None = None,
     cache_mode: str = "FP16",
     log: Callable[[str], None] = print,
+    warmup: int = 0,
 ):
     """Every arm x prompt x repeat through SpecDeck's own A/B runner (core.bench.run_plan):
     one loaded target, drafters switched, arms interleaved per prompt in alternating order.
@@ -69,7 +70,7 @@ def run_arms(
         prompt_ids=tuple(prompt.id for prompt in prompts),
         max_new_tokens=max_new_tokens,
         repeats=repeats,
-        warmup=0,
+        warmup=warmup,
         apply_chat_template=False,
         stop_on_eos=False,
         load=LoadSpec(Path(target), max_seq_len=context, cache_mode=cache_mode,

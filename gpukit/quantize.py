@@ -117,9 +117,32 @@ def prepare_work_dir(conversion: Conversion) -> None:
         shutil.rmtree(conversion.work_dir, ignore_errors=True)
 
 
+def role_of(conversion: Conversion) -> str:
+    """"target" of "target measurement" and "target-4bpw"."""
+    return conversion.name.split()[0].split("-")[0]
+
+
 def run_conversions(plan: list[Conversion], log_dir: Path, seconds_left: Callable[[], float],
                     log: Callable[[str], None] = print) -> list[dict]:
-    """Run what is not finished; each conversion's output goes to log_dir/<name>.log."""
+    """Run what is not finished; each conversion's output goes to log_dir/<name>.log. Each
+    model's chain (its measurement, then its bitrates) runs in order, the models side by
+    side: on the first H200 run the target's chain took 172 s and the draft's 59 s one after
+    the other, and one GPU holds both with room to spare."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    chains: dict[str, list[Conversion]] = {}
+    for conversion in plan:
+        chains.setdefault(role_of(conversion), []).append(conversion)
+    with ThreadPoolExecutor(max_workers=max(1, len(chains))) as pool:
+        futures = [pool.submit(_run_chain, chain, log_dir, seconds_left, log)
+                   for chain in chains.values()]
+        done = [future.result() for future in futures]  # the first failure is raised
+    by_name = {r["name"]: r for results in done for r in results}
+    return [by_name[c.name] for c in plan if c.name in by_name]
+
+
+def _run_chain(plan: list[Conversion], log_dir: Path, seconds_left: Callable[[], float],
+               log: Callable[[str], None]) -> list[dict]:
     results = []
     for conversion in plan:
         if is_finished(conversion):

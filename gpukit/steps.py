@@ -348,7 +348,7 @@ def step_ab(ctx: StepContext) -> dict[str, Any]:
     arms = ab.default_arms(draft, cfg.draft_ks, cfg.ngram_k)
     prompts = ab.select_prompts(cfg.prompts, cfg.prompts_per_suite)
     run = ab.run_arms("exllamav2", target, arms, prompts, cfg.repeats, cfg.max_new_tokens,
-                      ctx.config.pair.context, ctx.config.cache_mode, ctx.log)
+                      ctx.config.pair.context, ctx.config.cache_mode, ctx.log, cfg.warmup)
     summaries = ab.arm_rows(summarize(run))
     specdeck_runs, bare_runs = interleaved_overhead_runs(
         target, ctx.config.pair.context, prompts[0].text, cfg.max_new_tokens, cfg.bare_repeats)

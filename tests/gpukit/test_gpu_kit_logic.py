@@ -173,6 +173,49 @@ def test_run_conversions_skips_finished_jobs_and_reports_failures_verbatim(tmp_p
     assert "## Error: something broke in the converter" in failure.value.verbatim
 
 
+# Each measurement waits for the other model's to have started: only side by side can both
+# finish. The quantization after it checks that its own measurement finished first.
+RENDEZVOUS = textwrap.dedent("""
+    import json, sys, time, pathlib
+    work, out, me, other = (pathlib.Path(a) for a in sys.argv[1:5])
+    work.mkdir(parents=True, exist_ok=True); me.write_text("started")
+    if other.name != "none":
+        deadline = time.monotonic() + 20
+        while not other.exists():
+            if time.monotonic() > deadline:
+                print("## the other model's chain never started"); sys.exit(1)
+            time.sleep(0.05)
+    elif not (out.parent / (out.name.split("-")[0] + "-measurement")).is_dir():
+        print("## quantized before its measurement"); sys.exit(1)
+    (work / "job_new.json").write_text(json.dumps({"progress": "finished"}))
+    out.mkdir(parents=True, exist_ok=True)
+""")
+
+
+def test_each_models_chain_runs_in_order_and_the_models_side_by_side(tmp_path):
+    from gpukit.quantize import Conversion, run_conversions
+
+    script = tmp_path / "convert.py"
+    script.write_text(RENDEZVOUS)
+    flags = {role: tmp_path / f"{role}.started" for role in ("target", "draft")}
+
+    def conversion(name: str, output: str, other: Path | str) -> Conversion:
+        work, out = tmp_path / "work" / name.replace(" ", "-"), tmp_path / output
+        me = tmp_path / f"{name.replace(' ', '-')}.flag"
+        if name.endswith("measurement"):
+            me = flags[name.split()[0]]
+        return Conversion(name, (sys.executable, str(script), str(work), str(out), str(me),
+                                 str(other)), work, out)
+
+    plan = [conversion("target measurement", "target-measurement", flags["draft"]),
+            conversion("target-4bpw", "target-4bpw", "none"),
+            conversion("draft measurement", "draft-measurement", flags["target"]),
+            conversion("draft-4bpw", "draft-4bpw", "none")]
+    results = run_conversions(plan, tmp_path / "logs", lambda: 60.0, lambda s: None)
+    assert [r["name"] for r in results] == [c.name for c in plan]
+    assert all(not r["skipped"] for r in results)
+
+
 def test_a_finished_job_without_its_output_starts_afresh(tmp_path):
     from gpukit.quantize import Conversion, is_finished, prepare_work_dir
 
