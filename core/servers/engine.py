@@ -671,6 +671,15 @@ class ServerEngine:
         client_rate = None if speed_problem else (n - 1) / span
         drafted, accepted = report.drafted, report.accepted
         acceptance_problem = report.acceptance_problem
+        wanted = self._arm.server.draft_model
+        if self._kind is ServerKind.LMSTUDIO and drafted is not None and wanted \
+                and report.draft_model not in (None, wanted):
+            # LM Studio drafted with another model than the arm's: its counts are not this
+            # arm's drafting.
+            acceptance_problem = (f"stats.draft_model is {report.draft_model!r}, not the "
+                                  f"{wanted!r} this arm's requests name")
+            problems.append(acceptance_problem)
+            drafted = accepted = None
         drafted_m = accepted_m = None
         draft_steps, by_position, drafted_by_position = 0, (), ()
         source = report.acceptance_source if drafted is not None else ""

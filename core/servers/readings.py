@@ -75,6 +75,8 @@ class ServerReport:
     """LM Studio's rejected_draft_tokens_count, kept as reported."""
     ignored: int | None = None
     """LM Studio's ignored_draft_tokens_count, kept as reported."""
+    draft_model: str | None = None
+    """The draft the server says it drafted with (LM Studio's stats.draft_model)."""
 
 
 class _Checker:
@@ -115,6 +117,10 @@ class _Checker:
             self.fail(f"{_which(self.found, names)} is {_shown(value)}: a count is a whole number")
             return None
         return int(value)
+
+
+def _shown_name(value: Any) -> str | None:
+    return value[:200] if isinstance(value, str) and value else None
 
 
 def _which(found: dict[str, Any], names: tuple[str, ...]) -> str:
@@ -297,6 +303,7 @@ class StreamReading:
             mean_acceptance_source=mean_source,
             rejected=detail.rejected,
             ignored=detail.ignored,
+            draft_model=_shown_name(self.found.get("stats.draft_model")),
         )
 
 

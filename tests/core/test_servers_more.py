@@ -210,20 +210,24 @@ def test_lm_studio_four_counters_are_read_and_checked(standins):
     run = run_plan(_plan(arms), ServerEngine())
     report = run.counted("B")[0].result.server.report
     assert (report.drafted, report.accepted, report.rejected, report.ignored) == (24, 18, 5, 1)
-    assert "stats.draft_model" in report.fields
+    assert report.draft_model == "qwen2.5-0.5b-instruct"
 
 
-def test_lm_studio_counters_that_do_not_add_up_are_not_usable(standins):
-    url, _ = standins(LmStudioHandler, stats_in_stream=True,
-                      stats_override={"ignored_draft_tokens_count": 4})
+@pytest.mark.parametrize(("override", "why"), [
+    ({"ignored_draft_tokens_count": 4}, "stats: 18 accepted + 5 rejected + 4 ignored draft "
+                                        "tokens = 27, not the 24 of total_draft_tokens_count"),
+    ({"draft_model": "qwen2.5-1.5b-instruct"}, "stats.draft_model is 'qwen2.5-1.5b-instruct', "
+                                               "not the 'qwen2.5-0.5b-instruct' this arm's "
+                                               "requests name"),
+])
+def test_lm_studio_counters_that_do_not_fit_are_not_usable(standins, override, why):
+    url, _ = standins(LmStudioHandler, stats_in_stream=True, stats_override=override)
     model = "qwen2.5-7b-instruct"
     arms = arms_from_urls([f"{url}#{model}", f"B={url}#{model}"],
                           drafts={"B": "qwen2.5-0.5b-instruct"})
     run = run_plan(_plan(arms), ServerEngine())
     arm = summarize(run).arm("B")
-    assert arm.acceptance_source == (
-        "not usable: stats: 18 accepted + 5 rejected + 4 ignored draft tokens = 27, not the "
-        "24 of total_draft_tokens_count")
+    assert arm.acceptance_source == f"not usable: {why}"
     assert arm.acceptance_rate is None
 
 
