@@ -91,16 +91,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "SPECDECK_SERVER_API_KEY or the keyring, never from a plan file.")
     servers.add_argument("--server", action="append", default=[], metavar="[NAME=]URL[#MODEL]",
                          help="a running server as one arm (llama-server, llama-swap, TabbyAPI, "
-                         "vLLM, LM Studio, Ollama, OpenAI-compatible); #MODEL names the model "
+                         "vLLM, SGLang, LM Studio, Ollama, OpenAI-compatible); #MODEL names the model "
                          "to request (llama-swap switches by it)")
     servers.add_argument("--server-draft", action="append", default=[], metavar="NAME=DRAFT",
                          help="LM Studio: the draft model arm NAME's requests name (LM Studio "
                          "loads it per request), e.g. --server A=URL#qwen2.5-7b-instruct "
                          "--server B=URL#qwen2.5-7b-instruct --server-draft "
-                         "B=qwen2.5-0.5b-instruct")
+                         "B=qwen2.5-0.5b-instruct; Ollama: draft_num_predict for arm NAME "
+                         "(--server-draft B=4; the reference gets 0)")
     servers.add_argument("--server-kind", metavar="KIND",
                          help="skip detection: llama-server, llama-swap, tabbyapi, vllm, "
-                         "lmstudio, ollama, openai")
+                         "sglang, lmstudio, ollama, openai")
     servers.add_argument("--api-key-env", metavar="VAR",
                          help="environment variable holding the servers' API key")
     servers.add_argument("--llama-server", metavar="BINARY", help="llama-server to launch arms with")

@@ -51,7 +51,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
                          ("drafting", {True: "yes", False: "no", None: "unknown"}[info.speculative]),
                          ("version", info.version),
                          ("acceptance", info.acceptance),
-                         ("metrics", "speculative counters at /metrics" if info.metrics else "none"),
+                         ("metrics", "speculative-decoding metrics at /metrics" if info.metrics
+                          else "none"),
                          ("prompt cache", "turned off per request" if data["cache_off"]
                           else "on, cannot be turned off by a client")):
         if value:

@@ -88,6 +88,21 @@ class ServerRun:
     """Why the draft counts the server gave are not usable ("" when they are or none came)."""
     lost: tuple[str, ...] = ()
     """Data the stream lost (events that were not JSON): the run's output is not compared."""
+    draft_source: str = ""
+    """Where this run's drafted / accepted / verify steps / positions came from: the
+    request's own report (its field), "Prometheus counters around the run", or "" (none)."""
+    mean_acceptance_length: float | None = None
+    """A mean acceptance length exactly as the server gave it (never computed from counts):
+    this request's (vLLM, SGLang per request) or, failing that, SGLang's gauge after the run."""
+    mean_acceptance_source: str = ""
+    """Its field and what it means (a gauge is the server's recent average, not this run's)."""
+    gauges: Any = None
+    """SGLang: its acceptance gauges after the run (core.servers.sglang.Gauges)."""
+    cross_check: str = ""
+    """Where a request's own counts and the counters' growth both exist (vLLM): whether they
+    agree; the request's own counts are used either way (they are this request's alone)."""
+    options: tuple[tuple[str, int], ...] = ()
+    """Drafting options the run's requests carried (Ollama's draft_num_predict)."""
 
 
 def availability() -> Availability:
@@ -126,6 +141,10 @@ class ServerEngine:
         """TabbyAPI URL -> what it held before the plan (restored by unload)."""
         self._tabby_now: dict[str, Any] = {}
         self.restore_problems: list[str] = []
+        self._ollama: dict[str, Any] = {}
+        """Ollama arms: arm name -> what /api/show says of its model's drafting."""
+        self._ollama_loaded: dict[tuple[str, str], dict[str, int]] = {}
+        """(URL, model) -> the drafting options Ollama last loaded it with."""
 
     # Engine protocol ---------------------------------------------------------------------
     @property
@@ -235,11 +254,14 @@ class ServerEngine:
             if server.tabby is not None:
                 self._remember_tabby(arm, server)
                 continue
-            if server.draft_model and info.kind is not ServerKind.LMSTUDIO:
+            if server.draft_model and info.kind not in (ServerKind.LMSTUDIO, ServerKind.OLLAMA):
                 raise InvalidInputError(
                     f"Arm {arm.name} names a draft model per request, which only LM Studio "
-                    f"takes; {info.url} is {TRAITS[info.kind].title}.",
+                    f"takes (and Ollama a draft_num_predict); {info.url} is "
+                    f"{TRAITS[info.kind].title}.",
                     "Start that server with its draft, and drop --server-draft.")
+            if info.kind is ServerKind.OLLAMA:
+                self._check_ollama_arm(arm, info)
             if info.router:
                 self._check_router_arm(arm, info, reference=arm is plan.arms[0])
                 continue
@@ -256,6 +278,30 @@ class ServerEngine:
                                    max_seq_len=0, vocab_size=0,
                                    notes=tuple(self._notes(plan)))
         return self._loaded
+
+    def _check_ollama_arm(self, arm, info: ServerInfo) -> None:
+        """Ollama: an arm's draft_num_predict is a number, and its model has a draft to use
+        it with (its DRAFT layer or MTP layers, from /api/show)."""
+        from specdeck.core.servers import ollama
+
+        server: ServerArm = arm.server
+        if server.draft_model:
+            ollama.parse_draft_n(server.draft_model, arm.name)
+        model = server.model or info.model
+        if not model:
+            return  # generate() asks for the name
+        try:
+            drafting = ollama.model_drafting(Base.parse(server.url), model, server.api_key())
+        except ServerError as exc:
+            log.debug("Ollama /api/show for %s: %s", model, exc)
+            return
+        self._ollama[arm.name] = drafting
+        if server.draft_model and drafting.draft is None and drafting.certain:
+            raise InvalidInputError(
+                f"Arm {arm.name} asks Ollama to draft (draft_num_predict "
+                f"{server.draft_model}), but {model} has no draft: {drafting.describe()}, so "
+                "Ollama would start it without drafting.",
+                "Use a model with a DRAFT layer or MTP layers (ollama show MODEL).")
 
     @staticmethod
     def _check_router_arm(arm, info: ServerInfo, reference: bool) -> None:
@@ -332,11 +378,27 @@ class ServerEngine:
                              "SpecDeck restores the model (and the draft where TabbyAPI reports "
                              "it: its main branch does not, so reload your draft there if you "
                              "had one)")
+            notes.extend(self._kind_notes(arm, info))
             if not traits.cache_off:
                 notes.append(f"{arm.name}: this server keeps a prompt cache a client cannot "
                              "turn off; arms alternate which runs a prompt first, so the cache "
                              "favours none, and decode tok/s excludes the prefill it speeds up")
         return notes
+
+    def _kind_notes(self, arm, info: ServerInfo | None) -> list[str]:
+        """What an Ollama arm sends and measures, said once in the plan's notes."""
+        from specdeck.core.servers import ollama
+
+        if info is None or info.kind is not ServerKind.OLLAMA:
+            return []
+        reference = arm is self._plan_arms[0]
+        options = ollama.request_options(arm.server.draft_model, reference)
+        drafting = self._ollama.get(arm.name)
+        model = f"model {drafting.model}: {drafting.describe()}" if drafting else "its model"
+        sent = (f"its requests carry draft_num_predict {options[ollama.OPTION]}" if options
+                else "its requests leave draft_num_predict as the model sets it")
+        return [f"{arm.name}: Ollama {model}; {sent} (a changed draft_num_predict reloads the "
+                "model: SpecDeck loads it before the arm's runs)"]
 
     def activate_arm(self, arm, progress: ProgressCallback | None = None,
                      cancel: threading.Event | None = None) -> LoadedModel:
@@ -380,6 +442,8 @@ class ServerEngine:
             (server.model or info.model)
         self._key = server.api_key()
         self._info = info
+        if info.kind is ServerKind.OLLAMA and self._model:
+            self._load_ollama(arm, say)
         from specdeck.core.servers.llama_server import drafting_flags
 
         flags = self.arm_flags(arm)
@@ -387,6 +451,29 @@ class ServerEngine:
         self._loaded = replace(self._loaded, drafter=arm.drafter,
                                model_path=Path(info.model or url)) if self._loaded else None
         return self._loaded
+
+    def _ollama_options(self) -> dict[str, int]:
+        from specdeck.core.servers import ollama
+
+        reference = bool(self._plan_arms) and self._arm.name == self._plan_arms[0].name
+        return ollama.request_options(self._arm.server.draft_model, reference)
+
+    def _load_ollama(self, arm, say) -> None:
+        """Load the arm's model with its drafting options when Ollama holds it with others
+        (a changed Runner option reloads it): the reload is not paid by a measured run."""
+        from specdeck.core.servers import ollama
+
+        options = self._ollama_options()
+        key = (self._base.shown, self._model)
+        if self._ollama_loaded.get(key) == options:
+            return
+        shown = ", ".join(f"{k} {v}" for k, v in options.items()) or "its own drafting settings"
+        say(LoadProgress(f"Ollama is loading {self._model} with {shown}"))
+        try:
+            ollama.load(self._base, self._model, options, self._key)
+        except ServerError as exc:
+            raise ServerError(f"Arm {arm.name}: {exc.what}", exc.fix) from None
+        self._ollama_loaded[key] = options
 
     def _switch_tabby(self, server: ServerArm, say, cancel) -> None:
         from specdeck.core.servers.tabby_reload import switch
@@ -486,7 +573,7 @@ class ServerEngine:
                     f"Arm {self._arm.name}: Ollama needs the model's name in every request.",
                     "Give it after the URL: http://127.0.0.1:11434#qwen2.5:32b")
             options = {"temperature": s.temperature, "seed": body["seed"],
-                       "num_predict": request.max_new_tokens}
+                       "num_predict": request.max_new_tokens, **self._ollama_options()}
             if s.greedy:
                 options["top_k"] = 1
             body = {"model": self._model, "stream": True, "options": options}
@@ -508,11 +595,14 @@ class ServerEngine:
                 body["top_k"] = 1
             if not request.stop_on_eos:
                 body["ban_eos_token"] = True
-        elif kind is ServerKind.VLLM:
+        elif kind in (ServerKind.VLLM, ServerKind.SGLANG):
             if s.greedy:
                 body["top_k"] = 1
             if not request.stop_on_eos:
                 body["ignore_eos"] = True
+            if kind is ServerKind.SGLANG:
+                # Per request, exact: a chunk with sglext.spec_tokens_details (SGLang 0.5.23).
+                body["return_spec_tokens_details"] = True
         chat = request.apply_chat_template
         if chat:
             body["messages"] = [{"role": "user", "content": request.prompt}]
@@ -564,10 +654,16 @@ class ServerEngine:
             counted = _counted_draft(counters_before, self._counters(),
                                      report.completion_tokens if report.completion_tokens
                                      is not None else len(reading.arrivals))
-        return self._result(request, reading, report, stop, counted)
+        gauges = None
+        if self._kind is ServerKind.SGLANG and self._info.metrics \
+                and self._info.speculative is not False:
+            from specdeck.core.servers.sglang import read_gauges
+
+            gauges = read_gauges(self._base, self._key)
+        return self._result(request, reading, report, stop, counted, gauges)
 
     def _result(self, request, reading: StreamReading, report: ServerReport, stop,
-                counted: CountedDraft | None) -> GenerationResult:
+                counted: CountedDraft | None, gauges=None) -> GenerationResult:
         arrivals = reading.arrivals
         problems = list(report.problems)
         speed_problem = ""
@@ -589,8 +685,24 @@ class ServerEngine:
         client_rate = None if speed_problem else (n - 1) / span
         drafted, accepted = report.drafted, report.accepted
         acceptance_problem = report.acceptance_problem
+        wanted = self._arm.server.draft_model
+        if self._kind is ServerKind.LMSTUDIO and drafted is not None and wanted \
+                and report.draft_model not in (None, wanted):
+            # LM Studio drafted with another model than the arm's: its counts are not this
+            # arm's drafting.
+            acceptance_problem = (f"stats.draft_model is {report.draft_model!r}, not the "
+                                  f"{wanted!r} this arm's requests name")
+            problems.append(acceptance_problem)
+            drafted = accepted = None
         drafted_m = accepted_m = None
-        draft_steps, by_position = 0, ()
+        draft_steps, by_position, drafted_by_position = 0, (), ()
+        source = report.acceptance_source if drafted is not None else ""
+        per_request = report.draft_steps is not None and drafted is not None
+        if per_request:  # the request's own report: exact, and this request's alone
+            draft_steps = report.draft_steps
+            by_position, drafted_by_position = (report.accepted_by_position,
+                                                report.drafted_by_position)
+        cross_check = ""
         if counted is not None:
             drafted_m, accepted_m = counted.drafted, counted.accepted
             if counted.problem:
@@ -598,9 +710,24 @@ class ServerEngine:
             if not report.acceptance_source:  # the counters are this run's acceptance
                 drafted, accepted = drafted_m, accepted_m
                 acceptance_problem = counted.problem
-            if counted.steps is not None and not counted.problem and drafted_m == drafted:
+                source = "Prometheus counters around the run" if drafted is not None else ""
+            elif per_request:
+                cross_check = _cross_check(report, counted)
+            if not per_request and counted.steps is not None and not counted.problem \
+                    and drafted_m == drafted:
                 # The steps and positions describe the same drafts the figures count.
                 draft_steps, by_position = counted.steps, counted.accepted_by_position
+        if by_position and not drafted_by_position:
+            # A position's drafts are the verify steps that drafted (llama.cpp's and vLLM's
+            # per-position acceptance: accepted there over drafts).
+            drafted_by_position = tuple(draft_steps for _ in by_position)
+        mean, mean_source = report.mean_acceptance_length, report.mean_acceptance_source
+        if mean is None and gauges is not None and gauges.accept_length is not None:
+            from specdeck.core.servers.sglang import ACCEPT_LENGTH, GAUGE_MEANING
+
+            mean, mean_source = gauges.accept_length, f"{ACCEPT_LENGTH}: {GAUGE_MEANING}"
+        if gauges is not None and gauges.problem:
+            problems.append(gauges.problem)
         if stop is None:
             stop = (StopReason.MAX_NEW_TOKENS if report.finish_reason == "length"
                     or reading.overran or n >= request.max_new_tokens else StopReason.EOS)
@@ -613,9 +740,7 @@ class ServerEngine:
             draft_steps=draft_steps,
             drafted=drafted or 0,
             accepted=accepted or 0,
-            # A position's drafts are the verify steps that drafted (llama.cpp's and vLLM's
-            # per-position acceptance: accepted there over drafts).
-            per_position_drafted=tuple(draft_steps for _ in by_position),
+            per_position_drafted=drafted_by_position,
             per_position_accepted=by_position,
             stop_reason=stop,
             time_to_first_token_s=ttft,
@@ -625,7 +750,12 @@ class ServerEngine:
                            url=self._base.shown, metrics_drafted=drafted_m,
                            metrics_accepted=accepted_m, drafting_flags=self._flags_now,
                            problems=tuple(problems), speed_problem=speed_problem,
-                           acceptance_problem=acceptance_problem, lost=tuple(reading.lost))
+                           acceptance_problem=acceptance_problem, lost=tuple(reading.lost),
+                           draft_source=source, mean_acceptance_length=mean,
+                           mean_acceptance_source=mean_source, gauges=gauges,
+                           cross_check=cross_check,
+                           options=tuple(self._ollama_options().items())
+                           if self._kind is ServerKind.OLLAMA else ())
         return GenerationResult(text=reading.text, token_ids=(), prompt_ids=(), stats=stats,
                                 drafter=self._arm.drafter, sampling=request.sampling,
                                 engine=f"server:{self._kind.value}", server=server)
@@ -691,6 +821,22 @@ def _delta(before: dict[str, float], after: dict[str, float], suffix: str
                           "restarted or reset its counters)")
         total += new - old
     return total, ""
+
+
+def _cross_check(report: ServerReport, counted: CountedDraft) -> str:
+    """A request's own counts beside the counters' growth around it: equal when the server
+    ran nothing else meanwhile; otherwise the request's own are still this run's."""
+    if counted.drafted is None:  # the totals failed their checks (the problem says why)
+        return ""
+    mine = (report.drafted, report.accepted)
+    theirs = (counted.drafted, counted.accepted)
+    if mine == theirs and (counted.steps is None or counted.steps == report.draft_steps):
+        return "agrees with the Prometheus counters' growth around the run"
+    steps = "" if counted.steps is None else f", {counted.steps} steps"
+    return (f"differs from the Prometheus counters' growth around the run ({theirs[0]} "
+            f"drafted, {theirs[1]} accepted{steps}; this request: {mine[0]}, {mine[1]}, "
+            f"{report.draft_steps} steps): other requests on the server, or counters that "
+            "lag; the request's own counts are used")
 
 
 @dataclass(frozen=True)

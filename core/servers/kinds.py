@@ -13,6 +13,7 @@ class ServerKind(str, enum.Enum):
     LLAMA_SWAP = "llama-swap"
     TABBYAPI = "tabbyapi"
     VLLM = "vllm"
+    SGLANG = "sglang"
     LMSTUDIO = "lmstudio"
     OLLAMA = "ollama"
     OPENAI = "openai"
@@ -37,13 +38,22 @@ TRAITS = {
     ServerKind.TABBYAPI: KindTraits(
         "TabbyAPI", "not reported by this server (TabbyAPI returns no draft counts)", False),
     ServerKind.VLLM: KindTraits(
-        "vLLM", "Prometheus spec_decode counters around each run (other traffic skews them)",
-        False),
+        "vLLM", "metrics.speculative_decoding per request where the server was started with "
+        "--per-request-spec-decode-metrics (exact), else the Prometheus spec_decode counters "
+        "around each run (other traffic skews them)", False),
+    ServerKind.SGLANG: KindTraits(
+        "SGLang", "sglext.spec_tokens_details per request (spec_verify_ct, "
+        "spec_num_correct_drafts, spec_num_proposed_drafts); its sglang:spec_accept_length / "
+        "spec_accept_rate are gauges, read after each run as the server's recent average, "
+        "not the run's", False),
     ServerKind.LMSTUDIO: KindTraits(
-        "LM Studio", "stats.accepted_draft_tokens_count / total_draft_tokens_count where a "
-        "response carries them (LM Studio's streams did not in 0.3.x: then not reported)",
-        False),
-    ServerKind.OLLAMA: KindTraits("Ollama", "not reported by this server", False),
+        "LM Studio", "stats.total_draft_tokens_count / accepted / rejected / ignored per "
+        "response where it carries them (checked: accepted + rejected + ignored = total; "
+        "LM Studio's streams did not carry them in 0.3.x: then not reported)", False),
+    ServerKind.OLLAMA: KindTraits(
+        "Ollama", "not reported by this server (its final stats have eval_count and "
+        "eval_duration, no draft counts): drafting on or off (options.draft_num_predict) is "
+        "measured by speed alone", False),
     ServerKind.OPENAI: KindTraits(
         "OpenAI-compatible server", "not reported by this server (tok/s only)", False),
 }
@@ -54,7 +64,7 @@ def parse_kind(text: str) -> ServerKind:
 
     wanted = text.strip().lower().replace("_", "-")
     aliases = {"llamacpp": "llama-server", "llama.cpp": "llama-server", "tabby": "tabbyapi",
-               "lm-studio": "lmstudio", "oai": "openai", "openai-compatible": "openai"}
+               "lm-studio": "lmstudio", "sgl": "sglang", "oai": "openai", "openai-compatible": "openai"}
     wanted = aliases.get(wanted, wanted)
     for kind in ServerKind:
         if kind.value == wanted:

@@ -18,6 +18,7 @@ from specdeck.core.servers.transport import (
 )
 from specdeck.core.servers.kinds import TRAITS, ServerKind
 from specdeck.core.servers.router import is_router, router_models
+from specdeck.core.servers.sglang import probe_sglang
 
 PROBE_TIMEOUT_S = 5.0
 """The most one probe request takes, from connecting to its last byte."""
@@ -150,7 +151,7 @@ def probe(url: str, api_key: str | None = None, kind: ServerKind | None = None) 
     ask = _Asker(base, api_key)
     order = [kind] if kind is not None else [
         ServerKind.LLAMA_SERVER, ServerKind.LLAMA_SWAP, ServerKind.TABBYAPI, ServerKind.VLLM,
-        ServerKind.LMSTUDIO, ServerKind.OLLAMA, ServerKind.OPENAI]
+        ServerKind.SGLANG, ServerKind.LMSTUDIO, ServerKind.OLLAMA, ServerKind.OPENAI]
     for candidate in order:
         info = _PROBES[candidate](ask)
         if info is not None:
@@ -306,6 +307,7 @@ _PROBES = {
     ServerKind.LLAMA_SWAP: _llama_swap,
     ServerKind.TABBYAPI: _tabbyapi,
     ServerKind.VLLM: _vllm,
+    ServerKind.SGLANG: probe_sglang,  # core/servers/sglang.py
     ServerKind.LMSTUDIO: _lmstudio,
     ServerKind.OLLAMA: _ollama,
     ServerKind.OPENAI: _openai,

@@ -3,7 +3,7 @@
 Both are kept, side by side and labelled: the client's clock (time to first token, decode
 rate from chunk arrival) is the same ruler for every kind of server; the server's own figures
 (llama-server ``timings``, TabbyAPI ``usage``, LM Studio ``stats``, Ollama ``eval_*``, vLLM
-``metrics.speculative_decoding``) are recorded with the names of the fields that were found,
+``metrics.speculative_decoding``, SGLang ``sglext.spec_tokens_details``) are recorded with the names of the fields that were found,
 because those names drift between versions.
 """
 
@@ -27,6 +27,9 @@ MAX_DRAFT_PER_TOKEN = 256
 SILENT_TOKENS = 16
 """Tokens a run may count without showing them as text (an end-of-sequence token, special
 tokens a server leaves out of the text)."""
+MAX_HISTOGRAM = 1024
+"""Entries kept of a per-request acceptance histogram or per-step list: one entry per draft
+length (vLLM, SGLang) is a few dozen; a longer list is not read."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,24 @@ class ServerReport:
     """Why the server's token count is not usable ("" when it is, or when none was sent)."""
     acceptance_problem: str = ""
     """Why the server's draft counts are not usable ("" when they are, or none were sent)."""
+    draft_steps: int | None = None
+    """Verify steps that carried a draft, as this request's own report counts them (vLLM's
+    ``num_spec_steps``, SGLang's ``spec_verify_ct``); None when the response has none."""
+    accepted_by_position: tuple[int, ...] = ()
+    """Drafts accepted at each position of a step, from the request's own histogram or
+    per-step lists (a step that keeps j drafts accepts positions 0..j-1)."""
+    drafted_by_position: tuple[int, ...] = ()
+    """Drafts proposed at each position, beside ``accepted_by_position``."""
+    mean_acceptance_length: float | None = None
+    """A mean acceptance length exactly as the response gave it (never computed here)."""
+    mean_acceptance_source: str = ""
+    """The field it came from, and what that server means by it."""
+    rejected: int | None = None
+    """LM Studio's rejected_draft_tokens_count, kept as reported."""
+    ignored: int | None = None
+    """LM Studio's ignored_draft_tokens_count, kept as reported."""
+    draft_model: str | None = None
+    """The draft the server says it drafted with (LM Studio's stats.draft_model)."""
 
 
 class _Checker:
@@ -96,6 +117,10 @@ class _Checker:
             self.fail(f"{_which(self.found, names)} is {_shown(value)}: a count is a whole number")
             return None
         return int(value)
+
+
+def _shown_name(value: Any) -> str | None:
+    return value[:200] if isinstance(value, str) and value else None
 
 
 def _which(found: dict[str, Any], names: tuple[str, ...]) -> str:
@@ -169,7 +194,12 @@ class StreamReading:
                 _flatten(group, data[group], self.found)
         metrics = data.get("metrics")
         if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
-            _flatten("metrics.speculative_decoding", metrics["speculative_decoding"], self.found)
+            _flatten("metrics.speculative_decoding", metrics["speculative_decoding"], self.found,
+                     lists=True)
+        sglext = data.get("sglext")  # SGLang: response-level extensions, choices [] beside them
+        if isinstance(sglext, dict) and isinstance(sglext.get("spec_tokens_details"), dict):
+            _flatten("sglext.spec_tokens_details", sglext["spec_tokens_details"], self.found,
+                     lists=True)
         for key in ("eval_count", "eval_duration", "prompt_eval_count", "prompt_eval_duration"):
             if key in data:
                 self.found[key] = data[key]
@@ -237,13 +267,19 @@ class StreamReading:
             cached = None
         drafted, accepted, source = _acceptance(self.found)
         acceptance_problem = ""
+        detail = _Detail()
         if source:
             tokens = completion if completion is not None else (None if completion_problem
                                                                else chunks)
             acceptance_problem = check_acceptance(drafted, accepted, tokens, source)
+            if not acceptance_problem:
+                detail = _detail(self.found, source, int(drafted), int(accepted), tokens)
+                acceptance_problem = detail.problem
             if acceptance_problem:
                 check.fail(acceptance_problem)
                 drafted = accepted = None
+                detail = _Detail()
+        mean, mean_source = _reported_mean(self.found, check)
         return ServerReport(
             kind=self.kind,
             fields=tuple(sorted(self.found)),
@@ -260,6 +296,14 @@ class StreamReading:
             problems=tuple(check.problems),
             completion_problem=completion_problem,
             acceptance_problem=acceptance_problem,
+            draft_steps=detail.steps,
+            accepted_by_position=detail.accepted_by_position,
+            drafted_by_position=detail.drafted_by_position,
+            mean_acceptance_length=mean,
+            mean_acceptance_source=mean_source,
+            rejected=detail.rejected,
+            ignored=detail.ignored,
+            draft_model=_shown_name(self.found.get("stats.draft_model")),
         )
 
 
@@ -287,7 +331,143 @@ def _acceptance(f: dict[str, Any]) -> tuple[float | None, float | None, str]:
     accepted_key = "metrics.speculative_decoding.num_accepted_draft_tokens"
     if drafted_key in f and accepted_key in f:
         return value(drafted_key), value(accepted_key), drafted_key
+    # SGLang with return_spec_tokens_details (entrypoints/openai/protocol.py SpecTokensDetails,
+    # 0.5.23): proposed = verify steps x (speculative_num_draft_tokens - 1), correct = accepted.
+    if SGLANG_DRAFTED in f and SGLANG_ACCEPTED in f:
+        return value(SGLANG_DRAFTED), value(SGLANG_ACCEPTED), SGLANG_DRAFTED
     return None, None, ""
+
+
+VLLM_SPEC = "metrics.speculative_decoding."
+SGLANG_SPEC = "sglext.spec_tokens_details."
+SGLANG_DRAFTED = SGLANG_SPEC + "spec_num_proposed_drafts"
+SGLANG_ACCEPTED = SGLANG_SPEC + "spec_num_correct_drafts"
+LMSTUDIO_TOTAL = "stats.total_draft_tokens_count"
+
+
+@dataclass(frozen=True)
+class _Detail:
+    """A request's draft report beyond its totals (steps, positions, LM Studio's split)."""
+
+    steps: int | None = None
+    accepted_by_position: tuple[int, ...] = ()
+    drafted_by_position: tuple[int, ...] = ()
+    rejected: int | None = None
+    ignored: int | None = None
+    problem: str = ""
+
+
+def _detail(f: dict[str, Any], source: str, drafted: int, accepted: int,
+            tokens: int | None) -> _Detail:
+    """Steps and positions from the request's own report, checked against its totals."""
+    if source == LMSTUDIO_TOTAL:
+        return _lmstudio_split(f, drafted, accepted)
+    if source.startswith(VLLM_SPEC):
+        return _steps_and_positions(
+            f, source, drafted, accepted, tokens, steps_key=VLLM_SPEC + "num_spec_steps",
+            histogram_key=VLLM_SPEC + "acceptance_histogram",
+            per_step=(VLLM_SPEC + "per_step_accepted", VLLM_SPEC + "per_step_drafted"))
+    if source == SGLANG_DRAFTED:
+        return _steps_and_positions(
+            f, source, drafted, accepted, tokens, steps_key=SGLANG_SPEC + "spec_verify_ct",
+            histogram_key=SGLANG_SPEC + "spec_correct_drafts_histogram", per_step=None)
+    return _Detail()
+
+
+def _lmstudio_split(f: dict[str, Any], drafted: int, accepted: int) -> _Detail:
+    """LM Studio's four counters (API changelog 0.3.10): accepted + rejected + ignored must
+    make the total, or none of them is used."""
+    parts = {}
+    for name in ("rejected", "ignored"):
+        key = f"stats.{name}_draft_tokens_count"
+        if key in f:
+            value = f[key]
+            if isinstance(value, bool) or not isinstance(value, int) or not \
+                    0 <= value <= MAX_COUNT:
+                return _Detail(problem=f"{key} is {_shown(value)}: not a count")
+            parts[name] = value
+    if len(parts) == 2 and accepted + parts["rejected"] + parts["ignored"] != drafted:
+        return _Detail(problem=(
+            f"stats: {accepted} accepted + {parts['rejected']} rejected + {parts['ignored']} "
+            f"ignored draft tokens = {accepted + parts['rejected'] + parts['ignored']}, not "
+            f"the {drafted} of total_draft_tokens_count"))
+    return _Detail(rejected=parts.get("rejected"), ignored=parts.get("ignored"))
+
+
+def _count_list(f: dict[str, Any], key: str) -> tuple[list[int] | None, str]:
+    value = f.get(key)
+    if value is None:
+        return None, ""
+    if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int)
+                                          or not 0 <= v <= MAX_COUNT for v in value):
+        return None, f"{key} is {_shown(value)}: not a list of counts"
+    return value, ""
+
+
+def _steps_and_positions(f: dict[str, Any], source: str, drafted: int, accepted: int,
+                         tokens: int | None, steps_key: str, histogram_key: str,
+                         per_step: tuple[str, str] | None) -> _Detail:
+    """Verify steps and acceptance by position from a request's histogram (entry j: the steps
+    that kept j drafts, so position i was accepted by the steps that kept more than i) or its
+    per-step lists, checked: the histogram counts the steps and adds up to the accepted."""
+    steps = None
+    if steps_key in f:
+        value = f[steps_key]
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+            return _Detail(problem=f"{steps_key} is {_shown(value)}: not a count")
+        steps = value
+        if tokens is not None and steps > max(tokens, 0):
+            return _Detail(problem=f"{steps_key} is {steps}: more verify steps than the "
+                                   f"{tokens} tokens the run made")
+        if drafted and not steps:
+            return _Detail(problem=f"{source}: {drafted} drafted in {steps_key} 0 steps")
+    if per_step is not None:
+        kept, problem = _count_list(f, per_step[0])
+        proposed, problem2 = _count_list(f, per_step[1])
+        if problem or problem2:
+            return _Detail(problem=problem or problem2)
+        if kept is not None and proposed is not None:
+            if len(kept) != len(proposed) or sum(kept) != accepted or sum(proposed) != drafted \
+                    or any(a > d for a, d in zip(kept, proposed)) or \
+                    (steps is not None and len(kept) != steps):
+                return _Detail(problem=f"{per_step[0]} / {per_step[1]} do not add up to the "
+                                       f"{accepted} accepted of {drafted} drafted")
+            width = max(proposed, default=0)
+            return _Detail(len(kept), tuple(sum(1 for a in kept if a > i) for i in range(width)),
+                           tuple(sum(1 for d in proposed if d > i) for i in range(width)))
+    histogram, problem = _count_list(f, histogram_key)
+    if problem:
+        return _Detail(problem=problem)
+    if histogram is None or steps is None:
+        return _Detail(steps=steps)
+    if sum(histogram) != steps or sum(j * n for j, n in enumerate(histogram)) != accepted:
+        return _Detail(problem=(f"{histogram_key} {_shown(histogram)} does not count the "
+                                f"{steps} steps and {accepted} accepted drafts"))
+    if not steps or drafted % steps:
+        return _Detail(steps=steps)  # steps drafted unequal lengths: positions' drafts unknown
+    k = drafted // steps
+    if len(histogram) > k + 1 and any(histogram[k + 1:]):
+        return _Detail(problem=f"{histogram_key}: a step kept more than the {k} it drafted")
+    by_position = tuple(sum(histogram[j] for j in range(i + 1, len(histogram)))
+                        for i in range(k))
+    return _Detail(steps, by_position, tuple(steps for _ in range(k)))
+
+
+MEAN_FIELDS = (
+    (VLLM_SPEC + "mean_acceptance_length",
+     "1 + accepted / verify steps, this request (vLLM per-request metrics)"),
+    (SGLANG_SPEC + "spec_accept_length",
+     "completion tokens / verify steps, this request (SGLang)"),
+)
+"""Means of acceptance length a response can carry, and what each server means by it."""
+
+
+def _reported_mean(f: dict[str, Any], check: _Checker) -> tuple[float | None, str]:
+    for name, meaning in MEAN_FIELDS:
+        if name in f:
+            value = check.number(name, most=MAX_DRAFT_PER_TOKEN + 1)
+            return (None, "") if value is None else (value, f"{name}: {meaning}")
+    return None, ""
 
 
 MAX_FLATTEN_DEPTH = 4
@@ -295,13 +475,18 @@ MAX_FLATTEN_DEPTH = 4
 .cached_tokens): deeper nesting is not read."""
 
 
-def _flatten(prefix: str, data: dict[str, Any], out: dict[str, Any], depth: int = 1) -> None:
+def _flatten(prefix: str, data: dict[str, Any], out: dict[str, Any], depth: int = 1,
+             lists: bool = False) -> None:
+    """Dotted names -> values; lists only with ``lists`` (a per-request histogram) and only
+    up to MAX_HISTOGRAM entries: the other figures SpecDeck reads are never lists."""
     for key, value in data.items():
         name = f"{prefix}.{key}"
         if isinstance(value, dict):
             if depth < MAX_FLATTEN_DEPTH:
-                _flatten(name, value, out, depth + 1)
-        elif not isinstance(value, list):  # no figure SpecDeck reads is a list
+                _flatten(name, value, out, depth + 1, lists)
+        elif not isinstance(value, list):
+            out[name] = value
+        elif lists and len(value) <= MAX_HISTOGRAM:
             out[name] = value
 
 

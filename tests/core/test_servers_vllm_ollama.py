@@ -5,8 +5,7 @@ its Prometheus counters around each run; Ollama: none), and Ollama's model name.
 from __future__ import annotations
 
 import pytest
-from server_standins import OllamaHandler, VllmHandler, start
-
+from server_standins import OllamaHandler, VllmHandler, serve_standins
 from specdeck.core.bench.plan import BenchPlan
 from specdeck.core.bench.runner import run_plan
 from specdeck.core.bench.summary import summarize
@@ -19,17 +18,7 @@ from specdeck.core.servers.probe import probe
 
 @pytest.fixture
 def standins():
-    servers = []
-
-    def make(kind, **attrs):
-        server, url, handler = start(kind, **attrs)
-        servers.append(server)
-        return url, handler
-
-    yield make
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    yield from serve_standins()
 
 
 def _plan(urls):
