@@ -174,6 +174,8 @@ def _printer(progress, err):
                 err.write(f"  {candidate.label}: predicted {prediction.speedup:.2f}x "
                           f"({prediction.low:.2f}-{prediction.high:.2f}, {prediction.source})"
                           f"{size}\n")
+                if candidate.hub is not None:
+                    err.write("".join(f"    {note}\n" for note in candidate.notes))
             for skipped in event.not_tried:
                 err.write(f"  not tried: {skipped.what}: {skipped.why}\n")
         elif isinstance(event, Decided):

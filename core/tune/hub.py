@@ -1,8 +1,9 @@
 """Draft models from the Hub: found by the target's family, checked before any download, the
 quantization chosen for the memory left, installed within the download budget.
 
-1. **Search**: GGUF repositories whose id holds the target's family (``general.basename`` of
-   its header, else its architecture), most downloaded first, ``MAX_REPOS`` of them.
+1. **Search**: repositories whose id holds the target's family (``general.basename`` of its
+   header, else its architecture) and "gguf" (as GGUF repositories are named: "...-GGUF"),
+   most downloaded first, ``MAX_REPOS`` of them.
 2. **Quantization** (:func:`choose_quant`): of a repository's GGUF files, those smaller than
    the target (the rule local drafts follow, ``candidates.smaller_than_target``) and within
    the memory left once the target is loaded; of these the smallest with at least
@@ -46,7 +47,6 @@ MAX_DOWNLOADS = 2
 """Drafts downloaded in one tune: each one more is another round of the search."""
 MIN_DRAFT_BITS = 4
 GGUF_MARK = "gguf"
-SEARCH_LIMIT = 50
 DRAFT_SIMPLE = "draft-simple"
 
 _BITS = re.compile(r"^(?:I?Q|TQ)(\d)")
@@ -118,10 +118,6 @@ def library_folders(library: Path) -> list[Path]:
         return []
 
 
-def _is_gguf_repo(hit) -> bool:
-    return GGUF_MARK in hit.repo_id.lower() or any(t.lower() == GGUF_MARK for t in hit.tags)
-
-
 def find_hub_drafts(setup: Setup, library: Path, local: list[Candidate], *,
                     memory: int | None = None, endpoint: str | None = None,
                     cancel: threading.Event | None = None
@@ -133,8 +129,8 @@ def find_hub_drafts(setup: Setup, library: Path, local: list[Candidate], *,
     from specdeck.core.hub.search import search_repos
 
     try:
-        hits = [h for h in search_repos(setup.facts.family, exl2_only=False, limit=SEARCH_LIMIT,
-                                        endpoint=endpoint) if _is_gguf_repo(h)][:MAX_REPOS]
+        hits = search_repos(f"{setup.facts.family} {GGUF_MARK}", exl2_only=False,
+                            limit=MAX_REPOS, endpoint=endpoint)
     except HubError as exc:
         return [], [], [f"The Hub was not searched for drafts: {exc.what}"]
     if not hits:

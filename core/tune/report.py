@@ -90,11 +90,16 @@ def markdown(result: TuneResult) -> str:
         lines.append(f"| {t.candidate.label} | {_origin(t.candidate)} | {p.speedup:.2f}x "
                      f"({p.low:.2f}-{p.high:.2f}) | {p.source} | {measured} | "
                      f"{_pct(t.error)} |")
+    from_hub = [t.candidate for t in result.tried if t.candidate.hub is not None]
+    if from_hub:
+        lines += ["", "Drafts from the Hub, the file chosen and why:",
+                  *(f"- {c.label}: {'; '.join(c.notes)}" for c in from_hub)]
     if result.downloads:
         lines += ["", "## Downloads", "", "| candidate | repository | size | time | result |",
                   "|---|---|---|---|---|"]
         lines += [f"| {d.candidate} | {d.repo_id} | {format_bytes(d.bytes)} | "
-                  f"{d.seconds:.1f} s | {_download_result(d)} |" for d in result.downloads]
+                  f"{f'{d.seconds:.1f} s' if d.seconds else '-'} | {_download_result(d)} |"
+                  for d in result.downloads]
     if result.not_tried:
         lines += ["", "Not tried:", *(f"- {n.what}: {n.why}" for n in result.not_tried)]
     lines += ["", "## Time", "", *(f"- {name}: {seconds:.1f} s"
@@ -114,7 +119,7 @@ def to_json(result: TuneResult) -> dict[str, Any]:
                    "measured": t.measured, "best_setting": t.best_setting, "error": t.error,
                    "draft_bytes": t.candidate.draft_bytes,
                    "download_bytes": t.candidate.download_bytes,
-                   "hub": to_jsonable(t.candidate.hub)}
+                   "hub": to_jsonable(t.candidate.hub), "notes": list(t.candidate.notes)}
                   for t in result.tried],
         "downloads": to_jsonable(result.downloads),
         "not_tried": to_jsonable(result.not_tried),

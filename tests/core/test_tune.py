@@ -507,12 +507,28 @@ def test_the_report_lists_the_downloads(tmp_path):
                         why="Server error 500.")
     from dataclasses import replace
 
-    text = report.markdown(replace(result, downloads=(got, failed)))
+    from specdeck.core.tune.candidates import HubFile
+    from specdeck.core.tune.predict import Prediction
+    from specdeck.core.tune.run import Tried
+
+    source = HubFile(GOOD_REPO, "c" * 40, GOOD_FILE, "Q4_K_M", 5 << 20)
+    candidate = Candidate("draft-simple", tmp_path / GOOD_FILE, 5 << 20, 5 << 20,
+                          notes=("Q4_K_M (5.0 MiB): the smallest file of at least 4 bits",),
+                          hub=source)
+    tried = Tried(candidate, Prediction(1.2, 1.0, 1.4, "theory"), 1.5, "k=4")
+    result = replace(result, tried=(tried,), downloads=(got, failed))
+    text = report.markdown(result)
+    assert (f"| draft-simple {GOOD_FILE} | the Hub, {GOOD_REPO}@cccccccccccc (5.0 MiB) | 1.20x "
+            "(1.00-1.40) | theory | 1.50x (k=4) | -20% |") in text
+    assert f"- draft-simple {GOOD_FILE}: Q4_K_M (5.0 MiB): the smallest file" in text
     assert "## Downloads" in text
     assert f"| draft-simple {GOOD_FILE} | {GOOD_REPO} | 5.0 MiB | 2.5 s | downloaded |" in text
-    assert "| failed: Server error 500. |" in text
-    data = json.loads(report.shown_json(replace(result, downloads=(got, failed))))
+    assert "| 1.0 MiB | - | failed: Server error 500. |" in text
+    data = json.loads(report.shown_json(result))
     assert [d["status"] for d in data["downloads"]] == ["downloaded", "failed"]
+    assert data["tried"][0]["hub"]["repo_id"] == GOOD_REPO
+    assert data["tried"][0]["download_bytes"] == 5 << 20
+    assert data["tried"][0]["error"] == pytest.approx(-0.2)
     assert data["downloads"][0]["bytes"] == 5 << 20 and data["downloads"][0]["seconds"] == 2.5
 
 
