@@ -3,6 +3,11 @@
     specdeck tune --swap-config ~/llama-swap/config.yaml --model qwen-coder-32b --budget 10m
     specdeck tune --llama-server ./llama-server --gguf model.gguf -- -ngl 99 -c 8192
     specdeck tune --demo --llama-server ./llama-server --budget 5m --yes
+    specdeck tune --gguf model.gguf --llama-server ./llama-server --download-budget 0
+
+Drafts from the Hub (same family, tokenizer checked from the GGUF header before any download)
+are downloaded within --download-budget (default 2 GiB; 0: local drafts only), asking first
+unless --yes; --budget counts from the end of the downloads.
 
 Exit 0 when a verified winner was written (or is shown to copy), 1 when nothing beat the
 current setting (nothing written), 2 on an error, 130 when interrupted.
@@ -17,9 +22,12 @@ import threading
 from pathlib import Path
 
 from specdeck.core.cli import EXIT_INTERRUPTED, EXIT_NEGATIVE, EXIT_OK
-from specdeck.core.cli.numbers import whole
+from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.errors import InvalidInputError
+from specdeck.core.tune.hub import DEFAULT_DOWNLOAD_BUDGET
+from specdeck.core.units import GiB, format_bytes
 
+DEFAULT_DOWNLOAD_GIB = DEFAULT_DOWNLOAD_BUDGET / GiB
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
 
 
@@ -39,7 +47,8 @@ def register(subparsers) -> None:
         "tune", help="make your llama-server (or a llama-swap model) draft faster: search, "
         "verify, apply", description=(
             "Find the fastest drafting setting for the llama-server you run: every drafting "
-            "method its --help lists and the draft GGUFs beside your model, each setting "
+            "method its --help lists, the draft GGUFs beside your model and drafts of its "
+            "family from the Hub (within --download-budget, asking first), each setting "
             "searched on tuning prompts within the time budget, the winner verified on other "
             "prompts against your current setting and no drafting (output unchanged), then "
             "written into your llama-swap config with a diff and a backup, and proven by "
@@ -53,7 +62,19 @@ def register(subparsers) -> None:
     p.add_argument("--llama-server", metavar="BINARY",
                    help="the llama-server binary (default: the llama-swap cmd's, or PATH's)")
     p.add_argument("--budget", type=duration, default=600.0, metavar="TIME",
-                   help="wall clock for the search and the verification (default 10m)")
+                   help="wall clock for the search and the verification, counted after the "
+                   "downloads (default 10m)")
+    p.add_argument("--download-budget", type=finite(0, 1024), metavar="GB",
+                   default=DEFAULT_DOWNLOAD_GIB,
+                   help="GiB of draft models to download from the Hub at most, best predicted "
+                   f"first (default {DEFAULT_DOWNLOAD_GIB:g}; 0: local drafts only, the Hub is "
+                   "not asked)")
+    p.add_argument("--download-dir", type=Path, metavar="DIR",
+                   help="where downloaded drafts go (default: the draft folder of the "
+                   "config.yml SpecDeck has open, else SpecDeck's own models folder)")
+    p.add_argument("--endpoint", metavar="URL",
+                   help="the Hub to search (default: HF_ENDPOINT, SpecDeck's setting, "
+                   "huggingface.co)")
     p.add_argument("--prompts", metavar="FILE", action="append", default=[],
                    help="your own prompts (JSON Lines with a \"prompt\" field, or a suite file; "
                    "repeatable; default: the shipped grounded, code and structured suites)")
@@ -65,7 +86,8 @@ def register(subparsers) -> None:
                    help="also look for draft GGUFs here (besides the target's folder)")
     p.add_argument("--gpu", action="store_true",
                    help="the server runs on a GPU (the predictions assume a CPU otherwise)")
-    p.add_argument("--yes", "-y", action="store_true", help="write the winner without asking")
+    p.add_argument("--yes", "-y", action="store_true",
+                   help="no questions: download within the budget and write the winner")
     p.add_argument("--dry-run", action="store_true", help="decide, show the diff, write nothing")
     p.add_argument("--json", metavar="FILE", help="write the result as JSON (- = stdout)")
     p.add_argument("--report", type=Path, metavar="DIR", help="write tune.md, tune.json, runs/")
@@ -108,14 +130,17 @@ def cmd_tune(args) -> int:
                           suites=tuple(args.prompts) or TuneOptions().suites,
                           prompts_per_suite=args.per_suite, max_new_tokens=args.max_new,
                           draft_dirs=tuple(Path(d) for d in args.draft_dir),
-                          device="gpu" if args.gpu else "cpu")
+                          device="gpu" if args.gpu else "cpu",
+                          download_budget=int(args.download_budget * GiB),
+                          download_dir=args.download_dir, hub_endpoint=args.endpoint)
     cancel = threading.Event()
     err = sys.stderr
     progress = ProgressPrinter(err)
     err.write(f"specdeck: tuning {chosen.where} within {args.budget / 60:g} min\n")
     with _cancel_on_interrupt(cancel):
         try:
-            result = tune(chosen, options, on_event=_printer(progress, err), cancel=cancel)
+            result = tune(chosen, options, on_event=_printer(progress, err), cancel=cancel,
+                          confirm_download=None if args.yes else _ask_download)
         finally:
             progress.close()
         if result.decision.apply:
@@ -135,19 +160,36 @@ def cmd_tune(args) -> int:
 
 
 def _printer(progress, err):
-    from specdeck.core.tune.run import CandidatesFound, Decided, Phase
+    from specdeck.core.tune.run import CandidatesFound, Decided, Downloaded, Downloading, Phase
+
+    shown: dict[str, int] = {}
 
     def on_event(event) -> None:
         if isinstance(event, Phase):
             err.write(f"specdeck: [{event.name}] {event.text}\n")
         elif isinstance(event, CandidatesFound):
             for candidate, prediction in event.candidates:
+                size = (f", download {format_bytes(candidate.download_bytes)} from "
+                        f"{candidate.hub.repo_id}" if candidate.download_bytes else "")
                 err.write(f"  {candidate.label}: predicted {prediction.speedup:.2f}x "
-                          f"({prediction.low:.2f}-{prediction.high:.2f}, {prediction.source})\n")
+                          f"({prediction.low:.2f}-{prediction.high:.2f}, {prediction.source})"
+                          f"{size}\n")
+                if candidate.hub is not None:
+                    err.write("".join(f"    {note}\n" for note in candidate.notes))
             for skipped in event.not_tried:
                 err.write(f"  not tried: {skipped.what}: {skipped.why}\n")
         elif isinstance(event, Decided):
             err.write(f"specdeck: {event.why}\n")
+        elif isinstance(event, Downloading):
+            tenth = 10 * event.done // max(event.total, 1)
+            if shown.get(event.candidate) != tenth:  # one line per tenth, not per chunk
+                shown[event.candidate] = tenth
+                err.write(f"  {event.file}: {format_bytes(event.done)} of "
+                          f"{format_bytes(event.total)}\n")
+        elif isinstance(event, Downloaded):
+            took = f" in {event.seconds:.1f} s" if event.ok else ""
+            err.write(f"specdeck: {event.candidate} ({event.repo_id}): {event.status}{took}"
+                      f"{': ' + event.why if event.why else ''}\n")
         else:
             progress(event)
 
@@ -157,6 +199,23 @@ def _printer(progress, err):
 def _dry_run(diff: str) -> bool:
     sys.stderr.write(diff + "specdeck: --dry-run: nothing was written.\n")
     return False
+
+
+def _ask_download(candidates, total: int, folder: Path) -> bool:
+    """Downloads are asked on a terminal; with none, nothing is downloaded (say how to allow
+    it)."""
+    err = sys.stderr
+    for candidate in candidates:
+        err.write(f"  {candidate.hub.repo_id}: {Path(candidate.hub.file).name} "
+                  f"({format_bytes(candidate.download_bytes)})\n")
+    if not sys.stdin.isatty():
+        err.write("specdeck: not downloaded: no terminal to confirm on; re-run with --yes to "
+                  "download drafts within --download-budget, or --download-budget 0 to tune "
+                  "with local drafts only.\n")
+        return False
+    err.write(f"Download {format_bytes(total)} into {folder}? [y/N] ")
+    err.flush()
+    return input().strip().lower() in ("y", "yes")
 
 
 def _ask(diff: str) -> bool:

@@ -214,16 +214,20 @@ def servers_that_fit(model_bytes: int) -> int:
     as many as fit in nine tenths of the free memory they would use (the GPUs' when NVML sees
     any, else the machine's), at least 1 (then every switch restarts: slower, never out of
     memory)."""
+    return max(1, int(0.9 * free_memory() // (model_bytes + SERVER_OVERHEAD)))
+
+
+def free_memory() -> int:
+    """The memory llama-servers would load into, free now: the GPUs' when NVML sees any,
+    else the machine's available RAM."""
     import psutil
 
     from specdeck.core.gpu import read_once
 
     frame = read_once()
     if frame.has_gpus:
-        free = sum(g.memory_free or 0 for g in frame.gpus)
-    else:
-        free = psutil.virtual_memory().available
-    return max(1, int(0.9 * free // (model_bytes + SERVER_OVERHEAD)))
+        return sum(g.memory_free or 0 for g in frame.gpus)
+    return psutil.virtual_memory().available
 
 
 def free_port(host: str = "127.0.0.1") -> int:

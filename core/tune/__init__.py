@@ -7,7 +7,9 @@
 2. :mod:`.candidates` lists what this server can draft with: the ``--spec-type`` values its
    own ``--help`` lists (n-gram types, a draft model, MTP where the target has MTP layers)
    and draft GGUFs on disk that pass the compatibility check against the target; each with
-   the settings worth searching.
+   the settings worth searching. :mod:`.hub` adds drafts from the Hub (tokenizer checked from
+   the GGUF header before any download), which :mod:`.run` downloads within the download
+   budget, asking first, before the time budget starts.
 3. :mod:`.predict` gives each candidate a predicted speed-up with a range, before anything
    runs, from this machine's A/B history of the same pair and else from the theory.
 4. :mod:`.run` searches candidates x settings on the tuning prompts with successive halving

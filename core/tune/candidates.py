@@ -37,16 +37,37 @@ NOT_SEARCHED = {
 
 
 @dataclass(frozen=True)
+class HubFile:
+    """Where a draft GGUF on the Hub comes from: the file checked before download is the file
+    installed (the same commit; the installer verifies its sha256)."""
+
+    repo_id: str
+    commit: str
+    file: str
+    """The GGUF (the first shard of a split one) as the repository names it."""
+    quant: str | None
+    size: int
+    """Every file of it (its shards together), in bytes."""
+
+    @property
+    def spec(self) -> str:
+        return f"{self.repo_id}@{self.commit[:12]}"
+
+
+@dataclass(frozen=True)
 class Candidate:
     """One way of drafting: a spec type, with a draft model when it needs one."""
 
     spec_type: str
     draft: Path | None = None
+    """The draft GGUF; for a Hub draft, where it will be once installed."""
     draft_bytes: int = 0
     """The draft's weights (for the prediction and the report)."""
     download_bytes: int = 0
     """What must be downloaded before it can run (0: on disk)."""
     notes: tuple[str, ...] = ()
+    hub: HubFile | None = None
+    """Where a draft from the Hub comes from (None: found on disk)."""
 
     @property
     def label(self) -> str:
@@ -102,6 +123,15 @@ def find_candidates(setup: Setup, spec_types: Sequence[str], drafts: Iterable[Pa
     return Candidates(tuple(found), tuple(skipped))
 
 
+NOT_SMALLER = "not smaller than the target"
+
+
+def smaller_than_target(draft_bytes: int, setup: Setup) -> bool:
+    """A draft is worth running only when it is smaller than the target (on disk and on the
+    Hub alike): a forward of a draft as large as the target costs a target forward."""
+    return draft_bytes < setup.facts.weight_bytes
+
+
 def draft_files(setup: Setup, folders: Iterable[Path] = ()) -> list[Path]:
     """GGUF files that could be drafts: beside the target and in ``folders`` (first shards
     only; projectors and the target itself left out)."""
@@ -137,8 +167,8 @@ def _draft_models(setup: Setup, drafts: Iterable[Path], cancel: threading.Event 
         label = f"draft-simple {path.name}"
         try:
             size = read_gguf_model(path).weight_bytes
-            if size >= setup.facts.weight_bytes:
-                refused.append(NotTried(label, "not smaller than the target"))
+            if not smaller_than_target(size, setup):
+                refused.append(NotTried(label, NOT_SMALLER))
                 continue
             report = check(setup.target, path, examples=0, cancel=cancel)
         except SpecDeckError as exc:

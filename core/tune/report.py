@@ -1,6 +1,8 @@
 """A tune's report: what was decided and why, before and after, every setting tried, every
 prediction next to its measurement, the time of each phase. Markdown for people, JSON for
-scripts, and every A/B run behind it in ``runs/`` (core.bench.report's format)."""
+scripts, and every A/B run behind it in ``runs/`` (core.bench.report's format). Drafts from
+the Hub are candidates like the others (predicted and measured in the same table, with their
+download size), and what was downloaded, or not and why, has its own table."""
 
 from __future__ import annotations
 
@@ -18,6 +20,21 @@ NAMES = {REFERENCE: "no drafting", CURRENT: "your current setting", WINNER: "the
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.0%}"
+
+
+def _origin(candidate) -> str:
+    if candidate.hub is not None:
+        return f"the Hub, {candidate.hub.spec} ({format_bytes(candidate.hub.size)})"
+    return "-" if candidate.draft is None else "disk"
+
+
+def _download_result(download) -> str:
+    if not download.ok:
+        return f"{download.status}: {download.why}"
+    if download.status == "downloaded" and download.downloaded_bytes < download.bytes:
+        return (f"downloaded ({format_bytes(download.downloaded_bytes)} fetched, the rest "
+                "resumed)")
+    return download.status
 
 
 def markdown(result: TuneResult) -> str:
@@ -65,13 +82,24 @@ def markdown(result: TuneResult) -> str:
     if result.search is not None:
         lines += ["## Every setting tried (tuning prompts)", "", grid_table(result.search), ""]
     lines += ["## Candidates: predicted and measured", "",
-              "| candidate | predicted (range) | from | measured (best setting) | error |",
-              "|---|---|---|---|---|"]
+              "| candidate | draft from | predicted (range) | from | measured (best setting) "
+              "| error |", "|---|---|---|---|---|---|"]
     for t in result.tried:
         p = t.prediction
         measured = "-" if t.measured is None else f"{t.measured:.2f}x ({t.best_setting})"
-        lines.append(f"| {t.candidate.label} | {p.speedup:.2f}x ({p.low:.2f}-{p.high:.2f}) | "
-                     f"{p.source} | {measured} | {_pct(t.error)} |")
+        lines.append(f"| {t.candidate.label} | {_origin(t.candidate)} | {p.speedup:.2f}x "
+                     f"({p.low:.2f}-{p.high:.2f}) | {p.source} | {measured} | "
+                     f"{_pct(t.error)} |")
+    from_hub = [t.candidate for t in result.tried if t.candidate.hub is not None]
+    if from_hub:
+        lines += ["", "Drafts from the Hub, the file chosen and why:",
+                  *(f"- {c.label}: {'; '.join(c.notes)}" for c in from_hub)]
+    if result.downloads:
+        lines += ["", "## Downloads", "", "| candidate | repository | size | time | result |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {d.candidate} | {d.repo_id} | {format_bytes(d.bytes)} | "
+                  f"{f'{d.seconds:.1f} s' if d.seconds else '-'} | {_download_result(d)} |"
+                  for d in result.downloads]
     if result.not_tried:
         lines += ["", "Not tried:", *(f"- {n.what}: {n.why}" for n in result.not_tried)]
     lines += ["", "## Time", "", *(f"- {name}: {seconds:.1f} s"
@@ -88,8 +116,12 @@ def to_json(result: TuneResult) -> dict[str, Any]:
         "decision": to_jsonable(result.decision),
         "applied": to_jsonable(result.applied),
         "tried": [{"candidate": t.candidate.label, "predicted": to_jsonable(t.prediction),
-                   "measured": t.measured, "best_setting": t.best_setting, "error": t.error}
+                   "measured": t.measured, "best_setting": t.best_setting, "error": t.error,
+                   "draft_bytes": t.candidate.draft_bytes,
+                   "download_bytes": t.candidate.download_bytes,
+                   "hub": to_jsonable(t.candidate.hub), "notes": list(t.candidate.notes)}
                   for t in result.tried],
+        "downloads": to_jsonable(result.downloads),
         "not_tried": to_jsonable(result.not_tried),
         "search": None if result.search is None else result.search.to_json(),
         "verification": None if verification is None else {

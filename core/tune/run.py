@@ -5,6 +5,13 @@ prints them, the Tune page renders them); it returns a :class:`TuneResult` whate
 (cancelled, out of budget, nothing better than no drafting), and writes nothing the user owns
 unless a verified winner is applied (``apply`` is given and confirms).
 
+Downloads (before the clock starts): the Hub's draft candidates (:mod:`.hub`) are ranked
+with the others by their prediction; the best ranked that fit ``download_budget`` (at most
+``hub.MAX_DOWNLOADS``) are installed, after ``confirm_download`` says yes. A download that
+fails is noted and tuning goes on with the other candidates; a cancel stops the tune, and
+what was fetched stays in the installer's hidden staging folder (resumed next time, never
+taken for an installed model). ``budget_s`` counts from the end of the downloads.
+
 Prompts: the suites' prompts split in two, alternately per suite: the search decides on the
 tuning half, the verification measures on the other, so a setting is never verified on the
 prompts that chose it. The search is ``core.bench.grid.run_grid`` with successive halving under
@@ -29,18 +36,21 @@ from specdeck.core.bench.stats import RatioSummary, summarize_ratios
 from specdeck.core.bench.summary import BenchSummary, summarize
 from specdeck.core.bench.winner import Standing, pick
 from specdeck.core.engines.base import NO_DRAFT
-from specdeck.core.errors import InvalidInputError
+from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
 from specdeck.core.servers.arms import ServerArm
 from specdeck.core.servers.llama_server import LaunchProfile, drafter_from_flags, with_flag
+from specdeck.core.tune import hub
 from specdeck.core.tune.candidates import (
     K_VALUES,
     Candidate,
     Candidates,
+    NotTried,
     draft_files,
     find_candidates,
 )
 from specdeck.core.tune.predict import Prediction, predict, read_history, record
 from specdeck.core.tune.setup import Setup
+from specdeck.core.units import format_bytes
 
 DEFAULT_SUITES = ("grounded", "code", "structured")
 DEFAULT_BUDGET_S = 600.0
@@ -52,7 +62,7 @@ REFERENCE, CURRENT, WINNER = "A", "C", "W"
 @dataclass(frozen=True)
 class TuneOptions:
     budget_s: float = DEFAULT_BUDGET_S
-    """Wall clock for everything after the candidates are found."""
+    """Wall clock for everything after the candidates are found and downloaded."""
     suites: tuple[str, ...] = DEFAULT_SUITES
     """Built-in suite names or the user's prompt files (JSON Lines with a "prompt" field)."""
     prompts_per_suite: int = 4
@@ -62,13 +72,26 @@ class TuneOptions:
     draft_dirs: tuple[Path, ...] = ()
     device: str = "cpu"
     """"cpu" or "gpu": the verify cost the predictions assume."""
+    download_budget: int = 0
+    """Bytes of Hub drafts to download at most; 0: local drafts only (the Hub is not asked).
+    The command line's default is hub.DEFAULT_DOWNLOAD_BUDGET; a caller that gives none
+    never reaches the network."""
+    download_dir: Path | None = None
+    """Where downloaded drafts go (None: core.tune.hub.library_dir's choice)."""
+    hub_endpoint: str | None = None
+    """The Hub to search (None: HF_ENDPOINT, SpecDeck's setting, huggingface.co)."""
+    memory_bytes: int | None = None
+    """Memory the server may use (None: what is free now); a Hub draft's quantization must
+    fit what the target leaves of it."""
+    download_retry: Any = None
+    """core.hub.transfer.RetryPolicy for the downloads (None: the installer's default)."""
 
 
 # Events ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Phase:
     name: str
-    """"candidates", "search", "verify", "apply"."""
+    """"candidates", "download", "search", "verify", "apply"."""
     text: str
 
 
@@ -76,6 +99,46 @@ class Phase:
 class CandidatesFound:
     candidates: tuple[tuple[Candidate, Prediction], ...]
     not_tried: tuple
+
+
+@dataclass(frozen=True)
+class Downloading:
+    """A Hub draft's download under way (sent every tenth of a second or so)."""
+
+    candidate: str
+    """The candidate's label, as in CandidatesFound."""
+    repo_id: str
+    file: str
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class Downloaded:
+    """A Hub draft's download ended (also what the report lists for each one considered)."""
+
+    candidate: str
+    repo_id: str
+    file: str
+    status: str
+    """"downloaded", "already installed", "failed", "cancelled", "declined" (the user said no
+    or could not be asked), "over budget", "not worth it" (predicted slower than no drafting
+    even at the top of its range)."""
+    bytes: int
+    """The file's size (its shards together)."""
+    downloaded_bytes: int = 0
+    """Fetched by this tune (less than ``bytes`` when an earlier attempt was resumed)."""
+    seconds: float = 0.0
+    path: Path | None = None
+    why: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("downloaded", "already installed")
+
+
+ConfirmDownload = Callable[[tuple[Candidate, ...], int, Path], bool]
+"""(the candidates to download, their bytes, the folder) -> whether to download them."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +190,8 @@ class TuneResult:
     phase_s: dict[str, float] = field(default_factory=dict)
     cancelled: bool = False
     notes: tuple[str, ...] = ()
+    downloads: tuple[Downloaded, ...] = ()
+    """Every Hub draft chosen for download, and what became of it."""
 
     def with_applied(self, applied) -> TuneResult:
         return replace(self, applied=applied)
@@ -138,8 +203,11 @@ EventSink = Callable[[Any], None]
 # The loop --------------------------------------------------------------------------------------
 def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
          on_event: EventSink | None = None, cancel: threading.Event | None = None,
-         history: list[dict] | None = None) -> TuneResult:
-    """Find, verify and decide (see the module docstring); applying is :mod:`.apply`'s."""
+         history: list[dict] | None = None,
+         confirm_download: ConfirmDownload | None = None) -> TuneResult:
+    """Find, download, verify and decide (see the module docstring); applying is
+    :mod:`.apply`'s. ``confirm_download`` is asked before any download (None: download
+    within the budget without asking)."""
     from specdeck.core.servers.engine import ServerEngine
     from specdeck.core.servers.llama_server import binary_help
 
@@ -155,8 +223,13 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
         raise InvalidInputError(f"{setup.binary} --help lists no --spec-type values.",
                                 "SpecDeck tunes llama-server builds that draft with --spec-type "
                                 "(2026 and later).")
-    found: Candidates = find_candidates(setup, info.spec_types,
-                                        draft_files(setup, options.draft_dirs), cancel)
+    library = hub.library_dir(options.download_dir)
+    found: Candidates = find_candidates(
+        setup, info.spec_types,
+        draft_files(setup, (*options.draft_dirs, *hub.library_folders(library))), cancel)
+    if options.download_budget > 0 and hub.DRAFT_SIMPLE in info.spec_types:
+        emit(Phase("candidates", f"Searching the Hub for {setup.facts.family} drafts"))
+        found = _with_hub(setup, found, library, options, notes, cancel)
     history = read_history() if history is None else history
     predicted = sorted(((c, predict(c, setup, options.device, history)) for c in found.found),
                        key=lambda cp: cp[1].speedup, reverse=True)
@@ -166,6 +239,18 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
         raise InvalidInputError(f"{setup.where}: nothing to try ({_why_none(found)}).",
                                 "Put a draft GGUF of the target's family beside it, or use a "
                                 "llama-server build with n-gram spec types.")
+    t0 = time.monotonic()
+    predicted, downloads = download_phase(predicted, library, options, emit, cancel,
+                                          confirm_download)
+    if downloads:
+        phase_s["download"] = time.monotonic() - t0
+    found = Candidates(tuple(c for c, _ in predicted), found.not_tried + tuple(
+        NotTried(d.candidate, f"{d.status}: {d.why}") for d in downloads if not d.ok))
+    if cancel.is_set() or not predicted:
+        why = ("Cancelled during the downloads: nothing was written." if cancel.is_set() else
+               f"Nothing left to try ({_why_none(found)}): nothing was written.")
+        return _result(setup, options, (), found, None, None, Decided(None, None, False, why),
+                       phase_s, cancel.is_set(), notes, downloads)
 
     tuning, held_out = split_prompts(options)
     base = BenchPlan(engine="server", model=str(setup.target), arms=(reference_arm(setup),),
@@ -173,7 +258,7 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
                      repeats=1, warmup=1, warmup_tokens=8, apply_chat_template=True,
                      stop_on_eos=False)
     cells = [cell for c, _ in predicted for cell in candidate_cells(setup, c)]
-    deadline = started + options.budget_s * (1 - VERIFY_SHARE)
+    deadline = time.monotonic() + options.budget_s * (1 - VERIFY_SHARE)
     from specdeck.core.servers.llama_server import servers_that_fit
 
     engine = engine or ServerEngine(max_servers=servers_that_fit(
@@ -194,7 +279,7 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
         if cancel.is_set():
             return _result(setup, options, tried, found, search, None,
                            Decided(None, None, False, "Cancelled during the search: nothing "
-                                   "was written."), phase_s, True, notes)
+                                   "was written."), phase_s, True, notes, downloads)
         if best is None:
             out_of_time = any("budget ran out" in n for n in search.notes)
             if not search.rows:
@@ -208,7 +293,7 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
                 why = ("No setting beat decoding without a draft on the tuning prompts: "
                        "nothing was written.")
             return _result(setup, options, tried, found, search, None,
-                           Decided(None, None, False, why), phase_s, False, notes)
+                           Decided(None, None, False, why), phase_s, False, notes, downloads)
         if noise_share:
             notes.append(f"This machine's run-to-run noise: {noise_share:.1%} of the speed.")
         emit(Phase("verify", f"{best.cell.label} against "
@@ -225,13 +310,128 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
     decision = decide(winner, best, verification, setup, cancel.is_set())
     emit(decision)
     return _result(setup, options, tried, found, search, verification, decision, phase_s,
-                   cancel.is_set(), notes)
+                   cancel.is_set(), notes, downloads)
 
 
 def _result(setup, options, tried, found, search, verification, decision, phase_s, cancelled,
-            notes) -> TuneResult:
+            notes, downloads) -> TuneResult:
     return TuneResult(setup, options, tried, found.not_tried, search, verification, decision,
-                      phase_s=phase_s, cancelled=cancelled, notes=tuple(notes))
+                      phase_s=phase_s, cancelled=cancelled, notes=tuple(notes),
+                      downloads=tuple(downloads))
+
+
+def _with_hub(setup: Setup, found: Candidates, library: Path, options: TuneOptions,
+              notes: list[str], cancel: threading.Event) -> Candidates:
+    """``found`` with the Hub's drafts added (and the Hub's refusals with why)."""
+    drafts, refused, hub_notes = hub.find_hub_drafts(
+        setup, library, list(found.found), memory=options.memory_bytes,
+        endpoint=options.hub_endpoint, cancel=cancel)
+    notes += hub_notes
+    kept = tuple(n for n in found.not_tried if not (drafts and n.what == hub.DRAFT_SIMPLE))
+    return Candidates(found.found + tuple(drafts), kept + tuple(refused))
+
+
+# Downloads -------------------------------------------------------------------------------------
+def plan_downloads(ranked: list[tuple[Candidate, Prediction]], budget: int
+                   ) -> tuple[list[Candidate], list[Downloaded]]:
+    """The Hub candidates to download, best ranked first, while their bytes fit ``budget``
+    (at most hub.MAX_DOWNLOADS), leaving out any predicted slower than no drafting even at
+    the top of its range; and the others, each with why not."""
+    take: list[Candidate] = []
+    left_out: list[Downloaded] = []
+    used = 0
+    for candidate, prediction in ranked:
+        if candidate.hub is None or candidate.download_bytes <= 0:
+            continue
+        if prediction.high <= 1.0:
+            why = (f"predicted slower than no drafting even at the top of its range "
+                   f"({prediction.high:.2f}x, {prediction.source}): not worth "
+                   f"{format_bytes(candidate.download_bytes)}")
+            left_out.append(_download_record(candidate, "not worth it", why=why))
+            continue
+        if used + candidate.download_bytes > budget:
+            why = (f"{format_bytes(candidate.download_bytes)} does not fit the download budget "
+                   f"({format_bytes(budget - used)} of {format_bytes(budget)} left); raise "
+                   "--download-budget to try it")
+        elif len(take) >= hub.MAX_DOWNLOADS:
+            why = (f"{hub.MAX_DOWNLOADS} better-ranked drafts are downloaded already (each one "
+                   "more is another round of the search)")
+        else:
+            take.append(candidate)
+            used += candidate.download_bytes
+            continue
+        left_out.append(_download_record(candidate, "over budget", why=why))
+    return take, left_out
+
+
+def _download_record(candidate: Candidate, status: str, **fields) -> Downloaded:
+    source = candidate.hub
+    return Downloaded(candidate.label, source.repo_id, source.file, status, source.size,
+                      **fields)
+
+
+def download_phase(predicted: list, library: Path, options: TuneOptions, emit: EventSink,
+                   cancel: threading.Event, confirm: ConfirmDownload | None
+                   ) -> tuple[list, list[Downloaded]]:
+    """Download what :func:`plan_downloads` picks, once confirmed; the (candidate, prediction)
+    pairs that can run, and a record of every Hub draft chosen or left out."""
+    wanted, records = plan_downloads(predicted, options.download_budget)
+    for left_out in records:
+        emit(left_out)
+    if wanted:
+        total = sum(c.download_bytes for c in wanted)
+        emit(Phase("download", f"{len(wanted)} draft{'s' if len(wanted) > 1 else ''} from the "
+                               f"Hub, {format_bytes(total)}, into {library}"))
+        if confirm is not None and not confirm(tuple(wanted), total, library):
+            declined = [_download_record(c, "declined", why="not confirmed; --yes downloads "
+                                         "without asking, --download-budget 0 uses local "
+                                         "drafts only") for c in wanted]
+            for no in declined:
+                emit(no)
+            records += declined
+        else:
+            for candidate in wanted:
+                ended = _download(candidate, library, options, emit, cancel)
+                emit(ended)
+                records.append(ended)
+                if ended.status == "cancelled":
+                    break
+    failed = {r.candidate for r in records if not r.ok}
+    wanted_labels = {c.label for c in wanted}
+    done = {r.candidate for r in records if r.ok}
+    kept = [(c, p) for c, p in predicted if c.label not in failed
+            and (c.label not in wanted_labels or c.label in done)]
+    return kept, records
+
+
+def _download(candidate: Candidate, library: Path, options: TuneOptions, emit: EventSink,
+              cancel: threading.Event) -> Downloaded:
+    source = candidate.hub
+    started = time.monotonic()
+
+    def progress(snapshot) -> None:
+        if snapshot.total:
+            emit(Downloading(candidate.label, source.repo_id, source.file, snapshot.done,
+                             snapshot.total))
+
+    try:
+        result = hub.install_draft(candidate, library, endpoint=options.hub_endpoint,
+                                   progress=progress, cancel=cancel,
+                                   retry=options.download_retry)
+    except CancelledError as exc:
+        return _download_record(candidate, "cancelled", seconds=time.monotonic() - started,
+                                why=str(exc))
+    except (SpecDeckError, OSError) as exc:
+        # A SpecDeckError's words carry no secret (core.hub.errors); an OSError's might
+        # (a URL), so only its kind is said.
+        what = str(exc) if isinstance(exc, SpecDeckError) else type(exc).__name__
+        return _download_record(candidate, "failed", seconds=time.monotonic() - started,
+                                why=f"{what.rstrip('.')}. Tuning goes on with the other "
+                                    "candidates.")
+    path = result.path / Path(source.file).name
+    status = "downloaded" if result.status == "installed" else "already installed"
+    return _download_record(candidate, status, downloaded_bytes=result.downloaded_bytes,
+                            seconds=time.monotonic() - started, path=path)
 
 
 def _why_none(found: Candidates) -> str:

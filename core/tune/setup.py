@@ -35,6 +35,10 @@ class TargetFacts:
     weight_bytes: int
     mtp_layers: int = 0
     """Layers for multi-token prediction (``{arch}.nextn_predict_layers``); 0 when none."""
+    family: str = ""
+    """What the Hub names the model's family by (``general.basename``: "smollm2",
+    "Qwen2.5-Coder"); the architecture when the header has no basename. Hub drafts are
+    searched by it."""
 
 
 @dataclass(frozen=True)
@@ -116,19 +120,26 @@ def read_facts(gguf: Path) -> TargetFacts:
     from specdeck.core.vram.gguf import read_gguf_model
 
     model = read_gguf_model(gguf)
+    fields = _header_fields(gguf)
+    basename = fields.get("general.basename")
     return TargetFacts(name=gguf.name, architecture=model.architecture, layers=model.n_layer,
                        context_length=model.context_length, weight_bytes=model.weight_bytes,
-                       mtp_layers=_mtp_layers(gguf, model.architecture))
+                       mtp_layers=_mtp_layers(fields, model.architecture),
+                       family=basename.strip() if isinstance(basename, str) and basename.strip()
+                       else model.architecture)
 
 
-def _mtp_layers(gguf: Path, architecture: str) -> int:
+def _header_fields(gguf: Path) -> dict:
     from specdeck.core.compat.gguf_file import GgufHeader
 
     try:
-        header = GgufHeader.from_path(gguf)
+        return GgufHeader.from_path(gguf).fields
     except (OSError, ValueError, InvalidInputError):
-        return 0
-    value = header.fields.get(f"{architecture}.nextn_predict_layers")
+        return {}
+
+
+def _mtp_layers(fields: dict, architecture: str) -> int:
+    value = fields.get(f"{architecture}.nextn_predict_layers")
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 

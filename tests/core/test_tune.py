@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 
 import pytest
+from hubserver import memory_keyring  # noqa: F401 - a fixture
 from specdeck.core.bench.grid import ALL, Cell, Figure, GridResult, GridRow, survivors
 from specdeck.core.bench.plan import Arm
 from specdeck.core.bench.stats import summarize_ratios
@@ -246,3 +248,298 @@ def test_report_json_is_complete_for_a_decision_without_runs(tmp_path):
     assert data["decision"]["why"] == "verified" and data["search"] is None
     text = report.markdown(result)
     assert "# Tuning model smol" in text and "## Candidates" in text
+
+
+# Drafts from the Hub ---------------------------------------------------------------------------
+# The local test Hub (tests/hubserver.py: a real HTTP server speaking the Hub's API, LFS files
+# from a second origin, Range requests answered 206) serves the demo model's real GGUF header
+# as a draft (tests/data/tune/SOURCE.txt) and a TinyLlama tokenizer GGUF that must be refused.
+HEADER = Path(__file__).parent.parent / "data" / "tune" / "SmolLM2-135M-Instruct-header.gguf"
+GOOD_REPO = "testorg/SmolLM2-135M-Instruct-GGUF"
+GOOD_FILE = "SmolLM2-135M-Instruct-Q4_K_M.gguf"
+OTHER_REPO = "otherorg/SmolLM2-Mismatch-GGUF"
+OTHER_FILE = "TinyLlama-Q8_0.gguf"
+
+
+@pytest.fixture(scope="module")
+def tinyllama_gguf(tmp_path_factory) -> bytes:
+    from conftest import FIXTURES
+    from gguf_writer import write_tokenizer_gguf
+
+    out = tmp_path_factory.mktemp("tiny") / "t.gguf"
+    return write_tokenizer_gguf(FIXTURES / "models" / "TinyLlama-1.1B-Chat-v1.0", out).read_bytes()
+
+
+@pytest.fixture
+def hub(memory_keyring, tinyllama_gguf):  # noqa: F811 - the fixture imported below
+    from hubserver import FakeHub, FakeRepo
+
+    header = HEADER.read_bytes()
+    repos = [
+        # Q2_K is as small, but below 4 bits: the rule prefers Q4_K_M.
+        FakeRepo(GOOD_REPO, {"main": {"README.md": b"# SmolLM2 GGUF\n", GOOD_FILE: header,
+                                      "SmolLM2-135M-Instruct-Q2_K.gguf": header}},
+                 tags=("gguf", "llama"), downloads=900),
+        FakeRepo(OTHER_REPO, {"main": {OTHER_FILE: tinyllama_gguf}}, tags=("gguf",),
+                 downloads=500),
+        FakeRepo("testorg/SmolLM2-135M-Instruct-exl2", {"main": {"README.md": b"exl2\n"}},
+                 tags=("exl2",), downloads=800),
+    ]
+    with FakeHub(repos) as fake:
+        yield fake
+
+
+
+def _fast_retry():
+    from specdeck.core.hub.transfer import RetryPolicy
+
+    return RetryPolicy(attempts=2, first_delay_s=0.01, max_delay_s=0.05, read_timeout_s=5)
+
+
+def _hub_options(hub, tmp_path, **fields) -> TuneOptions:
+    return TuneOptions(download_budget=fields.pop("budget", 1 << 30), hub_endpoint=hub.url,
+                       download_dir=tmp_path / "library", memory_bytes=8 << 30,
+                       download_retry=_fast_retry(), **fields)
+
+
+def _hub_drafts(hub, tmp_path):
+    from specdeck.core.tune.hub import find_hub_drafts
+    from specdeck.core.tune.setup import from_llama_server
+
+    setup = from_llama_server(BINARY, GGUF, ("-t", "2"))
+    found, refused, notes = find_hub_drafts(setup, tmp_path / "library", [],
+                                            memory=8 << 30, endpoint=hub.url)
+    return setup, found, refused, notes
+
+
+def test_hub_drafts_are_found_by_family_and_checked_from_their_header_before_any_download(
+        hub, tmp_path):
+    setup, found, refused, notes = _hub_drafts(hub, tmp_path)
+    assert setup.facts.family == "smollm2" and notes == []
+    [draft] = found
+    assert draft.label == f"draft-simple {GOOD_FILE}"
+    assert draft.hub.repo_id == GOOD_REPO and draft.hub.quant == "Q4_K_M"
+    assert draft.download_bytes == draft.draft_bytes == HEADER.stat().st_size
+    assert draft.draft == tmp_path / "library" / "SmolLM2-135M-Instruct-GGUF-Q4_K_M" / GOOD_FILE
+    assert any("smallest file of at least 4 bits" in n for n in draft.notes)
+    [mismatch] = refused
+    assert mismatch.what == f"draft-simple {OTHER_REPO} {OTHER_FILE}"
+    assert "before any download" in mismatch.why and "cannot speculate" in mismatch.why
+    # Only the headers were read, with Range requests; no whole file, and nothing written.
+    gets = hub.file_requests("GET")
+    assert {r.file for r in gets} == {GOOD_FILE, OTHER_FILE}
+    assert all(r.range and r.range.startswith("bytes=0-") for r in gets)
+    assert not (tmp_path / "library").exists()
+
+
+def test_a_hub_that_cannot_be_reached_is_a_note_not_a_failure(tmp_path, memory_keyring):  # noqa: F811
+    from specdeck.core.servers.llama_server import free_port
+    from specdeck.core.tune.hub import find_hub_drafts
+    from specdeck.core.tune.setup import from_llama_server
+
+    setup = from_llama_server(BINARY, GGUF, ("-t", "2"))
+    found, refused, notes = find_hub_drafts(setup, tmp_path, [],
+                                            endpoint=f"http://127.0.0.1:{free_port()}")
+    assert found == [] and refused == []
+    assert notes and notes[0].startswith("The Hub was not searched for drafts:")
+
+
+def test_the_quantization_is_the_smallest_of_4_bits_that_is_smaller_than_the_target(tmp_path):
+    from specdeck.core.hub.client import RemoteFile
+    from specdeck.core.hub.gguf import gguf_choices
+    from specdeck.core.tune.hub import choose_quant, quant_bits
+    from specdeck.core.tune.setup import from_llama_server
+
+    setup = from_llama_server(BINARY, GGUF)
+    target = setup.facts.weight_bytes
+    sizes = {"Q2_K": target // 5, "Q4_K_M": target // 3, "Q6_K": target // 2,
+             "Q8_0": target - 1, "F16": 2 * target}
+    choices = gguf_choices([RemoteFile(f"m-{q}.gguf", size, "0" * 40, "0" * 64)
+                            for q, size in sizes.items()])
+    chosen, why = choose_quant(choices, setup, None)
+    assert chosen.quant == "Q4_K_M" and "at least 4 bits" in why
+    # Less memory left than a Q4_K_M: the smallest that fits, said so.
+    chosen, why = choose_quant(choices, setup, target // 4)
+    assert chosen.quant == "Q2_K" and "none of at least 4 bits" in why
+    assert choose_quant(choices, setup, 1000)[0] is None
+    none, why = choose_quant([c for c in choices if c.quant == "F16"], setup, None)
+    assert none is None and "not smaller than the target" in why
+    assert [quant_bits(q) for q in ("IQ3_XXS", "Q4_K_M", "BF16", "TQ1_0", None, "X")] == [
+        3, 4, 16, 1, None, None]
+
+
+def _predicted(found):
+    from specdeck.core.tune.predict import Prediction
+
+    return [(c, Prediction(1.2, 1.0, 1.4, "theory")) for c in found]
+
+
+def test_downloads_ask_first_and_a_no_downloads_nothing(hub, tmp_path):
+    from specdeck.core.tune.run import download_phase
+
+    _, found, _, _ = _hub_drafts(hub, tmp_path)
+    events, asked = [], []
+    kept, records = download_phase(
+        _predicted(found), tmp_path / "library", _hub_options(hub, tmp_path), events.append,
+        threading.Event(), lambda cands, size, folder: asked.append((cands, size, folder)))
+    assert asked == [(tuple(found), found[0].download_bytes, tmp_path / "library")]
+    assert kept == [] and [r.status for r in records] == ["declined"]
+    assert "--yes" in records[0].why and records[0] in events
+    assert GOOD_FILE not in {r.file for r in hub.file_requests("GET") if not r.range}
+    assert not (tmp_path / "library").exists()
+
+
+def test_downloads_within_the_budget_land_verified_in_the_library(hub, tmp_path):
+    from specdeck.core.hub.install import verify_installed
+    from specdeck.core.tune.hub import library_folders
+    from specdeck.core.tune.run import Downloaded, Downloading, Phase, download_phase
+
+    _, found, _, _ = _hub_drafts(hub, tmp_path)
+    library = tmp_path / "library"
+    small = _hub_options(hub, tmp_path, budget=found[0].download_bytes - 1)
+    kept, records = download_phase(_predicted(found), library, small, lambda e: None,
+                                   threading.Event(), None)
+    assert kept == [] and records[0].status == "over budget"
+    assert "does not fit the download budget" in records[0].why and not library.exists()
+    from specdeck.core.tune.predict import Prediction
+
+    hopeless = [(found[0], Prediction(0.5, 0.4, 0.9, "theory"))]
+    kept, records = download_phase(hopeless, library, _hub_options(hub, tmp_path),
+                                   lambda e: None, threading.Event(), None)
+    assert kept == [] and records[0].status == "not worth it"
+    assert "slower than no drafting even at the top of its range (0.90x" in records[0].why
+    assert not library.exists()
+    events = []
+    kept, records = download_phase(_predicted(found), library, _hub_options(hub, tmp_path),
+                                   events.append, threading.Event(), None)
+    [(candidate, _)] = kept
+    [done] = records
+    assert done.status == "downloaded" and done.path == candidate.draft
+    assert done.downloaded_bytes == done.bytes == HEADER.stat().st_size
+    assert candidate.draft.read_bytes() == HEADER.read_bytes()
+    assert verify_installed(candidate.draft.parent) == []
+    assert library_folders(library) == [candidate.draft.parent]
+    assert isinstance(events[0], Phase) and events[0].name == "download"
+    ticks = [e for e in events if isinstance(e, Downloading)]
+    assert ticks and ticks[-1].done == ticks[-1].total == done.bytes
+    assert [e for e in events if isinstance(e, Downloaded)] == [done]
+    # The next tune finds it on disk, and the Hub's copy is no second candidate.
+    from specdeck.core.tune.candidates import draft_files
+    from specdeck.core.tune.hub import find_hub_drafts
+    from specdeck.core.tune.setup import from_llama_server
+
+    setup = from_llama_server(BINARY, GGUF)
+    assert candidate.draft in draft_files(setup, library_folders(library))
+    assert find_hub_drafts(setup, library, [candidate], endpoint=hub.url)[0] == []
+
+
+@pytest.mark.parametrize("fault, words", [
+    ("500", "500"),
+    ("corrupt", "failed its sha256 check"),
+])
+def test_a_download_that_fails_is_noted_and_the_others_go_on(hub, tmp_path, fault, words):
+    from specdeck.core.tune.candidates import Candidate
+    from specdeck.core.tune.hub import library_folders
+    from specdeck.core.tune.run import download_phase
+
+    _, found, _, _ = _hub_drafts(hub, tmp_path)
+    if fault == "500":
+        hub.fail_next(500, count=50)
+    else:
+        hub.corrupt(GOOD_FILE, at=1000)  # every time: the Hub's copy is bad
+    ngram = Candidate("ngram-simple")
+    kept, records = download_phase(_predicted([*found, ngram]), tmp_path / "library",
+                                   _hub_options(hub, tmp_path), lambda e: None,
+                                   threading.Event(), None)
+    assert [c for c, _ in kept] == [ngram]
+    [failed] = records
+    assert failed.status == "failed" and words in failed.why
+    assert "goes on with the other candidates" in failed.why
+    assert library_folders(tmp_path / "library") == []  # nothing that looks installed
+
+
+def test_a_dropped_connection_is_resumed(hub, tmp_path):
+    from specdeck.core.tune.run import download_phase
+
+    _, found, _, _ = _hub_drafts(hub, tmp_path)
+    hub.drop_connection(GOOD_FILE, at=HEADER.stat().st_size // 2)
+    kept, records = download_phase(_predicted(found), tmp_path / "library",
+                                   _hub_options(hub, tmp_path), lambda e: None,
+                                   threading.Event(), None)
+    assert records[0].status == "downloaded" and len(kept) == 1
+    assert kept[0][0].draft.read_bytes() == HEADER.read_bytes()
+
+
+def test_cancel_during_a_download_leaves_no_model_that_looks_installed(hub, tmp_path):
+    from specdeck.core.hub.install import find_partial_installs
+    from specdeck.core.tune.hub import library_folders
+    from specdeck.core.tune.run import download_phase
+
+    _, found, _, _ = _hub_drafts(hub, tmp_path)
+    stall = hub.stall(GOOD_FILE, at=HEADER.stat().st_size // 2)
+    cancel = threading.Event()
+
+    def cancel_when_stalled():
+        stall.reached.wait(30)
+        cancel.set()
+        stall.release()
+
+    helper = threading.Thread(target=cancel_when_stalled)
+    helper.start()
+    kept, records = download_phase(_predicted(found), tmp_path / "library",
+                                   _hub_options(hub, tmp_path), lambda e: None, cancel, None)
+    helper.join()
+    assert kept == [] and records[0].status == "cancelled"
+    library = tmp_path / "library"
+    assert library_folders(library) == [] and not found[0].draft.exists()
+    [partial] = find_partial_installs(library)  # kept hidden, resumed by the next install
+    assert partial.repo_id == GOOD_REPO and 0 < partial.bytes_done < partial.bytes_total
+
+
+def test_the_report_lists_the_downloads(tmp_path):
+    from specdeck.core.tune import report
+    from specdeck.core.tune.run import Downloaded
+
+    result = _result(from_swap(swap_config(tmp_path, ""), "smol"), apply=False)
+    got = Downloaded(f"draft-simple {GOOD_FILE}", GOOD_REPO, GOOD_FILE, "downloaded", 5 << 20,
+                     5 << 20, 2.5, tmp_path / GOOD_FILE)
+    failed = Downloaded("draft-simple x.gguf", "org/x-GGUF", "x.gguf", "failed", 1 << 20,
+                        why="Server error 500.")
+    from dataclasses import replace
+
+    from specdeck.core.tune.candidates import HubFile
+    from specdeck.core.tune.predict import Prediction
+    from specdeck.core.tune.run import Tried
+
+    source = HubFile(GOOD_REPO, "c" * 40, GOOD_FILE, "Q4_K_M", 5 << 20)
+    candidate = Candidate("draft-simple", tmp_path / GOOD_FILE, 5 << 20, 5 << 20,
+                          notes=("Q4_K_M (5.0 MiB): the smallest file of at least 4 bits",),
+                          hub=source)
+    tried = Tried(candidate, Prediction(1.2, 1.0, 1.4, "theory"), 1.5, "k=4")
+    result = replace(result, tried=(tried,), downloads=(got, failed))
+    text = report.markdown(result)
+    assert (f"| draft-simple {GOOD_FILE} | the Hub, {GOOD_REPO}@cccccccccccc (5.0 MiB) | 1.20x "
+            "(1.00-1.40) | theory | 1.50x (k=4) | -20% |") in text
+    assert f"- draft-simple {GOOD_FILE}: Q4_K_M (5.0 MiB): the smallest file" in text
+    assert "## Downloads" in text
+    assert f"| draft-simple {GOOD_FILE} | {GOOD_REPO} | 5.0 MiB | 2.5 s | downloaded |" in text
+    assert "| 1.0 MiB | - | failed: Server error 500. |" in text
+    data = json.loads(report.shown_json(result))
+    assert [d["status"] for d in data["downloads"]] == ["downloaded", "failed"]
+    assert data["tried"][0]["hub"]["repo_id"] == GOOD_REPO
+    assert data["tried"][0]["download_bytes"] == 5 << 20
+    assert data["tried"][0]["error"] == pytest.approx(-0.2)
+    assert data["downloads"][0]["bytes"] == 5 << 20 and data["downloads"][0]["seconds"] == 2.5
+
+
+def test_without_a_terminal_the_cli_downloads_nothing_and_says_how_to_allow_it(
+        hub, tmp_path, monkeypatch, capsys):
+    import io
+
+    from specdeck.core.cli.tune_cmd import _ask_download
+
+    _, found, _, _ = _hub_drafts(hub, tmp_path)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))  # not a TTY: never read
+    assert _ask_download(tuple(found), found[0].download_bytes, tmp_path) is False
+    err = capsys.readouterr().err
+    assert f"{GOOD_REPO}: {GOOD_FILE}" in err and "--yes" in err and "--download-budget 0" in err

@@ -1,6 +1,8 @@
 """`specdeck tune` against the real pinned llama-server and the demo GGUF: the whole loop,
-writing a winner into a llama-swap config and proving it from the file, rolling back a
-winner that does not run from the file, and leaving the user's file alone when cancelled.
+a draft found on the local test Hub (tests/hubserver.py), downloaded within the budget and
+measured, writing a winner into a llama-swap config and proving it from the file, rolling
+back a winner that does not run from the file, and leaving the user's file alone when
+cancelled.
 
 Which setting wins on a shared 2-core machine is a question of its load, so these tests check
 what must hold whatever wins: every candidate the binary offers is tried or said why not,
@@ -17,6 +19,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from hubserver import memory_keyring  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
 
@@ -55,6 +58,7 @@ def test_tune_runs_the_whole_loop_on_the_demo(llama_bin, demo_gguf, tmp_path, sp
     done = subprocess.run(
         [sys.executable, "-m", "specdeck", "tune", "--demo", "--llama-server", str(llama_bin),
          "--budget", "90s", "--per-suite", "2", "--max-new", "16", "--json", "-",
+         "--download-budget", "0",
          "--report", str(tmp_path / "report"), "--", "-t", "2", "-c", "1024"],
         capture_output=True, text=True, timeout=900,
         env=dict(os.environ, SPECDECK_HOME=str(specdeck_home)))
@@ -75,6 +79,62 @@ def test_tune_runs_the_whole_loop_on_the_demo(llama_bin, demo_gguf, tmp_path, sp
     assert json.loads((report / "tune.json").read_text())["decision"] == data["decision"]
     assert (report / "runs" / "01" / "report.json").is_file()
     assert data["applied"] is None or data["applied"]["path"] is None  # the demo owns no file
+
+
+HUB_REPO = "testorg/SmolLM2-135M-Instruct-GGUF"
+HUB_FILE = "SmolLM2-135M-Instruct-Q4_0.gguf"
+
+
+@pytest.fixture(scope="module")
+def hub_draft(llama_bin, demo_gguf, tmp_path_factory) -> bytes:
+    """The demo model requantized to Q4_0 by the pinned llama-quantize: the demo's tokenizer,
+    a runnable draft, 92 MB against the target's 97 MB of weights."""
+    out = tmp_path_factory.mktemp("hub-draft") / HUB_FILE
+    subprocess.run([str(llama_bin.parent / "llama-quantize"), "--allow-requantize",
+                    str(demo_gguf), str(out), "Q4_0"], check=True, capture_output=True,
+                   timeout=300)
+    return out.read_bytes()
+
+
+def test_tune_downloads_a_hub_draft_within_the_budget_and_measures_it(
+        llama_bin, demo_gguf, hub_draft, tmp_path, specdeck_home, memory_keyring):  # noqa: F811
+    from hubserver import FakeHub, FakeRepo
+
+    # An earlier tune on this machine measured this draft (then it was deleted): the history
+    # ranks it first, so the short budget measures it before the n-gram settings. Without a
+    # history, a draft nearly as large as its target is predicted slower than no drafting
+    # on a CPU and is not downloaded (tests/core/test_tune.py checks that rule).
+    label = f"draft-simple {HUB_FILE}"
+    history = specdeck_home / "data" / "tune-history.jsonl"
+    history.parent.mkdir(parents=True, exist_ok=True)
+    history.write_text(json.dumps({"target": demo_gguf.name, "candidate": label,
+                                   "speedup": 1.2}) + "\n")
+    library = tmp_path / "library"
+    repo = FakeRepo(HUB_REPO, {"main": {"README.md": b"# SmolLM2 GGUF\n", HUB_FILE: hub_draft}},
+                    tags=("gguf", "llama"))
+    with FakeHub([repo]) as hub:
+        done = subprocess.run(
+            [sys.executable, "-m", "specdeck", "tune", "--demo", "--llama-server", str(llama_bin),
+             "--budget", "40s", "--per-suite", "2", "--max-new", "16", "--json", "-",
+             "--download-budget", "0.5", "--endpoint", hub.url, "--download-dir", str(library),
+             "--yes", "--", "-t", "2", "-c", "1024"],
+            capture_output=True, text=True, timeout=900,
+            env=dict(os.environ, SPECDECK_HOME=str(specdeck_home)))
+        whole_gets = [r for r in hub.file_requests("GET") if not r.range and r.origin == "cdn"]
+    assert done.returncode in (0, 1), done.stderr
+    data = json.loads(done.stdout)
+    [download] = data["downloads"]
+    assert download["status"] == "downloaded", download
+    assert download["bytes"] == download["downloaded_bytes"] == len(hub_draft)
+    installed = library / "SmolLM2-135M-Instruct-GGUF-Q4_0" / HUB_FILE
+    assert download["path"] == str(installed) and installed.read_bytes() == hub_draft
+    assert len(whole_gets) == 1  # the header was range-read first, the file fetched once
+    [tried] = [t for t in data["tried"] if t["candidate"] == label]
+    assert tried["hub"]["repo_id"] == HUB_REPO and tried["download_bytes"] == len(hub_draft)
+    assert tried["predicted"]["source"].startswith("history")
+    assert tried["measured"] is not None  # measured by the real llama-server with -md
+    assert data["phase_s"]["download"] > 0 and data["phase_s"]["search"] > 0
+    assert "## Downloads" in done.stderr and f"| {label} | {HUB_REPO} |" in done.stderr
 
 
 def _verified(setup, flags) -> object:
@@ -137,4 +197,46 @@ def test_cancel_during_the_search_leaves_the_users_file_as_it_was(llama_bin, dem
                   on_event=on_event, cancel=cancel)
     assert result.cancelled and not result.decision.apply
     assert "Cancelled" in result.decision.why
+    assert config.read_bytes() == original and not (tmp_path / "config.yaml.bak").exists()
+
+
+def test_cancel_during_a_download_stops_the_tune_and_leaves_everything_as_it_was(
+        llama_bin, demo_gguf, tmp_path, specdeck_home, memory_keyring):  # noqa: F811
+    """The real binary's --help lists draft-simple; the local Hub serves the demo's header as
+    a draft (tests/data/tune): it is found, checked, and cancelled mid-download, before any
+    server starts."""
+    from hubserver import FakeHub, FakeRepo
+    from specdeck.core.hub.install import find_partial_installs
+    from specdeck.core.tune.hub import library_folders
+    from specdeck.core.tune.run import Downloading, TuneOptions, tune
+    from specdeck.core.tune.setup import from_swap
+
+    header = (Path(__file__).parent.parent / "data" / "tune"
+              / "SmolLM2-135M-Instruct-header.gguf").read_bytes()
+    config = swap_config(tmp_path, llama_bin, demo_gguf, "--spec-type ngram-mod")
+    original = config.read_bytes()
+    library = tmp_path / "library"
+    cancel = threading.Event()
+    events = []
+
+    def on_event(event):
+        events.append(event)
+        if isinstance(event, Downloading) and 0 < event.done < event.total:
+            cancel.set()
+
+    repo = FakeRepo(HUB_REPO, {"main": {"SmolLM2-135M-Instruct-Q4_K_M.gguf": header}},
+                    tags=("gguf",))
+    with FakeHub([repo]) as hub:
+        hub.throttle_bps = 4 << 20  # half a second for the file: Cancel lands mid-way
+        result = tune(from_swap(config, "smol"),
+                      TuneOptions(budget_s=60, prompts_per_suite=2, max_new_tokens=16,
+                                  download_budget=1 << 30, hub_endpoint=hub.url,
+                                  download_dir=library, memory_bytes=8 << 30),
+                      on_event=on_event, cancel=cancel)
+    assert result.cancelled and not result.decision.apply and result.search is None
+    assert result.decision.why == "Cancelled during the downloads: nothing was written."
+    [download] = result.downloads
+    assert download.status == "cancelled" and "resumes" in download.why
+    assert library_folders(library) == []  # no half model that looks installed
+    assert [p.repo_id for p in find_partial_installs(library)] == [HUB_REPO]
     assert config.read_bytes() == original and not (tmp_path / "config.yaml.bak").exists()
