@@ -129,7 +129,7 @@ def find_hub_drafts(setup: Setup, library: Path, local: list[Candidate], *,
     from specdeck.core.hub.search import search_repos
 
     try:
-        hits = search_repos(f"{setup.facts.family} {GGUF_MARK}", exl2_only=False,
+        hits = search_repos(f"{setup.facts.family} {GGUF_MARK}", formats="gguf",
                             limit=MAX_REPOS, endpoint=endpoint)
     except HubError as exc:
         return [], [], [f"The Hub was not searched for drafts: {exc.what}"]

@@ -56,9 +56,14 @@ class Prediction:
 
 
 def _kind(candidate: Candidate) -> str:
-    if candidate.spec_type == "draft-mtp":
+    """"mtp", "draft" (a draft model) or "ngram", for llama-server's spec types and
+    TabbyAPI's draft modes (model, ngram, mtp) alike."""
+    if candidate.spec_type in ("draft-mtp", "mtp"):
         return "mtp"
-    return "draft" if candidate.spec_type.startswith("draft-") else "ngram"
+    if candidate.draft is not None or candidate.spec_type.startswith("draft-") \
+            or candidate.spec_type == "model":
+        return "draft"
+    return "ngram"
 
 
 def _cost_ratio(candidate: Candidate, setup: Setup) -> float:

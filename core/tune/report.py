@@ -42,7 +42,7 @@ def markdown(result: TuneResult) -> str:
     facts = setup.facts
     lines = [f"# Tuning {setup.where}", "",
              f"Target {facts.name}: {facts.architecture}, {facts.layers} layers, "
-             f"{format_bytes(facts.weight_bytes)} of weights. Server: {setup.binary}. "
+             f"{format_bytes(facts.weight_bytes)} of weights. Server: {setup.server_text}. "
              f"Drafting now: {shlex.join(setup.drafting) or 'none'}.", "",
              "## Result", "", decision.why, ""]
     applied = result.applied

@@ -208,7 +208,6 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
     """Find, download, verify and decide (see the module docstring); applying is
     :mod:`.apply`'s. ``confirm_download`` is asked before any download (None: download
     within the budget without asking)."""
-    from specdeck.core.servers.engine import ServerEngine
     from specdeck.core.servers.llama_server import binary_help
 
     emit = on_event or (lambda _e: None)
@@ -252,17 +251,37 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
         return _result(setup, options, (), found, None, None, Decided(None, None, False, why),
                        phase_s, cancel.is_set(), notes, downloads)
 
-    tuning, held_out = split_prompts(options)
-    base = BenchPlan(engine="server", model=str(setup.target), arms=(reference_arm(setup),),
-                     suites=options.suites, prompt_ids=tuning, max_new_tokens=options.max_new_tokens,
-                     repeats=1, warmup=1, warmup_tokens=8, apply_chat_template=True,
-                     stop_on_eos=False)
-    cells = [cell for c, _ in predicted for cell in candidate_cells(setup, c)]
-    deadline = time.monotonic() + options.budget_s * (1 - VERIFY_SHARE)
-    from specdeck.core.servers.llama_server import servers_that_fit
+    engine = engine or LLAMA_SERVER.engine(setup, predicted)
+    return search_and_decide(setup, LLAMA_SERVER, options, predicted, found, downloads,
+                             phase_s, notes, engine, emit, cancel)
 
-    engine = engine or ServerEngine(max_servers=servers_that_fit(
-        setup.facts.weight_bytes + max((c.draft_bytes for c, _ in predicted), default=0)))
+
+@dataclass(frozen=True)
+class TunedServer:
+    """What the loop needs from the kind of server it tunes: llama-server (here) or TabbyAPI
+    (core.tune.tabby). Arms are what core.bench runs; ``drafting`` is what would be written
+    for a setting (llama-server flags, or TabbyAPI's draft_model keys as "key=value")."""
+
+    reference_arm: Callable[[Any], Arm]
+    current_arm: Callable[[Any, str], Arm | None]
+    cells: Callable[[Any, Candidate], list[Cell]]
+    drafting: Callable[[GridRow], tuple[str, ...]]
+    engine: Callable[[Any, list], Any]
+    model: Callable[[Any], str]
+
+
+def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicted: list,
+                      found: Candidates, downloads, phase_s: dict, notes: list, engine,
+                      emit: EventSink, cancel: threading.Event) -> TuneResult:
+    """The search, the verification and the decision, whatever the server (the module's
+    docstring says how)."""
+    tuning, held_out = split_prompts(options)
+    base = BenchPlan(engine="server", model=server.model(setup),
+                     arms=(server.reference_arm(setup),), suites=options.suites,
+                     prompt_ids=tuning, max_new_tokens=options.max_new_tokens, repeats=1,
+                     warmup=1, warmup_tokens=8, apply_chat_template=True, stop_on_eos=False)
+    cells = [cell for c, _ in predicted for cell in server.cells(setup, c)]
+    deadline = time.monotonic() + options.budget_s * (1 - VERIFY_SHARE)
     search = verification = None
     try:
         emit(Phase("search", f"{len(cells)} settings of {len(predicted)} candidates on "
@@ -281,19 +300,9 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
                            Decided(None, None, False, "Cancelled during the search: nothing "
                                    "was written."), phase_s, True, notes, downloads)
         if best is None:
-            out_of_time = any("budget ran out" in n for n in search.notes)
-            if not search.rows:
-                why = ("No setting could be measured: "
-                       + (search.notes[-1] if search.notes else "the search ran nothing")
-                       + " Nothing was written.")
-            elif out_of_time:
-                why = ("The time budget ran out before any setting was measured on every "
-                       "tuning prompt: nothing was written. Give a larger budget.")
-            else:
-                why = ("No setting beat decoding without a draft on the tuning prompts: "
-                       "nothing was written.")
             return _result(setup, options, tried, found, search, None,
-                           Decided(None, None, False, why), phase_s, False, notes, downloads)
+                           Decided(None, None, False, _why_no_best(search)), phase_s, False,
+                           notes, downloads)
         if noise_share:
             notes.append(f"This machine's run-to-run noise: {noise_share:.1%} of the speed.")
         emit(Phase("verify", f"{best.cell.label} against "
@@ -302,15 +311,27 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
         t0 = time.monotonic()
         verification = verify(setup, best, replace(base, prompt_ids=held_out,
                                                    repeats=options.verify_repeats),
-                              engine, emit, cancel)
+                              engine, emit, cancel, server)
         phase_s["verify"] = time.monotonic() - t0
     finally:
         engine.unload()
     winner = next(c for c, _ in predicted if best.cell.arm.name.startswith(_cell_prefix(c)))
-    decision = decide(winner, best, verification, setup, cancel.is_set())
+    decision = decide(winner, best, verification, setup, cancel.is_set(),
+                      server.drafting(best))
     emit(decision)
     return _result(setup, options, tried, found, search, verification, decision, phase_s,
                    cancel.is_set(), notes, downloads)
+
+
+def _why_no_best(search: GridResult) -> str:
+    if not search.rows:
+        return ("No setting could be measured: "
+                + (search.notes[-1] if search.notes else "the search ran nothing")
+                + " Nothing was written.")
+    if any("budget ran out" in n for n in search.notes):
+        return ("The time budget ran out before any setting was measured on every tuning "
+                "prompt: nothing was written. Give a larger budget.")
+    return "No setting beat decoding without a draft on the tuning prompts: nothing was written."
 
 
 def _result(setup, options, tried, found, search, verification, decision, phase_s, cancelled,
@@ -479,6 +500,33 @@ def candidate_cells(setup: Setup, candidate: Candidate) -> list[Cell]:
     return cells
 
 
+def _current_arm(setup: Setup, name: str) -> Arm | None:
+    """The user's own drafting flags as an arm (None when the setup does not draft)."""
+    if not setup.drafting:
+        return None
+    launch = LaunchProfile(setup.binary, str(setup.target), setup.flags)
+    return Arm(name, drafter_from_flags(setup.flags), ServerArm(launch=launch))
+
+
+def _llama_drafting(row: GridRow) -> tuple[str, ...]:
+    from specdeck.core.servers.llama_server import drafting_flags
+
+    return drafting_flags(row.cell.arm.server.launch.args)
+
+
+def _llama_engine(setup: Setup, predicted: list):
+    from specdeck.core.servers.engine import ServerEngine
+    from specdeck.core.servers.llama_server import servers_that_fit
+
+    return ServerEngine(max_servers=servers_that_fit(
+        setup.facts.weight_bytes + max((c.draft_bytes for c, _ in predicted), default=0)))
+
+
+LLAMA_SERVER = TunedServer(reference_arm=reference_arm, current_arm=_current_arm,
+                           cells=candidate_cells, drafting=_llama_drafting,
+                           engine=_llama_engine, model=lambda setup: str(setup.target))
+
+
 def _cost(row: GridRow) -> tuple[int, int]:
     """Cheaper settings first: no draft model before one, then fewer tokens per step."""
     launch = row.cell.arm.server.launch
@@ -509,18 +557,20 @@ def _tried(candidate: Candidate, prediction: Prediction, search: GridResult) -> 
                  None if top is None else top.cell.label)
 
 
-def verify(setup: Setup, best: GridRow, plan: BenchPlan, engine, emit, cancel) -> Verification:
+def verify(setup, best: GridRow, plan: BenchPlan, engine, emit, cancel,
+           server: TunedServer | None = None) -> Verification:
     """The winner against no drafting and against the current setting, on ``plan``'s
     (held-out) prompts, paired and interleaved."""
-    arms = [reference_arm(setup)]
-    if setup.drafting:
-        launch = LaunchProfile(setup.binary, str(setup.target), setup.flags)
-        arms.append(Arm(CURRENT, drafter_from_flags(setup.flags), ServerArm(launch=launch)))
+    server = server or LLAMA_SERVER
+    arms = [server.reference_arm(setup)]
+    current = server.current_arm(setup, CURRENT)
+    if current is not None:
+        arms.append(current)
     arms.append(replace(best.cell.arm, name=WINNER))
     run = run_plan(replace(plan, arms=tuple(arms)), engine, emit, cancel)
     summary = summarize(run)
     win = summary.comparison(WINNER)
-    current = summary.comparison(CURRENT) if setup.drafting else None
+    current = summary.comparison(CURRENT) if current is not None else None
     return Verification(
         run, summary, win.speedup, paired(run, CURRENT, WINNER) if current else None,
         current.speedup if current else None,
@@ -536,14 +586,15 @@ def paired(run: BenchRun, first: str, second: str) -> RatioSummary | None:
     return summarize_ratios(ratios) if ratios else None
 
 
-def decide(candidate: Candidate, best: GridRow, verification: Verification | None, setup: Setup,
-           cancelled: bool) -> Decided:
+def decide(candidate: Candidate, best: GridRow, verification: Verification | None, setup,
+           cancelled: bool, drafting: tuple[str, ...] | None = None) -> Decided:
     """Apply only a winner verified faster than no drafting (its whole 95% interval above
-    1.0), faster than the current setting where there is one, and with the output unchanged."""
-    flags = best.cell.arm.server.launch.args
-    from specdeck.core.servers.llama_server import drafting_flags
+    1.0), faster than the current setting where there is one, and with the output unchanged.
+    ``drafting``: what would be written (default: a launched llama-server's drafting flags)."""
+    if drafting is None:
+        from specdeck.core.servers.llama_server import drafting_flags
 
-    drafting = drafting_flags(flags)
+        drafting = drafting_flags(best.cell.arm.server.launch.args)
     if cancelled or verification is None:
         return Decided(candidate, drafting, False, "Cancelled during the verification: nothing "
                        "was written.")

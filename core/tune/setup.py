@@ -71,6 +71,11 @@ class Setup:
         return strip_drafting(self.flags)
 
     @property
+    def server_text(self) -> str:
+        """The server, for the report."""
+        return self.binary
+
+    @property
     def where(self) -> str:
         if self.kind == "llama-swap":
             return f"model {self.swap_model} of {self.swap_config}"

@@ -94,16 +94,23 @@ class TabbySetup:
 
     @property
     def drafting(self) -> tuple[str, ...]:
-        """How config.yml has TabbyAPI draft now, as "key: value" (empty: it does not)."""
+        """How config.yml has TabbyAPI draft now, as "key=value" (empty: it does not)."""
         if self.main_branch and self.draft_mode in ("ngram", "mtp"):
-            shown = [f"draft_mode: {self.draft_mode}"]
+            shown = [f"draft_mode={self.draft_mode}"]
         elif self.current_draft and (not self.main_branch or self.draft_mode in (None, "model")):
-            shown = [f"draft_model_name: {self.current_draft}"]
+            shown = [f"draft_model_name={self.current_draft}"]
         else:
             return ()
         if self.draft_tokens and self.main_branch:
-            shown.append(f"draft_num_tokens: {self.draft_tokens}")
+            shown.append(f"draft_num_tokens={self.draft_tokens}")
         return tuple(shown)
+
+    @property
+    def server_text(self) -> str:
+        branch = "main (ExLlamaV3)" if self.main_branch else "exl2-checkpoint (ExLlamaV2)"
+        how = "started by SpecDeck per setting" if self.managed else \
+            "reloaded through its admin API per setting"
+        return f"TabbyAPI {branch}, {how}"
 
 
 def read_setup(url: str, config_path: str | Path, api_key_env: str | None = None,
@@ -360,3 +367,70 @@ def cells(setup: TabbySetup, candidate, prefix: str):
                       settings_of(candidate, k, setup.main_branch), drafts=True, k=k),
                  candidate.label + (f" k={k}" if k else ""), (("k", str(k)),) if k else ())
             for k in values]
+
+
+# The loop -------------------------------------------------------------------------------------
+def _drafting(row) -> tuple[str, ...]:
+    """What the setting of ``row`` would write into config.yml, as "key=value"."""
+    server = row.cell.arm.server
+    if server.tabby_launch is not None:
+        return tuple(f"{key}={value}" for key, value in server.tabby_launch.draft)
+    return (f"draft_model_name={server.tabby.draft_model_name}",)
+
+
+def _engine(setup: TabbySetup, predicted: list):
+    from specdeck.core.servers.engine import ServerEngine
+    from specdeck.core.servers.llama_server import servers_that_fit
+
+    if not setup.managed:
+        return ServerEngine()
+    biggest = max((c.draft_bytes for c, _ in predicted), default=0)
+    return ServerEngine(max_servers=servers_that_fit(setup.facts.weight_bytes + biggest))
+
+
+def _tuned_server():
+    from specdeck.core.tune.run import TunedServer, _cell_prefix
+
+    return TunedServer(reference_arm=reference_arm, current_arm=current_arm,
+                       cells=lambda setup, c: cells(setup, c, _cell_prefix(c)),
+                       drafting=_drafting, engine=_engine, model=lambda setup: setup.model_name)
+
+
+def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
+               cancel: threading.Event | None = None, history: list[dict] | None = None):
+    """``core.tune.run.tune`` for a TabbyAPI: its candidates (:func:`find`), then the same
+    search, verification and decision."""
+    import time
+
+    from specdeck.core.tune.predict import predict, read_history
+    from specdeck.core.tune.run import (
+        CandidatesFound,
+        Phase,
+        TuneOptions,
+        _why_none,
+        search_and_decide,
+    )
+
+    options = options or TuneOptions()
+    emit = on_event or (lambda _e: None)
+    cancel = cancel or threading.Event()
+    started = time.monotonic()
+    emit(Phase("candidates", f"Reading what {setup.where} can draft with"))
+    found = find(setup, cancel)
+    history = read_history() if history is None else history
+    predicted = sorted(((c, predict(c, setup, options.device, history)) for c in found.found),
+                       key=lambda cp: cp[1].speedup, reverse=True)
+    emit(CandidatesFound(tuple(predicted), found.not_tried))
+    phase_s = {"candidates": time.monotonic() - started}
+    if not predicted:
+        raise InvalidInputError(f"{setup.where}: nothing to try ({_why_none(found)}).",
+                                f"Put a draft model of the target's family in {setup.draft_dir}"
+                                + ("" if setup.managed else ", or give TabbyAPI's folder "
+                                   "(--tabby-folder) so SpecDeck can try its draft modes")
+                                + ".")
+    server = _tuned_server()
+    notes = [] if setup.managed else [
+        "TabbyAPI reads draft_num_tokens and draft_mode when it starts: against a running "
+        "TabbyAPI only its draft models were compared, at config.yml's k."]
+    return search_and_decide(setup, server, options, predicted, found, (), phase_s, notes,
+                             engine or server.engine(setup, predicted), emit, cancel)

@@ -166,7 +166,7 @@ def test_a_running_tabbyapi_searches_its_drafts_and_says_why_not_the_modes(tmp_p
     config = tabby_folder(tmp_path / "tabbyAPI", "main", draft=DRAFT)
     url, _ = tabby_server(branch="main", model_name=TARGET, models=(TARGET, DRAFT))
     setup = tabby.read_setup(url, config)
-    assert setup.drafting == (f"draft_model_name: {DRAFT}",)
+    assert setup.drafting == (f"draft_model_name={DRAFT}",)
     found = tabby.find(setup)
     assert [c.label for c in found.found] == [f"model {DRAFT}"]
     assert "--tabby-folder" in next(n.why for n in found.not_tried if n.what == "ngram")
