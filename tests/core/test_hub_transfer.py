@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import resource
+import sys
 import threading
 import time
 from pathlib import Path
@@ -25,7 +26,13 @@ from specdeck.core.errors import CancelledError, SpecDeckError
 from specdeck.core.hub import IntegrityError, RetryPolicy, install, plan_install, verify_installed
 from specdeck.core.hub.client import HubClient
 from specdeck.core.hub.progress import InstallProgress, ProgressTracker
-from specdeck.core.hub.transfer import HASH_BLOCK, download_file, file_digest
+from specdeck.core.hub.transfer import (
+    HASH_BLOCK,
+    WRITEBACK_BYTES,
+    _writeback,
+    download_file,
+    file_digest,
+)
 
 REPO = "speedorg/TinyLlama-1.1B-Chat-v1.0-exl2"
 BRANCH = "4.0bpw"
@@ -234,6 +241,21 @@ def test_a_write_that_fails_mid_file_stops_the_install_and_keeps_what_was_writte
     result = install(REPO, BRANCH, dest, endpoint=hub.url)
     assert (result.path / WEIGHTS).read_bytes() == branch_files[WEIGHTS]
     assert f"bytes={kept}-" in weights_ranges(hub)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")
+def test_early_writeback_is_a_working_call_on_linux(tmp_path):
+    """The writeback hint's ctypes binding is right (a wrong argument type or flag would make
+    every call fail with EINVAL, silently, since the install ignores its result)."""
+    start = _writeback()
+    assert start is not None
+    path = tmp_path / "f"
+    with path.open("wb") as handle:
+        handle.write(b"x" * 3 * WRITEBACK_BYTES)
+        handle.flush()
+        assert start(handle.fileno(), WRITEBACK_BYTES, 2 * WRITEBACK_BYTES) == 0
+        assert start(handle.fileno(), -1, 10) == -1  # the kernel does check what it is given
+    assert path.read_bytes() == b"x" * 3 * WRITEBACK_BYTES
 
 
 # ---------------------------------------------------------------------------------------
