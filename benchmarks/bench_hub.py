@@ -2,23 +2,38 @@
 
 Serves a 128 MB EXL2-shaped variant (real safetensors file + the TinyLlama tokenizer and
 config fixtures) from the test suite's fake Hub on 127.0.0.1, then measures, each as the
-median of RUNS runs:
+median of RUNS interleaved runs (with the fastest and slowest beside it, and the CPU time
+the process spent, which a busy shared machine disturbs less than the wall clock):
 
 - a plain streamed GET of the weights file through huggingface_hub's HTTP session, bytes
   thrown away (the ceiling: network + server, nothing else);
-- huggingface_hub's own ``hf_hub_download`` into a folder (size check, no sha256);
-- SpecDeck's ``install`` (staging, sha256 of every byte as it arrives, progress snapshots,
-  atomic move, install marker);
-- resuming an install cancelled at half of the weights file (re-hash of the kept half, then
-  a Range request for the rest);
+- huggingface_hub's own ``hf_hub_download`` into a folder (size check, no sha256, no
+  fsync): of config.json and the weights, as this benchmark always did, and of the same
+  files SpecDeck installs;
+- SpecDeck's ``install`` (planning requests, staging, sha256 of every byte as it arrives,
+  progress snapshots, an fsync per file, atomic move, install marker);
+- resuming an install cancelled at half of the weights file (the kept half hashed once,
+  then a Range request for the rest);
 - the peak growth of the process's memory during an install (downloads stream: it must
   not grow with the file size).
 
-Localhost removes the network, so these numbers isolate SpecDeck's own overhead; on a real
-connection the download itself dominates. (Profiled on the 2-core dev machine, most of the
-gap to hf_hub_download is fsync: every finished file and the staging state are flushed to
-disk so a power cut cannot leave a "verified" file that is not on the disk; sha256 runs at
-~1.5 GB/s there.)
+Localhost removes the network, so these numbers isolate the client's own overhead; on a real
+connection the download itself dominates. The fake Hub runs in this process, so its
+threads' CPU time is in every CPU figure alike.
+
+Where the time went (cProfile and timers on the 2-core dev machine, 2026-11-26): the fake
+Hub answered every small response 44 ms late (Nagle's algorithm holding the body behind the
+headers until the client's delayed ACK); an install makes 10 requests, hf_hub_download of
+two files 4, so most of the gap in the first report was that stall (fixed in
+tests/hubserver.py: TCP_NODELAY, as real servers set it). Of SpecDeck's own time on the
+weights: receiving and parsing HTTP (httpx/h11, 64 KiB per read) 40-45%, sha256 and the
+page-cache write 15-20% each, the fsyncs about 10% (27 calls, 12 of them for the staging
+state saved after each file), and a progress snapshot built per 64 KiB chunk about 9%.
+Since: snapshots per 0.1 s, the state saved per 64 MiB or second (15 fsyncs), the disk
+asked to write every 8 MiB as it arrives so the file's one fsync has little left.
+hf_hub_download joins the 64 KiB reads into 10 MiB chunks before writing them, which costs
+it more CPU than SpecDeck's sha256; joining into 1 MiB blocks measured slower for SpecDeck
+too, so each chunk is written and hashed as it arrives.
 """
 
 from __future__ import annotations
@@ -36,7 +51,7 @@ from benchmarks.report import Report, median
 from tools.fixtures import fixtures_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = 3
+RUNS = 7
 WEIGHTS_MB = 128
 REPO = "benchorg/Bench-Model-exl2"
 BRANCH = "4.0bpw"
@@ -68,39 +83,48 @@ def _rate(nbytes: int, seconds: float) -> float:
     return nbytes / seconds / 1e6
 
 
-def _plain_get(hub, size: int) -> float:
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed(fn, *args) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the whole process) of one call, started with no dirty
+    pages of an earlier row still being written: hf_hub_download leaves ~134 MB for the
+    kernel to write after it returns, and an install's fsync queued behind that write-back
+    measured the run before it, not itself."""
+    os.sync()
+    cpu, started = _cpu_s(), time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - started, _cpu_s() - cpu
+
+
+def _plain_get(hub, size: int) -> None:
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import get_session
 
     url = hf_hub_url(REPO, "output.safetensors", revision=BRANCH, endpoint=hub.url)
-    started = time.perf_counter()
     got = 0
     with get_session().stream("GET", url, follow_redirects=True) as response:
         for chunk in response.iter_bytes():
             got += len(chunk)
     assert got == size
-    return time.perf_counter() - started
 
 
-def _hf_download(hub, dest: Path) -> float:
+def _hf_download(hub, dest: Path, names) -> None:
     from huggingface_hub import hf_hub_download
 
-    started = time.perf_counter()
-    for name in ("config.json", "output.safetensors"):
+    for name in names:
         hf_hub_download(REPO, name, revision=BRANCH, local_dir=dest, endpoint=hub.url, token=False)
-    return time.perf_counter() - started
 
 
-def _install(hub, dest: Path) -> tuple[float, int]:
+def _install(hub, dest: Path, events: list) -> None:
     from specdeck.core.hub import install
 
-    events = []
-    started = time.perf_counter()
     install(REPO, BRANCH, dest, endpoint=hub.url, progress=events.append)
-    return time.perf_counter() - started, len(events)
 
 
-def _resume(hub, dest: Path, size: int) -> float:
+def _cancel_at_half(hub, dest: Path, size: int) -> None:
     from specdeck.core.errors import CancelledError
     from specdeck.core.hub import install
 
@@ -114,9 +138,12 @@ def _resume(hub, dest: Path, size: int) -> float:
     cancel.set()
     thread.join()
     stall.release()
-    started = time.perf_counter()
+
+
+def _resume(hub, dest: Path) -> None:
+    from specdeck.core.hub import install
+
     install(REPO, BRANCH, dest, endpoint=hub.url)
-    return time.perf_counter() - started
 
 
 def _swallow(fn, error, *args, **kwargs) -> None:
@@ -127,9 +154,8 @@ def _swallow(fn, error, *args, **kwargs) -> None:
 
 
 def _peak_rss_growth(hub, dest: Path) -> int:
-    from specdeck.core.hub import install
-
     import psutil
+    from specdeck.core.hub import install
 
     process = psutil.Process()
     base = process.memory_info().rss
@@ -148,47 +174,76 @@ def _peak_rss_growth(hub, dest: Path) -> int:
     return peak[0] - base
 
 
+def _row(label: str, runs: list[tuple[float, float]], nbytes: int | None) -> list[str]:
+    walls = [w for w, _ in runs]
+    wall = median(walls)
+    rate = f"{_rate(nbytes, wall):.0f}" if nbytes else ""
+    return [label, f"{wall:.2f}", f"{min(walls):.2f}-{max(walls):.2f}", rate, f"{median([c for _, c in runs]):.2f}"]
+
+
 def run(report: Report) -> None:
     os.environ.setdefault("SPECDECK_HOME", tempfile.mkdtemp(prefix="specdeck-bench-"))
     hub, files = _hub()
     size = len(files["output.safetensors"])
     total = sum(len(d) for d in files.values())
+    hf_names = ("config.json", "output.safetensors")
+    hf_bytes = sum(len(files[n]) for n in hf_names)
     work = Path(tempfile.mkdtemp(prefix="specdeck-bench-hub-"))
+    load_before = os.getloadavg()
+    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in ("plain", "hf", "hf_all", "install", "resume")}
+    events: list[int] = []
     try:
         _plain_get(hub, size)  # warm up the connection pool and the page cache
-        plain = median([_plain_get(hub, size) for _ in range(RUNS)])
-        hf_times, install_times, resume_times, events = [], [], [], []
-        for i in range(RUNS):
-            hf_times.append(_hf_download(hub, work / f"hf{i}"))
-            seconds, count = _install(hub, work / f"install{i}")
-            install_times.append(seconds)
-            events.append(count)
-            resume_times.append(_resume(hub, work / f"resume{i}", size))
+        for i in range(RUNS):  # interleaved, so a burst of load hits every row alike
+            runs["plain"].append(_timed(_plain_get, hub, size))
+            runs["hf"].append(_timed(_hf_download, hub, work / f"hf{i}", hf_names))
+            runs["hf_all"].append(_timed(_hf_download, hub, work / f"hfall{i}", sorted(files)))
+            seen: list = []
+            runs["install"].append(_timed(_install, hub, work / f"install{i}", seen))
+            events.append(len(seen))
+            _cancel_at_half(hub, work / f"resume{i}", size)
+            runs["resume"].append(_timed(_resume, hub, work / f"resume{i}"))
+            for name in ("hf", "hfall", "install", "resume"):  # keep the disk's dirty pages few
+                shutil.rmtree(work / f"{name}{i}", ignore_errors=True)
         growth = _peak_rss_growth(hub, work / "rss")
     finally:
         hub.stop()
         shutil.rmtree(work, ignore_errors=True)
+    load_after = os.getloadavg()
 
-    hf_bytes = size + len(files["config.json"])
-    rows = [
-        ["plain GET of the weights (bytes discarded)", f"{plain:.2f}", f"{_rate(size, plain):.0f}"],
-        ["hf_hub_download (config + weights)", f"{median(hf_times):.2f}", f"{_rate(hf_bytes, median(hf_times)):.0f}"],
-        ["SpecDeck install (all files, sha256, staging)", f"{median(install_times):.2f}",
-         f"{_rate(total, median(install_times)):.0f}"],
-        ["SpecDeck resume from 50% of the weights", f"{median(resume_times):.2f}", ""],
-    ]
+    wall = {k: median([w for w, _ in v]) for k, v in runs.items()}
+    install_rate = _rate(total, wall["install"])
+    hf_rate = _rate(hf_bytes, wall["hf"])
+    hf_all_rate = _rate(total, wall["hf_all"])
     report.text(f"Variant: {total / 1e6:.1f} MB in {len(files)} files; weights file {size / 1e6:.1f} MB. "
-                f"Median of {RUNS} runs on 127.0.0.1.")
-    report.table(["transfer", "seconds", "MB/s"], rows)
-    report.text(f"Install vs plain GET throughput: {_rate(total, median(install_times)) / _rate(size, plain):.2f}x. "
+                f"Median of {RUNS} interleaved runs on 127.0.0.1; load average "
+                f"{load_before[0]:.1f} before, {load_after[0]:.1f} after (on {os.cpu_count()} cores).")
+    report.text()
+    report.table(["transfer", "seconds (median)", "fastest-slowest", "MB/s (median)", "CPU s (median)"], [
+        _row("plain GET of the weights (bytes discarded)", runs["plain"], size),
+        _row("hf_hub_download (config + weights)", runs["hf"], hf_bytes),
+        _row(f"hf_hub_download (the same {len(files)} files as the install)", runs["hf_all"], total),
+        _row("SpecDeck install (all files, sha256, staging)", runs["install"], total),
+        _row("SpecDeck resume from 50% of the weights", runs["resume"], None),
+    ])
+    report.text(f"Install vs hf_hub_download throughput (medians): {install_rate / hf_rate:.2f}x against "
+                f"config + weights, {install_rate / hf_all_rate:.2f}x against the same files. "
+                f"Install vs plain GET throughput: {install_rate / _rate(size, wall['plain']):.2f}x. "
                 f"Progress snapshots per install: {median(events):.0f}. "
                 f"Peak memory growth during an install: {growth / 1e6:.1f} MB "
                 f"(max RSS of the process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3:.0f} MB).")
-    report.record("plain_get_s", plain)
-    report.record("hf_hub_download_s", median(hf_times))
-    report.record("install_s", median(install_times))
-    report.record("resume_half_s", median(resume_times))
-    report.record("install_mb_per_s", _rate(total, median(install_times)))
-    report.record("plain_get_mb_per_s", _rate(size, plain))
+    report.record("plain_get_s", wall["plain"])
+    report.record("hf_hub_download_s", wall["hf"])
+    report.record("hf_hub_download_same_files_s", wall["hf_all"])
+    report.record("install_s", wall["install"])
+    report.record("resume_half_s", wall["resume"])
+    report.record("install_mb_per_s", install_rate)
+    report.record("hf_hub_download_mb_per_s", hf_rate)
+    report.record("hf_hub_download_same_files_mb_per_s", hf_all_rate)
+    report.record("plain_get_mb_per_s", _rate(size, wall["plain"]))
+    report.record("install_vs_hf_hub_download", install_rate / hf_rate)
+    report.record("install_vs_hf_hub_download_same_files", install_rate / hf_all_rate)
+    report.record("runs", {k: [{"wall_s": w, "cpu_s": c} for w, c in v] for k, v in runs.items()})
+    report.record("load_average", {"before": load_before, "after": load_after})
     report.record("progress_events", median(events))
     report.record("peak_rss_growth_bytes", growth)

@@ -338,6 +338,10 @@ _ROUTES = [
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # TCP_NODELAY, as real web servers set it (nginx's tcp_nodelay is on by default). Without
+    # it the headers and a small body go out in two writes, Nagle holds the second until the
+    # client's delayed ACK (40 ms on Linux), and every small response took 44 ms on 127.0.0.1.
+    disable_nagle_algorithm = True
     hub: FakeHub
     origin: str
 

@@ -74,6 +74,13 @@ LOCK_NAME = "lock"
 STATE_VERSION = 1
 # Headroom kept free on the destination disk beyond the download itself.
 SPACE_MARGIN = 256 * 1024 * 1024
+# state.json (written and fsynced: two fsyncs) is saved after a verified file is moved into
+# place once this many bytes were accepted or this long passed since the last save, and
+# whenever an install stops early; a process killed in between forgets at most that much,
+# which its resume downloads again (a file state.json does not list is never trusted).
+# Saving after every small file was 12 of an install's 27 fsyncs on the hub benchmark.
+STATE_SAVE_BYTES = 64 * 1024 * 1024
+STATE_SAVE_S = 1.0
 
 # Never installed. Code: SpecDeck never runs code from a repository, and leaving it out
 # means nothing downstream (trust_remote_code) can run it from the installed folder either.
@@ -487,6 +494,8 @@ class _Staging:
         self.files = self.root / "files"
         self.state_path = self.root / "state.json"
         self.verified: dict[str, str] = {}  # path -> checksum
+        self._unsaved = 0  # bytes accepted since state.json was last saved
+        self._saved_at = float("-inf")
 
     def open(self) -> None:
         """Adopt what an earlier attempt left, or start empty."""
@@ -548,7 +557,15 @@ class _Staging:
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(self.part_path(f), target)
         self.verified[f.path] = f.expected_digest
-        self.save()
+        self._unsaved += max(f.size, 1)
+        if self._unsaved >= STATE_SAVE_BYTES or time.monotonic() - self._saved_at >= STATE_SAVE_S:
+            self.save()
+
+    def save_unsaved(self) -> None:
+        """Record what was accepted since the last save (an install stopping early)."""
+        if self._unsaved:
+            with contextlib.suppress(OSError, SpecDeckError):  # the error that stopped it matters
+                self.save()
 
     def save(self) -> None:
         plan = self.plan
@@ -564,6 +581,7 @@ class _Staging:
             "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         atomic_write_text(self.state_path, json.dumps(state, indent=1) + "\n")
+        self._unsaved, self._saved_at = 0, time.monotonic()
 
     def commit_to(self, target: Path) -> None:
         """Put the verified files in place as ``target`` in one rename, then clean up."""
@@ -659,7 +677,11 @@ def install(
             if f.path in staging.verified:
                 tracker.finish_file()
         try:
-            _download_all(client, plan, staging, tracker, cancel, retry)
+            try:
+                _download_all(client, plan, staging, tracker, cancel, retry)
+            except BaseException:
+                staging.save_unsaved()  # what was verified stays verified for the resume
+                raise
         except CancelledError:
             done = staging.bytes_present()
             raise CancelledError(

@@ -3,7 +3,9 @@
 The installer reports every chunk to a :class:`ProgressTracker`; the tracker turns that into
 :class:`InstallProgress` snapshots for the caller's ``progress`` callback, at most every
 ``interval`` seconds (plus at every phase or file change), so a GUI or a terminal bar is fed
-a steady, cheap stream whatever the network speed.
+a steady, cheap stream whatever the network speed. A chunk only adds to two integers: the
+snapshot (a dataclass copy) and the rate sample are made when a snapshot is due, because
+building one per 64 KiB chunk cost about a tenth of an install's time on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -114,38 +116,54 @@ class ProgressTracker:
         self._clock = clock
         self._last_emit = float("-inf")
         self._meter = RateMeter(clock)
+        # Bytes counted since the snapshot in _state was made (add() keeps only these).
+        self._done = start.done
+        self._file_done = start.file_done
 
     @property
     def state(self) -> InstallProgress:
+        self._sync()
         return self._state
 
     def phase(self, phase: str, file: str | None = None) -> None:
+        self._sync()
         self._state = replace(self._state, phase=phase, file=file)
         self._emit(force=True)
 
     def start_file(self, path: str, size: int, already: int) -> None:
+        self._sync()
+        self._file_done = already
         self._state = replace(self._state, phase="downloading", file=path, file_size=size, file_done=already)
-        self._meter.add(self._state.done)
+        self._meter.add(self._done)
         self._emit(force=True)
 
     def add(self, delta: int) -> None:
         """``delta`` bytes arrived (negative: bytes were thrown away to restart a file)."""
-        s = self._state
-        self._state = replace(s, done=s.done + delta, file_done=max(0, s.file_done + delta))
+        self._done += delta
+        self._file_done = max(0, self._file_done + delta)
         if delta < 0:
             self._meter.reset()
-        self._meter.add(self._state.done)
-        self._emit()
+            self._meter.add(self._done)
+        if self._clock() - self._last_emit >= self._interval:
+            self._emit()
 
     def finish_file(self) -> None:
+        self._sync()
         self._state = replace(self._state, files_done=self._state.files_done + 1)
         self._emit(force=True)
+
+    def _sync(self) -> None:
+        s = self._state
+        if s.done != self._done or s.file_done != self._file_done:
+            self._state = replace(s, done=self._done, file_done=self._file_done)
 
     def _emit(self, force: bool = False) -> None:
         now = self._clock()
         if not force and now - self._last_emit < self._interval:
             return
         self._last_emit = now
+        self._sync()
+        self._meter.add(self._done)
         rate = self._meter.rate()
         remaining = self._state.total - self._state.done
         eta = remaining / rate if rate and remaining >= 0 else None

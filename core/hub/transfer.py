@@ -7,9 +7,10 @@ cancelled from another thread. Here:
 
 - bytes go to a ``.part`` file that is kept on cancel, on a dropped connection, or when the
   process dies, and the next attempt asks the server only for the rest (HTTP ``Range``);
-- the file is hashed as it arrives (the kept part is re-hashed first) and checked against
-  the checksum the Hub publishes in its tree listing: the LFS sha256, or for small files the
-  git blob id. A mismatch removes the part and raises IntegrityError;
+- the file is hashed as it arrives (the kept part is re-hashed once first) and checked
+  against the checksum the Hub publishes in its tree listing: the LFS sha256, or for small
+  files the git blob id. A mismatch removes the part and raises IntegrityError. Nothing is
+  read back after the download: the running hash of the bytes written is the check;
 - a cancel closes the connection at once, even when the server has gone silent;
 - a dropped connection, a timeout, HTTP 429 or 5xx are retried with back-off, resuming where
   the bytes stopped; after ``RetryPolicy.attempts`` failures in a row without new bytes the
@@ -23,10 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -46,8 +49,19 @@ from specdeck.core.units import format_bytes
 
 log = logging.getLogger(__name__)
 
-HASH_BLOCK = 8 * 1024 * 1024
+# Reading a file to hash it (a kept part, verify_installed): one reusable buffer filled by
+# readinto, one syscall per MiB, small enough to stay in the CPU's cache between the read
+# and the hash. Measured on 128 MiB in the page cache: 0.11 s of CPU, against 0.12 s for a
+# new 8 MiB bytes object per read.
+HASH_BLOCK = 1024 * 1024
 CANCEL_POLL_S = 0.1
+# Every this many bytes written to a part, the kernel is asked to start writing them to the
+# disk (Linux: sync_file_range), so the disk works while the download goes on and the one
+# fsync at the end of the file has little left to wait for, as RocksDB's bytes_per_sync and
+# PostgreSQL's *_flush_after do. Only a hint: the fsync is what makes the file durable.
+# Measured on this project's 2-core machine: writing 128 MiB in 64 KiB chunks, the final
+# fsync took 85 ms without it and 10 ms with it (write and fsync together: 264 -> 233 ms).
+WRITEBACK_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -97,14 +111,24 @@ def verify_bytes(data: bytes, remote: RemoteFile) -> None:
         )
 
 
+def hash_file(path: Path, digest: Any, cancel: threading.Event | None = None) -> int:
+    """Feed ``path``'s bytes to ``digest`` in one pass; returns how many there were."""
+    buffer = bytearray(HASH_BLOCK)
+    view = memoryview(buffer)
+    total = 0
+    with path.open("rb", buffering=0) as handle:
+        while count := handle.readinto(buffer):
+            if cancel is not None and cancel.is_set():
+                raise CancelledError()
+            digest.update(view[:count])
+            total += count
+    return total
+
+
 def file_digest(path: Path, remote: RemoteFile, cancel: threading.Event | None = None) -> str:
     """The checksum of a local file, computed the way the Hub computes ``remote``'s."""
     digest = new_digest(remote)
-    with path.open("rb") as handle:
-        while block := handle.read(HASH_BLOCK):
-            if cancel is not None and cancel.is_set():
-                raise CancelledError()
-            digest.update(block)
+    hash_file(path, digest, cancel)
     return digest.hexdigest()
 
 
@@ -119,13 +143,8 @@ class _Part:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists() and path.stat().st_size > remote.size:
             path.unlink()  # longer than the published file: it cannot be a prefix of it
-        if path.exists():
-            with path.open("rb") as handle:
-                while block := handle.read(HASH_BLOCK):
-                    if cancel is not None and cancel.is_set():
-                        raise CancelledError()
-                    self.digest.update(block)
-                    self.done += len(block)
+        if path.exists():  # what an earlier attempt kept: hashed once, then appended to
+            self.done = hash_file(path, self.digest, cancel)
         else:
             path.touch()
 
@@ -330,12 +349,45 @@ def _fetch_rest(
             raise
 
 
+@functools.cache
+def _writeback() -> Callable[[int, int, int], int] | None:
+    """``start(fd, offset, nbytes)``: begin writing that range of a file to disk without
+    waiting for it (sync_file_range with SYNC_FILE_RANGE_WRITE; 0, or -1 on failure, which
+    the caller may ignore); None where the platform has no such call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        call = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    call.restype = ctypes.c_int
+    sync_file_range_write = 2  # <linux/fs.h>: SYNC_FILE_RANGE_WRITE
+
+    def start(fd: int, offset: int, nbytes: int) -> int:
+        return call(fd, offset, nbytes, sync_file_range_write)
+
+    return start
+
+
 def _append(part: _Part, response: Any, report: Callable[[int], None], cancel: threading.Event | None) -> None:
+    """Write and hash each chunk as it arrives: the one pass over the new bytes.
+
+    httpx hands over 64 KiB per read. Measured on the hub benchmark, joining chunks into
+    1 MiB blocks first (as hf_hub_download joins them into 10 MiB) cost more CPU than it
+    saved, and a writer thread either cost ~10% more CPU (a hand-over per chunk) or held
+    bytes in memory while a server stalled (per batch), with no faster wall clock on a busy
+    2-core machine; so the chunk is written and hashed here, while it is in the CPU's cache.
+    """
     remote = part.remote
+    writeback, written_back = _writeback(), part.done
     try:
         with part.path.open("ab") as handle:
-            # Chunks as they arrive, unbuffered: whatever reached us before a dropped
-            # connection is already on disk and need not be fetched again.
+            # Chunks as they arrive (64 KiB bypasses the writer's 8 KiB buffer): whatever
+            # reached us before a dropped connection is already on disk and need not be
+            # fetched again.
             for chunk in response.iter_bytes():
                 if part.done + len(chunk) > remote.size:
                     report(-part.discard())
@@ -347,10 +399,15 @@ def _append(part: _Part, response: Any, report: Callable[[int], None], cancel: t
                 part.digest.update(chunk)
                 part.done += len(chunk)
                 report(len(chunk))
+                if writeback is not None and part.done - written_back >= WRITEBACK_BYTES:
+                    handle.flush()
+                    # A hint: if it fails, the fsync below still does all the work.
+                    writeback(handle.fileno(), written_back, part.done - written_back)
+                    written_back = part.done
                 # Checked after writing: bytes that reached us are kept for the resume.
                 if cancel is not None and cancel.is_set():
                     raise CancelledError()
-            if part.complete:
+            if part.complete:  # once per file, after its last byte
                 handle.flush()
                 os.fsync(handle.fileno())
     except OSError as exc:
