@@ -22,7 +22,7 @@ exl2-checkpoint branch, 79126f904c2e00aece026b36bb70bbb87e4892b2, differs where 
 
 What is the stand-in's own: how fast it answers. A test sets seconds per token for each
 drafting setting in the environment (SPECDECK_STANDIN_STEPS, JSON: a key per setting such as
-"model:NAME:4", "ngram:2:4", "none") because how fast a real TabbyAPI drafts is not a stand-in's
+"model:NAME:4", "ngram:2:4", "none"; "default" for any other) because how fast a real TabbyAPI drafts is not a stand-in's
 to say. Unverified: everything the real server does on a GPU.
 """
 
@@ -155,7 +155,8 @@ def main(branch: str = "main") -> None:
     steps = json.loads(os.environ.get("SPECDECK_STANDIN_STEPS", "{}"))
     handler = type("Tabby", (TabbyHandler,), {
         "model_name": str(name or ""), "draft_name": draft_name, "branch": branch,
-        "step_s": float(steps.get(setting, steps.get("none", 0.004))), "usage_seen": [],
+        "step_s": float(steps.get(setting, steps.get("default", steps.get("none", 0.004)))),
+        "usage_seen": [],
         "admin_calls": [], "models": tuple(p.name for p in Path(model.get("model_dir")
                                                                   or "models").iterdir())})
     print(f"Loaded {name} with {setting}", flush=True)

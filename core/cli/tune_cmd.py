@@ -3,6 +3,8 @@
     specdeck tune --swap-config ~/llama-swap/config.yaml --model qwen-coder-32b --budget 10m
     specdeck tune --llama-server ./llama-server --gguf model.gguf -- -ngl 99 -c 8192
     specdeck tune --demo --llama-server ./llama-server --budget 5m --yes
+    specdeck tune --tabby-folder ~/tabbyAPI --budget 20m
+    specdeck tune --tabby http://127.0.0.1:5000 --tabby-config ~/tabbyAPI/config.yml
     specdeck tune --gguf model.gguf --llama-server ./llama-server --download-budget 0
 
 Drafts from the Hub (same family, tokenizer checked from the GGUF header before any download)
@@ -59,6 +61,24 @@ def register(subparsers) -> None:
     source.add_argument("--gguf", metavar="FILE", help="the target GGUF (with --llama-server)")
     source.add_argument("--demo", action="store_true",
                         help="the embedded demo model (SmolLM2-135M), on the CPU")
+    source.add_argument("--tabby-folder", metavar="DIR",
+                        help="a TabbyAPI install SpecDeck starts once per setting (draft "
+                        "models, draft modes and draft_num_tokens are searched); its "
+                        "config.yml names the model")
+    source.add_argument("--tabby", metavar="URL",
+                        help="a running TabbyAPI, reloaded per setting through its admin API "
+                        "(draft models only: its draft mode and k are read at its start); "
+                        "with --tabby-config")
+    p.add_argument("--tabby-config", metavar="FILE",
+                   help="the running TabbyAPI's config.yml (with --tabby)")
+    p.add_argument("--tabby-python", metavar="PYTHON",
+                   help="the Python that runs TabbyAPI (default: its folder's venv)")
+    p.add_argument("--api-key-env", metavar="VAR",
+                   help="TabbyAPI: the variable holding its API key (default "
+                   "SPECDECK_SERVER_API_KEY, then the install's api_tokens.yml)")
+    p.add_argument("--admin-key-env", metavar="VAR",
+                   help="--tabby: the variable holding its admin key (default "
+                   "SPECDECK_TABBY_ADMIN_KEY)")
     p.add_argument("--llama-server", metavar="BINARY",
                    help="the llama-server binary (default: the llama-swap cmd's, or PATH's)")
     p.add_argument("--budget", type=duration, default=600.0, metavar="TIME",
@@ -100,10 +120,25 @@ def _setup(args):
     from specdeck.core.tune import setup
 
     flags = tuple(a for a in args.server_args if a != "--") if args.server_args else ()
-    chosen = [bool(args.swap_config), bool(args.gguf), bool(args.demo)]
+    chosen = [bool(args.swap_config), bool(args.gguf), bool(args.demo),
+              bool(args.tabby_folder), bool(args.tabby)]
     if sum(chosen) != 1:
         raise InvalidInputError("Say what to tune: --swap-config FILE --model NAME, or "
-                                "--llama-server BIN --gguf FILE, or --demo.")
+                                "--llama-server BIN --gguf FILE, or --demo, or "
+                                "--tabby-folder DIR, or --tabby URL --tabby-config FILE.")
+    if args.tabby_folder or args.tabby:
+        from specdeck.core.tune import tabby
+
+        if flags:
+            raise InvalidInputError("TabbyAPI takes its settings from config.yml; give no "
+                                    "flags after --.")
+        if args.tabby_folder:
+            return tabby.read_install(args.tabby_folder, args.tabby_python, args.api_key_env)
+        if not args.tabby_config:
+            raise InvalidInputError("--tabby needs --tabby-config FILE: the config.yml it was "
+                                    "started from (where the winner is written).")
+        return tabby.read_setup(args.tabby, args.tabby_config, args.api_key_env,
+                                args.admin_key_env)
     if args.swap_config:
         if not args.model:
             raise InvalidInputError("--swap-config needs --model NAME (the model to tune).")
@@ -139,8 +174,14 @@ def cmd_tune(args) -> int:
     err.write(f"specdeck: tuning {chosen.where} within {args.budget / 60:g} min\n")
     with _cancel_on_interrupt(cancel):
         try:
-            result = tune(chosen, options, on_event=_printer(progress, err), cancel=cancel,
-                          confirm_download=None if args.yes else _ask_download)
+            if chosen.kind == "tabbyapi":
+                from specdeck.core.tune.tabby import tune_tabby
+
+                result = tune_tabby(chosen, options, on_event=_printer(progress, err),
+                                    cancel=cancel)
+            else:
+                result = tune(chosen, options, on_event=_printer(progress, err), cancel=cancel,
+                              confirm_download=None if args.yes else _ask_download)
         finally:
             progress.close()
         if result.decision.apply:

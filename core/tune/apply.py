@@ -49,6 +49,10 @@ def apply(result: TuneResult, confirm: Confirm | None = None,
     if not decision.apply or decision.flags is None:
         raise SpecDeckError("There is no verified winner to apply.", decision.why)
     setup = result.setup
+    if setup.kind == "tabbyapi":
+        from specdeck.core.tune.tabby import apply_tabby
+
+        return apply_tabby(result, confirm, cancel)
     flags = shlex.join(decision.flags)
     if setup.kind != "llama-swap":
         return Applied(None, flags, why="SpecDeck does not own this command line: add the "
@@ -83,10 +87,8 @@ def apply(result: TuneResult, confirm: Confirm | None = None,
 def relaunch(result: TuneResult, cancel: threading.Event | None = None) -> str | None:
     """Start llama-server from the llama-swap model's cmd as the file now says, send it one
     held-out prompt; None when it answered and drafted, else what went wrong."""
-    from specdeck.core.bench.plan import Arm, BenchPlan
-    from specdeck.core.bench.runner import run_plan
+    from specdeck.core.bench.plan import Arm
     from specdeck.core.servers.arms import ServerArm
-    from specdeck.core.servers.engine import ServerEngine
     from specdeck.core.servers.llama_server import LaunchProfile, drafter_from_flags
     from specdeck.core.tune.run import reference_arm, split_prompts
     from specdeck.core.tune.setup import from_swap
@@ -99,18 +101,9 @@ def relaunch(result: TuneResult, cancel: threading.Event | None = None) -> str |
         # The plan's first arm is the no-draft reference its runner requires; one run of
         # it beside the written arm costs a second and shows the written setting still
         # answers where plain decoding does.
-        plan = BenchPlan(engine="server", model=str(written.target),
-                         arms=(reference_arm(written),
-                               Arm("written", drafter_from_flags(written.flags),
-                                   ServerArm(launch=profile))),
-                         suites=result.options.suites, prompt_ids=held_out[:1], repeats=1,
-                         warmup=0, max_new_tokens=result.options.max_new_tokens,
-                         stop_on_eos=False)
-        engine = ServerEngine()
-        try:
-            run = run_plan(plan, engine, None, cancel)
-        finally:
-            engine.unload()
+        run = run_written(result, str(written.target), reference_arm(written),
+                          Arm("written", drafter_from_flags(written.flags),
+                              ServerArm(launch=profile)), cancel)
     except SpecDeckError as exc:
         return f"llama-server did not run from the saved file: {exc}"
     records = run.counted("written")
@@ -124,6 +117,26 @@ def relaunch(result: TuneResult, cancel: threading.Event | None = None) -> str |
         return ("llama-server started from the saved file answered but drafted nothing "
                 "(its drafting flags did not take effect).")
     return None
+
+
+def run_written(result: TuneResult, model: str, reference, written, cancel):
+    """One held-out prompt on the server as the saved file says ("written"), beside no
+    drafting (the plan's first arm must be the reference; one run of it also shows the
+    server answers where plain decoding does)."""
+    from specdeck.core.bench.plan import BenchPlan
+    from specdeck.core.bench.runner import run_plan
+    from specdeck.core.servers.engine import ServerEngine
+    from specdeck.core.tune.run import split_prompts
+
+    _, held_out = split_prompts(result.options)
+    plan = BenchPlan(engine="server", model=model, arms=(reference, written),
+                     suites=result.options.suites, prompt_ids=held_out[:1], repeats=1,
+                     warmup=0, max_new_tokens=result.options.max_new_tokens, stop_on_eos=False)
+    engine = ServerEngine()
+    try:
+        return run_plan(plan, engine, None, cancel)
+    finally:
+        engine.unload()
 
 
 def _restore(path: Path, original: bytes) -> None:

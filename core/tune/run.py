@@ -529,10 +529,16 @@ LLAMA_SERVER = TunedServer(reference_arm=reference_arm, current_arm=_current_arm
 
 def _cost(row: GridRow) -> tuple[int, int]:
     """Cheaper settings first: no draft model before one, then fewer tokens per step."""
-    launch = row.cell.arm.server.launch
-    drafter = row.cell.arm.drafter
-    return (int(drafter.model_path is not None or "draft-" in " ".join(launch.args)),
-            drafter.num_draft_tokens)
+    server, drafter = row.cell.arm.server, row.cell.arm.drafter
+    if server.launch is not None:
+        model = drafter.model_path is not None or "draft-" in " ".join(server.launch.args)
+    elif server.tabby_launch is not None:
+        settings = dict(server.tabby_launch.draft)
+        model = bool(settings.get("draft_model_name")) and \
+            settings.get("draft_mode", "model") == "model"
+    else:
+        model = server.tabby is not None and bool(server.tabby.draft_model_name)
+    return int(model), drafter.num_draft_tokens
 
 
 def finalist(search: GridResult) -> tuple[GridRow | None, float]:

@@ -21,7 +21,7 @@ would, and must answer and keep the output; otherwise the file is put back byte 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
@@ -434,3 +434,75 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
         "TabbyAPI only its draft models were compared, at config.yml's k."]
     return search_and_decide(setup, server, options, predicted, found, (), phase_s, notes,
                              engine or server.engine(setup, predicted), emit, cancel)
+
+
+# Apply ----------------------------------------------------------------------------------------
+def apply_tabby(result, confirm=None, cancel: threading.Event | None = None):
+    """Write a verified TabbyAPI winner's draft settings into config.yml (the config editor:
+    only those keys change, a diff first, a .bak, an atomic save), never over a file that
+    changed while tuning ran; then run TabbyAPI as the file now says and roll the file back
+    byte for byte if it does not answer."""
+    from specdeck.core import config
+    from specdeck.core.config.store import ConfigConflictError, save
+    from specdeck.core.servers.tabby_launch import parse_arm, plan_apply_settings
+    from specdeck.core.tune.apply import Applied, _restore
+
+    setup: TabbySetup = result.setup
+    flags = " ".join(result.decision.flags or ())
+    doc = config.load(setup.config)
+    if doc.disk_fingerprint != setup.fingerprint:
+        raise ConfigConflictError(
+            f"{setup.config} changed on disk while SpecDeck was tuning; nothing was written.",
+            "Tune again, so that the result is measured against the file as it is now.")
+    _, settings = parse_arm(flags, "W", doc.backend_hint())
+    change = plan_apply_settings(settings, setup.config)
+    diff = change.diff()
+    if change.is_noop:
+        return Applied(setup.config, flags, diff, why="The file already has these settings.")
+    if confirm is not None and not confirm(diff):
+        return Applied(setup.config, flags, diff, why="Not confirmed: nothing was written.")
+    original = setup.config.read_bytes()
+    saved = save(change)
+    applied = Applied(setup.config, flags, diff, written=saved.written, backup=saved.backup)
+    check = relaunch(result, cancel)
+    if check is None:
+        how = ("started from the saved file" if setup.managed else
+               "loaded with the saved draft through its admin API (it reads config.yml when "
+               "it starts: restart it to keep the setting)")
+        return replace(applied, relaunch=f"TabbyAPI {how} answered. It reports no draft "
+                       "counts, so whether it drafts is seen only in its speed.")
+    _restore(setup.config, original)
+    return replace(applied, relaunch=check, rolled_back=True, why=f"Rolled back: {check}")
+
+
+def relaunch(result, cancel: threading.Event | None = None) -> str | None:
+    """Run one held-out prompt on TabbyAPI as the saved config.yml says, beside no drafting;
+    None when it answered, else what went wrong."""
+    from specdeck.core.tune.apply import run_written
+
+    setup: TabbySetup = result.setup
+    try:
+        written = read_install(setup.config.parent, setup.python, setup.api_key_env) \
+            if setup.managed else _from_doc(_load(setup.config), setup.model_name, url=setup.url,
+                                            api_key_env=setup.api_key_env,
+                                            admin_key_env=setup.admin_key_env)
+        arm_written = current_arm(written, "written")
+        if arm_written is None:
+            return "the saved config.yml does not draft."
+        run = run_written(result, written.model_name, reference_arm(written), arm_written,
+                          cancel)
+    except SpecDeckError as exc:
+        return f"TabbyAPI did not run as the saved file says: {exc}"
+    records = run.counted("written")
+    if not records or records[0].error:
+        return ("TabbyAPI with the saved settings did not answer"
+                + (f": {records[0].error}" if records and records[0].error else "."))
+    if not records[0].result.stats.new_tokens:
+        return "TabbyAPI with the saved settings answered with no tokens."
+    return None
+
+
+def _load(path: Path):
+    from specdeck.core.config.document import ConfigDocument
+
+    return ConfigDocument.from_file(path)

@@ -148,8 +148,8 @@ def test_an_ab_of_draft_modes_on_tabbyapis_it_starts(tmp_path, monkeypatch):
     folder = tabby_install(tmp_path / "tabbyAPI", "main")
     (folder / "api_tokens.yml").write_text("api_key: tabby-api-key\nadmin_key: tabby-admin-key\n")
     before = (folder / "config.yml").read_bytes()
-    monkeypatch.setenv("SPECDECK_STANDIN_STEPS", json.dumps({"none": 0.006,
-                                                             "ngram:2:4": 0.003}))
+    monkeypatch.setenv("SPECDECK_STANDIN_STEPS", json.dumps({"none": 0.012,
+                                                             "ngram:2:4": 0.004}))
 
     def arm(name, draft, drafter):
         return Arm(name, drafter, ServerArm(kind=ServerKind.TABBYAPI, tabby_launch=TabbyLaunch(
@@ -205,7 +205,7 @@ def test_bench_compares_draft_modes_and_applies_the_winner_into_config_yml(tmp_p
                   "C=draft_model_name=Qwen2.5-0.5B-exl3 draft_num_tokens=3",
                   extra=("--apply", "--yes", "--json", "-"),
                   env={"SPECDECK_STANDIN_STEPS": json.dumps({
-                      "none": 0.006, "ngram:2:4": 0.003, "model:Qwen2.5-0.5B-exl3:3": 0.0045}),
+                      "none": 0.012, "ngram:2:4": 0.004, "model:Qwen2.5-0.5B-exl3:3": 0.008}),
                        "SPECDECK_HOME": str(specdeck_home)})
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)

@@ -183,3 +183,67 @@ def test_exl2_checkpoint_drafts_four_so_k_is_not_searched(tmp_path):
     assert cell.arm.server.tabby_launch.draft == (("draft_model_name", DRAFT),)
     assert tabby.reference_arm(setup).server.tabby_launch.draft == (("draft_model_name", ""),)
     assert tabby.current_arm(setup, "C").server.tabby_launch.draft == ()
+
+
+def _standin_main(folder: Path, branch: str) -> None:
+    tests = Path(__file__).resolve().parents[1]
+    (folder / "main.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(tests)!r})\nfrom tabby_app import main\n"
+        f"main({branch!r})\n", encoding="utf-8")
+    (folder / "api_tokens.yml").write_text("api_key: tabby-api-key\nadmin_key: tabby-admin-key\n")
+
+
+def _tune(config: Path, *extra, steps: dict, home: Path):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "specdeck", "tune", "--tabby-folder", str(config.parent),
+         "--tabby-python", sys.executable, "--budget", "120s", "--per-suite", "2",
+         "--max-new", "16", "--json", "-", *extra],
+        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+        env={**os.environ, "SPECDECK_HOME": str(home),
+             "SPECDECK_STANDIN_STEPS": json.dumps(steps)})
+
+
+def test_tune_a_tabbyapi_it_starts_searches_modes_and_k_and_writes_the_winner(tmp_path,
+                                                                             specdeck_home):
+    """`specdeck tune --tabby-folder` end to end against the stand-in of TabbyAPI main's
+    start-up: every draft mode and k it can run is a setting, the fastest on the tuning
+    prompts (n-gram at k=4: the speeds are the test's choice) is verified on the held-out
+    ones, written into config.yml (only its keys), and TabbyAPI then answers from the file."""
+    import difflib
+
+    config = tabby_folder(tmp_path / "tabbyAPI", "main")
+    _standin_main(config.parent, "main")
+    before = config.read_text()
+    steps = {"none": 0.012, "ngram:2:4": 0.003, "ngram:2:2": 0.008, "ngram:2:8": 0.008,
+             **{f"model:{DRAFT}:{k}": 0.010 for k in tabby.K_VALUES}}
+    done = _tune(config, "--yes", steps=steps, home=specdeck_home)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(done.stdout)
+    labels = {t["candidate"] for t in data["tried"]}
+    assert labels == {f"model {DRAFT}", "ngram"}
+    assert data["decision"]["apply"] and data["decision"]["flags"] == [
+        "draft_mode=ngram", "draft_num_tokens=4"]
+    assert data["verification"]["lossless"] is True
+    assert "answered" in data["applied"]["relaunch"] and not data["applied"]["rolled_back"]
+    changed = sorted(ln for ln in difflib.unified_diff(before.splitlines(),
+                                                       config.read_text().splitlines(),
+                                                       lineterm="", n=0)
+                     if ln[:1] in "+-" and not ln.startswith(("+++", "---")))
+    assert changed == sorted(["-  draft_mode: model", "+  draft_mode: ngram",
+                              "-  draft_num_tokens:", "+  draft_num_tokens: 4"])
+    assert (config.parent / "config.yml.bak").read_text() == before
+
+
+def test_tune_a_tabbyapi_writes_nothing_when_no_setting_is_faster(tmp_path, specdeck_home):
+    config = tabby_folder(tmp_path / "tabbyAPI", "main")
+    _standin_main(config.parent, "main")
+    before = config.read_bytes()
+    done = _tune(config, "--yes", steps={"none": 0.002, "default": 0.008}, home=specdeck_home)
+    assert done.returncode == 1, done.stderr[-3000:]
+    data = json.loads(done.stdout)
+    assert not data["decision"]["apply"] and "nothing was written" in data["decision"]["why"]
+    assert config.read_bytes() == before and not (config.parent / "config.yml.bak").exists()

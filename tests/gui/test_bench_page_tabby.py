@@ -35,7 +35,7 @@ def test_arms_dialog_starts_tabbyapi_per_arm_and_the_page_runs_it(qtbot, page, t
     folder = make_install(tmp_path / "tabbyAPI", "main", draft=None)
     (folder / "api_tokens.yml").write_text("api_key: tabby-api-key\nadmin_key: tabby-admin-key\n")
     before = (folder / "config.yml").read_bytes()
-    monkeypatch.setenv("SPECDECK_STANDIN_STEPS", json.dumps({"none": 0.006, "ngram:2:4": 0.003}))
+    monkeypatch.setenv("SPECDECK_STANDIN_STEPS", json.dumps({"none": 0.012, "ngram:2:4": 0.004}))
     form = page.form
     form.engine.setCurrentIndex(form.engine.findData("server"))
     form.arms_button.click()
