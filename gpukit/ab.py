@@ -107,6 +107,9 @@ def arm_rows(summary) -> list[dict[str, Any]]:
             "diverged": check.diverged if check else 0,
             "lossless": check.verdict if check else "reference",
             "first_divergence": first,
+            # the target's top-1 minus top-2 logit where each run parted (the engine reports
+            # it for greedy runs): ~0 is a float tie, a clear gap is a divergence to explain
+            "divergence_gaps": [d.gap for d in check.divergences] if check else [],
             "roofline_share": arm.roofline_share,
         })
     return rows

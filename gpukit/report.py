@@ -142,6 +142,17 @@ def _memory(memory: dict[str, Any] | None) -> list[str]:
             ] + _table(["load", "what", "planned GiB", "measured GiB", "error", "verdict"], rows)
 
 
+def _parted(row: dict[str, Any]) -> str:
+    """Where the first run of an arm parted from the baseline, and the target's top-1 minus
+    top-2 logit gap at the partings ("-" where the engine reported none)."""
+    if row.get("first_divergence") is None:
+        return "-"
+    gaps = [g for g in row.get("divergence_gaps") or () if g is not None]
+    shown = (f" (gaps {min(gaps):.3g}-{max(gaps):.3g})" if len(gaps) > 1 else
+             f" (gap {gaps[0]:.3g})" if gaps else " (gap not reported)")
+    return f"{row['first_divergence']}{shown}"
+
+
 def _ab(ab: dict[str, Any] | None) -> list[str]:
     if not ab:
         return []
@@ -153,7 +164,7 @@ def _ab(ab: dict[str, Any] | None) -> list[str]:
         rows.append([s["arm"], s["runs"], _num(s["median_tokens_per_second"], 1), speedup,
                      _pct(s["acceptance_rate"]).lstrip("+") if s["acceptance_rate"] is not None
                      else "n/a", _num(s["mean_acceptance_length"]),
-                     f"{s['identical_to_baseline']}/{s['runs']}",
+                     f"{s['identical_to_baseline']}/{s['runs']}", _parted(s),
                      _pct(s.get("roofline_share")).lstrip("+") if s.get("roofline_share") is not None
                      else "n/a"])
     o = ab["overhead"]
@@ -162,7 +173,7 @@ def _ab(ab: dict[str, Any] | None) -> list[str]:
            f"tokens, greedy, {ab['repeats']} repeats, arms interleaved.", ""]
     out += _table(["arm", "runs", "median tok/s", "speed-up [95% CI]", "acceptance",
                    "mean acceptance length", "tokens = baseline",
-                   "weights read / peak bandwidth"], rows)
+                   "parted at token (logit gap there)", "weights read / peak bandwidth"], rows)
     out += ["## SpecDeck overhead", "",
             f"SpecDeck baseline {o['specdeck_median']:.1f} tok/s vs a bare exllamav2 loop "
             f"{o['bare_median']:.1f} tok/s: ratio **{o['ratio']:.3f}** (goal >= {o['goal']}, "

@@ -26,6 +26,9 @@ class Step:
     eos: bool = False
     with_prefill: bool = False
     """The prompt's prefill results come in the same iterate() (a short prompt)."""
+    gaps: tuple[float, ...] = ()
+    """Top-1 minus top-2 logit of each token, returned as logits when the job asks
+    (return_logits); 1.0 each when not given."""
 
 
 class StandInExLlamaV2:
@@ -66,9 +69,11 @@ class StandInExLlamaV2:
 
         class Job:
             def __init__(self, input_ids, max_new_tokens, gen_settings=None, seed=None,
-                         stop_conditions=None, decode_special_tokens=False):
+                         stop_conditions=None, decode_special_tokens=False,
+                         return_logits=False):
                 self.input_ids, self.max_new_tokens = input_ids, max_new_tokens
                 self.stop_conditions = stop_conditions
+                self.return_logits = return_logits  # dynamic.py 1613, 1746
                 self.new_tokens = self.accepted_draft_tokens = self.rejected_draft_tokens = 0
 
         class Generator:
@@ -133,10 +138,21 @@ class StandInExLlamaV2:
                 import torch
 
                 streamed = step.tokens[:-1] if step.eos else step.tokens
+                gaps = list(step.gaps or [1.0] * len(step.tokens))
+
+                def logits(rows):  # dynamic.py 2116: held_logits, one row per token
+                    out = torch.zeros((1, len(rows), 8))
+                    for i, gap in enumerate(rows):
+                        out[0, i, 0], out[0, i, 1] = 5.0 + gap, 5.0
+                    return out
+
                 if streamed:
-                    results.append({"job": job, "stage": "streaming", "eos": False,
-                                    "serial": 0, "text": "".join(f" t{t}" for t in streamed),
-                                    "token_ids": torch.tensor([list(streamed)])})
+                    result = {"job": job, "stage": "streaming", "eos": False,
+                              "serial": 0, "text": "".join(f" t{t}" for t in streamed),
+                              "token_ids": torch.tensor([list(streamed)])}
+                    if job.return_logits:
+                        result["logits"] = logits(gaps[:len(streamed)])
+                    results.append(result)
                 if step.eos or not self.steps:
                     final = {"job": job, "stage": "streaming", "eos": True, "serial": 0,
                              "eos_reason": "stop_token" if step.eos else "max_new_tokens",
@@ -146,6 +162,8 @@ class StandInExLlamaV2:
                              "rejected_draft_tokens": job.rejected_draft_tokens}
                     if step.eos:  # the stop token is held, not streamed (dynamic.py emit)
                         final["held"] = {"token_ids": torch.tensor([[step.tokens[-1]]])}
+                        if job.return_logits:
+                            final["held"]["logits"] = logits(gaps[-1:])
                         final["eos_triggering_token_id"] = step.tokens[-1]
                     results.append(final)
                     self.jobs.clear()

@@ -568,6 +568,11 @@ class ExLlamaV2Engine:
         drafting = self._drafter.kind is not DrafterKind.NONE
         k = self._drafter.num_draft_tokens if drafting else 0
         common.check_length(len(prompt_ids), request.max_new_tokens, self._plan.max_seq_len, k)
+        # Greedy runs return each token's pre-sampling logits (dynamic.py 1613, 2116), from
+        # which the reader keeps the top-1 minus top-2 gap: a drafted run that parts from
+        # the reference where that gap is ~0 is a float tie (EXL2 verifies k + 1 rows with
+        # other kernels than it decodes one), not a bug. The first H200 run found drafted
+        # runs parting at token 1-2 with nothing to tell which.
         job = x.ExLlamaV2DynamicJob(
             input_ids=torch.tensor([prompt_ids], dtype=torch.long),
             max_new_tokens=job_max_new_tokens(request.max_new_tokens, k),
@@ -575,6 +580,7 @@ class ExLlamaV2Engine:
             seed=request.sampling.seed,
             stop_conditions=sorted(self._eos_ids()) if request.stop_on_eos else None,
             decode_special_tokens=False,
+            return_logits=request.sampling.greedy,
         )
         for device in range(torch.cuda.device_count()):
             torch.cuda.reset_peak_memory_stats(device)
@@ -653,6 +659,8 @@ class _JobReader:
         self.cancelled = False
         self.text: list[str] = []
         self.token_ids: list[int] = []
+        self.gaps: list[float] = []
+        """Top-1 minus top-2 logit of each token, where the job returned its logits."""
         self.from_draft: list[bool] = []
         self.steps = 0
         self.draft_steps = 0
@@ -667,12 +675,14 @@ class _JobReader:
     def read(self, results: list[dict[str, Any]], elapsed_s: float) -> None:
         text: list[str] = []
         ids: list[int] = []
+        gaps: list[float] = []
         for r in results:
             if r.get("job") is not self.job or r.get("stage") != "streaming":
                 continue
             text.append(r.get("text", ""))
             if "token_ids" in r:
                 ids.extend(int(t) for t in r["token_ids"].flatten().tolist())
+            gaps.extend(top2_gaps(r.get("logits")))
             if r.get("eos"):
                 self.final = r
                 if r.get("eos_reason") == "stop_token":
@@ -686,6 +696,7 @@ class _JobReader:
                         ids.extend(int(t) for t in held["token_ids"].flatten().tolist())
                     else:
                         ids.append(int(r["eos_triggering_token_id"]))
+                    gaps.extend(top2_gaps(held.get("logits")))
         new_tokens = int(self.job.new_tokens)
         if new_tokens <= self._new_tokens:
             return
@@ -696,6 +707,7 @@ class _JobReader:
         self._record_step(accepted, rejected, new_tokens - self._new_tokens)
         self.text.extend(text)
         self.token_ids.extend(ids)
+        self.gaps.extend(gaps)
         if self.on_event is not None:
             self.on_event(
                 GenerationEvent(
@@ -770,7 +782,18 @@ class _JobReader:
             sampling=request.sampling,
             engine=ENGINE_NAME,
             from_draft=tuple(self.from_draft[: len(self.token_ids)]),
+            # only when every token has its gap: a partial list would misplace them
+            top2_gaps=tuple(self.gaps) if len(self.gaps) == len(self.token_ids) else (),
         )
+
+
+def top2_gaps(logits: Any) -> list[float]:
+    """Top-1 minus top-2 of each row of a job's returned logits (shape 1 x n x vocab);
+    nothing when there are none."""
+    if logits is None or getattr(logits, "numel", lambda: 0)() == 0:
+        return []
+    top = logits.float().topk(2, dim=-1).values
+    return (top[..., 0] - top[..., 1]).flatten().tolist()
 
 
 def _import_exllamav2() -> Any:

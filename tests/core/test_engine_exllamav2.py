@@ -8,6 +8,8 @@ them; the engine's GPU path stays unverified until a GPU run (docs/engines.md).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 import shutil
 from pathlib import Path
@@ -566,6 +568,37 @@ def test_generate_runs_whole_through_the_enforcing_standin(tmp_path, monkeypatch
     # A second job of the same prompt starts from an empty page table again.
     engine.generate(GenerationRequest(prompt_ids=(1, 5, 6, 7), max_new_tokens=32))
     assert fake.calls.count("reset_page_table") == 2
+    engine.unload()
+
+
+def test_greedy_runs_carry_each_tokens_logit_gap_so_a_float_tie_is_told_from_a_bug(
+        tmp_path, monkeypatch):
+    """The first H200 run found drafted runs parting from the baseline at token 1-2 and no
+    way to say whether the target's top two logits were tied there. Greedy jobs now ask
+    exllamav2 for each token's logits (return_logits) and the result keeps the top-1 minus
+    top-2 gap per token, the held stop token's too; the losslessness check then tells a tie
+    (gap ~0) from a real divergence. A sampled run asks for none."""
+    from exllamav2_standin import Step
+
+    from specdeck.core.engines.base import SamplingSpec
+    from specdeck.core.engines.lossless import OutputMatch, compare_greedy
+
+    script = [Step((11,), with_prefill=True, gaps=(2.5,)),
+              Step((12, 13, 14), accepted=2, rejected=2, gaps=(0.0, 1.5, 0.75)),
+              Step((15, 2), accepted=1, eos=True, gaps=(3.0, 4.0))]
+    engine, fake = _standin_engine(tmp_path, monkeypatch, script)
+    engine.set_drafter(DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=4, adaptive=False))
+    drafted = engine.generate(GenerationRequest(prompt_ids=(1, 5, 6, 7), max_new_tokens=32))
+    assert drafted.top2_gaps == (2.5, 0.0, 1.5, 0.75, 3.0, 4.0)
+    reference = replace(drafted, token_ids=(11, 99, 13, 14, 15, 2), top2_gaps=())
+    assert compare_greedy(reference, drafted).verdict is OutputMatch.TIE  # gap 0 at token 1
+    bug = replace(drafted, token_ids=(11, 12, 13, 98, 15, 2))
+    verdict = compare_greedy(replace(drafted, top2_gaps=()), bug)
+    assert verdict.verdict is OutputMatch.DIVERGED and verdict.gap == 0.75
+    sampled = engine.generate(GenerationRequest(
+        prompt_ids=(1, 5, 6, 7), max_new_tokens=32,
+        sampling=SamplingSpec(temperature=0.7, top_k=40, top_p=0.9, seed=1)))
+    assert sampled.top2_gaps == ()  # nothing asked, nothing made up
     engine.unload()
 
 
