@@ -8,10 +8,9 @@ them; the engine's GPU path stays unverified until a GPU run (docs/engines.md).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -579,7 +578,6 @@ def test_greedy_runs_carry_each_tokens_logit_gap_so_a_float_tie_is_told_from_a_b
     top-2 gap per token, the held stop token's too; the losslessness check then tells a tie
     (gap ~0) from a real divergence. A sampled run asks for none."""
     from exllamav2_standin import Step
-
     from specdeck.core.engines.base import SamplingSpec
     from specdeck.core.engines.lossless import OutputMatch, compare_greedy
 
