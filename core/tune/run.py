@@ -31,7 +31,12 @@ from specdeck.core.bench.winner import Standing, pick
 from specdeck.core.engines.base import NO_DRAFT
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.servers.arms import ServerArm
-from specdeck.core.servers.llama_server import LaunchProfile, drafter_from_flags, with_flag
+from specdeck.core.servers.llama_server import (
+    LaunchProfile,
+    binary_help,
+    drafter_from_flags,
+    with_flag,
+)
 from specdeck.core.tune.candidates import (
     K_VALUES,
     Candidate,
@@ -141,7 +146,6 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
          history: list[dict] | None = None) -> TuneResult:
     """Find, verify and decide (see the module docstring); applying is :mod:`.apply`'s."""
     from specdeck.core.servers.engine import ServerEngine
-    from specdeck.core.servers.llama_server import binary_help
 
     emit = on_event or (lambda _e: None)
     cancel = cancel or threading.Event()
@@ -156,7 +160,8 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
                                 "SpecDeck tunes llama-server builds that draft with --spec-type "
                                 "(2026 and later).")
     found: Candidates = find_candidates(setup, info.spec_types,
-                                        draft_files(setup, options.draft_dirs), cancel)
+                                        draft_files(setup, options.draft_dirs), cancel,
+                                        methods=info.methods)
     history = read_history() if history is None else history
     predicted = sorted(((c, predict(c, setup, options.device, history)) for c in found.found),
                        key=lambda cp: cp[1].speedup, reverse=True)
@@ -274,8 +279,8 @@ def candidate_cells(setup: Setup, candidate: Candidate) -> list[Cell]:
         label = candidate.label + ("" if value is None else f" k={value}")
         settings = () if value is None else (("k", value),)
         launch = LaunchProfile(setup.binary, str(setup.target), args)
-        cells.append(Cell(Arm(name, drafter_from_flags(args), ServerArm(launch=launch)),
-                          label, settings))
+        cells.append(Cell(Arm(name, drafter_from_flags(args, binary_help(setup.binary)),
+                              ServerArm(launch=launch)), label, settings))
     return cells
 
 

@@ -200,7 +200,12 @@ class SwapPage(QWidget):
         form.addRow("Draft model (-md)", row)
         self.spec_type = QComboBox()
         self.spec_type.addItem(UNCHANGED, None)
-        form.addRow("--spec-type", self.spec_type)
+        self.spec_type_source = QLabel()
+        self.spec_type_source.setVisible(False)
+        types = QHBoxLayout()
+        types.addWidget(self.spec_type, 1)
+        types.addWidget(self.spec_type_source)
+        form.addRow("--spec-type", types)
         self.draft_max = self._count("--spec-draft-n-max: most tokens drafted per step")
         self.draft_min = self._count("--spec-draft-n-min: fewest tokens drafted per step")
         form.addRow("Draft max", self.draft_max)
@@ -348,15 +353,27 @@ class SwapPage(QWidget):
                                  [("Open another…", self.choose_file)])
 
     def _fill_spec_types(self, info) -> None:
-        from specdeck.core.llama_flags import KNOWN_SPEC_TYPES
+        """The binary's own spec types (its --help); without a binary, the fallback list,
+        which says it is one."""
+        from specdeck.core.servers.llama_server import methods_of
 
-        types = info.spec_types if info is not None and info.spec_types else KNOWN_SPEC_TYPES
+        methods = methods_of(info)
         current = self.spec_type.currentData()
         self.spec_type.blockSignals(True)
         self.spec_type.clear()
         self.spec_type.addItem(UNCHANGED, None)
-        for name in types:
-            self.spec_type.addItem(name, name)
+        for method in methods.methods:
+            self.spec_type.addItem(method.name, method.name)
+            tip = (f"needs {method.needs}" if method.needs else "drafts from the context") + (
+                f"; k: {method.k_flag} (default {method.k_default})" if method.k_flag else "")
+            self.spec_type.setItemData(self.spec_type.count() - 1, tip,
+                                       Qt.ItemDataRole.ToolTipRole)
+        self.spec_type.setToolTip(f"Spec types from {methods.source}."
+                                  + (" Give the llama-server binary to list its own."
+                                     if methods.fallback else ""))
+        self.spec_type_source.setText("fallback list: no llama-server read"
+                                      if methods.fallback else "")
+        self.spec_type_source.setVisible(methods.fallback)
         index = self.spec_type.findData(current)
         self.spec_type.setCurrentIndex(max(index, 0))
         self.spec_type.blockSignals(False)

@@ -93,7 +93,6 @@ def test_help_text_of_the_pinned_build_is_understood():
 @pytest.mark.parametrize(("flags", "says"), [
     (("--draft-max", "8"), "--draft-max was removed from llama-server: use --spec-draft-n-max"),
     (("--draft-min", "2"), "use --spec-draft-n-min"),
-    (("-md", "d.gguf"), "add --spec-type draft-simple"),
     (("--spec-type", "lookahead"), "this llama-server knows none, draft-simple"),
     (("--flash-attn", "--metrics"), "--flash-attn on"),
     (("--no-such-flag",), "does not know --no-such-flag"),
