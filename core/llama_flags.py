@@ -114,6 +114,8 @@ class SpecMethod:
             return ""
         if self.name == "draft-mtp":
             return "MTP layers in the target (nextn_predict_layers)"
+        if self.name == "draft-simple":
+            return "a draft model (-md)"
         return f"a draft model (-md) made for {self.name}"
 
 

@@ -445,12 +445,12 @@ class SweepAxis:
     flag: str
     values: tuple[str, ...]
 
-    @property
-    def short(self) -> str:
-        """The flag as the table's column of settings shows it: --spec-draft-p-min -> p-min."""
+    def short(self, info: HelpInfo | None = None) -> str:
+        """The flag as the table's column of settings shows it: --spec-draft-p-min -> p-min,
+        its spec type or family taken off as ``info`` (the binary's help) names them."""
         name = self.flag.lstrip("-")
-        names = [m.name for m in fallback_help().methods] + [
-            m.family for m in fallback_help().methods]
+        methods = methods_of(info).methods
+        names = [m.name for m in methods] + [m.family for m in methods]
         prefix = max((f"spec-{n}-" for n in names if name.startswith(f"spec-{n}-")), key=len,
                      default="spec-")
         return name.removeprefix(prefix)
@@ -515,7 +515,7 @@ def grid_cells(families: list[tuple[str, LaunchProfile]], axes: list[SweepAxis],
                 raise InvalidInputError(f"Arm {name} has {what}: no k to sweep.",
                                         f"Use a spec type with one: {', '.join(known)}.")
             own_axes.append((SweepAxis(flag, tuple(str(k) for k in ks)), "k"))
-        own_axes += [(a, a.short) for a in axes if flag_applies(a.flag, kind, info)]
+        own_axes += [(a, a.short(info)) for a in axes if flag_applies(a.flag, kind, info)]
         if not own_axes:
             cells.append(Cell(Arm(name, drafter_from_flags(profile.args, info),
                                   _server_arm(profile)), name))

@@ -195,11 +195,9 @@ def _llama_server(ask: _Asker) -> ServerInfo | None:
 
 
 def _llama_router(ask: _Asker, props: dict) -> ServerInfo:
-    from specdeck.core.servers.llama_server import LaunchProfile
-
     models = router_models(ask.base, ask.key, timeout=ask.timeout())
     drafting = [f"{m.id} ({said.method})" for m in models.values()
-                if (said := launched_drafting(LaunchProfile("", "", tuple(m.flags)))).drafts]
+                if (said := _flags_drafting(m.flags)).drafts]
     return ServerInfo(
         ask.base.shown, ServerKind.LLAMA_SERVER,
         models=tuple(models),
@@ -345,7 +343,9 @@ def launched_drafting(profile) -> Drafting:
     last block -> draft-mtp; architecture dflash -> draft-dflash, or draft-dspark with a
     Markov head; any other model -> none) and :2305 (none anywhere in the list turns
     drafting off); tools/server/server-context.cpp (draft-simple without -md: "requires a
-    draft context", the server starts and does not draft)."""
+    draft context", the server starts and does not draft; draft-mtp on a target without MTP
+    layers: "failed to create MTP context", it exits). Each case is checked against the
+    real server in tests/servers/test_llama_server_live.py."""
     from specdeck.core import llama_flags
     from specdeck.core.servers.llama_server import binary_help, flag_value, methods_of
 
@@ -366,16 +366,46 @@ def launched_drafting(profile) -> Drafting:
     if unknown:
         return Drafting(False, why=f"this llama-server does not know --spec-type "
                                    f"{', '.join(unknown)}: it refuses to start")
-    usable = []
+    usable, missing, unsure = [], [], []
     for name in types:
         method = known.method(name)
-        if method is not None and method.family == "draft" and name != "draft-mtp" and not draft:
-            continue
-        usable.append(name)
+        if method is None or method.family != "draft" or draft:
+            usable.append(name)
+        elif name != "draft-mtp":
+            missing.append(f"{name} needs {method.needs}, and none is given: llama-server "
+                           "starts without drafting")
+        elif (mtp := _has_mtp_head(profile.model) if profile.model else None) is None:
+            unsure.append(f"{name} drafts only if the target has {method.needs}, and its GGUF "
+                          "cannot be read")
+        elif mtp:
+            usable.append(name)
+        else:
+            missing.append(f"{name} needs {method.needs}, and the target has none: "
+                           "llama-server exits at load (\"failed to create MTP context\")")
     if not usable:
-        return Drafting(False, why=f"--spec-type {given} needs a draft model (-md) and none is "
-                                   "given: llama-server starts without drafting")
+        why = "; ".join(missing + unsure)
+        return Drafting(None if unsure else False, why=why)
     return Drafting(True, ", ".join(usable), "" if info is not None else known.source)
+
+
+def _has_mtp_head(path: str) -> bool | None:
+    """Whether a GGUF carries an MTP head on its last block, as llama.cpp looks for one
+    (common/speculative.cpp:2369-2372); None when it cannot be read."""
+    from pathlib import Path
+
+    from specdeck.core.compat.gguf_file import GgufHeader
+    from specdeck.core.errors import SpecDeckError
+
+    try:
+        return _mtp_in(GgufHeader.from_path(Path(path)))
+    except SpecDeckError:
+        return None
+
+
+def _mtp_in(header) -> bool:
+    arch = header.fields.get("general.architecture")
+    blocks = header.fields.get(f"{arch}.block_count")
+    return isinstance(blocks, int) and f"blk.{blocks - 1}.nextn.eh_proj.weight" in header.tensors
 
 
 def _type_from_draft(path: str) -> Drafting:
@@ -395,8 +425,7 @@ def _type_from_draft(path: str) -> Drafting:
     if arch == "dflash":
         kind = "draft-dspark" if "markov_w1.weight" in header.tensors else "draft-dflash"
         return Drafting(True, kind, f"inferred by llama-server from the draft GGUF ({arch})")
-    blocks = header.fields.get(f"{arch}.block_count")
-    if isinstance(blocks, int) and f"blk.{blocks - 1}.nextn.eh_proj.weight" in header.tensors:
+    if _mtp_in(header):
         return Drafting(True, "draft-mtp", "inferred by llama-server from the draft's MTP head")
     return Drafting(False, why=(
         "a draft model (-md) without --spec-type: llama-server infers a type only from an "
@@ -409,14 +438,11 @@ def server_drafting(info: ServerInfo, model: str | None = None) -> Drafting:
     llama-server's /slots (``speculative``: a drafting context exists), TabbyAPI's draft in
     its model card, vLLM's speculative counters at /metrics (registered only with a
     speculative config); else unknown until a run."""
-    from specdeck.core.servers.llama_server import LaunchProfile
-
     if info.router:
         flags = info.flags_of(model)
         if flags is None:
             return Drafting(None, why="name one of the router's models")
-        forecast = launched_drafting(LaunchProfile("", "", tuple(flags)))
-        return forecast
+        return _flags_drafting(flags)
     if info.kind is ServerKind.LLAMA_SWAP:
         return Drafting(None, why="llama-swap starts the model's llama-server on the first "
                                   "request")
@@ -429,3 +455,11 @@ def server_drafting(info: ServerInfo, model: str | None = None) -> Drafting:
         return Drafting(True, "its speculative config", "vLLM's /metrics has spec_decode "
                         "counters")
     return Drafting(None, why=f"{TRAITS[info.kind].title} does not say before a run")
+
+
+def _flags_drafting(flags) -> Drafting:
+    """A router model's drafting, from the llama-server flags the router starts it with."""
+    from specdeck.core.servers.llama_server import LaunchProfile, flag_value
+
+    target = flag_value(tuple(flags), "-m", "--model") or ""
+    return launched_drafting(LaunchProfile("", target, tuple(flags)))
