@@ -371,8 +371,8 @@ class SwapPage(QWidget):
         self.spec_type.setToolTip(f"Spec types from {methods.source}."
                                   + (" Give the llama-server binary to list its own."
                                      if methods.fallback else ""))
-        self.spec_type_source.setText("fallback list: no llama-server read"
-                                      if methods.fallback else "")
+        self.spec_type_source.setText("<i>fallback list</i>" if methods.fallback else "")
+        self.spec_type_source.setToolTip(self.spec_type.toolTip())
         self.spec_type_source.setVisible(methods.fallback)
         index = self.spec_type.findData(current)
         self.spec_type.setCurrentIndex(max(index, 0))
@@ -415,9 +415,24 @@ class SwapPage(QWidget):
 
         self.draft.setPlaceholderText(now(*lf.DRAFT_MODEL))
         self.spec_type.setItemText(0, now(lf.SPEC_TYPE))
-        self.draft_max.setSpecialValueText(now(lf.DRAFT_N_MAX, *lf.N_MAX_REMOVED))
+        self.draft_max.setSpecialValueText(now(self._k_flag(model), *lf.N_MAX_REMOVED))
         self.draft_min.setSpecialValueText(now(lf.DRAFT_N_MIN, *lf.N_MIN_REMOVED))
         self.p_min.setSpecialValueText(now(lf.DRAFT_P_MIN, *lf.P_MIN_ALIASES))
+
+    def _k_flag(self, model=None) -> str:
+        """The flag Draft max writes: what sets k for the chosen spec type (else the cmd's),
+        as the binary's --help (or the fallback) says; core.swap.actions writes the same."""
+        from specdeck.core import llama_flags as lf
+        from specdeck.core.servers.llama_server import methods_of, spec_type
+
+        if model is None and self.config is not None and self._current_name():
+            row = self._row(self._current_name())
+            model = self.config.model(row["model"]) if row and row["llama_server"] else None
+        kind = self.spec_type.currentData() or (spec_type(model.flags) if model else None)
+        method = methods_of(self.info).method(kind)
+        flag = method.k_flag if method is not None and method.k_flag else lf.DRAFT_N_MAX
+        self.draft_max.setToolTip(f"{flag}: most tokens drafted per step")
+        return flag
 
     def _form_widgets(self):
         return (self.draft, self.spec_type, self.draft_max, self.draft_min, self.p_min, self.no_draft)
@@ -450,6 +465,7 @@ class SwapPage(QWidget):
         return None if setting == DraftSetting() else setting
 
     def _edited(self, *_args) -> None:
+        self._k_flag()
         removing = self.no_draft.isChecked()
         for widget in self._form_widgets()[:-1]:
             widget.setEnabled(not removing)

@@ -7,8 +7,7 @@ arms, sweeps, the tuner's candidates and llama-swap edits alike."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
+import help_samples
 import pytest
 from specdeck.core.engines.base import DrafterKind
 from specdeck.core.engines.demo import find_gguf
@@ -24,41 +23,14 @@ from specdeck.core.servers.llama_server import (
     parse_help,
 )
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "servers"
-REAL_TEXT = (DATA / "llama-server-11434-help.txt").read_text()
-REAL = parse_help(REAL_TEXT)
+REAL = parse_help(help_samples.REAL_TEXT)
 GGUF = find_gguf()
 
-TYPES_LINE = ("--spec-type none,draft-simple,draft-eagle3,draft-mtp,draft-dflash,draft-dspark,"
-              "ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache")
-FOO = ("--spec-ngram-foo-size-n N               ngram size N for ngram-foo speculative "
-       "decoding, length of lookup\n"
-       "                                        n-gram (default: 6)\n"
-       "--spec-ngram-foo-size-m N               ngram size M for ngram-foo speculative "
-       "decoding, length of draft\n"
-       "                                        m-gram (default: 16)\n")
-"""Written as the pinned build writes its ngram-simple lines (common/arg.cpp)."""
-
-
-def newer_help() -> str:
-    """The pinned build's help with two methods it does not have, in its own layout."""
-    assert TYPES_LINE in REAL_TEXT  # the real text is as this test expects
-    text = REAL_TEXT.replace(TYPES_LINE, TYPES_LINE + ",ngram-foo,draft-zeta", 1)
-    anchor = "--spec-ngram-map-k4v-size-n N"
-    assert anchor in text
-    return text.replace(anchor, FOO + anchor, 1)
 
 
 @pytest.fixture
 def newer_binary(tmp_path) -> str:
-    """An executable answering --help with ``newer_help()`` (it serves nothing: only the
-    help text is read from it)."""
-    (tmp_path / "help.txt").write_text(newer_help())
-    path = tmp_path / "bin" / "llama-server"
-    path.parent.mkdir()
-    path.write_text(f"#!/bin/sh\ncat '{tmp_path / 'help.txt'}'\n")
-    path.chmod(0o755)
-    return str(path)
+    return help_samples.newer_binary(tmp_path)
 
 
 def test_each_spec_type_its_flags_and_its_k_come_from_the_pinned_help():

@@ -101,6 +101,8 @@ def test_probe_tells_which_server_drafts(servers, specdeck_home):
     b = json.loads(specdeck("servers", "probe", ngram, "--json", home=specdeck_home).stdout)
     assert (a["kind"], b["kind"]) == ("llama-server", "llama-server")
     assert (a["speculative"], b["speculative"]) == (False, True)
+    assert (a["drafting"]["drafts"], b["drafting"]["drafts"]) == (False, True)
+    assert a["drafting"]["line"] == "will not draft: llama.cpp llama-server reports no drafting"
     assert a["metrics"] and b["metrics"] and a["cache_off"]
     assert b["model"].endswith(".gguf")
 
@@ -702,3 +704,15 @@ def test_a_draft_model_without_spec_type_is_reported_as_not_drafting(
     summary_md = (tmp_path / "report" / "summary.md").read_text()
     assert "B did not draft: a draft model (-md) without --spec-type" in summary_md
     assert "B: will not draft" in summary_md
+
+
+def test_check_flags_says_whether_the_flags_will_draft(llama_bin, demo_gguf, specdeck_home):
+    """`specdeck servers check-flags` with the real binary: accepted flags and whether they
+    draft (the same forecast as a launched arm's)."""
+    said = json.loads(specdeck("servers", "check-flags", "--llama-server", str(llama_bin),
+                               f"-md {demo_gguf}", "--json", home=specdeck_home).stdout)
+    assert said["ok"] and said["drafting"]["drafts"] is False
+    assert said["drafting"]["why"].startswith("a draft model (-md) without --spec-type")
+    text = specdeck("servers", "check-flags", "--llama-server", str(llama_bin),
+                    "--spec-type ngram-mod", home=specdeck_home).stdout
+    assert text.strip() == "This llama-server accepts these flags; drafts by ngram-mod."
