@@ -209,7 +209,7 @@ def _described(arm, drafting, info, problem: str | None) -> str:
     if server.launch is not None:
         shown = shown_command(list(drafting_flags(tuple(server.launch.args))))
         return (f"{arm.name}: launched llama-server, {shown or 'no drafting flags'}; flags "
-                f"accepted; {drafting.line}")
+                f"accepted; {drafting.full}")
     if info is None:
         return f"{arm.name}: {server.where}; {drafting.line}"
     if info.router:

@@ -316,7 +316,7 @@ class ServerEngine:
             notes.append(f"{arm.name}: {traits.title} at {where}; acceptance: {traits.acceptance}")
             drafting = _drafting(arm, info)
             if drafting is not None:
-                notes.append(f"{arm.name}: {drafting.line} (said before the run)")
+                notes.append(f"{arm.name}: {drafting.full} (said before the run)")
             if info is not None and info.router:
                 from specdeck.core.servers.llama_server import drafting_flags, shown_command
 

@@ -323,12 +323,16 @@ class Drafting:
 
     @property
     def line(self) -> str:
-        if self.drafts is None:
-            return f"drafting unknown until a run ({self.why})" if self.why else \
-                "drafting unknown until a run"
+        if self.drafts is None:  # why (in the JSON and tooltips) is for who asks
+            return "drafting unknown until a run"
         if self.drafts:
             return f"drafts by {self.method}" + (f" ({self.why})" if self.why else "")
         return f"will not draft: {self.why}"
+
+    @property
+    def full(self) -> str:
+        """The line, with why even when it is unknown."""
+        return f"{self.line} ({self.why})" if self.drafts is None and self.why else self.line
 
     def to_json(self) -> dict[str, Any]:
         return {"drafts": self.drafts, "method": self.method, "why": self.why,

@@ -53,7 +53,8 @@ def test_servers_engine_runs_a_server_plan_to_the_results(qtbot, page, replay):
         f"B: server-side drafting @ http://127.0.0.1:{b.port}"]
     form.probe_button.click()
     qtbot.waitUntil(lambda: "Probing" not in form.server_info.text(), timeout=30_000)
-    assert form.server_info.text() == "A: openai, drafting unknown · B: openai, drafting unknown"
+    assert form.server_info.text() == ("A: openai, drafting unknown until a run · B: openai, "
+                                       "drafting unknown until a run")
     plan = server_plan(form.plan().arms)
     form.set_plan(plan)
     assert form.plan() == plan and [a.server.url for a in plan.arms] == [
