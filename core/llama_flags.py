@@ -108,7 +108,7 @@ class SpecMethod:
     def needs(self) -> str:
         """What it needs beyond the target ("": nothing). A draft-* type drafts with a draft
         model given with -md, except draft-mtp, which uses the target's own MTP layers
-        (tools/server/server-context.cpp: ``has_spec = has_draft || spec_mtp``); an n-gram
+        (tools/server/server-context.cpp:1124: ``has_spec = has_draft || spec_mtp``); an n-gram
         type copies from the context."""
         if self.family != "draft":
             return ""

@@ -345,9 +345,9 @@ def launched_drafting(profile) -> Drafting:
     common/arg.cpp:357 (the default type is none), :567-575 (without --spec-type the type is
     inferred from the draft GGUF only), common/speculative.cpp:2351-2386 (an MTP head on the
     last block -> draft-mtp; architecture dflash -> draft-dflash, or draft-dspark with a
-    Markov head; any other model -> none) and :2305 (none anywhere in the list turns
-    drafting off); tools/server/server-context.cpp (draft-simple without -md: "requires a
-    draft context", the server starts and does not draft; draft-mtp on a target without MTP
+    Markov head; any other model -> none), :2332 (none anywhere in the list turns drafting
+    off), :239 (draft-simple without -md: "requires a draft context"; the server starts and
+    does not draft); tools/server/server-context.cpp:1258 (draft-mtp on a target without MTP
     layers: "failed to create MTP context", it exits). Each case is checked against the
     real server in tests/servers/test_llama_server_live.py."""
     from specdeck.core import llama_flags
