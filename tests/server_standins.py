@@ -14,7 +14,9 @@ service binary), answering the way their sources do. Sources read:
   num_spec_tokens; generate/base/protocol.py, v1/metrics/stats.py); always data: [DONE]
   (chat_completion/serving.py). Prometheus counters vllm:spec_decode_num_drafts_total,
   ..._num_draft_tokens_total, ..._num_accepted_tokens_total, ..._per_pos_total{position},
-  labels engine and model_name, with *_created gauges beside them (v1/spec_decode/metrics.py).
+  labels engine and model_name, with *_created gauges beside them (v1/spec_decode/metrics.py),
+  registered only when the server runs with a speculative config (SpecDecodingProm.__init__
+  returns early without one; the same at vllm-project/vllm 016a8587).
 - Ollama fb30760996871fa9460115c753afd2c60d4ab0f7: GET /api/version -> {"version"};
   /api/tags and /api/ps -> {"models": [{name, model, ...}]}; POST /api/chat streams
   application/x-ndjson lines {model, created_at, message {role, content}, done}; the last has
@@ -92,15 +94,17 @@ class VllmHandler(_Base):
                 "max_model_len": 32768, "permission": []}]})
         if self.path == "/metrics":
             c = self.counters
-            lines = []
-            for name, value in (("num_drafts", c["drafts"]), ("num_draft_tokens", c["drafted"]),
+            lines = ["# TYPE vllm:num_requests_running gauge",
+                     f'vllm:num_requests_running{{engine="0",model_name="{self.model}"}} 0.0']
+            for name, value in () if not self.speculative else (("num_drafts", c["drafts"]), ("num_draft_tokens", c["drafted"]),
                                 ("num_accepted_tokens", c["accepted"])):
                 lines += [f"# TYPE vllm:spec_decode_{name}_total counter",
                           f'vllm:spec_decode_{name}_total{{engine="0",model_name="{self.model}"}} '
                           f"{float(value)}",
                           f'vllm:spec_decode_{name}_created{{engine="0",model_name="{self.model}"}} '
                           "1.79547e+09"]
-            for position, value in enumerate(c.get("positions", [0, 0, 0, 0])):
+            for position, value in enumerate(c.get("positions", [0, 0, 0, 0])
+                                             if self.speculative else ()):
                 lines.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",'
                              f'model_name="{self.model}",position="{position}"}} {float(value)}')
             data = ("\n".join(lines) + "\n").encode()

@@ -450,11 +450,14 @@ def server_drafting(info: ServerInfo, model: str | None = None) -> Drafting:
     if info.kind is ServerKind.LLAMA_SWAP:
         return Drafting(None, why="llama-swap starts the model's llama-server on the first "
                                   "request")
+    if info.kind is ServerKind.TABBYAPI and not info.speculative:
+        # tests/tabby_standin.py: main's ExLlamaV3 model card never names its draft
+        return Drafting(None, why="its /v1/model names no draft, which TabbyAPI's main "
+                                  "branch never does")
     if info.speculative is not None:
         return Drafting(info.speculative, info.draft or ("its server's method"
                                                          if info.speculative else None),
-                        "" if info.speculative else f"{TRAITS[info.kind].title} reports "
-                        "no drafting")
+                        "" if info.speculative else "its /slots says no slot drafts")
     if info.kind is ServerKind.VLLM and info.metrics:
         return Drafting(True, "its speculative config", "vLLM's /metrics has spec_decode "
                         "counters")

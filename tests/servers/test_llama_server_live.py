@@ -102,7 +102,7 @@ def test_probe_tells_which_server_drafts(servers, specdeck_home):
     assert (a["kind"], b["kind"]) == ("llama-server", "llama-server")
     assert (a["speculative"], b["speculative"]) == (False, True)
     assert (a["drafting"]["drafts"], b["drafting"]["drafts"]) == (False, True)
-    assert a["drafting"]["line"] == "will not draft: llama.cpp llama-server reports no drafting"
+    assert a["drafting"]["line"] == "will not draft: its /slots says no slot drafts"
     assert a["metrics"] and b["metrics"] and a["cache_off"]
     assert b["model"].endswith(".gguf")
 
