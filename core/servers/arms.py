@@ -162,20 +162,13 @@ def describe(arm) -> str:
     """One line on what an arm is and whether it will draft, by which method, as far as can
     be told before a run (a worker calls it: it probes a running server, or reads a launched
     one's binary --help and draft GGUF); never raises."""
+    return _described(arm, *_forecast(arm))
+
+
+def _forecast(arm):
+    """(whether it will draft, the running server's ServerInfo or None, the problem that
+    stops it or None); never raises."""
     from specdeck.core.errors import SpecDeckError
-
-    return _described(arm, *_forecast(arm, SpecDeckError))
-
-
-def forecast(arm):
-    """Whether ``arm`` will draft (``core.servers.probe.Drafting``); never raises: a server
-    that cannot be probed is unknown, with why."""
-    from specdeck.core.errors import SpecDeckError
-
-    return _forecast(arm, SpecDeckError)[0]
-
-
-def _forecast(arm, errors):
     from specdeck.core.servers.probe import Drafting, launched_drafting, probe, server_drafting
 
     server: ServerArm = arm.server
@@ -184,7 +177,7 @@ def _forecast(arm, errors):
 
         try:
             check_args(tuple(server.launch.args), binary_help(server.launch.binary))
-        except errors as exc:
+        except SpecDeckError as exc:
             return Drafting(False, why=exc.what), None, exc.what
         return launched_drafting(server.launch), None, None
     if server.tabby is not None:
@@ -193,7 +186,7 @@ def _forecast(arm, errors):
                         "" if drafts else "reloaded without a draft"), None, None
     try:
         info = probe(server.url, server.api_key(), server.kind)
-    except errors as exc:
+    except SpecDeckError as exc:
         return Drafting(None, why=f"not probed: {exc.what}"), None, exc.what
     if server.draft_model and info.kind is ServerKind.LMSTUDIO:
         return Drafting(True, server.draft_model, "named per request"), info, None

@@ -750,7 +750,7 @@ def _by_position(before: dict[str, float], after: dict[str, float], accepted: fl
 
 def _drafting(arm, info: ServerInfo | None):
     """Whether an arm will draft, as told before its runs (None for a TabbyAPI reload arm:
-    what it holds changes on reload; core.servers.arms.forecast says it from the load)."""
+    what it holds changes on reload)."""
     from specdeck.core.servers.probe import launched_drafting, server_drafting
 
     if arm.server.launch is not None:

@@ -107,11 +107,6 @@ def methods_of(info: HelpInfo | None) -> HelpInfo:
     return info if info is not None and info.methods else fallback_help()
 
 
-def help_for(binary: str | Path | None) -> HelpInfo:
-    """The spec types and their flags of ``binary`` (its --help), or the fallback."""
-    return methods_of(binary_help(binary) if binary else None)
-
-
 @lru_cache(maxsize=8)
 def _help_cached(binary: str, mtime: float) -> HelpInfo | None:
     try:
@@ -167,6 +162,12 @@ def check_args(args: tuple[str, ...], info: HelpInfo | None) -> None:
         if arg in ("--flash-attn", "-fa") and (i + 1 >= len(args)
                                                or args[i + 1] not in ("on", "off", "auto")):
             problems.append(f"{arg} needs a value in current llama.cpp: {arg} on (or off, auto)")
+    if problems and any(f in llama_flags.DRAFT_MODEL for f in flags) \
+            and llama_flags.SPEC_TYPE not in flags:
+        # Alone it starts (and is said not to draft: core.servers.probe); with a fix to make
+        # anyway, the whole fix is named at once.
+        problems.append("a draft model (-md) without --spec-type drafts only if llama-server "
+                        "infers a type from its GGUF: add --spec-type draft-simple")
     if problems:
         raise InvalidInputError("This llama-server command line would not work: "
                                 + "; ".join(problems) + ".",
