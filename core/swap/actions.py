@@ -45,8 +45,12 @@ class DraftSetting:
     """Remove the draft model and every drafting flag (give nothing else)."""
 
 
-def draft_edits(setting: DraftSetting) -> list[FlagEdit]:
-    """The flag edits for ``setting``: current llama-server names, replacing the old ones."""
+def draft_edits(setting: DraftSetting, info=None, current_type: str | None = None
+                ) -> list[FlagEdit]:
+    """The flag edits for ``setting``: current llama-server names, replacing the old ones.
+    ``draft_max`` sets k through the flag the spec type (the one set, else ``current_type``)
+    has for it in ``info`` (the binary's --help; by default the fallback): an n-gram type's
+    ``--spec-ngram-*-size-m`` or ``-n-max``, a draft type's ``--spec-draft-n-max``."""
     values = (setting.draft, setting.spec_type, setting.draft_max, setting.draft_min, setting.p_min)
     if setting.no_draft:
         if any(v is not None for v in values):
@@ -59,7 +63,11 @@ def draft_edits(setting: DraftSetting) -> list[FlagEdit]:
     if spec:
         edits.append(FlagEdit(SPEC_TYPE, spec))
     if setting.draft_max is not None:
-        edits.append(FlagEdit(DRAFT_N_MAX, str(setting.draft_max), replaces=N_MAX_REMOVED))
+        from specdeck.core.servers.llama_server import methods_of
+
+        method = methods_of(info).method(spec or current_type)
+        flag = method.k_flag if method is not None and method.k_flag else DRAFT_N_MAX
+        edits.append(FlagEdit(flag, str(setting.draft_max), replaces=N_MAX_REMOVED))
     if setting.draft_min is not None:
         edits.append(FlagEdit(DRAFT_N_MIN, str(setting.draft_min), replaces=N_MIN_REMOVED))
     if setting.p_min is not None:
@@ -79,7 +87,9 @@ def plan_draft(config: SwapConfig, model_name: str, setting: DraftSetting, info=
         raise InvalidInputError(f"Model {printable(model_name)}'s cmd does not start a "
                                 "llama-server.",
                                 "SpecDeck edits llama-server's drafting flags only.")
-    change = plan_edit(config, model_name, draft_edits(setting))
+    from specdeck.core.servers.llama_server import spec_type
+
+    change = plan_edit(config, model_name, draft_edits(setting, info, spec_type(model.flags)))
     if info is not None:
         from specdeck.core.servers.llama_server import check_args
 

@@ -10,7 +10,8 @@ the same flag here: its short and long names, and a long name written with ``_``
 (``--flash_attn``, ``--draft_max``: common/arg.cpp reads ``_`` as ``-`` after ``--``).
 Where the user's llama-server binary is given,
 its own ``--help`` decides which names are gone, so the advice follows the version they
-run; without it, the pinned llama.cpp's list (core.llama_flags.REMOVED).
+run; without it, the pinned llama.cpp's list (core.llama_flags.REMOVED). Which n-gram type has
+its own ``-n-max``/``-n-min`` comes from the same help (``HelpInfo.methods``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdeck.core import llama_flags
-from specdeck.core.servers.llama_server import HelpInfo, spec_type
+from specdeck.core.servers.llama_server import HelpInfo, methods_of, spec_type
 from specdeck.core.swap.cmd import canonical
 from specdeck.core.swap.config import ModelCmd
 from specdeck.core.swap.edit import FlagEdit
@@ -76,8 +77,10 @@ def findings(model: ModelCmd, info: HelpInfo | None = None,
         value = model.flag_value(flag)
         if flag in N_MAX_OLD or flag in N_MIN_OLD:
             suffix = "max" if flag in N_MAX_OLD else "min"
-            new = (f"--spec-ngram-mod-n-{suffix}" if kind == "ngram-mod" and not has_draft_model
-                   else f"--spec-draft-n-{suffix}")
+            new = f"--spec-draft-n-{suffix}"
+            method = methods_of(info).method(kind)
+            if method and not has_draft_model and f"--spec-{kind}-n-{suffix}" in method.flags:
+                new = f"--spec-{kind}-n-{suffix}"  # an n-gram type with its own (ngram-mod)
             add(f"{flag} was removed: {new} now", flag,
                 FlagEdit(new, value if value is not None else None, replaces=(flag,)))
         elif flag in NGRAM_OLD:

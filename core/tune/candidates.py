@@ -27,14 +27,6 @@ from specdeck.core.tune.setup import Setup
 K_VALUES = ("4", "8", "16")
 """The k values tried for every candidate (its own k flag: --spec-draft-n-max, the n-gram
 type's size)."""
-NOT_SEARCHED = {
-    "draft-eagle3": "needs an EAGLE-3 draft head for this target; SpecDeck finds none",
-    "draft-dflash": "needs a DFlash draft for this target; SpecDeck finds none",
-    "draft-dspark": "needs a DSpark draft for this target; SpecDeck finds none",
-    "draft-mtp": "the target has no MTP layers (nextn_predict_layers)",
-    "draft-simple": "no draft GGUF on disk passes the compatibility check",
-}
-
 
 @dataclass(frozen=True)
 class HubFile:
@@ -68,6 +60,16 @@ class Candidate:
     notes: tuple[str, ...] = ()
     hub: HubFile | None = None
     """Where a draft from the Hub comes from (None: found on disk)."""
+    k_flag: str | None = None
+    """What sets k for it, as the binary's --help says (find_candidates); by default as
+    SpecDeck's fallback list says."""
+
+    def __post_init__(self) -> None:
+        if self.k_flag is None:
+            from specdeck.core.servers.llama_server import fallback_help
+
+            method = fallback_help().method(self.spec_type)
+            object.__setattr__(self, "k_flag", method.k_flag if method else None)
 
     @property
     def label(self) -> str:
@@ -80,10 +82,6 @@ class Candidate:
         if self.draft is not None:
             out += (llama_flags.DRAFT_MODEL[0], str(self.draft))
         return out
-
-    @property
-    def k_flag(self) -> str | None:
-        return llama_flags.K_FLAG_BY_TYPE.get(self.spec_type)
 
 
 @dataclass(frozen=True)
@@ -99,27 +97,36 @@ class Candidates:
 
 
 def find_candidates(setup: Setup, spec_types: Sequence[str], drafts: Iterable[Path] = (),
-                    cancel: threading.Event | None = None) -> Candidates:
-    """Every candidate this setup's server can run (``spec_types``: its --help's list)."""
+                    cancel: threading.Event | None = None,
+                    methods: Sequence[llama_flags.SpecMethod] = ()) -> Candidates:
+    """Every candidate this setup's server can run (``spec_types``: its --help's list;
+    ``methods``: each type's flags from the same help, else the fallback's): an n-gram type
+    with its k flag, a draft type when SpecDeck finds what it needs, else not tried, why."""
+    from specdeck.core.servers.llama_server import fallback_help
+
+    known = {m.name: m for m in (*fallback_help().methods, *methods)}
     found: list[Candidate] = []
     skipped: list[NotTried] = []
     for kind in spec_types:
+        method = known.get(kind, llama_flags.SpecMethod(kind))
+        k = {"k_flag": method.k_flag} if method.k_flag else {}
         if kind == "none":
             continue
-        if kind.startswith("ngram-"):
-            found.append(Candidate(kind))
+        if not method.needs:
+            found.append(Candidate(kind, **k))
         elif kind == "draft-mtp" and setup.facts.mtp_layers:
             found.append(Candidate(kind, notes=(f"{setup.facts.mtp_layers} MTP layer(s) in "
-                                                f"{setup.facts.name}",)))
+                                                f"{setup.facts.name}",), **k))
         elif kind == "draft-simple":
             models, refused = _draft_models(setup, drafts, cancel)
-            found += [Candidate(kind, path, size) for path, size in models]
+            found += [Candidate(kind, path, size, **k) for path, size in models]
             skipped += refused
             if not models:
-                skipped.append(NotTried(kind, NOT_SEARCHED[kind]))
+                skipped.append(NotTried(kind, "no draft GGUF on disk passes the compatibility "
+                                              "check"))
         else:
-            skipped.append(NotTried(kind, NOT_SEARCHED.get(kind, "SpecDeck does not know what "
-                                                                  "it needs")))
+            skipped.append(NotTried(kind, f"needs {method.needs}; SpecDeck finds none for "
+                                          f"{setup.facts.name}"))
     return Candidates(tuple(found), tuple(skipped))
 
 

@@ -38,7 +38,12 @@ from specdeck.core.bench.winner import Standing, pick
 from specdeck.core.engines.base import NO_DRAFT
 from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
 from specdeck.core.servers.arms import ServerArm
-from specdeck.core.servers.llama_server import LaunchProfile, drafter_from_flags, with_flag
+from specdeck.core.servers.llama_server import (
+    LaunchProfile,
+    binary_help,
+    drafter_from_flags,
+    with_flag,
+)
 from specdeck.core.tune import hub
 from specdeck.core.tune.candidates import (
     K_VALUES,
@@ -208,7 +213,6 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
     """Find, download, verify and decide (see the module docstring); applying is
     :mod:`.apply`'s. ``confirm_download`` is asked before any download (None: download
     within the budget without asking)."""
-    from specdeck.core.servers.llama_server import binary_help
 
     emit = on_event or (lambda _e: None)
     cancel = cancel or threading.Event()
@@ -225,7 +229,8 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
     library = hub.library_dir(options.download_dir)
     found: Candidates = find_candidates(
         setup, info.spec_types,
-        draft_files(setup, (*options.draft_dirs, *hub.library_folders(library))), cancel)
+        draft_files(setup, (*options.draft_dirs, *hub.library_folders(library))), cancel,
+        methods=info.methods)
     if options.download_budget > 0 and hub.DRAFT_SIMPLE in info.spec_types:
         emit(Phase("candidates", f"Searching the Hub for {setup.facts.family} drafts"))
         found = _with_hub(setup, found, library, options, notes, cancel)
@@ -495,8 +500,8 @@ def candidate_cells(setup: Setup, candidate: Candidate) -> list[Cell]:
         label = candidate.label + ("" if value is None else f" k={value}")
         settings = () if value is None else (("k", value),)
         launch = LaunchProfile(setup.binary, str(setup.target), args)
-        cells.append(Cell(Arm(name, drafter_from_flags(args), ServerArm(launch=launch)),
-                          label, settings))
+        cells.append(Cell(Arm(name, drafter_from_flags(args, binary_help(setup.binary)),
+                              ServerArm(launch=launch)), label, settings))
     return cells
 
 

@@ -200,7 +200,12 @@ class SwapPage(QWidget):
         form.addRow("Draft model (-md)", row)
         self.spec_type = QComboBox()
         self.spec_type.addItem(UNCHANGED, None)
-        form.addRow("--spec-type", self.spec_type)
+        self.spec_type_source = QLabel()
+        self.spec_type_source.setVisible(False)
+        types = QHBoxLayout()
+        types.addWidget(self.spec_type, 1)
+        types.addWidget(self.spec_type_source)
+        form.addRow("--spec-type", types)
         self.draft_max = self._count("--spec-draft-n-max: most tokens drafted per step")
         self.draft_min = self._count("--spec-draft-n-min: fewest tokens drafted per step")
         form.addRow("Draft max", self.draft_max)
@@ -348,15 +353,27 @@ class SwapPage(QWidget):
                                  [("Open another…", self.choose_file)])
 
     def _fill_spec_types(self, info) -> None:
-        from specdeck.core.llama_flags import KNOWN_SPEC_TYPES
+        """The binary's own spec types (its --help); without a binary, the fallback list,
+        which says it is one."""
+        from specdeck.core.servers.llama_server import methods_of
 
-        types = info.spec_types if info is not None and info.spec_types else KNOWN_SPEC_TYPES
+        methods = methods_of(info)
         current = self.spec_type.currentData()
         self.spec_type.blockSignals(True)
         self.spec_type.clear()
         self.spec_type.addItem(UNCHANGED, None)
-        for name in types:
-            self.spec_type.addItem(name, name)
+        for method in methods.methods:
+            self.spec_type.addItem(method.name, method.name)
+            tip = (f"needs {method.needs}" if method.needs else "drafts from the context") + (
+                f"; k: {method.k_flag} (default {method.k_default})" if method.k_flag else "")
+            self.spec_type.setItemData(self.spec_type.count() - 1, tip,
+                                       Qt.ItemDataRole.ToolTipRole)
+        self.spec_type.setToolTip(f"Spec types from {methods.source}."
+                                  + (" Give the llama-server binary to list its own."
+                                     if methods.fallback else ""))
+        self.spec_type_source.setText("<i>fallback list</i>" if methods.fallback else "")
+        self.spec_type_source.setToolTip(self.spec_type.toolTip())
+        self.spec_type_source.setVisible(methods.fallback)
         index = self.spec_type.findData(current)
         self.spec_type.setCurrentIndex(max(index, 0))
         self.spec_type.blockSignals(False)
@@ -398,9 +415,24 @@ class SwapPage(QWidget):
 
         self.draft.setPlaceholderText(now(*lf.DRAFT_MODEL))
         self.spec_type.setItemText(0, now(lf.SPEC_TYPE))
-        self.draft_max.setSpecialValueText(now(lf.DRAFT_N_MAX, *lf.N_MAX_REMOVED))
+        self.draft_max.setSpecialValueText(now(self._k_flag(model), *lf.N_MAX_REMOVED))
         self.draft_min.setSpecialValueText(now(lf.DRAFT_N_MIN, *lf.N_MIN_REMOVED))
         self.p_min.setSpecialValueText(now(lf.DRAFT_P_MIN, *lf.P_MIN_ALIASES))
+
+    def _k_flag(self, model=None) -> str:
+        """The flag Draft max writes: what sets k for the chosen spec type (else the cmd's),
+        as the binary's --help (or the fallback) says; core.swap.actions writes the same."""
+        from specdeck.core import llama_flags as lf
+        from specdeck.core.servers.llama_server import methods_of, spec_type
+
+        if model is None and self.config is not None and self._current_name():
+            row = self._row(self._current_name())
+            model = self.config.model(row["model"]) if row and row["llama_server"] else None
+        kind = self.spec_type.currentData() or (spec_type(model.flags) if model else None)
+        method = methods_of(self.info).method(kind)
+        flag = method.k_flag if method is not None and method.k_flag else lf.DRAFT_N_MAX
+        self.draft_max.setToolTip(f"{flag}: most tokens drafted per step")
+        return flag
 
     def _form_widgets(self):
         return (self.draft, self.spec_type, self.draft_max, self.draft_min, self.p_min, self.no_draft)
@@ -433,6 +465,7 @@ class SwapPage(QWidget):
         return None if setting == DraftSetting() else setting
 
     def _edited(self, *_args) -> None:
+        self._k_flag()
         removing = self.no_draft.isChecked()
         for widget in self._form_widgets()[:-1]:
             widget.setEnabled(not removing)

@@ -93,7 +93,6 @@ def test_help_text_of_the_pinned_build_is_understood():
 @pytest.mark.parametrize(("flags", "says"), [
     (("--draft-max", "8"), "--draft-max was removed from llama-server: use --spec-draft-n-max"),
     (("--draft-min", "2"), "use --spec-draft-n-min"),
-    (("-md", "d.gguf"), "add --spec-type draft-simple"),
     (("--spec-type", "lookahead"), "this llama-server knows none, draft-simple"),
     (("--flash-attn", "--metrics"), "--flash-attn on"),
     (("--no-such-flag",), "does not know --no-such-flag"),
@@ -293,7 +292,7 @@ def test_sweep_axes_parse_ranges_lists_and_refuse_nonsense():
 
     assert parse_axis("spec-draft-n-min=0-2").values == ("0", "1", "2")
     axis = parse_axis("--spec-draft-p-min=0.5,0.75,0.5")
-    assert (axis.flag, axis.values, axis.short) == ("--spec-draft-p-min", ("0.5", "0.75"), "p-min")
+    assert (axis.flag, axis.values, axis.short()) == ("--spec-draft-p-min", ("0.5", "0.75"), "p-min")
     for bad in ("spec-draft-p-min", "=1,2", "spec-draft-n-max=9-2", "spec-draft-n-max=1-500",
                 "spec-draft-n-max= , "):
         with pytest.raises(InvalidInputError):

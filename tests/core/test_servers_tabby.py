@@ -41,6 +41,12 @@ def test_probe_knows_tabbyapi_and_its_draft(tabby):
     assert "not reported" in info.acceptance
     plain, _ = tabby(branch="main")
     assert probe(plain, "tabby-api-key").speculative is False
+    from specdeck.core.servers.probe import server_drafting
+
+    said = server_drafting(info)
+    assert (said.drafts, said.method) == (True, "Qwen2.5-0.5B-exl2-4.0bpw")
+    main = server_drafting(probe(plain, "tabby-api-key"))  # main never names its draft
+    assert main.drafts is None and "main branch" in main.why
 
 
 @pytest.mark.parametrize(("key", "detail"), [(None, "Please provide an API key"),

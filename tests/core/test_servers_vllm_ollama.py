@@ -27,10 +27,17 @@ def _plan(urls):
 
 
 def test_vllm_is_detected_with_its_metrics(standins):
-    url, _ = standins(VllmHandler)
+    """vLLM registers its spec_decode counters only with a speculative config: their presence
+    says before a run that it drafts; without them, nothing can be told until a run."""
+    from specdeck.core.servers.probe import server_drafting
+
+    url, _ = standins(VllmHandler, speculative=True)
     info = probe(url)
     assert (info.kind, info.version, info.metrics) == (ServerKind.VLLM, "0.33.0", True)
     assert info.model == "Qwen/Qwen2.5-32B-Instruct"
+    assert server_drafting(info).drafts is True
+    plain = probe(standins(VllmHandler)[0])
+    assert not plain.metrics and server_drafting(plain).line == "drafting unknown until a run"
 
 
 @pytest.mark.parametrize(("per_request", "source"), [

@@ -53,7 +53,8 @@ def test_servers_engine_runs_a_server_plan_to_the_results(qtbot, page, replay):
         f"B: server-side drafting @ http://127.0.0.1:{b.port}"]
     form.probe_button.click()
     qtbot.waitUntil(lambda: "Probing" not in form.server_info.text(), timeout=30_000)
-    assert form.server_info.text() == "A: openai, drafting unknown · B: openai, drafting unknown"
+    assert form.server_info.text() == ("A: openai, drafting unknown until a run · B: openai, "
+                                       "drafting unknown until a run")
     plan = server_plan(form.plan().arms)
     form.set_plan(plan)
     assert form.plan() == plan and [a.server.url for a in plan.arms] == [
@@ -194,3 +195,44 @@ def test_arms_dialog_gives_an_lm_studio_arm_its_draft(qtbot, page):
     arms = form.plan().arms
     assert [a.server.draft_model for a in arms] == [None, "qwen2.5-0.5b-instruct"]
     assert form.servers.isReadOnly() and "+ draft qwen2.5-0.5b-instruct" in form.servers.text()
+
+
+def test_a_draft_model_without_spec_type_is_said_not_to_draft_before_and_after_the_run(
+        qtbot, page, tmp_path):
+    """Issue 28 on the A/B page, with the real pinned llama-server: Check says before the run
+    that an arm launched with -md and no --spec-type will not draft (its draft, the demo GGUF,
+    is a plain model: llama-server infers no type from it), and the results say it did not
+    draft, measured as it ran."""
+    from specdeck.core.engines.demo import find_gguf
+    from specdeck.gui.widgets.server_arms_dialog import FOUND, LAUNCH, SOURCE, WHERE
+    from tools.llama_server_build import build
+
+    binary, gguf = build(), find_gguf()
+    form = page.form
+    form.engine.setCurrentIndex(form.engine.findData("server"))
+    form.arms_button.click()
+    dialog = form.arms_dialog
+    for row in (0, 1):
+        dialog.table.cellWidget(row, SOURCE).setCurrentText(LAUNCH)
+    dialog.table.item(1, WHERE).setText(f"-md {gguf}")
+    dialog.binary.setText(str(binary))
+    dialog.gguf.setText(str(gguf))
+    dialog.common.setText("-t 2 -c 1024")
+    dialog.check_button.click()
+    qtbot.waitUntil(lambda: dialog.table.item(1, FOUND).text() != "", timeout=30_000)
+    assert dialog.table.item(0, FOUND).text().endswith(
+        "will not draft: no --spec-type (llama-server's default is none)")
+    said = dialog.table.item(1, FOUND).text()
+    assert "flags accepted; will not draft: a draft model (-md) without --spec-type" in said
+    assert f"{gguf.name} is a plain llama" in said
+    dialog.grab().save(str(tmp_path / "arms-check.png"))
+    dialog.ok_button.click()
+    plan = server_plan(form.plan().arms, suites=("code",), max_new_tokens=16)
+    assert plan.arms[1].drafter.kind.value == "model"  # judged as the drafting arm it asks for
+    form.set_plan(plan)
+    page.start()
+    qtbot.waitUntil(lambda: page.last_summary is not None, timeout=180_000)  # the final one
+    text = page.summary.text()
+    assert "did not draft</b>: a draft model (-md) without --spec-type" in text
+    assert "(said before the run); it drafted nothing in 1 run" in text
+    page.grab().save(str(tmp_path / "ab-not-drafting.png"))

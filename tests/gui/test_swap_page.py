@@ -196,3 +196,40 @@ def test_a_save_that_fails_is_shown_in_place_and_the_change_stays(qtbot, page, t
     assert "Could not save config.yaml" in page.banner.label.text()
     assert "read-only" in page.banner.label.text()
     assert path.read_text() == before and page.save_button.isEnabled()
+
+
+def test_the_spec_type_dropdown_lists_what_the_binary_offers(qtbot, page, tmp_path):
+    """Issue 28: the dropdown is the llama-server's own --help list, so a method SpecDeck has
+    never heard of (help_samples: ngram-foo) is offered, and Draft max writes that method's
+    own k flag; with no binary given, the list is the fallback and says so."""
+    from help_samples import newer_binary
+    from specdeck.core.servers.llama_server import fallback_help
+
+    (tmp_path / "b").mkdir()
+    binary = newer_binary(tmp_path / "b")
+    path = tmp_path / "config.yaml"
+    path.write_text(f"models:\n  smol:\n    cmd: {binary} -m /models/smol.gguf -t 2\n")
+    _open(qtbot, page, path)
+    offered = [page.spec_type.itemData(i) for i in range(1, page.spec_type.count())]
+    assert offered == [m.name for m in fallback_help().methods] and "ngram-foo" not in offered
+    assert page.spec_type_source.isVisible() and "fallback" in page.spec_type_source.text()
+    assert "fallback" in page.spec_type.toolTip()
+    _select(page, "smol")
+    qtbot.wait(300)
+    page.grab().save(str(tmp_path / "swap-fallback.png"))
+
+    page.binary.setText(binary)
+    page.reload()
+    qtbot.waitUntil(lambda: page.info is not None, timeout=10_000)
+    offered = [page.spec_type.itemData(i) for i in range(1, page.spec_type.count())]
+    assert offered[-2:] == ["ngram-foo", "draft-zeta"] and not page.spec_type_source.isVisible()
+    foo = page.spec_type.findData("ngram-foo")
+    assert "--spec-ngram-foo-size-m (default 16)" in page.spec_type.itemData(foo, 3)  # tooltip
+    _select(page, "smol")
+    page.spec_type.setCurrentIndex(foo)
+    page.draft_max.setValue(6)
+    qtbot.waitUntil(lambda: "--spec-ngram-foo-size-m 6" in page.diff_view.toPlainText(),
+                    timeout=10_000)
+    assert "--spec-type ngram-foo" in page.diff_view.toPlainText()
+    assert page.draft_max.toolTip().startswith("--spec-ngram-foo-size-m")
+    page.grab().save(str(tmp_path / "swap-spec-types.png"))

@@ -101,6 +101,8 @@ def test_probe_tells_which_server_drafts(servers, specdeck_home):
     b = json.loads(specdeck("servers", "probe", ngram, "--json", home=specdeck_home).stdout)
     assert (a["kind"], b["kind"]) == ("llama-server", "llama-server")
     assert (a["speculative"], b["speculative"]) == (False, True)
+    assert (a["drafting"]["drafts"], b["drafting"]["drafts"]) == (False, True)
+    assert a["drafting"]["line"] == "will not draft: its /slots says no slot drafts"
     assert a["metrics"] and b["metrics"] and a["cache_off"]
     assert b["model"].endswith(".gguf")
 
@@ -633,3 +635,84 @@ def test_a_drafting_arm_that_drafted_nothing_is_named_and_never_wins(llama_bin, 
     assert arm_b["drafted"] == 0 and arm_b["acceptance_source"] == "Prometheus counters"
     assert comparison["not_drafting"].startswith("it drafted nothing in 2 runs")
     assert comparison["verdict"].startswith("B did not draft")
+
+
+@pytest.mark.parametrize(("flags", "drafts", "says"), [
+    ((), False, "no --spec-type"),
+    (("-md", "{draft}"), False, "a draft model (-md) without --spec-type"),
+    (("-md", "{draft}", "--spec-type", "draft-simple"), True, "draft-simple"),
+    (("--spec-type", "draft-simple"), False, "draft-simple needs a draft model (-md)"),
+    (("--spec-type", "draft-mtp"), False, "the target has none"),
+    (("--spec-type", "ngram-simple"), True, "ngram-simple"),
+    (("--spec-type", "none"), False, "--spec-type none"),
+])
+def test_the_probe_says_before_the_run_what_the_launched_server_then_does(
+        llama_bin, demo_gguf, draft_gguf, tmp_path, flags, drafts, says):
+    """What the probe says from the flags, the binary's --help and the draft's GGUF header,
+    before anything starts, is what the real server then reports in /slots (each slot's
+    ``speculative``: a drafting context exists, tools/server/server-context.cpp)."""
+    from specdeck.core.servers.llama_server import LaunchProfile, ManagedServer
+    from specdeck.core.servers.probe import launched_drafting, probe, server_drafting
+    from specdeck.core.servers.transport import request_json
+
+    args = THREADS + tuple(a.replace("{draft}", str(draft_gguf)) for a in flags)
+    profile = LaunchProfile(str(llama_bin), str(demo_gguf), args)
+    said = launched_drafting(profile)
+    assert said.drafts is drafts
+    assert says in (said.method or "" if drafts else said.why)
+    server = ManagedServer(profile, tmp_path / "server.log")
+    if "exits at load" in said.why:
+        with pytest.raises(ServerError, match="failed to create MTP context"):
+            server.start(timeout=120)
+        return
+    server.start(timeout=120)
+    try:
+        slots = request_json(Base.parse(server.url), "GET", "/slots", timeout=10)
+        assert [s["speculative"] for s in slots] == [drafts] * len(slots)
+        running = server_drafting(probe(server.url))  # a running server: /slots
+        assert running.drafts is drafts
+    finally:
+        server.stop()
+
+
+def test_a_draft_model_without_spec_type_is_reported_as_not_drafting(
+        llama_bin, demo_gguf, draft_gguf, specdeck_home, tmp_path):
+    """Issue 28's done-when: an arm launched with -md and no --spec-type is said not to draft
+    before the run (the plan's notes), and after it in the comparison, the verdict and the
+    summary the CLI writes; its server's counters agree (0 drafts)."""
+    result = specdeck("bench", "--llama-server", str(llama_bin), "--gguf", str(demo_gguf),
+                      "--server-args", "-t 2 -c 1024", "--launch", "A=",
+                      "--launch", f"B=-md {draft_gguf}", "--suite", "code",
+                      "--max-prompts", "2", "--repeats", "1", "--warmup", "0", "--max-new", "24",
+                      "--no-history", "--json", "-", "--report", str(tmp_path / "report"),
+                      home=specdeck_home)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    notes = data["loaded"]["notes"]
+    assert any(n.startswith("B: will not draft: a draft model (-md) without --spec-type")
+               and draft_gguf.name in n for n in notes), notes
+    assert "A: will not draft: no --spec-type (llama-server's default is none) (said before " \
+        "the run)" in notes
+    arm_b = next(a for a in data["summary"]["arms"] if a["name"] == "B")
+    assert arm_b["drafted"] == 0 and arm_b["acceptance_source"] == "Prometheus counters"
+    comparison = data["summary"]["comparisons"][0]
+    assert comparison["not_drafting"].startswith(
+        "a draft model (-md) without --spec-type: llama-server infers a type only from an MTP, "
+        "DFlash or DSpark GGUF")
+    assert "(said before the run); it drafted nothing in 2 runs" in comparison["not_drafting"]
+    assert comparison["verdict"].startswith("B did not draft: a draft model (-md) without")
+    summary_md = (tmp_path / "report" / "summary.md").read_text()
+    assert "B did not draft: a draft model (-md) without --spec-type" in summary_md
+    assert "B: will not draft" in summary_md
+
+
+def test_check_flags_says_whether_the_flags_will_draft(llama_bin, demo_gguf, specdeck_home):
+    """`specdeck servers check-flags` with the real binary: accepted flags and whether they
+    draft (the same forecast as a launched arm's)."""
+    said = json.loads(specdeck("servers", "check-flags", "--llama-server", str(llama_bin),
+                               f"-md {demo_gguf}", "--json", home=specdeck_home).stdout)
+    assert said["ok"] and said["drafting"]["drafts"] is False
+    assert said["drafting"]["why"].startswith("a draft model (-md) without --spec-type")
+    text = specdeck("servers", "check-flags", "--llama-server", str(llama_bin),
+                    "--spec-type ngram-mod", home=specdeck_home).stdout
+    assert text.strip() == "This llama-server accepts these flags; drafts by ngram-mod."
