@@ -139,6 +139,7 @@ class TunePage(QWidget):
         self.result = None
         """core.tune.run.TuneResult of the finished tune (with what applying did)."""
         self.plots = None
+        self._plot_turn = 0
         self.banner = Banner()
         self._build_form()
         self._build_progress()
@@ -416,9 +417,9 @@ class TunePage(QWidget):
     def _show_live(self) -> None:
         live = self.live
         self.phases.setText(self._phases_html(live.phase))
-        self.stage.setText(html.escape(live.stage or live.phase_text))
-        self.round.setText(html.escape(live.round_text()))
-        self.best.setText(html.escape(live.best_text()) if live.cells else "")
+        self.stage.setText(live.stage or live.phase_text)
+        self.round.setText(live.round_text())
+        self.best.setText(live.best_text() if live.cells else "")
         self._show_candidates()
         if self.plots is not None:
             series = {"speed": self.plots.speed, "accept": self.plots.accept,
@@ -427,7 +428,9 @@ class TunePage(QWidget):
                 curve = series[point.series].get(point.arm)
                 if curve is not None:
                     curve.add(point.t, point.value)
-            self.plots.redraw()
+            # One plot per tick, in turn (as the A/B page): no frame pays for both.
+            self._plot_turn = 1 - self._plot_turn
+            self.plots.redraw(only=self._plot_turn)
 
     @staticmethod
     def _phases_html(current: str) -> str:
@@ -470,8 +473,9 @@ class TunePage(QWidget):
         self.pump()
         self.result = result
         if self.live is not None:
-            self.live.phase = "result"
             self._show_live()
+            if self.plots is not None:
+                self.plots.redraw()
         self.phases.setText(self._phases_html("result"))
         self.stage.setText("Cancelled: see the result below." if result.cancelled
                            else "Finished: see the result below.")
@@ -570,7 +574,7 @@ class TunePage(QWidget):
         from specdeck.core.tune.live import applied_text
 
         self.result = self.result.with_applied(applied)
-        self.stage.setText(html.escape(applied_text(applied)))
+        self.stage.setText(applied_text(applied))
         self._show_result()
         if applied.written and applied.path is not None:
             self.context.show_status(f"{'Rolled back' if applied.rolled_back else 'Applied to'} "
@@ -609,7 +613,8 @@ class TunePage(QWidget):
         bold = self.best.font()
         bold.setBold(True)
         self.best.setFont(bold)
-        for label in (self.round, self.best, self.stage):
+        for label in (self.round, self.best, self.stage):  # core's words, shown as they are
+            label.setTextFormat(Qt.TextFormat.PlainText)
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.candidates = QTableWidget(0, len(COLUMNS))
         self.candidates.setHorizontalHeaderLabels(COLUMNS)
