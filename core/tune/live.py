@@ -113,6 +113,9 @@ class TuneLive:
     plan: LivePlan | None = None
     plans: int = 0
     decision: Decided | None = None
+    acceptance_reported: bool = False
+    """A drafting run's server reported its acceptance (llama-server's counters)."""
+    acceptance_unreported: bool = False
     _offset: float = 0.0
     _points: list[Point] = field(default_factory=list)
 
@@ -127,7 +130,7 @@ class TuneLive:
         if isinstance(event, SetupRead):
             self.setup = event.setup
         elif isinstance(event, Phase):
-            self.phase, self.phase_text, self.current = event.name, event.text, ""
+            self.phase, self.phase_text, self.current, self.stage = event.name, event.text, "", ""
         elif isinstance(event, CandidatesFound):
             self._candidates(event)
         elif isinstance(event, Decided):
@@ -176,7 +179,11 @@ class TuneLive:
         plan.apply(event)
         self._points += [Point(p.series, self._series(p.arm), p.t + self._offset, p.value)
                          for p in plan.take_points()]
-        if not isinstance(event, RunFinished) or self.phase != "search":
+        if not isinstance(event, RunFinished):
+            return
+        self.acceptance_reported |= bool(plan.acceptance_reported)
+        self.acceptance_unreported |= bool(plan.acceptance_unreported)
+        if self.phase != "search":
             return
         for name in plan.arms[1:]:
             cell = self.cells.get(name)
@@ -213,6 +220,11 @@ class TuneLive:
         ``arm`` one of :data:`SERIES`."""
         points, self._points = self._points, []
         return points
+
+    @property
+    def acceptance_unknown(self) -> bool:
+        """Drafting runs finished and no server reported acceptance (the plot says so)."""
+        return self.acceptance_unreported and not self.acceptance_reported
 
     @property
     def best(self) -> CellSoFar | None:
@@ -301,7 +313,7 @@ def result_lines(result) -> list[tuple[str, str]]:
     else:
         lines.append(("Verified speed-up", "not verified"))
     if decision.flags:
-        lines.append(("Winner's flags", shlex.join(decision.flags)))
+        lines.append(("Best setting's flags", shlex.join(decision.flags)))
     lines.append(("Decision", decision.why))
     applied = result.applied
     if applied is not None:

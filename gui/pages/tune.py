@@ -65,6 +65,7 @@ COLUMNS = ("candidate", "predicted speed-up (range)", "size", "download", "measu
 IDLE_TEXT = ("Say what to tune and press Tune: SpecDeck finds what your llama-server can draft "
              "with, searches the settings within the budget, verifies the best on other prompts "
              "and offers to write it.")
+CANCELLING_TEXT = "Cancelling: stopping after the current run…"
 RUNNING_TEXT = ("Tuning: the result comes after the search and the verification on held-out "
                 "prompts. Cancel stops at any point and leaves your files as they were.")
 
@@ -140,6 +141,7 @@ class TunePage(QWidget):
         """core.tune.run.TuneResult of the finished tune (with what applying did)."""
         self.plots = None
         self._plot_turn = 0
+        self._cancelling = False
         self.banner = Banner()
         self._build_form()
         self._build_progress()
@@ -281,7 +283,7 @@ class TunePage(QWidget):
                        on_error=self._show_error)
 
     def _show_models(self, models) -> None:
-        chosen = self.model.currentText()
+        chosen = self.model.currentData()
         self.model.clear()
         for name, why in models:
             self.model.addItem(name if not why else f"{name} (cannot be tuned)", name)
@@ -349,6 +351,7 @@ class TunePage(QWidget):
         self.events = queue.SimpleQueue()
         self.live = TuneLive()
         self.result = None
+        self._cancelling = False
         self._ensure_plots()
         if self.plots is not None:
             from specdeck.core.tune.live import SERIES
@@ -360,8 +363,8 @@ class TunePage(QWidget):
         self._show_result()
         for label in (self.round, self.best, self.stage):
             label.setText("")
-        self.candidates.clearSpans()
         self.candidates.setRowCount(0)
+        self.not_tried.setText("")
         self.timer.start()
         self._sync()
 
@@ -371,7 +374,8 @@ class TunePage(QWidget):
         for key in ("tune", "apply"):
             self.tasks.stop(key)
         if self._running():
-            self.stage.setText("Cancelling: stopping the llama-server runs…")
+            self._cancelling = True
+            self.stage.setText(CANCELLING_TEXT)
         self.cancel_button.setEnabled(False)
 
     def _sync(self) -> None:
@@ -417,11 +421,12 @@ class TunePage(QWidget):
     def _show_live(self) -> None:
         live = self.live
         self.phases.setText(self._phases_html(live.phase))
-        self.stage.setText(live.stage or live.phase_text)
+        self.stage.setText(CANCELLING_TEXT if self._cancelling else live.stage or live.phase_text)
         self.round.setText(live.round_text())
         self.best.setText(live.best_text() if live.cells else "")
         self._show_candidates()
         if self.plots is not None:
+            self.plots.set_acceptance_title(True, unreported=live.acceptance_unknown)
             series = {"speed": self.plots.speed, "accept": self.plots.accept,
                       "finished": self.plots.finished, "accept_done": self.plots.accept_done}
             for point in live.take_points():
@@ -450,7 +455,7 @@ class TunePage(QWidget):
         live = self.live
         rows = live.candidates
         table = self.candidates
-        table.setRowCount(len(rows) + len(live.not_tried))
+        table.setRowCount(len(rows))
         best = live.best
         for index, row in enumerate(rows):
             cells = (row.candidate.label, row.predicted_text, row.size_text, row.download,
@@ -461,16 +466,15 @@ class TunePage(QWidget):
                 font.setBold(best is not None and best.candidate == row.candidate)
                 item.setFont(font)
             table.item(index, 1).setToolTip(row.prediction.source)
-        for offset, skipped in enumerate(live.not_tried):
-            index = len(rows) + offset
-            _item(table, index, 0, skipped.what).setForeground(Qt.GlobalColor.gray)
-            _item(table, index, 1, f"not tried: {skipped.why}").setForeground(Qt.GlobalColor.gray)
-            table.setSpan(index, 1, 1, len(COLUMNS) - 1)
+        self.not_tried.setText("Not tried: " + "; ".join(f"{n.what} ({n.why})"
+                                                         for n in live.not_tried)
+                               if live.not_tried else "")
 
     def finished(self, result) -> None:
         """Show a finished tune (core.tune.run.TuneResult): its verdict, the report, Apply."""
         self.timer.stop()
         self.pump()
+        self._cancelling = False
         self.result = result
         if self.live is not None:
             self._show_live()
@@ -486,6 +490,7 @@ class TunePage(QWidget):
     def _failed(self, error: BaseException) -> None:
         self.timer.stop()
         self.pump()
+        self._cancelling = False
         if isinstance(error, CancelledError):
             self.stage.setText("Cancelled before the search began: nothing was written.")
             self.banner.show_message("Tuning was cancelled: nothing was written.", "info")
@@ -573,6 +578,7 @@ class TunePage(QWidget):
     def _applied(self, applied) -> None:
         from specdeck.core.tune.live import applied_text
 
+        self._cancelling = False
         self.result = self.result.with_applied(applied)
         self.stage.setText(applied_text(applied))
         self._show_result()
@@ -582,6 +588,7 @@ class TunePage(QWidget):
         self._sync()
 
     def _apply_failed(self, error: BaseException) -> None:
+        self._cancelling = False
         if isinstance(error, CancelledError):
             self.stage.setText("Cancelled: the file is as it was.")
         else:
@@ -627,6 +634,13 @@ class TunePage(QWidget):
         header.setStretchLastSection(True)
         self.candidates.verticalHeader().setDefaultSectionSize(
             self.candidates.fontMetrics().height() + 8)
+        self.not_tried = QLabel()
+        self.not_tried.setWordWrap(True)
+        self.not_tried.setProperty("role", "hint")
+        self.not_tried.setTextFormat(Qt.TextFormat.PlainText)
+        table_box = QVBoxLayout()
+        table_box.addWidget(self.candidates, 1)
+        table_box.addWidget(self.not_tried)
         status = QVBoxLayout()
         status.addWidget(self.phases)
         status.addWidget(self.round)
@@ -635,7 +649,7 @@ class TunePage(QWidget):
         status.addStretch(1)
         layout = QHBoxLayout(self.progress_box)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.candidates, 3)
+        layout.addLayout(table_box, 3)
         layout.addLayout(status, 2)
         # pyqtgraph costs ~0.4 s to import: the plots are built when the first tune starts.
         self.plots_host = QWidget()
@@ -681,7 +695,9 @@ class TunePage(QWidget):
 
             self.plots = BenchPlots()
             self.plots.memory_plot.hide()  # llama-server's memory is not the tune's question
-            self.plots.speed_plot.setTitle("Decode speed per run")
+            self.plots.speed_plot.setTitle("Decode speed")
+            for plot in (self.plots.speed_plot, self.plots.accept_plot):  # clear of the start
+                plot.getPlotItem().legend.setOffset((-8, 8))
             self.plots_host.layout().addWidget(self.plots)
 
     # lifecycle -----------------------------------------------------------------------------

@@ -78,6 +78,23 @@ def small(page, llama_bin: Path, folder: Path, budget: str = "20s") -> None:
     page.prompts.setText(str(prompts_file(folder)))
 
 
+def verified(config: Path):
+    """A tune result whose verification said apply n-gram drafting to model smol (what
+    core.tune.run.decide returns for a winner verified faster with its output unchanged;
+    decide is tested in tests/core/test_tune.py). Its flags draft on the held-out prompt that
+    the relaunch from the written file sends (llama-server's default n-gram size drafts
+    nothing on short answers)."""
+    from specdeck.core.tune.candidates import Candidate
+    from specdeck.core.tune.run import Decided, TuneOptions, TuneResult
+    from specdeck.core.tune.setup import from_swap
+
+    flags = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2")
+    return TuneResult(from_swap(config, "smol"),
+                      TuneOptions(suites=("grounded",), prompts_per_suite=2, max_new_tokens=48),
+                      (), (), None, None,
+                      Decided(Candidate("ngram-simple"), flags, True, "verified"))
+
+
 def llama_servers() -> list[psutil.Process]:
     return [p for p in psutil.Process().children(recursive=True)
             if "llama-server" in p.name()]
@@ -101,6 +118,8 @@ def test_a_demo_tune_runs_from_tune_to_the_result(qtbot, configured_qapp, llama_
     offered = [t for t in binary_help(llama_bin).spec_types if t != "none"]
     listed = {page.candidates.item(r, 0).text().split()[0]
               for r in range(page.candidates.rowCount())}
+    listed |= {n.what.split()[0] for n in page.live.not_tried
+               if f"{n.what} ({n.why})" in page.not_tried.text()}
     assert set(offered) <= listed  # every method the binary lists: a candidate, or why not
     first = page.live.candidates[0]
     assert page.candidates.item(0, 1).text() == first.predicted_text  # core's prediction
@@ -153,19 +172,10 @@ def test_cancel_during_the_search_leaves_the_config_byte_identical(qtbot, config
 @pytest.mark.slow
 def test_apply_shows_the_diff_writes_proves_and_rolls_back(qtbot, configured_qapp, llama_bin,
                                                           demo_gguf, tmp_path):
-    from specdeck.core.tune.candidates import Candidate
-    from specdeck.core.tune.run import Decided, TuneOptions, TuneResult
-    from specdeck.core.tune.setup import from_swap
 
     config = swap_config(tmp_path, llama_bin, demo_gguf)
     original = config.read_bytes()
-    flags = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2")
-    # A result whose verification said apply (what core.tune.run.decide returns for a winner
-    # verified faster with its output unchanged; decide is tested in tests/core/test_tune.py).
-    result = TuneResult(from_swap(config, "smol"),
-                        TuneOptions(suites=("grounded",), prompts_per_suite=2, max_new_tokens=16),
-                        (), (), None, None,
-                        Decided(Candidate("ngram-simple"), flags, True, "verified"))
+    result = verified(config)
     window, page = tune_page(qtbot)
     page.finished(result)
     assert page.apply_button.isEnabled() and not page.rollback_button.isEnabled()
@@ -211,16 +221,9 @@ def test_apply_shows_the_diff_writes_proves_and_rolls_back(qtbot, configured_qap
 def test_roll_back_refuses_a_file_edited_after_apply(qtbot, configured_qapp, llama_bin,
                                                     demo_gguf, tmp_path):
     from specdeck.core.tune.apply import apply
-    from specdeck.core.tune.candidates import Candidate
-    from specdeck.core.tune.run import Decided, TuneOptions, TuneResult
-    from specdeck.core.tune.setup import from_swap
 
     config = swap_config(tmp_path, llama_bin, demo_gguf)
-    flags = ("--spec-type", "ngram-simple")
-    result = TuneResult(from_swap(config, "smol"),
-                        TuneOptions(suites=("grounded",), prompts_per_suite=2, max_new_tokens=16),
-                        (), (), None, None,
-                        Decided(Candidate("ngram-simple"), flags, True, "verified"))
+    result = verified(config)
     result = result.with_applied(apply(result))
     assert result.applied.written and not result.applied.rolled_back
     window, page = tune_page(qtbot)
@@ -272,7 +275,8 @@ def test_what_is_wrong_with_the_form_is_said_in_place(qtbot, configured_qapp, tm
     page.kind.setCurrentIndex(page.kind.findData("llama-server"))
     page.binary.setText("")
     qtbot.mouseClick(page.start_button, _left())
-    assert not page.banner.isHidden() and "Say which llama-server and GGUF" in page.banner.label.text()
+    assert not page.banner.isHidden()
+    assert "Say which llama-server and GGUF" in page.banner.label.text()
     page.kind.setCurrentIndex(page.kind.findData("demo"))
     page.budget.setText("ten minutes")
     qtbot.mouseClick(page.start_button, _left())
@@ -327,7 +331,8 @@ def test_candidates_show_predictions_and_download_events_as_they_come(qtbot, con
     assert rows[0] == ["draft-simple draft-0.5b.gguf", "1.60x (1.20-2.10)", "300 MiB",
                        "downloading 12.0 MiB of 80.0 MiB", "-"]
     assert rows[1][:4] == ["ngram-mod", "1.10x (0.90-1.40)", "-", "on disk"]
-    assert rows[2][:2] == ["draft-eagle3", "not tried: needs an EAGLE-3 head"]
+    assert len(rows) == 2
+    assert page.not_tried.text() == "Not tried: draft-eagle3 (needs an EAGLE-3 head)"
     assert page.candidates.item(0, 1).toolTip() == "theory (a)"
     assert "▶ Candidates" in page.phases.text()
     page.events.put(Downloaded(draft))
