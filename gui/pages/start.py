@@ -78,7 +78,8 @@ class StartPage(QWidget):
         self.tune_demo_button.clicked.connect(
             lambda: self.context.page_requested.emit("tune", "demo"))
         demo_row.addWidget(self.tune_demo_button)
-        demo_hint = QLabel("See a live A/B in a minute, on the embedded demo model (no download).")
+        demo_hint = QLabel("See a live A/B in a minute, or the whole tuning loop, on the embedded "
+                           "demo model (no download).")
         demo_hint.setProperty("role", "hint")
         demo_row.addWidget(demo_hint, 1)
         layout.addLayout(demo_row)

@@ -481,6 +481,7 @@ class TunePage(QWidget):
             if self.plots is not None:
                 self.plots.redraw()
         self.phases.setText(self._phases_html("result"))
+        self.round.setText("")
         self.stage.setText("Cancelled: see the result below." if result.cancelled
                            else "Finished: see the result below.")
         self._show_result()
@@ -696,8 +697,6 @@ class TunePage(QWidget):
             self.plots = BenchPlots()
             self.plots.memory_plot.hide()  # llama-server's memory is not the tune's question
             self.plots.speed_plot.setTitle("Decode speed")
-            for plot in (self.plots.speed_plot, self.plots.accept_plot):  # clear of the start
-                plot.getPlotItem().legend.setOffset((-8, 8))
             self.plots_host.layout().addWidget(self.plots)
 
     # lifecycle -----------------------------------------------------------------------------
