@@ -170,7 +170,8 @@ class TuneLive:
             self.in_round += 1
             self.current = cell.label
         else:
-            self.current = " against ".join(VERIFY_NAMES.get(n, n) for n in reversed(names))
+            *others, last = [VERIFY_NAMES.get(n, n) for n in names]
+            self.current = f"{last} against " + " and ".join(reversed(others))
 
     def _run_event(self, event: Any) -> None:
         plan = self.plan

@@ -623,6 +623,7 @@ class TunePage(QWidget):
         self.best.setFont(bold)
         for label in (self.round, self.best, self.stage):  # core's words, shown as they are
             label.setTextFormat(Qt.TextFormat.PlainText)
+            label.setWordWrap(True)  # a long setting's name must not squeeze the table
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.candidates = QTableWidget(0, len(COLUMNS))
         self.candidates.setHorizontalHeaderLabels(COLUMNS)
