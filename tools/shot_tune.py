@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tools.shot_bench import _pump_until
 
-BUDGET = "4m"
+BUDGET = "6m"
 MAX_NEW = 32
 
 
@@ -28,9 +28,9 @@ def render(window, out_dir: Path) -> list[Path]:
     page.prompts.setText("")
     page.start()
     shots = [out_dir / "tune-running.png", out_dir / "tune-result.png"]
-    _pump_until(page, lambda: page.live.phase == "verify" or (
-        sum(1 for c in page.live.cells.values() if c.figures is not None and c.figures.pairs) >= 2
-        and page.live.plan is not None and page.live.plan.done >= 2), 600)
+    # Mid-search: two settings measured, the third under way (or the search already over).
+    _pump_until(page, lambda: page.result is not None or page.live.phase == "verify" or (
+        page.live.plans >= 3 and page.live.plan.done >= 1), 900)
     _pump_until(page, lambda: False, 0.5)
     window.grab().save(str(shots[0]))
     _pump_until(page, lambda: page.result is not None, 1200)
