@@ -37,6 +37,8 @@ class Discovery:
     found: bool = True
     detail: str = ""
     """A path or URL, for the GUI to pass to that page."""
+    tune: str = ""
+    """The Tune page's argument when this is a setup SpecDeck can tune ("": not one)."""
 
 
 def _home() -> Path:
@@ -130,8 +132,9 @@ def discover(ports: dict[int, str] | None = None) -> list[Discovery]:
                                 found=False))
     for path in llama_swap_configs():
         findings.append(Discovery(f"llama-swap config: {path}",
-                                "Check its llama-server flags: specdeck servers check-flags.",
-                                None, True, str(path)))
+                                "Check its llama-server flags: specdeck servers check-flags; "
+                                "or tune a model's drafting.", None, True, str(path),
+                                tune=str(path)))
     found_servers = servers(ports)
     findings.extend(found_servers)
     if not found_servers:

@@ -39,6 +39,9 @@ class Applied:
     rolled_back: bool = False
     why: str = ""
     """Why nothing was written, when nothing was."""
+    written_fingerprint: str | None = None
+    """The file's bytes as SpecDeck wrote them (sha256): a roll back never overwrites a
+    file edited since."""
 
 
 def apply(result: TuneResult, confirm: Confirm | None = None,
@@ -74,7 +77,8 @@ def apply(result: TuneResult, confirm: Confirm | None = None,
         return Applied(setup.swap_config, flags, diff, why="Not confirmed: nothing was written.")
     original = setup.swap_config.read_bytes()
     saved = save(change)
-    applied = Applied(setup.swap_config, flags, diff, written=saved.written, backup=saved.backup)
+    applied = Applied(setup.swap_config, flags, diff, written=saved.written, backup=saved.backup,
+                      written_fingerprint=_fingerprint(setup.swap_config))
     check = relaunch(result, cancel)
     if check is None:
         return replace(applied, relaunch="llama-server started from the saved file, answered "
@@ -143,3 +147,35 @@ def _restore(path: Path, original: bytes) -> None:
     from specdeck.core.atomic import atomic_write_bytes
 
     atomic_write_bytes(path, original)
+
+
+def roll_back(applied: Applied) -> Applied:
+    """Put the file ``applied`` wrote back as it was before (its backup's bytes, atomically);
+    refused when the file changed since SpecDeck wrote it (someone's later edit is theirs)."""
+    from specdeck.core.config.store import ConfigConflictError
+
+    path, backup = applied.path, applied.backup
+    if not applied.written or applied.rolled_back or path is None or backup is None \
+            or applied.written_fingerprint is None:
+        raise SpecDeckError("There is nothing to roll back: SpecDeck has not written a file "
+                            "(or already put it back).")
+    if _fingerprint(path) != applied.written_fingerprint:
+        raise ConfigConflictError(f"{path} changed since SpecDeck wrote it; nothing was rolled "
+                                  "back.", f"Compare it with {backup} and edit it by hand.")
+    try:
+        original = backup.read_bytes()
+    except OSError as exc:
+        raise SpecDeckError(f"Cannot read the backup {backup}: {exc.strerror or exc}; nothing "
+                            "was rolled back.", "Restore the file by hand.") from exc
+    _restore(path, original)
+    return replace(applied, rolled_back=True,
+                   why=f"Rolled back: {path} is as it was before tuning (from {backup.name}).")
+
+
+def _fingerprint(path: Path) -> str | None:
+    from specdeck.core.config.document import fingerprint
+
+    try:
+        return fingerprint(path.read_bytes())
+    except OSError:
+        return None

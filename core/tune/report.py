@@ -51,7 +51,7 @@ def markdown(result: TuneResult) -> str:
             lines.append(f"Written to {applied.path} (previous version: {applied.backup}). "
                          f"{applied.relaunch}")
         if applied.rolled_back:
-            lines.append(f"Rolled back: {applied.relaunch}")
+            lines.append(applied.why or f"Rolled back: {applied.relaunch}")
         if not applied.written and applied.why:
             lines.append(applied.why)
         if applied.flags:

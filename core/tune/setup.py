@@ -167,21 +167,40 @@ def from_swap(config_path: str | Path, model: str, binary: str | Path | None = N
     path = expand_user(config_path)
     config = swap.load(path)
     cmd = config.model(model)
-    if not cmd.macros_resolved:
-        raise InvalidInputError(f"Model {model}: {cmd.errors[0]}.",
-                                "Fix its macros first: llama-swap itself refuses this config.")
-    if not cmd.is_llama_server:
-        raise InvalidInputError(f"Model {model} does not run llama-server "
-                                f"({cmd.argv[0] if cmd.argv else 'an empty cmd'}).",
-                                "SpecDeck tunes llama-server's drafting; pick a llama-server model.")
+    refused = _not_tunable(cmd)
+    if refused is not None:
+        raise refused
     target, rest = _split_own(cmd.flags[1:])
-    if not target:
-        raise InvalidInputError(f"Model {model}'s cmd names no -m GGUF.",
-                                "SpecDeck tunes cmds that load a local GGUF with -m.")
     setup = from_llama_server(binary or cmd.argv[0], target, rest, kind="llama-swap")
     return Setup(setup.kind, setup.binary, setup.target, setup.flags, setup.facts,
                  swap_config=path, swap_model=model,
                  swap_fingerprint=config.document.disk_fingerprint)
+
+
+def _not_tunable(cmd) -> InvalidInputError | None:
+    """Why llama-swap model ``cmd`` cannot be tuned (None: it can)."""
+    model = cmd.name
+    if not cmd.macros_resolved:
+        return InvalidInputError(f"Model {model}: {cmd.errors[0]}.",
+                                 "Fix its macros first: llama-swap itself refuses this config.")
+    if not cmd.is_llama_server:
+        return InvalidInputError(f"Model {model} does not run llama-server "
+                                 f"({cmd.argv[0] if cmd.argv else 'an empty cmd'}).",
+                                 "SpecDeck tunes llama-server's drafting; pick a llama-server "
+                                 "model.")
+    if not _split_own(cmd.flags[1:])[0]:
+        return InvalidInputError(f"Model {model}'s cmd names no -m GGUF.",
+                                 "SpecDeck tunes cmds that load a local GGUF with -m.")
+    return None
+
+
+def swap_models(config_path: str | Path) -> list[tuple[str, str]]:
+    """Each model of a llama-swap config.yaml, with why it cannot be tuned ("": it can)."""
+    from specdeck.core import swap
+
+    config = swap.load(expand_user(config_path))
+    return [(cmd.name, "" if (why := _not_tunable(cmd)) is None else why.what)
+            for cmd in config.models]
 
 
 def demo(binary: str | Path | None = None, flags: tuple[str, ...] = ()) -> Setup:

@@ -60,6 +60,12 @@ PAGES: tuple[PageSpec, ...] = (
         "specdeck.gui.pages.bench",
         "Side-by-side runs with and without speculation, with honest statistics.",
     ),
+    PageSpec(
+        "tune",
+        "Tune",
+        "specdeck.gui.pages.tune",
+        "Make your llama-server draft faster: search, verify, apply (or the demo, on the CPU).",
+    ),
 )
 
 

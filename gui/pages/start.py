@@ -16,7 +16,6 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
 from specdeck.gui import workers
 
 TASKS = (
@@ -73,7 +72,14 @@ class StartPage(QWidget):
                                     "demo model, on this CPU: no download, no GPU")
         self.demo_button.clicked.connect(lambda: self.context.page_requested.emit("bench", "demo"))
         demo_row.addWidget(self.demo_button)
-        demo_hint = QLabel("See a live A/B in a minute, on the embedded demo model (no download).")
+        self.tune_demo_button = QPushButton("Tune the demo…")
+        self.tune_demo_button.setToolTip("The whole tuning loop (candidates, search, verify) on "
+                                         "the demo model and your llama-server, on this CPU")
+        self.tune_demo_button.clicked.connect(
+            lambda: self.context.page_requested.emit("tune", "demo"))
+        demo_row.addWidget(self.tune_demo_button)
+        demo_hint = QLabel("See a live A/B in a minute, or the whole tuning loop, on the embedded "
+                           "demo model (no download).")
         demo_hint.setProperty("role", "hint")
         demo_row.addWidget(demo_hint, 1)
         layout.addLayout(demo_row)
@@ -88,6 +94,8 @@ class StartPage(QWidget):
         layout.addWidget(self.findings_host)
         layout.addStretch(1)
         self.rows: list[tuple[QLabel, QLabel, QPushButton | None]] = []
+        self.tune_buttons: list[QPushButton] = []
+        """"Tune…" on each finding SpecDeck can tune (a llama-swap config)."""
         self.refresh()
 
     def refresh(self) -> None:
@@ -107,7 +115,9 @@ class StartPage(QWidget):
             for widget in (label, step, button):
                 if widget is not None:
                     widget.deleteLater()
-        self.rows = []
+        for button in self.tune_buttons:
+            button.deleteLater()
+        self.rows, self.tune_buttons = [], []
         self.status.setText("")
         self.status.hide()
         for row, finding in enumerate(findings, start=1):
@@ -126,6 +136,13 @@ class StartPage(QWidget):
             self.findings.addWidget(step, row, 1)
             if button is not None:
                 self.findings.addWidget(button, row, 2)
+            if finding.tune:
+                tune = QPushButton("Tune…")
+                tune.setToolTip("Open the Tune page with this setup filled in")
+                tune.clicked.connect(lambda _=False, f=finding: self.context.page_requested.emit(
+                    "tune", f.tune))
+                self.findings.addWidget(tune, row, 3)
+                self.tune_buttons.append(tune)
             self.rows.append((label, step, button))
         self.findings.setColumnStretch(0, 3)
         self.findings.setColumnStretch(1, 3)

@@ -19,7 +19,7 @@ def test_sidebar_lists_every_page_in_order(qtbot, configured_qapp):
     qtbot.addWidget(window)
     titles = [window.sidebar.item(i).text() for i in range(window.sidebar.count())]
     assert titles == ["Start", "Models", "Draft settings", "llama-swap", "Compatibility", "GPUs & VRAM",
-                      "A/B bench"]
+                      "A/B bench", "Tune"]
 
 
 def test_pages_are_built_on_first_show_only(qtbot, configured_qapp):

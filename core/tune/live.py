@@ -1,0 +1,332 @@
+"""A tune in progress, as the Tune page shows it: the events of ``core.tune.run.tune`` reduced
+into candidates, the search's round and best so far, plot points, and the result's words.
+
+The page renders this state and computes nothing itself, so every figure on it comes from the
+same places as the CLI's: predictions from ``core.tune.predict``, running speed-ups from
+``core.bench.live.LivePlan`` (the A/B page's reducer), the best from ``core.bench.winner``,
+intervals from ``core.bench.stats``, the verdict from ``core.tune.run.decide``.
+
+Events this module does not know (a newer ``run.py`` may emit more, e.g. downloads) are kept
+as a line of text rather than dropped: an event named ``Download*`` that carries a candidate
+updates that candidate's download column, anything with a ``text`` is shown as the stage.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specdeck.core.bench.live import ArmSoFar, LivePlan, Point
+from specdeck.core.bench.runner import PlanStarted, RunFinished, RunStarted, RunStep, Stage
+from specdeck.core.bench.winner import Standing, pick
+from specdeck.core.tune.candidates import Candidate
+from specdeck.core.tune.predict import Prediction
+from specdeck.core.tune.run import CURRENT, REFERENCE, WINNER, CandidatesFound, Decided, Phase
+from specdeck.core.tune.setup import Setup
+from specdeck.core.units import format_bytes
+
+NO_DRAFTING, TRIED, YOURS = "no drafting", "setting tried", "your current setting"
+SERIES = (NO_DRAFTING, TRIED, YOURS)
+"""The live plot's lines: every plan's reference, the setting being measured (a search cell,
+then the winner in the verification), the user's current setting (verification only)."""
+VERIFY_NAMES = {REFERENCE: "no drafting", CURRENT: "your current setting", WINNER: "the winner"}
+
+
+@dataclass(frozen=True)
+class SetupRead:
+    """The setup the tune runs on, read in the worker before ``tune`` starts."""
+
+    setup: Setup
+
+
+@dataclass
+class CandidateRow:
+    candidate: Candidate
+    prediction: Prediction
+    download: str
+    """"on disk", "to download 80 MiB", then what the download events said."""
+    measured: ArmSoFar | None = None
+    """Its best setting's running figures in the search so far."""
+    measured_label: str = ""
+
+    @property
+    def predicted_text(self) -> str:
+        p = self.prediction
+        return f"{p.speedup:.2f}x ({p.low:.2f}-{p.high:.2f})"
+
+    @property
+    def size_text(self) -> str:
+        return "-" if not self.candidate.draft_bytes else format_bytes(self.candidate.draft_bytes)
+
+    @property
+    def measured_text(self) -> str:
+        m = self.measured
+        if m is None or m.median_speedup is None:
+            return "-"
+        return f"{m.median_speedup:.2f}x ({self.measured_label}, {m.pairs} paired)"
+
+
+@dataclass
+class CellSoFar:
+    """One searched setting: its label, the rounds it ran, its latest round's figures."""
+
+    label: str
+    candidate: Candidate
+    rounds: int = 0
+    figures: ArmSoFar | None = None
+
+    def standing(self) -> Standing:
+        """What core.bench.winner reads of it so far (a run neither identical to the
+        reference's nor a float tie counts as changed, as the summary counts it)."""
+        f = self.figures
+        if f is None:
+            return Standing(None)
+        diverged = f.pairs - f.identical - f.ties if f.checkable else 0
+        return Standing(f.median_speedup, diverged)
+
+
+@dataclass
+class TuneLive:
+    """Feed every event to :meth:`apply`; read the fields to show them."""
+
+    clock: Callable[[], float] = time.monotonic
+    started: float = field(init=False)
+    setup: Setup | None = None
+    phase: str = ""
+    """The current phase's name ("candidates", "search", "verify"), "" before the first."""
+    phase_text: str = ""
+    stage: str = ""
+    """The latest stage line (a server starting, a download, ...)."""
+    candidates: list[CandidateRow] = field(default_factory=list)
+    not_tried: tuple = ()
+    cells: dict[str, CellSoFar] = field(default_factory=dict)
+    """Search cells by arm name (core.tune.run.candidate_cells)."""
+    round: int = 0
+    in_round: int = 0
+    """Settings started in the current round."""
+    current: str = ""
+    """What runs now: a setting's label, or the verification's arms."""
+    plan: LivePlan | None = None
+    plans: int = 0
+    decision: Decided | None = None
+    acceptance_reported: bool = False
+    """A drafting run's server reported its acceptance (llama-server's counters)."""
+    acceptance_unreported: bool = False
+    _offset: float = 0.0
+    _points: list[Point] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    # events --------------------------------------------------------------------------------
+    def apply(self, event: Any) -> None:
+        if isinstance(event, SetupRead):
+            self.setup = event.setup
+        elif isinstance(event, Phase):
+            self.phase, self.phase_text, self.current, self.stage = event.name, event.text, "", ""
+        elif isinstance(event, CandidatesFound):
+            self._candidates(event)
+        elif isinstance(event, Decided):
+            self.decision = event
+        elif isinstance(event, PlanStarted):
+            self._plan_started(event)
+        elif isinstance(event, Stage):
+            self.stage = event.text
+        elif type(event).__name__.startswith("Download"):
+            self._download(event)
+        elif isinstance(event, (RunStarted, RunStep, RunFinished)):
+            self._run_event(event)
+        elif isinstance(getattr(event, "text", None), str):
+            self.stage = event.text
+
+    def _candidates(self, event: CandidatesFound) -> None:
+        from specdeck.core.tune.run import candidate_cells
+
+        self.candidates = [CandidateRow(c, p, _download_text(c)) for c, p in event.candidates]
+        self.not_tried = event.not_tried
+        if self.setup is not None:
+            for c, _ in event.candidates:
+                for cell in candidate_cells(self.setup, c):
+                    self.cells[cell.arm.name] = CellSoFar(cell.label, c)
+
+    def _plan_started(self, event: PlanStarted) -> None:
+        self.plan = LivePlan(event.plan, clock=self.clock)
+        self._offset = self.plan.started - self.started
+        self.plan.apply(event)
+        self.plans += 1
+        names = [a.name for a in event.plan.arms]
+        cell = self.cells.get(names[-1]) if self.phase == "search" else None
+        if cell is not None:
+            cell.rounds += 1
+            if cell.rounds > self.round:
+                self.round, self.in_round = cell.rounds, 0
+            self.in_round += 1
+            self.current = cell.label
+        else:
+            *others, last = [VERIFY_NAMES.get(n, n) for n in names]
+            self.current = f"{last} against " + " and ".join(reversed(others))
+
+    def _run_event(self, event: Any) -> None:
+        plan = self.plan
+        if plan is None:
+            return
+        plan.apply(event)
+        self._points += [Point(p.series, self._series(p.arm), p.t + self._offset, p.value)
+                         for p in plan.take_points()]
+        if not isinstance(event, RunFinished):
+            return
+        self.acceptance_reported |= bool(plan.acceptance_reported)
+        self.acceptance_unreported |= bool(plan.acceptance_unreported)
+        if self.phase != "search":
+            return
+        for name in plan.arms[1:]:
+            cell = self.cells.get(name)
+            if cell is not None:
+                cell.figures = plan.arm_so_far(name)
+                self._measured(cell)
+
+    def _measured(self, changed: CellSoFar) -> None:
+        row = next((r for r in self.candidates if r.candidate == changed.candidate), None)
+        if row is None:
+            return
+        mine = [c for c in self.cells.values() if c.candidate == changed.candidate
+                and c.figures is not None]
+        top = pick(mine, CellSoFar.standing) or max(
+            mine, key=lambda c: c.figures.median_speedup or 0.0, default=None)
+        if top is not None:
+            row.measured, row.measured_label = top.figures, top.label
+
+    def _series(self, arm: str) -> str:
+        if arm == REFERENCE:
+            return NO_DRAFTING
+        return YOURS if arm == CURRENT else TRIED
+
+    def _download(self, event: Any) -> None:
+        row = _row_for(self.candidates, event)
+        text = download_text(event)
+        if row is not None:
+            row.download = text
+        self.stage = text if row is None else f"{row.candidate.label}: {text}"
+
+    # figures -------------------------------------------------------------------------------
+    def take_points(self) -> list[Point]:
+        """Plot points since the last call, ``t`` in seconds since the tune started and
+        ``arm`` one of :data:`SERIES`."""
+        points, self._points = self._points, []
+        return points
+
+    @property
+    def acceptance_unknown(self) -> bool:
+        """Drafting runs finished and no server reported acceptance (the plot says so)."""
+        return self.acceptance_unreported and not self.acceptance_reported
+
+    @property
+    def best(self) -> CellSoFar | None:
+        """The best setting so far (core.bench.winner over each setting's latest round)."""
+        return pick(self.cells.values(), CellSoFar.standing)
+
+    def round_text(self) -> str:
+        if self.phase != "search" or not self.round:
+            return ""
+        return (f"Round {self.round}: setting {self.in_round} of this round, {self.current}"
+                + (f" ({self.plan.done}/{self.plan.total} runs)" if self.plan else ""))
+
+    def best_text(self) -> str:
+        best = self.best
+        if best is None:
+            measured = any(c.figures is not None and c.figures.pairs
+                           for c in self.cells.values())
+            return ("Best so far: no setting beats decoding without a draft yet" if measured
+                    else "Best so far: nothing measured yet")
+        f = best.figures
+        return (f"Best so far: {best.label}: {f.median_speedup:.2f}x over no drafting "
+                f"(median of {f.pairs} paired run{'s' if f.pairs != 1 else ''}, round "
+                f"{best.rounds})")
+
+
+def _download_text(candidate: Candidate) -> str:
+    if candidate.download_bytes:
+        return f"to download {format_bytes(candidate.download_bytes)}"
+    return "on disk"
+
+
+def _row_for(rows: list[CandidateRow], event: Any) -> CandidateRow | None:
+    """The candidate a download event is about: by its candidate, or its file's name."""
+    candidate = getattr(event, "candidate", None)
+    for row in rows:
+        if candidate is not None and row.candidate == candidate:
+            return row
+    names = {Path(str(v)).name for v in (getattr(event, "path", None),
+                                         getattr(event, "draft", None)) if v}
+    names |= {str(v) for v in (getattr(event, "label", None), getattr(event, "name", None)) if v}
+    for row in rows:
+        if row.candidate.label in names or (row.candidate.draft is not None
+                                            and row.candidate.draft.name in names):
+            return row
+    return None
+
+
+def download_text(event: Any) -> str:
+    """A download event in words: "downloading 12.0 MiB of 80.0 MiB", "downloaded", "failed:
+    why"; the event's own ``text`` when it has one."""
+    own = getattr(event, "text", None)
+    if isinstance(own, str) and own:
+        return own
+    kind = type(event).__name__
+    done = next((getattr(event, n) for n in ("done_bytes", "done", "downloaded")
+                 if isinstance(getattr(event, n, None), int)), None)
+    total = next((getattr(event, n) for n in ("total_bytes", "total", "size")
+                  if isinstance(getattr(event, n, None), int)), None)
+    why = getattr(event, "why", None) or getattr(event, "error", None)
+    if why:
+        return f"download failed: {why}"
+    if kind == "Downloaded":
+        return "✔ downloaded"
+    if done is not None and total:
+        return f"downloading {format_bytes(done)} of {format_bytes(total)}"
+    return kind.lower()
+
+
+# The result in words ---------------------------------------------------------------------
+def result_lines(result) -> list[tuple[str, str]]:
+    """The Tune page's result: (what, text) pairs, every figure from the result."""
+    decision = result.decision
+    lines: list[tuple[str, str]] = []
+    verification = result.verification
+    if verification is not None:
+        none = verification.winner_vs_none
+        lines.append(("Verified speed-up", "-" if none is None else
+                      f"{none.median:.2f}x over no drafting ({none.interval_text()}), on "
+                      "held-out prompts"))
+        if verification.winner_vs_current is not None:
+            r = verification.winner_vs_current
+            lines.append(("Against your setting", f"{r.median:.2f}x ({r.interval_text()})"))
+        lines.append(("Output unchanged", "yes" if verification.lossless else "no"))
+    elif result.cancelled:
+        lines.append(("Verified speed-up", "not verified: cancelled"))
+    else:
+        lines.append(("Verified speed-up", "not verified"))
+    if decision.flags:
+        lines.append(("Best setting's flags", shlex.join(decision.flags)))
+    lines.append(("Decision", decision.why))
+    applied = result.applied
+    if applied is not None:
+        lines.append(("Written", applied_text(applied)))
+    return lines
+
+
+def applied_text(applied) -> str:
+    """What applying did (core.tune.apply.Applied), in one line."""
+    if applied.rolled_back:
+        return applied.why or f"Rolled back: {applied.relaunch}"
+    if applied.written:
+        backup = f" (previous version: {applied.backup})" if applied.backup else ""
+        return f"yes, to {applied.path}{backup}. {applied.relaunch}"
+    return f"no: {applied.why}" if applied.why else "no"

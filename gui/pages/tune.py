@@ -1,0 +1,749 @@
+"""Tune: make the user's own llama-server faster, unattended (issue 27; ``specdeck tune``).
+
+The form says what to tune (a llama-swap model, a llama-server binary and GGUF, or the demo),
+the time budget, the user's prompts and the download budget. Tune runs
+``core.tune.run.tune`` in a worker (the page's ``Tasks``); its events go into a queue that a
+50 ms timer drains into ``core.tune.live.TuneLive``, the reducer that turns them into what
+the page shows: the candidates with their predicted speed-up and size, the search's round and
+best so far, the live tok/s plot (the A/B page's plots), then the result. Apply goes through
+``core.tune.apply`` (the diff shown first, as the CLI asks), Roll back puts the file back,
+Cancel stops whatever runs and leaves the user's files as they were.
+
+Nothing is computed here: every figure and every sentence comes from core.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import queue
+import re
+import shlex
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QStackedWidget,
+    QTableWidget,
+    QTableWidgetItem,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+from specdeck.core.errors import CancelledError, SpecDeckError
+from specdeck.gui import workers
+from specdeck.gui.widgets.banner import Banner
+from specdeck.gui.widgets.diff_view import DiffView
+
+log = logging.getLogger(__name__)
+
+DRAIN_INTERVAL_MS = 50
+SETTINGS_PREFIX = "tune/"
+SWAP, GGUF, DEMO = "llama-swap", "llama-server", "demo"
+KINDS = ((SWAP, "A llama-swap model"), (GGUF, "A llama-server binary and GGUF"),
+         (DEMO, "The demo model (SmolLM2-135M, on the CPU)"))
+PHASES = (("candidates", "Candidates"), ("search", "Search"), ("verify", "Verify"),
+          ("result", "Result"))
+COLUMNS = ("candidate", "predicted speed-up (range)", "size", "download", "measured so far")
+IDLE_TEXT = ("Say what to tune and press Tune: SpecDeck finds what your llama-server can draft "
+             "with, searches the settings within the budget, verifies the best on other prompts "
+             "and offers to write it.")
+CANCELLING_TEXT = "Cancelling: stopping after the current run…"
+RUNNING_TEXT = ("Tuning: the result comes after the search and the verification on held-out "
+                "prompts. Cancel stops at any point and leaves your files as they were.")
+
+
+def create_page(context):
+    return TunePage(context)
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    """What the form says to tune; :meth:`setup` reads it (in the worker: GGUF headers)."""
+
+    kind: str
+    binary: str = ""
+    swap_config: str = ""
+    model: str = ""
+    gguf: str = ""
+    flags: tuple[str, ...] = ()
+
+    def setup(self):
+        from specdeck.core.tune import setup
+
+        if self.kind == SWAP:
+            return setup.from_swap(self.swap_config, self.model, binary=self.binary or None)
+        if self.kind == GGUF:
+            return setup.from_llama_server(self.binary, self.gguf, self.flags)
+        return setup.demo(self.binary or None, self.flags)
+
+
+def run_tune(request: TuneRequest, options, sink, cancel):
+    """Worker: read the setup, then tune it; every event goes to ``sink`` (a queue's put)."""
+    from specdeck.core.tune.live import SetupRead
+    from specdeck.core.tune.run import tune
+
+    chosen = request.setup()
+    sink(SetupRead(chosen))
+    return tune(chosen, options, on_event=sink, cancel=cancel)
+
+
+def preview_apply(result):
+    """Worker: what applying ``result`` would do, writing nothing: (Applied, whether there is
+    a diff to confirm)."""
+    from specdeck.core.tune.apply import apply
+
+    asked: list[str] = []
+    applied = apply(result, confirm=lambda diff: asked.append(diff) is not None)
+    return applied, bool(asked)
+
+
+def download_option(gigabytes: float) -> dict:
+    """TuneOptions' download budget, where this build's core has one (issue 27's
+    ``--download-budget GB``; the downloads are another change's): {} when it has none."""
+    from specdeck.core.tune.run import TuneOptions
+
+    names = {f.name for f in fields(TuneOptions)}
+    if "download_budget_bytes" in names:
+        return {"download_budget_bytes": int(gigabytes * 1e9)}
+    if "download_budget_gb" in names:
+        return {"download_budget_gb": gigabytes}
+    return {}
+
+
+class TunePage(QWidget):
+    def __init__(self, context, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.context = context
+        self.tasks = workers.Tasks(self)
+        """Background calls: "tune", "apply" (preview, write, roll back), "models", report."""
+        self.events: queue.SimpleQueue = queue.SimpleQueue()
+        self.live = None
+        """core.tune.live.TuneLive of the tune shown."""
+        self.result = None
+        """core.tune.run.TuneResult of the finished tune (with what applying did)."""
+        self.plots = None
+        self._plot_turn = 0
+        self._cancelling = False
+        self.banner = Banner()
+        self._build_form()
+        self._build_progress()
+        self._build_result()
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(self.progress_box)
+        splitter.addWidget(self.plots_host)
+        splitter.addWidget(self.result_box)
+        splitter.setSizes([230, 170, 260])
+        splitter.setChildrenCollapsible(False)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.banner)
+        layout.addWidget(self.form_box)
+        layout.addWidget(splitter, 1)
+        self.timer = QTimer(self)
+        self.timer.setInterval(DRAIN_INTERVAL_MS)
+        self.timer.timeout.connect(self.pump)
+        self._restore()
+        self._sync()
+
+    # the form ------------------------------------------------------------------------------
+    def _build_form(self) -> None:
+        from specdeck.core.tune.run import TuneOptions
+
+        self.form_box = QGroupBox("What to tune")
+        self.kind = QComboBox()
+        for key, text in KINDS:
+            self.kind.addItem(text, key)
+        self.kind.currentIndexChanged.connect(self._kind_changed)
+        self.swap_config = QLineEdit()
+        self.swap_config.setPlaceholderText("llama-swap's config.yaml")
+        self.swap_config.editingFinished.connect(self.load_models)
+        self.model = QComboBox()
+        self.model.setMinimumWidth(180)
+        self.model.setPlaceholderText("open a config.yaml")
+        self.gguf = QLineEdit()
+        self.gguf.setPlaceholderText("the target .gguf your llama-server loads")
+        self.flags = QLineEdit()
+        self.flags.setPlaceholderText("llama-server flags, e.g. -ngl 99 -c 8192 (optional)")
+        self.binary = QLineEdit()
+        self.budget = QLineEdit("10m")
+        self.budget.setMaximumWidth(70)
+        self.budget.setToolTip("Wall clock for the search and the verification: 90s, 10m, 1h")
+        self.prompts = QLineEdit()
+        self.prompts.setPlaceholderText("optional: JSON Lines with a \"prompt\" field, or a suite "
+                                        "file (default: the grounded, code, structured suites)")
+        self.max_new = QSpinBox()
+        self.max_new.setRange(8, 4096)
+        self.max_new.setValue(TuneOptions().max_new_tokens)
+        self.max_new.setSuffix(" tokens")
+        self.max_new.setToolTip("Tokens generated per run (the CLI's --max-new)")
+        self.downloads = QDoubleSpinBox()
+        self.downloads.setRange(0, 1000)
+        self.downloads.setDecimals(1)
+        self.downloads.setSuffix(" GB")
+        self.downloads.setToolTip("Draft models to download at most (0: local drafts only)")
+        if not download_option(1.0):
+            self.downloads.setEnabled(False)
+            self.downloads.setToolTip("This version of SpecDeck tries the drafts on disk only "
+                                      "(beside the target GGUF); downloads come with a later one.")
+        self.start_button = QPushButton("Tune")
+        self.start_button.setProperty("role", "primary")
+        self.start_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel)
+
+        self.sources = QStackedWidget()
+        swap_row = _row(self.swap_config, self._browse(self.swap_config, "llama-swap's config.yaml",
+                                                        "YAML (*.yaml *.yml);;All files (*)",
+                                                        then=self.load_models),
+                        QLabel("model"), self.model)
+        gguf_row = _row(self.gguf, self._browse(self.gguf, "The target GGUF",
+                                                "GGUF (*.gguf);;All files (*)"))
+        demo_row = _row(QLabel("SmolLM2-135M-Instruct, embedded: no download, no GPU"))
+        for row in (swap_row, gguf_row, demo_row):
+            self.sources.addWidget(row)
+        grid = QGridLayout(self.form_box)
+        grid.addWidget(QLabel("Setup"), 0, 0)
+        grid.addWidget(self.kind, 0, 1)
+        grid.addWidget(self.sources, 0, 2, 1, 3)
+        grid.addWidget(QLabel("llama-server"), 1, 0)
+        grid.addWidget(_row(self.binary, self._browse(self.binary, "The llama-server binary")),
+                       1, 1, 1, 2)
+        grid.addWidget(QLabel("flags"), 1, 3)
+        grid.addWidget(self.flags, 1, 4)
+        grid.addWidget(QLabel("Budget"), 2, 0)
+        grid.addWidget(_row(self.budget, self.max_new, QLabel("prompts"), self.prompts,
+                            self._browse(self.prompts, "Your prompts",
+                                         "Prompts (*.jsonl *.json *.txt);;All files (*)")),
+                       2, 1, 1, 2)
+        grid.addWidget(QLabel("downloads"), 2, 3)
+        grid.addWidget(_row(self.downloads, self.start_button, self.cancel_button), 2, 4)
+        grid.setColumnStretch(2, 3)
+        grid.setColumnStretch(4, 2)
+
+    def _browse(self, edit: QLineEdit, title: str, filters: str = "", then=None) -> QPushButton:
+        button = QPushButton("Browse…")
+
+        def pick() -> None:
+            path, _ = QFileDialog.getOpenFileName(self, title, edit.text(), filters)
+            if path:
+                edit.setText(path)
+                if then is not None:
+                    then()
+
+        button.clicked.connect(pick)
+        return button
+
+    def _kind_changed(self) -> None:
+        kind = self.kind.currentData()
+        self.sources.setCurrentIndex(self.kind.currentIndex())
+        self.flags.setEnabled(kind != SWAP)
+        self.binary.setPlaceholderText({
+            SWAP: "optional: replaces the program in the model's cmd",
+            GGUF: "the llama-server binary to run",
+            DEMO: "optional: default, the llama-server on PATH"}[kind])
+
+    def handle_request(self, argument: str) -> None:
+        """From the Start page: "demo", or a llama-swap config.yaml's path; prefilled, not
+        started (the user sets the budget and presses Tune)."""
+        if self._running():
+            return
+        if argument == DEMO:
+            self.kind.setCurrentIndex(self.kind.findData(DEMO))
+        else:
+            self.kind.setCurrentIndex(self.kind.findData(SWAP))
+            self.swap_config.setText(argument)
+            self.load_models()
+
+    def load_models(self) -> None:
+        """The config's models in the dropdown, each tunable or with why not (a worker reads
+        the file)."""
+        from specdeck.core.tune.setup import swap_models
+
+        path = self.swap_config.text().strip()
+        if not path:
+            return
+        self.tasks.run("models", swap_models, path, on_result=self._show_models,
+                       on_error=self._show_error)
+
+    def _show_models(self, models) -> None:
+        chosen = self.model.currentData()
+        self.model.clear()
+        for name, why in models:
+            self.model.addItem(name if not why else f"{name} (cannot be tuned)", name)
+            index = self.model.count() - 1
+            if why:
+                self.model.setItemData(index, why, Qt.ItemDataRole.ToolTipRole)
+                self.model.model().item(index).setEnabled(False)
+        tunable = [name for name, why in models if not why]
+        if chosen in tunable or tunable:
+            self.model.setCurrentIndex(self.model.findData(chosen if chosen in tunable
+                                                           else tunable[0]))
+        if not tunable:
+            self.banner.show_message(html.escape(f"No model of {self.swap_config.text()} can be "
+                                                 "tuned: hover over each for why."), "warning")
+
+    def request(self) -> TuneRequest:
+        """The form as a request; a SpecDeckError says what is missing."""
+        kind = self.kind.currentData()
+        try:
+            flags = tuple(shlex.split(self.flags.text()))
+        except ValueError as exc:
+            raise SpecDeckError(f"The llama-server flags cannot be read: {exc}.",
+                                "Close the quote, or remove it.") from exc
+        binary = self.binary.text().strip()
+        if kind == SWAP:
+            if not self.swap_config.text().strip() or self.model.currentData() is None:
+                raise SpecDeckError("Say which llama-swap model to tune.",
+                                    "Open its config.yaml and pick the model.")
+            return TuneRequest(kind, binary, self.swap_config.text().strip(),
+                               self.model.currentData())
+        if kind == GGUF and not (binary and self.gguf.text().strip()):
+            raise SpecDeckError("Say which llama-server and GGUF to tune.",
+                                "Give the binary and the target .gguf it loads.")
+        return TuneRequest(kind, binary, gguf=self.gguf.text().strip(), flags=flags)
+
+    def options(self):
+        from specdeck.core.cli.tune_cmd import duration
+        from specdeck.core.tune.run import TuneOptions
+
+        try:
+            budget = duration(self.budget.text())
+        except Exception as exc:  # argparse.ArgumentTypeError: the CLI's rule and words
+            raise SpecDeckError(f"Budget: {exc}.", "Give a duration such as 90s, 10m or "
+                                "1h.") from exc
+        prompts = self.prompts.text().strip()
+        return TuneOptions(budget_s=budget, max_new_tokens=self.max_new.value(),
+                           suites=(prompts,) if prompts else TuneOptions().suites,
+                           **download_option(self.downloads.value()))
+
+    # run control ---------------------------------------------------------------------------
+    def _running(self) -> bool:
+        return self.tasks.running("tune") or self.tasks.running("apply")
+
+    def start(self) -> None:
+        """Tune what the form says (a banner says why not, when it says nothing usable)."""
+        from specdeck.core.tune.live import TuneLive
+
+        try:
+            request, options = self.request(), self.options()
+        except SpecDeckError as exc:
+            self._show_error(exc)
+            return
+        self.banner.hide()
+        self._save()
+        self.events = queue.SimpleQueue()
+        self.live = TuneLive()
+        self.result = None
+        self._cancelling = False
+        self._ensure_plots()
+        if self.plots is not None:
+            from specdeck.core.tune.live import SERIES
+
+            self.plots.reset(list(SERIES))
+            self.plots.set_acceptance_title(True)
+        self.tasks.run("tune", run_tune, request, options, self.events.put,
+                       on_result=self.finished, on_error=self._failed)
+        self._show_result()
+        for label in (self.round, self.best, self.stage):
+            label.setText("")
+        self.candidates.setRowCount(0)
+        self.not_tried.setText("")
+        self.timer.start()
+        self._sync()
+
+    def cancel(self) -> None:
+        """Stop whatever runs (the tune, or an apply still checking the written file): core
+        stops between steps and writes nothing it has not verified."""
+        for key in ("tune", "apply"):
+            self.tasks.stop(key)
+        if self._running():
+            self._cancelling = True
+            self.stage.setText(CANCELLING_TEXT)
+        self.cancel_button.setEnabled(False)
+
+    def _sync(self) -> None:
+        running = self._running()
+        self.start_button.setEnabled(not running)
+        self.cancel_button.setEnabled(running)
+        for widget in (self.kind, self.sources, self.binary, self.flags, self.budget,
+                       self.max_new, self.prompts, self.downloads):
+            widget.setEnabled(not running)
+        if not running:
+            self.flags.setEnabled(self.kind.currentData() != SWAP)
+            self.downloads.setEnabled(bool(download_option(1.0)))
+        result = self.result
+        decision = None if result is None else result.decision
+        applied = None if result is None else result.applied
+        written = applied is not None and applied.written and not applied.rolled_back
+        self.apply_button.setEnabled(not running and decision is not None and decision.apply
+                                     and not written)
+        self.rollback_button.setEnabled(not running and written)
+        self.report_button.setEnabled(not running and result is not None)
+
+    # events --------------------------------------------------------------------------------
+    def pump(self) -> int:
+        """Apply the events the worker queued since the last tick; returns how many."""
+        from specdeck.core.bench.runner import RunStarted
+
+        live = self.live
+        count = 0
+        while live is not None:
+            try:
+                event = self.events.get_nowait()
+            except queue.Empty:
+                break
+            count += 1
+            live.apply(event)
+            if isinstance(event, RunStarted) and self.plots is not None:
+                for series in (*self.plots.speed.values(), *self.plots.accept.values()):
+                    series.gap()
+        if count:
+            self._show_live()
+        return count
+
+    def _show_live(self) -> None:
+        live = self.live
+        self.phases.setText(self._phases_html(live.phase))
+        self.stage.setText(CANCELLING_TEXT if self._cancelling else live.stage or live.phase_text)
+        self.round.setText(live.round_text())
+        self.best.setText(live.best_text() if live.cells else "")
+        self._show_candidates()
+        if self.plots is not None:
+            self.plots.set_acceptance_title(True, unreported=live.acceptance_unknown)
+            series = {"speed": self.plots.speed, "accept": self.plots.accept,
+                      "finished": self.plots.finished, "accept_done": self.plots.accept_done}
+            for point in live.take_points():
+                curve = series[point.series].get(point.arm)
+                if curve is not None:
+                    curve.add(point.t, point.value)
+            # One plot per tick, in turn (as the A/B page): no frame pays for both.
+            self._plot_turn = 1 - self._plot_turn
+            self.plots.redraw(only=self._plot_turn)
+
+    @staticmethod
+    def _phases_html(current: str) -> str:
+        names = [name for name, _ in PHASES]
+        at = names.index(current) if current in names else (3 if current == "apply" else -1)
+        parts = []
+        for index, (_, title) in enumerate(PHASES):
+            if index < at:
+                parts.append(f"✔ {title}")
+            elif index == at:
+                parts.append(f"<b>▶ {title}</b>")
+            else:
+                parts.append(f"<span style='color:#6b7280'>{title}</span>")
+        return " &nbsp;›&nbsp; ".join(parts)
+
+    def _show_candidates(self) -> None:
+        live = self.live
+        rows = live.candidates
+        table = self.candidates
+        table.setRowCount(len(rows))
+        best = live.best
+        for index, row in enumerate(rows):
+            cells = (row.candidate.label, row.predicted_text, row.size_text, row.download,
+                     row.measured_text)
+            for column, text in enumerate(cells):
+                item = _item(table, index, column, text)
+                font = item.font()
+                font.setBold(best is not None and best.candidate == row.candidate)
+                item.setFont(font)
+            table.item(index, 1).setToolTip(row.prediction.source)
+        self.not_tried.setText("Not tried: " + "; ".join(f"{n.what} ({n.why})"
+                                                         for n in live.not_tried)
+                               if live.not_tried else "")
+
+    def finished(self, result) -> None:
+        """Show a finished tune (core.tune.run.TuneResult): its verdict, the report, Apply."""
+        self.timer.stop()
+        self.pump()
+        self._cancelling = False
+        self.result = result
+        if self.live is not None:
+            self._show_live()
+            if self.plots is not None:
+                self.plots.redraw()
+        self.phases.setText(self._phases_html("result"))
+        self.round.setText("")
+        self.stage.setText("Cancelled: see the result below." if result.cancelled
+                           else "Finished: see the result below.")
+        self._show_result()
+        self.context.show_status("Tuning finished" + (" (cancelled)" if result.cancelled else ""))
+        self._sync()
+
+    def _failed(self, error: BaseException) -> None:
+        self.timer.stop()
+        self.pump()
+        self._cancelling = False
+        if isinstance(error, CancelledError):
+            self.stage.setText("Cancelled before the search began: nothing was written.")
+            self.banner.show_message("Tuning was cancelled: nothing was written.", "info")
+        else:
+            self.stage.setText("Tuning stopped: see the message above.")
+            self._show_error(error)
+        self._sync()
+
+    def _show_error(self, error: BaseException) -> None:
+        self.banner.show_message(html.escape(str(error)), "error")
+
+    # the result, Apply, Roll back ------------------------------------------------------------
+    def _show_result(self) -> None:
+        from specdeck.core.tune import report
+        from specdeck.core.tune.live import result_lines
+
+        result = self.result
+        if result is None:
+            self.verdict.setText(RUNNING_TEXT if self.tasks.running("tune") else IDLE_TEXT)
+            self.report.clear()
+            return
+        rows = "".join(f"<tr><td style='padding-right:12px'><b>{html.escape(what)}</b></td>"
+                       f"<td>{html.escape(text)}</td></tr>" for what, text in result_lines(result))
+        self.verdict.setText(f"<table>{rows}</table>")
+        # The report's headings, two levels down: a section of the page, not a document.
+        self.report.setMarkdown(re.sub(r"^(#+) ", r"\1## ", report.markdown(result),
+                                       flags=re.MULTILINE))
+
+    def apply_result(self) -> None:
+        """Show what would be written (the diff), then write it once the user says so."""
+        if self.result is None:
+            return
+        self.stage.setText("Reading the file the winner goes into…")
+        self.tasks.run("apply", preview_apply, self.result, on_result=self._confirm,
+                       on_error=self._apply_failed)
+        self._sync()
+
+    def _confirm(self, previewed) -> None:
+        from specdeck.core.tune.apply import apply
+
+        applied, asked = previewed
+        if not asked:  # nothing to confirm: flags to copy, or already in the file
+            self._applied(applied)
+            return
+        if not self.confirm_diff(applied):
+            self.stage.setText("Not written: you cancelled.")
+            self._sync()
+            return
+        self.stage.setText(f"Writing {applied.path} and starting llama-server from it…")
+        self.tasks.run("apply", apply, self.result, None, on_result=self._applied,
+                       on_error=self._apply_failed)
+        self._sync()
+
+    def confirm_diff(self, applied) -> bool:
+        """The user sees the exact change before anything is written."""
+        dialog = QDialog(self)
+        dialog.setObjectName("tuneConfirm")
+        dialog.setWindowTitle("Write the tuned setting")
+        layout = QVBoxLayout(dialog)
+        intro = QLabel(f"Write the verified winner into {applied.path}? A backup is kept; then "
+                       "llama-server is started from the file as written, and if it does not "
+                       "answer and draft, the file is put back.")
+        intro.setWordWrap(True)
+        layout.addWidget(intro)
+        diff = DiffView()
+        diff.set_diff(applied.diff)
+        diff.setMinimumSize(640, 260)
+        layout.addWidget(diff)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save
+                                   | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(dialog.accept)
+        buttons.rejected.connect(dialog.reject)
+        layout.addWidget(buttons)
+        return dialog.exec() == QDialog.DialogCode.Accepted
+
+    def roll_back(self) -> None:
+        from specdeck.core.tune.apply import roll_back
+
+        if self.result is None or self.result.applied is None:
+            return
+        self.tasks.run("apply", roll_back, self.result.applied, on_result=self._applied,
+                       on_error=self._apply_failed)
+        self._sync()
+
+    def _applied(self, applied) -> None:
+        from specdeck.core.tune.live import applied_text
+
+        self._cancelling = False
+        self.result = self.result.with_applied(applied)
+        self.stage.setText(applied_text(applied))
+        self._show_result()
+        if applied.written and applied.path is not None:
+            self.context.show_status(f"{'Rolled back' if applied.rolled_back else 'Applied to'} "
+                                     f"{applied.path}.")
+        self._sync()
+
+    def _apply_failed(self, error: BaseException) -> None:
+        self._cancelling = False
+        if isinstance(error, CancelledError):
+            self.stage.setText("Cancelled: the file is as it was.")
+        else:
+            self.stage.setText("Nothing was changed: see the message above.")
+            self._show_error(error)
+        self._sync()
+
+    def save_report(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Save the tuning report into")
+        if folder:
+            self.save_report_to(Path(folder))
+
+    def save_report_to(self, folder: Path) -> None:
+        from specdeck.core.tune import report
+
+        self.tasks.run(None, report.write, self.result, folder, on_error=self._show_error,
+                       on_result=lambda path: self.context.show_status(
+                           f"Tuning report written to {path}"))
+
+    # progress and result widgets ---------------------------------------------------------------
+    def _build_progress(self) -> None:
+        self.progress_box = QWidget()
+        self.phases = QLabel(self._phases_html(""))
+        self.stage = QLabel()
+        self.stage.setWordWrap(True)
+        self.stage.setProperty("role", "hint")
+        self.round = QLabel()
+        self.best = QLabel()
+        bold = self.best.font()
+        bold.setBold(True)
+        self.best.setFont(bold)
+        for label in (self.round, self.best, self.stage):  # core's words, shown as they are
+            label.setTextFormat(Qt.TextFormat.PlainText)
+            label.setWordWrap(True)  # a long setting's name must not squeeze the table
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.candidates = QTableWidget(0, len(COLUMNS))
+        self.candidates.setHorizontalHeaderLabels(COLUMNS)
+        self.candidates.verticalHeader().setVisible(False)
+        self.candidates.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.candidates.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.candidates.setWordWrap(False)
+        header = self.candidates.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        self.candidates.verticalHeader().setDefaultSectionSize(
+            self.candidates.fontMetrics().height() + 8)
+        self.not_tried = QLabel()
+        self.not_tried.setWordWrap(True)
+        self.not_tried.setProperty("role", "hint")
+        self.not_tried.setTextFormat(Qt.TextFormat.PlainText)
+        table_box = QVBoxLayout()
+        table_box.addWidget(self.candidates, 1)
+        table_box.addWidget(self.not_tried)
+        status = QVBoxLayout()
+        status.addWidget(self.phases)
+        status.addWidget(self.round)
+        status.addWidget(self.best)
+        status.addWidget(self.stage)
+        status.addStretch(1)
+        layout = QHBoxLayout(self.progress_box)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(table_box, 3)
+        layout.addLayout(status, 2)
+        # pyqtgraph costs ~0.4 s to import: the plots are built when the first tune starts.
+        self.plots_host = QWidget()
+        QVBoxLayout(self.plots_host).setContentsMargins(0, 0, 0, 0)
+
+    def _build_result(self) -> None:
+        self.result_box = QGroupBox("Result")
+        self.verdict = QLabel(IDLE_TEXT)
+        self.verdict.setWordWrap(True)
+        self.verdict.setTextFormat(Qt.TextFormat.RichText)
+        self.verdict.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.verdict.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.apply_button = QPushButton("Apply…")
+        self.apply_button.setProperty("role", "primary")
+        self.apply_button.setToolTip("Write the verified winner (the change is shown first)")
+        self.apply_button.clicked.connect(self.apply_result)
+        self.rollback_button = QPushButton("Roll back")
+        self.rollback_button.setToolTip("Put the file back as it was before Apply")
+        self.rollback_button.clicked.connect(self.roll_back)
+        self.report_button = QPushButton("Save report…")
+        self.report_button.setToolTip("tune.md, tune.json and every A/B run behind them")
+        self.report_button.clicked.connect(self.save_report)
+        self.report = QTextBrowser()
+        self.report.setOpenLinks(False)
+        self.report.setFont(QFont(self.report.font().family(), 9))
+        buttons = QVBoxLayout()
+        for button in (self.apply_button, self.rollback_button, self.report_button):
+            buttons.addWidget(button)
+        buttons.addStretch(1)
+        top = QHBoxLayout()
+        top.addWidget(self.verdict, 1)
+        top.addLayout(buttons)
+        layout = QHBoxLayout(self.result_box)
+        left = QVBoxLayout()
+        left.addLayout(top)
+        left.addStretch(1)
+        layout.addLayout(left, 1)
+        layout.addWidget(self.report, 1)
+
+    def _ensure_plots(self) -> None:
+        if self.plots is None:
+            from specdeck.gui.bench_view import BenchPlots
+
+            self.plots = BenchPlots()
+            self.plots.memory_plot.hide()  # llama-server's memory is not the tune's question
+            self.plots.speed_plot.setTitle("Decode speed")
+            self.plots_host.layout().addWidget(self.plots)
+
+    # lifecycle -----------------------------------------------------------------------------
+    def _restore(self) -> None:
+        settings = QSettings()
+        for name, edit in self._saved_edits().items():
+            value = settings.value(SETTINGS_PREFIX + name)
+            if isinstance(value, str) and value:
+                edit.setText(value)
+        kind = settings.value(SETTINGS_PREFIX + "kind")
+        index = self.kind.findData(kind) if isinstance(kind, str) else -1
+        self.kind.setCurrentIndex(index if index >= 0 else self.kind.findData(DEMO))
+        self._kind_changed()
+        if self.kind.currentData() == SWAP:
+            self.load_models()
+
+    def _save(self) -> None:
+        settings = QSettings()
+        for name, edit in self._saved_edits().items():
+            settings.setValue(SETTINGS_PREFIX + name, edit.text())
+        settings.setValue(SETTINGS_PREFIX + "kind", self.kind.currentData())
+
+    def _saved_edits(self) -> dict[str, QLineEdit]:
+        return {"binary": self.binary, "swap_config": self.swap_config, "gguf": self.gguf,
+                "flags": self.flags, "budget": self.budget, "prompts": self.prompts}
+
+    def shutdown(self) -> None:
+        self.timer.stop()
+        self.tasks.close()
+
+
+def _row(*widgets: QWidget) -> QWidget:
+    host = QWidget()
+    layout = QHBoxLayout(host)
+    layout.setContentsMargins(0, 0, 0, 0)
+    for widget in widgets:
+        layout.addWidget(widget, 1 if isinstance(widget, QLineEdit) else 0)
+    return host
+
+
+def _item(table: QTableWidget, row: int, column: int, text: str) -> QTableWidgetItem:
+    item = table.item(row, column)
+    if item is None:
+        item = QTableWidgetItem(text)
+        table.setItem(row, column, item)
+    else:
+        item.setText(text)
+    return item
+
