@@ -6,9 +6,9 @@ same places as the CLI's: predictions from ``core.tune.predict``, running speed-
 ``core.bench.live.LivePlan`` (the A/B page's reducer), the best from ``core.bench.winner``,
 intervals from ``core.bench.stats``, the verdict from ``core.tune.run.decide``.
 
-Events this module does not know (a newer ``run.py`` may emit more, e.g. downloads) are kept
-as a line of text rather than dropped: an event named ``Download*`` that carries a candidate
-updates that candidate's download column, anything with a ``text`` is shown as the stage.
+The download events (Downloading, Downloaded) update their candidate's download column.
+Events this module does not know (a newer ``run.py`` may emit more) are kept as a line of
+text rather than dropped: anything with a ``text`` is shown as the stage.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from specdeck.core.bench.live import ArmSoFar, LivePlan, Point
@@ -25,7 +24,16 @@ from specdeck.core.bench.runner import PlanStarted, RunFinished, RunStarted, Run
 from specdeck.core.bench.winner import Standing, pick
 from specdeck.core.tune.candidates import Candidate
 from specdeck.core.tune.predict import Prediction
-from specdeck.core.tune.run import CURRENT, REFERENCE, WINNER, CandidatesFound, Decided, Phase
+from specdeck.core.tune.run import (
+    CURRENT,
+    REFERENCE,
+    WINNER,
+    CandidatesFound,
+    Decided,
+    Downloaded,
+    Downloading,
+    Phase,
+)
 from specdeck.core.tune.setup import Setup
 from specdeck.core.units import format_bytes
 
@@ -139,7 +147,7 @@ class TuneLive:
             self._plan_started(event)
         elif isinstance(event, Stage):
             self.stage = event.text
-        elif type(event).__name__.startswith("Download"):
+        elif isinstance(event, (Downloading, Downloaded)):
             self._download(event)
         elif isinstance(event, (RunStarted, RunStep, RunFinished)):
             self._run_event(event)
@@ -258,40 +266,20 @@ def _download_text(candidate: Candidate) -> str:
 
 
 def _row_for(rows: list[CandidateRow], event: Any) -> CandidateRow | None:
-    """The candidate a download event is about: by its candidate, or its file's name."""
-    candidate = getattr(event, "candidate", None)
-    for row in rows:
-        if candidate is not None and row.candidate == candidate:
-            return row
-    names = {Path(str(v)).name for v in (getattr(event, "path", None),
-                                         getattr(event, "draft", None)) if v}
-    names |= {str(v) for v in (getattr(event, "label", None), getattr(event, "name", None)) if v}
-    for row in rows:
-        if row.candidate.label in names or (row.candidate.draft is not None
-                                            and row.candidate.draft.name in names):
-            return row
-    return None
+    """The candidate a download event is about (its ``candidate`` is the label)."""
+    return next((row for row in rows if row.candidate.label == event.candidate), None)
 
 
 def download_text(event: Any) -> str:
-    """A download event in words: "downloading 12.0 MiB of 80.0 MiB", "downloaded", "failed:
-    why"; the event's own ``text`` when it has one."""
-    own = getattr(event, "text", None)
-    if isinstance(own, str) and own:
-        return own
-    kind = type(event).__name__
-    done = next((getattr(event, n) for n in ("done_bytes", "done", "downloaded")
-                 if isinstance(getattr(event, n, None), int)), None)
-    total = next((getattr(event, n) for n in ("total_bytes", "total", "size")
-                  if isinstance(getattr(event, n, None), int)), None)
-    why = getattr(event, "why", None) or getattr(event, "error", None)
-    if why:
-        return f"download failed: {why}"
-    if kind == "Downloaded":
-        return "✔ downloaded"
-    if done is not None and total:
-        return f"downloading {format_bytes(done)} of {format_bytes(total)}"
-    return kind.lower()
+    """A download event (core.tune.run's Downloading / Downloaded) in words: "downloading
+    12.0 MiB of 80.0 MiB", "✔ downloaded", or its outcome and why."""
+    if isinstance(event, Downloading):
+        return f"downloading {format_bytes(event.done)} of {format_bytes(event.total)}"
+    if isinstance(event, Downloaded):
+        if event.ok:
+            return f"✔ {event.status}"
+        return f"{event.status}: {event.why}" if event.why else event.status
+    return type(event).__name__.lower()
 
 
 # The result in words ---------------------------------------------------------------------

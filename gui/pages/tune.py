@@ -19,7 +19,7 @@ import logging
 import queue
 import re
 import shlex
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer
@@ -115,19 +115,6 @@ def preview_apply(result):
     return applied, bool(asked)
 
 
-def download_option(gigabytes: float) -> dict:
-    """TuneOptions' download budget, where this build's core has one (issue 27's
-    ``--download-budget GB``; the downloads are another change's): {} when it has none."""
-    from specdeck.core.tune.run import TuneOptions
-
-    names = {f.name for f in fields(TuneOptions)}
-    if "download_budget_bytes" in names:
-        return {"download_budget_bytes": int(gigabytes * 1e9)}
-    if "download_budget_gb" in names:
-        return {"download_budget_gb": gigabytes}
-    return {}
-
-
 class TunePage(QWidget):
     def __init__(self, context, parent: QWidget | None = None):
         super().__init__(parent)
@@ -196,12 +183,11 @@ class TunePage(QWidget):
         self.downloads = QDoubleSpinBox()
         self.downloads.setRange(0, 1000)
         self.downloads.setDecimals(1)
-        self.downloads.setSuffix(" GB")
-        self.downloads.setToolTip("Draft models to download at most (0: local drafts only)")
-        if not download_option(1.0):
-            self.downloads.setEnabled(False)
-            self.downloads.setToolTip("This version of SpecDeck tries the drafts on disk only "
-                                      "(beside the target GGUF); downloads come with a later one.")
+        self.downloads.setSuffix(" GiB")
+        self.downloads.setToolTip("Draft GGUFs from the Hub to download at most, checked before "
+                                  "any download (0: the drafts on disk only). Setting it is "
+                                  "your yes: the page downloads within it without asking "
+                                  "again.")
         self.start_button = QPushButton("Tune")
         self.start_button.setProperty("role", "primary")
         self.start_button.clicked.connect(self.start)
@@ -331,7 +317,7 @@ class TunePage(QWidget):
         prompts = self.prompts.text().strip()
         return TuneOptions(budget_s=budget, max_new_tokens=self.max_new.value(),
                            suites=(prompts,) if prompts else TuneOptions().suites,
-                           **download_option(self.downloads.value()))
+                           download_budget=int(self.downloads.value() * 1024**3))
 
     # run control ---------------------------------------------------------------------------
     def _running(self) -> bool:
@@ -387,7 +373,6 @@ class TunePage(QWidget):
             widget.setEnabled(not running)
         if not running:
             self.flags.setEnabled(self.kind.currentData() != SWAP)
-            self.downloads.setEnabled(bool(download_option(1.0)))
         result = self.result
         decision = None if result is None else result.decision
         applied = None if result is None else result.applied

@@ -289,22 +289,6 @@ def test_what_is_wrong_with_the_form_is_said_in_place(qtbot, configured_qapp, tm
 
 
 @dataclass(frozen=True)
-class Downloading:
-    """The shape the Tune page reads of a download event (core.tune.live's duck typing): the
-    download events are another change's (issue 27's downloads); until they exist this is the
-    contract the page renders."""
-
-    candidate: object
-    done_bytes: int
-    total_bytes: int
-
-
-@dataclass(frozen=True)
-class Downloaded:
-    candidate: object
-
-
-@dataclass(frozen=True)
 class SomethingNew:
     text: str
 
@@ -313,7 +297,7 @@ def test_candidates_show_predictions_and_download_events_as_they_come(qtbot, con
     from specdeck.core.tune.candidates import Candidate, NotTried
     from specdeck.core.tune.live import TuneLive
     from specdeck.core.tune.predict import Prediction
-    from specdeck.core.tune.run import CandidatesFound, Phase
+    from specdeck.core.tune.run import CandidatesFound, Downloaded, Downloading, Phase
 
     window, page = tune_page(qtbot)
     page.live = TuneLive()
@@ -324,7 +308,8 @@ def test_candidates_show_predictions_and_download_events_as_they_come(qtbot, con
                   CandidatesFound(((draft, Prediction(1.6, 1.2, 2.1, "theory (a)")),
                                    (ngram, Prediction(1.1, 0.9, 1.4, "theory (b)"))),
                                   (NotTried("draft-eagle3", "needs an EAGLE-3 head"),)),
-                  Downloading(draft, 12 << 20, 80 << 20)):
+                  Downloading(draft.label, "bartowski/draft-GGUF", "draft-0.5b.gguf",
+                              12 << 20, 80 << 20)):
         page.events.put(event)
     assert page.pump() == 3
     rows = rows_of(page.candidates)
@@ -335,12 +320,17 @@ def test_candidates_show_predictions_and_download_events_as_they_come(qtbot, con
     assert page.not_tried.text() == "Not tried: draft-eagle3 (needs an EAGLE-3 head)"
     assert page.candidates.item(0, 1).toolTip() == "theory (a)"
     assert "▶ Candidates" in page.phases.text()
-    page.events.put(Downloaded(draft))
+    page.events.put(Downloaded(draft.label, "bartowski/draft-GGUF", "draft-0.5b.gguf",
+                               "downloaded", 80 << 20, 80 << 20, 3.0))
     page.events.put(SomethingNew("Checking the download's sha256"))
     page.events.put(object())  # an event the page knows nothing of: ignored, not a crash
     assert page.pump() == 3
     assert rows_of(page.candidates)[0][3] == "✔ downloaded"
     assert page.stage.text() == "Checking the download's sha256"
+    page.events.put(Downloaded(draft.label, "bartowski/draft-GGUF", "draft-0.5b.gguf",
+                               "failed", 80 << 20, why="the Hub answered 500 twice"))
+    page.pump()
+    assert rows_of(page.candidates)[0][3] == "failed: the Hub answered 500 twice"
 
 
 def rows_of(table) -> list[list[str]]:
