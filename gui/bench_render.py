@@ -127,8 +127,9 @@ def positions_title(entries) -> str:
         else:
             why = positions.label
         clauses.setdefault(why, []).append(name)
-    if len(clauses) == 1:
-        return f"{POSITIONS_TITLE} ({next(iter(clauses))})"
+    if len(clauses) == 1:  # the source kept whole: a narrow plot breaks the line before "("
+        source = next(iter(clauses)).replace(" ", "\u00a0")
+        return f"{POSITIONS_TITLE} ({source})"
     return f"{POSITIONS_TITLE}: " + "; ".join(f"{', '.join(names)} {why}"
                                                for why, names in clauses.items())
 

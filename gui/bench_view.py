@@ -33,6 +33,9 @@ from specdeck.gui.telemetry_view import set_text
 from specdeck.gui.widgets.elided_label import ElidedLabel
 
 DRAFT_HIGHLIGHT = "#bbf7d0"
+LEGEND_HEADROOM = 1.3
+"""The position and memory plots' y axes reach this far above their data: room for the
+legend at the top, off the bars and curves."""
 
 
 def arm_colour(index: int) -> QColor:
@@ -179,7 +182,9 @@ class BenchPlots(QWidget):
         self.accept_plot = self._plot("%", "seconds")
         self.accept_plot.setYRange(0, 100, padding=0.02)
         self.position_plot = self._plot("% of drafts kept", "draft position")
-        self.position_plot.setYRange(0, 100, padding=0.02)
+        # Headroom above 100% for the legend, laid out in a row, so it never covers a bar.
+        self.position_plot.setYRange(0, LEGEND_HEADROOM * 100, padding=0)
+        self.position_plot.getAxis("left").setTicks([[(v, str(v)) for v in range(0, 101, 20)]])
         self.position_plot.setMouseEnabled(x=False, y=False)
         self.memory_plot = self._plot("MiB", "seconds")
         layout = QHBoxLayout(self)
@@ -267,6 +272,8 @@ class BenchPlots(QWidget):
         if legend is not None:
             legend.clear()
         self.positions = dict(entries)
+        if legend is not None:
+            legend.setColumnCount(max(len(entries), 1))
         drawn = [(name, p) for name, p in entries
                  if p is not None and p.reported and any(r is not None for r in p.rates)]
         width = 0.8 / max(len(drawn), 1)
@@ -292,7 +299,8 @@ class BenchPlots(QWidget):
                 self._curves[key] = plot.plot([], [], pen=None, symbol="o", symbolSize=7,
                                               symbolBrush=colour, symbolPen=None, name=None)
             else:
-                legend = name if self._legend or kind == "memory" else None
+                # Memory: the title names a lone series; a legend comes with the second.
+                legend = name if self._legend and kind != "memory" else None
                 self._curves[key] = plot.plot([], [], pen=pg.mkPen(colour, width=2), name=legend,
                                               connect="finite")
         return self._curves[key]
@@ -348,6 +356,12 @@ class BenchPlots(QWidget):
         for index, (name, series) in enumerate(self.memory.items()):
             colour = QColor("#0f766e") if index == 0 else arm_colour(index + 2)
             self._set("memory", name, self.memory_plot, colour, series, scale=unit[1])
+        legend = self.memory_plot.getPlotItem().legend
+        if legend is not None and len(self.memory) > 1 and not legend.items:
+            for name in self.memory:
+                legend.addItem(self._curves[("memory", name)], name)
+        if largest:  # from zero: 1.41 GiB held flat must not read as a steep climb
+            self.memory_plot.setYRange(0, LEGEND_HEADROOM * largest / unit[1], padding=0)
 
     def points(self) -> int:
         return sum(len(s.x) for group in (self.speed, self.accept, self.memory) for s in group.values())

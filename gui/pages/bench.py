@@ -49,6 +49,7 @@ from specdeck.gui import bench_render as render
 from specdeck.gui.bench_form import DEMO, BenchForm, plan_from_choices
 from specdeck.gui.bench_view import ResultsTable, StreamPane, arm_colour
 from specdeck.gui.widgets.banner import Banner
+from specdeck.gui.widgets.elided_label import ElidedLabel
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +198,9 @@ class BenchPage(QWidget):
         self.progress = QProgressBar()
         self.progress.setTextVisible(True)
         self.progress.setFormat("%v / %m runs")
-        self.stage = QLabel()
+        # Elided: a stage can name a launched server's whole command line, and a plain
+        # label's minimum width would widen the window to fit it (the full text is its tooltip).
+        self.stage = ElidedLabel(min_chars=20)
         self.stage.setProperty("role", "hint")
 
         status = QHBoxLayout()

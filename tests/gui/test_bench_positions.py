@@ -76,7 +76,8 @@ def test_engine_arms_chart_summary_and_report_agree_with_the_records(qtbot, page
         assert f"mean acceptance length {length:.2f} (engine count)" in page.summary.text()
     # The cycling model repeats itself: n-gram keeps far more than a random draft model.
     assert bars(page, "C")[0] > bars(page, "B")[0]
-    assert plots.title("positions") == "Acceptance by draft position (engine count)"
+    assert plots.title("positions").replace("\xa0", " ") == \
+        "Acceptance by draft position (engine count)"
     # The engine runs on the CPU here: its process's RSS, in the unit that fits it.
     largest = max(max(s.y) for s in plots.memory.values())
     unit = "MiB" if largest < 1024 * MiB else "GiB"
