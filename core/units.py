@@ -13,17 +13,26 @@ GiB = 1024**3
 TiB = 1024**4
 
 
+_UNITS = (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB))
+
+
+def byte_unit(count: int | float) -> tuple[str, int]:
+    """The unit ``count`` bytes read best in, and its size: the largest binary unit not above
+    it ("B" below 1 KiB). format_bytes and every plot's byte axis pick their unit here, so a
+    36 MiB process reads "MiB" on an axis as in a table, never "GiB (x0.001)"."""
+    value = abs(float(count))
+    return next(((name, size) for name, size in _UNITS if value >= size), ("B", 1))
+
+
 def format_bytes(count: int | float) -> str:
     """``count`` bytes: "512 B", "3.4 KiB", "12.5 MiB", "412 MiB", "1.50 GiB", "2.00 TiB"."""
     sign = "-" if count < 0 else ""
-    value = abs(float(count))
-    if value < KiB:
+    name, size = byte_unit(count)
+    value = abs(float(count)) / size
+    if name == "B":
         return f"{sign}{value:.0f} B"
-    if value < MiB:
-        return f"{sign}{value / KiB:.1f} KiB"
-    if value < GiB:
-        mib = value / MiB
-        return f"{sign}{mib:.1f} MiB" if mib < 100 else f"{sign}{mib:.0f} MiB"
-    if value < TiB:
-        return f"{sign}{value / GiB:.2f} GiB"
-    return f"{sign}{value / TiB:.2f} TiB"
+    if name == "KiB" or (name == "MiB" and value < 100):
+        return f"{sign}{value:.1f} {name}"
+    if name == "MiB":
+        return f"{sign}{value:.0f} MiB"
+    return f"{sign}{value:.2f} {name}"

@@ -77,7 +77,7 @@ def row_cells(row) -> list[str]:
         f"{stats.tokens_per_second:.1f}", ratio_cell(row),
         "" if stats.time_to_first_token_s is None else f"{1000 * stats.time_to_first_token_s:.0f}",
         "" if stats.acceptance_rate is None else f"{100 * stats.acceptance_rate:.0f}%",
-        "" if not stats.drafted else f"{stats.mean_acceptance_length:.2f}",
+        "" if stats.mean_acceptance_length is None else f"{stats.mean_acceptance_length:.2f}",
         output_cell(row),
     ]
 
@@ -104,6 +104,73 @@ def error_html(error: BaseException) -> str:
     """A failure for the banner: what happened, then what to do (a SpecDeckError's fix)."""
     fix = getattr(error, "fix", "")
     return html.escape(str(error)) + (f"<br>{html.escape(fix)}" if fix and fix not in str(error) else "")
+
+
+# plots ---------------------------------------------------------------------------------------
+POSITIONS_TITLE = "Acceptance by draft position"
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def positions_title(entries) -> str:
+    """The position chart's title: what it shows and, per drafting arm, where its numbers
+    come from (``entries``: (arm name, core.bench.summary.DraftPositions or None while no
+    run has finished)). Arms with the same source share a clause; a server that reports
+    no positions is named, never drawn as zeros."""
+    if not entries:
+        return POSITIONS_TITLE
+    clauses: dict[str, list[str]] = {}
+    for name, positions in entries:
+        if positions is None:
+            why = "no finished run yet"
+        elif positions.reported and not positions.drafts:
+            why = f"no drafts ({positions.label})"
+        else:
+            why = positions.label
+        clauses.setdefault(why, []).append(name)
+    if len(clauses) == 1:  # the source kept whole: a narrow plot breaks the line before "("
+        source = next(iter(clauses)).replace(" ", "\u00a0")
+        return f"{POSITIONS_TITLE} ({source})"
+    return f"{POSITIONS_TITLE}: " + "; ".join(f"{', '.join(names)} {why}"
+                                               for why, names in clauses.items())
+
+
+def memory_title(kind: str, unit: str = "") -> str:
+    """The memory plot's title: whose memory it shows ("gpu": every GPU NVML reads, the
+    engine's or the server's among the rest; "rss": the engine process; "server-hidden":
+    nothing, because the server's memory cannot be read from here)."""
+    return {"gpu": "GPU memory used (all processes, NVML)",
+            "rss": "Memory of the engine process (RSS)",
+            "server-hidden": "Memory: the server's memory is not visible "
+                             "(no GPU that NVML reads on this machine)",
+            "server-remote": "Memory: the server's memory is not visible (it runs on "
+                             "another machine)"}.get(kind, "Memory")
+
+
+def servers_are_local(arms) -> bool:
+    """Every server arm runs on this machine (launched by SpecDeck, or at a loopback
+    address): only then is this machine's GPU memory the servers'."""
+    from urllib.parse import urlsplit
+
+    for arm in arms:
+        server = arm.server
+        if server is None or server.launch is not None:
+            continue
+        if (urlsplit(server.url).hostname or "") not in LOCAL_HOSTS:
+            return False
+    return True
+
+
+def mean_length_text(arm) -> str:
+    """The summary's mean acceptance length, with where it comes from (core.bench.summary:
+    1 + accepted / drafts)."""
+    positions = arm.positions
+    if positions is None:
+        return ""
+    if not positions.reported:
+        return f"mean acceptance length {positions.label}"
+    if arm.mean_acceptance_length is None:
+        return f"mean acceptance length: no drafts ({positions.label})"
+    return f"mean acceptance length {arm.mean_acceptance_length:.2f} ({positions.label})"
 
 
 # the summary pane ---------------------------------------------------------------------------
@@ -169,6 +236,9 @@ def final_html(summary, arms: Sequence[str], only: str | None = None) -> str:
             f"acceptance {percent(summary.arm(comparison.arm).acceptance_rate)} · "
             + _identical(check.checkable, check.identical, check.compared, base),
         ]
+        length = mean_length_text(summary.arm(comparison.arm))
+        if length:
+            parts.append(html.escape(length))
         if comparison.not_drafting:  # measured as it ran, but not a drafting result
             parts.insert(0, f"<b style='color:{SLOWER}'>did not draft</b>: "
                             f"{html.escape(comparison.not_drafting)}")

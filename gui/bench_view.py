@@ -12,24 +12,30 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QHeaderView,
+    QLabel,
+    QPlainTextEdit,
     QTableWidget,
     QTableWidgetItem,
-    QPlainTextEdit,
     QVBoxLayout,
     QWidget,
 )
-
 from specdeck.gui.bench_render import (
     ARM,
     ARM_COLOURS,
     OUTPUT,
+    POSITIONS_TITLE,
     REPEAT,
     RESULT_COLUMNS,
     arm_colour_name,
+    positions_title,
 )
+from specdeck.gui.telemetry_view import set_text
 from specdeck.gui.widgets.elided_label import ElidedLabel
 
 DRAFT_HIGHLIGHT = "#bbf7d0"
+LEGEND_HEADROOM = 1.3
+"""The position and memory plots' y axes reach this far above their data: room for the
+legend at the top, off the bars and curves."""
 
 
 def arm_colour(index: int) -> QColor:
@@ -159,30 +165,56 @@ class _Series:
 
 
 class BenchPlots(QWidget):
-    """Tokens/s and acceptance per arm, and memory, against seconds since the plan started."""
+    """Tokens/s and acceptance per arm against seconds since the plan started, acceptance by
+    draft position per drafting arm, and memory.
+
+    Each plot's title is a word-wrapped label above it (telemetry_view.titled): at 1200 px
+    four plots share the row, and a title that names its sources takes two lines instead of
+    being cut at the plot's edge."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         import pyqtgraph as pg
+        from specdeck.gui.telemetry_view import titled
 
         self._pg = pg
-        self.speed_plot = self._plot("Decode speed", "tok/s")
-        self.accept_plot = self._plot("Draft acceptance (this run)", "%")
+        self.speed_plot = self._plot("tok/s", "seconds")
+        self.accept_plot = self._plot("%", "seconds")
         self.accept_plot.setYRange(0, 100, padding=0.02)
-        self.memory_plot = self._plot("Memory", "GiB")
+        self.position_plot = self._plot("% of drafts kept", "draft position")
+        # Headroom above 100% for the legend, laid out in a row, so it never covers a bar.
+        self.position_plot.setYRange(0, LEGEND_HEADROOM * 100, padding=0)
+        self.position_plot.getAxis("left").setTicks([[(v, str(v)) for v in range(0, 101, 20)]])
+        self.position_plot.setMouseEnabled(x=False, y=False)
+        self.memory_plot = self._plot("MiB", "seconds")
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        for plot in (self.speed_plot, self.accept_plot, self.memory_plot):
-            layout.addWidget(plot, 1)
+        self.titles: dict[str, QLabel] = {}
+        for key, plot, title in (("speed", self.speed_plot, "Decode speed"),
+                                 ("accept", self.accept_plot, "Draft acceptance (this run)"),
+                                 ("positions", self.position_plot, POSITIONS_TITLE),
+                                 ("memory", self.memory_plot, "Memory")):
+            box, self.titles[key] = titled(plot, title)
+            layout.addWidget(box, 1)
         self.speed: dict[str, _Series] = {}
         self.finished: dict[str, _Series] = {}
         self.accept: dict[str, _Series] = {}
         self.accept_done: dict[str, _Series] = {}
         """Acceptance of each finished run (server arms: the server's counts)."""
         self.memory: dict[str, _Series] = {}
+        """Bytes; drawn in the unit that fits the largest (core.units.byte_unit)."""
+        self.memory_unit = ("MiB", 1024**2)
+        self.positions: dict[str, object] = {}
+        """Arm name -> the core.bench.summary.DraftPositions drawn (None: no run yet)."""
+        self.position_bars: dict[str, object] = {}
+        """Arm name -> its pyqtgraph BarGraphItem (arms with positions to draw)."""
         self._curves: dict[tuple[str, str], object] = {}
         self._arm_index: dict[str, int] = {}
         self._legend = True
+
+    def title(self, key: str) -> str:
+        """A plot's title as shown: "speed", "accept", "positions" or "memory"."""
+        return self.titles[key].text()
 
     def set_acceptance_title(self, servers: bool, unreported: bool = False) -> None:
         """Servers report acceptance once a run is done, not per step: a point per finished
@@ -195,13 +227,16 @@ class BenchPlots(QWidget):
             title = "Acceptance: not reported by these servers"
         else:
             title = "Acceptance per finished run (server counts)"
-        self.accept_plot.setTitle(title)
+        self.titles["accept"].setText(title)
+
+    def set_memory_title(self, text: str) -> None:
+        set_text(self.titles["memory"], text)
 
     @staticmethod
-    def _plot(title: str, unit: str):
+    def _plot(unit: str, x_label: str):
         from specdeck.gui.telemetry_view import live_plot
 
-        return live_plot(title, unit, "seconds", min_height=140)
+        return live_plot("", unit, x_label, min_height=140)
 
     def reset(self, arms: list[str]) -> None:
         for (_kind, _name), curve in self._curves.items():
@@ -209,7 +244,7 @@ class BenchPlots(QWidget):
                 if curve in plot.listDataItems():
                     plot.removeItem(curve)
         self._curves.clear()
-        for plot in (self.speed_plot, self.accept_plot, self.memory_plot):
+        for plot in (self.speed_plot, self.accept_plot, self.position_plot, self.memory_plot):
             legend = plot.getPlotItem().legend
             if legend is not None:
                 legend.clear()
@@ -221,6 +256,40 @@ class BenchPlots(QWidget):
         self.accept = {a: _Series() for a in arms[1:]}
         self.accept_done = {a: _Series() for a in arms[1:]}
         self.memory = {}
+        self.set_memory_title("Memory")
+        self.show_positions([(a, None) for a in arms[1:]])
+
+    def show_positions(self, entries) -> None:
+        """Acceptance by draft position: a group of bars per position, one bar per drafting
+        arm (``entries``: (arm name, DraftPositions or None), in plan order), at the
+        rates core computed (core.bench.summary.draft_positions). An arm whose server
+        reports no positions gets no bar; the title names it and the source of the rest."""
+        pg, plot = self._pg, self.position_plot
+        for item in self.position_bars.values():
+            plot.removeItem(item)
+        self.position_bars = {}
+        legend = plot.getPlotItem().legend
+        if legend is not None:
+            legend.clear()
+        self.positions = dict(entries)
+        if legend is not None:
+            legend.setColumnCount(max(len(entries), 1))
+        drawn = [(name, p) for name, p in entries
+                 if p is not None and p.reported and any(r is not None for r in p.rates)]
+        width = 0.8 / max(len(drawn), 1)
+        for j, (name, positions) in enumerate(drawn):
+            shown = [(i + 1, rate) for i, rate in enumerate(positions.rates) if rate is not None]
+            colour = arm_colour(self._arm_index.get(name, j + 1))
+            bars = pg.BarGraphItem(x=[x - 0.4 + width * (j + 0.5) for x, _ in shown],
+                                   height=[100 * rate for _, rate in shown], width=width * 0.9,
+                                   brush=colour, pen=pg.mkPen(colour.darker(130)),
+                                   name=name if self._legend else None)
+            plot.addItem(bars)
+            self.position_bars[name] = bars
+        top = max((len(p.rates) for _, p in drawn), default=1)
+        plot.getAxis("bottom").setTicks([[(x, str(x)) for x in range(1, top + 1)]])
+        plot.setXRange(0.5, top + 0.5, padding=0)
+        self.titles["positions"].setText(positions_title(entries))
 
     def _curve(self, kind: str, name: str, plot, colour: QColor, scatter: bool = False):
         key = (kind, name)
@@ -230,16 +299,18 @@ class BenchPlots(QWidget):
                 self._curves[key] = plot.plot([], [], pen=None, symbol="o", symbolSize=7,
                                               symbolBrush=colour, symbolPen=None, name=None)
             else:
-                legend = name if self._legend or kind == "memory" else None
+                # Memory: the title names a lone series; a legend comes with the second.
+                legend = name if self._legend and kind != "memory" else None
                 self._curves[key] = plot.plot([], [], pen=pg.mkPen(colour, width=2), name=legend,
                                               connect="finite")
         return self._curves[key]
 
-    def add_memory(self, name: str, t: float, gib: float) -> None:
-        self.memory.setdefault(name, _Series()).add(t, gib)
+    def add_memory(self, name: str, t: float, used_bytes: float) -> None:
+        self.memory.setdefault(name, _Series()).add(t, used_bytes)
 
     def redraw(self, only: int | None = None) -> None:
-        """Push the series into the curves: all three plots, or only plot ``only`` (0..2).
+        """Push the series into the curves: all three live plots, or only plot ``only``
+        (0..2: speed, acceptance, memory; the position chart changes per finished run).
 
         Repainting a pyqtgraph plot costs a few ms of Python on the GUI thread; the page
         redraws one plot per tick, in turn, so no single frame pays for all three.
@@ -252,10 +323,11 @@ class BenchPlots(QWidget):
             self._redraw_memory()
 
     def _set(self, kind: str, name: str, plot, colour: QColor, series: _Series,
-             scatter: bool = False) -> None:
+             scatter: bool = False, scale: float = 1.0) -> None:
         """Only series that changed are pushed: setData re-converts the whole series."""
         if series.dirty or (kind, name) not in self._curves:
-            self._curve(kind, name, plot, colour, scatter).setData(series.x, series.y)
+            y = series.y if scale == 1.0 else [v / scale for v in series.y]
+            self._curve(kind, name, plot, colour, scatter).setData(series.x, y)
             series.dirty = False
 
     def _redraw_speed(self) -> None:
@@ -272,9 +344,24 @@ class BenchPlots(QWidget):
                       scatter=True)
 
     def _redraw_memory(self) -> None:
+        from specdeck.core.units import byte_unit
+
+        largest = max((max(s.y) for s in self.memory.values() if s.y), default=0)
+        unit = byte_unit(largest) if largest >= 1024**2 else ("MiB", 1024**2)
+        if unit != self.memory_unit:  # a new unit rescales every curve, not just new points
+            self.memory_unit = unit
+            for series in self.memory.values():
+                series.dirty = True
+        self.memory_plot.setLabel("left", unit[0])
         for index, (name, series) in enumerate(self.memory.items()):
             colour = QColor("#0f766e") if index == 0 else arm_colour(index + 2)
-            self._set("memory", name, self.memory_plot, colour, series)
+            self._set("memory", name, self.memory_plot, colour, series, scale=unit[1])
+        legend = self.memory_plot.getPlotItem().legend
+        if legend is not None and len(self.memory) > 1 and not legend.items:
+            for name in self.memory:
+                legend.addItem(self._curves[("memory", name)], name)
+        if largest:  # from zero: 1.41 GiB held flat must not read as a steep climb
+            self.memory_plot.setYRange(0, LEGEND_HEADROOM * largest / unit[1], padding=0)
 
     def points(self) -> int:
         return sum(len(s.x) for group in (self.speed, self.accept, self.memory) for s in group.values())

@@ -18,12 +18,12 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QProgressBar,
+    QSizePolicy,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
-
 from specdeck.core.gpu.telemetry import GpuReading, GpuStatus, TelemetryFrame
 
 GiB = 1024**3
@@ -58,11 +58,15 @@ def fmt_gib(value: int | None) -> str:
 
 def live_plot(title: str, unit: str, x_label: str, min_height: int):
     """A pyqtgraph plot in SpecDeck's style for live series: quiet grid, legend, no menu,
-    drawing only what is visible (downsampled), cheap to update several times a second."""
+    drawing only what is visible (downsampled), cheap to update several times a second.
+    ``title`` "" draws none (see :func:`titled`). The axis shows its values as they are:
+    pyqtgraph's own rescaling ("GiB (x0.001)") is off; callers pick the unit that fits."""
     import pyqtgraph as pg
 
     plot = pg.PlotWidget(background=None)
-    plot.setTitle(title, size="10pt")
+    if title:
+        plot.setTitle(title, size="10pt")
+    plot.getAxis("left").enableAutoSIPrefix(False)
     plot.setLabel("left", unit)
     plot.setLabel("bottom", x_label)
     plot.showGrid(x=True, y=True, alpha=0.15)
@@ -74,6 +78,30 @@ def live_plot(title: str, unit: str, x_label: str, min_height: int):
     item.setClipToView(True)
     item.setDownsampling(auto=True, mode="peak")
     return plot
+
+
+def titled(plot, title: str) -> tuple[QWidget, QLabel]:
+    """``plot`` under a title that wraps onto a second line when the plot is narrow: a
+    pyqtgraph title is one line cut at the plot's edge ("... (server count"); a QLabel with
+    word wrap asks its layout for the height it needs. Returns the box and its label."""
+    box = QWidget()
+    label = QLabel(title)
+    label.setWordWrap(True)
+    label.setAlignment(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop)
+    font = label.font()
+    font.setBold(True)
+    label.setFont(font)
+    label.setTextFormat(Qt.TextFormat.PlainText)
+    # Ignored width: a long title wraps instead of widening its column.
+    policy = QSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Minimum)
+    policy.setHeightForWidth(True)
+    label.setSizePolicy(policy)
+    layout = QVBoxLayout(box)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.setSpacing(0)
+    layout.addWidget(label)
+    layout.addWidget(plot, 1)
+    return box, label
 
 
 class GpuCard(QFrame):

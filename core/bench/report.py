@@ -34,7 +34,7 @@ from specdeck.core.atomic import atomic_write_bytes
 from specdeck.core.bench import stats
 from specdeck.core.bench.plan import BenchPlan
 from specdeck.core.bench.runner import BenchRun, RunRecord
-from specdeck.core.bench.summary import BenchSummary, pairs, summarize
+from specdeck.core.bench.summary import NOT_REPORTED, BenchSummary, pairs, summarize
 from specdeck.core.engines.lossless import compare_runs
 from specdeck.core.errors import InvalidInputError, NotFoundError
 from specdeck.core.jsonout import dumps, to_jsonable
@@ -221,6 +221,7 @@ def markdown_summary(run: BenchRun, summary: BenchSummary) -> str:
         lines += [f"- {a.name}: server-reported {_fmt(a.server_tokens_per_second, '.1f')} tok/s; "
                   f"acceptance: {a.acceptance_source or _no_source(a)}" for a in summary.arms]
         lines += [f"- {note}" for note in run.loaded.notes]
+    lines += position_tables(summary)
     peak = env.get("memory_bandwidth_peak")
     lines += ["", "Weights read: bytes of model weights read per second of decoding (target once "
               "per verify step, draft once per drafted token)" + (
@@ -262,6 +263,37 @@ def markdown_summary(run: BenchRun, summary: BenchSummary) -> str:
                          f"{d.reference_text!r}, this arm {d.candidate_text!r}")
     lines += [""] + [f"Note: {n}" for n in summary.notes]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def position_tables(summary: BenchSummary) -> list[str]:
+    """"Acceptance by draft position": a table per drafting arm (drafts that reached each
+    position, how many kept it, the share), its mean acceptance length and where the counts
+    come from; "not reported by the server" where a server gave none, never zeros."""
+    drafting = [a for a in summary.arms if a.positions is not None]
+    if not drafting:
+        return []
+    lines = ["", "## Acceptance by draft position", "",
+             "Position i is kept only when every earlier one was: the share is of the drafts "
+             "that reached position i (a server's counters give only the number of drafts, so "
+             "there every draft counts at every position, as vLLM and llama.cpp count). Mean "
+             "acceptance length = 1 + accepted / drafts, the formula vLLM, SGLang and "
+             "llama.cpp use."]
+    for arm in drafting:
+        p = arm.positions
+        lines += ["", f"### {arm.label}", ""]
+        if not p.reported:
+            lines.append(f"Acceptance by position: {NOT_REPORTED} ({p.of_runs} runs).")
+            continue
+        lines.append(f"Source: {p.label}; {p.drafts} drafts, {p.accepted_tokens} draft tokens "
+                     f"kept; mean acceptance length {_fmt(arm.mean_acceptance_length, '.2f')}.")
+        if not p.drafted:
+            lines.append(f"No draft token was kept: position 1 kept 0 of {p.drafts} drafts."
+                         if p.drafts else "No draft was proposed: no position to show.")
+            continue
+        lines += ["", "| position | drafts reaching it | kept | acceptance |", "|---|---|---|---|"]
+        lines += [f"| {i + 1} | {d} | {a} | {_fmt(r and r * 100, '.1f', '%') if d else '-'} |"
+                  for i, (d, a, r) in enumerate(zip(p.drafted, p.accepted, p.rates))]
+    return lines
 
 
 def _no_source(arm) -> str:

@@ -5,7 +5,9 @@ prompt in the same repeat (the runner interleaves them, so drift hits both) and 
 
 - per arm: median decode tok/s and time to first token, pooled acceptance (accepted /
   drafted over every run, not a mean of rates), mean acceptance length (1 + accepted /
-  verify steps), pooled per-position acceptance, peak memory;
+  drafts, as vLLM, SGLang and llama.cpp compute it), pooled acceptance by draft position
+  (``draft_positions``, with where it came from: the engine's count or the server's
+  counters, or that the server reports none), peak memory;
 - per drafting arm: the speed-up as the median of paired tok/s ratios (with min/max and a
   bootstrap interval), overall and by prompt tag; losslessness (greedy plans only: every
   token compared with the reference's, float ties told from real divergences); the
@@ -27,7 +29,7 @@ from typing import Any
 from specdeck.core.bench import stats
 from specdeck.core.bench.plan import Arm
 from specdeck.core.bench.runner import BenchRun, RunRecord
-from specdeck.core.engines.base import DrafterKind, DrafterSpec
+from specdeck.core.engines.base import DrafterKind, DrafterSpec, mean_acceptance_length
 from specdeck.core.engines.lossless import OutputMatch, compare_runs
 
 LOW_ACCEPTANCE = 0.5
@@ -42,6 +44,102 @@ TEXT_CONTEXT_TOKENS = 12
 """Tokens of agreed text shown before a divergence."""
 
 Decoder = Callable[[Sequence[int]], str]
+
+
+ENGINE_COUNT = "engine count"
+"""Where an in-process engine's acceptance comes from: it counts every draft token."""
+SERVER_COUNTERS = "server counters"
+"""Where a server arm's positions come from: its /metrics counters' growth around each run
+(core.servers.engine.CountedDraft)."""
+NOT_REPORTED = "not reported by the server"
+
+
+@dataclass(frozen=True)
+class DraftPositions:
+    """Acceptance by draft position for one drafting arm, pooled over its runs.
+
+    Position i (0-based here, shown 1-based) is kept only when every earlier one was, so the
+    rate at i is the share of drafts whose first i+1 tokens were all right. Engines count the
+    drafts that reached position i (an n-gram draft may be shorter than k); a server's
+    counters say only how many drafts there were, so there every draft counts at every
+    position, as vLLM and llama.cpp compute their per-position rates (accepted_i /
+    num_drafts)."""
+
+    drafted: tuple[int, ...]
+    """Index i: drafts that reached position i (a server: every draft)."""
+    accepted: tuple[int, ...]
+    """Index i: drafts whose token at position i was kept."""
+    drafts: int
+    """Verify steps that carried a draft, over the counted runs."""
+    accepted_tokens: int
+    """Draft tokens kept over the counted runs (the sum over positions, when reported)."""
+    source: str
+    """ENGINE_COUNT, SERVER_COUNTERS, or NOT_REPORTED (then no figure below is known)."""
+    runs: int
+    """Runs whose positions are counted here."""
+    of_runs: int
+    """The arm's counted runs (a server run whose counters failed their checks is left out)."""
+
+    @property
+    def reported(self) -> bool:
+        return self.source != NOT_REPORTED
+
+    @property
+    def rates(self) -> tuple[float | None, ...]:
+        """accepted_i / drafted_i per position; None where nothing reached position i."""
+        return tuple(a / d if d else None for a, d in zip(self.accepted, self.drafted))
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """1 + accepted / drafts (engines.base.mean_acceptance_length)."""
+        return mean_acceptance_length(self.accepted_tokens, self.drafts) if self.reported else None
+
+    @property
+    def label(self) -> str:
+        """Where the figures come from, as a legend and a report say it."""
+        if not self.reported:
+            return NOT_REPORTED
+        runs = "" if self.runs == self.of_runs else f", {self.runs} of {self.of_runs} runs"
+        return f"{self.source}{runs}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The counts, and the rates and length derived from them, so readers need not
+        recompute them; "reported": false says the server gave none (never zeros)."""
+        return {"source": self.source, "reported": self.reported, "label": self.label,
+                "drafts": self.drafts, "accepted_tokens": self.accepted_tokens,
+                "drafted": list(self.drafted), "accepted": list(self.accepted),
+                "rates": list(self.rates), "mean_acceptance_length": self.mean_acceptance_length,
+                "runs": self.runs, "of_runs": self.of_runs}
+
+
+def draft_positions(records: Sequence[RunRecord]) -> DraftPositions:
+    """One arm's acceptance by draft position, from its runs' records: the one definition
+    the A/B page's chart, the reports and the summary use.
+
+    A server run counts when its counters were read and passed their checks
+    (``metrics_drafted`` set, and positions whenever it drafted); one that drafted nothing
+    counts with zero drafts. Where no run's server reported positions the result says
+    NOT_REPORTED and holds no figure: nothing is filled in."""
+    counted, server = [], False
+    for record in records:
+        stats, reading = record.result.stats, record.result.server
+        if reading is None:
+            counted.append(stats)
+            continue
+        server = True
+        if reading.metrics_drafted is not None and (stats.per_position_accepted
+                                                    or stats.accepted == 0):
+            counted.append(stats)
+    if server and not counted:
+        return DraftPositions((), (), 0, 0, NOT_REPORTED, 0, len(records))
+    width = max((len(s.per_position_drafted) for s in counted), default=0)
+    drafted = tuple(sum(s.per_position_drafted[i] for s in counted
+                        if i < len(s.per_position_drafted)) for i in range(width))
+    accepted = tuple(sum(s.per_position_accepted[i] for s in counted
+                         if i < len(s.per_position_accepted)) for i in range(width))
+    return DraftPositions(drafted, accepted, sum(s.draft_steps for s in counted),
+                          sum(s.accepted for s in counted),
+                          SERVER_COUNTERS if server else ENGINE_COUNT, len(counted), len(records))
 
 
 @dataclass(frozen=True)
@@ -63,9 +161,10 @@ class ArmSummary:
     acceptance_rate: float | None
     """Pooled: accepted / drafted over all runs."""
     mean_acceptance_length: float | None
-    """Pooled: 1 + accepted / verify steps."""
+    """Pooled: 1 + accepted / drafts (engines.base.mean_acceptance_length), over the runs
+    ``positions`` counts; where it comes from is ``positions.label``."""
     per_position_acceptance: tuple[float | None, ...]
-    """Pooled per draft position: accepted / drafted there (cumulative: P(first i+1 kept))."""
+    """Pooled per draft position: ``positions.rates`` (cumulative: P(first i+1 kept))."""
     step_time_s: float | None
     """Median decode seconds per verify step (per token for the reference)."""
     peak_memory_bytes: int | None
@@ -93,6 +192,8 @@ class ArmSummary:
     not_usable: tuple[str, ...] = ()
     """Why some of this arm's runs gave no usable figure (a speed or a reading that failed
     its checks), distinct, in order; those figures are in no statistic."""
+    positions: DraftPositions | None = None
+    """Acceptance by draft position (draft_positions); None for an arm without a drafter."""
 
     @property
     def all_failed(self) -> bool:
@@ -345,12 +446,7 @@ def _arm_summary(arm: Arm, records: list[RunRecord], peak_bandwidth: float | Non
     drafted = sum(s.drafted for s in all_stats)
     accepted = sum(s.accepted for s in all_stats)
     steps = sum(s.steps for s in all_stats)
-    positions = max((len(s.per_position_drafted) for s in all_stats), default=0)
-    per_position = []
-    for i in range(positions):
-        d = sum(s.per_position_drafted[i] for s in all_stats if i < len(s.per_position_drafted))
-        a = sum(s.per_position_accepted[i] for s in all_stats if i < len(s.per_position_accepted))
-        per_position.append(a / d if d else None)
+    positions = draft_positions(records) if arm.drafter.kind is not DrafterKind.NONE else None
     memories = [s.peak_memory_bytes for s in all_stats if s.peak_memory_bytes]
     kinds = {s.memory_kind for s in all_stats if s.memory_kind}
     has_drafter = arm.drafter.kind is not DrafterKind.NONE
@@ -387,9 +483,9 @@ def _arm_summary(arm: Arm, records: list[RunRecord], peak_bandwidth: float | Non
             [s.time_to_first_token_s for s in all_stats if s.time_to_first_token_s is not None]
         ),
         acceptance_rate=accepted / drafted if drafted and acceptance_known else None,
-        mean_acceptance_length=1.0 + accepted / steps
-        if steps and has_drafter and acceptance_known else None,
-        per_position_acceptance=tuple(per_position),
+        mean_acceptance_length=positions.mean_acceptance_length
+        if positions is not None and acceptance_known else None,
+        per_position_acceptance=positions.rates if positions is not None else (),
         step_time_s=_median([s.decode_s / s.steps for s in measured if s.steps]),
         peak_memory_bytes=max(memories) if memories else None,
         memory_kind=kinds.pop() if len(kinds) == 1 else ",".join(sorted(kinds)),
@@ -404,6 +500,7 @@ def _arm_summary(arm: Arm, records: list[RunRecord], peak_bandwidth: float | Non
         failed_runs=len(failed),
         errors=tuple(dict.fromkeys(r.error for r in failed)),
         not_usable=tuple(not_usable),
+        positions=positions,
     )
 
 

@@ -232,6 +232,16 @@ class GenerationEvent:
         return self.total_drafted - self.total_accepted
 
 
+def mean_acceptance_length(accepted: int, drafts: int) -> float | None:
+    """Tokens a drafted verify step yields on average: 1 + accepted / drafts, where drafts
+    counts the verify steps that carried a draft (not draft tokens) and the 1 is the token
+    the target adds itself. The formula vLLM (vllm/v1/spec_decode/metrics.py:
+    ``1 + num_accepted_tokens / num_drafts``), SGLang (spec_accept_length) and llama.cpp
+    (its num_drafts counter) use, so SpecDeck's figure reads beside theirs. None without a
+    draft: there is no length to average."""
+    return 1.0 + accepted / drafts if drafts > 0 else None
+
+
 @dataclass(frozen=True)
 class GenerationStats:
     prompt_tokens: int
@@ -279,7 +289,7 @@ class GenerationStats:
 
     @property
     def mean_acceptance_length(self) -> float | None:
-        return 1.0 + self.accepted / self.steps if self.steps else None
+        return mean_acceptance_length(self.accepted, self.draft_steps)
 
     @property
     def per_position_acceptance(self) -> tuple[float | None, ...]:

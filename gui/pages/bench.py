@@ -49,6 +49,7 @@ from specdeck.gui import bench_render as render
 from specdeck.gui.bench_form import DEMO, BenchForm, plan_from_choices
 from specdeck.gui.bench_view import ResultsTable, StreamPane, arm_colour
 from specdeck.gui.widgets.banner import Banner
+from specdeck.gui.widgets.elided_label import ElidedLabel
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,6 @@ MEMORY_INTERVAL_S = 0.25
 HISTORY_SHOWN = 100
 """The History list shows the newest runs; older ones stay on disk in the history folder."""
 IDLE_TEXT = "Press Start to run the plan."
-GiB = 1024**3
 
 
 def create_page(context):
@@ -99,6 +99,8 @@ class BenchPage(QWidget):
         self.last_run = None
         self._last_memory_sample = 0.0
         self._plot_turn = 0
+        self._started_sampler = False
+        """This page started the window's GPU sampler (for the memory plot): it stops it."""
         self.last_summary = None
         self.last_report = None
         self.best_setting = None
@@ -196,7 +198,9 @@ class BenchPage(QWidget):
         self.progress = QProgressBar()
         self.progress.setTextVisible(True)
         self.progress.setFormat("%v / %m runs")
-        self.stage = QLabel()
+        # Elided: a stage can name a launched server's whole command line, and a plain
+        # label's minimum width would widen the window to fit it (the full text is its tooltip).
+        self.stage = ElidedLabel(min_chars=20)
         self.stage.setProperty("role", "hint")
 
         status = QHBoxLayout()
@@ -316,6 +320,7 @@ class BenchPage(QWidget):
         if self.plots is not None:
             self.plots.reset(state.arms)
             self.plots.set_acceptance_title(state.live.serving)
+            self._show_positions()
         self.progress.setRange(0, state.live.total)
         self.progress.setValue(0)
         self.stage.setText(f"Running on {event.loaded.label}")
@@ -368,21 +373,61 @@ class BenchPage(QWidget):
             if curve is not None:
                 curve.add(point.t, point.value)
 
-    def _sample_memory(self, t: float) -> None:
-        loaded = self.state.live.loaded if self.state else None
-        if loaded is not None and str(loaded.device).startswith("cuda"):
-            frame = self.context.gpu_sampler().latest
-            for gpu in frame.gpus if frame is not None else ():
-                if gpu.memory_used is not None:
-                    self.plots.add_memory(f"GPU {gpu.index} VRAM", t, gpu.memory_used / GiB)
-            return
-        import psutil
+    def _memory_source(self) -> str:
+        """Whose memory the plot shows (render.memory_title's kinds): the GPUs NVML reads
+        for a CUDA engine or servers on this machine, the engine process's RSS on a CPU;
+        for a server elsewhere nothing, since this machine's memory is not the server's."""
+        live = self.state.live if self.state else None
+        if live is None or live.loaded is None:
+            return ""
+        if live.serving:
+            return "gpu" if render.servers_are_local(live.plan.arms) else "server-remote"
+        return "gpu" if str(live.loaded.device).startswith("cuda") else "rss"
 
-        try:
-            rss = psutil.Process(self.session.worker_pid).memory_info().rss
-        except (psutil.Error, ValueError):
+    def _sample_memory(self, t: float) -> None:
+        source = self._memory_source()
+        if source == "gpu":
+            sampler = self.context.gpu_sampler()
+            if not sampler.is_running:  # polled on its own thread
+                sampler.start()
+                self._started_sampler = True
+            frame = sampler.latest
+            if frame is None:
+                return
+            seen = [g for g in frame.gpus if g.memory_used is not None]
+            for gpu in seen:
+                self.plots.add_memory(f"GPU {gpu.index} used", t, gpu.memory_used)
+            if self.state.live.serving and not seen:
+                source = "server-hidden"  # never the client's memory in the server's place
+        elif source == "rss":
+            import psutil
+
+            try:
+                rss = psutil.Process(self.session.worker_pid).memory_info().rss
+            except (psutil.Error, ValueError):
+                return
+            self.plots.add_memory("engine process RSS", t, rss)
+        if source:
+            self.plots.set_memory_title(render.memory_title(source))
+
+    def _show_positions(self, summary=None) -> None:
+        """The position chart, per drafting arm: from the finished summary, or while the plan
+        runs from its counted runs so far (the same core function makes both)."""
+        from specdeck.core.bench.summary import draft_positions
+
+        state = self.state
+        if self.plots is None or state is None:
             return
-        self.plots.add_memory("engine process RSS", t, rss / GiB)
+        drafting = [a.name for a in state.live.plan.arms[1:] if a.drafter.kind.value != "none"]
+        if summary is not None:
+            self.plots.show_positions([(name, summary.arm(name).positions) for name in drafting])
+            return
+        records = [row.record for row in state.live.rows]
+        entries = []
+        for name in drafting:
+            mine = [r for r in records if r.arm == name]
+            entries.append((name, draft_positions(mine) if mine else None))
+        self.plots.show_positions(entries)
 
     def _on_run_finished(self, event: RunFinished) -> None:
         state = self.state
@@ -400,6 +445,7 @@ class BenchPage(QWidget):
             self._plot(live.take_points())
             if live.serving:
                 self.plots.set_acceptance_title(True, unreported=live.acceptance_unknown)
+            self._show_positions()
         for index in changed:
             self._show_row(index)
         self.summary.setText(render.so_far_html(live))
@@ -449,6 +495,7 @@ class BenchPage(QWidget):
         self.best_setting = best = best_row(rows)
         self.export_button.setEnabled(True)
         self.summary.setText(render.result_html(rows, best, summary, self.state.arms))
+        self._show_positions(summary)
         self._offer_apply(rows, best)
         self.refresh_history()
 
@@ -615,6 +662,8 @@ class BenchPage(QWidget):
     def shutdown(self) -> None:
         self.timer.stop()
         self.tasks.close()
+        if self._started_sampler:
+            self.context.gpu_sampler().stop()
         self.form.shutdown()
         self.form.save()
         if self.session is not None:

@@ -81,7 +81,16 @@ def test_summary_and_every_report_file(models, tmp_path):
     assert draft.lossless.checkable and draft.lossless.identical == 2 and not draft.lossless.divergences
     b = summary.arm("B")
     assert b.drafted > 0 and b.acceptance_rate == pytest.approx(b.accepted / b.drafted)
-    assert b.mean_acceptance_length == pytest.approx(1 + b.accepted / b.steps)
+    runs_b = [r.result.stats for r in run.counted("B")]
+    drafts = sum(s.draft_steps for s in runs_b)
+    assert 0 < drafts <= b.steps  # the formula's drafts are verify steps that carried a draft
+    assert b.mean_acceptance_length == pytest.approx(1 + b.accepted / drafts)
+    assert b.positions.source == "engine count" and b.positions.runs == len(runs_b)
+    for i, rate in enumerate(b.per_position_acceptance):  # pooled counts, not a mean of rates
+        kept = sum(s.per_position_accepted[i] for s in runs_b if i < len(s.per_position_accepted))
+        reached = sum(s.per_position_drafted[i] for s in runs_b if i < len(s.per_position_drafted))
+        assert rate == pytest.approx(kept / reached)
+    assert len(b.per_position_acceptance) == 3  # k = 3: a model draft reaches every position
     assert b.new_tokens == b.steps + b.accepted  # nothing was cut short by EOS here
     theory = draft.theory
     assert theory.cost_ratio.estimate and 0 < theory.cost_ratio.value < 1
@@ -99,8 +108,27 @@ def test_summary_and_every_report_file(models, tmp_path):
     rows = list(csv.DictReader(io.StringIO(paths.csv.read_text())))
     assert len(rows) == len(run.records)
     assert {r["same_tokens_as_reference"] for r in rows if r["arm"] != "A"} == {"True"}
-    assert "## Verdict" in paths.markdown.read_text()
+    markdown = paths.markdown.read_text()
+    assert "## Verdict" in markdown
     assert load_plan(paths.plan) == plan
+    # The position table per drafting arm: its counts are the records' sums, row by row.
+    section = markdown.split("## Acceptance by draft position", 1)[1]
+    for name in ("B", "C"):
+        arm = summary.arm(name)
+        stats_ = [r.result.stats for r in run.counted(name)]
+        block = section.split(f"### {arm.label}\n", 1)[1].split("###", 1)[0]
+        assert f"Source: engine count; {sum(s.draft_steps for s in stats_)} drafts" in block
+        rows_ = [line.split(" | ") for line in block.splitlines() if line.startswith("| ") and
+                 line[2].isdigit()]
+        assert len(rows_) == len(arm.positions.drafted) > 0
+        for i, cells in enumerate(rows_):
+            reached = sum(s.per_position_drafted[i] for s in stats_ if i < len(s.per_position_drafted))
+            kept = sum(s.per_position_accepted[i] for s in stats_ if i < len(s.per_position_accepted))
+            assert cells[1:3] == [str(reached), str(kept)]
+    json_b = data["summary"]["arms"][1]["positions"]
+    assert json_b["source"] == "engine count" and json_b["reported"] is True
+    assert json_b["rates"] == pytest.approx(list(summary.arm("B").per_position_acceptance))
+    assert data["summary"]["arms"][0]["positions"] is None  # the reference drafts nothing
 
     import xml.etree.ElementTree as ET
 

@@ -118,7 +118,7 @@ def test_stop_keeps_finished_runs(qtbot, page, models):
     run = page.last_run
     assert run is not None and run.cancelled
     assert len(run.records) < 2 * 2 * 5
-    assert "stopped early" in page.stage.text()
+    assert "stopped early" in page.stage.full_text()
 
 
 def test_bad_setups_are_explained_and_nothing_starts(page, models):

@@ -71,7 +71,7 @@ def test_servers_engine_runs_a_server_plan_to_the_results(qtbot, page, replay):
     assert page.panes[0].plain_text == run.counted("A")[0].result.text
     assert "prompt tokenized by the server" in page.panes[0].prompt_label.full_text()
     if page.plots is not None:  # an OpenAI-compatible server reports no acceptance
-        title = page.plots.accept_plot.getPlotItem().titleLabel.text
+        title = page.plots.title("accept")
         assert "not reported by these servers" in title
         assert len(page.plots.accept_done["B"].x) == 0
 
@@ -90,7 +90,7 @@ def test_server_acceptance_is_plotted_per_finished_run(qtbot, page, replay):
     page.start()
     qtbot.waitUntil(lambda: page.last_run is not None, timeout=120_000)
     assert page.plots is not None
-    title = page.plots.accept_plot.getPlotItem().titleLabel.text
+    title = page.plots.title("accept")
     assert "per finished run (server counts)" in title
     runs_b = page.last_run.counted("B")
     assert len(page.plots.accept_done["B"].y) == len(runs_b) == 2
