@@ -260,9 +260,9 @@ def _split_blocks(text: str) -> list[str]:
 
 def first_prompts(names: Sequence[str], per_suite: int,
                   builtin: dict[str, Suite] | None = None) -> list[Prompt]:
-    """The first ``per_suite`` prompts of each named built-in suite, in order (how the A/B
-    page and the GPU kit choose prompts; a plan names them in ``prompt_ids``). ``builtin``:
-    ``builtin_suites()``, when the caller has read them already."""
+    """The first ``per_suite`` prompts of each named built-in (or public, e.g. ``spec-bench/qa``)
+    suite, in order (how the A/B page and the GPU kit choose prompts; a plan names them in
+    ``prompt_ids``). ``builtin``: ``builtin_suites()``, when the caller has read them already."""
     builtin = builtin if builtin is not None else builtin_suites()
     public = None if all(name in builtin for name in names) else public_suites()
     return [prompt for name in names
@@ -270,7 +270,8 @@ def first_prompts(names: Sequence[str], per_suite: int,
 
 
 def select_prompts(names: list[str]) -> list[Prompt]:
-    """Prompts of the named built-in suites or suite files, in order (all built-ins if empty)."""
+    """Prompts of the named built-in suites, public benchmarks (``spec-bench``,
+    ``spec-bench/<category>``) or suite files, in order (all built-ins if empty)."""
     builtin = builtin_suites()
     chosen = names or list(builtin)
     public = None if all(name in builtin for name in chosen) else public_suites()
