@@ -79,7 +79,7 @@ def run(report: Report) -> None:
                      arms=(Arm("A"), Arm("B", DrafterSpec(DrafterKind.NGRAM))),
                      max_new_tokens=sizes.max_new, repeats=sizes.repeats, warmup=1,
                      load=LoadSpec(model_dir, device="cpu", dtype="float32"))
-    bench = run_plan(plan)
+    bench = run_plan(plan, on_event=_progress)
     load_after = os.getloadavg()
     overall = summarize(bench)
     labels = {c.name: c.label for c in spec_bench_categories()}
@@ -96,6 +96,16 @@ def run(report: Report) -> None:
     }
     report.record("spec_bench", results)
     _write(report, results)
+
+
+def _progress(event) -> None:
+    """One line per finished run: on a loaded machine a plan can take a long time."""
+    from specdeck.core.bench.runner import RunFinished
+
+    if isinstance(event, RunFinished):
+        record = event.record
+        print(f"   run {record.slot.index + 1}/{event.total}: {record.arm} {record.prompt_id}"
+              f"{' (warm-up)' if record.slot.warmup else ''}", flush=True)
 
 
 def _suite(info: dict) -> tuple[str, dict]:
