@@ -1,7 +1,13 @@
-"""Prompt suites: the built-in tagged suites and the user's own files."""
+"""Prompt suites: the built-in tagged suites, public benchmarks' prompts, the user's own files.
+
+Public benchmarks (resources/prompts/<folder>/suite.json: Spec-Bench) are selectable by name
+(``spec-bench``, or one category: ``spec-bench/qa``) but are not among ``builtin_suites()``:
+the default plans, the A/B page's suite buttons and the GPU kit's corpus stay the shipped five.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -97,15 +103,12 @@ def load_suite(path: str | Path) -> Suite:
         description = str(data.get("description") or "")
         prompts = _prompts_from_json(data, name, path)
     elif path.suffix == ".jsonl":
-        prompts = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InvalidInputError(f"{path} line {number} is not JSON: {exc.msg}.") from exc
-            prompts.append(_prompt(entry, name, len(prompts) + 1, path))
+        entries = _jsonl_entries(text, path)
+        if entries and all(_is_question(entry) for _, entry in entries):
+            prompts = _question_prompts(entries, path)
+        else:
+            prompts = [_prompt(entry, name, index, path)
+                       for index, (_, entry) in enumerate(entries, start=1)]
     else:
         blocks = [b.strip() for b in _split_blocks(text)]
         prompts = [_prompt(b, name, i, path) for i, b in enumerate((b for b in blocks if b), start=1)]
@@ -115,6 +118,132 @@ def load_suite(path: str | Path) -> Suite:
     if len(set(ids)) != len(ids):
         raise InvalidInputError(f"Prompt suite {path} repeats a prompt id.", "Give each prompt its own id.")
     return Suite(name=name, description=description, prompts=tuple(prompts), source=path)
+
+
+def _jsonl_entries(text: str, path: Path) -> list[tuple[int, object]]:
+    """(line number, parsed JSON) of every non-blank line."""
+    entries = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entries.append((number, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"{path} line {number} is not JSON: {exc.msg}.") from exc
+    return entries
+
+
+# Public benchmarks -------------------------------------------------------------------------
+SPEC_BENCH = "spec-bench"
+SPEC_BENCH_DIR = "spec_bench"
+"""resources/prompts/spec_bench: the shipped categories, their licenses and source."""
+
+
+@dataclass(frozen=True)
+class Category:
+    """One category of a public benchmark, as its suite.json describes it."""
+
+    name: str
+    label: str
+    """The benchmark's own name for it (the column of its published table)."""
+    dataset: str
+    source_categories: tuple[str, ...] = ()
+    """The question file's "category" values that belong here (MT-bench has eight)."""
+    file: str = ""
+    license: str = ""
+    not_shipped: str = ""
+    """Why its prompts are not shipped ("" when they are): their license."""
+
+
+def _is_question(entry) -> bool:
+    """A line of MT-bench's question format (Spec-Bench's question.jsonl uses it)."""
+    return (isinstance(entry, dict) and "prompt" not in entry and "question_id" in entry
+            and isinstance(entry.get("category"), str) and isinstance(entry.get("turns"), list))
+
+
+def spec_bench_info() -> dict:
+    """suite.json of the shipped Spec-Bench prompts: source, categories, the paper's figures."""
+    from specdeck.resources import path
+
+    return json.loads(path("prompts", SPEC_BENCH_DIR, "suite.json").read_text(encoding="utf-8"))
+
+
+@functools.cache
+def spec_bench_categories() -> tuple[Category, ...]:
+    """Spec-Bench's six categories in its table's order, shipped or not."""
+    return tuple(Category(name=c["name"], label=c["label"], dataset=c["dataset"],
+                          source_categories=tuple(c.get("source_categories", ())),
+                          file=c.get("file", ""), license=c.get("license", ""),
+                          not_shipped=c.get("not_shipped", ""))
+                 for c in spec_bench_info()["categories"])
+
+
+def _category_of(source_category: str) -> str:
+    """Spec-Bench's category of a question ("writing" -> "mt_bench"); its own otherwise."""
+    for category in spec_bench_categories():
+        if source_category in category.source_categories:
+            return category.name
+    return source_category
+
+
+def _question_prompts(entries: list[tuple[int, object]], where: Path) -> list[Prompt]:
+    """Prompts from MT-bench-format questions: the first turn of each, id ``spec-bench-<id>``,
+    tagged and grouped by Spec-Bench category. A later turn answers the model's own first
+    answer, which differs per model and arm, so it cannot be one fixed prompt: only the first
+    turn is sent (Spec-Bench itself runs both turns as one conversation). Ordered round-robin
+    over the question file's categories, so the first N of a category cover its kinds (the
+    eight MT-bench ones) and of the whole file every category."""
+    groups: dict[str, list[Prompt]] = {}
+    for number, entry in entries:
+        turns = entry["turns"]
+        if not turns or not isinstance(turns[0], str) or not turns[0].strip():
+            raise InvalidInputError(f"{where} line {number}: question {entry['question_id']} "
+                                    "has no first turn.")
+        category = _category_of(entry["category"])
+        groups.setdefault(entry["category"], []).append(Prompt(
+            id=f"{SPEC_BENCH}-{entry['question_id']}", text=turns[0],
+            tags=(f"{SPEC_BENCH}/{category}",), suite=f"{SPEC_BENCH}/{category}"))
+    by_category: dict[str, list[list[Prompt]]] = {}
+    for group in groups.values():
+        by_category.setdefault(group[0].suite, []).append(group)
+    return _round_robin([_round_robin(kinds) for kinds in by_category.values()])
+
+
+def _round_robin(groups: list[list[Prompt]]) -> list[Prompt]:
+    """The first of each group, then the second of each, ..."""
+    longest = max((len(g) for g in groups), default=0)
+    return [g[i] for i in range(longest) for g in groups if i < len(g)]
+
+
+def public_suites() -> dict[str, Suite]:
+    """The shipped public benchmarks' prompts by name: ``spec-bench`` (every shipped category,
+    round-robin) and ``spec-bench/<category>`` for each shipped category."""
+    from specdeck.resources import path
+
+    info = spec_bench_info()
+    folder = path("prompts", SPEC_BENCH_DIR)
+    suites: dict[str, Suite] = {}
+    for category in spec_bench_categories():
+        if category.not_shipped:
+            continue
+        file = folder / category.file
+        prompts = load_suite(file).prompts
+        suites[f"{SPEC_BENCH}/{category.name}"] = Suite(
+            name=f"{SPEC_BENCH}/{category.name}",
+            description=f"Spec-Bench {category.label}: {category.dataset} ({category.license}).",
+            prompts=prompts, source=file)
+    whole = _round_robin([list(s.prompts) for s in suites.values()])
+    return {SPEC_BENCH: Suite(name=SPEC_BENCH, description=info["description"],
+                              prompts=tuple(whole), source=folder / "suite.json"), **suites}
+
+
+def _not_shipped(name: str) -> Category | None:
+    """The Spec-Bench category ``name`` names when it exists but is not shipped."""
+    prefix = f"{SPEC_BENCH}/"
+    if not name.startswith(prefix):
+        return None
+    return next((c for c in spec_bench_categories()
+                 if c.name == name[len(prefix):] and c.not_shipped), None)
 
 
 def _split_blocks(text: str) -> list[str]:
@@ -131,26 +260,39 @@ def _split_blocks(text: str) -> list[str]:
 
 def first_prompts(names: Sequence[str], per_suite: int,
                   builtin: dict[str, Suite] | None = None) -> list[Prompt]:
-    """The first ``per_suite`` prompts of each named built-in suite, in order (how the A/B
-    page and the GPU kit choose prompts; a plan names them in ``prompt_ids``). ``builtin``:
-    ``builtin_suites()``, when the caller has read them already."""
+    """The first ``per_suite`` prompts of each named built-in (or public, e.g. ``spec-bench/qa``)
+    suite, in order (how the A/B page and the GPU kit choose prompts; a plan names them in
+    ``prompt_ids``). ``builtin``: ``builtin_suites()``, when the caller has read them already."""
     builtin = builtin if builtin is not None else builtin_suites()
-    return [prompt for name in names for prompt in builtin[name].prompts[:per_suite]]
+    public = None if all(name in builtin for name in names) else public_suites()
+    return [prompt for name in names
+            for prompt in (builtin[name] if name in builtin else public[name]).prompts[:per_suite]]
 
 
 def select_prompts(names: list[str]) -> list[Prompt]:
-    """Prompts of the named built-in suites or suite files, in order (all built-ins if empty)."""
+    """Prompts of the named built-in suites, public benchmarks (``spec-bench``,
+    ``spec-bench/<category>``) or suite files, in order (all built-ins if empty)."""
     builtin = builtin_suites()
     chosen = names or list(builtin)
+    public = None if all(name in builtin for name in chosen) else public_suites()
     prompts: list[Prompt] = []
     for name in chosen:
         if name in builtin:
             prompts.extend(builtin[name].prompts)
+        elif name in public:
+            prompts.extend(public[name].prompts)
         elif expand_user(name).is_file():
             prompts.extend(load_suite(name).prompts)
+        elif category := _not_shipped(name):
+            raise NotFoundError(
+                f"Spec-Bench's {category.label} prompts ({name}) are not shipped with SpecDeck: "
+                f"{category.not_shipped}",
+                "Download Spec-Bench's data/spec_bench/question.jsonl yourself and pass its "
+                "path as the suite: every category is read from it, with the same ids and tags.")
         else:
             raise NotFoundError(
                 f"No prompt suite called {name!r}.",
-                f"Built-in suites: {', '.join(builtin)}; or give the path of a suite file.",
+                f"Built-in suites: {', '.join(builtin)}; public benchmarks: "
+                f"{', '.join(public)}; or give the path of a suite file.",
             )
     return prompts

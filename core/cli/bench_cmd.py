@@ -65,7 +65,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="draft exactly k per step (default: up to k, fewer after misses; "
                    "sweeps and the tuner always use exactly k)")
     p.add_argument("--suite", default=",".join(DEFAULT_SUITES),
-                   help="comma-separated suites (code, structured, grounded, chat, prose) or "
+                   help="comma-separated suites (code, structured, grounded, chat, prose; "
+                   "spec-bench or spec-bench/CATEGORY, resources/prompts/spec_bench) or "
                    f"suite files (default {','.join(DEFAULT_SUITES)})")
     for name in ("max_prompts", "repeats", "warmup", "max_new_tokens"):
         p.add_argument(PLAN_FIELDS[name].flag, **_field(name))
