@@ -807,9 +807,10 @@ def _slowdown_causes(summary: ArmSummary, theory: Theory | None,
         causes.append("nothing was drafted: the drafter found nothing to propose, so every "
                       "step paid for drafting without a chance of a gain")
     elif rate < LOW_ACCEPTANCE:
-        causes.append(f"low acceptance: only {rate:.0%} of draft tokens were kept (mean "
-                      f"acceptance length {summary.mean_acceptance_length:.2f}); the draft "
-                      "does not predict this target on these prompts")
+        length = summary.mean_acceptance_length  # None where the server counts no drafts
+        mean = "" if length is None else f" (mean acceptance length {length:.2f})"
+        causes.append(f"low acceptance: only {rate:.0%} of draft tokens were kept{mean}; the "
+                      "draft does not predict this target on these prompts")
     if theory is not None and theory.measured_step_cost is not None and not unknown:
         # (without the accepted counts a step's yield is unknown: no cost is made up)
         ideal = theory.ideal_step_cost

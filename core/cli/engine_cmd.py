@@ -314,7 +314,7 @@ def _print_stats(result: Any, loaded: Any, out: TextIO) -> None:
         out.write(
             f"    {s.steps} verify steps, {s.draft_steps} with a draft; accepted {s.accepted} of "
             f"{s.drafted} draft tokens ({s.acceptance_rate * 100:.0f}%), mean acceptance "
-            f"length {s.mean_acceptance_length:.2f}; per position: {positions}\n"
+            f"length {_length(s.mean_acceptance_length)}; per position: {positions}\n"
         )
     elif result.drafter.kind.value != "none":
         out.write(f"    {s.steps} verify steps; the drafter found nothing to propose\n")
@@ -325,3 +325,7 @@ def _print_stats(result: Any, loaded: Any, out: TextIO) -> None:
 
 
 __all__ = ["EXIT_ERROR", "register"]
+
+
+def _length(value: float | None) -> str:
+    return "not known (no drafts counted)" if value is None else f"{value:.2f}"
