@@ -364,7 +364,10 @@ class BenchPlots(QWidget):
             self.memory_plot.setYRange(0, LEGEND_HEADROOM * largest / unit[1], padding=0)
 
     def points(self) -> int:
-        return sum(len(s.x) for group in (self.speed, self.accept, self.memory) for s in group.values())
+        """Every point the plots hold: live rates, finished runs' marks and memory samples (a
+        run shorter than the rate window has only its finished mark)."""
+        groups = (self.speed, self.accept, self.finished, self.accept_done, self.memory)
+        return sum(len(s.x) for group in groups for s in group.values())
 
 
 class ResultsTable(QTableWidget):

@@ -128,7 +128,9 @@ def test_a_demo_tune_runs_from_tune_to_the_result(qtbot, configured_qapp, llama_
 
     qtbot.waitUntil(lambda: page.result is not None, timeout=600_000)
     result = page.result
-    qtbot.waitUntil(lambda: page.plots.points() > 0, timeout=10_000)  # the live plot drew the runs (a timer tick after the result on a loaded machine)
+    # The plot drew the runs: each finished run's mark at least (16-token runs on a quiet
+    # machine end inside the live rate's window, so they may have no rate points).
+    assert page.plots.points() >= sum(1 for t in result.tried if t.measured is not None)
     assert page.phases.text().endswith("<b>▶ Result</b>")
     shown = _plain(page.verdict.text())
     for what, text in result_lines(result):  # the verdict is core's, word for word
