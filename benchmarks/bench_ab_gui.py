@@ -32,15 +32,13 @@ def run(report: Report) -> None:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     os.environ.setdefault("SPECDECK_HOME", tempfile.mkdtemp(prefix="specdeck-bench-home-"))
     sys.path.insert(0, str(ROOT / "tests"))
-    from tiny_models import cycling_llama  # noqa: E402 - the tests' tiny real models
-
     from PySide6.QtCore import QElapsedTimer, QTimer
     from PySide6.QtWidgets import QApplication
-
     from specdeck.core.bench.plan import BenchPlan, default_arms
     from specdeck.core.bench.suites import first_prompts
     from specdeck.gui.app import configure_application
     from specdeck.gui.main_window import MainWindow
+    from tiny_models import cycling_llama  # noqa: E402 - the tests' tiny real models
 
     app = QApplication.instance() or QApplication(["specdeck-bench"])
     configure_application(app)

@@ -8,7 +8,6 @@ numbers are those of the "no NVIDIA GPU" state; a lent GPU gives the real ones.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from pathlib import Path

@@ -38,6 +38,7 @@ def run(report: Report) -> None:
     from specdeck.core.servers.arms import ServerArm
     from specdeck.core.servers.engine import ServerEngine
     from specdeck.core.servers.llama_server import LaunchProfile, drafter_from_flags
+
     from tools.llama_server_build import build
 
     binary = build()

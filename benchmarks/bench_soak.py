@@ -30,7 +30,6 @@ def run(report: Report, runs: int = RUNS) -> None:
     os.environ.setdefault("SPECDECK_HOME", tempfile.mkdtemp(prefix="specdeck-soak-home-"))
     import psutil
     from PySide6.QtWidgets import QApplication
-
     from specdeck.core.bench.plan import BenchPlan, default_arms
     from specdeck.core.bench.suites import first_prompts
     from specdeck.gui.app import configure_application

@@ -92,8 +92,8 @@ def run(report: Report) -> None:
                 by_arm = {r.cell.arm.name: r for r in grid.rows}
                 in_grid = (by_arm[pick.cell.arm.name].score / best.score
                            if pick is not None and best is not None else None)
-                referee = _referee(base, best, pick, engine)
-                quality = referee["quality"] if referee else None
+                judged = referee(base, best, pick, engine)
+                quality = judged["quality"] if judged else None
                 time_ratio = timed["search_s"] / timed["grid_s"]
                 met = quality is not None and quality >= GOAL_QUALITY and time_ratio <= GOAL_TIME
                 for candidate, prediction in predicted:
@@ -107,13 +107,13 @@ def run(report: Report) -> None:
                     "grid_best": None if best is None else best.cell.label,
                     "grid_best_speedup": None if best is None else best.score,
                     "search_pick": None if pick is None else pick.cell.label,
-                    "pick_in_grid": in_grid, "noise_share": noise_share, "referee": referee,
+                    "pick_in_grid": in_grid, "noise_share": noise_share, "referee": judged,
                     "quality": quality, "time_ratio": time_ratio, "met": met}
                 rows.append([
                     suite, best.cell.label if best else "none beats no draft",
                     f"{best.score:.2f}x" if best else "-",
                     pick.cell.label if pick else "none", "-" if in_grid is None
-                    else f"{in_grid:.1%}", referee["cell"] if referee else "-",
+                    else f"{in_grid:.1%}", judged["cell"] if judged else "-",
                     f"{noise_share:.1%}",
                     f"{timed['search_s']:.0f} s of {timed['grid_s']:.0f} s ({time_ratio:.0%})",
                     "yes" if met else "NO"])
@@ -160,7 +160,7 @@ def _progress(kind: str):
     return sink
 
 
-def _referee(base, best, pick, engine) -> dict | None:
+def referee(base, best, pick, engine) -> dict | None:
     """Both picks again, side by side with no drafting, interleaved; the search's pick's
     median speed-up over the grid pick's. None when either found nothing."""
     from specdeck.core.bench.runner import run_plan

@@ -12,21 +12,19 @@ removed, so the advice follows the version the user runs.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shlex
 import socket
 import subprocess
 import threading
-import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from specdeck.core import llama_flags
-from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError
-from specdeck.core.servers.transport import Base, ServerError, request_json
+from specdeck.core.errors import InvalidInputError, NotFoundError
+from specdeck.core.servers.process import ManagedProcess
 
 HEALTH_TIMEOUT_S = 300.0
 """A large model on a slow disk can take minutes to load."""
@@ -213,31 +211,6 @@ class LaunchProfile:
                    str(data.get("host", "127.0.0.1")), int(data.get("port", 0)))
 
 
-def _die_with_parent():
-    """On Linux, a function for Popen's preexec_fn that makes the child receive SIGTERM when
-    SpecDeck's process ends in any way (killed, crashed): a llama-server SpecDeck started
-    must never outlive it holding a GPU's memory. None elsewhere (stop() still ends it)."""
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-    import signal
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-    parent = os.getpid()
-
-    def prepare() -> None:
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return prepare
-
-
 SERVER_OVERHEAD = 512 * 1024**2
 """Beyond its weights, what one llama-server holds: KV cache, compute buffers (a rough
 allowance; the GGUF VRAM plan, core.vram.gguf, sizes them for one server)."""
@@ -255,7 +228,6 @@ def free_memory() -> int:
     """The memory llama-servers would load into, free now: the GPUs' when NVML sees any,
     else the machine's available RAM."""
     import psutil
-
     from specdeck.core.gpu import read_once
 
     frame = read_once()
@@ -271,7 +243,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @dataclass
-class ManagedServer:
+class ManagedServer(ManagedProcess):
     """One running llama-server that SpecDeck started; ``stop()`` ends it."""
 
     profile: LaunchProfile
@@ -279,6 +251,8 @@ class ManagedServer:
     process: subprocess.Popen | None = None
     url: str = ""
     _log: object = field(default=None, repr=False)
+    name = "llama-server"
+    stop_timeout_s = STOP_TIMEOUT_S
 
     def start(self, cancel: threading.Event | None = None,
               timeout: float = HEALTH_TIMEOUT_S) -> str:
@@ -292,60 +266,20 @@ class ManagedServer:
         check_args(tuple(profile.args), binary_help(profile.binary))
         port = profile.port or free_port(profile.host)
         argv = profile.argv(port)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True,
-                                        preexec_fn=_die_with_parent())
+        self._spawn(argv)
         self.url = f"http://{profile.host}:{port}"
         try:
-            self._wait_healthy(timeout, cancel, argv)
+            self._wait_healthy([self.url],
+                               lambda h: isinstance(h, dict) and h.get("status") == "ok",
+                               timeout, cancel, 0.1,
+                               f"Command: {shown_command(argv)}. Its whole log: {self.log_path}.")
         except BaseException:
             self.stop()
             raise
         return self.url
 
-    def _wait_healthy(self, timeout: float, cancel: threading.Event | None, argv) -> None:
-        base = Base.parse(self.url)
-        deadline = time.monotonic() + timeout
-        while True:
-            if cancel is not None and cancel.is_set():
-                raise CancelledError()
-            code = self.process.poll()
-            if code is not None:
-                raise ServerError(
-                    f"llama-server exited with code {code} before it was ready: "
-                    f"{self.log_tail()}",
-                    f"Command: {shown_command(argv)}. Its whole log: {self.log_path}.")
-            with contextlib.suppress(ServerError):
-                health = request_json(base, "GET", "/health", timeout=2.0)
-                if isinstance(health, dict) and health.get("status") == "ok":
-                    return
-            if time.monotonic() > deadline:
-                raise ServerError(f"llama-server was not ready after {timeout:g} s.",
-                                  f"Its log: {self.log_path}.")
-            time.sleep(0.1)
-
-    def log_tail(self, lines: int = 3) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        useful = [ln for ln in text.splitlines() if ln.strip()]
-        return " | ".join(useful[-lines:]) or "(empty log)"
-
     def stop(self) -> None:
-        process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(STOP_TIMEOUT_S)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        self._end()
 
 
 def flag_value(args: tuple[str, ...], *names: str) -> str | None:

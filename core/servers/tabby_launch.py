@@ -32,13 +32,12 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError, SpecDeckError
-from specdeck.core.servers.transport import Base, ServerError, request_json
+from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
+from specdeck.core.servers.process import ManagedProcess
 
 HEALTH_TIMEOUT_S = 900.0
 """A 70B model's load from a slow disk happens before TabbyAPI answers /health."""
@@ -159,7 +158,7 @@ def arm_config(launch: TabbyLaunch, port: int) -> str:
 
 
 @dataclass
-class ManagedTabby:
+class ManagedTabby(ManagedProcess):
     """One TabbyAPI that SpecDeck started for an arm; ``stop()`` ends it and removes its
     config copy."""
 
@@ -170,69 +169,33 @@ class ManagedTabby:
     url: str = ""
     _log: object = field(default=None, repr=False)
     _dir: Path | None = None
+    name = "TabbyAPI"
+    stop_timeout_s = STOP_TIMEOUT_S
 
     def start(self, cancel: threading.Event | None = None,
               timeout: float = HEALTH_TIMEOUT_S) -> str:
-        from specdeck.core.servers.llama_server import _die_with_parent, free_port
+        from specdeck.core.servers.llama_server import free_port
 
         check_folder(self.profile)
         port = self.profile.port or free_port(self.profile.host)
         self._dir = Path(tempfile.mkdtemp(prefix="specdeck-tabby-"))
         copy = self._dir / "config.yml"
         copy.write_text(arm_config(self.profile, port), encoding="utf-8")
-        argv = [self.profile.python, "main.py", "--config", str(copy)]
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(argv, cwd=self.profile.folder, stdout=self._log,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        start_new_session=True, preexec_fn=_die_with_parent())
+        self._spawn([self.profile.python, "main.py", "--config", str(copy)],
+                    cwd=self.profile.folder)
         try:
-            self.url = self._wait_healthy(port, timeout, cancel)
+            # TabbyAPI moves to the next port when its own is taken.
+            self.url = self._wait_healthy(
+                [f"http://{self.profile.host}:{p}" for p in (port, port + 1)],
+                lambda h: isinstance(h, dict) and h.get("status") == "healthy",
+                timeout, cancel, 0.2, f"Its whole log: {self.log_path}.")
         except BaseException:
             self.stop()
             raise
         return self.url
 
-    def _wait_healthy(self, port: int, timeout: float, cancel: threading.Event | None) -> str:
-        deadline = time.monotonic() + timeout
-        urls = [f"http://{self.profile.host}:{p}" for p in (port, port + 1)]
-        while True:
-            if cancel is not None and cancel.is_set():
-                raise CancelledError()
-            code = self.process.poll()
-            if code is not None:
-                raise ServerError(f"TabbyAPI exited with code {code} before it was ready: "
-                                  f"{self.log_tail()}", f"Its whole log: {self.log_path}.")
-            for url in urls:
-                with contextlib.suppress(ServerError):
-                    health = request_json(Base.parse(url), "GET", "/health", timeout=2.0)
-                    if isinstance(health, dict) and health.get("status") == "healthy":
-                        return url
-            if time.monotonic() > deadline:
-                raise ServerError(f"TabbyAPI was not ready after {timeout:g} s.",
-                                  f"Its log: {self.log_path}.")
-            time.sleep(0.2)
-
-    def log_tail(self, lines: int = 3) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        useful = [ln for ln in text.splitlines() if ln.strip()]
-        return " | ".join(useful[-lines:]) or "(empty log)"
-
     def stop(self) -> None:
-        process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(STOP_TIMEOUT_S)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        self._end()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None

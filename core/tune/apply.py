@@ -61,31 +61,48 @@ def apply(result: TuneResult, confirm: Confirm | None = None,
         return Applied(None, flags, why="SpecDeck does not own this command line: add the "
                        "flags to your llama-server command (or your preset) yourself.")
     from specdeck.core import swap
-    from specdeck.core.config.store import ConfigConflictError, save
     from specdeck.core.swap.apply import plan_apply_flags
 
     config = swap.load(setup.swap_config)
-    if config.document.disk_fingerprint != setup.swap_fingerprint:
-        raise ConfigConflictError(
-            f"{setup.swap_config} changed on disk while SpecDeck was tuning; nothing was written.",
-            "Tune again, so that the result is measured against the file as it is now.")
+    refuse_if_changed(setup.swap_config, config.document.disk_fingerprint, setup.swap_fingerprint)
     change = plan_apply_flags(config, setup.swap_model, decision.flags)
+    return write_and_prove(
+        setup.swap_config, flags, change, confirm, lambda: relaunch(result, cancel),
+        proved="llama-server started from the saved file, answered and drafted.",
+        noop="The file already has these flags.")
+
+
+def refuse_if_changed(path: Path, now: str | None, when_read: str | None) -> None:
+    """A ConfigConflictError when the file on disk is not the one the tune read."""
+    from specdeck.core.config.store import ConfigConflictError
+
+    if now != when_read:
+        raise ConfigConflictError(
+            f"{path} changed on disk while SpecDeck was tuning; nothing was written.",
+            "Tune again, so that the result is measured against the file as it is now.")
+
+
+def write_and_prove(path: Path, flags: str, change, confirm: Confirm | None,
+                    prove: Callable[[], str | None], proved: str, noop: str) -> Applied:
+    """Show ``change``'s diff (``confirm``), save it (atomic, a .bak), then ``prove`` the
+    server runs as the file now says (None: it did; else why not) and put the file back byte
+    for byte when it does not. Every apply goes through here."""
+    from specdeck.core.config.store import save
+
     diff = change.diff()
     if change.is_noop:
-        return Applied(setup.swap_config, flags, diff, why="The file already has these flags.")
+        return Applied(path, flags, diff, why=noop)
     if confirm is not None and not confirm(diff):
-        return Applied(setup.swap_config, flags, diff, why="Not confirmed: nothing was written.")
-    original = setup.swap_config.read_bytes()
+        return Applied(path, flags, diff, why="Not confirmed: nothing was written.")
+    original = path.read_bytes()
     saved = save(change)
-    applied = Applied(setup.swap_config, flags, diff, written=saved.written, backup=saved.backup,
-                      written_fingerprint=_fingerprint(setup.swap_config))
-    check = relaunch(result, cancel)
+    applied = Applied(path, flags, diff, written=saved.written, backup=saved.backup,
+                      written_fingerprint=_fingerprint(path))
+    check = prove()
     if check is None:
-        return replace(applied, relaunch="llama-server started from the saved file, answered "
-                       "and drafted.")
-    _restore(setup.swap_config, original)
-    return replace(applied, relaunch=check, rolled_back=True,
-                   why=f"Rolled back: {check}")
+        return replace(applied, relaunch=proved)
+    _restore(path, original)
+    return replace(applied, relaunch=check, rolled_back=True, why=f"Rolled back: {check}")
 
 
 def relaunch(result: TuneResult, cancel: threading.Event | None = None) -> str | None:

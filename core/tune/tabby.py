@@ -21,7 +21,7 @@ would, and must answer and keep the output; otherwise the file is put back byte 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
@@ -443,36 +443,23 @@ def apply_tabby(result, confirm=None, cancel: threading.Event | None = None):
     changed while tuning ran; then run TabbyAPI as the file now says and roll the file back
     byte for byte if it does not answer."""
     from specdeck.core import config
-    from specdeck.core.config.store import ConfigConflictError, save
     from specdeck.core.servers.tabby_launch import parse_arm, plan_apply_settings
-    from specdeck.core.tune.apply import Applied, _restore
+    from specdeck.core.tune.apply import refuse_if_changed, write_and_prove
 
     setup: TabbySetup = result.setup
     flags = " ".join(result.decision.flags or ())
     doc = config.load(setup.config)
-    if doc.disk_fingerprint != setup.fingerprint:
-        raise ConfigConflictError(
-            f"{setup.config} changed on disk while SpecDeck was tuning; nothing was written.",
-            "Tune again, so that the result is measured against the file as it is now.")
+    refuse_if_changed(setup.config, doc.disk_fingerprint, setup.fingerprint)
     _, settings = parse_arm(flags, "W", doc.backend_hint())
-    change = plan_apply_settings(settings, setup.config)
-    diff = change.diff()
-    if change.is_noop:
-        return Applied(setup.config, flags, diff, why="The file already has these settings.")
-    if confirm is not None and not confirm(diff):
-        return Applied(setup.config, flags, diff, why="Not confirmed: nothing was written.")
-    original = setup.config.read_bytes()
-    saved = save(change)
-    applied = Applied(setup.config, flags, diff, written=saved.written, backup=saved.backup)
-    check = relaunch(result, cancel)
-    if check is None:
-        how = ("started from the saved file" if setup.managed else
-               "loaded with the saved draft through its admin API (it reads config.yml when "
-               "it starts: restart it to keep the setting)")
-        return replace(applied, relaunch=f"TabbyAPI {how} answered. It reports no draft "
-                       "counts, so whether it drafts is seen only in its speed.")
-    _restore(setup.config, original)
-    return replace(applied, relaunch=check, rolled_back=True, why=f"Rolled back: {check}")
+    how = ("started from the saved file" if setup.managed else
+           "loaded with the saved draft through its admin API (it reads config.yml when it "
+           "starts: restart it to keep the setting)")
+    return write_and_prove(
+        setup.config, flags, plan_apply_settings(settings, setup.config), confirm,
+        lambda: relaunch(result, cancel),
+        proved=f"TabbyAPI {how} answered. It reports no draft counts, so whether it drafts is "
+               "seen only in its speed.",
+        noop="The file already has these settings.")
 
 
 def relaunch(result, cancel: threading.Event | None = None) -> str | None:

@@ -236,6 +236,16 @@ def test_tune_a_tabbyapi_it_starts_searches_modes_and_k_and_writes_the_winner(tm
     assert changed == sorted(["-  draft_mode: model", "+  draft_mode: ngram",
                               "-  draft_num_tokens:", "+  draft_num_tokens: 4"])
     assert (config.parent / "config.yml.bak").read_text() == before
+    # What it wrote can be rolled back (the page's Roll back): the fingerprint it recorded
+    # is the file's as written, and the backup's bytes come back.
+    from specdeck.core.tune.apply import Applied, roll_back
+
+    written = data["applied"]
+    assert written["written_fingerprint"]
+    back = roll_back(Applied(config, written["flags"], written["diff"], written=True,
+                             backup=Path(written["backup"]),
+                             written_fingerprint=written["written_fingerprint"]))
+    assert back.rolled_back and config.read_text() == before
 
 
 def test_tune_a_tabbyapi_writes_nothing_when_no_setting_is_faster(tmp_path, specdeck_home):

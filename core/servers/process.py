@@ -1,0 +1,107 @@
+"""A server process that SpecDeck starts and must end: spawned with its output in a log, tied
+to SpecDeck's life, health-polled until ready, ended with terminate then kill.
+
+core.servers.llama_server.ManagedServer and core.servers.tabby_launch.ManagedTabby are the
+two kinds; each says how it is started and what "healthy" means, this module does the rest
+once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from specdeck.core.errors import CancelledError
+from specdeck.core.servers.transport import Base, ServerError, request_json
+
+
+def die_with_parent():
+    """On Linux, a function for Popen's preexec_fn that makes the child receive SIGTERM when
+    SpecDeck's process ends in any way (killed, crashed): a server SpecDeck started must never
+    outlive it holding a GPU's memory. None elsewhere (stop() still ends it)."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    parent = os.getpid()
+
+    def prepare() -> None:
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return prepare
+
+
+class ManagedProcess:
+    """What both managed servers share. Subclasses are dataclasses with ``log_path``,
+    ``process`` and ``_log`` fields, and set ``name`` and ``stop_timeout_s``."""
+
+    name = "The server"
+    stop_timeout_s = 10.0
+    log_path: Path
+    process: subprocess.Popen | None
+    _log: object
+
+    def _spawn(self, argv: Sequence[str], cwd: str | Path | None = None) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in _end()
+        self.process = subprocess.Popen(list(argv), cwd=cwd, stdout=self._log,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        start_new_session=True, preexec_fn=die_with_parent())
+
+    def _wait_healthy(self, urls: Sequence[str], healthy: Callable[[object], bool],
+                      timeout: float, cancel: threading.Event | None, interval_s: float,
+                      exit_hint: str) -> str:
+        """The first of ``urls`` whose /health answer is ``healthy``; a ServerError if the
+        process exits first (with its log's tail) or ``timeout`` passes; CancelledError."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if cancel is not None and cancel.is_set():
+                raise CancelledError()
+            code = self.process.poll()
+            if code is not None:
+                raise ServerError(f"{self.name} exited with code {code} before it was ready: "
+                                  f"{self.log_tail()}", exit_hint)
+            for url in urls:
+                with contextlib.suppress(ServerError):
+                    if healthy(request_json(Base.parse(url), "GET", "/health", timeout=2.0)):
+                        return url
+            if time.monotonic() > deadline:
+                raise ServerError(f"{self.name} was not ready after {timeout:g} s.",
+                                  f"Its log: {self.log_path}.")
+            time.sleep(interval_s)
+
+    def log_tail(self, lines: int = 3) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        useful = [ln for ln in text.splitlines() if ln.strip()]
+        return " | ".join(useful[-lines:]) or "(empty log)"
+
+    def _end(self) -> None:
+        """End the process (terminate, then kill) and close its log."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(self.stop_timeout_s)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
