@@ -25,6 +25,9 @@ USUAL_PORTS = {
 """Each server's default port (TabbyAPI's config_sample network.port, llama-server's
 --port, vLLM's --port, LM Studio's server, Ollama's OLLAMA_HOST)."""
 CONNECT_TIMEOUT_S = 0.3
+TUNE_TABBY_FOLDER, TUNE_TABBY_CONFIG = "tabby-folder:", "tabby-config:"
+"""The Tune page's argument for a TabbyAPI found: its folder (a TabbyAPI install, main.py
+beside config.yml: SpecDeck can start it), else its config.yml (a running one's)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,13 @@ def tabby_configs(extra: Sequence[Path] = ()) -> list[Path]:
             seen.add(real)
             found.append(expand_user(path))
     return found
+
+
+def tabby_tune_argument(config: Path) -> str:
+    """What the Tune page is opened with for a TabbyAPI config.yml found (TUNE_TABBY_*)."""
+    if (config.parent / "main.py").is_file():
+        return TUNE_TABBY_FOLDER + str(config.parent)
+    return TUNE_TABBY_CONFIG + str(config)
 
 
 def llama_swap_configs() -> list[Path]:
@@ -124,8 +134,9 @@ def discover(ports: dict[int, str] | None = None) -> list[Discovery]:
                                 "A/B on the CPU with the demo model.", "gpus", found=False))
     configs = tabby_configs()
     for path in configs:
-        findings.append(Discovery(f"TabbyAPI config: {path}", "Set its draft model.", "draft",
-                                True, str(path)))
+        findings.append(Discovery(f"TabbyAPI config: {path}", "Set its draft model, or tune "
+                                "its drafting.", "draft", True, str(path),
+                                tune=tabby_tune_argument(path)))
     if not configs:
         findings.append(Discovery("No TabbyAPI config.yml at the usual places",
                                 "Open yours on Draft settings, or create one there.", "draft",

@@ -194,3 +194,67 @@ def make_install(root: Path, branch: str = "main", draft: str | None = "Qwen2.5-
         (root / "models" / name).mkdir(parents=True)
         (root / "models" / name / "config.json").write_text("{}", encoding="utf-8")
     return root
+
+
+# A TabbyAPI folder with real tokenizers ---------------------------------------------------------
+TARGET = "Qwen2.5-7B-Instruct-exl2-4.0bpw"
+DRAFT = "Qwen2.5-0.5B-Instruct-exl2-4.0bpw"
+OTHER_FAMILY = "Llama-3.2-1B-exl2-4.0bpw"
+EXL3_DRAFT = "Qwen2.5-0.5B-Instruct-exl3-3.0bpw"
+
+
+def _weights(folder: Path, size: int) -> None:
+    """A safetensors file of ``size`` bytes (one uint8 tensor; sparse on disk)."""
+    import struct
+
+    header = json.dumps({"w": {"dtype": "U8", "shape": [size],
+                               "data_offsets": [0, size]}}).encode()
+    path = folder / "model.safetensors"
+    with path.open("wb") as handle:
+        handle.write(struct.pack("<Q", len(header)) + header)
+    with path.open("r+b") as handle:
+        handle.truncate(8 + len(header) + size)
+
+
+def _model(models: Path, name: str, fixture: str, method: str, size: int) -> Path:
+    import shutil
+
+    folder = models / name
+    shutil.copytree(FIXTURES / "models" / fixture, folder,
+                    ignore=shutil.ignore_patterns("SOURCE.txt"))
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config["quantization_config"] = {"quant_method": method, "bits": 4.0, "head_bits": 6}
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    _weights(folder, size)
+    return folder
+
+
+def tabby_folder(root: Path, branch: str, draft: str | None = None) -> Path:
+    """A TabbyAPI folder: config.yml from the branch's real sample, naming the target (and
+    ``draft``), and models/ with the target, a draft of its family, one of another family and
+    one in the other branch's format (real tokenizer fixtures, sparse weights). Returns its
+    config.yml; :func:`standin_main` makes it start the stand-in."""
+    text = (FIXTURES / "tabbyapi" / SAMPLES[branch]).read_text(encoding="utf-8")
+    text = text.replace("  model_name:\n", f"  model_name: {TARGET}\n", 1)
+    if draft:
+        text = text.replace("  draft_model_name:\n", f"  draft_model_name: {draft}\n", 1)
+    root.mkdir()
+    (root / "config.yml").write_text(text, encoding="utf-8")
+    models = root / "models"
+    models.mkdir()
+    fmt = "exl3" if branch == "main" else "exl2"
+    _model(models, TARGET, "Qwen2.5-7B-Instruct", fmt, 4_000_000_000)
+    _model(models, DRAFT, "Qwen2.5-0.5B-Instruct", fmt, 400_000_000)
+    _model(models, OTHER_FAMILY, "Llama-3.2-1B", fmt, 900_000_000)
+    _model(models, EXL3_DRAFT if fmt == "exl2" else "Qwen2.5-0.5B-Instruct-exl2-4.0bpw-old",
+           "Qwen2.5-0.5B-Instruct", "exl2" if fmt == "exl3" else "exl3", 300_000_000)
+    return root / "config.yml"
+
+
+def standin_main(folder: Path, branch: str) -> None:
+    """main.py starting the stand-in, and the keys TabbyAPI would have made in api_tokens.yml
+    (the stand-in's, tests/tabby_standin.py)."""
+    (folder / "main.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(HERE)!r})\nfrom tabby_app import main\n"
+        f"main({branch!r})\n", encoding="utf-8")
+    (folder / "api_tokens.yml").write_text("api_key: tabby-api-key\nadmin_key: tabby-admin-key\n")

@@ -132,13 +132,8 @@ def _setup(args):
         if flags:
             raise InvalidInputError("TabbyAPI takes its settings from config.yml; give no "
                                     "flags after --.")
-        if args.tabby_folder:
-            return tabby.read_install(args.tabby_folder, args.tabby_python, args.api_key_env)
-        if not args.tabby_config:
-            raise InvalidInputError("--tabby needs --tabby-config FILE: the config.yml it was "
-                                    "started from (where the winner is written).")
-        return tabby.read_setup(args.tabby, args.tabby_config, args.api_key_env,
-                                args.admin_key_env)
+        return tabby.read_tabby(args.tabby_folder, args.tabby_python, args.tabby,
+                                args.tabby_config, args.api_key_env, args.admin_key_env)
     if args.swap_config:
         if not args.model:
             raise InvalidInputError("--swap-config needs --model NAME (the model to tune).")
@@ -174,14 +169,8 @@ def cmd_tune(args) -> int:
     err.write(f"specdeck: tuning {chosen.where} within {args.budget / 60:g} min\n")
     with _cancel_on_interrupt(cancel):
         try:
-            if chosen.kind == "tabbyapi":
-                from specdeck.core.tune.tabby import tune_tabby
-
-                result = tune_tabby(chosen, options, on_event=_printer(progress, err),
-                                    cancel=cancel)
-            else:
-                result = tune(chosen, options, on_event=_printer(progress, err), cancel=cancel,
-                              confirm_download=None if args.yes else _ask_download)
+            result = tune(chosen, options, on_event=_printer(progress, err), cancel=cancel,
+                          confirm_download=None if args.yes else _ask_download)
         finally:
             progress.close()
         if result.decision.apply:

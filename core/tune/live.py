@@ -75,7 +75,9 @@ class CandidateRow:
         m = self.measured
         if m is None or m.median_speedup is None:
             return "-"
-        return f"{m.median_speedup:.2f}x ({self.measured_label}, {m.pairs} paired)"
+        # The row names the candidate: its best setting is said by what its label adds (k=4).
+        setting = self.measured_label.removeprefix(self.candidate.label).strip()
+        return f"{m.median_speedup:.2f}x ({setting + ', ' if setting else ''}{m.pairs} paired)"
 
 
 @dataclass
@@ -155,13 +157,14 @@ class TuneLive:
             self.stage = event.text
 
     def _candidates(self, event: CandidatesFound) -> None:
-        from specdeck.core.tune.run import candidate_cells
+        from specdeck.core.tune.run import tuned_server
 
         self.candidates = [CandidateRow(c, p, _download_text(c)) for c, p in event.candidates]
         self.not_tried = event.not_tried
         if self.setup is not None:
+            cells = tuned_server(self.setup).cells  # llama-server's or TabbyAPI's settings
             for c, _ in event.candidates:
-                for cell in candidate_cells(self.setup, c):
+                for cell in cells(self.setup, c):
                     self.cells[cell.arm.name] = CellSoFar(cell.label, c)
 
     def _plan_started(self, event: PlanStarted) -> None:
@@ -302,12 +305,30 @@ def result_lines(result) -> list[tuple[str, str]]:
     else:
         lines.append(("Verified speed-up", "not verified"))
     if decision.flags:
-        lines.append(("Best setting's flags", shlex.join(decision.flags)))
+        what = ("Best setting (config.yml)" if result.setup.kind == "tabbyapi"
+                else "Best setting's flags")
+        lines.append((what, shlex.join(decision.flags)))
     lines.append(("Decision", decision.why))
     applied = result.applied
     if applied is not None:
         lines.append(("Written", applied_text(applied)))
     return lines
+
+
+def apply_texts(setup, path) -> tuple[str, str]:
+    """Apply's question beside the diff, and what the page says while it writes ``path`` and
+    checks it: what runs from the written file depends on the server."""
+    if setup.kind != "tabbyapi":
+        run, doing, check = ("llama-server is started from the file as written",
+                             "starting llama-server from it", "answer and draft")
+    elif setup.managed:
+        run, doing, check = ("TabbyAPI is started from the file as written",
+                             "starting TabbyAPI from it", "answer")
+    else:
+        run, doing, check = ("the running TabbyAPI loads the saved draft through its admin API",
+                             "loading the saved draft into TabbyAPI", "answer")
+    return (f"Write the verified winner into {path}? A backup is kept; then {run}, and if it "
+            f"does not {check}, the file is put back.", f"Writing {path} and {doing}…")
 
 
 def applied_text(applied) -> str:

@@ -212,8 +212,12 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
          confirm_download: ConfirmDownload | None = None) -> TuneResult:
     """Find, download, verify and decide (see the module docstring); applying is
     :mod:`.apply`'s. ``confirm_download`` is asked before any download (None: download
-    within the budget without asking)."""
+    within the budget without asking). A TabbyAPI setup (core.tune.tabby) is tuned by
+    ``tune_tabby``: its own candidates, then the same search, verification and decision."""
+    if setup.kind == "tabbyapi":
+        from specdeck.core.tune.tabby import tune_tabby
 
+        return tune_tabby(setup, options, engine, on_event, cancel, history)
     emit = on_event or (lambda _e: None)
     cancel = cancel or threading.Event()
     phase_s: dict[str, float] = {}
@@ -530,6 +534,15 @@ def _llama_engine(setup: Setup, predicted: list):
 LLAMA_SERVER = TunedServer(reference_arm=reference_arm, current_arm=_current_arm,
                            cells=candidate_cells, drafting=_llama_drafting,
                            engine=_llama_engine, model=lambda setup: str(setup.target))
+
+
+def tuned_server(setup) -> TunedServer:
+    """The loop's view of ``setup``'s server: llama-server, or TabbyAPI (core.tune.tabby)."""
+    if setup.kind == "tabbyapi":
+        from specdeck.core.tune.tabby import tuned_server as tabby_server
+
+        return tabby_server()
+    return LLAMA_SERVER
 
 
 def _cost(row: GridRow) -> tuple[int, int]:

@@ -157,6 +157,40 @@ def read_install(folder: str | Path, python: str | Path | None = None,
     return _from_doc(doc, str(name), url="", api_key_env=api_key_env, python=run_with)
 
 
+def read_tabby(folder: str | Path | None = None, python: str | Path | None = None,
+               url: str | None = None, config: str | Path | None = None,
+               api_key_env: str | None = None, admin_key_env: str | None = None
+               ) -> TabbySetup:
+    """The TabbyAPI a user names, as ``specdeck tune`` and the Tune page take it: its folder
+    (SpecDeck starts it per setting: :func:`read_install`), or the URL of a running one and the
+    config.yml it was started from (reloaded through its admin API: :func:`read_setup`). Keys
+    are read from the environment variables named (never given here): the API key from
+    ``api_key_env`` (else SPECDECK_SERVER_API_KEY, the keyring, the install's api_tokens.yml),
+    the admin key a running one needs from ``admin_key_env`` (else SPECDECK_TABBY_ADMIN_KEY)."""
+    from specdeck.core.servers.tabby_reload import DEFAULT_ADMIN_KEY_ENV, TabbyLoad
+
+    folder, url, config = (str(v).strip() if v else "" for v in (folder, url, config))
+    if bool(folder) == bool(url):
+        raise InvalidInputError("Say which TabbyAPI to tune: its folder (SpecDeck starts it "
+                                "for each setting), or the URL of a running one with its "
+                                "config.yml.")
+    if folder:
+        return read_install(folder, str(python).strip() if python else None,
+                            api_key_env or None)
+    if not config:
+        raise InvalidInputError(f"Tuning the running TabbyAPI at {url} needs the config.yml it "
+                                "was started from (where the winner is written).",
+                                "Give its config.yml (--tabby-config FILE).")
+    if TabbyLoad("", admin_key_env=admin_key_env or None).admin_key() is None:
+        named = admin_key_env or DEFAULT_ADMIN_KEY_ENV
+        raise InvalidInputError(f"A running TabbyAPI is reloaded through its admin API, which "
+                                f"needs its admin key, and {named} is not set.",
+                                f"Put its admin key (api_tokens.yml's admin_key) in {named} "
+                                "before starting SpecDeck, or give TabbyAPI's folder so "
+                                "SpecDeck starts it itself.")
+    return read_setup(url, config, api_key_env or None, admin_key_env or None)
+
+
 def _from_doc(doc, name: str, **where) -> TabbySetup:
     from specdeck.core.config.schema import DRAFT, MODEL
 
@@ -225,7 +259,7 @@ def draft_candidates(setup: TabbySetup, cancel: threading.Event | None = None
         kind = folder_format(folder)
         if kind != setup.weights_format:
             branch = "main" if setup.main_branch else "exl2-checkpoint"
-            refused.append(NotTried(label, f"{(kind or 'not EXL2/EXL3').upper()} weights; "
+            refused.append(NotTried(label, f"{kind.upper() if kind else 'not EXL2/EXL3'} weights; "
                                     f"TabbyAPI {branch} loads "
                                     f"{setup.weights_format.upper()} models only"))
             continue
@@ -388,7 +422,8 @@ def _engine(setup: TabbySetup, predicted: list):
     return ServerEngine(max_servers=servers_that_fit(setup.facts.weight_bytes + biggest))
 
 
-def _tuned_server():
+def tuned_server():
+    """What the tuning loop (core.tune.run.search_and_decide) needs from a TabbyAPI."""
     from specdeck.core.tune.run import TunedServer, _cell_prefix
 
     return TunedServer(reference_arm=reference_arm, current_arm=current_arm,
@@ -428,7 +463,7 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
                                 + ("" if setup.managed else ", or give TabbyAPI's folder "
                                    "(--tabby-folder) so SpecDeck can try its draft modes")
                                 + ".")
-    server = _tuned_server()
+    server = tuned_server()
     notes = [] if setup.managed else [
         "TabbyAPI reads draft_num_tokens and draft_mode when it starts: against a running "
         "TabbyAPI only its draft models were compared, at config.yml's k."]

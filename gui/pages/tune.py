@@ -1,7 +1,10 @@
 """Tune: make the user's own llama-server faster, unattended (issue 27; ``specdeck tune``).
 
-The form says what to tune (a llama-swap model, a llama-server binary and GGUF, or the demo),
-the time budget, the user's prompts and the download budget. Tune runs
+The form says what to tune (a llama-swap model, a llama-server binary and GGUF, the demo, a
+TabbyAPI folder SpecDeck starts per setting, or a running TabbyAPI with its config.yml), the
+time budget, the user's prompts and the download budget. TabbyAPI's keys are read from the
+environment variables the form names (core.tune.tabby.read_tabby, as ``specdeck tune``): the
+page has no field for a key, so none is ever saved with its settings. Tune runs
 ``core.tune.run.tune`` in a worker (the page's ``Tasks``); its events go into a queue that a
 50 ms timer drains into ``core.tune.live.TuneLive``, the reducer that turns them into what
 the page shows: the candidates with their predicted speed-up and size, the search's round and
@@ -57,12 +60,16 @@ log = logging.getLogger(__name__)
 DRAIN_INTERVAL_MS = 50
 SETTINGS_PREFIX = "tune/"
 SWAP, GGUF, DEMO = "llama-swap", "llama-server", "demo"
+TABBY_FOLDER, TABBY = "tabby-folder", "tabby"
 KINDS = ((SWAP, "A llama-swap model"), (GGUF, "A llama-server binary and GGUF"),
-         (DEMO, "The demo model (SmolLM2-135M, on the CPU)"))
+         (DEMO, "The demo model (SmolLM2-135M, on the CPU)"),
+         (TABBY_FOLDER, "A TabbyAPI folder (SpecDeck starts it)"),
+         (TABBY, "A running TabbyAPI"))
+TABBY_KINDS = (TABBY_FOLDER, TABBY)
 PHASES = (("candidates", "Candidates"), ("search", "Search"), ("verify", "Verify"),
           ("result", "Result"))
 COLUMNS = ("candidate", "predicted speed-up (range)", "size", "download", "measured so far")
-IDLE_TEXT = ("Say what to tune and press Tune: SpecDeck finds what your llama-server can draft "
+IDLE_TEXT = ("Say what to tune and press Tune: SpecDeck finds what your server can draft "
              "with, searches the settings within the budget, verifies the best on other prompts "
              "and offers to write it.")
 CANCELLING_TEXT = "Cancelling: stopping after the current run…"
@@ -84,10 +91,25 @@ class TuneRequest:
     model: str = ""
     gguf: str = ""
     flags: tuple[str, ...] = ()
+    tabby_folder: str = ""
+    tabby_python: str = ""
+    tabby_url: str = ""
+    tabby_config: str = ""
+    api_key_env: str = ""
+    """TabbyAPI: the names of the variables holding its keys, never a key."""
+    admin_key_env: str = ""
 
     def setup(self):
         from specdeck.core.tune import setup
 
+        if self.kind in TABBY_KINDS:
+            from specdeck.core.tune.tabby import read_tabby
+
+            folder = self.kind == TABBY_FOLDER
+            return read_tabby(self.tabby_folder if folder else None, self.tabby_python,
+                              None if folder else self.tabby_url,
+                              None if folder else self.tabby_config, self.api_key_env,
+                              self.admin_key_env)
         if self.kind == SWAP:
             return setup.from_swap(self.swap_config, self.model, binary=self.binary or None)
         if self.kind == GGUF:
@@ -96,7 +118,8 @@ class TuneRequest:
 
 
 def run_tune(request: TuneRequest, options, sink, cancel):
-    """Worker: read the setup, then tune it; every event goes to ``sink`` (a queue's put)."""
+    """Worker: read the setup, then tune it (``tune`` routes a TabbyAPI to its own
+    candidates); every event goes to ``sink`` (a queue's put)."""
     from specdeck.core.tune.live import SetupRead
     from specdeck.core.tune.run import tune
 
@@ -169,6 +192,28 @@ class TunePage(QWidget):
         self.flags = QLineEdit()
         self.flags.setPlaceholderText("llama-server flags, e.g. -ngl 99 -c 8192 (optional)")
         self.binary = QLineEdit()
+        self.tabby_folder = QLineEdit()
+        self.tabby_folder.setPlaceholderText("your TabbyAPI folder (main.py, config.yml naming "
+                                             "the model)")
+        self.tabby_python = QLineEdit()
+        self.tabby_python.setPlaceholderText("optional: default, the folder's venv")
+        self.tabby_python.setToolTip("The Python that runs TabbyAPI (the CLI's --tabby-python)")
+        self.tabby_url = QLineEdit()
+        self.tabby_url.setPlaceholderText("http://127.0.0.1:5000")
+        self.tabby_config = QLineEdit()
+        self.tabby_config.setPlaceholderText("the config.yml it was started from")
+        self.api_key_env = QLineEdit()
+        self.api_key_env.setPlaceholderText("SPECDECK_SERVER_API_KEY")
+        self.api_key_env.setToolTip(
+            "The environment variable holding TabbyAPI's API key (the CLI's --api-key-env). "
+            "Blank: SPECDECK_SERVER_API_KEY, then the keyring, then the install's "
+            "api_tokens.yml. SpecDeck never asks for the key itself.")
+        self.admin_key_env = QLineEdit()
+        self.admin_key_env.setPlaceholderText("SPECDECK_TABBY_ADMIN_KEY")
+        self.admin_key_env.setToolTip(
+            "The environment variable holding the running TabbyAPI's admin key (its "
+            "api_tokens.yml admin_key; the CLI's --admin-key-env). Blank: "
+            "SPECDECK_TABBY_ADMIN_KEY. SpecDeck never asks for the key itself.")
         self.budget = QLineEdit("10m")
         self.budget.setMaximumWidth(70)
         self.budget.setToolTip("Wall clock for the search and the verification: 90s, 10m, 1h")
@@ -202,17 +247,33 @@ class TunePage(QWidget):
         gguf_row = _row(self.gguf, self._browse(self.gguf, "The target GGUF",
                                                 "GGUF (*.gguf);;All files (*)"))
         demo_row = _row(QLabel("SmolLM2-135M-Instruct, embedded: no download, no GPU"))
-        for row in (swap_row, gguf_row, demo_row):
+        folder_row = _row(self.tabby_folder, self._browse(self.tabby_folder, "TabbyAPI's folder",
+                                                          folder=True),
+                          QLabel("Python"), self.tabby_python)
+        running_row = _row(self.tabby_url, QLabel("config.yml"), self.tabby_config,
+                           self._browse(self.tabby_config, "The running TabbyAPI's config.yml",
+                                        "YAML (*.yml *.yaml);;All files (*)"))
+        for row in (swap_row, gguf_row, demo_row, folder_row, running_row):
             self.sources.addWidget(row)
         grid = QGridLayout(self.form_box)
         grid.addWidget(QLabel("Setup"), 0, 0)
         grid.addWidget(self.kind, 0, 1)
         grid.addWidget(self.sources, 0, 2, 1, 3)
-        grid.addWidget(QLabel("llama-server"), 1, 0)
-        grid.addWidget(_row(self.binary, self._browse(self.binary, "The llama-server binary")),
-                       1, 1, 1, 2)
-        grid.addWidget(QLabel("flags"), 1, 3)
+        # Row 1 holds llama-server's binary and flags, or TabbyAPI's key variables: the
+        # widgets of the other kinds are hidden (a hidden widget takes no room in its cell).
+        binary_label, flags_label = QLabel("llama-server"), QLabel("flags")
+        binary_row = _row(self.binary, self._browse(self.binary, "The llama-server binary"))
+        self.api_key_label, self.admin_key_label = QLabel("API key in"), QLabel("admin key in")
+        self.llama_widgets = (binary_label, binary_row, flags_label, self.flags)
+        """Fields that mean nothing for TabbyAPI (it reads its settings from config.yml)."""
+        grid.addWidget(binary_label, 1, 0)
+        grid.addWidget(binary_row, 1, 1, 1, 2)
+        grid.addWidget(flags_label, 1, 3)
         grid.addWidget(self.flags, 1, 4)
+        grid.addWidget(self.api_key_label, 1, 0)
+        grid.addWidget(self.api_key_env, 1, 1, 1, 2)
+        grid.addWidget(self.admin_key_label, 1, 3)
+        grid.addWidget(self.admin_key_env, 1, 4)
         grid.addWidget(QLabel("Budget"), 2, 0)
         grid.addWidget(_row(self.budget, self.max_new, QLabel("prompts"), self.prompts,
                             self._browse(self.prompts, "Your prompts",
@@ -223,11 +284,15 @@ class TunePage(QWidget):
         grid.setColumnStretch(2, 3)
         grid.setColumnStretch(4, 2)
 
-    def _browse(self, edit: QLineEdit, title: str, filters: str = "", then=None) -> QPushButton:
+    def _browse(self, edit: QLineEdit, title: str, filters: str = "", then=None,
+                folder: bool = False) -> QPushButton:
         button = QPushButton("Browse…")
 
         def pick() -> None:
-            path, _ = QFileDialog.getOpenFileName(self, title, edit.text(), filters)
+            if folder:
+                path = QFileDialog.getExistingDirectory(self, title, edit.text())
+            else:
+                path, _ = QFileDialog.getOpenFileName(self, title, edit.text(), filters)
             if path:
                 edit.setText(path)
                 if then is not None:
@@ -239,19 +304,43 @@ class TunePage(QWidget):
     def _kind_changed(self) -> None:
         kind = self.kind.currentData()
         self.sources.setCurrentIndex(self.kind.currentIndex())
-        self.flags.setEnabled(kind != SWAP)
-        self.binary.setPlaceholderText({
-            SWAP: "optional: replaces the program in the model's cmd",
-            GGUF: "the llama-server binary to run",
-            DEMO: "optional: default, the llama-server on PATH"}[kind])
+        tabby = kind in TABBY_KINDS
+        for widget in self.llama_widgets:
+            widget.setVisible(not tabby)
+        for widget in (self.api_key_label, self.api_key_env):
+            widget.setVisible(tabby)
+        for widget in (self.admin_key_label, self.admin_key_env):
+            widget.setVisible(kind == TABBY)  # only a running TabbyAPI is reloaded
+        self._sync_kind()
+        if not tabby:
+            self.binary.setPlaceholderText({
+                SWAP: "optional: replaces the program in the model's cmd",
+                GGUF: "the llama-server binary to run",
+                DEMO: "optional: default, the llama-server on PATH"}[kind])
+
+    def _sync_kind(self) -> None:
+        """What the kind leaves editable: a llama-swap model's flags are its cmd's; TabbyAPI
+        takes no flags and downloads no drafts (it tries the drafts in its draft folder)."""
+        kind = self.kind.currentData()
+        self.flags.setEnabled(kind in (GGUF, DEMO))
+        self.downloads.setEnabled(kind not in TABBY_KINDS)
 
     def handle_request(self, argument: str) -> None:
-        """From the Start page: "demo", or a llama-swap config.yaml's path; prefilled, not
-        started (the user sets the budget and presses Tune)."""
+        """From the Start page: "demo", a llama-swap config.yaml's path, or a TabbyAPI found
+        (core.discovery's "tabby-folder:DIR" or "tabby-config:FILE"); prefilled, not started
+        (the user sets the budget and presses Tune)."""
+        from specdeck.core.discovery import TUNE_TABBY_CONFIG, TUNE_TABBY_FOLDER
+
         if self._running():
             return
         if argument == DEMO:
             self.kind.setCurrentIndex(self.kind.findData(DEMO))
+        elif argument.startswith(TUNE_TABBY_FOLDER):
+            self.kind.setCurrentIndex(self.kind.findData(TABBY_FOLDER))
+            self.tabby_folder.setText(argument[len(TUNE_TABBY_FOLDER):])
+        elif argument.startswith(TUNE_TABBY_CONFIG):
+            self.kind.setCurrentIndex(self.kind.findData(TABBY))
+            self.tabby_config.setText(argument[len(TUNE_TABBY_CONFIG):])
         else:
             self.kind.setCurrentIndex(self.kind.findData(SWAP))
             self.swap_config.setText(argument)
@@ -294,6 +383,13 @@ class TunePage(QWidget):
             raise SpecDeckError(f"The llama-server flags cannot be read: {exc}.",
                                 "Close the quote, or remove it.") from exc
         binary = self.binary.text().strip()
+        if kind in TABBY_KINDS:  # core.tune.tabby.read_tabby says what is missing, in the worker
+            return TuneRequest(kind, tabby_folder=self.tabby_folder.text().strip(),
+                               tabby_python=self.tabby_python.text().strip(),
+                               tabby_url=self.tabby_url.text().strip(),
+                               tabby_config=self.tabby_config.text().strip(),
+                               api_key_env=self.api_key_env.text().strip(),
+                               admin_key_env=self.admin_key_env.text().strip())
         if kind == SWAP:
             if not self.swap_config.text().strip() or self.model.currentData() is None:
                 raise SpecDeckError("Say which llama-swap model to tune.",
@@ -369,10 +465,11 @@ class TunePage(QWidget):
         self.start_button.setEnabled(not running)
         self.cancel_button.setEnabled(running)
         for widget in (self.kind, self.sources, self.binary, self.flags, self.budget,
-                       self.max_new, self.prompts, self.downloads):
+                       self.max_new, self.prompts, self.downloads, self.api_key_env,
+                       self.admin_key_env):
             widget.setEnabled(not running)
         if not running:
-            self.flags.setEnabled(self.kind.currentData() != SWAP)
+            self._sync_kind()
         result = self.result
         decision = None if result is None else result.decision
         applied = None if result is None else result.applied
@@ -450,6 +547,8 @@ class TunePage(QWidget):
                 font = item.font()
                 font.setBold(best is not None and best.candidate == row.candidate)
                 item.setFont(font)
+            table.item(index, 0).setToolTip(row.candidate.label)
+            table.item(index, len(COLUMNS) - 1).setToolTip(row.measured_text)
             table.item(index, 1).setToolTip(row.prediction.source)
         self.not_tried.setText("Not tried: " + "; ".join(f"{n.what} ({n.why})"
                                                          for n in live.not_tried)
@@ -516,6 +615,7 @@ class TunePage(QWidget):
 
     def _confirm(self, previewed) -> None:
         from specdeck.core.tune.apply import apply
+        from specdeck.core.tune.live import apply_texts
 
         applied, asked = previewed
         if not asked:  # nothing to confirm: flags to copy, or already in the file
@@ -525,20 +625,20 @@ class TunePage(QWidget):
             self.stage.setText("Not written: you cancelled.")
             self._sync()
             return
-        self.stage.setText(f"Writing {applied.path} and starting llama-server from it…")
+        self.stage.setText(apply_texts(self.result.setup, applied.path)[1])
         self.tasks.run("apply", apply, self.result, None, on_result=self._applied,
                        on_error=self._apply_failed)
         self._sync()
 
     def confirm_diff(self, applied) -> bool:
         """The user sees the exact change before anything is written."""
+        from specdeck.core.tune.live import apply_texts
+
         dialog = QDialog(self)
         dialog.setObjectName("tuneConfirm")
         dialog.setWindowTitle("Write the tuned setting")
         layout = QVBoxLayout(dialog)
-        intro = QLabel(f"Write the verified winner into {applied.path}? A backup is kept; then "
-                       "llama-server is started from the file as written, and if it does not "
-                       "answer and draft, the file is put back.")
+        intro = QLabel(apply_texts(self.result.setup, applied.path)[0])
         intro.setWordWrap(True)
         layout.addWidget(intro)
         diff = DiffView()
@@ -618,7 +718,11 @@ class TunePage(QWidget):
         self.candidates.setWordWrap(False)
         header = self.candidates.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        # The candidate's name and its best setting share the room the figures leave (a
+        # draft model's folder name is long): elided in the middle, whole in the tooltip.
+        for column in (0, len(COLUMNS) - 1):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Stretch)
+        self.candidates.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.candidates.verticalHeader().setDefaultSectionSize(
             self.candidates.fontMetrics().height() + 8)
         self.not_tried = QLabel()
@@ -681,8 +785,11 @@ class TunePage(QWidget):
             from specdeck.gui.bench_view import BenchPlots
 
             self.plots = BenchPlots()
-            self.plots.memory_plot.hide()  # llama-server's memory is not the tune's question
-            self.plots.speed_plot.setTitle("Decode speed")
+            # A server's memory is not the tune's question, and the tune's events carry no
+            # acceptance by draft position: their plots (each in a box under its own title
+            # label, which already names the speed plot) are not shown.
+            for plot in (self.plots.memory_plot, self.plots.position_plot):
+                plot.parentWidget().hide()
             self.plots_host.layout().addWidget(self.plots)
 
     # lifecycle -----------------------------------------------------------------------------
@@ -706,8 +813,13 @@ class TunePage(QWidget):
         settings.setValue(SETTINGS_PREFIX + "kind", self.kind.currentData())
 
     def _saved_edits(self) -> dict[str, QLineEdit]:
+        """What the form keeps between launches: paths, a URL, variable names; never a key
+        (the page has no field for one)."""
         return {"binary": self.binary, "swap_config": self.swap_config, "gguf": self.gguf,
-                "flags": self.flags, "budget": self.budget, "prompts": self.prompts}
+                "flags": self.flags, "budget": self.budget, "prompts": self.prompts,
+                "tabby_folder": self.tabby_folder, "tabby_python": self.tabby_python,
+                "tabby_url": self.tabby_url, "tabby_config": self.tabby_config,
+                "api_key_env": self.api_key_env, "admin_key_env": self.admin_key_env}
 
     def shutdown(self) -> None:
         self.timer.stop()

@@ -7,62 +7,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import struct
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, MODELS
 from specdeck.core.tune import tabby
+from tabby_app import DRAFT, OTHER_FAMILY, TARGET, standin_main, tabby_folder
 from tabby_standin import start_tabby
-
-TARGET = "Qwen2.5-7B-Instruct-exl2-4.0bpw"
-DRAFT = "Qwen2.5-0.5B-Instruct-exl2-4.0bpw"
-OTHER_FAMILY = "Llama-3.2-1B-exl2-4.0bpw"
-EXL3_DRAFT = "Qwen2.5-0.5B-Instruct-exl3-3.0bpw"
-SAMPLES = {"exl2-checkpoint": "config_sample.exl2-checkpoint.yml",
-           "main": "config_sample.f1f2c85.yml"}
-
-
-def _weights(folder: Path, size: int) -> None:
-    """A safetensors file of ``size`` bytes (one uint8 tensor; sparse on disk)."""
-    header = json.dumps({"w": {"dtype": "U8", "shape": [size],
-                               "data_offsets": [0, size]}}).encode()
-    path = folder / "model.safetensors"
-    with path.open("wb") as handle:
-        handle.write(struct.pack("<Q", len(header)) + header)
-    with path.open("r+b") as handle:
-        handle.truncate(8 + len(header) + size)
-
-
-def _model(models: Path, name: str, fixture: str, method: str, size: int) -> Path:
-    folder = models / name
-    shutil.copytree(MODELS / fixture, folder, ignore=shutil.ignore_patterns("SOURCE.txt"))
-    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    config["quantization_config"] = {"quant_method": method, "bits": 4.0, "head_bits": 6}
-    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    _weights(folder, size)
-    return folder
-
-
-def tabby_folder(root: Path, branch: str, draft: str | None = None) -> Path:
-    """A TabbyAPI folder: config.yml from the branch's real sample, naming the target (and
-    ``draft``), and models/ with the target, a draft of its family, one of another family and
-    one in the other branch's format."""
-    text = (FIXTURES / "tabbyapi" / SAMPLES[branch]).read_text(encoding="utf-8")
-    text = text.replace("  model_name:\n", f"  model_name: {TARGET}\n", 1)
-    if draft:
-        text = text.replace("  draft_model_name:\n", f"  draft_model_name: {draft}\n", 1)
-    root.mkdir()
-    (root / "config.yml").write_text(text, encoding="utf-8")
-    models = root / "models"
-    models.mkdir()
-    fmt = "exl3" if branch == "main" else "exl2"
-    _model(models, TARGET, "Qwen2.5-7B-Instruct", fmt, 4_000_000_000)
-    _model(models, DRAFT, "Qwen2.5-0.5B-Instruct", fmt, 400_000_000)
-    _model(models, OTHER_FAMILY, "Llama-3.2-1B", fmt, 900_000_000)
-    _model(models, EXL3_DRAFT if fmt == "exl2" else "Qwen2.5-0.5B-Instruct-exl2-4.0bpw-old",
-           "Qwen2.5-0.5B-Instruct", "exl2" if fmt == "exl3" else "exl3", 300_000_000)
-    return root / "config.yml"
 
 
 @pytest.fixture
@@ -185,14 +135,6 @@ def test_exl2_checkpoint_drafts_four_so_k_is_not_searched(tmp_path):
     assert tabby.current_arm(setup, "C").server.tabby_launch.draft == ()
 
 
-def _standin_main(folder: Path, branch: str) -> None:
-    tests = Path(__file__).resolve().parents[1]
-    (folder / "main.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(tests)!r})\nfrom tabby_app import main\n"
-        f"main({branch!r})\n", encoding="utf-8")
-    (folder / "api_tokens.yml").write_text("api_key: tabby-api-key\nadmin_key: tabby-admin-key\n")
-
-
 def _tune(config: Path, *extra, steps: dict, home: Path):
     import os
     import subprocess
@@ -216,7 +158,7 @@ def test_tune_a_tabbyapi_it_starts_searches_modes_and_k_and_writes_the_winner(tm
     import difflib
 
     config = tabby_folder(tmp_path / "tabbyAPI", "main")
-    _standin_main(config.parent, "main")
+    standin_main(config.parent, "main")
     before = config.read_text()
     steps = {"none": 0.012, "ngram:2:4": 0.003, "ngram:2:2": 0.008, "ngram:2:8": 0.008,
              **{f"model:{DRAFT}:{k}": 0.010 for k in tabby.K_VALUES}}
@@ -250,7 +192,7 @@ def test_tune_a_tabbyapi_it_starts_searches_modes_and_k_and_writes_the_winner(tm
 
 def test_tune_a_tabbyapi_writes_nothing_when_no_setting_is_faster(tmp_path, specdeck_home):
     config = tabby_folder(tmp_path / "tabbyAPI", "main")
-    _standin_main(config.parent, "main")
+    standin_main(config.parent, "main")
     before = config.read_bytes()
     done = _tune(config, "--yes", steps={"none": 0.002, "default": 0.008}, home=specdeck_home)
     assert done.returncode == 1, done.stderr[-3000:]

@@ -95,6 +95,31 @@ def verified(config: Path):
                       Decided(Candidate("ngram-simple"), flags, True, "verified"))
 
 
+def apply_and_save(qtbot, page, config: Path) -> dict:
+    """Click Apply, then Save in the dialog that shows the diff, as a user would; returns what
+    the dialog showed ("diff", its question "intro") and the file's bytes then."""
+    from PySide6.QtWidgets import QLabel
+    from specdeck.gui.widgets.diff_view import DiffView
+
+    shown = {}
+
+    def save_in_dialog():  # runs inside the dialog's own event loop, as a user's click would
+        dialog = QApplication.activeModalWidget()
+        if dialog is not None and "diff" not in shown:
+            shown["diff"] = dialog.findChild(DiffView).toPlainText()
+            shown["intro"] = " ".join(label.text() for label in dialog.findChildren(QLabel))
+            shown["file then"] = config.read_bytes()
+            dialog.accept()
+
+    watcher = QTimer(page)
+    watcher.timeout.connect(save_in_dialog)
+    watcher.start(50)
+    qtbot.mouseClick(page.apply_button, _left())
+    qtbot.waitUntil(lambda: "diff" in shown, timeout=60_000)
+    watcher.stop()
+    return shown
+
+
 def llama_servers() -> list[psutil.Process]:
     return [p for p in psutil.Process().children(recursive=True)
             if "llama-server" in p.name()]
@@ -182,23 +207,7 @@ def test_apply_shows_the_diff_writes_proves_and_rolls_back(qtbot, configured_qap
     page.finished(result)
     assert page.apply_button.isEnabled() and not page.rollback_button.isEnabled()
 
-    shown = {}
-
-    def save_in_dialog():  # runs inside the dialog's own event loop, as a user's click would
-        from specdeck.gui.widgets.diff_view import DiffView
-
-        dialog = QApplication.activeModalWidget()
-        if dialog is not None and "diff" not in shown:
-            shown["diff"] = dialog.findChild(DiffView).toPlainText()
-            shown["file then"] = config.read_bytes()
-            dialog.accept()
-
-    watcher = QTimer(page)
-    watcher.timeout.connect(save_in_dialog)
-    watcher.start(50)
-    qtbot.mouseClick(page.apply_button, _left())
-    qtbot.waitUntil(lambda: "diff" in shown, timeout=60_000)
-    watcher.stop()
+    shown = apply_and_save(qtbot, page, config)
     assert "+" in shown["diff"] and "--spec-type ngram-simple" in shown["diff"]
     assert shown["file then"] == original  # nothing written before the user said so
     qtbot.waitUntil(lambda: page.result.applied is not None and page.result.applied.written,
@@ -239,20 +248,27 @@ def test_roll_back_refuses_a_file_edited_after_apply(qtbot, configured_qapp, lla
     assert not page.result.applied.rolled_back
 
 
-def test_start_offers_tune_for_a_found_llama_swap_config_and_the_demo(
-        qtbot, configured_qapp, tmp_path, monkeypatch):
+def start_page_finding(qtbot, home: Path, monkeypatch):
+    """The Start page of a new window, showing what it finds with ``home`` as the user's home
+    (no port asked); waits for its Tune… buttons."""
     from specdeck.core import discovery
 
-    folder = tmp_path / "llama-swap"
-    folder.mkdir()
-    config = swap_config(folder, Path("/opt/llama/llama-server"), tmp_path / "model.gguf")
-    monkeypatch.setattr(discovery, "_home", lambda: tmp_path)
+    monkeypatch.setattr(discovery, "_home", lambda: home)
     window = MainWindow()
     qtbot.addWidget(window)
     start = window.show_page("start")
     start._discover = lambda: discovery.discover(ports={})
     start.refresh()
     qtbot.waitUntil(lambda: bool(start.tune_buttons), timeout=20_000)
+    return window, start
+
+
+def test_start_offers_tune_for_a_found_llama_swap_config_and_the_demo(
+        qtbot, configured_qapp, tmp_path, monkeypatch):
+    folder = tmp_path / "llama-swap"
+    folder.mkdir()
+    config = swap_config(folder, Path("/opt/llama/llama-server"), tmp_path / "model.gguf")
+    window, start = start_page_finding(qtbot, tmp_path, monkeypatch)
     assert len(start.tune_buttons) == 1  # the llama-swap config: the one setup found here
     qtbot.mouseClick(start.tune_buttons[0], _left())
     assert window.current_page_key() == "tune"
