@@ -10,6 +10,11 @@ leaving the form as it was.
 The mapping between controls and plans is :class:`FormChoices` and two plain functions
 (``plan_from_choices``, ``choices_from_plan``); the widget only reads and shows choices.
 
+Prompts: the built-in suites are toggle buttons; Spec-Bench is one choice beside them (the
+whole shipped benchmark, one shipped category, or the user's own Spec-Bench question.jsonl,
+read by core's ``spec_bench_suite`` as ``--suite`` reads it), last in the plan's suites. Its
+categories that are not shipped are listed, disabled, with core's reason.
+
 Server arms are kept between sessions in plan.json's own arm format (``core.bench.plan``'s
 ``arm_to_json``); the older format (a ServerArm's JSON with the arm's name) is still read,
 and written over in the new one.
@@ -39,6 +44,7 @@ from specdeck.core.bench.fields import DEFAULT_KS, PLAN_FIELDS, QUICK_SUITES
 from specdeck.core.bench.plan import Arm, BenchPlan, default_arms
 from specdeck.core.engines.base import DrafterKind
 from specdeck.core.errors import InvalidInputError, SpecDeckError
+from specdeck.core.userpath import expand_user
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +57,10 @@ ARMS_KEY = SETTINGS_PREFIX + "arms"
 LEGACY_ARMS_KEY = SETTINGS_PREFIX + "server_arms"
 """Before: a JSON list of ServerArm JSON, each with the arm's name (read, then removed)."""
 DEFAULT_SUITES = QUICK_SUITES
+SPEC_BENCH_KEY = SETTINGS_PREFIX + "spec_bench"
+"""The Spec-Bench choice: "", a suite name (spec-bench, spec-bench/qa) or a question file."""
+QUESTION_FILE = "?question-file"
+"""The Spec-Bench choice's item that asks for the user's question.jsonl."""
 SERVERS_TIP = ("One arm per server, comma-separated: [NAME=]URL[#MODEL]. The first is the "
                "no-draft reference. API keys come from SPECDECK_SERVER_API_KEY or the keyring. "
                "Arms… for launched llama-servers and per-arm key variables.")
@@ -69,6 +79,7 @@ class FormChoices:
     adaptive: bool = True
     sweep: bool = False
     suites: tuple[str, ...] = DEFAULT_SUITES
+    """The ticked built-in suites in their order, then the Spec-Bench choice (if any)."""
     per_suite: int = 1
     max_new_tokens: int = PLAN_FIELDS["max_new_tokens"].quick
     repeats: int = PLAN_FIELDS["repeats"].quick
@@ -190,21 +201,37 @@ def choices_from_plan(plan: BenchPlan, current: FormChoices, engines, suites) ->
         cannot.append(f"its {', '.join(others)} (the page runs every plan with the defaults)")
     if plan.engine not in engines:
         cannot.append(f"the engine {plan.engine!r} (it offers {', '.join(engines)})")
+    ticked = [s for s in plan.suites if s in suites]
     unknown = [s for s in plan.suites if s not in suites]
-    if unknown:
-        cannot.append(f"the suite(s) {', '.join(unknown)} (it ticks built-in suites only)")
-    order = [name for name in suites if name in plan.suites]
-    if not unknown and list(plan.suites) != order:
+    known = dict(suites)
+    suites_ok = True
+    if len(unknown) > 1 or (unknown and plan.suites[-1] != unknown[0]):
+        cannot.append(f"the suite(s) {', '.join(unknown)} (it ticks built-in suites and one "
+                      "Spec-Bench choice, after them)")
+        suites_ok = False
+    elif unknown:
+        from specdeck.core.bench.suites import spec_bench_suite
+
+        try:
+            known[unknown[0]] = spec_bench_suite(unknown[0])
+        except SpecDeckError as exc:
+            cannot.append(f"the suite {unknown[0]} (it ticks built-in suites and Spec-Bench "
+                          f"only: {exc})")
+            suites_ok = False
+    order = [name for name in suites if name in ticked]
+    if ticked != order:
         cannot.append(f"its suites in the order {', '.join(plan.suites)} (it takes them in its "
-                      f"own order: {', '.join(order)})")
+                      f"own order: {', '.join(order + unknown)})")
+        suites_ok = False
     per_suite = None
-    if not unknown and list(plan.suites) == order:
-        most = max(len(s.prompts) for s in suites.values())
+    if suites_ok:
+        most = max(len(known[s].prompts) for s in plan.suites)
         fitting = [n for n in range(1, most + 1)
-                   if prompt_ids(plan.suites, n, suites) == plan.prompt_ids]
+                   if prompt_ids(plan.suites, n, known) == plan.prompt_ids]
         per_suite = current.per_suite if current.per_suite in fitting else min(fitting, default=None)
         if per_suite is None:
-            cannot.append("its prompts (the page runs the first N prompts of each suite)")
+            cannot.append("its prompts (the page runs the first N prompts of each suite, of "
+                          "each category in Spec-Bench)")
     if cannot:
         raise InvalidInputError(f"The A/B page cannot show this plan: {'; '.join(cannot)}.",
                                 "Run it from the command line: specdeck bench --plan plan.json.")
@@ -226,7 +253,7 @@ def choices_from_plan(plan: BenchPlan, current: FormChoices, engines, suites) ->
             k=drafted[0].num_draft_tokens if drafted and not swept else current.k,
             adaptive=drafted[0].adaptive if drafted and not swept else current.adaptive)
     try:
-        made = plan_from_choices(choices, suites, comparison=False)
+        made = plan_from_choices(choices, known, comparison=False)
     except SpecDeckError as exc:
         made = exc
     if made != plan:
@@ -288,6 +315,9 @@ class BenchForm(QWidget):
 
     arms_changed = Signal()
     """The arms the controls describe may have changed (the page redraws its panes)."""
+    refused = Signal(object)
+    """A choice the form could not take (a file that is not Spec-Bench's question.jsonl): the
+    SpecDeckError, for the page's banner."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -361,10 +391,19 @@ class BenchForm(QWidget):
             button.setChecked(name in DEFAULT_SUITES)
             self.suite_buttons[name] = button
             suites_row.addWidget(button)
+        self.spec_bench = _spec_bench_choice()
+        self.spec_bench.activated.connect(self._spec_bench_activated)
+        self.spec_bench.currentIndexChanged.connect(self._sync_per_suite)
+        self._spec_bench_index = 0
+        """The choice before the question-file item was picked (restored if none is taken)."""
+        suites_row.addWidget(self.spec_bench)
         suites_row.addStretch(1)
         self.per_suite = QSpinBox()
-        self.per_suite.setRange(1, max(len(s.prompts) for s in self._suites.values()))
+        self._builtin_most = max(len(s.prompts) for s in self._suites.values())
+        self.per_suite.setRange(1, self._builtin_most)
         self.per_suite.setSuffix(" per suite")
+        self.per_suite.setToolTip("The first N prompts of each ticked suite (of each category "
+                                  "in Spec-Bench)")
         self.max_new = _spin("max_new_tokens", "", " new tokens")
         self.repeats = _spin("repeats", "× ", "")
         self.warmup = _spin("warmup", "warm-up ", "")
@@ -426,7 +465,8 @@ class BenchForm(QWidget):
             use_draft=self.use_draft.isChecked(), draft=self.draft.text(),
             ngram=self.use_ngram.isChecked(), k=self.k.value(),
             adaptive=self.adaptive.isChecked(), sweep=self.sweep.isChecked(),
-            suites=tuple(n for n, b in self.suite_buttons.items() if b.isChecked()),
+            suites=tuple(n for n, b in self.suite_buttons.items() if b.isChecked())
+            + tuple(n for n in (self._spec_bench_name(),) if n),
             per_suite=self.per_suite.value(), max_new_tokens=self.max_new.value(),
             repeats=self.repeats.value(), warmup=self.warmup.value(),
             servers=self.servers.text(), server_arms=self._server_arms,
@@ -445,6 +485,8 @@ class BenchForm(QWidget):
             self.sweep.setChecked(choices.sweep)
             for name, button in self.suite_buttons.items():
                 button.setChecked(name in choices.suites)
+            self._show_spec_bench(next((n for n in choices.suites
+                                        if n not in self.suite_buttons), ""))
             self.per_suite.setValue(choices.per_suite)
             self.max_new.setValue(choices.max_new_tokens)
             self.repeats.setValue(choices.repeats)
@@ -468,7 +510,8 @@ class BenchForm(QWidget):
         """Off while a plan runs."""
         for widget in (self.engine, self.model, self.use_draft, self.draft, self.use_ngram,
                        self.sweep, self.per_suite, self.max_new, self.repeats, self.warmup,
-                       self.servers, self.probe_button, *self.suite_buttons.values()):
+                       self.servers, self.probe_button, self.spec_bench,
+                       *self.suite_buttons.values()):
             widget.setEnabled(editable)
         self._editable = editable
         self._sync_k()
@@ -477,6 +520,75 @@ class BenchForm(QWidget):
         on = self._editable and not self.sweep.isChecked()
         for widget in (self.k, self.adaptive):
             widget.setEnabled(on)
+
+    # Spec-Bench ------------------------------------------------------------------------
+    def _spec_bench_name(self) -> str:
+        """The Spec-Bench suite chosen: "", a suite name or a question file's path."""
+        name = self.spec_bench.currentData()
+        return "" if name == QUESTION_FILE else name
+
+    def _show_spec_bench(self, name: str) -> None:
+        """Select the Spec-Bench choice ``name`` ("" none; a question file gets its item)."""
+        index = self.spec_bench.findData(name)
+        if index < 0:
+            index = self._question_file_item(name)
+        self.spec_bench.setCurrentIndex(index)
+        self._spec_bench_index = index
+
+    def _question_file_item(self, path: str) -> int:
+        """The index of the item for the question file ``path`` (the one such item, renamed)."""
+        from pathlib import Path
+
+        index = self.spec_bench.findData(QUESTION_FILE) - 1
+        if not _is_file_item(self.spec_bench.itemData(index)):
+            index += 1
+            self.spec_bench.insertItem(index, "")
+        self.spec_bench.setItemText(index, f"Spec-Bench: {Path(path).name} (every category)")
+        self.spec_bench.setItemData(index, path)
+        self.spec_bench.setItemData(index, f"{path}: Spec-Bench's own question file, read as "
+                                    "specdeck bench --suite FILE reads it",
+                                    Qt.ItemDataRole.ToolTipRole)
+        return index
+
+    def set_question_file(self, path: str) -> bool:
+        """Choose the user's Spec-Bench question.jsonl (checked by core as ``--suite`` reads
+        it); False, ``refused`` emitted and the choice as it was, when it is not one."""
+        from specdeck.core.bench.suites import spec_bench_suite
+
+        try:
+            spec_bench_suite(path)
+        except SpecDeckError as exc:
+            self.spec_bench.setCurrentIndex(self._spec_bench_index)
+            self.refused.emit(exc)
+            return False
+        self._show_spec_bench(path)
+        return True
+
+    def _spec_bench_activated(self, index: int) -> None:
+        if self.spec_bench.itemData(index) != QUESTION_FILE:
+            self._spec_bench_index = index
+            return
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Spec-Bench's question.jsonl (data/spec_bench/question.jsonl)", "",
+            "Spec-Bench questions (*.jsonl);;All files (*)")
+        if not path:
+            self.spec_bench.setCurrentIndex(self._spec_bench_index)
+        else:
+            self.set_question_file(path)
+
+    def _sync_per_suite(self, *_args) -> None:
+        """Prompts per suite reach every prompt of the largest suite chosen (Spec-Bench's
+        categories hold 80)."""
+        from specdeck.core.bench.suites import spec_bench_suite
+
+        name = self._spec_bench_name()
+        most = self._builtin_most
+        if name:
+            try:
+                most = max(most, len(spec_bench_suite(name).prompts))
+            except SpecDeckError:
+                pass
+        self.per_suite.setMaximum(most)
 
     # engine ----------------------------------------------------------------------------
     def _sync_engine(self, *_args) -> None:
@@ -583,6 +695,7 @@ class BenchForm(QWidget):
             settings.setValue(SETTINGS_PREFIX + name, _value(widget))
         edited = "" if self._server_arms is None else arms_to_settings(self._server_arms)
         settings.setValue(ARMS_KEY, edited)
+        settings.setValue(SPEC_BENCH_KEY, self._spec_bench_name())
         settings.remove(LEGACY_ARMS_KEY)
         settings.setValue(SETTINGS_PREFIX + "launch", json.dumps(asdict(self._launch_settings)))
         settings.setValue(SETTINGS_PREFIX + "one_at_a_time", self._one_at_a_time)
@@ -593,6 +706,10 @@ class BenchForm(QWidget):
         settings = QSettings()
         self.blockSignals(True)
         try:
+            spec_bench = str(settings.value(SPEC_BENCH_KEY) or "")
+            if self.spec_bench.findData(spec_bench) > 0 or (
+                    _is_file_item(spec_bench) and expand_user(spec_bench).is_file()):
+                self._show_spec_bench(spec_bench)
             for name, widget in self._widgets().items():
                 value = settings.value(SETTINGS_PREFIX + name)
                 if value is not None:
@@ -620,6 +737,45 @@ def _probe_arms(arms) -> list[str]:
     from specdeck.core.servers.arms import describe
 
     return [describe(arm) for arm in arms]
+
+
+def _spec_bench_choice() -> QComboBox:
+    """Spec-Bench beside the built-in suites: none, the shipped categories together, each of
+    its six categories in its table's order (those not shipped disabled, with core's reason),
+    and the user's own question.jsonl."""
+    from specdeck.core.bench.suites import SPEC_BENCH, spec_bench_categories
+
+    combo = QComboBox()
+    combo.addItem("No Spec-Bench", "")
+    combo.addItem("Spec-Bench: shipped categories", SPEC_BENCH)
+    combo.setItemData(1, "Spec-Bench (Xia et al., ACL Findings 2024): the categories SpecDeck "
+                      "ships, the first N prompts of each", Qt.ItemDataRole.ToolTipRole)
+    for category in spec_bench_categories():
+        index = combo.count()
+        if category.not_shipped:
+            combo.addItem(f"    {category.label} (not shipped)", f"{SPEC_BENCH}/{category.name}")
+            combo.model().item(index).setEnabled(False)
+            combo.setItemData(index, f"Not shipped with SpecDeck: {category.not_shipped} Choose "
+                              "Spec-Bench's own question.jsonl to run it.",
+                              Qt.ItemDataRole.ToolTipRole)
+        else:
+            combo.addItem(f"    {category.label}", f"{SPEC_BENCH}/{category.name}")
+            combo.setItemData(index, f"{category.dataset} ({category.license})",
+                              Qt.ItemDataRole.ToolTipRole)
+    combo.addItem("Spec-Bench question.jsonl…", QUESTION_FILE)
+    combo.setItemData(combo.count() - 1, "Your copy of Spec-Bench's data/spec_bench/"
+                      "question.jsonl: all six categories", Qt.ItemDataRole.ToolTipRole)
+    combo.setToolTip("Spec-Bench's prompts, tagged by its categories: the result gives a "
+                     "speed-up per category")
+    return combo
+
+
+def _is_file_item(data) -> bool:
+    """An item of the Spec-Bench choice that holds a question file's path."""
+    from specdeck.core.bench.suites import SPEC_BENCH
+
+    return (bool(data) and data not in (QUESTION_FILE, SPEC_BENCH)
+            and not str(data).startswith(SPEC_BENCH + "/"))
 
 
 def _spin(name: str, prefix: str, suffix: str) -> QSpinBox:

@@ -173,6 +173,17 @@ def mean_length_text(arm) -> str:
     return f"mean acceptance length {arm.mean_acceptance_length:.2f} ({positions.label})"
 
 
+def spec_bench_text(comparison) -> str:
+    """A drafting arm's speed-up per Spec-Bench category, in Spec-Bench's table order (core's
+    median of paired ratios per prompt tag, ``Comparison.by_tag``); "" when no prompt had a
+    Spec-Bench category."""
+    from specdeck.core.bench.suites import SPEC_BENCH, spec_bench_categories
+
+    cells = [f"{c.label} {ratio.median:.2f}× (n={ratio.n})" for c in spec_bench_categories()
+             if (ratio := comparison.by_tag.get(f"{SPEC_BENCH}/{c.name}")) is not None]
+    return "Spec-Bench by category: " + "; ".join(cells) if cells else ""
+
+
 # the summary pane ---------------------------------------------------------------------------
 def arm_head(label: str, index: int) -> str:
     return f"<b style='color:{arm_colour_name(index)}'>{html.escape(label)}</b>"
@@ -236,6 +247,9 @@ def final_html(summary, arms: Sequence[str], only: str | None = None) -> str:
             f"acceptance {percent(summary.arm(comparison.arm).acceptance_rate)} · "
             + _identical(check.checkable, check.identical, check.compared, base),
         ]
+        categories = spec_bench_text(comparison)  # a Spec-Bench plan's point: right under it
+        if categories:
+            parts.insert(1, html.escape(categories))
         length = mean_length_text(summary.arm(comparison.arm))
         if length:
             parts.append(html.escape(length))

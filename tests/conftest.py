@@ -71,3 +71,15 @@ def configured_qapp(qapp):
 
     configure_application(qapp)
     return qapp
+
+
+@pytest.fixture
+def bench_form(qtbot, configured_qapp):
+    """The A/B page's plan form, shown; shut down after the test."""
+    from specdeck.gui.bench_form import BenchForm
+
+    form = BenchForm()
+    qtbot.addWidget(form)
+    form.show()
+    yield form
+    form.shutdown()

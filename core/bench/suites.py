@@ -2,7 +2,8 @@
 
 Public benchmarks (resources/prompts/<folder>/suite.json: Spec-Bench) are selectable by name
 (``spec-bench``, or one category: ``spec-bench/qa``) but are not among ``builtin_suites()``:
-the default plans, the A/B page's suite buttons and the GPU kit's corpus stay the shipped five.
+the default plans, the A/B page's suite buttons and the GPU kit's corpus stay the shipped five
+(the A/B page offers Spec-Bench in a choice of its own, through ``spec_bench_suite``).
 """
 
 from __future__ import annotations
@@ -237,13 +238,33 @@ def public_suites() -> dict[str, Suite]:
                               prompts=tuple(whole), source=folder / "suite.json"), **suites}
 
 
-def _not_shipped(name: str) -> Category | None:
-    """The Spec-Bench category ``name`` names when it exists but is not shipped."""
+def spec_bench_category(name: str) -> Category | None:
+    """The Spec-Bench category a suite name or prompt tag names (``spec-bench/qa``), shipped
+    or not; None for any other name."""
     prefix = f"{SPEC_BENCH}/"
     if not name.startswith(prefix):
         return None
-    return next((c for c in spec_bench_categories()
-                 if c.name == name[len(prefix):] and c.not_shipped), None)
+    return next((c for c in spec_bench_categories() if c.name == name[len(prefix):]), None)
+
+
+def _not_shipped(name: str) -> Category | None:
+    """The Spec-Bench category ``name`` names when it exists but is not shipped."""
+    category = spec_bench_category(name)
+    return category if category is not None and category.not_shipped else None
+
+
+def spec_bench_suite(name: str) -> Suite:
+    """The Spec-Bench prompts ``name`` names, read as ``--suite`` reads it: ``spec-bench``, a
+    shipped ``spec-bench/<category>``, or a file of Spec-Bench's question format (its own
+    data/spec_bench/question.jsonl: every category). SpecDeckError for anything else, a
+    category that is not shipped with why."""
+    suite = named_suites([name])[name]
+    if not all(spec_bench_category(p.suite) for p in suite.prompts):
+        raise InvalidInputError(
+            f"{suite.source or name} is not a Spec-Bench question file: its lines are not "
+            "MT-bench-format questions (question_id, category, turns) of Spec-Bench's categories.",
+            "Choose Spec-Bench's data/spec_bench/question.jsonl.")
+    return suite
 
 
 def _split_blocks(text: str) -> list[str]:
@@ -260,29 +281,38 @@ def _split_blocks(text: str) -> list[str]:
 
 def first_prompts(names: Sequence[str], per_suite: int,
                   builtin: dict[str, Suite] | None = None) -> list[Prompt]:
-    """The first ``per_suite`` prompts of each named built-in (or public, e.g. ``spec-bench/qa``)
-    suite, in order (how the A/B page and the GPU kit choose prompts; a plan names them in
-    ``prompt_ids``). ``builtin``: ``builtin_suites()``, when the caller has read them already."""
+    """The first ``per_suite`` prompts of each named suite, in order (how the A/B page and the
+    GPU kit choose prompts; a plan names them in ``prompt_ids``). A suite that spans
+    Spec-Bench's categories (``spec-bench``, Spec-Bench's question.jsonl) gives the first
+    ``per_suite`` of each category, in the suite's own order. ``builtin``: suites by name
+    already read (``builtin_suites()``, perhaps with others); the rest are read as
+    ``select_prompts`` reads them."""
+    known = builtin if builtin is not None else builtin_suites()
+    suites = {**known, **named_suites([n for n in names if n not in known], known)}
+    chosen: list[Prompt] = []
+    for name in names:
+        taken: dict[str, int] = {}
+        for prompt in suites[name].prompts:
+            if taken.get(prompt.suite, 0) < per_suite:
+                taken[prompt.suite] = taken.get(prompt.suite, 0) + 1
+                chosen.append(prompt)
+    return chosen
+
+
+def named_suites(names: Sequence[str], builtin: dict[str, Suite] | None = None) -> dict[str, Suite]:
+    """The suites ``names`` name, by name: built-in suites, public benchmarks (``spec-bench``,
+    ``spec-bench/<category>``) or suite files (how ``--suite`` reads every name).
+    ``builtin``: ``builtin_suites()``, when the caller has read them already."""
     builtin = builtin if builtin is not None else builtin_suites()
     public = None if all(name in builtin for name in names) else public_suites()
-    return [prompt for name in names
-            for prompt in (builtin[name] if name in builtin else public[name]).prompts[:per_suite]]
-
-
-def select_prompts(names: list[str]) -> list[Prompt]:
-    """Prompts of the named built-in suites, public benchmarks (``spec-bench``,
-    ``spec-bench/<category>``) or suite files, in order (all built-ins if empty)."""
-    builtin = builtin_suites()
-    chosen = names or list(builtin)
-    public = None if all(name in builtin for name in chosen) else public_suites()
-    prompts: list[Prompt] = []
-    for name in chosen:
+    suites: dict[str, Suite] = {}
+    for name in names:
         if name in builtin:
-            prompts.extend(builtin[name].prompts)
+            suites[name] = builtin[name]
         elif name in public:
-            prompts.extend(public[name].prompts)
+            suites[name] = public[name]
         elif expand_user(name).is_file():
-            prompts.extend(load_suite(name).prompts)
+            suites[name] = load_suite(name)
         elif category := _not_shipped(name):
             raise NotFoundError(
                 f"Spec-Bench's {category.label} prompts ({name}) are not shipped with SpecDeck: "
@@ -295,4 +325,13 @@ def select_prompts(names: list[str]) -> list[Prompt]:
                 f"Built-in suites: {', '.join(builtin)}; public benchmarks: "
                 f"{', '.join(public)}; or give the path of a suite file.",
             )
-    return prompts
+    return suites
+
+
+def select_prompts(names: list[str]) -> list[Prompt]:
+    """Prompts of the named built-in suites, public benchmarks (``spec-bench``,
+    ``spec-bench/<category>``) or suite files, in order (all built-ins if empty)."""
+    builtin = builtin_suites()
+    chosen = names or list(builtin)
+    suites = named_suites(chosen, builtin)
+    return [prompt for name in chosen for prompt in suites[name].prompts]

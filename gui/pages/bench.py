@@ -112,6 +112,7 @@ class BenchPage(QWidget):
         self.banner = Banner()
         self.form = BenchForm()
         self.form.arms_changed.connect(self._preview_arms)
+        self.form.refused.connect(self._task_failed)
         self._build_setup()
         self.panes_host = QWidget()
         self.panes_layout = QHBoxLayout(self.panes_host)

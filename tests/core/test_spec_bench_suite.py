@@ -14,7 +14,9 @@ from specdeck.core.bench.suites import (
     public_suites,
     select_prompts,
     spec_bench_categories,
+    spec_bench_category,
     spec_bench_info,
+    spec_bench_suite,
 )
 from specdeck.core.engines import demo
 from specdeck.core.errors import InvalidInputError, NotFoundError
@@ -132,21 +134,66 @@ def test_a_category_left_out_says_why_and_how_to_run_it(category):
     assert "question.jsonl" in str(caught.value)
 
 
-def test_spec_benchs_own_question_file_gives_every_category(tmp_path):
-    """The upstream format (MT-bench's), including categories SpecDeck does not ship: the
-    translation line here is written for this test, the others are shipped lines."""
+def _question_file(tmp_path):
+    """A question.jsonl in the upstream format (MT-bench's), including categories SpecDeck
+    does not ship: the translation line is written for these tests, the others are shipped
+    lines."""
     upstream = [*_lines("mt_bench")[:2], *_lines("qa")[:2],
                 {"question_id": 161, "category": "translation",
                  "turns": ["Translate German to English: Der Hund schläft."]},
                 *_lines("math_reasoning")[:1]]
     file = tmp_path / "question.jsonl"
     file.write_text("\n".join(json.dumps(line) for line in upstream) + "\n", encoding="utf-8")
+    return file
+
+
+def test_spec_benchs_own_question_file_gives_every_category(tmp_path):
+    file = _question_file(tmp_path)
     suite = load_suite(file)
     assert [p.id for p in suite.prompts] == ["spec-bench-81", "spec-bench-321", "spec-bench-161",
                                              "spec-bench-401", "spec-bench-82", "spec-bench-322"]
     assert suite.prompts[2].tags == ("spec-bench/translation",)
     assert suite.prompts[0].tags == suite.prompts[4].tags == ("spec-bench/mt_bench",)
     assert [p.id for p in select_prompts([str(file)])] == [p.id for p in suite.prompts]
+
+
+def test_the_first_prompts_of_a_spec_bench_suite_are_per_category(tmp_path):
+    """How the A/B page picks prompts: the first N of each category, in the suite's own
+    (round-robin) order, for the whole shipped benchmark and for the user's question file."""
+    whole = first_prompts(["spec-bench"], 2)
+    assert [p.id for p in whole] == ["spec-bench-81", "spec-bench-321", "spec-bench-401",
+                                     "spec-bench-91", "spec-bench-322", "spec-bench-402"]
+    assert [p.id for p in first_prompts(["code", "spec-bench/qa"], 1)] == [
+        builtin_suites()["code"].prompts[0].id, "spec-bench-321"]
+    file = _question_file(tmp_path)
+    assert [p.id for p in first_prompts([str(file)], 1)] == [
+        "spec-bench-81", "spec-bench-321", "spec-bench-161", "spec-bench-401"]
+    assert [p.id for p in first_prompts([str(file)], 5)] == [
+        p.id for p in load_suite(file).prompts]
+
+
+def test_spec_bench_suite_takes_what_the_cli_takes_and_nothing_else(tmp_path):
+    assert spec_bench_suite("spec-bench") == public_suites()["spec-bench"]
+    assert spec_bench_suite("spec-bench/qa") == public_suites()["spec-bench/qa"]
+    file = _question_file(tmp_path)
+    assert spec_bench_suite(str(file)).prompts == load_suite(file).prompts
+    with pytest.raises(NotFoundError, match="not shipped"):
+        spec_bench_suite("spec-bench/rag")
+    with pytest.raises(NotFoundError, match="No prompt suite"):
+        spec_bench_suite(str(tmp_path / "missing.jsonl"))
+    plain = tmp_path / "mine.jsonl"
+    plain.write_text('{"prompt": "Say hello."}\n', encoding="utf-8")
+    with pytest.raises(InvalidInputError, match="not a Spec-Bench question file"):
+        spec_bench_suite(str(plain))
+    with pytest.raises(InvalidInputError, match="not a Spec-Bench question file"):
+        spec_bench_suite("code")
+
+
+def test_a_tag_names_its_category_shipped_or_not():
+    assert spec_bench_category("spec-bench/qa").label == "Question Answering"
+    assert spec_bench_category("spec-bench/rag").not_shipped
+    assert spec_bench_category("spec-bench") is None and spec_bench_category("code") is None
+    assert spec_bench_category("spec-bench/nope") is None
 
 
 def test_a_question_without_a_first_turn_is_named(tmp_path):

@@ -21,12 +21,8 @@ from specdeck.gui.bench_form import ARMS_KEY, LEGACY_ARMS_KEY, BenchForm, plan_f
 
 
 @pytest.fixture
-def form(qtbot, configured_qapp):
-    form = BenchForm()
-    qtbot.addWidget(form)
-    form.show()
-    yield form
-    form.shutdown()
+def form(bench_form):
+    return bench_form
 
 
 def plan(suites=("code",), per_suite=1, **fields) -> BenchPlan:
