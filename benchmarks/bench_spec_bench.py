@@ -124,13 +124,12 @@ def _suite(info: dict) -> tuple[str, dict]:
 
 
 def _first_per_category(suite: str, per_category: int) -> dict[str, list[str]]:
-    from specdeck.core.bench.suites import select_prompts
+    """core.bench.suites.first_prompts's choice (the A/B page's), by category."""
+    from specdeck.core.bench.suites import first_prompts
 
     chosen: dict[str, list[str]] = {}
-    for prompt in select_prompts([suite]):
-        ids = chosen.setdefault(prompt.suite, [])
-        if len(ids) < per_category:
-            ids.append(prompt.id)
+    for prompt in first_prompts([suite], per_category):
+        chosen.setdefault(prompt.suite, []).append(prompt.id)
     return chosen
 
 

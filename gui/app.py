@@ -12,9 +12,9 @@ from pathlib import Path
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, QSettings, QTimer
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
+from specdeck.core import appdirs
 
 from specdeck import __version__
-from specdeck.core import appdirs
 
 ORGANIZATION = "SpecDeck"
 APPLICATION = "SpecDeck"

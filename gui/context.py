@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QThreadPool, Signal
-
 from specdeck.core import settings as settings_store
 from specdeck.core.settings import Settings
 

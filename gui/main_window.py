@@ -8,16 +8,15 @@ import logging
 from PySide6.QtCore import QByteArray, QSettings, QSize, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
+    QHBoxLayout,
     QLabel,
     QListWidget,
     QListWidgetItem,
     QMainWindow,
-    QHBoxLayout,
     QMessageBox,
     QStackedWidget,
     QWidget,
 )
-
 from specdeck.gui.context import AppContext
 from specdeck.gui.pages import PAGES, PageSpec
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
-
 from specdeck.core.vram import GpuPlan, VramPlan
 
 GiB = 1024**3

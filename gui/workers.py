@@ -14,10 +14,10 @@ page cancels everything and drops whatever still arrives.
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import threading
 import traceback
-import itertools
 import weakref
 from collections.abc import Callable, Hashable
 from typing import Any

@@ -43,7 +43,6 @@ from specdeck.core.errors import CancelledError, InvalidInputError
 from specdeck.core.userpath import expand_user
 
 
-
 @dataclass(frozen=True)
 class SweepSpec:
     base: BenchPlan

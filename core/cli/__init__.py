@@ -17,8 +17,9 @@ import pkgutil
 import sys
 from collections.abc import Callable, Sequence
 
-from specdeck import __version__
 from specdeck.core.errors import SpecDeckError
+
+from specdeck import __version__
 
 EXIT_OK = 0
 EXIT_NEGATIVE = 1

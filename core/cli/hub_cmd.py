@@ -128,7 +128,6 @@ def run_models(args: argparse.Namespace) -> int:
 # search / variants --------------------------------------------------------------------
 def run_search(args: argparse.Namespace) -> int:
     from specdeck.core.hub import search_repos
-
     from specdeck.core.hub.search import FORMAT_LABELS, check_formats
 
     formats = check_formats(args.format)
@@ -148,7 +147,6 @@ def run_search(args: argparse.Namespace) -> int:
 
 def run_variants(args: argparse.Namespace) -> int:
     from specdeck.core.hub import format_bytes, list_variants
-
     from specdeck.core.hub.gguf import list_gguf
     from specdeck.core.jsonout import to_jsonable
 
@@ -197,9 +195,8 @@ class TerminalProgress:
             self._log(p)
 
     def _draw(self, p) -> None:
-        from tqdm import tqdm
-
         from specdeck.core.hub.progress import PHASE_LABELS
+        from tqdm import tqdm
 
         if self._bar is None or (p.total and self._bar.total != p.total):
             self.close()

@@ -12,10 +12,11 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 
-from specdeck import resources
 from specdeck.core.compat.compare import MAX_SIZE_DIFFERENCE
 from specdeck.core.compat.vocab import Vocab
 from specdeck.core.errors import SpecDeckError
+
+from specdeck import resources
 
 # Fewer known anchors than this is too little evidence for a family match.
 MIN_ANCHORS = 3

@@ -22,7 +22,7 @@ from specdeck.core.config.document import (
     is_scalar,
     mapping_entry,
 )
-from specdeck.core.config.edit import _content_end, _line_end, apply_edits, _Edit, verify
+from specdeck.core.config.edit import _content_end, _Edit, _line_end, apply_edits, verify
 from specdeck.core.config.schema import DRAFT, MODEL
 from specdeck.core.errors import InvalidInputError
 

@@ -25,9 +25,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from specdeck.core.engines.speculative import cache_argument
+from torch import nn
 
 log = logging.getLogger(__name__)
 

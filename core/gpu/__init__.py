@@ -62,10 +62,9 @@ def __getattr__(name: str):
 
 def read_once(source=None) -> TelemetryFrame:
     """One frame from ``source`` (default: NVML, or the replay named by SPECDECK_GPU_REPLAY)."""
-    from specdeck.core.gpu.sampler import default_source
-
     import time
 
+    from specdeck.core.gpu.sampler import default_source
     from specdeck.core.gpu.telemetry import state_frame
 
     src = source if source is not None else default_source()

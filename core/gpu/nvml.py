@@ -44,8 +44,8 @@ from specdeck.core.gpu.telemetry import (
     ProcessUsage,
     TelemetryFrame,
     TelemetryState,
-    state_frame,
     peak_bandwidth,
+    state_frame,
 )
 
 log = logging.getLogger(__name__)
@@ -286,7 +286,6 @@ class NvmlSource:
 
     def _processes(self, device: _Device) -> tuple[ProcessUsage, ...] | None:
         """Processes with memory on this GPU (compute and graphics merged), or None if unknown."""
-        pynvml = self._nvml
         merged: dict[int, int | None] = {}
         answered = False
         own = self._own_pids

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
-
 from specdeck.core.gpu.ring import RingTable
 from specdeck.core.gpu.telemetry import GpuReading, TelemetryFrame, TelemetryState, state_frame
 

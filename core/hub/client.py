@@ -11,8 +11,9 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from specdeck import __version__
 from specdeck.core.hub.errors import HubError, hub_errors, offline_error
+
+from specdeck import __version__
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi

@@ -8,6 +8,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from specdeck.core.servers.kinds import TRAITS, ServerKind
+from specdeck.core.servers.router import is_router, router_models
+from specdeck.core.servers.sglang import probe_sglang
 from specdeck.core.servers.transport import (
     BadAnswerError,
     Base,
@@ -16,9 +19,6 @@ from specdeck.core.servers.transport import (
     request_json,
     request_text,
 )
-from specdeck.core.servers.kinds import TRAITS, ServerKind
-from specdeck.core.servers.router import is_router, router_models
-from specdeck.core.servers.sglang import probe_sglang
 
 PROBE_TIMEOUT_S = 5.0
 """The most one probe request takes, from connecting to its last byte."""

@@ -15,7 +15,6 @@ from typing import Any
 
 from specdeck.core.servers.transport import StreamEvent
 
-
 MAX_COUNT = 100_000_000
 """More tokens than any one request holds: a count above it is not a count."""
 MAX_TOKENS_PER_SECOND = 1_000_000.0

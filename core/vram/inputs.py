@@ -7,10 +7,17 @@ from dataclasses import dataclass, replace
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.exl2_facts import DEFAULT_CHUNK_SIZE, DEFAULT_MAX_SEQ_LEN
 from specdeck.core.vram.costs import DEFAULT_OVERHEADS, Overheads
-from specdeck.core.vram.gpus import GpuSpec, gpus_from_frame, parse_gpu_sizes, parse_reserve_mb, parse_split
+from specdeck.core.vram.gpus import (
+    GpuSpec,
+    gpus_from_frame,
+    parse_gpu_sizes,
+    parse_reserve_mb,
+    parse_split,
+)
 from specdeck.core.vram.plan import VramPlan, plan
 from specdeck.core.vram.request import PlanRequest
 from specdeck.core.vram.weights import model_weights
+
 
 @dataclass(frozen=True)
 class PlanInputs:

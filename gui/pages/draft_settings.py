@@ -30,7 +30,6 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
 from specdeck.core import config
 from specdeck.core.config import DRAFT, MODEL, ConfigDocument, Layout
 from specdeck.core.errors import NotFoundError, SpecDeckError

@@ -20,7 +20,6 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
 from specdeck.core import config
 from specdeck.gui.widgets.diff_view import DiffView
 

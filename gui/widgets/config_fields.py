@@ -19,7 +19,6 @@ from PySide6.QtWidgets import (
     QPushButton,
     QWidget,
 )
-
 from specdeck.core.config.schema import Kind, Setting, normalize
 from specdeck.core.errors import InvalidInputError
 
