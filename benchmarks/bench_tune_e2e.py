@@ -154,9 +154,9 @@ def run(report: Report) -> None:
     ])
     report.text("")
     downloads = result["downloads"]
-    report.text("Downloads: " + ("; ".join(f"{d.get('candidate', {}).get('label', '?')}: "
-                                           f"{d.get('status')}" for d in downloads)
-                                 if downloads else "none") + ".")
+    report.text("Downloads: " + ("; ".join(
+        f"{d['repo_id']} {d['file']}: {d['status']} ({d['bytes'] / 2**20:.0f} MiB in "
+        f"{d['seconds']:.1f} s)" for d in downloads) if downloads else "none") + ".")
     report.text("")
     report.text(f"### The exhaustive grid on the held-out prompts ({len(cells)} settings, "
                 f"{GRID_REPEATS} repeats, {grid_s:.0f} s)")

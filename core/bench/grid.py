@@ -214,6 +214,10 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
             if cell.arm.name not in kept:
                 rows[cell.arm.name] = replace(rows[cell.arm.name], dropped_in_round=number)
         alive = [cell for cell, _run in measured if cell.arm.name in kept]
+    if out_of_time:  # a setting cut short by the budget is no candidate for best
+        for name, row in rows.items():
+            if row.dropped_in_round is None and len(row.round_scores) < len(rounds):
+                rows[name] = replace(row, dropped_in_round=len(row.round_scores))
     ordered = tuple(rows[c.arm.name] for c in cells if c.arm.name in rows)
     label_of = {c.arm.name: c.label for c in cells}
     notes = []

@@ -240,3 +240,82 @@ def test_cancel_during_a_download_stops_the_tune_and_leaves_everything_as_it_was
     assert library_folders(library) == []  # no half model that looks installed
     assert [p.repo_id for p in find_partial_installs(library)] == [HUB_REPO]
     assert config.read_bytes() == original and not (tmp_path / "config.yaml.bak").exists()
+
+
+def _llama_servers(gguf: Path) -> list:
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["name", "cmdline"]):
+        try:
+            if "llama-server" in (process.info["name"] or "") and \
+                    str(gguf) in (process.info["cmdline"] or []):
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_a_server_that_dies_mid_search_is_noted_and_the_others_go_on(llama_bin, demo_gguf,
+                                                                     tmp_path):
+    """The first drafting setting's llama-server is killed in its first run: that setting is
+    noted as not measured, with why; the search goes on with the others; the user's file is
+    untouched unless a winner was verified; no llama-server is left running."""
+    from specdeck.core.bench.runner import RunStarted
+    from specdeck.core.tune.run import TuneOptions, tune
+    from specdeck.core.tune.setup import from_swap
+
+    config = swap_config(tmp_path, llama_bin, demo_gguf)
+    original = config.read_bytes()
+    before = {p.pid for p in _llama_servers(demo_gguf)}
+    killed: list[str] = []
+
+    def on_event(event):
+        if killed or not isinstance(event, RunStarted) or event.slot.arm.name == "A":
+            return
+        for process in _llama_servers(demo_gguf):
+            if process.pid not in before and "--spec-type" in process.cmdline():
+                killed.append(event.slot.arm.name)
+                process.kill()
+                return
+
+    result = tune(from_swap(config, "smol"), TuneOptions(budget_s=90, prompts_per_suite=2,
+                                                        max_new_tokens=16),
+                  on_event=on_event)
+    assert killed, "no drafting server was running to kill"
+    notes = " ".join(result.search.notes)
+    assert "could not be measured" in notes  # the killed setting, said so
+    measured = {r.cell.arm.name for r in result.search.rows}
+    assert measured - set(killed)  # the other settings were measured
+    assert result.decision.why
+    if not result.decision.apply:
+        assert config.read_bytes() == original
+    assert {p.pid for p in _llama_servers(demo_gguf)} <= before
+
+
+def test_a_budget_that_runs_out_mid_round_decides_from_what_was_measured(llama_bin, demo_gguf,
+                                                                         tmp_path):
+    """A budget of seconds: the search stops starting settings once it is spent, says the
+    budget ran out, writes nothing, and returns within the budget plus one setting's plan."""
+    import time
+
+    from specdeck.core.tune.run import TuneOptions, tune
+    from specdeck.core.tune.setup import from_swap
+
+    config = swap_config(tmp_path, llama_bin, demo_gguf, "--spec-type ngram-mod")
+    original = config.read_bytes()
+    started = time.monotonic()
+    result = tune(from_swap(config, "smol"), TuneOptions(budget_s=4, prompts_per_suite=2,
+                                                        max_new_tokens=16))
+    took = time.monotonic() - started
+    from specdeck.core.tune.run import candidate_cells
+
+    assert any("budget ran out" in n for n in result.search.notes)
+    settings = sum(len(candidate_cells(result.setup, t.candidate)) for t in result.tried)
+    assert 0 < len(result.search.rows) < settings  # some measured, the rest never started
+    # What the budget cut short is no candidate for best: one prompt once decides nothing.
+    assert result.search.best is None
+    assert not result.decision.apply and "budget ran out" in result.decision.why
+    assert config.read_bytes() == original and not (tmp_path / "config.yaml.bak").exists()
+    assert took < 120, took  # one setting's plan past the deadline, not the whole grid
+    assert result.verification is None or result.verification.summary is not None
