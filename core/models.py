@@ -106,7 +106,7 @@ class Quantization:
 
     method: str
     bits: float | None = None
-    head_bits: int | None = None
+    head_bits: int | float | None = None
     version: str | None = None
 
     @property
@@ -115,7 +115,7 @@ class Quantization:
             return "unquantized"
         if self.bits is None:
             return self.method.upper()
-        head = f" h{self.head_bits}" if self.head_bits else ""
+        head = f" h{self.head_bits:g}" if self.head_bits else ""
         return f"{self.method.upper()} {self.bits:g} bpw{head}"
 
 
@@ -312,6 +312,14 @@ def _native_context(text: Mapping[str, Any], config: Mapping[str, Any]) -> int:
     return 2048  # ExLlamaV2's default when a config names none
 
 
+def _head_bits(value: Any) -> int | float | None:
+    """quantization_config's head_bits: an int (EXL2; EXL3's 1-8 or 16), or one of EXL3's
+    half-integer rates (exllamav3 1.6.5's converter: 1.5, 2.5, 3.5), kept as it is."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return int(value) if float(value).is_integer() else float(value)
+
+
 def quantization_from_config(config: Mapping[str, Any]) -> Quantization:
     q = config.get("quantization_config")
     if not isinstance(q, Mapping):
@@ -322,7 +330,7 @@ def quantization_from_config(config: Mapping[str, Any]) -> Quantization:
     return Quantization(
         method=method,
         bits=float(bits) if isinstance(bits, (int, float)) else None,
-        head_bits=int(head_bits) if isinstance(head_bits, (int, float)) else None,
+        head_bits=_head_bits(head_bits),
         version=str(q["version"]) if q.get("version") is not None else None,
     )
 

@@ -781,35 +781,45 @@ def exl2_main_branch(repo_name: str, branches: list[str]) -> dict[str, bytes]:
 
 
 # ---------------------------------------------------------------------------------------
-# EXL3 repositories, as exllamav3's converter writes them (conversion/compile.py,
-# modules/quant/exl3_lib/quantize.py at turboderp-org/exllamav3 4f8ad01): config.json with
-# quantization_config = {quant_method: exl3, version, bits, head_bits}, and per linear layer
-# trellis (int16, (in/16, out/16, 16*K)), suh and svh (fp16); embedding and norms fp16.
+# EXL3 repositories, as exllamav3 1.6.5's converter writes them (conversion/compile.py
+# compile_model, conversion/quant_config.py, modules/quant/exl3_lib/quantize.py): config.json
+# with quantization_config = {quant_method: exl3, version, bits, head_bits, calibration,
+# out_scales, codebook} and tie_word_embeddings turned false, quantization_config.json with
+# every leaf module's stored tensors, and per linear layer trellis (int16, (in/16, out/16, 16*K)),
+# suh and svh (fp16), the mul1 codebook marker (an int32 scalar), and Qwen2's q/k/v biases
+# (fp16); the embedding and norms fp16, one model.safetensors.
 
 EXL3_SMALL = {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
               "intermediate_size": 512, "num_hidden_layers": 2, "vocab_size": 512}
 """Small dimensions for EXL3 test weights (real shapes of a tiny llama), so a folder's
 files match its config.json exactly."""
 
+EXL3_MUL1 = 0x83DCD12D
+"""quantize.py codebook_mul1_mult: the value of every ``.mul1`` marker (1.6.5's default codebook)."""
 
-def _exl3_linear(tensors: dict, key: str, features_in: int, features_out: int, k_bits: int, rng) -> None:
+
+def _exl3_linear(tensors: dict, key: str, features_in: int, features_out: int, k_bits: int, rng, *,
+                 bias: bool = False) -> None:
     import numpy as np
 
-    tensors[f"{key}.trellis"] = rng.integers(-2**15, 2**15 - 1, (features_in // 16, features_out // 16, 16 * k_bits),
+    tensors[f"{key}.trellis"] = rng.integers(-2**15, 2**15 - 1, (features_in // 16, features_out // 16, int(16 * k_bits)),
                                              dtype=np.int16)
     tensors[f"{key}.suh"] = rng.standard_normal(features_in).astype(np.float16)
     tensors[f"{key}.svh"] = rng.standard_normal(features_out).astype(np.float16)
+    tensors[f"{key}.mul1"] = np.array(EXL3_MUL1, dtype=np.uint32).view(np.int32)  # codebook_markers
+    if bias:
+        tensors[f"{key}.bias"] = rng.standard_normal(features_out).astype(np.float16)
 
 
 def exl3_tensors(config: dict, bits: int, head_bits: int, *, mtp_layers: int = 0, seed: int = 0) -> dict:
     """Every tensor of a llama/qwen2-style EXL3 model at ``bits`` (all layers at one K)."""
     import numpy as np
-
     from specdeck.core.models import architecture_from_config
 
     arch = architecture_from_config(config)
     rng = np.random.default_rng(seed)
     h, q, kv, inter = arch.hidden_size, arch.num_heads * arch.head_dim, arch.kv_width, arch.intermediate_size
+    qkv_bias = arch.model_type == "qwen2"  # exllamav3 architecture/qwen2.py: bias on Q, K and V
     tensors: dict = {"model.embed_tokens.weight": rng.standard_normal((arch.vocab_size, h)).astype(np.float16),
                      "model.norm.weight": np.ones(h, dtype=np.float16)}
 
@@ -817,42 +827,77 @@ def exl3_tensors(config: dict, bits: int, head_bits: int, *, mtp_layers: int = 0
         for name, i, o in (("self_attn.q_proj", h, q), ("self_attn.k_proj", h, kv), ("self_attn.v_proj", h, kv),
                            ("self_attn.o_proj", q, h), ("mlp.gate_proj", h, inter), ("mlp.up_proj", h, inter),
                            ("mlp.down_proj", inter, h)):
-            _exl3_linear(tensors, f"{prefix}.{name}", i, o, bits, rng)
+            _exl3_linear(tensors, f"{prefix}.{name}", i, o, bits, rng,
+                         bias=qkv_bias and name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
         tensors[f"{prefix}.input_layernorm.weight"] = np.ones(h, dtype=np.float16)
         tensors[f"{prefix}.post_attention_layernorm.weight"] = np.ones(h, dtype=np.float16)
 
     for layer in range(arch.num_layers):
         block(f"model.layers.{layer}")
-    _exl3_linear(tensors, "lm_head", h, arch.vocab_size, head_bits, rng)
+    if head_bits == 16:  # --head_bits 16: the head stays an fp16 weight
+        tensors["lm_head.weight"] = rng.standard_normal((arch.vocab_size, h)).astype(np.float16)
+    else:
+        _exl3_linear(tensors, "lm_head", h, arch.vocab_size, head_bits, rng)
     for layer in range(mtp_layers):
         block(f"mtp.layers.{layer}")
-    if mtp_layers:
+    if mtp_layers:  # architecture/qwen3_5_mtp.py: mtp.fc, its two input norms, mtp.norm
         _exl3_linear(tensors, "mtp.fc", 2 * h, h, bits, rng)
-        tensors["mtp.norm.weight"] = np.ones(h, dtype=np.float16)
+        for norm in ("mtp.pre_fc_norm_hidden", "mtp.pre_fc_norm_embedding", "mtp.norm"):
+            tensors[f"{norm}.weight"] = np.ones(h, dtype=np.float16)
     return tensors
 
 
 def exl3_config(base: Path, bits: float, head_bits: int, **overrides) -> dict:
-    """``base``'s config.json as exllamav3's converter leaves it. A tied model stays tied: the
-    converter clones lm_head from the embedding and quantizes it (convert_model.py "Cloned
-    lm_head from model.embed_tokens"), so exl3_tensors writes an lm_head either way."""
+    """``base``'s config.json as exllamav3 1.6.5's converter leaves it. The converter clones a
+    tied model's lm_head from the embedding and quantizes it (convert_model.py "Cloned lm_head
+    from model.embed_tokens"), so exl3_tensors writes an lm_head either way, and update_config
+    (quant_config.py) then sets tie_word_embeddings to false."""
     config = json.loads((base / "config.json").read_text())
     config.update(overrides)
+    if "tie_word_embeddings" in config:
+        config["tie_word_embeddings"] = False
     config["quantization_config"] = {"quant_method": "exl3", "version": "1.6.5", "bits": bits,
-                                     "head_bits": head_bits, "calibration": {"rows": 250, "cols": 2048}}
+                                     "head_bits": head_bits, "calibration": {"rows": 250, "cols": 2048},
+                                     "out_scales": "auto", "codebook": "mul1"}
     return config
+
+
+_SAFETENSORS_DTYPES = {"float16": "torch.float16", "int16": "torch.int16", "int32": "torch.int32"}
+
+
+def exl3_quantization_config_json(config: dict, tensors: dict) -> dict:
+    """quantization_config.json as quant_config.py create_quantization_config_json writes it:
+    config.json's quantization_config plus, per leaf module, its ``stored_tensors`` (shape,
+    storage bytes, dtype: SafetensorsCollection.list_tensors) and for EXL3 linears the format,
+    the trellis' bits per weight and the codebook multiplier."""
+    import numpy as np
+
+    modules: dict = {}
+    for name, array in tensors.items():
+        module = name.rsplit(".", 1)[0]
+        entry = modules.setdefault(module, {"stored_tensors": {}})
+        entry["stored_tensors"][name] = {"shape": list(np.shape(array)), "n_bytes": int(np.asarray(array).nbytes),
+                                         "dtype": _SAFETENSORS_DTYPES[str(np.asarray(array).dtype)]}
+        if name.endswith(".trellis"):
+            bpw = np.shape(array)[-1] / 16
+            entry.update({"quant_format": "exl3", "bits_per_weight": int(bpw) if bpw.is_integer() else bpw,
+                          "mul1_multiplier": EXL3_MUL1})
+    return {**config["quantization_config"], "tensor_storage": modules}
 
 
 def exl3_branch(base: Path, bits: int, head_bits: int = 6, *, small: bool = True, seed: int = 0) -> dict[str, bytes]:
     """One EXL3 branch: the real tokenizer files of ``base``, config.json with exllamav3's
-    quantization_config, and real safetensors weights whose shapes match that config."""
+    quantization_config, quantization_config.json, and real safetensors weights whose shapes
+    match that config."""
     from specdeck.core.models import TOKENIZER_FILES
 
     files = {name: (base / name).read_bytes() for name in (*TOKENIZER_FILES, "generation_config.json")
              if (base / name).is_file()}
     config = exl3_config(base, bits, head_bits, **(EXL3_SMALL if small else {}))
+    tensors = exl3_tensors(config, bits, head_bits, seed=seed)
     files["config.json"] = json.dumps(config, indent=4).encode()
-    files["model.safetensors"] = safetensors_bytes(exl3_tensors(config, bits, head_bits, seed=seed))
+    files["quantization_config.json"] = json.dumps(exl3_quantization_config_json(config, tensors), indent=4).encode()
+    files["model.safetensors"] = safetensors_bytes(tensors)
     return files
 
 
@@ -956,7 +1001,6 @@ class MemoryKeyring(KeyringBackend):
 def memory_keyring():
     """Every Hub test runs against an empty in-memory keyring, never the user's own."""
     import keyring
-
     from specdeck.core.hub import auth
 
     previous = keyring.get_keyring()

@@ -7,7 +7,8 @@ the bitrate in the repository's name ("...-4.0bpw-h6-exl2"). For every branch Sp
 the files (sizes from the tree listing) and reads config.json's ``quantization_config``,
 which is what exllamav2 and exllamav3 themselves read: the branch name is only a label and
 can be wrong. exllamav3's converter writes ``{"quant_method": "exl3", "bits", "head_bits"}``
-there (exllamav3 conversion/compile.py, 4f8ad01), exllamav2's ``{"quant_method": "exl2", ...}``.
+there (exllamav3 1.6.5 conversion/compile.py compile_model), exllamav2's
+``{"quant_method": "exl2", ...}``.
 """
 
 from __future__ import annotations

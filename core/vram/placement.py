@@ -279,13 +279,13 @@ def place_models(request: PlanRequest, overheads: Overheads) -> tuple[list[_Ledg
 
 # TabbyAPI main + ExLlamaV3 ------------------------------------------------------------------
 EXL3_DEFAULT_RESERVE_GB = 0.5
-"""exllamav3 model/model.py load_gen: a GPU missing from reserve_per_device keeps 0.5 GB
+"""exllamav3 model/model.py:644 load_gen: a GPU missing from reserve_per_device keeps 0.5 GB
 free (TabbyAPI main passes only autosplit_reserve's list, [96] MB by default)."""
 
 
 def _exl3_limits(request: PlanRequest, split: Sequence[float] | None) -> list[int | None]:
-    """Per GPU, what the loader lets PyTorch hold there: ``use_per_device`` bytes (a split,
-    GiB as exllamav3 reads them), or None where the reserve rule applies."""
+    """Per GPU, what a split lets this load add there: ``use_per_device`` bytes (GiB as
+    exllamav3 reads them), or None where the reserve rule applies."""
     if split is None:
         return [None] * len(request.gpus)
     return [int(gb * GiB) for gb in split] + [0] * (len(request.gpus) - len(split))
@@ -312,18 +312,37 @@ def _torch_bytes(ledger: _Ledger, slack: float, add: dict[str, int] | None = Non
     return ledger.used(slack, add) - context
 
 
+def _exl3_cap(ledger: _Ledger, limit: int | None, reserve: int, overheads: Overheads) -> int:
+    """The per-process limit exllamav3 1.6.5 sets when its loader reaches this GPU
+    (util/memory.py:43 set_memory_fraction_reserve, :66 set_memory_fraction_use): what
+    PyTorch already holds there (a draft loaded first) plus the free memory less the
+    reserve, or plus ``min(use, free)`` for a split; clamped to [1 %, 100 %] of the GPU."""
+    touched = ledger.parts.get("cuda_context", 0) or overheads.cuda_context
+    held = _torch_bytes(ledger, overheads.allocator_slack)
+    free = ledger.spec.capacity_bytes - touched - held
+    cap = held + (free - reserve if limit is None else min(limit, free))
+    total = ledger.spec.total_bytes or ledger.spec.capacity_bytes
+    return min(total, max(int(0.01 * total), cap))
+
+
 def _place_exl3(ledgers: list[_Ledger], role: str, model: ModelWeights, costs: ModelCosts,
                 request: PlanRequest, split: Sequence[float] | None, reserves: list[int],
                 overheads: Overheads) -> None:
-    """exllamav3's _load_autosplit (model/model_ls.py), the only loader TabbyAPI main uses
-    without tensor parallelism: modules go to the current GPU until one raises out of memory
-    under the per-process limit set when the loader first reached that GPU, then to the next.
+    """exllamav3 1.6.5's _load_autosplit (model/model_ls.py:70), the only loader TabbyAPI
+    main uses without tensor parallelism: modules go to the current GPU until one fails there,
+    then to the next. A module fails when it raises out of memory under the per-process limit
+    set when the loader reached that GPU (:171-173, see :func:`_exl3_cap`), when what is
+    allocated plus the largest transient measured there passes that limit (:242), or when the
+    GPU's physical headroom falls under that transient plus 256 MiB (:257,
+    EXL3_AUTOSPLIT_MARGIN_MB). The ledger counts transients (scratch, activations) as held,
+    so the last two read: torch bytes within the limit, and all bytes within the GPU less the
+    margin.
 
-    The limit is ``use_per_device`` of a split, or (util/memory.py
-    set_memory_fraction_reserve) the GPU's free memory at that moment less its reserve. That
-    limit caps everything PyTorch holds on the GPU, the draft's tensors included although
-    free memory already left them out: a draft counts twice against the target's limit on
-    every GPU they share (measured on a lent H200: docs/vram.md)."""
+    1.4.1 set the limit to the free memory less the reserve, so a draft on the same GPU
+    counted twice against the target's limit (measured on a lent H200, docs/vram.md); 1.6.5
+    adds what PyTorch already holds back in, and a split's ``use`` is per load."""
+    from specdeck.core.vram.exl3 import AUTOSPLIT_MARGIN
+
     limits = _exl3_limits(request, split)
     active = [i for i, limit in enumerate(limits) if limit is None or limit > 0]
     slack = overheads.allocator_slack
@@ -338,10 +357,9 @@ def _place_exl3(ledgers: list[_Ledger], role: str, model: ModelWeights, costs: M
             ledger = ledgers[index]
             add = _module_costs(ledger, role, module, costs, overheads)
             if cap is None:  # the loader reaches this GPU: touch it, then set the limit
-                touched = ledger.parts.get("cuda_context", 0) or overheads.cuda_context
-                free = ledger.spec.capacity_bytes - touched - _torch_bytes(ledger, slack)
-                cap = limits[index] if limits[index] is not None else free - reserves[index]
-            if _torch_bytes(ledger, slack, add) <= cap and ledger.used(slack, add) <= ledger.spec.capacity_bytes:
+                cap = _exl3_cap(ledger, limits[index], reserves[index], overheads)
+            if (_torch_bytes(ledger, slack, add) <= cap
+                    and ledger.used(slack, add) + AUTOSPLIT_MARGIN <= ledger.spec.capacity_bytes):
                 _commit(ledger, role, module, add)
                 break
             ledger.passed_over = True

@@ -135,7 +135,7 @@ def _notes(request: PlanRequest) -> list[str]:
                          f"{model.bpw:g} bpw; an {model.quant_format.upper()} folder on disk "
                          "gives exact sizes.")
     if request.is_exl3:
-        notes.append("Planned as TabbyAPI main loads EXL3 with ExLlamaV3 (exllamav3's sources, "
+        notes.append("Planned as TabbyAPI main loads EXL3 with ExLlamaV3 (exllamav3 1.6.5's sources, "
                      "docs/vram.md); its buffers are not yet measured on a GPU.")
     return notes
 

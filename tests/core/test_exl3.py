@@ -2,19 +2,21 @@
 installed and planned, the EXL3 VRAM arithmetic against exllamav3's own storage formulas,
 TabbyAPI main's load order, "Use as draft" per TabbyAPI branch, and compatibility.
 
-EXL3 folders are built the way exllamav3's converter writes them (tests/hubserver.py
-``exl3_branch``, after exllamav3 4f8ad01): tiny, but real safetensors files read by real code.
+EXL3 folders are built the way exllamav3 1.6.5's converter writes them (tests/hubserver.py
+``exl3_branch``): tiny, but real safetensors files read by real code.
 """
 
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import pytest
 from conftest import MODELS
 from gguf_writer import write_tokenizer_gguf
 from hubserver import (  # noqa: F401 - memory_keyring is a fixture
+    EXL3_MUL1,
     EXL3_SMALL,
     FakeHub,
     FakeRepo,
@@ -25,11 +27,10 @@ from hubserver import (  # noqa: F401 - memory_keyring is a fixture
     memory_keyring,
     safetensors_bytes,
 )
-
 from specdeck.core.cli import main
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.hub import install, list_variants, search_repos
-from specdeck.core.models import architecture_from_config
+from specdeck.core.models import architecture_from_config, quantization_from_config, read_model
 from specdeck.core.vram import PlanInputs, plan_from_inputs
 from specdeck.core.vram import exl3 as exl3_vram
 from specdeck.core.vram.weights import model_weights
@@ -136,9 +137,11 @@ def test_weights_and_cache_follow_exllamav3_storage_on_real_configs(base):
         return (i // 16) * (o // 16) * (256 * k // 16) * 2 + 2 * i + 2 * o
 
     shapes = [(h, q), (h, kv), (h, kv), (q, h), (h, inter), (h, inter), (inter, h)]
+    bias = 2 * (q + 2 * kv) if arch.model_type == "qwen2" else 0  # qwen2.py: fp16 q/k/v biases
+    assert bias == (2 * (896 + 2 * 128) if base == QWEN else 0)
     for k in (2, 3, 4, 6, 8):
         weights = exl3_vram.weights_from_bits(arch, float(k), 6)
-        block = sum(stored(i, o, k) for i, o in shapes) + 2 * 2 * h
+        block = sum(stored(i, o, k) for i, o in shapes) + 2 * 2 * h + bias
         assert [m.nbytes for m in weights.modules[:-2]] == [block] * arch.num_layers
         assert weights.modules[-1].nbytes == stored(h, arch.vocab_size, 6)
         assert weights.embedding_bytes == 2 * arch.vocab_size * h
@@ -165,15 +168,25 @@ def test_a_real_sized_exl3_pair_is_planned_as_tabbyapi_main_loads_it(tmp_path):
     assert gpu.draft_cache == exl3_vram.kv_bytes_per_token_layer(d_arch, "8,4") * d_arch.num_layers * 16384
     assert gpu.target_weights == model_weights(target).gpu_bytes and result.fits
     assert any("TabbyAPI main" in n for n in result.notes)
-    # The draft counts twice against the target's limit (exllamav3 util/memory.py): on a GPU
-    # with room for both at face value (plus the 96 MB reserve and half the draft again), the
-    # target's last layers move on to GPU 1.
-    spare = 96 * 2**20 + (gpu.draft_weights + gpu.draft_cache) // 2
-    size = (gpu.used_bytes + spare + gpu.reserved_bytes) / 1024**3
-    two = plan_from_inputs(PlanInputs(model=str(target), draft=str(draft), context=16384,
-                                      gpus=f"{size:.3f},24", cache_mode="Q8", draft_cache_mode="8,4"))
-    assert two.gpus[0].draft_weights == gpu.draft_weights and two.gpus[1].target_weights > 0
-    assert two.gpus[0].free_bytes > gpu.draft_weights  # what is left on GPU 0 is the double count
+    # exllamav3 1.6.5 counts the draft once against the target's limit (util/memory.py
+    # set_memory_fraction_reserve adds what PyTorch holds back in; 1.4.1 counted it twice).
+    # What binds is the loader's physical margin, 256 MiB beyond the held transients
+    # (model_ls.py EXL3_AUTOSPLIT_MARGIN_MB): with it, everything stays on GPU 0; 2 MiB short
+    # of it, the target's last module moves on to GPU 1.
+    def on(size_bytes: int):
+        size = (size_bytes + gpu.reserved_bytes) / 1024**3
+        return plan_from_inputs(PlanInputs(model=str(target), draft=str(draft), context=16384,
+                                           gpus=f"{size:.9f},24", cache_mode="Q8", draft_cache_mode="8,4"))
+
+    room = on(gpu.used_bytes + exl3_vram.AUTOSPLIT_MARGIN + 2**20)
+    assert room.gpus[1].target_weights == 0 and room.gpus[0].target_weights == gpu.target_weights
+    assert room.gpus[0].draft_weights == gpu.draft_weights
+    short = on(gpu.used_bytes + exl3_vram.AUTOSPLIT_MARGIN - 2**20)
+    assert short.gpus[0].draft_weights == gpu.draft_weights and short.gpus[1].target_weights > 0
+    # Only the head moved (every block stays on GPU 0); 1.4.1's rule, the draft's weights and
+    # cache counted twice, would have sent whole layers on.
+    head = model_weights(target).modules[-1].nbytes
+    assert short.gpus[0].target_layers == gpu.target_layers and short.gpus[1].target_weights == head
 
 
 def test_a_gpu_split_caps_everything_pytorch_holds_there(tmp_path):
@@ -198,6 +211,25 @@ def test_a_gpu_split_caps_everything_pytorch_holds_there(tmp_path):
     spread = plan_from_inputs(PlanInputs(model=str(target), gpus="24,24", context=32768,
                                          autosplit_reserve_mb="20000"))
     assert spread.gpus[1].target_weights > 0  # two GPUs: the user's reserve counts
+
+
+def test_a_gpu_split_is_per_load_so_a_draft_split_first_leaves_the_targets_share_whole(tmp_path):
+    """exllamav3 1.6.5 util/memory.py set_memory_fraction_use: the limit is what PyTorch
+    already holds plus min(use, free), so the draft loaded first under draft_gpu_split does not
+    eat into the target's gpu_split share (1.4.1: the share capped both)."""
+    target = write_folder(tmp_path / "t", {"config.json": json.dumps(
+        exl3_config(MODELS / "Qwen2.5-7B-Instruct", 4.0, 6)).encode()})
+    draft = write_folder(tmp_path / "d", {"config.json": json.dumps(exl3_config(QWEN, 4.0, 6)).encode()})
+    share = (model_weights(target).gpu_bytes + 64 * 2**20) / 1024**3
+    alone = plan_from_inputs(PlanInputs(model=str(target), gpus="24,24", context=32768, gpu_split=f"{share:.3f},20"))
+    paired = plan_from_inputs(PlanInputs(model=str(target), draft=str(draft), gpus="24,24", context=32768,
+                                         gpu_split=f"{share:.3f},20", draft_gpu_split="2,0"))
+    assert paired.gpus[0].draft_weights == model_weights(draft).gpu_bytes and paired.gpus[1].draft_weights == 0
+    assert paired.gpus[0].target_layers == alone.gpus[0].target_layers
+    held = paired.gpus[0]
+    draft_part = held.draft_weights + held.draft_cache
+    assert held.used_bytes - held.overhead["cuda_context"] > share * 1024**3 > held.target_weights + held.target_cache
+    assert draft_part > 0
 
 
 def test_tabbyapi_main_config_draft_modes_choose_the_draft(tmp_path):
@@ -237,9 +269,133 @@ def test_mtp_layers_draft_for_their_own_model(tmp_path):
     assert target.gpu_bytes == exl3_vram.weights_from_bits(target.arch, 4.0, 6).gpu_bytes  # mtp.* left out
     result = plan_from_inputs(PlanInputs(model=str(folder), gpus="24", mtp=True, context=4096))
     block = exl3_vram.block_bytes(target.arch, 4.0)
-    fc = exl3_vram.linear_bytes(512, 256, 4.0) + 2 * 256
+    # mtp.fc and its two input norms, mtp.norm (architecture/qwen3_5_mtp.py); markers stay off
+    fc = exl3_vram.linear_bytes(512, 256, 4.0) + 3 * 2 * 256
     assert result.gpus[0].draft_weights == block + fc
     assert result.gpus[0].draft_cache == exl3_vram.kv_bytes_per_token_layer(target.arch, "FP16") * 4096
+
+
+# cross-check: the plan's weight bytes against the files' own storage sizes ---------------------
+def _storage(folder: Path) -> dict[str, tuple[str, int]]:
+    """name -> (dtype, storage bytes) from the safetensors header, read here by hand: what
+    exllamav3's SafetensorsCollection.get_tensor_sizes / list_tensors report (end - begin)."""
+    found = {}
+    for path in folder.glob("*.safetensors"):
+        raw = path.read_bytes()
+        header = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+        for name, entry in header.items():
+            if name != "__metadata__":
+                found[name] = (entry["dtype"], entry["data_offsets"][1] - entry["data_offsets"][0])
+    return found
+
+
+@pytest.mark.parametrize("base", [TINY, QWEN], ids=["TinyLlama-1.1B", "Qwen2.5-0.5B"])
+@pytest.mark.parametrize(("bits", "head_bits"), [(2, 6), (4, 6), (8, 8), (2.5, 3.5), (3, 16)])
+def test_exl3_weight_bytes_equal_the_files_storage_less_what_stays_off_the_gpu(base, bits, head_bits, tmp_path):
+    """The safetensors storage sum is the plan's GPU bytes, plus the embedding (system RAM,
+    modules/embedding.py prefer_cpu) and one 4-byte mul1 codebook marker per linear layer
+    (loader/safetensors.py get_codebook_marker: a shared CPU tensor, never on the GPU)."""
+    folder = write_folder(tmp_path / "m", exl3_branch(base, bits, head_bits))
+    info = read_model(folder)
+    assert (info.quant.bits, info.quant.head_bits) == (bits, head_bits)  # 2.5 and 3.5 kept as read
+    assert info.arch.tie_word_embeddings is False  # 1.6.5's update_config unties the output
+    stored = _storage(folder)
+    markers = [n for n in stored if n.endswith(".mul1")]
+    assert len(markers) == 7 * 2 + (head_bits != 16) and all(stored[n] == ("I32", 4) for n in markers)
+    measured = model_weights(folder)
+    assert measured.source == "files"
+    total = sum(size for _, size in stored.values())
+    assert measured.gpu_bytes + measured.embedding_bytes + 4 * len(markers) == total
+    assert measured.embedding_bytes == stored["model.embed_tokens.weight"][1]
+    # quantization_config.json (create_quantization_config_json) lists the same storage.
+    listed = json.loads((folder / "quantization_config.json").read_text())["tensor_storage"]
+    assert sum(t["n_bytes"] for m in listed.values() for t in m["stored_tensors"].values()) == total
+    assert {m["bits_per_weight"] for k, m in listed.items() if k.startswith("model.layers.")
+            and "quant_format" in m} == {bits}
+    # The folder is all at one K, so the estimate from config.json alone agrees to the byte.
+    estimated = exl3_vram.weights_from_bits(measured.arch, float(bits), head_bits)
+    assert [m.nbytes for m in measured.modules] == [m.nbytes for m in estimated.modules]
+
+
+def _rewrite(folder: Path, change) -> Path:
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(folder / "model.safetensors")
+    change(tensors)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+def test_an_older_folder_with_packed_signs_plans_the_gpu_bytes_it_unpacks_to(tmp_path):
+    """Older converters stored su/sv as packed sign bits (int16, one bit per element), a
+    float32 bias and a scale; load_exl3 unpacks the signs to fp16 suh/svh on the GPU, casts the
+    bias to fp16 and leaves scale unloaded, so the GPU holds what a 1.6.5 folder holds."""
+    import numpy as np
+
+    new = write_folder(tmp_path / "new", exl3_branch(QWEN, 4, 6))
+    old = write_folder(tmp_path / "old", exl3_branch(QWEN, 4, 6))
+
+    def pack(tensors: dict) -> None:
+        for name in [n for n in tensors if n.endswith((".suh", ".svh", ".mul1"))]:
+            array = tensors.pop(name)
+            if not name.endswith(".mul1"):
+                tensors[name[:-1]] = np.zeros(array.shape[0] // 16, dtype=np.int16)
+        for name in [n for n in tensors if n.endswith(".bias")]:
+            tensors[name] = tensors[name].astype(np.float32)
+        tensors["model.layers.0.self_attn.q_proj.scale"] = np.ones((), dtype=np.float32)
+
+    _rewrite(old, pack)
+    assert any(n.endswith(".su") for n in _storage(old)) and not any(n.endswith(".suh") for n in _storage(old))
+    assert _storage(old)["model.layers.0.self_attn.q_proj.bias"][0] == "F32"
+    assert [m.nbytes for m in model_weights(old).modules] == [m.nbytes for m in model_weights(new).modules]
+
+
+def test_a_quantized_embedding_table_stays_in_system_ram_with_its_signs_on_the_gpu(tmp_path):
+    """exllamav3 1.6.5 --embed_bits: model.embed_tokens.trellis (the row table, held in RAM
+    or streamed) and .signs ((groups, 256) fp16, on the device; modules/embedding.py)."""
+    import numpy as np
+
+    plain = write_folder(tmp_path / "plain", exl3_branch(TINY, 4, 6))
+    folder = write_folder(tmp_path / "q", exl3_branch(TINY, 4, 6))
+    h, vocab, k = EXL3_SMALL["hidden_size"], EXL3_SMALL["vocab_size"], 4
+    groups = -(-h // 256)
+
+    def quantize(tensors: dict) -> None:
+        del tensors["model.embed_tokens.weight"]
+        tensors["model.embed_tokens.trellis"] = np.zeros((vocab, groups * (1 + 16 * k)), dtype=np.int16)
+        tensors["model.embed_tokens.signs"] = np.ones((groups, 256), dtype=np.float16)
+
+    _rewrite(folder, quantize)
+    table, base = model_weights(folder), model_weights(plain)
+    assert table.embedding_bytes == vocab * groups * (1 + 16 * k) * 2 < base.embedding_bytes
+    assert table.gpu_bytes == base.gpu_bytes + groups * 256 * 2
+
+
+def test_half_integer_and_fp16_head_bits_are_read_as_the_converter_writes_them():
+    assert quantization_from_config({"quantization_config": {"quant_method": "exl3", "bits": 2.5,
+                                                             "head_bits": 3.5}}).head_bits == 3.5
+    assert quantization_from_config({"quantization_config": {"quant_method": "exl2", "bits": 4.0,
+                                                             "head_bits": 6.0}}).label == "EXL2 4 bpw h6"
+    arch = architecture_from_config(json.loads((TINY / "config.json").read_text()))
+    head = exl3_vram.weights_from_bits(arch, 4.0, 16).modules[-1].nbytes
+    assert head == 2 * arch.hidden_size * arch.vocab_size  # lm_head.weight, fp16, no suh/svh
+
+
+def test_exl3_chunk_buffers_follow_reconstruct_hgemm_1_6_5():
+    """Rows above 144 rebuild the weight; from 1024 rows (dims divisible by 128) the input is
+    not copied into xh, so the largest rotated input is a 1023-row pass."""
+    from specdeck.core.vram.costs import DEFAULT_OVERHEADS, TENSOR_PAD
+
+    arch = architecture_from_config(json.loads((TINY / "config.json").read_text()))
+    widest_in = arch.intermediate_size  # down_proj
+    rebuilt = 2 * arch.hidden_size * arch.intermediate_size  # gate/up: in x out halves
+    for chunk, rows in ((256, 256), (1023, 1023), (2048, 1023), (4096, 1023)):
+        costs = exl3_vram.model_costs(arch, "FP16", 4096, chunk, DEFAULT_OVERHEADS)
+        assert costs.scratch_fixed == rebuilt + rows * widest_in * 2 + TENSOR_PAD + exl3_vram.ARENA_BLOCK
+    qwen = architecture_from_config(json.loads((QWEN / "config.json").read_text()))  # 896 = 7 x 128
+    costs = exl3_vram.model_costs(qwen, "FP16", 4096, 2048, DEFAULT_OVERHEADS)
+    assert costs.scratch_fixed == (2 * qwen.hidden_size * qwen.intermediate_size
+                                   + 1023 * qwen.intermediate_size * 2 + TENSOR_PAD + exl3_vram.ARENA_BLOCK)
 
 
 # use as draft, compatibility ------------------------------------------------------------------
@@ -337,7 +493,6 @@ def test_models_page_use_as_draft_follows_a_main_configs_backend(qtbot, page, tm
     its draft, with the reason on the page; an EXL3 branch is offered and saved."""
     from conftest import TABBY
     from PySide6.QtCore import Qt
-
     from specdeck.core import config
     from specdeck.gui.widgets import config_dialog
 
