@@ -214,10 +214,6 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
             if cell.arm.name not in kept:
                 rows[cell.arm.name] = replace(rows[cell.arm.name], dropped_in_round=number)
         alive = [cell for cell, _run in measured if cell.arm.name in kept]
-    if out_of_time:  # a setting cut short by the budget is no candidate for best
-        for name, row in rows.items():
-            if row.dropped_in_round is None and len(row.round_scores) < len(rounds):
-                rows[name] = replace(row, dropped_in_round=len(row.round_scores))
     ordered = tuple(rows[c.arm.name] for c in cells if c.arm.name in rows)
     label_of = {c.arm.name: c.label for c in cells}
     notes = []
@@ -227,8 +223,9 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
                      "a setting within the run's noise of the cut went on.")
     notes += [f"{label_of[name]} could not be measured: {why}" for name, why in failed.items()]
     if out_of_time:
-        notes.append("The time budget ran out: settings not measured on every prompt by then "
-                     "are not candidates for best.")
+        notes.append(f"The time budget ran out in round {number} of {len(rounds)}: the "
+                     "settings still in the search are compared on the prompts of the last "
+                     "round each ran (those dropped earlier are not candidates).")
     return GridResult(suites, ordered, _baseline(runs, reference.name, suites), tuple(runs),
                       halving, cancelled=cancel.is_set(),
                       notes=tuple(notes))

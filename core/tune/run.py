@@ -338,8 +338,9 @@ def _why_no_best(search: GridResult) -> str:
                 + (search.notes[-1] if search.notes else "the search ran nothing")
                 + " Nothing was written.")
     if any("budget ran out" in n for n in search.notes):
-        return ("The time budget ran out before any setting was measured on every tuning "
-                "prompt: nothing was written. Give a larger budget.")
+        return ("No setting still in the search beat decoding without a draft when the time "
+                "budget ran out: nothing was written. A larger budget measures more settings "
+                "on more prompts.")
     return "No setting beat decoding without a draft on the tuning prompts: nothing was written."
 
 

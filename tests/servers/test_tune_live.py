@@ -295,11 +295,14 @@ def test_a_server_that_dies_mid_search_is_noted_and_the_others_go_on(llama_bin, 
 
 def test_a_budget_that_runs_out_mid_round_decides_from_what_was_measured(llama_bin, demo_gguf,
                                                                          tmp_path):
-    """A budget of seconds: the search stops starting settings once it is spent, says the
-    budget ran out, writes nothing, and returns within the budget plus one setting's plan."""
+    """A budget of seconds: the search stops starting settings once it is spent and says so;
+    what it measured by then goes to the verification on held-out prompts (the only judge of
+    what is written), or the decision says why nothing was; the whole tune ends within the
+    budget plus one setting's plan and the verification, and the file is written only when
+    a winner was verified."""
     import time
 
-    from specdeck.core.tune.run import TuneOptions, tune
+    from specdeck.core.tune.run import TuneOptions, candidate_cells, tune
     from specdeck.core.tune.setup import from_swap
 
     config = swap_config(tmp_path, llama_bin, demo_gguf, "--spec-type ngram-mod")
@@ -308,14 +311,14 @@ def test_a_budget_that_runs_out_mid_round_decides_from_what_was_measured(llama_b
     result = tune(from_swap(config, "smol"), TuneOptions(budget_s=4, prompts_per_suite=2,
                                                         max_new_tokens=16))
     took = time.monotonic() - started
-    from specdeck.core.tune.run import candidate_cells
-
-    assert any("budget ran out" in n for n in result.search.notes)
+    note = next(n for n in result.search.notes if "budget ran out" in n)
+    assert note.startswith("The time budget ran out in round 1 of ")
     settings = sum(len(candidate_cells(result.setup, t.candidate)) for t in result.tried)
     assert 0 < len(result.search.rows) < settings  # some measured, the rest never started
-    # What the budget cut short is no candidate for best: one prompt once decides nothing.
-    assert result.search.best is None
-    assert not result.decision.apply and "budget ran out" in result.decision.why
-    assert config.read_bytes() == original and not (tmp_path / "config.yaml.bak").exists()
-    assert took < 120, took  # one setting's plan past the deadline, not the whole grid
-    assert result.verification is None or result.verification.summary is not None
+    if result.search.best is None:
+        assert result.verification is None and "budget ran out" in result.decision.why
+    else:  # the best of what was measured, judged on the held-out prompts
+        assert result.verification is not None
+    if not result.decision.apply:
+        assert config.read_bytes() == original and not (tmp_path / "config.yaml.bak").exists()
+    assert took < 240, took  # one setting's plan past the deadline and the verification
