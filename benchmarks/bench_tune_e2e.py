@@ -91,6 +91,7 @@ def run(report: Report) -> None:
         report.record("phase_s", result["phase_s"])
         report.record("decision", decision)
         report.record("downloads", result["downloads"])
+        report.record("tune_search", result["search"])  # its rounds, rows and notes
         report.record("load_average_at_start", load)
 
         # The same grid, every setting, on the held-out prompts.
@@ -153,6 +154,10 @@ def run(report: Report) -> None:
          f">= {GOAL_QUALITY:.0%}", "yes" if met_quality else "NO"],
     ])
     report.text("")
+    search = result["search"] or {}
+    if search.get("notes"):
+        report.text("The tune's search: " + " ".join(search["notes"]))
+        report.text("")
     downloads = result["downloads"]
     report.text("Downloads: " + ("; ".join(
         f"{d['repo_id']} {d['file']}: {d['status']} ({d['bytes'] / 2**20:.0f} MiB in "
