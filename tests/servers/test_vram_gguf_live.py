@@ -5,20 +5,12 @@ llama.cpp allocates on a GPU, which are the part the plan cannot check without o
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from specdeck.core.vram.gguf import LlamaFlags, plan_gguf, read_gguf_model
 
 pytestmark = pytest.mark.slow
 MiB = 1024**2
-
-
-@pytest.fixture(scope="module")
-def llama_bin() -> Path:
-    from tools.llama_server_build import build
-
-    return build()
 
 
 @pytest.mark.parametrize("flags", [("-c", "4000", "-ctk", "q8_0", "-ctv", "q8_0"),
