@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = []
     for name in args.names or list(modules):
         module = importlib.import_module(modules[name])
-        report = Report(name, title=(module.__doc__ or name).strip().splitlines()[0])
+        report = Report(name, title=(module.__doc__ or name).strip().splitlines()[0],
+                        out_dir=args.out)
         print(f"== {name}: {report.title}", flush=True)
         started = time.perf_counter()
         try:

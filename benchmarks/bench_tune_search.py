@@ -126,6 +126,8 @@ def run(report: Report) -> None:
                 baseline = grid.baseline.get(ALL)
                 report.text(f"No draft: {baseline:.1f} tok/s." if baseline else "No draft: -")
                 report.text("")
+                report.record("suites", per_suite)
+                report.checkpoint(f"{index + 1} of {len(SUITES)} suites measured")
         finally:
             engine.unload()
     report.record("settings", [c.label for c in cells])

@@ -48,6 +48,8 @@ class Report:
     title: str
     results: dict[str, Any] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)
+    out_dir: Path | None = None
+    """Where ``python -m benchmarks`` writes it: :meth:`checkpoint` writes there too."""
 
     def record(self, key: str, value: Any) -> None:
         self.results[key] = value
@@ -63,13 +65,19 @@ class Report:
             self.lines.append("| " + " | ".join(str(c) for c in row) + " |")
         self.lines.append("")
 
-    def write(self, out_dir: Path) -> list[Path]:
+    def checkpoint(self, where: str) -> None:
+        """Write what is measured so far (a long benchmark stopped later still leaves it),
+        marked as partial; the finished report replaces it."""
+        if self.out_dir is not None:
+            self.write(self.out_dir, partial=where)
+
+    def write(self, out_dir: Path, partial: str | None = None) -> list[Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
         machine = machine_info()
         json_path = out_dir / f"{self.name}.json"
         md_path = out_dir / f"{self.name}.md"
         payload = {"benchmark": self.name, "title": self.title, "machine": machine,
-                   "results": self.results}
+                   "results": self.results, **({"partial": partial} if partial else {})}
         json_path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         header = [
             f"# {self.title}",
@@ -78,6 +86,8 @@ class Report:
             f"Python {machine['python']}. Raw numbers: `{json_path.name}`. "
             "Re-run with `make bench BENCH_ARGS=" + self.name + "`.",
             "",
+            *([f"**Partial: {partial}.** The benchmark had not finished when this was "
+               "written.", ""] if partial else []),
         ]
         md_path.write_text("\n".join(header + self.lines) + "\n", encoding="utf-8")
         return [md_path, json_path]

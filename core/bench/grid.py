@@ -13,7 +13,13 @@ A speed-up per suite is the median of that suite's paired ratios; "all" pools ev
 ``halving`` cuts the time of a large grid (successive halving): every cell runs once on the
 first prompt of each suite; the better half (by median speed-up) goes on to the next round
 with twice the prompts; the last round runs the survivors on the full plan. Cells dropped
-early keep the figures they had, marked with the round that dropped them.
+early keep the figures they had, marked with the round that dropped them. A single setting
+left goes straight to the last round.
+
+With a ``deadline`` the rounds are sized to it: after each round, what every setting's runs
+cost so far (its server's start, its warm-ups, its measured runs) projects the rounds left;
+when they would not end by the deadline, the search keeps fewer settings (the best by
+score), then runs the last round on fewer prompts, and says so in a note.
 """
 
 from __future__ import annotations
@@ -184,8 +190,14 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
     """Arm name -> why its plan could not run (a server that would not start or died)."""
     alive = list(cells)
     rounds = _rounds(base, prompts, len(cells)) if halving else [base]
+    costs = RoundCosts()
+    sized: list[str] = []
+    """What sizing the rounds to the deadline changed, for the notes."""
     out_of_time = False
-    for number, plan in enumerate(rounds, start=1):
+    number = 0
+    while number < len(rounds):
+        plan = rounds[number]
+        number += 1
         last = number == len(rounds)
         measured: list[tuple[Cell, BenchRun]] = []
         for cell in alive:
@@ -194,6 +206,7 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
             if deadline is not None and time.monotonic() > deadline:
                 out_of_time = True
                 break
+            started = time.monotonic()
             try:
                 run = run_plan(cell_plan(plan, reference, cell), engine, on_event, cancel)
             except CancelledError:
@@ -201,6 +214,7 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
             except SpecDeckError as exc:  # this setting's server would not run: the others can
                 failed[cell.arm.name] = str(exc)
                 continue
+            costs.add(cell.arm.name, run, time.monotonic() - started)
             runs.append(run)
             measured.append((cell, run))
             earlier = rows[cell.arm.name].round_scores if cell.arm.name in rows else ()
@@ -210,10 +224,30 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
             break
         kept = survivors([rows[c.arm.name] for c, _ in measured],
                          noise([run for _, run in measured], reference.name))
+        ranked = sorted(kept, key=lambda name: rows[name].score, reverse=True)
+        left = rounds[number:]
+        if len(ranked) == 1:  # one setting left: the rounds between are nothing to compare
+            left = left[-1:]
+        fitted = None
+        if deadline is not None and ranked:
+            fitted = fit_rounds(left, ranked, costs, deadline - time.monotonic(),
+                                _interleaved(prompts))
+            if fitted is not None:
+                if (fitted.keep, len(fitted.rounds)) != (len(ranked), len(left)) \
+                        or fitted.rounds[-1] != left[-1]:
+                    sized.append(_sized_note(number, len(ranked), left, fitted))
+                left, ranked = list(fitted.rounds), ranked[:fitted.keep]
+                kept = set(ranked)
+        rounds = [*rounds[:number], *left]
         for cell, _run in measured:
             if cell.arm.name not in kept:
                 rows[cell.arm.name] = replace(rows[cell.arm.name], dropped_in_round=number)
         alive = [cell for cell, _run in measured if cell.arm.name in kept]
+        if not alive:
+            break
+        if deadline is not None and fitted is None:  # not even the best on one prompt fits
+            out_of_time, number = True, number + 1
+            break
     ordered = tuple(rows[c.arm.name] for c in cells if c.arm.name in rows)
     label_of = {c.arm.name: c.label for c in cells}
     notes = []
@@ -221,6 +255,7 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
         notes.append(f"Successive halving over {len(rounds)} rounds: rows marked 'dropped' "
                      "were measured on fewer prompts, once, and are not candidates for best; "
                      "a setting within the run's noise of the cut went on.")
+    notes += sized
     notes += [f"{label_of[name]} could not be measured: {why}" for name, why in failed.items()]
     if out_of_time:
         notes.append(f"The time budget ran out in round {number} of {len(rounds)}: the "
@@ -275,11 +310,7 @@ def _rounds(base: BenchPlan, prompts, n_cells: int) -> list[BenchPlan]:
     the cells."""
     if n_cells <= 2:
         return [base]
-    by_suite: dict[str, list[str]] = {}
-    for p in prompts:
-        by_suite.setdefault(p.suite, []).append(p.id)
-    interleaved = [ids[i] for i in range(max(map(len, by_suite.values())))
-                   for ids in by_suite.values() if i < len(ids)]
+    interleaved = _interleaved(prompts)
     halvings = math.ceil(math.log2(n_cells))
     plans = []
     size = 1
@@ -293,6 +324,103 @@ def _rounds(base: BenchPlan, prompts, n_cells: int) -> list[BenchPlan]:
                              repeats=1, warmup=min(base.warmup, 1)))
         size *= 2
     return [*plans, base]
+
+
+def _interleaved(prompts) -> list[str]:
+    """Prompt ids taken from each suite in turn: any prefix is as even across suites as it
+    can be."""
+    by_suite: dict[str, list[str]] = {}
+    for p in prompts:
+        by_suite.setdefault(p.suite, []).append(p.id)
+    return [ids[i] for i in range(max(map(len, by_suite.values())))
+            for ids in by_suite.values() if i < len(ids)]
+
+
+# Sizing the rounds to a deadline -----------------------------------------------------------
+COST_MARGIN = 1.1
+"""Projected seconds are multiplied by this before they are held against the time left:
+prompts differ in length, and a round that overruns eats into what comes after the search."""
+
+
+@dataclass
+class RoundCosts:
+    """What each setting's plans have cost so far: the seconds before its first run (its
+    server's start, tokenizing), and the seconds of each warm-up and each measured run
+    (each run from its start to the next one's, so switching between arms is counted)."""
+
+    fixed: dict[str, list[float]] = field(default_factory=dict)
+    warmups: dict[str, list[float]] = field(default_factory=dict)
+    measured: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, name: str, run: BenchRun, elapsed: float) -> None:
+        starts = [r.started_at for r in run.records] + [run.finished_at]
+        self.fixed.setdefault(name, []).append(
+            max(0.0, elapsed - (run.finished_at - run.started_at)))
+        for record, start, end in zip(run.records, starts, starts[1:]):
+            kind = self.warmups if record.slot.warmup else self.measured
+            kind.setdefault(name, []).append(max(0.0, end - start))
+
+    def plan_s(self, name: str, plan: BenchPlan) -> float:
+        """The projected seconds of ``plan`` (the reference and this setting) for ``name``."""
+        measured = self.measured.get(name) or [0.0]
+        per_run = statistics.fmean(measured)
+        per_warmup = statistics.fmean(self.warmups.get(name) or measured)
+        fixed = statistics.fmean(self.fixed.get(name) or [0.0])
+        runs_per_arm = plan.warmup * per_warmup + len(choose_prompts(plan)) * plan.repeats * per_run
+        return fixed + 2 * runs_per_arm  # the reference and the setting (cell_plan)
+
+
+@dataclass(frozen=True)
+class Fitted:
+    rounds: tuple[BenchPlan, ...]
+    keep: int
+    """How many of the ranked settings go on."""
+
+
+def projected_s(rounds: Sequence[BenchPlan], ranked: Sequence[str], costs: RoundCosts) -> float:
+    """Seconds the ``rounds`` take for the ``ranked`` settings (best first), the best half
+    going on after each round (as :func:`survivors` keeps at least)."""
+    total, n = 0.0, len(ranked)
+    for plan in rounds:
+        total += sum(costs.plan_s(name, plan) for name in ranked[:n])
+        n = max(1, math.ceil(n / 2))
+    return total
+
+
+def fit_rounds(left: Sequence[BenchPlan], ranked: Sequence[str], costs: RoundCosts,
+               seconds: float, interleaved: Sequence[str]) -> Fitted | None:
+    """The rounds left and how many of the ``ranked`` settings to keep so that they end
+    within ``seconds``: every setting kept and every round, else fewer settings (the best;
+    one setting goes straight to the last round), else the best alone on the last round's
+    first prompts (taken from each suite in turn). None when not even one prompt fits."""
+    if not left or not ranked:
+        return None
+    for keep in range(len(ranked), 0, -1):
+        rounds = tuple(left) if keep > 1 else (left[-1],)
+        if projected_s(rounds, ranked[:keep], costs) * COST_MARGIN <= seconds:
+            return Fitted(rounds, keep)
+    final = left[-1]
+    ids = [pid for pid in interleaved if pid in {p.id for p in choose_prompts(final)}]
+    for size in range(len(ids) - 1, 0, -1):
+        shorter = replace(final, prompt_ids=tuple(ids[:size]), max_prompts=None, repeats=1)
+        if costs.plan_s(ranked[0], shorter) * COST_MARGIN <= seconds:
+            return Fitted((shorter,), 1)
+    return None
+
+
+def _sized_note(number: int, had: int, left: Sequence[BenchPlan], fitted: Fitted) -> str:
+    changes = []
+    if fitted.keep < had:
+        changes.append(f"kept the best {fitted.keep} of the {had} settings the round passed")
+    if len(fitted.rounds) < len(left):
+        changes.append("went straight to the last round")
+    final = fitted.rounds[-1]
+    if final != left[-1]:
+        changes.append(f"ran the last round on {len(choose_prompts(final))} of the "
+                       f"{len(choose_prompts(left[-1]))} prompts, once")
+    return (f"After round {number} the rounds left were sized to the time left before the "
+            f"search's deadline (projected from what each setting's runs cost so far): "
+            + "; ".join(changes) + ".")
 
 
 

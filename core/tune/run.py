@@ -14,8 +14,8 @@ taken for an installed model). ``budget_s`` counts from the end of the downloads
 
 Prompts: the suites' prompts split in two, alternately per suite: the search decides on the
 tuning half, the verification measures on the other, so a setting is never verified on the
-prompts that chose it. The search is ``core.bench.grid.run_grid`` with successive halving under
-the time budget (a setting within the machine's measured noise of the cut goes on to the next
+prompts that chose it. The search is ``core.bench.grid.run_grid`` with successive halving, its
+rounds sized to the search's share of the budget (a setting within the machine's measured noise of the cut goes on to the next
 round); among the finalists, one within the noise of the best is preferred when it is the
 cheaper setting (a shorter draft, no draft model), so one lucky run does not decide.
 """

@@ -4,9 +4,18 @@ search costs against running every setting on the full plan."""
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
-from specdeck.core.bench.grid import _rounds
+from specdeck.core.bench.grid import (
+    COST_MARGIN,
+    Fitted,
+    RoundCosts,
+    _interleaved,
+    _rounds,
+    fit_rounds,
+    projected_s,
+)
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.runner import choose_prompts
 
@@ -53,3 +62,119 @@ def test_one_repeat_plans_are_unchanged():
     assert [len(r.prompt_ids) for r in rounds[:-1]] == [1, 2, 4]
     assert rounds[-1] == base
     assert _rounds(base, prompts, n_cells=2) == [base]
+
+
+# Sizing the rounds to a deadline (core.bench.grid.fit_rounds, RoundCosts, run_grid) --------
+def _costs(per_run: dict[str, float], fixed: float = 0.0) -> RoundCosts:
+    """Costs as RoundCosts.add records them: seconds per measured run and warm-up."""
+    costs = RoundCosts()
+    for name, seconds in per_run.items():
+        costs.fixed[name] = [fixed]
+        costs.warmups[name] = [seconds / 4]
+        costs.measured[name] = [seconds]
+    return costs
+
+
+def test_plan_cost_counts_both_arms_warmups_and_prompts():
+    base = _plan(("grounded", "code"), repeats=2)
+    costs = _costs({"s": 1.0}, fixed=3.0)
+    n = len(choose_prompts(base))
+    assert RoundCosts().plan_s("s", base) == 0.0
+    assert costs.plan_s("s", base) == pytest.approx(3.0 + 2 * (1 * 0.25 + n * 2 * 1.0))
+
+
+def test_rounds_that_fit_are_kept_as_planned():
+    base = _plan(("grounded", "code"), repeats=1)
+    prompts = choose_prompts(base)
+    left = _rounds(base, prompts, n_cells=8)[1:]
+    ranked = ["a", "b", "c", "d"]
+    costs = _costs(dict.fromkeys(ranked, 1.0))
+    need = projected_s(left, ranked, costs)
+    fitted = fit_rounds(left, ranked, costs, need * COST_MARGIN + 0.01, _interleaved(prompts))
+    assert fitted == Fitted(tuple(left), 4)
+
+
+def test_a_short_budget_keeps_the_best_then_shortens_the_last_round():
+    base = _plan(("grounded", "code"), repeats=1)
+    prompts = choose_prompts(base)
+    order = _interleaved(prompts)
+    left = _rounds(base, prompts, n_cells=8)[1:]
+    ranked = ["best", "second", "third", "fourth"]
+    costs = _costs({"best": 1.0, "second": 1.0, "third": 1.0, "fourth": 1.0})
+    two = projected_s(left, ranked[:2], costs) * COST_MARGIN
+    fitted = fit_rounds(left, ranked, costs, two + 0.01, order)
+    assert fitted == Fitted(tuple(left), 2)  # the best two, every round
+    alone = costs.plan_s("best", base) * COST_MARGIN
+    assert fit_rounds(left, ranked, costs, alone + 0.01, order) == Fitted((base,), 1)
+    # Not even the best on every prompt: it alone, on the first prompts of each suite in turn.
+    fitted = fit_rounds(left, ranked, costs, alone / 2, order)
+    final = fitted.rounds[0]
+    assert fitted.keep == 1 and len(fitted.rounds) == 1
+    assert 0 < len(final.prompt_ids) < len(prompts) and final.repeats == 1
+    assert list(final.prompt_ids) == order[:len(final.prompt_ids)]
+    assert {p.suite for p in choose_prompts(final)} == {"grounded", "code"}
+    assert costs.plan_s("best", final) * COST_MARGIN <= alone / 2
+    assert fit_rounds(left, ranked, costs, 0.1, order) is None
+
+
+def test_a_slow_setting_costs_more_than_a_fast_one():
+    """Each setting is projected from its own runs: a draft model's server is dearer than an
+    n-gram flag, and the budget keeps the settings that fit, best first."""
+    base = _plan(("code",), repeats=1)
+    prompts = choose_prompts(base)
+    left = [base]
+    costs = _costs({"cheap": 1.0, "dear": 10.0})
+    both = projected_s(left, ["dear", "cheap"], costs)
+    assert both == pytest.approx(costs.plan_s("cheap", base) + costs.plan_s("dear", base))
+    assert fit_rounds(left, ["dear", "cheap"], costs, both, _interleaved(prompts)).keep == 1
+
+
+@pytest.fixture(scope="module")
+def cycle_model(tmp_path_factory):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tiny_models import cycling_llama
+
+    return cycling_llama(tmp_path_factory.mktemp("grid-cycle") / "cycle")
+
+
+def _ngram_grid(model, n_cells: int):
+    from specdeck.core.bench.grid import Cell
+    from specdeck.core.engines.base import DrafterKind, DrafterSpec
+    from tiny_models import tiny_plan
+
+    base = tiny_plan(model, (Arm("A"),), suites=("code",), max_prompts=4, repeats=1,
+                     max_new_tokens=8)
+    cells = [Cell(Arm(f"k{k}", DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=k)), f"k={k}")
+             for k in range(1, n_cells + 1)]
+    return base, cells
+
+
+def test_a_deadline_sizes_the_rounds_and_the_search_ends_by_it(cycle_model):
+    """On a real (tiny) model: the search measured without a deadline, then given a share of
+    its time after its first round; it keeps fewer settings, says so, and ends by the
+    deadline (give or take the margin)."""
+    from specdeck.core.bench.grid import run_grid
+    from specdeck.core.engines import create_engine
+
+    base, cells = _ngram_grid(cycle_model, 4)
+    engine = create_engine("torch")
+    try:
+        started = time.monotonic()
+        free = run_grid(base, base.arms[0], cells, engine, halving=True)
+        whole = time.monotonic() - started
+        first_round = sum(run.finished_at - run.started_at for run in free.runs[:len(cells)])
+        assert not any("sized" in n for n in free.notes)
+
+        started = time.monotonic()
+        deadline = started + first_round + (whole - first_round) * 0.3
+        tight = run_grid(base, base.arms[0], cells, engine, halving=True, deadline=deadline)
+        ended = time.monotonic()
+    finally:
+        engine.unload()
+    assert any("sized to the time left" in n for n in tight.notes), tight.notes
+    assert len(tight.runs) < len(free.runs)
+    assert ended <= deadline + 0.25 * whole  # the first round is not sized: only what follows
+    finalists = [r for r in tight.rows if r.dropped_in_round is None]
+    assert finalists and len(finalists) < len(cells)  # the others are marked with their round
+    assert all(len(r.round_scores) == len(finalists[0].round_scores) for r in finalists)
