@@ -45,3 +45,18 @@ def schema_ok(text: str) -> None:
     jsonschema.Draft7Validator(schema).validate(parse_values(text))  # its $schema: draft-07
 
 
+def tune_config(folder, llama_bin, gguf, drafting: str = ""):
+    """A llama-swap config.yaml for the tune tests: the demo GGUF served by the pinned
+    llama-server as model "smol" (with ``drafting`` flags, if any), and a model that is not a
+    llama-server ("remote"), which tuning must name and refuse."""
+    config = folder / "config.yaml"
+    config.write_text(
+        "# my llama-swap setup\n"
+        "models:\n"
+        "  smol:\n"
+        f"    cmd: {llama_bin} --port ${{PORT}} -m {gguf} -t 2 -c 1024 {drafting}\n"
+        "  remote:\n"
+        "    cmd: python -m http.server ${PORT}\n",
+        encoding="utf-8")
+    return config
+

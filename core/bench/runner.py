@@ -31,6 +31,7 @@ from typing import Any
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.suites import Prompt, select_prompts
 from specdeck.core.engines.base import (
+    WARMUP_TEXT,
     DrafterKind,
     DrafterSpec,
     Engine,
@@ -388,9 +389,10 @@ def _run_one(
     cancel: threading.Event,
 ) -> RunRecord:
     emit(RunStarted(slot, total, len(ids)))
+    afresh = slot.warmup and bool(getattr(engine, "remembers", lambda _arm: "")(slot.arm))
     request = GenerationRequest(
-        prompt=slot.prompt.text,
-        prompt_ids=ids or None,
+        prompt=WARMUP_TEXT if afresh else slot.prompt.text,
+        prompt_ids=None if afresh else ids or None,
         apply_chat_template=plan.apply_chat_template,
         max_new_tokens=min(plan.max_new_tokens, plan.warmup_tokens) if slot.warmup else plan.max_new_tokens,
         sampling=plan.sampling,

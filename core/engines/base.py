@@ -195,6 +195,12 @@ class GenerationRequest:
             )
 
 
+WARMUP_TEXT = "Say hello in one short sentence."
+"""What an arm whose drafter remembers earlier requests (a server's ngram-mod) warms up on,
+instead of the plan's first prompt: a warm-up on that prompt would hand its first measured run
+the start of its own answer."""
+
+
 class StopReason(str, enum.Enum):
     EOS = "eos"
     MAX_NEW_TOKENS = "max_new_tokens"

@@ -22,6 +22,7 @@ from typing import Any
 from specdeck.core import appdirs
 from specdeck.core.engines.base import (
     NO_DRAFT,
+    WARMUP_TEXT,
     Availability,
     DrafterKind,
     DrafterSpec,
@@ -145,6 +146,11 @@ class ServerEngine:
         """Ollama arms: arm name -> what /api/show says of its model's drafting."""
         self._ollama_loaded: dict[tuple[str, str], dict[str, int]] = {}
         """(URL, model) -> the drafting options Ollama last loaded it with."""
+        self._seen: dict[str, set[str]] = {}
+        """Launched arms whose drafter remembers earlier requests (``remembers``): the
+        prompts its server has run since it started."""
+        self.restarts = 0
+        """Servers restarted so that a remembering drafter meets a prompt afresh."""
 
     # Engine protocol ---------------------------------------------------------------------
     @property
@@ -382,6 +388,15 @@ class ServerEngine:
                              "it: its main branch does not, so reload your draft there if you "
                              "had one)")
             notes.extend(self._kind_notes(arm, info))
+            remembers = self.remembers(arm) if arm.server is not None else ""
+            if remembers:
+                notes.append(f"{arm.name}: {remembers}. " + (
+                    "SpecDeck restarts this llama-server before any prompt it has already "
+                    "run and warms it up on other text, so every measured run drafts from its "
+                    "own request alone" if arm.server.managed is not None else
+                    "SpecDeck cannot restart a server it did not start: a prompt's repeats "
+                    "are drafted from its earlier output and flatter this arm (run one "
+                    "repeat, or let SpecDeck launch the server)"))
             if not traits.cache_off:
                 notes.append(f"{arm.name}: this server keeps a prompt cache a client cannot "
                              "turn off; arms alternate which runs a prompt first, so the cache "
@@ -422,6 +437,7 @@ class ServerEngine:
                     running = ManagedServer(server.launch, self._log_path(arm.name))
                 running.start(cancel)
                 self._managed[arm.name] = running
+                self._seen[arm.name] = set()
             self._used[arm.name] = max(self._used.values(), default=0) + 1
             url = running.url
             self._infos[arm.name] = probe(url, server.api_key() if tabby else None,
@@ -496,6 +512,32 @@ class ServerEngine:
         switch(
             Base.parse(server.url), want, now, cancel=cancel,
             progress=lambda text, fraction=None: say(LoadProgress(text, fraction)))
+
+    def remembers(self, arm) -> str:
+        """How ``arm``'s drafter keeps earlier requests' text (``llama_server.remembers``: a
+        prompt run again is then drafted from its earlier output); "" when it does not or its
+        flags are unknown."""
+        from specdeck.core.servers.llama_server import remembers
+
+        flags = self.arm_flags(arm)
+        return remembers(flags) if flags else ""
+
+    def _afresh(self, request: GenerationRequest, cancel: threading.Event | None) -> None:
+        """A launched server whose drafter remembers is restarted before a prompt it has
+        already run, so every measured run drafts from its own request alone."""
+        arm = self._arm
+        seen = self._seen.get(arm.name)
+        if seen is None or request.prompt == WARMUP_TEXT or arm.server.managed is None \
+                or not self.remembers(arm):
+            return
+        if request.prompt in seen:
+            self._managed.pop(arm.name).stop()
+            self.restarts += 1
+            self.activate_arm(arm, None, cancel)
+            self._generate(replace(request, prompt=WARMUP_TEXT, prompt_ids=None,
+                                   max_new_tokens=min(request.max_new_tokens, 8)), None, cancel)
+            seen = self._seen[arm.name]
+        seen.add(request.prompt)
 
     def arm_flags(self, arm) -> tuple[str, ...] | None:
         """The llama-server flags that set up ``arm``'s drafting, where SpecDeck knows them:
@@ -624,6 +666,11 @@ class ServerEngine:
             raise InvalidInputError("No server arm is active.")
         if not request.prompt:
             raise InvalidInputError("A server arm needs the prompt's text.")
+        self._afresh(request, cancel)
+        return self._generate(request, on_event, cancel)
+
+    def _generate(self, request: GenerationRequest, on_event: EventCallback | None,
+                  cancel: threading.Event | None) -> GenerationResult:
         route, body = self._payload(request)
         emit = on_event or (lambda _e: None)
         counters_before = self._counters() if self._use_metrics_diff() else None

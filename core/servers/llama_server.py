@@ -322,6 +322,14 @@ def spec_type(args: tuple[str, ...]) -> str | None:
     return None if first == "none" else first
 
 
+def remembers(args: tuple[str, ...]) -> str:
+    """How a llama-server with these flags drafts from earlier requests' text (any of its
+    --spec-type values in ``llama_flags.REMEMBERS_ACROSS_REQUESTS``); "" when it does not."""
+    value = flag_value(args, llama_flags.SPEC_TYPE) or ""
+    return next((f"{kind}: {why}" for kind in (v.strip() for v in value.split(","))
+                 if (why := llama_flags.REMEMBERS_ACROSS_REQUESTS.get(kind))), "")
+
+
 def k_flag(args: tuple[str, ...], info: HelpInfo | None = None) -> str | None:
     """The flag that sets k for these flags' --spec-type, as ``info`` (a binary's help; by
     default the fallback) says."""

@@ -19,22 +19,10 @@ import pytest
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 from specdeck.gui.main_window import MainWindow
+from swap_samples import tune_config
 
 PROMPTS = ("List the numbers from 1 to 20, separated by commas.",
            "Repeat this sentence three times: the cat sat on the mat.")
-
-
-def swap_config(folder: Path, llama_bin: Path, gguf: Path, drafting: str = "") -> Path:
-    config = folder / "config.yaml"
-    config.write_text(
-        "# my llama-swap setup\n"
-        "models:\n"
-        "  smol:\n"
-        f"    cmd: {llama_bin} --port ${{PORT}} -m {gguf} -t 2 -c 1024 {drafting}\n"
-        "  remote:\n"
-        "    cmd: python -m http.server ${PORT}\n",
-        encoding="utf-8")
-    return config
 
 
 def prompts_file(folder: Path) -> Path:
@@ -153,7 +141,7 @@ def test_a_demo_tune_runs_from_tune_to_the_result(qtbot, configured_qapp, llama_
 @pytest.mark.slow
 def test_cancel_during_the_search_leaves_the_config_byte_identical(qtbot, configured_qapp,
                                                                   llama_bin, demo_gguf, tmp_path):
-    config = swap_config(tmp_path, llama_bin, demo_gguf, "--spec-type ngram-mod")
+    config = tune_config(tmp_path, llama_bin, demo_gguf, "--spec-type ngram-mod")
     original = config.read_bytes()
     window, page = tune_page(qtbot)
     page.handle_request(str(config))
@@ -180,7 +168,7 @@ def test_cancel_during_the_search_leaves_the_config_byte_identical(qtbot, config
 def test_apply_shows_the_diff_writes_proves_and_rolls_back(qtbot, configured_qapp, llama_bin,
                                                           demo_gguf, tmp_path):
 
-    config = swap_config(tmp_path, llama_bin, demo_gguf)
+    config = tune_config(tmp_path, llama_bin, demo_gguf)
     original = config.read_bytes()
     result = verified(config)
     window, page = tune_page(qtbot)
@@ -213,7 +201,7 @@ def test_roll_back_refuses_a_file_edited_after_apply(qtbot, configured_qapp, lla
                                                     demo_gguf, tmp_path):
     from specdeck.core.tune.apply import apply
 
-    config = swap_config(tmp_path, llama_bin, demo_gguf)
+    config = tune_config(tmp_path, llama_bin, demo_gguf)
     result = verified(config)
     result = result.with_applied(apply(result))
     assert result.applied.written and not result.applied.rolled_back
@@ -247,7 +235,7 @@ def test_start_offers_tune_for_a_found_llama_swap_config_and_the_demo(
         qtbot, configured_qapp, tmp_path, monkeypatch):
     folder = tmp_path / "llama-swap"
     folder.mkdir()
-    config = swap_config(folder, Path("/opt/llama/llama-server"), tmp_path / "model.gguf")
+    config = tune_config(folder, Path("/opt/llama/llama-server"), tmp_path / "model.gguf")
     window, start = start_page_finding(qtbot, tmp_path, monkeypatch)
     assert len(start.tune_buttons) == 1  # the llama-swap config: the one setup found here
     qtbot.mouseClick(start.tune_buttons[0], _left())

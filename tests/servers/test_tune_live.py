@@ -20,19 +20,9 @@ from pathlib import Path
 
 import pytest
 from hubserver import memory_keyring  # noqa: F401 - a fixture
+from swap_samples import tune_config
 
 pytestmark = pytest.mark.slow
-
-
-def swap_config(tmp_path: Path, llama_bin: Path, gguf: Path, drafting: str = "") -> Path:
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        "# my llama-swap setup\n"
-        "models:\n"
-        "  smol:\n"
-        f"    cmd: {llama_bin} --port ${{PORT}} -m {gguf} -t 2 -c 1024 {drafting}\n",
-        encoding="utf-8")
-    return config
 
 
 def test_tune_runs_the_whole_loop_on_the_demo(llama_bin, demo_gguf, tmp_path, specdeck_home):
@@ -136,7 +126,7 @@ def test_a_verified_winner_is_written_and_runs_from_the_file(llama_bin, demo_ggu
     from specdeck.core.tune.apply import apply
     from specdeck.core.tune.setup import from_swap
 
-    config = swap_config(tmp_path, llama_bin, demo_gguf)
+    config = tune_config(tmp_path, llama_bin, demo_gguf)
     original = config.read_text()
     flags = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2")
     applied = apply(_verified(from_swap(config, "smol"), flags))
@@ -152,7 +142,7 @@ def test_a_winner_that_does_not_run_from_the_file_is_rolled_back(llama_bin, demo
     from specdeck.core.tune.apply import apply
     from specdeck.core.tune.setup import from_swap
 
-    config = swap_config(tmp_path, llama_bin, demo_gguf)
+    config = tune_config(tmp_path, llama_bin, demo_gguf)
     original = config.read_bytes()
     missing = tmp_path / "no-such-draft.gguf"
     applied = apply(_verified(from_swap(config, "smol"),
@@ -167,7 +157,7 @@ def test_cancel_during_the_search_leaves_the_users_file_as_it_was(llama_bin, dem
     from specdeck.core.tune.run import TuneOptions, tune
     from specdeck.core.tune.setup import from_swap
 
-    config = swap_config(tmp_path, llama_bin, demo_gguf, "--spec-type ngram-mod")
+    config = tune_config(tmp_path, llama_bin, demo_gguf, "--spec-type ngram-mod")
     original = config.read_bytes()
     cancel = threading.Event()
 
@@ -196,7 +186,7 @@ def test_cancel_during_a_download_stops_the_tune_and_leaves_everything_as_it_was
 
     header = (Path(__file__).parent.parent / "data" / "tune"
               / "SmolLM2-135M-Instruct-header.gguf").read_bytes()
-    config = swap_config(tmp_path, llama_bin, demo_gguf, "--spec-type ngram-mod")
+    config = tune_config(tmp_path, llama_bin, demo_gguf, "--spec-type ngram-mod")
     original = config.read_bytes()
     library = tmp_path / "library"
     cancel = threading.Event()
@@ -248,7 +238,7 @@ def test_a_server_that_dies_mid_search_is_noted_and_the_others_go_on(llama_bin, 
     from specdeck.core.tune.run import TuneOptions, tune
     from specdeck.core.tune.setup import from_swap
 
-    config = swap_config(tmp_path, llama_bin, demo_gguf)
+    config = tune_config(tmp_path, llama_bin, demo_gguf)
     original = config.read_bytes()
     before = {p.pid for p in _llama_servers(demo_gguf)}
     killed: list[str] = []
@@ -288,7 +278,7 @@ def test_a_budget_that_runs_out_mid_round_decides_from_what_was_measured(llama_b
     from specdeck.core.tune.run import TuneOptions, candidate_cells, tune
     from specdeck.core.tune.setup import from_swap
 
-    config = swap_config(tmp_path, llama_bin, demo_gguf, "--spec-type ngram-mod")
+    config = tune_config(tmp_path, llama_bin, demo_gguf, "--spec-type ngram-mod")
     original = config.read_bytes()
     started = time.monotonic()
     result = tune(from_swap(config, "smol"), TuneOptions(budget_s=4, prompts_per_suite=2,
