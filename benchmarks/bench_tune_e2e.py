@@ -127,6 +127,8 @@ def run(report: Report) -> None:
         quality = judged["quality"]
     else:
         quality = None
+    # The setting the search handed to verification, written or not, against the grid's best.
+    finalist = judged["quality"] if judged is not None else None
     met_time = wall_s <= GOAL_WALL_S
     met_quality = quality is not None and quality >= GOAL_QUALITY
     report.record("grid", grid.to_json())
@@ -134,6 +136,7 @@ def run(report: Report) -> None:
     report.record("tune_pick", kept)
     report.record("referee", judged)
     report.record("quality", quality)
+    report.record("finalist_quality", finalist)
     report.record("met", {"wall_clock": met_time, "quality": met_quality})
 
     phases = ", ".join(f"{k} {v:.0f} s" for k, v in result["phase_s"].items())
@@ -152,6 +155,11 @@ def run(report: Report) -> None:
          + (f" (referee, {REFEREE_REPEATS} repeats: {judged['cell']})"
             if decision["apply"] and judged else ""),
          f">= {GOAL_QUALITY:.0%}", "yes" if met_quality else "NO"],
+        ["the search's finalist (what verification then judged) against the grid's best",
+         "-" if finalist is None else f"{pick.cell.label if pick else ' '.join(flags)}: "
+         f"{finalist:.1%} (referee, {REFEREE_REPEATS} repeats: {judged['cell']})",
+         f">= {GOAL_QUALITY:.0%}", "-" if finalist is None else
+         "yes" if finalist >= GOAL_QUALITY else "NO"],
     ])
     report.text("")
     search = result["search"] or {}
