@@ -517,10 +517,17 @@ class ServerEngine:
         """How ``arm``'s drafter keeps earlier requests' text (``llama_server.remembers``: a
         prompt run again is then drafted from its earlier output); "" when it does not or its
         flags are unknown."""
+        from specdeck.core.servers import sglang
         from specdeck.core.servers.llama_server import remembers
 
         flags = self.arm_flags(arm)
-        return remembers(flags) if flags else ""
+        if flags:
+            return remembers(flags)
+        info = self._infos.get(arm.name)
+        if info is not None and info.kind is ServerKind.SGLANG \
+                and (info.draft or "").startswith("NGRAM"):
+            return sglang.REMEMBERS
+        return ""
 
     def _afresh(self, request: GenerationRequest, cancel: threading.Event | None) -> None:
         """A launched server whose drafter remembers is restarted before a prompt it has

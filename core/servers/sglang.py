@@ -70,6 +70,9 @@ def probe_sglang(ask) -> Any:
     elif algorithm and not metrics:
         notes.append("Started without --enable-metrics: the sglang:spec_accept_length gauge "
                      "is not there to read (each request's own counts still are).")
+    if algorithm == "NGRAM":
+        notes.append(f"{REMEMBERS}: a prompt run again is drafted from its earlier answer, so "
+                     "repeats flatter it; one repeat is the honest measurement.")
     version = info.get("version")
     return ServerInfo(
         ask.base.shown, ServerKind.SGLANG, model=ids[0] if ids else None, models=ids,
@@ -77,6 +80,13 @@ def probe_sglang(ask) -> Any:
         speculative=(algorithm is not None) if info else None,
         version=str(version)[:40] if isinstance(version, (str, int, float)) else None,
         metrics=metrics, detected_by="/v1/models (owned_by sglang)", notes=tuple(notes))
+
+
+REMEMBERS = (
+    "NGRAM: its n-gram cache lives as long as the server (SGLang's "
+    "speculative/ngram_worker.py: _update_ngram_cache puts every request's tokens into the "
+    "worker's ngram_cache; read from SGLang's source, not checked on a running SGLang)")
+"""As llama.cpp's ngram-mod (``core.llama_flags.REMEMBERS_ACROSS_REQUESTS``)."""
 
 
 def describe_drafting(info: dict) -> str:

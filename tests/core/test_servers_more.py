@@ -72,6 +72,8 @@ def test_sglang_is_told_by_its_model_list_and_says_how_it_drafts(standins):
     info = probe(ngram)
     assert info.draft == "NGRAM, 3 drafts per step" and not info.metrics
     assert "--enable-metrics" in info.notes[0]
+    assert "n-gram cache lives as long as the server" in info.notes[1]  # repeats replay
+    assert not any("n-gram cache" in n for n in probe(eagle).notes)
     # A vLLM, with its own /version, is still vLLM.
     vllm, _ = standins(VllmHandler)
     assert probe(vllm).kind is ServerKind.VLLM
@@ -279,3 +281,15 @@ def test_ollama_draft_rules_are_clear(standins):
     arms = arms_from_urls([f"{url}#{model}", f"B={url}#{model}"], drafts={"B": "many"})
     with pytest.raises(InvalidInputError, match="draft_num_predict, a whole number"):
         run_plan(_plan(arms), ServerEngine())
+
+
+def test_an_sglang_ngram_arm_is_said_to_flatter_its_repeats(standins, specdeck_home):
+    """SGLang's NGRAM cache outlives a request (as llama.cpp's ngram-mod): SpecDeck cannot
+    restart a server it did not start, so the plan's notes say its repeats flatter it."""
+    plain, _ = standins(SglangHandler)
+    ngram, _ = standins(SglangHandler, algorithm="NGRAM")
+    data = _bench_cli(["--server", plain, "--server", f"B={ngram}"], specdeck_home)
+    notes = " ".join(data["loaded"]["notes"])
+    assert "B: NGRAM: its n-gram cache lives as long as the server" in notes
+    assert "cannot restart a server it did not start" in notes
+    assert "A: NGRAM" not in notes
