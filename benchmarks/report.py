@@ -66,16 +66,22 @@ class Report:
         self.lines.append("")
 
     def checkpoint(self, where: str) -> None:
-        """Write what is measured so far (a long benchmark stopped later still leaves it),
-        marked as partial; the finished report replaces it."""
+        """Write what is measured so far to NAME.partial.md/.json (a long benchmark stopped
+        later still leaves it, and the last finished report stays as it was); the finished
+        report removes it."""
         if self.out_dir is not None:
             self.write(self.out_dir, partial=where)
 
     def write(self, out_dir: Path, partial: str | None = None) -> list[Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
         machine = machine_info()
-        json_path = out_dir / f"{self.name}.json"
-        md_path = out_dir / f"{self.name}.md"
+        stem = f"{self.name}.partial" if partial else self.name
+        json_path = out_dir / f"{stem}.json"
+        md_path = out_dir / f"{stem}.md"
+        if not partial:  # the finished report replaces what a checkpoint left
+            for stale in (out_dir / f"{self.name}.partial.json",
+                          out_dir / f"{self.name}.partial.md"):
+                stale.unlink(missing_ok=True)
         payload = {"benchmark": self.name, "title": self.title, "machine": machine,
                    "results": self.results, **({"partial": partial} if partial else {})}
         json_path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")

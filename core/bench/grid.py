@@ -231,7 +231,7 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
         fitted = None
         if deadline is not None and ranked:
             fitted = fit_rounds(left, ranked, costs, deadline - time.monotonic(),
-                                _interleaved(prompts))
+                                _interleaved(prompts), len(choose_prompts(plan)))
             if fitted is not None:
                 if (fitted.keep, len(fitted.rounds)) != (len(ranked), len(left)) \
                         or fitted.rounds[-1] != left[-1]:
@@ -245,7 +245,7 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
         alive = [cell for cell, _run in measured if cell.arm.name in kept]
         if not alive:
             break
-        if deadline is not None and fitted is None:  # not even the best on one prompt fits
+        if deadline is not None and fitted is None:  # not even a shorter last round fits
             out_of_time, number = True, number + 1
             break
     ordered = tuple(rows[c.arm.name] for c in cells if c.arm.name in rows)
@@ -353,9 +353,9 @@ class RoundCosts:
     measured: dict[str, list[float]] = field(default_factory=dict)
 
     def add(self, name: str, run: BenchRun, elapsed: float) -> None:
+        """``elapsed``: the plan's whole time, server starts and tokenizing included."""
         starts = [r.started_at for r in run.records] + [run.finished_at]
-        self.fixed.setdefault(name, []).append(
-            max(0.0, elapsed - (run.finished_at - run.started_at)))
+        self.fixed.setdefault(name, []).append(max(0.0, elapsed - (starts[-1] - starts[0])))
         for record, start, end in zip(run.records, starts, starts[1:]):
             kind = self.warmups if record.slot.warmup else self.measured
             kind.setdefault(name, []).append(max(0.0, end - start))
@@ -388,11 +388,12 @@ def projected_s(rounds: Sequence[BenchPlan], ranked: Sequence[str], costs: Round
 
 
 def fit_rounds(left: Sequence[BenchPlan], ranked: Sequence[str], costs: RoundCosts,
-               seconds: float, interleaved: Sequence[str]) -> Fitted | None:
+               seconds: float, interleaved: Sequence[str], ran: int = 0) -> Fitted | None:
     """The rounds left and how many of the ``ranked`` settings to keep so that they end
     within ``seconds``: every setting kept and every round, else fewer settings (the best;
     one setting goes straight to the last round), else the best alone on the last round's
-    first prompts (taken from each suite in turn). None when not even one prompt fits."""
+    first prompts, once (taken from each suite in turn), on more than the ``ran`` prompts of
+    the round just measured. None when that does not fit: the rounds so far decide."""
     if not left or not ranked:
         return None
     for keep in range(len(ranked), 0, -1):
@@ -401,7 +402,7 @@ def fit_rounds(left: Sequence[BenchPlan], ranked: Sequence[str], costs: RoundCos
             return Fitted(rounds, keep)
     final = left[-1]
     ids = [pid for pid in interleaved if pid in {p.id for p in choose_prompts(final)}]
-    for size in range(len(ids) - 1, 0, -1):
+    for size in range(len(ids) if final.repeats > 1 else len(ids) - 1, ran, -1):
         shorter = replace(final, prompt_ids=tuple(ids[:size]), max_prompts=None, repeats=1)
         if costs.plan_s(ranked[0], shorter) * COST_MARGIN <= seconds:
             return Fitted((shorter,), 1)

@@ -299,6 +299,8 @@ def run_plan(
                 records.append(_run_one(plan, engine, slot, prompt_ids[slot.prompt.id],
                                         len(schedule), emit, cancel))
             except SpecDeckError as exc:
+                if isinstance(exc, CancelledError) and cancel.is_set():
+                    break  # what was measured stands (a server restarting when cancelled)
                 if plan.on_error != "skip" or isinstance(exc, CancelledError):
                     raise
                 record = _failed_record(plan, slot, str(exc))
@@ -389,7 +391,10 @@ def _run_one(
     cancel: threading.Event,
 ) -> RunRecord:
     emit(RunStarted(slot, total, len(ids)))
-    afresh = slot.warmup and bool(getattr(engine, "remembers", lambda _arm: "")(slot.arm))
+    # A server's warm-up runs on other text: a drafter that keeps earlier requests (llama.cpp's
+    # ngram-mod, whose flags SpecDeck may not know on a running server) would otherwise be
+    # handed the start of the first prompt's answer.
+    afresh = slot.warmup and hasattr(engine, "activate_arm")
     request = GenerationRequest(
         prompt=WARMUP_TEXT if afresh else slot.prompt.text,
         prompt_ids=None if afresh else ids or None,

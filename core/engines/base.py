@@ -196,9 +196,9 @@ class GenerationRequest:
 
 
 WARMUP_TEXT = "Say hello in one short sentence."
-"""What an arm whose drafter remembers earlier requests (a server's ngram-mod) warms up on,
-instead of the plan's first prompt: a warm-up on that prompt would hand its first measured run
-the start of its own answer."""
+"""What a server arm warms up on, instead of the plan's first prompt: a drafter that keeps
+earlier requests (llama.cpp's ngram-mod) would otherwise be handed the start of that prompt's
+answer before its first measured run."""
 
 
 class StopReason(str, enum.Enum):

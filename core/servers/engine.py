@@ -151,6 +151,8 @@ class ServerEngine:
         prompts its server has run since it started."""
         self.restarts = 0
         """Servers restarted so that a remembering drafter meets a prompt afresh."""
+        self._warmup: tuple[int, int] = (1, 8)
+        """The plan's warm-up runs and their tokens, repeated after such a restart."""
 
     # Engine protocol ---------------------------------------------------------------------
     @property
@@ -221,6 +223,7 @@ class ServerEngine:
         """Check every arm before the first run; probe the running servers."""
         say = progress or (lambda _p: None)
         self._plan_arms = tuple(plan.arms)
+        self._warmup = (plan.warmup, plan.warmup_tokens)
         self.exclusive = self._exclusive or plan.one_server_at_a_time
         missing = [a.name for a in plan.arms if a.server is None]
         # An engine kept between plans (a grid sweep) keeps the servers this plan uses again
@@ -392,8 +395,8 @@ class ServerEngine:
             if remembers:
                 notes.append(f"{arm.name}: {remembers}. " + (
                     "SpecDeck restarts this llama-server before any prompt it has already "
-                    "run and warms it up on other text, so every measured run drafts from its "
-                    "own request alone" if arm.server.managed is not None else
+                    "run and warms it up on other text, so no measured run is drafted from an "
+                    "earlier run of its own prompt" if arm.server.managed is not None else
                     "SpecDeck cannot restart a server it did not start: a prompt's repeats "
                     "are drafted from its earlier output and flatter this arm (run one "
                     "repeat, or let SpecDeck launch the server)"))
@@ -531,20 +534,26 @@ class ServerEngine:
 
     def _afresh(self, request: GenerationRequest, cancel: threading.Event | None) -> None:
         """A launched server whose drafter remembers is restarted before a prompt it has
-        already run, so every measured run drafts from its own request alone."""
+        already run (and warmed up as the plan warms up, on other text), so no measured run
+        is drafted from an earlier run of its own prompt."""
         arm = self._arm
         seen = self._seen.get(arm.name)
         if seen is None or request.prompt == WARMUP_TEXT or arm.server.managed is None \
                 or not self.remembers(arm):
             return
         if request.prompt in seen:
-            self._managed.pop(arm.name).stop()
+            old = self._managed.pop(arm.name, None)
+            self._seen[arm.name] = set()  # a start that fails leaves no stale record
+            if old is not None:
+                old.stop()
             self.restarts += 1
             self.activate_arm(arm, None, cancel)
-            self._generate(replace(request, prompt=WARMUP_TEXT, prompt_ids=None,
-                                   max_new_tokens=min(request.max_new_tokens, 8)), None, cancel)
-            seen = self._seen[arm.name]
-        seen.add(request.prompt)
+            runs, tokens = self._warmup
+            for _ in range(runs):
+                self._generate(replace(request, prompt=WARMUP_TEXT, prompt_ids=None,
+                                       max_new_tokens=min(request.max_new_tokens, tokens)),
+                               None, cancel)
+        self._seen[arm.name].add(request.prompt)
 
     def arm_flags(self, arm) -> tuple[str, ...] | None:
         """The llama-server flags that set up ``arm``'s drafting, where SpecDeck knows them:

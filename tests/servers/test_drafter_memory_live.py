@@ -109,3 +109,34 @@ def test_an_arm_that_forgets_is_never_restarted(llama_bin, demo_gguf, tmp_path):
     finally:
         engine.unload()
     assert engine.restarts == 0
+
+
+def test_a_restart_that_fails_is_a_clear_error(llama_bin, demo_gguf, tmp_path):
+    """The model file is gone when the ngram-mod server must restart for a repeat: the plan
+    stops with llama-server's reason (a SpecDeckError a grid notes as "could not be measured"
+    and goes on), not a crash on what the dead server had seen."""
+    import shutil
+
+    import pytest
+    from specdeck.core.errors import NotFoundError
+
+    model = tmp_path / "model.gguf"
+    shutil.copy(demo_gguf, model)
+    engine = ServerEngine(log_dir=tmp_path)
+    plan = BenchPlan(engine="server", model=str(model),
+                     arms=(_arm(llama_bin, demo_gguf, "A"),
+                           _arm(llama_bin, model, "B", "--spec-type", "ngram-mod")),
+                     suites=("code",), max_prompts=1, max_new_tokens=12, repeats=2, warmup=1,
+                     warmup_tokens=4, apply_chat_template=True, stop_on_eos=False)
+
+    def remove_after_first(event) -> None:
+        if isinstance(event, RunFinished) and event.record.arm == "B" \
+                and not event.record.slot.warmup:
+            model.unlink(missing_ok=True)
+
+    try:
+        with pytest.raises(NotFoundError, match="model.gguf does not exist"):
+            run_plan(plan, engine, remove_after_first)
+    finally:
+        engine.unload()
+    assert engine.restarts == 1 and "B" not in engine.running()
