@@ -66,7 +66,7 @@ def run(report: Report) -> None:
                     + ", ".join(c.label for c, _ in predicted)
                     + f"); per suite every prompt, {MAX_NEW} new tokens, {REPEATS} repeats; "
                     f"the referee runs {REFEREE_REPEATS} repeats. Load average at the start: "
-                    f"{load[0]:.1f} on {os.cpu_count()} cores (other work was running on "
+                    f"{load[0]:.1f} on {os.cpu_count()} cores (whatever else ran on "
                     "this machine: the noise the tuner must cope with).")
         report.text("")
         engine = ServerEngine(max_servers=servers_that_fit(
