@@ -11,10 +11,19 @@ suites across, a baseline row, each cell "tok/s (speed-up)", the best of each co
 A speed-up per suite is the median of that suite's paired ratios; "all" pools every prompt.
 
 ``halving`` cuts the time of a large grid (successive halving): every cell runs once on the
-first prompt of each suite; the better half (by median speed-up) goes on to the next round
-with twice the prompts; the last round runs the survivors on the full plan. Cells dropped
-early keep the figures they had, marked with the round that dropped them. A single setting
-left goes straight to the last round.
+first prompt; half the cells go on to the next round, which runs twice as many prompt-runs
+(more prompts, taken from each suite in turn, then the plan's repeats), until one is left.
+The half that goes on is the better half by median speed-up, except near the cut: settings
+whose scores lie within the noise of the cut (the spread this machine's runs measured,
+narrower the more pairs a score has) cannot be told apart there, and the cheaper of them go
+on (no draft model before one, then fewer tokens per step), not the luckier. So the search
+costs a fixed share of the grid, however alike the settings are. Cells dropped early keep the
+figures they had, marked with the round that dropped them. A single setting left goes
+straight to the last round.
+
+Every round's reference runs are also a check on the machine: a setting whose reference ran
+far from that prompt's median over the round (another program took the cores) is run again,
+once, so that a disturbed pair does not decide a cut.
 
 With a ``deadline`` the rounds are sized to it: after each round, what every setting's runs
 cost so far (its server's start, its warm-ups, its measured runs) projects the rounds left;
@@ -38,6 +47,7 @@ from specdeck.core.bench.runner import BenchRun, EventSink, choose_prompts, run_
 from specdeck.core.bench.stats import RatioSummary
 from specdeck.core.bench.summary import BenchSummary, summarize
 from specdeck.core.bench.tables import rate_cell, text_table
+from specdeck.core.engines.base import DrafterKind
 from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
 
 ALL = "all"
@@ -147,10 +157,11 @@ def suite_summaries(run: BenchRun) -> dict[str, BenchSummary]:
     return out
 
 
-def _row(cell: Cell, run: BenchRun, dropped: int | None = None) -> GridRow:
+def _row(cell: Cell, summaries: dict[str, BenchSummary], dropped: int | None = None) -> GridRow:
+    """``cell``'s row from its plan's ``suite_summaries``."""
     by_suite = {}
     lossless, diverged = "", 0
-    for suite, summary in suite_summaries(run).items():
+    for suite, summary in summaries.items():
         arm = summary.arm(cell.arm.name)
         comparison = summary.comparison(cell.arm.name)
         by_suite[suite] = Figure(arm.tokens_per_second, comparison.speedup, arm.acceptance_rate)
@@ -195,35 +206,61 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
     """What sizing the rounds to the deadline changed, for the notes."""
     out_of_time = False
     number = 0
+    disturbed_notes: list[str] = []
+    together_rounds: list[int] = []
+    """Rounds whose settings ran in one plan, sharing the reference's runs."""
     while number < len(rounds):
         plan = rounds[number]
         number += 1
         last = number == len(rounds)
         measured: list[tuple[Cell, BenchRun]] = []
-        for cell in alive:
-            if cancel.is_set():
+        together = number > 1 and _keeps_all(engine, len(alive) + 1)
+        if together and not _stop(cancel, deadline):
+            shared = _measure_together(plan, reference, alive, engine, on_event, cancel,
+                                       costs)
+            if shared is not None:
+                measured = [(cell, shared) for cell in alive]
+                together_rounds.append(number)
+            elif cancel.is_set():
                 break
-            if deadline is not None and time.monotonic() > deadline:
-                out_of_time = True
+        for cell in alive if not measured else ():
+            if _stop(cancel, deadline):
+                out_of_time = not cancel.is_set()
                 break
-            started = time.monotonic()
-            try:
-                run = run_plan(cell_plan(plan, reference, cell), engine, on_event, cancel)
-            except CancelledError:
+            run = _measure(plan, reference, cell, engine, on_event, cancel, costs, failed)
+            if run is None and cell.arm.name not in failed:  # cancelled
                 break
-            except SpecDeckError as exc:  # this setting's server would not run: the others can
-                failed[cell.arm.name] = str(exc)
+            if run is not None:
+                measured.append((cell, run))
+        # Runs another program disturbed are run again, once, while there is time (a
+        # reference shared by every setting moves them all alike: nothing to judge by).
+        again = set() if number in together_rounds else disturbed(measured, reference.name)
+        for index, (cell, run) in enumerate(measured):
+            if cell.arm.name not in again or _stop(cancel, deadline):
                 continue
-            costs.add(cell.arm.name, run, time.monotonic() - started)
-            runs.append(run)
-            measured.append((cell, run))
+            rerun = _measure(plan, reference, cell, engine, on_event, cancel, costs, failed)
+            if rerun is not None:
+                measured[index] = (cell, rerun)
+            failed.pop(cell.arm.name, None)  # a re-run that fails keeps the first run
+        if again:
+            still = disturbed(measured, reference.name)
+            disturbed_notes.append(
+                f"Round {number}: the reference ran far from its median beside "
+                f"{_names(again, cells)} (another program took the cores?); "
+                + ("run again, undisturbed." if not still & again else
+                   f"run again; still disturbed: {_names(still & again, cells)}."))
+        summaries: dict[int, dict[str, BenchSummary]] = {}
+        for cell, run in measured:
+            if id(run) not in summaries:
+                runs.append(run)
+                summaries[id(run)] = suite_summaries(run)
             earlier = rows[cell.arm.name].round_scores if cell.arm.name in rows else ()
-            row = _row(cell, run)
+            row = _row(cell, summaries[id(run)])
             rows[cell.arm.name] = replace(row, round_scores=(*earlier, row.score))
         if cancel.is_set() or last or out_of_time:
             break
         kept = survivors([rows[c.arm.name] for c, _ in measured],
-                         noise([run for _, run in measured], reference.name))
+                         noise(runs, reference.name))
         ranked = sorted(kept, key=lambda name: rows[name].score, reverse=True)
         left = rounds[number:]
         if len(ranked) == 1:  # one setting left: the rounds between are nothing to compare
@@ -256,6 +293,12 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
                      "were measured on fewer prompts, once, and are not candidates for best; "
                      "a setting within the run's noise of the cut went on.")
     notes += sized
+    if together_rounds:
+        notes.append(f"Round{'s' if len(together_rounds) > 1 else ''} "
+                     f"{', '.join(map(str, together_rounds))} ran every setting left in one "
+                     "plan, interleaved per prompt, sharing the reference's runs (their "
+                     "servers all fit at once).")
+    notes += disturbed_notes
     notes += [f"{label_of[name]} could not be measured: {why}" for name, why in failed.items()]
     if out_of_time:
         notes.append(f"The time budget ran out in round {number} of {len(rounds)}: the "
@@ -264,6 +307,83 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
     return GridResult(suites, ordered, _baseline(runs, reference.name, suites), tuple(runs),
                       halving, cancelled=cancel.is_set(),
                       notes=tuple(notes))
+
+
+def _keeps_all(engine, servers: int) -> bool:
+    """Whether ``engine`` keeps this many servers up at once (a server engine with room for
+    them, not one server at a time): then a round's settings can run in one plan."""
+    room = getattr(engine, "max_servers", None)
+    return hasattr(engine, "activate_arm") and room is not None and room >= servers \
+        and not getattr(engine, "exclusive", False)
+
+
+def _measure_together(plan: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
+                      on_event, cancel, costs: RoundCosts) -> BenchRun | None:
+    """Every cell in one plan beside one reference: each prompt-run of the reference is
+    shared by every setting (the arms interleaved per prompt, their order alternating). None
+    when cancelled or when a server would not run (then the round runs cell by cell, so one
+    failing setting does not take the others with it)."""
+    started = time.monotonic()
+    try:
+        run = run_plan(replace(plan, arms=(reference, *(c.arm for c in cells))), engine,
+                       on_event, cancel)
+    except SpecDeckError:
+        return None
+    elapsed = time.monotonic() - started
+    for cell in cells:  # each setting's own runs; the reference's as though paired (dearer)
+        costs.add(cell.arm.name, run, elapsed, arms={reference.name, cell.arm.name})
+    return run
+
+
+def _stop(cancel: threading.Event, deadline: float | None) -> bool:
+    return cancel.is_set() or (deadline is not None and time.monotonic() > deadline)
+
+
+def _measure(plan: BenchPlan, reference: Arm, cell: Cell, engine, on_event, cancel,
+             costs: RoundCosts, failed: dict[str, str]) -> BenchRun | None:
+    """One cell's A/B plan; None when cancelled or when its server would not run (then
+    ``failed`` says why: the other settings can still run)."""
+    started = time.monotonic()
+    try:
+        run = run_plan(cell_plan(plan, reference, cell), engine, on_event, cancel)
+    except CancelledError:
+        return None
+    except SpecDeckError as exc:
+        failed[cell.arm.name] = str(exc)
+        return None
+    costs.add(cell.arm.name, run, time.monotonic() - started)
+    return run
+
+
+def _names(arms: set[str], cells: Sequence[Cell]) -> str:
+    return ", ".join(c.label for c in cells if c.arm.name in arms)
+
+
+DISTURBED = 0.3
+"""A reference run this far (as a share) from that prompt's median over the round, or four
+noise widths where the machine's noise is larger, was disturbed: the reference is the same
+server on the same prompt beside every setting, so only the machine can move it that far."""
+
+
+def disturbed(measured: Sequence[tuple[Cell, BenchRun]], reference: str) -> set[str]:
+    """The arm names of the cells whose paired reference runs were disturbed (``DISTURBED``),
+    judged against each prompt's median over every cell's reference runs (three at least)."""
+    rates: dict[str, list[float]] = {}
+    for _cell, run in measured:
+        for record in run.counted(reference):
+            if record.result.stats.decode_s > 0:
+                rates.setdefault(record.prompt_id, []).append(
+                    record.result.stats.tokens_per_second)
+    medians = {pid: statistics.median(v) for pid, v in rates.items() if len(v) >= 3}
+    limit = max(DISTURBED, 4 * noise([run for _c, run in measured], reference))
+    out = set()
+    for cell, run in measured:
+        for record in run.counted(reference):
+            middle = medians.get(record.prompt_id)
+            if middle and record.result.stats.decode_s > 0 and \
+                    abs(record.result.stats.tokens_per_second / middle - 1) > limit:
+                out.add(cell.arm.name)
+    return out
 
 
 def noise(runs: Sequence[BenchRun], reference: str) -> float:
@@ -286,44 +406,80 @@ def noise(runs: Sequence[BenchRun], reference: str) -> float:
 
 
 NOISE_MARGIN = 2.0
-"""A setting this many noise widths or less below the cut is kept for the next round: one
-lucky or unlucky run must not decide."""
+"""Two settings whose scores differ by less than this many noise widths (of a score with
+that many pairs: ``noise_band``) cannot be told apart: one lucky or unlucky run must not
+decide between them."""
+
+
+def noise_band(noise_share: float, pairs: int) -> float:
+    """How far (as a share) a score of ``pairs`` paired ratios may stray by noise alone:
+    ``NOISE_MARGIN`` widths of a ratio of two runs (each ``noise_share`` off, so the ratio
+    about sqrt(2) times that), narrowing with the square root of the pairs behind it."""
+    return NOISE_MARGIN * noise_share * math.sqrt(2 / max(1, pairs))
+
+
+def pairs_of(row: GridRow) -> int:
+    figure = row.by_suite.get(ALL)
+    return figure.speedup.n if figure is not None and figure.speedup is not None else 0
+
+
+def setting_cost(cell: Cell) -> tuple[int, int]:
+    """Cheaper settings first: no draft model before one (it takes memory and a forward of its
+    own per token), then fewer tokens per step."""
+    server, drafter = cell.arm.server, cell.arm.drafter
+    model = drafter.kind is DrafterKind.MODEL or drafter.model_path is not None
+    if server is not None and server.launch is not None:
+        model = model or "draft-" in " ".join(server.launch.args)
+    elif server is not None and server.tabby_launch is not None:
+        settings = dict(server.tabby_launch.draft)
+        model = bool(settings.get("draft_model_name")) and \
+            settings.get("draft_mode", "model") == "model"
+    elif server is not None and server.tabby is not None:
+        model = bool(server.tabby.draft_model_name)
+    return int(model), drafter.num_draft_tokens
 
 
 def survivors(rows: Sequence[GridRow], noise_share: float) -> set[str]:
-    """The arm names that go on to the next round: the better half by median speed-up, and
-    every setting within the noise of the last one kept (a setting whose output changed
-    never goes on)."""
+    """The arm names that go on to the next round: half of them (rounded up). Settings above
+    the cut by more than the noise go on; those within the noise of the cut
+    (``noise_band``) cannot be told apart by this round, so the cheaper of them
+    (``setting_cost``) fill the places left, not the luckier. A setting whose output changed
+    never goes on."""
     ranked = sorted((r for r in rows if not r.diverged), key=lambda r: r.score, reverse=True)
     if not ranked:
         return set()
-    keep = max(1, math.ceil(len(rows) / 2))
-    cut = ranked[min(keep, len(ranked)) - 1].score
-    floor = cut * (1 - NOISE_MARGIN * noise_share)
-    return {r.cell.arm.name for i, r in enumerate(ranked) if i < keep or r.score >= floor}
+    keep = min(max(1, math.ceil(len(rows) / 2)), len(ranked))
+    cut = ranked[keep - 1].score
+    band = [r for r in ranked if abs(r.score - cut) <= cut * noise_band(noise_share,
+                                                                        pairs_of(r))]
+    sure = [r for r in ranked[:keep] if r not in band]
+    band.sort(key=lambda r: (setting_cost(r.cell), -r.score))
+    return {r.cell.arm.name for r in [*sure, *band][:keep]}
 
 
 def _rounds(base: BenchPlan, prompts, n_cells: int) -> list[BenchPlan]:
-    """Plans of growing size: one prompt once, then twice as many prompts each round (taken
-    from each suite in turn, so every suite is in by the second round if it fits), every
-    prompt once when the full plan repeats them, the full plan last; one round per halving of
-    the cells."""
+    """One round per halving of the cells; each runs twice the prompt-runs of the round before:
+    one prompt once, then more prompts (taken from each suite in turn), then every prompt as
+    many times as that makes (up to the full plan). The last round runs every prompt at least
+    once. Two cells or fewer: the full plan alone."""
     if n_cells <= 2:
         return [base]
     interleaved = _interleaved(prompts)
+    full = len(interleaved) * base.repeats
     halvings = math.ceil(math.log2(n_cells))
     plans = []
-    size = 1
-    for _ in range(halvings):
-        if size >= len(prompts):
-            if base.repeats > 1:  # every prompt once, before the repeats of the full plan
-                plans.append(replace(base, prompt_ids=tuple(interleaved), max_prompts=None,
-                                     repeats=1, warmup=min(base.warmup, 1)))
+    for number in range(halvings):
+        size = 2 ** number
+        if number == halvings - 1:
+            size = max(size, len(interleaved))
+        if size >= full:
+            plans.append(base)
             break
-        plans.append(replace(base, prompt_ids=tuple(interleaved[:size]), max_prompts=None,
-                             repeats=1, warmup=min(base.warmup, 1)))
-        size *= 2
-    return [*plans, base]
+        ids = interleaved[:size] if size < len(interleaved) else interleaved
+        plans.append(replace(base, prompt_ids=tuple(ids), max_prompts=None,
+                             repeats=max(1, size // len(interleaved)),
+                             warmup=min(base.warmup, 1)))
+    return plans
 
 
 def _interleaved(prompts) -> list[str]:
@@ -352,11 +508,18 @@ class RoundCosts:
     warmups: dict[str, list[float]] = field(default_factory=dict)
     measured: dict[str, list[float]] = field(default_factory=dict)
 
-    def add(self, name: str, run: BenchRun, elapsed: float) -> None:
-        """``elapsed``: the plan's whole time, server starts and tokenizing included."""
+    def add(self, name: str, run: BenchRun, elapsed: float,
+            arms: set[str] | None = None) -> None:
+        """``elapsed``: the plan's whole time, server starts and tokenizing included. A plan
+        shared by several settings: only the records of ``arms`` (this setting and the
+        reference) count, and an even share of its fixed time."""
         starts = [r.started_at for r in run.records] + [run.finished_at]
-        self.fixed.setdefault(name, []).append(max(0.0, elapsed - (starts[-1] - starts[0])))
+        sharing = 1 if arms is None else max(1, len(run.plan.arms) - 1)
+        self.fixed.setdefault(name, []).append(
+            max(0.0, elapsed - (starts[-1] - starts[0])) / sharing)
         for record, start, end in zip(run.records, starts, starts[1:]):
+            if arms is not None and record.slot.arm.name not in arms:
+                continue
             kind = self.warmups if record.slot.warmup else self.measured
             kind.setdefault(name, []).append(max(0.0, end - start))
 

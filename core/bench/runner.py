@@ -6,7 +6,8 @@ The protocol, and why:
   arms differ only in their drafter;
 - every prompt is tokenized once and all arms get the same prompt ids;
 - warm-up runs first (``plan.warmup`` per arm, short, not counted): the first generations pay
-  for kernel selection, allocator growth and page faults;
+  for kernel selection, allocator growth and page faults (a llama-server SpecDeck keeps up
+  and that has already answered is not warmed again: ``ServerEngine.is_warm``);
 - the arms are interleaved per prompt and the order alternates (A B, then B A, ...): slow
   drift (thermals, a background job) hits every arm alike, no arm always runs first after a
   switch, and half the switches are saved (a draft model may have to be reloaded on a switch);
@@ -295,6 +296,8 @@ def run_plan(
                 drafter = _resolve_drafter(slot.arm.drafter, emit, cancel)
                 loaded = engine.set_drafter(drafter, _stage_sink(emit), cancel)
                 current = slot.arm
+            if slot.warmup and serves_arms and engine.is_warm(slot.arm):
+                continue  # a server SpecDeck keeps up and that has answered: already warm
             try:
                 records.append(_run_one(plan, engine, slot, prompt_ids[slot.prompt.id],
                                         len(schedule), emit, cancel))

@@ -149,6 +149,8 @@ class ServerEngine:
         self._seen: dict[str, set[str]] = {}
         """Launched arms whose drafter remembers earlier requests (``remembers``): the
         prompts its server has run since it started."""
+        self._served: set[str] = set()
+        """Launched arms whose server has answered a request since it started (``is_warm``)."""
         self.restarts = 0
         """Servers restarted so that a remembering drafter meets a prompt afresh."""
         self._warmup: tuple[int, int] = (1, 8)
@@ -227,10 +229,13 @@ class ServerEngine:
         self.exclusive = self._exclusive or plan.one_server_at_a_time
         missing = [a.name for a in plan.arms if a.server is None]
         # An engine kept between plans (a grid sweep) keeps the servers this plan uses again
-        # (the reference) and stops the others.
+        # (the reference); with ``max_servers`` it keeps the others too while they fit (a
+        # search's next round uses them again; the least recently used go first), without it
+        # it stops them. A server whose arm now names another launch is stopped.
         wanted = {a.name: a.server.managed for a in plan.arms if a.server is not None}
         for name, running in list(self._managed.items()):
-            if wanted.get(name) != running.profile:
+            if wanted.get(name, running.profile if self.max_servers else None) \
+                    != running.profile:
                 running.stop()
                 del self._managed[name]
         if missing:
@@ -441,6 +446,7 @@ class ServerEngine:
                 running.start(cancel)
                 self._managed[arm.name] = running
                 self._seen[arm.name] = set()
+                self._served.discard(arm.name)
             self._used[arm.name] = max(self._used.values(), default=0) + 1
             url = running.url
             self._infos[arm.name] = probe(url, server.api_key() if tabby else None,
@@ -683,7 +689,18 @@ class ServerEngine:
         if not request.prompt:
             raise InvalidInputError("A server arm needs the prompt's text.")
         self._afresh(request, cancel)
-        return self._generate(request, on_event, cancel)
+        result = self._generate(request, on_event, cancel)
+        if self._arm.name in self._managed \
+                and result.stats.stop_reason is not StopReason.CANCELLED:
+            self._served.add(self._arm.name)
+        return result
+
+    def is_warm(self, arm) -> bool:
+        """Whether ``arm`` is a server SpecDeck started that has answered a request since it
+        started: its first-request costs are paid, so a plan need not warm it up again
+        (servers SpecDeck did not start, or reloads on them, are always warmed up)."""
+        return arm.server.managed is not None and arm.name in self._managed \
+            and arm.name in self._served
 
     def _generate(self, request: GenerationRequest, on_event: EventCallback | None,
                   cancel: threading.Event | None) -> GenerationResult:

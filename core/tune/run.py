@@ -15,9 +15,9 @@ taken for an installed model). ``budget_s`` counts from the end of the downloads
 Prompts: the suites' prompts split in two, alternately per suite: the search decides on the
 tuning half, the verification measures on the other, so a setting is never verified on the
 prompts that chose it. The search is ``core.bench.grid.run_grid`` with successive halving, its
-rounds sized to the search's share of the budget (a setting within the machine's measured noise of the cut goes on to the next
-round); among the finalists, one within the noise of the best is preferred when it is the
-cheaper setting (a shorter draft, no draft model), so one lucky run does not decide.
+rounds sized to the search's share of the budget; where settings lie within the machine's
+measured noise of the cut (or of the best, among the finalists), the cheaper setting (a
+shorter draft, no draft model) is preferred, so one lucky run does not decide.
 """
 
 from __future__ import annotations
@@ -29,7 +29,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from specdeck.core.bench.grid import ALL, Cell, GridResult, GridRow, noise, run_grid
+from specdeck.core.bench.grid import (
+    ALL,
+    Cell,
+    GridResult,
+    GridRow,
+    noise,
+    noise_band,
+    pairs_of,
+    run_grid,
+    setting_cost,
+)
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.runner import BenchRun, choose_prompts, run_plan
 from specdeck.core.bench.stats import RatioSummary, summarize_ratios
@@ -546,20 +556,6 @@ def tuned_server(setup) -> TunedServer:
     return LLAMA_SERVER
 
 
-def _cost(row: GridRow) -> tuple[int, int]:
-    """Cheaper settings first: no draft model before one, then fewer tokens per step."""
-    server, drafter = row.cell.arm.server, row.cell.arm.drafter
-    if server.launch is not None:
-        model = drafter.model_path is not None or "draft-" in " ".join(server.launch.args)
-    elif server.tabby_launch is not None:
-        settings = dict(server.tabby_launch.draft)
-        model = bool(settings.get("draft_model_name")) and \
-            settings.get("draft_mode", "model") == "model"
-    else:
-        model = server.tabby is not None and bool(server.tabby.draft_model_name)
-    return int(model), drafter.num_draft_tokens
-
-
 def finalist(search: GridResult) -> tuple[GridRow | None, float]:
     """The search's winner (core.bench.winner), and, within the machine's noise of it, the
     cheapest setting instead; with the noise share used."""
@@ -567,10 +563,10 @@ def finalist(search: GridResult) -> tuple[GridRow | None, float]:
     share = noise(search.runs, REFERENCE)
     if best is None:
         return None, share
-    floor = best.score * (1 - 2 * share)
+    floor = best.score * (1 - noise_band(share, pairs_of(best)))
     close = [r for r in search.rows if r.standing().excluded_because is None
              and r.score >= floor and r.score > 1.0]
-    return min(close, key=_cost, default=best), share
+    return min(close, key=lambda r: setting_cost(r.cell), default=best), share
 
 
 def _tried(candidate: Candidate, prediction: Prediction, search: GridResult) -> Tried:

@@ -36,32 +36,46 @@ def _cost(rounds, n_cells, n_prompts) -> int:
     return total
 
 
-def test_rounds_grow_prompts_then_repeat_the_full_plan():
+def _size(plan, n_prompts) -> int:
+    return (len(plan.prompt_ids) if plan.prompt_ids else n_prompts) * plan.repeats
+
+
+def test_rounds_double_the_prompt_runs_until_one_setting_is_left():
     base = _plan(("grounded",), repeats=3)
     prompts = choose_prompts(base)
+    n = len(prompts)
     rounds = _rounds(base, prompts, n_cells=16)
-    sizes = [(len(r.prompt_ids) if r.prompt_ids else None, r.repeats) for r in rounds]
-    assert sizes[:2] == [(1, 1), (2, 1)]
-    assert sizes[2] == (len(prompts), 1)  # every prompt once before the repeats
-    assert rounds[-1] == base
+    assert len(rounds) == 4  # 16 -> 8 -> 4 -> 2 -> 1
+    sizes = [_size(r, n) for r in rounds]
+    assert sizes[:2] == [1, 2] and rounds[0].repeats == rounds[1].repeats == 1
+    assert all(later >= 2 * earlier or later == n * base.repeats or later >= n
+               for earlier, later in zip(sizes, sizes[1:]))
+    assert sizes[-1] >= n  # the last round runs every prompt
     assert all(r.warmup <= 1 for r in rounds)
+    assert all(_size(r, n) <= n * base.repeats for r in rounds)
 
 
-@pytest.mark.parametrize("repeats, share", [(2, 0.5), (3, 0.4)])
-def test_search_costs_a_fraction_of_the_exhaustive_grid(repeats, share):
-    base = _plan(("code",), repeats=repeats)
+@pytest.mark.parametrize("suite, repeats, share", [
+    ("code", 2, 1 / 2), ("code", 3, 1 / 3), ("grounded", 3, 1 / 3), ("structured", 3, 0.4),
+    ("structured", 4, 1 / 3)])
+def test_search_costs_a_fixed_share_of_the_exhaustive_grid(suite, repeats, share):
+    """In prompt-runs, whatever the scores: never more than half the settings go on
+    (survivors) and each round doubles its runs, so 16 settings cost 4 rounds of 16
+    prompt-runs: a third of the grid when it runs each setting 12 times or more (the
+    structured suite has 3 prompts: 3 repeats are 9 runs)."""
+    base = _plan((suite,), repeats=repeats)
     prompts = choose_prompts(base)
     n_cells = 16
     exhaustive = n_cells * len(prompts) * repeats
     assert _cost(_rounds(base, prompts, n_cells), n_cells, len(prompts)) <= share * exhaustive
 
 
-def test_one_repeat_plans_are_unchanged():
+def test_one_repeat_plans_end_on_every_prompt_once():
     base = _plan(("grounded", "code"), repeats=1)
     prompts = choose_prompts(base)
     rounds = _rounds(base, prompts, n_cells=8)
-    assert [len(r.prompt_ids) for r in rounds[:-1]] == [1, 2, 4]
-    assert rounds[-1] == base
+    assert [len(r.prompt_ids) for r in rounds[:-1]] == [1, 2]
+    assert _size(rounds[-1], len(prompts)) == len(prompts)
     assert _rounds(base, prompts, n_cells=2) == [base]
 
 
@@ -209,3 +223,43 @@ def test_a_deadline_cuts_the_search_short_of_the_free_one(cycle_model):
     assert finalists
     if not any("ran out" in n for n in tight.notes):  # cut between rounds, never inside one
         assert all(len(r.round_scores) == len(finalists[0].round_scores) for r in finalists)
+
+
+def test_a_pair_another_program_disturbed_is_run_again(cycle_model, monkeypatch):
+    """Real (tiny) runs on a clock that counts forwards; the third setting's reference runs
+    twenty times slower once (as when other programs take the cores mid-run), so its paired
+    ratio would win the round by far. The round's reference runs show it: that setting is
+    run again, its figure is the undisturbed one, and a note says so."""
+    from specdeck.core.bench.grid import run_grid
+    from specdeck.core.bench.runner import PlanStarted, RunFinished, RunStarted
+    from specdeck.core.engines import create_engine
+    from tiny_models import forward_clock
+
+    slow = {"now": False, "plans": 0, "done": False}
+    forward_clock(monkeypatch, lambda model, ids: 1e-3 * (20 if slow["now"] else 1))
+
+    def disturb(event) -> None:
+        if isinstance(event, PlanStarted):
+            slow["plans"] += 1
+        elif isinstance(event, RunStarted):
+            slow["now"] = (slow["plans"] == 3 and not slow["done"] and not event.slot.warmup
+                           and event.slot.arm.name == "A")
+        elif isinstance(event, RunFinished) and slow["now"]:
+            slow["now"], slow["done"] = False, True
+
+    base, cells = _ngram_grid(cycle_model, 4)
+    engine = create_engine("torch")
+    try:
+        result = run_grid(base, base.arms[0], cells, engine, disturb, halving=True)
+    finally:
+        engine.unload()
+    assert slow["done"]
+    third = next(r for r in result.rows if r.cell.label == "k=3")
+    others = [r.round_scores[0] for r in result.rows if r is not third]
+    assert third.round_scores[0] < 2 * max(others)  # not the twentyfold of the disturbed pair
+    note = next(n for n in result.notes if n.startswith("Round 1"))
+    assert "k=3" in note and "undisturbed" in note and "k=1" not in note
+    assert len(result.runs) == 4 + 2  # the disturbed run was replaced, not added
+    assert all(max(r.result.stats.tokens_per_second for r in run.counted("A"))
+               < 2 * min(r.result.stats.tokens_per_second for r in run.counted("A"))
+               for run in result.runs)

@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 from hubserver import memory_keyring  # noqa: F401 - a fixture
-from specdeck.core.bench.grid import ALL, Cell, Figure, GridResult, GridRow, survivors
+from specdeck.core.bench.grid import (
+    ALL,
+    Cell,
+    Figure,
+    GridResult,
+    GridRow,
+    noise_band,
+    survivors,
+)
 from specdeck.core.bench.plan import Arm
 from specdeck.core.bench.stats import summarize_ratios
 from specdeck.core.engines.demo import find_gguf
@@ -122,11 +130,28 @@ def _row(name: str, score: float, args=("--spec-type", "ngram-simple"), diverged
     return GridRow(cell, {ALL: Figure(10 * score, ratio)}, "lossless", dropped, diverged=diverged)
 
 
-def test_survivors_keep_the_better_half_and_whatever_is_within_the_noise():
-    rows = [_row("a", 1.50), _row("b", 1.40), _row("c", 1.38), _row("d", 1.00)]
-    assert survivors(rows, 0.0) == {"a", "b"}
-    assert survivors(rows, 0.01) == {"a", "b", "c"}  # 1.38 is within 2 x 1% of 1.40
+def _k(k: int) -> tuple[str, ...]:
+    return ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-m", str(k))
+
+
+def test_survivors_are_half_and_the_cheaper_where_the_noise_cannot_tell():
+    rows = [_row("a", 1.50, _k(16)), _row("b", 1.40, _k(16)), _row("c", 1.38, _k(4)),
+            _row("d", 1.00, _k(4))]
+    assert survivors(rows, 0.0) == {"a", "b"}  # no noise: the better half
+    # 2% noise on 4 pairs: b (the cut) and c are within 2 x 2% x sqrt(2/4) of each other,
+    # so the cheaper (c, 4 tokens a step) takes the place; a is clear of the noise.
+    assert survivors(rows, 0.02) == {"a", "c"}
+    # 30% noise: nothing can be told apart: the cheapest half, however lucky the others.
+    assert survivors(rows, 0.3) == {"c", "d"}
     assert survivors([_row("a", 2.0, diverged=1), _row("b", 1.1)], 0.0) == {"b"}
+    model = _row("m", 1.45, ("--spec-type", "draft-simple", "-md", "d.gguf"))
+    assert survivors([model, _row("e", 1.44, _k(16))], 0.01) == {"e"}  # no draft model
+
+
+def test_the_noise_band_narrows_with_the_pairs_behind_a_score():
+    assert noise_band(0.05, 1) == pytest.approx(2 * 0.05 * 2 ** 0.5)
+    assert noise_band(0.05, 8) == pytest.approx(noise_band(0.05, 1) / 8 ** 0.5)
+    assert noise_band(0.0, 4) == 0.0 and noise_band(0.05, 0) == noise_band(0.05, 1)
 
 
 def test_the_finalist_within_the_noise_of_the_best_is_the_cheaper_setting():
