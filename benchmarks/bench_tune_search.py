@@ -164,25 +164,32 @@ def _progress(kind: str):
 
 def referee(base, best, pick, engine) -> dict | None:
     """Both picks again, side by side with no drafting, interleaved; the search's pick's
-    median speed-up over the grid pick's. None when either found nothing."""
+    median speed-up over the grid pick's. A pick of no drafting (none beat it) counts as
+    1.00x, measured against the other pick run again. None only when both found nothing."""
     from specdeck.core.bench.runner import run_plan
     from specdeck.core.bench.summary import summarize
 
-    if best is None or pick is None:
-        return None
-    if best.cell.arm.name == pick.cell.arm.name:
+    if best is None and pick is None:
+        return {"quality": 1.0, "cell": "both: no drafting"}
+    if best is not None and pick is not None and best.cell.arm.name == pick.cell.arm.name:
         return {"quality": 1.0, "cell": "same setting"}
-    arms = (base.arms[0], best.cell.arm, pick.cell.arm)
+    rows = [r for r in (best, pick) if r is not None]
+    arms = (base.arms[0], *(r.cell.arm for r in rows))
     summary = summarize(run_plan(replace(base, arms=arms, repeats=REFEREE_REPEATS), engine))
 
     def speedup(row) -> float:
+        if row is None:
+            return 1.0
         ratio = summary.comparison(row.cell.arm.name).speedup
         return ratio.median if ratio else 0.0
+
+    def label(row) -> str:
+        return "no drafting" if row is None else row.cell.label
 
     quality = speedup(pick) / speedup(best) if speedup(best) else 0.0
     return {"quality": quality, "grid_pick_speedup": speedup(best),
             "search_pick_speedup": speedup(pick),
-            "cell": f"{pick.cell.label} {speedup(pick):.2f}x vs {best.cell.label} "
+            "cell": f"{label(pick)} {speedup(pick):.2f}x vs {label(best)} "
                     f"{speedup(best):.2f}x ({quality:.1%})"}
 
 

@@ -3,8 +3,9 @@
 A grid is a reference arm (no drafting) and a list of cells, each one setting to try (on a
 server: a llama-server launch with its flags). Each cell runs its own A/B plan, the reference
 and the cell interleaved, so every speed-up is paired with reference runs taken beside it
-(slow drift and thermals hit both alike) and at most two servers are up at a time. The
-reference's tok/s over all plans gives the table's baseline row.
+(slow drift and thermals hit both alike); a server engine keeps the servers that fit up
+between plans (``max_servers``). The reference's tok/s over all plans gives the table's
+baseline row.
 
 The table follows the hand-made ones (the llama-swap tuning table): settings down, prompt
 suites across, a baseline row, each cell "tok/s (speed-up)", the best of each column marked.
@@ -21,9 +22,11 @@ costs a fixed share of the grid, however alike the settings are. Cells dropped e
 figures they had, marked with the round that dropped them. A single setting left goes
 straight to the last round.
 
-Every round's reference runs are also a check on the machine: a setting whose reference ran
-far from that prompt's median over the round (another program took the cores) is run again,
-once, so that a disturbed pair does not decide a cut.
+From the second round, when the engine keeps every setting's server up at once, the settings
+left run in one plan beside one reference, interleaved per prompt, sharing its runs. A round
+run plan by plan is also a check on the machine: a setting whose reference ran far from that
+prompt's median over the round (another program took the cores) is run again, once, so that a
+disturbed pair does not decide a cut. (A shared reference run moves every setting alike.)
 
 With a ``deadline`` the rounds are sized to it: after each round, what every setting's runs
 cost so far (its server's start, its warm-ups, its measured runs) projects the rounds left;
@@ -61,6 +64,16 @@ class Cell:
     label: str
     settings: tuple[tuple[str, str], ...] = ()
     """(what, value) pairs that differ from the family's flags, e.g. ("k", "8")."""
+
+
+@dataclass(frozen=True)
+class RoundStarted:
+    """Successive halving: round ``number`` of ``rounds`` (as planned now) begins with these
+    settings (arm names); a plan re-run in it is the same round."""
+
+    number: int
+    rounds: int
+    arms: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -184,7 +197,8 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
              on_event: EventSink | None = None, cancel: threading.Event | None = None,
              halving: bool = False, deadline: float | None = None) -> GridResult:
     """Run every cell's A/B plan on ``engine`` (kept between plans, so the reference's
-    server stays up); with ``halving``, successive halving over the prompts. ``deadline``
+    server stays up); with ``halving``, successive halving over the prompts (later rounds
+    in one shared plan where the servers fit: module docstring). ``deadline``
     (time.monotonic()): no cell's plan starts after it; what was measured by then is the
     result (a note says the budget ran out)."""
     if not cells:
@@ -207,6 +221,8 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
     out_of_time = False
     number = 0
     disturbed_notes: list[str] = []
+    fallbacks: list[str] = []
+    emit = on_event or (lambda _event: None)
     together_rounds: list[int] = []
     """Rounds whose settings ran in one plan, sharing the reference's runs."""
     while number < len(rounds):
@@ -214,15 +230,19 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
         number += 1
         last = number == len(rounds)
         measured: list[tuple[Cell, BenchRun]] = []
-        together = number > 1 and _keeps_all(engine, len(alive) + 1)
+        together = number > 1 and len(alive) > 1 and _keeps_all(engine, len(alive) + 1)
+        emit(RoundStarted(number, len(rounds), tuple(c.arm.name for c in alive)))
         if together and not _stop(cancel, deadline):
             shared = _measure_together(plan, reference, alive, engine, on_event, cancel,
                                        costs)
-            if shared is not None:
+            if isinstance(shared, BenchRun):
                 measured = [(cell, shared) for cell in alive]
                 together_rounds.append(number)
             elif cancel.is_set():
                 break
+            elif isinstance(shared, str):
+                fallbacks.append(f"Round {number} could not run its settings side by side "
+                                 f"({shared}); it ran them one plan each.")
         for cell in alive if not measured else ():
             if _stop(cancel, deadline):
                 out_of_time = not cancel.is_set()
@@ -235,20 +255,27 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
         # Runs another program disturbed are run again, once, while there is time (a
         # reference shared by every setting moves them all alike: nothing to judge by).
         again = set() if number in together_rounds else disturbed(measured, reference.name)
+        rerun_ok: set[str] = set()
         for index, (cell, run) in enumerate(measured):
             if cell.arm.name not in again or _stop(cancel, deadline):
                 continue
             rerun = _measure(plan, reference, cell, engine, on_event, cancel, costs, failed)
             if rerun is not None:
                 measured[index] = (cell, rerun)
+                rerun_ok.add(cell.arm.name)
             failed.pop(cell.arm.name, None)  # a re-run that fails keeps the first run
         if again:
-            still = disturbed(measured, reference.name)
-            disturbed_notes.append(
-                f"Round {number}: the reference ran far from its median beside "
-                f"{_names(again, cells)} (another program took the cores?); "
-                + ("run again, undisturbed." if not still & again else
-                   f"run again; still disturbed: {_names(still & again, cells)}."))
+            still = disturbed(measured, reference.name) & rerun_ok
+            words = [f"Round {number}: the reference ran far from its median beside "
+                     f"{_names(again, cells)} (another program took the cores?)"]
+            if rerun_ok - still:
+                words.append(f"run again, undisturbed: {_names(rerun_ok - still, cells)}")
+            if still:
+                words.append(f"run again, still disturbed: {_names(still, cells)}")
+            if again - rerun_ok:
+                words.append(f"not run again (no time left, cancelled, or the re-run failed): "
+                             f"{_names(again - rerun_ok, cells)}; its first run stands")
+            disturbed_notes.append("; ".join(words) + ".")
         summaries: dict[int, dict[str, BenchSummary]] = {}
         for cell, run in measured:
             if id(run) not in summaries:
@@ -257,6 +284,9 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
             earlier = rows[cell.arm.name].round_scores if cell.arm.name in rows else ()
             row = _row(cell, summaries[id(run)])
             rows[cell.arm.name] = replace(row, round_scores=(*earlier, row.score))
+        for name in failed:  # a setting that stopped running is not a finalist
+            if name in rows and rows[name].dropped_in_round is None:
+                rows[name] = replace(rows[name], dropped_in_round=number)
         if cancel.is_set() or last or out_of_time:
             break
         kept = survivors([rows[c.arm.name] for c, _ in measured],
@@ -280,6 +310,8 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
             if cell.arm.name not in kept:
                 rows[cell.arm.name] = replace(rows[cell.arm.name], dropped_in_round=number)
         alive = [cell for cell, _run in measured if cell.arm.name in kept]
+        if hasattr(engine, "keep_only"):  # the dropped settings' servers make room
+            engine.keep_only({reference.name, *(c.arm.name for c in alive)})
         if not alive:
             break
         if deadline is not None and fitted is None:  # not even a shorter last round fits
@@ -290,14 +322,16 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
     notes = []
     if halving:
         notes.append(f"Successive halving over {len(rounds)} rounds: rows marked 'dropped' "
-                     "were measured on fewer prompts, once, and are not candidates for best; "
-                     "a setting within the run's noise of the cut went on.")
+                     "were measured on fewer prompt-runs, and are not candidates for best; "
+                     "half went on after each round, and among settings within the machine's "
+                     "noise of the cut the cheaper went on, not the luckier.")
     notes += sized
     if together_rounds:
         notes.append(f"Round{'s' if len(together_rounds) > 1 else ''} "
                      f"{', '.join(map(str, together_rounds))} ran every setting left in one "
                      "plan, interleaved per prompt, sharing the reference's runs (their "
                      "servers all fit at once).")
+    notes += fallbacks
     notes += disturbed_notes
     notes += [f"{label_of[name]} could not be measured: {why}" for name, why in failed.items()]
     if out_of_time:
@@ -318,17 +352,19 @@ def _keeps_all(engine, servers: int) -> bool:
 
 
 def _measure_together(plan: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
-                      on_event, cancel, costs: RoundCosts) -> BenchRun | None:
+                      on_event, cancel, costs: RoundCosts) -> BenchRun | str | None:
     """Every cell in one plan beside one reference: each prompt-run of the reference is
     shared by every setting (the arms interleaved per prompt, their order alternating). None
-    when cancelled or when a server would not run (then the round runs cell by cell, so one
-    failing setting does not take the others with it)."""
+    when cancelled; why, when a server would not run (then the round runs cell by cell, so
+    one failing setting does not take the others with it)."""
     started = time.monotonic()
     try:
         run = run_plan(replace(plan, arms=(reference, *(c.arm for c in cells))), engine,
                        on_event, cancel)
-    except SpecDeckError:
+    except CancelledError:
         return None
+    except SpecDeckError as exc:
+        return str(exc)
     elapsed = time.monotonic() - started
     for cell in cells:  # each setting's own runs; the reference's as though paired (dearer)
         costs.add(cell.arm.name, run, elapsed, arms={reference.name, cell.arm.name})
@@ -448,7 +484,7 @@ def survivors(rows: Sequence[GridRow], noise_share: float) -> set[str]:
     ranked = sorted((r for r in rows if not r.diverged), key=lambda r: r.score, reverse=True)
     if not ranked:
         return set()
-    keep = min(max(1, math.ceil(len(rows) / 2)), len(ranked))
+    keep = max(1, math.ceil(len(ranked) / 2))
     cut = ranked[keep - 1].score
     band = [r for r in ranked if abs(r.score - cut) <= cut * noise_band(noise_share,
                                                                         pairs_of(r))]

@@ -280,6 +280,8 @@ def run_plan(
         if not serves_arms:
             _check_context(plan, loaded, prompt_ids)
         env = environment(engine, loaded)  # before measuring: reading package metadata is slow
+        # Servers warm when the plan starts (all of the plan's warm-ups run for the others).
+        warm = {a.name for a in plan.arms if serves_arms and engine.is_warm(a)}
         emit(PlanStarted(plan, prompts, schedule, loaded))
         started = time.time()
         records: list[RunRecord] = []
@@ -296,8 +298,8 @@ def run_plan(
                 drafter = _resolve_drafter(slot.arm.drafter, emit, cancel)
                 loaded = engine.set_drafter(drafter, _stage_sink(emit), cancel)
                 current = slot.arm
-            if slot.warmup and serves_arms and engine.is_warm(slot.arm):
-                continue  # a server SpecDeck keeps up and that has answered: already warm
+            if slot.warmup and slot.arm.name in warm:
+                continue  # a server SpecDeck kept up and that has answered: already warm
             try:
                 records.append(_run_one(plan, engine, slot, prompt_ids[slot.prompt.id],
                                         len(schedule), emit, cancel))

@@ -714,6 +714,7 @@ class ProgressPrinter:
 
         if isinstance(event, PlanStarted):
             self.plan_state = LivePlan(event.plan)
+            self.close()  # a new plan, a new bar (a warm server's warm-ups are skipped)
         changed = self.plan_state.apply(event) if self.plan_state is not None else []
         if isinstance(event, Stage):
             if event.text != self._last_stage:

@@ -695,6 +695,12 @@ class ServerEngine:
             self._served.add(self._arm.name)
         return result
 
+    def keep_only(self, names: set[str]) -> None:
+        """Stop the launched servers of every arm not in ``names`` (a search's dropped
+        settings), so those still needed are not the ones ``max_servers`` makes room from."""
+        for name in [n for n in self._managed if n not in names]:
+            self._managed.pop(name).stop()
+
     def is_warm(self, arm) -> bool:
         """Whether ``arm`` is a server SpecDeck started that has answered a request since it
         started: its first-request costs are paid, so a plan need not warm it up again

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from specdeck.core.bench.grid import RoundStarted
 from specdeck.core.bench.live import ArmSoFar, LivePlan, Point
 from specdeck.core.bench.runner import PlanStarted, RunFinished, RunStarted, RunStep, Stage
 from specdeck.core.bench.winner import Standing, pick
@@ -118,6 +119,10 @@ class TuneLive:
     round: int = 0
     in_round: int = 0
     """Settings started in the current round."""
+    together: bool = False
+    """The current round runs its settings in one plan, side by side."""
+    _started: set = field(default_factory=set)
+    """Arm names started in the current round."""
     current: str = ""
     """What runs now: a setting's label, or the verification's arms."""
     plan: LivePlan | None = None
@@ -145,6 +150,8 @@ class TuneLive:
             self._candidates(event)
         elif isinstance(event, Decided):
             self.decision = event
+        elif isinstance(event, RoundStarted):
+            self.round, self.in_round, self._started = event.number, 0, set()
         elif isinstance(event, PlanStarted):
             self._plan_started(event)
         elif isinstance(event, Stage):
@@ -173,13 +180,17 @@ class TuneLive:
         self.plan.apply(event)
         self.plans += 1
         names = [a.name for a in event.plan.arms]
-        cell = self.cells.get(names[-1]) if self.phase == "search" else None
-        if cell is not None:
-            cell.rounds += 1
-            if cell.rounds > self.round:
-                self.round, self.in_round = cell.rounds, 0
-            self.in_round += 1
-            self.current = cell.label
+        cells = [self.cells[n] for n in names[1:] if n in self.cells] \
+            if self.phase == "search" else []
+        if cells:  # one setting beside the reference, or a round's settings side by side
+            self.round = max(self.round, 1)
+            for cell in cells:  # a plan run again in the same round counts once
+                cell.rounds = self.round
+            self._started.update(names[1:])
+            self.in_round = len(self._started)
+            self.together = len(cells) > 1
+            self.current = cells[0].label if len(cells) == 1 else \
+                f"the {len(cells)} settings left, side by side"
         else:
             *others, last = [VERIFY_NAMES.get(n, n) for n in names]
             self.current = f"{last} against " + " and ".join(reversed(others))
@@ -246,7 +257,9 @@ class TuneLive:
     def round_text(self) -> str:
         if self.phase != "search" or not self.round:
             return ""
-        return (f"Round {self.round}: setting {self.in_round} of this round, {self.current}"
+        where = self.current if self.together else \
+            f"setting {self.in_round} of this round, {self.current}"
+        return (f"Round {self.round}: {where}"
                 + (f" ({self.plan.done}/{self.plan.total} runs)" if self.plan else ""))
 
     def best_text(self) -> str:

@@ -9,6 +9,8 @@ answered is not warmed up again (``ServerEngine.is_warm``).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.runner import run_plan
 from specdeck.core.servers.arms import ServerArm
@@ -46,15 +48,17 @@ def test_servers_that_fit_stay_up_and_warm_ones_are_not_warmed_again(llama_bin, 
     a, b, c = _three(llama_bin, demo_gguf)
     engine = ServerEngine(log_dir=tmp_path, max_servers=3)
     try:
-        first = run_plan(_plan(demo_gguf, a, b), engine)
+        first = run_plan(replace(_plan(demo_gguf, a, b), warmup=2), engine)
         pids = engine.running()
         second = run_plan(_plan(demo_gguf, a, c), engine)
         assert engine.running()["B"] == pids["B"]  # kept while it fits
         third = run_plan(_plan(demo_gguf, a, b), engine)
         assert engine.running()["B"] == pids["B"] and engine.running()["A"] == pids["A"]
+        engine.keep_only({"A", "C"})  # a search dropped B: its server goes
+        assert set(engine.running()) == {"A", "C"}
     finally:
         engine.unload()
-    assert _warmed(first) == ["A", "B"]  # fresh servers are warmed up
+    assert _warmed(first) == ["A", "B", "A", "B"]  # fresh servers: every warm-up asked for
     assert _warmed(second) == ["C"]  # A has answered already
     assert _warmed(third) == []
     for run in (first, second, third):

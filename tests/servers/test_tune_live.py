@@ -295,3 +295,46 @@ def test_a_budget_that_runs_out_mid_round_decides_from_what_was_measured(llama_b
     if not result.decision.apply:
         assert config.read_bytes() == original and not (tmp_path / "config.yaml.bak").exists()
     assert took < 240, took  # one setting's plan past the deadline and the verification
+
+
+def test_the_live_view_follows_rounds_run_one_setting_or_all_side_by_side(llama_bin):
+    """The Tune page's reducer (core.tune.live) on the plans run_grid starts: round 1 runs a
+    plan per setting, a later round may run every setting left in one plan beside the
+    reference. Each setting counts its rounds either way, and the round line says which."""
+    from specdeck.core.bench.grid import RoundStarted
+    from specdeck.core.bench.plan import BenchPlan
+    from specdeck.core.bench.runner import PlanStarted, build_schedule, choose_prompts
+    from specdeck.core.tune import setup as tune_setup
+    from specdeck.core.tune.candidates import Candidate
+    from specdeck.core.tune.live import SetupRead, TuneLive
+    from specdeck.core.tune.predict import Prediction
+    from specdeck.core.tune.run import CandidatesFound, Phase, candidate_cells, reference_arm
+
+    setup = tune_setup.demo(llama_bin, ("-t", "2"))
+    candidate = Candidate("ngram-mod")
+    cells = candidate_cells(setup, candidate)
+    live = TuneLive()
+    for event in (SetupRead(setup), CandidatesFound(
+            ((candidate, Prediction(1.1, 0.9, 1.4, "theory")),), ()),
+                  Phase("search", "16 settings")):
+        live.apply(event)
+
+    def started(*arms) -> None:
+        plan = BenchPlan(engine="server", model=str(setup.target),
+                         arms=(reference_arm(setup), *arms), suites=("code",), max_prompts=1,
+                         repeats=1, warmup=0)
+        prompts = choose_prompts(plan)
+        live.apply(PlanStarted(plan, prompts, build_schedule(plan, prompts), None))
+
+    names = tuple(c.arm.name for c in cells)
+    live.apply(RoundStarted(1, 2, names))
+    for cell in cells:
+        started(cell.arm)
+    assert live.round_text().startswith(f"Round 1: setting {len(cells)} of this round, "
+                                        f"{cells[-1].label}")
+    started(cells[0].arm)  # a disturbed pair run again: still round 1, still 3 settings
+    assert live.round_text().startswith(f"Round 1: setting {len(cells)} of this round")
+    live.apply(RoundStarted(2, 2, names[:2]))
+    started(*(c.arm for c in cells[:2]))
+    assert live.round_text().startswith("Round 2: the 2 settings left, side by side")
+    assert [live.cells[c.arm.name].rounds for c in cells] == [2, 2, 1]
