@@ -349,8 +349,13 @@ def _servers_that_fit(plan) -> int | None:
 
             sizes.append(memory_needed(arm.server.tabby_launch))
         if launch is not None:
-            try:
-                sizes.append(Path(launch.model).stat().st_size)
+            from specdeck.core.llama_flags import DRAFT_MODEL
+            from specdeck.core.servers.llama_server import flag_value
+
+            draft = flag_value(tuple(launch.args), *DRAFT_MODEL)
+            try:  # a draft model loads beside the target in the same server
+                sizes.append(Path(launch.model).stat().st_size
+                             + (Path(draft).stat().st_size if draft else 0))
             except OSError:
                 return None  # the launch reports the missing file
     return servers_that_fit(max(sizes)) if sizes else None

@@ -293,3 +293,28 @@ def test_an_sglang_ngram_arm_is_said_to_flatter_its_repeats(standins, specdeck_h
     assert "B: NGRAM: its n-gram cache lives as long as the server" in notes
     assert "cannot restart a server it did not start" in notes
     assert "A: NGRAM" not in notes
+
+
+def test_the_servers_kept_up_are_sized_with_their_draft_models(tmp_path, monkeypatch):
+    """A bench engine keeps as many launched servers as fit; a server with -md holds the draft
+    beside the target, so the size each server needs counts both files."""
+    from specdeck.core.bench.plan import Arm, BenchPlan
+    from specdeck.core.cli.bench_cmd import _servers_that_fit
+    from specdeck.core.servers import llama_server
+    from specdeck.core.servers.arms import ServerArm
+
+    target, draft = tmp_path / "t.gguf", tmp_path / "d.gguf"
+    target.write_bytes(b"\0" * 3000)
+    draft.write_bytes(b"\0" * 1000)
+    monkeypatch.setattr(llama_server, "servers_that_fit", lambda size: size)
+
+    def arm(name, *args):
+        return Arm(name, server=ServerArm(launch=llama_server.LaunchProfile(
+            "llama-server", str(target), args)))
+
+    plan = BenchPlan(engine="server", model=str(target), arms=(
+        arm("A"), arm("B", "-md", str(draft), "--spec-type", "draft-simple")))
+    assert _servers_that_fit(plan) == 4000
+    plan = BenchPlan(engine="server", model=str(target), arms=(arm("A"), arm("B", "-md",
+                                                                              str(draft) + "x")))
+    assert _servers_that_fit(plan) is None  # a missing file: the launch says so
