@@ -372,6 +372,13 @@ def _writeback() -> Callable[[int, int, int], int] | None:
     return start
 
 
+def _write_all(handle: Any, chunk: bytes) -> None:
+    """A raw file's write() may write less than it is given (a signal, a full disk)."""
+    view = memoryview(chunk)
+    while view:
+        view = view[handle.write(view):]
+
+
 def _append(part: _Part, response: Any, report: Callable[[int], None], cancel: threading.Event | None) -> None:
     """Write and hash each chunk as it arrives: the one pass over the new bytes.
 
@@ -384,10 +391,11 @@ def _append(part: _Part, response: Any, report: Callable[[int], None], cancel: t
     remote = part.remote
     writeback, written_back = _writeback(), part.done
     try:
-        with part.path.open("ab") as handle:
-            # Chunks as they arrive (64 KiB bypasses the writer's 8 KiB buffer): whatever
-            # reached us before a dropped connection is already on disk and need not be
-            # fetched again.
+        # Unbuffered: each chunk is one write() as it arrives (httpx hands over up to
+        # 64 KiB; a short read under load can be a few bytes, which a buffered writer would
+        # hold back). Whatever reached us is on disk, for a resume after a dropped
+        # connection or a cancel, without waiting for the file to close.
+        with part.path.open("ab", buffering=0) as handle:
             for chunk in response.iter_bytes():
                 if part.done + len(chunk) > remote.size:
                     report(-part.discard())
@@ -395,12 +403,11 @@ def _append(part: _Part, response: Any, report: Callable[[int], None], cancel: t
                         f"The Hub sent more bytes for {remote.path} than the {remote.size} its listing says.",
                         "The repository may have changed during the install; try again.",
                     )
-                handle.write(chunk)
+                _write_all(handle, chunk)
                 part.digest.update(chunk)
                 part.done += len(chunk)
                 report(len(chunk))
                 if writeback is not None and part.done - written_back >= WRITEBACK_BYTES:
-                    handle.flush()
                     # A hint: if it fails, the fsync below still does all the work.
                     writeback(handle.fileno(), written_back, part.done - written_back)
                     written_back = part.done
@@ -408,7 +415,6 @@ def _append(part: _Part, response: Any, report: Callable[[int], None], cancel: t
                 if cancel is not None and cancel.is_set():
                     raise CancelledError()
             if part.complete:  # once per file, after its last byte
-                handle.flush()
                 os.fsync(handle.fileno())
     except OSError as exc:
         raise _write_error(part.path, exc) from exc
