@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 from pathlib import Path
 
 PART_BYTES = 15 * 1024 * 1024
@@ -43,6 +44,11 @@ def join_parts(manifest: Path, dest_dir: Path) -> Path:
             raise ValueError(f"{part} is missing: copy every part back before joining")
         chunks.append(part.read_bytes())
     data = b"".join(chunks)
+    if info.get("compression") == "xz":  # see compress_parts
+        try:
+            data = lzma.decompress(data)
+        except lzma.LZMAError as exc:
+            raise ValueError(f"{info['name']}: the joined parts are not a whole xz stream ({exc})") from exc
     if len(data) != info["size"] or hashlib.sha256(data).hexdigest() != info["sha256"]:
         raise ValueError(f"{info['name']}: the joined parts do not match the manifest's sha256")
     dest_dir.mkdir(parents=True, exist_ok=True)
@@ -51,3 +57,25 @@ def join_parts(manifest: Path, dest_dir: Path) -> Path:
     temporary.write_bytes(data)
     temporary.replace(target)
     return target
+
+
+def compress_parts(manifest: Path, out_dir: Path) -> list[Path]:
+    """The same file as xz-compressed parts (``compression: xz`` in the manifest; sha256 and
+    size stay those of the joined file). The built extension, 43 MB, is 12 MB in xz: with the
+    working tree it fits the 64 MiB a device call carries, where the raw parts do not."""
+    source = join_parts(manifest, out_dir / ".joined")
+    data = source.read_bytes()
+    packed = lzma.compress(data, preset=3)
+    info = json.loads(Path(manifest).read_text(encoding="utf-8"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    parts = []
+    for number, start in enumerate(range(0, max(len(packed), 1), PART_BYTES)):
+        part = out_dir / f"{info['name']}.xz.part{number:02d}"
+        part.write_bytes(packed[start : start + PART_BYTES])
+        parts.append(part)
+    source.unlink()
+    source.parent.rmdir()
+    target = out_dir / f"{info['name']}.parts.json"
+    target.write_text(json.dumps({**info, "compression": "xz", "parts": [p.name for p in parts]},
+                                 indent=2) + "\n", encoding="utf-8")
+    return [target, *parts]

@@ -47,8 +47,7 @@ class BareLoop:
             ExLlamaV2DynamicJob,
             ExLlamaV2Sampler,
         )
-
-        from specdeck.core.engines.exllamav2 import paged_attention_usable
+        from specdeck.core.engines.exllamav2 import mask_unpaged_attention, paged_attention_usable
 
         config = exllamav2.ExLlamaV2Config(str(model_dir))
         config.arch_compat_overrides()
@@ -56,9 +55,13 @@ class BareLoop:
         # The engine's rule, not flash-attn's presence alone: an architecture whose
         # overrides turn flash-attn off, or a pre-Ampere GPU, cannot run paged (the generator
         # asserts "Paged mode requires flash-attn", dynamic.py 354-357).
-        paged = paged_attention_usable(SimpleNamespace(attn=attn), config)
+        x = SimpleNamespace(attn=attn, version=exllamav2.__version__)
+        paged = paged_attention_usable(x, config)
         if not paged:
             config.no_flash_attn = True
+        # The same attention as the engine's (a causal mask where exllamav2's SDPA branch
+        # has none), so the overhead ratio compares the loops, not two attention kernels.
+        mask_unpaged_attention(x, config, paged)
         self._model = exllamav2.ExLlamaV2(config)
         cache = exllamav2.ExLlamaV2Cache(self._model, max_seq_len=max_seq_len, lazy=True)
         self._model.load_autosplit(cache)

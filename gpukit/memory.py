@@ -127,7 +127,6 @@ def measure_load(model: Path, draft: Path | None, context: int, cache_mode: str,
     the NVML baseline must be read before CUDA starts) and generate once."""
     before = nvml_used_bytes()
     import torch
-
     from specdeck.core.engines import create_engine
     from specdeck.core.engines.base import (
         NO_DRAFT,

@@ -616,3 +616,55 @@ def test_the_standin_refuses_what_exllamav2_refuses(tmp_path, monkeypatch):
         fake.ExLlamaV2DynamicGenerator(model, cache, None, paged=True)
     with pytest.raises(AssertionError, match="multiple of 256"):
         fake.ExLlamaV2DynamicGenerator(model, fake.ExLlamaV2Cache(model, 1000), None, paged=False)
+
+
+# exllamav2 0.2.9-0.3.2 runs torch SDPA unmasked on the unpaged path -------------------------------
+@pytest.mark.parametrize("version, attn, paged, masked", [
+    ("0.3.2", {"has_lower_right_sdpa": True}, False, True),
+    ("0.2.9", {"has_lower_right_sdpa": True}, False, True),
+    ("0.2.8", {"has_lower_right_sdpa": True}, False, False),  # before commit 2e630ae
+    ("0.3.2", {"has_lower_right_sdpa": False}, False, False),  # torch < 2.4: the matmul branch
+    ("0.3.2", {"has_lower_right_sdpa": True, "has_xformers": True}, False, False),
+    ("0.3.2", {"has_lower_right_sdpa": True}, True, False),  # paged: flash-attn's causal kernels
+])
+def test_unpaged_attention_runs_as_a_masked_matmul_where_sdpa_runs_unmasked(
+        tmp_path, monkeypatch, version, attn, paged, masked):
+    pytest.importorskip("torch")
+    import torch
+
+    from specdeck.core.engines import exllamav2 as module
+
+    fake = _RecordingExLlamaV2()
+    fake.version = version
+    fake.attn = SimpleNamespace(has_flash_attn_with_paged=paged, **attn)
+    monkeypatch.setattr(module, "_import_exllamav2", lambda: fake)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "NVIDIA H200")
+    monkeypatch.setattr(torch.version, "hip", None)
+    target = _exl2_folder(tmp_path / "target", EXL2)
+    draft = _exl2_folder(tmp_path / "draft", EXL2)
+    engine = ExLlamaV2Engine()
+    loaded = engine.load(LoadSpec(target, cache_mode="Q4", draft_cache_mode="Q4",
+                                  drafter=DrafterSpec(DrafterKind.MODEL, draft, num_draft_tokens=4)))
+
+    assert [getattr(c, "no_sdpa", False) for c in fake.configs] == [masked, masked], \
+        "the target and the draft are loaded alike"
+    said = [n for n in loaded.notes if "no causal mask" in n]
+    assert bool(said) is masked
+    if masked:
+        assert version in said[0] and "no_sdpa" in said[0]
+
+
+def test_a_later_draft_load_is_masked_too(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from specdeck.core.engines import exllamav2 as module
+
+    fake = _RecordingExLlamaV2()
+    fake.version = "0.3.2"
+    fake.attn = SimpleNamespace(has_flash_attn_with_paged=False, has_lower_right_sdpa=True)
+    monkeypatch.setattr(module, "_import_exllamav2", lambda: fake)
+    engine = ExLlamaV2Engine()
+    engine.load(LoadSpec(_exl2_folder(tmp_path / "target", EXL2), cache_mode="Q4", draft_cache_mode="Q4"))
+    engine.set_drafter(DrafterSpec(DrafterKind.MODEL, _exl2_folder(tmp_path / "draft", EXL2)))
+    assert [c.no_sdpa for c in fake.configs] == [True, True]

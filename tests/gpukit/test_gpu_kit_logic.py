@@ -311,6 +311,22 @@ def test_extension_parts_round_trip_and_detect_damage(tmp_path):
         join_parts(files[0], tmp_path / "again")
 
 
+def test_compressed_extension_parts_join_to_the_same_file(tmp_path):
+    from gpukit.artifacts import compress_parts, join_parts, split_file
+
+    source = tmp_path / "exllamav2_ext.so"
+    source.write_bytes(bytes(range(256)) * 4096)  # 1 MiB that xz packs small
+    raw = split_file(source, tmp_path / "raw", part_bytes=4096)
+    packed = compress_parts(raw[0], tmp_path / "packed")
+    assert json.loads(packed[0].read_text())["compression"] == "xz"
+    assert sum(p.stat().st_size for p in packed[1:]) < source.stat().st_size // 10
+    assert sorted(p.name for p in (tmp_path / "packed").iterdir()) == sorted(p.name for p in packed)
+    assert join_parts(packed[0], tmp_path / "prebuilt").read_bytes() == source.read_bytes()
+    packed[1].write_bytes(packed[1].read_bytes()[:-1] + b"\0")
+    with pytest.raises(ValueError, match="xz|sha256"):
+        join_parts(packed[0], tmp_path / "again")
+
+
 def test_recorder_runs_specdecks_real_command(tmp_path):
     """Without a GPU `specdeck gpus --record` refuses with its no-GPU message: proof that
     the command line the kit builds is one the real CLI accepts."""

@@ -133,3 +133,25 @@ def test_link_install_makes_the_tree_importable_as_specdeck(tmp_path):
     package, vram = done.stdout.split()
     assert Path(package) == site / "specdeck" / "__init__.py"
     assert Path(vram).resolve() == REPO_ROOT / "core" / "vram" / "__init__.py"
+
+
+def test_the_gpu_probe_rehearses_on_cpu(tmp_path):
+    """`bash gpukit/probe.sh --cpu`, the exact script the device runs: it makes its two
+    random models (which SpecDeck's ExLlamaV2 engine would accept as a pair) and reports every
+    GPU section as skipped, so no device second goes to a typo in what runs before them."""
+    from specdeck.core.engines import common
+    from specdeck.core.engines.exllamav2 import check_model_folder
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**__import__("os").environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"),
+           "SPECDECK_GPU_WORK": str(tmp_path / "work")}
+    done = subprocess.run(["bash", str(root / "gpukit" / "probe.sh"), "--cpu"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((tmp_path / "out" / "probe.json").read_text())
+    assert report["models"]["status"] == "done"
+    for name in ("memory", "attention", "engine_masked", "engine_unmasked"):
+        assert report[name] == {"status": "skipped", "why": "CPU rehearsal"}
+    target, draft = Path(report["models"]["target"]), Path(report["models"]["draft"])
+    assert check_model_folder(target, "target").quant.label == "unquantized"
+    assert common.require_compatible_draft(target, draft, 1024) == ()
