@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-LOAD_TIME_OVERHEADS = ("scratch", "cache_staging", "rope_tables")
+LOAD_TIME_OVERHEADS = ("blas_workspaces", "scratch", "cache_staging", "rope_tables")
 """Overhead parts (vram.OVERHEAD_PARTS) that exist right after loading, before any run."""
 SAFE_OVERESTIMATE = 0.15
 """A plan up to 15% above the measurement counts as accurate; more is wasteful."""
@@ -144,6 +144,10 @@ def measure_load(model: Path, draft: Path | None, context: int, cache_mode: str,
     devices = range(torch.cuda.device_count())
     allocated = sum(torch.cuda.memory_allocated(d) for d in devices)
     reserved = sum(torch.cuda.memory_reserved(d) for d in devices)
+    # generate() resets PyTorch's peak counters: the load's own peak (its forward passes,
+    # the warm-up) is read now or never.
+    load_peak_allocated = sum(torch.cuda.max_memory_allocated(d) for d in devices)
+    load_peak_reserved = sum(torch.cuda.max_memory_reserved(d) for d in devices)
     loaded = nvml_used_bytes()
     engine.generate(GenerationRequest(prompt=prompt, max_new_tokens=max_new_tokens))
     torch.cuda.synchronize()
@@ -154,8 +158,10 @@ def measure_load(model: Path, draft: Path | None, context: int, cache_mode: str,
         nvml_used_peak=max(v for v in (loaded, peak) if v is not None) if peak is not None else None,
         torch_allocated_loaded=allocated,
         torch_reserved_loaded=reserved,
-        torch_peak_allocated=sum(torch.cuda.max_memory_allocated(d) for d in devices),
-        torch_peak_reserved=sum(torch.cuda.max_memory_reserved(d) for d in devices),
+        torch_peak_allocated=max(load_peak_allocated,
+                                 sum(torch.cuda.max_memory_allocated(d) for d in devices)),
+        torch_peak_reserved=max(load_peak_reserved,
+                                sum(torch.cuda.max_memory_reserved(d) for d in devices)),
     )
     engine.unload()
     return measured

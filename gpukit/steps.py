@@ -302,6 +302,9 @@ def step_memory(ctx: StepContext) -> dict[str, Any]:
             # (q_size(MAX_DRAFT_TOKENS)) where TabbyAPI allocates 16: plan for the same.
             args = ["vram", "--model", str(target), "--ctx", str(context), "--cache-mode", mode,
                     "--logits-rows", str(engine_logits_rows())]
+            if importlib.util.find_spec("flash_attn") is None:
+                # The engine runs unpaged, attention as a masked matmul: plan its buffers.
+                args.append("--no-flash-attn")
             if with_draft:
                 args += ["--draft", str(draft), "--draft-cache-mode", mode]
             code, plan, errors = specdeck_cli(args, env)

@@ -46,8 +46,29 @@ class Overheads:
     """
 
     cuda_context: int = 400 * MiB
-    """Driver context + lazily loaded kernels per GPU a process touches: ~400 MB with CUDA
-    >= 11.7 and lazy module loading (PyTorch's default); pytorch/pytorch#109888."""
+    """A bare CUDA context per GPU a process touches, with PyTorch's lazily loaded kernels:
+    ~400 MB with CUDA >= 11.7 and lazy module loading (PyTorch's default),
+    pytorch/pytorch#109888. Not yet measured on a GPU older than Hopper."""
+    cuda_context_hopper: int = 650_969_088
+    """The same on an H100/H200: measured 651 MB on an H200 (driver 580, CUDA 13, torch
+    2.11; docs/benchmarks/gpu-probe-2026-11-26.md, NVML before and after the first tensor)."""
+    cublas_handle: int = 69_206_016
+    """cuBLAS's handle state, outside PyTorch's pool: NVML rose 69 MB more than PyTorch's
+    reserved memory at the first half matmul (the same H200 probe)."""
+    kernel_images: int = 92_274_688
+    """Kernels loaded on first use once a model runs (exllamav2's extension and more of
+    PyTorch's): 92 MB more outside PyTorch's pool by the time a model had loaded and warmed
+    up (the same H200 probe; the extension itself is a 43 MB file)."""
+    blas_workspace: int = 8_519_680
+    """cuBLAS workspace per (handle, stream), inside PyTorch's pool (it counts as
+    allocated): 4096 KiB x 2 + 16 KiB x 8 before Hopper (PyTorch's CublasHandlePool.cpp,
+    getChosenWorkspaceSize)."""
+    blas_workspace_hopper: int = 32 * MiB
+    """32 MiB on Hopper: after every model was unloaded, 67,108,864 bytes stayed allocated
+    on the H200, two workspaces."""
+    blas_streams: int = 2
+    """The default stream and exllamav2's own (model.py 545 and 593: the first load's
+    forward passes run on the default stream, the warm-up and jobs on exllamav2's)."""
     load_reserve: int = 256 * MiB
     """ExLlamaV2's autosplit holds 256 MB free on the GPU it is filling
     (model.py load_autosplit_gen, minimum_reserve_vram); released after loading."""
@@ -69,6 +90,28 @@ class Overheads:
     margin: int = 300 * MiB
     """A GPU with less free memory than this after loading is reported as tight: it is
     the planner's stated accuracy (5% or 300 MB, whichever is larger, on weights+cache)."""
+
+
+    def process_bytes(self, gpu_name: str) -> int:
+        """What a PyTorch process holds on a GPU outside PyTorch's pool: the context, cuBLAS's
+        handle and the kernel images (the plan's "cuda_context" part)."""
+        context = self.cuda_context_hopper if is_hopper(gpu_name) else self.cuda_context
+        return context + self.cublas_handle + self.kernel_images
+
+    def workspace_bytes(self, gpu_name: str) -> int:
+        """cuBLAS workspaces inside PyTorch's pool on a GPU where models run."""
+        each = self.blas_workspace_hopper if is_hopper(gpu_name) else self.blas_workspace
+        return self.blas_streams * each
+
+
+HOPPER_NAMES = ("H100", "H200", "H800", "H20", "GH200")
+
+
+def is_hopper(gpu_name: str) -> bool:
+    """An NVIDIA Hopper GPU by its NVML name ("NVIDIA H200", "NVIDIA H100 80GB HBM3"); a
+    GPU typed by size has no name and is planned as an older one."""
+    words = gpu_name.upper().replace("-", " ").split()
+    return any(word in HOPPER_NAMES for word in words)
 
 
 DEFAULT_OVERHEADS = Overheads()

@@ -20,10 +20,11 @@ from specdeck.core.vram.gpus import GpuSpec
 from specdeck.core.vram.request import DEFAULT_AUTOSPLIT_RESERVE_MB, PlanRequest
 from specdeck.core.vram.weights import ModelWeights, ModuleKind, ModuleWeights
 
-OVERHEAD_PARTS = ("cuda_context", "scratch", "cache_staging", "rope_tables", "activations",
-                  "allocator_slack")
+OVERHEAD_PARTS = ("cuda_context", "blas_workspaces", "scratch", "cache_staging", "rope_tables",
+                  "activations", "allocator_slack")
 OVERHEAD_LABELS = {
-    "cuda_context": "CUDA context",
+    "cuda_context": "CUDA context, cuBLAS, kernels",
+    "blas_workspaces": "cuBLAS workspaces",
     "scratch": "scratch buffers",
     "cache_staging": "quantized-cache staging",
     "rope_tables": "RoPE tables",
@@ -86,7 +87,8 @@ def _module_costs(ledger: _Ledger, role: str, module: ModuleWeights, costs: Mode
         # reused: the GPU keeps the larger of the two.
         add["activations"] = max(0, costs.activations - ledger.parts.get("activations", 0))
         if not ledger.models:
-            add["cuda_context"] = overheads.cuda_context
+            add["cuda_context"] = overheads.process_bytes(ledger.spec.name)
+            add["blas_workspaces"] = overheads.workspace_bytes(ledger.spec.name)
     return add
 
 
@@ -317,7 +319,7 @@ def _exl3_cap(ledger: _Ledger, limit: int | None, reserve: int, overheads: Overh
     (util/memory.py:43 set_memory_fraction_reserve, :66 set_memory_fraction_use): what
     PyTorch already holds there (a draft loaded first) plus the free memory less the
     reserve, or plus ``min(use, free)`` for a split; clamped to [1 %, 100 %] of the GPU."""
-    touched = ledger.parts.get("cuda_context", 0) or overheads.cuda_context
+    touched = ledger.parts.get("cuda_context", 0) or overheads.process_bytes(ledger.spec.name)
     held = _torch_bytes(ledger, overheads.allocator_slack)
     free = ledger.spec.capacity_bytes - touched - held
     cap = held + (free - reserve if limit is None else min(limit, free))

@@ -86,6 +86,18 @@ def _linear_shapes(arch: Architecture) -> dict[ModuleKind, list[tuple[int, int]]
     }
 
 
+EXL2_INDEX_BYTES_PER_INPUT = 4
+"""What an EXL2 matrix holds on the GPU beyond its file: per input feature, q_perm as int16
+and q_invperm shrunk from int32 to int16, and two int16 of q_group_map per row (exllamav2
+0.3.2 module.py 120, ext.py 337-341, ext_qmatrix.cpp 341-360): 4 bytes per input feature."""
+
+
+def _index_bytes(arch: Architecture) -> dict[ModuleKind, int]:
+    """The GPU-only index tensors of one layer's quantized matrices, per module."""
+    return {kind: EXL2_INDEX_BYTES_PER_INPUT * sum(i for i, _ in shapes)
+            for kind, shapes in _linear_shapes(arch).items()}
+
+
 def weights_from_bpw(arch: Architecture, bpw: float, head_bits: int = DEFAULT_HEAD_BITS,
                      name: str = "model") -> ModelWeights:
     """Estimate EXL2 module sizes from the architecture: layers at ``bpw``, head at
@@ -102,15 +114,19 @@ def weights_from_bpw(arch: Architecture, bpw: float, head_bits: int = DEFAULT_HE
     h = arch.hidden_size
     norm = 2 * h
     shapes = _linear_shapes(arch)
-    attention = round(sum(i * o for i, o in shapes[ModuleKind.ATTENTION]) * bpw / 8) + norm
+    index = _index_bytes(arch)
+    attention = (round(sum(i * o for i, o in shapes[ModuleKind.ATTENTION]) * bpw / 8) + norm
+                 + index[ModuleKind.ATTENTION])
     router = 2 * h * arch.num_experts if arch.num_experts > 1 else 0
-    mlp = round(sum(i * o for i, o in shapes[ModuleKind.MLP]) * bpw / 8) + norm + router
+    mlp = (round(sum(i * o for i, o in shapes[ModuleKind.MLP]) * bpw / 8) + norm + router
+           + index[ModuleKind.MLP])
     modules: list[ModuleWeights] = []
     for layer in range(arch.num_layers):
         modules.append(ModuleWeights(ModuleKind.ATTENTION, layer, attention))
         modules.append(ModuleWeights(ModuleKind.MLP, layer, mlp))
     modules.append(ModuleWeights(ModuleKind.NORM, None, norm))
-    modules.append(ModuleWeights(ModuleKind.HEAD, None, round(arch.vocab_size * h * head_bits / 8)))
+    head = round(arch.vocab_size * h * head_bits / 8) + EXL2_INDEX_BYTES_PER_INPUT * h
+    modules.append(ModuleWeights(ModuleKind.HEAD, None, head))
     return ModelWeights(name, arch, tuple(modules), 2 * arch.vocab_size * h, "bpw", bpw, head_bits)
 
 
@@ -139,14 +155,20 @@ def weights_from_files(info: ModelInfo) -> ModelWeights:
         raise InvalidInputError(f"{info.path} has no *.safetensors files to measure.")
     arch = info.arch
     attention = _attention_bytes(info.path, arch.num_layers)
+    # Quantized matrices get their index tensors on the GPU; FP16 ones have none.
+    index = _index_bytes(arch) if info.quant.bits else dict.fromkeys(ModuleKind, 0)
     modules: list[ModuleWeights] = []
     for layer, total in enumerate(sizes.layers):
-        modules.append(ModuleWeights(ModuleKind.ATTENTION, layer, attention[layer]))
-        modules.append(ModuleWeights(ModuleKind.MLP, layer, total - attention[layer]))
+        modules.append(ModuleWeights(ModuleKind.ATTENTION, layer,
+                                     attention[layer] + index[ModuleKind.ATTENTION]))
+        modules.append(ModuleWeights(ModuleKind.MLP, layer,
+                                     total - attention[layer] + index[ModuleKind.MLP]))
     modules.append(ModuleWeights(ModuleKind.NORM, None, sizes.other))
     # A tied model without its own head tensors uses the FP16 embedding as the head, on
     # the GPU (ExLlamaV2 loads it under the head's alternative key).
     head = sizes.head or (sizes.embedding if arch.tie_word_embeddings else 0)
+    if sizes.head and info.quant.head_bits:
+        head += EXL2_INDEX_BYTES_PER_INPUT * arch.hidden_size
     modules.append(ModuleWeights(ModuleKind.HEAD, None, head))
     return ModelWeights(info.name, arch, tuple(modules), sizes.embedding, "files",
                         info.quant.bits, info.quant.head_bits)

@@ -83,11 +83,13 @@ def test_weights_from_bpw_match_hand_computation_for_llama2_7b():
     mlp = [m for m in w.modules if m.kind is vram.ModuleKind.MLP]
     head = w.modules[-1]
     # q,k,v,o: 4 x 4096 x 4096 at 4 bits = 33,554,432 bytes, plus the FP16 norm (8192).
-    assert {m.nbytes for m in attention} == {33_554_432 + 8192}
+    # + EXL2's index tensors on the GPU: 4 bytes per input feature of q, k, v and o.
+    assert {m.nbytes for m in attention} == {33_554_432 + 8192 + 4 * 4 * 4096}
     # gate, up, down: 3 x 4096 x 11008 at 4 bits = 67,633,152 bytes, plus the norm.
-    assert {m.nbytes for m in mlp} == {67_633_152 + 8192}
+    # + the index tensors: gate and up take 4096 inputs, down 11008.
+    assert {m.nbytes for m in mlp} == {67_633_152 + 8192 + 4 * (2 * 4096 + 11008)}
     assert len(attention) == len(mlp) == 32
-    assert head.kind is vram.ModuleKind.HEAD and head.nbytes == 32000 * 4096 * 6 // 8
+    assert head.kind is vram.ModuleKind.HEAD and head.nbytes == 32000 * 4096 * 6 // 8 + 4 * 4096
     assert w.embedding_bytes == 32000 * 4096 * 2  # FP16, in system RAM
     assert w.source == "bpw" and w.head_bits == 6
 
@@ -144,12 +146,18 @@ def test_weights_from_exl2_files_are_exact_per_module(tmp_path):
     assert w.source == "files" and w.bpw == 4.0
     got_attention = [m.nbytes for m in w.modules if m.kind is vram.ModuleKind.ATTENTION]
     got_mlp = [m.nbytes for m in w.modules if m.kind is vram.ModuleKind.MLP]
-    assert got_attention == attention == [4096 + 1024 + 1024 + 4096 + 96 + 256] * 2
-    assert got_mlp == [3 * 8192 + 256] * 2
-    assert w.modules[-1].nbytes == 150_000  # the quantized head
+    # The files' bytes, and on the GPU EXL2's index tensors: 4 bytes per input feature of
+    # every quantized matrix (q_perm, q_invperm, q_group_map).
+    h, q_width, inter = w.arch.hidden_size, w.arch.num_heads * w.arch.head_dim, w.arch.intermediate_size
+    index_attention, index_mlp = 4 * (3 * h + q_width), 4 * (2 * h + inter)
+    assert attention == [4096 + 1024 + 1024 + 4096 + 96 + 256] * 2
+    assert got_attention == [a + index_attention for a in attention]
+    assert got_mlp == [3 * 8192 + 256 + index_mlp] * 2
+    assert w.modules[-1].nbytes == 150_000 + 4 * h  # the quantized head
     assert w.modules[-2].nbytes == 256 * 2  # model.norm, FP16
     assert w.embedding_bytes == 1000 * 256 * 2  # stays in system RAM
-    assert w.gpu_bytes == sum(t.nbytes for n, t in tensors.items() if "embed_tokens" not in n)
+    in_files = sum(t.nbytes for n, t in tensors.items() if "embed_tokens" not in n)
+    assert w.gpu_bytes == in_files + 2 * (index_attention + index_mlp) + 4 * h
 
 
 # placement -------------------------------------------------------------------------------------
@@ -175,7 +183,7 @@ def test_single_gpu_holds_everything_and_the_cache_follows_the_layers():
     assert gpu.target_weights == target.gpu_bytes
     assert gpu.target_cache == GiB  # 8192 tokens x 32 layers x 4 x 1024 bytes
     assert gpu.target_layers == (0, 31)
-    assert gpu.overhead["cuda_context"] == vram.DEFAULT_OVERHEADS.cuda_context
+    assert gpu.overhead["cuda_context"] == vram.DEFAULT_OVERHEADS.process_bytes(gpu.name)
     assert gpu.used_bytes + gpu.free_bytes == gpu.capacity_bytes
     assert plan.system_ram_bytes == 128256 * 4096 * 2
 
@@ -451,7 +459,10 @@ def test_single_gpu_overheads_match_the_documented_formulas():
     assert gpu.overhead["rope_tables"] == 4 * 128 * 8192
     assert gpu.overhead["activations"] == 2048 * 2 * (2 * 4096 + 2 * 4096 + 2 * 1024) + 16 * 128256 * 8
     assert gpu.overhead["cache_staging"] == 0  # FP16 needs no staging
-    assert gpu.overhead["cuda_context"] == 400 * MiB
+    # outside PyTorch: the context (400 MiB before Hopper), cuBLAS's handle, kernel images
+    assert gpu.overhead["cuda_context"] == 400 * MiB + 69_206_016 + 92_274_688
+    # inside it: a cuBLAS workspace per stream, two streams (8,519,680 B each before Hopper)
+    assert gpu.overhead["blas_workspaces"] == 2 * 8_519_680
     assert gpu.overhead["allocator_slack"] == int((gpu.target_weights + GiB) * 0.02)
     assert gpu.used_bytes == gpu.target_weights + GiB + sum(gpu.overhead.values())
 
@@ -478,3 +489,22 @@ def test_buffers_are_sized_for_the_chunk_tabbyapi_passes_on(llama70b, draft1b):
     full = model_costs(llama70b.arch, "FP16", 1024, 2048, DEFAULT_OVERHEADS)
     tabby = model_costs(llama70b.arch, "FP16", 1024, 1024, DEFAULT_OVERHEADS)
     assert tabby.activations < full.activations  # the clamp matters to the plan
+
+
+def test_a_hopper_gpu_gets_the_overheads_measured_on_an_h200():
+    from specdeck.core.vram.costs import DEFAULT_OVERHEADS as o
+    from specdeck.core.vram.costs import is_hopper
+
+    assert is_hopper("NVIDIA H200") and is_hopper("NVIDIA H100 80GB HBM3") and is_hopper("NVIDIA GH200 480GB")
+    assert not any(is_hopper(n) for n in ("NVIDIA GeForce RTX 4090", "32 GB GPU", "NVIDIA A100-SXM4-80GB"))
+    # The probe split the process's memory outside PyTorch into context, cuBLAS and kernels
+    # (docs/benchmarks/gpu-probe-2026-11-26.md); the kit's memory step, another machine the
+    # same day, measured it whole: 811,139,072 bytes (NVML used after load less PyTorch's
+    # reserved, docs/benchmarks/gpu-2026-11-26-2.json). The parts add up to it within 0.5%.
+    assert o.process_bytes("NVIDIA H200") == pytest.approx(811_139_072, rel=0.005)
+    assert o.workspace_bytes("NVIDIA H200") == 67_108_864  # what stayed allocated with no model
+    target = vram.model_weights(MODELS / "Llama-3.1-8B", bpw=5.0)
+    h200 = vram.GpuSpec(0, "NVIDIA H200", 150_754_820_096, 644_939_776)
+    plan = vram.plan(vram.PlanRequest(target=target, gpus=(h200,), context=2048))
+    assert plan.gpus[0].overhead["cuda_context"] == o.process_bytes("NVIDIA H200")
+    assert plan.gpus[0].overhead["blas_workspaces"] == 67_108_864

@@ -248,7 +248,8 @@ def test_plan_vs_measured_rows(real_plan):
 
     gpu = real_plan["gpus"][0]
     used, context = gpu["used_bytes"], gpu["overhead"]["cuda_context"]
-    at_load = (gpu["target_weights"] + gpu["target_cache"] + gpu["overhead"]["scratch"]
+    at_load = (gpu["target_weights"] + gpu["target_cache"] + gpu["overhead"]["blas_workspaces"]
+               + gpu["overhead"]["scratch"]
                + gpu["overhead"]["cache_staging"] + gpu["overhead"]["rope_tables"])
     measured = MeasuredMemory(
         nvml_used_before=600 * 2**20, nvml_used_loaded=600 * 2**20 + used - 10 * 2**20,
