@@ -63,6 +63,8 @@ class Candidate:
     k_flag: str | None = None
     """What sets k for it, as the binary's --help says (find_candidates); by default as
     SpecDeck's fallback list says."""
+    k_values: tuple[str, ...] = K_VALUES
+    """The k values searched: those of K_VALUES with which this type can draft at all."""
 
     def __post_init__(self) -> None:
         if self.k_flag is None:
@@ -113,7 +115,11 @@ def find_candidates(setup: Setup, spec_types: Sequence[str], drafts: Iterable[Pa
         if kind == "none":
             continue
         if not method.needs:
-            found.append(Candidate(kind, **k))
+            values, note = drafting_k_values(kind, setup.common)
+            if not values:
+                skipped.append(NotTried(kind, note))
+                continue
+            found.append(Candidate(kind, k_values=values, notes=(note,) if note else (), **k))
         elif kind == "draft-mtp" and setup.facts.mtp_layers:
             found.append(Candidate(kind, notes=(f"{setup.facts.mtp_layers} MTP layer(s) in "
                                                 f"{setup.facts.name}",), **k))
@@ -128,6 +134,36 @@ def find_candidates(setup: Setup, spec_types: Sequence[str], drafts: Iterable[Pa
             skipped.append(NotTried(kind, f"needs {method.needs}; SpecDeck finds none for "
                                           f"{setup.facts.name}"))
     return Candidates(tuple(found), tuple(skipped))
+
+
+NGRAM_SIMPLE_SIZE_N = ("--spec-ngram-simple-size-n", 12)
+"""The lookup n-gram's flag and default (llama.cpp 11434 common/common.h 365)."""
+
+
+def drafting_k_values(kind: str, flags: Sequence[str]) -> tuple[tuple[str, ...], str]:
+    """The k values of K_VALUES with which ``kind`` can draft, and why any were left out.
+
+    ngram-simple's k is its m-gram size (--spec-ngram-simple-size-m), and it drafts only when
+    it can copy at least its lookup n-gram's size (--spec-ngram-simple-size-n, 12 unless the
+    user's flags say otherwise) of tokens: ``copy_max < n_draft_min`` returns no draft
+    (common/ngram-map.cpp, common_ngram_simple_draft, lines 96-101). With k below that size
+    the setting is no drafting under another name; the tune_search benchmark of 2026-11-26
+    measured ngram-simple k=4 and k=8 drafting nothing on any prompt."""
+    if kind != "ngram-simple":
+        return K_VALUES, ""
+    from specdeck.core.servers.llama_server import flag_value
+
+    flag, default = NGRAM_SIMPLE_SIZE_N
+    try:
+        size_n = int(flag_value(tuple(flags), flag) or default)
+    except ValueError:
+        size_n = default
+    values = tuple(k for k in K_VALUES if int(k) >= size_n)
+    left = [k for k in K_VALUES if k not in values]
+    if not left:
+        return values, ""
+    return values, (f"k={', '.join(left)} not searched: ngram-simple drafts only when it can "
+                    f"copy at least {flag} ({size_n}) tokens, so a smaller k never drafts")
 
 
 NOT_SMALLER = "not smaller than the target"

@@ -11,7 +11,10 @@ acceptance that fits the kind of drafter:
   acceptance 0.45-0.80, a draft forward costing its share of the target's weights (decoding is
   memory-bound: a forward reads every weight once);
 - an n-gram type: acceptance 0.10-0.60 (it depends on how much the output repeats the
-  prompt), drafts cost nothing;
+  prompt), drafts cost nothing. llama.cpp's ngram-* types draft only where the lookup finds
+  a match (on 0-10% of steps, ``MATCH_RATE``): a step without one is a plain decode step, so
+  their speed-up cannot fall far below 1 however dear verifying is. ExLlamaV2's n-gram
+  drafter (TabbyAPI's ``ngram``) drafts k tokens on every step, match or not;
 - MTP layers: acceptance 0.55-0.85, a draft costing one layer of the target.
 
 Verifying k + 1 tokens costs one target forward on a GPU, and more on a CPU, where a forward
@@ -28,14 +31,22 @@ from pathlib import Path
 
 from specdeck.core import appdirs
 from specdeck.core.bench.stats import iid_cumulative, theoretical_speedup
-from specdeck.core.tune.candidates import K_VALUES, Candidate
+from specdeck.core.tune.candidates import Candidate
 from specdeck.core.tune.setup import Setup
 
 ACCEPTANCE = {"draft": (0.45, 0.80), "ngram": (0.10, 0.60), "mtp": (0.55, 0.85)}
-VERIFY_COST_PER_TOKEN = {"gpu": 0.02, "cpu": 0.25}
+VERIFY_COST_PER_TOKEN = {"gpu": 0.02, "cpu": 0.6}
 """Extra target-forward cost per verified token beyond the first: a GPU verifies a few rows
-for the price of one; a 2-core CPU pays about a quarter of a forward more per row
-(docs/benchmarks/engine_choices.md measured 1.58x for 5 rows against 1)."""
+for the price of one; llama-server on this project's 2-core CPU pays about 0.6 of a forward
+more per row (0.5-0.7), fitted to the 462 n-gram runs of the tune_search benchmark of
+2026-11-26 (its llama-server logs: eval time against rows per step, where drafting costs
+nothing) on SmolLM2-135M Q4. Measured for one small model only. (The tuner runs llama-server
+on a CPU; the PyTorch engine's own figure, docs/benchmarks/engine_choices.md, is lower.)"""
+MATCH_RATE = (0.0, 0.1)
+"""Share of decode steps on which a drafter that drafts only on a match finds one. In the
+tune_search benchmark (2026-11-26, llama-server, 32-token answers to the shipped suites) the
+ngram-* types drafted on 0-10.6% of steps, most on none (their llama-server logs); every one
+measured 0.98-1.07x, where drafting on every step predicted 0.77x."""
 HISTORY_FILE = "tune-history.jsonl"
 HISTORY_WIDEN = 0.10
 
@@ -75,18 +86,36 @@ def _cost_ratio(candidate: Candidate, setup: Setup) -> float:
     return candidate.draft_bytes / max(setup.facts.weight_bytes, 1)
 
 
+def drafts_on_match_only(candidate: Candidate) -> bool:
+    """llama.cpp's lookup types (ngram-simple, -map-k, -map-k4v, -mod, -cache) draft nothing
+    on a step whose context has no match; TabbyAPI's ``ngram`` (ExLlamaV2) always drafts k."""
+    return _kind(candidate) == "ngram" and candidate.spec_type.startswith("ngram-")
+
+
 def theory(candidate: Candidate, setup: Setup, device: str) -> Prediction:
     low_a, high_a = ACCEPTANCE[_kind(candidate)]
     cost = _cost_ratio(candidate, setup)
     per_token = VERIFY_COST_PER_TOKEN[device]
+    low_m, high_m = MATCH_RATE if drafts_on_match_only(candidate) else (1.0, 1.0)
 
-    def best(alpha: float) -> float:
-        return max(theoretical_speedup(iid_cumulative(alpha, int(k)), int(k), cost,
-                                       lambda k: 1.0 + per_token * k) for k in K_VALUES)
+    def best(alpha: float, match: float) -> float:
+        def at(k: int) -> float:
+            drafted = theoretical_speedup(iid_cumulative(alpha, k), k, cost,
+                                          lambda k: 1.0 + per_token * k)
+            # per step: a drafted one yields drafted x its cost in tokens; a plain one, 1 for 1
+            step_cost = k * cost + 1.0 + per_token * k
+            return ((1 - match) + match * drafted * step_cost) / ((1 - match) + match * step_cost)
+        return max(at(int(k)) for k in candidate.k_values)
 
-    return Prediction(best((low_a + high_a) / 2), best(low_a), best(high_a),
+    middle = best((low_a + high_a) / 2, (low_m + high_m) / 2)
+    # every corner of acceptance x match rate: no match at all (1.0) can be the high end
+    # where verifying is dear, or the low end where it is cheap
+    corners = [best(a, m) for a in (low_a, high_a) for m in (low_m, high_m)]
+    low, high = min(corners), max(corners)
+    matched = "" if low_m == high_m == 1.0 else f", drafting on {low_m:.0%}-{high_m:.0%} of steps"
+    return Prediction(middle, min(low, middle), max(high, middle),
                       f"theory (acceptance {low_a:.2f}-{high_a:.2f}, draft cost ratio "
-                      f"{cost:.3f}, {device})")
+                      f"{cost:.3f}{matched}, {device})")
 
 
 def history_path() -> Path:

@@ -56,7 +56,6 @@ from specdeck.core.servers.llama_server import (
 )
 from specdeck.core.tune import hub
 from specdeck.core.tune.candidates import (
-    K_VALUES,
     Candidate,
     Candidates,
     NotTried,
@@ -507,7 +506,7 @@ def _cell_prefix(candidate: Candidate) -> str:
 def candidate_cells(setup: Setup, candidate: Candidate) -> list[Cell]:
     """One grid cell per searched k of ``candidate`` (one cell when its type has no k flag)."""
     flags = setup.common + candidate.flags
-    values = K_VALUES if candidate.k_flag else (None,)
+    values = candidate.k_values if candidate.k_flag else (None,)
     cells = []
     for value in values:
         args = flags if value is None else with_flag(flags, candidate.k_flag, value)

@@ -122,6 +122,34 @@ def test_each_candidate_searches_its_own_k_flag(tmp_path):
     assert len(candidate_cells(setup, Candidate("ngram-cache"))) == 1  # no k flag known
 
 
+def test_ngram_simple_is_searched_only_at_a_k_that_can_draft(tmp_path):
+    """Its k is the m-gram size, and it drafts only when it can copy its lookup n-gram's size
+    (12 by default) of tokens: k=4 and k=8 are no drafting under another name."""
+    from specdeck.core.tune.candidates import drafting_k_values, find_candidates
+
+    setup = from_swap(swap_config(tmp_path, ""), "smol")
+    found = find_candidates(setup, ("ngram-simple", "ngram-mod"))
+    simple, mod = found.found
+    assert simple.k_values == ("16",) and mod.k_values == K_VALUES
+    assert "k=4, 8 not searched" in simple.notes[0] and "(12)" in simple.notes[0]
+    assert [c.label for c in candidate_cells(setup, simple)] == ["ngram-simple k=16"]
+    # The user's own lookup size counts: with 4, every k can draft.
+    assert drafting_k_values("ngram-simple", ("--spec-ngram-simple-size-n", "4")) == (K_VALUES, "")
+    values, why = drafting_k_values("ngram-simple", ("--spec-ngram-simple-size-n", "32"))
+    assert values == () and "never drafts" in why
+
+
+def test_a_lookup_drafter_that_drafts_only_on_a_match_is_predicted_near_one(tmp_path):
+    """llama.cpp's ngram-* types draft on the few steps with a match; TabbyAPI's n-gram drafts
+    k on every step, so on a CPU, where verifying rows is dear, it is predicted slower."""
+    setup = from_swap(swap_config(tmp_path, ""), "smol")
+    lookup = tune_predict.theory(Candidate("ngram-mod"), setup, "cpu")
+    assert lookup.low < 1.0 <= lookup.high and lookup.speedup > 0.85
+    assert "drafting on 0%-10% of steps" in lookup.source
+    every_step = tune_predict.theory(Candidate("ngram", k_flag="k"), setup, "cpu")
+    assert every_step.high < lookup.speedup and "drafting on" not in every_step.source
+
+
 def _row(name: str, score: float, args=("--spec-type", "ngram-simple"), diverged=0,
          dropped=None) -> GridRow:
     ratio = summarize_ratios([score] * 4)
