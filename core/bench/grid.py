@@ -40,7 +40,7 @@ import math
 import statistics
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -298,7 +298,8 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
         fitted = None
         if deadline is not None and ranked:
             fitted = fit_rounds(left, ranked, costs, deadline - time.monotonic(),
-                                _interleaved(prompts), len(choose_prompts(plan)))
+                                _interleaved(prompts), len(choose_prompts(plan)),
+                                lambda n: _keeps_all(engine, n + 1))
             if fitted is not None:
                 if (fitted.keep, len(fitted.rounds)) != (len(ranked), len(left)) \
                         or fitted.rounds[-1] != left[-1]:
@@ -561,12 +562,25 @@ class RoundCosts:
 
     def plan_s(self, name: str, plan: BenchPlan) -> float:
         """The projected seconds of ``plan`` (the reference and this setting) for ``name``."""
+        return self.fixed_s(name) + 2 * self.runs_s(name, plan)  # the reference and the setting
+
+    def fixed_s(self, name: str) -> float:
+        """Seconds before a plan of ``name``'s first run (its server's start, tokenizing)."""
+        return statistics.fmean(self.fixed.get(name) or [0.0])
+
+    def runs_s(self, name: str, plan: BenchPlan) -> float:
+        """Seconds of one arm's warm-ups and measured runs in ``plan``, at ``name``'s pace."""
         measured = self.measured.get(name) or [0.0]
         per_run = statistics.fmean(measured)
         per_warmup = statistics.fmean(self.warmups.get(name) or measured)
-        fixed = statistics.fmean(self.fixed.get(name) or [0.0])
-        runs_per_arm = plan.warmup * per_warmup + len(choose_prompts(plan)) * plan.repeats * per_run
-        return fixed + 2 * runs_per_arm  # the reference and the setting (cell_plan)
+        return plan.warmup * per_warmup + len(choose_prompts(plan)) * plan.repeats * per_run
+
+    def shared_s(self, names: Sequence[str], plan: BenchPlan) -> float:
+        """The projected seconds of ``plan`` run once for all of ``names`` beside one
+        reference (:func:`_measure_together`): the dearest start, every setting's runs and
+        the reference's once (at the settings' mean pace)."""
+        runs = [self.runs_s(name, plan) for name in names]
+        return max(self.fixed_s(name) for name in names) + sum(runs) + statistics.fmean(runs)
 
 
 @dataclass(frozen=True)
@@ -576,18 +590,23 @@ class Fitted:
     """How many of the ranked settings go on."""
 
 
-def projected_s(rounds: Sequence[BenchPlan], ranked: Sequence[str], costs: RoundCosts) -> float:
+def projected_s(rounds: Sequence[BenchPlan], ranked: Sequence[str], costs: RoundCosts,
+                together: Callable[[int], bool] = lambda n: False) -> float:
     """Seconds the ``rounds`` take for the ``ranked`` settings (best first), the best half
-    going on after each round (as :func:`survivors` keeps at least)."""
+    going on after each round (as :func:`survivors` keeps at least). ``together(n)``: whether
+    a round of n settings runs them in one plan beside one reference (their servers fit)."""
     total, n = 0.0, len(ranked)
     for plan in rounds:
-        total += sum(costs.plan_s(name, plan) for name in ranked[:n])
+        names = ranked[:n]
+        total += costs.shared_s(names, plan) if n > 1 and together(n) \
+            else sum(costs.plan_s(name, plan) for name in names)
         n = max(1, math.ceil(n / 2))
     return total
 
 
 def fit_rounds(left: Sequence[BenchPlan], ranked: Sequence[str], costs: RoundCosts,
-               seconds: float, interleaved: Sequence[str], ran: int = 0) -> Fitted | None:
+               seconds: float, interleaved: Sequence[str], ran: int = 0,
+               together: Callable[[int], bool] = lambda n: False) -> Fitted | None:
     """The rounds left and how many of the ``ranked`` settings to keep so that they end
     within ``seconds``: every setting kept and every round, else fewer settings (the best;
     one setting goes straight to the last round), else the best alone on the last round's
@@ -597,7 +616,7 @@ def fit_rounds(left: Sequence[BenchPlan], ranked: Sequence[str], costs: RoundCos
         return None
     for keep in range(len(ranked), 0, -1):
         rounds = tuple(left) if keep > 1 else (left[-1],)
-        if projected_s(rounds, ranked[:keep], costs) * COST_MARGIN <= seconds:
+        if projected_s(rounds, ranked[:keep], costs, together) * COST_MARGIN <= seconds:
             return Fitted(rounds, keep)
     final = left[-1]
     ids = [pid for pid in interleaved if pid in {p.id for p in choose_prompts(final)}]

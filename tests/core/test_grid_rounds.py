@@ -109,6 +109,28 @@ def test_rounds_that_fit_are_kept_as_planned():
     assert fitted == Fitted(tuple(left), 4)
 
 
+def test_a_round_run_side_by_side_is_priced_with_one_reference():
+    """Where the engine keeps every server of a round up, its settings share one plan and one
+    reference's runs: 4 settings cost 5 arms' runs and one start, not 8 arms' and 4 starts;
+    so a budget that fits that keeps every setting."""
+    base = _plan(("grounded", "code"), repeats=1)
+    prompts = choose_prompts(base)
+    left = _rounds(base, prompts, n_cells=8)[1:]
+    ranked = ["a", "b", "c", "d"]
+    costs = _costs(dict.fromkeys(ranked, 1.0), fixed=2.0)
+    plan = left[0]
+    one_arm = costs.runs_s("a", plan)
+    assert costs.shared_s(ranked, plan) == pytest.approx(2.0 + 5 * one_arm)
+    assert sum(costs.plan_s(n, plan) for n in ranked) == pytest.approx(4 * 2.0 + 8 * one_arm)
+    apart = projected_s(left, ranked, costs)
+    side_by_side = projected_s(left, ranked, costs, together=lambda n: True)
+    assert side_by_side < 0.75 * apart
+    budget = side_by_side * COST_MARGIN + 0.01
+    assert fit_rounds(left, ranked, costs, budget, _interleaved(prompts),
+                      together=lambda n: True) == Fitted(tuple(left), 4)
+    assert fit_rounds(left, ranked, costs, budget, _interleaved(prompts)).keep < 4
+
+
 def test_a_short_budget_keeps_the_best_then_shortens_the_last_round():
     base = _plan(("grounded", "code"), repeats=1)
     prompts = choose_prompts(base)
