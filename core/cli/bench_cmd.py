@@ -339,7 +339,7 @@ def _engine_for(args, plan):
 
 
 def _servers_that_fit(plan) -> int | None:
-    from specdeck.core.servers.llama_server import servers_that_fit
+    from specdeck.core.servers.llama_server import SERVER_OVERHEAD, launch_bytes, servers_that_fit
 
     sizes = []
     for arm in plan.arms:
@@ -347,17 +347,15 @@ def _servers_that_fit(plan) -> int | None:
         if arm.server is not None and arm.server.tabby_launch is not None:
             from specdeck.core.servers.tabby_launch import memory_needed
 
-            sizes.append(memory_needed(arm.server.tabby_launch))
+            sizes.append(memory_needed(arm.server.tabby_launch) + SERVER_OVERHEAD)
         if launch is not None:
             from specdeck.core.llama_flags import DRAFT_MODEL
             from specdeck.core.servers.llama_server import flag_value
 
             draft = flag_value(tuple(launch.args), *DRAFT_MODEL)
-            try:  # a draft model loads beside the target in the same server
-                sizes.append(Path(launch.model).stat().st_size
-                             + (Path(draft).stat().st_size if draft else 0))
-            except OSError:
+            if not all(Path(f).is_file() for f in (launch.model, draft) if f):
                 return None  # the launch reports the missing file
+            sizes.append(launch_bytes(launch))  # a -md draft loads beside the target
     return servers_that_fit(max(sizes)) if sizes else None
 
 

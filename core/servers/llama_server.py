@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from specdeck.core import llama_flags
-from specdeck.core.errors import InvalidInputError, NotFoundError
+from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.servers.process import ManagedProcess
 
 HEALTH_TIMEOUT_S = 300.0
@@ -212,16 +212,45 @@ class LaunchProfile:
 
 
 SERVER_OVERHEAD = 512 * 1024**2
-"""Beyond its weights, what one llama-server holds: KV cache, compute buffers (a rough
-allowance; the GGUF VRAM plan, core.vram.gguf, sizes them for one server)."""
+"""Beyond its weights, what one llama-server holds when its GGUF files cannot be read for a
+better figure (:func:`launch_bytes`): KV cache and compute buffers, a rough allowance."""
 
 
-def servers_that_fit(model_bytes: int) -> int:
-    """How many llama-servers of a model this size to keep up at once while switching arms:
-    as many as fit in nine tenths of the free memory they would use (the GPUs' when NVML sees
-    any, else the machine's), at least 1 (then every switch restarts: slower, never out of
-    memory)."""
-    return max(1, int(0.9 * free_memory() // (model_bytes + SERVER_OVERHEAD)))
+def launch_bytes(launch: LaunchProfile) -> int:
+    """What one llama-server of ``launch`` holds: by the GGUF plan (core.vram.gguf) its target's
+    and its -md draft's weights and KV cache at the launch's context and cache types, the
+    compute buffers' allowance, and where NVML sees GPUs the process's CUDA context and
+    cuBLAS state (core.vram.costs). Files that cannot be read: their sizes and
+    ``SERVER_OVERHEAD``."""
+    from specdeck.core.gpu import read_once
+    from specdeck.core.llama_flags import DRAFT_MODEL
+    from specdeck.core.vram.costs import DEFAULT_OVERHEADS, is_hopper
+    from specdeck.core.vram.gguf import DEFAULT_RESERVE_MB, LlamaFlags, plan_gguf, read_gguf_model
+
+    draft = flag_value(tuple(launch.args), *DRAFT_MODEL)
+    try:
+        models = [read_gguf_model(launch.model), read_gguf_model(draft) if draft else None]
+        plan = plan_gguf(models[0], models[1], LlamaFlags.from_args(launch.args), gpus=())
+        total = plan.host_bytes + DEFAULT_RESERVE_MB * 1024**2  # sizes, not where they go
+    except (SpecDeckError, OSError, ValueError):
+        try:
+            total = sum(Path(f).stat().st_size for f in (launch.model, draft) if f) + SERVER_OVERHEAD
+        except OSError:
+            return SERVER_OVERHEAD
+    frame = read_once()
+    if frame.has_gpus:
+        o = DEFAULT_OVERHEADS
+        hopper = any(is_hopper(g.name or "") for g in frame.gpus)
+        total += (o.cuda_context_hopper if hopper else o.cuda_context) + o.cublas_handle
+    return total
+
+
+def servers_that_fit(server_bytes: int) -> int:
+    """How many llama-servers of this size (:func:`launch_bytes`) to keep up at once while
+    switching arms: as many as fit in nine tenths of the free memory they would use (the
+    GPUs' when NVML sees any, else the machine's), at least 1 (then every switch restarts:
+    slower, never out of memory)."""
+    return max(1, int(0.9 * free_memory() // max(server_bytes, 1)))
 
 
 def free_memory() -> int:

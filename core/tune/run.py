@@ -535,10 +535,13 @@ def _llama_drafting(row: GridRow) -> tuple[str, ...]:
 
 def _llama_engine(setup: Setup, predicted: list):
     from specdeck.core.servers.engine import ServerEngine
-    from specdeck.core.servers.llama_server import servers_that_fit
+    from specdeck.core.servers.llama_server import launch_bytes, servers_that_fit
 
-    return ServerEngine(max_servers=servers_that_fit(
-        setup.facts.weight_bytes + max((c.draft_bytes for c, _ in predicted), default=0)))
+    launches = [LaunchProfile(setup.binary, str(setup.target), setup.common + c.flags)
+                for c, _ in predicted]
+    biggest = max((launch_bytes(launch) for launch in launches),
+                  default=launch_bytes(LaunchProfile(setup.binary, str(setup.target), setup.common)))
+    return ServerEngine(max_servers=servers_that_fit(biggest))
 
 
 LLAMA_SERVER = TunedServer(reference_arm=reference_arm, current_arm=_current_arm,

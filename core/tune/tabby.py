@@ -414,12 +414,13 @@ def _drafting(row) -> tuple[str, ...]:
 
 def _engine(setup: TabbySetup, predicted: list):
     from specdeck.core.servers.engine import ServerEngine
-    from specdeck.core.servers.llama_server import servers_that_fit
+    from specdeck.core.servers.llama_server import SERVER_OVERHEAD, servers_that_fit
 
     if not setup.managed:
         return ServerEngine()
     biggest = max((c.draft_bytes for c, _ in predicted), default=0)
-    return ServerEngine(max_servers=servers_that_fit(setup.facts.weight_bytes + biggest))
+    return ServerEngine(max_servers=servers_that_fit(
+        setup.facts.weight_bytes + biggest + SERVER_OVERHEAD))
 
 
 def tuned_server():

@@ -13,6 +13,8 @@ import subprocess
 import sys
 
 import pytest
+
+TUNE_DATA = __import__('pathlib').Path(__file__).resolve().parents[1] / 'data' / 'tune'
 from server_standins import (
     LmStudioHandler,
     OllamaHandler,
@@ -307,6 +309,7 @@ def test_the_servers_kept_up_are_sized_with_their_draft_models(tmp_path, monkeyp
     target.write_bytes(b"\0" * 3000)
     draft.write_bytes(b"\0" * 1000)
     monkeypatch.setattr(llama_server, "servers_that_fit", lambda size: size)
+    # (files that are not GGUF: their sizes and the flat allowance)
 
     def arm(name, *args):
         return Arm(name, server=ServerArm(launch=llama_server.LaunchProfile(
@@ -314,7 +317,30 @@ def test_the_servers_kept_up_are_sized_with_their_draft_models(tmp_path, monkeyp
 
     plan = BenchPlan(engine="server", model=str(target), arms=(
         arm("A"), arm("B", "-md", str(draft), "--spec-type", "draft-simple")))
-    assert _servers_that_fit(plan) == 4000
+    assert _servers_that_fit(plan) == 4000 + llama_server.SERVER_OVERHEAD
     plan = BenchPlan(engine="server", model=str(target), arms=(arm("A"), arm("B", "-md",
                                                                               str(draft) + "x")))
     assert _servers_that_fit(plan) is None  # a missing file: the launch says so
+
+
+def test_a_servers_size_comes_from_its_gguf_plan():
+    """Weights and KV cache at the launch's context and cache types, a draft beside it, the
+    compute buffers' allowance (read from the GGUF headers; no GPU here, so no CUDA context)."""
+    from specdeck.core.servers.llama_server import SERVER_OVERHEAD, LaunchProfile, launch_bytes
+    from specdeck.core.vram.gguf import DEFAULT_RESERVE_MB, read_gguf_model
+
+    gguf = str(TUNE_DATA / "SmolLM2-135M-Instruct-header.gguf")
+    model = read_gguf_model(gguf)
+
+    def size(*args):
+        return launch_bytes(LaunchProfile("llama-server", gguf, args))
+
+    short, long = size("-c", "512"), size("-c", "4096")
+    assert short > model.weight_bytes + DEFAULT_RESERVE_MB * 2**20
+    per_token = (long - short) / (4096 - 512)
+    # K and V in f16, every layer
+    assert per_token == model.n_layer * model.head_count_kv * (model.key_length + model.value_length) * 2
+    assert size("-c", "4096", "-ctk", "q8_0", "-ctv", "q8_0") < long  # a quantized cache
+    with_draft = size("-c", "4096", "-md", gguf)
+    assert with_draft - long == model.weight_bytes + 4096 * per_token
+    assert launch_bytes(LaunchProfile("llama-server", "/nonexistent.gguf", ())) == SERVER_OVERHEAD
