@@ -22,6 +22,7 @@ shorter draft, no draft model) is preferred, so one lucky run does not decide.
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -70,6 +71,8 @@ DEFAULT_SUITES = ("grounded", "code", "structured")
 DEFAULT_BUDGET_S = 600.0
 VERIFY_SHARE = 0.3
 """Of the budget, what the search leaves for the verification."""
+VERIFY_MAX_REPEATS = 8
+"""The most repeats of the held-out prompts the verification runs when time is left."""
 REFERENCE, CURRENT, WINNER = "A", "C", "W"
 
 
@@ -299,7 +302,8 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
                      prompt_ids=tuning, max_new_tokens=options.max_new_tokens, repeats=1,
                      warmup=1, warmup_tokens=8, apply_chat_template=True, stop_on_eos=False)
     cells = [cell for c, _ in predicted for cell in server.cells(setup, c)]
-    deadline = time.monotonic() + options.budget_s * (1 - VERIFY_SHARE)
+    end = time.monotonic() + options.budget_s
+    deadline = end - options.budget_s * VERIFY_SHARE
     search = verification = None
     try:
         emit(Phase("search", f"{len(cells)} settings of {len(predicted)} candidates on "
@@ -327,8 +331,12 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
                              + ("your current setting and " if setup.drafting else "")
                              + f"no drafting, on {len(held_out)} held-out prompts"))
         t0 = time.monotonic()
-        verification = verify(setup, best, replace(base, prompt_ids=held_out,
-                                                   repeats=options.verify_repeats),
+        arms = 2 + (server.current_arm(setup, CURRENT) is not None)
+        repeats = verify_repeats(search, arms, len(held_out), end - t0, options.verify_repeats)
+        if repeats > options.verify_repeats:
+            notes.append(f"The verification ran the held-out prompts {repeats} times (the time "
+                         f"the search left; decided before its first run).")
+        verification = verify(setup, best, replace(base, prompt_ids=held_out, repeats=repeats),
                               engine, emit, cancel, server)
         phase_s["verify"] = time.monotonic() - t0
     finally:
@@ -339,6 +347,25 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
     emit(decision)
     return _result(setup, options, tried, found, search, verification, decision, phase_s,
                    cancel.is_set(), notes, downloads)
+
+
+def verify_repeats(search: GridResult, arms: int, prompts: int, seconds_left: float,
+                   least: int, most: int = VERIFY_MAX_REPEATS) -> int:
+    """How many times the verification runs its held-out prompts: as many as the time the
+    search left holds, at the pace of the search's measured runs (each from its start to the
+    next run's), at least ``least``. Fixed before the verification starts, so it never stops
+    on a lucky interval (stopping when the interval first clears 1.0 would make the 95% an
+    overstatement)."""
+    seconds = []
+    for run in search.runs:
+        starts = [r.started_at for r in run.records] + [run.finished_at]
+        seconds += [b - a for record, a, b in zip(run.records, starts, starts[1:])
+                    if not record.slot.warmup]
+    if not seconds or arms < 1 or prompts < 1:
+        return least
+    per_repeat = statistics.fmean(seconds) * arms * prompts
+    fits = int(0.8 * seconds_left // per_repeat) if per_repeat > 0 else most
+    return max(least, min(most, fits))
 
 
 def _why_no_best(search: GridResult) -> str:

@@ -596,3 +596,24 @@ def test_without_a_terminal_the_cli_downloads_nothing_and_says_how_to_allow_it(
     assert _ask_download(tuple(found), found[0].download_bytes, tmp_path) is False
     err = capsys.readouterr().err
     assert f"{GOOD_REPO}: {GOOD_FILE}" in err and "--yes" in err and "--download-budget 0" in err
+
+
+def test_the_verification_runs_as_many_repeats_as_the_search_left_time_for():
+    """Sized before it starts, from the search's own pace (warm-ups left out): more pairs
+    narrow the interval that decides whether anything is written."""
+    from types import SimpleNamespace
+
+    from specdeck.core.tune.run import VERIFY_MAX_REPEATS, verify_repeats
+
+    def record(start, warmup=False):
+        return SimpleNamespace(started_at=start, slot=SimpleNamespace(warmup=warmup))
+
+    # a warm-up of 30 s, then ten measured runs of 2 s each
+    run = SimpleNamespace(records=[record(0.0, warmup=True)] + [record(30.0 + 2 * i) for i in range(10)],
+                          finished_at=50.0)
+    search = SimpleNamespace(runs=[run])
+    # 3 arms x 6 prompts x 2 s = 36 s a repeat; 80% of 200 s holds 4
+    assert verify_repeats(search, 3, 6, 200.0, least=2) == 4
+    assert verify_repeats(search, 3, 6, 10.0, least=2) == 2  # never fewer than asked
+    assert verify_repeats(search, 3, 6, 1e6, least=2) == VERIFY_MAX_REPEATS
+    assert verify_repeats(SimpleNamespace(runs=[]), 3, 6, 1e6, least=2) == 2  # no pace known
