@@ -35,13 +35,15 @@ from specdeck.core.tune.candidates import Candidate
 from specdeck.core.tune.setup import Setup
 
 ACCEPTANCE = {"draft": (0.45, 0.80), "ngram": (0.10, 0.60), "mtp": (0.55, 0.85)}
-VERIFY_COST_PER_TOKEN = {"gpu": 0.02, "cpu": 0.6}
-"""Extra target-forward cost per verified token beyond the first: a GPU verifies a few rows
-for the price of one; llama-server on this project's 2-core CPU pays about 0.6 of a forward
-more per row (0.5-0.7), fitted to the 462 n-gram runs of the tune_search benchmark of
-2026-11-26 (its llama-server logs: eval time against rows per step, where drafting costs
-nothing) on SmolLM2-135M Q4. Measured for one small model only. (The tuner runs llama-server
-on a CPU; the PyTorch engine's own figure, docs/benchmarks/engine_choices.md, is lower.)"""
+VERIFY_COST_PER_TOKEN = {"gpu": (0.02, 0.02), "cpu": (0.06, 0.6)}
+"""Extra target-forward cost per verified token beyond the first, (cheapest, typical): a GPU
+verifies a few rows for the price of one. On a CPU it depends on the model: llama-server on
+this project's 2-core CPU pays about 0.6 of a forward more per row for a 135M model (0.5-0.7,
+fitted to the 462 n-gram runs of the tune_search benchmark of 2026-11-26 from its
+llama-server logs: eval time against rows per step, where drafting costs nothing), the
+prediction's middle; a larger model is more bound by memory, where extra rows cost less, and
+the PyTorch engine's linears measured 0.06 (docs/benchmarks/engine_choices.md), the top of
+the range."""
 MATCH_RATE = (0.0, 0.1)
 """Share of decode steps on which a drafter that drafts only on a match finds one. In the
 tune_search benchmark (2026-11-26, llama-server, 32-token answers to the shipped suites) the
@@ -95,10 +97,10 @@ def drafts_on_match_only(candidate: Candidate) -> bool:
 def theory(candidate: Candidate, setup: Setup, device: str) -> Prediction:
     low_a, high_a = ACCEPTANCE[_kind(candidate)]
     cost = _cost_ratio(candidate, setup)
-    per_token = VERIFY_COST_PER_TOKEN[device]
+    cheap, typical = VERIFY_COST_PER_TOKEN[device]
     low_m, high_m = MATCH_RATE if drafts_on_match_only(candidate) else (1.0, 1.0)
 
-    def best(alpha: float, match: float) -> float:
+    def best(alpha: float, match: float, per_token: float = typical) -> float:
         def at(k: int) -> float:
             drafted = theoretical_speedup(iid_cumulative(alpha, k), k, cost,
                                           lambda k: 1.0 + per_token * k)
@@ -108,9 +110,10 @@ def theory(candidate: Candidate, setup: Setup, device: str) -> Prediction:
         return max(at(int(k)) for k in candidate.k_values)
 
     middle = best((low_a + high_a) / 2, (low_m + high_m) / 2)
-    # every corner of acceptance x match rate: no match at all (1.0) can be the high end
-    # where verifying is dear, or the low end where it is cheap
-    corners = [best(a, m) for a in (low_a, high_a) for m in (low_m, high_m)]
+    # every corner of acceptance x match rate x verify cost: no match at all (1.0) can be
+    # the high end where verifying is dear, or the low end where it is cheap
+    corners = [best(a, m, v) for a in (low_a, high_a) for m in (low_m, high_m)
+               for v in (cheap, typical)]
     low, high = min(corners), max(corners)
     matched = "" if low_m == high_m == 1.0 else f", drafting on {low_m:.0%}-{high_m:.0%} of steps"
     return Prediction(middle, min(low, middle), max(high, middle),

@@ -147,7 +147,7 @@ def test_a_lookup_drafter_that_drafts_only_on_a_match_is_predicted_near_one(tmp_
     assert lookup.low < 1.0 <= lookup.high and lookup.speedup > 0.85
     assert "drafting on 0%-10% of steps" in lookup.source
     every_step = tune_predict.theory(Candidate("ngram", k_flag="k"), setup, "cpu")
-    assert every_step.high < lookup.speedup and "drafting on" not in every_step.source
+    assert every_step.speedup < lookup.speedup and "drafting on" not in every_step.source
 
 
 def _row(name: str, score: float, args=("--spec-type", "ngram-simple"), diverged=0,
@@ -617,3 +617,13 @@ def test_the_verification_runs_as_many_repeats_as_the_search_left_time_for():
     assert verify_repeats(search, 3, 6, 10.0, least=2) == 2  # never fewer than asked
     assert verify_repeats(search, 3, 6, 1e6, least=2) == VERIFY_MAX_REPEATS
     assert verify_repeats(SimpleNamespace(runs=[]), 3, 6, 1e6, least=2) == 2  # no pace known
+
+
+def test_a_small_draft_stays_worth_a_download_on_a_cpu(tmp_path):
+    """The CPU verify cost fitted on a 135M model (0.6 a row) is the prediction's middle; the
+    range reaches the PyTorch engine's 0.06, so a draft a fiftieth of the target's size is not
+    ruled out before it is measured (its top is above 1)."""
+    setup = from_swap(swap_config(tmp_path, ""), "smol")
+    small = Candidate("draft-simple", tmp_path / "d.gguf", setup.facts.weight_bytes // 50)
+    prediction = tune_predict.theory(small, setup, "cpu")
+    assert prediction.speedup < 1.0 < prediction.high
