@@ -92,21 +92,21 @@ class Probe:
 
 # memory -------------------------------------------------------------------------------------
 class Meter:
-    """NVML's used bytes on GPU 0 and PyTorch's counters, read at named stages."""
+    """Device memory used (SpecDeck's own NVML reading, as the kit's memory step reads it)
+    and PyTorch's counters, read at named stages."""
 
     def __init__(self):
-        import pynvml
+        from gpukit.memory import nvml_used_bytes
 
-        pynvml.nvmlInit()
-        self._nvml = pynvml
-        self._handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        if nvml_used_bytes() is None:
+            raise RuntimeError("SpecDeck's NVML reading sees no GPU")
+        self._used = nvml_used_bytes
         self.stages: list[dict[str, Any]] = []
 
     def read(self, stage: str) -> None:
         import torch
 
-        info = self._nvml.nvmlDeviceGetMemoryInfo(self._handle)
-        row = {"stage": stage, "nvml_used": int(info.used)}
+        row = {"stage": stage, "nvml_used": self._used()}
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()
             row.update(allocated=int(torch.cuda.memory_allocated()),

@@ -218,51 +218,55 @@ better figure (:func:`launch_bytes`): KV cache and compute buffers, a rough allo
 
 def launch_bytes(launch: LaunchProfile) -> int:
     """What one llama-server of ``launch`` holds: by the GGUF plan (core.vram.gguf) its target's
-    and its -md draft's weights and KV cache at the launch's context and cache types, the
-    compute buffers' allowance, and where NVML sees GPUs the process's CUDA context and
-    cuBLAS state (core.vram.costs). Files that cannot be read: their sizes and
-    ``SERVER_OVERHEAD``."""
-    from specdeck.core.gpu import read_once
+    and its -md draft's weights and KV cache at the launch's context and cache types, and the
+    compute buffers' allowance (a GPU's CUDA context comes on top: :func:`servers_that_fit`).
+    Files that cannot be read: their sizes and ``SERVER_OVERHEAD``."""
     from specdeck.core.llama_flags import DRAFT_MODEL
-    from specdeck.core.vram.costs import DEFAULT_OVERHEADS, is_hopper
     from specdeck.core.vram.gguf import DEFAULT_RESERVE_MB, LlamaFlags, plan_gguf, read_gguf_model
 
     draft = flag_value(tuple(launch.args), *DRAFT_MODEL)
     try:
         models = [read_gguf_model(launch.model), read_gguf_model(draft) if draft else None]
         plan = plan_gguf(models[0], models[1], LlamaFlags.from_args(launch.args), gpus=())
-        total = plan.host_bytes + DEFAULT_RESERVE_MB * 1024**2  # sizes, not where they go
+        return plan.host_bytes + DEFAULT_RESERVE_MB * 1024**2  # sizes, not where they go
     except (SpecDeckError, OSError, ValueError):
         try:
-            total = sum(Path(f).stat().st_size for f in (launch.model, draft) if f) + SERVER_OVERHEAD
+            return sum(Path(f).stat().st_size for f in (launch.model, draft) if f) + SERVER_OVERHEAD
         except OSError:
             return SERVER_OVERHEAD
-    frame = read_once()
-    if frame.has_gpus:
-        o = DEFAULT_OVERHEADS
-        hopper = any(is_hopper(g.name or "") for g in frame.gpus)
-        total += (o.cuda_context_hopper if hopper else o.cuda_context) + o.cublas_handle
-    return total
 
 
 def servers_that_fit(server_bytes: int) -> int:
-    """How many llama-servers of this size (:func:`launch_bytes`) to keep up at once while
-    switching arms: as many as fit in nine tenths of the free memory they would use (the
-    GPUs' when NVML sees any, else the machine's), at least 1 (then every switch restarts:
-    slower, never out of memory)."""
-    return max(1, int(0.9 * free_memory() // max(server_bytes, 1)))
+    """How many servers of this size (:func:`launch_bytes`) to keep up at once while switching
+    arms: as many as fit in nine tenths of the free memory they would use (the GPUs' when NVML
+    sees any, each server then holding a CUDA context and cuBLAS's state too, core.vram.costs;
+    else the machine's), at least 1 (then every switch restarts: slower, never out of
+    memory)."""
+    from specdeck.core.vram.costs import DEFAULT_OVERHEADS, is_hopper
+
+    free, gpus = _free_memory()
+    if gpus:
+        o = DEFAULT_OVERHEADS
+        hopper = any(is_hopper(g.name or "") for g in gpus)
+        server_bytes += (o.cuda_context_hopper if hopper else o.cuda_context) + o.cublas_handle
+    return max(1, int(0.9 * free // max(server_bytes, 1)))
 
 
 def free_memory() -> int:
     """The memory llama-servers would load into, free now: the GPUs' when NVML sees any,
     else the machine's available RAM."""
+    return _free_memory()[0]
+
+
+def _free_memory() -> tuple[int, tuple]:
+    """:func:`free_memory` and the GPUs NVML sees (empty: the machine's RAM), in one read."""
     import psutil
     from specdeck.core.gpu import read_once
 
     frame = read_once()
     if frame.has_gpus:
-        return sum(g.memory_free or 0 for g in frame.gpus)
-    return psutil.virtual_memory().available
+        return sum(g.memory_free or 0 for g in frame.gpus), tuple(frame.gpus)
+    return psutil.virtual_memory().available, ()
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -564,10 +564,8 @@ def _llama_engine(setup: Setup, predicted: list):
     from specdeck.core.servers.engine import ServerEngine
     from specdeck.core.servers.llama_server import launch_bytes, servers_that_fit
 
-    launches = [LaunchProfile(setup.binary, str(setup.target), setup.common + c.flags)
-                for c, _ in predicted]
-    biggest = max((launch_bytes(launch) for launch in launches),
-                  default=launch_bytes(LaunchProfile(setup.binary, str(setup.target), setup.common)))
+    flags = [setup.common + c.flags for c, _ in predicted] or [setup.common]
+    biggest = max(launch_bytes(LaunchProfile(setup.binary, str(setup.target), f)) for f in flags)
     return ServerEngine(max_servers=servers_that_fit(biggest))
 
 

@@ -344,3 +344,19 @@ def test_a_servers_size_comes_from_its_gguf_plan():
     with_draft = size("-c", "4096", "-md", gguf)
     assert with_draft - long == model.weight_bytes + 4096 * per_token
     assert launch_bytes(LaunchProfile("llama-server", "/nonexistent.gguf", ())) == SERVER_OVERHEAD
+
+
+def test_on_a_gpu_each_kept_server_also_holds_a_cuda_context(monkeypatch):
+    """NVML's free memory is what servers share there, and each process takes its own context
+    and cuBLAS state (the Hopper figures on an H200)."""
+    import specdeck.core.gpu as gpu
+    from specdeck.core.gpu.telemetry import GpuReading, TelemetryFrame, TelemetryState
+    from specdeck.core.servers.llama_server import servers_that_fit
+    from specdeck.core.vram.costs import DEFAULT_OVERHEADS as o
+
+    free = 100 * 2**30
+    frame = TelemetryFrame(0.0, TelemetryState.OK, (GpuReading(0, "NVIDIA H200", memory_free=free),))
+    monkeypatch.setattr(gpu, "read_once", lambda: frame)
+    each = 10 * 2**30
+    assert servers_that_fit(each) == int(0.9 * free // (each + o.cuda_context_hopper + o.cublas_handle))
+    assert servers_that_fit(each) < int(0.9 * free // each)
