@@ -32,7 +32,7 @@ from benchmarks.report import Report
 SUITES = ("grounded", "code", "structured")
 MAX_NEW = 32
 REPEATS = 3
-REFEREE_REPEATS = 4
+REFEREE_REPEATS = 8
 FLAGS = ("-t", "2", "-c", "2048")
 GOAL_QUALITY = 0.97
 GOAL_TIME = 1 / 3
@@ -163,9 +163,12 @@ def _progress(kind: str):
 
 
 def referee(base, best, pick, engine) -> dict | None:
-    """Both picks again, side by side with no drafting, interleaved; the search's pick's
-    median speed-up over the grid pick's. A pick of no drafting (none beat it) counts as
-    1.00x, measured against the other pick run again. None only when both found nothing."""
+    """Both picks again, side by side with no drafting, interleaved. The search's pick is
+    judged head to head: its tok/s over the grid pick's in the same prompt and repeat (the
+    two ran back to back), median and 95% interval over those pairs, so the referee says
+    how sure it is. A pick of no drafting (none beat it) is the no-drafting arm itself. Each
+    pick's speed-up over no drafting is kept beside it. None only when both found nothing."""
+    from specdeck.core.bench import stats
     from specdeck.core.bench.runner import run_plan
     from specdeck.core.bench.summary import summarize
 
@@ -175,7 +178,8 @@ def referee(base, best, pick, engine) -> dict | None:
         return {"quality": 1.0, "cell": "same setting"}
     rows = [r for r in (best, pick) if r is not None]
     arms = (base.arms[0], *(r.cell.arm for r in rows))
-    summary = summarize(run_plan(replace(base, arms=arms, repeats=REFEREE_REPEATS), engine))
+    run = run_plan(replace(base, arms=arms, repeats=REFEREE_REPEATS), engine)
+    summary = summarize(run)
 
     def speedup(row) -> float:
         if row is None:
@@ -186,11 +190,22 @@ def referee(base, best, pick, engine) -> dict | None:
     def label(row) -> str:
         return "no drafting" if row is None else row.cell.label
 
-    quality = speedup(pick) / speedup(best) if speedup(best) else 0.0
-    return {"quality": quality, "grid_pick_speedup": speedup(best),
+    def name(row) -> str:
+        return base.arms[0].name if row is None else row.cell.arm.name
+
+    beside = {r.pair_key: r for r in run.counted(name(best))}
+    ratios = [ratio for r in run.counted(name(pick)) if r.pair_key in beside
+              if (ratio := stats.speedup(beside[r.pair_key].result.stats.tokens_per_second,
+                                         r.result.stats.tokens_per_second)) is not None]
+    if not ratios:
+        return {"quality": 0.0, "cell": f"{label(pick)}: no pair with {label(best)} finished"}
+    head = stats.summarize_ratios(ratios)
+    return {"quality": head.median, "ci_low": head.ci_low, "ci_high": head.ci_high,
+            "pairs": head.n, "grid_pick_speedup": speedup(best),
             "search_pick_speedup": speedup(pick),
-            "cell": f"{label(pick)} {speedup(pick):.2f}x vs {label(best)} "
-                    f"{speedup(best):.2f}x ({quality:.1%})"}
+            "cell": f"{label(pick)} {speedup(pick):.2f}x and {label(best)} "
+                    f"{speedup(best):.2f}x over no drafting; head to head {head.median:.1%} "
+                    f"({head.ci_low:.1%}-{head.ci_high:.1%}, {head.n} pairs)"}
 
 
 def _prediction_table(report: Report, errors: dict) -> None:

@@ -12,8 +12,10 @@ suites across, a baseline row, each cell "tok/s (speed-up)", the best of each co
 A speed-up per suite is the median of that suite's paired ratios; "all" pools every prompt.
 
 ``halving`` cuts the time of a large grid (successive halving): every cell runs once on the
-first prompt; half the cells go on to the next round, which runs twice as many prompt-runs
-(more prompts, taken from each suite in turn, then the plan's repeats), until one is left.
+first prompt (on one prompt of each suite where the plan has the prompt-runs for it); half
+the cells go on to the next round, which runs twice as many prompt-runs (more prompts, taken
+from each suite in turn, then the plan's repeats), until one is left. A cell's figures pool
+its pairs over every round it ran (the cells still in the search ran the same rounds).
 The half that goes on is the better half by median speed-up, except near the cut: settings
 whose scores lie within the noise of the cut (the spread this machine's runs measured,
 narrower the more pairs a score has) cannot be told apart there, and the cheaper of them go
@@ -30,8 +32,9 @@ disturbed pair does not decide a cut. (A shared reference run moves every settin
 
 With a ``deadline`` the rounds are sized to it: after each round, what every setting's runs
 cost so far (its server's start, its warm-ups, its measured runs) projects the rounds left;
-when they would not end by the deadline, the search keeps fewer settings (the best by
-score), then runs the last round on fewer prompts, and says so in a note.
+when they would not end by the deadline, the search runs the prompts fewer times (down to
+once), then keeps fewer settings (the best by score), then runs the last round on fewer
+prompts, and says so in a note.
 """
 
 from __future__ import annotations
@@ -170,6 +173,30 @@ def suite_summaries(run: BenchRun) -> dict[str, BenchSummary]:
     return out
 
 
+def pooled(runs: Sequence[BenchRun], reference: Arm, cell: Cell) -> BenchRun:
+    """``cell``'s runs over every round it ran, as one run of the reference and the cell:
+    each round's repeats numbered after the rounds before (a pair stays within its round),
+    every prompt any round ran. A setting that went on is judged on all its pairs, not on
+    the last round's alone; every setting still in the search ran the same rounds, so the
+    pooled scores compare like with like."""
+    names = {reference.name, cell.arm.name}
+    records: list = []
+    prompts: dict[str, Any] = {}
+    prompt_ids: dict[str, tuple[int, ...]] = {}
+    offset = 0
+    for run in runs:
+        records += [replace(r, slot=replace(r.slot, repeat=r.slot.repeat + offset))
+                    for r in run.records if r.arm in names]
+        offset += 1 + max((r.slot.repeat for r in run.records), default=-1)
+        prompts.update((p.id, p) for p in run.prompts)
+        prompt_ids.update(run.prompt_ids)
+    last = runs[-1]
+    return replace(last, plan=replace(last.plan, arms=(reference, cell.arm)),
+                   prompts=tuple(prompts.values()), records=tuple(records),
+                   started_at=runs[0].started_at, prompt_ids=prompt_ids,
+                   cancelled=any(run.cancelled for run in runs))
+
+
 def _row(cell: Cell, summaries: dict[str, BenchSummary], dropped: int | None = None) -> GridRow:
     """``cell``'s row from its plan's ``suite_summaries``."""
     by_suite = {}
@@ -211,6 +238,8 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
     suites = tuple(dict.fromkeys(p.suite for p in prompts))
     runs: list[BenchRun] = []
     rows: dict[str, GridRow] = {}
+    ran: dict[str, list[BenchRun]] = {}
+    """Arm name -> its runs, one a round (a round's run again replaces its first)."""
     failed: dict[str, str] = {}
     """Arm name -> why its plan could not run (a server that would not start or died)."""
     alive = list(cells)
@@ -276,14 +305,14 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
                 words.append(f"not run again (no time left, cancelled, or the re-run failed): "
                              f"{_names(again - rerun_ok, cells)}; its first run stands")
             disturbed_notes.append("; ".join(words) + ".")
-        summaries: dict[int, dict[str, BenchSummary]] = {}
         for cell, run in measured:
-            if id(run) not in summaries:
+            if all(run is not seen for seen in runs):
                 runs.append(run)
-                summaries[id(run)] = suite_summaries(run)
+            ran.setdefault(cell.arm.name, []).append(run)
             earlier = rows[cell.arm.name].round_scores if cell.arm.name in rows else ()
-            row = _row(cell, summaries[id(run)])
-            rows[cell.arm.name] = replace(row, round_scores=(*earlier, row.score))
+            this_round = _row(cell, suite_summaries(pooled([run], reference, cell))).score
+            row = _row(cell, suite_summaries(pooled(ran[cell.arm.name], reference, cell)))
+            rows[cell.arm.name] = replace(row, round_scores=(*earlier, this_round))
         for name in failed:  # a setting that stopped running is not a finalist
             if name in rows and rows[name].dropped_in_round is None:
                 rows[name] = replace(rows[name], dropped_in_round=number)
@@ -322,8 +351,9 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
     label_of = {c.arm.name: c.label for c in cells}
     notes = []
     if halving:
-        notes.append(f"Successive halving over {len(rounds)} rounds: rows marked 'dropped' "
-                     "were measured on fewer prompt-runs, and are not candidates for best; "
+        notes.append(f"Successive halving over {len(rounds)} rounds: each row pools every "
+                     "round it ran; rows marked 'dropped' were measured on fewer prompt-runs, "
+                     "and are not candidates for best; "
                      "half went on after each round, and among settings within the machine's "
                      "noise of the cut the cheaper went on, not the luckier.")
     notes += sized
@@ -496,17 +526,20 @@ def survivors(rows: Sequence[GridRow], noise_share: float) -> set[str]:
 
 def _rounds(base: BenchPlan, prompts, n_cells: int) -> list[BenchPlan]:
     """One round per halving of the cells; each runs twice the prompt-runs of the round before:
-    one prompt once, then more prompts (taken from each suite in turn), then every prompt as
-    many times as that makes (up to the full plan). The last round runs every prompt at least
-    once. Two cells or fewer: the full plan alone."""
+    one prompt of each suite once (one prompt alone where the plan has too few prompt-runs
+    to double that every round), then more prompts (taken from each suite in turn), then
+    every prompt as many times as that makes (up to the full plan). The last round runs every
+    prompt at least once. Two cells or fewer: the full plan alone."""
     if n_cells <= 2:
         return [base]
     interleaved = _interleaved(prompts)
     full = len(interleaved) * base.repeats
     halvings = math.ceil(math.log2(n_cells))
+    suites = len({p.suite for p in prompts})
+    first = suites if suites * 2 ** (halvings - 1) <= full else 1
     plans = []
     for number in range(halvings):
-        size = 2 ** number
+        size = first * 2 ** number
         if number == halvings - 1:
             size = max(size, len(interleaved))
         if size >= full:
@@ -608,12 +641,23 @@ def fit_rounds(left: Sequence[BenchPlan], ranked: Sequence[str], costs: RoundCos
                seconds: float, interleaved: Sequence[str], ran: int = 0,
                together: Callable[[int], bool] = lambda n: False) -> Fitted | None:
     """The rounds left and how many of the ``ranked`` settings to keep so that they end
-    within ``seconds``: every setting kept and every round, else fewer settings (the best;
-    one setting goes straight to the last round), else the best alone on the last round's
-    first prompts, once (taken from each suite in turn), on more than the ``ran`` prompts of
-    the round just measured. None when that does not fit: the rounds so far decide."""
+    within ``seconds``: every setting kept and every round, else the rounds' repeats halved
+    (down to one run of each prompt), else fewer settings (the best; one setting goes
+    straight to the last round), else the best alone on the last round's first prompts,
+    once (taken from each suite in turn), on more than the ``ran`` prompts of the round just
+    measured. None when that does not fit: the rounds so far decide."""
     if not left or not ranked:
         return None
+    most = max(plan.repeats for plan in left)
+    halved = 0
+    while True:
+        rounds = tuple(replace(plan, repeats=max(1, plan.repeats >> halved)) for plan in left)
+        if projected_s(rounds, ranked, costs, together) * COST_MARGIN <= seconds:
+            return Fitted(rounds, len(ranked))
+        if most >> halved <= 1:
+            break
+        halved += 1
+    left = rounds  # one run of each prompt from here
     for keep in range(len(ranked), 0, -1):
         rounds = tuple(left) if keep > 1 else (left[-1],)
         if projected_s(rounds, ranked[:keep], costs, together) * COST_MARGIN <= seconds:
@@ -629,12 +673,17 @@ def fit_rounds(left: Sequence[BenchPlan], ranked: Sequence[str], costs: RoundCos
 
 def _sized_note(number: int, had: int, left: Sequence[BenchPlan], fitted: Fitted) -> str:
     changes = []
+    cut = [plan.repeats for plan in fitted.rounds if plan.repeats > 1] or [1]
+    if len(fitted.rounds) == len(left) and any(
+            a.repeats < b.repeats for a, b in zip(fitted.rounds, left)):
+        changes.append(f"ran the prompts fewer times ({max(cut)} at most, of the "
+                       f"{max(p.repeats for p in left)} planned)")
     if fitted.keep < had:
         changes.append(f"kept the best {fitted.keep} of the {had} settings the round passed")
     if len(fitted.rounds) < len(left):
         changes.append("went straight to the last round")
     final = fitted.rounds[-1]
-    if final != left[-1]:
+    if len(choose_prompts(final)) < len(choose_prompts(left[-1])):
         changes.append(f"ran the last round on {len(choose_prompts(final))} of the "
                        f"{len(choose_prompts(left[-1]))} prompts, once")
     return (f"After round {number} the rounds left were sized to the time left before the "

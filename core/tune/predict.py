@@ -10,11 +10,12 @@ acceptance that fits the kind of drafter:
 - a draft model that passed the compatibility check (same tokenizer, usually the same family):
   acceptance 0.45-0.80, a draft forward costing its share of the target's weights (decoding is
   memory-bound: a forward reads every weight once);
-- an n-gram type: acceptance 0.10-0.60 (it depends on how much the output repeats the
-  prompt), drafts cost nothing. llama.cpp's ngram-* types draft only where the lookup finds
-  a match (on 0-10% of steps, ``MATCH_RATE``): a step without one is a plain decode step, so
-  their speed-up cannot fall far below 1 however dear verifying is. ExLlamaV2's n-gram
-  drafter (TabbyAPI's ``ngram``) drafts k tokens on every step, match or not;
+- an n-gram type: drafts cost nothing. llama.cpp's ngram-* types draft only where the lookup
+  finds a match (on 0-10% of steps, ``MATCH_RATE``): a step without one is a plain decode
+  step, so their speed-up cannot fall far below 1 however dear verifying is; and a draft
+  copied from a match is mostly right (``ACCEPTANCE_ON_MATCH``). ExLlamaV2's n-gram drafter
+  (TabbyAPI's ``ngram``) drafts k tokens on every step, match or not: acceptance 0.10-0.60
+  (it depends on how much the output repeats the prompt);
 - MTP layers: acceptance 0.55-0.85, a draft costing one layer of the target.
 
 Verifying k + 1 tokens costs one target forward on a GPU, and more on a CPU, where a forward
@@ -35,6 +36,13 @@ from specdeck.core.tune.candidates import Candidate
 from specdeck.core.tune.setup import Setup
 
 ACCEPTANCE = {"draft": (0.45, 0.80), "ngram": (0.10, 0.60), "mtp": (0.55, 0.85)}
+ACCEPTANCE_ON_MATCH = (0.85, 0.98)
+"""Per-token acceptance of a llama.cpp lookup type's draft, given that it drafted (it copies
+what followed an earlier occurrence of the last n-gram). Fitted to llama-server's own counts
+(draft_n_accepted over draft_n) in the exhaustive grid of tune_e2e (2026-11-27): 54-97% of
+drafted tokens accepted at k = 4-16, which an iid acceptance of 0.92-0.996 per token gives
+(ngram-simple lowest). ``ACCEPTANCE["ngram"]``, per token on every step, predicted these types
+0.69x where they measured 0.95-1.01x."""
 VERIFY_COST_PER_TOKEN = {"gpu": (0.02, 0.02), "cpu": (0.06, 0.6)}
 """Extra target-forward cost per verified token beyond the first, (cheapest, typical): a GPU
 verifies a few rows for the price of one. On a CPU it depends on the model: llama-server on
@@ -95,10 +103,11 @@ def drafts_on_match_only(candidate: Candidate) -> bool:
 
 
 def theory(candidate: Candidate, setup: Setup, device: str) -> Prediction:
-    low_a, high_a = ACCEPTANCE[_kind(candidate)]
+    on_match = drafts_on_match_only(candidate)
+    low_a, high_a = ACCEPTANCE_ON_MATCH if on_match else ACCEPTANCE[_kind(candidate)]
     cost = _cost_ratio(candidate, setup)
     cheap, typical = VERIFY_COST_PER_TOKEN[device]
-    low_m, high_m = MATCH_RATE if drafts_on_match_only(candidate) else (1.0, 1.0)
+    low_m, high_m = MATCH_RATE if on_match else (1.0, 1.0)
 
     def best(alpha: float, match: float, per_token: float = typical) -> float:
         def at(k: int) -> float:

@@ -14,10 +14,13 @@ taken for an installed model). ``budget_s`` counts from the end of the downloads
 
 Prompts: the suites' prompts split in two, alternately per suite: the search decides on the
 tuning half, the verification measures on the other, so a setting is never verified on the
-prompts that chose it. The search is ``core.bench.grid.run_grid`` with successive halving, its
-rounds sized to the search's share of the budget; where settings lie within the machine's
-measured noise of the cut (or of the best, among the finalists), the cheaper setting (a
-shorter draft, no draft model) is preferred, so one lucky run does not decide.
+prompts that chose it. The search is ``core.bench.grid.run_grid`` with successive halving:
+round 1 runs one tuning prompt of each suite, the later rounds run the tuning prompts up to
+``SEARCH_MAX_REPEATS`` times, and a setting is judged on every pair of every round it ran;
+the rounds are sized to the search's share of the budget (fewer repeats first, then fewer
+settings). Where settings lie within the machine's measured noise of the cut (or of the best,
+among the finalists), the cheaper setting (a shorter draft, no draft model) is preferred, so
+one lucky run does not decide.
 """
 
 from __future__ import annotations
@@ -73,6 +76,10 @@ VERIFY_SHARE = 0.3
 """Of the budget, what the search leaves for the verification."""
 VERIFY_MAX_REPEATS = 8
 """The most repeats of the held-out prompts the verification runs when time is left."""
+SEARCH_MAX_REPEATS = 4
+"""The most times the search's later rounds run the tuning prompts (successive halving sizes
+its rounds to the deadline, halving the repeats before it drops a setting): one pass of a
+handful of prompts cannot tell settings a few percent apart on a noisy machine."""
 REFERENCE, CURRENT, WINNER = "A", "C", "W"
 
 
@@ -297,11 +304,14 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
     """The search, the verification and the decision, whatever the server (the module's
     docstring says how)."""
     tuning, held_out = split_prompts(options)
+    cells = [cell for c, _ in predicted for cell in server.cells(setup, c)]
+    # Two settings or fewer make one round, which nothing sizes to the deadline: once then.
+    repeats = SEARCH_MAX_REPEATS if len(cells) > 2 else 1
     base = BenchPlan(engine="server", model=server.model(setup),
                      arms=(server.reference_arm(setup),), suites=options.suites,
-                     prompt_ids=tuning, max_new_tokens=options.max_new_tokens, repeats=1,
-                     warmup=1, warmup_tokens=8, apply_chat_template=True, stop_on_eos=False)
-    cells = [cell for c, _ in predicted for cell in server.cells(setup, c)]
+                     prompt_ids=tuning, max_new_tokens=options.max_new_tokens,
+                     repeats=repeats, warmup=1, warmup_tokens=8, apply_chat_template=True,
+                     stop_on_eos=False)
     end = time.monotonic() + options.budget_s
     deadline = end - options.budget_s * VERIFY_SHARE
     search = verification = None

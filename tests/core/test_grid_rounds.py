@@ -74,9 +74,25 @@ def test_one_repeat_plans_end_on_every_prompt_once():
     base = _plan(("grounded", "code"), repeats=1)
     prompts = choose_prompts(base)
     rounds = _rounds(base, prompts, n_cells=8)
-    assert [len(r.prompt_ids) for r in rounds[:-1]] == [1, 2]
+    assert [len(r.prompt_ids) for r in rounds[:-1]] == [2, 4]
     assert _size(rounds[-1], len(prompts)) == len(prompts)
     assert _rounds(base, prompts, n_cells=2) == [base]
+
+
+def test_the_first_round_runs_one_prompt_of_each_suite_where_the_plan_has_room():
+    """A first round on one prompt judges every setting on one suite's text (an n-gram drafter
+    that shines on grounded answers and fails on code goes on): where the plan holds enough
+    prompt-runs to double one prompt of each suite every round, round 1 runs that; a plan too
+    small for it starts from one prompt, as a single suite does."""
+    suites = ("grounded", "code", "structured")
+    roomy = _plan(suites, repeats=4)  # 11 prompts x 4: rounds of 3, 6, then whole repeats
+    prompts = choose_prompts(roomy)
+    rounds = _rounds(roomy, prompts, n_cells=11)
+    first = [p.suite for p in choose_prompts(rounds[0])]
+    assert sorted(first) == sorted(suites) and rounds[0].repeats == 1
+    assert [_size(r, len(prompts)) for r in rounds] == [3, 6, 11, 22]
+    small = _plan(suites, repeats=1)  # 11 prompt-runs: 3 x 8 does not fit 4 rounds
+    assert _size(_rounds(small, prompts, n_cells=11)[0], len(prompts)) == 1
 
 
 # Sizing the rounds to a deadline (core.bench.grid.fit_rounds, RoundCosts, run_grid) --------
@@ -166,7 +182,32 @@ def test_a_repeated_last_round_first_runs_every_prompt_once():
     seconds = costs.plan_s("best", once) * COST_MARGIN + 0.01
     assert costs.plan_s("best", base) * COST_MARGIN > seconds
     fitted = fit_rounds([base], ["best"], costs, seconds, _interleaved(prompts))
-    assert fitted == Fitted((once,), 1)
+    assert fitted is not None and fitted.keep == 1 and len(fitted.rounds) == 1
+    (final,) = fitted.rounds
+    assert final.repeats == 1 and choose_prompts(final) == prompts
+
+
+def test_repeats_are_cut_before_settings():
+    """A round with repeats that does not fit runs its prompts fewer times first: every
+    setting still in the search stays, each judged on fewer pairs, before the best few go on
+    alone (a noisy early round must not decide more than it has to)."""
+    base = _plan(("grounded", "code"), repeats=4)
+    prompts = choose_prompts(base)
+    ranked = ["a", "b"]
+    costs = _costs(dict.fromkeys(ranked, 1.0))
+    halved = replace(base, repeats=2)
+    seconds = projected_s([halved], ranked, costs) * COST_MARGIN + 0.01
+    assert projected_s([base], ranked, costs) * COST_MARGIN > seconds
+    assert fit_rounds([base], ranked, costs, seconds, _interleaved(prompts)) == \
+        Fitted((halved,), 2)
+    once = replace(base, repeats=1)
+    seconds = projected_s([once], ranked, costs) * COST_MARGIN + 0.01
+    assert fit_rounds([base], ranked, costs, seconds, _interleaved(prompts)) == \
+        Fitted((once,), 2)
+    # Not even one run of each prompt for both: the best alone, once.
+    seconds = projected_s([once], ranked[:1], costs) * COST_MARGIN + 0.01
+    assert fit_rounds([base], ranked, costs, seconds, _interleaved(prompts)) == \
+        Fitted((once,), 1)
 
 
 def test_a_slow_setting_costs_more_than_a_fast_one():
@@ -285,3 +326,32 @@ def test_a_pair_another_program_disturbed_is_run_again(cycle_model, monkeypatch)
     assert all(max(r.result.stats.tokens_per_second for r in run.counted("A"))
                < 2 * min(r.result.stats.tokens_per_second for r in run.counted("A"))
                for run in result.runs)
+
+
+def test_a_setting_that_goes_on_is_judged_on_every_round_it_ran(cycle_model):
+    """A finalist's figures pool its pairs over every round, not the last round's alone: on a
+    real (tiny) model, a finalist's score is the median of every paired ratio of every run it
+    was in (1 prompt in round 1, 4 in round 2), and the rows dropped after round 1 keep their
+    one pair. Each round's own score is still on record."""
+    import statistics
+
+    from specdeck.core.bench.grid import run_grid
+    from specdeck.core.bench.summary import pairs
+    from specdeck.core.engines import create_engine
+
+    base, cells = _ngram_grid(cycle_model, 4)
+    engine = create_engine("torch")
+    try:
+        result = run_grid(base, base.arms[0], cells, engine, halving=True)
+    finally:
+        engine.unload()
+    finalists = [r for r in result.rows if r.dropped_in_round is None]
+    assert len(finalists) == 2
+    for row in result.rows:
+        name = row.cell.arm.name
+        ratios = [b.result.stats.tokens_per_second / a.result.stats.tokens_per_second
+                  for run in result.runs if name in {arm.name for arm in run.plan.arms}
+                  for a, b in pairs(run, name)]
+        assert row.by_suite["all"].speedup.n == len(ratios) == (5 if row in finalists else 1)
+        assert row.score == pytest.approx(statistics.median(ratios))
+        assert len(row.round_scores) == (2 if row in finalists else 1)

@@ -144,8 +144,13 @@ def test_a_lookup_drafter_that_drafts_only_on_a_match_is_predicted_near_one(tmp_
     k on every step, so on a CPU, where verifying rows is dear, it is predicted slower."""
     setup = from_swap(swap_config(tmp_path, ""), "smol")
     lookup = tune_predict.theory(Candidate("ngram-mod"), setup, "cpu")
-    assert lookup.low < 1.0 <= lookup.high and lookup.speedup > 0.85
+    assert lookup.low <= 1.0 <= lookup.high and 0.95 < lookup.speedup < 1.15
     assert "drafting on 0%-10% of steps" in lookup.source
+    # A lookup draft is mostly right where it drafts (llama-server's counts: 54-97% of drafted
+    # tokens accepted), so a long draft costs little more than it saves: ngram-simple, which
+    # drafts only at k=16 (its m-gram size), is predicted near 1 too, not far below it.
+    simple = tune_predict.theory(Candidate("ngram-simple", k_values=("16",)), setup, "cpu")
+    assert 0.9 < simple.speedup <= 1.0 and simple.low < 0.9
     every_step = tune_predict.theory(Candidate("ngram", k_flag="k"), setup, "cpu")
     assert every_step.speedup < lookup.speedup and "drafting on" not in every_step.source
 

@@ -218,11 +218,12 @@ def test_tuner_on_a_grid_halves_the_settings_and_measures_the_rest_fully(
     rows = data["rows"]
     kept = [r for r in rows if r["dropped_in_round"] is None]
     dropped = [r for r in rows if r["dropped_in_round"] is not None]
-    # Four settings, four prompts: round 1 runs each on one prompt, the last round the two
-    # that go on (half, rounded up) on all four.
+    # Four settings, four prompts of two suites: round 1 runs each on one prompt of each
+    # suite, the last round the two that go on (half, rounded up) on all four; those are
+    # judged on the pairs of both rounds.
     assert len(kept) == 2 and len(dropped) == 2
-    assert all(r["by_suite"]["all"]["speedup"]["n"] == 4 for r in kept)
-    assert all(r["dropped_in_round"] == 1 and r["by_suite"]["all"]["speedup"]["n"] == 1
+    assert all(r["by_suite"]["all"]["speedup"]["n"] == 2 + 4 for r in kept)
+    assert all(r["dropped_in_round"] == 1 and r["by_suite"]["all"]["speedup"]["n"] == 2
                for r in dropped)
     assert all(len(r["round_scores"]) == 2 for r in kept)
     # A setting is dropped below every one that went on, unless the one that went on is the
