@@ -367,8 +367,9 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
     notes += [f"{label_of[name]} could not be measured: {why}" for name, why in failed.items()]
     if out_of_time:
         notes.append(f"The time budget ran out in round {number} of {len(rounds)}: the "
-                     "settings still in the search are compared on the prompts of the last "
-                     "round each ran (those dropped earlier are not candidates).")
+                     "settings still in the search are compared on every round each ran "
+                     "(those the budget stopped before that round ran one round fewer; those "
+                     "dropped earlier are not candidates).")
     return GridResult(suites, ordered, _baseline(runs, reference.name, suites), tuple(runs),
                       halving, cancelled=cancel.is_set(),
                       notes=tuple(notes))
@@ -674,8 +675,8 @@ def fit_rounds(left: Sequence[BenchPlan], ranked: Sequence[str], costs: RoundCos
 def _sized_note(number: int, had: int, left: Sequence[BenchPlan], fitted: Fitted) -> str:
     changes = []
     cut = [plan.repeats for plan in fitted.rounds if plan.repeats > 1] or [1]
-    if len(fitted.rounds) == len(left) and any(
-            a.repeats < b.repeats for a, b in zip(fitted.rounds, left)):
+    # The rounds kept are the last of those left (one setting goes straight to the last).
+    if any(a.repeats < b.repeats for a, b in zip(fitted.rounds, left[-len(fitted.rounds):])):
         changes.append(f"ran the prompts fewer times ({max(cut)} at most, of the "
                        f"{max(p.repeats for p in left)} planned)")
     if fitted.keep < had:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from specdeck.core.bench import stats
@@ -281,8 +281,14 @@ class LivePlan:
         points, self._points = self._points, []
         return points
 
-    def arm_so_far(self, name: str) -> ArmSoFar:
-        paired = [r for r in self.rows if r.record.arm == name and r.output is not None]
+    def paired_rows(self, name: str) -> list[RunRow]:
+        """``name``'s finished runs that have their reference partner."""
+        return [r for r in self.rows if r.record.arm == name and r.output is not None]
+
+    def arm_so_far(self, name: str, earlier: Sequence[RunRow] = ()) -> ArmSoFar:
+        """``name``'s figures so far; ``earlier``: its paired rows from plans before this one
+        (a search's earlier rounds), pooled with this plan's as the search pools them."""
+        paired = [*earlier, *self.paired_rows(name)]
         ratios = [r.speedup for r in paired if r.speedup is not None]
         drafted = sum(r.record.result.stats.drafted for r in paired)
         accepted = sum(r.record.result.stats.accepted for r in paired)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdeck.core.bench.grid import RoundStarted
-from specdeck.core.bench.live import ArmSoFar, LivePlan, Point
+from specdeck.core.bench.live import ArmSoFar, LivePlan, Point, RunRow
 from specdeck.core.bench.runner import PlanStarted, RunFinished, RunStarted, RunStep, Stage
 from specdeck.core.bench.winner import Standing, pick
 from specdeck.core.tune.candidates import Candidate
@@ -83,12 +83,20 @@ class CandidateRow:
 
 @dataclass
 class CellSoFar:
-    """One searched setting: its label, the rounds it ran, its latest round's figures."""
+    """One searched setting: its label, the rounds it ran, its figures over all of them (the
+    pairs of every round pooled, as the search judges it: core.bench.grid.pooled)."""
 
     label: str
     candidate: Candidate
     rounds: int = 0
     figures: ArmSoFar | None = None
+    earlier: list[RunRow] = field(default_factory=list)
+    """Its paired runs from the rounds before its latest plan."""
+    latest: list[RunRow] = field(default_factory=list)
+    """Its paired runs in its latest plan (a plan run again in the same round replaces them,
+    as the search replaces a disturbed run)."""
+    dropped: bool = False
+    """A round began without it: like the search's dropped rows, it cannot be the best."""
 
     def standing(self) -> Standing:
         """What core.bench.winner reads of it so far (a run neither identical to the
@@ -97,7 +105,7 @@ class CellSoFar:
         if f is None:
             return Standing(None)
         diverged = f.pairs - f.identical - f.ties if f.checkable else 0
-        return Standing(f.median_speedup, diverged)
+        return Standing(f.median_speedup, diverged, complete=not self.dropped)
 
 
 @dataclass
@@ -152,6 +160,8 @@ class TuneLive:
             self.decision = event
         elif isinstance(event, RoundStarted):
             self.round, self.in_round, self._started = event.number, 0, set()
+            for name, cell in self.cells.items():
+                cell.dropped = cell.dropped or (cell.rounds > 0 and name not in event.arms)
         elif isinstance(event, PlanStarted):
             self._plan_started(event)
         elif isinstance(event, Stage):
@@ -185,6 +195,9 @@ class TuneLive:
         if cells:  # one setting beside the reference, or a round's settings side by side
             self.round = max(self.round, 1)
             for cell in cells:  # a plan run again in the same round counts once
+                if cell.rounds < self.round:  # a new round: the last one's pairs are kept
+                    cell.earlier += cell.latest
+                cell.latest = []
                 cell.rounds = self.round
             self._started.update(names[1:])
             self.in_round = len(self._started)
@@ -211,7 +224,8 @@ class TuneLive:
         for name in plan.arms[1:]:
             cell = self.cells.get(name)
             if cell is not None:
-                cell.figures = plan.arm_so_far(name)
+                cell.latest = plan.paired_rows(name)
+                cell.figures = plan.arm_so_far(name, earlier=cell.earlier)
                 self._measured(cell)
 
     def _measured(self, changed: CellSoFar) -> None:
@@ -251,7 +265,7 @@ class TuneLive:
 
     @property
     def best(self) -> CellSoFar | None:
-        """The best setting so far (core.bench.winner over each setting's latest round)."""
+        """The best setting so far (core.bench.winner over each setting's pooled rounds)."""
         return pick(self.cells.values(), CellSoFar.standing)
 
     def round_text(self) -> str:
@@ -271,8 +285,8 @@ class TuneLive:
                     else "Best so far: nothing measured yet")
         f = best.figures
         return (f"Best so far: {best.label}: {f.median_speedup:.2f}x over no drafting "
-                f"(median of {f.pairs} paired run{'s' if f.pairs != 1 else ''}, round "
-                f"{best.rounds})")
+                f"(median of {f.pairs} paired run{'s' if f.pairs != 1 else ''} over "
+                f"{best.rounds} round{'s' if best.rounds != 1 else ''})")
 
 
 def _download_text(candidate: Candidate) -> str:

@@ -355,3 +355,61 @@ def test_a_setting_that_goes_on_is_judged_on_every_round_it_ran(cycle_model):
         assert row.by_suite["all"].speedup.n == len(ratios) == (5 if row in finalists else 1)
         assert row.score == pytest.approx(statistics.median(ratios))
         assert len(row.round_scores) == (2 if row in finalists else 1)
+
+
+def test_the_tune_pages_figures_are_the_ones_the_search_judges(cycle_model):
+    """The Tune page's reducer (core.tune.live), fed the events of a real (tiny) search,
+    shows each setting's figures pooled over every round it ran: the same pairs and median
+    the search's rows (and so its cuts and its finalist) are decided by, not the last
+    round's alone."""
+    from specdeck.core.bench.grid import run_grid
+    from specdeck.core.engines import create_engine
+    from specdeck.core.tune.candidates import Candidate
+    from specdeck.core.tune.live import CellSoFar, TuneLive
+    from specdeck.core.tune.run import Phase
+
+    base, cells = _ngram_grid(cycle_model, 4)
+    live = TuneLive()
+    live.apply(Phase("search", "4 settings"))
+    for cell in cells:
+        live.cells[cell.arm.name] = CellSoFar(cell.label, Candidate("ngram"))
+    engine = create_engine("torch")
+    try:
+        result = run_grid(base, base.arms[0], cells, engine, live.apply, halving=True)
+    finally:
+        engine.unload()
+    for row in result.rows:
+        shown = live.cells[row.cell.arm.name]
+        assert shown.rounds == len(row.round_scores)
+        assert shown.figures.pairs == row.by_suite["all"].speedup.n
+        assert shown.figures.median_speedup == pytest.approx(row.score)
+    # The best so far is the search's best: a setting dropped after a lucky first pair is
+    # not it, on the page as in the search.
+    dropped = {r.cell.label for r in result.rows if r.dropped_in_round is not None}
+    assert dropped and all(live.cells[r.cell.arm.name].dropped == (r.cell.label in dropped)
+                           for r in result.rows)
+    if result.best is None:
+        assert live.best is None
+    else:
+        assert live.best.label == result.best.cell.label
+        assert f"over {live.best.rounds} rounds" in live.best_text()
+
+
+def test_the_note_says_the_repeats_were_cut_when_one_setting_goes_straight_to_the_last():
+    """Repeats are cut before settings, so a fit that keeps the best alone on the last round
+    also ran it fewer times than planned: the note says both."""
+    from specdeck.core.bench.grid import _sized_note
+
+    base = _plan(("grounded", "code"), repeats=4)
+    prompts = choose_prompts(base)
+    left = _rounds(base, prompts, n_cells=32)[1:]
+    assert left[-1].repeats > 1
+    ranked = ["a", "b", "c", "d"]
+    costs = _costs(dict.fromkeys(ranked, 1.0))
+    once = replace(left[-1], repeats=1)
+    seconds = costs.plan_s("a", once) * COST_MARGIN + 0.01
+    fitted = fit_rounds(left, ranked, costs, seconds, _interleaved(prompts))
+    assert fitted == Fitted((once,), 1)
+    note = _sized_note(1, len(ranked), left, fitted)
+    assert "fewer times (1 at most, of the 4 planned)" in note
+    assert "went straight to the last round" in note and "best 1 of the 4" in note
