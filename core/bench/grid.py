@@ -308,10 +308,13 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
         for cell, run in measured:
             if all(run is not seen for seen in runs):
                 runs.append(run)
-            ran.setdefault(cell.arm.name, []).append(run)
+            rounds_run = ran.setdefault(cell.arm.name, [])
+            rounds_run.append(run)
             earlier = rows[cell.arm.name].round_scores if cell.arm.name in rows else ()
-            this_round = _row(cell, suite_summaries(pooled([run], reference, cell))).score
-            row = _row(cell, suite_summaries(pooled(ran[cell.arm.name], reference, cell)))
+            row = _row(cell, suite_summaries(pooled(rounds_run, reference, cell)))
+            # This round's own figure (over all prompts): the pooled one, in its first round.
+            this_round = row.score if len(rounds_run) == 1 else \
+                _row(cell, {ALL: summarize(pooled([run], reference, cell))}).score
             rows[cell.arm.name] = replace(row, round_scores=(*earlier, this_round))
         for name in failed:  # a setting that stopped running is not a finalist
             if name in rows and rows[name].dropped_in_round is None:
