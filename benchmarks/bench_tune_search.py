@@ -162,7 +162,7 @@ def _progress(kind: str):
     return sink
 
 
-def referee(base, best, pick, engine) -> dict | None:
+def referee(base, best, pick, engine, repeats: int = REFEREE_REPEATS) -> dict | None:
     """Both picks again, side by side with no drafting, interleaved. The search's pick is
     judged head to head: its tok/s over the grid pick's in the same prompt and repeat (the
     two ran back to back), median and 95% interval over those pairs, so the referee says
@@ -178,7 +178,7 @@ def referee(base, best, pick, engine) -> dict | None:
         return {"quality": 1.0, "cell": "same setting"}
     rows = [r for r in (best, pick) if r is not None]
     arms = (base.arms[0], *(r.cell.arm for r in rows))
-    run = run_plan(replace(base, arms=arms, repeats=REFEREE_REPEATS), engine)
+    run = run_plan(replace(base, arms=arms, repeats=repeats), engine)
     summary = summarize(run)
 
     def speedup(row) -> float:

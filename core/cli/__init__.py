@@ -17,7 +17,7 @@ import pkgutil
 import sys
 from collections.abc import Callable, Sequence
 
-from specdeck.core.errors import SpecDeckError
+from specdeck.core.errors import CancelledError, SpecDeckError
 
 from specdeck import __version__
 
@@ -93,6 +93,11 @@ def _run(argv: Sequence[str] | None, open_gui: Callable[[], int] | None) -> int:
         return EXIT_ERROR
     try:
         return int(handler(args) or 0)
+    except CancelledError as exc:
+        # Ctrl-C reached a step that stops by raising (a download, a check, a run before
+        # its first result): the same exit as a command that stopped between steps.
+        print(f"specdeck: interrupted: {exc.what}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except SpecDeckError as exc:
         from specdeck.core.urls import redact_text
 

@@ -339,15 +339,21 @@ def _engine_for(args, plan):
 
 
 def _servers_that_fit(plan) -> int | None:
-    from specdeck.core.servers.llama_server import SERVER_OVERHEAD, launch_bytes, servers_that_fit
+    from specdeck.core.servers.llama_server import (
+        SERVER_OVERHEAD,
+        launch_bytes,
+        runs_on_gpu,
+        servers_that_fit,
+    )
 
-    sizes = []
+    sizes, on_gpu = [], []
     for arm in plan.arms:
         launch = arm.server.launch if arm.server is not None else None
         if arm.server is not None and arm.server.tabby_launch is not None:
             from specdeck.core.servers.tabby_launch import memory_needed
 
             sizes.append(memory_needed(arm.server.tabby_launch) + SERVER_OVERHEAD)
+            on_gpu.append(True)  # ExLlama runs on CUDA only
         if launch is not None:
             from specdeck.core.llama_flags import DRAFT_MODEL
             from specdeck.core.servers.llama_server import flag_value
@@ -356,7 +362,8 @@ def _servers_that_fit(plan) -> int | None:
             if not all(Path(f).is_file() for f in (launch.model, draft) if f):
                 return None  # the launch reports the missing file
             sizes.append(launch_bytes(launch))  # a -md draft loads beside the target
-    return servers_that_fit(max(sizes)) if sizes else None
+            on_gpu.append(runs_on_gpu(launch.binary, tuple(launch.args)))
+    return servers_that_fit(max(sizes), any(on_gpu)) if sizes else None
 
 
 # Running -------------------------------------------------------------------------------------

@@ -11,8 +11,9 @@ Drafts from the Hub (same family, tokenizer checked from the GGUF header before 
 are downloaded within --download-budget (default 2 GiB; 0: local drafts only), asking first
 unless --yes; --budget counts from the end of the downloads.
 
-Exit 0 when a verified winner was written (or is shown to copy), 1 when nothing beat the
-current setting (nothing written), 2 on an error, 130 when interrupted.
+Exit 0 when a verified winner was written (or is shown to copy), 1 when nothing was written
+(nothing beat no drafting or the current setting, the output changed, --dry-run, the write
+declined or rolled back), 2 on an error, 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -46,15 +47,17 @@ def duration(text: str) -> float:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "tune", help="make your llama-server (or a llama-swap model) draft faster: search, "
-        "verify, apply", description=(
+        "tune", help="make your llama-server, llama-swap model or TabbyAPI draft faster: "
+        "search, verify, apply", description=(
             "Find the fastest drafting setting for the llama-server you run: every drafting "
             "method its --help lists, the draft GGUFs beside your model and drafts of its "
             "family from the Hub (within --download-budget, asking first), each setting "
             "searched on tuning prompts within the time budget, the winner verified on other "
             "prompts against your current setting and no drafting (output unchanged), then "
-            "written into your llama-swap config with a diff and a backup, and proven by "
-            "starting llama-server from the written file."))
+            "written into your llama-swap config.yaml or TabbyAPI config.yml with a diff and "
+            "a backup and proven by starting the server from the written file (for a binary "
+            "and GGUF, or the demo: the flags to copy). Exit 0: a verified winner written or "
+            "shown; 1: nothing written; 2: an error; 130: interrupted."))
     source = p.add_argument_group("what to tune (one of)")
     source.add_argument("--swap-config", metavar="FILE", help="llama-swap's config.yaml")
     source.add_argument("--model", metavar="NAME", help="the llama-swap model to tune")
@@ -63,7 +66,7 @@ def register(subparsers) -> None:
                         help="the embedded demo model (SmolLM2-135M), on the CPU")
     source.add_argument("--tabby-folder", metavar="DIR",
                         help="a TabbyAPI install SpecDeck starts once per setting (draft "
-                        "models, draft modes and draft_num_tokens are searched); its "
+                        "models; on TabbyAPI main also draft modes and draft_num_tokens); its "
                         "config.yml names the model")
     source.add_argument("--tabby", metavar="URL",
                         help="a running TabbyAPI, reloaded per setting through its admin API "
@@ -75,12 +78,14 @@ def register(subparsers) -> None:
                    help="the Python that runs TabbyAPI (default: its folder's venv)")
     p.add_argument("--api-key-env", metavar="VAR",
                    help="TabbyAPI: the variable holding its API key (default "
-                   "SPECDECK_SERVER_API_KEY, then the install's api_tokens.yml)")
+                   "SPECDECK_SERVER_API_KEY, then the install's api_tokens.yml with "
+                   "--tabby-folder, the keyring with --tabby)")
     p.add_argument("--admin-key-env", metavar="VAR",
                    help="--tabby: the variable holding its admin key (default "
                    "SPECDECK_TABBY_ADMIN_KEY)")
     p.add_argument("--llama-server", metavar="BINARY",
-                   help="the llama-server binary (default: the llama-swap cmd's, or PATH's)")
+                   help="the llama-server binary (needed with --gguf; default: the llama-swap "
+                   "cmd's, or for --demo the one on PATH)")
     p.add_argument("--budget", type=duration, default=600.0, metavar="TIME",
                    help="wall clock for the search and the verification, counted after the "
                    "downloads (default 10m)")
@@ -105,7 +110,8 @@ def register(subparsers) -> None:
     p.add_argument("--draft-dir", metavar="DIR", action="append", default=[],
                    help="also look for draft GGUFs here (besides the target's folder)")
     p.add_argument("--gpu", action="store_true",
-                   help="the server runs on a GPU (the predictions assume a CPU otherwise)")
+                   help="predict as for a GPU (default: where the server holds the model, "
+                   "from llama-server --list-devices and -ngl; TabbyAPI: a GPU)")
     p.add_argument("--yes", "-y", action="store_true",
                    help="no questions: download within the budget and write the winner")
     p.add_argument("--dry-run", action="store_true", help="decide, show the diff, write nothing")
@@ -160,7 +166,7 @@ def cmd_tune(args) -> int:
                           suites=tuple(args.prompts) or TuneOptions().suites,
                           prompts_per_suite=args.per_suite, max_new_tokens=args.max_new,
                           draft_dirs=tuple(Path(d) for d in args.draft_dir),
-                          device="gpu" if args.gpu else "cpu",
+                          device="gpu" if args.gpu else None,
                           download_budget=int(args.download_budget * GiB),
                           download_dir=args.download_dir, hub_endpoint=args.endpoint)
     cancel = threading.Event()

@@ -118,12 +118,67 @@ def _help_cached(binary: str, mtime: float) -> HelpInfo | None:
 def binary_help(binary: str | Path) -> HelpInfo | None:
     """The binary's --help, parsed (cached per binary and modification time); None if it
     cannot be run or says nothing recognisable."""
+    return _per_build(_help_cached, binary)
+
+
+def _per_build(cached, binary: str | Path):
+    """``cached(path, mtime)`` for the binary as it is now (a rebuilt binary is asked
+    again); None when there is no such file."""
     path = str(binary)
     try:
         mtime = os.stat(path).st_mtime
     except OSError:
         return None
-    return _help_cached(path, mtime)
+    return cached(path, mtime)
+
+
+DEVICE_LINE = re.compile(r"^\s+(\S+): (.*?)(?: \((\d+) MiB, (\d+) MiB free\))?\s*$")
+"""One device of ``llama-server --list-devices`` (llama.cpp 11434 common/arg.cpp,
+``--list-devices``: "Available devices:", then "  NAME: DESCRIPTION (TOTAL MiB, FREE MiB
+free)" for every GPU or iGPU backend device, or "  (none)" in a CPU-only build)."""
+
+
+@lru_cache(maxsize=8)
+def _devices_cached(binary: str, mtime: float) -> tuple[str, ...] | None:
+    try:
+        done = subprocess.run([binary, "--list-devices"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.splitlines()
+    if done.returncode != 0 or not any(line.startswith("Available devices") for line in lines):
+        return None
+    start = next(i for i, line in enumerate(lines) if line.startswith("Available devices"))
+    return tuple(match.group(1) for line in lines[start + 1:]
+                 if (match := DEVICE_LINE.match(line)) and match.group(1) != "(none)")
+
+
+def offload_devices(binary: str | Path) -> tuple[str, ...] | None:
+    """The devices this llama-server build can hold layers on, as its ``--list-devices``
+    names them ("CUDA0", "Vulkan0", ...; none in a CPU-only build); None when the binary
+    cannot say (it cannot be run, or predates the flag). Cached per binary and mtime."""
+    return _per_build(_devices_cached, binary)
+
+
+def runs_on_gpu(binary: str | Path, args: tuple[str, ...]) -> bool:
+    """Whether a llama-server of ``binary`` launched with ``args`` holds its model on a GPU:
+    the one rule for it (what the predictions assume a verify costs, whose free memory the
+    servers and drafts must fit in). Its build must list a device to offload to, and the
+    flags must not keep every layer off it (``-ngl 0``, ``--device none``); llama-server's
+    default is ``-ngl auto``. A binary that cannot list its devices counts as on a GPU when
+    NVML sees one, as before this rule."""
+    from specdeck.core.vram.gguf import LlamaFlags
+
+    try:
+        flags = LlamaFlags.from_args(args)
+    except SpecDeckError:
+        return False  # the launch itself will refuse these flags, with the reason
+    if flags.n_gpu_layers == 0 or [d.lower() for d in flags.devices] == ["none"]:
+        return False
+    devices = offload_devices(binary)
+    if devices is None:
+        return bool(_free_memory()[1])
+    return bool(devices)
 
 
 def _flags_in(args: tuple[str, ...]) -> list[str]:
@@ -236,15 +291,15 @@ def launch_bytes(launch: LaunchProfile) -> int:
             return SERVER_OVERHEAD
 
 
-def servers_that_fit(server_bytes: int) -> int:
+def servers_that_fit(server_bytes: int, on_gpu: bool | None = None) -> int:
     """How many servers of this size (:func:`launch_bytes`) to keep up at once while switching
-    arms: as many as fit in nine tenths of the free memory they would use (the GPUs' when NVML
-    sees any, each server then holding a CUDA context and cuBLAS's state too, core.vram.costs;
-    else the machine's), at least 1 (then every switch restarts: slower, never out of
-    memory)."""
+    arms: as many as fit in nine tenths of the free memory they would use (the GPUs' when
+    they run on one, :func:`runs_on_gpu`, each server then holding a CUDA context and
+    cuBLAS's state too, core.vram.costs; else the machine's), at least 1 (then every switch
+    restarts: slower, never out of memory). ``on_gpu`` None: on the GPUs when NVML sees any."""
     from specdeck.core.vram.costs import DEFAULT_OVERHEADS, is_hopper
 
-    free, gpus = _free_memory()
+    free, gpus = _free_memory(on_gpu)
     if gpus:
         o = DEFAULT_OVERHEADS
         hopper = any(is_hopper(g.name or "") for g in gpus)
@@ -252,19 +307,20 @@ def servers_that_fit(server_bytes: int) -> int:
     return max(1, int(0.9 * free // max(server_bytes, 1)))
 
 
-def free_memory() -> int:
-    """The memory llama-servers would load into, free now: the GPUs' when NVML sees any,
-    else the machine's available RAM."""
-    return _free_memory()[0]
+def free_memory(on_gpu: bool | None = None) -> int:
+    """The memory llama-servers would load into, free now: the GPUs' when they run on one
+    (:func:`runs_on_gpu`; None: when NVML sees any), else the machine's available RAM."""
+    return _free_memory(on_gpu)[0]
 
 
-def _free_memory() -> tuple[int, tuple]:
-    """:func:`free_memory` and the GPUs NVML sees (empty: the machine's RAM), in one read."""
+def _free_memory(on_gpu: bool | None = None) -> tuple[int, tuple]:
+    """:func:`free_memory` and the GPUs NVML sees (empty: the machine's RAM), in one read. On
+    a GPU that NVML cannot see (another vendor's), the machine's RAM: the only figure there."""
     import psutil
     from specdeck.core.gpu import read_once
 
-    frame = read_once()
-    if frame.has_gpus:
+    frame = read_once() if on_gpu is not False else None
+    if frame is not None and frame.has_gpus:
         return sum(g.memory_free or 0 for g in frame.gpus), tuple(frame.gpus)
     return psutil.virtual_memory().available, ()
 

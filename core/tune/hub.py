@@ -85,11 +85,11 @@ def choose_quant(choices, setup: Setup, memory_left: int | None):
 
 def memory_left(setup: Setup, given: int | None = None) -> int:
     """Memory for a draft once the target's server is up: ``given`` (the user's figure), else
-    what is free now (core.servers.llama_server.free_memory) less the target and a server's
-    overhead."""
+    what is free now where the server holds the model (core.servers.llama_server.free_memory)
+    less the target and a server's overhead."""
     from specdeck.core.servers.llama_server import SERVER_OVERHEAD, free_memory
 
-    free = free_memory() if given is None else given
+    free = free_memory(setup.on_gpu) if given is None else given
     return free - setup.facts.weight_bytes - SERVER_OVERHEAD
 
 

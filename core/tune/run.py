@@ -94,8 +94,9 @@ class TuneOptions:
     max_new_tokens: int = 96
     verify_repeats: int = 2
     draft_dirs: tuple[Path, ...] = ()
-    device: str = "cpu"
-    """"cpu" or "gpu": the verify cost the predictions assume."""
+    device: str | None = None
+    """"cpu" or "gpu": the verify cost the predictions assume (None: where the server holds
+    the model, ``Setup.on_gpu``)."""
     download_budget: int = 0
     """Bytes of Hub drafts to download at most; 0: local drafts only (the Hub is not asked).
     The command line's default is hub.DEFAULT_DOWNLOAD_BUDGET; a caller that gives none
@@ -224,6 +225,12 @@ class TuneResult:
 EventSink = Callable[[Any], None]
 
 
+def device_of(setup, options: TuneOptions) -> str:
+    """The device the predictions assume: the user's word (``options.device``), else where
+    the server holds the model (``on_gpu`` of the setup)."""
+    return options.device or ("gpu" if setup.on_gpu else "cpu")
+
+
 # The loop --------------------------------------------------------------------------------------
 def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
          on_event: EventSink | None = None, cancel: threading.Event | None = None,
@@ -258,7 +265,8 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
         emit(Phase("candidates", f"Searching the Hub for {setup.facts.family} drafts"))
         found = _with_hub(setup, found, library, options, notes, cancel)
     history = read_history() if history is None else history
-    predicted = sorted(((c, predict(c, setup, options.device, history)) for c in found.found),
+    predicted = sorted(((c, predict(c, setup, device_of(setup, options), history))
+                        for c in found.found),
                        key=lambda cp: cp[1].speedup, reverse=True)
     emit(CandidatesFound(tuple(predicted), found.not_tried))
     phase_s["candidates"] = time.monotonic() - started
@@ -576,7 +584,7 @@ def _llama_engine(setup: Setup, predicted: list):
 
     flags = [setup.common + c.flags for c, _ in predicted] or [setup.common]
     biggest = max(launch_bytes(LaunchProfile(setup.binary, str(setup.target), f)) for f in flags)
-    return ServerEngine(max_servers=servers_that_fit(biggest))
+    return ServerEngine(max_servers=servers_that_fit(biggest, setup.on_gpu))
 
 
 LLAMA_SERVER = TunedServer(reference_arm=reference_arm, current_arm=_current_arm,
@@ -603,7 +611,8 @@ def finalist(search: GridResult) -> tuple[GridRow | None, float]:
     floor = best.score * (1 - noise_band(share, pairs_of(best)))
     close = [r for r in search.rows if r.standing().excluded_because is None
              and r.score >= floor and r.score > 1.0]
-    return min(close, key=lambda r: setting_cost(r.cell), default=best), share
+    # the cheapest; among equally cheap ones the best scored (as at a cut: grid.survivors)
+    return min(close, key=lambda r: (setting_cost(r.cell), -r.score), default=best), share
 
 
 def _tried(candidate: Candidate, prediction: Prediction, search: GridResult) -> Tried:

@@ -71,6 +71,15 @@ class Setup:
         return strip_drafting(self.flags)
 
     @property
+    def on_gpu(self) -> bool:
+        """Whether this llama-server holds the model on a GPU: its build lists a device to
+        offload to and its flags keep layers there (core.servers.llama_server.runs_on_gpu,
+        the one rule for it)."""
+        from specdeck.core.servers.llama_server import runs_on_gpu
+
+        return runs_on_gpu(self.binary, self.flags)
+
+    @property
     def server_text(self) -> str:
         """The server, for the report."""
         return self.binary

@@ -60,6 +60,8 @@ class TabbySetup:
     """config.yml's draft_mode (main), None when unset."""
 
     kind = "tabbyapi"
+    on_gpu = True
+    """ExLlamaV2 and ExLlamaV3 run on CUDA only."""
 
     @property
     def managed(self) -> bool:
@@ -420,7 +422,7 @@ def _engine(setup: TabbySetup, predicted: list):
         return ServerEngine()
     biggest = max((c.draft_bytes for c, _ in predicted), default=0)
     return ServerEngine(max_servers=servers_that_fit(
-        setup.facts.weight_bytes + biggest + SERVER_OVERHEAD))
+        setup.facts.weight_bytes + biggest + SERVER_OVERHEAD, setup.on_gpu))
 
 
 def tuned_server():
@@ -444,6 +446,7 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
         Phase,
         TuneOptions,
         _why_none,
+        device_of,
         search_and_decide,
     )
 
@@ -454,7 +457,8 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
     emit(Phase("candidates", f"Reading what {setup.where} can draft with"))
     found = find(setup, cancel)
     history = read_history() if history is None else history
-    predicted = sorted(((c, predict(c, setup, options.device, history)) for c in found.found),
+    predicted = sorted(((c, predict(c, setup, device_of(setup, options), history))
+                        for c in found.found),
                        key=lambda cp: cp[1].speedup, reverse=True)
     emit(CandidatesFound(tuple(predicted), found.not_tried))
     phase_s = {"candidates": time.monotonic() - started}

@@ -206,8 +206,9 @@ class TunePage(QWidget):
         self.api_key_env.setPlaceholderText("SPECDECK_SERVER_API_KEY")
         self.api_key_env.setToolTip(
             "The environment variable holding TabbyAPI's API key (the CLI's --api-key-env). "
-            "Blank: SPECDECK_SERVER_API_KEY, then the keyring, then the install's "
-            "api_tokens.yml. SpecDeck never asks for the key itself.")
+            "Blank: SPECDECK_SERVER_API_KEY, then the install's api_tokens.yml (a TabbyAPI "
+            "folder) or the keyring (a running TabbyAPI). SpecDeck never asks for the key "
+            "itself.")
         self.admin_key_env = QLineEdit()
         self.admin_key_env.setPlaceholderText("SPECDECK_TABBY_ADMIN_KEY")
         self.admin_key_env.setToolTip(

@@ -308,7 +308,7 @@ def test_the_servers_kept_up_are_sized_with_their_draft_models(tmp_path, monkeyp
     target, draft = tmp_path / "t.gguf", tmp_path / "d.gguf"
     target.write_bytes(b"\0" * 3000)
     draft.write_bytes(b"\0" * 1000)
-    monkeypatch.setattr(llama_server, "servers_that_fit", lambda size: size)
+    monkeypatch.setattr(llama_server, "servers_that_fit", lambda size, on_gpu=None: size)
     # (files that are not GGUF: their sizes and the flat allowance)
 
     def arm(name, *args):

@@ -200,6 +200,13 @@ def test_the_finalist_within_the_noise_of_the_best_is_the_cheaper_setting():
     run_module.noise = lambda runs, reference: 0.02
     try:
         assert finalist(search)[0] is cheap
+        # Equally cheap settings within the noise: the better scored, whatever the rows'
+        # order (they come in the order of the predictions, not of the scores).
+        low = _row("mod4", 1.49, ("--spec-type", "ngram-mod", "--spec-ngram-mod-n-max", "4"))
+        high = _row("mapk4", 1.51, ("--spec-type", "ngram-map-k",
+                                    "--spec-ngram-map-k-size-m", "4"))
+        for order in ((low, high, fast), (fast, high, low)):
+            assert finalist(GridResult(("code",), order, {}, ()))[0] is high
     finally:
         run_module.noise = original
 
@@ -632,3 +639,22 @@ def test_a_small_draft_stays_worth_a_download_on_a_cpu(tmp_path):
     small = Candidate("draft-simple", tmp_path / "d.gguf", setup.facts.weight_bytes // 50)
     prediction = tune_predict.theory(small, setup, "cpu")
     assert prediction.speedup < 1.0 < prediction.high
+
+
+def test_ctrl_c_inside_a_step_that_stops_by_raising_exits_130_not_as_an_error(
+        llama_bin, demo_gguf, monkeypatch, capsys):
+    """Ctrl-C during the candidates (a tokenizer check, the Hub search) or before a run's
+    first result stops by raising CancelledError: the command says it was interrupted and
+    exits 130, as when it stops between steps, not "error" and 2."""
+    from specdeck.core.cli import EXIT_INTERRUPTED, main
+    from specdeck.core.errors import CancelledError
+    from specdeck.core.tune import run as tune_run
+
+    def stopped(*args, **kwargs):
+        raise CancelledError("The A/B run was stopped.")
+
+    monkeypatch.setattr(tune_run, "tune", stopped)
+    code = main(["tune", "--demo", "--llama-server", str(llama_bin), "--yes"])
+    err = capsys.readouterr().err
+    assert code == EXIT_INTERRUPTED, err
+    assert "interrupted: The A/B run was stopped." in err and "error" not in err
