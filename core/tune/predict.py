@@ -3,7 +3,11 @@ next prediction better.
 
 Where this machine has tuned the same target with the same candidate before (the tune history
 SpecDeck keeps, one line per candidate measured), the prediction is what was measured then: the
-median, its range widened by a tenth. Otherwise it is Leviathan et al.'s speed-up
+median, its range widened by a tenth. Where it has tuned a similar pair on the same device, what
+that measured stands in for the prior (``similar``): an n-gram type's speed-up on other targets
+(it depends on the text and the verify cost more than on the model), or, for a draft model or
+MTP layers, the per-token acceptance measured with targets of the same family, put into the
+formula below with this pair's own cost. Otherwise it is Leviathan et al.'s speed-up
 (core.bench.stats.theoretical_speedup) at the best of the searched k, over a range of
 acceptance that fits the kind of drafter:
 
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specdeck.core import appdirs
@@ -59,6 +63,12 @@ ngram-* types drafted on 0-10.6% of steps, most on none (their llama-server logs
 measured 0.98-1.07x, where drafting on every step predicted 0.77x."""
 HISTORY_FILE = "tune-history.jsonl"
 HISTORY_WIDEN = 0.10
+SIMILAR_WIDEN = 0.25
+"""How much wider (as a share of the median) a prediction from similar pairs is than one from
+the same pair: another target or draft is a weaker witness."""
+SIMILAR_ACCEPTANCE_SPREAD = 0.05
+"""Per-token acceptance either side of what similar pairs measured (their range, at least
+this wide)."""
 
 
 @dataclass(frozen=True)
@@ -102,9 +112,13 @@ def drafts_on_match_only(candidate: Candidate) -> bool:
     return _kind(candidate) == "ngram" and candidate.spec_type.startswith("ngram-")
 
 
-def theory(candidate: Candidate, setup: Setup, device: str) -> Prediction:
+def theory(candidate: Candidate, setup: Setup, device: str,
+           acceptance: tuple[float, float] | None = None) -> Prediction:
+    """Leviathan et al.'s speed-up over ``acceptance`` (per token; default: the range for
+    this kind of drafter) with this pair's draft cost and ``device``'s verify cost."""
     on_match = drafts_on_match_only(candidate)
-    low_a, high_a = ACCEPTANCE_ON_MATCH if on_match else ACCEPTANCE[_kind(candidate)]
+    low_a, high_a = acceptance or (ACCEPTANCE_ON_MATCH if on_match
+                                   else ACCEPTANCE[_kind(candidate)])
     cost = _cost_ratio(candidate, setup)
     cheap, typical = VERIFY_COST_PER_TOKEN[device]
     low_m, high_m = MATCH_RATE if on_match else (1.0, 1.0)
@@ -151,14 +165,67 @@ def read_history(path: Path | None = None) -> list[dict]:
     return entries
 
 
-def record(setup: Setup, candidate: Candidate, speedup: float, path: Path | None = None) -> None:
-    """Remember what ``candidate`` measured on this machine for this target."""
+def record(setup: Setup, candidate: Candidate, speedup: float, path: Path | None = None, *,
+           device: str | None = None, acceptance: float | None = None,
+           k: int | None = None) -> None:
+    """Remember what ``candidate`` measured on this machine for this target: its speed-up
+    and, for a later prediction of a similar pair, what it was (spec type, kind, the target's
+    family, ``device``) and, where the server reported it, the share of drafted tokens
+    accepted at its best setting's ``k``."""
     path = path or history_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps({"target": setup.facts.name, "candidate": candidate.label,
-                       "speedup": round(speedup, 4)})
+    entry = {"target": setup.facts.name, "candidate": candidate.label,
+             "speedup": round(speedup, 4), "spec_type": candidate.spec_type,
+             "kind": _kind(candidate), "family": setup.facts.family.lower(),
+             "device": device,
+             "acceptance": None if acceptance is None else round(acceptance, 4), "k": k}
     with path.open("a", encoding="utf-8") as handle:
-        handle.write(line + "\n")
+        handle.write(json.dumps(entry) + "\n")
+
+
+def alpha_from_rate(rate: float, k: int) -> float:
+    """The per-token acceptance that, drafting ``k`` tokens a step and stopping at the first
+    rejection, accepts ``rate`` of the drafted tokens: (a + a^2 + ... + a^k) / k = rate,
+    solved by bisection (the left side grows with a)."""
+    rate = min(max(rate, 0.0), 1.0)
+    low, high = 0.0, 1.0
+    for _ in range(50):
+        middle = (low + high) / 2
+        if sum(iid_cumulative(middle, k)) / k < rate:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
+def similar(candidate: Candidate, setup: Setup, device: str, history: list[dict]
+            ) -> Prediction | None:
+    """A prediction from pairs like this one measured on this machine's ``device`` (see the
+    module docstring); None when there are none."""
+    kind = _kind(candidate)
+    others = [e for e in history if e.get("device") == device and e.get("kind") == kind
+              and e.get("target") != setup.facts.name]
+    if kind == "ngram":
+        seen = [e["speedup"] for e in others if e.get("spec_type") == candidate.spec_type]
+        if not seen:
+            return None
+        middle = statistics.median(seen)
+        widen = SIMILAR_WIDEN * middle
+        return Prediction(middle, min(seen) - widen, max(seen) + widen,
+                          f"similar pairs ({candidate.spec_type} on {len(seen)} other "
+                          f"target{'s' if len(seen) > 1 else ''}, {device})")
+    family = setup.facts.family.lower()
+    alphas = [alpha_from_rate(e["acceptance"], int(e["k"])) for e in others
+              if e.get("family") == family and isinstance(e.get("acceptance"), (int, float))
+              and isinstance(e.get("k"), int) and e["k"] > 0]
+    if not alphas:
+        return None
+    low = max(0.0, min(alphas) - SIMILAR_ACCEPTANCE_SPREAD)
+    high = min(0.99, max(alphas) + SIMILAR_ACCEPTANCE_SPREAD)
+    fitted = theory(candidate, setup, device, (low, high))
+    return replace(fitted, source=fitted.source.replace(
+        "theory (acceptance", f"similar pairs ({len(alphas)} {family} pair"
+        f"{'s' if len(alphas) > 1 else ''} measured: acceptance", 1))
 
 
 def predict(candidate: Candidate, setup: Setup, device: str,
@@ -172,4 +239,4 @@ def predict(candidate: Candidate, setup: Setup, device: str,
         middle = statistics.median(seen)
         return Prediction(middle, min(seen) - widen / 2, max(seen) + widen / 2,
                           f"history ({len(seen)} earlier tune{'s' if len(seen) > 1 else ''})")
-    return theory(candidate, setup, device)
+    return similar(candidate, setup, device, history) or theory(candidate, setup, device)

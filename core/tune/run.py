@@ -185,6 +185,10 @@ class Tried:
     prediction: Prediction
     measured: float | None
     best_setting: str | None
+    acceptance: float | None = None
+    """The share of drafted tokens accepted at that setting (None: not reported)."""
+    k: int | None = None
+    """That setting's k (None: the type's own, unsearched)."""
 
     @property
     def error(self) -> float | None:
@@ -334,7 +338,8 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
         tried = tuple(_tried(c, p, search) for c, p in predicted)
         for item in tried:
             if item.measured is not None:
-                record(setup, item.candidate, item.measured)
+                record(setup, item.candidate, item.measured, device=device_of(setup, options),
+                       acceptance=item.acceptance, k=item.k)
         if cancel.is_set():
             return _result(setup, options, tried, found, search, None,
                            Decided(None, None, False, "Cancelled during the search: nothing "
@@ -620,8 +625,12 @@ def _tried(candidate: Candidate, prediction: Prediction, search: GridResult) -> 
             and ALL in r.by_suite and r.by_suite[ALL].speedup is not None]
     top = pick(rows, lambda r: Standing(r.score, r.diverged)) or max(
         rows, key=lambda r: r.score, default=None)
-    return Tried(candidate, prediction, None if top is None else top.score,
-                 None if top is None else top.cell.label)
+    if top is None:
+        return Tried(candidate, prediction, None, None)
+    k = dict(top.cell.settings).get("k")
+    return Tried(candidate, prediction, top.score, top.cell.label,
+                 top.by_suite[ALL].acceptance_rate,
+                 int(k) if k is not None and k.isdigit() else None)
 
 
 def verify(setup, best: GridRow, plan: BenchPlan, engine, emit, cancel,

@@ -293,6 +293,49 @@ def test_predictions_come_from_history_when_the_machine_has_one(tmp_path):
     assert tune_predict.predict(draft, setup, "cpu", history).source.startswith("theory")
 
 
+def test_predictions_learn_from_similar_pairs_measured_on_this_device(tmp_path):
+    """No tune of this target with this candidate yet: an n-gram type's speed-up on other
+    targets stands in, and a draft model's acceptance measured with a target of the same
+    family goes into the formula with this pair's own cost; only on the same device."""
+    from dataclasses import replace
+
+    measured = from_swap(swap_config(tmp_path, ""), "smol")
+    setup = replace(measured, facts=replace(measured.facts, name="another-smollm2.gguf"))
+    stranger = replace(setup, facts=replace(setup.facts, name="q.gguf", family="qwen2"))
+    ngram = Candidate("ngram-mod")
+    draft = Candidate("draft-simple", Path("d.gguf"), setup.facts.weight_bytes // 10)
+    path = tmp_path / "history.jsonl"
+    tune_predict.record(measured, ngram, 1.2, path, device="cpu", acceptance=0.94, k=8)
+    tune_predict.record(measured, draft, 0.9, path, device="cpu", acceptance=0.85, k=4)
+    tune_predict.record(measured, Candidate("ngram-cache"), 0.8, path)  # no device: unused
+    history = tune_predict.read_history(path)
+
+    guess = tune_predict.predict(ngram, setup, "cpu", history)
+    assert guess.source == "similar pairs (ngram-mod on 1 other target, cpu)"
+    assert guess.speedup == 1.2 and guess.low < 1.2 < guess.high
+    assert tune_predict.predict(ngram, setup, "gpu", history).source.startswith("theory")
+    assert tune_predict.predict(Candidate("ngram-cache"), setup, "cpu",
+                                history).source.startswith("theory")
+
+    learned = tune_predict.predict(draft, setup, "cpu", history)
+    prior = tune_predict.theory(draft, setup, "cpu")
+    alpha = tune_predict.alpha_from_rate(0.85, 4)
+    assert learned.source.startswith(f"similar pairs (1 {setup.facts.family.lower()} pair "
+                                     f"measured: acceptance {alpha - 0.05:.2f}-"
+                                     f"{alpha + 0.05:.2f}")
+    assert learned.speedup > prior.speedup  # 85% of drafts accepted beats the prior's middle
+    assert tune_predict.predict(draft, stranger, "cpu", history).source.startswith("theory")
+    # the same target and candidate: its own history, not a similar pair's
+    assert tune_predict.predict(draft, measured, "cpu", history).source.startswith("history")
+
+
+@pytest.mark.parametrize("alpha, k", [(0.3, 4), (0.7, 4), (0.93, 8), (0.99, 16)])
+def test_a_rate_of_accepted_drafts_gives_back_the_per_token_acceptance(alpha, k):
+    rate = sum(alpha**i for i in range(1, k + 1)) / k
+    assert tune_predict.alpha_from_rate(rate, k) == pytest.approx(alpha, abs=1e-6)
+    assert tune_predict.alpha_from_rate(0.0, k) == pytest.approx(0.0, abs=1e-9)
+
+
 def test_durations_on_the_command_line():
     import argparse
 

@@ -106,6 +106,13 @@ def test_tune_downloads_a_hub_draft_within_the_budget_and_measures_it(
     assert tried["hub"]["repo_id"] == HUB_REPO and tried["download_bytes"] == len(hub_draft)
     assert tried["predicted"]["source"].startswith("history")
     assert tried["measured"] is not None  # measured by the real llama-server with -md
+    # What it measured is kept for the next prediction of a similar pair: the device, the
+    # target's family, and the share of drafts llama-server reported accepted at that k.
+    entries = [json.loads(line) for line in history.read_text().splitlines()[1:]]
+    mine = next(e for e in entries if e["candidate"] == label)
+    assert (mine["device"], mine["kind"], mine["family"]) == ("cpu", "draft", "smollm2")
+    assert 0 < mine["acceptance"] <= 1 and mine["k"] in (4, 8, 16)
+    assert mine["speedup"] == pytest.approx(tried["measured"], abs=1e-4)
     assert data["phase_s"]["download"] > 0 and data["phase_s"]["search"] > 0
     assert "## Downloads" in done.stderr and f"| {label} | {HUB_REPO} |" in done.stderr
 
