@@ -292,3 +292,22 @@ def test_hostile_llama_swap_configs(case, config, args, code, stream, says, tmp_
         assert all(swap.findings(m) == [] for m in swap.load(path).models)
     else:
         assert path.read_bytes() == before  # nothing written
+
+
+@pytest.mark.parametrize("command", [("tune", "--demo"), ("bench", "--demo"),
+                                     ("tune", "--demo", "--download-dir")])
+def test_a_report_folder_that_cannot_be_made_is_refused_before_anything_runs(tmp_path,
+                                                                              command):
+    """--report (and the tune's --download-dir) naming a file, or a folder inside a file, is
+    refused while the arguments are read: a long run must not end unable to save its
+    report, and the file it names is left as it was."""
+    taken = tmp_path / "config.yaml"
+    taken.write_text("# mine\n")
+    flag = command[2] if len(command) > 2 else "--report"
+    for target, words in ((taken, "is a file, not a folder"),
+                          (taken / "sub", "is a file, so")):
+        done = specdeck(*command[:2], flag, str(target), home=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert words in done.stderr and "Traceback" not in done.stderr
+        assert "Loading" not in done.stderr  # nothing started
+    assert taken.read_text() == "# mine\n"

@@ -32,6 +32,7 @@ from specdeck.core.cli.engine_cmd import (
 )
 from specdeck.core.cli.numbers import whole
 from specdeck.core.cli.output import emit_json
+from specdeck.core.cli.paths import output_folder
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.userpath import expand_user
 
@@ -76,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--plan", type=Path, metavar="FILE",
                    help="run a saved plan.json (other plan options are ignored)")
     p.add_argument("--json", metavar="FILE", help="write the result as JSON (- = stdout)")
-    p.add_argument("--report", type=Path, metavar="DIR",
+    p.add_argument("--report", type=output_folder, metavar="DIR",
                    help="write report.json, runs.csv, summary.md, chart.svg, plan.json")
     p.add_argument("--no-history", action="store_true",
                    help="do not keep this run in SpecDeck's history")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from specdeck.core.cli import EXIT_INTERRUPTED, EXIT_NEGATIVE, EXIT_OK
 from specdeck.core.cli.numbers import finite, whole
+from specdeck.core.cli.paths import output_folder
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.tune.hub import DEFAULT_DOWNLOAD_BUDGET
 from specdeck.core.units import GiB, format_bytes
@@ -94,7 +95,7 @@ def register(subparsers) -> None:
                    help="GiB of draft models to download from the Hub at most, best predicted "
                    f"first (default {DEFAULT_DOWNLOAD_GIB:g}; 0: local drafts only, the Hub is "
                    "not asked)")
-    p.add_argument("--download-dir", type=Path, metavar="DIR",
+    p.add_argument("--download-dir", type=output_folder, metavar="DIR",
                    help="where downloaded drafts go (default: the draft folder of the "
                    "config.yml SpecDeck has open, else SpecDeck's own models folder)")
     p.add_argument("--endpoint", metavar="URL",
@@ -116,7 +117,7 @@ def register(subparsers) -> None:
                    help="no questions: download within the budget and write the winner")
     p.add_argument("--dry-run", action="store_true", help="decide, show the diff, write nothing")
     p.add_argument("--json", metavar="FILE", help="write the result as JSON (- = stdout)")
-    p.add_argument("--report", type=Path, metavar="DIR", help="write tune.md, tune.json, runs/")
+    p.add_argument("--report", type=output_folder, metavar="DIR", help="write tune.md, tune.json, runs/")
     p.add_argument("server_args", nargs=argparse.REMAINDER,
                    help="after --: llama-server flags (with --gguf or --demo)")
     p.set_defaults(handler=cmd_tune)
