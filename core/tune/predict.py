@@ -211,7 +211,7 @@ def similar(candidate: Candidate, setup: Setup, device: str, history: list[dict]
             return None
         middle = statistics.median(seen)
         widen = SIMILAR_WIDEN * middle
-        return Prediction(middle, min(seen) - widen, max(seen) + widen,
+        return Prediction(middle, max(0.0, min(seen) - widen), max(seen) + widen,
                           f"similar pairs ({candidate.spec_type} on {len(seen)} other "
                           f"target{'s' if len(seen) > 1 else ''}, {device})")
     family = setup.facts.family.lower()
@@ -237,6 +237,6 @@ def predict(candidate: Candidate, setup: Setup, device: str,
         spread = max(seen) - min(seen)
         widen = HISTORY_WIDEN * statistics.median(seen) + spread / 2
         middle = statistics.median(seen)
-        return Prediction(middle, min(seen) - widen / 2, max(seen) + widen / 2,
+        return Prediction(middle, max(0.0, min(seen) - widen / 2), max(seen) + widen / 2,
                           f"history ({len(seen)} earlier tune{'s' if len(seen) > 1 else ''})")
     return similar(candidate, setup, device, history) or theory(candidate, setup, device)

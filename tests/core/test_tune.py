@@ -291,6 +291,10 @@ def test_predictions_come_from_history_when_the_machine_has_one(tmp_path):
     assert remembered.low < 1.4 and remembered.high > 1.6
     assert remembered.error(1.5) == 0 and remembered.error(None) is None
     assert tune_predict.predict(draft, setup, "cpu", history).source.startswith("theory")
+    # A wild outlier widens the range, never below zero (a speed-up cannot be negative).
+    tune_predict.record(setup, ngram, 60.0, path)
+    wild = tune_predict.predict(ngram, setup, "cpu", tune_predict.read_history(path))
+    assert wild.low >= 0.0 and wild.high > 60.0
 
 
 def test_predictions_learn_from_similar_pairs_measured_on_this_device(tmp_path):
