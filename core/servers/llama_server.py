@@ -132,7 +132,7 @@ def _per_build(cached, binary: str | Path):
     return cached(path, mtime)
 
 
-DEVICE_LINE = re.compile(r"^\s+(\S+): (.*?)(?: \((\d+) MiB, (\d+) MiB free\))?\s*$")
+DEVICE_LINE = re.compile(r"^\s+(\S+):")
 """One device of ``llama-server --list-devices`` (llama.cpp 11434 common/arg.cpp,
 ``--list-devices``: "Available devices:", then "  NAME: DESCRIPTION (TOTAL MiB, FREE MiB
 free)" for every GPU or iGPU backend device, or "  (none)" in a CPU-only build)."""
@@ -146,9 +146,10 @@ def _devices_cached(binary: str, mtime: float) -> tuple[str, ...] | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     lines = done.stdout.splitlines()
-    if done.returncode != 0 or not any(line.startswith("Available devices") for line in lines):
+    start = next((i for i, line in enumerate(lines) if line.startswith("Available devices")),
+                 None)
+    if done.returncode != 0 or start is None:
         return None
-    start = next(i for i, line in enumerate(lines) if line.startswith("Available devices"))
     return tuple(match.group(1) for line in lines[start + 1:]
                  if (match := DEVICE_LINE.match(line)) and match.group(1) != "(none)")
 

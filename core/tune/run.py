@@ -269,8 +269,8 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
         emit(Phase("candidates", f"Searching the Hub for {setup.facts.family} drafts"))
         found = _with_hub(setup, found, library, options, notes, cancel)
     history = read_history() if history is None else history
-    predicted = sorted(((c, predict(c, setup, device_of(setup, options), history))
-                        for c in found.found),
+    device = device_of(setup, options)
+    predicted = sorted(((c, predict(c, setup, device, history)) for c in found.found),
                        key=lambda cp: cp[1].speedup, reverse=True)
     emit(CandidatesFound(tuple(predicted), found.not_tried))
     phase_s["candidates"] = time.monotonic() - started
@@ -336,9 +336,10 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
         phase_s["search"] = time.monotonic() - t0
         best, noise_share = finalist(search)
         tried = tuple(_tried(c, p, search) for c, p in predicted)
+        device = device_of(setup, options)
         for item in tried:
             if item.measured is not None:
-                record(setup, item.candidate, item.measured, device=device_of(setup, options),
+                record(setup, item.candidate, item.measured, device=device,
                        acceptance=item.acceptance, k=item.k)
         if cancel.is_set():
             return _result(setup, options, tried, found, search, None,

@@ -457,8 +457,8 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
     emit(Phase("candidates", f"Reading what {setup.where} can draft with"))
     found = find(setup, cancel)
     history = read_history() if history is None else history
-    predicted = sorted(((c, predict(c, setup, device_of(setup, options), history))
-                        for c in found.found),
+    device = device_of(setup, options)
+    predicted = sorted(((c, predict(c, setup, device, history)) for c in found.found),
                        key=lambda cp: cp[1].speedup, reverse=True)
     emit(CandidatesFound(tuple(predicted), found.not_tried))
     phase_s = {"candidates": time.monotonic() - started}
