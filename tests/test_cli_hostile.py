@@ -311,3 +311,29 @@ def test_a_report_folder_that_cannot_be_made_is_refused_before_anything_runs(tmp
         assert words in done.stderr and "Traceback" not in done.stderr
         assert "Loading" not in done.stderr  # nothing started
     assert taken.read_text() == "# mine\n"
+
+
+@pytest.mark.parametrize("command", [("tune", "--demo"), ("bench", "--demo")])
+def test_a_json_file_that_cannot_be_written_is_refused_before_anything_runs(tmp_path,
+                                                                             command):
+    """--json FILE naming a folder, or a file below a file, is refused while the arguments
+    are read (a user's tune once wrote its config and then failed to save its JSON); a file
+    in a folder still to be made is fine, and the folder is made when the result is saved."""
+    taken = tmp_path / "config.yaml"
+    taken.write_text("# mine\n")
+    for target, words in ((tmp_path, "is a folder; name a file"),
+                          (taken / "out.json", "is a file, so")):
+        done = specdeck(*command, "--json", str(target), home=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert words in done.stderr and "Traceback" not in done.stderr
+        assert "Loading" not in done.stderr
+    assert taken.read_text() == "# mine\n"
+
+
+def test_json_into_a_folder_still_to_be_made_is_saved(tmp_path):
+    from specdeck.core.cli.bench_cmd import _emit
+    from specdeck.core.cli.paths import output_file
+
+    target = output_file(str(tmp_path / "new" / "deeper" / "out.json"))
+    _emit(target, {"ok": 1})
+    assert json.loads((tmp_path / "new" / "deeper" / "out.json").read_text()) == {"ok": 1}

@@ -102,6 +102,9 @@ class GridRow:
     """Successive halving: the overall median speed-up measured in each round it ran."""
     diverged: int = 0
     """Runs (over all prompts) whose output really changed."""
+    disturbed: bool = False
+    """A run of this setting still stands whose reference ran far from its median (another
+    program took the cores?): its figure is not one to learn from."""
 
     @property
     def score(self) -> float:
@@ -250,6 +253,8 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
     out_of_time = False
     number = 0
     disturbed_notes: list[str] = []
+    stood_disturbed: set[str] = set()
+    """Arm names a disturbed run of which still counts (not run again, or still disturbed)."""
     fallbacks: list[str] = []
     emit = on_event or (lambda _event: None)
     together_rounds: list[int] = []
@@ -305,6 +310,7 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
                 words.append(f"not run again (no time left, cancelled, or the re-run failed): "
                              f"{_names(again - rerun_ok, cells)}; its first run stands")
             disturbed_notes.append("; ".join(words) + ".")
+            stood_disturbed |= still | (again - rerun_ok)
         for cell, run in measured:
             if all(run is not seen for seen in runs):
                 runs.append(run)
@@ -315,7 +321,8 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
             # This round's own figure (over all prompts): the pooled one, in its first round.
             this_round = row.score if len(rounds_run) == 1 else \
                 _row(cell, {ALL: summarize(pooled([run], reference, cell))}).score
-            rows[cell.arm.name] = replace(row, round_scores=(*earlier, this_round))
+            rows[cell.arm.name] = replace(row, round_scores=(*earlier, this_round),
+                                          disturbed=cell.arm.name in stood_disturbed)
         for name in failed:  # a setting that stopped running is not a finalist
             if name in rows and rows[name].dropped_in_round is None:
                 rows[name] = replace(rows[name], dropped_in_round=number)

@@ -32,7 +32,7 @@ from specdeck.core.cli.engine_cmd import (
 )
 from specdeck.core.cli.numbers import whole
 from specdeck.core.cli.output import emit_json
-from specdeck.core.cli.paths import output_folder
+from specdeck.core.cli.paths import output_file, output_folder
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.userpath import expand_user
 
@@ -76,7 +76,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="auto", help="torch engine: auto, float32, bfloat16, ...")
     p.add_argument("--plan", type=Path, metavar="FILE",
                    help="run a saved plan.json (other plan options are ignored)")
-    p.add_argument("--json", metavar="FILE", help="write the result as JSON (- = stdout)")
+    p.add_argument("--json", type=output_file, metavar="FILE",
+                   help="write the result as JSON (- = stdout)")
     p.add_argument("--report", type=output_folder, metavar="DIR",
                    help="write report.json, runs.csv, summary.md, chart.svg, plan.json")
     p.add_argument("--no-history", action="store_true",
@@ -690,7 +691,9 @@ def _emit(target: str, payload: Any) -> None:
     from specdeck.core.atomic import atomic_write_bytes
     from specdeck.core.jsonout import dumps
 
-    atomic_write_bytes(expand_user(target), (dumps(payload) + "\n").encode("utf-8"))
+    path = expand_user(target)
+    path.parent.mkdir(parents=True, exist_ok=True)  # checked writable while parsing
+    atomic_write_bytes(path, (dumps(payload) + "\n").encode("utf-8"))
 
 
 class ProgressPrinter:

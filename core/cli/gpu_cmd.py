@@ -10,6 +10,7 @@ from specdeck.core import llama_flags
 from specdeck.core.cli import EXIT_NEGATIVE, EXIT_OK
 from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.cli.output import emit_json, print_table
+from specdeck.core.cli.paths import output_file
 from specdeck.core.exl2_facts import (
     CACHE_MODES_TEXT,
     CACHE_STEP,
@@ -27,7 +28,7 @@ def register(subparsers) -> None:
     )
     gpus.add_argument("--json", action="store_true", help="print the frame as JSON")
     gpus.add_argument("--replay", metavar="TRACE", help="show the first frame of a trace file instead")
-    gpus.add_argument("--record", metavar="FILE", help="record a trace (JSON Lines) to FILE")
+    gpus.add_argument("--record", type=output_file, metavar="FILE", help="record a trace (JSON Lines) to FILE")
     gpus.add_argument("--duration", type=finite(0, 7 * 86400, low_open=True), default=60.0, metavar="S",
                       help="seconds to record (default 60)")
     gpus.add_argument("--interval", type=finite(0.01, 3600), default=0.25, metavar="S",

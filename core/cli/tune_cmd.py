@@ -26,7 +26,7 @@ from pathlib import Path
 
 from specdeck.core.cli import EXIT_INTERRUPTED, EXIT_NEGATIVE, EXIT_OK
 from specdeck.core.cli.numbers import finite, whole
-from specdeck.core.cli.paths import output_folder
+from specdeck.core.cli.paths import output_file, output_folder
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.tune.hub import DEFAULT_DOWNLOAD_BUDGET
 from specdeck.core.units import GiB, format_bytes
@@ -116,8 +116,10 @@ def register(subparsers) -> None:
     p.add_argument("--yes", "-y", action="store_true",
                    help="no questions: download within the budget and write the winner")
     p.add_argument("--dry-run", action="store_true", help="decide, show the diff, write nothing")
-    p.add_argument("--json", metavar="FILE", help="write the result as JSON (- = stdout)")
-    p.add_argument("--report", type=output_folder, metavar="DIR", help="write tune.md, tune.json, runs/")
+    p.add_argument("--json", type=output_file, metavar="FILE",
+                   help="write the result as JSON (- = stdout)")
+    p.add_argument("--report", type=output_folder, metavar="DIR",
+                   help="write tune.md, tune.json, runs/")
     p.add_argument("server_args", nargs=argparse.REMAINDER,
                    help="after --: llama-server flags (with --gguf or --demo)")
     p.set_defaults(handler=cmd_tune)

@@ -266,6 +266,7 @@ def write_trace(path: str | Path, header: dict[str, Any], samples: list[dict[str
     """Write a whole trace atomically (a crash never leaves half a trace)."""
     lines = [json.dumps(header, separators=(",", ":"))]
     lines += [json.dumps(s, separators=(",", ":")) for s in samples]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(Path(path), "\n".join(lines) + "\n")
 
 

@@ -3,7 +3,12 @@ next prediction better.
 
 Where this machine has tuned the same target with the same candidate before (the tune history
 SpecDeck keeps, one line per candidate measured), the prediction is what was measured then: the
-median, its range widened by a tenth. Where it has tuned a similar pair on the same device, what
+median of the earlier tunes weighted by the pairs each rests on, its range (the weighted 10th
+to 90th percentile) widened by a tenth. Only a measurement worth learning from counts
+(``usable``): one resting on at least three pairs, from no disturbed run, and no faster than
+drafting k tokens a step can be (k + 1 times); one disturbed pair once entered the history of
+a user's tune as 62.88x and widened every later prediction to nonsense. Where it has tuned a
+similar pair on the same device, what
 that measured stands in for the prior (``similar``): an n-gram type's speed-up on other targets
 (it depends on the text and the verify cost more than on the model), or, for a draft model or
 MTP layers, the per-token acceptance measured with targets of the same family, put into the
@@ -30,12 +35,15 @@ prediction next to what was measured, so its error is visible, not assumed.
 from __future__ import annotations
 
 import json
-import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specdeck.core import appdirs
-from specdeck.core.bench.stats import iid_cumulative, theoretical_speedup
+from specdeck.core.bench.stats import (
+    MIN_PAIRS_FOR_INTERVAL,
+    iid_cumulative,
+    theoretical_speedup,
+)
 from specdeck.core.tune.candidates import Candidate
 from specdeck.core.tune.setup import Setup
 
@@ -63,6 +71,9 @@ ngram-* types drafted on 0-10.6% of steps, most on none (their llama-server logs
 measured 0.98-1.07x, where drafting on every step predicted 0.77x."""
 HISTORY_FILE = "tune-history.jsonl"
 HISTORY_WIDEN = 0.10
+HISTORY_MIN_PAIRS = MIN_PAIRS_FOR_INTERVAL
+"""A measurement on fewer pairs than this is too thin to predict from (entries written before
+the history recorded its pairs count as one)."""
 SIMILAR_WIDEN = 0.25
 """How much wider (as a share of the median) a prediction from similar pairs is than one from
 the same pair: another target or draft is a weaker witness."""
@@ -167,20 +178,72 @@ def read_history(path: Path | None = None) -> list[dict]:
 
 def record(setup: Setup, candidate: Candidate, speedup: float, path: Path | None = None, *,
            device: str | None = None, acceptance: float | None = None,
-           k: int | None = None) -> None:
-    """Remember what ``candidate`` measured on this machine for this target: its speed-up
-    and, for a later prediction of a similar pair, what it was (spec type, kind, the target's
-    family, ``device``) and, where the server reported it, the share of drafted tokens
-    accepted at its best setting's ``k``."""
+           k: int | None = None, pairs: int = 0, disturbed: bool = False) -> None:
+    """Remember what ``candidate`` measured on this machine for this target: its speed-up,
+    the ``pairs`` it rests on and whether a run behind it was ``disturbed`` (so a later
+    prediction weighs it, or leaves it out: ``usable``), and, for a later prediction of a
+    similar pair, what it was (spec type, kind, the target's family, ``device``) and, where
+    the server reported it, the share of drafted tokens accepted at its best setting's
+    ``k``."""
     path = path or history_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     entry = {"target": setup.facts.name, "candidate": candidate.label,
              "speedup": round(speedup, 4), "spec_type": candidate.spec_type,
              "kind": _kind(candidate), "family": setup.facts.family.lower(),
              "device": device,
-             "acceptance": None if acceptance is None else round(acceptance, 4), "k": k}
+             "acceptance": None if acceptance is None else round(acceptance, 4), "k": k,
+             "pairs": pairs, "disturbed": disturbed}
     with path.open("a", encoding="utf-8") as handle:
         handle.write(json.dumps(entry) + "\n")
+
+
+def _pairs(entry: dict) -> int:
+    pairs = entry.get("pairs")
+    return pairs if isinstance(pairs, int) and pairs > 0 else 1
+
+
+def usable(entry: dict) -> bool:
+    """Whether a history entry is worth predicting from: measured on ``HISTORY_MIN_PAIRS``
+    pairs or more, from no disturbed run, and possible (a drafter that drafts k tokens a step
+    yields at most k + 1 per target forward; above that, the reference run was slowed)."""
+    k = entry.get("k")
+    ceiling = k + 1 if isinstance(k, int) and k > 0 else None
+    return (_pairs(entry) >= HISTORY_MIN_PAIRS and not entry.get("disturbed")
+            and entry["speedup"] > 0 and (ceiling is None or entry["speedup"] <= ceiling))
+
+
+def weighted_quantile(values: list[tuple[float, int]], q: float) -> float:
+    """The ``q`` quantile of (value, weight) pairs: the value at which the running weight
+    reaches q of the total (the mean of the two values either side where it lands exactly
+    between them, so two equal weights give their midpoint as the median)."""
+    ordered = sorted(values)
+    total = sum(w for _v, w in ordered)
+    target = q * total
+    running = 0
+    for index, (value, weight) in enumerate(ordered):
+        running += weight
+        if running > target:
+            return value
+        if running == target:
+            return (value + ordered[min(index + 1, len(ordered) - 1)][0]) / 2
+    return ordered[-1][0]
+
+
+def _from_measured(entries: list[dict], widen_share: float) -> tuple[float, float, float]:
+    """(middle, low, high) of the entries' speed-ups, weighted by their pairs: the weighted
+    median, and the 10th-90th percentile widened by ``widen_share`` of the middle (at least
+    the whole range for two entries or fewer, where percentiles are the extremes)."""
+    weighted = [(e["speedup"], _pairs(e)) for e in entries]
+    middle = weighted_quantile(weighted, 0.5)
+    widen = widen_share * middle
+    low = weighted_quantile(weighted, 0.1) - widen
+    high = weighted_quantile(weighted, 0.9) + widen
+    return middle, max(0.0, min(low, middle)), max(high, middle)
+
+
+def _left_out(entries: list[dict]) -> str:
+    left = sum(not usable(e) for e in entries)
+    return f"; {left} disturbed, thin or impossible left out" if left else ""
 
 
 def alpha_from_rate(rate: float, k: int) -> float:
@@ -204,39 +267,38 @@ def similar(candidate: Candidate, setup: Setup, device: str, history: list[dict]
     module docstring); None when there are none."""
     kind = _kind(candidate)
     others = [e for e in history if e.get("device") == device and e.get("kind") == kind
-              and e.get("target") != setup.facts.name]
+              and e.get("target") != setup.facts.name and usable(e)]
     if kind == "ngram":
-        seen = [e["speedup"] for e in others if e.get("spec_type") == candidate.spec_type]
+        seen = [e for e in others if e.get("spec_type") == candidate.spec_type]
         if not seen:
             return None
-        middle = statistics.median(seen)
-        widen = SIMILAR_WIDEN * middle
-        return Prediction(middle, max(0.0, min(seen) - widen), max(seen) + widen,
+        middle, low, high = _from_measured(seen, SIMILAR_WIDEN)
+        return Prediction(middle, low, high,
                           f"similar pairs ({candidate.spec_type} on {len(seen)} other "
                           f"target{'s' if len(seen) > 1 else ''}, {device})")
     family = setup.facts.family.lower()
-    alphas = [alpha_from_rate(e["acceptance"], int(e["k"])) for e in others
-              if e.get("family") == family and isinstance(e.get("acceptance"), (int, float))
-              and isinstance(e.get("k"), int) and e["k"] > 0]
-    if not alphas:
+    measured = [(alpha_from_rate(e["acceptance"], e["k"]), _pairs(e)) for e in others
+                if e.get("family") == family and isinstance(e.get("acceptance"), (int, float))
+                and isinstance(e.get("k"), int) and e["k"] > 0]
+    if not measured:
         return None
-    low = max(0.0, min(alphas) - SIMILAR_ACCEPTANCE_SPREAD)
-    high = min(0.99, max(alphas) + SIMILAR_ACCEPTANCE_SPREAD)
+    low = max(0.0, weighted_quantile(measured, 0.1) - SIMILAR_ACCEPTANCE_SPREAD)
+    high = min(0.99, weighted_quantile(measured, 0.9) + SIMILAR_ACCEPTANCE_SPREAD)
     fitted = theory(candidate, setup, device, (low, high))
     return replace(fitted, source=fitted.source.replace(
-        "theory (acceptance", f"similar pairs ({len(alphas)} {family} pair"
-        f"{'s' if len(alphas) > 1 else ''} measured: acceptance", 1))
+        "theory (acceptance", f"similar pairs ({len(measured)} {family} pair"
+        f"{'s' if len(measured) > 1 else ''} measured: acceptance", 1))
 
 
 def predict(candidate: Candidate, setup: Setup, device: str,
             history: list[dict] | None = None) -> Prediction:
     history = read_history() if history is None else history
-    seen = [e["speedup"] for e in history
+    same = [e for e in history
             if e.get("target") == setup.facts.name and e.get("candidate") == candidate.label]
+    seen = [e for e in same if usable(e)]
     if seen:
-        spread = max(seen) - min(seen)
-        widen = HISTORY_WIDEN * statistics.median(seen) + spread / 2
-        middle = statistics.median(seen)
-        return Prediction(middle, max(0.0, min(seen) - widen / 2), max(seen) + widen / 2,
-                          f"history ({len(seen)} earlier tune{'s' if len(seen) > 1 else ''})")
+        middle, low, high = _from_measured(seen, HISTORY_WIDEN)
+        return Prediction(middle, low, high,
+                          f"history ({len(seen)} earlier tune{'s' if len(seen) > 1 else ''}, "
+                          f"{sum(map(_pairs, seen))} pairs{_left_out(same)})")
     return similar(candidate, setup, device, history) or theory(candidate, setup, device)

@@ -117,6 +117,7 @@ def to_json(result: TuneResult) -> dict[str, Any]:
         "applied": to_jsonable(result.applied),
         "tried": [{"candidate": t.candidate.label, "predicted": to_jsonable(t.prediction),
                    "measured": t.measured, "best_setting": t.best_setting, "error": t.error,
+                   "pairs": t.pairs, "disturbed": t.disturbed,
                    "draft_bytes": t.candidate.draft_bytes,
                    "download_bytes": t.candidate.download_bytes,
                    "hub": to_jsonable(t.candidate.hub), "notes": list(t.candidate.notes)}

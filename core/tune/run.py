@@ -189,6 +189,10 @@ class Tried:
     """The share of drafted tokens accepted at that setting (None: not reported)."""
     k: int | None = None
     """That setting's k (None: the type's own, unsearched)."""
+    pairs: int = 0
+    """The paired runs the measured speed-up rests on."""
+    disturbed: bool = False
+    """A run behind it was disturbed by another program (grid.GridRow.disturbed)."""
 
     @property
     def error(self) -> float | None:
@@ -340,7 +344,8 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
         for item in tried:
             if item.measured is not None:
                 record(setup, item.candidate, item.measured, device=device,
-                       acceptance=item.acceptance, k=item.k)
+                       acceptance=item.acceptance, k=item.k, pairs=item.pairs,
+                       disturbed=item.disturbed)
         if cancel.is_set():
             return _result(setup, options, tried, found, search, None,
                            Decided(None, None, False, "Cancelled during the search: nothing "
@@ -631,7 +636,8 @@ def _tried(candidate: Candidate, prediction: Prediction, search: GridResult) -> 
     k = dict(top.cell.settings).get("k")
     return Tried(candidate, prediction, top.score, top.cell.label,
                  top.by_suite[ALL].acceptance_rate,
-                 int(k) if k is not None and k.isdigit() else None)
+                 int(k) if k is not None and k.isdigit() else None,
+                 top.by_suite[ALL].speedup.n, top.disturbed)
 
 
 def verify(setup, best: GridRow, plan: BenchPlan, engine, emit, cancel,

@@ -288,27 +288,32 @@ def test_a_deadline_cuts_the_search_short_of_the_free_one(cycle_model):
         assert all(len(r.round_scores) == len(finalists[0].round_scores) for r in finalists)
 
 
-def test_a_pair_another_program_disturbed_is_run_again(cycle_model, monkeypatch):
+@pytest.mark.parametrize("again", [False, True])
+def test_a_pair_another_program_disturbed_is_run_again(cycle_model, monkeypatch, again):
     """Real (tiny) runs on a clock that counts forwards; the third setting's reference runs
     twenty times slower once (as when other programs take the cores mid-run), so its paired
     ratio would win the round by far. The round's reference runs show it: that setting is
-    run again, its figure is the undisturbed one, and a note says so."""
+    run again, its figure is the undisturbed one, and a note says so. Where the re-run is
+    disturbed too (``again``), the row says so, so the tune's history does not learn from
+    it."""
     from specdeck.core.bench.grid import run_grid
     from specdeck.core.bench.runner import PlanStarted, RunFinished, RunStarted
     from specdeck.core.engines import create_engine
     from tiny_models import forward_clock
 
-    slow = {"now": False, "plans": 0, "done": False}
+    slow = {"now": False, "plans": 0, "done": 0}
     forward_clock(monkeypatch, lambda model, ids: 1e-3 * (20 if slow["now"] else 1))
+    # plan 3 is the third setting's in round 1; plan 5 its re-run
+    plans = (3, 5) if again else (3,)
 
     def disturb(event) -> None:
         if isinstance(event, PlanStarted):
             slow["plans"] += 1
         elif isinstance(event, RunStarted):
-            slow["now"] = (slow["plans"] == 3 and not slow["done"] and not event.slot.warmup
-                           and event.slot.arm.name == "A")
+            slow["now"] = (slow["plans"] in plans and slow["done"] < slow["plans"]
+                           and not event.slot.warmup and event.slot.arm.name == "A")
         elif isinstance(event, RunFinished) and slow["now"]:
-            slow["now"], slow["done"] = False, True
+            slow["now"], slow["done"] = False, slow["plans"]
 
     base, cells = _ngram_grid(cycle_model, 4)
     engine = create_engine("torch")
@@ -316,11 +321,16 @@ def test_a_pair_another_program_disturbed_is_run_again(cycle_model, monkeypatch)
         result = run_grid(base, base.arms[0], cells, engine, disturb, halving=True)
     finally:
         engine.unload()
-    assert slow["done"]
+    assert slow["done"] == plans[-1]
     third = next(r for r in result.rows if r.cell.label == "k=3")
+    note = next(n for n in result.notes if n.startswith("Round 1"))
+    assert third.disturbed is again
+    assert not any(r.disturbed for r in result.rows if r is not third)
+    if again:
+        assert "still disturbed: k=3" in note
+        return
     others = [r.round_scores[0] for r in result.rows if r is not third]
     assert third.round_scores[0] < 2 * max(others)  # not the twentyfold of the disturbed pair
-    note = next(n for n in result.notes if n.startswith("Round 1"))
     assert "k=3" in note and "undisturbed" in note and "k=1" not in note
     assert len(result.runs) == 4 + 2  # the disturbed run was replaced, not added
     assert all(max(r.result.stats.tokens_per_second for r in run.counted("A"))

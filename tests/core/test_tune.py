@@ -282,19 +282,42 @@ def test_predictions_come_from_history_when_the_machine_has_one(tmp_path):
     assert gpu.speedup > cpu.speedup
     path = tmp_path / "history.jsonl"
     for value in (1.4, 1.6):
-        tune_predict.record(setup, ngram, value, path)
+        tune_predict.record(setup, ngram, value, path, pairs=8, k=8)
     with path.open("a") as handle:
         handle.write('{"target": "cut short\n')  # a crash mid-line: the rest still counts
     history = tune_predict.read_history(path)
     remembered = tune_predict.predict(ngram, setup, "cpu", history)
-    assert remembered.source == "history (2 earlier tunes)" and remembered.speedup == 1.5
+    assert remembered.source == "history (2 earlier tunes, 16 pairs)"
+    assert remembered.speedup == 1.5
     assert remembered.low < 1.4 and remembered.high > 1.6
     assert remembered.error(1.5) == 0 and remembered.error(None) is None
     assert tune_predict.predict(draft, setup, "cpu", history).source.startswith("theory")
-    # A wild outlier widens the range, never below zero (a speed-up cannot be negative).
-    tune_predict.record(setup, ngram, 60.0, path)
+    # What a user's busy machine once wrote (62.88x from one disturbed pair) is left out:
+    # too few pairs, a disturbed run, or faster than k + 1 tokens a forward can be.
+    tune_predict.record(setup, ngram, 62.88, path, pairs=1, k=8)
+    tune_predict.record(setup, ngram, 30.0, path, pairs=12, k=8, disturbed=True)
+    tune_predict.record(setup, ngram, 12.0, path, pairs=12, k=8)
+    tune_predict.record(setup, ngram, 9.0, path)  # written before pairs were recorded
     wild = tune_predict.predict(ngram, setup, "cpu", tune_predict.read_history(path))
-    assert wild.low >= 0.0 and wild.high > 60.0
+    assert (wild.speedup, wild.low, wild.high) == (remembered.speedup, remembered.low,
+                                                   remembered.high)
+    assert wild.source == ("history (2 earlier tunes, 16 pairs; 4 disturbed, thin or "
+                           "impossible left out)")
+    # Entries weigh by their pairs: 40 pairs at 1.2 outvote 4 at 2.0, which stays in range.
+    weighed = [{"target": setup.facts.name, "candidate": ngram.label, "speedup": v,
+                "pairs": n} for v, n in ((1.2, 40), (2.0, 4))]
+    weighted = tune_predict.predict(ngram, setup, "cpu", weighed)
+    assert weighted.speedup == 1.2 and weighted.low >= 0.0
+    only_thin = [{**weighed[0], "pairs": 2}]
+    assert tune_predict.predict(ngram, setup, "cpu", only_thin).source.startswith("theory")
+
+
+@pytest.mark.parametrize("values, q, expected", [
+    ([(1.0, 1), (2.0, 1)], 0.5, 1.5), ([(1.0, 3), (2.0, 1)], 0.5, 1.0),
+    ([(1.0, 1), (2.0, 1), (3.0, 1)], 0.5, 2.0), ([(5.0, 2)], 0.1, 5.0),
+    ([(1.0, 1), (2.0, 8), (9.0, 1)], 0.1, 1.5), ([(1.0, 1), (2.0, 8), (9.0, 1)], 0.9, 5.5)])
+def test_weighted_quantiles(values, q, expected):
+    assert tune_predict.weighted_quantile(values, q) == pytest.approx(expected)
 
 
 def test_predictions_learn_from_similar_pairs_measured_on_this_device(tmp_path):
@@ -309,9 +332,15 @@ def test_predictions_learn_from_similar_pairs_measured_on_this_device(tmp_path):
     ngram = Candidate("ngram-mod")
     draft = Candidate("draft-simple", Path("d.gguf"), setup.facts.weight_bytes // 10)
     path = tmp_path / "history.jsonl"
-    tune_predict.record(measured, ngram, 1.2, path, device="cpu", acceptance=0.94, k=8)
-    tune_predict.record(measured, draft, 0.9, path, device="cpu", acceptance=0.85, k=4)
-    tune_predict.record(measured, Candidate("ngram-cache"), 0.8, path)  # no device: unused
+    tune_predict.record(measured, ngram, 1.2, path, device="cpu", acceptance=0.94, k=8,
+                        pairs=12)
+    tune_predict.record(measured, draft, 0.9, path, device="cpu", acceptance=0.85, k=4,
+                        pairs=12)
+    tune_predict.record(measured, Candidate("ngram-cache"), 0.8, path,
+                        pairs=12)  # no device: unused
+    # a disturbed n-gram run on another target does not move the prediction
+    tune_predict.record(replace(measured, facts=replace(measured.facts, name="x.gguf")), ngram,
+                        40.0, path, device="cpu", k=8, pairs=12, disturbed=True)
     history = tune_predict.read_history(path)
 
     guess = tune_predict.predict(ngram, setup, "cpu", history)

@@ -81,7 +81,7 @@ def test_tune_downloads_a_hub_draft_within_the_budget_and_measures_it(
     history = specdeck_home / "data" / "tune-history.jsonl"
     history.parent.mkdir(parents=True, exist_ok=True)
     history.write_text(json.dumps({"target": demo_gguf.name, "candidate": label,
-                                   "speedup": 1.2}) + "\n")
+                                   "speedup": 1.2, "pairs": 12}) + "\n")
     library = tmp_path / "library"
     repo = FakeRepo(HUB_REPO, {"main": {"README.md": b"# SmolLM2 GGUF\n", HUB_FILE: hub_draft}},
                     tags=("gguf", "llama"))
@@ -113,6 +113,7 @@ def test_tune_downloads_a_hub_draft_within_the_budget_and_measures_it(
     assert (mine["device"], mine["kind"], mine["family"]) == ("cpu", "draft", "smollm2")
     assert 0 < mine["acceptance"] <= 1 and mine["k"] in (4, 8, 16)
     assert mine["speedup"] == pytest.approx(tried["measured"], abs=1e-4)
+    assert mine["pairs"] == tried["pairs"] > 0 and mine["disturbed"] is False
     assert data["phase_s"]["download"] > 0 and data["phase_s"]["search"] > 0
     assert "## Downloads" in done.stderr and f"| {label} | {HUB_REPO} |" in done.stderr
 
