@@ -37,7 +37,8 @@ LOW_ACCEPTANCE = 0.5
 LONG_CONTEXT_TOKENS = 2048
 """Prompt + output above this many tokens: attention starts to weigh on every verify step."""
 CLEARLY_SLOWER = 0.95
-"""A median below this is called slower even when the interval still reaches 1.0."""
+"""A median below this is named as looking slower, with the likely causes, even where the
+interval still reaches 1.0; only an interval below 1.0 is called SLOWER."""
 DEAR_STEP = 1.15
 """A speculative step costing more target forwards than this is named as a cost."""
 TEXT_CONTEXT_TOKENS = 12
@@ -787,12 +788,18 @@ def _verdict(arm: Arm, speedup: stats.RatioSummary | None, summary: ArmSummary,
         return f"{arm.name}: not usable: {not_usable}; no speed-up to report.", ()
     span = (f"{speedup.median:.2f}x (min {speedup.minimum:.2f}, max {speedup.maximum:.2f}, "
             f"{speedup.interval_text()})")
-    slower = speedup.verdict == "slower" or speedup.median < CLEARLY_SLOWER
-    if not slower:
+    clearly = speedup.verdict == "slower"
+    if not clearly and speedup.median >= CLEARLY_SLOWER:
         return f"{arm.name} ({arm.drafter.label}): {span}: {speedup.verdict}.", ()
     causes = _slowdown_causes(summary, theory, matched)
-    text = (f"{arm.name} ({arm.drafter.label}) is SLOWER than no drafting: {span}. "
-            "Drafting hurts here; turn it off or change the drafter.")
+    if clearly:
+        text = (f"{arm.name} ({arm.drafter.label}) is SLOWER than no drafting: {span}. "
+                "Drafting hurts here; turn it off or change the drafter.")
+    else:  # a median below CLEARLY_SLOWER whose interval still reaches 1.0 (or has none)
+        why = ("its interval still reaches 1.0. Run more repeats to tell before turning it "
+               "off." if speedup.has_interval else "not without an interval.")
+        text = (f"{arm.name} ({arm.drafter.label}) looks slower than no drafting: {span}; "
+                f"not clearly slower: {why}")
     return text, causes
 
 
