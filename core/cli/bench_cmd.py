@@ -27,9 +27,9 @@ from typing import Any, TextIO
 from specdeck.core.bench.fields import DEFAULT_K_MAX, DEFAULT_KS, DEFAULT_SUITES, PLAN_FIELDS
 from specdeck.core.cli import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NEGATIVE, EXIT_OK
 from specdeck.core.cli.engine_cmd import (
-    _cancel_on_interrupt,
     _quiet_library_progress_bars,
 )
+from specdeck.core.cli.interrupt import cancel_on_interrupt
 from specdeck.core.cli.numbers import whole
 from specdeck.core.cli.output import emit_json
 from specdeck.core.cli.paths import output_file, output_folder
@@ -404,7 +404,7 @@ def _bench(args: argparse.Namespace) -> int:
     cancel = threading.Event()
     _quiet_library_progress_bars()
     progress = ProgressPrinter(sys.stderr)
-    with _cancel_on_interrupt(cancel):
+    with cancel_on_interrupt(cancel):
         try:
             if plan.engine == "server" and (args.sweep or args.sweep_k or args.tune):
                 return _server_grid(args, plan, progress, cancel)

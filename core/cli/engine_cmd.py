@@ -13,16 +13,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import signal
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
 from specdeck.core.bench.fields import PLAN_FIELDS
 from specdeck.core.cli import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
+from specdeck.core.cli.interrupt import cancel_on_interrupt
 from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.cli.output import emit_json, print_table
 from specdeck.core.engines.base import (
@@ -139,7 +137,7 @@ def _generate(args: argparse.Namespace) -> int:
     cancel = threading.Event()
     engine = create_engine(args.engine)
     _quiet_library_progress_bars()
-    with _cancel_on_interrupt(cancel):
+    with cancel_on_interrupt(cancel):
         model = resolve_model(args.model, _progress_printer(err), cancel)
         if drafter.model_path is not None:
             draft = resolve_model(drafter.model_path, _progress_printer(err), cancel)
@@ -256,26 +254,6 @@ def _quiet_library_progress_bars() -> None:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-
-
-@contextmanager
-def _cancel_on_interrupt(cancel: threading.Event) -> Iterator[None]:
-    """First Ctrl-C: stop after the current step and keep the output. Second: abort."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def on_sigint(signum: int, frame: Any) -> None:
-        if cancel.is_set():
-            raise KeyboardInterrupt
-        cancel.set()
-        sys.stderr.write("\nspecdeck: stopping after this step (Ctrl-C again to abort)\n")
-
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _progress_printer(stream: TextIO):

@@ -4,7 +4,6 @@ library and EXL2, EXL3 and GGUF models from the Hugging Face Hub, headless."""
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import TextIO
 
 from specdeck.core.cli import EXIT_INTERRUPTED, EXIT_OK
+from specdeck.core.cli.interrupt import cancel_on_interrupt
 from specdeck.core.cli.numbers import whole
 from specdeck.core.cli.output import emit_json, print_table
 from specdeck.core.errors import CancelledError, InvalidInputError
@@ -225,16 +225,11 @@ class TerminalProgress:
 
 @contextmanager
 def _cancel_on_ctrl_c():
-    """Ctrl-C sets a cancel event (a clean, resumable stop) instead of raising mid-write."""
+    """Ctrl-C (or SIGTERM, SIGHUP) sets a cancel event: a clean, resumable stop instead of
+    raising mid-write (core.cli.interrupt)."""
     cancel = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
+    with cancel_on_interrupt(cancel):
         yield cancel
-        return
-    previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
-    try:
-        yield cancel
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _destination(args: argparse.Namespace) -> Path:

@@ -159,7 +159,7 @@ def _setup(args):
 
 def cmd_tune(args) -> int:
     from specdeck.core.cli.bench_cmd import ProgressPrinter, _emit
-    from specdeck.core.cli.engine_cmd import _cancel_on_interrupt
+    from specdeck.core.cli.interrupt import cancel_on_interrupt
     from specdeck.core.tune import apply as tune_apply
     from specdeck.core.tune import report
     from specdeck.core.tune.run import TuneOptions, tune
@@ -176,7 +176,7 @@ def cmd_tune(args) -> int:
     err = sys.stderr
     progress = ProgressPrinter(err)
     err.write(f"specdeck: tuning {chosen.where} within {args.budget / 60:g} min\n")
-    with _cancel_on_interrupt(cancel):
+    with cancel_on_interrupt(cancel):
         try:
             result = tune(chosen, options, on_event=_printer(progress, err), cancel=cancel,
                           confirm_download=None if args.yes else _ask_download)

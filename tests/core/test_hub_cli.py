@@ -111,10 +111,12 @@ def interrupt_install(hub, dest, stop) -> tuple[int, str]:
     return proc.returncode, err
 
 
-def test_ctrl_c_cancels_cleanly_and_the_next_run_resumes(fake_hub, tmp_path):
-    code, err = interrupt_install(fake_hub, tmp_path, lambda proc: proc.send_signal(signal.SIGINT))
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_ctrl_c_cancels_cleanly_and_the_next_run_resumes(fake_hub, tmp_path, signum):
+    """Ctrl-C, a service manager's SIGTERM and a closed terminal's SIGHUP stop it alike."""
+    code, err = interrupt_install(fake_hub, tmp_path, lambda proc: proc.send_signal(signum))
     assert code == 130, err
-    assert "cancelled" in err and "resumes" in err
+    assert "cancelled" in err and "resumes" in err and "stopping after this step" in err
     (partial,) = find_partial_installs(tmp_path)
     assert partial.bytes_done > 0
 
