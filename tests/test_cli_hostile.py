@@ -337,3 +337,18 @@ def test_json_into_a_folder_still_to_be_made_is_saved(tmp_path):
     target = output_file(str(tmp_path / "new" / "deeper" / "out.json"))
     _emit(target, {"ok": 1})
     assert json.loads((tmp_path / "new" / "deeper" / "out.json").read_text()) == {"ok": 1}
+
+
+def test_tune_input_mistakes_are_named_before_anything_runs(tmp_path):
+    """Two setups at once, a prompt file that is not there, a prompt file with a broken
+    line: each says what is wrong and what to do, before any setup is read."""
+    broken = tmp_path / "mine.jsonl"
+    broken.write_text('{"prompt": "ok"}\n{"prompt": "broken\n')
+    cases = [(("--demo", "--gguf", "x.gguf"), "Give one setup to tune, not --gguf and --demo"),
+             (("--demo", "--prompts", str(tmp_path / "gone.jsonl")), "does not exist"),
+             (("--demo", "--prompts", str(broken)), "line 2, column 12, is not JSON")]
+    for args, says in cases:
+        done = specdeck("tune", *args, home=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert says in done.stderr and "Traceback" not in done.stderr
+        assert "tuning" not in done.stderr  # nothing started

@@ -130,7 +130,10 @@ def _jsonl_entries(text: str, path: Path) -> list[tuple[int, object]]:
         try:
             entries.append((number, json.loads(line)))
         except json.JSONDecodeError as exc:
-            raise InvalidInputError(f"{path} line {number} is not JSON: {exc.msg}.") from exc
+            raise InvalidInputError(
+                f"{path} line {number}, column {exc.colno}, is not JSON: {exc.msg}.",
+                'Write one JSON object per line, such as {"prompt": "Explain TCP."}; a line '
+                "break inside a prompt is written \\n.") from exc
     return entries
 
 
@@ -319,6 +322,13 @@ def named_suites(names: Sequence[str], builtin: dict[str, Suite] | None = None) 
                 f"{category.not_shipped}",
                 "Download Spec-Bench's data/spec_bench/question.jsonl yourself and pass its "
                 "path as the suite: every category is read from it, with the same ids and tags.")
+        elif _looks_like_a_path(name):
+            path = expand_user(name)
+            raise NotFoundError(
+                f"Prompt file {path} " + ("is a folder, not a file." if path.is_dir() else
+                                          "does not exist."),
+                "Give the path of a suite file (.json, .jsonl with a \"prompt\" on each line, "
+                f"or plain text), or a built-in suite: {', '.join(builtin)}.")
         else:
             raise NotFoundError(
                 f"No prompt suite called {name!r}.",
@@ -326,6 +336,14 @@ def named_suites(names: Sequence[str], builtin: dict[str, Suite] | None = None) 
                 f"{', '.join(public)}; or give the path of a suite file.",
             )
     return suites
+
+
+def _looks_like_a_path(name: str) -> bool:
+    """A name meant as a file (a folder in it, a suite file's suffix, or something on disk),
+    not a suite's name: its error is about the file."""
+    path = expand_user(name)
+    return ("/" in name or "\\" in name or name.startswith("~") or path.exists()
+            or path.suffix.lower() in (".json", ".jsonl", ".txt", ".md"))
 
 
 def select_prompts(names: list[str]) -> list[Prompt]:

@@ -129,12 +129,17 @@ def _setup(args):
     from specdeck.core.tune import setup
 
     flags = tuple(a for a in args.server_args if a != "--") if args.server_args else ()
-    chosen = [bool(args.swap_config), bool(args.gguf), bool(args.demo),
-              bool(args.tabby_folder), bool(args.tabby)]
-    if sum(chosen) != 1:
-        raise InvalidInputError("Say what to tune: --swap-config FILE --model NAME, or "
-                                "--llama-server BIN --gguf FILE, or --demo, or "
-                                "--tabby-folder DIR, or --tabby URL --tabby-config FILE.")
+    given = [flag for flag, value in (("--swap-config", args.swap_config),
+                                      ("--gguf", args.gguf), ("--demo", args.demo),
+                                      ("--tabby-folder", args.tabby_folder),
+                                      ("--tabby", args.tabby)) if value]
+    choices = ("--swap-config FILE --model NAME, or --llama-server BIN --gguf FILE, or --demo, "
+               "or --tabby-folder DIR, or --tabby URL --tabby-config FILE")
+    if not given:
+        raise InvalidInputError(f"Say what to tune: {choices}.")
+    if len(given) > 1:
+        raise InvalidInputError(f"Give one setup to tune, not {' and '.join(given)}.",
+                                f"One tune tunes one server: {choices}.")
     if args.tabby_folder or args.tabby:
         from specdeck.core.tune import tabby
 
@@ -162,9 +167,8 @@ def cmd_tune(args) -> int:
     from specdeck.core.cli.interrupt import cancel_on_interrupt
     from specdeck.core.tune import apply as tune_apply
     from specdeck.core.tune import report
-    from specdeck.core.tune.run import TuneOptions, tune
+    from specdeck.core.tune.run import TuneOptions, split_prompts, tune
 
-    chosen = _setup(args)
     options = TuneOptions(budget_s=args.budget,
                           suites=tuple(args.prompts) or TuneOptions().suites,
                           prompts_per_suite=args.per_suite, max_new_tokens=args.max_new,
@@ -172,6 +176,8 @@ def cmd_tune(args) -> int:
                           device="gpu" if args.gpu else None,
                           download_budget=int(args.download_budget * GiB),
                           download_dir=args.download_dir, hub_endpoint=args.endpoint)
+    split_prompts(options)  # the prompt files are read before the setup, not after a search
+    chosen = _setup(args)
     cancel = threading.Event()
     err = sys.stderr
     progress = ProgressPrinter(err)

@@ -106,14 +106,20 @@ class SwapConfig:
     flag set in a macro can be edited where it is written."""
     problems: tuple[str, ...] = ()
     """What llama-swap refuses in the file's macro declarations (it would not start)."""
+    aliases: dict[str, str] = field(default_factory=dict)
+    """A model's other names (its ``aliases:`` list, which llama-swap answers requests for)
+    -> the model's own name."""
 
     @property
     def path(self) -> Path | None:
         return self.document.path
 
     def model(self, name: str) -> ModelCmd:
+        """The model called ``name``, or that has ``name`` among its aliases."""
+        own = self.aliases.get(name, name) if all(m.name != name for m in self.models) \
+            else name
         for model in self.models:
-            if model.name == name:
+            if model.name == own:
                 return model
         names = ", ".join(printable(m.name) for m in self.models) or "none"
         raise InvalidInputError(f"{self.path} has no model {name!r} (it has: {names}).",
@@ -255,7 +261,18 @@ def from_document(doc: ConfigDocument) -> SwapConfig:
         others = _others(places.get(id(node), []), f"macros.{name}", [])
         macro_cmds.append(reader.read(name, node, value, before, global_macros.refused, others))
     return SwapConfig(doc, tuple(models), dict(global_macros.macros), tuple(macro_cmds),
-                      tuple(dict.fromkeys(problems)))
+                      tuple(dict.fromkeys(problems)), _aliases(data.get("models")))
+
+
+def _aliases(models) -> dict[str, str]:
+    """Each alias a model lists (``aliases: [a, b]``) -> the model's name."""
+    out: dict[str, str] = {}
+    for name, body in (models.items() if isinstance(models, dict) else ()):
+        listed = body.get("aliases") if isinstance(body, dict) else None
+        for alias in listed if isinstance(listed, list) else ():
+            if isinstance(alias, str) and alias:
+                out.setdefault(alias, str(name))
+    return out
 
 
 MAX_PLACES_SHOWN = 8

@@ -248,6 +248,7 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
     :mod:`.apply`'s. ``confirm_download`` is asked before any download (None: download
     within the budget without asking). A TabbyAPI setup (core.tune.tabby) is tuned by
     ``tune_tabby``: its own candidates, then the same search, verification and decision."""
+    split_prompts(options)  # a missing or broken prompt file fails now, not after the candidates
     if setup.kind == "tabbyapi":
         from specdeck.core.tune.tabby import tune_tabby
 

@@ -182,7 +182,7 @@ def from_swap(config_path: str | Path, model: str, binary: str | Path | None = N
     target, rest = _split_own(cmd.flags[1:])
     setup = from_llama_server(binary or cmd.argv[0], target, rest, kind="llama-swap")
     return Setup(setup.kind, setup.binary, setup.target, setup.flags, setup.facts,
-                 swap_config=path, swap_model=model,
+                 swap_config=path, swap_model=cmd.name,
                  swap_fingerprint=config.document.disk_fingerprint)
 
 

@@ -98,9 +98,16 @@ def test_bad_suites_are_clear_errors(tmp_path):
     with pytest.raises(InvalidInputError, match="no \"prompts\" list"):
         load_suite(empty)
     bad = tmp_path / "b.jsonl"
-    bad.write_text('{"prompt": "ok"}\n{oops\n')
-    with pytest.raises(InvalidInputError, match="line 2"):
+    bad.write_text('{"prompt": "ok"}\n{"prompt": "broken\n')
+    with pytest.raises(InvalidInputError, match="line 2, column 12, is not JSON") as caught:
         load_suite(bad)
+    assert "one JSON object per line" in caught.value.fix
+    # A path that is not there is a missing file, not an unknown suite's name.
+    for name, says in ((str(tmp_path / "mine.jsonl"), "does not exist"),
+                       ("prompts.jsonl", "does not exist"), (str(tmp_path), "is a folder")):
+        with pytest.raises(NotFoundError, match=f"Prompt file .* {says}") as caught:
+            select_prompts([name])
+        assert "suite file" in caught.value.fix
 
 
 def test_too_few_pairs_give_no_interval_and_no_verdict():

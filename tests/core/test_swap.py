@@ -49,6 +49,14 @@ def test_the_example_config_is_read_as_llama_swap_reads_it():
     assert gpt.argv[gpt.argv.index("--ctx-size") + 1] == "16384"  # the model's own macro
     assert not cfg.model("unlisted-model").is_llama_server
     assert cfg.model("docker-llama").is_llama_server  # the llama.cpp:server image
+    # Its aliases name it as llama-swap answers requests for them; a model's own name wins.
+    assert cfg.aliases["gpt-4o-mini"] == "gpt-oss-120b"
+    assert cfg.model("gpt-4o-mini") is gpt
+    with pytest.raises(InvalidInputError, match="has no model 'gpt-4o'"):
+        cfg.model("gpt-4o")
+    shadow = swap.from_text("models:\n  a:\n    cmd: llama-server -m a.gguf\n    aliases: [b]\n"
+                            "  b:\n    cmd: llama-server -m b.gguf\n")
+    assert shadow.model("b").name == "b" and shadow.model("a").name == "a"
 
 
 def test_set_draft_on_the_example_changes_only_new_lines_and_stays_valid(tmp_path):

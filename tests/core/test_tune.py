@@ -86,6 +86,13 @@ def test_a_swap_models_cmd_becomes_a_setup_with_its_drafting_apart(tmp_path):
     assert setup.swap_fingerprint
 
 
+def test_a_swap_model_is_found_by_its_alias_and_edited_under_its_own_name(tmp_path):
+    config = swap_config(tmp_path)
+    config.write_text(config.read_text().replace("  smol:\n", "  smol:\n    aliases: [gpt-4o-mini]\n"))
+    setup = from_swap(config, "gpt-4o-mini")
+    assert setup.swap_model == "smol" and setup.where.startswith("model smol of ")
+
+
 def test_setups_that_cannot_be_tuned_say_why(tmp_path):
     with pytest.raises(InvalidInputError, match="does not run llama-server"):
         from_swap(swap_config(tmp_path), "other")
@@ -105,7 +112,11 @@ def test_prompts_split_per_suite_into_disjoint_tuning_and_held_out_halves():
     tuning, held_out = split_prompts(TuneOptions(suites=("grounded", "code"), prompts_per_suite=4))
     assert len(tuning) == len(held_out) == 4
     assert not set(tuning) & set(held_out)
-    assert {p.split("-")[0] for p in tuning} == {p.split("-")[0] for p in held_out} or True
+    from specdeck.core.bench.suites import select_prompts
+
+    suite_of = {p.id: p.suite for p in select_prompts(["grounded", "code"])}
+    assert [suite_of[i] for i in tuning] == [suite_of[i] for i in held_out] \
+        == ["grounded", "grounded", "code", "code"]  # each suite tunes and verifies on 2
     one = split_prompts(TuneOptions(suites=("grounded",), prompts_per_suite=2))
     assert len(one[0]) == len(one[1]) == 1 and one[0] != one[1]
 
