@@ -244,6 +244,8 @@ def drafter_to_json(spec: DrafterSpec) -> dict[str, Any]:
         "ngram_min": spec.ngram_min,
         "ngram_short": spec.ngram_short,
         "adaptive": spec.adaptive,
+        "server_type": spec.server_type,
+        "k_from_server": spec.k_from_server,
     }
 
 
@@ -257,7 +259,16 @@ def drafter_from_json(data: dict[str, Any]) -> DrafterSpec:
         ngram_min=int(data.get("ngram_min", 2)),
         ngram_short=int(data.get("ngram_short", DrafterSpec.ngram_short)),
         adaptive=bool(data.get("adaptive", True)),
+        server_type=_server_type(data.get("server_type")),
+        k_from_server=bool(data.get("k_from_server", False)),
     )
+
+
+def _server_type(value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and value.isprintable() and len(value) <= 64):
+        return value
+    raise InvalidInputError("This A/B plan is invalid: a drafter's server_type is not a short "
+                            "name.", "Fix the plan (or its JSON file) and start again.")
 
 
 def _whole(value: Any, name: str) -> int:

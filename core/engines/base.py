@@ -39,6 +39,9 @@ from specdeck.core.errors import InvalidInputError, SpecDeckError
 
 MAX_DRAFT_TOKENS = 32
 """More draft tokens per step than any engine's verify batch (ExLlamaV2: max_q_size 8..16)."""
+MAX_SERVER_DRAFT_TOKENS = 1024
+"""A server's drafter (``DrafterSpec.server_type``) may draft more than an engine here:
+llama.cpp's n-gram types default to 48 (ngram-simple's size-m) and 64 (ngram-mod's n-max)."""
 DEFAULT_DRAFT_TOKENS = 4
 """k when nobody says: ExLlamaV2's num_draft_tokens default (and TabbyAPI's, which cannot
 change it on its ExLlamaV2 backend). core.bench.fields's table reads it."""
@@ -69,11 +72,19 @@ class DrafterSpec:
     adaptive: bool = True
     """num_draft_tokens is the most per step; fewer after rejections (PyTorch engine only:
     ExLlamaV2 always drafts num_draft_tokens and reports its drafter with adaptive=False)."""
+    server_type: str | None = None
+    """The server's own name for this drafter (llama-server's --spec-type, e.g.
+    "ngram-simple"); None for a drafter SpecDeck's engines run. Its k may reach
+    ``MAX_SERVER_DRAFT_TOKENS``."""
+    k_from_server: bool = False
+    """The server drafts a number of tokens no flag sets (llama-server's ngram-cache):
+    num_draft_tokens only stands in for the theory, and the label shows no k."""
 
     def __post_init__(self) -> None:
-        if not 1 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS:
+        most = MAX_DRAFT_TOKENS if self.server_type is None else MAX_SERVER_DRAFT_TOKENS
+        if not 1 <= self.num_draft_tokens <= most:
             raise InvalidInputError(
-                f"num_draft_tokens is {self.num_draft_tokens}; it must be 1 to {MAX_DRAFT_TOKENS}.",
+                f"num_draft_tokens is {self.num_draft_tokens}; it must be 1 to {most}.",
                 "Use 2 to 8; 4 is a good start.",
             )
         if not 1 <= self.ngram_min <= self.ngram_max <= 16:
@@ -94,11 +105,15 @@ class DrafterSpec:
         if self.kind is DrafterKind.NONE:
             return "no draft"
         k = f"k<={self.num_draft_tokens}, adaptive" if self.adaptive else f"k={self.num_draft_tokens}"
+        if self.server_type is not None and self.kind is not DrafterKind.MODEL:
+            return self.server_type if self.k_from_server else f"{self.server_type} ({k})"
         if self.kind is DrafterKind.NGRAM:
             return f"n-gram ({k})"
         if self.kind is DrafterKind.SERVER:
             return "server-side drafting"
         name = self.model_path.name if self.model_path else "?"
+        if self.server_type not in (None, "draft-simple"):
+            k = f"{self.server_type}, {k}"
         return f"draft {name} ({k})"
 
 

@@ -452,7 +452,12 @@ def drafter_from_flags(args: tuple[str, ...], info: HelpInfo | None = None):
     ``info``: its binary's help, by default the fallback). Without --spec-type that is no
     drafting (a draft GGUF that llama-server infers a type from aside:
     ``core.servers.probe.launched_drafting`` tells)."""
-    from specdeck.core.engines.base import MAX_DRAFT_TOKENS, NO_DRAFT, DrafterKind, DrafterSpec
+    from specdeck.core.engines.base import (
+        MAX_SERVER_DRAFT_TOKENS,
+        NO_DRAFT,
+        DrafterKind,
+        DrafterSpec,
+    )
 
     kind = spec_type(args)
     if kind is None:
@@ -466,12 +471,14 @@ def drafter_from_flags(args: tuple[str, ...], info: HelpInfo | None = None):
         k = int(raw) if raw is not None else default
     except ValueError:
         k = default
-    k = max(1, min(k, MAX_DRAFT_TOKENS))
+    k = max(1, min(k, MAX_SERVER_DRAFT_TOKENS))
+    fields = dict(num_draft_tokens=k, adaptive=False, server_type=kind,
+                  k_from_server=method is not None and flag is None)
     if kind.startswith("draft-"):
         if model:
-            return DrafterSpec(DrafterKind.MODEL, Path(model), num_draft_tokens=k, adaptive=False)
-        return DrafterSpec(DrafterKind.SERVER, num_draft_tokens=k, adaptive=False)
-    return DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=k, adaptive=False)
+            return DrafterSpec(DrafterKind.MODEL, Path(model), **fields)
+        return DrafterSpec(DrafterKind.SERVER, **fields)
+    return DrafterSpec(DrafterKind.NGRAM, **fields)
 
 
 # Grid sweeps over llama-server flags ----------------------------------------------------------

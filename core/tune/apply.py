@@ -110,7 +110,11 @@ def relaunch(result: TuneResult, cancel: threading.Event | None = None) -> str |
     held-out prompt; None when it answered and drafted, else what went wrong."""
     from specdeck.core.bench.plan import Arm
     from specdeck.core.servers.arms import ServerArm
-    from specdeck.core.servers.llama_server import LaunchProfile, drafter_from_flags
+    from specdeck.core.servers.llama_server import (
+        LaunchProfile,
+        binary_help,
+        drafter_from_flags,
+    )
     from specdeck.core.tune.run import reference_arm, split_prompts
     from specdeck.core.tune.setup import from_swap
 
@@ -123,7 +127,8 @@ def relaunch(result: TuneResult, cancel: threading.Event | None = None) -> str |
         # it beside the written arm costs a second and shows the written setting still
         # answers where plain decoding does.
         run = run_written(result, str(written.target), reference_arm(written),
-                          Arm("written", drafter_from_flags(written.flags),
+                          Arm("written", drafter_from_flags(written.flags,
+                                                            binary_help(written.binary)),
                               ServerArm(launch=profile)), cancel)
     except SpecDeckError as exc:
         return f"llama-server did not run from the saved file: {exc}"

@@ -581,7 +581,8 @@ def _current_arm(setup: Setup, name: str) -> Arm | None:
     if not setup.drafting:
         return None
     launch = LaunchProfile(setup.binary, str(setup.target), setup.flags)
-    return Arm(name, drafter_from_flags(setup.flags), ServerArm(launch=launch))
+    return Arm(name, drafter_from_flags(setup.flags, binary_help(setup.binary)),
+               ServerArm(launch=launch))
 
 
 def _llama_drafting(row: GridRow) -> tuple[str, ...]:

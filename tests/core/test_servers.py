@@ -118,11 +118,24 @@ def test_which_flag_sets_k_and_what_an_arm_amounts_to():
     ngram = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-m", "4")
     assert k_flag(ngram) == "--spec-ngram-simple-size-m"
     assert drafter_from_flags(ngram) == DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=4,
-                                                    adaptive=False)
+                                                    adaptive=False, server_type="ngram-simple")
+    assert drafter_from_flags(ngram).label == "ngram-simple (k=4)"
     draft = ("-md", "/m/d.gguf", "--spec-type", "draft-simple")
     spec = drafter_from_flags(draft)
     assert spec.kind is DrafterKind.MODEL and spec.num_draft_tokens == 3  # llama.cpp's default
+    assert spec.label == "draft d.gguf (k=3)"
     assert drafter_from_flags(with_flag(draft, "--spec-draft-n-max", "6")).num_draft_tokens == 6
+    # A server's own k, as its build has it: ngram-simple's size-m defaults to 48 and
+    # ngram-mod's n-max to 64 (more than SpecDeck's engines draft); ngram-cache has no k flag
+    # (a user's report once read "n-gram (k=32)" and "n-gram (k=8)" for these).
+    assert drafter_from_flags(("--spec-type", "ngram-simple")).label == "ngram-simple (k=48)"
+    assert drafter_from_flags(("--spec-type", "ngram-mod")).label == "ngram-mod (k=64)"
+    assert drafter_from_flags(("--spec-type", "ngram-cache")).label == "ngram-cache"
+    assert drafter_from_flags(("--spec-type", "draft-mtp")).label == "draft-mtp (k=3)"
+    assert drafter_from_flags(("-md", "e.gguf", "--spec-type", "draft-eagle3")).label == \
+        "draft e.gguf (draft-eagle3, k=3)"
+    with pytest.raises(InvalidInputError, match="1 to 32"):  # an engine's drafter stays bounded
+        DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=48)
     assert drafter_from_flags(("-t", "2")) is NO_DRAFT
     assert with_flag(("--spec-draft-n-max=3", "-t", "2"), "--spec-draft-n-max", "5") == \
         ("--spec-draft-n-max", "5", "-t", "2")
