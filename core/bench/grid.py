@@ -361,11 +361,15 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
     label_of = {c.arm.name: c.label for c in cells}
     notes = []
     if halving:
+        dropped = any(r.dropped_in_round for r in ordered)
         notes.append(f"Successive halving over {len(rounds)} rounds: each row pools every "
-                     "round it ran; rows marked 'dropped' were measured on fewer prompt-runs, "
-                     "and are not candidates for best; "
-                     "half went on after each round, and among settings within the machine's "
-                     "noise of the cut the cheaper went on, not the luckier.")
+                     "round it ran; " + (
+                         "rows marked 'dropped' were measured on fewer (and other) "
+                         "prompt-runs, so compare their speed-ups, not their tok/s, and "
+                         "they are not candidates for best; half went on after each round, "
+                         "and among settings within the machine's noise of the cut the "
+                         "cheaper went on, not the luckier." if dropped else
+                         "no setting was dropped."))
     notes += sized
     if together_rounds:
         notes.append(f"Round{'s' if len(together_rounds) > 1 else ''} "
@@ -375,6 +379,12 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
     notes += fallbacks
     notes += disturbed_notes
     notes += [f"{label_of[name]} could not be measured: {why}" for name, why in failed.items()]
+    never = [c.label for c in cells if c.arm.name not in rows and c.arm.name not in failed]
+    if never:
+        why = ("cancelled" if cancel.is_set() else "the time budget ran out" if out_of_time
+               else "the search stopped")
+        notes.append(f"Not measured ({why} before they ran; not in the table, no figure for "
+                     f"them): {', '.join(never)}.")
     if out_of_time:
         notes.append(f"The time budget ran out in round {number} of {len(rounds)}: the "
                      "settings still in the search are compared on every round each ran "
@@ -732,6 +742,9 @@ def grid_table(result: GridResult, markdown: bool = True) -> str:
         body.append(cells)
     lines = text_table(header, body, markdown)
     lines.append("")
+    lines.append("Each cell: the setting's median decode tok/s over the prompts it ran, and "
+                 "(in brackets) its speed-up: the median of its runs' ratios to the no-draft "
+                 "run of the same prompt beside it, the figure every choice is made on.")
     best = result.best
     if best is None:
         lines.append("Best: no draft (no setting beat decoding without one)")

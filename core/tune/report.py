@@ -62,7 +62,8 @@ def markdown(result: TuneResult) -> str:
     verification = result.verification
     if verification is not None:
         lines += ["## Before and after (held-out prompts)", "",
-                  "| setting | decode tok/s (median) | against no drafting | output |",
+                  "| setting | decode tok/s (median of its runs) | speed-up over no drafting "
+                  "(median of paired ratios) | output |",
                   "|---|---|---|---|"]
         summary = verification.summary
         for arm in summary.arms:
@@ -74,6 +75,12 @@ def markdown(result: TuneResult) -> str:
             rate = "-" if arm.tokens_per_second is None else f"{arm.tokens_per_second:.1f}"
             lines.append(f"| {NAMES.get(arm.name, arm.name)}: {arm.label} | {rate} | {against} "
                          f"| {output} |")
+        if _disagree(summary):
+            lines += ["", "Here the tok/s medians and the speed-ups order the settings "
+                      "differently: a tok/s median mixes prompts of different speed (and any "
+                      "run another program slowed), while a speed-up compares each run with "
+                      "the no-drafting run of the same prompt beside it. The speed-up is what "
+                      "is decided on."]
         if verification.winner_vs_current is not None:
             r = verification.winner_vs_current
             lines += ["", f"The winner against your current setting: {r.median:.2f}x "
@@ -107,6 +114,21 @@ def markdown(result: TuneResult) -> str:
     if result.notes:
         lines += ["", *(f"Note: {n}" for n in result.notes)]
     return "\n".join(lines) + "\n"
+
+
+def _disagree(summary) -> bool:
+    """Whether some setting's tok/s median is on the other side of no drafting's from its
+    paired speed-up (faster by one, slower by the other)."""
+    reference = next((a.tokens_per_second for a in summary.arms if a.name == REFERENCE), None)
+    if not reference:
+        return False
+    for arm in summary.arms:
+        ratio = None if arm.name == REFERENCE else summary.comparison(arm.name).speedup
+        if ratio is None or arm.tokens_per_second is None:
+            continue
+        if (arm.tokens_per_second - reference) * (ratio.median - 1.0) < 0:
+            return True
+    return False
 
 
 def to_json(result: TuneResult) -> dict[str, Any]:

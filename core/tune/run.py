@@ -35,6 +35,7 @@ from typing import Any
 
 from specdeck.core.bench.grid import (
     ALL,
+    DISTURBED,
     Cell,
     GridResult,
     GridRow,
@@ -357,6 +358,7 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
                            notes, downloads)
         if noise_share:
             notes.append(f"This machine's run-to-run noise: {noise_share:.1%} of the speed.")
+        notes += filter(None, [why_not_the_top(search, best, noise_share)])
         emit(Phase("verify", f"{best.cell.label} against "
                              + ("your current setting and " if setup.drafting else "")
                              + f"no drafting, on {len(held_out)} held-out prompts"))
@@ -369,6 +371,7 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
         verification = verify(setup, best, replace(base, prompt_ids=held_out, repeats=repeats),
                               engine, emit, cancel, server)
         phase_s["verify"] = time.monotonic() - t0
+        notes += filter(None, [disturbed_verification(noise_share, verification.run)])
     finally:
         engine.unload()
     winner = next(c for c, _ in predicted if best.cell.arm.name.startswith(_cell_prefix(c)))
@@ -626,6 +629,43 @@ def finalist(search: GridResult) -> tuple[GridRow | None, float]:
              and r.score >= floor and r.score > 1.0]
     # the cheapest; among equally cheap ones the best scored (as at a cut: grid.survivors)
     return min(close, key=lambda r: (setting_cost(r.cell), -r.score), default=best), share
+
+
+def disturbed_verification(search_noise: float, run: BenchRun) -> str | None:
+    """A note when runs of the verification strayed far from the other repeats of the same
+    setting and prompt (``grid.DISTURBED``, or four widths of the search's noise): another
+    program took the cores during it, and its intervals are wider than the machine gives
+    when quiet. None when none did (or with one repeat, too few runs to tell)."""
+    limit = max(DISTURBED, 4 * search_noise)
+    rates: dict[tuple[str, str], list[float]] = {}
+    for arm in run.plan.arms:
+        for record in run.counted(arm.name):
+            if record.result.stats.decode_s > 0:
+                rates.setdefault((arm.name, record.prompt_id), []).append(
+                    record.result.stats.tokens_per_second)
+    counted = sum(len(v) for v in rates.values() if len(v) >= 2)
+    strayed = sum(abs(r / statistics.median(v) - 1) > limit
+                  for v in rates.values() if len(v) >= 2 for r in v)
+    if not strayed:
+        return None
+    return (f"{strayed} of the verification's {counted} repeated runs ran more than "
+            f"{limit:.0%} away from the other repeats of their setting and prompt (the search's "
+            f"noise was {search_noise:.1%}): another program probably took the cores during "
+            "it, so its intervals are wider than this machine gives when quiet. Run the tune "
+            "again on a quiet machine for a firmer verdict.")
+
+
+def why_not_the_top(search: GridResult, chosen: GridRow, noise_share: float) -> str | None:
+    """Why the setting verified is not the search's best by median (None: it is), for the
+    report, whose search table names that best."""
+    top = search.best
+    if top is None or top is chosen:
+        return None
+    return (f"The search's best by median was {top.cell.label} ({top.score:.2f}x); "
+            f"{chosen.cell.label} ({chosen.score:.2f}x) lies within this machine's noise of it "
+            f"({noise_band(noise_share, pairs_of(top)):.1%} at its {pairs_of(top)} pairs) and "
+            "costs less (no draft model, or fewer tokens drafted a step), so it was verified "
+            "instead.")
 
 
 def _tried(candidate: Candidate, prediction: Prediction, search: GridResult) -> Tried:

@@ -423,3 +423,25 @@ def test_the_note_says_the_repeats_were_cut_when_one_setting_goes_straight_to_th
     note = _sized_note(1, len(ranked), left, fitted)
     assert "fewer times (1 at most, of the 4 planned)" in note
     assert "went straight to the last round" in note and "best 1 of the 4" in note
+
+
+def test_settings_the_budget_never_reached_are_named_as_not_measured(cycle_model):
+    """A deadline already past: nothing runs, and the notes name every setting as not
+    measured (a user's report once listed only the settings that ran, so the others looked
+    as if they had never been candidates)."""
+    from specdeck.core.bench.grid import grid_table, run_grid
+    from specdeck.core.engines import create_engine
+
+    base, cells = _ngram_grid(cycle_model, 4)
+    engine = create_engine("torch")
+    try:
+        result = run_grid(base, base.arms[0], cells, engine, halving=True,
+                          deadline=time.monotonic() - 1)
+    finally:
+        engine.unload()
+    assert result.rows == () and result.runs == ()
+    [never] = [n for n in result.notes if n.startswith("Not measured")]
+    assert "the time budget ran out" in never
+    assert all(c.label in never for c in cells)
+    assert any("no setting was dropped" in n for n in result.notes)
+    assert "rows marked 'dropped'" not in grid_table(result)

@@ -211,6 +211,14 @@ def test_the_finalist_within_the_noise_of_the_best_is_the_cheaper_setting():
     run_module.noise = lambda runs, reference: 0.02
     try:
         assert finalist(search)[0] is cheap
+        # The report's search table names the fastest as its best: the notes say why the
+        # cheaper one was verified instead.
+        from specdeck.core.tune.run import why_not_the_top
+
+        why = why_not_the_top(search, cheap, 0.02)
+        assert why.startswith("The search's best by median was k16 (1.52x); k4 (1.50x) lies "
+                              "within this machine's noise") and "verified instead" in why
+        assert why_not_the_top(search, fast, 0.02) is None
         # Equally cheap settings within the noise: the better scored, whatever the rows'
         # order (they come in the order of the predictions, not of the scores).
         low = _row("mod4", 1.49, ("--spec-type", "ngram-mod", "--spec-ngram-mod-n-max", "4"))
@@ -745,3 +753,48 @@ def test_ctrl_c_inside_a_step_that_stops_by_raising_exits_130_not_as_an_error(
     err = capsys.readouterr().err
     assert code == EXIT_INTERRUPTED, err
     assert "interrupted: The A/B run was stopped." in err and "error" not in err
+
+
+def test_the_report_says_when_tok_s_medians_and_speed_ups_disagree():
+    """A user's before/after table read 82.2 tok/s for no drafting and 82.7 for the winner,
+    yet 0.86x: medians over mixed prompts against paired ratios. The report says so."""
+    from types import SimpleNamespace as ns
+
+    from specdeck.core.tune.report import _disagree
+    from specdeck.core.tune.run import REFERENCE, WINNER
+
+    def summary(winner_rate, ratio):
+        return ns(arms=[ns(name=REFERENCE, tokens_per_second=82.2),
+                        ns(name=WINNER, tokens_per_second=winner_rate)],
+                  comparison=lambda name: ns(speedup=ns(median=ratio)))
+
+    assert _disagree(summary(82.7, 0.86)) and _disagree(summary(70.0, 1.10))
+    assert not _disagree(summary(90.0, 1.10)) and not _disagree(summary(70.0, 0.86))
+    assert not _disagree(summary(82.2, 1.10))  # equal tok/s: no side to be on
+
+
+def test_a_verification_on_a_busier_machine_than_the_search_says_so():
+    """The verification's runs (three repeats of two prompts, two settings): a repeat at a
+    third of the speed of the others is named, steady ones not."""
+    from types import SimpleNamespace as ns
+
+    from specdeck.core.tune.run import REFERENCE, WINNER, disturbed_verification
+
+    def run(rates):
+        records = {arm: [ns(prompt_id=pid, result=ns(stats=ns(decode_s=1.0,
+                                                                tokens_per_second=r)))
+                         for pid, series in by_prompt.items() for r in series]
+                   for arm, by_prompt in rates.items()}
+        return ns(plan=ns(arms=[ns(name=a) for a in rates]),
+                  counted=lambda arm: records.get(arm, []))
+
+    steady = run({REFERENCE: {"a": [80, 82, 81], "b": [60, 61, 59]},
+                  WINNER: {"a": [90, 92, 91], "b": [70, 69, 71]}})
+    busy = run({REFERENCE: {"a": [80, 82, 81], "b": [60, 61, 59]},
+                WINNER: {"a": [90, 30, 91], "b": [70, 69, 71]}})
+    assert disturbed_verification(0.02, steady) is None
+    note = disturbed_verification(0.02, busy)
+    assert note and note.startswith("1 of the verification's 12 repeated runs ran more than "
+                                    "30% away") and "quiet machine" in note
+    assert disturbed_verification(0.2, busy) is None  # as noisy as the search: within 80%
+    assert disturbed_verification(0.02, run({REFERENCE: {"a": [80], "b": [20]}})) is None
