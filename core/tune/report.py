@@ -111,6 +111,11 @@ def markdown(result: TuneResult) -> str:
         lines += ["", "Not tried:", *(f"- {n.what}: {n.why}" for n in result.not_tried)]
     lines += ["", "## Time", "", *(f"- {name}: {seconds:.1f} s"
                                      for name, seconds in result.phase_s.items())]
+    budgeted = sum(result.phase_s.get(name, 0.0) for name in ("search", "verify"))
+    if budgeted > result.options.budget_s * 1.05:
+        lines.append(f"- over the budget of {result.options.budget_s / 60:g} min by "
+                     f"{(budgeted - result.options.budget_s) / 60:.1f} min (search and "
+                     "verification; the notes say why)")
     if result.notes:
         lines += ["", *(f"Note: {n}" for n in result.notes)]
     return "\n".join(lines) + "\n"

@@ -368,6 +368,10 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
         if repeats > options.verify_repeats:
             notes.append(f"The verification ran the held-out prompts {repeats} times (the time "
                          f"the search left; decided before its first run).")
+        late = over_budget(search, arms, len(held_out), repeats, end - t0)
+        if late:
+            emit(Phase("verify", late))
+            notes.append(late)
         verification = verify(setup, best, replace(base, prompt_ids=held_out, repeats=repeats),
                               engine, emit, cancel, server)
         phase_s["verify"] = time.monotonic() - t0
@@ -389,16 +393,42 @@ def verify_repeats(search: GridResult, arms: int, prompts: int, seconds_left: fl
     next run's), at least ``least``. Fixed before the verification starts, so it never stops
     on a lucky interval (stopping when the interval first clears 1.0 would make the 95% an
     overstatement)."""
+    per_repeat = repeat_seconds(search, arms, prompts)
+    if per_repeat is None:
+        return least
+    fits = int(0.8 * seconds_left // per_repeat) if per_repeat > 0 else most
+    return max(least, min(most, fits))
+
+
+def repeat_seconds(search: GridResult, arms: int, prompts: int) -> float | None:
+    """What one repeat of ``prompts`` held-out prompts on ``arms`` settings costs at the pace
+    of the search's measured runs (each from its start to the next run's); None when the
+    search measured none."""
     seconds = []
     for run in search.runs:
         starts = [r.started_at for r in run.records] + [run.finished_at]
         seconds += [b - a for record, a, b in zip(run.records, starts, starts[1:])
                     if not record.slot.warmup]
     if not seconds or arms < 1 or prompts < 1:
-        return least
-    per_repeat = statistics.fmean(seconds) * arms * prompts
-    fits = int(0.8 * seconds_left // per_repeat) if per_repeat > 0 else most
-    return max(least, min(most, fits))
+        return None
+    return statistics.fmean(seconds) * arms * prompts
+
+
+def over_budget(search: GridResult, arms: int, prompts: int, repeats: int,
+                seconds_left: float) -> str | None:
+    """A warning when even the verification's fewest repeats will not fit the time the
+    search left (a busy machine slows every run): how far past the budget it will end."""
+    per_repeat = repeat_seconds(search, arms, prompts)
+    if per_repeat is None:
+        return None
+    needed = per_repeat * repeats
+    if needed <= max(seconds_left, 0.0) * 1.1:
+        return None
+    return (f"The verification needs about {needed / 60:.1f} min ({repeats} repeats of "
+            f"{prompts} held-out prompts on {arms} settings, at the search's pace) where "
+            f"{max(seconds_left, 0.0) / 60:.1f} min of the budget are left: the tune ends about "
+            f"{(needed - max(seconds_left, 0.0)) / 60:.1f} min past its budget (fewer repeats "
+            "give no verdict).")
 
 
 def _why_no_best(search: GridResult) -> str:
@@ -639,10 +669,10 @@ def disturbed_verification(search_noise: float, run: BenchRun) -> str | None:
     limit = max(DISTURBED, 4 * search_noise)
     rates: dict[tuple[str, str], list[float]] = {}
     for arm in run.plan.arms:
-        for record in run.counted(arm.name):
-            if record.result.stats.decode_s > 0:
-                rates.setdefault((arm.name, record.prompt_id), []).append(
-                    record.result.stats.tokens_per_second)
+        for done in run.counted(arm.name):
+            if done.result.stats.decode_s > 0:
+                rates.setdefault((arm.name, done.prompt_id), []).append(
+                    done.result.stats.tokens_per_second)
     counted = sum(len(v) for v in rates.values() if len(v) >= 2)
     strayed = sum(abs(r / statistics.median(v) - 1) > limit
                   for v in rates.values() if len(v) >= 2 for r in v)

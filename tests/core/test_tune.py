@@ -408,6 +408,11 @@ def test_report_json_is_complete_for_a_decision_without_runs(tmp_path):
     assert data["decision"]["why"] == "verified" and data["search"] is None
     text = report.markdown(result)
     assert "# Tuning model smol" in text and "## Candidates" in text
+    assert "over the budget" not in text
+    from dataclasses import replace
+
+    late = replace(result, phase_s={"candidates": 1.0, "search": 500.0, "verify": 400.0})
+    assert "- over the budget of 10 min by 5.0 min" in report.markdown(late)
 
 
 # Drafts from the Hub ---------------------------------------------------------------------------
@@ -724,6 +729,15 @@ def test_the_verification_runs_as_many_repeats_as_the_search_left_time_for():
     assert verify_repeats(search, 3, 6, 10.0, least=2) == 2  # never fewer than asked
     assert verify_repeats(search, 3, 6, 1e6, least=2) == VERIFY_MAX_REPEATS
     assert verify_repeats(SimpleNamespace(runs=[]), 3, 6, 1e6, least=2) == 2  # no pace known
+    # Where even the fewest repeats do not fit what the search left, it says by how much
+    # (a user's 3-minute tune on a busy machine ran 13 minutes without a word).
+    from specdeck.core.tune.run import over_budget
+
+    assert over_budget(search, 3, 6, 2, 200.0) is None  # 72 s of 200
+    late = over_budget(search, 3, 6, 2, 12.0)
+    assert late.startswith("The verification needs about 1.2 min (2 repeats of 6 held-out "
+                           "prompts on 3 settings") and "ends about 1.0 min past its budget" in late
+    assert over_budget(SimpleNamespace(runs=[]), 3, 6, 2, 0.0) is None
 
 
 def test_a_small_draft_stays_worth_a_download_on_a_cpu(tmp_path):
