@@ -208,6 +208,9 @@ class Verification:
     winner_vs_current: RatioSummary | None
     current_vs_none: RatioSummary | None
     lossless: bool
+    check: Any = None
+    """The winner's core.bench.summary.LosslessCheck (what diverged where, or why it could
+    not be checked); None where not kept."""
 
 
 @dataclass(frozen=True)
@@ -729,7 +732,8 @@ def verify(setup, best: GridRow, plan: BenchPlan, engine, emit, cancel,
     return Verification(
         run, summary, win.speedup, paired(run, CURRENT, WINNER) if current else None,
         current.speedup if current else None,
-        lossless=win.lossless.checkable and win.lossless.compared > 0 and not win.lossless.diverged)
+        lossless=win.lossless.checkable and win.lossless.compared > 0 and not win.lossless.diverged,
+        check=win.lossless)
 
 
 def paired(run: BenchRun, first: str, second: str) -> RatioSummary | None:
@@ -739,6 +743,22 @@ def paired(run: BenchRun, first: str, second: str) -> RatioSummary | None:
     ratios = [rates[second][key] / rate for key, rate in rates[first].items()
               if key in rates[second] and rate > 0]
     return summarize_ratios(ratios) if ratios else None
+
+
+def _not_lossless(label: str, check) -> str:
+    """Why a winner whose output was not shown unchanged is not written: what changed where,
+    or why it could not be checked."""
+    if check is None:
+        return f"{label}'s output could not be shown unchanged: nothing was written."
+    if not check.checkable or not check.compared:
+        return (f"{label}'s output could not be checked against no drafting "
+                f"({check.verdict}), and a setting is written only with its output shown "
+                "unchanged: nothing was written.")
+    first = next(d for d in check.divergences if not d.tie)
+    return (f"{label} changed the output: {check.diverged} of {check.compared} held-out runs "
+            f"differ from no drafting (first at {first.unit} {first.position} of prompt "
+            f"{first.prompt_id}). A setting that changes the output is never written: nothing "
+            "was written.")
 
 
 def decide(candidate: Candidate, best: GridRow, verification: Verification | None, setup,
@@ -755,8 +775,8 @@ def decide(candidate: Candidate, best: GridRow, verification: Verification | Non
                        "was written.")
     none = verification.winner_vs_none
     if not verification.lossless:
-        return Decided(candidate, drafting, False, f"{best.cell.label} changed the output on "
-                       "the held-out prompts (or could not be checked): nothing was written.")
+        return Decided(candidate, drafting, False, _not_lossless(best.cell.label,
+                                                                 verification.check))
     if none is None or not none.has_interval:
         return Decided(candidate, drafting, False, f"Too few verification runs of "
                        f"{best.cell.label} to tell: nothing was written. Give a larger budget.")

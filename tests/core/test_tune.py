@@ -230,14 +230,37 @@ def test_the_finalist_within_the_noise_of_the_best_is_the_cheaper_setting():
         run_module.noise = original
 
 
-def _verification(win, current=None, lossless=True):
+def _verification(win, current=None, lossless=True, check=None):
     return Verification(None, None, summarize_ratios(win) if win else None,
-                        summarize_ratios(current) if current else None, None, lossless)
+                        summarize_ratios(current) if current else None, None, lossless, check)
+
+
+def test_a_winner_whose_output_changed_is_refused_in_plain_words(tmp_path):
+    """Not "changed the output (or could not be checked)": which it was, and where."""
+    from specdeck.core.bench.summary import DivergenceReport, LosslessCheck
+
+    setup = from_swap(swap_config(tmp_path, ""), "smol")
+    best = _row("w", 1.4, ("-t", "2", "--spec-type", "ngram-simple"))
+    tie = DivergenceReport("code-1", 0, 3, 1, 2, True, 0.0, "", "", "")
+    real = DivergenceReport("fix-typos", 1, 17, 5, 6, False, 2.0, "", "", "")
+    changed = LosslessCheck(True, compared=12, identical=10, ties=1, divergences=(tie, real))
+    why = decide(Candidate("ngram-simple"), best,
+                 _verification([1.3, 1.4, 1.5], lossless=False, check=changed), setup,
+                 cancelled=False).why
+    assert why.startswith("w changed the output: 1 of 12 held-out runs differ from no "
+                          "drafting (first at token 17 of prompt fix-typos)")
+    assert "or could not be checked" not in why and "nothing was written" in why
+    sampled = LosslessCheck(False, reason="not checkable: sampled")
+    why = decide(Candidate("ngram-simple"), best,
+                 _verification([1.3, 1.4, 1.5], lossless=False, check=sampled), setup,
+                 cancelled=False).why
+    assert why.startswith("w's output could not be checked against no drafting (not "
+                          "checkable: sampled)")
 
 
 @pytest.mark.parametrize("win, current, lossless, applies, words", [
     ([1.3, 1.4, 1.35, 1.5], None, True, True, "over no drafting"),
-    ([1.3, 1.4, 1.35, 1.5], None, False, False, "changed the output"),
+    ([1.3, 1.4, 1.35, 1.5], None, False, False, "could not be shown unchanged"),
     ([1.3], None, True, False, "Too few"),
     ([0.9, 1.4, 1.0, 1.6], None, True, False, "not clearly faster than no drafting"),
     ([1.3, 1.4, 1.35, 1.5], [0.95, 1.1, 1.0, 1.05], True, False, "than your current setting"),
