@@ -151,8 +151,14 @@ def dying_engine(name: str):
 def forward_clock(monkeypatch, cost) -> list[float]:
     """The PyTorch engine's clock advances only by the models' forwards, ``cost(model, ids)``
     seconds each: which setting is fastest becomes a property of the forwards it runs, not of
-    a shared CPU's load. Tokens, drafts and acceptance stay real."""
+    a shared CPU's load. Tokens, drafts and acceptance stay real. ``monkeypatch`` None: for
+    good (in an engine process of its own, which ends with the test)."""
     from specdeck.core.engines import speculative
+
+    if monkeypatch is None:
+        import types
+
+        monkeypatch = types.SimpleNamespace(setattr=setattr)
 
     now = [0.0]
     real_feed = speculative.KVModel.feed
@@ -169,6 +175,16 @@ def forward_clock(monkeypatch, cost) -> list[float]:
     monkeypatch.setattr(speculative.KVModel, "feed", feed)
     monkeypatch.setattr(speculative, "time", Clock)
     return now
+
+
+def clocked_torch_engine(name: str):
+    """An engine factory for core.bench.session.BenchSession (module level, so the engine
+    process can import it): the PyTorch engine on ``forward_clock``, each forward 1 ms, so a
+    page's A/B runs in its own process measure the forwards, not the machine's load."""
+    from specdeck.core.engines import create_engine
+
+    forward_clock(None, lambda model, ids: 1e-3)
+    return create_engine(name)
 
 
 def parameter_clock(monkeypatch) -> list[float]:
