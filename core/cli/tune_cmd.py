@@ -73,6 +73,10 @@ def register(subparsers) -> None:
                         help="a running TabbyAPI, reloaded per setting through its admin API "
                         "(draft models only: its draft mode and k are read at its start); "
                         "with --tabby-config")
+    source.add_argument("--apply-saved", metavar="REPORT",
+                        help="write the verified winner of an earlier tune (its --report "
+                        "folder or tune.json) without tuning again: refused when the config "
+                        "changed since that tune read it; asks first unless --yes")
     p.add_argument("--tabby-config", metavar="FILE",
                    help="the running TabbyAPI's config.yml (with --tabby)")
     p.add_argument("--tabby-python", metavar="PYTHON",
@@ -125,14 +129,18 @@ def register(subparsers) -> None:
     p.set_defaults(handler=cmd_tune)
 
 
+def _setups_given(args) -> list[str]:
+    """The flags naming a setup to tune that the command line gives."""
+    return [flag for flag, value in (("--swap-config", args.swap_config), ("--gguf", args.gguf),
+                                     ("--demo", args.demo), ("--tabby-folder", args.tabby_folder),
+                                     ("--tabby", args.tabby)) if value]
+
+
 def _setup(args):
     from specdeck.core.tune import setup
 
     flags = tuple(a for a in args.server_args if a != "--") if args.server_args else ()
-    given = [flag for flag, value in (("--swap-config", args.swap_config),
-                                      ("--gguf", args.gguf), ("--demo", args.demo),
-                                      ("--tabby-folder", args.tabby_folder),
-                                      ("--tabby", args.tabby)) if value]
+    given = _setups_given(args)
     choices = ("--swap-config FILE --model NAME, or --llama-server BIN --gguf FILE, or --demo, "
                "or --tabby-folder DIR, or --tabby URL --tabby-config FILE")
     if not given:
@@ -163,12 +171,13 @@ def _setup(args):
 
 
 def cmd_tune(args) -> int:
-    from specdeck.core.cli.bench_cmd import ProgressPrinter, _emit
+    from specdeck.core.cli.bench_cmd import ProgressPrinter
     from specdeck.core.cli.interrupt import cancel_on_interrupt
     from specdeck.core.tune import apply as tune_apply
-    from specdeck.core.tune import report
     from specdeck.core.tune.run import TuneOptions, split_prompts, tune
 
+    if args.apply_saved:
+        return _apply_saved(args)
     options = TuneOptions(budget_s=args.budget,
                           suites=tuple(args.prompts) or TuneOptions().suites,
                           prompts_per_suite=args.per_suite, max_new_tokens=args.max_new,
@@ -191,6 +200,15 @@ def cmd_tune(args) -> int:
         if result.decision.apply:
             confirm = _dry_run if args.dry_run else None if args.yes else _ask
             result = result.with_applied(tune_apply.apply(result, confirm, cancel))
+    return _finish(args, result)
+
+
+def _finish(args, result) -> int:
+    """Save and show ``result`` as asked; the exit code for it."""
+    from specdeck.core.cli.bench_cmd import _emit
+    from specdeck.core.tune import report
+
+    err = sys.stderr
     if args.report is not None:
         err.write(f"specdeck: report saved in {report.write(result, args.report)}\n")
     if args.json:
@@ -202,6 +220,24 @@ def cmd_tune(args) -> int:
     good = applied is not None and not applied.rolled_back and (applied.written or
                                                                   applied.path is None)
     return EXIT_OK if good else EXIT_NEGATIVE
+
+
+def _apply_saved(args) -> int:
+    """``--apply-saved``: an earlier tune's verified winner, written now (core.tune.apply)."""
+    from specdeck.core.cli.interrupt import cancel_on_interrupt
+    from specdeck.core.tune import apply as tune_apply
+
+    others = _setups_given(args)
+    if others:
+        raise InvalidInputError(f"--apply-saved takes the setup from the saved tune; give no "
+                                f"{' or '.join(others)}.")
+    result = tune_apply.saved_result(args.apply_saved)
+    sys.stderr.write(f"specdeck: {result.decision.why}\n")
+    cancel = threading.Event()
+    confirm = _dry_run if args.dry_run else None if args.yes else _ask
+    with cancel_on_interrupt(cancel):
+        result = result.with_applied(tune_apply.apply(result, confirm, cancel))
+    return _finish(args, result)
 
 
 def _printer(progress, err):

@@ -72,13 +72,79 @@ def apply(result: TuneResult, confirm: Confirm | None = None,
         noop="The file already has these flags.")
 
 
+def saved_result(path: str | Path) -> TuneResult:
+    """A saved tune (its tune.json, or the --report folder holding one) as a result to apply
+    now: the setup read again from its files, with the fingerprint they had when the tune
+    read them, so that :func:`apply` refuses a config changed since (the verified speed-up was
+    measured against the file as it was), and the tune's own decision. Only a decision that
+    said apply is taken."""
+    import json
+
+    from specdeck.core.errors import InvalidInputError
+    from specdeck.core.tune.run import Decided, TuneOptions
+    from specdeck.core.userpath import expand_user
+
+    where = expand_user(path)
+    file = where / "tune.json" if where.is_dir() else where
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+        setup, decision = data["setup"], data["decision"]
+        kind = setup["kind"]
+    except FileNotFoundError:
+        raise InvalidInputError(f"{file} does not exist.", "Give the tune.json a tune saved "
+                                "(tune --report DIR, or --json FILE), or its folder.") from None
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise InvalidInputError(f"{file} is not a tune SpecDeck saved ({exc}).",
+                                "Give the tune.json of a tune's --report folder, or the file "
+                                "its --json wrote.") from exc
+    flags = decision.get("flags")
+    if not decision.get("apply") or not isinstance(flags, list) or not flags:
+        raise SpecDeckError(f"The tune saved in {file} verified no winner to apply.",
+                            str(decision.get("why") or "Tune again."))
+    saved_options = data.get("options") or {}
+    options = TuneOptions(
+        suites=tuple(saved_options.get("suites") or TuneOptions().suites),
+        prompts_per_suite=int(saved_options.get("prompts_per_suite") or 4),
+        max_new_tokens=int(saved_options.get("max_new_tokens") or 96))
+    now = _setup_now(setup, kind)
+    why = f"Verified by the tune saved in {file}: {decision.get('why', '')}"
+    return TuneResult(now, options, (), (), None, None,
+                      Decided(None, tuple(str(f) for f in flags), True, why))
+
+
+def _setup_now(saved: dict, kind: str):
+    """The setup a saved tune names, read again from its files, keeping the fingerprint its
+    config had when the tune read it."""
+    from specdeck.core.errors import InvalidInputError
+
+    if kind == "tabbyapi":
+        from specdeck.core.tune.tabby import read_tabby
+
+        config = Path(saved["config"])
+        managed = saved.get("python") is not None
+        now = read_tabby(config.parent if managed else None, saved.get("python"),
+                         None if managed else saved["url"], None if managed else config,
+                         saved.get("api_key_env"), saved.get("admin_key_env"))
+        return replace(now, fingerprint=saved.get("fingerprint"))
+    from specdeck.core.tune.setup import from_llama_server, from_swap
+
+    if kind == "llama-swap":
+        now = from_swap(saved["swap_config"], saved["swap_model"], binary=saved["binary"])
+        return replace(now, swap_fingerprint=saved.get("swap_fingerprint"))
+    if kind in ("llama-server", "demo"):
+        return from_llama_server(saved["binary"], saved["target"], tuple(saved["flags"]),
+                                 kind=kind)
+    raise InvalidInputError(f"A saved tune of a {kind!r} setup cannot be applied.",
+                            "Tune it again.")
+
+
 def refuse_if_changed(path: Path, now: str | None, when_read: str | None) -> None:
     """A ConfigConflictError when the file on disk is not the one the tune read."""
     from specdeck.core.config.store import ConfigConflictError
 
     if now != when_read:
         raise ConfigConflictError(
-            f"{path} changed on disk while SpecDeck was tuning; nothing was written.",
+            f"{path} changed on disk since SpecDeck's tune read it; nothing was written.",
             "Tune again, so that the result is measured against the file as it is now.")
 
 

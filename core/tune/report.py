@@ -139,7 +139,7 @@ def _disagree(summary) -> bool:
 def to_json(result: TuneResult) -> dict[str, Any]:
     verification = result.verification
     return {
-        "setup": to_jsonable(result.setup),
+        "setup": {"kind": result.setup.kind, **to_jsonable(result.setup)},
         "decision": to_jsonable(result.decision),
         "applied": to_jsonable(result.applied),
         "tried": [{"candidate": t.candidate.label, "predicted": to_jsonable(t.prediction),
@@ -158,6 +158,10 @@ def to_json(result: TuneResult) -> dict[str, Any]:
             "winner_vs_current": to_jsonable(verification.winner_vs_current),
             "current_vs_none": to_jsonable(verification.current_vs_none),
             "lossless": verification.lossless},
+        "options": {"suites": list(result.options.suites),
+                    "prompts_per_suite": result.options.prompts_per_suite,
+                    "max_new_tokens": result.options.max_new_tokens,
+                    "budget_s": result.options.budget_s},
         "phase_s": result.phase_s,
         "cancelled": result.cancelled,
         "notes": list(result.notes),

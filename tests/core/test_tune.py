@@ -289,7 +289,7 @@ def test_apply_never_writes_over_a_config_changed_while_tuning(tmp_path):
     setup = from_swap(config, "smol")
     config.write_text(config.read_text() + "# edited by the user meanwhile\n")
     before = config.read_bytes()
-    with pytest.raises(ConfigConflictError, match="changed on disk while SpecDeck was tuning"):
+    with pytest.raises(ConfigConflictError, match="changed on disk since SpecDeck's tune read it"):
         apply(_result(setup))
     assert config.read_bytes() == before and not (tmp_path / "config.yaml.bak").exists()
 

@@ -146,6 +146,53 @@ def test_a_verified_winner_is_written_and_runs_from_the_file(llama_bin, demo_ggu
     assert (tmp_path / "config.yaml.bak").read_text() == original
 
 
+def test_an_earlier_tunes_winner_is_applied_from_its_saved_report(llama_bin, demo_gguf,
+                                                                   tmp_path, specdeck_home):
+    """`tune --apply-saved`: the winner a tune verified (and the user declined, or ran with
+    --dry-run) is written later without tuning again, proved from the file by the real
+    llama-server; refused when the config changed since that tune read it, and when that
+    tune verified nothing."""
+    from dataclasses import replace
+
+    from specdeck.core.tune import report
+    from specdeck.core.tune.run import Decided
+    from specdeck.core.tune.setup import from_swap
+
+    config = tune_config(tmp_path, llama_bin, demo_gguf)
+    flags = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2")
+    verified = _verified(from_swap(config, "smol"), flags)
+    saved = tmp_path / "saved"
+    report.write(verified, saved)
+    refused = tmp_path / "refused.json"
+    refused.write_text(json.dumps(report.to_json(replace(verified, decision=Decided(
+        None, flags, False, "ngram-simple was not clearly faster than no drafting")))))
+
+    def apply_saved(target, *more):
+        return subprocess.run([sys.executable, "-m", "specdeck", "tune", "--apply-saved",
+                               str(target), *more], capture_output=True, text=True,
+                              timeout=300, env=dict(os.environ, SPECDECK_HOME=str(specdeck_home)))
+
+    original = config.read_bytes()
+    done = apply_saved(refused, "--yes")
+    assert done.returncode == 2 and "verified no winner" in done.stderr
+    assert "not clearly faster" in done.stderr and config.read_bytes() == original
+    done = apply_saved(saved, "--dry-run")
+    assert done.returncode == 1 and "+" in done.stderr and config.read_bytes() == original
+
+    config.write_bytes(original + b"# edited since the tune\n")
+    done = apply_saved(saved, "--yes")
+    assert done.returncode == 2 and "changed on disk since SpecDeck's tune read it" in done.stderr
+    assert config.read_bytes() == original + b"# edited since the tune\n"
+
+    config.write_bytes(original)
+    done = apply_saved(saved / "tune.json", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert "Verified by the tune saved in" in done.stderr
+    assert "answered and drafted" in done.stdout
+    assert "--spec-type ngram-simple --spec-ngram-simple-size-n 2" in config.read_text()
+    assert (tmp_path / "config.yaml.bak").read_bytes() == original
+
+
 def test_a_winner_that_does_not_run_from_the_file_is_rolled_back(llama_bin, demo_gguf, tmp_path):
     from specdeck.core.tune.apply import apply
     from specdeck.core.tune.setup import from_swap
