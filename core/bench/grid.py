@@ -49,7 +49,13 @@ from typing import Any
 
 from specdeck.core.bench import winner
 from specdeck.core.bench.plan import Arm, BenchPlan
-from specdeck.core.bench.runner import BenchRun, EventSink, choose_prompts, run_plan
+from specdeck.core.bench.runner import (
+    BenchRun,
+    EventSink,
+    choose_prompts,
+    run_plan,
+    serves_arms,
+)
 from specdeck.core.bench.stats import RatioSummary
 from specdeck.core.bench.summary import BenchSummary, summarize
 from specdeck.core.bench.tables import rate_cell, text_table
@@ -399,7 +405,7 @@ def _keeps_all(engine, servers: int) -> bool:
     """Whether ``engine`` keeps this many servers up at once (a server engine with room for
     them, not one server at a time): then a round's settings can run in one plan."""
     room = getattr(engine, "max_servers", None)
-    return hasattr(engine, "activate_arm") and room is not None and room >= servers \
+    return serves_arms(engine) and room is not None and room >= servers \
         and not getattr(engine, "exclusive", False)
 
 

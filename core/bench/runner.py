@@ -244,6 +244,12 @@ def gpu_environment(source=None) -> dict[str, Any]:
 
 
 # Running -----------------------------------------------------------------------------------
+def serves_arms(engine) -> bool:
+    """Whether ``engine`` runs each arm on a server of its own (core.servers.engine: it
+    switches servers with ``activate_arm``) rather than one loaded model."""
+    return hasattr(engine, "activate_arm")
+
+
 def run_plan(
     plan: BenchPlan,
     engine: Engine | None = None,
@@ -266,8 +272,8 @@ def run_plan(
 
         engine = create_engine(plan.engine)
     try:
-        serves_arms = hasattr(engine, "activate_arm")
-        if serves_arms:  # a server engine: every arm is a server, checked before any run
+        arms_served = serves_arms(engine)
+        if arms_served:  # a server engine: every arm is a server, checked before any run
             loaded = engine.prepare_plan(plan, _stage_sink(emit), cancel)
         else:
             _check_draft_folders(plan)  # before the target loads and arm A runs
@@ -277,11 +283,11 @@ def run_plan(
             p.id: tuple(engine.tokenize(p.text, apply_chat_template=plan.apply_chat_template))
             for p in prompts
         }
-        if not serves_arms:
+        if not arms_served:
             _check_context(plan, loaded, prompt_ids)
         env = environment(engine, loaded)  # before measuring: reading package metadata is slow
         # Servers warm when the plan starts (all of the plan's warm-ups run for the others).
-        warm = {a.name for a in plan.arms if serves_arms and engine.is_warm(a)}
+        warm = {a.name for a in plan.arms if arms_served and engine.is_warm(a)}
         emit(PlanStarted(plan, prompts, schedule, loaded))
         started = time.time()
         records: list[RunRecord] = []
@@ -289,11 +295,11 @@ def run_plan(
         for slot in schedule:
             if cancel.is_set():
                 break
-            if serves_arms and slot.arm != current:
+            if arms_served and slot.arm != current:
                 emit(Stage(f"Switching to {slot.arm.label}", None))
                 loaded = engine.activate_arm(slot.arm, _stage_sink(emit), cancel)
                 current = slot.arm
-            elif not serves_arms and (current is None or slot.arm.drafter != current.drafter):
+            elif not arms_served and (current is None or slot.arm.drafter != current.drafter):
                 emit(Stage(f"Switching to {slot.arm.label}", None))
                 drafter = _resolve_drafter(slot.arm.drafter, emit, cancel)
                 loaded = engine.set_drafter(drafter, _stage_sink(emit), cancel)
@@ -399,7 +405,7 @@ def _run_one(
     # A server's warm-up runs on other text: a drafter that keeps earlier requests (llama.cpp's
     # ngram-mod, whose flags SpecDeck may not know on a running server) would otherwise be
     # handed the start of the first prompt's answer.
-    afresh = slot.warmup and hasattr(engine, "activate_arm")
+    afresh = slot.warmup and serves_arms(engine)
     request = GenerationRequest(
         prompt=WARMUP_TEXT if afresh else slot.prompt.text,
         prompt_ids=None if afresh else ids or None,

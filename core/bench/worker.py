@@ -31,7 +31,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from specdeck.core.bench.runner import BenchEvent, BenchRun, PlanStarted, RunStep, run_plan
+from specdeck.core.bench.runner import (
+    BenchEvent,
+    BenchRun,
+    PlanStarted,
+    RunStep,
+    run_plan,
+    serves_arms,
+)
 from specdeck.core.bench.summary import BenchSummary, summarize
 from specdeck.core.engines.base import Engine
 from specdeck.core.errors import SpecDeckError
@@ -126,7 +133,7 @@ def serve(jobs: Any, events: Any, cancel: Any, factory: EngineFactory = default_
                     engine = None
                 if engine is None:
                     engine, engine_name = factory(plan.engine), plan.engine
-                serving = hasattr(engine, "activate_arm")
+                serving = serves_arms(engine)
                 try:
                     run = run_plan(plan, engine=engine, on_event=_freezing(batcher.emit),
                                    cancel=cancel)
