@@ -34,6 +34,7 @@ from specdeck.core.tune.run import (
     Downloaded,
     Downloading,
     Phase,
+    current_label,
 )
 from specdeck.core.tune.setup import Setup
 from specdeck.core.units import format_bytes
@@ -41,8 +42,9 @@ from specdeck.core.units import format_bytes
 NO_DRAFTING, TRIED, YOURS = "no drafting", "setting tried", "your current setting"
 SERIES = (NO_DRAFTING, TRIED, YOURS)
 """The live plot's lines: every plan's reference, the setting being measured (a search cell,
-then the winner in the verification), the user's current setting (verification only)."""
-VERIFY_NAMES = {REFERENCE: "no drafting", CURRENT: "your current setting", WINNER: "the winner"}
+then the search's pick in the verification), the user's current setting."""
+VERIFY_NAMES = {REFERENCE: "no drafting", CURRENT: "your current setting",
+                WINNER: "the search's pick"}
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,8 @@ class CellSoFar:
     pairs of every round pooled, as the search judges it: core.bench.grid.pooled)."""
 
     label: str
-    candidate: Candidate
+    candidate: Candidate | None
+    """None: the user's current setting, searched beside the candidates."""
     rounds: int = 0
     figures: ArmSoFar | None = None
     earlier: list[RunRow] = field(default_factory=list)
@@ -179,10 +182,13 @@ class TuneLive:
         self.candidates = [CandidateRow(c, p, _download_text(c)) for c, p in event.candidates]
         self.not_tried = event.not_tried
         if self.setup is not None:
-            cells = tuned_server(self.setup).cells  # llama-server's or TabbyAPI's settings
+            server = tuned_server(self.setup)  # llama-server's or TabbyAPI's settings
             for c, _ in event.candidates:
-                for cell in cells(self.setup, c):
+                for cell in server.cells(self.setup, c):
                     self.cells[cell.arm.name] = CellSoFar(cell.label, c)
+            current = server.current_arm(self.setup, CURRENT)
+            if current is not None:  # searched too (core.tune.run.search_and_decide)
+                self.cells[CURRENT] = CellSoFar(current_label(current), None)
 
     def _plan_started(self, event: PlanStarted) -> None:
         self.plan = LivePlan(event.plan, clock=self.clock)

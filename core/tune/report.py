@@ -15,7 +15,7 @@ from specdeck.core.jsonout import dumps, to_jsonable
 from specdeck.core.tune.run import CURRENT, REFERENCE, WINNER, TuneResult
 from specdeck.core.units import format_bytes
 
-NAMES = {REFERENCE: "no drafting", CURRENT: "your current setting", WINNER: "the winner"}
+NAMES = {REFERENCE: "no drafting", CURRENT: "your current setting", WINNER: "the search's pick"}
 
 
 def _pct(value: float | None) -> str:
@@ -83,7 +83,7 @@ def markdown(result: TuneResult) -> str:
                       "is decided on."]
         if verification.winner_vs_current is not None:
             r = verification.winner_vs_current
-            lines += ["", f"The winner against your current setting: {r.median:.2f}x "
+            lines += ["", f"The search's pick against your current setting: {r.median:.2f}x "
                           f"({r.interval_text()})."]
         lines.append("")
     if result.search is not None:

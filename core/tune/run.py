@@ -326,6 +326,11 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
     docstring says how)."""
     tuning, held_out = split_prompts(options)
     cells = [cell for c, _ in predicted for cell in server.cells(setup, c)]
+    # The user's own setting is searched too (as it is, its k included): it may be the best,
+    # and then the answer is to keep it.
+    current = server.current_arm(setup, CURRENT)
+    if current is not None:
+        cells.append(Cell(current, current_label(current)))
     # Two settings or fewer make one round, which nothing sizes to the deadline: once then.
     repeats = SEARCH_MAX_REPEATS if len(cells) > 2 else 1
     base = BenchPlan(engine="server", model=server.model(setup),
@@ -337,8 +342,9 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
     deadline = end - options.budget_s * VERIFY_SHARE
     search = verification = None
     try:
-        emit(Phase("search", f"{len(cells)} settings of {len(predicted)} candidates on "
-                             f"{len(tuning)} tuning prompts, successive halving"))
+        emit(Phase("search", f"{len(cells)} settings of {len(predicted)} candidates"
+                             + (" and your current setting" if current is not None else "")
+                             + f" on {len(tuning)} tuning prompts, successive halving"))
         t0 = time.monotonic()
         search = run_grid(base, base.arms[0], cells, engine, emit, cancel, halving=True,
                           deadline=deadline)
@@ -366,7 +372,7 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
                              + ("your current setting and " if setup.drafting else "")
                              + f"no drafting, on {len(held_out)} held-out prompts"))
         t0 = time.monotonic()
-        arms = 2 + (server.current_arm(setup, CURRENT) is not None)
+        arms = 2 + (current is not None and best.cell.arm.name != CURRENT)
         repeats = verify_repeats(search, arms, len(held_out), end - t0, options.verify_repeats)
         if repeats > options.verify_repeats:
             notes.append(f"The verification ran the held-out prompts {repeats} times (the time "
@@ -381,12 +387,18 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
         notes += filter(None, [disturbed_verification(noise_share, verification.run)])
     finally:
         engine.unload()
-    winner = next(c for c, _ in predicted if best.cell.arm.name.startswith(_cell_prefix(c)))
+    winner = next((c for c, _ in predicted if best.cell.arm.name.startswith(_cell_prefix(c))),
+                  None)  # None: the user's current setting
     decision = decide(winner, best, verification, setup, cancel.is_set(),
                       server.drafting(best))
     emit(decision)
     return _result(setup, options, tried, found, search, verification, decision, phase_s,
                    cancel.is_set(), notes, downloads)
+
+
+def current_label(arm: Arm) -> str:
+    """The user's current setting, as the search's table and the live view name it."""
+    return f"your current setting ({arm.drafter.label})"
 
 
 def verify_repeats(search: GridResult, arms: int, prompts: int, seconds_left: float,
@@ -722,6 +734,8 @@ def verify(setup, best: GridRow, plan: BenchPlan, engine, emit, cancel,
     server = server or LLAMA_SERVER
     arms = [server.reference_arm(setup)]
     current = server.current_arm(setup, CURRENT)
+    if best.cell.arm.name == CURRENT:  # the search's pick is the current setting itself
+        current = None
     if current is not None:
         arms.append(current)
     arms.append(replace(best.cell.arm, name=WINNER))
@@ -780,17 +794,26 @@ def decide(candidate: Candidate, best: GridRow, verification: Verification | Non
     if none is None or not none.has_interval:
         return Decided(candidate, drafting, False, f"Too few verification runs of "
                        f"{best.cell.label} to tell: nothing was written. Give a larger budget.")
+    mine = verification.current_vs_none
+    keep = (f" Your current setting measured {mine.median:.2f}x over no drafting "
+            f"({mine.interval_text()}): keep it." if mine is not None and mine.has_interval
+            and mine.ci_low > 1.0 else "")
+    yours = best.cell.arm.name == CURRENT or (
+        bool(setup.drafting) and tuple(setup.drafting) == tuple(drafting))
     if none.ci_low <= 1.0:
-        return Decided(candidate, drafting, False, f"{best.cell.label} was not clearly faster "
-                       f"than no drafting on the held-out prompts ({none.median:.2f}x, "
-                       f"{none.interval_text()}): nothing was written.")
+        what = "Your current setting, the search's pick," if yours else best.cell.label
+        return Decided(candidate, drafting, False, f"{what} was not clearly faster than no "
+                       f"drafting on the held-out prompts ({none.median:.2f}x, "
+                       f"{none.interval_text()}): nothing was written.{keep}")
     against = verification.winner_vs_current
-    if setup.drafting and tuple(setup.drafting) == tuple(drafting):
-        return Decided(candidate, drafting, False, "Your current setting is the best found: "
-                       "nothing to change.")
+    if yours:
+        return Decided(candidate, drafting, False, f"Your current setting is the best the "
+                       f"search found: {none.median:.2f}x over no drafting "
+                       f"({none.interval_text()}) on held-out prompts. Keep it: nothing to "
+                       "change.")
     if against is not None and (not against.has_interval or against.ci_low <= 1.0):
         return Decided(candidate, drafting, False, f"{best.cell.label} was not clearly faster "
                        f"than your current setting ({against.median:.2f}x, "
-                       f"{against.interval_text()}): nothing was written.")
+                       f"{against.interval_text()}): nothing was written.{keep}")
     return Decided(candidate, drafting, True, f"{best.cell.label}: {none.median:.2f}x over no "
                    f"drafting ({none.interval_text()}) on held-out prompts, output unchanged.")

@@ -235,6 +235,35 @@ def _verification(win, current=None, lossless=True, check=None):
                         summarize_ratios(current) if current else None, None, lossless, check)
 
 
+def test_when_the_current_setting_is_better_the_decision_says_keep_it(tmp_path):
+    """A user's tune picked a setting no faster than no drafting while their own measured
+    1.35x, and said only 'nothing was written'. Now it says to keep theirs; and the current
+    setting, searched like the others, can itself be the pick."""
+    from specdeck.core.bench.grid import Cell
+    from specdeck.core.tune.run import CURRENT, _current_arm
+
+    setup = from_swap(swap_config(tmp_path, "--spec-type ngram-simple"), "smol")
+    pick = _row("k4v", 1.1, ("-t", "2", "--spec-type", "ngram-map-k4v"))
+    mine = [1.3, 1.35, 1.4, 1.2]
+    flat = Verification(None, None, summarize_ratios([0.9, 1.1, 1.0, 1.05]),
+                        summarize_ratios([0.7, 0.8, 0.75, 0.8]), summarize_ratios(mine), True)
+    why = decide(Candidate("ngram-map-k4v"), pick, flat, setup, cancelled=False).why
+    assert "k4v was not clearly faster than no drafting" in why
+    assert why.endswith(f"Your current setting measured 1.33x over no drafting "
+                        f"({summarize_ratios(mine).interval_text()}): keep it.")
+    current = _current_arm(setup, CURRENT)
+    cell = Cell(current, f"your current setting ({current.drafter.label})")
+    assert cell.label == "your current setting (ngram-simple (k=48))"
+    row = _row("c", 1.3, ("-t", "2", "--spec-type", "ngram-simple"))
+    from dataclasses import replace
+
+    row = replace(row, cell=cell)
+    decided = decide(None, row, _verification([1.3, 1.4, 1.35, 1.5]), setup, cancelled=False)
+    assert not decided.apply
+    assert decided.why.startswith("Your current setting is the best the search found: 1.38x")
+    assert decided.why.endswith("Keep it: nothing to change.")
+
+
 def test_a_winner_whose_output_changed_is_refused_in_plain_words(tmp_path):
     """Not "changed the output (or could not be checked)": which it was, and where."""
     from specdeck.core.bench.summary import DivergenceReport, LosslessCheck
