@@ -111,6 +111,9 @@ class GridRow:
     disturbed: bool = False
     """A run of this setting still stands whose reference ran far from its median (another
     program took the cores?): its figure is not one to learn from."""
+    not_drafting: str = ""
+    """Why it drafted nothing over all its runs (core.bench.summary's reading; "" when it
+    drafted or nobody reported): its speed-up is then noise, and it cannot win."""
 
     @property
     def score(self) -> float:
@@ -121,7 +124,8 @@ class GridRow:
         figure = self.by_suite.get(suite)
         return winner.Standing(
             None if figure is None or figure.speedup is None else figure.speedup.median,
-            self.diverged, complete=self.dropped_in_round is None)
+            self.diverged, complete=self.dropped_in_round is None,
+            not_usable=f"it did not draft: {self.not_drafting}" if self.not_drafting else "")
 
 
 @dataclass(frozen=True)
@@ -209,14 +213,15 @@ def pooled(runs: Sequence[BenchRun], reference: Arm, cell: Cell) -> BenchRun:
 def _row(cell: Cell, summaries: dict[str, BenchSummary], dropped: int | None = None) -> GridRow:
     """``cell``'s row from its plan's ``suite_summaries``."""
     by_suite = {}
-    lossless, diverged = "", 0
+    lossless, diverged, idle = "", 0, ""
     for suite, summary in summaries.items():
         arm = summary.arm(cell.arm.name)
         comparison = summary.comparison(cell.arm.name)
         by_suite[suite] = Figure(arm.tokens_per_second, comparison.speedup, arm.acceptance_rate)
         if suite == ALL:
             lossless, diverged = comparison.lossless.verdict, comparison.lossless.diverged
-    return GridRow(cell, by_suite, lossless, dropped, diverged=diverged)
+            idle = comparison.not_drafting
+    return GridRow(cell, by_suite, lossless, dropped, diverged=diverged, not_drafting=idle)
 
 
 def _baseline(runs: Sequence[BenchRun], reference: str, suites: Sequence[str]) -> dict:
@@ -538,17 +543,22 @@ def survivors(rows: Sequence[GridRow], noise_share: float) -> set[str]:
     the cut by more than the noise go on; those within the noise of the cut
     (``noise_band``) cannot be told apart by this round, so the cheaper of them
     (``setting_cost``) fill the places left, not the luckier. A setting whose output changed
-    never goes on."""
+    never goes on; one that drafted nothing (its score is noise) only to places no drafting
+    setting takes."""
     ranked = sorted((r for r in rows if not r.diverged), key=lambda r: r.score, reverse=True)
     if not ranked:
         return set()
     keep = max(1, math.ceil(len(ranked) / 2))
-    cut = ranked[keep - 1].score
-    band = [r for r in ranked if abs(r.score - cut) <= cut * noise_band(noise_share,
-                                                                        pairs_of(r))]
-    sure = [r for r in ranked[:keep] if r not in band]
+    drafting = [r for r in ranked if not r.not_drafting]
+    idle = [r for r in ranked if r.not_drafting]
+    if not drafting:
+        return {r.cell.arm.name for r in idle[:keep]}
+    cut = drafting[min(keep, len(drafting)) - 1].score
+    band = [r for r in drafting if abs(r.score - cut) <= cut * noise_band(noise_share,
+                                                                          pairs_of(r))]
+    sure = [r for r in drafting[:keep] if r not in band]
     band.sort(key=lambda r: (setting_cost(r.cell), -r.score))
-    return {r.cell.arm.name for r in [*sure, *band][:keep]}
+    return {r.cell.arm.name for r in [*sure, *band, *idle][:keep]}
 
 
 def _rounds(base: BenchPlan, prompts, n_cells: int) -> list[BenchPlan]:
@@ -743,14 +753,18 @@ def grid_table(result: GridResult, markdown: bool = True) -> str:
                 best_in.get(suite) == row.cell.arm.name, markdown))
         overall = row.by_suite.get(ALL)
         rate = overall.acceptance_rate if overall else None
-        cells.append("-" if rate is None else f"{rate:.0%}")
+        cells.append("drafted nothing" if row.not_drafting else
+                     "-" if rate is None else f"{rate:.0%}")
         cells.append(row.lossless.split(":")[0] if row.lossless else "-")
         body.append(cells)
     lines = text_table(header, body, markdown)
     lines.append("")
     lines.append("Each cell: the setting's median decode tok/s over the prompts it ran, and "
                  "(in brackets) its speed-up: the median of its runs' ratios to the no-draft "
-                 "run of the same prompt beside it, the figure every choice is made on.")
+                 "run of the same prompt beside it, the figure every choice is made on. "
+                 "Accepted: the share of drafted tokens the server kept (\"-\": it reported "
+                 "no counts; \"drafted nothing\": it drafted no token on these prompts, so its "
+                 "speed-up is noise and it cannot be the best).")
     best = result.best
     if best is None:
         lines.append("Best: no draft (no setting beat decoding without one)")

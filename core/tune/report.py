@@ -75,6 +75,10 @@ def markdown(result: TuneResult) -> str:
             rate = "-" if arm.tokens_per_second is None else f"{arm.tokens_per_second:.1f}"
             lines.append(f"| {NAMES.get(arm.name, arm.name)}: {arm.label} | {rate} | {against} "
                          f"| {output} |")
+        for comparison in summary.comparisons:
+            if comparison.not_drafting:
+                lines += ["", f"{NAMES.get(comparison.arm, comparison.arm)} drafted nothing "
+                              f"here: {comparison.not_drafting}."]
         if _disagree(summary):
             lines += ["", "Here the tok/s medians and the speed-ups order the settings "
                       "differently: a tok/s median mixes prompts of different speed (and any "
@@ -93,7 +97,9 @@ def markdown(result: TuneResult) -> str:
               "| error |", "|---|---|---|---|---|---|"]
     for t in result.tried:
         p = t.prediction
-        measured = "-" if t.measured is None else f"{t.measured:.2f}x ({t.best_setting})"
+        measured = "-" if t.measured is None else (
+            f"{t.measured:.2f}x ({t.best_setting}"
+            + ("; drafted nothing: noise, not learned from" if t.not_drafting else "") + ")")
         lines.append(f"| {t.candidate.label} | {_origin(t.candidate)} | {p.speedup:.2f}x "
                      f"({p.low:.2f}-{p.high:.2f}) | {p.source} | {measured} | "
                      f"{_pct(t.error)} |")
@@ -144,7 +150,7 @@ def to_json(result: TuneResult) -> dict[str, Any]:
         "applied": to_jsonable(result.applied),
         "tried": [{"candidate": t.candidate.label, "predicted": to_jsonable(t.prediction),
                    "measured": t.measured, "best_setting": t.best_setting, "error": t.error,
-                   "pairs": t.pairs, "disturbed": t.disturbed,
+                   "pairs": t.pairs, "disturbed": t.disturbed, "not_drafting": t.not_drafting,
                    "draft_bytes": t.candidate.draft_bytes,
                    "download_bytes": t.candidate.download_bytes,
                    "hub": to_jsonable(t.candidate.hub), "notes": list(t.candidate.notes)}

@@ -194,6 +194,9 @@ class Tried:
     """The paired runs the measured speed-up rests on."""
     disturbed: bool = False
     """A run behind it was disturbed by another program (grid.GridRow.disturbed)."""
+    not_drafting: str = ""
+    """Why it drafted nothing at that setting ("" when it drafted): then what it measured is
+    noise, shown but never learned from."""
 
     @property
     def error(self) -> float | None:
@@ -211,6 +214,9 @@ class Verification:
     check: Any = None
     """The winner's core.bench.summary.LosslessCheck (what diverged where, or why it could
     not be checked); None where not kept."""
+    not_drafting: str = ""
+    """Why the winner drafted nothing on the held-out prompts ("" when it drafted, or when
+    the server reports no counts)."""
 
 
 @dataclass(frozen=True)
@@ -351,12 +357,7 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
         phase_s["search"] = time.monotonic() - t0
         best, noise_share = finalist(search)
         tried = tuple(_tried(c, p, search) for c, p in predicted)
-        device = device_of(setup, options)
-        for item in tried:
-            if item.measured is not None:
-                record(setup, item.candidate, item.measured, device=device,
-                       acceptance=item.acceptance, k=item.k, pairs=item.pairs,
-                       disturbed=item.disturbed)
+        remember(setup, tried, device_of(setup, options))
         if cancel.is_set():
             return _result(setup, options, tried, found, search, None,
                            Decided(None, None, False, "Cancelled during the search: nothing "
@@ -394,6 +395,16 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
     emit(decision)
     return _result(setup, options, tried, found, search, verification, decision, phase_s,
                    cancel.is_set(), notes, downloads)
+
+
+def remember(setup, tried, device: str, path: Path | None = None) -> None:
+    """Add what the search measured of each candidate to the prediction history, except a
+    setting that drafted nothing (it measured noise, not the drafter)."""
+    for item in tried:
+        if item.measured is not None and not item.not_drafting:
+            record(setup, item.candidate, item.measured, path, device=device,
+                   acceptance=item.acceptance, k=item.k, pairs=item.pairs,
+                   disturbed=item.disturbed)
 
 
 def current_label(arm: Arm) -> str:
@@ -724,7 +735,7 @@ def _tried(candidate: Candidate, prediction: Prediction, search: GridResult) -> 
     return Tried(candidate, prediction, top.score, top.cell.label,
                  top.by_suite[ALL].acceptance_rate,
                  int(k) if k is not None and k.isdigit() else None,
-                 top.by_suite[ALL].speedup.n, top.disturbed)
+                 top.by_suite[ALL].speedup.n, top.disturbed, top.not_drafting)
 
 
 def verify(setup, best: GridRow, plan: BenchPlan, engine, emit, cancel,
@@ -747,7 +758,7 @@ def verify(setup, best: GridRow, plan: BenchPlan, engine, emit, cancel,
         run, summary, win.speedup, paired(run, CURRENT, WINNER) if current else None,
         current.speedup if current else None,
         lossless=win.lossless.checkable and win.lossless.compared > 0 and not win.lossless.diverged,
-        check=win.lossless)
+        check=win.lossless, not_drafting=win.not_drafting)
 
 
 def paired(run: BenchRun, first: str, second: str) -> RatioSummary | None:
@@ -791,6 +802,10 @@ def decide(candidate: Candidate, best: GridRow, verification: Verification | Non
     if not verification.lossless:
         return Decided(candidate, drafting, False, _not_lossless(best.cell.label,
                                                                  verification.check))
+    if verification.not_drafting:
+        return Decided(candidate, drafting, False, f"{best.cell.label} drafted nothing on the "
+                       f"held-out prompts ({verification.not_drafting}): a speed-up without "
+                       "drafts is noise, so nothing was written.")
     if none is None or not none.has_interval:
         return Decided(candidate, drafting, False, f"Too few verification runs of "
                        f"{best.cell.label} to tell: nothing was written. Give a larger budget.")

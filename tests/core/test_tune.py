@@ -167,11 +167,12 @@ def test_a_lookup_drafter_that_drafts_only_on_a_match_is_predicted_near_one(tmp_
 
 
 def _row(name: str, score: float, args=("--spec-type", "ngram-simple"), diverged=0,
-         dropped=None) -> GridRow:
+         dropped=None, idle="") -> GridRow:
     ratio = summarize_ratios([score] * 4)
     launch = LaunchProfile(BINARY, str(GGUF), args)
     cell = Cell(Arm(name, drafter_from_flags(args), ServerArm(launch=launch)), name)
-    return GridRow(cell, {ALL: Figure(10 * score, ratio)}, "lossless", dropped, diverged=diverged)
+    return GridRow(cell, {ALL: Figure(10 * score, ratio)}, "lossless", dropped, diverged=diverged,
+                   not_drafting=idle)
 
 
 def _k(k: int) -> tuple[str, ...]:
@@ -190,6 +191,36 @@ def test_survivors_are_half_and_the_cheaper_where_the_noise_cannot_tell():
     assert survivors([_row("a", 2.0, diverged=1), _row("b", 1.1)], 0.0) == {"b"}
     model = _row("m", 1.45, ("--spec-type", "draft-simple", "-md", "d.gguf"))
     assert survivors([model, _row("e", 1.44, _k(16))], 0.01) == {"e"}  # no draft model
+
+
+def test_a_setting_that_drafted_nothing_is_noise_never_the_best_nor_learned_from(tmp_path):
+    """A user's search named 'Best' a setting llama-server reported drafting nothing with;
+    its 1.13x was noise, and it entered the prediction history as a gain."""
+    from specdeck.core.bench.grid import grid_table
+    from specdeck.core.tune.run import Tried, remember
+
+    idle = _row("idle", 1.30, _k(4), idle="it drafted nothing in 6 runs")
+    real = _row("real", 1.10, _k(8))
+    result = GridResult(("code",), (idle, real), {}, ())
+    assert result.best is real
+    assert "| idle | 13.0 (1.30x) | drafted nothing | lossless |" in grid_table(result)
+    assert survivors([idle, real, _row("worse", 1.05, _k(16))], 0.0) == {"real", "worse"}
+    assert survivors([idle, real], 0.0) == {"real"}
+    assert survivors([idle], 0.0) == {"idle"}  # nothing else to go on
+    setup = from_swap(swap_config(tmp_path, ""), "smol")
+    path = tmp_path / "history.jsonl"
+    noise = tune_predict.predict(Candidate("ngram-mod"), setup, "cpu", [])
+    remember(setup, [Tried(Candidate("ngram-mod"), noise, 1.13, "ngram-mod k=4", pairs=6,
+                           not_drafting="it drafted nothing in 6 runs"),
+                     Tried(Candidate("ngram-map-k"), noise, 1.05, "ngram-map-k k=8", pairs=6)],
+             "cpu", path)
+    assert [e["candidate"] for e in tune_predict.read_history(path)] == ["ngram-map-k"]
+    quiet = _verification([1.3, 1.4, 1.35, 1.5])
+    from dataclasses import replace
+
+    why = decide(Candidate("ngram-mod"), real, replace(quiet, not_drafting="it drafted nothing"),
+                 setup, cancelled=False).why
+    assert why.startswith("real drafted nothing on the held-out prompts (it drafted nothing)")
 
 
 def test_the_noise_band_narrows_with_the_pairs_behind_a_score():
