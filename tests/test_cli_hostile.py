@@ -346,7 +346,7 @@ def test_tune_input_mistakes_are_named_before_anything_runs(tmp_path):
     broken.write_text('{"prompt": "ok"}\n{"prompt": "broken\n')
     cases = [(("--demo", "--gguf", "x.gguf"), "Give one setup to tune, not --gguf and --demo"),
              (("--demo", "--prompts", str(tmp_path / "gone.jsonl")), "does not exist"),
-             (("--demo", "--prompts", str(broken)), "line 2, column 12, is not JSON")]
+             (("--demo", "--prompts", str(broken)), "line 2 is not JSON (unterminated string starting at column 12)")]
     for args, says in cases:
         done = specdeck("tune", *args, home=tmp_path)
         assert done.returncode == 2, done.stderr

@@ -131,7 +131,7 @@ def _jsonl_entries(text: str, path: Path) -> list[tuple[int, object]]:
             entries.append((number, json.loads(line)))
         except json.JSONDecodeError as exc:
             raise InvalidInputError(
-                f"{path} line {number}, column {exc.colno}, is not JSON: {exc.msg}.",
+                f"{path} line {number} is not JSON ({exc.msg.lower()} column {exc.colno}).",
                 'Write one JSON object per line, such as {"prompt": "Explain TCP."}; a line '
                 "break inside a prompt is written \\n.") from exc
     return entries

@@ -237,6 +237,8 @@ def _apply_saved(args) -> int:
     confirm = _dry_run if args.dry_run else None if args.yes else _ask
     with cancel_on_interrupt(cancel):
         result = result.with_applied(tune_apply.apply(result, confirm, cancel))
+    applied = result.applied
+    sys.stderr.write(f"specdeck: {applied.relaunch or applied.why}\n")
     return _finish(args, result)
 
 
@@ -282,6 +284,9 @@ def _dry_run(diff: str) -> bool:
     return False
 
 
+_dry_run.declined_why = lambda: "--dry-run: nothing was written."
+
+
 def _ask_download(candidates, total: int, folder: Path) -> bool:
     """Downloads are asked on a terminal; with none, nothing is downloaded (say how to allow
     it)."""
@@ -308,3 +313,9 @@ def _ask(diff: str) -> bool:
     sys.stderr.write("Write this change? [y/N] ")
     sys.stderr.flush()
     return input().strip().lower() in ("y", "yes")
+
+
+_ask.declined_why = lambda: (
+    "Not confirmed: nothing was written." if sys.stdin.isatty() else
+    "Not written: no terminal to confirm on (--yes writes it, or tune --apply-saved with "
+    "this report later).")

@@ -122,8 +122,11 @@ class SwapConfig:
             if model.name == own:
                 return model
         names = ", ".join(printable(m.name) for m in self.models) or "none"
-        raise InvalidInputError(f"{self.path} has no model {name!r} (it has: {names}).",
-                                "Use a name from its models: section.")
+        aliases = (f"; aliases: {', '.join(printable(a) for a in self.aliases)}"
+                   if self.aliases else "")
+        raise InvalidInputError(f"{self.path} has no model {name!r} (it has: {names}{aliases}).",
+                                "Use a name from its models: section, or one of their "
+                                "aliases.")
 
     def macro(self, name: str) -> ModelCmd:
         for macro in self.macro_cmds:

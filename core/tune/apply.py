@@ -64,8 +64,11 @@ def apply(result: TuneResult, confirm: Confirm | None = None,
     from specdeck.core.swap.apply import plan_apply_flags
 
     config = swap.load(setup.swap_config)
-    refuse_if_changed(setup.swap_config, config.document.disk_fingerprint, setup.swap_fingerprint)
     change = plan_apply_flags(config, setup.swap_model, decision.flags)
+    if change.is_noop:  # already written (by an earlier apply of this result, say)
+        return Applied(setup.swap_config, flags, change.diff(),
+                       why="The file already has these flags: nothing to write.")
+    refuse_if_changed(setup.swap_config, config.document.disk_fingerprint, setup.swap_fingerprint)
     return write_and_prove(
         setup.swap_config, flags, change, confirm, lambda: relaunch(result, cancel),
         proved="llama-server started from the saved file, answered and drafted.",
@@ -159,7 +162,9 @@ def write_and_prove(path: Path, flags: str, change, confirm: Confirm | None,
     if change.is_noop:
         return Applied(path, flags, diff, why=noop)
     if confirm is not None and not confirm(diff):
-        return Applied(path, flags, diff, why="Not confirmed: nothing was written.")
+        said = getattr(confirm, "declined_why", None)
+        return Applied(path, flags, diff, why=(said() if callable(said) else None)
+                       or "Not confirmed: nothing was written.")
     original = path.read_bytes()
     saved = save(change)
     applied = Applied(path, flags, diff, written=saved.written, backup=saved.backup,

@@ -202,14 +202,24 @@ def _pairs(entry: dict) -> int:
     return pairs if isinstance(pairs, int) and pairs > 0 else 1
 
 
-def usable(entry: dict) -> bool:
-    """Whether a history entry is worth predicting from: measured on ``HISTORY_MIN_PAIRS``
-    pairs or more, from no disturbed run, and possible (a drafter that drafts k tokens a step
-    yields at most k + 1 per target forward; above that, the reference run was slowed)."""
+def unusable(entry: dict) -> str | None:
+    """Why a history entry is not worth predicting from (None: it is): measured on fewer
+    than ``HISTORY_MIN_PAIRS`` pairs, from a disturbed run, or impossible (a drafter that
+    drafts k tokens a step yields at most k + 1 per target forward; above that, the
+    reference run was slowed)."""
     k = entry.get("k")
     ceiling = k + 1 if isinstance(k, int) and k > 0 else None
-    return (_pairs(entry) >= HISTORY_MIN_PAIRS and not entry.get("disturbed")
-            and entry["speedup"] > 0 and (ceiling is None or entry["speedup"] <= ceiling))
+    if entry.get("disturbed"):
+        return "disturbed"
+    if _pairs(entry) < HISTORY_MIN_PAIRS:
+        return f"on fewer than {HISTORY_MIN_PAIRS} pairs"
+    if entry["speedup"] <= 0 or (ceiling is not None and entry["speedup"] > ceiling):
+        return "faster than k + 1 tokens a step"
+    return None
+
+
+def usable(entry: dict) -> bool:
+    return unusable(entry) is None
 
 
 def weighted_quantile(values: list[tuple[float, int]], q: float) -> float:
@@ -242,8 +252,14 @@ def _from_measured(entries: list[dict], widen_share: float) -> tuple[float, floa
 
 
 def _left_out(entries: list[dict]) -> str:
-    left = sum(not usable(e) for e in entries)
-    return f"; {left} disturbed, thin or impossible left out" if left else ""
+    """"; left out: 1 disturbed, 2 on fewer than 3 pairs" ("" when none were)."""
+    reasons: dict[str, int] = {}
+    for entry in entries:
+        why = unusable(entry)
+        if why is not None:
+            reasons[why] = reasons.get(why, 0) + 1
+    return ("; left out: " + ", ".join(f"{n} {why}" for why, n in reasons.items())
+            if reasons else "")
 
 
 def alpha_from_rate(rate: float, k: int) -> float:
@@ -301,4 +317,9 @@ def predict(candidate: Candidate, setup: Setup, device: str,
         return Prediction(middle, low, high,
                           f"history ({len(seen)} earlier tune{'s' if len(seen) > 1 else ''}, "
                           f"{sum(map(_pairs, seen))} pairs{_left_out(same)})")
-    return similar(candidate, setup, device, history) or theory(candidate, setup, device)
+    fallback = similar(candidate, setup, device, history) or theory(candidate, setup, device)
+    if same:  # earlier tunes of this pair, none worth learning from: say so
+        fallback = replace(fallback, source=f"{fallback.source}; {len(same)} earlier "
+                           f"measurement{'s' if len(same) > 1 else ''} of this pair"
+                           f"{_left_out(same)}")
+    return fallback

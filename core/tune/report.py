@@ -92,9 +92,10 @@ def markdown(result: TuneResult) -> str:
         lines.append("")
     if result.search is not None:
         lines += ["## Every setting tried (tuning prompts)", "", grid_table(result.search), ""]
-    lines += ["## Candidates: predicted and measured", "",
-              "| candidate | draft from | predicted (range) | from | measured (best setting) "
-              "| error |", "|---|---|---|---|---|---|"]
+    if result.tried:
+        lines += ["## Candidates: predicted and measured", "",
+                  "| candidate | draft from | predicted (range) | from | measured (best "
+                  "setting) | error (predicted against measured) |", "|---|---|---|---|---|---|"]
     for t in result.tried:
         p = t.prediction
         measured = "-" if t.measured is None else (
@@ -107,6 +108,10 @@ def markdown(result: TuneResult) -> str:
     if from_hub:
         lines += ["", "Drafts from the Hub, the file chosen and why:",
                   *(f"- {c.label}: {'; '.join(c.notes)}" for c in from_hub)]
+    noted = [t.candidate for t in result.tried if t.candidate.hub is None and t.candidate.notes]
+    if noted:
+        lines += ["", "How candidates were searched:",
+                  *(f"- {c.label}: {'; '.join(c.notes)}" for c in noted)]
     if result.downloads:
         lines += ["", "## Downloads", "", "| candidate | repository | size | time | result |",
                   "|---|---|---|---|---|"]
@@ -115,8 +120,9 @@ def markdown(result: TuneResult) -> str:
                   for d in result.downloads]
     if result.not_tried:
         lines += ["", "Not tried:", *(f"- {n.what}: {n.why}" for n in result.not_tried)]
-    lines += ["", "## Time", "", *(f"- {name}: {seconds:.1f} s"
-                                     for name, seconds in result.phase_s.items())]
+    if result.phase_s:
+        lines += ["", "## Time", "", *(f"- {name}: {seconds:.1f} s"
+                                         for name, seconds in result.phase_s.items())]
     budgeted = sum(result.phase_s.get(name, 0.0) for name in ("search", "verify"))
     if budgeted > result.options.budget_s * 1.05:
         lines.append(f"- over the budget of {result.options.budget_s / 60:g} min by "

@@ -99,7 +99,7 @@ def test_bad_suites_are_clear_errors(tmp_path):
         load_suite(empty)
     bad = tmp_path / "b.jsonl"
     bad.write_text('{"prompt": "ok"}\n{"prompt": "broken\n')
-    with pytest.raises(InvalidInputError, match="line 2, column 12, is not JSON") as caught:
+    with pytest.raises(InvalidInputError, match=r"line 2 is not JSON \(unterminated string starting at column 12\)") as caught:
         load_suite(bad)
     assert "one JSON object per line" in caught.value.fix
     # A path that is not there is a missing file, not an unknown suite's name.

@@ -52,7 +52,7 @@ def test_the_example_config_is_read_as_llama_swap_reads_it():
     # Its aliases name it as llama-swap answers requests for them; a model's own name wins.
     assert cfg.aliases["gpt-4o-mini"] == "gpt-oss-120b"
     assert cfg.model("gpt-4o-mini") is gpt
-    with pytest.raises(InvalidInputError, match="has no model 'gpt-4o'"):
+    with pytest.raises(InvalidInputError, match="has no model 'gpt-4o' .*; aliases: gpt-4o-mini"):
         cfg.model("gpt-4o")
     shadow = swap.from_text("models:\n  a:\n    cmd: llama-server -m a.gguf\n    aliases: [b]\n"
                             "  b:\n    cmd: llama-server -m b.gguf\n")

@@ -403,15 +403,17 @@ def test_predictions_come_from_history_when_the_machine_has_one(tmp_path):
     wild = tune_predict.predict(ngram, setup, "cpu", tune_predict.read_history(path))
     assert (wild.speedup, wild.low, wild.high) == (remembered.speedup, remembered.low,
                                                    remembered.high)
-    assert wild.source == ("history (2 earlier tunes, 16 pairs; 4 disturbed, thin or "
-                           "impossible left out)")
+    assert wild.source == ("history (2 earlier tunes, 16 pairs; left out: 2 on fewer than 3 "
+                           "pairs, 1 disturbed, 1 faster than k + 1 tokens a step)")
     # Entries weigh by their pairs: 40 pairs at 1.2 outvote 4 at 2.0, which stays in range.
     weighed = [{"target": setup.facts.name, "candidate": ngram.label, "speedup": v,
                 "pairs": n} for v, n in ((1.2, 40), (2.0, 4))]
     weighted = tune_predict.predict(ngram, setup, "cpu", weighed)
     assert weighted.speedup == 1.2 and weighted.low >= 0.0
     only_thin = [{**weighed[0], "pairs": 2}]
-    assert tune_predict.predict(ngram, setup, "cpu", only_thin).source.startswith("theory")
+    thin = tune_predict.predict(ngram, setup, "cpu", only_thin).source
+    assert thin.startswith("theory") and thin.endswith(
+        "; 1 earlier measurement of this pair; left out: 1 on fewer than 3 pairs")
 
 
 @pytest.mark.parametrize("values, q, expected", [
@@ -490,7 +492,8 @@ def test_report_json_is_complete_for_a_decision_without_runs(tmp_path):
     data = json.loads(report.shown_json(result))
     assert data["decision"]["why"] == "verified" and data["search"] is None
     text = report.markdown(result)
-    assert "# Tuning model smol" in text and "## Candidates" in text
+    assert "# Tuning model smol" in text
+    assert "## Candidates" not in text and "## Time" not in text  # no empty sections
     assert "over the budget" not in text
     from dataclasses import replace
 

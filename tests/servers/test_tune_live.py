@@ -178,6 +178,8 @@ def test_an_earlier_tunes_winner_is_applied_from_its_saved_report(llama_bin, dem
     assert "not clearly faster" in done.stderr and config.read_bytes() == original
     done = apply_saved(saved, "--dry-run")
     assert done.returncode == 1 and "+" in done.stderr and config.read_bytes() == original
+    assert "--dry-run: nothing was written." in done.stdout  # the report says why, too
+    assert "## Candidates" not in done.stdout and "## Time" not in done.stdout
 
     config.write_bytes(original + b"# edited since the tune\n")
     done = apply_saved(saved, "--yes")
@@ -191,6 +193,11 @@ def test_an_earlier_tunes_winner_is_applied_from_its_saved_report(llama_bin, dem
     assert "answered and drafted" in done.stdout
     assert "--spec-type ngram-simple --spec-ngram-simple-size-n 2" in config.read_text()
     assert (tmp_path / "config.yaml.bak").read_bytes() == original
+    assert "answered and drafted" in done.stderr  # said where the user looks, not only stdout
+    written = config.read_bytes()
+    done = apply_saved(saved, "--yes")  # again: already there, not "changed on disk"
+    assert done.returncode == 1 and "already has these flags" in done.stderr, done.stderr
+    assert config.read_bytes() == written
 
 
 def test_a_winner_that_does_not_run_from_the_file_is_rolled_back(llama_bin, demo_gguf, tmp_path):
