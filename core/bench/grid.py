@@ -104,6 +104,8 @@ class GridRow:
     lossless: str
     dropped_in_round: int | None = None
     """Successive halving: the round after which this cell was not run further."""
+    dropped_why: str = ""
+    """Why it was dropped then (below the cut, within the noise and costlier, ...)."""
     round_scores: tuple[float, ...] = ()
     """Successive halving: the overall median speed-up measured in each round it ran."""
     diverged: int = 0
@@ -341,6 +343,7 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
             break
         kept = survivors([rows[c.arm.name] for c, _ in measured],
                          noise(runs, reference.name))
+        halved = set(kept)
         ranked = sorted(kept, key=lambda name: rows[name].score, reverse=True)
         left = rounds[number:]
         if len(ranked) == 1:  # one setting left: the rounds between are nothing to compare
@@ -357,9 +360,13 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
                 left, ranked = list(fitted.rounds), ranked[:fitted.keep]
                 kept = set(ranked)
         rounds = [*rounds[:number], *left]
+        lowest_kept = min((rows[name].score for name in kept), default=None)
         for cell, _run in measured:
             if cell.arm.name not in kept:
-                rows[cell.arm.name] = replace(rows[cell.arm.name], dropped_in_round=number)
+                rows[cell.arm.name] = replace(
+                    rows[cell.arm.name], dropped_in_round=number,
+                    dropped_why=_dropped_why(rows[cell.arm.name], cell.arm.name in halved,
+                                             lowest_kept))
         alive = [cell for cell, _run in measured if cell.arm.name in kept]
         if hasattr(engine, "keep_only"):  # the dropped settings' servers make room
             engine.keep_only({reference.name, *(c.arm.name for c in alive)})
@@ -390,6 +397,9 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
     notes += fallbacks
     notes += disturbed_notes
     notes += [f"{label_of[name]} could not be measured: {why}" for name, why in failed.items()]
+    if cancel.is_set():
+        notes.append(f"Cancelled in round {number} of the {len(rounds)} planned: the rows show "
+                     "what was measured by then.")
     never = [c.label for c in cells if c.arm.name not in rows and c.arm.name not in failed]
     if never:
         why = ("cancelled" if cancel.is_set() else "the time budget ran out" if out_of_time
@@ -404,6 +414,20 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
     return GridResult(suites, ordered, _baseline(runs, reference.name, suites), tuple(runs),
                       halving, cancelled=cancel.is_set(),
                       notes=tuple(notes))
+
+
+def _dropped_why(row: GridRow, halved: bool, lowest_kept: float | None) -> str:
+    """Why ``row`` did not go on (``halved``: it was in the half the cut kept, and only the
+    time left kept fewer)."""
+    if row.diverged:
+        return "its output changed"
+    if row.not_drafting:
+        return "it drafted nothing"
+    if halved:
+        return "the time left kept fewer settings"
+    if lowest_kept is not None and row.score > lowest_kept:
+        return "within the noise of the cut, and a cheaper setting went on"
+    return "below the cut"
 
 
 def _keeps_all(engine, servers: int) -> bool:
@@ -744,8 +768,9 @@ def grid_table(result: GridResult, markdown: bool = True) -> str:
              *("-" if result.baseline.get(s) is None else f"{result.baseline[s]:.1f}"
                for s in columns), "", ""]]
     for row in result.rows:
-        cells = [row.cell.label + (f" (dropped, round {row.dropped_in_round})"
-                                   if row.dropped_in_round else "")]
+        dropped = f"dropped, round {row.dropped_in_round}" + (
+            f": {row.dropped_why}" if row.dropped_why else "")
+        cells = [row.cell.label + (f" ({dropped})" if row.dropped_in_round else "")]
         for suite in columns:
             figure = row.by_suite.get(suite)
             cells.append("-" if figure is None else rate_cell(

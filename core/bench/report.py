@@ -172,6 +172,10 @@ def _num(value: float | None) -> str:
 
 
 # Markdown -----------------------------------------------------------------------------------
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
 def markdown_summary(run: BenchRun, summary: BenchSummary) -> str:
     plan = run.plan
     env = run.environment
@@ -179,8 +183,9 @@ def markdown_summary(run: BenchRun, summary: BenchSummary) -> str:
         f"# A/B run: {run.loaded.model_path.name}",
         "",
         f"Engine {env.get('engine', plan.engine)} on {env.get('device', '?')} "
-        f"({env.get('dtype', '?')}); {summary.sampling}; {len(run.prompts)} prompts "
-        f"({', '.join(plan.suites)}) x {plan.repeats} repeats, up to {plan.max_new_tokens} new "
+        f"({env.get('dtype', '?')}); {summary.sampling}; {_count(len(run.prompts), 'prompt')} "
+        f"({', '.join(dict.fromkeys(p.suite for p in run.prompts)) or 'none'}) x "
+        f"{_count(plan.repeats, 'repeat')}, up to {plan.max_new_tokens} new "
         f"tokens; {summary.counted_runs} measured runs. SpecDeck {env.get('specdeck', '?')}, "
         f"torch {env.get('torch', '-')}, transformers {env.get('transformers', '-')}.",
         "",

@@ -104,6 +104,8 @@ def test_summary_and_every_report_file(models, tmp_path):
         assert "SLOWER" not in draft.verdict and draft.causes
 
     paths = write_report(run, summary, tmp_path / "report")
+    # the suites the prompts came from, not every suite asked for (max_prompts took code's)
+    assert "; 2 prompts (code) x 1 repeat, up to" in (paths.folder / "summary.md").read_text()
     data = load_report(paths.folder)
     assert data["version"] == 1 and len(data["runs"]) == len(run.records)
     assert data["runs"][0]["token_ids"] == list(run.records[0].result.token_ids)

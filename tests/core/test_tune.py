@@ -898,3 +898,23 @@ def test_a_verification_on_a_busier_machine_than_the_search_says_so():
                                     "30% away") and "quiet machine" in note
     assert disturbed_verification(0.2, busy) is None  # as noisy as the search: within 80%
     assert disturbed_verification(0.02, run({REFERENCE: {"a": [80], "b": [20]}})) is None
+
+
+def test_a_dropped_row_says_why_it_was_dropped():
+    """A user saw ngram-mod k=8 dropped at 1.13x, above both finalists, with only a general
+    note: each dropped row now says why."""
+    from dataclasses import replace
+
+    from specdeck.core.bench.grid import _dropped_why, grid_table
+
+    low, high = _row("low", 1.02, _k(16)), _row("high", 1.13, _k(16))
+    assert _dropped_why(low, False, 1.05) == "below the cut"
+    assert _dropped_why(high, False, 1.05) == ("within the noise of the cut, and a cheaper "
+                                               "setting went on")
+    assert _dropped_why(high, True, 1.05) == "the time left kept fewer settings"
+    assert _dropped_why(_row("d", 2.0, diverged=1), False, 1.0) == "its output changed"
+    assert _dropped_why(_row("i", 1.5, idle="x"), False, 1.0) == "it drafted nothing"
+    shown = replace(high, dropped_in_round=3, dropped_why=_dropped_why(high, False, 1.05))
+    table = grid_table(GridResult(("code",), (shown, _row("kept", 1.07, _k(4))), {}, ()))
+    assert ("| high (dropped, round 3: within the noise of the cut, and a cheaper setting went "
+            "on) |") in table

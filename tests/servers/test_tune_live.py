@@ -232,6 +232,7 @@ def test_cancel_during_the_search_leaves_the_users_file_as_it_was(llama_bin, dem
                   on_event=on_event, cancel=cancel)
     assert result.cancelled and not result.decision.apply
     assert "Cancelled" in result.decision.why
+    assert any(n.startswith("Cancelled in round 1 of the ") for n in result.search.notes)
     assert config.read_bytes() == original and not (tmp_path / "config.yaml.bak").exists()
 
 
