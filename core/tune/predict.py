@@ -64,6 +64,13 @@ llama-server logs: eval time against rows per step, where drafting costs nothing
 prediction's middle; a larger model is more bound by memory, where extra rows cost less, and
 the PyTorch engine's linears measured 0.06 (docs/benchmarks/engine_choices.md), the top of
 the range."""
+ACCEPTANCE_ON_MATCH_BY_TYPE = {"ngram-cache": (0.15, 0.5)}
+"""Lookup types whose drafts are guesses, not copies: ngram-cache drafts the likeliest next
+tokens by n-gram statistics (its context, dynamic and static caches), not what followed an
+exact earlier occurrence, and llama-server counted 0-29% of its drafted tokens accepted
+(tune_search 2026-11-26: 14% and 0%; tune_e2e 2026-11-27: 29%; a user test 2026-11-27: 24%),
+where the copying types kept 54-97%. ``ACCEPTANCE_ON_MATCH`` predicted it 1.04x where it
+measured 0.85x on grounded prompts."""
 MATCH_RATE = (0.0, 0.1)
 """Share of decode steps on which a drafter that drafts only on a match finds one. In the
 tune_search benchmark (2026-11-26, llama-server, 32-token answers to the shipped suites) the
@@ -128,7 +135,9 @@ def theory(candidate: Candidate, setup: Setup, device: str,
     """Leviathan et al.'s speed-up over ``acceptance`` (per token; default: the range for
     this kind of drafter) with this pair's draft cost and ``device``'s verify cost."""
     on_match = drafts_on_match_only(candidate)
-    low_a, high_a = acceptance or (ACCEPTANCE_ON_MATCH if on_match
+    on_match_acceptance = ACCEPTANCE_ON_MATCH_BY_TYPE.get(candidate.spec_type,
+                                                          ACCEPTANCE_ON_MATCH)
+    low_a, high_a = acceptance or (on_match_acceptance if on_match
                                    else ACCEPTANCE[_kind(candidate)])
     cost = _cost_ratio(candidate, setup)
     cheap, typical = VERIFY_COST_PER_TOKEN[device]
