@@ -567,8 +567,8 @@ def survivors(rows: Sequence[GridRow], noise_share: float) -> set[str]:
     the cut by more than the noise go on; those within the noise of the cut
     (``noise_band``) cannot be told apart by this round, so the cheaper of them
     (``setting_cost``) fill the places left, not the luckier. A setting whose output changed
-    never goes on; one that drafted nothing (its score is noise) only to places no drafting
-    setting takes."""
+    never goes on; one that drafted nothing (its score is noise, no evidence for it) goes on
+    only when no setting drafted at all (later prompts may give it something to copy)."""
     ranked = sorted((r for r in rows if not r.diverged), key=lambda r: r.score, reverse=True)
     if not ranked:
         return set()
@@ -582,7 +582,7 @@ def survivors(rows: Sequence[GridRow], noise_share: float) -> set[str]:
                                                                           pairs_of(r))]
     sure = [r for r in drafting[:keep] if r not in band]
     band.sort(key=lambda r: (setting_cost(r.cell), -r.score))
-    return {r.cell.arm.name for r in [*sure, *band, *idle][:keep]}
+    return {r.cell.arm.name for r in [*sure, *band][:keep]}
 
 
 def _rounds(base: BenchPlan, prompts, n_cells: int) -> list[BenchPlan]:

@@ -211,8 +211,9 @@ def test_a_setting_that_drafted_nothing_is_noise_never_the_best_nor_learned_from
     assert result.best is real
     assert "| idle | 13.0 (1.30x) | drafted nothing | lossless |" in grid_table(result)
     assert survivors([idle, real, _row("worse", 1.05, _k(16))], 0.0) == {"real", "worse"}
-    assert survivors([idle, real], 0.0) == {"real"}
-    assert survivors([idle], 0.0) == {"idle"}  # nothing else to go on
+    # with fewer drafting settings than places, the places stay empty: noise does not go on
+    assert survivors([idle, _row("idle2", 1.2, _k(8), idle="x"), real], 0.0) == {"real"}
+    assert survivors([idle], 0.0) == {"idle"}  # nothing drafted: later prompts may
     setup = from_swap(swap_config(tmp_path, ""), "smol")
     path = tmp_path / "history.jsonl"
     noise = tune_predict.predict(Candidate("ngram-mod"), setup, "cpu", [])
