@@ -251,15 +251,27 @@ def drafter_to_json(spec: DrafterSpec) -> dict[str, Any]:
 
 def drafter_from_json(data: dict[str, Any]) -> DrafterSpec:
     path = data.get("model_path")
+    server_type = _server_type(data.get("server_type"))
+    k = data.get("num_draft_tokens", PLAN_FIELDS["k"].default)
+    if server_type is not None:  # a server's own k, up to MAX_SERVER_DRAFT_TOKENS
+        from specdeck.core.engines.base import MAX_SERVER_DRAFT_TOKENS
+
+        if not (type(k) is int and 1 <= k <= MAX_SERVER_DRAFT_TOKENS):
+            raise InvalidInputError(f"This A/B plan is invalid: a server drafter's k is {k!r}; "
+                                    f"it must be a whole number from 1 to "
+                                    f"{MAX_SERVER_DRAFT_TOKENS}.",
+                                    "Fix the plan (or its JSON file) and start again.")
+    else:
+        k = _whole(k, "k")
     return DrafterSpec(
         kind=DrafterKind(data.get("kind", "none")),
         model_path=None if path is None else Path(path),
-        num_draft_tokens=_whole(data.get("num_draft_tokens", PLAN_FIELDS["k"].default), "k"),
+        num_draft_tokens=k,
         ngram_max=int(data.get("ngram_max", 4)),
         ngram_min=int(data.get("ngram_min", 2)),
         ngram_short=int(data.get("ngram_short", DrafterSpec.ngram_short)),
         adaptive=bool(data.get("adaptive", True)),
-        server_type=_server_type(data.get("server_type")),
+        server_type=server_type,
         k_from_server=bool(data.get("k_from_server", False)),
     )
 

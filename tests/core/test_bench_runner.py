@@ -60,6 +60,18 @@ def test_plan_round_trips_through_json(tmp_path):
     assert again.arms[1].drafter.model_path == tmp_path / "d"
     with pytest.raises(InvalidInputError, match="version 99"):
         BenchPlan.from_json({**plan.to_json(), "version": 99})
+    # A launched llama-server arm keeps its own spec type and k, above the engines' 32 (the
+    # A/B page saves its server arms this way; 48 once failed the check and lost them).
+    from specdeck.core.bench.plan import arm_from_json, arm_to_json
+    from specdeck.core.servers.arms import launched_arm
+
+    server = launched_arm("B", "/opt/llama-server", "/m/t.gguf", ("--spec-type", "ngram-simple"))
+    assert server.drafter.num_draft_tokens == 48
+    assert arm_from_json(json.loads(json.dumps(arm_to_json(server)))) == server
+    bad = arm_to_json(server)
+    bad["drafter"]["num_draft_tokens"] = 5000
+    with pytest.raises(InvalidInputError, match="a server drafter's k is 5000"):
+        arm_from_json(bad)
 
 
 def test_schedule_interleaves_arms_and_alternates_their_order(tmp_path):

@@ -179,8 +179,10 @@ def test_spec_bench_suite_takes_what_the_cli_takes_and_nothing_else(tmp_path):
     assert spec_bench_suite(str(file)).prompts == load_suite(file).prompts
     with pytest.raises(NotFoundError, match="not shipped"):
         spec_bench_suite("spec-bench/rag")
-    with pytest.raises(NotFoundError, match="No prompt suite"):
+    with pytest.raises(NotFoundError, match="Prompt file .*missing.jsonl does not exist"):
         spec_bench_suite(str(tmp_path / "missing.jsonl"))
+    with pytest.raises(NotFoundError, match="No prompt suite called 'nope'"):
+        spec_bench_suite("nope")
     plain = tmp_path / "mine.jsonl"
     plain.write_text('{"prompt": "Say hello."}\n', encoding="utf-8")
     with pytest.raises(InvalidInputError, match="not a Spec-Bench question file"):
