@@ -109,6 +109,9 @@ class ArmSoFar:
     """Paired runs that first differ at a float tie of the target's top two logits."""
     checkable: bool
     """False for sampled plans: outputs differ by design."""
+    drafted_nothing: bool = False
+    """Every paired run counted its drafts (an engine's own count, or a server that reports
+    them) and none was drafted: the speed-up so far is noise."""
 
     def to_text(self, reference: str) -> str:
         """One line, as the CLI's progress prints it."""
@@ -303,8 +306,17 @@ class LivePlan:
             identical=sum(1 for r in paired if r.output.verdict is OutputMatch.IDENTICAL),
             ties=sum(1 for r in paired if r.output.verdict is OutputMatch.TIE),
             checkable=self.plan.sampling.greedy,
+            drafted_nothing=bool(paired) and drafted == 0 and all(
+                _counts_drafts(r.record.result.server) for r in paired),
         )
 
     def figures(self) -> list[ArmSoFar]:
         """Every drafting arm's running figures, in plan order."""
         return [self.arm_so_far(name) for name in self.arms[1:]]
+
+
+def _counts_drafts(server) -> bool:
+    """Whether a run's drafted count is a count: an engine's own (no server), or a server's
+    that reports it (core.bench.summary reads the same fields)."""
+    return server is None or bool(server.report.acceptance_source) or \
+        server.metrics_drafted is not None

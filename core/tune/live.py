@@ -80,7 +80,9 @@ class CandidateRow:
             return "-"
         # The row names the candidate: its best setting is said by what its label adds (k=4).
         setting = self.measured_label.removeprefix(self.candidate.label).strip()
-        return f"{m.median_speedup:.2f}x ({setting + ', ' if setting else ''}{m.pairs} paired)"
+        idle = ", drafted nothing" if m.drafted_nothing else ""
+        return (f"{m.median_speedup:.2f}x ({setting + ', ' if setting else ''}{m.pairs} paired"
+                f"{idle})")
 
 
 @dataclass
@@ -108,7 +110,8 @@ class CellSoFar:
         if f is None:
             return Standing(None)
         diverged = f.pairs - f.identical - f.ties if f.checkable else 0
-        return Standing(f.median_speedup, diverged, complete=not self.dropped)
+        return Standing(f.median_speedup, diverged, complete=not self.dropped,
+                        not_usable="it drafted nothing" if f.drafted_nothing else "")
 
 
 @dataclass

@@ -58,6 +58,7 @@ def test_live_figures_equal_the_finished_summary(models, engine):
             (final.speedup.minimum, final.speedup.maximum))
         assert arm.acceptance_rate == pytest.approx(summary.arm(name).acceptance_rate)
         assert (arm.identical, arm.ties) == (final.lossless.identical, final.lossless.ties)
+        assert arm.drafted_nothing is bool(final.not_drafting) is False  # both drafted
     # Every drafting row's ratio is its run over the reference's run of that prompt and repeat.
     for row in live.rows:
         reference = live.reference_of(row.key)

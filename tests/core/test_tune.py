@@ -925,3 +925,17 @@ def test_a_dropped_row_says_why_it_was_dropped():
     table = grid_table(GridResult(("code",), (shown, _row("kept", 1.07, _k(4))), {}, ()))
     assert ("| high (dropped, round 3: within the noise of the cut, and a cheaper setting went "
             "on) |") in table
+
+
+def test_the_live_table_says_when_a_setting_drafted_nothing():
+    """The Tune page showed '1.09x (k=16, 3 paired)' for settings the report then called
+    'drafted nothing': the live row says so, and such a setting is not the best so far."""
+    from specdeck.core.bench.live import ArmSoFar
+    from specdeck.core.tune.live import CandidateRow, CellSoFar
+
+    idle = ArmSoFar("x", "x", 3, 1.09, 1.0, 1.2, None, 3, 0, True, drafted_nothing=True)
+    row = CandidateRow(Candidate("ngram-map-k"), tune_predict.Prediction(1.0, 1.0, 1.1, "t"),
+                       "on disk", idle, "ngram-map-k k=16")
+    assert row.measured_text == "1.09x (k=16, 3 paired, drafted nothing)"
+    cell = CellSoFar("ngram-map-k k=16", Candidate("ngram-map-k"), figures=idle)
+    assert cell.standing().excluded_because == "not usable: it drafted nothing"
