@@ -65,14 +65,13 @@ def apply(result: TuneResult, confirm: Confirm | None = None,
 
     config = swap.load(setup.swap_config)
     change = plan_apply_flags(config, setup.swap_model, decision.flags)
-    if change.is_noop:  # already written (by an earlier apply of this result, say)
-        return Applied(setup.swap_config, flags, change.diff(),
-                       why="The file already has these flags: nothing to write.")
-    refuse_if_changed(setup.swap_config, config.document.disk_fingerprint, setup.swap_fingerprint)
     return write_and_prove(
         setup.swap_config, flags, change, confirm, lambda: relaunch(result, cancel),
         proved="llama-server started from the saved file, answered and drafted.",
-        noop="The file already has these flags.")
+        noop="The file already has these flags: nothing to write.",
+        unchanged=lambda: refuse_if_changed(setup.swap_config,
+                                            config.document.disk_fingerprint,
+                                            setup.swap_fingerprint))
 
 
 def saved_result(path: str | Path) -> TuneResult:
@@ -152,15 +151,19 @@ def refuse_if_changed(path: Path, now: str | None, when_read: str | None) -> Non
 
 
 def write_and_prove(path: Path, flags: str, change, confirm: Confirm | None,
-                    prove: Callable[[], str | None], proved: str, noop: str) -> Applied:
+                    prove: Callable[[], str | None], proved: str, noop: str,
+                    unchanged: Callable[[], None] = lambda: None) -> Applied:
     """Show ``change``'s diff (``confirm``), save it (atomic, a .bak), then ``prove`` the
     server runs as the file now says (None: it did; else why not) and put the file back byte
-    for byte when it does not. Every apply goes through here."""
+    for byte when it does not. A file that already says it is ``noop``; otherwise
+    ``unchanged`` raises when the file is not the one the tune read (refuse_if_changed).
+    Every apply goes through here."""
     from specdeck.core.config.store import save
 
     diff = change.diff()
-    if change.is_noop:
+    if change.is_noop:  # already written (by an earlier apply of this result, say)
         return Applied(path, flags, diff, why=noop)
+    unchanged()
     if confirm is not None and not confirm(diff):
         said = getattr(confirm, "declined_why", None)
         return Applied(path, flags, diff, why=(said() if callable(said) else None)

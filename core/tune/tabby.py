@@ -484,17 +484,13 @@ def apply_tabby(result, confirm=None, cancel: threading.Event | None = None):
     byte for byte if it does not answer."""
     from specdeck.core import config
     from specdeck.core.servers.tabby_launch import parse_arm, plan_apply_settings
-    from specdeck.core.tune.apply import Applied, refuse_if_changed, write_and_prove
+    from specdeck.core.tune.apply import refuse_if_changed, write_and_prove
 
     setup: TabbySetup = result.setup
     flags = " ".join(result.decision.flags or ())
     doc = config.load(setup.config)
     _, settings = parse_arm(flags, "W", doc.backend_hint())
     change = plan_apply_settings(settings, setup.config)
-    if change.is_noop:  # already written (by an earlier apply of this result, say)
-        return Applied(setup.config, flags, change.diff(),
-                       why="The file already has these settings: nothing to write.")
-    refuse_if_changed(setup.config, doc.disk_fingerprint, setup.fingerprint)
     how = ("started from the saved file" if setup.managed else
            "loaded with the saved draft through its admin API (it reads config.yml when it "
            "starts: restart it to keep the setting)")
@@ -503,7 +499,9 @@ def apply_tabby(result, confirm=None, cancel: threading.Event | None = None):
         lambda: relaunch(result, cancel),
         proved=f"TabbyAPI {how} answered. It reports no draft counts, so whether it drafts is "
                "seen only in its speed.",
-        noop="The file already has these settings.")
+        noop="The file already has these settings: nothing to write.",
+        unchanged=lambda: refuse_if_changed(setup.config, doc.disk_fingerprint,
+                                            setup.fingerprint))
 
 
 def relaunch(result, cancel: threading.Event | None = None) -> str | None:
