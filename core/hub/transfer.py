@@ -7,7 +7,8 @@ cancelled from another thread. Here:
 
 - bytes go to a ``.part`` file that is kept on cancel, on a dropped connection, or when the
   process dies, and the next attempt asks the server only for the rest (HTTP ``Range``);
-- the file is hashed as it arrives (the kept part is re-hashed once first) and checked
+- the file is hashed as it arrives (on a thread of its own, while the next bytes are
+  received and written; the kept part is re-hashed once first) and checked
   against the checksum the Hub publishes in its tree listing: the LFS sha256, or for small
   files the git blob id. A mismatch removes the part and raises IntegrityError. Nothing is
   read back after the download: the running hash of the bytes written is the check;
@@ -28,6 +29,7 @@ import functools
 import hashlib
 import logging
 import os
+import queue
 import socket
 import sys
 import threading
@@ -62,6 +64,11 @@ CANCEL_POLL_S = 0.1
 # Measured on this project's 2-core machine: writing 128 MiB in 64 KiB chunks, the final
 # fsync took 85 ms without it and 10 ms with it (write and fsync together: 264 -> 233 ms).
 WRITEBACK_BYTES = 8 * 1024 * 1024
+# The hashing thread is handed the chunks written in batches of about this many bytes (one
+# hand-over per MiB, not per 64 KiB chunk), at most HASH_QUEUE_BATCHES batches ahead of it:
+# what it holds was written already, so memory stays bounded and a resume loses nothing.
+HASH_BATCH_BYTES = 1024 * 1024
+HASH_QUEUE_BATCHES = 8
 
 
 @dataclass(frozen=True)
@@ -130,6 +137,52 @@ def file_digest(path: Path, remote: RemoteFile, cancel: threading.Event | None =
     digest = new_digest(remote)
     hash_file(path, digest, cancel)
     return digest.hexdigest()
+
+
+class _DigestBehind:
+    """Feeds the chunks given to ``update`` to ``digest`` on a thread of its own.
+
+    hashlib releases the GIL while it hashes a buffer, so sha256 runs on the second core while
+    this thread receives and writes the next chunk: on the hub benchmark's 134 MB (server in
+    its own process), sha256 took about a quarter of an install's CPU time on one thread.
+    ``close`` waits until every chunk given has been hashed; only then is ``digest`` the hash
+    of the bytes written.
+    """
+
+    def __init__(self, digest: Any):
+        self.digest = digest
+        self._queue: queue.Queue[list[bytes] | None] = queue.Queue(maxsize=HASH_QUEUE_BATCHES)
+        self._batch: list[bytes] = []
+        self._batched = 0
+        self._failed: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="specdeck-hash", daemon=True)
+        self._thread.start()
+
+    def update(self, chunk: bytes) -> None:
+        self._batch.append(chunk)
+        self._batched += len(chunk)
+        if self._batched >= HASH_BATCH_BYTES:
+            self._queue.put(self._batch)
+            self._batch, self._batched = [], 0
+
+    def close(self) -> None:
+        if self._batch:
+            self._queue.put(self._batch)
+            self._batch, self._batched = [], 0
+        self._queue.put(None)
+        self._thread.join()
+        if self._failed is not None:
+            raise self._failed
+
+    def _run(self) -> None:
+        while (batch := self._queue.get()) is not None:
+            if self._failed is not None:
+                continue  # keep taking batches, so that update and close never block
+            try:
+                for chunk in batch:
+                    self.digest.update(chunk)
+            except BaseException as exc:  # handed to close(), in the downloading thread
+                self._failed = exc
 
 
 class _Part:
@@ -380,16 +433,17 @@ def _write_all(handle: Any, chunk: bytes) -> None:
 
 
 def _append(part: _Part, response: Any, report: Callable[[int], None], cancel: threading.Event | None) -> None:
-    """Write and hash each chunk as it arrives: the one pass over the new bytes.
+    """Write each chunk as it arrives, and hash it behind (_DigestBehind): the one pass over
+    the new bytes.
 
     httpx hands over 64 KiB per read. Measured on the hub benchmark, joining chunks into
     1 MiB blocks first (as hf_hub_download joins them into 10 MiB) cost more CPU than it
-    saved, and a writer thread either cost ~10% more CPU (a hand-over per chunk) or held
-    bytes in memory while a server stalled (per batch), with no faster wall clock on a busy
-    2-core machine; so the chunk is written and hashed here, while it is in the CPU's cache.
+    saved, and a writer thread held bytes that were not yet on disk while a server stalled;
+    so each chunk is written here as it arrives, and only its hashing waits, on another core.
     """
     remote = part.remote
     writeback, written_back = _writeback(), part.done
+    hasher = _DigestBehind(part.digest)
     try:
         # Unbuffered: each chunk is one write() as it arrives (httpx hands over up to
         # 64 KiB; a short read under load can be a few bytes, which a buffered writer would
@@ -404,7 +458,7 @@ def _append(part: _Part, response: Any, report: Callable[[int], None], cancel: t
                         "The repository may have changed during the install; try again.",
                     )
                 _write_all(handle, chunk)
-                part.digest.update(chunk)
+                hasher.update(chunk)
                 part.done += len(chunk)
                 report(len(chunk))
                 if writeback is not None and part.done - written_back >= WRITEBACK_BYTES:
@@ -418,6 +472,8 @@ def _append(part: _Part, response: Any, report: Callable[[int], None], cancel: t
                 os.fsync(handle.fileno())
     except OSError as exc:
         raise _write_error(part.path, exc) from exc
+    finally:
+        hasher.close()  # the digest is then the hash of every byte in the part
 
 
 def _verify(part: _Part, report: Callable[[int], None]) -> None:

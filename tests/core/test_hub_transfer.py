@@ -27,8 +27,11 @@ from specdeck.core.hub import IntegrityError, RetryPolicy, install, plan_install
 from specdeck.core.hub.client import HubClient
 from specdeck.core.hub.progress import InstallProgress, ProgressTracker
 from specdeck.core.hub.transfer import (
+    HASH_BATCH_BYTES,
     HASH_BLOCK,
+    HASH_QUEUE_BATCHES,
     WRITEBACK_BYTES,
+    _DigestBehind,
     _writeback,
     download_file,
     file_digest,
@@ -310,3 +313,55 @@ def test_progress_makes_a_snapshot_per_interval_not_per_chunk():
 
     tracker.finish_file()
     assert events[-1].files_done == 1 and events[-1].done == 1000
+
+
+# ---------------------------------------------------------------------------------------
+# hashing behind the writes
+
+
+class _Recording:
+    """A real sha256 that notes which thread fed it."""
+
+    def __init__(self, fail_after: int | None = None):
+        self.inner = hashlib.sha256()
+        self.threads: set[str] = set()
+        self.calls = 0
+        self.fail_after = fail_after
+
+    def update(self, data) -> None:
+        self.calls += 1
+        if self.fail_after is not None and self.calls > self.fail_after:
+            raise MemoryError("hash failed")
+        self.threads.add(threading.current_thread().name)
+        self.inner.update(data)
+
+
+@pytest.mark.parametrize("sizes", [[], [1], [65536] * 16, [65536] * 16 + [7], [HASH_BATCH_BYTES + 1, 3, 65536] * 9])
+def test_the_digest_behind_is_the_hash_of_every_chunk_once_closed(sizes):
+    rng = np.random.default_rng(len(sizes))
+    chunks = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in sizes]
+    digest = _Recording()
+    behind = _DigestBehind(digest)
+    for chunk in chunks:
+        behind.update(chunk)
+    behind.close()
+
+    assert digest.inner.hexdigest() == hashlib.sha256(b"".join(chunks)).hexdigest()
+    assert threading.current_thread().name not in digest.threads, "hashed on its own thread"
+
+
+def test_a_digest_that_fails_behind_reaches_the_downloader_at_close_without_blocking_it():
+    digest = _Recording(fail_after=2)
+    behind = _DigestBehind(digest)
+    finished = threading.Event()
+
+    def feed() -> None:  # far more batches than the queue holds: a dead hasher would block it
+        for _ in range(4 * HASH_QUEUE_BATCHES):
+            behind.update(b"x" * HASH_BATCH_BYTES)
+        finished.set()
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    assert finished.wait(30), "update blocked behind a failed hash"
+    with pytest.raises(MemoryError, match="hash failed"):
+        behind.close()
