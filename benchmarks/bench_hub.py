@@ -25,7 +25,10 @@ Localhost removes the network, so these numbers isolate the client's own overhea
 connection the download itself dominates. The Hub serving the timed rows runs in a process of
 its own, as a real server would (until 2026-11-27 it ran in this one, so its threads shared
 this process's GIL and CPU figures, and a transfer's server and client work were serialised).
-The resume row needs the fake Hub's stall hook, so it is served from this process.
+The resume row needs the fake Hub's stall hook, so it is served from this process. A second
+install vs hf_hub_download pair runs with this process held to one core (sched_setaffinity),
+the case that does not flatter the install's hashing thread: on a busy machine it has no core
+of its own, and sha256 costs the install its full time again.
 
 Where the time went (cProfile and timers on the 2-core dev machine, 2026-11-26): the fake
 Hub answered every small response 44 ms late (Nagle's algorithm holding the body behind the
@@ -44,6 +47,7 @@ too, so each chunk is written and hashed as it arrives.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import shutil
@@ -110,6 +114,17 @@ class _HubProcess:
         self._process.join(10)
         if self._process.is_alive():
             self._process.kill()
+
+
+@contextlib.contextmanager
+def _one_core():
+    """This thread (and the threads it starts) on one core only, while the block runs."""
+    cores = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cores)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, cores)
 
 
 def _rate(nbytes: int, seconds: float) -> float:
@@ -227,20 +242,34 @@ def run(report: Report) -> None:
     hf_bytes = sum(len(files[n]) for n in hf_names)
     work = Path(tempfile.mkdtemp(prefix="specdeck-bench-hub-"))
     load_before = os.getloadavg()
-    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in ("plain", "hf", "hf_all", "install", "resume")}
+    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in ("plain", "hf", "hf_all", "install", "resume", "hf_one_core", "install_one_core")}
     events: list[int] = []
     try:
-        _plain_get(served, size)  # warm up the connection pool and the page cache
+        # warm up the connection pool, the page cache and both clients' imports
+        _plain_get(served, size)
+        _hf_download(served, work / "warm-hf", hf_names)
+        _install(served, work / "warm-install", [])
         for i in range(RUNS):  # interleaved, so a burst of load hits every row alike
             runs["plain"].append(_timed(_plain_get, served, size))
             runs["hf"].append(_timed(_hf_download, served, work / f"hf{i}", hf_names))
-            runs["hf_all"].append(_timed(_hf_download, served, work / f"hfall{i}", sorted(files)))
             seen: list = []
-            runs["install"].append(_timed(_install, served, work / f"install{i}", seen))
+            pair = [("hf_all", _hf_download, (served, work / f"hfall{i}", sorted(files))),
+                    ("install", _install, (served, work / f"install{i}", seen))]
+            one_core = [("hf_one_core", _hf_download, (served, work / f"hfone{i}", sorted(files))),
+                        ("install_one_core", _install, (served, work / f"installone{i}", []))]
+            if i % 2:  # each goes first in half the runs: no order favours either
+                pair.reverse()
+                one_core.reverse()
+            for name, fn, args in pair:
+                runs[name].append(_timed(fn, *args))
             events.append(len(seen))
+            with _one_core():
+                for name, fn, args in one_core:
+                    runs[name].append(_timed(fn, *args))
+            # last: the Hub in this process, whose threads may still be busy after the cancel
             _cancel_at_half(hub, work / f"resume{i}", size)
             runs["resume"].append(_timed(_resume, hub, work / f"resume{i}"))
-            for name in ("hf", "hfall", "install", "resume"):  # keep the disk's dirty pages few
+            for name in ("hf", "hfall", "install", "resume", "hfone", "installone"):  # keep the disk's dirty pages few
                 shutil.rmtree(work / f"{name}{i}", ignore_errors=True)
         growth = _peak_rss_growth(served, work / "rss")
     finally:
@@ -255,6 +284,8 @@ def run(report: Report) -> None:
     hf_all_rate = _rate(total, wall["hf_all"])
     # > 1: the install took less time than hf_hub_download of the same files beside it
     paired = summarize_ratios(paired_ratios([w for w, _ in runs["install"]], [w for w, _ in runs["hf_all"]]))
+    one_core = summarize_ratios(paired_ratios([w for w, _ in runs["install_one_core"]],
+                                              [w for w, _ in runs["hf_one_core"]]))
     report.text(f"Variant: {total / 1e6:.1f} MB in {len(files)} files; weights file {size / 1e6:.1f} MB. "
                 f"Median of {RUNS} interleaved runs on 127.0.0.1, the Hub in a process of its own; "
                 f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after "
@@ -266,10 +297,15 @@ def run(report: Report) -> None:
         _row(f"hf_hub_download (the same {len(files)} files as the install)", runs["hf_all"], total),
         _row("SpecDeck install (all files, sha256, staging)", runs["install"], total),
         _row("SpecDeck resume from 50% of the weights (Hub in this process)", runs["resume"], None),
+        _row(f"hf_hub_download (the same {len(files)} files), this process on one core", runs["hf_one_core"], total),
+        _row("SpecDeck install, this process on one core", runs["install_one_core"], total),
     ])
     report.text(f"Install vs hf_hub_download of the same files, paired (hf_hub_download's time over "
                 f"the install's, run by run): median {paired.median:.2f}x, "
                 f"{paired.interval_text()}: {paired.verdict.replace('faster', 'the install is faster')}. "
+                f"With this process on one core (the hashing thread has no core of its own, the case "
+                f"that does not flatter it): median {one_core.median:.2f}x, {one_core.interval_text()}: "
+                f"{one_core.verdict.replace('faster', 'the install is faster')}. "
                 f"Medians alone: {install_rate / hf_rate:.2f}x against config + weights, "
                 f"{install_rate / hf_all_rate:.2f}x against the same files. "
                 f"Install vs plain GET throughput: {install_rate / _rate(size, wall['plain']):.2f}x. "
@@ -290,6 +326,9 @@ def run(report: Report) -> None:
     report.record("install_vs_hf_hub_download_paired", {
         "median": paired.median, "ci_low": paired.ci_low, "ci_high": paired.ci_high,
         "pairs": paired.n, "verdict": paired.verdict})
+    report.record("install_vs_hf_hub_download_one_core_paired", {
+        "median": one_core.median, "ci_low": one_core.ci_low, "ci_high": one_core.ci_high,
+        "pairs": one_core.n, "verdict": one_core.verdict})
     report.record("runs", {k: [{"wall_s": w, "cpu_s": c} for w, c in v] for k, v in runs.items()})
     report.record("load_average", {"before": load_before, "after": load_after})
     report.record("progress_events", median(events))
