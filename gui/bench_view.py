@@ -33,9 +33,9 @@ from specdeck.gui.telemetry_view import set_text
 from specdeck.gui.widgets.elided_label import ElidedLabel
 
 DRAFT_HIGHLIGHT = "#bbf7d0"
-LEGEND_HEADROOM = 1.3
-"""The position and memory plots' y axes reach this far above their data: room for the
-legend at the top, off the bars and curves."""
+Y_HEADROOM = 1.05
+"""The position and memory plots' y axes reach this far above their data (their legends
+are under the plots, telemetry_view.live_plot)."""
 
 
 def arm_colour(index: int) -> QColor:
@@ -182,8 +182,7 @@ class BenchPlots(QWidget):
         self.accept_plot = self._plot("%", "seconds")
         self.accept_plot.setYRange(0, 100, padding=0.02)
         self.position_plot = self._plot("% of drafts kept", "draft position")
-        # Headroom above 100% for the legend, laid out in a row, so it never covers a bar.
-        self.position_plot.setYRange(0, LEGEND_HEADROOM * 100, padding=0)
+        self.position_plot.setYRange(0, Y_HEADROOM * 100, padding=0)
         self.position_plot.getAxis("left").setTicks([[(v, str(v)) for v in range(0, 101, 20)]])
         self.position_plot.setMouseEnabled(x=False, y=False)
         self.memory_plot = self._plot("MiB", "seconds")
@@ -272,8 +271,6 @@ class BenchPlots(QWidget):
         if legend is not None:
             legend.clear()
         self.positions = dict(entries)
-        if legend is not None:
-            legend.setColumnCount(max(len(entries), 1))
         drawn = [(name, p) for name, p in entries
                  if p is not None and p.reported and any(r is not None for r in p.rates)]
         width = 0.8 / max(len(drawn), 1)
@@ -323,8 +320,13 @@ class BenchPlots(QWidget):
             self._redraw_memory()
 
     def _set(self, kind: str, name: str, plot, colour: QColor, series: _Series,
-             scatter: bool = False, scale: float = 1.0) -> None:
-        """Only series that changed are pushed: setData re-converts the whole series."""
+             scatter: bool = False, scale: float = 1.0, drawn: bool | None = None) -> None:
+        """Only series that changed are pushed: setData re-converts the whole series. A
+        curve (and its legend entry) is made once its arm has something to draw (``drawn``;
+        default: this series has a point): the Tune page's "your current setting" has none
+        when nothing drafts now."""
+        if (kind, name) not in self._curves and not (bool(series.x) if drawn is None else drawn):
+            return
         if series.dirty or (kind, name) not in self._curves:
             y = series.y if scale == 1.0 else [v / scale for v in series.y]
             self._curve(kind, name, plot, colour, scatter).setData(series.x, y)
@@ -333,13 +335,15 @@ class BenchPlots(QWidget):
     def _redraw_speed(self) -> None:
         for arm, series in self.speed.items():
             colour = arm_colour(self._arm_index[arm])
-            self._set("speed", arm, self.speed_plot, colour, series)
+            drawn = bool(series.x or self.finished[arm].x)  # the line's legend names both
+            self._set("speed", arm, self.speed_plot, colour, series, drawn=drawn)
             self._set("done", arm, self.speed_plot, colour, self.finished[arm], scatter=True)
 
     def _redraw_accept(self) -> None:
         for arm, series in self.accept.items():
             colour = arm_colour(self._arm_index[arm])
-            self._set("accept", arm, self.accept_plot, colour, series)
+            self._set("accept", arm, self.accept_plot, colour, series,
+                      drawn=bool(series.x or self.accept_done[arm].x))
             self._set("accept-done", arm, self.accept_plot, colour, self.accept_done[arm],
                       scatter=True)
 
@@ -361,7 +365,7 @@ class BenchPlots(QWidget):
             for name in self.memory:
                 legend.addItem(self._curves[("memory", name)], name)
         if largest:  # from zero: 1.41 GiB held flat must not read as a steep climb
-            self.memory_plot.setYRange(0, LEGEND_HEADROOM * largest / unit[1], padding=0)
+            self.memory_plot.setYRange(0, Y_HEADROOM * largest / unit[1], padding=0)
 
     def points(self) -> int:
         """Every point the plots hold: live rates, finished runs' marks and memory samples (a

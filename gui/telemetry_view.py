@@ -56,6 +56,10 @@ def fmt_gib(value: int | None) -> str:
     return "N/A" if value is None else f"{value / GiB:.1f} GiB"
 
 
+LEGEND_COLUMNS = 4
+"""Legend entries per row under a live plot."""
+
+
 def live_plot(title: str, unit: str, x_label: str, min_height: int):
     """A pyqtgraph plot in SpecDeck's style for live series: quiet grid, legend, no menu,
     drawing only what is visible (downsampled), cheap to update several times a second.
@@ -73,8 +77,13 @@ def live_plot(title: str, unit: str, x_label: str, min_height: int):
     plot.setMenuEnabled(False)
     plot.hideButtons()
     plot.setMinimumHeight(min_height)
-    plot.addLegend(offset=(8, 8), labelTextSize="8pt")
     item = plot.getPlotItem()
+    # The legend sits in a row under the x axis, never over the data: drawn inside the view
+    # (pyqtgraph's addLegend) it covered the first points of every live plot. PlotItem adds
+    # each curve made with a name to ``item.legend``, wherever that legend is laid out.
+    item.legend = pg.LegendItem(labelTextSize="8pt", colCount=LEGEND_COLUMNS, frame=False,
+                                horSpacing=12)
+    item.layout.addItem(item.legend, 4, 1)
     item.setClipToView(True)
     item.setDownsampling(auto=True, mode="peak")
     return plot

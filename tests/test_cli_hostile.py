@@ -88,6 +88,8 @@ def test_hostile_values_get_one_line_and_exit_2(case, args, says, models, specde
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, (case, result.stderr)
     assert says in lines[0], (case, lines[0])
+    # an argument argparse refuses and a value core refuses read alike
+    assert lines[0].startswith("specdeck: error: "), (case, lines[0])
 
 
 def test_a_plan_file_asking_for_1e9_repeats_is_refused_before_anything_loads(tmp_path,

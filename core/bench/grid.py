@@ -58,7 +58,7 @@ from specdeck.core.bench.runner import (
 )
 from specdeck.core.bench.stats import RatioSummary
 from specdeck.core.bench.summary import BenchSummary, summarize
-from specdeck.core.bench.tables import rate_cell, text_table
+from specdeck.core.bench.tables import NO_PAIR, NO_PAIR_NOTE, rate_cell, text_table
 from specdeck.core.engines.base import DrafterKind
 from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
 
@@ -790,6 +790,8 @@ def grid_table(result: GridResult, markdown: bool = True) -> str:
                  "Accepted: the share of drafted tokens the server kept (\"-\": it reported "
                  "no counts; \"drafted nothing\": it drafted no token on these prompts, so its "
                  "speed-up is noise and it cannot be the best).")
+    if any(f"({NO_PAIR})" in cell for row in body for cell in row):
+        lines.append(NO_PAIR_NOTE)
     best = result.best
     if best is None:
         lines.append("Best: no draft (no setting beat decoding without one)")

@@ -37,7 +37,7 @@ from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.runner import BenchRun, EventSink, run_plan
 from specdeck.core.bench.stats import RatioSummary
 from specdeck.core.bench.summary import BenchSummary, summarize
-from specdeck.core.bench.tables import rate_cell, text_table
+from specdeck.core.bench.tables import NO_PAIR, NO_PAIR_NOTE, rate_cell, text_table
 from specdeck.core.engines.base import DrafterKind, DrafterSpec, Engine
 from specdeck.core.errors import CancelledError, InvalidInputError
 from specdeck.core.userpath import expand_user
@@ -266,6 +266,8 @@ def sweep_table(result: SweepResult, markdown: bool = True) -> str:
     baseline = result.baseline_tokens_per_second
     lines = text_table(header, body, markdown)
     lines.append("")
+    if any(f"({NO_PAIR})" in cell for row in body for cell in row):
+        lines.append(NO_PAIR_NOTE)
     if baseline is not None:
         lines.append(f"No draft: {baseline:.1f} tok/s (median of the reference arms).")
     lines.append("Best: " + ("no draft (no setting beat decoding without one)" if best is None

@@ -15,12 +15,22 @@ def text_table(header: Sequence[str], body: Sequence[Sequence[str]], markdown: b
             for cells in (header, *body)]
 
 
+NO_PAIR = "no pair"
+NO_PAIR_NOTE = ("\"no pair\": none of the setting's runs there has a no-draft run of the "
+                "same prompt beside it with a decode rate (the round was cancelled or cut short "
+                "before its reference ran, or those runs failed), so its tok/s has no "
+                "speed-up.")
+
+
 def rate_cell(tokens_per_second: float | None, speedup, best: bool, markdown: bool) -> str:
     """"tok/s (speed-up)", the way every sweep table shows a setting; the best one marked
-    (bold in markdown, a leading * in plain text)."""
+    (bold in markdown, a leading * in plain text). A rate with no speed-up says so ("no
+    pair", NO_PAIR_NOTE), so a cell is never read as a speed-up that was left out."""
     text = "-" if tokens_per_second is None else f"{tokens_per_second:.1f}"
     if speedup is not None:
         text += f" ({speedup.median:.2f}x)"
+    elif tokens_per_second is not None:
+        text += f" ({NO_PAIR})"
     if best:
         text = f"**{text}**" if markdown else f"*{text}"
     return text

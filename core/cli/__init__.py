@@ -35,10 +35,11 @@ def _command_modules():
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad argument is one line (what is wrong, where to read more), not a
-    usage block; subcommands inherit it."""
+    usage block; subcommands inherit it. It starts as every other error does ("specdeck:
+    error: "), so that one pattern finds them all; the help it points to is the command's."""
 
     def error(self, message: str):
-        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_ERROR, f"specdeck: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -34,6 +34,7 @@ from specdeck.core.cli.numbers import whole
 from specdeck.core.cli.output import emit_json
 from specdeck.core.cli.paths import output_file, output_folder
 from specdeck.core.errors import InvalidInputError
+from specdeck.core.servers.key_names import add_api_key_option, add_tabby_options
 from specdeck.core.userpath import expand_user
 
 
@@ -105,8 +106,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     servers.add_argument("--server-kind", metavar="KIND",
                          help="skip detection: llama-server, llama-swap, tabbyapi, vllm, "
                          "sglang, lmstudio, ollama, openai")
-    servers.add_argument("--api-key-env", metavar="VAR",
-                         help="environment variable holding the servers' API key")
+    add_api_key_option(servers)
     servers.add_argument("--llama-server", metavar="BINARY", help="llama-server to launch arms with")
     servers.add_argument("--gguf", metavar="FILE", help="the target model for launched arms")
     servers.add_argument("--launch", action="append", default=[], metavar='[NAME=]"FLAGS"',
@@ -138,10 +138,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help='one started TabbyAPI arm\'s draft_model settings, e.g. '
                          '"B=draft_mode=ngram draft_num_tokens=4" or "C=draft_model_name='
                          'Qwen2.5-0.5B-exl3 draft_num_tokens=3"')
-    servers.add_argument("--tabby-python", metavar="PYTHON",
-                         help="the Python that runs TabbyAPI (default: its folder's venv)")
-    servers.add_argument("--admin-key-env", metavar="VAR",
-                         help="environment variable holding TabbyAPI's admin key")
+    add_tabby_options(servers)
     servers.add_argument("--sweep", action="append", default=[], metavar="FLAG=VALUES",
                          help="launched arms: a llama-server flag and the values to try, e.g. "
                          "spec-draft-p-min=0.5,0.75 or spec-draft-n-min=0-2 (repeat for a "

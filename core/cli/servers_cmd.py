@@ -8,6 +8,7 @@ import shlex
 
 from specdeck.core.cli import EXIT_OK
 from specdeck.core.cli.output import emit_json
+from specdeck.core.servers.key_names import add_api_key_option
 
 
 def register(subparsers) -> None:
@@ -21,9 +22,7 @@ def register(subparsers) -> None:
                                 "which metrics it reports")
     probe.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8080")
     probe.add_argument("--kind", help="skip detection (llama-server, tabbyapi, vllm, ...)")
-    probe.add_argument("--api-key-env", metavar="VAR",
-                       help="environment variable with the API key (default "
-                       "SPECDECK_SERVER_API_KEY)")
+    add_api_key_option(probe, tabby=False)
     probe.add_argument("--json", action="store_true")
     probe.set_defaults(handler=cmd_probe)
 
@@ -36,7 +35,7 @@ def register(subparsers) -> None:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from specdeck.core.servers.arms import DEFAULT_KEY_ENV
+    from specdeck.core.servers.key_names import DEFAULT_KEY_ENV
     from specdeck.core.servers.kinds import parse_kind
     from specdeck.core.servers.probe import probe, server_drafting
 

@@ -28,6 +28,7 @@ from specdeck.core.cli import EXIT_INTERRUPTED, EXIT_NEGATIVE, EXIT_OK
 from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.cli.paths import output_file, output_folder
 from specdeck.core.errors import InvalidInputError
+from specdeck.core.servers.key_names import add_api_key_option, add_tabby_options
 from specdeck.core.tune.hub import DEFAULT_DOWNLOAD_BUDGET
 from specdeck.core.units import GiB, format_bytes
 
@@ -79,15 +80,8 @@ def register(subparsers) -> None:
                         "changed since that tune read it; asks first unless --yes")
     p.add_argument("--tabby-config", metavar="FILE",
                    help="the running TabbyAPI's config.yml (with --tabby)")
-    p.add_argument("--tabby-python", metavar="PYTHON",
-                   help="the Python that runs TabbyAPI (default: its folder's venv)")
-    p.add_argument("--api-key-env", metavar="VAR",
-                   help="TabbyAPI: the variable holding its API key (default "
-                   "SPECDECK_SERVER_API_KEY, then the install's api_tokens.yml with "
-                   "--tabby-folder, the keyring with --tabby)")
-    p.add_argument("--admin-key-env", metavar="VAR",
-                   help="--tabby: the variable holding its admin key (default "
-                   "SPECDECK_TABBY_ADMIN_KEY)")
+    add_api_key_option(p)
+    add_tabby_options(p)
     p.add_argument("--llama-server", metavar="BINARY",
                    help="the llama-server binary (needed with --gguf; default: the llama-swap "
                    "cmd's, or for --demo the one on PATH)")

@@ -14,15 +14,13 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from specdeck.core.errors import InvalidInputError
+from specdeck.core.servers.key_names import DEFAULT_KEY_ENV, KEYRING_SERVICE
 from specdeck.core.servers.kinds import ServerKind, parse_kind
 from specdeck.core.servers.llama_server import LaunchProfile
 from specdeck.core.servers.tabby_launch import TabbyLaunch
 from specdeck.core.servers.tabby_reload import TabbyLoad
 from specdeck.core.urls import redact_url
 from specdeck.core.userpath import expand_user
-
-DEFAULT_KEY_ENV = "SPECDECK_SERVER_API_KEY"
-KEYRING_SERVICE = "specdeck-server"
 
 
 @dataclass(frozen=True)

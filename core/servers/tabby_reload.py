@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdeck.core.errors import CancelledError
+from specdeck.core.servers.key_names import DEFAULT_ADMIN_KEY_ENV
 from specdeck.core.servers.transport import Base, ServerError, request_json, stream_sse
 
-DEFAULT_ADMIN_KEY_ENV = "SPECDECK_TABBY_ADMIN_KEY"
 LOAD_TIMEOUT_S = 600.0
 """Longest wait between two progress events: a 70B model's layers on a slow disk."""
 LOAD_TOTAL_S = 3600.0

@@ -4,7 +4,11 @@ next prediction better.
 Where this machine has tuned the same target with the same candidate before (the tune history
 SpecDeck keeps, one line per candidate measured), the prediction is what was measured then: the
 median of the earlier tunes weighted by the pairs each rests on, its range (the weighted 10th
-to 90th percentile) widened by a tenth. Only a measurement worth learning from counts
+to 90th percentile) widened by a tenth. Tunes on the same prompts (``prompts``: the tuning
+prompts' digest, core.tune.run.prompt_set) are the only ones used where there are any: the
+text decides much of a speed-up (the same draft model measured 0.59x on grounded prompts and
+0.38x on code, tune_search 2026-11-27); otherwise the source says the tunes were on other
+prompts. Only a measurement worth learning from counts
 (``usable``): one resting on at least three pairs, from no disturbed run, and no faster than
 drafting k tokens a step can be (k + 1 times); one disturbed pair once entered the history of
 a user's tune as 62.88x and widened every later prediction to nonsense. Where it has tuned a
@@ -187,13 +191,14 @@ def read_history(path: Path | None = None) -> list[dict]:
 
 def record(setup: Setup, candidate: Candidate, speedup: float, path: Path | None = None, *,
            device: str | None = None, acceptance: float | None = None,
-           k: int | None = None, pairs: int = 0, disturbed: bool = False) -> None:
+           k: int | None = None, pairs: int = 0, disturbed: bool = False,
+           prompts: str | None = None) -> None:
     """Remember what ``candidate`` measured on this machine for this target: its speed-up,
     the ``pairs`` it rests on and whether a run behind it was ``disturbed`` (so a later
     prediction weighs it, or leaves it out: ``usable``), and, for a later prediction of a
     similar pair, what it was (spec type, kind, the target's family, ``device``) and, where
     the server reported it, the share of drafted tokens accepted at its best setting's
-    ``k``."""
+    ``k``; ``prompts``: what it was measured on (core.tune.run.prompt_set)."""
     path = path or history_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     entry = {"target": setup.facts.name, "candidate": candidate.label,
@@ -201,7 +206,7 @@ def record(setup: Setup, candidate: Candidate, speedup: float, path: Path | None
              "kind": _kind(candidate), "family": setup.facts.family.lower(),
              "device": device,
              "acceptance": None if acceptance is None else round(acceptance, 4), "k": k,
-             "pairs": pairs, "disturbed": disturbed}
+             "pairs": pairs, "disturbed": disturbed, "prompts": prompts}
     with path.open("a", encoding="utf-8") as handle:
         handle.write(json.dumps(entry) + "\n")
 
@@ -316,16 +321,23 @@ def similar(candidate: Candidate, setup: Setup, device: str, history: list[dict]
 
 
 def predict(candidate: Candidate, setup: Setup, device: str,
-            history: list[dict] | None = None) -> Prediction:
+            history: list[dict] | None = None, prompts: str | None = None) -> Prediction:
+    """``prompts``: the digest of what this tune measures on (core.tune.run.prompt_set);
+    earlier tunes on the same prompts, where there are any, are the only ones used."""
     history = read_history() if history is None else history
     same = [e for e in history
             if e.get("target") == setup.facts.name and e.get("candidate") == candidate.label]
     seen = [e for e in same if usable(e)]
+    these = [e for e in seen if prompts is not None and e.get("prompts") == prompts]
+    if these:
+        same = [e for e in same if e.get("prompts") == prompts]
+    where = " on these prompts" if these else " on other prompts" if prompts is not None else ""
+    seen = these or seen
     if seen:
         middle, low, high = _from_measured(seen, HISTORY_WIDEN)
         return Prediction(middle, low, high,
-                          f"history ({len(seen)} earlier tune{'s' if len(seen) > 1 else ''}, "
-                          f"{sum(map(_pairs, seen))} pairs{_left_out(same)})")
+                          f"history ({len(seen)} earlier tune{'s' if len(seen) > 1 else ''}"
+                          f"{where}, {sum(map(_pairs, seen))} pairs{_left_out(same)})")
     fallback = similar(candidate, setup, device, history) or theory(candidate, setup, device)
     if same:  # earlier tunes of this pair, none worth learning from: say so
         fallback = replace(fallback, source=f"{fallback.source}; {len(same)} earlier "

@@ -285,7 +285,8 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
         found = _with_hub(setup, found, library, options, notes, cancel)
     history = read_history() if history is None else history
     device = device_of(setup, options)
-    predicted = sorted(((c, predict(c, setup, device, history)) for c in found.found),
+    prompts = prompt_set(options)
+    predicted = sorted(((c, predict(c, setup, device, history, prompts)) for c in found.found),
                        key=lambda cp: cp[1].speedup, reverse=True)
     emit(CandidatesFound(tuple(predicted), found.not_tried))
     phase_s["candidates"] = time.monotonic() - started
@@ -357,7 +358,7 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
         phase_s["search"] = time.monotonic() - t0
         best, noise_share = finalist(search)
         tried = tuple(_tried(c, p, search) for c, p in predicted)
-        remember(setup, tried, device_of(setup, options))
+        remember(setup, tried, device_of(setup, options), prompts=prompt_set(options))
         if cancel.is_set():
             return _result(setup, options, tried, found, search, None,
                            Decided(None, None, False, "Cancelled during the search: nothing "
@@ -397,14 +398,16 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
                    cancel.is_set(), notes, downloads)
 
 
-def remember(setup, tried, device: str, path: Path | None = None) -> None:
-    """Add what the search measured of each candidate to the prediction history, except a
-    setting that drafted nothing (it measured noise, not the drafter)."""
+def remember(setup, tried, device: str, path: Path | None = None, *,
+             prompts: str | None = None) -> None:
+    """Add what the search measured of each candidate on the ``prompts`` (``prompt_set``) to
+    the prediction history, except a setting that drafted nothing (it measured noise, not
+    the drafter)."""
     for item in tried:
         if item.measured is not None and not item.not_drafting:
             record(setup, item.candidate, item.measured, path, device=device,
                    acceptance=item.acceptance, k=item.k, pairs=item.pairs,
-                   disturbed=item.disturbed)
+                   disturbed=item.disturbed, prompts=prompts)
 
 
 def current_label(arm: Arm) -> str:
@@ -592,6 +595,21 @@ def _download(candidate: Candidate, library: Path, options: TuneOptions, emit: E
 
 def _why_none(found: Candidates) -> str:
     return "; ".join(f"{n.what}: {n.why}" for n in found.not_tried) or "no spec types"
+
+
+def prompt_set(options: TuneOptions) -> str:
+    """What the search measures on, as the prediction history tells tunes apart: a digest of
+    the tuning prompts' text and the answer length (how much an answer repeats its prompt
+    decides much of an n-gram drafter's speed-up, and how sure the target is, a draft
+    model's). The same prompt file, suites and length give the same digest on any machine."""
+    import hashlib
+
+    tuning, _held_out = split_prompts(options)
+    by_id = {p.id: p for p in choose_prompts(BenchPlan(engine="server", suites=options.suites))}
+    digest = hashlib.sha256(f"max_new_tokens={options.max_new_tokens}".encode())
+    for pid in tuning:
+        digest.update(b"\0" + by_id[pid].text.encode("utf-8"))
+    return digest.hexdigest()[:16]
 
 
 def split_prompts(options: TuneOptions) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -169,7 +169,8 @@ def read_tabby(folder: str | Path | None = None, python: str | Path | None = Non
     are read from the environment variables named (never given here): the API key from
     ``api_key_env`` (else SPECDECK_SERVER_API_KEY, the keyring, the install's api_tokens.yml),
     the admin key a running one needs from ``admin_key_env`` (else SPECDECK_TABBY_ADMIN_KEY)."""
-    from specdeck.core.servers.tabby_reload import DEFAULT_ADMIN_KEY_ENV, TabbyLoad
+    from specdeck.core.servers.key_names import DEFAULT_ADMIN_KEY_ENV
+    from specdeck.core.servers.tabby_reload import TabbyLoad
 
     folder, url, config = (str(v).strip() if v else "" for v in (folder, url, config))
     if bool(folder) == bool(url):
@@ -447,6 +448,7 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
         TuneOptions,
         _why_none,
         device_of,
+        prompt_set,
         search_and_decide,
     )
 
@@ -458,7 +460,8 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
     found = find(setup, cancel)
     history = read_history() if history is None else history
     device = device_of(setup, options)
-    predicted = sorted(((c, predict(c, setup, device, history)) for c in found.found),
+    prompts = prompt_set(options)
+    predicted = sorted(((c, predict(c, setup, device, history, prompts)) for c in found.found),
                        key=lambda cp: cp[1].speedup, reverse=True)
     emit(CandidatesFound(tuple(predicted), found.not_tried))
     phase_s = {"candidates": time.monotonic() - started}

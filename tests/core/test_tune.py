@@ -423,6 +423,39 @@ def test_predictions_come_from_history_when_the_machine_has_one(tmp_path):
         "; 1 earlier measurement of this pair; left out: 1 on fewer than 3 pairs")
 
 
+def test_history_on_the_same_prompts_comes_first_and_other_prompts_are_named(tmp_path):
+    """The same draft measured 0.59x on grounded prompts and 0.38x on code: a tune on code
+    predicts from earlier tunes on code where there are any, and says when the history it
+    uses was measured on other prompts."""
+    from specdeck.core.tune.run import prompt_set
+
+    setup = from_swap(swap_config(tmp_path, ""), "smol")
+    draft = Candidate("draft-simple", Path("d.gguf"), setup.facts.weight_bytes // 2)
+    grounded = prompt_set(TuneOptions(suites=("grounded",)))
+    code = prompt_set(TuneOptions(suites=("code",)))
+    assert grounded != code and len(code) == 16
+    assert code == prompt_set(TuneOptions(suites=("code",))), "the same prompts, the same digest"
+    assert code != prompt_set(TuneOptions(suites=("code",), max_new_tokens=64)), "answer length"
+    path = tmp_path / "history.jsonl"
+    tune_predict.record(setup, draft, 0.59, path, pairs=12, k=4, prompts=grounded)
+    tune_predict.record(setup, draft, 0.61, path, pairs=12, k=4, prompts=grounded)
+    tune_predict.record(setup, draft, 0.38, path, pairs=12, k=4, prompts=code)
+    history = tune_predict.read_history(path)
+
+    on_code = tune_predict.predict(draft, setup, "cpu", history, code)
+    assert on_code.speedup == 0.38
+    assert on_code.source == "history (1 earlier tune on these prompts, 12 pairs)"
+    elsewhere = tune_predict.predict(draft, setup, "cpu", history,
+                                     prompt_set(TuneOptions(suites=("structured",))))
+    assert elsewhere.speedup == 0.59, "no tune on these prompts: every earlier one counts"
+    assert elsewhere.source == "history (3 earlier tunes on other prompts, 36 pairs)"
+    # a measurement on these prompts that is not worth learning from does not hide the rest
+    tune_predict.record(setup, draft, 0.2, path, pairs=1, k=4, prompts=code)
+    thin = tune_predict.predict(draft, setup, "cpu", tune_predict.read_history(path), code)
+    assert thin.speedup == 0.38 and thin.source.startswith("history (1 earlier tune on these")
+    assert thin.source.endswith("left out: 1 on fewer than 3 pairs)")
+
+
 @pytest.mark.parametrize("values, q, expected", [
     ([(1.0, 1), (2.0, 1)], 0.5, 1.5), ([(1.0, 3), (2.0, 1)], 0.5, 1.0),
     ([(1.0, 1), (2.0, 1), (3.0, 1)], 0.5, 2.0), ([(5.0, 2)], 0.1, 5.0),
@@ -939,3 +972,20 @@ def test_the_live_table_says_when_a_setting_drafted_nothing():
     assert row.measured_text == "1.09x (k=16, 3 paired, drafted nothing)"
     cell = CellSoFar("ngram-map-k k=16", Candidate("ngram-map-k"), figures=idle)
     assert cell.standing().excluded_because == "not usable: it drafted nothing"
+
+
+def test_a_cell_with_a_rate_but_no_pair_says_so():
+    """A cancelled report's code column showed '66.0' beside '1.07x' cells: a rate whose runs
+    had no no-draft run beside them reads 'no pair', with the reason under the table."""
+    from specdeck.core.bench.grid import grid_table
+    from specdeck.core.bench.tables import NO_PAIR_NOTE
+
+    unpaired = GridRow(_row("cut", 1.0, _k(4)).cell, {"code": Figure(66.0, None),
+                                                       "grounded": Figure(70.0, summarize_ratios([1.07] * 4)),
+                                                       ALL: Figure(68.0, summarize_ratios([1.07] * 4))},
+                       "lossless", None)
+    table = grid_table(GridResult(("code", "grounded"), (unpaired,), {}, ()))
+    assert "| cut | 66.0 (no pair) | **70.0 (1.07x)** |" in table
+    assert NO_PAIR_NOTE in table
+    paired = grid_table(GridResult(("code",), (_row("ok", 1.07, _k(4)),), {}, ()))
+    assert "no pair" not in paired
