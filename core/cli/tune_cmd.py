@@ -29,6 +29,7 @@ from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.cli.paths import output_file, output_folder
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.servers.key_names import add_api_key_option, add_tabby_options
+from specdeck.core.tune.confirm import NOT_CONFIRMED, Asker
 from specdeck.core.tune.hub import DEFAULT_DOWNLOAD_BUDGET
 from specdeck.core.units import GiB, format_bytes
 
@@ -273,12 +274,12 @@ def _printer(progress, err):
     return on_event
 
 
-def _dry_run(diff: str) -> bool:
+def _show_only(diff: str) -> bool:
     sys.stderr.write(diff + "specdeck: --dry-run: nothing was written.\n")
     return False
 
 
-_dry_run.declined_why = lambda: "--dry-run: nothing was written."
+_dry_run = Asker(_show_only, lambda: "--dry-run: nothing was written.")
 
 
 def _ask_download(candidates, total: int, folder: Path) -> bool:
@@ -298,7 +299,7 @@ def _ask_download(candidates, total: int, folder: Path) -> bool:
     return input().strip().lower() in ("y", "yes")
 
 
-def _ask(diff: str) -> bool:
+def _ask_terminal(diff: str) -> bool:
     sys.stderr.write(diff)
     if not sys.stdin.isatty():
         sys.stderr.write("specdeck: not written: no terminal to confirm on; re-run with --yes "
@@ -309,7 +310,7 @@ def _ask(diff: str) -> bool:
     return input().strip().lower() in ("y", "yes")
 
 
-_ask.declined_why = lambda: (
-    "Not confirmed: nothing was written." if sys.stdin.isatty() else
+_ask = Asker(_ask_terminal, lambda: (
+    NOT_CONFIRMED if sys.stdin.isatty() else
     "Not written: no terminal to confirm on (--yes writes it, or tune --apply-saved with "
-    "this report later).")
+    "this report later)."))

@@ -19,10 +19,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specdeck.core.errors import SpecDeckError
+from specdeck.core.tune.confirm import Asker, Confirm
 from specdeck.core.tune.run import TuneResult
-
-Confirm = Callable[[str], bool]
-"""Shown the diff; True to write it."""
 
 
 @dataclass(frozen=True)
@@ -164,10 +162,9 @@ def write_and_prove(path: Path, flags: str, change, confirm: Confirm | None,
     if change.is_noop:  # already written (by an earlier apply of this result, say)
         return Applied(path, flags, diff, why=noop)
     unchanged()
-    if confirm is not None and not confirm(diff):
-        said = getattr(confirm, "declined_why", None)
-        return Applied(path, flags, diff, why=(said() if callable(said) else None)
-                       or "Not confirmed: nothing was written.")
+    asker = confirm if confirm is None or isinstance(confirm, Asker) else Asker(confirm)
+    if asker is not None and not asker.ask(diff):
+        return Applied(path, flags, diff, why=asker.declined())
     original = path.read_bytes()
     saved = save(change)
     applied = Applied(path, flags, diff, written=saved.written, backup=saved.backup,

@@ -989,3 +989,35 @@ def test_a_cell_with_a_rate_but_no_pair_says_so():
     assert NO_PAIR_NOTE in table
     paired = grid_table(GridResult(("code",), (_row("ok", 1.07, _k(4)),), {}, ()))
     assert "no pair" not in paired
+
+
+@pytest.mark.parametrize("how, why", [
+    ("dry-run", "--dry-run: nothing was written."),
+    ("no terminal", "Not written: no terminal to confirm on (--yes writes it"),
+    ("declined", "Not confirmed: nothing was written."),
+])
+def test_a_write_not_confirmed_says_why_and_leaves_the_file(tmp_path, monkeypatch, how, why):
+    """What the report says when the winner is not written comes from the asker that
+    declined: the command line's --dry-run, its question with no terminal to ask on, or a
+    plain 'no' (the GUI's, a bare callable)."""
+    import io
+
+    from specdeck.core.cli import tune_cmd
+    from specdeck.core.tune.apply import write_and_prove
+
+    class Change:
+        is_noop = False
+
+        def diff(self) -> str:
+            return "--- config.yaml\n+++ config.yaml\n"
+
+    path = tmp_path / "config.yaml"
+    path.write_bytes(b"models: {}\n")
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # not a terminal
+    confirm = {"dry-run": tune_cmd._dry_run, "no terminal": tune_cmd._ask,
+               "declined": lambda diff: False}[how]
+    proved = []
+    applied = write_and_prove(path, "--spec-type ngram-mod", Change(), confirm,
+                              lambda: proved.append(1), "proved", "already")
+    assert applied.why.startswith(why) and not applied.written
+    assert path.read_bytes() == b"models: {}\n" and proved == []
