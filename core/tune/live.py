@@ -80,9 +80,10 @@ class CandidateRow:
             return "-"
         # The row names the candidate: its best setting is said by what its label adds (k=4).
         setting = self.measured_label.removeprefix(self.candidate.label).strip()
-        idle = ", drafted nothing" if m.drafted_nothing else ""
-        return (f"{m.median_speedup:.2f}x ({setting + ', ' if setting else ''}{m.pairs} paired"
-                f"{idle})")
+        detail = f"{setting + ', ' if setting else ''}{m.pairs} paired"
+        if m.drafted_nothing:  # first, where a narrow column's elision cannot hide it
+            return f"drafted nothing: {m.median_speedup:.2f}x is noise ({detail})"
+        return f"{m.median_speedup:.2f}x ({detail})"
 
 
 @dataclass

@@ -25,6 +25,7 @@ one lucky run does not decide.
 
 from __future__ import annotations
 
+import math
 import statistics
 import threading
 import time
@@ -743,8 +744,15 @@ def why_not_the_top(search: GridResult, chosen: GridRow, noise_share: float) -> 
 
 
 def _tried(candidate: Candidate, prediction: Prediction, search: GridResult) -> Tried:
+    """What the search measured of ``candidate``: its best setting among those that went
+    furthest in the search. A setting dropped early rests on fewer pairs, and the best of
+    several thin figures flatters itself: in the tune_search benchmark (2026-11-27) the draft
+    model's k=8, dropped after round 1 on 3 pairs at 0.70x, outscored the k=4 the search kept
+    (0.60x on 7 pairs; 0.58x on 12 in the exhaustive grid)."""
     rows = [r for r in search.rows if r.cell.arm.name.startswith(_cell_prefix(candidate))
             and ALL in r.by_suite and r.by_suite[ALL].speedup is not None]
+    furthest = max((_reach(r) for r in rows), default=0)
+    rows = [r for r in rows if _reach(r) == furthest]
     top = pick(rows, lambda r: Standing(r.score, r.diverged)) or max(
         rows, key=lambda r: r.score, default=None)
     if top is None:
@@ -754,6 +762,11 @@ def _tried(candidate: Candidate, prediction: Prediction, search: GridResult) -> 
                  top.by_suite[ALL].acceptance_rate,
                  int(k) if k is not None and k.isdigit() else None,
                  top.by_suite[ALL].speedup.n, top.disturbed, top.not_drafting)
+
+
+def _reach(row: GridRow) -> float:
+    """How far a row went in the search: the round it was dropped in, or all the way."""
+    return math.inf if row.dropped_in_round is None else row.dropped_in_round
 
 
 def verify(setup, best: GridRow, plan: BenchPlan, engine, emit, cancel,

@@ -969,7 +969,7 @@ def test_the_live_table_says_when_a_setting_drafted_nothing():
     idle = ArmSoFar("x", "x", 3, 1.09, 1.0, 1.2, None, 3, 0, True, drafted_nothing=True)
     row = CandidateRow(Candidate("ngram-map-k"), tune_predict.Prediction(1.0, 1.0, 1.1, "t"),
                        "on disk", idle, "ngram-map-k k=16")
-    assert row.measured_text == "1.09x (k=16, 3 paired, drafted nothing)"
+    assert row.measured_text == "drafted nothing: 1.09x is noise (k=16, 3 paired)"
     cell = CellSoFar("ngram-map-k k=16", Candidate("ngram-map-k"), figures=idle)
     assert cell.standing().excluded_because == "not usable: it drafted nothing"
 
@@ -1021,3 +1021,30 @@ def test_a_write_not_confirmed_says_why_and_leaves_the_file(tmp_path, monkeypatc
                               lambda: proved.append(1), "proved", "already")
     assert applied.why.startswith(why) and not applied.written
     assert path.read_bytes() == b"models: {}\n" and proved == []
+
+
+def test_what_a_candidate_measured_is_its_best_setting_that_went_furthest():
+    """tune_search (2026-11-27): the draft model's k=8, dropped after round 1 on 3 pairs at
+    0.70x, outscored the k=4 the search kept (0.60x on 7 pairs; 0.58x on 12 pairs in the
+    exhaustive grid), and 0.70x entered the history. The candidate's figure is now its best
+    among the settings that went furthest."""
+    from dataclasses import replace
+
+    from specdeck.core.tune.run import _cell_prefix, _tried
+
+    candidate = Candidate("ngram-simple")
+    prefix = _cell_prefix(candidate)
+    kept = _row(prefix + "4", 0.60, _k(4))
+    early = replace(_row(prefix + "8", 0.70, _k(8)), dropped_in_round=1)
+    later = replace(_row(prefix + "16", 0.65, _k(16)), dropped_in_round=2)
+    prediction = tune_predict.Prediction(1.0, 0.9, 1.1, "theory")
+
+    assert _tried(candidate, prediction, GridResult(("code",), (kept, early, later), {}, ())
+                  ).measured == 0.60
+    # dropped in round 2 went further than dropped in round 1
+    assert _tried(candidate, prediction, GridResult(("code",), (early, later), {}, ())
+                  ).measured == 0.65
+    # the exhaustive grid drops nothing: its best setting, as before
+    whole = [replace(r, dropped_in_round=None) for r in (kept, early, later)]
+    assert _tried(candidate, prediction, GridResult(("code",), tuple(whole), {}, ())
+                  ).measured == 0.70
