@@ -80,10 +80,9 @@ class CandidateRow:
             return "-"
         # The row names the candidate: its best setting is said by what its label adds (k=4).
         setting = self.measured_label.removeprefix(self.candidate.label).strip()
-        detail = f"{setting + ', ' if setting else ''}{m.pairs} paired"
-        if m.drafted_nothing:  # first, where a narrow column's elision cannot hide it
-            return f"drafted nothing: {m.median_speedup:.2f}x is noise ({detail})"
-        return f"{m.median_speedup:.2f}x ({detail})"
+        if m.drafted_nothing:  # its figure is noise: short, so a narrow column shows it all
+            return f"drafted nothing ({setting})" if setting else "drafted nothing"
+        return f"{m.median_speedup:.2f}x ({setting + ', ' if setting else ''}{m.pairs} paired)"
 
 
 @dataclass

@@ -445,3 +445,62 @@ def test_settings_the_budget_never_reached_are_named_as_not_measured(cycle_model
     assert all(c.label in never for c in cells)
     assert any("no setting was dropped" in n for n in result.notes)
     assert "rows marked 'dropped'" not in grid_table(result)
+
+
+@pytest.fixture(scope="module")
+def useless_pair(tmp_path_factory):
+    """A random target and a smaller random draft: the draft is almost never accepted."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tiny_models import random_llama
+
+    root = tmp_path_factory.mktemp("grid-useless")
+    return (random_llama(root / "target", seed=0),
+            random_llama(root / "draft", seed=1, hidden=32, layers=1))
+
+
+def _model_grid(target, draft, n_cells: int):
+    from specdeck.core.bench.grid import Cell
+    from specdeck.core.engines.base import DrafterKind, DrafterSpec
+    from tiny_models import tiny_plan
+
+    base = tiny_plan(target, (Arm("A"),), suites=("code",), max_prompts=4, repeats=1,
+                     max_new_tokens=8)
+    cells = [Cell(Arm(f"k{k}", DrafterSpec(DrafterKind.MODEL, draft, num_draft_tokens=k)),
+                  f"k={k}") for k in range(1, n_cells + 1)]
+    return base, cells
+
+
+def test_a_search_whose_settings_left_are_all_clearly_slower_stops(useless_pair, cycle_model,
+                                                                     monkeypatch):
+    """tune_search (2026-11-27, structured): three more rounds of draft-model settings at
+    0.41x [0.40, 0.45] took a third of the search's time, though no later round could make
+    one the winner. On the forward clock (1 ms a forward, so the speeds are the forwards'):
+    a draft nobody accepts makes every setting clearly slower once its pairs give an
+    interval (round 2 of 3), and the search stops there and says why; n-gram settings on the
+    cycling model, which beat no drafting, run every round."""
+    from specdeck.core.bench.grid import clearly_slower, noise, run_grid
+    from specdeck.core.engines import create_engine
+    from tiny_models import forward_clock
+
+    forward_clock(monkeypatch, lambda model, ids: 1e-3)
+    engine = create_engine("torch")
+    try:
+        base, cells = _model_grid(*useless_pair, 8)
+        slow = run_grid(base, base.arms[0], cells, engine, halving=True)
+        engine.unload()
+        fast_base, fast_cells = _ngram_grid(cycle_model, 8)
+        fast = run_grid(fast_base, fast_base.arms[0], fast_cells, engine, halving=True)
+    finally:
+        engine.unload()
+
+    left = [r for r in slow.rows if r.dropped_in_round is None]
+    assert len(left) == 2 and all(len(r.round_scores) == 2 for r in left), "stopped after round 2"
+    assert all(clearly_slower(r, noise(slow.runs, "A")) for r in left)
+    (note,) = [n for n in slow.notes if n.startswith("Stopped after round 2 of 3")]
+    assert "clearly slower than no drafting" in note
+    assert slow.best is None
+    assert any(n.startswith("Successive halving over 2 rounds") for n in slow.notes)
+    finalists = [r for r in fast.rows if r.dropped_in_round is None]
+    assert finalists and all(len(r.round_scores) == 3 for r in finalists)
+    assert not any(n.startswith("Stopped after") for n in fast.notes)

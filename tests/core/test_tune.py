@@ -969,7 +969,7 @@ def test_the_live_table_says_when_a_setting_drafted_nothing():
     idle = ArmSoFar("x", "x", 3, 1.09, 1.0, 1.2, None, 3, 0, True, drafted_nothing=True)
     row = CandidateRow(Candidate("ngram-map-k"), tune_predict.Prediction(1.0, 1.0, 1.1, "t"),
                        "on disk", idle, "ngram-map-k k=16")
-    assert row.measured_text == "drafted nothing: 1.09x is noise (k=16, 3 paired)"
+    assert row.measured_text == "drafted nothing (k=16)"
     cell = CellSoFar("ngram-map-k k=16", Candidate("ngram-map-k"), figures=idle)
     assert cell.standing().excluded_because == "not usable: it drafted nothing"
 
