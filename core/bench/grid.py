@@ -342,8 +342,8 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
                 rows[name] = replace(rows[name], dropped_in_round=number)
         if cancel.is_set() or last or out_of_time:
             break
-        kept = survivors([rows[c.arm.name] for c, _ in measured],
-                         noise(runs, reference.name))
+        machine_noise = noise(runs, reference.name)
+        kept = survivors([rows[c.arm.name] for c, _ in measured], machine_noise)
         halved = set(kept)
         ranked = sorted(kept, key=lambda name: rows[name].score, reverse=True)
         left = rounds[number:]
@@ -373,7 +373,6 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
             engine.keep_only({reference.name, *(c.arm.name for c in alive)})
         if not alive:
             break
-        machine_noise = noise(runs, reference.name)
         if all(clearly_slower(rows[c.arm.name], machine_noise) for c in alive):
             stopped_early.append(
                 f"Stopped after round {number} of {len(rounds)}: every setting left "
