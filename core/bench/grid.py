@@ -157,6 +157,9 @@ class GridResult:
             "rows": [{"arm": r.cell.arm.name, "label": r.cell.label,
                       "settings": dict(r.cell.settings), "score": r.score,
                       "lossless": r.lossless, "dropped_in_round": r.dropped_in_round,
+                      "dropped_why": r.dropped_why or None,
+                      "diverged_runs": r.diverged, "drafted_nothing": r.not_drafting or None,
+                      "cannot_win_because": r.standing().excluded_because,
                       "round_scores": list(r.round_scores),
                       "by_suite": {s: to_jsonable(f) for s, f in r.by_suite.items()}}
                      for r in self.rows],

@@ -365,6 +365,14 @@ def test_a_setting_that_goes_on_is_judged_on_every_round_it_ran(cycle_model):
         assert row.by_suite["all"].speedup.n == len(ratios) == (5 if row in finalists else 1)
         assert row.score == pytest.approx(statistics.median(ratios))
         assert len(row.round_scores) == (2 if row in finalists else 1)
+    # The JSON says for every row why it went no further and why it could not win.
+    for row, shown in zip(result.rows, result.to_json()["rows"], strict=True):
+        assert shown["diverged_runs"] == row.diverged
+        if row in finalists:
+            assert shown["dropped_why"] is None
+        else:
+            assert shown["dropped_why"] == row.dropped_why != ""
+            assert shown["cannot_win_because"] is not None
 
 
 def test_the_tune_pages_figures_are_the_ones_the_search_judges(cycle_model):
