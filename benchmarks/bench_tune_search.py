@@ -116,11 +116,12 @@ def run(report: Report) -> None:
                     tried = _tried(candidate, prediction, grid)
                     if tried.error is not None:
                         errors.setdefault(candidate.label, []).append(
-                            (suite, prediction.speedup, tried.measured, tried.error))
+                            (suite, prediction.speedup, tried.measured, tried.error,
+                             prediction.low, prediction.high))
                         again = predict(candidate, setup, "cpu", read_history(history), prompts)
                         later.setdefault(candidate.label, []).append(
                             (suite, again.speedup, tried.measured, again.error(tried.measured),
-                             again.source))
+                             again.source, again.low, again.high))
                 per_suite[suite] = {
                     "grid": grid.to_json(), "search": search.to_json(),
                     "grid_s": timed["grid_s"], "search_s": timed["search_s"],
@@ -229,18 +230,27 @@ def referee(base, best, pick, engine, repeats: int = REFEREE_REPEATS) -> dict | 
 
 
 def _prediction_table(report: Report, errors: dict, later: dict) -> None:
-    rows, all_errors, later_errors = [], [], []
+    rows, all_errors, later_errors, inside, inside_later = [], [], [], [], []
     for label, items in errors.items():
-        for (suite, predicted, measured, error), (_s, again, _m, again_error, source) in zip(
-                items, later[label]):
+        for (suite, predicted, measured, error, low, high), \
+                (_s, again, _m, again_error, source, again_low, again_high) in zip(
+                    items, later[label]):
             all_errors.append(abs(error))
             later_errors.append(abs(again_error))
-            rows.append([label, suite, f"{predicted:.2f}x", f"{measured:.2f}x", f"{error:+.0%}",
+            inside.append(low <= measured <= high)
+            inside_later.append(again_low <= measured <= again_high)
+            rows.append([label, suite, f"{predicted:.2f}x [{low:.2f}, {high:.2f}]",
+                         f"{measured:.2f}x", f"{error:+.0%}",
                          "yes" if abs(error) <= GOAL_PREDICTION else "NO",
-                         f"{again:.2f}x ({source.split(' (')[0]})", f"{again_error:+.0%}",
-                         "yes" if abs(again_error) <= GOAL_PREDICTION else "NO"])
+                         "yes" if inside[-1] else "NO",
+                         f"{again:.2f}x [{again_low:.2f}, {again_high:.2f}] "
+                         f"({source.split(' (')[0]})", f"{again_error:+.0%}",
+                         "yes" if abs(again_error) <= GOAL_PREDICTION else "NO",
+                         "yes" if inside_later[-1] else "NO"])
     within = sum(e <= GOAL_PREDICTION for e in all_errors)
     within_later = sum(e <= GOAL_PREDICTION for e in later_errors)
+    report.record("measured_inside_predicted_range", [sum(inside), len(inside)])
+    report.record("later_tune_measured_inside_range", [sum(inside_later), len(inside_later)])
     report.record("prediction_errors", {k: [list(i) for i in v] for k, v in errors.items()})
     report.record("predictions_within_goal", [within, len(all_errors)])
     report.record("later_tune_prediction_errors", {k: [list(i) for i in v] for k, v in later.items()})
@@ -253,9 +263,12 @@ def _prediction_table(report: Report, errors: dict, later: dict) -> None:
                 "measurement that drafted nothing or rests on fewer than 3 pairs is not "
                 "learned from, so those stay on the prior: 'theory').")
     report.text("")
-    report.table(["candidate", "suite", "first tune: predicted", "measured", "error",
-                  f"within {GOAL_PREDICTION:.0%}", "a later tune: predicted (from)", "error",
-                  f"within {GOAL_PREDICTION:.0%}"], rows)
+    report.table(["candidate", "suite", "first tune: predicted [range]", "measured", "error",
+                  f"within {GOAL_PREDICTION:.0%}", "in range",
+                  "a later tune: predicted [range] (from)", "error",
+                  f"within {GOAL_PREDICTION:.0%}", "in range"], rows)
     report.text(f"First tune: {within} of {len(all_errors)} predictions within "
-                f"{GOAL_PREDICTION:.0%}. A later tune on the same prompts: {within_later} of "
-                f"{len(later_errors)}.")
+                f"{GOAL_PREDICTION:.0%}, the measured figure inside the predicted range in "
+                f"{sum(inside)} of {len(inside)}. A later tune on the same prompts: "
+                f"{within_later} of {len(later_errors)} within {GOAL_PREDICTION:.0%}, "
+                f"{sum(inside_later)} of {len(inside_later)} inside the range.")

@@ -181,7 +181,7 @@ class BenchPlots(QWidget):
         self.speed_plot = self._plot("tok/s", "seconds")
         self.accept_plot = self._plot("%", "seconds")
         self.accept_plot.setYRange(0, 100, padding=0.02)
-        self.position_plot = self._plot("% of drafts kept", "draft position")
+        self.position_plot = self._plot("% kept", "draft position")  # the title says of what
         self.position_plot.setYRange(0, Y_HEADROOM * 100, padding=0)
         self.position_plot.getAxis("left").setTicks([[(v, str(v)) for v in range(0, 101, 20)]])
         self.position_plot.setMouseEnabled(x=False, y=False)

@@ -58,6 +58,35 @@ def fmt_gib(value: int | None) -> str:
 
 LEGEND_COLUMNS = 4
 """Legend entries per row under a live plot."""
+BAR_SAMPLE_SIDE = 10
+"""Side in pixels of a bar series' swatch in a legend: the size of the label's capitals.
+pyqtgraph's own swatch is an 18-pixel square crossed by the pen's line, twice the text's
+height beside the 20-pixel lines of the curves' entries."""
+
+_sample_type = None
+
+
+def legend_sample_type():
+    """pyqtgraph's legend swatch (LegendItem's ``sampleType``), with a bar series drawn as a
+    small filled square centred on the line the curves' swatches draw (made on first use:
+    pyqtgraph is imported lazily)."""
+    global _sample_type
+    if _sample_type is None:
+        import pyqtgraph as pg
+        from pyqtgraph.graphicsItems.LegendItem import ItemSample
+        from PySide6.QtCore import QRectF
+
+        class Sample(ItemSample):
+            def paint(self, painter, *args):
+                if not isinstance(self.item, pg.BarGraphItem) or not self.item.isVisible():
+                    return super().paint(painter, *args)
+                side, middle = BAR_SAMPLE_SIDE, 11  # 11: the curves' swatch line
+                painter.setPen(pg.mkPen(self.item.opts.get("pen")))
+                painter.setBrush(pg.mkBrush(self.item.opts.get("brush")))
+                painter.drawRect(QRectF((20 - side) / 2, middle - side / 2, side, side))
+
+        _sample_type = Sample
+    return _sample_type
 
 
 def live_plot(title: str, unit: str, x_label: str, min_height: int):
@@ -82,7 +111,7 @@ def live_plot(title: str, unit: str, x_label: str, min_height: int):
     # (pyqtgraph's addLegend) it covered the first points of every live plot. PlotItem adds
     # each curve made with a name to ``item.legend``, wherever that legend is laid out.
     item.legend = pg.LegendItem(labelTextSize="8pt", colCount=LEGEND_COLUMNS, frame=False,
-                                horSpacing=12)
+                                horSpacing=12, sampleType=legend_sample_type())
     item.layout.addItem(item.legend, 4, 1)
     item.setClipToView(True)
     item.setDownsampling(auto=True, mode="peak")

@@ -17,6 +17,10 @@ NAME = ("draft_model", "draft_model_name")
 CACHE = ("draft_model", "draft_cache_mode")
 ALPHA = ("draft_model", "draft_rope_alpha")
 
+TIMEOUT = 30_000
+"""Generous: a wait ends as soon as its condition holds; 5 s ran out once on a loaded
+machine (the conflict test, 2026-11-27)."""
+
 
 @pytest.fixture
 def cfg(tmp_path):
@@ -38,7 +42,7 @@ def page(qtbot, configured_qapp):
 
 def open_and_wait(qtbot, page, path):
     page.open_path(path)
-    qtbot.waitUntil(lambda: page.document is not None and page.document.path == path, timeout=5000)
+    qtbot.waitUntil(lambda: page.document is not None and page.document.path == path, timeout=TIMEOUT)
 
 
 def type_into(qtbot, editor, text):
@@ -58,7 +62,7 @@ def choose(editor, text):
 
 def wait_planned(qtbot, page):
     page.flush_plan()
-    qtbot.waitUntil(lambda: page.change is not None, timeout=5000)
+    qtbot.waitUntil(lambda: page.change is not None, timeout=TIMEOUT)
 
 
 def click_in_modal(button_role):
@@ -92,7 +96,7 @@ def test_edit_two_fields_see_diff_save_reload(qtbot, page, cfg):
     assert page.save_button.isEnabled()
 
     qtbot.mouseClick(page.save_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: not page.is_dirty() and page.document.raw(*CACHE) == "Q4", timeout=5000)
+    qtbot.waitUntil(lambda: not page.is_dirty() and page.document.raw(*CACHE) == "Q4", timeout=TIMEOUT)
     saved = cfg.read_text()
     changed = [line for line in difflib.ndiff(original.splitlines(), saved.splitlines())
                if line.startswith(("+ ", "- "))]
@@ -104,7 +108,7 @@ def test_edit_two_fields_see_diff_save_reload(qtbot, page, cfg):
     page.context.flush()  # as closing the window does: settings.json is written
     again = DraftSettingsPage(AppContext())
     qtbot.addWidget(again)
-    qtbot.waitUntil(lambda: again.document is not None, timeout=5000)
+    qtbot.waitUntil(lambda: again.document is not None, timeout=TIMEOUT)
     assert again.document.path == cfg
     assert again.fields[NAME].text() == "TinyLlama-1.1B-exl2-4.0bpw"
     assert again.fields[CACHE].text() == "Q4"
@@ -123,7 +127,7 @@ def test_invalid_value_shows_rule_and_blocks_save(qtbot, page, cfg):
     assert cfg.read_bytes() == before
     type_into(qtbot, page.fields[ALPHA], "2.5")
     page.flush_plan()
-    qtbot.waitUntil(lambda: page.save_button.isEnabled(), timeout=5000)
+    qtbot.waitUntil(lambda: page.save_button.isEnabled(), timeout=TIMEOUT)
     assert not editor.error.isVisible()
 
 
@@ -144,12 +148,12 @@ def test_conflict_asks_before_overwriting(qtbot, page, cfg):
     click_in_modal(QMessageBox.StandardButton.Cancel)
     assert page.save() is True  # saving, in a worker: the conflict is asked about there
     assert page.status_label.text() == f"Saving {cfg.name}…" and not page.save_button.isEnabled()
-    qtbot.waitUntil(lambda: page.status_label.text() == "Not saved.", timeout=5000)
+    qtbot.waitUntil(lambda: page.status_label.text() == "Not saved.", timeout=TIMEOUT)
     assert cfg.read_text().endswith("# changed by hand\n")
     assert page.save_button.isEnabled() and page.is_dirty()  # the edit stays, to save again
     click_in_modal(QMessageBox.StandardButton.Save)
     assert page.save() is True
-    qtbot.waitUntil(lambda: "draft_cache_mode: Q8" in cfg.read_text(), timeout=5000)
+    qtbot.waitUntil(lambda: "draft_cache_mode: Q8" in cfg.read_text(), timeout=TIMEOUT)
     assert config.backup_path(cfg).read_text().endswith("# changed by hand\n")
 
 
@@ -161,12 +165,12 @@ def test_a_save_that_fails_is_shown_in_place_and_the_edits_stay(qtbot, page, cfg
     cfg.chmod(0o444)  # read-only: SpecDeck refuses to change it
     assert page.save() is True
     qtbot.waitUntil(lambda: page.banner.isVisible() and page.banner.severity == "error",
-                    timeout=5000)
+                    timeout=TIMEOUT)
     cfg.chmod(0o644)
     assert "Could not save" in page.banner.label.text() and "read-only" in page.banner.label.text()
     assert cfg.read_bytes() == before and page.is_dirty() and page.save_button.isEnabled()
     assert page.save() is True  # writable again: the same edits save
-    qtbot.waitUntil(lambda: "draft_cache_mode: Q8" in cfg.read_text(), timeout=5000)
+    qtbot.waitUntil(lambda: "draft_cache_mode: Q8" in cfg.read_text(), timeout=TIMEOUT)
 
 
 def test_saving_before_closing_closes_once_saved(qtbot, page, cfg, monkeypatch):
@@ -177,7 +181,7 @@ def test_saving_before_closing_closes_once_saved(qtbot, page, cfg, monkeypatch):
     monkeypatch.setattr(page, "window", lambda: type("W", (), {"close": lambda self: closed.append(1)})())
     click_in_modal(QMessageBox.StandardButton.Save)
     assert page.can_close() is False  # not yet: the file is being saved
-    qtbot.waitUntil(lambda: closed == [1], timeout=5000)
+    qtbot.waitUntil(lambda: closed == [1], timeout=TIMEOUT)
     assert "draft_cache_mode: Q4" in cfg.read_text() and not page.is_dirty()
 
 
@@ -189,7 +193,7 @@ def test_legacy_file_offers_migration(qtbot, page, tmp_path):
     migrate = next(b for b in page.banner.buttons() if b.text() == "Migrate…")
     click_in_modal(QDialogButtonBox.StandardButton.Save)
     qtbot.mouseClick(migrate, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: page.document.layout is config.Layout.DRAFT_MODEL, timeout=5000)
+    qtbot.waitUntil(lambda: page.document.layout is config.Layout.DRAFT_MODEL, timeout=TIMEOUT)
     assert config.load(legacy).raw("draft_model", "draft_model_name") == "A model name"
     assert not page.banner.isVisible()
 
@@ -198,10 +202,10 @@ def test_missing_config_can_be_created(qtbot, page, tmp_path):
     path = tmp_path / "config.yml"
     page.open_path(path)
     qtbot.waitUntil(lambda: page.banner.isVisible() and "does not exist" in page.banner.label.text(),
-                    timeout=5000)
+                    timeout=TIMEOUT)
     create = next(b for b in page.banner.buttons() if "defaults" in b.text())
     qtbot.mouseClick(create, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: page.document is not None, timeout=5000)
+    qtbot.waitUntil(lambda: page.document is not None, timeout=TIMEOUT)
     assert path.is_file() and page.document.errors() == []
 
 
@@ -209,7 +213,7 @@ def test_bad_yaml_is_shown_in_place(qtbot, page, tmp_path):
     path = tmp_path / "config.yml"
     path.write_text("model:\n  model_name: [oops\n")
     page.open_path(path)
-    qtbot.waitUntil(lambda: "line 3" in page.banner.label.text(), timeout=5000)
+    qtbot.waitUntil(lambda: "line 3" in page.banner.label.text(), timeout=TIMEOUT)
     assert page.banner.severity == "error"
     assert not page.fields[NAME].container.isEnabled()
 
@@ -223,7 +227,7 @@ def test_find_tabby_folder_and_model_override_note(qtbot, page, tmp_path):
     (tabby / "models" / "Big" / "tabby_config.yml").write_text(
         "draft_model:\n  draft_model_name: Forced-Draft\n")
     page.open_tabby_folder(tabby)
-    qtbot.waitUntil(lambda: page.document is not None, timeout=5000)
+    qtbot.waitUntil(lambda: page.document is not None, timeout=TIMEOUT)
     assert page.context.settings.tabby_dir == str(tabby)
     assert page.override_banner.isVisible()
     assert "Forced-Draft" in page.override_banner.label.text()
