@@ -4,7 +4,8 @@ next prediction better.
 Where this machine has tuned the same target with the same candidate before (the tune history
 SpecDeck keeps, one line per candidate measured), the prediction is what was measured then: the
 median of the earlier tunes weighted by the pairs each rests on, its range (the weighted 10th
-to 90th percentile) widened by a tenth. Tunes on the same prompts (``prompts``: the tuning
+to 90th percentile) widened by a tenth, and at least as wide as the earlier measurements' own
+95% intervals. Tunes on the same prompts (``prompts``: the tuning
 prompts' digest, core.tune.run.prompt_set) are the only ones used where there are any: the
 text decides much of a speed-up (the same draft model measured 0.59x on grounded prompts and
 0.38x on code, tune_search 2026-11-27); otherwise the source says the tunes were on other
@@ -192,13 +193,14 @@ def read_history(path: Path | None = None) -> list[dict]:
 def record(setup: Setup, candidate: Candidate, speedup: float, path: Path | None = None, *,
            device: str | None = None, acceptance: float | None = None,
            k: int | None = None, pairs: int = 0, disturbed: bool = False,
-           prompts: str | None = None) -> None:
+           prompts: str | None = None, interval: tuple[float, float] | None = None) -> None:
     """Remember what ``candidate`` measured on this machine for this target: its speed-up,
     the ``pairs`` it rests on and whether a run behind it was ``disturbed`` (so a later
     prediction weighs it, or leaves it out: ``usable``), and, for a later prediction of a
     similar pair, what it was (spec type, kind, the target's family, ``device``) and, where
     the server reported it, the share of drafted tokens accepted at its best setting's
-    ``k``; ``prompts``: what it was measured on (core.tune.run.prompt_set)."""
+    ``k``; ``prompts``: what it was measured on (core.tune.run.prompt_set); ``interval``:
+    the 95% interval of ``speedup`` (a prediction from it is no narrower)."""
     path = path or history_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     entry = {"target": setup.facts.name, "candidate": candidate.label,
@@ -207,6 +209,8 @@ def record(setup: Setup, candidate: Candidate, speedup: float, path: Path | None
              "device": device,
              "acceptance": None if acceptance is None else round(acceptance, 4), "k": k,
              "pairs": pairs, "disturbed": disturbed, "prompts": prompts}
+    if interval is not None:
+        entry["low"], entry["high"] = (round(v, 4) for v in interval)
     with path.open("a", encoding="utf-8") as handle:
         handle.write(json.dumps(entry) + "\n")
 
@@ -253,15 +257,30 @@ def weighted_quantile(values: list[tuple[float, int]], q: float) -> float:
     return ordered[-1][0]
 
 
+def _interval(entry: dict) -> tuple[float, float] | None:
+    low, high = entry.get("low"), entry.get("high")
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low <= high:
+        return float(low), float(high)
+    return None
+
+
 def _from_measured(entries: list[dict], widen_share: float) -> tuple[float, float, float]:
     """(middle, low, high) of the entries' speed-ups, weighted by their pairs: the weighted
     median, and the 10th-90th percentile widened by ``widen_share`` of the middle (at least
-    the whole range for two entries or fewer, where percentiles are the extremes)."""
+    the whole range for two entries or fewer, where percentiles are the extremes), and never
+    narrower than the entries' own 95% intervals (their weighted 10th percentile of lows to
+    90th of highs): one measurement on a few pairs is not known to within a tenth. In the
+    tune_search benchmark (2026-11-27) a draft model's 0.70x on the search's 3 pairs was the
+    whole history, and the grid measured 0.56x on 12."""
     weighted = [(e["speedup"], _pairs(e)) for e in entries]
     middle = weighted_quantile(weighted, 0.5)
     widen = widen_share * middle
     low = weighted_quantile(weighted, 0.1) - widen
     high = weighted_quantile(weighted, 0.9) + widen
+    intervals = [(_interval(e), _pairs(e)) for e in entries if _interval(e) is not None]
+    if intervals:
+        low = min(low, weighted_quantile([(i[0], w) for i, w in intervals], 0.1))
+        high = max(high, weighted_quantile([(i[1], w) for i, w in intervals], 0.9))
     return middle, max(0.0, min(low, middle)), max(high, middle)
 
 

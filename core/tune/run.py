@@ -198,6 +198,8 @@ class Tried:
     not_drafting: str = ""
     """Why it drafted nothing at that setting ("" when it drafted): then what it measured is
     noise, shown but never learned from."""
+    interval: tuple[float, float] | None = None
+    """The 95% interval of the measured speed-up (None: too few pairs for one)."""
 
     @property
     def error(self) -> float | None:
@@ -408,7 +410,7 @@ def remember(setup, tried, device: str, path: Path | None = None, *,
         if item.measured is not None and not item.not_drafting:
             record(setup, item.candidate, item.measured, path, device=device,
                    acceptance=item.acceptance, k=item.k, pairs=item.pairs,
-                   disturbed=item.disturbed, prompts=prompts)
+                   disturbed=item.disturbed, prompts=prompts, interval=item.interval)
 
 
 def current_label(arm: Arm) -> str:
@@ -758,10 +760,12 @@ def _tried(candidate: Candidate, prediction: Prediction, search: GridResult) -> 
     if top is None:
         return Tried(candidate, prediction, None, None)
     k = dict(top.cell.settings).get("k")
+    ratio = top.by_suite[ALL].speedup
     return Tried(candidate, prediction, top.score, top.cell.label,
                  top.by_suite[ALL].acceptance_rate,
                  int(k) if k is not None and k.isdigit() else None,
-                 top.by_suite[ALL].speedup.n, top.disturbed, top.not_drafting)
+                 ratio.n, top.disturbed, top.not_drafting,
+                 (ratio.ci_low, ratio.ci_high) if ratio.has_interval else None)
 
 
 def _reach(row: GridRow) -> float:

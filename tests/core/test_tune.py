@@ -417,6 +417,15 @@ def test_predictions_come_from_history_when_the_machine_has_one(tmp_path):
                 "pairs": n} for v, n in ((1.2, 40), (2.0, 4))]
     weighted = tune_predict.predict(ngram, setup, "cpu", weighed)
     assert weighted.speedup == 1.2 and weighted.low >= 0.0
+    # One measurement on a few pairs: the range is no narrower than its own 95% interval
+    # (tune_search 2026-11-27: 0.70x on the search's 3 pairs, the grid's 12 said 0.56x).
+    few = {"target": setup.facts.name, "candidate": ngram.label, "speedup": 0.70, "pairs": 3}
+    bare = tune_predict.predict(ngram, setup, "cpu", [few])
+    assert (bare.speedup, bare.low, bare.high) == pytest.approx((0.70, 0.63, 0.77))
+    sure = tune_predict.predict(ngram, setup, "cpu", [{**few, "low": 0.52, "high": 0.78}])
+    assert (sure.speedup, sure.low, sure.high) == pytest.approx((0.70, 0.52, 0.78))
+    tight = tune_predict.predict(ngram, setup, "cpu", [{**few, "low": 0.69, "high": 0.71}])
+    assert (tight.low, tight.high) == pytest.approx((0.63, 0.77))  # never narrower either
     only_thin = [{**weighed[0], "pairs": 2}]
     thin = tune_predict.predict(ngram, setup, "cpu", only_thin).source
     assert thin.startswith("theory") and thin.endswith(
@@ -1039,8 +1048,21 @@ def test_what_a_candidate_measured_is_its_best_setting_that_went_furthest():
     later = replace(_row(prefix + "16", 0.65, _k(16)), dropped_in_round=2)
     prediction = tune_predict.Prediction(1.0, 0.9, 1.1, "theory")
 
-    assert _tried(candidate, prediction, GridResult(("code",), (kept, early, later), {}, ())
-                  ).measured == 0.60
+    tried = _tried(candidate, prediction, GridResult(("code",), (kept, early, later), {}, ()))
+    assert tried.measured == 0.60
+    assert tried.pairs == 4 and tried.interval == pytest.approx((0.60, 0.60))  # its own pairs'
+    # ... and the history keeps that interval for the next prediction's range.
+    import json
+    import tempfile
+
+    from specdeck.core.tune.run import remember
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "history.jsonl"
+        setup = from_swap(swap_config(Path(tmp), ""), "smol")
+        remember(setup, [tried], "cpu", path, prompts="p")
+        (entry,) = map(json.loads, path.read_text().splitlines())
+    assert (entry["low"], entry["high"]) == pytest.approx((0.60, 0.60))
     # dropped in round 2 went further than dropped in round 1
     assert _tried(candidate, prediction, GridResult(("code",), (early, later), {}, ())
                   ).measured == 0.65
