@@ -13,6 +13,7 @@ page cancels everything and drops whatever still arrives.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import logging
@@ -22,7 +23,17 @@ import weakref
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from PySide6.QtCore import QMetaObject, QObject, QRunnable, Qt, QThreadPool, QTimer, Signal
+from PySide6.QtCore import (
+    QCoreApplication,
+    QObject,
+    QRunnable,
+    Qt,
+    QThreadPool,
+    QTimer,
+    Signal,
+    Slot,
+)
+from shiboken6 import isValid
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +53,27 @@ class TaskHandle(QObject):
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
         self.cancel_event = threading.Event()
-        self.running = True
+        self.state = _State()
+        """What the worker writes: plain Python, never the Qt object, which the GUI thread
+        may be deleting meanwhile."""
         self.owned_by_parent = parent is not None
         """A parent (a page) owns the C++ object; without one Python owns it, and only its
         last reference may free it (a deleteLater too would free it twice)."""
 
+    @property
+    def running(self) -> bool:
+        """Whether the call is still in its worker (False once it returned or raised)."""
+        return self.state.running
+
     def cancel(self) -> None:
         self.cancel_event.set()
+
+
+class _State:
+    __slots__ = ("running",)
+
+    def __init__(self):
+        self.running = True
 
 
 class _Runnable(QRunnable):
@@ -56,46 +81,80 @@ class _Runnable(QRunnable):
         super().__init__()
         self.setAutoDelete(True)
         self._handle = handle
+        self._state = handle.state
         self._fn = fn
         self._args = args
         self._kwargs = kwargs
 
-    def run(self) -> None:  # worker thread
-        handle = self._handle
+    def run(self) -> None:  # worker thread: touches no Qt object but the mailbox
+        post = functools.partial(_post, self._handle)
         try:
             result = self._fn(*self._args, **self._kwargs)
         except BaseException as exc:  # noqa: BLE001 - delivered to the GUI, never lost
             if not _is_user_error(exc):
                 log.error("Background task failed:\n%s", traceback.format_exc())
-            _deliver(handle, handle.failed, exc)
+            self._state.running = False
+            post("failed", exc)
         else:
-            _deliver(handle, handle.finished, result)
-        _deliver(handle, handle.done)
-        _release(handle)
+            self._state.running = False
+            post("finished", result)
+        post("done", None)
 
 
-def _deliver(handle, signal, *value) -> None:
-    """Emit, unless the widget that asked was closed meanwhile (its handle deleted with it):
-    then nobody is waiting for the answer, and the pool thread must not raise."""
-    try:
-        handle.running = False
-        signal.emit(*value)
-    except RuntimeError:  # "Signal source has been deleted"
-        pass
+class _Mailbox(QObject):
+    """Where workers post what they have for the GUI thread: one object for the whole
+    application, living as long as it does, so a worker never touches a Qt object that the
+    GUI thread may be deleting at that moment. Workers used to emit their handle's signals
+    themselves; a page deleted while one of its calls still reported progress (a test's
+    page, a window closed mid-scan) then freed the handle under the emitting worker, a
+    segmentation fault (the full test suite, 2026-11-27, in the Models page's compatibility
+    scan; reproduced by tests/gui/test_workers.py in seconds). The mailbox's own queued
+    connection to its slot (a @Slot method, not a lambda: PySide6 6.8+ has crashed on
+    cross-thread signals to plain callables, PYSIDE-3124) hands each letter to the GUI
+    thread, which emits the handle's signal there only if the handle still exists."""
+
+    posted = Signal(object, str, object)
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self.posted.connect(self._arrive, Qt.ConnectionType.QueuedConnection)
+
+    @Slot(object, str, object)
+    def _arrive(self, handle: TaskHandle, what: str, value: object) -> None:  # GUI thread
+        if not isValid(handle):
+            return  # closed with the widget that asked: nobody waits for the answer
+        if what == "progress":
+            handle.progress.emit(value)
+        elif what == "done":
+            handle.done.emit()
+            _release(handle)
+        else:
+            getattr(handle, what).emit(value)
+
+
+_mailbox: _Mailbox | None = None
+
+
+def _mailbox_of_the_app() -> _Mailbox:
+    """The application's mailbox, made on first use (on the GUI thread: pages submit work
+    there) as a child of the application."""
+    global _mailbox
+    if _mailbox is None or not isValid(_mailbox):
+        _mailbox = _Mailbox(QCoreApplication.instance())
+    return _mailbox
+
+
+def _post(handle: TaskHandle, what: str, value: object) -> None:  # worker thread
+    """``handle`` travels as a Python reference only: nothing here touches its Qt object."""
+    _mailbox.posted.emit(handle, what, value)
 
 
 def _release(handle) -> None:
-    """Delete a finished handle on the GUI thread: its parent would otherwise keep every
-    handle of a long session alive (the soak benchmark found two per A/B run). Posted after
-    the finished/failed/done signals, so every slot queued for them runs first; connecting
-    done to deleteLater instead raced with slots connected after it (Qt may run the
-    deferred delete first, and PySide drops the pending calls of a deleted sender)."""
-    if not handle.owned_by_parent:
-        return  # Python owns it: freed with its last reference, never by Qt
-    try:
-        QMetaObject.invokeMethod(handle, "deleteLater", Qt.ConnectionType.QueuedConnection)
-    except RuntimeError:  # already deleted with the widget that asked
-        pass
+    """Delete a finished handle (on the GUI thread, after its done signal): its parent would
+    otherwise keep every handle of a long session alive (the soak benchmark found two per
+    A/B run). Deferred, so slots queued for its signals run first."""
+    if handle.owned_by_parent:  # Python owns the others: freed with their last reference
+        handle.deleteLater()
 
 
 def _is_user_error(exc: BaseException) -> bool:
@@ -142,11 +201,12 @@ def submit(
 
 def _prepare(fn: Callable[..., Any], args, kwargs: dict[str, Any],
              parent: QObject | None) -> tuple[TaskHandle, _Runnable]:
+    _mailbox_of_the_app()
     handle = TaskHandle(parent)
     if _accepts(fn, "cancel") and "cancel" not in kwargs:
         kwargs["cancel"] = handle.cancel_event
     if _accepts(fn, "progress") and "progress" not in kwargs:
-        kwargs["progress"] = handle.progress.emit
+        kwargs["progress"] = functools.partial(_post, handle, "progress")
     return handle, _Runnable(handle, fn, args, kwargs)
 
 

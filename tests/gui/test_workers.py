@@ -266,3 +266,54 @@ def test_a_page_that_python_owns_survives_its_calls_ending(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=60, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
     assert done.returncode == 0 and done.stdout.strip() == "survived", done.stderr[-2000:]
+
+
+def test_pages_deleted_while_their_calls_report_progress(tmp_path):
+    """Pages are deleted (a window closed, a test's page cleaned up) while their calls still
+    report progress from workers. A worker must never touch a handle the GUI thread is
+    deleting: when workers emitted their handle's signals themselves, this crashed with a
+    segmentation fault within a second or two (the full test suite crashed so on
+    2026-11-27, in the Models page's compatibility scan). In a child process, so a crash
+    fails this test instead of ending the run; every call that answered is delivered."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "churn.py"
+    script.write_text(
+        "from PySide6.QtCore import QCoreApplication, QObject, QTimer\n"
+        "from specdeck.gui.workers import Tasks\n"
+        "app = QCoreApplication([])\n"
+        "owners, answers = [], []\n"
+        "def work(progress=None, cancel=None):\n"
+        "    for i in range(2000):\n"
+        "        progress({'step': i})\n"
+        "    return i\n"
+        "def tick():\n"
+        "    owner = QObject()\n"
+        "    owner.tasks = Tasks(owner)\n"
+        "    for key in range(3):\n"
+        "        owner.tasks.run(key, work, on_progress=lambda v: None,\n"
+        "                        on_result=answers.append)\n"
+        "    owners.append(owner)\n"
+        "    if len(owners) > 3:\n"
+        "        old = owners.pop(0)\n"
+        "        old.tasks.close()\n"
+        "        old.deleteLater()\n"
+        "timer = QTimer()\n"
+        "timer.timeout.connect(tick)\n"
+        "timer.start(5)\n"
+        "QTimer.singleShot(3000, app.quit)\n"
+        "app.exec()\n"
+        "timer.stop()\n"
+        "last = owners[-1]\n"
+        "while last.tasks.running():\n"
+        "    app.processEvents()\n"
+        "for _ in range(5):\n"
+        "    app.processEvents()\n"
+        "print('survived', len(answers) >= 3 and set(answers) == {1999})\n")
+    done = subprocess.run([sys.executable, "-X", "faulthandler", str(script)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert done.returncode == 0 and done.stdout.split() == ["survived", "True"], \
+        done.stderr[-2000:]
