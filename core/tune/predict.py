@@ -8,8 +8,10 @@ to 90th percentile) widened by a tenth, and at least as wide as the earlier meas
 95% intervals. Tunes on the same prompts (``prompts``: the tuning
 prompts' digest, core.tune.run.prompt_set) are the only ones used where there are any: the
 text decides much of a speed-up (the same draft model measured 0.59x on grounded prompts and
-0.38x on code, tune_search 2026-11-27); otherwise the source says the tunes were on other
-prompts. Only a measurement worth learning from counts
+0.38x on code, tune_search 2026-11-27), and only a measurement on all of them (a setting
+the search dropped after an early round ran on part of them: ``complete``); otherwise the
+source says the tunes were on other prompts (or part of these), and the range is wider
+(``OTHER_PROMPTS_WIDEN``). Only a measurement worth learning from counts
 (``usable``): one resting on at least three pairs, from no disturbed run, and no faster than
 drafting k tokens a step can be (k + 1 times); one disturbed pair once entered the history of
 a user's tune as 62.88x and widened every later prediction to nonsense. Where it has tuned a
@@ -86,6 +88,13 @@ HISTORY_WIDEN = 0.10
 HISTORY_MIN_PAIRS = MIN_PAIRS_FOR_INTERVAL
 """A measurement on fewer pairs than this is too thin to predict from (entries written before
 the history recorded its pairs count as one)."""
+OTHER_PROMPTS_WIDEN = 0.30
+"""How much wider (as a share of the median) a prediction is from tunes on other prompts, or
+on part of these (a setting the search dropped after an early round), than from tunes on
+these: the text moves a draft model's speed-up by about that much either side. The same
+draft measured 0.34-0.59x across three suites (tune_search, 2026-11-27), and 0.78x on the
+search's first grounded prompts against 0.55x on all of them; its per-token acceptance
+spread 0.68-0.90 across five suites (acceptance.md)."""
 SIMILAR_WIDEN = 0.25
 """How much wider (as a share of the median) a prediction from similar pairs is than one from
 the same pair: another target or draft is a weaker witness."""
@@ -193,14 +202,16 @@ def read_history(path: Path | None = None) -> list[dict]:
 def record(setup: Setup, candidate: Candidate, speedup: float, path: Path | None = None, *,
            device: str | None = None, acceptance: float | None = None,
            k: int | None = None, pairs: int = 0, disturbed: bool = False,
-           prompts: str | None = None, interval: tuple[float, float] | None = None) -> None:
+           prompts: str | None = None, interval: tuple[float, float] | None = None,
+           complete: bool = True) -> None:
     """Remember what ``candidate`` measured on this machine for this target: its speed-up,
     the ``pairs`` it rests on and whether a run behind it was ``disturbed`` (so a later
     prediction weighs it, or leaves it out: ``usable``), and, for a later prediction of a
     similar pair, what it was (spec type, kind, the target's family, ``device``) and, where
     the server reported it, the share of drafted tokens accepted at its best setting's
     ``k``; ``prompts``: what it was measured on (core.tune.run.prompt_set); ``interval``:
-    the 95% interval of ``speedup`` (a prediction from it is no narrower)."""
+    the 95% interval of ``speedup`` (a prediction from it is no narrower); ``complete``:
+    False when it rests on part of those prompts only (a setting the search dropped early)."""
     path = path or history_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     entry = {"target": setup.facts.name, "candidate": candidate.label,
@@ -211,6 +222,8 @@ def record(setup: Setup, candidate: Candidate, speedup: float, path: Path | None
              "pairs": pairs, "disturbed": disturbed, "prompts": prompts}
     if interval is not None:
         entry["low"], entry["high"] = (round(v, 4) for v in interval)
+    if not complete:
+        entry["complete"] = False
     with path.open("a", encoding="utf-8") as handle:
         handle.write(json.dumps(entry) + "\n")
 
@@ -347,13 +360,17 @@ def predict(candidate: Candidate, setup: Setup, device: str,
     same = [e for e in history
             if e.get("target") == setup.facts.name and e.get("candidate") == candidate.label]
     seen = [e for e in same if usable(e)]
-    these = [e for e in seen if prompts is not None and e.get("prompts") == prompts]
+    ours = [e for e in seen if prompts is not None and e.get("prompts") == prompts]
+    these = [e for e in ours if e.get("complete", True)]
     if these:
-        same = [e for e in same if e.get("prompts") == prompts]
-    where = " on these prompts" if these else " on other prompts" if prompts is not None else ""
+        same = [e for e in same if e.get("prompts") == prompts and e.get("complete", True)]
+    where = (" on these prompts" if these else
+             " on part of these prompts" if ours and len(ours) == len(seen) else
+             " on other prompts" if prompts is not None else "")
     seen = these or seen
     if seen:
-        middle, low, high = _from_measured(seen, HISTORY_WIDEN)
+        widen = HISTORY_WIDEN if these or prompts is None else OTHER_PROMPTS_WIDEN
+        middle, low, high = _from_measured(seen, widen)
         return Prediction(middle, low, high,
                           f"history ({len(seen)} earlier tune{'s' if len(seen) > 1 else ''}"
                           f"{where}, {sum(map(_pairs, seen))} pairs{_left_out(same)})")

@@ -200,6 +200,9 @@ class Tried:
     noise, shown but never learned from."""
     interval: tuple[float, float] | None = None
     """The 95% interval of the measured speed-up (None: too few pairs for one)."""
+    complete: bool = True
+    """Measured on every prompt the search ran (False: dropped after an early round, on
+    part of them: a figure for those prompts, not for the whole set)."""
 
     @property
     def error(self) -> float | None:
@@ -410,7 +413,8 @@ def remember(setup, tried, device: str, path: Path | None = None, *,
         if item.measured is not None and not item.not_drafting:
             record(setup, item.candidate, item.measured, path, device=device,
                    acceptance=item.acceptance, k=item.k, pairs=item.pairs,
-                   disturbed=item.disturbed, prompts=prompts, interval=item.interval)
+                   disturbed=item.disturbed, prompts=prompts, interval=item.interval,
+                   complete=item.complete)
 
 
 def current_label(arm: Arm) -> str:
@@ -765,7 +769,15 @@ def _tried(candidate: Candidate, prediction: Prediction, search: GridResult) -> 
                  top.by_suite[ALL].acceptance_rate,
                  int(k) if k is not None and k.isdigit() else None,
                  ratio.n, top.disturbed, top.not_drafting,
-                 (ratio.ci_low, ratio.ci_high) if ratio.has_interval else None)
+                 (ratio.ci_low, ratio.ci_high) if ratio.has_interval else None,
+                 on_every_prompt(search, top.cell.arm.name))
+
+
+def on_every_prompt(search: GridResult, arm: str) -> bool:
+    """Whether ``arm`` was measured on every prompt the search ran (a setting dropped after
+    an early round was measured on that round's prompts only)."""
+    measured_on = {r.prompt_id for run in search.runs for r in run.counted(arm)}
+    return measured_on >= {r.prompt_id for run in search.runs for r in run.counted()}
 
 
 def _reach(row: GridRow) -> float:

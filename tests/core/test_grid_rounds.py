@@ -365,6 +365,12 @@ def test_a_setting_that_goes_on_is_judged_on_every_round_it_ran(cycle_model):
         assert row.by_suite["all"].speedup.n == len(ratios) == (5 if row in finalists else 1)
         assert row.score == pytest.approx(statistics.median(ratios))
         assert len(row.round_scores) == (2 if row in finalists else 1)
+    # What the prediction history records of each: a finalist was measured on every prompt
+    # the search ran, a setting dropped after round 1 on that round's prompt only.
+    from specdeck.core.tune.run import on_every_prompt
+
+    for row in result.rows:
+        assert on_every_prompt(result, row.cell.arm.name) == (row in finalists)
     # The JSON says for every row why it went no further and why it could not win.
     for row, shown in zip(result.rows, result.to_json()["rows"], strict=True):
         assert shown["diverged_runs"] == row.diverged

@@ -458,6 +458,22 @@ def test_history_on_the_same_prompts_comes_first_and_other_prompts_are_named(tmp
                                      prompt_set(TuneOptions(suites=("structured",))))
     assert elsewhere.speedup == 0.59, "no tune on these prompts: every earlier one counts"
     assert elsewhere.source == "history (3 earlier tunes on other prompts, 36 pairs)"
+    # Measured on part of these prompts only (dropped after an early round): not the figure
+    # of these prompts; a complete tune on them comes first, and without one it is used with
+    # a wider range, the source saying so.
+    part = {"target": setup.facts.name, "candidate": draft.label, "speedup": 0.78,
+            "pairs": 6, "prompts": grounded, "complete": False}
+    full = {**part, "speedup": 0.55, "pairs": 12}
+    del full["complete"]
+    first = tune_predict.predict(draft, setup, "cpu", [part, full], grounded)
+    assert first.speedup == 0.55 and first.source == ("history (1 earlier tune on these "
+                                                     "prompts, 12 pairs)")
+    only_part = tune_predict.predict(draft, setup, "cpu", [part], grounded)
+    assert only_part.speedup == 0.78
+    assert only_part.source == "history (1 earlier tune on part of these prompts, 6 pairs)"
+    widen = tune_predict.OTHER_PROMPTS_WIDEN * 0.78
+    assert (only_part.low, only_part.high) == pytest.approx((0.78 - widen, 0.78 + widen))
+    assert (elsewhere.high - elsewhere.low) > (on_code.high - on_code.low) * 2
     # a measurement on these prompts that is not worth learning from does not hide the rest
     tune_predict.record(setup, draft, 0.2, path, pairs=1, k=4, prompts=code)
     thin = tune_predict.predict(draft, setup, "cpu", tune_predict.read_history(path), code)
