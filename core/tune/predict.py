@@ -93,7 +93,8 @@ OTHER_PROMPTS_WIDEN = 0.30
 on part of these (a setting the search dropped after an early round), than from tunes on
 these: the text moves a draft model's speed-up by about that much either side. The same
 draft measured 0.34-0.59x across three suites (tune_search, 2026-11-27), and 0.78x on the
-search's first grounded prompts against 0.55x on all of them; its per-token acceptance
+search's first grounded prompts against 0.55x on all of them (a run of that benchmark not
+kept, the machine busy); its per-token acceptance
 spread 0.68-0.90 across five suites (acceptance.md)."""
 SIMILAR_WIDEN = 0.25
 """How much wider (as a share of the median) a prediction from similar pairs is than one from
