@@ -296,6 +296,8 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
                        key=lambda cp: cp[1].speedup, reverse=True)
     emit(CandidatesFound(tuple(predicted), found.not_tried))
     phase_s["candidates"] = time.monotonic() - started
+    if cancel.is_set():
+        return cancelled_reading(setup, options, found, phase_s, notes)
     if not predicted:
         raise InvalidInputError(f"{setup.where}: nothing to try ({_why_none(found)}).",
                                 "Put a draft GGUF of the target's family beside it, or use a "
@@ -477,6 +479,15 @@ def _why_no_best(search: GridResult) -> str:
                 "budget ran out: nothing was written. A larger budget measures more settings "
                 "on more prompts.")
     return "No setting beat decoding without a draft on the tuning prompts: nothing was written."
+
+
+def cancelled_reading(setup, options: TuneOptions, found: Candidates, phase_s: dict,
+                      notes: list) -> TuneResult:
+    """Cancel pressed while the candidates were read (a binary's --help, the Hub, the draft
+    folders): nothing ran, nothing was written."""
+    return _result(setup, options, (), found, None, None,
+                   Decided(None, None, False, "Cancelled while reading the candidates: "
+                           "nothing was written."), phase_s, True, notes, ())
 
 
 def _result(setup, options, tried, found, search, verification, decision, phase_s, cancelled,

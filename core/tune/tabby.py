@@ -447,6 +447,7 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
         Phase,
         TuneOptions,
         _why_none,
+        cancelled_reading,
         device_of,
         prompt_set,
         search_and_decide,
@@ -465,6 +466,8 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
                        key=lambda cp: cp[1].speedup, reverse=True)
     emit(CandidatesFound(tuple(predicted), found.not_tried))
     phase_s = {"candidates": time.monotonic() - started}
+    if cancel.is_set():
+        return cancelled_reading(setup, options, found, phase_s, [])
     if not predicted:
         raise InvalidInputError(f"{setup.where}: nothing to try ({_why_none(found)}).",
                                 f"Put a draft model of the target's family in {setup.draft_dir}"

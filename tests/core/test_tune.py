@@ -300,6 +300,12 @@ def test_when_the_current_setting_is_better_the_decision_says_keep_it(tmp_path):
     assert not decided.apply
     assert decided.why.startswith("Your current setting is the best the search found: 1.38x")
     assert decided.why.endswith("Keep it: nothing to change.")
+    # Cancel during the verification: a winner verified clearly faster is still not applied.
+    faster = _verification([1.3, 1.4, 1.35, 1.5])
+    assert decide(Candidate("ngram-map-k4v"), pick, faster, setup, cancelled=False).apply
+    stopped = decide(Candidate("ngram-map-k4v"), pick, faster, setup, cancelled=True)
+    assert not stopped.apply
+    assert stopped.why == "Cancelled during the verification: nothing was written."
 
 
 def test_a_winner_whose_output_changed_is_refused_in_plain_words(tmp_path):

@@ -236,6 +236,33 @@ def test_cancel_during_the_search_leaves_the_users_file_as_it_was(llama_bin, dem
     assert config.read_bytes() == original and not (tmp_path / "config.yaml.bak").exists()
 
 
+def test_cancel_while_the_candidates_are_read_starts_nothing(llama_bin, demo_gguf, tmp_path):
+    """Cancel pressed in the first phase (reading the binary's --help and the draft
+    folders): no server starts, no download, nothing is written, and the answer says when."""
+    from specdeck.core.tune.run import Phase, TuneOptions, tune
+    from specdeck.core.tune.setup import from_swap
+
+    config = tune_config(tmp_path, llama_bin, demo_gguf, "--spec-type ngram-mod")
+    original = config.read_bytes()
+    running = _llama_servers(demo_gguf)
+    cancel = threading.Event()
+    phases = []
+
+    def on_event(event):
+        if isinstance(event, Phase):
+            phases.append(event.name)
+            cancel.set()
+
+    result = tune(from_swap(config, "smol"), TuneOptions(budget_s=60, prompts_per_suite=2,
+                                                        max_new_tokens=16),
+                  on_event=on_event, cancel=cancel)
+    assert result.cancelled and not result.decision.apply
+    assert result.decision.why == "Cancelled while reading the candidates: nothing was written."
+    assert phases == ["candidates"] and result.search is None and not result.downloads
+    assert len(_llama_servers(demo_gguf)) <= len(running)
+    assert config.read_bytes() == original and not (tmp_path / "config.yaml.bak").exists()
+
+
 def test_cancel_during_a_download_stops_the_tune_and_leaves_everything_as_it_was(
         llama_bin, demo_gguf, tmp_path, specdeck_home, memory_keyring):  # noqa: F811
     """The real binary's --help lists draft-simple; the local Hub serves the demo's header as
