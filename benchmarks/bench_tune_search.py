@@ -45,6 +45,7 @@ GOAL_PREDICTION = 0.15
 def run(report: Report) -> None:
     from specdeck.core.bench.grid import ALL, run_grid
     from specdeck.core.bench.plan import BenchPlan
+    from specdeck.core.bench.runner import choose_prompts
     from specdeck.core.servers.engine import ServerEngine
     from specdeck.core.servers.llama_server import binary_help, servers_that_fit
     from specdeck.core.tune import setup as tune_setup
@@ -110,8 +111,9 @@ def run(report: Report) -> None:
                 # A later tune on these prompts: the search's measurements as its history.
                 prompts = prompt_set(TuneOptions(suites=(suite,), max_new_tokens=MAX_NEW))
                 history = Path(tmp) / f"history-{suite}.jsonl"
-                remember(setup, [_tried(c, p, search) for c, p in predicted], "cpu", history,
-                         prompts=prompts)
+                every = [p.id for p in choose_prompts(base)]
+                remember(setup, [_tried(c, p, search, every) for c, p in predicted], "cpu",
+                         history, prompts=prompts)
                 for candidate, prediction in predicted:
                     tried = _tried(candidate, prediction, grid)
                     if tried.error is not None:

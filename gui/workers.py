@@ -77,28 +77,34 @@ class _State:
 
 
 class _Runnable(QRunnable):
-    def __init__(self, handle: TaskHandle, fn: Callable[..., Any], args, kwargs):
+    """The worker's side of a call. It holds no reference to the handle (the GUI thread's
+    mailbox holds it, by ``token``) and hands what it was given back to the GUI thread with
+    its last letter: a worker that held the last reference to a handle or a page would
+    free a Qt object on the wrong thread."""
+
+    def __init__(self, mailbox: _Mailbox, token: int, state: _State,
+                 fn: Callable[..., Any], args, kwargs):
         super().__init__()
         self.setAutoDelete(True)
-        self._handle = handle
-        self._state = handle.state
-        self._fn = fn
-        self._args = args
-        self._kwargs = kwargs
+        self._mailbox, self._token, self._state = mailbox, token, state
+        self._call = (fn, args, kwargs)
 
     def run(self) -> None:  # worker thread: touches no Qt object but the mailbox
-        post = functools.partial(_post, self._handle)
+        call, self._call = self._call, None
+        fn, args, kwargs = call
+        post = self._mailbox.posted.emit
         try:
-            result = self._fn(*self._args, **self._kwargs)
+            result = fn(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - delivered to the GUI, never lost
             if not _is_user_error(exc):
                 log.error("Background task failed:\n%s", traceback.format_exc())
             self._state.running = False
-            post("failed", exc)
+            post(self._token, "failed", exc)
         else:
             self._state.running = False
-            post("finished", result)
-        post("done", None)
+            post(self._token, "finished", result)
+        del fn, args, kwargs
+        post(self._token, "done", call)  # the call's references go back with it
 
 
 class _Mailbox(QObject):
@@ -111,17 +117,39 @@ class _Mailbox(QObject):
     scan; reproduced by tests/gui/test_workers.py in seconds). The mailbox's own queued
     connection to its slot (a @Slot method, not a lambda: PySide6 6.8+ has crashed on
     cross-thread signals to plain callables, PYSIDE-3124) hands each letter to the GUI
-    thread, which emits the handle's signal there only if the handle still exists."""
+    thread, which emits the handle's signal there only if the handle still exists.
 
-    posted = Signal(object, str, object)
+    Letters name their call by a token; the mailbox keeps each call's handle until its last
+    letter, and what a finished call held (its handle, function and arguments) a moment
+    longer (``KEEP_MS``), so the last reference never drops on the worker, which may still
+    be returning from posting it."""
+
+    posted = Signal(int, str, object)
+    KEEP_MS = 1000
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
+        self._handles: dict[int, TaskHandle] = {}
+        self._tokens = itertools.count()
+        self._retired: list = []
+        self._sweep = QTimer(self)
+        self._sweep.setSingleShot(True)
+        self._sweep.timeout.connect(self._retired.clear)
         self.posted.connect(self._arrive, Qt.ConnectionType.QueuedConnection)
 
-    @Slot(object, str, object)
-    def _arrive(self, handle: TaskHandle, what: str, value: object) -> None:  # GUI thread
-        if not isValid(handle):
+    def register(self, handle: TaskHandle) -> int:  # GUI thread
+        token = next(self._tokens)
+        self._handles[token] = handle
+        return token
+
+    @Slot(int, str, object)
+    def _arrive(self, token: int, what: str, value: object) -> None:  # GUI thread
+        handle = self._handles.get(token)
+        if what == "done":
+            self._handles.pop(token, None)
+            self._retired.append((handle, value))
+            self._sweep.start(self.KEEP_MS)
+        if handle is None or not isValid(handle):
             return  # closed with the widget that asked: nobody waits for the answer
         if what == "progress":
             handle.progress.emit(value)
@@ -136,24 +164,22 @@ _mailbox: _Mailbox | None = None
 
 
 def _mailbox_of_the_app() -> _Mailbox:
-    """The application's mailbox, made on first use (on the GUI thread: pages submit work
-    there) as a child of the application."""
+    """The application's mailbox, made on first use as a child of the application (pages
+    submit work on the GUI thread, where it must live)."""
     global _mailbox
     if _mailbox is None or not isValid(_mailbox):
-        _mailbox = _Mailbox(QCoreApplication.instance())
+        app = QCoreApplication.instance()
+        if app is None:
+            raise RuntimeError("gui.workers needs a QApplication (create it first).")
+        _mailbox = _Mailbox(app)
     return _mailbox
-
-
-def _post(handle: TaskHandle, what: str, value: object) -> None:  # worker thread
-    """``handle`` travels as a Python reference only: nothing here touches its Qt object."""
-    _mailbox.posted.emit(handle, what, value)
 
 
 def _release(handle) -> None:
     """Delete a finished handle (on the GUI thread, after its done signal): its parent would
     otherwise keep every handle of a long session alive (the soak benchmark found two per
     A/B run). Deferred, so slots queued for its signals run first."""
-    if handle.owned_by_parent:  # Python owns the others: freed with their last reference
+    if handle.owned_by_parent and isValid(handle):  # Python owns the others
         handle.deleteLater()
 
 
@@ -201,13 +227,14 @@ def submit(
 
 def _prepare(fn: Callable[..., Any], args, kwargs: dict[str, Any],
              parent: QObject | None) -> tuple[TaskHandle, _Runnable]:
-    _mailbox_of_the_app()
+    mailbox = _mailbox_of_the_app()
     handle = TaskHandle(parent)
+    token = mailbox.register(handle)
     if _accepts(fn, "cancel") and "cancel" not in kwargs:
         kwargs["cancel"] = handle.cancel_event
     if _accepts(fn, "progress") and "progress" not in kwargs:
-        kwargs["progress"] = functools.partial(_post, handle, "progress")
-    return handle, _Runnable(handle, fn, args, kwargs)
+        kwargs["progress"] = functools.partial(mailbox.posted.emit, token, "progress")
+    return handle, _Runnable(mailbox, token, handle.state, fn, args, kwargs)
 
 
 class Tasks(QObject):

@@ -29,7 +29,7 @@ import math
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -365,7 +365,7 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
                           deadline=deadline)
         phase_s["search"] = time.monotonic() - t0
         best, noise_share = finalist(search)
-        tried = tuple(_tried(c, p, search) for c, p in predicted)
+        tried = tuple(_tried(c, p, search, tuning) for c, p in predicted)
         remember(setup, tried, device_of(setup, options), prompts=prompt_set(options))
         if cancel.is_set():
             return _result(setup, options, tried, found, search, None,
@@ -760,8 +760,10 @@ def why_not_the_top(search: GridResult, chosen: GridRow, noise_share: float) -> 
             "instead.")
 
 
-def _tried(candidate: Candidate, prediction: Prediction, search: GridResult) -> Tried:
-    """What the search measured of ``candidate``: its best setting among those that went
+def _tried(candidate: Candidate, prediction: Prediction, search: GridResult,
+           every: Iterable[str] = ()) -> Tried:
+    """What the search measured of ``candidate`` (``every``: the prompt ids it searched on,
+    for ``Tried.complete``): its best setting among those that went
     furthest in the search. A setting dropped early rests on fewer pairs, and the best of
     several thin figures flatters itself: in the tune_search benchmark (2026-11-27) the draft
     model's k=8, dropped after round 1 on 3 pairs at 0.70x, outscored the k=4 the search kept
@@ -781,14 +783,14 @@ def _tried(candidate: Candidate, prediction: Prediction, search: GridResult) -> 
                  int(k) if k is not None and k.isdigit() else None,
                  ratio.n, top.disturbed, top.not_drafting,
                  (ratio.ci_low, ratio.ci_high) if ratio.has_interval else None,
-                 on_every_prompt(search, top.cell.arm.name))
+                 on_every_prompt(search, top.cell.arm.name, every))
 
 
-def on_every_prompt(search: GridResult, arm: str) -> bool:
-    """Whether ``arm`` was measured on every prompt the search ran (a setting dropped after
-    an early round was measured on that round's prompts only)."""
-    measured_on = {r.prompt_id for run in search.runs for r in run.counted(arm)}
-    return measured_on >= {r.prompt_id for run in search.runs for r in run.counted()}
+def on_every_prompt(search: GridResult, arm: str, every: Iterable[str]) -> bool:
+    """Whether ``arm`` was measured on every prompt of ``every`` (the search's prompt ids): a
+    setting dropped after an early round was measured on that round's prompts only, and so
+    was every setting of a search stopped early or cut short by its deadline."""
+    return {r.prompt_id for run in search.runs for r in run.counted(arm)} >= set(every)
 
 
 def _reach(row: GridRow) -> float:

@@ -367,10 +367,16 @@ def test_a_setting_that_goes_on_is_judged_on_every_round_it_ran(cycle_model):
         assert len(row.round_scores) == (2 if row in finalists else 1)
     # What the prediction history records of each: a finalist was measured on every prompt
     # the search ran, a setting dropped after round 1 on that round's prompt only.
+    from specdeck.core.bench.runner import choose_prompts
     from specdeck.core.tune.run import on_every_prompt
 
+    every = [p.id for p in choose_prompts(base)]
+    assert len(every) == 4
     for row in result.rows:
-        assert on_every_prompt(result, row.cell.arm.name) == (row in finalists)
+        assert on_every_prompt(result, row.cell.arm.name, every) == (row in finalists)
+    # A search that never reached the last round measured nothing on every prompt.
+    first_round = replace(result, runs=result.runs[:1])
+    assert not any(on_every_prompt(first_round, r.cell.arm.name, every) for r in result.rows)
     # The JSON says for every row why it went no further and why it could not win.
     for row, shown in zip(result.rows, result.to_json()["rows"], strict=True):
         assert shown["diverged_runs"] == row.diverged
