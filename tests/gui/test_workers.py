@@ -317,4 +317,3 @@ def test_pages_deleted_while_their_calls_report_progress(tmp_path):
                           env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
     assert done.returncode == 0 and done.stdout.split() == ["survived", "True"], \
         done.stderr[-2000:]
-
