@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import statistics
 import subprocess
 import tempfile
@@ -63,8 +64,6 @@ def _served(binary: Path, target: Path, args: tuple[str, ...], log: Path, prompt
 
 def _confidence(answer: dict) -> list[float]:
     """The target's top-1 probability at each token it wrote."""
-    import math
-
     return [math.exp(t["top_logprobs"][0]["logprob"])
             for t in answer["choices"][0]["logprobs"]["content"] if t["top_logprobs"]]
 
@@ -87,7 +86,8 @@ def run(report: Report) -> None:
             subprocess.run([str(binary.parent / "llama-quantize"), "--allow-requantize",
                             str(target), str(path), quant], check=True, capture_output=True,
                            timeout=300)
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            with path.open("rb") as handle:
+                digest = hashlib.file_digest(handle, "sha256").hexdigest()
             if digest in digests:  # llama-quantize fell back to a type already measured
                 report.text(f"{quant}: the same file as {digests[digest]} (llama-quantize's "
                             f"fallback for this model's shapes); not measured twice.")

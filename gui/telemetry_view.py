@@ -8,6 +8,7 @@ can reuse :class:`TelemetryPlots` for VRAM next to its throughput curves.
 
 from __future__ import annotations
 
+import functools
 import math
 
 from PySide6.QtCore import Qt
@@ -63,30 +64,25 @@ BAR_SAMPLE_SIDE = 10
 pyqtgraph's own swatch is an 18-pixel square crossed by the pen's line, twice the text's
 height beside the 20-pixel lines of the curves' entries."""
 
-_sample_type = None
-
-
+@functools.cache
 def legend_sample_type():
     """pyqtgraph's legend swatch (LegendItem's ``sampleType``), with a bar series drawn as a
     small filled square centred on the line the curves' swatches draw (made on first use:
     pyqtgraph is imported lazily)."""
-    global _sample_type
-    if _sample_type is None:
-        import pyqtgraph as pg
-        from pyqtgraph.graphicsItems.LegendItem import ItemSample
-        from PySide6.QtCore import QRectF
+    import pyqtgraph as pg
+    from pyqtgraph.graphicsItems.LegendItem import ItemSample
+    from PySide6.QtCore import QRectF
 
-        class Sample(ItemSample):
-            def paint(self, painter, *args):
-                if not isinstance(self.item, pg.BarGraphItem) or not self.item.isVisible():
-                    return super().paint(painter, *args)
-                side, middle = BAR_SAMPLE_SIDE, 11  # 11: the curves' swatch line
-                painter.setPen(pg.mkPen(self.item.opts.get("pen")))
-                painter.setBrush(pg.mkBrush(self.item.opts.get("brush")))
-                painter.drawRect(QRectF((20 - side) / 2, middle - side / 2, side, side))
+    class Sample(ItemSample):
+        def paint(self, painter, *args):
+            if not isinstance(self.item, pg.BarGraphItem) or not self.item.isVisible():
+                return super().paint(painter, *args)
+            side, middle = BAR_SAMPLE_SIDE, 11  # 11: the curves' swatch line
+            painter.setPen(pg.mkPen(self.item.opts.get("pen")))
+            painter.setBrush(pg.mkBrush(self.item.opts.get("brush")))
+            painter.drawRect(QRectF((20 - side) / 2, middle - side / 2, side, side))
 
-        _sample_type = Sample
-    return _sample_type
+    return Sample
 
 
 def live_plot(title: str, unit: str, x_label: str, min_height: int):

@@ -121,8 +121,9 @@ class _Mailbox(QObject):
 
     Letters name their call by a token; the mailbox keeps each call's handle until its last
     letter, and what a finished call held (its handle, function and arguments) a moment
-    longer (``KEEP_MS``), so the last reference never drops on the worker, which may still
-    be returning from posting it."""
+    longer (``KEEP_MS`` to twice that: two generations, the older dropped at each sweep), so
+    the last reference never drops on the worker, which may still be returning from posting
+    it, and a steady stream of calls keeps no more than two sweeps' worth."""
 
     posted = Signal(int, str, object)
     KEEP_MS = 1000
@@ -132,10 +133,17 @@ class _Mailbox(QObject):
         self._handles: dict[int, TaskHandle] = {}
         self._tokens = itertools.count()
         self._retired: list = []
+        self._retiring: list = []
         self._sweep = QTimer(self)
         self._sweep.setSingleShot(True)
-        self._sweep.timeout.connect(self._retired.clear)
+        self._sweep.timeout.connect(self._age)
         self.posted.connect(self._arrive, Qt.ConnectionType.QueuedConnection)
+
+    @Slot()
+    def _age(self) -> None:  # GUI thread
+        self._retired, self._retiring = self._retiring, []
+        if self._retired:
+            self._sweep.start(self.KEEP_MS)
 
     def register(self, handle: TaskHandle) -> int:  # GUI thread
         token = next(self._tokens)
@@ -147,8 +155,9 @@ class _Mailbox(QObject):
         handle = self._handles.get(token)
         if what == "done":
             self._handles.pop(token, None)
-            self._retired.append((handle, value))
-            self._sweep.start(self.KEEP_MS)
+            self._retiring.append((handle, value))
+            if not self._sweep.isActive():
+                self._sweep.start(self.KEEP_MS)
         if handle is None or not isValid(handle):
             return  # closed with the widget that asked: nobody waits for the answer
         if what == "progress":

@@ -317,3 +317,26 @@ def test_pages_deleted_while_their_calls_report_progress(tmp_path):
                           env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
     assert done.returncode == 0 and done.stdout.split() == ["survived", "True"], \
         done.stderr[-2000:]
+
+
+def test_finished_calls_are_let_go_while_others_keep_finishing(qtbot, configured_qapp,
+                                                               monkeypatch):
+    """The mailbox keeps what a finished call held a moment longer (so its last reference
+    never drops on the worker), and no more than two sweeps' worth under a steady stream of
+    calls: restarting one timer at every finished call kept all of them while calls went on
+    finishing more often than the sweep."""
+    import time
+
+    from specdeck.gui.workers import _Mailbox, _mailbox_of_the_app
+
+    monkeypatch.setattr(_Mailbox, "KEEP_MS", 100)
+    mailbox = _mailbox_of_the_app()
+    done, held = [], []
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:  # a call finishing every ~10 ms for a second
+        submit(lambda: 1).done.connect(lambda: done.append(1))
+        qtbot.wait(10)
+        held.append(len(mailbox._retired) + len(mailbox._retiring))
+    assert len(done) > 40
+    assert max(held) < 40, max(held)  # two sweeps of 100 ms: about 20 calls, not all of them
+    qtbot.waitUntil(lambda: not mailbox._retired and not mailbox._retiring, timeout=2000)
