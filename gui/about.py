@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import platform
 import sys
 from importlib import metadata
@@ -17,7 +18,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from specdeck import __version__
+from specdeck import SUMMARY, __version__
 
 # Distribution names whose versions matter when a user reports a problem. Read from
 # metadata: importing torch or exllamav2 here would cost seconds (or fail without CUDA).
@@ -58,8 +59,8 @@ class AboutDialog(QDialog):
         layout = QVBoxLayout(self)
         title = QLabel(
             f"<h2>SpecDeck {__version__}</h2>"
-            "<p>Speculative decoding for ExLlamaV2 / TabbyAPI: pick a draft model, check it, "
-            "fit it, install it, and prove the speed-up.</p>"
+            f"<p>{html.escape(SUMMARY)}: pick a draft, check it, fit it, install it, set "
+            "it up, and prove the speed-up.</p>"
         )
         title.setWordWrap(True)
         title.setTextFormat(Qt.TextFormat.RichText)

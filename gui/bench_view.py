@@ -146,6 +146,11 @@ class StreamPane(QFrame):
         return "".join(p for p, _ in self._segments)
 
 
+TIME_HEADROOM = 0.25
+"""While a plan runs, the time plots' range runs this fraction of the seconds so far ahead of
+the data (BenchPlots._fit_time)."""
+
+
 @dataclass
 class _Series:
     x: list[float] = field(default_factory=list)
@@ -210,6 +215,16 @@ class BenchPlots(QWidget):
         self._curves: dict[tuple[str, str], object] = {}
         self._arm_index: dict[str, int] = {}
         self._legend = True
+        # The three plots against seconds show the same seconds: acceptance points only from
+        # the runs that drafted, drawn over their own span, sat under other seconds of the
+        # speed plot beside them. Panning or zooming one moves all three.
+        for plot in (self.accept_plot, self.memory_plot):
+            plot.setXLink(self.speed_plot)
+        self.time_shown: tuple[float, float] | None = None
+        """The seconds the time plots show while they follow the data (None: none yet)."""
+        self._follow_time = True
+        for plot in (self.speed_plot, self.accept_plot, self.memory_plot):
+            plot.getViewBox().sigRangeChangedManually.connect(self._stop_following)
 
     def title(self, key: str) -> str:
         """A plot's title as shown: "speed", "accept", "positions" or "memory"."""
@@ -255,6 +270,8 @@ class BenchPlots(QWidget):
         self.accept = {a: _Series() for a in arms[1:]}
         self.accept_done = {a: _Series() for a in arms[1:]}
         self.memory = {}
+        self.time_shown = None
+        self._follow_time = True
         self.set_memory_title("Memory")
         self.show_positions([(a, None) for a in arms[1:]])
 
@@ -318,6 +335,29 @@ class BenchPlots(QWidget):
             self._redraw_accept()
         if only in (None, 2):
             self._redraw_memory()
+        self._fit_time(tight=only is None)
+
+    def _stop_following(self, *_args) -> None:
+        """The user panned or zoomed: the range is theirs until the next plan."""
+        self._follow_time = False
+
+    def _fit_time(self, tight: bool) -> None:
+        """Show every time plot's data on one range of seconds. While data comes in, the range
+        grows TIME_HEADROOM ahead at a time, so the three linked plots are not all repainted
+        on every tick; ``tight`` (the full redraw at the end) fits the data exactly."""
+        if not self._follow_time:
+            return
+        drawn = [s for group in (self.speed, self.finished, self.accept, self.accept_done,
+                                 self.memory) for s in group.values() if s.x]
+        if not drawn:
+            return
+        low, high = min(s.x[0] for s in drawn), max(s.x[-1] for s in drawn)
+        shown = self.time_shown
+        if not tight and shown is not None and shown[0] <= low and high <= shown[1]:
+            return
+        span = max(high - low, 1.0)
+        self.time_shown = (low, high if tight else high + TIME_HEADROOM * span)
+        self.speed_plot.setXRange(*self.time_shown, padding=0.02)
 
     def _set(self, kind: str, name: str, plot, colour: QColor, series: _Series,
              scatter: bool = False, scale: float = 1.0, drawn: bool | None = None) -> None:

@@ -123,11 +123,10 @@ class PlanBars(QWidget):
     def _paint_row(self, painter: QPainter, gpu: GpuPlan, top: float, bar_width: float) -> None:
         text = self.palette().text().color()
         hint = self.palette().placeholderText().color()
-        name = gpu.name.replace("NVIDIA GeForce ", "").replace("NVIDIA ", "")
         painter.setPen(text)
         painter.drawText(QRectF(4, top, LABEL_WIDTH - 8, BAR_HEIGHT),
                          Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
-                         f"GPU {gpu.index}: {name}")
+                         gpu.label)
         layers = []
         if gpu.target_layers:
             layers.append("layers {}-{}".format(*gpu.target_layers))
@@ -173,5 +172,5 @@ class PlanBars(QWidget):
 
     def mouseMoveEvent(self, event) -> None:  # noqa: N802 - Qt's name
         segment = self.segment_at(event.position().x(), event.position().y())
-        self.setToolTip(f"GPU {segment.gpu} {segment.label}: {segment.nbytes / GiB:.2f} GiB"
+        self.setToolTip(f"CUDA {segment.gpu} {segment.label}: {segment.nbytes / GiB:.2f} GiB"
                         if segment else "")

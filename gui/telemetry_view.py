@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from specdeck.core.gpu.telemetry import GpuReading, GpuStatus, TelemetryFrame
+from specdeck.core.vram.gpus import short_name
 
 GiB = 1024**3
 MiB = 1024**2
@@ -261,8 +262,7 @@ class TelemetryPlots(QWidget):
         import numpy as np
 
         latest = sampler.latest
-        names = {g.index: g.name.replace("NVIDIA GeForce ", "").replace("NVIDIA ", "")
-                 for g in (latest.gpus if latest is not None else ())}
+        names = {g.index: short_name(g.name) for g in (latest.gpus if latest is not None else ())}
         now = latest.timestamp if latest is not None else 0.0
         drawn = 0
         for index in sampler.gpu_indices():
@@ -304,6 +304,8 @@ class ProcessTable(QTableWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(0, len(self.HEADERS), parent)
         self.setHorizontalHeaderLabels(self.HEADERS)
+        self.horizontalHeaderItem(0).setToolTip("nvidia-smi's index (each card shows its CUDA "
+                                                "index beside it)")
         self.verticalHeader().setVisible(False)
         self.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.setSelectionMode(QTableWidget.SelectionMode.NoSelection)

@@ -85,6 +85,18 @@ def bench_form(qtbot, configured_qapp):
     form.shutdown()
 
 
+@pytest.fixture
+def plots(qtbot):
+    """The A/B and Tune pages' live plots (gui.bench_view.BenchPlots), shown at 1200 x 260."""
+    from specdeck.gui.bench_view import BenchPlots
+
+    widget = BenchPlots()
+    qtbot.addWidget(widget)
+    widget.resize(1200, 260)
+    widget.show()
+    return widget
+
+
 # The real parts the live tests share -----------------------------------------------------------
 @pytest.fixture(scope="session")
 def llama_bin() -> Path:

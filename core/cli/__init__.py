@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 from specdeck.core.errors import CancelledError, SpecDeckError
 
-from specdeck import __version__
+from specdeck import SUMMARY, __version__
 
 EXIT_OK = 0
 EXIT_NEGATIVE = 1
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="specdeck",
         description=(
-            "SpecDeck: speculative decoding for ExLlamaV2 / TabbyAPI. "
+            f"SpecDeck: {SUMMARY[0].lower()}{SUMMARY[1:]}. "
             "Run without arguments to open the desktop app."
         ),
     )

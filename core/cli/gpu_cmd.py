@@ -315,14 +315,14 @@ def print_plan(result, out: TextIO | None = None) -> None:
         rows.append([str(g.index), g.name, _gib(g.capacity_bytes), _gib(g.target_weights),
                      _gib(g.target_cache), _gib(g.draft_weights), _gib(g.draft_cache),
                      _gib(g.overhead_bytes), _gib(g.free_bytes), ", ".join(layers) or "-"])
-    print_table(rows, ["GPU", "Name", "Usable", "Target", "Target KV", "Draft", "Draft KV",
+    print_table(rows, ["CUDA", "Name", "Usable", "Target", "Target KV", "Draft", "Draft KV",
                        "Overhead", "Free", "Layers"], out)
     out.write("(GiB; overhead = CUDA context, scratch, cache staging, RoPE tables, activations, "
               "allocator slack)\n")
     for g in result.gpus:
         if g.overhead_bytes:
             parts = ", ".join(f"{OVERHEAD_LABELS[k]} {format_bytes(v)}" for k, v in g.overhead.items() if v)
-            out.write(f"  GPU {g.index} overhead: {parts}\n")
+            out.write(f"  {g.label} overhead: {parts}\n")
     out.write("\n")
     verdict = result.verdict.value.upper()
     if result.headroom_bytes < 0:

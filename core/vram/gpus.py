@@ -29,6 +29,11 @@ class GpuSpec:
         return self.total_bytes - self.reserved_bytes - self.in_use_bytes
 
 
+def short_name(name: str) -> str:
+    """A GPU's name without the vendor's prefix: "RTX 4090", "H200"."""
+    return name.replace("NVIDIA GeForce ", "").replace("NVIDIA ", "")
+
+
 def parse_gpu_sizes(text: str, overheads: Overheads = DEFAULT_OVERHEADS) -> tuple[GpuSpec, ...]:
     """GPUs typed by hand: "32,24" = a 32 GB card and a 24 GB card (GPU 0 first)."""
     sizes = _parse_numbers(text, "GPU sizes")

@@ -192,6 +192,15 @@ class GpuPlan:
     nvml_index: int | None = None
 
     @property
+    def label(self) -> str:
+        """How the plan names this GPU: "CUDA 0: RTX 5090". The plan's order is CUDA's (what
+        gpu_split's first number means), which need not be nvidia-smi's: the GPUs page shows
+        both on each card, and "GPU 0" in one place and another in the next named two cards."""
+        from specdeck.core.vram.gpus import short_name
+
+        return f"CUDA {self.index}: {short_name(self.name)}"
+
+    @property
     def overhead_bytes(self) -> int:
         return sum(self.overhead.values())
 
@@ -438,7 +447,7 @@ def evaluate(request: PlanRequest, overheads: Overheads) -> Outcome:
     if FitVerdict.NO_FIT in verdicts:
         short = next(g for g in gpus if g.free_bytes < 0)
         return Outcome(gpus, FitVerdict.NO_FIT, (
-            f"GPU {short.index} ({short.name}) would need {format_bytes(-short.free_bytes)} "
+            f"{short.label} would need {format_bytes(-short.free_bytes)} "
             "more than it has."), headroom)
     return Outcome(gpus, FitVerdict.TIGHT if FitVerdict.TIGHT in verdicts else FitVerdict.FITS, None, headroom)
 

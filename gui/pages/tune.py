@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer
-from PySide6.QtGui import QFont
+from PySide6.QtGui import QFont, QTextOption
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -563,6 +563,8 @@ class TunePage(QWidget):
         self.result = result
         if self.live is not None:
             self._show_live()
+            if self.live.cells:
+                self.best.setText(self.live.best_text(final=True))
             if self.plots is not None:
                 self.plots.redraw()
         self.phases.setText(self._phases_html("result"))
@@ -767,6 +769,9 @@ class TunePage(QWidget):
         self.report = QTextBrowser()
         self.report.setOpenLinks(False)
         self.report.setFont(QFont(self.report.font().family(), 9))
+        # Qt's default wraps anywhere: a narrow table column read "grounde d". Words stay whole
+        # (a wide table scrolls sideways instead).
+        self.report.setWordWrapMode(QTextOption.WrapMode.WordWrap)
         buttons = QVBoxLayout()
         for button in (self.apply_button, self.rollback_button, self.report_button):
             buttons.addWidget(button)

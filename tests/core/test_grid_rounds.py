@@ -420,9 +420,13 @@ def test_the_tune_pages_figures_are_the_ones_the_search_judges(cycle_model):
                            for r in result.rows)
     if result.best is None:
         assert live.best is None
+        assert live.best_text(final=True) == ("In the search, no setting beat decoding "
+                                              "without a draft")
     else:
         assert live.best.label == result.best.cell.label
         assert f"over {live.best.rounds} rounds" in live.best_text()
+        # Once the tune is over, its leader is no longer "so far".
+        assert live.best_text(final=True).startswith(f"Best in the search: {live.best.label}:")
 
 
 def test_the_note_says_the_repeats_were_cut_when_one_setting_goes_straight_to_the_last():

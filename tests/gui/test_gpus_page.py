@@ -136,6 +136,11 @@ def test_plan_on_the_replayed_gpus_marks_live_use(window, qtbot):
     # Planned in CUDA order: GPU 0 is the 5090 (NVML 1), GPU 1 the 4090 (NVML 0).
     assert [(g.name, g.nvml_index) for g in plan.gpus] == [("NVIDIA GeForce RTX 5090", 1),
                                                          ("NVIDIA GeForce RTX 4090", 0)]
+    # The plan names each GPU as its card does ("CUDA 0"), never "GPU 0" where the cards,
+    # plots and process table's GPU 0 is the other card.
+    assert [g.label for g in plan.gpus] == ["CUDA 0: RTX 5090", "CUDA 1: RTX 4090"]
+    for g in plan.gpus:
+        assert page.cards.cards[g.nvml_index].indices.text().endswith(f"CUDA {g.index}")
     frame = page.sampler.latest
     assert page.result.bars.live_used == {0: frame.gpu(1).memory_used, 1: frame.gpu(0).memory_used}
     # The synthetic trace's loader follows the plan, so plan and reality agree on the 5090.

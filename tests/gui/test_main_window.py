@@ -76,6 +76,31 @@ def test_about_lists_versions(qtbot, configured_qapp):
     assert __version__ in dialog.findChild(type(dialog.layout().itemAt(0).widget())).text()
 
 
+def test_what_specdeck_is_is_said_the_same_in_about_help_and_the_package(qtbot,
+                                                                          configured_qapp):
+    """One line says what SpecDeck is; About, `specdeck --help` and pyproject.toml's
+    description said 'for ExLlamaV2 / TabbyAPI' long after it served five kinds of server."""
+    import html
+    import tomllib
+    from pathlib import Path
+
+    from specdeck import SUMMARY
+    from specdeck.core.cli import build_parser
+    from specdeck.gui.about import AboutDialog
+
+    root = Path(__file__).resolve().parents[2]
+    project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["description"] == SUMMARY
+    help_text = " ".join(build_parser().format_help().split())
+    assert SUMMARY[1:] in help_text
+    dialog = AboutDialog()
+    qtbot.addWidget(dialog)
+    about = dialog.findChild(type(dialog.layout().itemAt(0).widget())).text()
+    assert html.escape(SUMMARY) in about
+    for words in ("llama-server", "vLLM", "Ollama"):
+        assert words in SUMMARY
+
+
 def test_a_remembered_config_that_vanished_is_forgotten_with_one_notice(qtbot, configured_qapp,
                                                                         tmp_path):
     from specdeck.core import settings

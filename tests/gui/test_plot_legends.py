@@ -6,17 +6,6 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.fixture
-def plots(qtbot):
-    from specdeck.gui.bench_view import BenchPlots
-
-    widget = BenchPlots()
-    qtbot.addWidget(widget)
-    widget.resize(1200, 260)
-    widget.show()
-    return widget
-
-
 def _names(plot) -> list[str]:
     legend = plot.getPlotItem().legend
     return [label.text for _sample, label in legend.items]
