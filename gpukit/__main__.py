@@ -23,9 +23,6 @@ from gpukit.state import KitState, work_dir
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CARRY_DIR = REPO_ROOT / ".gpukit"
 WHEELS_DIR = REPO_ROOT / ".whl"
-REQUIRED_WHEELS = ("exllamav2-0.3.2-", "fastparquet-", "cramjam-", "websockets-",
-                   "ruamel_yaml-", "platformdirs-")
-"""What the device image lacks (docs/gpu-proof.md has the pip download command)."""
 OUT_FILE_LIMIT = 8
 
 
@@ -51,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("prepare")
     p.add_argument("--tokenizer", type=Path, help="a folder with tokenizer.json (default: "
                    "TinyLlama's from the shared fixtures)")
+    p.add_argument("--no-download", action="store_true",
+                   help="only check .whl/, never download what it lacks")
     sub.add_parser("restore-ext")
     args = parser.parse_args(argv)
     return {"next": cmd_steps, "run": cmd_steps, "status": cmd_status, "report": cmd_report,
@@ -155,11 +154,19 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     source = args.tokenizer or find_tokenizer()
     dest = CARRY_DIR / "tokenizer"
     dest.mkdir(parents=True, exist_ok=True)
-    for name in TOKENIZER_FILES:
-        if (source / name).is_file():
+    for name in TOKENIZER_FILES:  # a second prepare finds the carried copy first: kept
+        if (source / name).is_file() and source.resolve() != dest.resolve():
             shutil.copy(source / name, dest / name)
     print(f"tokenizer: {source} -> {dest}")
     missing = missing_wheels(WHEELS_DIR)
+    if missing and not args.no_download:
+        import subprocess
+
+        from gpukit.install import pip_download_argv
+
+        print(f"downloading {', '.join(missing)} for the device's Python into {WHEELS_DIR}")
+        subprocess.run(pip_download_argv(WHEELS_DIR), check=False)
+        missing = missing_wheels(WHEELS_DIR)
     if missing:
         print(f"MISSING wheels in {WHEELS_DIR}: {', '.join(missing)} (see docs/gpu-proof.md)")
         return 1
@@ -170,8 +177,20 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def missing_wheels(folder: Path) -> list[str]:
-    names = [f.name for f in folder.glob("*.whl")] if folder.is_dir() else []
-    return [w.rstrip("-") for w in REQUIRED_WHEELS if not any(n.startswith(w) for n in names)]
+    """The pins of gpukit.install.WHEELS with no wheel of that name and version in ``folder``."""
+    from gpukit.install import WHEELS
+
+    names = [f.name.lower() for f in folder.glob("*.whl")] if folder.is_dir() else []
+    return [pin for pin in WHEELS if not any(n.startswith(_wheel_prefix(pin)) for n in names)]
+
+
+def _wheel_prefix(pin: str) -> str:
+    """A wheel's file name starts with its normalised name and version: "ruamel.yaml==0.19.1"
+    -> "ruamel_yaml-0.19.1-" (PEP 427: runs of -_. in the name become one _)."""
+    import re
+
+    name, version = pin.split("==")
+    return f"{re.sub(r'[-_.]+', '_', name).lower()}-{version}-"
 
 
 def cmd_restore_ext(args: argparse.Namespace) -> int:

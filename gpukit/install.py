@@ -51,9 +51,43 @@ def wheels_fingerprint(wheels: list[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
+WHEELS = ("exllamav2==0.3.2", "fastparquet==2026.9.0", "cramjam==2.14.0", "websockets==17.4",
+          "ruamel.yaml==0.19.1", "platformdirs==4.14.7")
+"""What the device image lacks: exllamav2 (a JIT build, py3-none-any), its converter's
+fastparquet (+ cramjam), websockets for its metadata; SpecDeck's CLI's ruamel.yaml and
+platformdirs."""
+DEVICE_PYTHON = "3.12"
+DEVICE_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
+                    "manylinux2014_x86_64", "manylinux1_x86_64")
+
+
+def device_tags() -> list[str]:
+    """pip's options for the device's interpreter (CPython 3.12 on x86-64 Linux), the same for
+    the download here and the install there: the CPU rehearsal installs the very wheels the
+    device gets, whatever Python runs it."""
+    return ["--only-binary=:all:", "--python-version", DEVICE_PYTHON, "--implementation", "cp",
+            *(f"--platform={p}" for p in DEVICE_PLATFORMS)]
+
+
+def pip_download_argv(dest: Path, python: str = sys.executable) -> list[str]:
+    return [python, "-m", "pip", "download", "-q", "--no-deps", *device_tags(), "-d", str(dest),
+            *WHEELS]
+
+
 def pip_install_argv(site: Path, wheels: list[Path], python: str = sys.executable) -> list[str]:
     return [python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-            "--no-cache-dir", "--upgrade", "--target", str(site), *map(str, sorted(wheels))]
+            "--no-cache-dir", "--upgrade", *device_tags(), "--target", str(site),
+            *map(str, sorted(wheels))]
+
+
+def interpreter_note() -> str | None:
+    """Said in the report where this Python is not the device's: the compiled wheels
+    (cramjam, fastparquet) will not import here, so exllamav2's converter could not run."""
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if running == DEVICE_PYTHON:
+        return None
+    return (f"the wheels are for Python {DEVICE_PYTHON} (the device's); this is {running}: "
+            "their compiled parts (cramjam, fastparquet) will not import here")
 
 
 def install(site: Path, wheels_dir: Path, repo: Path, log_path: Path) -> dict:
@@ -77,4 +111,8 @@ def install(site: Path, wheels_dir: Path, repo: Path, log_path: Path) -> dict:
     import importlib
 
     importlib.invalidate_caches()
-    return {"wheels": [w.name for w in wheels], "reused": installed}
+    summary = {"wheels": [w.name for w in wheels], "reused": installed}
+    note = interpreter_note()
+    if note:
+        summary["note"] = note
+    return summary

@@ -12,7 +12,7 @@ from pathlib import Path
 import kit_paths  # noqa: F401
 import pytest
 
-from conftest import MODELS
+from conftest import MODELS, REPO_ROOT
 from gpukit.driver import Step, StepIncomplete, ToolFailed, run_steps
 from gpukit.state import KitState
 
@@ -344,7 +344,54 @@ def test_missing_wheels_are_named(tmp_path):
 
     (tmp_path / "exllamav2-0.3.2-py3-none-any.whl").write_bytes(b"")
     (tmp_path / "platformdirs-4.14.7-py3-none-any.whl").write_bytes(b"")
-    assert missing_wheels(tmp_path) == ["fastparquet", "cramjam", "websockets", "ruamel_yaml"]
+    (tmp_path / "ruamel_yaml-0.18.0-py3-none-any.whl").write_bytes(b"")  # not the pinned one
+    assert missing_wheels(tmp_path) == ["fastparquet==2026.9.0", "cramjam==2.14.0",
+                                        "websockets==17.4", "ruamel.yaml==0.19.1"]
+    (tmp_path / "ruamel_yaml-0.19.1-py3-none-any.whl").write_bytes(b"")
+    assert "ruamel.yaml==0.19.1" not in missing_wheels(tmp_path)
+
+
+def _wheel(folder: Path, name: str, tag: str) -> Path:
+    """A minimal valid wheel: one module and its dist-info (PEP 427)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {f"{name}/__init__.py": b"VALUE = 1\n",
+             f"{name}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\n"
+                                               "Version: 1.0\n".encode(),
+             f"{name}-1.0.dist-info/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\n"
+                                            f"Root-Is-Purelib: false\nTag: {tag}\n".encode()}
+    record = "".join(
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}\n"
+        for path, data in files.items()) + f"{name}-1.0.dist-info/RECORD,,\n"
+    files[f"{name}-1.0.dist-info/RECORD"] = record.encode()
+    path = folder / f"{name}-1.0-{tag}.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, data in files.items():
+            archive.writestr(member, data)
+    return path
+
+
+def test_the_rehearsal_installs_the_devices_wheels_on_any_python(tmp_path):
+    """The carried wheels are CPython 3.12's (the device's); the CPU rehearsal runs on this
+    machine's Python. pip is told the device's tags on both sides, so the install step the
+    device runs is the one rehearsed here (it had failed here: 'cramjam-2.14.0-cp312-...
+    is not a supported wheel on this platform'), and the report says where they differ."""
+    from gpukit.install import DEVICE_PYTHON, install
+
+    wheels = tmp_path / "whl"
+    wheels.mkdir()
+    compiled = "cp{0}-cp{0}-manylinux_2_28_x86_64".format(DEVICE_PYTHON.replace(".", ""))
+    _wheel(wheels, "devicecompiled", compiled)
+    _wheel(wheels, "purepython", "py3-none-any")
+    site = tmp_path / "site"
+    summary = install(site, wheels, REPO_ROOT, tmp_path / "install.log")
+    assert (site / "devicecompiled" / "__init__.py").is_file()
+    assert (site / "purepython" / "__init__.py").is_file()
+    assert (site / "specdeck" / "core").resolve() == REPO_ROOT / "core"
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert ("note" in summary) == (here != DEVICE_PYTHON)
 
 
 def test_bare_loop_imports_exllamav2_only_when_loading():
@@ -525,7 +572,7 @@ def test_the_kit_plans_the_logits_rows_the_engine_allocates(tmp_path):
     import json
 
     from gpukit.steps import engine_logits_rows
-    from conftest import MODELS
+    from conftest import MODELS, REPO_ROOT
 
     from specdeck.core.cli import main
 
@@ -559,3 +606,22 @@ def test_specdeck_imports_from_the_checkout_with_nothing_installed(tmp_path):
                           cwd=root, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(root / "core" / "units.py")
+
+
+def test_prepare_runs_again_over_its_own_copy(tmp_path, monkeypatch):
+    """A second `python -m gpukit prepare` finds the tokenizer it carried first, and had
+    died copying it onto itself (shutil.SameFileError)."""
+    import gpukit.__main__ as kit
+    from gpukit.install import WHEELS
+
+    monkeypatch.setattr(kit, "CARRY_DIR", tmp_path / ".gpukit")
+    monkeypatch.setattr(kit, "WHEELS_DIR", tmp_path / ".whl")
+    (tmp_path / ".whl").mkdir()
+    for pin in WHEELS:
+        (tmp_path / ".whl" / f"{kit._wheel_prefix(pin)}py3-none-any.whl").write_bytes(b"")
+    source = MODELS / "TinyLlama-1.1B-Chat-v1.0"
+    assert kit.main(["prepare", "--no-download", "--tokenizer", str(source)]) == 0
+    carried = tmp_path / ".gpukit" / "tokenizer"
+    assert (carried / "tokenizer.json").read_bytes() == (source / "tokenizer.json").read_bytes()
+    assert kit.main(["prepare", "--no-download", "--tokenizer", str(carried)]) == 0
+    assert (carried / "tokenizer.json").read_bytes() == (source / "tokenizer.json").read_bytes()
