@@ -59,8 +59,8 @@ class AboutDialog(QDialog):
         layout = QVBoxLayout(self)
         title = QLabel(
             f"<h2>SpecDeck {__version__}</h2>"
-            f"<p>{html.escape(SUMMARY)}: pick a draft, check it, fit it, install it, set "
-            "it up, and prove the speed-up.</p>"
+            f"<p>{html.escape(SUMMARY)}.</p><p>Pick a draft, check it, fit it, install it, "
+            "set it up, and prove the speed-up.</p>"
         )
         title.setWordWrap(True)
         title.setTextFormat(Qt.TextFormat.RichText)

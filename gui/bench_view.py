@@ -146,6 +146,11 @@ class StreamPane(QFrame):
         return "".join(p for p, _ in self._segments)
 
 
+def _same_range(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    scale = max(abs(b[1] - b[0]), 1e-9)
+    return abs(a[0] - b[0]) <= 1e-6 * scale and abs(a[1] - b[1]) <= 1e-6 * scale
+
+
 TIME_HEADROOM = 0.25
 """While a plan runs, the time plots' range runs this fraction of the seconds so far ahead of
 the data (BenchPlots._fit_time)."""
@@ -223,6 +228,8 @@ class BenchPlots(QWidget):
         self.time_shown: tuple[float, float] | None = None
         """The seconds the time plots show while they follow the data (None: none yet)."""
         self._follow_time = True
+        self._x_set: tuple[float, float] | None = None
+        """The seconds shown as _fit_time last set them (a y-only change keeps them)."""
         for plot in (self.speed_plot, self.accept_plot, self.memory_plot):
             plot.getViewBox().sigRangeChangedManually.connect(self._stop_following)
 
@@ -272,6 +279,7 @@ class BenchPlots(QWidget):
         self.memory = {}
         self.time_shown = None
         self._follow_time = True
+        self._x_set = None
         self.set_memory_title("Memory")
         self.show_positions([(a, None) for a in arms[1:]])
 
@@ -338,8 +346,15 @@ class BenchPlots(QWidget):
         self._fit_time(tight=only is None)
 
     def _stop_following(self, *_args) -> None:
-        """The user panned or zoomed: the range is theirs until the next plan."""
-        self._follow_time = False
+        """The user panned or zoomed the seconds: the range is theirs until the next plan. A
+        change of the y axis alone (the wheel over an axis, a drag along it) leaves the
+        seconds following the data."""
+        if self._x_set is None or not _same_range(self._x_range(), self._x_set):
+            self._follow_time = False
+
+    def _x_range(self) -> tuple[float, float]:
+        low, high = self.speed_plot.getViewBox().viewRange()[0]
+        return low, high
 
     def _fit_time(self, tight: bool) -> None:
         """Show every time plot's data on one range of seconds. While data comes in, the range
@@ -358,6 +373,7 @@ class BenchPlots(QWidget):
         span = max(high - low, 1.0)
         self.time_shown = (low, high if tight else high + TIME_HEADROOM * span)
         self.speed_plot.setXRange(*self.time_shown, padding=0.02)
+        self._x_set = self._x_range()
 
     def _set(self, kind: str, name: str, plot, colour: QColor, series: _Series,
              scatter: bool = False, scale: float = 1.0, drawn: bool | None = None) -> None:

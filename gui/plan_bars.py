@@ -172,5 +172,6 @@ class PlanBars(QWidget):
 
     def mouseMoveEvent(self, event) -> None:  # noqa: N802 - Qt's name
         segment = self.segment_at(event.position().x(), event.position().y())
-        self.setToolTip(f"CUDA {segment.gpu} {segment.label}: {segment.nbytes / GiB:.2f} GiB"
+        self.setToolTip(f"{self.plan.gpu(segment.gpu).label} · {segment.label}: "
+                        f"{segment.nbytes / GiB:.2f} GiB"
                         if segment else "")

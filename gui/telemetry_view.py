@@ -177,9 +177,7 @@ class GpuCard(QFrame):
         if self.swatch.styleSheet() != style:
             self.swatch.setStyleSheet(style)
         set_text(self.title, gpu.name)
-        cuda = "hidden from CUDA" if gpu.cuda_index is None else (
-            f"CUDA {gpu.cuda_index}" + ("" if gpu.cuda_index_exact else " (estimated)"))
-        set_text(self.indices, f"nvidia-smi {gpu.index} · {cuda}")
+        set_text(self.indices, f"nvidia-smi {gpu.index} · {gpu.cuda_text}")
         lost = gpu.status is not GpuStatus.OK
         set_text(self.status, gpu.status.problem)
         set_visible(self.status, lost)

@@ -11,8 +11,8 @@ folders and are installed beneath it:
 __version__ = "0.1.0"
 
 SUMMARY = ("Desktop control panel for speculative decoding on local LLM servers: TabbyAPI "
-           "(ExLlamaV2, ExLlamaV3), llama.cpp's llama-server and llama-swap, vLLM, LM Studio, "
-           "Ollama")
+           "(ExLlamaV2, ExLlamaV3), llama.cpp's llama-server and llama-swap, vLLM, SGLang, "
+           "LM Studio, Ollama")
 """What SpecDeck is, in one line: the CLI's help, the About box and pyproject.toml's
 description (a test holds the last to it)."""
 

@@ -22,12 +22,12 @@ Run `python -m tools.make_gpu_trace` to regenerate (deterministic: fixed seed).
 from __future__ import annotations
 
 import math
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 from specdeck.core.gpu.telemetry import peak_bandwidth
+
 from tools.fixtures import fixtures_dir
 
 ROOT = Path(__file__).resolve().parents[1]

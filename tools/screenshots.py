@@ -21,7 +21,6 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     os.environ.setdefault("SPECDECK_HOME", tempfile.mkdtemp(prefix="specdeck-shots-"))
     from PySide6.QtWidgets import QApplication
-
     from specdeck.gui.app import configure_application
     from specdeck.gui.main_window import MainWindow
 

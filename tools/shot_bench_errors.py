@@ -12,9 +12,9 @@ from pathlib import Path
 
 def render(window, out_dir: Path) -> list[Path]:
     from PySide6.QtWidgets import QApplication
-
     from specdeck.core.bench.fields import PLAN_FIELDS
     from specdeck.core.servers.arms import arms_from_urls
+
     from tools.shot_bench import demo_plan
 
     page = window.show_page("bench")

@@ -7,12 +7,12 @@ differing tokens, an undecidable pair, and the draft suggestions for a Qwen targ
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from pathlib import Path
 
 from PySide6.QtWidgets import QApplication
+
 from tools.fixtures import fixtures_dir
 
 ROOT = Path(__file__).resolve().parents[1]

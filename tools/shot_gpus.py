@@ -9,9 +9,9 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
+
 from tools.fixtures import fixtures_dir
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
 from tools.fixtures import fixtures_dir
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,6 +25,7 @@ def render(window, out_dir: Path) -> list[Path]:
     from specdeck.core.engines.demo import find_gguf
     from specdeck.core.servers.arms import arms_from_urls
     from specdeck.core.servers.llama_server import LaunchProfile, ManagedServer
+
     from tools.llama_server_build import build
 
     binary, gguf = build(), find_gguf()

@@ -6,12 +6,12 @@ when the planner changes. Published numbers it compares with are quoted in the p
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 
 from specdeck.core import vram
 from specdeck.core.models import Architecture, architecture_from_config, read_model
+
 from tools.fixtures import fixtures_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +46,7 @@ def plan_table(title: str, plan: vram.VramPlan) -> None:
         if g.overhead_bytes:
             parts = ", ".join(f"{vram.OVERHEAD_LABELS[k]} {vram.format_bytes(v)}"
                               for k, v in g.overhead.items() if v)
-            print(f"GPU {g.index} overhead: {parts}.")
+            print(f"{g.label} overhead: {parts}.")
 
 
 def nyxkrage_exl2(arch: Architecture, params: float, bpw: float, context: int, cache_bits: int) -> dict:

@@ -78,7 +78,7 @@ def register(subparsers) -> None:
     vram.add_argument("--gpu-split", metavar="GB,GB", help="TabbyAPI gpu_split (default: autosplit)")
     vram.add_argument("--draft-gpu-split", metavar="GB,GB", help="TabbyAPI draft_gpu_split")
     vram.add_argument("--no-autosplit", action="store_true",
-                      help="gpu_split_auto: false (everything on GPU 0 unless --gpu-split)")
+                      help="gpu_split_auto: false (everything on CUDA 0 unless --gpu-split)")
     vram.add_argument("--reserve-mb", metavar="MB,MB", default="96",
                       help="TabbyAPI autosplit_reserve per GPU in MB (default 96)")
     vram.add_argument("--chunk-size", type=whole(1, 1 << 20), default=DEFAULT_CHUNK_SIZE,
@@ -312,10 +312,10 @@ def print_plan(result, out: TextIO | None = None) -> None:
             layers.append("target {}-{}".format(*g.target_layers))
         if g.draft_layers:
             layers.append("draft {}-{}".format(*g.draft_layers))
-        rows.append([str(g.index), g.name, _gib(g.capacity_bytes), _gib(g.target_weights),
+        rows.append([g.label, _gib(g.capacity_bytes), _gib(g.target_weights),
                      _gib(g.target_cache), _gib(g.draft_weights), _gib(g.draft_cache),
                      _gib(g.overhead_bytes), _gib(g.free_bytes), ", ".join(layers) or "-"])
-    print_table(rows, ["CUDA", "Name", "Usable", "Target", "Target KV", "Draft", "Draft KV",
+    print_table(rows, ["GPU", "Usable", "Target", "Target KV", "Draft", "Draft KV",
                        "Overhead", "Free", "Layers"], out)
     out.write("(GiB; overhead = CUDA context, scratch, cache staging, RoPE tables, activations, "
               "allocator slack)\n")

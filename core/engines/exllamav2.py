@@ -7,7 +7,7 @@ Written against exllamav2 v0.3.2 (the last release): ``ExLlamaV2DynamicGenerator
 What it does the way TabbyAPI's exl2 backend does (and why):
 - the cache length is a multiple of 256 (the generator's page size asserts it);
 - the draft's ``max_seq_len`` equals the target's, and when the draft's native context is
-  shorter its RoPE is stretched with the NTK alpha (DESIGN.md's formula);
+  shorter its RoPE is stretched with the NTK alpha (docs/engines.md has the formula);
 - autosplit with a reserve per GPU, or an explicit ``gpu_split`` in GB;
 - ``paged=False`` (and flash-attn off) when flash-attn >= 2.5.7 is missing or a GPU is
   older than Ampere: the unpaged mode runs one job at a time, which is all SpecDeck needs;

@@ -6,7 +6,7 @@ prompt lookup, or a draft model (which may be the target itself: self-drafting a
 every draft token, a check of the loop).
 
 Defaults chosen for honest A/B runs: greedy sampling, float32 on CPU (bfloat16 ties flip the
-argmax between batch shapes, see DESIGN.md), linear layers pre-packed for oneDNN on CPU
+argmax between batch shapes, see lossless.py), linear layers pre-packed for oneDNN on CPU
 where that does not slow plain decoding on this CPU (cpu_linear.py, timed at load; both arms
 get the same layers).
 

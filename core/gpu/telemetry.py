@@ -100,6 +100,14 @@ class ProcessUsage:
     """This process: SpecDeck itself (its in-process engine)."""
 
 
+def cuda_text(cuda_index: int | None, exact: bool = True) -> str:
+    """How SpecDeck names a GPU by its CUDA index, wherever it shows one (the GPUs page's
+    cards, the VRAM plan, its advice): "CUDA 1", "CUDA 1 (estimated)", "hidden from CUDA"."""
+    if cuda_index is None:
+        return "hidden from CUDA"
+    return f"CUDA {cuda_index}" + ("" if exact else " (estimated)")
+
+
 @dataclass(frozen=True)
 class GpuReading:
     """One GPU at one instant. ``None`` = not supported by this GPU or driver (N/A)."""
@@ -135,6 +143,10 @@ class GpuReading:
     @property
     def label(self) -> str:
         return f"GPU {self.index}: {self.name}"
+
+    @property
+    def cuda_text(self) -> str:
+        return cuda_text(self.cuda_index, self.cuda_index_exact)
 
     @property
     def usable_total(self) -> int | None:

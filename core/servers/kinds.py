@@ -1,5 +1,5 @@
-"""The kinds of server SpecDeck talks to, and what each can tell a client (DESIGN.md,
-"Servers"): how it is detected, whether it reports draft acceptance, whether a client can
+"""The kinds of server SpecDeck talks to, and what each can tell a client (docs/servers.md):
+how it is detected, whether it reports draft acceptance, whether a client can
 turn its prefix cache off."""
 
 from __future__ import annotations

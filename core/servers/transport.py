@@ -1,7 +1,7 @@
 """HTTP for server arms: JSON requests and server-sent event streams, bounded in time and size,
 with secrets kept out of every message.
 
-A server is untrusted input (DESIGN.md). The standard library's http.client is enough: one
+A server is untrusted input (docs/servers.md, "Keys and failures"). The standard library's http.client is enough: one
 connection per request (a benchmark must not share a socket between arms), and around it
 the bounds a server cannot talk its way past:
 

@@ -285,19 +285,24 @@ class TuneLive:
         return (f"Round {self.round}: {where}"
                 + (f" ({self.plan.done}/{self.plan.total} runs)" if self.plan else ""))
 
-    def best_text(self, final: bool = False) -> str:
-        """The search's leader in words; ``final`` once the tune is over (no "so far")."""
+    def best_text(self, final: bool = False, cancelled: bool = False) -> str:
+        """The search's leader in words; ``final`` once the tune is over (no "so far"), and
+        ``cancelled`` where it was cut short (nothing said as settled)."""
         best = self.best
         if best is None:
             measured = any(c.figures is not None and c.figures.pairs
                            for c in self.cells.values())
+            if final and cancelled:
+                return ("Before the cancel, no setting had beaten decoding without a draft"
+                        if measured else "Cancelled before anything was measured")
             if final:
                 return ("In the search, no setting beat decoding without a draft" if measured
                         else "The search measured nothing")
             return ("Best so far: no setting beats decoding without a draft yet" if measured
                     else "Best so far: nothing measured yet")
         f = best.figures
-        lead = "Best in the search" if final else "Best so far"
+        lead = ("Best before the cancel" if cancelled else "Best in the search") if final \
+            else "Best so far"
         return (f"{lead}: {best.label}: {f.median_speedup:.2f}x over no drafting "
                 f"(median of {f.pairs} paired run{'s' if f.pairs != 1 else ''} over "
                 f"{best.rounds} round{'s' if best.rounds != 1 else ''})")

@@ -23,15 +23,41 @@ class GpuSpec:
     in_use_bytes: int = 0
     """Held by other programs right now (the desktop, another server), when counted."""
     nvml_index: int | None = None
+    cuda_index: int | None = -1
+    """CUDA's index for this GPU as telemetry read it (None: hidden from CUDA); -1, the
+    default, for a GPU typed in by size: its position is its CUDA index."""
+    cuda_exact: bool = True
+    """False where telemetry had to estimate the CUDA order."""
 
     @property
     def capacity_bytes(self) -> int:
         return self.total_bytes - self.reserved_bytes - self.in_use_bytes
 
+    @property
+    def label(self) -> str:
+        """How a plan names this GPU: "CUDA 0: RTX 5090", as the GPUs page's card for it says
+        (core.gpu.telemetry.cuda_text), never a bare "GPU 0" that on the same page names
+        nvidia-smi's GPU 0, which need not be this one."""
+        return gpu_label(self.index, self.name, self.cuda_index, self.cuda_exact)
+
+    @property
+    def in_words(self) -> str:
+        return gpu_label(self.index, self.name, self.cuda_index, self.cuda_exact, True)
+
 
 def short_name(name: str) -> str:
     """A GPU's name without the vendor's prefix: "RTX 4090", "H200"."""
     return name.replace("NVIDIA GeForce ", "").replace("NVIDIA ", "")
+
+
+def gpu_label(position: int, name: str, cuda_index: int | None, exact: bool = True,
+              in_words: bool = False) -> str:
+    """See GpuSpec.label; ``in_words`` for a sentence: "the RTX 5090 (CUDA 0)".
+    ``cuda_index`` -1: a typed-in GPU, whose position is its index."""
+    from specdeck.core.gpu.telemetry import cuda_text
+
+    cuda = cuda_text(position if cuda_index == -1 else cuda_index, exact)
+    return f"the {short_name(name)} ({cuda})" if in_words else f"{cuda}: {short_name(name)}"
 
 
 def parse_gpu_sizes(text: str, overheads: Overheads = DEFAULT_OVERHEADS) -> tuple[GpuSpec, ...]:
@@ -109,5 +135,6 @@ def gpus_from_frame(frame, count_in_use: bool = False,
             # v1 "used" includes the driver's reservation, v2 "used" does not.
             held = g.memory_used - (0 if g.memory_reserved is not None else reserved)
             in_use = max(0, held - (g.own_bytes or 0))
-        specs.append(GpuSpec(position, g.name, g.memory_total, reserved, in_use, g.index))
+        specs.append(GpuSpec(position, g.name, g.memory_total, reserved, in_use, g.index,
+                             g.cuda_index, g.cuda_index_exact))
     return tuple(specs)

@@ -190,15 +190,23 @@ class GpuPlan:
     binding: bool
     """False where autosplit moved on to the next GPU (the split adapts to what fits)."""
     nvml_index: int | None = None
+    cuda_index: int | None = -1
+    cuda_exact: bool = True
+    """As on the GpuSpec planned for (see GpuSpec.label)."""
 
     @property
     def label(self) -> str:
-        """How the plan names this GPU: "CUDA 0: RTX 5090". The plan's order is CUDA's (what
-        gpu_split's first number means), which need not be nvidia-smi's: the GPUs page shows
-        both on each card, and "GPU 0" in one place and another in the next named two cards."""
-        from specdeck.core.vram.gpus import short_name
+        """"CUDA 0: RTX 5090" (GpuSpec.label: the one rule)."""
+        from specdeck.core.vram.gpus import gpu_label
 
-        return f"CUDA {self.index}: {short_name(self.name)}"
+        return gpu_label(self.index, self.name, self.cuda_index, self.cuda_exact)
+
+    @property
+    def in_words(self) -> str:
+        """"the RTX 5090 (CUDA 0)", for a sentence."""
+        from specdeck.core.vram.gpus import gpu_label
+
+        return gpu_label(self.index, self.name, self.cuda_index, self.cuda_exact, True)
 
     @property
     def overhead_bytes(self) -> int:
@@ -239,6 +247,7 @@ class GpuPlan:
     def to_json(self) -> dict:
         return {
             "index": self.index, "nvml_index": self.nvml_index, "name": self.name,
+            "label": self.label,
             "total_bytes": self.total_bytes, "reserved_bytes": self.reserved_bytes,
             "in_use_bytes": self.in_use_bytes, "capacity_bytes": self.capacity_bytes,
             "target_weights": self.target_weights, "target_cache": self.target_cache,
@@ -423,6 +432,8 @@ def _gpu_plan(ledger: _Ledger, overheads: Overheads) -> GpuPlan:
         draft_layers=_layer_range(ledger.layers.get("draft", ())),
         binding=not ledger.passed_over,
         nvml_index=spec.nvml_index,
+        cuda_index=spec.cuda_index,
+        cuda_exact=spec.cuda_exact,
     )
 
 
@@ -447,8 +458,8 @@ def evaluate(request: PlanRequest, overheads: Overheads) -> Outcome:
     if FitVerdict.NO_FIT in verdicts:
         short = next(g for g in gpus if g.free_bytes < 0)
         return Outcome(gpus, FitVerdict.NO_FIT, (
-            f"{short.label} would need {format_bytes(-short.free_bytes)} "
-            "more than it has."), headroom)
+            f"{short.in_words[0].upper()}{short.in_words[1:]} would need "
+            f"{format_bytes(-short.free_bytes)} more than it has."), headroom)
     return Outcome(gpus, FitVerdict.TIGHT if FitVerdict.TIGHT in verdicts else FitVerdict.FITS, None, headroom)
 
 

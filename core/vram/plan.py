@@ -191,7 +191,7 @@ def _suggestions(request: PlanRequest, result: VramPlan, overheads: Overheads) -
         for gpu in range(len(request.gpus) - 1, 0, -1):
             split = _draft_split_on(request, gpu, overheads)
             if works(replace(request, draft_gpu_split=split)) is not None:
-                tips.append(f"Put the draft on GPU {gpu}: draft_gpu_split: "
+                tips.append(f"Put the draft on {request.gpus[gpu].in_words}: draft_gpu_split: "
                             f"[{', '.join(f'{v:g}' for v in split)}].")
                 break
     if request.gpu_split is not None and len(request.gpus) > 1:

@@ -116,6 +116,6 @@ class PlanRequest:
         if self.gpu_split is not None:
             return f"gpu_split [{', '.join(f'{v:g}' for v in self.gpu_split)}]"
         if not self.autosplit and not self.is_exl3:
-            return "gpu_split_auto off (all on GPU 0)"
+            return f"gpu_split_auto off (all on {self.gpus[0].in_words})"
         reserve = ", ".join(f"{v:g}" for v in self.autosplit_reserve_mb)
         return f"autosplit (reserve [{reserve}] MB)"

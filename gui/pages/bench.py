@@ -583,6 +583,9 @@ class BenchPage(QWidget):
 
     def _on_failed(self, error: BaseException) -> None:
         self.timer.stop()
+        self._tick_live()
+        if self.plots is not None:  # every plot with its last points, fitted to them
+            self.plots.redraw()
         self.progress.setRange(0, 1)
         self.progress.setValue(0)
         if isinstance(error, CancelledError):

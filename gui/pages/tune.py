@@ -564,7 +564,7 @@ class TunePage(QWidget):
         if self.live is not None:
             self._show_live()
             if self.live.cells:
-                self.best.setText(self.live.best_text(final=True))
+                self.best.setText(self.live.best_text(final=True, cancelled=result.cancelled))
             if self.plots is not None:
                 self.plots.redraw()
         self.phases.setText(self._phases_html("result"))
@@ -578,6 +578,8 @@ class TunePage(QWidget):
     def _failed(self, error: BaseException) -> None:
         self.timer.stop()
         self.pump()
+        if self.plots is not None:  # every plot with its last points, fitted to them
+            self.plots.redraw()
         self._cancelling = False
         if isinstance(error, CancelledError):
             self.stage.setText("Cancelled before the search began: nothing was written.")

@@ -422,11 +422,14 @@ def test_the_tune_pages_figures_are_the_ones_the_search_judges(cycle_model):
         assert live.best is None
         assert live.best_text(final=True) == ("In the search, no setting beat decoding "
                                               "without a draft")
+        assert live.best_text(final=True, cancelled=True).startswith("Before the cancel")
     else:
         assert live.best.label == result.best.cell.label
         assert f"over {live.best.rounds} rounds" in live.best_text()
         # Once the tune is over, its leader is no longer "so far".
         assert live.best_text(final=True).startswith(f"Best in the search: {live.best.label}:")
+        assert live.best_text(final=True, cancelled=True).startswith(
+            f"Best before the cancel: {live.best.label}:")
 
 
 def test_the_note_says_the_repeats_were_cut_when_one_setting_goes_straight_to_the_last():

@@ -321,6 +321,48 @@ def test_gpus_from_a_frame_are_in_cuda_order_with_the_driver_reservation():
     assert counted[1].capacity_bytes == gpus[1].capacity_bytes - frame.gpu(0).memory_used
 
 
+def test_a_plan_names_each_gpu_as_its_card_does():
+    """The plan's GPU at a place in gpu_split is named by the CUDA index its card shows (one
+    rule, core.gpu.telemetry.cuda_text), not by that place: where a GPU is lost, the second
+    place holds CUDA 2; an estimated order says so; a GPU CUDA cannot see says that."""
+    from dataclasses import replace
+
+    from specdeck.core.gpu.replay import load_trace
+    from specdeck.core.gpu.telemetry import GpuStatus
+
+    frame = load_trace(REPO_ROOT / "resources" / "traces" / "demo-5090-4090-70b.jsonl").frames[0]
+    rtx4090, rtx5090 = frame.gpu(0), frame.gpu(1)
+    lost = replace(rtx4090, index=2, cuda_index=1, status=GpuStatus.LOST)
+    three = replace(frame, gpus=(replace(rtx4090, cuda_index=2), rtx5090, lost))
+    assert [g.label for g in vram.gpus_from_frame(three)] == ["CUDA 0: RTX 5090",
+                                                              "CUDA 2: RTX 4090"]
+    guessed = replace(frame, gpus=tuple(replace(g, cuda_index_exact=False) for g in frame.gpus))
+    assert [g.label for g in vram.gpus_from_frame(guessed)] == [
+        "CUDA 0 (estimated): RTX 5090", "CUDA 1 (estimated): RTX 4090"]
+    hidden = replace(frame, gpus=tuple(replace(g, cuda_index=None) for g in frame.gpus))
+    assert [g.label for g in vram.gpus_from_frame(hidden)] == [
+        "hidden from CUDA: RTX 4090", "hidden from CUDA: RTX 5090"]
+    for gpu in vram.gpus_from_frame(frame):  # the card for it says the same
+        assert gpu.label.startswith(frame.gpu(gpu.nvml_index).cuda_text + ":")
+    typed = vram.parse_gpu_sizes("24,16")
+    assert [g.label for g in typed] == ["CUDA 0: 24 GB GPU", "CUDA 1: 16 GB GPU"]
+    assert typed[1].in_words == "the 16 GB GPU (CUDA 1)"
+    planned = vram.plan(vram.PlanRequest(target=vram.model_weights(MODELS / "Llama-3.2-1B", bpw=4.0),
+                                         gpus=vram.gpus_from_frame(guessed), context=4096))
+    from specdeck.core.jsonout import to_jsonable
+
+    assert [g["label"] for g in to_jsonable(planned.to_json())["gpus"]] == [  # --json too
+        "CUDA 0 (estimated): RTX 5090", "CUDA 1 (estimated): RTX 4090"]
+
+
+def test_the_plans_sentences_name_gpus_by_the_same_rule(llama70b):
+    forced = vram.plan(request(llama70b, "24,24", gpu_split=(40, 4), context=4096))
+    assert forced.verdict is vram.FitVerdict.NO_FIT
+    assert forced.problem.startswith("The 24 GB GPU (CUDA 0) would need ")
+    alone = request(llama70b, "48,24", autosplit=False, context=4096)
+    assert alone.split_label == "gpu_split_auto off (all on the 48 GB GPU (CUDA 0))"
+
+
 @pytest.mark.parametrize("bad,match", [
     (dict(cache_mode="Q5"), "Cache mode"),
     (dict(gpu_split=(10, 10, 10)), "gpu_split lists 3 GPUs"),

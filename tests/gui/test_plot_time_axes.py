@@ -62,14 +62,17 @@ def test_while_running_the_range_grows_ahead_not_on_every_tick(plots):
     assert plots.time_shown == (0.0, first[1] + 1.0)
 
 
-def _wheel(plot) -> None:
+def _wheel(plot, on_left_axis: bool = False) -> None:
+    """A mouse wheel turned over the plot's view, or over its left axis's tick labels (the
+    axis item's own rectangle spans the grid it draws across the view)."""
     from PySide6.QtCore import QPoint, QPointF, Qt
     from PySide6.QtGui import QWheelEvent
     from PySide6.QtWidgets import QApplication
 
     viewport = plot.viewport()
-    view = plot.getViewBox().sceneBoundingRect().center()
-    at = plot.mapFromScene(view)
+    view = plot.getViewBox().sceneBoundingRect()
+    point = QPointF(view.left() - 10, view.center().y()) if on_left_axis else view.center()
+    at = plot.mapFromScene(point)
     event = QWheelEvent(QPointF(at), QPointF(viewport.mapToGlobal(at)), QPoint(0, 0),
                         QPoint(0, 120), Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier,
                         Qt.ScrollPhase.NoScrollPhase, False)
@@ -92,3 +95,16 @@ def test_a_user_who_zooms_keeps_the_range_until_the_next_plan(plots, qtbot):
     plots.finished["no drafting"].add(5.0, 100.0)
     plots.redraw()
     assert _x_range(plots.speed_plot)[1] < 10.0
+
+
+def test_zooming_only_the_y_axis_keeps_the_seconds_following(plots):
+    """The wheel over the left axis zooms y alone: the seconds still follow the data."""
+    _tune_like(plots)
+    plots.redraw()
+    before_x = plots.time_shown
+    before_y = plots.speed_plot.getViewBox().viewRange()[1]
+    _wheel(plots.speed_plot, on_left_axis=True)
+    assert plots.speed_plot.getViewBox().viewRange()[1] != pytest.approx(before_y)  # it zoomed
+    plots.finished["no drafting"].add(80.0, 100.0)
+    plots.redraw()
+    assert plots.time_shown != before_x and _x_range(plots.speed_plot)[1] >= 80.0

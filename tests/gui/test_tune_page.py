@@ -160,6 +160,9 @@ def test_cancel_during_the_search_leaves_the_config_byte_identical(qtbot, config
     assert not page.result.decision.apply
     assert page.result.decision.why in _plain(page.verdict.text())
     assert "Cancelled" in page.result.decision.why
+    # Cut short in round 1: the page says nothing as settled ("In the search, ...").
+    assert page.best.text() == page.live.best_text(final=True, cancelled=True)
+    assert "cancel" in page.best.text().lower()
     assert not page.apply_button.isEnabled()
     assert config.read_bytes() == original
     assert not (tmp_path / "config.yaml.bak").exists()
