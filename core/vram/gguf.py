@@ -190,8 +190,11 @@ class LlamaFlags:
             n_gpu_layers=whole(-1, "--n-gpu-layers", "--gpu-layers", "-ngl"),
             n_gpu_layers_draft=whole(-1, *llama_flags.GPU_LAYERS_DRAFT),
             cache_k=k, cache_v=v,
-            cache_k_draft=text("--cache-type-k-draft", "-ctkd") or k,
-            cache_v_draft=text("--cache-type-v-draft", "-ctvd") or v,
+            # The draft's cache does not follow -ctk/-ctv: its own flags default to f16
+            # (common_params_speculative; the pinned llama-server logs K (f16) for the draft
+            # beside the target's K (q8_0), tests/servers/test_vram_gguf_live.py).
+            cache_k_draft=text("--cache-type-k-draft", "-ctkd") or "f16",
+            cache_v_draft=text("--cache-type-v-draft", "-ctvd") or "f16",
             ctx_draft=context("--ctx-size-draft", "-cd"),
             tensor_split=tensor_split,
             devices=devices("--device", "-dev"),

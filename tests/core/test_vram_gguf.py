@@ -66,7 +66,9 @@ def test_tensor_split_and_draft_devices_put_each_part_where_the_flags_say(demo):
     draft = [p for p in plan.placements if p.role == "draft" and p.device != "host"]
     assert [p.device for p in draft] == ["CUDA1"] and len(draft[0].layers) == 30
     by_device = {g.device: g for g in plan.gpus}
-    assert by_device["CUDA1"].kv_bytes == (6 + 30) * demo.kv_bytes_per_layer(4096, "q8_0", "q8_0")
+    # The draft's cache is f16: -ctk/-ctv are the target's (-ctkd/-ctvd the draft's).
+    assert by_device["CUDA1"].kv_bytes == (6 * demo.kv_bytes_per_layer(4096, "q8_0", "q8_0")
+                                           + 30 * demo.kv_bytes_per_layer(4096, "f16", "f16"))
     assert plan.fits
     tight = plan_gguf(demo, demo, flags, gpus(24, 0.5))
     assert not tight.fits and tight.gpus[1].free_bytes < 0
