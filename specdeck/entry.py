@@ -17,15 +17,42 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return print_driver_bus_ids()
     if not args or args[0] == "gui":
-        from specdeck.gui.app import run_gui
-
-        return run_gui(args[1:])
+        if any(a in ("-h", "--help") for a in args[1:]):
+            print(GUI_USAGE)
+            return 0
+        return _open_gui(args[1:])
     from specdeck.core.cli import main as cli_main
 
     return cli_main(args, open_gui=_open_gui)
 
 
-def _open_gui() -> int:
+GUI_USAGE = """usage: specdeck [gui] [Qt options]
+
+Opens the SpecDeck desktop app (Qt options such as -platform pass through to Qt).
+`specdeck --help` lists the command-line commands."""
+
+
+def no_display(qt_args: Sequence[str] = ()) -> str | None:
+    """Why the app cannot open a window here, or None. On Linux without DISPLAY or
+    WAYLAND_DISPLAY (an ssh session, a container) Qt aborts the process, core dump and all,
+    with a hint about a missing xcb library that is not the cause."""
+    import os
+
+    if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM") \
+            or "-platform" in qt_args:
+        return None
+    if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+        return None
+    return ("specdeck: error: no display to open the app on (neither DISPLAY nor "
+            "WAYLAND_DISPLAY is set). Run it in a desktop session or over `ssh -X`; every "
+            "page's work is also a command: `specdeck --help`.")
+
+
+def _open_gui(qt_args: Sequence[str] = ()) -> int:
+    problem = no_display(qt_args)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     from specdeck.gui.app import run_gui
 
-    return run_gui([])
+    return run_gui(list(qt_args))

@@ -354,3 +354,19 @@ def test_tune_input_mistakes_are_named_before_anything_runs(tmp_path):
         assert done.returncode == 2, done.stderr
         assert says in done.stderr and "Traceback" not in done.stderr
         assert "tuning" not in done.stderr  # nothing started
+
+
+def test_a_reader_that_closes_the_pipe_gets_no_traceback(tmp_path):
+    """`specdeck check ... | head` printed a BrokenPipeError traceback once head had its
+    lines: the reader closing the pipe is an ordinary end, exit 141 as `yes | head` leaves
+    `yes`, nothing on stderr."""
+    from conftest import MODELS
+
+    env = {**os.environ, "SPECDECK_HOME": str(tmp_path)}
+    process = subprocess.Popen([sys.executable, "-m", "specdeck", "check",
+                                str(MODELS / "Qwen2.5-7B-Instruct"), str(MODELS / "Llama-3.2-1B")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    process.stdout.close()  # the reader is gone before the first line
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 141, err.decode(errors="replace")
+    assert err == b""

@@ -43,6 +43,32 @@ def test_unknown_command_fails_cleanly():
     assert "invalid choice" in result.stderr
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="DISPLAY is X11/Wayland's")
+@pytest.mark.parametrize("args", [(), ("gui",)])
+def test_without_a_display_the_app_says_so_instead_of_aborting(args):
+    """Over ssh, `make run` had Qt abort the process (core dump, exit 134) with a hint about
+    a missing xcb library; it is the display that is missing."""
+    import os
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    result = run_specdeck(*args, env=env)
+    assert result.returncode == 2
+    assert "no display to open the app on" in result.stderr
+    assert "specdeck --help" in result.stderr
+
+
+def test_gui_help_prints_help_and_opens_nothing():
+    """`specdeck gui --help` opened the app (Qt took --help as its own)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    result = run_specdeck("gui", "--help", env={**env, "QT_QPA_PLATFORM": "offscreen"},
+                          timeout=20)
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage: specdeck [gui]")
+
+
 def test_cli_start_imports_no_heavy_modules():
     """Listing commands must never import torch, exllamav2, Qt, or initialise NVML."""
     code = (

@@ -25,6 +25,8 @@ EXIT_OK = 0
 EXIT_NEGATIVE = 1
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE, as `yes | head` leaves `yes`: the reader closed the pipe first."""
 
 
 def _command_modules():
@@ -71,7 +73,17 @@ def main(argv: Sequence[str] | None = None, open_gui: Callable[[], int] | None =
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = SafeTextStream(sys.stdout), SafeTextStream(sys.stderr)
     try:
-        return _run(argv, open_gui)
+        code = _run(argv, open_gui)
+        sys.stdout.flush()  # a closed pipe shows here, not in Python's flush at exit
+        return code
+    except BrokenPipeError:
+        # `specdeck check ... | head`: the reader has what it wanted and closed the pipe. No
+        # traceback, and none at exit when Python flushes stdout: it goes to /dev/null.
+        import os
+
+        sys.stdout, sys.stderr = streams
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     finally:
         sys.stdout, sys.stderr = streams
 
