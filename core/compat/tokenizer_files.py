@@ -113,7 +113,7 @@ def read_vocab(folder: str | Path) -> Vocab:
         draft.files = [*files, *(f for f in draft.files if f not in files)]
     if draft.source_format != FORMAT_TOKENIZER_JSON:
         _add_listed_tokens(path, draft)
-    if not draft.complete and not draft.files:
+    if not draft.complete and not draft.files and not (path / "config.json").is_file():
         raise NotFoundError(
             f"{path} has no tokenizer files (tokenizer.json, tokenizer.model, vocab.json + "
             "merges.txt, or tokenizer_config.json).",

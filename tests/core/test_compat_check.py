@@ -232,8 +232,24 @@ def test_bad_input_is_a_specdeck_error(tmp_path):
         run("Llama-2-7b-hf", "TinyLlama-1.1B-Chat-v1.0", max_seq_len=0)
     with pytest.raises(InvalidInputError, match="is a file"):
         run(MODELS / "Llama-2-7b-hf" / "config.json", "Llama-2-7b-hf")
+    (tmp_path / "not-a-model").mkdir()  # neither config.json nor a tokenizer file
     with pytest.raises(NotFoundError, match="has no tokenizer files"):
-        run("Llama-2-7b-hf", "SmolLM2-135M")
+        run("Llama-2-7b-hf", tmp_path / "not-a-model")
+
+
+def test_a_model_folder_without_tokenizer_files_leaves_the_pair_undecided(tmp_path):
+    """A model folder (config.json) that lacks its tokenizer files is checked as far as its
+    config goes, and undecided where the tokens would tell (exit 3, as `check --help` and
+    docs/compat.md say); it had been an error (exit 2)."""
+    draft = copy_model("TinyLlama-1.1B-Chat-v1.0", tmp_path, skip=("tokenizer*", "*.model",
+                                                                   "special_tokens_map.json"))
+    assert sorted(p.name for p in draft.iterdir()) == ["config.json", "generation_config.json"]
+    report = run("TinyLlama-1.1B-Chat-v1.0", draft)
+    assert report.verdict is CompatVerdict.INCONCLUSIVE
+    assert report.rule("token_text").status is Status.UNKNOWN
+    from specdeck.core.cli import main
+
+    assert main(["check", str(MODELS / "TinyLlama-1.1B-Chat-v1.0"), str(draft)]) == 3
 
 
 # --- sources ---------------------------------------------------------------------------------

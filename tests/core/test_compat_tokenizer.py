@@ -200,9 +200,14 @@ def test_folder_with_only_tokenizer_config_gives_a_partial_vocabulary():
     assert "only the added tokens" in vocab.notes[0]
 
 
-def test_folder_without_tokenizer_files_is_not_found():
+def test_a_folder_with_neither_model_nor_tokenizer_files_is_not_found(tmp_path):
     with pytest.raises(NotFoundError, match="has no tokenizer files"):
-        read_vocab(MODELS / "SmolLM2-135M")
+        read_vocab(tmp_path)
+
+
+def test_a_model_folder_without_tokenizer_files_has_an_unknown_vocabulary():
+    vocab = read_vocab(MODELS / "SmolLM2-135M")  # config.json alone
+    assert not vocab.complete and vocab.size is None and not any(vocab.texts)
 
 
 def test_missing_folder_is_not_found(tmp_path):
