@@ -370,3 +370,21 @@ def test_a_reader_that_closes_the_pipe_gets_no_traceback(tmp_path):
     _, err = process.communicate(timeout=120)
     assert process.returncode == 141, err.decode(errors="replace")
     assert err == b""
+
+
+@pytest.mark.parametrize("args,what", [
+    (("tune", "--demo", "--llama-server", "./no-such-llama-server", "--budget", "5m"),
+     "The llama-server binary ./no-such-llama-server does not exist"),
+    (("swap", "migrate", "--config", "x.yaml", "--llama-server", "/nonexistent/ls", "--dry-run"),
+     "The llama-server binary /nonexistent/ls does not exist"),
+    (("tune", "--tabby-folder", "/nonexistent/tabby", "--budget", "1m"),
+     "The TabbyAPI folder /nonexistent/tabby does not exist"),
+    (("tune", "--tabby-folder", "/nonexistent/tabby", "--tabby-python", sys.executable,
+      "--budget", "1m"), "The TabbyAPI folder /nonexistent/tabby does not exist"),
+])
+def test_a_path_that_is_not_there_is_said_to_be_missing(tmp_path, args, what):
+    """It had been 'is not a llama-server binary', 'does not run as a llama-server (its
+    --help said nothing ...)', 'has no venv' or 'is not a TabbyAPI folder (no main.py)'."""
+    done = specdeck(*args, home=tmp_path, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert what in done.stderr

@@ -71,6 +71,10 @@ def _help(args):
 
     if not getattr(args, "llama_server", None):
         return None
+    from specdeck.core.userpath import must_exist
+
+    must_exist(args.llama_server, "llama-server binary",
+               "Give the path of the llama-server binary llama-swap starts.")
     info = binary_help(args.llama_server)
     if info is None:
         raise InvalidInputError(f"{args.llama_server} does not run as a llama-server (its "

@@ -110,7 +110,9 @@ def check_folder(launch: TabbyLaunch) -> None:
     from specdeck.core.config.document import ConfigDocument, Layout
     from specdeck.core.config.schema import DRAFT
 
-    folder = Path(launch.folder)
+    from specdeck.core.userpath import must_exist
+
+    folder = must_exist(launch.folder, "TabbyAPI folder", "Give the folder you cloned TabbyAPI into.")
     if not (folder / "main.py").is_file():
         raise NotFoundError(f"{folder} is not a TabbyAPI folder (no main.py).",
                             "Give the folder you cloned TabbyAPI into.")
@@ -203,6 +205,9 @@ class ManagedTabby(ManagedProcess):
 
 def python_for(folder: str | Path, python: str | Path | None = None) -> str:
     """The Python that runs TabbyAPI in ``folder``: the one given, else its venv's."""
+    from specdeck.core.userpath import must_exist
+
+    must_exist(folder, "TabbyAPI folder", "Give the folder you cloned TabbyAPI into.")
     if python is not None:
         return str(python)
     found = default_python(Path(folder))

@@ -231,6 +231,11 @@ def demo(binary: str | Path | None = None, flags: tuple[str, ...] = ()) -> Setup
 
 
 def _binary(binary: str | Path) -> Path:
+    from specdeck.core.userpath import looks_like_a_path, must_exist
+
+    hint = "Give the path of your llama-server (--llama-server)."
+    if looks_like_a_path(str(binary)):
+        must_exist(binary, "llama-server binary", hint)
     path = expand_user(binary)
     if not path.is_file():
         found = shutil.which(str(binary))
