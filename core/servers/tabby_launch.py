@@ -109,7 +109,6 @@ def check_folder(launch: TabbyLaunch) -> None:
     """Refuse what TabbyAPI could not start, or would start by rewriting the user's file."""
     from specdeck.core.config.document import ConfigDocument, Layout
     from specdeck.core.config.schema import DRAFT
-
     from specdeck.core.userpath import must_exist
 
     folder = must_exist(launch.folder, "TabbyAPI folder", "Give the folder you cloned TabbyAPI into.")
