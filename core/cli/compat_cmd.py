@@ -54,6 +54,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help="fetch each Hub draft's tokenizer files and check them")
     suggest.add_argument("--gpus", metavar="GB,GB",
                          help="GPU sizes to plan VRAM for (e.g. 24,24); default: this machine's")
+    suggest.add_argument("--bpw", type=float, metavar="BITS",
+                         help="the target's EXL2 bitrate, for planning VRAM when the target "
+                         "folder is not an EXL2 quant (e.g. 4.0)")
     suggest.add_argument("--limit", type=whole(1, 1000), default=10, metavar="N",
                          help="how many suggestions to show (default 10)")
     suggest.set_defaults(handler=run_suggest)
@@ -100,6 +103,7 @@ def run_suggest(args: argparse.Namespace) -> int:
         endpoint=saved.hub_endpoint,
         limit=max(1, args.limit),
         gpus=args.gpus,
+        bpw=args.bpw,
     )
     if args.json:
         emit_json(result)

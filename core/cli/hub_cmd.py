@@ -22,10 +22,12 @@ ENDPOINT_HELP = "Hub endpoint (default: HF_ENDPOINT, SpecDeck's setting, or http
 
 def register(subparsers) -> None:
     models = subparsers.add_parser("models", help="list the local model library")
-    models.add_argument("--dir", action="append", default=[], metavar="DIR",
-                        help="also scan this folder (repeatable)")
+    # --models-dir, as suggest and bench spell it; --dir, as this command first did.
+    models.add_argument("--models-dir", "--dir", dest="dir", action="append", default=[],
+                        metavar="DIR", help="also scan this folder (repeatable)")
     models.add_argument("--config", metavar="CONFIG_YML",
-                        help="TabbyAPI config.yml whose model folders to scan (default: the open one)")
+                        help="TabbyAPI config.yml whose model folders to scan (default: the "
+                        "one SpecDeck last opened)")
     models.add_argument("--json", action="store_true", help="print JSON")
     models.set_defaults(handler=run_models)
 
@@ -49,7 +51,8 @@ def register(subparsers) -> None:
 
     install = subparsers.add_parser(
         "install",
-        help="download and verify an EXL2 variant into the draft model folder",
+        help="download and verify a draft (an EXL2/EXL3 branch, or a GGUF file with --gguf) "
+        "into the draft model folder",
         description="Download REPO at BRANCH into DEST/<repo name>-<bpw>bpw, verifying every file's "
         "checksum. An interrupted install resumes when run again; Ctrl-C cancels cleanly.",
     )
@@ -87,8 +90,9 @@ def run_models(args: argparse.Namespace) -> int:
     dirs = model_dirs(args.config, tuple(args.dir))
     if not dirs:
         raise InvalidInputError(
-            "No model folders to scan: no config.yml is open and no --dir was given.",
-            "Pass --dir FOLDER (repeatable) or --config path/to/config.yml.",
+            "No model folders to scan: no --models-dir was given, and SpecDeck knows no "
+            "TabbyAPI config.yml (none given with --config, none opened before).",
+            "Pass --models-dir FOLDER (repeatable) or --config path/to/config.yml.",
         )
     entries, problems = scan_library(dirs)
     partials = [p for d in dirs for p in find_partial_installs(d)]

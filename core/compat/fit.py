@@ -47,6 +47,7 @@ def fit_planner(
     config_path: str | Path | None = None,
     gpus: str | None = None,
     max_seq_len: int | None = None,
+    bpw: float | None = None,
 ) -> FitPlanner:
     """Prepare plans for ``target_folder``: settings, GPUs, and one plan of the target alone
     to find out early whether planning is possible at all."""
@@ -65,7 +66,7 @@ def fit_planner(
                              context=max_seq_len or configured.context)
         except SpecDeckError as exc:
             log.info("Planning VRAM without %s's settings: %s", config_path, exc)
-    inputs = replace(inputs, gpus=gpus)
+    inputs = replace(inputs, gpus=gpus, bpw=bpw if bpw is not None else inputs.bpw)
     frame = None
     if not gpus:
         from specdeck.core.gpu import read_once

@@ -115,6 +115,7 @@ def suggest(
     token: str | None = None,
     limit: int | None = 10,
     gpus: str | None = None,
+    bpw: float | None = None,
     cache: VocabCache | None = None,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
@@ -122,6 +123,7 @@ def suggest(
     """Ranked draft candidates for ``target`` (a folder or a Hub id).
 
     ``gpus``: GPU sizes in GB to plan VRAM for ("24,24"); None plans for this machine's GPUs.
+    ``bpw``: the target's EXL2 bitrate, for a target folder that is not an EXL2 quant.
     """
     started = time.perf_counter()
     target_model = load_model(target, endpoint=endpoint, token=token, cache=cache, cancel=cancel)
@@ -131,7 +133,7 @@ def suggest(
     models, scan_problems = scan_models(dirs)
     problems.extend(f"{p.path}: {p.reason}" for p in scan_problems)
     fit = fit_planner(target_model.folder, config_path=config_path, gpus=gpus,
-                      max_seq_len=max_seq_len)
+                      max_seq_len=max_seq_len, bpw=bpw)
 
     candidates: list[_Candidate] = []
     rejected: list[Rejected] = []

@@ -38,8 +38,8 @@ STATE_TEXT: dict[TelemetryState, tuple[str, str | None]] = {
     TelemetryState.NO_LIBRARY: (
         NO_GPU_HEADLINE,
         "The NVIDIA management library (NVML) is not installed, so there is no NVIDIA driver "
-        "here. Everything else in SpecDeck works; use 'GPUs' typed by hand (e.g. 32,24) to "
-        "plan VRAM for another machine.",
+        "here. Everything else in SpecDeck works; to plan VRAM for another machine, give its "
+        "GPU sizes (e.g. 32,24: typed GPUs on the GPUs page, `specdeck vram --gpus 32,24`).",
     ),
     TelemetryState.NO_DEVICES: (
         NO_GPU_HEADLINE,

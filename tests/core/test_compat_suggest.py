@@ -162,3 +162,16 @@ def test_vram_fit_is_unknown_without_gpus_or_sizes(library):
     result = suggest(MODELS / "Qwen2.5-7B-Instruct", model_dirs=[library])
     assert all(s.fits_vram is None for s in result.suggestions)
     assert result.vram_note.startswith("VRAM fit unknown")
+
+
+def test_an_unquantized_target_is_planned_at_the_bpw_given(library):
+    """Without a bitrate an unquantized target's size is unknown, and the note said to pass
+    --bpw, which `suggest` did not take."""
+    unknown = suggest(MODELS / "Qwen2.5-7B-Instruct", model_dirs=[library], gpus="24,24")
+    assert "--bpw" in unknown.vram_note
+    planned = suggest(MODELS / "Qwen2.5-7B-Instruct", model_dirs=[library], gpus="24,24", bpw=4.0)
+    assert planned.vram_note is None
+    from specdeck.core.cli import build_parser
+
+    args = build_parser().parse_args(["suggest", "T", "--bpw", "4.5", "--no-hub"])
+    assert args.bpw == 4.5

@@ -72,7 +72,15 @@ def test_install_errors_exit_2_with_one_line(fake_hub, tmp_path, capsys):
 
 def test_models_without_folders_says_what_to_do(capsys):
     assert main(["models"]) == 2
-    assert "--dir" in capsys.readouterr().err
+    assert "--models-dir FOLDER" in capsys.readouterr().err  # spelled as suggest and bench do
+
+
+def test_models_takes_the_folder_as_suggest_and_bench_spell_it_and_as_it_did(capsys):
+    from conftest import MODELS
+
+    for flag in ("--models-dir", "--dir"):
+        assert main(["models", flag, str(MODELS), "--json"]) == 0
+        assert "Qwen2.5-0.5B-Instruct" in capsys.readouterr().out
 
 
 def test_terminal_progress_bar_on_a_tty():
