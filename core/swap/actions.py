@@ -90,11 +90,29 @@ def plan_draft(config: SwapConfig, model_name: str, setting: DraftSetting, info=
     from specdeck.core.servers.llama_server import spec_type
 
     change = plan_edit(config, model_name, draft_edits(setting, info, spec_type(model.flags)))
+    after = from_text(change.new_text, change.document.path)
     if info is not None:
         from specdeck.core.servers.llama_server import check_args
 
-        check_args(from_text(change.new_text, change.document.path).model(model_name).argv[1:], info)
-    return change
+        check_args(after.model(model_name).argv[1:], info)
+    return ConfigChange(change.document, change.new_text, change.changed_keys, change.values,
+                        (*change.warnings, *_still_wrong(after, model_name, info)))
+
+
+def _still_wrong(after: SwapConfig, name: str, info=None) -> list[str]:
+    """What the model's cmd still gets wrong once the setting is written: its out-of-date
+    flags (which `swap migrate` fixes) and a cmd that drafts nothing at all (a draft length
+    alone does not make llama-server draft). Saved without a word, such a file looked done."""
+    model = after.model(name)
+    found = findings(model, info, after.macro_cmds)
+    said = [printable(f"{name}: {f.message}" + (" (`specdeck swap migrate` fixes this)"
+                                               if f.edit is not None else ""))
+            for f in found]
+    drafting = model.drafting()
+    if not drafting["drafts"] and not found:  # an old flag is the reason, and said above
+        said.append(printable(f"{name} still drafts nothing ({drafting['drafter']}): give it a "
+                              "drafting method (--spec-type, or a draft model with -md)."))
+    return said
 
 
 def plan_migration(config: SwapConfig, names: list[str] | None = None,

@@ -80,6 +80,27 @@ def test_set_draft_on_the_example_changes_only_new_lines_and_stays_valid(tmp_pat
     check_args(model.argv[1:], HELP)  # the pinned llama-server accepts the result
 
 
+def test_set_draft_says_what_still_keeps_the_model_from_drafting(tmp_path):
+    """A draft length written into a cmd with last year's flags, or into one with no drafting
+    method at all, saved a file that drafted nothing, without a word."""
+    from specdeck.core.swap.actions import DraftSetting, plan_draft
+
+    path = write(tmp_path, "models:\n"
+                 "  old:\n    cmd: |\n      llama-server --port ${PORT} -m /m/big.gguf\n"
+                 "      -md /m/small.gguf\n      --draft-max 16 --draft-min 4\n"
+                 "  plain:\n    cmd: llama-server --port ${PORT} -m /m/big.gguf\n"
+                 "  fine:\n    cmd: llama-server --port ${PORT} -m /m/big.gguf --spec-type "
+                 "ngram-simple\n")
+    cfg = swap.load(path)
+    old = plan_draft(cfg, "old", DraftSetting(draft_max=16)).warnings
+    assert any("--draft-min was removed" in w and "swap migrate" in w for w in old)
+    assert any("-md alone no longer drafts" in w for w in old)
+    plain = plan_draft(cfg, "plain", DraftSetting(draft_max=16)).warnings
+    assert plain == ("plain still drafts nothing (no draft): give it a drafting method "
+                     "(--spec-type, or a draft model with -md).",)
+    assert plan_draft(cfg, "fine", DraftSetting(draft_max=8)).warnings == ()
+
+
 @pytest.mark.parametrize("newline", ["\n", "\r\n"])
 def test_migrate_a_users_file_with_the_binarys_own_help(tmp_path, newline):
     path = write(tmp_path, USER, newline)
