@@ -816,8 +816,10 @@ def _slowdown_causes(summary: ArmSummary, theory: Theory | None,
     elif rate < LOW_ACCEPTANCE:
         length = summary.mean_acceptance_length  # None where the server counts no drafts
         mean = "" if length is None else f" (mean acceptance length {length:.2f})"
-        causes.append(f"low acceptance: only {rate:.0%} of draft tokens were kept{mean}; the "
-                      "draft does not predict this target on these prompts")
+        who = ("the draft model does not predict this target" if summary.drafter == "model"
+               else "the drafter's guesses do not match this target")
+        causes.append(f"low acceptance: only {rate:.0%} of draft tokens were kept{mean}; "
+                      f"{who} on these prompts")
     if theory is not None and theory.measured_step_cost is not None and not unknown:
         # (without the accepted counts a step's yield is unknown: no cost is made up)
         ideal = theory.ideal_step_cost
@@ -825,7 +827,12 @@ def _slowdown_causes(summary: ArmSummary, theory: Theory | None,
         cost = theory.measured_step_cost
         if cost > DEAR_STEP and (cost >= mean_length or (ideal and cost > 1.5 * ideal)):
             expected = f" (ideal {ideal:.2f})" if ideal else ""
-            causes.append(f"draft too slow: a speculative step costs "
+            # A draft model's forwards are the step's usual extra cost; an n-gram lookup
+            # costs next to nothing, so there the dear part is the wider verify step.
+            what = ("draft too slow" if summary.drafter == "model"
+                    else "speculative steps too dear (the lookup is nearly free: the wider "
+                    "verify step costs)")
+            causes.append(f"{what}: a speculative step costs "
                           f"{theory.measured_step_cost:.2f} target forwards{expected} but "
                           f"yields {mean_length:.2f} tokens")
     contexts = [r.result.stats.prompt_tokens + r.result.stats.new_tokens for _, r in matched]

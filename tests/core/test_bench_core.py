@@ -221,6 +221,13 @@ def test_sweep_with_a_useless_draft_says_no_draft(models, virtual_clock):
                                 pairs(run, "k1"))
         assert why in text and ("looks slower" in text) is (why != "SLOWER")
         assert any("low acceptance" in c for c in causes)
+        assert any("the draft model does not predict this target" in c for c in causes)
+    # The same figures from an n-gram drafter: no "draft model", no "draft too slow".
+    ngram = replace(summary.arm("k1"), drafter="ngram")
+    _, causes = _verdict(arm, replace(slow.speedup, median=0.89, n=2), ngram, slow.theory,
+                         pairs(run, "k1"))
+    assert any("the drafter's guesses do not match this target" in c for c in causes)
+    assert not any("draft model" in c or "draft too slow" in c for c in causes)
 
 
 @pytest.mark.slow
