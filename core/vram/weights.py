@@ -193,7 +193,8 @@ def model_weights(folder: str | Path, bpw: float | None = None,
                 else "no EXL2 quantization" if info.weights is None else "unquantized weights")
         raise InvalidInputError(
             f"{info.path} has {what}, so its size as an EXL2 model is unknown.",
-            "Pass the bpw of the EXL2 quant you mean to run (e.g. --bpw 4.0).",
+            "Give the bitrate of the EXL2 quant you mean to run, e.g. 4.0 (--bpw on the "
+            "command line; the bpw box beside the model on the GPUs page).",
         )
     bits = head_bits or info.quant.head_bits or DEFAULT_HEAD_BITS
     return weights_from_bpw(info.arch, float(bpw), bits, name=info.name)
