@@ -158,6 +158,8 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         if (source / name).is_file() and source.resolve() != dest.resolve():
             shutil.copy(source / name, dest / name)
     print(f"tokenizer: {source} -> {dest}")
+    from gpukit.install import missing_wheels
+
     missing = missing_wheels(WHEELS_DIR)
     if missing and not args.no_download:
         import subprocess
@@ -174,23 +176,6 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     print(f"wheels: {len(list(WHEELS_DIR.glob('*.whl')))} files, {size:.1f} MiB in {WHEELS_DIR}")
     print("ready: run `bash gpukit/kit.sh` on the device with carry [.whl, .gpukit]")
     return 0
-
-
-def missing_wheels(folder: Path) -> list[str]:
-    """The pins of gpukit.install.WHEELS with no wheel of that name and version in ``folder``."""
-    from gpukit.install import WHEELS
-
-    names = [f.name.lower() for f in folder.glob("*.whl")] if folder.is_dir() else []
-    return [pin for pin in WHEELS if not any(n.startswith(_wheel_prefix(pin)) for n in names)]
-
-
-def _wheel_prefix(pin: str) -> str:
-    """A wheel's file name starts with its normalised name and version: "ruamel.yaml==0.19.1"
-    -> "ruamel_yaml-0.19.1-" (PEP 427: runs of -_. in the name become one _)."""
-    import re
-
-    name, version = pin.split("==")
-    return f"{re.sub(r'[-_.]+', '_', name).lower()}-{version}-"
 
 
 def cmd_restore_ext(args: argparse.Namespace) -> int:

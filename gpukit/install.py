@@ -69,6 +69,21 @@ def device_tags() -> list[str]:
             *(f"--platform={p}" for p in DEVICE_PLATFORMS)]
 
 
+def missing_wheels(folder: Path) -> list[str]:
+    """The pins of WHEELS with no wheel of that name and version in ``folder``."""
+    names = [f.name.lower() for f in folder.glob("*.whl")] if folder.is_dir() else []
+    return [pin for pin in WHEELS if not any(n.startswith(wheel_prefix(pin)) for n in names)]
+
+
+def wheel_prefix(pin: str) -> str:
+    """A wheel's file name starts with its normalised name and version: "ruamel.yaml==0.19.1"
+    -> "ruamel_yaml-0.19.1-" (PEP 427: runs of -_. in the name become one _)."""
+    import re
+
+    name, version = pin.split("==")
+    return f"{re.sub(r'[-_.]+', '_', name).lower()}-{version}-"
+
+
 def pip_download_argv(dest: Path, python: str = sys.executable) -> list[str]:
     return [python, "-m", "pip", "download", "-q", "--no-deps", *device_tags(), "-d", str(dest),
             *WHEELS]

@@ -1,11 +1,11 @@
 """Is a speculative run's greedy output the target's own? Token by token, ties told apart.
 
-With greedy sampling, speculation must not change a single token. In float32 on CPU it does
-not (tests/core/test_engine_lossless.py checks it on real tiny models). In bfloat16 the
-target's top two logits are sometimes exactly equal, and a different batch shape (1 row vs 1 + k rows) then flips the
-argmax: a float tie, not a bug in the speculative loop. Engines that know the top-1/top-2
-gap of every emitted token report it (``GenerationResult.top2_gaps``); a divergence where
-that gap is within ``tie_tolerance`` is classified as a tie. Nothing is hidden: a tie is
+With greedy sampling, speculation must not change a single token. In float32 on CPU it does not
+(tests/core/test_engine_lossless.py checks it on real tiny models). In bfloat16 the target's
+top two logits are sometimes exactly equal, and a different batch shape (1 row vs 1 + k rows)
+then flips the argmax: a float tie, not a bug in the speculative loop. Engines that know the
+top-1/top-2 gap of every emitted token report it (``GenerationResult.top2_gaps``); a divergence
+where that gap is within ``tie_tolerance`` is classified as a tie. Nothing is hidden: a tie is
 still reported as a divergence, with its position.
 """
 

@@ -105,16 +105,18 @@ def no_draft(main_branch: bool) -> tuple[tuple[str, Any], ...]:
     return (("draft_mode", "disabled"),) if main_branch else (("draft_model_name", ""),)
 
 
+FOLDER_HINT = "Give the folder you cloned TabbyAPI into."
+
+
 def check_folder(launch: TabbyLaunch) -> None:
     """Refuse what TabbyAPI could not start, or would start by rewriting the user's file."""
     from specdeck.core.config.document import ConfigDocument, Layout
     from specdeck.core.config.schema import DRAFT
     from specdeck.core.userpath import must_exist
 
-    folder = must_exist(launch.folder, "TabbyAPI folder", "Give the folder you cloned TabbyAPI into.")
+    folder = must_exist(launch.folder, "TabbyAPI folder", FOLDER_HINT)
     if not (folder / "main.py").is_file():
-        raise NotFoundError(f"{folder} is not a TabbyAPI folder (no main.py).",
-                            "Give the folder you cloned TabbyAPI into.")
+        raise NotFoundError(f"{folder} is not a TabbyAPI folder (no main.py).", FOLDER_HINT)
     if not Path(launch.python).is_file():
         raise NotFoundError(f"{launch.python} does not exist.",
                             "Give the Python of TabbyAPI's venv (its folder's venv/bin/python "
@@ -206,7 +208,7 @@ def python_for(folder: str | Path, python: str | Path | None = None) -> str:
     """The Python that runs TabbyAPI in ``folder``: the one given, else its venv's."""
     from specdeck.core.userpath import must_exist
 
-    must_exist(folder, "TabbyAPI folder", "Give the folder you cloned TabbyAPI into.")
+    must_exist(folder, "TabbyAPI folder", FOLDER_HINT)
     if python is not None:
         return str(python)
     found = default_python(Path(folder))

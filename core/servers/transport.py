@@ -1,9 +1,9 @@
 """HTTP for server arms: JSON requests and server-sent event streams, bounded in time and size,
 with secrets kept out of every message.
 
-A server is untrusted input (docs/servers.md, "Keys and failures"). The standard library's http.client is enough: one
-connection per request (a benchmark must not share a socket between arms), and around it
-the bounds a server cannot talk its way past:
+A server is untrusted input (docs/servers.md, "Keys and failures"). The standard library's
+http.client is enough: one connection per request (a benchmark must not share a socket between
+arms), and around it the bounds a server cannot talk its way past:
 
 - a total deadline per request (connect, headers, body, every event of a stream): a
   watchdog shuts the socket when it runs out, so a server that trickles a byte every few

@@ -11,8 +11,25 @@ from specdeck.core.units import GiB
 from specdeck.core.vram.costs import DEFAULT_OVERHEADS, Overheads
 
 
+class CudaNamed:
+    """How a planned GPU is named, for GpuSpec and the plan's GpuPlan alike (each has
+    ``index``, its place in gpu_split; ``name``; ``cuda_index``; ``cuda_exact``)."""
+
+    @property
+    def label(self) -> str:
+        """"CUDA 0: RTX 5090", as the GPUs page's card for it says
+        (core.gpu.telemetry.cuda_text), never a bare "GPU 0" that on the same page names
+        nvidia-smi's GPU 0, which need not be this one."""
+        return gpu_label(self.index, self.name, self.cuda_index, self.cuda_exact)
+
+    @property
+    def in_words(self) -> str:
+        """"the RTX 5090 (CUDA 0)", for a sentence."""
+        return gpu_label(self.index, self.name, self.cuda_index, self.cuda_exact, True)
+
+
 @dataclass(frozen=True)
-class GpuSpec:
+class GpuSpec(CudaNamed):
     """A GPU to plan for, numbered as CUDA (and so TabbyAPI's gpu_split) numbers it."""
 
     index: int
@@ -33,17 +50,6 @@ class GpuSpec:
     def capacity_bytes(self) -> int:
         return self.total_bytes - self.reserved_bytes - self.in_use_bytes
 
-    @property
-    def label(self) -> str:
-        """How a plan names this GPU: "CUDA 0: RTX 5090", as the GPUs page's card for it says
-        (core.gpu.telemetry.cuda_text), never a bare "GPU 0" that on the same page names
-        nvidia-smi's GPU 0, which need not be this one."""
-        return gpu_label(self.index, self.name, self.cuda_index, self.cuda_exact)
-
-    @property
-    def in_words(self) -> str:
-        return gpu_label(self.index, self.name, self.cuda_index, self.cuda_exact, True)
-
 
 def short_name(name: str) -> str:
     """A GPU's name without the vendor's prefix: "RTX 4090", "H200"."""
@@ -52,7 +58,7 @@ def short_name(name: str) -> str:
 
 def gpu_label(position: int, name: str, cuda_index: int | None, exact: bool = True,
               in_words: bool = False) -> str:
-    """See GpuSpec.label; ``in_words`` for a sentence: "the RTX 5090 (CUDA 0)".
+    """See CudaNamed.label; ``in_words`` for a sentence: "the RTX 5090 (CUDA 0)".
     ``cuda_index`` -1: a typed-in GPU, whose position is its index."""
     from specdeck.core.gpu.telemetry import cuda_text
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from specdeck.core.units import GiB, MiB, format_bytes
 from specdeck.core.vram.costs import ModelCosts, Overheads, model_costs
-from specdeck.core.vram.gpus import GpuSpec
+from specdeck.core.vram.gpus import CudaNamed, GpuSpec
 from specdeck.core.vram.request import DEFAULT_AUTOSPLIT_RESERVE_MB, PlanRequest
 from specdeck.core.vram.weights import ModelWeights, ModuleKind, ModuleWeights
 
@@ -169,7 +169,7 @@ class FitVerdict(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class GpuPlan:
+class GpuPlan(CudaNamed):
     """One GPU in the plan: a stacked breakdown of what it will hold."""
 
     index: int
@@ -192,21 +192,7 @@ class GpuPlan:
     nvml_index: int | None = None
     cuda_index: int | None = -1
     cuda_exact: bool = True
-    """As on the GpuSpec planned for (see GpuSpec.label)."""
-
-    @property
-    def label(self) -> str:
-        """"CUDA 0: RTX 5090" (GpuSpec.label: the one rule)."""
-        from specdeck.core.vram.gpus import gpu_label
-
-        return gpu_label(self.index, self.name, self.cuda_index, self.cuda_exact)
-
-    @property
-    def in_words(self) -> str:
-        """"the RTX 5090 (CUDA 0)", for a sentence."""
-        from specdeck.core.vram.gpus import gpu_label
-
-        return gpu_label(self.index, self.name, self.cuda_index, self.cuda_exact, True)
+    """As on the GpuSpec planned for (see CudaNamed)."""
 
     @property
     def overhead_bytes(self) -> int:

@@ -340,7 +340,7 @@ def test_recorder_runs_specdecks_real_command(tmp_path):
 
 
 def test_missing_wheels_are_named(tmp_path):
-    from gpukit.__main__ import missing_wheels
+    from gpukit.install import missing_wheels
 
     (tmp_path / "exllamav2-0.3.2-py3-none-any.whl").write_bytes(b"")
     (tmp_path / "platformdirs-4.14.7-py3-none-any.whl").write_bytes(b"")
@@ -612,13 +612,13 @@ def test_prepare_runs_again_over_its_own_copy(tmp_path, monkeypatch):
     """A second `python -m gpukit prepare` finds the tokenizer it carried first, and had
     died copying it onto itself (shutil.SameFileError)."""
     import gpukit.__main__ as kit
-    from gpukit.install import WHEELS
+    from gpukit.install import WHEELS, wheel_prefix
 
     monkeypatch.setattr(kit, "CARRY_DIR", tmp_path / ".gpukit")
     monkeypatch.setattr(kit, "WHEELS_DIR", tmp_path / ".whl")
     (tmp_path / ".whl").mkdir()
     for pin in WHEELS:
-        (tmp_path / ".whl" / f"{kit._wheel_prefix(pin)}py3-none-any.whl").write_bytes(b"")
+        (tmp_path / ".whl" / f"{wheel_prefix(pin)}py3-none-any.whl").write_bytes(b"")
     source = MODELS / "TinyLlama-1.1B-Chat-v1.0"
     assert kit.main(["prepare", "--no-download", "--tokenizer", str(source)]) == 0
     carried = tmp_path / ".gpukit" / "tokenizer"
