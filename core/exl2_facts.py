@@ -98,3 +98,10 @@ def ntk_rope_alpha(ratio: float) -> float:
     if ratio <= 1.0:
         return 1.0
     return -0.13436 + 0.80541 * ratio + 0.28833 * ratio**2
+
+
+def matmul_scores_bytes(num_heads: int, chunk: int, max_seq_len: int) -> int:
+    """The peak of exllamav2's matmul attention branch (``no_sdpa`` or soft-capping) for one
+    forward: fp16 scores of heads x chunk x keys, two alive at once (the scores with the mask
+    added, then the softmax), at the longest key length the cache allows."""
+    return 2 * num_heads * chunk * max_seq_len * 2

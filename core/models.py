@@ -82,6 +82,9 @@ class Architecture:
     torch_dtype: str | None = None
     rope_theta: float | None = None
     rope_scaling: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
+    softcaps_attention: bool = False
+    """config.json's ``attn_logit_softcapping`` (Gemma 2): ExLlamaV2 then attends through its
+    matmul branch whenever flash-attn is off, which holds a whole chunk's scores."""
 
     @property
     def kv_width(self) -> int:
@@ -258,7 +261,13 @@ def architecture_from_config(config: Mapping[str, Any], source: str = "config.js
         torch_dtype=c.get("torch_dtype") or c.get("dtype"),
         rope_theta=float(rope_theta) if rope_theta is not None else None,
         rope_scaling=c.get("rope_scaling") if isinstance(c.get("rope_scaling"), Mapping) else None,
+        softcaps_attention=_positive_number(c.get("attn_logit_softcapping")),
     )
+
+
+def _positive_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
 
 
 # Upper bounds far above any real model (Llama 3.1 405B: 126 layers, 16384 hidden, 128256

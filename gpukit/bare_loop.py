@@ -47,7 +47,8 @@ class BareLoop:
             ExLlamaV2DynamicJob,
             ExLlamaV2Sampler,
         )
-        from specdeck.core.engines.exllamav2 import mask_unpaged_attention, paged_attention_usable
+        from specdeck.core.engines.exl2_attention import mask_unpaged_attention
+        from specdeck.core.engines.exllamav2 import paged_attention_usable
 
         config = exllamav2.ExLlamaV2Config(str(model_dir))
         config.arch_compat_overrides()

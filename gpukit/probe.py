@@ -4,8 +4,9 @@ left open, on small random-weight models made on the spot (no training, no quant
 1. ``attention``: does a row of an unpaged exllamav2 forward see the rows after it? Row 0
    of ``[last, d1..dk]`` is computed twice with two different ``d``; any difference is
    attention leaking forward (exllamav2 0.2.9-0.3.2's SDPA branch has no causal mask, see
-   core.engines.exllamav2.SDPA_UNMASKED_SINCE). Once with SDPA, once with ``no_sdpa``
-   (the matmul branch, which masks), plus row 0 against a one-row forward (kernel shape).
+   core.engines.exl2_attention). With the library's SDPA as it is, with SpecDeck's restored
+   causal mask (SDPA kept), and with ``no_sdpa`` (the matmul branch, which masks), plus row
+   0 against a one-row forward (kernel shape).
 2. ``engine``: SpecDeck's own ExLlamaV2 engine, greedy, no draft vs a draft model vs
    n-gram, each drafted run compared token by token with the no-draft run (core's check):
    with the engine as it is (the mask fix on) and with the fix switched off.
@@ -118,6 +119,8 @@ class Meter:
 def attention_leak(x: Any, model_dir: Path) -> dict[str, Any]:
     import torch
 
+    from specdeck.core.engines.exl2_attention import remove_causal_sdpa, restore_causal_sdpa
+
     config = x.ExLlamaV2Config(str(model_dir))
     config.arch_compat_overrides()
     config.no_flash_attn = True  # the unpaged path SpecDeck takes without flash-attn
@@ -131,9 +134,16 @@ def attention_leak(x: Any, model_dir: Path) -> dict[str, Any]:
     rows: dict[str, Any] = {"exllamav2": x.version, "attn": {
         k: bool(getattr(x.attn, k, False)) for k in
         ("has_flash_attn", "has_xformers", "has_lower_right_sdpa")}}
+    attention = x.attn.ExLlamaV2Attention
+    variants = {"sdpa": (False, False), "sdpa, mask restored": (False, True),
+                "matmul": (True, False)}
     with torch.inference_mode():
-        for no_sdpa in (False, True):
+        for variant, (no_sdpa, restored) in variants.items():
             config.no_sdpa = no_sdpa
+            if restored:
+                restore_causal_sdpa(attention)
+            else:
+                remove_causal_sdpa(attention)
             cache.current_seq_len = 0
             model.forward(prefix[:, :-1], cache, preprocess_only=True)
             base = cache.current_seq_len
@@ -144,12 +154,13 @@ def attention_leak(x: Any, model_dir: Path) -> dict[str, Any]:
                 cache.current_seq_len = base
                 row0.append(model.forward(torch.cat([last, d], dim=1), cache).float().cpu()[0, 0])
             top = one.topk(2).values
-            rows["sdpa" if not no_sdpa else "matmul"] = {
+            rows[variant] = {
                 "row0_changes_with_later_rows": float((row0[0] - row0[1]).abs().max()),
                 "row0_vs_one_row": float((row0[0] - one).abs().max()),
                 "argmax_same_as_one_row": [bool(r.argmax() == one.argmax()) for r in row0],
                 "one_row_top2_gap": float(top[0] - top[1]),
             }
+    remove_causal_sdpa(attention)
     model.unload()
     return rows
 
@@ -168,9 +179,12 @@ def engine_ab(target: Path, draft: Path, masked: bool, meter: Meter | None = Non
     )
     from specdeck.core.engines.lossless import compare_greedy
 
+    from specdeck.core.engines.exl2_attention import remove_causal_sdpa
+
     original = module.mask_unpaged_attention
     if not masked:
         module.mask_unpaged_attention = lambda x, config, paged: None
+        remove_causal_sdpa(module._import_exllamav2().attn.ExLlamaV2Attention)
     try:
         engine = module.ExLlamaV2Engine()
         loaded = engine.load(LoadSpec(target, max_seq_len=1024, cache_mode="FP16",

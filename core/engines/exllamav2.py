@@ -11,8 +11,8 @@ What it does the way TabbyAPI's exl2 backend does (and why):
 - autosplit with a reserve per GPU, or an explicit ``gpu_split`` in GB;
 - ``paged=False`` (and flash-attn off) when flash-attn >= 2.5.7 is missing or a GPU is
   older than Ampere: the unpaged mode runs one job at a time, which is all SpecDeck needs;
-  there, ``no_sdpa`` too, because exllamav2 0.2.9-0.3.2 runs torch SDPA with no causal mask
-  (see :func:`sdpa_runs_unmasked`);
+  there, the causal mask restored, because exllamav2 0.2.9-0.3.2 runs torch SDPA with no
+  causal mask (:mod:`specdeck.core.engines.exl2_attention`);
 - jobs stop on EOS only through ``stop_conditions``; with drafting on a job stops at
   ``max_new_tokens - num_draft_tokens``, so SpecDeck asks for k more and the arms compare
   equal lengths; tokens/s = new_tokens / time_generate; acceptance from the job's
@@ -37,6 +37,7 @@ from typing import Any
 
 from specdeck.core.compat.special import adds_bos
 from specdeck.core.engines import common
+from specdeck.core.engines.exl2_attention import mask_unpaged_attention
 from specdeck.core.engines.base import (
     MAX_DRAFT_TOKENS,
     NO_DRAFT,
@@ -836,53 +837,6 @@ def _import_exllamav2() -> Any:
         attn=attn,
         version=exllamav2.__version__,
     )
-
-
-SDPA_UNMASKED_SINCE = (0, 2, 9)
-"""exllamav2's commit 2e630ae (2025-02-13, "Fix alt pos embeddings and block diagonal mask when
-flash-attn is disabled"), first released in 0.2.9 and unchanged in 0.3.2, the last release
-(attn.py 889-901): ``_attn_torch``'s SDPA branch takes its mask from
-``get_block_diag_mask`` whenever ``causal`` is set, and that returns None for a forward
-without ``cu_seqlens`` (every unpaged forward: attn_params.py 190-194). torch SDPA then runs
-with no mask: each row of a prompt chunk, and each row of a draft verification, attends to
-the rows after it. A drafted run's first token is already not the target's own (the H200 run
-of 2026-11-26: every drafted run parted from the baseline at token 0). The matmul branch
-(``config.no_sdpa``) still adds the causal mask (attn.py 913-925, attn_params.py 109-123)."""
-
-
-def _version(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split("+")[0].split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
-
-
-def sdpa_runs_unmasked(x: Any, config: Any, paged: bool) -> bool:
-    """Would this exllamav2 run an unpaged forward of several rows through torch SDPA with
-    no causal mask? Paged mode uses flash-attn's own causal kernels; xformers, when present
-    and on, takes the unpaged path before SDPA (attn.py 1143-1148); ``no_sdpa`` selects the
-    matmul branch."""
-    if paged or getattr(config, "no_sdpa", False):
-        return False
-    attn = x.attn
-    if getattr(attn, "has_xformers", False) and not getattr(config, "no_xformers", False):
-        return False
-    if not getattr(attn, "has_lower_right_sdpa", False):
-        return False
-    return _version(str(getattr(x, "version", "0"))) >= SDPA_UNMASKED_SINCE
-
-
-def mask_unpaged_attention(x: Any, config: Any, paged: bool) -> str | None:
-    """Set ``no_sdpa`` where :func:`sdpa_runs_unmasked`; the note that says so, or None.
-    Every model SpecDeck loads (target and draft) and the GPU kit's bare loop go through it."""
-    if not sdpa_runs_unmasked(x, config, paged):
-        return None
-    config.no_sdpa = True
-    return (f"exllamav2 {x.version} without flash-attn runs torch SDPA with no causal mask "
-            "(its attn.py since 0.2.9): SpecDeck sets no_sdpa, so attention runs as a "
-            "masked matmul (prefill of long prompts is slower and needs a chunk x chunk "
-            "attention matrix)")
 
 
 def paged_attention_usable(x: Any, config: Any) -> bool:

@@ -18,6 +18,7 @@ from specdeck.core.exl2_facts import (
     SCALE_GROUP,
     check_cache_mode,
     kv_bytes_per_element,
+    matmul_scores_bytes,
     round_up_to_cache_step,
 )
 from specdeck.core.models import Architecture
@@ -159,6 +160,17 @@ class ModelCosts:
     split_constant: int
 
 
+def unpaged_attention_bytes(arch: Architecture, chunk: int, tokens: int,
+                            attention_temp: int) -> int:
+    """What one unpaged forward's attention holds beyond q/k/v. SDPA (with the causal mask
+    SpecDeck restores, core.engines.exl2_attention) holds no scores; ExLlamaV2's own
+    chunk x chunk reserve stands for it. A soft-capping model (Gemma 2) takes the matmul
+    branch, which holds heads x chunk x keys fp16 scores twice, keys up to the whole cache."""
+    if not arch.softcaps_attention:
+        return attention_temp
+    return max(attention_temp, matmul_scores_bytes(arch.num_heads, min(chunk, tokens), tokens))
+
+
 def _dq(features_in: int, features_out: int, overheads: Overheads) -> int:
     return 2 * min(features_in * features_out, overheads.max_dq_elements)
 
@@ -184,10 +196,12 @@ def model_costs(arch: Architecture, mode: str, tokens: int, chunk: int,
     rope = 4 * arch.head_dim * tokens  # sin and cos, float16, max_seq_len x head_dim
     # Live during a chunk's forward pass and then kept by PyTorch's allocator: hidden
     # states in and out, q/k/v and the attention output, the logits rows, and without
-    # flash-attn the chunk x chunk attention matrix.
+    # flash-attn the attention's own temporaries: ExLlamaV2's chunk x chunk estimate where
+    # SDPA runs (its kernels hold no scores), the whole scores where the matmul branch runs.
     activations = (chunk * 2 * (2 * h + 2 * q_width + 2 * kv_width)
                    + overheads.max_output_len * vocab * 4 * 2
-                   + (0 if overheads.flash_attention else attention_temp))
+                   + (0 if overheads.flash_attention else unpaged_attention_bytes(
+                       arch, chunk, tokens, attention_temp)))
     return ModelCosts(
         cache_per_layer=kv_bytes_per_token_layer(arch, mode) * tokens,
         cache_staging=0 if mode == "FP16" else 4 * kv_width * tokens,

@@ -619,6 +619,16 @@ def test_the_standin_refuses_what_exllamav2_refuses(tmp_path, monkeypatch):
 
 
 # exllamav2 0.2.9-0.3.2 runs torch SDPA unmasked on the unpaged path -------------------------------
+def _attention_class():
+    """Shaped as exllamav2 0.3.2's ExLlamaV2Attention where the fix reads it (its
+    ``_attn_torch`` signature, attn.py 869); tests/core/test_exl2_attention.py runs the real one."""
+    class ExLlamaV2Attention:
+        def _attn_torch(self, batch_size, q_len, q_states, k_states, v_states, attn_params, cfg,
+                        causal=True):
+            raise AssertionError("not run here")
+    return ExLlamaV2Attention
+
+
 @pytest.mark.parametrize("version, attn, paged, masked", [
     ("0.3.2", {"has_lower_right_sdpa": True}, False, True),
     ("0.2.9", {"has_lower_right_sdpa": True}, False, True),
@@ -627,16 +637,18 @@ def test_the_standin_refuses_what_exllamav2_refuses(tmp_path, monkeypatch):
     ("0.3.2", {"has_lower_right_sdpa": True, "has_xformers": True}, False, False),
     ("0.3.2", {"has_lower_right_sdpa": True}, True, False),  # paged: flash-attn's causal kernels
 ])
-def test_unpaged_attention_runs_as_a_masked_matmul_where_sdpa_runs_unmasked(
+def test_unpaged_attention_gets_its_causal_mask_back_where_sdpa_runs_unmasked(
         tmp_path, monkeypatch, version, attn, paged, masked):
     pytest.importorskip("torch")
     import torch
 
+    from specdeck.core.engines import exl2_attention
     from specdeck.core.engines import exllamav2 as module
 
     fake = _RecordingExLlamaV2()
     fake.version = version
-    fake.attn = SimpleNamespace(has_flash_attn_with_paged=paged, **attn)
+    fake.attn = SimpleNamespace(has_flash_attn_with_paged=paged,
+                                ExLlamaV2Attention=_attention_class(), **attn)
     monkeypatch.setattr(module, "_import_exllamav2", lambda: fake)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: (9, 0))
@@ -648,23 +660,29 @@ def test_unpaged_attention_runs_as_a_masked_matmul_where_sdpa_runs_unmasked(
     loaded = engine.load(LoadSpec(target, cache_mode="Q4", draft_cache_mode="Q4",
                                   drafter=DrafterSpec(DrafterKind.MODEL, draft, num_draft_tokens=4)))
 
-    assert [getattr(c, "no_sdpa", False) for c in fake.configs] == [masked, masked], \
-        "the target and the draft are loaded alike"
+    assert exl2_attention.is_restored(fake.attn.ExLlamaV2Attention) is masked
+    assert [getattr(c, "no_sdpa", False) for c in fake.configs] == [False, False], \
+        "SDPA stays on for the target and the draft alike"
     said = [n for n in loaded.notes if "no causal mask" in n]
     assert bool(said) is masked
     if masked:
-        assert version in said[0] and "no_sdpa" in said[0]
+        assert version in said[0] and "restores the causal" in said[0]
 
 
 def test_a_later_draft_load_is_masked_too(tmp_path, monkeypatch):
     pytest.importorskip("torch")
+    from specdeck.core.engines import exl2_attention
     from specdeck.core.engines import exllamav2 as module
 
     fake = _RecordingExLlamaV2()
     fake.version = "0.3.2"
-    fake.attn = SimpleNamespace(has_flash_attn_with_paged=False, has_lower_right_sdpa=True)
+    fake.attn = SimpleNamespace(has_flash_attn_with_paged=False, has_lower_right_sdpa=True,
+                                ExLlamaV2Attention=_attention_class())
     monkeypatch.setattr(module, "_import_exllamav2", lambda: fake)
     engine = ExLlamaV2Engine()
     engine.load(LoadSpec(_exl2_folder(tmp_path / "target", EXL2), cache_mode="Q4", draft_cache_mode="Q4"))
+    assert exl2_attention.is_restored(fake.attn.ExLlamaV2Attention)
+    fake.attn.ExLlamaV2Attention = _attention_class()  # as if the module were reloaded
     engine.set_drafter(DrafterSpec(DrafterKind.MODEL, _exl2_folder(tmp_path / "draft", EXL2)))
-    assert [c.no_sdpa for c in fake.configs] == [True, True]
+    assert exl2_attention.is_restored(fake.attn.ExLlamaV2Attention)
+    assert [getattr(c, "no_sdpa", False) for c in fake.configs] == [False, False]
