@@ -51,12 +51,17 @@ run: $(VENV)/.installed-run
 	$(BIN)/specdeck
 
 # The server-arm tests run a real llama-server, built once per machine from the pinned
-# llama.cpp sources (about 10 minutes on 2 cores; cached outside the checkout).
-llama-server: $(VENV)/.installed-test
-	$(PY) -m tools.llama_server_build
+# llama.cpp sources (several minutes on 2 cores; cached outside the checkout). The build
+# needs only the standard library, so it runs beside the venv's install, not after it.
+llama-server:
+	$(PYTHON) -m tools.llama_server_build
 
-test: $(VENV)/.installed-test llama-server
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest $(PYTEST_ARGS)
+# pytest-xdist runs the suite on every core (TEST_WORKERS=0 runs it in one process);
+# --dist loadscope keeps a module's tests, and the servers its fixtures start, on one worker.
+TEST_WORKERS ?= logical
+test:
+	$(MAKE) --no-print-directory -j2 $(VENV)/.installed-test llama-server
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-test
 	QT_QPA_PLATFORM=offscreen $(PY) -m benchmarks $(BENCH_ARGS)

@@ -7,6 +7,12 @@ from pathlib import Path
 
 # Must happen before anything imports Qt: there is no display in CI.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# One thread per torch (and OpenMP) op, here and in every process the tests start: the tiny
+# test models' matmuls are too small to share, and on a loaded machine (two pytest-xdist
+# workers, llama-servers) OpenMP's spinning threads made a 64 x 32000 linear 20 times slower
+# (0.6 ms of CPU per call with one thread, 12 ms with two; docs/benchmarks/test_suite.md).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 # Nothing in the tests may reach the real Hugging Face Hub.
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
@@ -31,11 +37,36 @@ TABBY = FIXTURES / "tabbyapi"
 
 
 def pytest_configure(config):
+    from processes import mark_this_session
+
+    mark_this_session()  # every process the tests start carries it (tests/processes.py)
     if not FIXTURES.is_dir():
         raise pytest.UsageError(
             f"SPECDECK_FIXTURES points at {FIXTURES}, which is not a folder. Unset it to use "
             "the copy in tests/data/fixtures."
         )
+
+
+_TESTS_SINCE_FULL_COLLECTION = [0]
+FULL_COLLECTION_EVERY = 50
+
+
+@pytest.fixture(autouse=True)
+def _frozen_heap():
+    """What earlier tests left alive moves out of the cycle collector's sight, so a test's
+    collections (engines call gc.collect() when they let a model go) walk only its own
+    objects: in one process that had imported torch, transformers and Qt, each full
+    collection cost a quarter of a second. Every 50 tests one real collection frees the
+    cycles earlier tests left, before the heap is frozen again."""
+    import gc
+
+    _TESTS_SINCE_FULL_COLLECTION[0] += 1
+    if _TESTS_SINCE_FULL_COLLECTION[0] >= FULL_COLLECTION_EVERY:
+        _TESTS_SINCE_FULL_COLLECTION[0] = 0
+        gc.unfreeze()
+        gc.collect()
+    gc.freeze()
+    yield
 
 
 @pytest.fixture(autouse=True)

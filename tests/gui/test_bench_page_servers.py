@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from processes import running
 from replay_server import replay  # noqa: F401 - a fixture
 
 from specdeck.core.bench.plan import BenchPlan
@@ -118,8 +119,6 @@ def test_arms_dialog_runs_launched_llama_servers_one_at_a_time(qtbot, page, tmp_
     """Arms… edits rows of launched llama-servers (the real pinned build, the demo GGUF),
     Check reads the binary's --help, Start runs them, and the worker stops every server it
     launched when the plan ends; the arms survive a restart of the page."""
-    import psutil
-
     from specdeck.core.engines.demo import find_gguf
     from specdeck.gui.context import AppContext
     from specdeck.gui.widgets.server_arms_dialog import FOUND, LAUNCH, SOURCE, WHERE
@@ -161,9 +160,8 @@ def test_arms_dialog_runs_launched_llama_servers_one_at_a_time(qtbot, page, tmp_
     assert len(page.last_run.counted()) == 2 and len(page.table.rows()) == 2
 
     def ours():
-        return [p for p in psutil.process_iter(["cmdline"])
-                if p.info["cmdline"] and str(gguf) in p.info["cmdline"]
-                and "--spec-ngram-simple-size-n" in p.info["cmdline"]]
+        return running(lambda cmdline: str(gguf) in cmdline
+                       and "--spec-ngram-simple-size-n" in cmdline)
 
     qtbot.waitUntil(lambda: not ours(), timeout=30_000)  # stopped when the plan ended
     page.form.save()

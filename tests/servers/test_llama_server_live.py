@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from processes import running
 from specdeck.core.servers.transport import Base, ServerError, request_text
 
 pytestmark = pytest.mark.slow
@@ -74,9 +75,8 @@ def counters(url):
 
 
 def llama_servers_of(gguf) -> set[int]:
-    return {p.pid for p in psutil.process_iter(["cmdline"])
-            if p.info["cmdline"] and str(gguf) in p.info["cmdline"] and "--metrics" in
-            p.info["cmdline"]}
+    return {p.pid for p in running(lambda cmdline: str(gguf) in cmdline
+                                   and "--metrics" in cmdline)}
 
 
 def test_probe_tells_which_server_drafts(servers, specdeck_home):
@@ -608,9 +608,8 @@ def test_the_engine_keeps_what_fits_and_restarts_only_what_must(llama_bin, demo_
         assert set(pids) == {"A", "C"}  # B, used before A's second turn, made room
         engine.activate_arm(a)
         assert engine.running()["A"] == pids["A"]  # not restarted
-        assert len([p for p in psutil.process_iter(["cmdline"])
-                    if str(demo_gguf) in " ".join(p.info["cmdline"] or ())
-                    and "-c 512" in " ".join(p.info["cmdline"] or ())]) == 2
+        assert len(running(lambda cmdline: str(demo_gguf) in " ".join(cmdline)
+                           and "-c 512" in " ".join(cmdline))) == 2
     finally:
         engine.unload()
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from hubserver import memory_keyring  # noqa: F401 - a fixture
+from processes import running
 from swap_samples import tune_config
 
 pytestmark = pytest.mark.slow
@@ -306,17 +307,8 @@ def test_cancel_during_a_download_stops_the_tune_and_leaves_everything_as_it_was
 
 
 def _llama_servers(gguf: Path) -> list:
-    import psutil
-
-    found = []
-    for process in psutil.process_iter(["name", "cmdline"]):
-        try:
-            if "llama-server" in (process.info["name"] or "") and \
-                    str(gguf) in (process.info["cmdline"] or []):
-                found.append(process)
-        except psutil.Error:
-            continue
-    return found
+    return running(lambda cmdline: "llama-server" in os.path.basename(cmdline[0])
+                   and str(gguf) in cmdline)
 
 
 def test_a_server_that_dies_mid_search_is_noted_and_the_others_go_on(llama_bin, demo_gguf,
