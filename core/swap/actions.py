@@ -22,6 +22,7 @@ from specdeck.core.llama_flags import (
     SPEC_TYPE,
 )
 from specdeck.core.printable import printable
+from specdeck.core.servers.llama_server import judge_of
 from specdeck.core.swap.config import SwapConfig, from_document, from_text
 from specdeck.core.swap.edit import FlagEdit, check_editable, plan_edit
 from specdeck.core.swap.migrate import findings
@@ -126,10 +127,14 @@ def plan_migration(config: SwapConfig, names: list[str] | None = None,
     names = [m.name for m in wanted if m.is_llama_server and not m.errors]  # errors: unfixed
     current, last, warnings = config, None, []
     for name in names:
-        found = findings(current.model(name), info, current.macro_cmds)
+        judge = judge_of(current.model(name).argv[0], info)
+        found = findings(current.model(name), judge.info, current.macro_cmds)
         unfixed += [f"{name}: {f.message}" for f in found if f.edit is None]
-        targets = dict.fromkeys(f.macro for f in found if f.edit is not None)
-        for macro in targets:
+        if any(f.edit is not None for f in found) and judge.hedged:
+            warnings.append(printable(f"{name}: migrated by {judge.by}. Check the result with "
+                                      "that build, or give --llama-server BINARY."))
+        before, last_good = current, last
+        for macro in dict.fromkeys(f.macro for f in found if f.edit is not None):
             edits = [f.edit for f in found if f.edit is not None and f.macro == macro]
             target = current.macro(macro) if macro is not None else current.model(name)
             if macro is not None:
@@ -144,22 +149,44 @@ def plan_migration(config: SwapConfig, names: list[str] | None = None,
             last = plan_edit(current, macro or name, edits, macro=macro is not None,
                              shared_ok=True)
             current = from_text(last.new_text, current.path)
+        refused = _refused_by(judge, before.model(name), current.model(name))
+        if refused:  # never written: the model would no longer start
+            unfixed.append(printable(f"{name}: not migrated: {judge.info.source} would refuse "
+                                     f"the result ({refused})"))
+            current, last = before, last_good
+            warnings = [w for w in warnings if not w.startswith(f"{name}: migrated by")]
     if last is None:
         return None, unfixed
     return ConfigChange(config.document, last.new_text, last.changed_keys, last.values,
                         tuple(dict.fromkeys(warnings))), unfixed
 
 
+def _refused_by(judge, before, after) -> str:
+    """What the binary that runs the cmd refuses in its migrated flags and did not refuse
+    before ("" when nothing, or when that binary cannot be run here to ask)."""
+    if judge.info is None:
+        return ""
+    from specdeck.core.servers.llama_server import problems_of
+
+    old = set(problems_of(before.flags[1:], judge.info))
+    return "; ".join(p for p in problems_of(after.flags[1:], judge.info) if p not in old)
+
+
 def model_rows(config: SwapConfig, info=None) -> list[dict[str, Any]]:
-    """One row per model: how its cmd is written, what it drafts, what is out of date."""
+    """One row per model: how its cmd is written, what it drafts, what is out of date, and
+    whose rules judged it (``info``: the binary the user named; else the one each cmd names,
+    read when it can be run here, else the pinned build's rules, said so)."""
     rows = []
     for model in config.models:
         # A cmd whose macros do not resolve is not what llama-swap would run: not judged.
         judged = model.is_llama_server and model.macros_resolved
-        found = findings(model, info, config.macro_cmds) if judged else []
+        judge = judge_of(model.argv[0], info) if judged else None
+        found = findings(model, judge.info, config.macro_cmds) if judged else []
         rows.append({"model": model.name, "style": model.style, "lines": model.lines,
                      "llama_server": model.is_llama_server,
-                     "macros": list(model.macros_used), **model.drafting(),
+                     **(judge.to_json() if judge is not None else {"judged_by": None}),
+                     "macros": list(model.macros_used),
+                     **model.drafting(judge.info if judge is not None else None),
                      "editable": model.tokens is not None, "not_editable": model.not_editable,
                      "errors": list(model.errors), "shared_with": list(model.shared_with),
                      "problems": [f.message for f in found],

@@ -66,6 +66,7 @@ from specdeck.core.tune.candidates import (
     Candidates,
     NotTried,
     draft_files,
+    drafting_methods,
     find_candidates,
 )
 from specdeck.core.tune.predict import Prediction, predict, read_history, record
@@ -277,18 +278,24 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
     started = time.monotonic()
     emit(Phase("candidates", f"Reading what {Path(setup.binary).name} can draft with"))
     info = binary_help(setup.binary)
-    if info is None or not info.spec_types:
-        raise InvalidInputError(f"{setup.binary} --help lists no --spec-type values.",
-                                "SpecDeck tunes llama-server builds that draft with --spec-type "
-                                "(2026 and later).")
+    methods = drafting_methods(info) if info is not None else ()
+    if not methods:
+        raise InvalidInputError(f"{setup.binary} --help lists no way to draft (no --spec-type "
+                                "values, no draft model flag).",
+                                "Give the llama-server that runs this model (--llama-server).")
     library = hub.library_dir(options.download_dir)
     found: Candidates = find_candidates(
-        setup, info.spec_types,
+        setup, methods,
         draft_files(setup, (*options.draft_dirs, *hub.library_folders(library))), cancel,
         methods=info.methods)
-    if options.download_budget > 0 and hub.DRAFT_SIMPLE in info.spec_types:
+    if options.download_budget > 0 and hub.DRAFT_SIMPLE in methods:
         emit(Phase("candidates", f"Searching the Hub for {setup.facts.family} drafts"))
         found = _with_hub(setup, found, library, options, notes, cancel)
+        implied = info.implied_draft
+        if implied is not None:  # the Hub's drafts run as this build drafts with a model
+            found = replace(found, found=tuple(
+                replace(c, k_flag=implied.k_flag or c.k_flag, implied=True)
+                if c.hub is not None else c for c in found.found))
     history = read_history() if history is None else history
     device = device_of(setup, options)
     prompts = prompt_set(options)
