@@ -16,9 +16,12 @@ from specdeck.core.llama_flags import (
     DRAFT_N_MAX,
     DRAFT_N_MIN,
     DRAFT_P_MIN,
+    N_MAX_NAMES,
     N_MAX_REMOVED,
+    N_MIN_NAMES,
     N_MIN_REMOVED,
     P_MIN_ALIASES,
+    P_MIN_NAMES,
     SPEC_TYPE,
 )
 from specdeck.core.printable import printable
@@ -57,22 +60,33 @@ def draft_edits(setting: DraftSetting, info=None, current_type: str | None = Non
         if any(v is not None for v in values):
             raise InvalidInputError("Removing drafting takes no other setting; give it alone.")
         return [FlagEdit(f, None) for f in (*DRAFT_MODEL, *DRAFTING_FLAGS)]
+    from specdeck.core.servers.llama_server import methods_of
+
     edits = []
     if setting.draft:
         edits.append(FlagEdit(DRAFT_MODEL[0], setting.draft, also=DRAFT_MODEL[1:]))
     spec = setting.spec_type or ("draft-simple" if setting.draft else None)
-    if spec:
+    implied = methods_of(info).implied_draft
+    alone = implied is not None and (spec or current_type or implied.name) == implied.name
+    if spec and not alone:  # a build that drafts with -md alone takes no --spec-type for it
         edits.append(FlagEdit(SPEC_TYPE, spec))
+    n_max, n_min, p_min = DRAFT_N_MAX, DRAFT_N_MIN, DRAFT_P_MIN
+    if alone:  # that build's own names (ik_llama.cpp, llama.cpp before 2026: --draft-max)
+        n_max, n_min, p_min = (next((f for f in implied.flags if f in names), default)
+                               for names, default in ((N_MAX_NAMES, n_max),
+                                                      (N_MIN_NAMES, n_min),
+                                                      (P_MIN_NAMES, p_min)))
     if setting.draft_max is not None:
-        from specdeck.core.servers.llama_server import methods_of
-
-        method = methods_of(info).method(spec or current_type)
-        flag = method.k_flag if method is not None and method.k_flag else DRAFT_N_MAX
-        edits.append(FlagEdit(flag, str(setting.draft_max), replaces=N_MAX_REMOVED))
+        method = implied if alone else methods_of(info).method(spec or current_type)
+        flag = method.k_flag if method is not None and method.k_flag else n_max
+        edits.append(FlagEdit(flag, str(setting.draft_max), replaces=tuple(
+            n for n in (N_MAX_NAMES if alone else N_MAX_REMOVED) if n != flag)))
     if setting.draft_min is not None:
-        edits.append(FlagEdit(DRAFT_N_MIN, str(setting.draft_min), replaces=N_MIN_REMOVED))
+        edits.append(FlagEdit(n_min, str(setting.draft_min), replaces=tuple(
+            n for n in (N_MIN_NAMES if alone else N_MIN_REMOVED) if n != n_min)))
     if setting.p_min is not None:
-        edits.append(FlagEdit(DRAFT_P_MIN, f"{setting.p_min:g}", also=P_MIN_ALIASES))
+        edits.append(FlagEdit(p_min, f"{setting.p_min:g}",
+                              also=tuple(n for n in P_MIN_NAMES if n != p_min)))
     if not edits:
         raise InvalidInputError("Nothing to set.", "Give a draft model, a spec type, draft "
                                 "max/min or p-min, or remove drafting.")

@@ -109,3 +109,35 @@ def test_ik_llama_cpp_drafting_with_md_and_draft_max_is_not_out_of_date(ik_llama
     assert judged["problems"] == []
     assert judged["drafts"] and "k=8" in judged["drafter"]
     assert plan_migration(cfg) == (None, [])
+
+
+def test_ik_llama_cpp_runs_the_tuners_draft_model_setting_in_its_own_names(
+        ik_llama_bin, llama_bin, demo_gguf, tmp_path):
+    """`tune --llama-server IK` offers a draft model as that build drafts with one: -md and
+    its own --draft-max, no --spec-type; the real build starts with those flags and drafts."""
+    from specdeck.core.servers.transport import Base, request_json
+    from specdeck.core.tune.candidates import drafting_methods, find_candidates
+    from specdeck.core.tune.run import candidate_cells
+    from specdeck.core.tune.setup import from_llama_server
+
+    draft = tmp_path / "drafts" / "SmolLM2-135M-Instruct.Q4_0.gguf"  # smaller than the target
+    draft.parent.mkdir()
+    subprocess.run([str(llama_bin.parent / "llama-quantize"), "--allow-requantize",
+                    str(demo_gguf), str(draft), "Q4_0"], check=True, capture_output=True,
+                   timeout=300)
+    setup = from_llama_server(ik_llama_bin, demo_gguf, ("-t", "2", "-c", "1024"))
+    info = binary_help(ik_llama_bin)
+    found = find_candidates(setup, drafting_methods(info), [draft], methods=info.methods)
+    [model] = [c for c in found.found if c.spec_type == "draft-simple"]
+    cell = candidate_cells(setup, model)[0]
+    args = cell.arm.server.launch.args
+    assert args[-4:] == ("-md", str(draft), "--draft-max", "4") and "--spec-type" not in args
+    server = ManagedServer(cell.arm.server.launch, tmp_path / "ik.log")
+    try:
+        url = server.start(timeout=120)
+        answer = request_json(Base.parse(url), "POST", "/v1/chat/completions",
+                              {"messages": [{"role": "user", "content": "Count to 20."}],
+                               "max_tokens": 24, "temperature": 0}, timeout=120)
+    finally:
+        server.stop()
+    assert answer["timings"]["draft_n"] > 0  # it drafted, with the flags the tuner wrote
