@@ -80,10 +80,21 @@ def test_swap_show_and_migrate_accept_ik_as_the_llama_server(ik_binary, tmp_path
     assert migrated.returncode == 0, migrated.stderr
     assert "Nothing to migrate" in migrated.stdout and config.read_text() == before
     # the same without --llama-server: the cmd names the binary, which is read
-    from specdeck.core.swap.actions import model_rows
+    from specdeck.core.swap.actions import model_rows, plan_migration
 
     [row] = model_rows(swap.load(config))
     assert row["judged_by"] == f"the --help of {ik_binary}" and row["problems"] == []
+    assert plan_migration(swap.load(config)) == (None, [])
+
+
+def test_the_probe_says_a_draft_model_alone_drafts_on_ik(ik_binary):
+    from specdeck.core.servers.llama_server import LaunchProfile
+    from specdeck.core.servers.probe import launched_drafting
+
+    said = launched_drafting(LaunchProfile(ik_binary, str(GGUF),
+                                           ("-md", str(GGUF), "--draft-max", "4")))
+    assert said.drafts is True and said.method == "draft-simple"
+    assert "a draft model alone drafts in this build" in said.why
 
 
 def test_a_draft_setting_is_written_in_iks_names(ik_binary, tmp_path):
