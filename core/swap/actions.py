@@ -145,8 +145,9 @@ def plan_migration(config: SwapConfig, names: list[str] | None = None,
         found = findings(current.model(name), judge.info, current.macro_cmds)
         unfixed += [f"{name}: {f.message}" for f in found if f.edit is None]
         if any(f.edit is not None for f in found) and judge.hedged:
-            warnings.append(printable(f"{name}: migrated by {judge.by}. Check the result with "
-                                      "that build, or give --llama-server BINARY."))
+            warnings.append(printable(f"{name}: migrated by llama.cpp 11434's rules, not "
+                                      f"checked against its own binary ({judge.program} "
+                                      f"{judge.why_not}). Check the result with your build."))
         before, last_good = current, last
         for macro in dict.fromkeys(f.macro for f in found if f.edit is not None):
             edits = [f.edit for f in found if f.edit is not None and f.macro == macro]

@@ -222,7 +222,7 @@ class SwapPage(QWidget):
         self.no_draft.setToolTip("Take the draft model and every drafting flag out of the cmd")
         form.addRow(self.no_draft)
         layout.addLayout(form)
-        layout.addWidget(QLabel("<b>Out of date</b> for current llama-server:"))
+        layout.addWidget(QLabel("<b>Out of date</b> for the llama-server that runs it:"))
         self.findings = QListWidget()
         self.findings.setWordWrap(True)
         self.findings.setMaximumHeight(140)
