@@ -141,3 +141,14 @@ def test_ik_llama_cpp_runs_the_tuners_draft_model_setting_in_its_own_names(
     finally:
         server.stop()
     assert answer["timings"]["draft_n"] > 0  # it drafted, with the flags the tuner wrote
+
+
+def test_a_cmd_that_names_its_binary_by_name_is_judged_by_the_one_on_path(
+        prebuilt_llama_bin, demo_gguf, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", f"{prebuilt_llama_bin.parent}{os.pathsep}{os.environ['PATH']}")
+    judged = row(model_rows(swap.load(config(tmp_path, {"m": "llama-server"}, demo_gguf))), "m")
+    assert judged["judged_by"] == f"the --help of {prebuilt_llama_bin}"
+    monkeypatch.setenv("PATH", str(tmp_path))
+    judged = row(model_rows(swap.load(config(tmp_path, {"m": "llama-server"}, demo_gguf))), "m")
+    assert judged["hedged"] and "llama-server is not on this machine's PATH" in \
+        judged["judged_by"]
