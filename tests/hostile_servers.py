@@ -140,6 +140,9 @@ class Trickle(Llm):
     """False: the status line and headers come at once, then the body trickles."""
     gets = True
     """False: GET routes answer at once (a probe passes); only a generation trickles."""
+    http10 = False
+    """An HTTP/1.0 answer, which ends when the server closes (http.client lets go of the
+    socket then: issue 43's probe that trickled for 9 minutes)."""
 
     def _trickle(self, raw: bytes) -> None:
         for i in range(len(raw)):
@@ -148,7 +151,7 @@ class Trickle(Llm):
             time.sleep(self.gap_s)
 
     def _send(self, content_type: str, body: bytes) -> None:
-        head = (f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\n"
+        head = (f"HTTP/1.{0 if self.http10 else 1} 200 OK\r\nContent-Type: {content_type}\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n").encode()
         if self.from_status:
             self._trickle(head + body)
@@ -172,12 +175,21 @@ class Trickle(Llm):
 
 
 class KeepAlive(Llm):
-    """A stream that sends ``: keep-alive`` comments for ever and never a token."""
+    """A stream that sends ``tokens`` chunks (none by default), then ``: keep-alive`` comments
+    for ever and never another token; ``bytewise``: one comment that never ends, a byte every
+    ``gap_s`` (each read gets a byte, no line ever completes)."""
+
+    tokens = 0
+    bytewise = False
 
     def post(self, body: dict):
         self.start_stream()
+        for text in words(self.tokens):
+            self.event(self.chunk({"content": text}))
+        if self.bytewise:
+            self.wfile.write(b":")
         while True:
-            self.wfile.write(b": keep-alive\n\n")
+            self.wfile.write(b"." if self.bytewise else b": keep-alive\n\n")
             self.wfile.flush()
             time.sleep(self.gap_s)
 

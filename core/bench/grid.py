@@ -486,7 +486,9 @@ def _measure(plan: BenchPlan, reference: Arm, cell: Cell, engine, on_event, canc
     except CancelledError:
         return None
     except SpecDeckError as exc:
-        failed[cell.arm.name] = str(exc)
+        # The note names the setting by its label: the run's internal name ("Arm X: ") is
+        # no word for a user.
+        failed[cell.arm.name] = str(exc).removeprefix(f"Arm {cell.arm.name}: ")
         return None
     costs.add(cell.arm.name, run, time.monotonic() - started)
     return run

@@ -61,7 +61,8 @@ def register(subparsers) -> None:
     mig = sub.add_parser("migrate", help="rewrite removed or renamed llama-server flags")
     common(mig)
     mig.add_argument("--llama-server", metavar="BINARY",
-                     help="the llama-server llama-swap runs: its --help decides what is gone")
+                     help="the llama-server llama-swap runs: its --help decides what is gone "
+                          "(default: the binary each cmd names, when it runs here)")
     saving(mig)
     mig.set_defaults(handler=cmd_migrate)
 
@@ -205,8 +206,11 @@ def cmd_show(args) -> int:
                         + (f" ({' '.join(row['flags'])})" if row["flags"] else "")))
         if row["flags_in_macros"]:
             print(printable(f"  set in macros: {' '.join(row['flags_in_macros'])}"))
+        if row["judged_by"]:
+            print(printable(f"  flags judged by {row['judged_by']}"))
         for problem in row["problems"]:
-            print(f"  out of date: {printable(problem)}")
+            said = "may be out of date" if row["hedged"] else "out of date"
+            print(f"  {said}: {printable(problem)}")
         if not row["editable"] and row["not_editable"] not in row["errors"]:
             print(f"  SpecDeck will not edit it: {printable(row['not_editable'])}")
     return EXIT_OK

@@ -192,9 +192,12 @@ def cmd_tune(args) -> int:
                           confirm_download=None if args.yes else _ask_download)
         finally:
             progress.close()
+        confirm = _dry_run if args.dry_run else None if args.yes else _ask
         if result.decision.apply:
-            confirm = _dry_run if args.dry_run else None if args.yes else _ask
             result = result.with_applied(tune_apply.apply(result, confirm, cancel))
+        elif not result.cancelled:  # the current setting was measured as migrated: write that
+            migrated = tune_apply.apply_migration(result, confirm, cancel)
+            result = result.with_applied(migrated) if migrated is not None else result
     return _finish(args, result)
 
 

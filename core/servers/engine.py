@@ -436,7 +436,7 @@ class ServerEngine:
             if running is None or running.process is None:
                 self._make_room(1 if self.exclusive else self.max_servers)
                 say(LoadProgress(f"Starting {'TabbyAPI' if tabby else 'llama-server'} for "
-                                 f"arm {arm.name}"))
+                                 f"{arm.name}"))
                 if tabby:
                     from specdeck.core.servers.tabby_launch import ManagedTabby
 

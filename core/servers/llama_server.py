@@ -51,44 +51,121 @@ class HelpInfo:
     def method(self, name: str | None) -> llama_flags.SpecMethod | None:
         return next((m for m in self.methods if m.name == name), None)
 
+    @property
+    def implied_draft(self) -> llama_flags.SpecMethod | None:
+        """How this build drafts with ``-md`` alone (no ``--spec-type``), when it does
+        (``llama_flags.implied_draft``: llama.cpp before 2026, ik_llama.cpp)."""
+        return next((m for m in self.methods if m.implied), None)
 
-_FLAG_LINE = re.compile(r"^(-[-\w]+(?:,\s*-[-\w]+)*)(?:\s+([^-\s]\S*))?(?:\s{2,}(.*))?$")
+    def drafter_of(self, args: tuple[str, ...]) -> llama_flags.SpecMethod | None:
+        """The method these flags select in this build: their ``--spec-type``, or a draft
+        model alone where this build drafts with one (None: no drafting method)."""
+        kind = spec_type(args)
+        if kind is not None:
+            return self.method(kind)
+        if self.implied_draft is not None and flag_value(args, *llama_flags.DRAFT_MODEL):
+            return self.implied_draft
+        return None
+
+    @property
+    def build(self) -> str:
+        """Which build's rules these are, in words."""
+        return "llama.cpp 11434's rules (SpecDeck's pinned build)" if self.fallback \
+            else self.source
+
+
+@dataclass(frozen=True)
+class HelpEntry:
+    """One option of a ``--help``: its names, the value it takes ("" for a switch), and its
+    description (continuation lines joined)."""
+
+    names: tuple[str, ...]
+    value: str
+    description: str
+
+
+_NAMES = re.compile(r"-{1,2}[A-Za-z0-9][\w.-]*(?:,\s*-{1,2}[A-Za-z0-9][\w.-]*)*")
+OPTION_INDENT = 16
+"""An option line starts within this many blanks; a description's continuation lines are
+indented further (mainline pads them to 40, ik_llama.cpp and 2025 builds to 34)."""
+
+
+def help_entries(text: str) -> list[HelpEntry]:
+    """Every option of a llama-server ``--help``, whatever the build's layout: mainline's
+    (common/arg.cpp: names at the margin, ``--flag VALUE``, the description padded to column
+    40 or on the lines below) and the one of llama.cpp before 2025-01 and of forks such as
+    ik_llama.cpp (common/common.cpp ``gpt_params_print_usage``: two blanks, ``-md,   --model-
+    draft FNAME`` padded to 32, continuation lines at 34; values such as ``(auto|on|off)`` or
+    ``Name [none | ngram - cache | ...]``)."""
+    entries: list[tuple[tuple[str, ...], str, list[str]]] = []
+    for line in text.splitlines():
+        body = line.lstrip(" ")
+        indent = len(line) - len(body)
+        found = _NAMES.match(body) if indent < OPTION_INDENT else None
+        if found and (found.end() == len(body) or body[found.end()] in " \t"):
+            names = tuple(n.strip() for n in found.group(0).split(","))
+            value, description = _value_and_description(body[found.end():])
+            entries.append((names, value, [description] if description else []))
+        elif entries and body and indent >= 2:
+            entries[-1][2].append(body.strip())
+        elif not body.strip() or body.endswith(":") or body.startswith("-----"):
+            continue  # a blank line or a group's title ends nothing: continuation lines do
+        else:
+            entries.append(((), "", []))  # prose: what follows belongs to no option
+    return [HelpEntry(n, v, " ".join(d)) for n, v, d in entries if n]
+
+
+def _value_and_description(rest: str) -> tuple[str, str]:
+    """What follows an option's names: its value (up to two blanks outside brackets; a
+    single blank joins its words) and the description after it."""
+    if not rest or rest.startswith(("  ", "\t")):
+        return "", rest.strip()
+    depth, i = 0, 1
+    while i < len(rest):
+        c = rest[i]
+        if c in "[({<":
+            depth += 1
+        elif c in "])}>":
+            depth = max(0, depth - 1)
+        elif depth == 0 and rest.startswith("  ", i):
+            break
+        i += 1
+    return rest[1:i].strip(), rest[i:].strip()
+
+
+def spec_types_of(value: str) -> tuple[str, ...]:
+    """The ``--spec-type`` values its help lists: mainline's comma list (``none,draft-simple,
+    ngram-simple``), or ik_llama.cpp's ``Name [none | ngram - cache | ngram - simple]`` (its
+    help writes each dash between blanks)."""
+    inside = re.search(r"\[(.*)\]", value)
+    if inside:
+        parts = [re.sub(r"\s*-\s*", "-", p).strip() for p in inside.group(1).split("|")]
+    else:
+        parts = [p.strip() for p in value.split(",")]
+    return tuple(p for p in parts if re.fullmatch(r"[A-Za-z0-9][\w.-]*", p))
 
 
 def parse_help(text: str, source: str = "its --help") -> HelpInfo:
-    """Flags, removed flags, spec types and each type's flags from ``llama-server --help``."""
+    """Flags, removed flags, spec types and each type's flags from ``llama-server --help``,
+    in any build's layout (:func:`help_entries`)."""
     flags: set[str] = set()
     takes_value: set[str] = set()
     removed: dict[str, str] = {}
     spec_types: tuple[str, ...] = ()
-    current: list[str] = []
-    entries: list[tuple[tuple[str, ...], list[str]]] = []
-    for line in text.splitlines():
-        match = _FLAG_LINE.match(line.strip()) if line.startswith("-") else None
-        if match:
-            current = [f.strip() for f in match.group(1).split(",")]
-            flags.update(current)
-            if match.group(2) and not match.group(2).startswith("("):
-                takes_value.update(current)
-            if llama_flags.SPEC_TYPE in current and match.group(2):
-                spec_types = tuple(match.group(2).split(","))
-            description = match.group(3) or ""
-            entries.append((tuple(current), [description]))
-        elif line.startswith(" ") and current:
-            description = line.strip()
-            entries[-1][1].append(description)
-        else:
-            current = []
-            continue
-        if "has been removed" in description:
-            advice = description.split("has been removed.", 1)[-1].strip()
-            for flag in current:
+    entries = help_entries(text)
+    for entry in entries:
+        flags.update(entry.names)
+        if entry.value:
+            takes_value.update(entry.names)
+        if llama_flags.SPEC_TYPE in entry.names and entry.value:
+            spec_types = spec_types_of(entry.value)
+        if "has been removed" in entry.description:
+            advice = entry.description.split("has been removed.", 1)[-1]
+            advice = re.sub(r"\(env: [^)]*\)", "", advice).strip()
+            for flag in entry.names:
                 removed[flag] = advice
-        elif current and current[0] in removed and description and not description.startswith("(env"):
-            for flag in current:
-                removed[flag] = f"{removed[flag]} {description}".strip()
     methods = llama_flags.methods_from_help(
-        spec_types, [(names, " ".join(parts)) for names, parts in entries])
+        spec_types, [(e.names, e.description) for e in entries])
     return HelpInfo(frozenset(flags), removed, spec_types, frozenset(takes_value), methods,
                     source)
 
@@ -130,6 +207,59 @@ def _per_build(cached, binary: str | Path):
     except OSError:
         return None
     return cached(path, mtime)
+
+
+@dataclass(frozen=True)
+class Judge:
+    """Whose rules a llama-server command line is judged by: the ``--help`` of the binary it
+    names, when that can be run here, else SpecDeck's fallback (the pinned build's rules),
+    hedged."""
+
+    program: str
+    """The binary as the command names it."""
+    info: HelpInfo | None
+    """Its ``--help``, parsed; None when it cannot be run here."""
+    why_not: str = ""
+    """Why it cannot be run ("" when it was)."""
+
+    @property
+    def hedged(self) -> bool:
+        return self.info is None
+
+    @property
+    def by(self) -> str:
+        """Which build's rules, in words."""
+        if self.info is not None:
+            return self.info.source
+        return (f"{fallback_help().build}, not your build's: {self.program} {self.why_not}; "
+                "your build may differ")
+
+    def to_json(self) -> dict:
+        return {"program": self.program, "judged_by": self.by, "hedged": self.hedged}
+
+
+def judge_of(program: str, given: HelpInfo | None = None) -> Judge:
+    """The judge of a command that runs ``program``: ``given`` (the binary the user named,
+    e.g. ``--llama-server``), else ``program``'s own ``--help`` (a path, ``~`` expanded, or a
+    name found on PATH as a shell finds it), cached per path and modification time."""
+    if given is not None:
+        return Judge(program, given)
+    import shutil
+
+    from specdeck.core.userpath import expand_user
+
+    if not program:
+        return Judge(program, None, "is not named")
+    path = str(expand_user(program)) if "/" in program else shutil.which(program)
+    if path is None or not os.path.isfile(path):
+        return Judge(program, None, "is not on this machine" if "/" in program
+                     else "is not on this machine's PATH")
+    if not os.access(path, os.X_OK):
+        return Judge(program, None, "is not executable here")
+    info = binary_help(path)
+    if info is None:
+        return Judge(program, None, "did not answer --help as a llama-server does")
+    return Judge(program, info)
 
 
 DEVICE_LINE = re.compile(r"^\s+(\S+):")
@@ -194,9 +324,27 @@ def _is_number(text: str) -> bool:
         return False
 
 
+def flash_needs_value(info: HelpInfo | None) -> bool:
+    """Whether ``--flash-attn`` takes on/off/auto in this build (by default, as in current
+    llama.cpp): in llama.cpp before 2025-09 it was a switch, and a value after it is a stray
+    argument."""
+    return info is None or "--flash-attn" not in info.flags or "--flash-attn" in info.takes_value
+
+
 def check_args(args: tuple[str, ...], info: HelpInfo | None) -> None:
     """Refuse a command line that this llama-server would reject or misread, saying what to
     write instead. Raises InvalidInputError with every problem found."""
+    problems = problems_of(args, info)
+    if problems:
+        raise InvalidInputError("This llama-server command line would not work: "
+                                + "; ".join(problems) + ".",
+                                "Fix these flags; `llama-server --help` lists what your "
+                                "build knows.")
+
+
+def problems_of(args: tuple[str, ...], info: HelpInfo | None) -> list[str]:
+    """What this llama-server (``info``: its help; None: current llama.cpp's rules) would
+    reject or misread in a command line, each with what to write instead."""
     problems: list[str] = []
     flags = _flags_in(args)
     removed = info.removed if info is not None else llama_flags.REMOVED
@@ -213,20 +361,17 @@ def check_args(args: tuple[str, ...], info: HelpInfo | None) -> None:
             if unknown:
                 problems.append(f"--spec-type {args[i + 1]}: this llama-server knows "
                                 f"{', '.join(info.spec_types)}")
-        if arg in ("--flash-attn", "-fa") and (i + 1 >= len(args)
-                                               or args[i + 1] not in ("on", "off", "auto")):
+        if arg in ("--flash-attn", "-fa") and flash_needs_value(info) and (
+                i + 1 >= len(args) or args[i + 1] not in ("on", "off", "auto")):
             problems.append(f"{arg} needs a value in current llama.cpp: {arg} on (or off, auto)")
     if problems and any(f in llama_flags.DRAFT_MODEL for f in flags) \
-            and llama_flags.SPEC_TYPE not in flags:
+            and llama_flags.SPEC_TYPE not in flags \
+            and (info is None or info.implied_draft is None):
         # Alone it starts (and is said not to draft: core.servers.probe); with a fix to make
         # anyway, the whole fix is named at once.
         problems.append("a draft model (-md) without --spec-type drafts only if llama-server "
                         "infers a type from its GGUF: add --spec-type draft-simple")
-    if problems:
-        raise InvalidInputError("This llama-server command line would not work: "
-                                + "; ".join(problems) + ".",
-                                "Fix the arm's flags; `llama-server --help` lists what your "
-                                "build knows.")
+    return problems
 
 
 def shown_command(argv: list[str]) -> str:
@@ -423,7 +568,7 @@ def remembers(args: tuple[str, ...]) -> str:
 def k_flag(args: tuple[str, ...], info: HelpInfo | None = None) -> str | None:
     """The flag that sets k for these flags' --spec-type, as ``info`` (a binary's help; by
     default the fallback) says."""
-    method = methods_of(info).method(spec_type(args))
+    method = methods_of(info).drafter_of(args)
     return method.k_flag if method else None
 
 
@@ -459,11 +604,11 @@ def drafter_from_flags(args: tuple[str, ...], info: HelpInfo | None = None):
         DrafterSpec,
     )
 
-    kind = spec_type(args)
+    model = flag_value(args, *llama_flags.DRAFT_MODEL)
+    method = methods_of(info).drafter_of(args)
+    kind = method.name if method is not None and method.implied else spec_type(args)
     if kind is None:
         return NO_DRAFT
-    model = flag_value(args, *llama_flags.DRAFT_MODEL)
-    method = methods_of(info).method(kind)
     flag = method.k_flag if method else None
     raw = flag_value(args, flag) if flag else None
     default = method.k_default if method and method.k_default is not None else 8

@@ -365,6 +365,9 @@ def launched_drafting(profile) -> Drafting:
     if not types:
         if not draft:
             return Drafting(False, why="no --spec-type (llama-server's default is none)")
+        if info is not None and info.implied_draft is not None:
+            return Drafting(True, info.implied_draft.name,
+                            f"a draft model alone drafts in this build ({info.source})")
         return _type_from_draft(draft)
     known = methods_of(info)
     unknown = [t for t in types if info is not None and info.spec_types

@@ -5,10 +5,13 @@ A server is untrusted input (docs/servers.md, "Keys and failures"). The standard
 http.client is enough: one connection per request (a benchmark must not share a socket between
 arms), and around it the bounds a server cannot talk its way past:
 
-- a total deadline per request (connect, headers, body, every event of a stream): a
-  watchdog shuts the socket when it runs out, so a server that trickles a byte every few
-  seconds, or sends ``: keep-alive`` comments for ever, cannot hold a run or a probe; within
-  it, a silence longer than ``READ_TIMEOUT_S`` ends the request sooner;
+- one watchdog per request, whatever the path (a probe's GET, a JSON or text request, a
+  stream): it holds the request's total deadline (connect, headers, body, every event of a
+  stream) and, for a stream, the longest wait for the next event, and shuts the socket when
+  either runs out, so a server that trickles a byte every few seconds, or sends
+  ``: keep-alive`` comments for ever, cannot hold a run or a probe. A per-read timeout is
+  not a deadline (every trickled byte resets it) and a comment is not progress: only a
+  whole ``data:`` event restarts a stream's ``READ_TIMEOUT_S``;
 - a bound on bytes: a JSON answer, one stream event and a whole stream each have a most;
 - JSON nested deeper than ``MAX_JSON_DEPTH`` is refused (Python's parser, and everything
   after it that walks the data, would raise RecursionError);
@@ -40,8 +43,8 @@ from specdeck.core.urls import mask_secrets, redact_url, secret_forms, url_secre
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 60.0
-"""Longest silence: before a response (a prefill of a long prompt on a slow GPU fits) or
-between two chunks of a stream."""
+"""Longest wait for progress: before a response (a prefill of a long prompt on a slow GPU
+fits) or between two events of a stream (keep-alive comments and partial lines do not count)."""
 REQUEST_TIMEOUT_S = 10.0
 """Default total deadline of one JSON request, from connecting to the last byte."""
 STREAM_TIMEOUT_S = 3600.0
@@ -156,21 +159,36 @@ def _headers(base: Base, api_key: str | None, body: bool) -> dict[str, str]:
 
 
 class _Watchdog:
-    """A request's total deadline, and the user's cancel: when either comes, the socket is shut,
-    which ends any read blocked on it (a header trickled byte by byte, a chunk-size line, a
-    body) however http.client reads it."""
+    """A request's total deadline, its deadline for progress (``quiet``: the longest wait for
+    the next piece of progress, which the reader marks with ``progress()``), and the user's
+    cancel: when any comes, the socket is shut, which ends any read blocked on it (a header
+    trickled byte by byte, a chunk-size line, a body, a comment line) however http.client
+    reads it."""
 
-    def __init__(self, seconds: float, cancel: threading.Event | None = None):
+    def __init__(self, seconds: float, cancel: threading.Event | None = None,
+                 quiet: float | None = None):
         self.seconds = seconds
         self.ends = time.monotonic() + seconds
         self.cancel = cancel
+        self.quiet = quiet
+        self._progress_by = self.ends if quiet is None else time.monotonic() + quiet
         self.expired = False
+        self.starved = False
+        """The progress deadline ran out (before the total one)."""
         self._conn: http.client.HTTPConnection | None = None
+        self._sock: socket.socket | None = None
+        self._fired = False
+        self._lock = threading.Lock()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 
     def remaining(self) -> float:
         return self.ends - time.monotonic()
+
+    def progress(self) -> None:
+        """Progress arrived: the next is due within ``quiet`` from now."""
+        if self.quiet is not None:
+            self._progress_by = time.monotonic() + self.quiet
 
     def watch(self, conn: http.client.HTTPConnection) -> None:
         self._conn = conn
@@ -184,17 +202,31 @@ class _Watchdog:
             if left <= 0:
                 self.expired = True
                 break
-            step = left if self.cancel is None else min(left, WATCH_POLL_S)
+            wait = self._progress_by - time.monotonic()
+            if wait <= 0:
+                self.starved = True
+                break
+            step = min(left, wait)
+            step = step if self.cancel is None else min(step, WATCH_POLL_S)
             if self._done.wait(step):
                 return
             if self.cancel is not None and self.cancel.is_set():
                 break
-        sock = self._conn.sock if self._conn is not None else None
-        if sock is not None:
-            try:  # the plain socket's shutdown: an SSL socket's would drop its state mid-read
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)
-            except OSError:
-                pass
+        with self._lock:
+            self._fired = True
+            sock = self._sock or (self._conn.sock if self._conn is not None else None)
+        _shut(sock)
+
+    def hold(self, sock: socket.socket) -> None:
+        """The connected socket, kept here: http.client lets go of it (``conn.sock`` becomes
+        None) as soon as the response is one that ends when the server closes (HTTP/1.0,
+        ``Connection: close``, a stream without a length), and a watchdog that looked for it
+        there could then shut nothing while the response's reads went on for ever."""
+        with self._lock:
+            self._sock = sock
+            fired = self._fired
+        if fired:
+            _shut(sock)
 
     def stop(self) -> None:
         self._done.set()
@@ -204,19 +236,32 @@ class _Watchdog:
         return self.cancel is not None and self.cancel.is_set()
 
 
+def _shut(sock: socket.socket | None) -> None:
+    """Shut ``sock`` down, which ends any read blocked on it (closing it would not)."""
+    if sock is not None:
+        try:  # the plain socket's shutdown: an SSL socket's would drop its state mid-read
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 class _Exchange:
     """One request on its own connection: the response, read within the watchdog's bounds,
     and every message about it worded the same way."""
 
     def __init__(self, base: Base, method: str, route: str, payload: Any, api_key: str | None,
                  timeout: float, idle: float, cancel: threading.Event | None = None,
-                 extra_headers: dict[str, str] | None = None):
+                 extra_headers: dict[str, str] | None = None, stream: bool = False):
         self.base = base
         self.route = route
         self.where = base.shown_at(route)
         self.masks = base.masks(api_key)
-        self.watchdog = _Watchdog(timeout, cancel)
         self.idle = max(0.001, min(idle, timeout))
+        self.events = 0
+        """A stream's events so far (how a silence is worded)."""
+        # A stream's progress is its events: ``idle`` is then a deadline the watchdog holds,
+        # not only a per-read timeout (which every trickled byte or comment would reset).
+        self.watchdog = _Watchdog(timeout, cancel, quiet=self.idle if stream else None)
         self.conn = base.connection(min(CONNECT_TIMEOUT_S, max(timeout, 0.001)))
         body = None if payload is None else json.dumps(payload).encode("utf-8")
         headers = _headers(base, api_key, body is not None)
@@ -226,6 +271,7 @@ class _Exchange:
         try:
             self.conn.connect()
             self.connected = True
+            self.watchdog.hold(self.conn.sock)
             self.conn.sock.settimeout(max(0.001, min(self.idle, self.watchdog.remaining())))
             self.conn.request(method, base.target(route), body=body, headers=headers)
             self.response = self.conn.getresponse()
@@ -252,6 +298,8 @@ class _Exchange:
                 f"{self.where} did not finish answering within {self.watchdog.seconds:g} s.",
                 "The server is too slow or stuck (a trickle of bytes, or keep-alives without an "
                 "answer); check it, then try again.")
+        if self.watchdog.starved:
+            return self.silence()
         if isinstance(exc, (socket.timeout, TimeoutError)):
             if not self.connected:
                 return ServerError(f"{self.base.shown} did not accept a connection within "
@@ -287,6 +335,16 @@ class _Exchange:
         if isinstance(exc, SpecDeckError):
             return exc
         return exc
+
+    def silence(self) -> ServerError:
+        """The error for a stream that sent no event within ``idle`` (only keep-alive
+        comments, a trickle of bytes that never made an event, or nothing at all)."""
+        when = "mid-stream" if self.events else "after the request"
+        return ServerError(f"{self.where} sent no token for {self.idle:g} s {when} (only "
+                           "keep-alive comments, a trickle of bytes or nothing at all): "
+                           "SpecDeck stopped waiting.",
+                           "The server may be stuck or overloaded; check its log, then try "
+                           "again.")
 
     def read_body(self, limit: int = MAX_JSON_BYTES) -> bytes:
         """The whole body, at most ``limit`` bytes (more is an error), within the deadline."""
@@ -469,7 +527,7 @@ def _says_finished(data: Any) -> bool:
 
 def stream_sse(base: Base, route: str, payload: Any, api_key: str | None = None,
                cancel: threading.Event | None = None,
-               read_timeout: float = READ_TIMEOUT_S,
+               read_timeout: float | None = None,
                until_closed: bool = False,
                timeout: float = STREAM_TIMEOUT_S,
                max_bytes: int = MAX_STREAM_BYTES) -> Iterator[StreamEvent]:
@@ -478,7 +536,8 @@ def stream_sse(base: Base, route: str, payload: Any, api_key: str | None = None,
     Ends at ``data: [DONE]``, or when the server closes the stream after it said it finished
     (a finish_reason, Ollama's done). Raises ServerError when the stream ends before that (a
     server that died mid-answer must not pass for a short answer), when no chunk arrives
-    within ``read_timeout``, the whole stream takes longer than ``timeout`` or sends more
+    within ``read_timeout`` (READ_TIMEOUT_S when None; keep-alive comments and a trickle of
+    bytes are not events), the whole stream takes longer than ``timeout`` or sends more
     than ``max_bytes`` (comments and keep-alives count), one event is larger than
     MAX_EVENT_BYTES, or the connection breaks (``until_closed``: a stream that simply ends
     when the server closes it, as TabbyAPI's load progress does); CancelledError when
@@ -486,7 +545,9 @@ def stream_sse(base: Base, route: str, payload: Any, api_key: str | None = None,
     An event that is not JSON is yielded with ``lost`` saying so. A server that answers
     plain JSON instead of a stream yields that one object.
     """
-    call = _Exchange(base, "POST", route, payload, api_key, timeout, read_timeout, cancel)
+    read_timeout = READ_TIMEOUT_S if read_timeout is None else read_timeout
+    call = _Exchange(base, "POST", route, payload, api_key, timeout, read_timeout, cancel,
+                     stream=True)
     where = call.where
     try:
         if not 200 <= call.response.status < 300:
@@ -511,13 +572,11 @@ def stream_sse(base: Base, route: str, payload: Any, api_key: str | None = None,
             except (socket.timeout, TimeoutError) as exc:
                 if call.watchdog.expired or call.watchdog.cancelled:
                     raise call.failure(exc) from None
-                raise ServerError(f"{where} sent nothing for {read_timeout:g} s mid-stream.",
-                                  "The server may be stuck or overloaded; the run was stopped.") \
-                    from None
+                raise call.silence() from None
             except (OSError, http.client.HTTPException) as exc:
                 raise call.failure(exc) from None
             at = time.perf_counter()
-            if call.watchdog.expired or call.watchdog.cancelled:
+            if call.watchdog.expired or call.watchdog.cancelled or call.watchdog.starved:
                 raise call.failure(TimeoutError())
             received += len(line)
             if received > max_bytes:
@@ -542,6 +601,8 @@ def stream_sse(base: Base, route: str, payload: Any, api_key: str | None = None,
             body = text[5:].strip()
             if body == "[DONE]":
                 return
+            call.events += 1
+            call.watchdog.progress()
             try:
                 data = call.json(body)
             except ValueError as exc:

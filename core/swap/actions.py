@@ -16,12 +16,16 @@ from specdeck.core.llama_flags import (
     DRAFT_N_MAX,
     DRAFT_N_MIN,
     DRAFT_P_MIN,
+    N_MAX_NAMES,
     N_MAX_REMOVED,
+    N_MIN_NAMES,
     N_MIN_REMOVED,
     P_MIN_ALIASES,
+    P_MIN_NAMES,
     SPEC_TYPE,
 )
 from specdeck.core.printable import printable
+from specdeck.core.servers.llama_server import judge_of
 from specdeck.core.swap.config import SwapConfig, from_document, from_text
 from specdeck.core.swap.edit import FlagEdit, check_editable, plan_edit
 from specdeck.core.swap.migrate import findings
@@ -56,22 +60,33 @@ def draft_edits(setting: DraftSetting, info=None, current_type: str | None = Non
         if any(v is not None for v in values):
             raise InvalidInputError("Removing drafting takes no other setting; give it alone.")
         return [FlagEdit(f, None) for f in (*DRAFT_MODEL, *DRAFTING_FLAGS)]
+    from specdeck.core.servers.llama_server import methods_of
+
     edits = []
     if setting.draft:
         edits.append(FlagEdit(DRAFT_MODEL[0], setting.draft, also=DRAFT_MODEL[1:]))
     spec = setting.spec_type or ("draft-simple" if setting.draft else None)
-    if spec:
+    implied = methods_of(info).implied_draft
+    alone = implied is not None and (spec or current_type or implied.name) == implied.name
+    if spec and not alone:  # a build that drafts with -md alone takes no --spec-type for it
         edits.append(FlagEdit(SPEC_TYPE, spec))
+    n_max, n_min, p_min = DRAFT_N_MAX, DRAFT_N_MIN, DRAFT_P_MIN
+    if alone:  # that build's own names (ik_llama.cpp, llama.cpp before 2026: --draft-max)
+        n_max, n_min, p_min = (next((f for f in implied.flags if f in names), default)
+                               for names, default in ((N_MAX_NAMES, n_max),
+                                                      (N_MIN_NAMES, n_min),
+                                                      (P_MIN_NAMES, p_min)))
     if setting.draft_max is not None:
-        from specdeck.core.servers.llama_server import methods_of
-
-        method = methods_of(info).method(spec or current_type)
-        flag = method.k_flag if method is not None and method.k_flag else DRAFT_N_MAX
-        edits.append(FlagEdit(flag, str(setting.draft_max), replaces=N_MAX_REMOVED))
+        method = implied if alone else methods_of(info).method(spec or current_type)
+        flag = method.k_flag if method is not None and method.k_flag else n_max
+        edits.append(FlagEdit(flag, str(setting.draft_max), replaces=tuple(
+            n for n in (N_MAX_NAMES if alone else N_MAX_REMOVED) if n != flag)))
     if setting.draft_min is not None:
-        edits.append(FlagEdit(DRAFT_N_MIN, str(setting.draft_min), replaces=N_MIN_REMOVED))
+        edits.append(FlagEdit(n_min, str(setting.draft_min), replaces=tuple(
+            n for n in (N_MIN_NAMES if alone else N_MIN_REMOVED) if n != n_min)))
     if setting.p_min is not None:
-        edits.append(FlagEdit(DRAFT_P_MIN, f"{setting.p_min:g}", also=P_MIN_ALIASES))
+        edits.append(FlagEdit(p_min, f"{setting.p_min:g}",
+                              also=tuple(n for n in P_MIN_NAMES if n != p_min)))
     if not edits:
         raise InvalidInputError("Nothing to set.", "Give a draft model, a spec type, draft "
                                 "max/min or p-min, or remove drafting.")
@@ -126,10 +141,15 @@ def plan_migration(config: SwapConfig, names: list[str] | None = None,
     names = [m.name for m in wanted if m.is_llama_server and not m.errors]  # errors: unfixed
     current, last, warnings = config, None, []
     for name in names:
-        found = findings(current.model(name), info, current.macro_cmds)
+        judge = judge_of(current.model(name).argv[0], info)
+        found = findings(current.model(name), judge.info, current.macro_cmds)
         unfixed += [f"{name}: {f.message}" for f in found if f.edit is None]
-        targets = dict.fromkeys(f.macro for f in found if f.edit is not None)
-        for macro in targets:
+        if any(f.edit is not None for f in found) and judge.hedged:
+            warnings.append(printable(f"{name}: migrated by llama.cpp 11434's rules, not "
+                                      f"checked against its own binary ({judge.program} "
+                                      f"{judge.why_not}). Check the result with your build."))
+        before, last_good = current, last
+        for macro in dict.fromkeys(f.macro for f in found if f.edit is not None):
             edits = [f.edit for f in found if f.edit is not None and f.macro == macro]
             target = current.macro(macro) if macro is not None else current.model(name)
             if macro is not None:
@@ -144,22 +164,44 @@ def plan_migration(config: SwapConfig, names: list[str] | None = None,
             last = plan_edit(current, macro or name, edits, macro=macro is not None,
                              shared_ok=True)
             current = from_text(last.new_text, current.path)
+        refused = _refused_by(judge, before.model(name), current.model(name))
+        if refused:  # never written: the model would no longer start
+            unfixed.append(printable(f"{name}: not migrated: {judge.info.source} would refuse "
+                                     f"the result ({refused})"))
+            current, last = before, last_good
+            warnings = [w for w in warnings if not w.startswith(f"{name}: migrated by")]
     if last is None:
         return None, unfixed
     return ConfigChange(config.document, last.new_text, last.changed_keys, last.values,
                         tuple(dict.fromkeys(warnings))), unfixed
 
 
+def _refused_by(judge, before, after) -> str:
+    """What the binary that runs the cmd refuses in its migrated flags and did not refuse
+    before ("" when nothing, or when that binary cannot be run here to ask)."""
+    if judge.info is None:
+        return ""
+    from specdeck.core.servers.llama_server import problems_of
+
+    old = set(problems_of(before.flags[1:], judge.info))
+    return "; ".join(p for p in problems_of(after.flags[1:], judge.info) if p not in old)
+
+
 def model_rows(config: SwapConfig, info=None) -> list[dict[str, Any]]:
-    """One row per model: how its cmd is written, what it drafts, what is out of date."""
+    """One row per model: how its cmd is written, what it drafts, what is out of date, and
+    whose rules judged it (``info``: the binary the user named; else the one each cmd names,
+    read when it can be run here, else the pinned build's rules, said so)."""
     rows = []
     for model in config.models:
         # A cmd whose macros do not resolve is not what llama-swap would run: not judged.
         judged = model.is_llama_server and model.macros_resolved
-        found = findings(model, info, config.macro_cmds) if judged else []
+        judge = judge_of(model.argv[0], info) if judged else None
+        found = findings(model, judge.info, config.macro_cmds) if judged else []
         rows.append({"model": model.name, "style": model.style, "lines": model.lines,
                      "llama_server": model.is_llama_server,
-                     "macros": list(model.macros_used), **model.drafting(),
+                     **(judge.to_json() if judge is not None else {"judged_by": None}),
+                     "macros": list(model.macros_used),
+                     **model.drafting(judge.info if judge is not None else None),
                      "editable": model.tokens is not None, "not_editable": model.not_editable,
                      "errors": list(model.errors), "shared_with": list(model.shared_with),
                      "problems": [f.message for f in found],

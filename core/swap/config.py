@@ -82,12 +82,14 @@ class ModelCmd:
 
         return flag_value(self.flags, *(canonical(n) for n in names))
 
-    def drafting(self) -> dict[str, Any]:
-        """The drafting flags llama-swap passes (after macros), for showing."""
+    def drafting(self, info=None) -> dict[str, Any]:
+        """The drafting flags llama-swap passes (after macros), for showing; what they draft
+        with as ``info`` (the help of the binary that runs them; by default the fallback)
+        reads them."""
         from specdeck.core.servers.llama_server import drafter_from_flags, drafting_flags
 
         flags = drafting_flags(self.flags)
-        drafter = drafter_from_flags(self.flags)
+        drafter = drafter_from_flags(self.flags, info)
         words = [t.text for t in self.tokens] if self.tokens is not None \
             else split_command(strip_comments(self.value))
         own = {canonical(w.split("=")[0]) for w in words}

@@ -8,10 +8,13 @@ flags), and ``--spec-ngram-size-n``/``-m`` (each n-gram type has its own), draft
 one swallows the next flag as its value). Every spelling llama-server accepts for a flag is
 the same flag here: its short and long names, and a long name written with ``_``
 (``--flash_attn``, ``--draft_max``: common/arg.cpp reads ``_`` as ``-`` after ``--``).
-Where the user's llama-server binary is given,
-its own ``--help`` decides which names are gone, so the advice follows the version they
-run; without it, the pinned llama.cpp's list (core.llama_flags.REMOVED). Which n-gram type has
-its own ``-n-max``/``-n-min`` comes from the same help (``HelpInfo.methods``).
+The binary that will run the cmd decides (``info``: the ``--help`` of the binary the cmd
+names, or of the one the user gives): which names are gone, which replacement it has, whether
+``-md`` drafts alone (llama.cpp before 2026 and ik_llama.cpp draft with ``-md`` and
+``--draft-max``: nothing there is out of date), whether ``--flash-attn`` takes a value; a
+fix is offered only in names that binary lists. Without a binary, the pinned llama.cpp's list
+(core.llama_flags.REMOVED), which whoever shows the findings says they are judged by. Which
+n-gram type has its own ``-n-max``/``-n-min`` comes from the same help (``HelpInfo.methods``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdeck.core import llama_flags
-from specdeck.core.servers.llama_server import HelpInfo, methods_of, spec_type
+from specdeck.core.servers.llama_server import (
+    HelpInfo,
+    flash_needs_value,
+    methods_of,
+    spec_type,
+)
 from specdeck.core.swap.cmd import canonical
 from specdeck.core.swap.config import ModelCmd
 from specdeck.core.swap.edit import FlagEdit
@@ -81,11 +89,16 @@ def findings(model: ModelCmd, info: HelpInfo | None = None,
             method = methods_of(info).method(kind)
             if method and not has_draft_model and f"--spec-{kind}-n-{suffix}" in method.flags:
                 new = f"--spec-{kind}-n-{suffix}"  # an n-gram type with its own (ngram-mod)
+            if not _offers(info, new):
+                out.append(Finding(f"{flag} was removed, and {info.source} lists no {new}: "
+                                   "remove it or check that build's --help", None))
+                continue
             add(f"{flag} was removed: {new} now", flag,
                 FlagEdit(new, value if value is not None else None, replaces=(flag,)))
         elif flag in NGRAM_OLD:
-            if kind and kind.startswith("ngram-") and kind != "ngram-mod":
-                new = f"--spec-{kind}-{NGRAM_OLD[flag]}"
+            new = f"--spec-{kind}-{NGRAM_OLD[flag]}"
+            if kind and kind.startswith("ngram-") and kind != "ngram-mod" \
+                    and _offers(info, new):
                 add(f"{flag} was removed: {new} now (each n-gram type has its own)", flag,
                     FlagEdit(new, value, replaces=(flag,)))
             else:
@@ -95,15 +108,27 @@ def findings(model: ModelCmd, info: HelpInfo | None = None,
             advice = next((a for f, a in info.removed.items() if canonical(f) == flag), "") \
                 if info is not None else ""
             out.append(Finding(f"{flag} was removed from llama-server: {advice}".rstrip(": "), None))
-    if has_draft_model and llama_flags.SPEC_TYPE not in names:
+    if has_draft_model and llama_flags.SPEC_TYPE not in names \
+            and methods_of(info).implied_draft is None:
         # Added to the model's own cmd, wherever its draft model is named.
         flag = next(n for n in names if n in llama_flags.DRAFT_MODEL)
-        out.append(Finding(f"{flag} alone no longer drafts: add --spec-type draft-simple",
-                           FlagEdit(llama_flags.SPEC_TYPE, "draft-simple")))
+        if info is None or "draft-simple" in info.spec_types:
+            out.append(Finding(f"{flag} alone no longer drafts: add --spec-type draft-simple",
+                               FlagEdit(llama_flags.SPEC_TYPE, "draft-simple")))
+        else:
+            out.append(Finding(f"{flag} alone does not draft in {info.source}, which lists no "
+                               "--spec-type draft-simple", None))
     for i, arg in enumerate(argv):
-        if arg in FLASH and (i + 1 >= len(argv) or argv[i + 1] not in FLASH_VALUES):
+        if arg in FLASH and flash_needs_value(info) \
+                and (i + 1 >= len(argv) or argv[i + 1] not in FLASH_VALUES):
             written = model.argv[i]  # as the user spelt it (--flash_attn stays so)
             swallowed = f" (it would take {argv[i + 1]} as its value)" if i + 1 < len(argv) else ""
             add(f"{written} now needs on, off or auto{swallowed}: {written} on", arg,
                 FlagEdit(written, "on", also=FLASH))
     return out
+
+
+def _offers(info: HelpInfo | None, flag: str) -> bool:
+    """Whether the binary whose help is ``info`` takes ``flag`` (without a binary: the pinned
+    build's names, which SpecDeck writes)."""
+    return info is None or flag in info.flags

@@ -62,7 +62,8 @@ def apply(result: TuneResult, confirm: Confirm | None = None,
     from specdeck.core.swap.apply import plan_apply_flags
 
     config = swap.load(setup.swap_config)
-    change = plan_apply_flags(config, setup.swap_model, decision.flags)
+    migrated = _migrated(config, setup)
+    change = _whole(config, plan_apply_flags(migrated, setup.swap_model, decision.flags))
     return write_and_prove(
         setup.swap_config, flags, change, confirm, lambda: relaunch(result, cancel),
         proved="llama-server started from the saved file, answered and drafted.",
@@ -70,6 +71,55 @@ def apply(result: TuneResult, confirm: Confirm | None = None,
         unchanged=lambda: refuse_if_changed(setup.swap_config,
                                             config.document.disk_fingerprint,
                                             setup.swap_fingerprint))
+
+
+def _migrated(config, setup):
+    """``config`` with the migration the tune measured (``Setup.migration``) applied."""
+    if not setup.migration:
+        return config
+    from specdeck.core.tune.setup import migrated_config
+
+    return migrated_config(config, setup.swap_model, setup.binary)[0]
+
+
+def _whole(config, change):
+    """``change`` (of a migrated text) as one change of the file as it is on disk: its diff
+    shows the migration and the winner together."""
+    from specdeck.core.config.edit import ConfigChange
+
+    return ConfigChange(config.document, change.new_text, change.changed_keys, change.values,
+                        change.warnings)
+
+
+def apply_migration(result: TuneResult, confirm: Confirm | None = None,
+                    cancel: threading.Event | None = None) -> Applied | None:
+    """Where no winner is written but the tune measured the cmd as migrated (its flags are
+    out of date for its llama-server), the migration alone: shown, written as a winner is
+    (with ``confirm``), and proved by a relaunch when the cmd drafts. None: nothing to
+    migrate."""
+    setup = result.setup
+    if setup.kind != "llama-swap" or not setup.migration or result.decision.apply:
+        return None
+    from specdeck.core import swap
+
+    config = swap.load(setup.swap_config)
+    migrated = _migrated(config, setup)
+    change = _whole(config, _change_of(config, migrated))
+    return write_and_prove(
+        setup.swap_config, "", change, confirm,
+        (lambda: relaunch(result, cancel)) if setup.drafting else (lambda: None),
+        proved="The migration is written: llama-server started from the saved file" + (
+            ", answered and drafted." if setup.drafting else "."),
+        noop="The file is already migrated: nothing to write.",
+        unchanged=lambda: refuse_if_changed(setup.swap_config,
+                                            config.document.disk_fingerprint,
+                                            setup.swap_fingerprint))
+
+
+def _change_of(config, migrated):
+    from specdeck.core.config.edit import ConfigChange
+
+    return ConfigChange(config.document, migrated.document.text, (), {})
 
 
 def saved_result(path: str | Path) -> TuneResult:

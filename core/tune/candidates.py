@@ -65,6 +65,9 @@ class Candidate:
     SpecDeck's fallback list says."""
     k_values: tuple[str, ...] = K_VALUES
     """The k values searched: those of K_VALUES with which this type can draft at all."""
+    implied: bool = False
+    """Its build drafts with the draft model alone (llama.cpp before 2026, ik_llama.cpp): no
+    ``--spec-type`` is written (``llama_flags.SpecMethod.implied``)."""
 
     def __post_init__(self) -> None:
         if self.k_flag is None:
@@ -80,7 +83,7 @@ class Candidate:
     @property
     def flags(self) -> tuple[str, ...]:
         """Its drafting flags, with llama-server's defaults for everything searched."""
-        out: tuple[str, ...] = (llama_flags.SPEC_TYPE, self.spec_type)
+        out: tuple[str, ...] = () if self.implied else (llama_flags.SPEC_TYPE, self.spec_type)
         if self.draft is not None:
             out += (llama_flags.DRAFT_MODEL[0], str(self.draft))
         return out
@@ -101,8 +104,9 @@ class Candidates:
 def find_candidates(setup: Setup, spec_types: Sequence[str], drafts: Iterable[Path] = (),
                     cancel: threading.Event | None = None,
                     methods: Sequence[llama_flags.SpecMethod] = ()) -> Candidates:
-    """Every candidate this setup's server can run (``spec_types``: its --help's list;
-    ``methods``: each type's flags from the same help, else the fallback's): an n-gram type
+    """Every candidate this setup's server can run (``spec_types``: its --help's list, and
+    the name of a method its build runs without one, ``drafting_methods``; ``methods``: each
+    type's flags from the same help, else the fallback's): an n-gram type
     with its k flag, a draft type when SpecDeck finds what it needs, else not tried, why."""
     from specdeck.core.servers.llama_server import fallback_help
 
@@ -112,6 +116,8 @@ def find_candidates(setup: Setup, spec_types: Sequence[str], drafts: Iterable[Pa
     for kind in spec_types:
         method = known.get(kind, llama_flags.SpecMethod(kind))
         k = {"k_flag": method.k_flag} if method.k_flag else {}
+        if method.implied:
+            k["implied"] = True
         if kind == "none":
             continue
         if not method.needs:
@@ -222,3 +228,11 @@ def _draft_models(setup: Setup, drafts: Iterable[Path], cancel: threading.Event 
             continue
         usable.append((path, size))
     return usable, refused
+
+
+def drafting_methods(info) -> tuple[str, ...]:
+    """What a build can draft with, by name: its ``--spec-type`` values, and the draft model
+    that a build without a draft-* type drafts with alone (``HelpInfo.implied_draft``)."""
+    implied = info.implied_draft
+    return tuple(info.spec_types) + ((implied.name,) if implied is not None
+                                     and implied.name not in info.spec_types else ())

@@ -43,7 +43,10 @@ def markdown(result: TuneResult) -> str:
     lines = [f"# Tuning {setup.where}", "",
              f"Target {facts.name}: {facts.architecture}, {facts.layers} layers, "
              f"{format_bytes(facts.weight_bytes)} of weights. Server: {setup.server_text}. "
-             f"Drafting now: {shlex.join(setup.drafting) or 'none'}.", "",
+             f"Drafting now: {shlex.join(setup.drafting) or 'none'}"
+             + (" (as migrated: the cmd's own flags are out of date for this llama-server: "
+                + "; ".join(getattr(setup, "migration", ())) + ")"
+                if getattr(setup, "migration", ()) else "") + ".", "",
              "## Result", "", decision.why, ""]
     applied = result.applied
     if applied is not None:

@@ -66,6 +66,7 @@ from specdeck.core.tune.candidates import (
     Candidates,
     NotTried,
     draft_files,
+    drafting_methods,
     find_candidates,
 )
 from specdeck.core.tune.predict import Prediction, predict, read_history, record
@@ -277,18 +278,30 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
     started = time.monotonic()
     emit(Phase("candidates", f"Reading what {Path(setup.binary).name} can draft with"))
     info = binary_help(setup.binary)
-    if info is None or not info.spec_types:
-        raise InvalidInputError(f"{setup.binary} --help lists no --spec-type values.",
-                                "SpecDeck tunes llama-server builds that draft with --spec-type "
-                                "(2026 and later).")
+    methods = drafting_methods(info) if info is not None else ()
+    if not methods:
+        raise InvalidInputError(f"{setup.binary} --help lists no way to draft (no --spec-type "
+                                "values, no draft model flag).",
+                                "Give the llama-server that runs this model (--llama-server).")
+    if setup.migration:
+        said = (f"Your cmd's flags are out of date for {Path(setup.binary).name} "
+                f"({'; '.join(setup.migration)}): every setting, your current one included, "
+                "is measured as migrated, and the migration is part of what is written.")
+        emit(Phase("candidates", said))
+        notes.append(said)
     library = hub.library_dir(options.download_dir)
     found: Candidates = find_candidates(
-        setup, info.spec_types,
+        setup, methods,
         draft_files(setup, (*options.draft_dirs, *hub.library_folders(library))), cancel,
         methods=info.methods)
-    if options.download_budget > 0 and hub.DRAFT_SIMPLE in info.spec_types:
+    if options.download_budget > 0 and hub.DRAFT_SIMPLE in methods:
         emit(Phase("candidates", f"Searching the Hub for {setup.facts.family} drafts"))
         found = _with_hub(setup, found, library, options, notes, cancel)
+        implied = info.implied_draft
+        if implied is not None:  # the Hub's drafts run as this build drafts with a model
+            found = replace(found, found=tuple(
+                replace(c, k_flag=implied.k_flag or c.k_flag, implied=True)
+                if c.hub is not None else c for c in found.found))
     history = read_history() if history is None else history
     device = device_of(setup, options)
     prompts = prompt_set(options)
@@ -882,10 +895,11 @@ def decide(candidate: Candidate, best: GridRow, verification: Verification | Non
                        f"{none.interval_text()}): nothing was written.{keep}")
     against = verification.winner_vs_current
     if yours:
+        keep_it = ("Keep it as migrated: the migration is what is written." if getattr(
+            setup, "migration", ()) else "Keep it: nothing to change.")
         return Decided(candidate, drafting, False, f"Your current setting is the best the "
                        f"search found: {none.median:.2f}x over no drafting "
-                       f"({none.interval_text()}) on held-out prompts. Keep it: nothing to "
-                       "change.")
+                       f"({none.interval_text()}) on held-out prompts. {keep_it}")
     if against is not None and (not against.has_interval or against.ci_low <= 1.0):
         return Decided(candidate, drafting, False, f"{best.cell.label} was not clearly faster "
                        f"than your current setting ({against.median:.2f}x, "

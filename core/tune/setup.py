@@ -57,6 +57,10 @@ class Setup:
     swap_fingerprint: str | None = None
     """The config.yaml's bytes when it was read: a file changed while tuning is never
     overwritten."""
+    migration: tuple[str, ...] = ()
+    """What the llama-swap cmd says that its llama-server refuses (last year's flags), each
+    fixed in ``flags``: the tune measures the cmd as migrated, and writes the migration with
+    its result (:func:`migrated_config`)."""
 
     @property
     def drafting(self) -> tuple[str, ...]:
@@ -179,11 +183,33 @@ def from_swap(config_path: str | Path, model: str, binary: str | Path | None = N
     refused = _not_tunable(cmd)
     if refused is not None:
         raise refused
-    target, rest = _split_own(cmd.flags[1:])
-    setup = from_llama_server(binary or cmd.argv[0], target, rest, kind="llama-swap")
+    binary_path = _binary(binary or cmd.argv[0])
+    migrated, migration = migrated_config(config, cmd.name, binary_path)
+    target, rest = _split_own(migrated.model(cmd.name).flags[1:])
+    setup = from_llama_server(binary_path, target, rest, kind="llama-swap")
     return Setup(setup.kind, setup.binary, setup.target, setup.flags, setup.facts,
                  swap_config=path, swap_model=cmd.name,
-                 swap_fingerprint=config.document.disk_fingerprint)
+                 swap_fingerprint=config.document.disk_fingerprint, migration=migration)
+
+
+def migrated_config(config, model: str, binary: str | Path):
+    """``config`` with model ``model``'s cmd migrated for ``binary`` (``swap migrate``'s
+    edits, judged by that binary's --help: core.swap.actions.plan_migration), and what was
+    fixed; the config as it is when nothing needs to be."""
+    from specdeck.core import swap
+    from specdeck.core.servers.llama_server import binary_help
+    from specdeck.core.swap.actions import plan_migration
+    from specdeck.core.swap.migrate import findings
+
+    info = binary_help(binary)
+    if info is None:
+        return config, ()
+    change, _ = plan_migration(config, [model], info)
+    if change is None:
+        return config, ()
+    fixed = tuple(f.message for f in findings(config.model(model), info, config.macro_cmds)
+                  if f.edit is not None)
+    return swap.from_text(change.new_text, config.path), fixed
 
 
 def _not_tunable(cmd) -> InvalidInputError | None:

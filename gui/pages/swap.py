@@ -222,7 +222,7 @@ class SwapPage(QWidget):
         self.no_draft.setToolTip("Take the draft model and every drafting flag out of the cmd")
         form.addRow(self.no_draft)
         layout.addLayout(form)
-        layout.addWidget(QLabel("<b>Out of date</b> for current llama-server:"))
+        layout.addWidget(QLabel("<b>Out of date</b> for the llama-server that runs it:"))
         self.findings = QListWidget()
         self.findings.setWordWrap(True)
         self.findings.setMaximumHeight(140)
@@ -327,8 +327,12 @@ class SwapPage(QWidget):
         self._set_enabled(bool(rows))
         self.models.setCurrentRow(names.index(previous) if previous in names else 0 if rows else -1)
         stale = sum(1 for r in rows if r["problems"])
-        judge = "its llama-server's --help" if info is not None else "SpecDeck's table of removed flags"
-        self.status.setText(f"{len(rows)} models; {stale} with out-of-date flags (judged by {judge}).")
+        hedged = sum(1 for r in rows if r.get("hedged"))
+        judge = ("the chosen llama-server's --help" if info is not None else
+                 "each cmd's own llama-server" + (f"; {hedged} by llama.cpp 11434's rules, "
+                                                  "their binary not being here" if hedged else ""))
+        self.status.setText(f"{len(rows)} models; {stale} with out-of-date flags (judged by "
+                            f"{judge}).")
         self.migrate_button.setEnabled(any(r["fixable"] for r in rows))
         self._file_banner()
 
@@ -599,6 +603,9 @@ def _model_html(row: dict) -> str:
     flags = " ".join(row["flags"])
     parts.append(f"drafting: <b>{_html(row['drafter'])}</b>"
                  + (f" <code>{_html(flags)}</code>" if flags else ""))
+    if row.get("judged_by"):
+        parts.append(("<b>Judged by</b> " if row.get("hedged") else "flags judged by ")
+                     + _html(row["judged_by"]))
     if row["flags_in_macros"]:
         parts.append("also passed by its macros (migration fixes them there; the form edits "
                      "this cmd): "

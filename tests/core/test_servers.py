@@ -179,7 +179,7 @@ def test_a_stream_without_drafting_reports_no_acceptance(replay):
 def test_a_server_that_stalls_mid_stream_is_given_up_on(replay):
     base, _ = replay(body=(DATA / "llama-server-plain-stream.sse").read_bytes(), stall_after=10)
     started = time.monotonic()
-    with pytest.raises(ServerError, match="sent nothing for 0.5 s mid-stream"):
+    with pytest.raises(ServerError, match="sent no token for 0.5 s mid-stream"):
         list(stream_sse(base, "/v1/chat/completions", {}, read_timeout=0.5))
     assert time.monotonic() - started < 2.5
 

@@ -21,6 +21,7 @@ from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec, StopR
 from specdeck.core.errors import CancelledError
 from specdeck.core.servers import engine as engine_module
 from specdeck.core.servers import probe as probe_module
+from specdeck.core.servers import transport as transport_module
 from specdeck.core.servers.arms import ServerArm
 from specdeck.core.servers.engine import ServerEngine
 from specdeck.core.servers.kinds import ServerKind
@@ -34,6 +35,7 @@ from specdeck.core.servers.transport import (
     ServerError,
     StreamEvent,
     request_json,
+    request_text,
     stream_sse,
 )
 
@@ -60,20 +62,29 @@ def good():
 
 
 # -- hangs: every request has a total deadline ---------------------------------------------------
+HTTP_VERSIONS = pytest.mark.parametrize("http10", [False, True], ids=["HTTP/1.1", "HTTP/1.0"])
+
+
 @pytest.mark.timeout(30)
+@HTTP_VERSIONS
 @pytest.mark.parametrize("from_status", [True, False], ids=["status-line", "body"])
-def test_a_trickled_answer_ends_at_the_request_deadline(from_status):
-    with hs.serving(hs.Trickle, from_status=from_status) as (url, _):
+def test_a_trickled_answer_ends_at_the_request_deadline(from_status, http10):
+    with hs.serving(hs.Trickle, from_status=from_status, http10=http10) as (url, _):
         with pytest.raises(ServerError, match=r"/props did not finish answering within 1 s"):
             request_json(Base.parse(url), "GET", "/props", timeout=1.0)
+        with pytest.raises(ServerError, match=r"/metrics did not finish answering within 1 s"):
+            request_text(Base.parse(url), "/metrics", timeout=1.0)
 
 
 @pytest.mark.timeout(30)
+@HTTP_VERSIONS
 @pytest.mark.parametrize(("per_request", "total"), [(1.0, 30.0), (5.0, 1.0)])
-def test_a_probe_of_a_trickling_server_ends_at_its_deadline(monkeypatch, per_request, total):
+def test_a_probe_of_a_trickling_server_ends_at_its_deadline(monkeypatch, per_request, total,
+                                                             http10):
     monkeypatch.setattr(probe_module, "PROBE_TIMEOUT_S", per_request)
     monkeypatch.setattr(probe_module, "PROBE_TOTAL_S", total)
-    with hs.serving(hs.Trickle) as (url, _):
+    # the body trickles (issue 43: /props a byte every 3 s held a probe for 9 minutes)
+    with hs.serving(hs.Trickle, from_status=False, http10=http10) as (url, _):
         with pytest.raises(ServerError, match="did not finish answering (SpecDeck's probe )?"
                                               "within 1 s"):
             probe(url)
@@ -82,7 +93,7 @@ def test_a_probe_of_a_trickling_server_ends_at_its_deadline(monkeypatch, per_req
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("server", [hs.Trickle, hs.KeepAlive], ids=["trickle", "keep-alive"])
 def test_a_stream_that_never_finishes_ends_at_its_deadline(server):
-    with hs.serving(server) as (url, _):
+    with hs.serving(server, http10=True) as (url, _):
         with pytest.raises(ServerError, match="did not finish answering within 1 s") as caught:
             list(stream_sse(Base.parse(url), "/v1/chat/completions", {"max_tokens": 16},
                             timeout=1.0))
@@ -100,6 +111,37 @@ def test_a_generation_has_a_deadline_from_the_tokens_asked_for(monkeypatch, good
     assert [r.arm for r in failed] == ["B"]
     assert "did not finish answering within 1 s" in failed[0].error
     assert summary.arm("B").all_failed and summary.failed_arms == ("B",)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("bytewise", [False, True], ids=["keep-alive lines", "trickled comment"])
+@pytest.mark.parametrize("tokens", [0, 1], ids=["before any token", "after the first token"])
+def test_comments_are_not_progress_a_stream_without_a_token_ends_at_the_read_timeout(
+        monkeypatch, tokens, bytewise):
+    """Issue 43: keep-alives after the first chunk held a run for its whole deadline; only an
+    event restarts READ_TIMEOUT_S, whatever arrives between (lines or single bytes)."""
+    monkeypatch.setattr(transport_module, "READ_TIMEOUT_S", 0.5)
+    with hs.serving(hs.KeepAlive, tokens=tokens, bytewise=bytewise, gap_s=0.05) as (url, _):
+        events = []
+        with pytest.raises(ServerError, match=r"sent no token for 0\.5 s "
+                           + ("mid-stream" if tokens else "after the request")) as caught:
+            for event in stream_sse(Base.parse(url), "/v1/chat/completions", {}, timeout=8.0):
+                events.append(event)
+    assert len(events) == tokens
+    assert "keep-alive comments" in caught.value.what
+
+
+@pytest.mark.timeout(30)
+def test_a_run_whose_server_only_keeps_alive_after_its_first_token_fails_with_a_clear_message(
+        monkeypatch, good):
+    monkeypatch.setattr(transport_module, "READ_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(engine_module, "GENERATION_TIMEOUT_S", 8.0)
+    with hs.serving(hs.KeepAlive, tokens=1, gets=False) as (url, _):
+        run, summary = ab(good, url, on_error="skip")
+    failed = [r for r in run.records if r.error]
+    assert [r.arm for r in failed] == ["B"]
+    assert "sent no token for 0.5 s mid-stream" in failed[0].error
+    assert summary.arm("B").all_failed
 
 
 @pytest.mark.timeout(30)

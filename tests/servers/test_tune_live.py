@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -424,3 +425,38 @@ def test_the_live_view_follows_rounds_run_one_setting_or_all_side_by_side(llama_
     started(*(c.arm for c in cells[:2]))
     assert live.round_text().startswith("Round 2: the 2 settings left, side by side")
     assert [live.cells[c.arm.name].rounds for c in cells] == [2, 2, 1]
+
+
+LAST_YEAR = "-md {gguf} --draft-max 8 --flash-attn"
+"""The seed's own llama-swap config's style: a draft model alone, --draft-max, a bare -fa."""
+
+
+def test_last_years_flags_are_tuned_as_migrated_and_the_migration_is_written(
+        llama_bin, demo_gguf, tmp_path, specdeck_home):
+    """Issue 43: such a cmd ended the tune in a second ("No setting could be measured ...
+    Fix the arm's flags" for every setting). The migration is part of the tune: every setting
+    and the current one are measured as migrated, the report says so, and --yes writes it."""
+    from specdeck.core.tune.setup import from_swap
+
+    config = tune_config(tmp_path, llama_bin, demo_gguf, LAST_YEAR.format(gguf=demo_gguf))
+    setup = from_swap(config, "smol")
+    assert any(m.startswith("--draft-max was removed") for m in setup.migration)
+    assert "--flash-attn" in setup.flags and setup.flags[setup.flags.index("--flash-attn") + 1] \
+        == "on"
+    assert ("--spec-type", "draft-simple") == tuple(setup.drafting[-2:])
+    done = subprocess.run(
+        [sys.executable, "-m", "specdeck", "tune", "--swap-config", str(config), "--model",
+         "smol", "--budget", "40s", "--per-suite", "2", "--max-new", "16", "--json", "-",
+         "--download-budget", "0", "--yes"],
+        capture_output=True, text=True, timeout=900,
+        env=dict(os.environ, SPECDECK_HOME=str(specdeck_home)))
+    assert done.returncode in (0, 1), done.stderr
+    data = json.loads(done.stdout)
+    assert data["setup"]["migration"] == list(setup.migration)
+    assert any("measured as migrated" in n for n in data["notes"])
+    assert any(t["measured"] is not None for t in data["tried"])  # settings were measured
+    assert not any("could not be measured" in n for n in data["search"]["notes"])
+    assert not re.search(r"\barms?\b", done.stderr, re.IGNORECASE)  # SpecDeck's word, not theirs
+    text = config.read_text()
+    assert "--draft-max" not in text and "--flash-attn on" in text  # written with --yes
+    assert data["applied"]["written"] and "--flash-attn on" in data["applied"]["diff"]
