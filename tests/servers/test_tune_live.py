@@ -246,7 +246,7 @@ def test_cancel_while_the_candidates_are_read_starts_nothing(llama_bin, demo_ggu
 
     config = tune_config(tmp_path, llama_bin, demo_gguf, "--spec-type ngram-mod")
     original = config.read_bytes()
-    running = _llama_servers(demo_gguf)
+    before = _llama_servers(demo_gguf)
     cancel = threading.Event()
     phases = []
 
@@ -261,7 +261,7 @@ def test_cancel_while_the_candidates_are_read_starts_nothing(llama_bin, demo_ggu
     assert result.cancelled and not result.decision.apply
     assert result.decision.why == "Cancelled while reading the candidates: nothing was written."
     assert phases == ["candidates"] and result.search is None and not result.downloads
-    assert len(_llama_servers(demo_gguf)) <= len(running)
+    assert len(_llama_servers(demo_gguf)) <= len(before)
     assert config.read_bytes() == original and not (tmp_path / "config.yaml.bak").exists()
 
 
