@@ -449,7 +449,7 @@ class ServerEngine:
                 self._served.discard(arm.name)
             self._used[arm.name] = max(self._used.values(), default=0) + 1
             url = running.url
-            self._infos[arm.name] = probe(url, server.api_key() if tabby else None,
+            self._infos[arm.name] = probe(url, server.api_key(),
                                           ServerKind.TABBYAPI if tabby else
                                           ServerKind.LLAMA_SERVER)
         else:

@@ -230,13 +230,10 @@ def check_args(args: tuple[str, ...], info: HelpInfo | None) -> None:
 
 
 def shown_command(argv: list[str]) -> str:
-    """The command line as it may be shown: values of secret flags replaced."""
-    out = []
-    hide = False
-    for arg in argv:
-        out.append("***" if hide else arg)
-        hide = arg in llama_flags.SECRET
-    return shlex.join(out)
+    """The command line as it may be shown: secrets masked (core.urls.shown_args)."""
+    from specdeck.core.urls import shown_args
+
+    return shlex.join(shown_args(argv))
 
 
 @dataclass(frozen=True)
@@ -256,8 +253,18 @@ class LaunchProfile:
         return [self.binary, "-m", self.model, "--host", self.host, "--port", str(port),
                 "--metrics", *self.args]
 
+    def api_key(self) -> str | None:
+        """The key this server is launched with (its first ``--api-key``: llama-server takes
+        a comma list), which every request to it must carry; None when it takes none."""
+        value = flag_value(tuple(self.args), "--api-key")
+        return value.split(",")[0].strip() or None if value else None
+
     def to_json(self) -> dict:
-        return {"binary": self.binary, "model": self.model, "args": list(self.args),
+        """As saved in plans and run files: secrets masked (core.urls.shown_args); a plan
+        read back from one launches without them."""
+        from specdeck.core.urls import shown_args
+
+        return {"binary": self.binary, "model": self.model, "args": list(shown_args(self.args)),
                 "host": self.host, "port": self.port}
 
     @classmethod
@@ -370,6 +377,13 @@ class ManagedServer(ManagedProcess):
 
     def stop(self) -> None:
         self._end()
+
+    def log_tail(self, lines: int = 3) -> str:
+        """The log's last lines, with the secrets of its command line masked (a server may
+        echo them)."""
+        from specdeck.core.urls import args_secrets, mask_secrets
+
+        return mask_secrets(super().log_tail(lines), args_secrets(self.profile.args))
 
 
 def flag_value(args: tuple[str, ...], *names: str) -> str | None:

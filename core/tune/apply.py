@@ -61,6 +61,8 @@ def apply(result: TuneResult, confirm: Confirm | None = None,
     from specdeck.core import swap
     from specdeck.core.swap.apply import plan_apply_flags
 
+    from specdeck.core.urls import args_secrets
+
     config = swap.load(setup.swap_config)
     change = plan_apply_flags(config, setup.swap_model, decision.flags)
     return write_and_prove(
@@ -69,7 +71,8 @@ def apply(result: TuneResult, confirm: Confirm | None = None,
         noop="The file already has these flags: nothing to write.",
         unchanged=lambda: refuse_if_changed(setup.swap_config,
                                             config.document.disk_fingerprint,
-                                            setup.swap_fingerprint))
+                                            setup.swap_fingerprint),
+        secrets=args_secrets(setup.flags))
 
 
 def saved_result(path: str | Path) -> TuneResult:
@@ -150,15 +153,19 @@ def refuse_if_changed(path: Path, now: str | None, when_read: str | None) -> Non
 
 def write_and_prove(path: Path, flags: str, change, confirm: Confirm | None,
                     prove: Callable[[], str | None], proved: str, noop: str,
-                    unchanged: Callable[[], None] = lambda: None) -> Applied:
+                    unchanged: Callable[[], None] = lambda: None,
+                    secrets: tuple[str, ...] = ()) -> Applied:
     """Show ``change``'s diff (``confirm``), save it (atomic, a .bak), then ``prove`` the
     server runs as the file now says (None: it did; else why not) and put the file back byte
     for byte when it does not. A file that already says it is ``noop``; otherwise
     ``unchanged`` raises when the file is not the one the tune read (refuse_if_changed).
-    Every apply goes through here."""
+    Every apply goes through here. The diff is shown and kept with ``secrets`` (the forms
+    of the cmd's own secrets, core.urls.args_secrets) masked: a changed line of a one-line
+    cmd carries its --api-key too."""
     from specdeck.core.config.store import save
+    from specdeck.core.urls import mask_secrets
 
-    diff = change.diff()
+    diff = mask_secrets(change.diff(), secrets)
     if change.is_noop:  # already written (by an earlier apply of this result, say)
         return Applied(path, flags, diff, why=noop)
     unchanged()

@@ -58,6 +58,18 @@ class Setup:
     """The config.yaml's bytes when it was read: a file changed while tuning is never
     overwritten."""
 
+    def to_json(self) -> dict:
+        """As reports and tune.json keep it: the flags' secrets masked
+        (core.urls.shown_args)."""
+        from dataclasses import fields
+
+        from specdeck.core.jsonout import to_jsonable
+        from specdeck.core.urls import shown_args
+
+        data = {f.name: to_jsonable(getattr(self, f.name)) for f in fields(self)}
+        data["flags"] = list(shown_args(self.flags))
+        return data
+
     @property
     def drafting(self) -> tuple[str, ...]:
         """The flags that set up drafting now (empty: this setup does not draft)."""

