@@ -40,6 +40,12 @@ class Applied:
     written_fingerprint: str | None = None
     """The file's bytes as SpecDeck wrote them (sha256): a roll back never overwrites a
     file edited since."""
+    backup_fingerprint: str | None = None
+    """The bytes SpecDeck kept in ``backup`` (sha256): a roll back puts back only those,
+    never what a backup swapped since (another file, a link) holds."""
+    refused: str = ""
+    """Why the write was refused before anything was written (the file changed while the
+    tune ran, a read-only folder, ...): the tune's result is still reported, with this."""
 
 
 def apply(result: TuneResult, confirm: Confirm | None = None,
@@ -73,6 +79,26 @@ def apply(result: TuneResult, confirm: Confirm | None = None,
                                             config.document.disk_fingerprint,
                                             setup.swap_fingerprint),
         secrets=args_secrets(setup.flags))
+
+
+def apply_keeping(result: TuneResult, confirm: Confirm | None = None,
+                  cancel: threading.Event | None = None) -> TuneResult:
+    """``result`` with what :func:`apply` did to the file. A write refused before anything
+    was written (the file changed while the tune ran, a read-only folder, a backup slot
+    that is a link) is kept in ``Applied.refused`` instead of raised: the verified result
+    is the user's whatever becomes of the file, and the report they asked for is written."""
+    from specdeck.core.errors import CancelledError
+
+    try:
+        return result.with_applied(apply(result, confirm, cancel))
+    except CancelledError:
+        raise
+    except SpecDeckError as exc:
+        setup = result.setup
+        path = getattr(setup, "swap_config", None) or getattr(setup, "config", None)
+        return result.with_applied(Applied(
+            path, shlex.join(result.decision.flags or ()), refused=str(exc),
+            why=f"Not written: {exc}"))
 
 
 def saved_result(path: str | Path) -> TuneResult:
@@ -172,13 +198,23 @@ def write_and_prove(path: Path, flags: str, change, confirm: Confirm | None,
     asker = confirm if confirm is None or isinstance(confirm, Asker) else Asker(confirm)
     if asker is not None and not asker.ask(diff):
         return Applied(path, flags, diff, why=asker.declined())
+    from specdeck.core.config.document import fingerprint
+
     original = path.read_bytes()
     saved = save(change)
     applied = Applied(path, flags, diff, written=saved.written, backup=saved.backup,
-                      written_fingerprint=_fingerprint(path))
+                      written_fingerprint=_fingerprint(path),
+                      backup_fingerprint=fingerprint(original))
     check = prove()
     if check is None:
         return replace(applied, relaunch=proved)
+    if _fingerprint(path) != applied.written_fingerprint:
+        # Edited while the server was proved (by the user, or another program): a roll back
+        # would throw that edit away.
+        return replace(applied, relaunch=check, why=(
+            f"Not rolled back: {check} But {path} changed since SpecDeck wrote it, and an "
+            "edit made meanwhile is not SpecDeck's to undo: the winner's flags are still "
+            f"in it. The version before tuning is in {saved.backup}."))
     _restore(path, original)
     return replace(applied, relaunch=check, rolled_back=True, why=f"Rolled back: {check}")
 
@@ -262,14 +298,28 @@ def roll_back(applied: Applied) -> Applied:
     if _fingerprint(path) != applied.written_fingerprint:
         raise ConfigConflictError(f"{path} changed since SpecDeck wrote it; nothing was rolled "
                                   "back.", f"Compare it with {backup} and edit it by hand.")
-    try:
-        original = backup.read_bytes()
-    except OSError as exc:
-        raise SpecDeckError(f"Cannot read the backup {backup}: {exc.strerror or exc}; nothing "
-                            "was rolled back.", "Restore the file by hand.") from exc
+    original = _backup_bytes(backup, applied.backup_fingerprint, path)
     _restore(path, original)
     return replace(applied, rolled_back=True,
                    why=f"Rolled back: {path} is as it was before tuning (from {backup.name}).")
+
+
+def _backup_bytes(backup: Path, expected: str | None, path: Path) -> bytes:
+    """The bytes SpecDeck kept in ``backup``: read as the regular file it wrote (a link put
+    there since is not followed, a FIFO not waited on) and only if they are the bytes it
+    kept (``expected``, their sha256). Else a SpecDeckError, nothing rolled back."""
+    from specdeck.core.config.document import fingerprint
+    from specdeck.core.files import read_bounded
+
+    hint = f"Restore {path} by hand."
+    try:
+        data = read_bounded(backup, "backup", follow_symlinks=False, hint=hint)
+    except SpecDeckError as exc:
+        raise SpecDeckError(f"{exc.what} Nothing was rolled back.", exc.fix) from None
+    if expected is None or fingerprint(data) != expected:
+        raise SpecDeckError(f"{backup} is not the backup SpecDeck made when it wrote {path} "
+                            "(it changed since); nothing was rolled back.", hint)
+    return data
 
 
 def _fingerprint(path: Path) -> str | None:

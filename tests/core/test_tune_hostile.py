@@ -121,3 +121,119 @@ def test_the_tune_page_never_saves_a_key_typed_into_its_flags():
     assert _kept("flags", f"-ngl 99 --api-key {SECRET}") == "-ngl 99 --api-key '***'"
     assert _kept("flags", "-ngl 99 -c 8192") == "-ngl 99 -c 8192"
     assert _kept("budget", "10m") == "10m"
+
+
+# The user's file and the verified result ---------------------------------------------------
+def test_a_failed_proof_does_not_roll_back_over_an_edit_made_while_the_server_ran(tmp_path):
+    """The llama-server started from the written file is a real process that edits the file
+    (as a user would while it loads) and fails: the roll back would throw the edit away."""
+    config = tmp_path / "config.yaml"
+    binary = script(tmp_path / "bin" / "llama-server",
+                    f"echo '# my edit, made while SpecDeck proved its write' >> '{config}'\n"
+                    "exit 1\n")
+    before = swap_config(tmp_path, binary).read_bytes()
+    applied = apply(result_of(from_swap(config, "smol")))
+    text = config.read_text()
+    assert "--spec-type ngram-simple" in text and "# my edit" in text  # nothing undone
+    assert applied.written and not applied.rolled_back
+    assert applied.why.startswith("Not rolled back:") and "changed since SpecDeck wrote it" \
+        in applied.why and str(applied.backup) in applied.why
+    assert applied.backup.read_bytes() == before
+
+
+def _proved(tmp_path, binary):
+    """A winner written and proved (a server that runs is not what these tests are about)."""
+    from specdeck.core import swap
+    from specdeck.core.swap.apply import plan_apply_flags
+    from specdeck.core.tune.apply import write_and_prove
+
+    config = swap_config(tmp_path, binary)
+    before = config.read_bytes()
+    change = plan_apply_flags(swap.load(config), "smol", ("--spec-type", "ngram-simple"))
+    applied = write_and_prove(config, "--spec-type ngram-simple", change, None, lambda: None,
+                              proved="proved", noop="noop")
+    assert applied.written and applied.backup.read_bytes() == before
+    return config, before, applied
+
+
+def test_roll_back_puts_back_the_bytes_specdeck_kept(tmp_path, binary):
+    from specdeck.core.tune.apply import roll_back
+
+    config, before, applied = _proved(tmp_path, binary)
+    assert roll_back(applied).rolled_back and config.read_bytes() == before
+
+
+@pytest.mark.parametrize("swap", ["symlink", "other bytes", "fifo", "folder"])
+def test_roll_back_reads_only_the_backup_specdeck_made(tmp_path, binary, swap):
+    import os
+
+    from specdeck.core.tune.apply import roll_back
+
+    config, _before, applied = _proved(tmp_path, binary)
+    written = config.read_bytes()
+    backup = applied.backup
+    private = tmp_path / "private.txt"
+    private.write_text("models:\n  stolen: {cmd: cat /etc/shadow}\n")
+    backup.unlink()
+    if swap == "symlink":
+        backup.symlink_to(private)
+    elif swap == "other bytes":
+        backup.write_text("models: {}\n")
+    elif swap == "fifo":
+        os.mkfifo(backup)  # opening it to read would wait for a writer for ever
+    else:
+        backup.mkdir()
+    with pytest.raises(SpecDeckError, match="[Nn]othing was rolled back") as refused:
+        roll_back(applied)
+    assert config.read_bytes() == written  # the file as SpecDeck wrote it, not the link's
+    if swap == "symlink":
+        assert "symbolic link" in str(refused.value)
+    if swap == "fifo":
+        assert "named pipe (FIFO)" in str(refused.value)
+
+
+def _saved_tune(tmp_path, binary) -> Path:
+    """The tune.json of a tune of the llama-swap model smol that verified a winner."""
+    from specdeck.core.tune import report
+
+    config = swap_config(tmp_path, binary)
+    saved = tmp_path / "saved" / "tune.json"
+    saved.parent.mkdir()
+    saved.write_text(report.shown_json(result_of(from_swap(config, "smol"))))
+    return saved
+
+
+@pytest.mark.parametrize("obstacle", ["changed during the tune", "a link where the backup goes",
+                                      "read-only folder"])
+def test_a_refused_write_still_writes_the_report_and_json_asked_for(tmp_path, binary,
+                                                                    obstacle):
+    import os
+    import subprocess
+
+    if obstacle == "read-only folder" and os.geteuid() == 0:
+        pytest.skip("running as root: a read-only folder is writable")
+    saved = _saved_tune(tmp_path, binary)
+    config = tmp_path / "config.yaml"
+    if obstacle == "changed during the tune":
+        config.write_text(config.read_text() + "# edited\n")
+    elif obstacle == "a link where the backup goes":
+        (tmp_path / "config.yaml.bak").symlink_to(tmp_path / "elsewhere")
+    before = config.read_bytes()
+    out = tmp_path / "out"
+    out.mkdir()
+    if obstacle == "read-only folder":
+        config.parent.chmod(0o555)
+    try:
+        done = subprocess.run([sys.executable, "-m", "specdeck", "tune", "--apply-saved",
+                               str(saved), "--yes", "--report", str(out / "report"),
+                               "--json", str(out / "result.json")],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        config.parent.chmod(0o755)
+    assert done.returncode == 2, done.stderr
+    assert config.read_bytes() == before
+    kept = json.loads((out / "result.json").read_text())
+    assert kept["decision"]["apply"] and kept["applied"]["refused"]
+    assert kept["applied"]["written"] is False
+    assert "Not written:" in (out / "report" / "tune.md").read_text()
+    assert "not written:" in done.stderr

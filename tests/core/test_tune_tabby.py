@@ -186,7 +186,8 @@ def test_tune_a_tabbyapi_it_starts_searches_modes_and_k_and_writes_the_winner(tm
     assert written["written_fingerprint"]
     back = roll_back(Applied(config, written["flags"], written["diff"], written=True,
                              backup=Path(written["backup"]),
-                             written_fingerprint=written["written_fingerprint"]))
+                             written_fingerprint=written["written_fingerprint"],
+                             backup_fingerprint=written["backup_fingerprint"]))
     assert back.rolled_back and config.read_text() == before
 
 
