@@ -201,9 +201,8 @@ def cmd_tune(args) -> int:
 def _finish(args, result) -> int:
     """Save and show ``result`` as asked; the exit code for it."""
     from specdeck.core.cli.bench_cmd import _emit
-    from specdeck.core.tune import report
-
     from specdeck.core.errors import SpecDeckError
+    from specdeck.core.tune import report
 
     err = sys.stderr
     failed: list[str] = []  # each output is written whatever became of the others
@@ -241,7 +240,9 @@ def _apply_saved(args) -> int:
     if others:
         raise InvalidInputError(f"--apply-saved takes the setup from the saved tune; give no "
                                 f"{' or '.join(others)}.")
-    result = tune_apply.saved_result(args.apply_saved)
+    result = tune_apply.saved_result(args.apply_saved, python=args.tabby_python,
+                                     api_key_env=args.api_key_env,
+                                     admin_key_env=args.admin_key_env)
     sys.stderr.write(f"specdeck: {result.decision.why}\n")
     cancel = threading.Event()
     confirm = _dry_run if args.dry_run else None if args.yes else _ask

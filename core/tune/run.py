@@ -58,7 +58,6 @@ from specdeck.core.servers.llama_server import (
     LaunchProfile,
     binary_help,
     drafter_from_flags,
-    with_flag,
 )
 from specdeck.core.tune import hub
 from specdeck.core.tune.candidates import (
@@ -656,18 +655,22 @@ def _cell_prefix(candidate: Candidate) -> str:
 
 
 def candidate_cells(setup: Setup, candidate: Candidate) -> list[Cell]:
-    """One grid cell per searched k of ``candidate`` (one cell when its type has no k flag)."""
-    flags = setup.common + candidate.flags
+    """One grid cell per searched k of ``candidate`` (one cell when its type has no k flag),
+    each launch's drafting flags built and checked by core.tune.arguments."""
+    from specdeck.core.tune.arguments import tuned_args
+
+    info = binary_help(setup.binary)
     values = candidate.k_values if candidate.k_flag else (None,)
     cells = []
     for value in values:
-        args = flags if value is None else with_flag(flags, candidate.k_flag, value)
+        numbers = () if value is None else ((candidate.k_flag, value),)
+        args = setup.common + tuned_args(candidate.spec_type, candidate.draft, numbers, info)
         name = _cell_prefix(candidate) + ("default" if value is None else value)
         label = candidate.label + ("" if value is None else f" k={value}")
         settings = () if value is None else (("k", value),)
         launch = LaunchProfile(setup.binary, str(setup.target), args)
-        cells.append(Cell(Arm(name, drafter_from_flags(args, binary_help(setup.binary)),
-                              ServerArm(launch=launch)), label, settings))
+        cells.append(Cell(Arm(name, drafter_from_flags(args, info), ServerArm(launch=launch)),
+                          label, settings))
     return cells
 
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from help_samples import DATA, HOSTILE_NAMES, hostile_help
 from specdeck.core.engines.demo import find_gguf
 from specdeck.core.errors import SpecDeckError
 from specdeck.core.tune.apply import apply
@@ -25,10 +26,15 @@ SECRET = "sk-SECRET-4242"
 TOKEN = "hf_TOKEN_abcdef"
 
 
-def script(path: Path, body: str) -> str:
-    """An executable shell script at ``path`` (a llama-server as hostile as its body)."""
+REAL_HELP = DATA / "llama-server-11434-help.txt"
+
+
+def script(path: Path, body: str, help_text: Path | None = REAL_HELP) -> str:
+    """An executable shell script at ``path`` (a llama-server as hostile as its body),
+    answering --help with ``help_text`` (the pinned build's own, by default)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("#!/bin/sh\n" + body)
+    answer = f'[ "$1" = --help ] && cat "{help_text}" && exit 0\n' if help_text else ""
+    path.write_text("#!/bin/sh\n" + answer + body)
     path.chmod(0o755)
     return str(path)
 
@@ -237,3 +243,108 @@ def test_a_refused_write_still_writes_the_report_and_json_asked_for(tmp_path, bi
     assert kept["applied"]["written"] is False
     assert "Not written:" in (out / "report" / "tune.md").read_text()
     assert "not written:" in done.stderr
+
+
+# Values from outside never become arguments ----------------------------------------------------
+def hostile_binary(tmp_path: Path) -> tuple[str, Path]:
+    """A llama-server whose --help lists spec types named like shell syntax, macros and flags
+    beside the real ones, and that records every command line it is started with."""
+    help_text = tmp_path / "hostile-help.txt"
+    help_text.write_text(hostile_help())
+    calls = tmp_path / "calls.log"
+    binary = script(tmp_path / "bin" / "llama-server",
+                    f'printf "%s\\n" "$*" >> "{calls}"\nexit 1\n', help_text)
+    return binary, calls
+
+
+def test_spec_types_read_from_a_help_that_are_not_names_are_data_not_arguments(tmp_path):
+    from specdeck.core.servers.llama_server import binary_help
+    from specdeck.core.tune.candidates import find_candidates
+    from specdeck.core.tune.run import candidate_cells
+    from specdeck.core.tune.setup import from_llama_server
+
+    binary, _calls = hostile_binary(tmp_path)
+    info = binary_help(binary)
+    assert set(HOSTILE_NAMES) <= set(info.spec_types)  # read as the help lists them
+    setup = from_llama_server(binary, GGUF)
+    found = find_candidates(setup, info.spec_types, methods=info.methods)
+    names = {c.spec_type for c in found.found}
+    assert names == {"ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"}
+    refused = {n.what: n.why for n in found.not_tried}
+    assert "shell syntax" in refused["$(touch${IFS}PWNED)"]
+    assert "macro" in refused["${PORT}x"] and "a flag" in refused["--model=/tmp/evil.gguf"]
+    assert "a flag" in refused["-hf"] and "not a name" in refused["ngram-MOD"]
+    # The one builder refuses them too, whoever asks it.
+    for name in HOSTILE_NAMES:
+        with pytest.raises(SpecDeckError, match="Not a setting SpecDeck launches"):
+            candidate_cells(setup, Candidate(name, k_flag="--spec-ngram-mod-n-max"))
+
+
+@pytest.mark.parametrize("tamper, words", [
+    (lambda s, d, t: d["flags"].extend(["-hfd", "evil/draft-GGUF"]), "-hfd would make "
+     "llama-server download a model"),
+    (lambda s, d, t: d["flags"].extend(["--hf-repo-draft=evil/x"]), "--hf-repo-draft would"),
+    (lambda s, d, t: d["flags"].extend(["-md", str(t / "notes.txt")]), "is not a GGUF file"),
+    (lambda s, d, t: d["flags"].extend(["-md", str(t / "fifo.gguf")]), "named pipe (FIFO)"),
+    (lambda s, d, t: d["flags"].extend(["-md", "draft.gguf"]), "absolute path"),
+    (lambda s, d, t: d["flags"].extend(["-md", str(t / "${PORT}.gguf")]), "macro"),
+    (lambda s, d, t: d.update(flags=["--spec-type", "$(touch PWNED)"]), "shell syntax"),
+    (lambda s, d, t: d.update(flags=["--spec-type", "ngram-mod", "--model=/tmp/x.gguf"]),
+     "--model is not a flag a tune produces"),
+    (lambda s, d, t: d.update(flags=["--spec-type", "ngram-mod",
+                                     "--spec-ngram-mod-n-max", "8;touch PWNED"]),
+     "must be a number"),
+    (lambda s, d, t: d.update(flags=["--spec-type", "ngram-mod",
+                                     "--spec-draft-n-max", "8"]),
+     "names no such flag for ngram-mod"),
+    (lambda s, d, t: d.update(flags=["--spec-type", "draft-warp"]), "does not list it"),
+])
+def test_a_tampered_saved_tune_is_refused_and_writes_nothing(tmp_path, binary, tamper, words):
+    import os
+    import subprocess
+
+    saved = _saved_tune(tmp_path, binary)
+    (tmp_path / "notes.txt").write_text("not a model\n")
+    os.mkfifo(tmp_path / "fifo.gguf")
+    data = json.loads(saved.read_text())
+    tamper(data["setup"], data["decision"], tmp_path)
+    saved.write_text(json.dumps(data))
+    config = tmp_path / "config.yaml"
+    before = config.read_bytes()
+    done = subprocess.run([sys.executable, "-m", "specdeck", "tune", "--apply-saved",
+                           str(saved), "--yes"], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
+    assert done.returncode == 2 and words in done.stderr, done.stderr
+    assert config.read_bytes() == before and not (tmp_path / "config.yaml.bak").exists()
+    assert not list(tmp_path.rglob("PWNED"))
+
+
+def test_a_saved_tune_runs_the_binary_config_yaml_names_not_its_own(tmp_path, binary):
+    import subprocess
+
+    saved = _saved_tune(tmp_path, binary)
+    planted = script(tmp_path / "planted" / "llama-server",
+                     f'touch "{tmp_path / "PLANTED-RAN"}"\nexit 1\n', help_text=None)
+    data = json.loads(saved.read_text())
+    data["setup"]["binary"] = planted
+    saved.write_text(json.dumps(data))
+    done = subprocess.run([sys.executable, "-m", "specdeck", "tune", "--apply-saved",
+                           str(saved), "--yes"], capture_output=True, text=True, timeout=60)
+    # Written, then proved with the binary config.yaml names (which cannot serve here: so
+    # rolled back); the planted one never ran, not even for its --help.
+    assert done.returncode == 1 and "Rolled back" in done.stdout, done.stderr
+    assert binary in done.stdout and planted not in done.stdout + done.stderr
+    assert not (tmp_path / "PLANTED-RAN").exists()
+
+
+def test_a_saved_tune_of_a_binary_and_gguf_has_nothing_to_write(tmp_path, binary):
+    import subprocess
+
+    from specdeck.core.tune import report
+    from specdeck.core.tune.setup import from_llama_server
+
+    saved = tmp_path / "tune.json"
+    saved.write_text(report.shown_json(result_of(from_llama_server(binary, GGUF))))
+    done = subprocess.run([sys.executable, "-m", "specdeck", "tune", "--apply-saved",
+                           str(saved), "--yes"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "flags to copy" in done.stderr
