@@ -67,7 +67,7 @@ from specdeck.core.tune.candidates import (
     draft_files,
     find_candidates,
 )
-from specdeck.core.tune.predict import Prediction, predict, read_history, record
+from specdeck.core.tune.predict import Prediction, history_note, predict, read_history, record
 from specdeck.core.tune.setup import Setup
 from specdeck.core.units import format_bytes
 
@@ -276,7 +276,14 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
     started = time.monotonic()
     emit(Phase("candidates", f"Reading what {Path(setup.binary).name} can draft with"))
     info = binary_help(setup.binary)
-    if info is None or not info.spec_types:
+    if info is None:
+        from specdeck.core.servers.llama_server import help_problem
+
+        raise InvalidInputError(f"SpecDeck could not read what {setup.binary} can draft with: "
+                                f"{help_problem(setup.binary)}. Nothing was tuned.",
+                                f"Check that it is a llama-server that runs here: "
+                                f"`{setup.binary} --help` prints its flags.")
+    if not info.spec_types:
         raise InvalidInputError(f"{setup.binary} --help lists no --spec-type values.",
                                 "SpecDeck tunes llama-server builds that draft with --spec-type "
                                 "(2026 and later).")
@@ -288,6 +295,8 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
     if options.download_budget > 0 and hub.DRAFT_SIMPLE in info.spec_types:
         emit(Phase("candidates", f"Searching the Hub for {setup.facts.family} drafts"))
         found = _with_hub(setup, found, library, options, notes, cancel)
+    if history is None:
+        notes += filter(None, [history_note()])
     history = read_history() if history is None else history
     device = device_of(setup, options)
     prompts = prompt_set(options)
@@ -496,12 +505,45 @@ def _result(setup, options, tried, found, search, verification, decision, phase_
                       downloads=tuple(downloads))
 
 
+HUB_DEADLINE_S = 120.0
+"""How long the search of the Hub for drafts may take in all (a handful of listings and
+header reads of a few MiB): a Hub that trickles its answers or pages for ever is left
+behind at this deadline, and the tune goes on with the drafts on disk."""
+
+
 def _with_hub(setup: Setup, found: Candidates, library: Path, options: TuneOptions,
               notes: list[str], cancel: threading.Event) -> Candidates:
-    """``found`` with the Hub's drafts added (and the Hub's refusals with why)."""
-    drafts, refused, hub_notes = hub.find_hub_drafts(
-        setup, library, list(found.found), memory=options.memory_bytes,
-        endpoint=options.hub_endpoint, cancel=cancel)
+    """``found`` with the Hub's drafts added (and the Hub's refusals with why), within
+    ``HUB_DEADLINE_S``: the search runs beside the tune, and one still running then is told
+    to stop and left (a response that trickles cannot be interrupted mid-read)."""
+    outcome: dict[str, Any] = {}
+    stop = threading.Event()
+
+    def search() -> None:
+        try:
+            outcome["found"] = hub.find_hub_drafts(
+                setup, library, list(found.found), memory=options.memory_bytes,
+                endpoint=options.hub_endpoint, cancel=stop)
+        except BaseException as exc:  # noqa: BLE001 - raised again on the tune's thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=search, name="specdeck-tune-hub", daemon=True)
+    worker.start()
+    deadline = time.monotonic() + HUB_DEADLINE_S
+    while worker.is_alive() and not cancel.is_set() and time.monotonic() < deadline:
+        worker.join(0.1)
+    if worker.is_alive():
+        stop.set()
+        if not cancel.is_set():
+            notes.append(f"The Hub did not finish answering within {HUB_DEADLINE_S:g} s (it "
+                         "sent its answers too slowly, or without end): no Hub drafts were "
+                         "tried; tuning went on with the drafts on disk.")
+        return found
+    if "error" in outcome:
+        if isinstance(outcome["error"], CancelledError) and cancel.is_set():
+            return found
+        raise outcome["error"]
+    drafts, refused, hub_notes = outcome["found"]
     notes += hub_notes
     kept = tuple(n for n in found.not_tried if not (drafts and n.what == hub.DRAFT_SIMPLE))
     return Candidates(found.found + tuple(drafts), kept + tuple(refused))

@@ -172,10 +172,13 @@ def _mtp_layers(fields: dict, architecture: str) -> int:
 def from_llama_server(binary: str | Path, gguf: str | Path, flags: tuple[str, ...] = (),
                       kind: str = "llama-server") -> Setup:
     binary_path = _binary(binary)
+    from specdeck.core.files import not_a_file
+
     target = expand_user(gguf)
-    if not target.is_file():
-        raise NotFoundError(f"The target model {target} does not exist.",
-                            "Give the path of the .gguf your llama-server loads (--gguf).")
+    problem = not_a_file(target, "target model",
+                         "Give the path of the .gguf your llama-server loads (--gguf).")
+    if problem is not None:  # missing, or a folder, a FIFO, a device: said as what it is
+        raise problem
     _, rest = _split_own(tuple(flags))
     return Setup(kind, str(binary_path), target, rest, read_facts(target))
 

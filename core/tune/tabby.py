@@ -441,7 +441,7 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
     search, verification and decision."""
     import time
 
-    from specdeck.core.tune.predict import predict, read_history
+    from specdeck.core.tune.predict import history_note, predict, read_history
     from specdeck.core.tune.run import (
         CandidatesFound,
         Phase,
@@ -459,6 +459,7 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
     started = time.monotonic()
     emit(Phase("candidates", f"Reading what {setup.where} can draft with"))
     found = find(setup, cancel)
+    notes = [] if history is not None else list(filter(None, [history_note()]))
     history = read_history() if history is None else history
     device = device_of(setup, options)
     prompts = prompt_set(options)
@@ -467,7 +468,7 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
     emit(CandidatesFound(tuple(predicted), found.not_tried))
     phase_s = {"candidates": time.monotonic() - started}
     if cancel.is_set():
-        return cancelled_reading(setup, options, found, phase_s, [])
+        return cancelled_reading(setup, options, found, phase_s, notes)
     if not predicted:
         raise InvalidInputError(f"{setup.where}: nothing to try ({_why_none(found)}).",
                                 f"Put a draft model of the target's family in {setup.draft_dir}"
@@ -475,7 +476,7 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
                                    "(--tabby-folder) so SpecDeck can try its draft modes")
                                 + ".")
     server = tuned_server()
-    notes = [] if setup.managed else [
+    notes += [] if setup.managed else [
         "TabbyAPI reads draft_num_tokens and draft_mode when it starts: against a running "
         "TabbyAPI only its draft models were compared, at config.yml's k."]
     return search_and_decide(setup, server, options, predicted, found, (), phase_s, notes,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from help_samples import DATA, HOSTILE_NAMES, hostile_help
+from hubserver import memory_keyring  # noqa: F401 - a fixture
 from specdeck.core.engines.demo import find_gguf
 from specdeck.core.errors import SpecDeckError
 from specdeck.core.tune.apply import apply
@@ -348,3 +349,268 @@ def test_a_saved_tune_of_a_binary_and_gguf_has_nothing_to_write(tmp_path, binary
     done = subprocess.run([sys.executable, "-m", "specdeck", "tune", "--apply-saved",
                            str(saved), "--yes"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "flags to copy" in done.stderr
+
+
+# Bounds: every read from outside has a deadline, a size bound and a clear error ---------------
+@pytest.fixture
+def short_help_deadline(monkeypatch):
+    from specdeck.core.servers import llama_server
+
+    monkeypatch.setattr(llama_server, "HELP_TIMEOUT_S", 1.0)
+
+
+@pytest.mark.parametrize("body, words", [
+    ("exec sleep 1000\n", "did not finish within 1 s"),
+    ("yes -- '--spec-type ngram-mod'\n", "printed more than 4 MiB"),
+    (f"printf '\\377\\376'; cat '{REAL_HELP}'\n", "not UTF-8 text (byte 0 is 0xff)"),
+])
+def test_a_help_that_never_ends_floods_or_is_not_text_is_said_so(tmp_path, body, words,
+                                                                short_help_deadline):
+    from specdeck.core.servers.llama_server import binary_help, help_problem
+
+    binary = script(tmp_path / "bin" / "llama-server", body, help_text=None)
+    assert binary_help(binary) is None
+    assert words in help_problem(binary)
+
+
+def test_a_help_that_leaves_a_child_holding_its_output_ends_at_the_deadline_child_too(
+        tmp_path, short_help_deadline):
+    import os
+
+    from specdeck.core.servers.llama_server import binary_help, help_problem
+
+    pid_file = tmp_path / "child.pid"
+    binary = script(tmp_path / "bin" / "llama-server",
+                    f"sleep 1000 & echo $! > '{pid_file}'\ncat '{REAL_HELP}'\n", help_text=None)
+    assert binary_help(binary) is None and "did not finish" in help_problem(binary)
+    child = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):  # killed with its group, and reaped by init
+        for _ in range(100):
+            os.kill(child, 0)
+            __import__("time").sleep(0.05)  # the kernel delivers SIGKILL asynchronously
+
+
+def test_a_tune_whose_help_timed_out_says_so_not_that_it_lists_no_spec_types(
+        tmp_path, short_help_deadline):
+    from specdeck.core.tune.run import tune
+    from specdeck.core.tune.setup import from_llama_server
+
+    binary = script(tmp_path / "bin" / "llama-server", "exec sleep 1000\n", help_text=None)
+    with pytest.raises(SpecDeckError) as failed:
+        tune(from_llama_server(binary, GGUF), TuneOptions(suites=("grounded",),
+                                                          prompts_per_suite=2))
+    said = str(failed.value)
+    assert "did not finish within 1 s" in said and "Nothing was tuned" in said
+    assert "lists no --spec-type" not in said and "2026" not in said
+
+
+def test_thousands_of_spec_types_become_at_most_64_candidates(tmp_path):
+    from help_samples import REAL_TEXT, TYPES_LINE
+    from specdeck.core.servers.llama_server import binary_help
+    from specdeck.core.tune.candidates import find_candidates
+    from specdeck.core.tune.setup import from_llama_server
+
+    help_text = tmp_path / "help.txt"
+    many = ",".join(f"ngram-t{i}" for i in range(5000))
+    help_text.write_text(REAL_TEXT.replace(TYPES_LINE, TYPES_LINE + "," + many))
+    binary = script(tmp_path / "bin" / "llama-server", "exit 1\n", help_text)
+    info = binary_help(binary)
+    assert len(info.spec_types) > 5000
+    found = find_candidates(from_llama_server(binary, GGUF), info.spec_types,
+                            methods=info.methods)
+    assert len(found.found) <= 64
+    assert any("more spec types" in n.what for n in found.not_tried)
+
+
+def _history_setup(tmp_path, binary):
+    return from_swap(swap_config(tmp_path, binary), "smol")
+
+
+@pytest.mark.parametrize("lines", [
+    # one disturbed pair once entered a user's history at 62.88x (no k recorded)
+    [{"speedup": 62.88, "pairs": 12}],
+    [{"speedup": float("nan"), "pairs": 12}], [{"speedup": float("inf"), "pairs": 12}],
+    [{"speedup": 1e308, "pairs": 12}], [{"speedup": True, "pairs": 12}],
+    [{"speedup": 1.1, "pairs": {"nested": [1, 2]}}], [{"speedup": 1.1, "pairs": 12,
+                                                         "low": float("-inf"), "high": 1e9}],
+    [{"speedup": 1.1, "pairs": 12, "target": ["a", "b"]}],
+    ["[" * 100_000],  # nested past Python's recursion limit
+])
+def test_history_entries_are_checked_before_they_become_a_prediction(tmp_path, binary, lines):
+    import math
+
+    from specdeck.core.tune import predict as tune_predict
+
+    setup = _history_setup(tmp_path, binary)
+    candidate = Candidate("ngram-mod")
+    history = tmp_path / "history.jsonl"
+    with history.open("w") as handle:
+        for line in lines:
+            if isinstance(line, dict):
+                line = {"target": setup.facts.name, "candidate": candidate.label, **line}
+                handle.write(json.dumps(line) + "\n")  # NaN/Infinity as Python writes them
+            else:
+                handle.write(line + "\n")
+    entries = tune_predict.read_history(history)
+    prediction = tune_predict.predict(candidate, setup, "cpu", entries)
+    for figure in (prediction.speedup, prediction.low, prediction.high):
+        assert math.isfinite(figure) and 0 <= figure < 17  # at most k + 1 (k = 16)
+    if lines[0] == {"speedup": 1.1, "pairs": 12, "low": float("-inf"), "high": 1e9}:
+        assert prediction.source.startswith("history") and prediction.high < 17
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "link to /dev/zero", "over 16 MiB"])
+def test_a_history_that_is_no_file_is_said_so_and_never_waited_on(tmp_path, binary, kind):
+    import os
+
+    from specdeck.core.tune import predict as tune_predict
+
+    history = tmp_path / "history.jsonl"
+    if kind == "folder":
+        history.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(history)
+    elif kind == "link to /dev/zero":
+        history.symlink_to("/dev/zero")
+    else:
+        with history.open("wb") as handle:
+            handle.truncate(17 * 1024**2)
+    assert tune_predict.read_history(history) == []
+    note = tune_predict.history_note(history)
+    assert note and {"folder": "a folder", "fifo": "named pipe (FIFO)",
+                     "link to /dev/zero": "character device",
+                     "over 16 MiB": "over 16 MiB"}[kind] in note
+    setup = _history_setup(tmp_path, binary)
+    tune_predict.record(setup, Candidate("ngram-mod"), 1.2, history, pairs=12)  # no error
+    if kind == "over 16 MiB":
+        assert history.stat().st_size == 17 * 1024**2  # not added to
+
+
+@pytest.mark.parametrize("given, words", [
+    ("fifo", "is a named pipe (FIFO), not a file"),
+    ("/dev/zero", "is a character device, not a file"),
+])
+def test_a_fifo_or_a_device_given_as_a_file_is_named_for_what_it_is(tmp_path, given, words):
+    import os
+    import subprocess
+
+    if given == "fifo":
+        given = str(tmp_path / "prompts.jsonl")
+        os.mkfifo(given)
+    for argv in (["--demo", "--prompts", given], ["--apply-saved", given],
+                 ["--llama-server", sys.executable, "--gguf", given]):
+        done = subprocess.run([sys.executable, "-m", "specdeck", "tune", *argv],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and words in done.stderr, (argv, done.stderr)
+        assert "does not exist" not in done.stderr
+
+
+def test_two_prompt_files_of_one_name_are_refused_not_run_as_one(tmp_path):
+    from specdeck.core.tune.run import split_prompts
+
+    for folder, text in (("a", "Summarize TCP."), ("b", "Write a haiku.")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "mine.jsonl").write_text(
+            "\n".join(json.dumps({"prompt": f"{text} {i}"}) for i in range(4)) + "\n")
+    options = TuneOptions(suites=(str(tmp_path / "a" / "mine.jsonl"),
+                                  str(tmp_path / "b" / "mine.jsonl")), prompts_per_suite=4)
+    with pytest.raises(SpecDeckError, match="are both called 'mine'"):
+        split_prompts(options)
+
+
+@pytest.mark.parametrize("content", [
+    b"api_key: " + b"a" * 100_000 + b"\n",
+    b"x: &x [1, 2]\ny: &y [*x, *x, *x, *x]\napi_key: [*y, *y, *y, *y]\n",
+    b"api_key: &k [*k]\n",
+    "fifo", "/dev/zero",
+])
+def test_an_api_tokens_file_that_is_huge_recursive_or_no_file_gives_no_key(tmp_path, content):
+    import os
+
+    from specdeck.core.servers.tabby_launch import TabbyLaunch
+
+    path = tmp_path / "api_tokens.yml"
+    if content == "fifo":
+        os.mkfifo(path)
+    elif content == "/dev/zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.write_bytes(content)
+    assert TabbyLaunch(str(tmp_path), sys.executable).api_key() is None
+    path.unlink()
+    path.write_text("api_key: 0123456789abcdef\nadmin_key: fedcba\n")
+    assert TabbyLaunch(str(tmp_path), sys.executable).api_key() == "0123456789abcdef"
+
+
+class _HostileHub:
+    """A Hub on 127.0.0.1 that answers every request as a hostile one would: ``trickle``
+    sends a byte of its JSON a second, never finishing; ``pages`` answers every listing with
+    no models and a link to a next page, for ever."""
+
+    def __init__(self, how: str):
+        import http.server
+        import threading
+        import time
+
+        self.stop = threading.Event()
+        hub = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                if how == "pages":
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Link", f'<{hub.url}/api/models?page=next>; rel="next"')
+                    self.send_header("Content-Length", "2")
+                    self.end_headers()
+                    self.wfile.write(b"[]")
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                try:
+                    while not hub.stop.is_set():
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                        hub.stop.wait(1.0)  # a byte a second: no read ever times out
+                except OSError:
+                    pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.started = time.monotonic()
+
+    def close(self):
+        self.stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("how", ["trickle", "pages"])
+def test_a_hub_that_trickles_or_pages_for_ever_is_left_at_its_deadline(tmp_path, binary, how,
+                                                                       monkeypatch,
+                                                                       memory_keyring):  # noqa: F811
+    import threading
+
+    from specdeck.core.tune import run as tune_run
+    from specdeck.core.tune.candidates import Candidates
+    from specdeck.core.tune.setup import from_llama_server
+
+    monkeypatch.setattr(tune_run, "HUB_DEADLINE_S", 2.0)
+    hub = _HostileHub(how)
+    try:
+        setup = from_llama_server(binary, GGUF)
+        local = Candidates((Candidate("ngram-mod"),))
+        notes: list[str] = []
+        found = tune_run._with_hub(setup, local, tmp_path / "library",
+                                   TuneOptions(download_budget=1 << 30, hub_endpoint=hub.url,
+                                               memory_bytes=8 << 30), notes, threading.Event())
+    finally:
+        hub.close()
+    assert found == local  # tuning goes on with what is on disk
+    assert any("did not finish answering within 2 s" in n for n in notes), notes
