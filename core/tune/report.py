@@ -62,7 +62,7 @@ def markdown(result: TuneResult) -> str:
         lines.append("")
     verification = result.verification
     if verification is not None:
-        lines += ["## Before and after (held-out prompts)", "",
+        lines += [f"## Before and after ({verification.where.removeprefix('on ')})", "",
                   "| setting | decode tok/s (median of its runs) | speed-up over no drafting "
                   "(median of paired ratios) | output |",
                   "|---|---|---|---|"]

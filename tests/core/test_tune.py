@@ -232,7 +232,7 @@ def test_a_setting_that_drafted_nothing_is_noise_never_the_best_nor_learned_from
 
     why = decide(Candidate("ngram-mod"), real, replace(quiet, not_drafting="it drafted nothing"),
                  setup, cancelled=False).why
-    assert why.startswith("real drafted nothing on the held-out prompts (it drafted nothing)")
+    assert why.startswith("real drafted nothing on held-out prompts (it drafted nothing)")
 
 
 def test_the_noise_band_narrows_with_the_pairs_behind_a_score():

@@ -614,3 +614,147 @@ def test_a_hub_that_trickles_or_pages_for_ever_is_left_at_its_deadline(tmp_path,
         hub.close()
     assert found == local  # tuning goes on with what is on disk
     assert any("did not finish answering within 2 s" in n for n in notes), notes
+
+
+# Made-up figures -------------------------------------------------------------------------------
+@pytest.mark.parametrize("accepted, drafted, k, words", [
+    ((1, 2, 2, 3), (), None, "rises from 1 at position 1 to 2 at 2"),
+    ((4, 3, 2, 1, 1), (), 4, "position 5 of steps that draft at most 4"),
+    ((4, 3), (3, 3), None, "more accepted than drafted"),
+    ((4, 3, 1), (4, 4, 4), 3, ""),
+])
+def test_per_position_counts_that_cannot_be_are_refused(accepted, drafted, k, words):
+    from specdeck.core.servers.readings import check_positions
+
+    problem = check_positions(accepted, drafted, k)
+    assert (words in problem) if words else problem == ""
+
+
+class _RisingPositions:
+    """A llama-server look-alike (tests/hostile_servers.Llm) whose Prometheus counters grow
+    by 16 drafted, 8 accepted in 4 drafts between two reads, with the accepted per position
+    rising with the position (1, 2, 2, 3): adding up, each below the drafts, impossible."""
+
+    @staticmethod
+    def make():
+        import hostile_servers as hs
+
+        class Rising(hs.Llm):
+            reads: list = []
+
+            def get(self):
+                if self.path.split("?", 1)[0] != "/metrics":
+                    return super().get()
+                grown = len(type(self).reads)
+                type(self).reads.append(grown)
+                f = grown  # every read one run's worth more: any two reads differ by it
+                lines = [f"llamacpp:spec_decode_num_draft_tokens_total {16 * f}",
+                         f"llamacpp:spec_decode_num_accepted_tokens_total {8 * f}",
+                         f"llamacpp:spec_decode_num_drafts_total {4 * f}"]
+                lines += [f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total'
+                          f'{{position="{i}"}} {n * f}' for i, n in enumerate((1, 2, 2, 3))]
+                return self.answer(200, ("\n".join(lines) + "\n").encode(), "text/plain")
+
+            def timings(self, n: int) -> dict:
+                return {"prompt_n": 30, "prompt_ms": 12.5, "predicted_n": n,
+                        "predicted_ms": 80.0}
+
+        return Rising
+
+
+@pytest.mark.timeout(60)
+def test_per_position_counters_rising_with_the_position_are_not_tabled():
+    import hostile_servers as hs
+    from specdeck.core.bench.plan import Arm, BenchPlan
+    from specdeck.core.bench.runner import run_plan
+    from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec
+    from specdeck.core.servers.arms import ServerArm
+    from specdeck.core.servers.engine import ServerEngine
+    from specdeck.core.servers.kinds import ServerKind
+
+    with hs.serving(hs.Llm, drafting=False) as (good, _), \
+            hs.serving(_RisingPositions.make()) as (url, _):
+        arms = (Arm("A", NO_DRAFT, ServerArm(url=good, kind=ServerKind.LLAMA_SERVER)),
+                Arm("B", DrafterSpec(DrafterKind.SERVER, adaptive=False),
+                    ServerArm(url=url, kind=ServerKind.LLAMA_SERVER)))
+        plan = BenchPlan(engine="server", model="server", arms=arms, suites=("code",),
+                         max_prompts=1, repeats=1, warmup=0, max_new_tokens=16)
+        run = run_plan(plan, ServerEngine())
+    record = run.counted("B")[0].result
+    assert record.stats.drafted == 16 and record.stats.accepted == 8  # the totals hold
+    assert record.stats.per_position_accepted == ()  # the impossible positions do not
+    assert "rises from 1 at position 1 to 2 at 2" in " ".join(record.server.problems)
+
+
+def test_a_safetensors_header_with_reversed_offsets_gives_no_weights(tmp_path):
+    import struct
+
+    from specdeck.core.models import read_safetensors_header
+
+    def write(entries: dict, data: int = 64) -> Path:
+        header = json.dumps(entries).encode()
+        path = tmp_path / "model.safetensors"
+        path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(data))
+        return path
+
+    good = write({"w": {"dtype": "U8", "shape": [64], "data_offsets": [0, 64]}})
+    assert read_safetensors_header(good)[0].nbytes == 64
+    for entry, words in (({"dtype": "U8", "shape": [8], "data_offsets": [64, 0]},
+                          "end before they begin"),
+                         ({"dtype": "U8", "shape": [8], "data_offsets": [0, 1 << 40]},
+                          "past the end of the file"),
+                         ({"dtype": "U8", "shape": [-8], "data_offsets": [0, 8]}, "shape"),
+                         ({"dtype": "U8", "shape": [8], "data_offsets": "0-8"}, "byte positions"),
+                         ({"dtype": "U8", "shape": [8], "data_offsets": [True, 8]},
+                          "byte positions")):
+        with pytest.raises(SpecDeckError, match=words):
+            read_safetensors_header(write({"w": entry}))
+
+
+def test_a_tune_on_one_prompt_does_not_claim_held_out_prompts(tmp_path, binary):
+    from specdeck.core.bench.grid import ALL, Cell, Figure, GridRow
+    from specdeck.core.bench.plan import Arm
+    from specdeck.core.bench.stats import summarize_ratios
+    from specdeck.core.servers.arms import ServerArm
+    from specdeck.core.servers.llama_server import LaunchProfile
+    from specdeck.core.tune.run import Verification, decide, split_prompts
+
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps({"prompt": "Summarize the TCP handshake."}) + "\n")
+    tuning, held_out = split_prompts(TuneOptions(suites=(str(one),), prompts_per_suite=2))
+    assert tuning == held_out  # one prompt: the verification runs what the search chose on
+    setup = from_swap(swap_config(tmp_path, binary), "smol")
+    args = ("--spec-type", "ngram-mod")
+    row = GridRow(Cell(Arm("w", NO_DRAFT_SPEC, ServerArm(launch=LaunchProfile(
+        binary, str(GGUF), args))), "ngram-mod"), {ALL: Figure(12.0, None)}, "lossless")
+    verification = Verification(None, None, summarize_ratios([1.3, 1.4, 1.35, 1.5]), None,
+                                None, True, held_out=False)
+    why = decide(Candidate("ngram-mod"), row, verification, setup, cancelled=False).why
+    assert "held-out" not in why and "no prompt was left to hold out" in why
+
+
+NO_DRAFT_SPEC = __import__("specdeck.core.engines.base", fromlist=["NO_DRAFT"]).NO_DRAFT
+
+
+def test_when_every_faster_setting_failed_the_result_says_so(tmp_path, binary):
+    from specdeck.core.bench.grid import ALL, Cell, Figure, GridResult, GridRow
+    from specdeck.core.bench.plan import Arm
+    from specdeck.core.bench.stats import summarize_ratios
+    from specdeck.core.servers.arms import ServerArm
+    from specdeck.core.servers.llama_server import LaunchProfile
+    from specdeck.core.tune.run import _why_no_best
+
+    def row(label, score, dropped=None):
+        launch = LaunchProfile(binary, str(GGUF), ("--spec-type", "ngram-mod"))
+        return GridRow(Cell(Arm(label, NO_DRAFT_SPEC, ServerArm(launch=launch)), label),
+                       {ALL: Figure(10 * score, summarize_ratios([score] * 4))}, "lossless",
+                       dropped)
+
+    slow, crashed = row("ngram-cache", 0.9), row("ngram-mod k=8", 1.4, dropped=1)
+    search = GridResult(("code",), (slow, crashed), {}, (), notes=(
+        "ngram-mod k=8 could not be measured: llama-server exited with code 139 before it "
+        "was ready", "ngram-mod k=4 could not be measured: llama-server exited with code 139"))
+    why = _why_no_best(search)
+    assert "No setting beat decoding without a draft" not in why
+    assert why.startswith("2 settings could not be measured")
+    assert "ngram-mod k=8 (1.40x before it failed)" in why and "ngram-mod k=4" in why
