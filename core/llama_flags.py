@@ -212,3 +212,68 @@ def implied_draft(spec_types: Sequence[str],
 def is_drafting_flag(name: str) -> bool:
     """Whether a flag sets up drafting (what makes two launches of one model differ)."""
     return name.startswith("--spec") or "draft" in name or name in DRAFT_SIDE_SHORT
+
+
+# What a binary's --help says, before any of it becomes an argument --------------------------
+HUB_DOWNLOAD = ("-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-hfd", "-hfrd",
+                "--hf-repo-draft", "--spec-draft-hf", "-hffd", "--hf-file-draft", "-hfv",
+                "-hfrv", "--hf-repo-v", "-hffv", "--hf-file-v", "-mu", "--model-url",
+                "-mud", "--model-url-draft", "-dr", "--docker-repo")
+"""Flags that make llama-server fetch a model from the network at its start (llama.cpp
+11434 common/arg.cpp: -hf/--hf-repo and -hff, their -draft and -v twins, --model-url,
+--docker-repo). SpecDeck never launches or writes one from what it read; the user's own
+cmd keeps whatever it has."""
+
+SPEC_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+"""A spec type's name as llama.cpp spells every one: lowercase words joined by dashes."""
+MAX_SPEC_NAME = 48
+MAX_SPEC_TYPES = 64
+"""The most spec types SpecDeck takes from one --help (llama.cpp 11434 lists 10): a list of
+thousands is not a llama-server's, and each type is a round of the search."""
+_SHELL = re.compile(r"[\s$`;|&<>()\\'\"*?!#~{}\[\]]")
+_COMMAND = re.compile(r"[`;|&<>]|\$\(")
+"""What runs a command in a shell: a substitution, a separator, a pipe, a redirection."""
+
+
+def name_problem(name: str) -> str | None:
+    """Why a spec-type name read from a binary's --help cannot become an argument (None:
+    it can): a name is lowercase words joined by dashes; a flag (``--model=x``, ``-hf``), a
+    ``${...}`` macro (llama-swap would substitute it) or shell syntax is not one."""
+    if SPEC_NAME.fullmatch(name) and len(name) <= MAX_SPEC_NAME:
+        return None
+    if name.startswith("-"):
+        return "it is a flag, not a spec type's name"
+    if _COMMAND.search(name):
+        return "it holds shell syntax"
+    if "${" in name:
+        return "it holds a ${...} macro, which llama-swap would substitute"
+    if _SHELL.search(name):
+        return "it holds shell syntax"
+    if len(name) > MAX_SPEC_NAME:
+        return f"it is over {MAX_SPEC_NAME} characters long"
+    return "it is not a name of lowercase letters, digits and dashes"
+
+
+def checked_spec_types(spec_types: Sequence[str]) -> tuple[tuple[str, ...],
+                                                          tuple[tuple[str, str], ...]]:
+    """The spec types of a --help's list that can become arguments, and (name, why) for
+    those that cannot (``name_problem``; past the first ``MAX_SPEC_TYPES``, each is left
+    out for that)."""
+    kept: list[str] = []
+    refused: list[tuple[str, str]] = []
+    for name in dict.fromkeys(spec_types):
+        if name in ("", "none"):
+            continue
+        why = name_problem(name)
+        if why is None and len(kept) >= MAX_SPEC_TYPES:
+            why = (f"the --help lists more than {MAX_SPEC_TYPES} spec types; SpecDeck tries "
+                   f"the first {MAX_SPEC_TYPES}")
+        if why is None:
+            kept.append(name)
+        else:
+            refused.append((name, why))
+    return tuple(kept), tuple(refused)
+
+
+FLAG_NAME = re.compile(r"--spec-[a-z0-9]+(?:-[a-z0-9]+)*")
+"""A spec type's own flag, as a --help names it (``--spec-ngram-mod-n-max``)."""

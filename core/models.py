@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
 import struct
 from collections.abc import Iterable, Mapping
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from specdeck.core.errors import InvalidInputError, NotFoundError
+from specdeck.core.printable import printable
 from specdeck.core.userpath import expand_user
 
 log = logging.getLogger(__name__)
@@ -355,16 +357,46 @@ def read_safetensors_header(path: Path) -> list[TensorInfo]:
             if length > _MAX_HEADER_BYTES:
                 raise InvalidInputError(f"{path} is not a safetensors file (header too large).")
             header = json.loads(handle.read(length))
-    except (OSError, ValueError) as exc:
+            data_bytes = os.fstat(handle.fileno()).st_size - 8 - length
+    except (OSError, ValueError, RecursionError) as exc:
         raise InvalidInputError(f"Cannot read the safetensors header of {path}: {exc}.") from exc
+    if not isinstance(header, Mapping):
+        raise InvalidInputError(f"{path}'s safetensors header is not a table of tensors.")
     tensors = []
     for name, entry in header.items():
         if name == "__metadata__" or not isinstance(entry, Mapping):
             continue
-        begin, end = entry.get("data_offsets", (0, 0))
-        shape = tuple(int(d) for d in entry.get("shape", ()))
-        tensors.append(TensorInfo(name, str(entry.get("dtype")), shape, int(end) - int(begin)))
+        offsets, shape = entry.get("data_offsets", (0, 0)), entry.get("shape", ())
+        problem = _tensor_problem(offsets, shape, data_bytes)
+        if problem:
+            shown = printable(name)[:80]
+            raise InvalidInputError(f"{path}: tensor {shown}'s {problem}: not a safetensors "
+                                    "header SpecDeck can take sizes from.",
+                                    "Re-download the model's .safetensors files.")
+        tensors.append(TensorInfo(name, str(entry.get("dtype")), tuple(shape),
+                                  offsets[1] - offsets[0]))
     return tensors
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _tensor_problem(offsets: Any, shape: Any, data_bytes: int) -> str:
+    """What is impossible about one tensor's entry ("" when nothing): its data_offsets must
+    be two whole numbers, the second not before the first, within the file's data (the
+    safetensors format: begin and end of its bytes after the header); its shape whole
+    numbers. Reversed offsets once made negative weights that "fit" any GPU."""
+    if not isinstance(offsets, (list, tuple)) or len(offsets) != 2 \
+            or not all(_count(v) for v in offsets):
+        return f"data_offsets {printable(offsets)[:60]} are not two byte positions"
+    if offsets[1] < offsets[0]:
+        return f"data_offsets {list(offsets)} end before they begin"
+    if offsets[1] > data_bytes:
+        return f"data_offsets {list(offsets)} reach past the end of the file"
+    if not isinstance(shape, (list, tuple)) or not all(_count(d) for d in shape):
+        return f"shape {printable(shape)[:60]} is not a list of sizes"
+    return ""
 
 
 def weight_sizes(tensors: Iterable[TensorInfo], num_layers: int) -> WeightSizes:

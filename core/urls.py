@@ -122,3 +122,67 @@ def redact_log_records() -> None:
 
     factory.specdeck_redacts = True
     logging.setLogRecordFactory(factory)
+
+
+_ENV_WORD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
+"""``NAME=value``: an environment assignment in a command line (``env HF_TOKEN=... cmd``,
+``docker run -e HF_TOKEN=...``), or a flag's ``--name=value`` once its dashes are off."""
+
+
+def secret_flag(name: str) -> bool:
+    """Whether a command line's flag takes a secret as its value: llama-server's own
+    (``core.llama_flags.SECRET``: --api-key, --hf-token, -hft, ...) and any long flag whose
+    name says key, token, secret, password or auth (a spelling SpecDeck has not seen is still
+    hidden: hiding a harmless value costs nothing)."""
+    from specdeck.core.llama_flags import SECRET
+
+    return name in SECRET or (name.startswith("--") and is_secret_name(name))
+
+
+def shown_args(args: Iterable[str]) -> tuple[str, ...]:
+    """A command line as it may be shown or saved: the value of every secret flag
+    (``--api-key K``, ``--api-key=K``, ``-hft T``) and of every secret-looking environment
+    assignment (``HF_TOKEN=T``, ``-e OPENAI_API_KEY=K``) replaced by ***, URLs redacted. The
+    one masker of command lines: progress lines, reports, run files and errors all show
+    argv through it."""
+    out: list[str] = []
+    hide = False
+    for arg in map(str, args):
+        if hide:
+            out.append(MASK)
+            hide = False
+            continue
+        name, eq, _value = arg.partition("=")
+        if arg.startswith("-"):
+            if secret_flag(name):
+                if eq:
+                    out.append(f"{name}={MASK}")
+                else:
+                    out.append(arg)
+                    hide = True
+                continue
+        else:
+            env = _ENV_WORD.match(arg)
+            if env and is_secret_name(env.group(1)):
+                out.append(f"{env.group(1)}={MASK}")
+                continue
+        out.append(redact_text(arg))
+    return tuple(out)
+
+
+def args_secrets(args: Iterable[str]) -> tuple[str, ...]:
+    """The secrets a command line carries (what :func:`shown_args` hides), in every form a
+    program could echo them (:func:`secret_forms`): to take out of text that quotes them, a
+    server's log line or error, say."""
+    args = list(map(str, args))
+    shown = shown_args(args)
+    found = []
+    for given, masked in zip(args, shown):
+        if masked == MASK:
+            found.append(given)
+        elif masked.endswith(f"={MASK}") and "://" not in given:
+            found.append(given.partition("=")[2])
+        found += url_secrets(given)
+    # llama.cpp echoes an argument it refuses with its underscores made dashes
+    # ("invalid argument: --hf-token=hf-abc" for --hf-token=hf_abc: common/arg.cpp)
+    return secret_forms([*found, *(f.replace("_", "-") for f in found)])

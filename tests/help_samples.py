@@ -50,3 +50,15 @@ def help_binary(tmp_path: Path, text: str, status: int = 0) -> str:
     path.write_text(f"#!/bin/sh\ncat '{tmp_path / 'help.txt'}'\nexit {status}\n")
     path.chmod(0o755)
     return str(path)
+
+
+HOSTILE_NAMES = ("$(touch${IFS}PWNED)", "`touch${IFS}PWNED`", "ngram-mod;touch", "${PORT}x",
+                 "--model=/tmp/evil.gguf", "-hf", "ngram-MOD", "ngram-" + "x" * 60)
+"""Spec types a hostile --help could list (issue 41): shell syntax, a llama-swap macro,
+flags (one a Hub download), an uppercase name, an overlong one."""
+
+
+def hostile_help() -> str:
+    """The pinned build's help with ``HOSTILE_NAMES`` added to its --spec-type list."""
+    assert TYPES_LINE in REAL_TEXT
+    return REAL_TEXT.replace(TYPES_LINE, TYPES_LINE + "," + ",".join(HOSTILE_NAMES), 1)

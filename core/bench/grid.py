@@ -121,6 +121,11 @@ class GridRow:
     def score(self) -> float:
         return self.by_suite[ALL].score if ALL in self.by_suite else 0.0
 
+    @property
+    def speedup_known(self) -> bool:
+        """Whether ``score`` is a measured speed-up (not the 0.0 of none)."""
+        return ALL in self.by_suite and self.by_suite[ALL].speedup is not None
+
     def standing(self, suite: str = ALL) -> winner.Standing:
         """What ``core.bench.winner`` reads of this row over ``suite`` ("all": every prompt)."""
         figure = self.by_suite.get(suite)

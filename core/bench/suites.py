@@ -84,13 +84,10 @@ def _prompt(entry, suite: str, index: int, where: Path) -> Prompt:
 
 def load_suite(path: str | Path) -> Suite:
     """A suite from a .json, .jsonl or plain-text file (see resources/prompts/README.md)."""
+    from specdeck.core.files import read_text_bounded
+
     path = expand_user(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise NotFoundError(f"Prompt suite {path} does not exist.") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInputError(f"Cannot read prompt suite {path}: {exc}.") from exc
+    text = read_text_bounded(path, "prompt suite")  # a FIFO or /dev/zero: said, not waited on
     name = path.stem
     description = ""
     if path.suffix == ".json":
@@ -316,6 +313,9 @@ def named_suites(names: Sequence[str], builtin: dict[str, Suite] | None = None) 
             suites[name] = public[name]
         elif expand_user(name).is_file():
             suites[name] = load_suite(name)
+        elif _looks_like_a_path(name) and expand_user(name).exists() \
+                and not expand_user(name).is_dir():
+            suites[name] = load_suite(name)  # a FIFO or a device: load_suite says which
         elif category := _not_shipped(name):
             raise NotFoundError(
                 f"Spec-Bench's {category.label} prompts ({name}) are not shipped with SpecDeck: "
@@ -335,7 +335,32 @@ def named_suites(names: Sequence[str], builtin: dict[str, Suite] | None = None) 
                 f"Built-in suites: {', '.join(builtin)}; public benchmarks: "
                 f"{', '.join(public)}; or give the path of a suite file.",
             )
+    _refuse_collisions(suites)
     return suites
+
+
+def _refuse_collisions(suites: dict[str, Suite]) -> None:
+    """Two suites of one name, or one prompt id in two suites, would be measured as one (the
+    prompts are told apart by suite and id): two prompt files named alike in two folders
+    ran one of them twice, silently."""
+    from specdeck.core.printable import printable
+
+    named: dict[str, str] = {}
+    ids: dict[str, tuple[str, str]] = {}
+    for given, suite in suites.items():
+        if suite.name in named:
+            raise InvalidInputError(
+                f"Prompt suites {printable(named[suite.name])} and {printable(given)} are both "
+                f"called {printable(suite.name)!r}, so their prompts could not be told apart.",
+                "Rename one file (or the \"name\" of a .json suite).")
+        named[suite.name] = given
+        for prompt in suite.prompts:
+            where, text = ids.setdefault(prompt.id, (given, prompt.text))
+            if text != prompt.text:  # the same prompt in two suites is one prompt
+                raise InvalidInputError(
+                    f"Prompt id {printable(prompt.id)!r} names two different prompts, in "
+                    f"{printable(where)} and in {printable(given)}.",
+                    "Give each prompt its own id.")
 
 
 def _looks_like_a_path(name: str) -> bool:

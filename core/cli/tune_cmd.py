@@ -24,7 +24,7 @@ import sys
 import threading
 from pathlib import Path
 
-from specdeck.core.cli import EXIT_INTERRUPTED, EXIT_NEGATIVE, EXIT_OK
+from specdeck.core.cli import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NEGATIVE, EXIT_OK
 from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.cli.paths import output_file, output_folder
 from specdeck.core.errors import InvalidInputError
@@ -194,27 +194,40 @@ def cmd_tune(args) -> int:
             progress.close()
         confirm = _dry_run if args.dry_run else None if args.yes else _ask
         if result.decision.apply:
-            result = result.with_applied(tune_apply.apply(result, confirm, cancel))
+            result = tune_apply.apply_keeping(result, confirm, cancel)
         elif not result.cancelled:  # the current setting was measured as migrated: write that
-            migrated = tune_apply.apply_migration(result, confirm, cancel)
-            result = result.with_applied(migrated) if migrated is not None else result
+            result = tune_apply.apply_keeping(result, confirm, cancel, migration_only=True)
     return _finish(args, result)
 
 
 def _finish(args, result) -> int:
     """Save and show ``result`` as asked; the exit code for it."""
     from specdeck.core.cli.bench_cmd import _emit
+    from specdeck.core.errors import SpecDeckError
     from specdeck.core.tune import report
 
     err = sys.stderr
+    failed: list[str] = []  # each output is written whatever became of the others
     if args.report is not None:
-        err.write(f"specdeck: report saved in {report.write(result, args.report)}\n")
+        try:
+            err.write(f"specdeck: report saved in {report.write(result, args.report)}\n")
+        except SpecDeckError as exc:
+            failed.append(str(exc))
     if args.json:
-        _emit(args.json, report.to_json(result))
+        try:
+            _emit(args.json, report.to_json(result))
+        except SpecDeckError as exc:
+            failed.append(str(exc))
     (err if args.json == "-" else sys.stdout).write(report.markdown(result))
+    applied = result.applied
+    if applied is not None and applied.refused:
+        failed.append(f"not written: {applied.refused}")
+    for problem in failed:
+        err.write(f"specdeck: {problem}\n")
     if result.cancelled:
         return EXIT_INTERRUPTED
-    applied = result.applied
+    if failed:
+        return EXIT_ERROR
     good = applied is not None and not applied.rolled_back and (applied.written or
                                                                   applied.path is None)
     return EXIT_OK if good else EXIT_NEGATIVE
@@ -229,14 +242,17 @@ def _apply_saved(args) -> int:
     if others:
         raise InvalidInputError(f"--apply-saved takes the setup from the saved tune; give no "
                                 f"{' or '.join(others)}.")
-    result = tune_apply.saved_result(args.apply_saved)
+    result = tune_apply.saved_result(args.apply_saved, python=args.tabby_python,
+                                     api_key_env=args.api_key_env,
+                                     admin_key_env=args.admin_key_env)
     sys.stderr.write(f"specdeck: {result.decision.why}\n")
     cancel = threading.Event()
     confirm = _dry_run if args.dry_run else None if args.yes else _ask
     with cancel_on_interrupt(cancel):
-        result = result.with_applied(tune_apply.apply(result, confirm, cancel))
+        result = tune_apply.apply_keeping(result, confirm, cancel)
     applied = result.applied
-    sys.stderr.write(f"specdeck: {applied.relaunch or applied.why}\n")
+    if not applied.refused:  # _finish says why it was refused
+        sys.stderr.write(f"specdeck: {applied.relaunch or applied.why}\n")
     return _finish(args, result)
 
 

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 DEFAULT_ENDPOINT = "https://huggingface.co"
 ENDPOINT_ENV = "HF_ENDPOINT"
 OFFLINE_ENVS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+MAX_REPO_ENTRIES = 100_000
+"""The most entries of one repository's file listing SpecDeck reads (the largest model
+repositories hold a few thousand files)."""
 LIBRARY_NAME = "specdeck"
 PREFLIGHT_TIMEOUT_S = 5.0
 PROXY_ENVS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
@@ -180,7 +183,11 @@ class HubClient:
         ensure_online()
         files = []
         with self.errors(repo_id, revision):
-            for entry in self.api.list_repo_tree(repo_id, revision=revision, recursive=True):
+            for count, entry in enumerate(self.api.list_repo_tree(repo_id, revision=revision,
+                                                                   recursive=True)):
+                if count >= MAX_REPO_ENTRIES:  # a listing that pages without end
+                    raise HubError(f"{repo_id} lists more than {MAX_REPO_ENTRIES} files and "
+                                   "folders; SpecDeck reads no more of it.")
                 if isinstance(entry, RepoFile):
                     files.append(
                         RemoteFile(

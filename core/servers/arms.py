@@ -19,7 +19,7 @@ from specdeck.core.servers.kinds import ServerKind, parse_kind
 from specdeck.core.servers.llama_server import LaunchProfile
 from specdeck.core.servers.tabby_launch import TabbyLaunch
 from specdeck.core.servers.tabby_reload import TabbyLoad
-from specdeck.core.urls import redact_url
+from specdeck.core.urls import redact_url, shown_args
 from specdeck.core.userpath import expand_user
 
 
@@ -59,7 +59,7 @@ class ServerArm:
         if self.tabby_launch is not None:
             return self.tabby_launch.where
         if self.launch is not None:
-            return f"llama-server {' '.join(self.launch.args) or '(no drafting flags)'}"
+            return f"llama-server {' '.join(shown_args(self.launch.args)) or '(no drafting flags)'}"
         shown = redact_url(self.url or "")
         if self.tabby is not None:
             draft = (f"draft {self.tabby.draft_model_name}" if self.tabby.draft_model_name
@@ -69,7 +69,10 @@ class ServerArm:
         return f"{shown} + draft {self.draft_model}" if self.draft_model else shown
 
     def api_key(self) -> str | None:
-        """The key for this arm: its environment variable, the default one, the keyring."""
+        """The key for this arm: its environment variable, the default one, the keyring; a
+        llama-server SpecDeck launches takes the key its command line gives, and no other."""
+        if self.launch is not None:
+            return self.launch.api_key()
         for name in (self.api_key_env, DEFAULT_KEY_ENV):
             if name and os.environ.get(name):
                 return os.environ[name]

@@ -42,7 +42,12 @@ from specdeck.core.servers.arms import ServerArm
 from specdeck.core.servers.kinds import TRAITS, ServerKind
 from specdeck.core.servers.llama_server import ManagedServer
 from specdeck.core.servers.probe import ServerInfo, probe
-from specdeck.core.servers.readings import ServerReport, StreamReading, check_acceptance
+from specdeck.core.servers.readings import (
+    ServerReport,
+    StreamReading,
+    check_acceptance,
+    check_positions,
+)
 from specdeck.core.servers.transport import (
     Base,
     ServerError,
@@ -449,7 +454,7 @@ class ServerEngine:
                 self._served.discard(arm.name)
             self._used[arm.name] = max(self._used.values(), default=0) + 1
             url = running.url
-            self._infos[arm.name] = probe(url, server.api_key() if tabby else None,
+            self._infos[arm.name] = probe(url, server.api_key(),
                                           ServerKind.TABBYAPI if tabby else
                                           ServerKind.LLAMA_SERVER)
         else:
@@ -810,6 +815,11 @@ class ServerEngine:
             # A position's drafts are the verify steps that drafted (llama.cpp's and vLLM's
             # per-position acceptance: accepted there over drafts).
             drafted_by_position = tuple(draft_steps for _ in by_position)
+        position_problem = check_positions(by_position, drafted_by_position,
+                                           _set_k(self._arm))
+        if position_problem:  # impossible positions are not tabled (the totals still are)
+            problems.append(position_problem)
+            by_position, drafted_by_position = (), ()
         mean, mean_source = report.mean_acceptance_length, report.mean_acceptance_source
         if mean is None and gauges is not None and gauges.accept_length is not None:
             from specdeck.core.servers.sglang import ACCEPT_LENGTH, GAUGE_MEANING
@@ -992,6 +1002,19 @@ def _by_position(before: dict[str, float], after: dict[str, float], accepted: fl
     if steps is not None and any(v > steps for v in values):
         return (), "/metrics accepted at a position more often than there were drafts"
     return tuple(int(v) for v in values), ""
+
+
+def _set_k(arm) -> int | None:
+    """The most tokens a step of ``arm`` drafts where SpecDeck set it: a llama-server it
+    launched with that type's k flag given (None: the server's own, unknown here)."""
+    from specdeck.core.servers.llama_server import binary_help, flag_value, k_flag
+
+    launch = arm.server.launch if arm.server is not None else None
+    if launch is None or arm.drafter.k_from_server:
+        return None
+    flag = k_flag(tuple(launch.args), binary_help(launch.binary))
+    return arm.drafter.num_draft_tokens if flag and flag_value(tuple(launch.args), flag) \
+        else None
 
 
 def _drafting(arm, info: ServerInfo | None):

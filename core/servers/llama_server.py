@@ -12,6 +12,7 @@ removed, so the advice follows the version the user runs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -182,20 +183,101 @@ def methods_of(info: HelpInfo | None) -> HelpInfo:
     return info if info is not None and info.methods else fallback_help()
 
 
-@lru_cache(maxsize=8)
-def _help_cached(binary: str, mtime: float) -> HelpInfo | None:
+HELP_TIMEOUT_S = 30.0
+"""How long a binary's --help (or --list-devices) may take: the pinned build answers in well
+under a second; a program that does not is not a llama-server that can be read."""
+HELP_LIMIT = 4 * 1024**2
+"""The most a --help may print (the pinned build's is 59 KiB)."""
+
+
+def run_bounded(argv: list[str], timeout: float, limit: int = HELP_LIMIT, *,
+                stderr: bool = True) -> tuple[str | None, str]:
+    """What ``argv`` prints (stdout, and stderr with it unless ``stderr`` is False; UTF-8)
+    and "", or None and what went
+    wrong: it could not be run, did not finish within ``timeout`` seconds (a child it left
+    behind holding the output counts), printed more than ``limit`` bytes, or not UTF-8 text.
+    The one runner of a binary SpecDeck reads (its --help, its --list-devices): whatever it
+    does, it ends in ``timeout`` with its whole process group killed, and its output is held
+    in at most ``limit`` bytes."""
+    import selectors
+    import signal
+    import time
+
     try:
-        done = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    info = parse_help(done.stdout + "\n" + done.stderr, f"the --help of {binary}")
-    return info if info.flags else None
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT if stderr else subprocess.DEVNULL,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+    except OSError as exc:
+        return None, f"could not be run ({exc.strerror or exc})"
+    data = bytearray()
+    problem = ""
+    deadline = time.monotonic() + timeout
+    stream = process.stdout
+    try:
+        os.set_blocking(stream.fileno(), False)
+        with selectors.DefaultSelector() as waiting:
+            waiting.register(stream, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    problem = f"did not finish within {timeout:g} s"
+                    break
+                if not waiting.select(left):
+                    continue
+                try:
+                    chunk = os.read(stream.fileno(), 65536)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    break  # every writer closed its end
+                data += chunk
+                if len(data) > limit:
+                    problem = f"printed more than {limit // 1024**2} MiB"
+                    break
+        if not problem:
+            try:
+                process.wait(max(deadline - time.monotonic(), 0.0))
+            except subprocess.TimeoutExpired:
+                problem = f"did not finish within {timeout:g} s"
+    finally:
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)  # it, and whatever it left running
+        stream.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(5)
+    if problem:
+        return None, problem
+    try:
+        return bytes(data).decode("utf-8"), ""
+    except UnicodeDecodeError as exc:
+        return None, (f"printed what is not UTF-8 text (byte {exc.start} is "
+                      f"0x{data[exc.start]:02x})")
+
+
+@lru_cache(maxsize=8)
+def _help_read(binary: str, mtime: float) -> tuple[HelpInfo | None, str]:
+    text, problem = run_bounded([binary, "--help"], HELP_TIMEOUT_S)
+    if text is None:
+        return None, f"its --help {problem}"
+    info = parse_help(text, f"the --help of {binary}")
+    return (info, "") if info.flags else (None, "its --help names no flags")
+
+
+def _help_cached(binary: str, mtime: float) -> HelpInfo | None:
+    return _help_read(binary, mtime)[0]
 
 
 def binary_help(binary: str | Path) -> HelpInfo | None:
     """The binary's --help, parsed (cached per binary and modification time); None if it
-    cannot be run or says nothing recognisable."""
+    cannot be run or says nothing recognisable (:func:`help_problem` says which)."""
     return _per_build(_help_cached, binary)
+
+
+def help_problem(binary: str | Path) -> str:
+    """Why :func:`binary_help` is None for ``binary`` ("its --help did not finish within
+    30 s", "... printed what is not UTF-8 text", ...); "" when it is not."""
+    found = _per_build(_help_read, binary)
+    return "it does not exist" if found is None else found[1]
 
 
 def _per_build(cached, binary: str | Path):
@@ -270,15 +352,13 @@ free)" for every GPU or iGPU backend device, or "  (none)" in a CPU-only build).
 
 @lru_cache(maxsize=8)
 def _devices_cached(binary: str, mtime: float) -> tuple[str, ...] | None:
-    try:
-        done = subprocess.run([binary, "--list-devices"], capture_output=True, text=True,
-                              timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+    text, _problem = run_bounded([binary, "--list-devices"], HELP_TIMEOUT_S, stderr=False)
+    if text is None:
         return None
-    lines = done.stdout.splitlines()
+    lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("Available devices")),
                  None)
-    if done.returncode != 0 or start is None:
+    if start is None:
         return None
     return tuple(match.group(1) for line in lines[start + 1:]
                  if (match := DEVICE_LINE.match(line)) and match.group(1) != "(none)")
@@ -375,13 +455,10 @@ def problems_of(args: tuple[str, ...], info: HelpInfo | None) -> list[str]:
 
 
 def shown_command(argv: list[str]) -> str:
-    """The command line as it may be shown: values of secret flags replaced."""
-    out = []
-    hide = False
-    for arg in argv:
-        out.append("***" if hide else arg)
-        hide = arg in llama_flags.SECRET
-    return shlex.join(out)
+    """The command line as it may be shown: secrets masked (core.urls.shown_args)."""
+    from specdeck.core.urls import shown_args
+
+    return shlex.join(shown_args(argv))
 
 
 @dataclass(frozen=True)
@@ -401,8 +478,18 @@ class LaunchProfile:
         return [self.binary, "-m", self.model, "--host", self.host, "--port", str(port),
                 "--metrics", *self.args]
 
+    def api_key(self) -> str | None:
+        """The key this server is launched with (its first ``--api-key``: llama-server takes
+        a comma list), which every request to it must carry; None when it takes none."""
+        value = flag_value(tuple(self.args), "--api-key")
+        return value.split(",")[0].strip() or None if value else None
+
     def to_json(self) -> dict:
-        return {"binary": self.binary, "model": self.model, "args": list(self.args),
+        """As saved in plans and run files: secrets masked (core.urls.shown_args); a plan
+        read back from one launches without them."""
+        from specdeck.core.urls import shown_args
+
+        return {"binary": self.binary, "model": self.model, "args": list(shown_args(self.args)),
                 "host": self.host, "port": self.port}
 
     @classmethod
@@ -515,6 +602,13 @@ class ManagedServer(ManagedProcess):
 
     def stop(self) -> None:
         self._end()
+
+    def log_tail(self, lines: int = 3) -> str:
+        """The log's last lines, with the secrets of its command line masked (a server may
+        echo them)."""
+        from specdeck.core.urls import args_secrets, mask_secrets
+
+        return mask_secrets(super().log_tail(lines), args_secrets(self.profile.args))
 
 
 def flag_value(args: tuple[str, ...], *names: str) -> str | None:

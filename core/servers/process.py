@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -43,6 +44,16 @@ def die_with_parent():
             os._exit(1)
 
     return prepare
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    """``sig`` to the process group ``process`` leads (it was started in a session of its
+    own), or to the process alone where there are no groups."""
+    try:
+        os.killpg(process.pid, sig)
+    except (AttributeError, OSError):  # no process groups here, or none left
+        with contextlib.suppress(OSError):
+            process.send_signal(sig)
 
 
 class ManagedProcess:
@@ -93,15 +104,19 @@ class ManagedProcess:
         return " | ".join(useful[-lines:]) or "(empty log)"
 
     def _end(self) -> None:
-        """End the process (terminate, then kill) and close its log."""
+        """End the process and whatever it started in its process group (terminate, then
+        kill: a wrapper script's server left running would hold its port and memory) and
+        close its log."""
         process, self.process = self.process, None
         if process is not None and process.poll() is None:
-            process.terminate()
+            _signal_group(process, signal.SIGTERM)
             try:
                 process.wait(self.stop_timeout_s)
             except subprocess.TimeoutExpired:
-                process.kill()
+                _signal_group(process, signal.SIGKILL)
                 process.wait(self.stop_timeout_s)
+        if process is not None:
+            _signal_group(process, signal.SIGKILL)  # what it left behind in its group
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -10,6 +10,7 @@ because those names drift between versions.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,6 +148,31 @@ def check_acceptance(drafted: float | None, accepted: float | None, tokens: int 
         return f"{source}: {int(accepted)} accepted draft tokens, but the run made {tokens} tokens"
     if tokens is not None and drafted > MAX_DRAFT_PER_TOKEN * max(tokens, 1):
         return f"{source}: {int(drafted)} drafted for {tokens} tokens (more than any k drafts)"
+    return ""
+
+
+def check_positions(accepted: Sequence[int], drafted: Sequence[int] = (),
+                    k: int | None = None) -> str:
+    """Why per-position acceptance counts are impossible ("" when they are not): a draft
+    token is accepted at position i only when every earlier one of its step was, so the
+    accepted counts never rise with the position (llama.cpp's and vLLM's per-position
+    counters count over all drafts); none is above the drafts that reached its position; and
+    none is past the most tokens a step drafts (``k``, where SpecDeck set it). A server that
+    reports otherwise counts something else, or is broken: its positions are not tabled."""
+    if not accepted:
+        return ""
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in accepted):
+        return "accepted per position: not counts"
+    if k is not None and len(accepted) > k and any(accepted[k:]):
+        return (f"accepted per position: drafts accepted at position {len(accepted)} of steps "
+                f"that draft at most {k}")
+    rising = next((i for i in range(1, len(accepted)) if accepted[i] > accepted[i - 1]), None)
+    if rising is not None:
+        return (f"accepted per position rises from {accepted[rising - 1]} at position "
+                f"{rising} to {accepted[rising]} at {rising + 1}: a draft token is accepted "
+                "only after every earlier one of its step")
+    if drafted and any(a > d for a, d in zip(accepted, drafted)):
+        return "accepted per position: more accepted than drafted at a position"
     return ""
 
 

@@ -75,14 +75,18 @@ class TabbyLaunch:
         """The API key in the folder's api_tokens.yml (TabbyAPI writes it at its first start;
         common/auth.py), or None. Read to send, never shown or saved."""
         from ruamel.yaml import YAML
+        from specdeck.core.files import read_text_bounded
 
         path = Path(self.folder) / "api_tokens.yml"
         try:
-            tokens = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, Exception):  # noqa: BLE001 - no readable file: no key
+            # Read with bounds (a FIFO, /dev/zero or a huge file is no key file), and the key
+            # taken only as the short string TabbyAPI writes (an alias-built tree is none).
+            text = read_text_bounded(path, "API key file", limit=MAX_TOKENS_FILE)
+            tokens = YAML(typ="safe").load(text)
+        except (OSError, ValueError, RecursionError, Exception):  # noqa: BLE001 - no key
             return None
         key = tokens.get("api_key") if isinstance(tokens, dict) else None
-        return str(key) if key else None
+        return key if isinstance(key, str) and 0 < len(key) <= 1024 else None
 
     @property
     def where(self) -> str:
@@ -98,6 +102,10 @@ class TabbyLaunch:
         return cls(str(data["folder"]), str(data["python"]),
                    tuple((str(k), v) for k, v in data.get("draft", ())),
                    str(data.get("host", "127.0.0.1")), int(data.get("port", 0)))
+
+
+MAX_TOKENS_FILE = 64 * 1024
+"""api_tokens.yml holds two keys of 32 hex digits (TabbyAPI common/auth.py)."""
 
 
 def no_draft(main_branch: bool) -> tuple[tuple[str, Any], ...]:

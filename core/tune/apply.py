@@ -40,6 +40,12 @@ class Applied:
     written_fingerprint: str | None = None
     """The file's bytes as SpecDeck wrote them (sha256): a roll back never overwrites a
     file edited since."""
+    backup_fingerprint: str | None = None
+    """The bytes SpecDeck kept in ``backup`` (sha256): a roll back puts back only those,
+    never what a backup swapped since (another file, a link) holds."""
+    refused: str = ""
+    """Why the write was refused before anything was written (the file changed while the
+    tune ran, a read-only folder, ...): the tune's result is still reported, with this."""
 
 
 def apply(result: TuneResult, confirm: Confirm | None = None,
@@ -60,6 +66,7 @@ def apply(result: TuneResult, confirm: Confirm | None = None,
                        "flags to your llama-server command (or your preset) yourself.")
     from specdeck.core import swap
     from specdeck.core.swap.apply import plan_apply_flags
+    from specdeck.core.urls import args_secrets
 
     config = swap.load(setup.swap_config)
     migrated = _migrated(config, setup)
@@ -70,7 +77,8 @@ def apply(result: TuneResult, confirm: Confirm | None = None,
         noop="The file already has these flags: nothing to write.",
         unchanged=lambda: refuse_if_changed(setup.swap_config,
                                             config.document.disk_fingerprint,
-                                            setup.swap_fingerprint))
+                                            setup.swap_fingerprint),
+        secrets=args_secrets(setup.flags))
 
 
 def _migrated(config, setup):
@@ -122,70 +130,145 @@ def _change_of(config, migrated):
     return ConfigChange(config.document, migrated.document.text, (), {})
 
 
-def saved_result(path: str | Path) -> TuneResult:
+def apply_keeping(result: TuneResult, confirm: Confirm | None = None,
+                  cancel: threading.Event | None = None, *,
+                  migration_only: bool = False) -> TuneResult:
+    """``result`` with what :func:`apply` (or, ``migration_only``, :func:`apply_migration`)
+    did to the file. A write refused before anything was written (the file changed while
+    the tune ran, a read-only folder, a backup slot that is a link) is kept in
+    ``Applied.refused`` instead of raised: the verified result is the user's whatever
+    becomes of the file, and the report they asked for is written."""
+    from specdeck.core.errors import CancelledError
+
+    try:
+        if migration_only:
+            migrated = apply_migration(result, confirm, cancel)
+            return result if migrated is None else result.with_applied(migrated)
+        return result.with_applied(apply(result, confirm, cancel))
+    except CancelledError:
+        raise
+    except SpecDeckError as exc:
+        setup = result.setup
+        path = getattr(setup, "swap_config", None) or getattr(setup, "config", None)
+        return result.with_applied(Applied(
+            path, shlex.join(result.decision.flags or ()), refused=str(exc),
+            why=f"Not written: {exc}"))
+
+
+def saved_result(path: str | Path, *, python: str | None = None,
+                 api_key_env: str | None = None, admin_key_env: str | None = None
+                 ) -> TuneResult:
     """A saved tune (its tune.json, or the --report folder holding one) as a result to apply
     now: the setup read again from its files, with the fingerprint they had when the tune
     read them, so that :func:`apply` refuses a config changed since (the verified speed-up was
     measured against the file as it was), and the tune's own decision. Only a decision that
-    said apply is taken."""
+    said apply is taken. Nothing in the file is trusted (docs/tune.md, "What --apply-saved
+    trusts"): the winner is rebuilt and checked against the user's binary, the binary is the
+    one the config names, and a TabbyAPI's Python and keys are the command line's
+    (``python``, ``api_key_env``, ``admin_key_env``), never the file's."""
     import json
 
     from specdeck.core.errors import InvalidInputError
+    from specdeck.core.files import read_text_bounded
+    from specdeck.core.printable import printable
     from specdeck.core.tune.run import Decided, TuneOptions
     from specdeck.core.userpath import expand_user
 
     where = expand_user(path)
     file = where / "tune.json" if where.is_dir() else where
+    hint = "Give the tune.json of a tune's --report folder, or the file its --json wrote."
+    text = read_text_bounded(file, "saved tune", hint=hint)
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = json.loads(text)
         setup, decision = data["setup"], data["decision"]
         kind = setup["kind"]
-    except FileNotFoundError:
-        raise InvalidInputError(f"{file} does not exist.", "Give the tune.json a tune saved "
-                                "(tune --report DIR, or --json FILE), or its folder.") from None
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        raise InvalidInputError(f"{file} is not a tune SpecDeck saved ({exc}).",
-                                "Give the tune.json of a tune's --report folder, or the file "
-                                "its --json wrote.") from exc
-    flags = decision.get("flags")
-    if not decision.get("apply") or not isinstance(flags, list) or not flags:
+        saved_options = data.get("options") or {}
+        options = TuneOptions(
+            suites=_saved_suites(saved_options.get("suites")),
+            prompts_per_suite=_whole(saved_options.get("prompts_per_suite"), 4, 2, 64),
+            max_new_tokens=_whole(saved_options.get("max_new_tokens"), 96, 8, 4096))
+        flags = decision.get("flags")
+        wanted = bool(decision.get("apply"))
+        said = printable(decision.get("why") or "")[:500]
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        raise InvalidInputError(f"{file} is not a tune SpecDeck saved "
+                                f"({printable(exc)[:200]}).", hint) from None
+    if not wanted or not isinstance(flags, list) or not flags \
+            or not all(isinstance(f, str) for f in flags):
         raise SpecDeckError(f"The tune saved in {file} verified no winner to apply.",
-                            str(decision.get("why") or "Tune again."))
-    saved_options = data.get("options") or {}
-    options = TuneOptions(
-        suites=tuple(saved_options.get("suites") or TuneOptions().suites),
-        prompts_per_suite=int(saved_options.get("prompts_per_suite") or 4),
-        max_new_tokens=int(saved_options.get("max_new_tokens") or 96))
-    now = _setup_now(setup, kind)
-    why = f"Verified by the tune saved in {file}: {decision.get('why', '')}"
+                            said or "Tune again.")
+    now = _setup_now(setup, kind, python, api_key_env, admin_key_env)
+    why = f"Verified by the tune saved in {file}: {said}"
     return TuneResult(now, options, (), (), None, None,
-                      Decided(None, tuple(str(f) for f in flags), True, why))
+                      Decided(None, _saved_winner(now, flags), True, why))
 
 
-def _setup_now(saved: dict, kind: str):
+def _whole(value, default: int, low: int, high: int) -> int:
+    """A saved option's whole number, within what the command line takes."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{value!r} is not a whole number from {low} to {high}")
+    return value
+
+
+def _saved_suites(value) -> tuple[str, ...]:
+    """A saved tune's prompt suites: built-in names or prompt files (checked when read)."""
+    from specdeck.core.tune.run import TuneOptions
+
+    if value is None:
+        return TuneOptions().suites
+    if not isinstance(value, list) or not value or len(value) > 64 \
+            or not all(isinstance(v, str) and v for v in value):
+        raise ValueError("its suites are not a list of names")
+    return tuple(value)
+
+
+def _saved_winner(setup, flags: list[str]) -> tuple[str, ...]:
+    """A saved winner's flags, never trusted: for a llama-swap model rebuilt by the tune's
+    own table against the binary its config.yaml names (core.tune.arguments); TabbyAPI's
+    ``key=value`` draft settings checked by its config schema, a draft model by name in
+    its draft folder."""
+    if setup.kind == "tabbyapi":
+        from specdeck.core.tune.tabby import checked_saved_settings
+
+        return checked_saved_settings(setup, flags)
+    from specdeck.core.servers.llama_server import binary_help
+    from specdeck.core.tune.arguments import tuned_from_flags
+
+    return tuned_from_flags(flags, binary_help(setup.binary))
+
+
+def _setup_now(saved: dict, kind: str, python: str | None = None,
+               api_key_env: str | None = None, admin_key_env: str | None = None):
     """The setup a saved tune names, read again from its files, keeping the fingerprint its
     config had when the tune read it."""
     from specdeck.core.errors import InvalidInputError
+    from specdeck.core.printable import printable
 
+    if not isinstance(saved, dict):
+        raise InvalidInputError("The saved tune names no setup.", "Tune again.")
+    texts = {k: v for k, v in saved.items() if isinstance(v, str)}
     if kind == "tabbyapi":
-        from specdeck.core.tune.tabby import read_tabby
+        from specdeck.core.tune.tabby import read_saved_tabby
 
-        config = Path(saved["config"])
-        managed = saved.get("python") is not None
-        now = read_tabby(config.parent if managed else None, saved.get("python"),
-                         None if managed else saved["url"], None if managed else config,
-                         saved.get("api_key_env"), saved.get("admin_key_env"))
-        return replace(now, fingerprint=saved.get("fingerprint"))
-    from specdeck.core.tune.setup import from_llama_server, from_swap
-
+        return read_saved_tabby(texts, python, api_key_env, admin_key_env)
     if kind == "llama-swap":
-        now = from_swap(saved["swap_config"], saved["swap_model"], binary=saved["binary"])
-        return replace(now, swap_fingerprint=saved.get("swap_fingerprint"))
+        from specdeck.core.tune.setup import from_swap
+
+        if "swap_config" not in texts or "swap_model" not in texts:
+            raise InvalidInputError("The saved tune names no llama-swap config and model.",
+                                    "Tune it again.")
+        # The binary is the one config.yaml names, never the one the saved file does.
+        now = from_swap(texts["swap_config"], texts["swap_model"])
+        return replace(now, swap_fingerprint=texts.get("swap_fingerprint"))
     if kind in ("llama-server", "demo"):
-        return from_llama_server(saved["binary"], saved["target"], tuple(saved["flags"]),
-                                 kind=kind)
-    raise InvalidInputError(f"A saved tune of a {kind!r} setup cannot be applied.",
-                            "Tune it again.")
+        raise InvalidInputError("A tune of a llama-server binary and a GGUF wrote no file, "
+                                "and --apply-saved has none to write: its report shows the "
+                                "flags to copy.", "Add them to your command yourself, or "
+                                "tune a llama-swap model (--swap-config) to have them written.")
+    raise InvalidInputError(f"A saved tune of a {printable(kind)[:40]!r} setup cannot be "
+                            "applied.", "Tune it again.")
 
 
 def refuse_if_changed(path: Path, now: str | None, when_read: str | None) -> None:
@@ -200,28 +283,42 @@ def refuse_if_changed(path: Path, now: str | None, when_read: str | None) -> Non
 
 def write_and_prove(path: Path, flags: str, change, confirm: Confirm | None,
                     prove: Callable[[], str | None], proved: str, noop: str,
-                    unchanged: Callable[[], None] = lambda: None) -> Applied:
+                    unchanged: Callable[[], None] = lambda: None,
+                    secrets: tuple[str, ...] = ()) -> Applied:
     """Show ``change``'s diff (``confirm``), save it (atomic, a .bak), then ``prove`` the
     server runs as the file now says (None: it did; else why not) and put the file back byte
     for byte when it does not. A file that already says it is ``noop``; otherwise
     ``unchanged`` raises when the file is not the one the tune read (refuse_if_changed).
-    Every apply goes through here."""
+    Every apply goes through here. The diff is shown and kept with ``secrets`` (the forms
+    of the cmd's own secrets, core.urls.args_secrets) masked: a changed line of a one-line
+    cmd carries its --api-key too."""
     from specdeck.core.config.store import save
+    from specdeck.core.urls import mask_secrets
 
-    diff = change.diff()
+    diff = mask_secrets(change.diff(), secrets)
     if change.is_noop:  # already written (by an earlier apply of this result, say)
         return Applied(path, flags, diff, why=noop)
     unchanged()
     asker = confirm if confirm is None or isinstance(confirm, Asker) else Asker(confirm)
     if asker is not None and not asker.ask(diff):
         return Applied(path, flags, diff, why=asker.declined())
+    from specdeck.core.config.document import fingerprint
+
     original = path.read_bytes()
     saved = save(change)
     applied = Applied(path, flags, diff, written=saved.written, backup=saved.backup,
-                      written_fingerprint=_fingerprint(path))
+                      written_fingerprint=_fingerprint(path),
+                      backup_fingerprint=fingerprint(original))
     check = prove()
     if check is None:
         return replace(applied, relaunch=proved)
+    if _fingerprint(path) != applied.written_fingerprint:
+        # Edited while the server was proved (by the user, or another program): a roll back
+        # would throw that edit away.
+        return replace(applied, relaunch=check, why=(
+            f"Not rolled back: {check} But {path} changed since SpecDeck wrote it, and an "
+            "edit made meanwhile is not SpecDeck's to undo: the winner's flags are still "
+            f"in it. The version before tuning is in {saved.backup}."))
     _restore(path, original)
     return replace(applied, relaunch=check, rolled_back=True, why=f"Rolled back: {check}")
 
@@ -305,14 +402,28 @@ def roll_back(applied: Applied) -> Applied:
     if _fingerprint(path) != applied.written_fingerprint:
         raise ConfigConflictError(f"{path} changed since SpecDeck wrote it; nothing was rolled "
                                   "back.", f"Compare it with {backup} and edit it by hand.")
-    try:
-        original = backup.read_bytes()
-    except OSError as exc:
-        raise SpecDeckError(f"Cannot read the backup {backup}: {exc.strerror or exc}; nothing "
-                            "was rolled back.", "Restore the file by hand.") from exc
+    original = _backup_bytes(backup, applied.backup_fingerprint, path)
     _restore(path, original)
     return replace(applied, rolled_back=True,
                    why=f"Rolled back: {path} is as it was before tuning (from {backup.name}).")
+
+
+def _backup_bytes(backup: Path, expected: str | None, path: Path) -> bytes:
+    """The bytes SpecDeck kept in ``backup``: read as the regular file it wrote (a link put
+    there since is not followed, a FIFO not waited on) and only if they are the bytes it
+    kept (``expected``, their sha256). Else a SpecDeckError, nothing rolled back."""
+    from specdeck.core.config.document import fingerprint
+    from specdeck.core.files import read_bounded
+
+    hint = f"Restore {path} by hand."
+    try:
+        data = read_bounded(backup, "backup", follow_symlinks=False, hint=hint)
+    except SpecDeckError as exc:
+        raise SpecDeckError(f"{exc.what} Nothing was rolled back.", exc.fix) from None
+    if expected is None or fingerprint(data) != expected:
+        raise SpecDeckError(f"{backup} is not the backup SpecDeck made when it wrote {path} "
+                            "(it changed since); nothing was rolled back.", hint)
+    return data
 
 
 def _fingerprint(path: Path) -> str | None:

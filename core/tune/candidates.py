@@ -108,12 +108,21 @@ def find_candidates(setup: Setup, spec_types: Sequence[str], drafts: Iterable[Pa
     the name of a method its build runs without one, ``drafting_methods``; ``methods``: each
     type's flags from the same help, else the fallback's): an n-gram type
     with its k flag, a draft type when SpecDeck finds what it needs, else not tried, why."""
+    from specdeck.core.printable import printable
     from specdeck.core.servers.llama_server import fallback_help
 
     known = {m.name: m for m in (*fallback_help().methods, *methods)}
     found: list[Candidate] = []
-    skipped: list[NotTried] = []
-    for kind in spec_types:
+    usable, refused_names = llama_flags.checked_spec_types(spec_types)
+    # A name that is not one (a flag, a ${...} macro, shell syntax) is data, never an
+    # argument: listed as not tried, with why, shown escaped.
+    skipped: list[NotTried] = [NotTried(printable(name)[:80], f"read from --help, not "
+                                        f"launched: {why}") for name, why in refused_names[:8]]
+    if len(refused_names) > 8:
+        skipped.append(NotTried(f"{len(refused_names) - 8} more spec types",
+                                "read from --help, not launched: their names are not names, "
+                                f"or past the first {llama_flags.MAX_SPEC_TYPES}"))
+    for kind in usable:
         method = known.get(kind, llama_flags.SpecMethod(kind))
         k = {"k_flag": method.k_flag} if method.k_flag else {}
         if method.implied:

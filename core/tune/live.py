@@ -340,8 +340,8 @@ def result_lines(result) -> list[tuple[str, str]]:
     if verification is not None:
         none = verification.winner_vs_none
         lines.append(("Verified speed-up", "-" if none is None else
-                      f"{none.median:.2f}x over no drafting ({none.interval_text()}), on "
-                      "held-out prompts"))
+                      f"{none.median:.2f}x over no drafting ({none.interval_text()}), "
+                      f"{verification.where}"))
         if verification.winner_vs_current is not None:
             r = verification.winner_vs_current
             lines.append(("Against your setting", f"{r.median:.2f}x ({r.interval_text()})"))

@@ -42,6 +42,7 @@ prediction next to what was measured, so its error is visible, not assumed.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -183,21 +184,101 @@ def history_path() -> Path:
     return appdirs.data_dir() / HISTORY_FILE
 
 
-def read_history(path: Path | None = None) -> list[dict]:
+MAX_SPEEDUP = 1025.0
+"""No drafter yields more than k + 1 tokens a target forward, and no server drafts more than
+1024 (core.engines.base.MAX_SERVER_DRAFT_TOKENS): a figure above this is made up."""
+_TEXT_FIELDS = ("target", "candidate", "spec_type", "kind", "family", "device", "prompts")
+
+
+def history_problem(path: Path | None = None) -> str:
+    """Why the tune history cannot be read or added to ("" when it can, or is not there
+    yet): it is a folder, a FIFO, a device, or over ``core.files.SMALL_FILE``."""
+    from specdeck.core.errors import NotFoundError, SpecDeckError
+    from specdeck.core.files import SMALL_FILE, not_a_file
+
     path = path or history_path()
-    entries = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    for line in lines:
+    problem = not_a_file(path, "tune history")
+    if isinstance(problem, NotFoundError):
+        return ""
+    if problem is None:
         try:
-            entry = json.loads(line)
-        except ValueError:
+            if path.stat().st_size > SMALL_FILE:
+                return (f"The tune history {path} is over {SMALL_FILE // 1024**2} MiB, more "
+                        "than SpecDeck reads")
+        except OSError as exc:
+            return f"The tune history {path} cannot be read: {exc.strerror or exc}"
+        return ""
+    return problem.what if isinstance(problem, SpecDeckError) else str(problem)
+
+
+def history_note(path: Path | None = None) -> str | None:
+    """What a tune's report says when its history cannot be used (None: it can)."""
+    problem = history_problem(path)
+    return (f"{problem.rstrip('.')}: the predictions use no history, and this tune's "
+            "measurements are not added to it.") if problem else None
+
+
+def read_history(path: Path | None = None) -> list[dict]:
+    """The history's entries that are records SpecDeck could have written (checked_entry);
+    none when the file is not one it can read (history_problem says why)."""
+    from specdeck.core.errors import SpecDeckError
+    from specdeck.core.files import read_bounded
+
+    path = path or history_path()
+    if history_problem(path):
+        return []
+    try:
+        text = read_bounded(path, "tune history").decode("utf-8", errors="replace")
+    except SpecDeckError:
+        return []
+    entries = []
+    for line in text.splitlines():
+        try:
+            entry = checked_entry(json.loads(line))
+        except (ValueError, RecursionError):
             continue  # a line cut short by a crash: the others still count
-        if isinstance(entry, dict) and isinstance(entry.get("speedup"), (int, float)):
+        if entry is not None:
             entries.append(entry)
     return entries
+
+
+def _real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
+def checked_entry(entry) -> dict | None:
+    """A history line as a record, checked before it becomes a figure (None: not a record
+    SpecDeck could have written): a finite speed-up above 0 and at most ``MAX_SPEEDUP``;
+    pairs and k whole numbers in range; an acceptance share from 0 to 1; an interval of
+    finite bounds that holds; text fields short text. An interval or acceptance that fails is
+    dropped from the entry; the rest refuses it."""
+    if not isinstance(entry, dict):
+        return None
+    speedup = entry.get("speedup")
+    if not _real(speedup) or not 0 < speedup <= MAX_SPEEDUP:
+        return None
+    for name in _TEXT_FIELDS:
+        value = entry.get(name)
+        if value is not None and (not isinstance(value, str) or len(value) > 1000):
+            return None
+    pairs, k = entry.get("pairs", 0), entry.get("k")
+    if isinstance(pairs, bool) or not isinstance(pairs, int) or not 0 <= pairs <= 10**6:
+        return None
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 < k <= 1024):
+        return None
+    for name in ("disturbed", "complete"):
+        if name in entry and not isinstance(entry[name], bool):
+            return None
+    checked = {key: entry[key] for key in (*_TEXT_FIELDS, "speedup", "pairs", "k", "disturbed",
+                                           "complete") if key in entry}
+    acceptance = entry.get("acceptance")
+    if _real(acceptance) and 0 <= acceptance <= 1:
+        checked["acceptance"] = acceptance
+    low, high = entry.get("low"), entry.get("high")
+    if _real(low) and _real(high) and 0 <= low <= high <= MAX_SPEEDUP:
+        checked["low"], checked["high"] = low, high
+    return checked
 
 
 def record(setup: Setup, candidate: Candidate, speedup: float, path: Path | None = None, *,
@@ -214,7 +295,8 @@ def record(setup: Setup, candidate: Candidate, speedup: float, path: Path | None
     the 95% interval of ``speedup`` (a prediction from it is no narrower); ``complete``:
     False when it rests on part of those prompts only (a setting the search dropped early)."""
     path = path or history_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not _real(speedup) or not 0 < speedup <= MAX_SPEEDUP or history_problem(path):
+        return  # a figure no record may hold, or a history that is not a file (noted)
     entry = {"target": setup.facts.name, "candidate": candidate.label,
              "speedup": round(speedup, 4), "spec_type": candidate.spec_type,
              "kind": _kind(candidate), "family": setup.facts.family.lower(),
@@ -225,8 +307,16 @@ def record(setup: Setup, candidate: Candidate, speedup: float, path: Path | None
         entry["low"], entry["high"] = (round(v, 4) for v in interval)
     if not complete:
         entry["complete"] = False
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(entry) + "\n")
+    if acceptance is not None and not (_real(acceptance) and 0 <= acceptance <= 1):
+        entry["acceptance"] = None
+    if interval is not None and not all(_real(v) for v in interval):
+        entry.pop("low", None), entry.pop("high", None)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry, allow_nan=False) + "\n")
+    except (OSError, ValueError):
+        return  # the measurement is in the report; the history only misses it
 
 
 def _pairs(entry: dict) -> int:
@@ -234,12 +324,14 @@ def _pairs(entry: dict) -> int:
     return pairs if isinstance(pairs, int) and pairs > 0 else 1
 
 
-def unusable(entry: dict) -> str | None:
+def unusable(entry: dict, most_k: int | None = None) -> str | None:
     """Why a history entry is not worth predicting from (None: it is): measured on fewer
     than ``HISTORY_MIN_PAIRS`` pairs, from a disturbed run, or impossible (a drafter that
     drafts k tokens a step yields at most k + 1 per target forward; above that, the
-    reference run was slowed)."""
+    reference run was slowed). An entry that does not say its k is held to ``most_k``, the
+    largest k its candidate is searched at."""
     k = entry.get("k")
+    k = k if isinstance(k, int) and k > 0 else most_k
     ceiling = k + 1 if isinstance(k, int) and k > 0 else None
     if entry.get("disturbed"):
         return "disturbed"
@@ -250,8 +342,13 @@ def unusable(entry: dict) -> str | None:
     return None
 
 
-def usable(entry: dict) -> bool:
-    return unusable(entry) is None
+def _most_k(candidate: Candidate) -> int | None:
+    """The largest k ``candidate`` is searched at (None: its type's own, unknown)."""
+    return max((int(k) for k in candidate.k_values if str(k).isdigit()), default=None)
+
+
+def usable(entry: dict, most_k: int | None = None) -> bool:
+    return unusable(entry, most_k) is None
 
 
 def weighted_quantile(values: list[tuple[float, int]], q: float) -> float:
@@ -298,11 +395,11 @@ def _from_measured(entries: list[dict], widen_share: float) -> tuple[float, floa
     return middle, max(0.0, min(low, middle)), max(high, middle)
 
 
-def _left_out(entries: list[dict]) -> str:
+def _left_out(entries: list[dict], most_k: int | None = None) -> str:
     """"; left out: 1 disturbed, 2 on fewer than 3 pairs" ("" when none were)."""
     reasons: dict[str, int] = {}
     for entry in entries:
-        why = unusable(entry)
+        why = unusable(entry, most_k)
         if why is not None:
             reasons[why] = reasons.get(why, 0) + 1
     return ("; left out: " + ", ".join(f"{n} {why}" for why, n in reasons.items())
@@ -330,7 +427,7 @@ def similar(candidate: Candidate, setup: Setup, device: str, history: list[dict]
     module docstring); None when there are none."""
     kind = _kind(candidate)
     others = [e for e in history if e.get("device") == device and e.get("kind") == kind
-              and e.get("target") != setup.facts.name and usable(e)]
+              and e.get("target") != setup.facts.name and usable(e, _most_k(candidate))]
     if kind == "ngram":
         seen = [e for e in others if e.get("spec_type") == candidate.spec_type]
         if not seen:
@@ -358,9 +455,10 @@ def predict(candidate: Candidate, setup: Setup, device: str,
     """``prompts``: the digest of what this tune measures on (core.tune.run.prompt_set);
     earlier tunes on the same prompts, where there are any, are the only ones used."""
     history = read_history() if history is None else history
+    most_k = _most_k(candidate)
     same = [e for e in history
             if e.get("target") == setup.facts.name and e.get("candidate") == candidate.label]
-    seen = [e for e in same if usable(e)]
+    seen = [e for e in same if usable(e, most_k)]
     ours = [e for e in seen if prompts is not None and e.get("prompts") == prompts]
     these = [e for e in ours if e.get("complete", True)]
     if these:
@@ -374,10 +472,10 @@ def predict(candidate: Candidate, setup: Setup, device: str,
         middle, low, high = _from_measured(seen, widen)
         return Prediction(middle, low, high,
                           f"history ({len(seen)} earlier tune{'s' if len(seen) > 1 else ''}"
-                          f"{where}, {sum(map(_pairs, seen))} pairs{_left_out(same)})")
+                          f"{where}, {sum(map(_pairs, seen))} pairs{_left_out(same, most_k)})")
     fallback = similar(candidate, setup, device, history) or theory(candidate, setup, device)
     if same:  # earlier tunes of this pair, none worth learning from: say so
         fallback = replace(fallback, source=f"{fallback.source}; {len(same)} earlier "
                            f"measurement{'s' if len(same) > 1 else ''} of this pair"
-                           f"{_left_out(same)}")
+                           f"{_left_out(same, most_k)}")
     return fallback

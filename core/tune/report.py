@@ -14,6 +14,7 @@ from specdeck.core.bench.grid import grid_table
 from specdeck.core.jsonout import dumps, to_jsonable
 from specdeck.core.tune.run import CURRENT, REFERENCE, WINNER, TuneResult
 from specdeck.core.units import format_bytes
+from specdeck.core.urls import shown_args
 
 NAMES = {REFERENCE: "no drafting", CURRENT: "your current setting", WINNER: "the search's pick"}
 
@@ -43,7 +44,7 @@ def markdown(result: TuneResult) -> str:
     lines = [f"# Tuning {setup.where}", "",
              f"Target {facts.name}: {facts.architecture}, {facts.layers} layers, "
              f"{format_bytes(facts.weight_bytes)} of weights. Server: {setup.server_text}. "
-             f"Drafting now: {shlex.join(setup.drafting) or 'none'}"
+             f"Drafting now: {shlex.join(shown_args(setup.drafting)) or 'none'}"
              + (" (as migrated: the cmd's own flags are out of date for this llama-server: "
                 + "; ".join(getattr(setup, "migration", ())) + ")"
                 if getattr(setup, "migration", ()) else "") + ".", "",
@@ -64,7 +65,7 @@ def markdown(result: TuneResult) -> str:
         lines.append("")
     verification = result.verification
     if verification is not None:
-        lines += ["## Before and after (held-out prompts)", "",
+        lines += [f"## Before and after ({verification.where.removeprefix('on ')})", "",
                   "| setting | decode tok/s (median of its runs) | speed-up over no drafting "
                   "(median of paired ratios) | output |",
                   "|---|---|---|---|"]

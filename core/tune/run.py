@@ -58,7 +58,6 @@ from specdeck.core.servers.llama_server import (
     LaunchProfile,
     binary_help,
     drafter_from_flags,
-    with_flag,
 )
 from specdeck.core.tune import hub
 from specdeck.core.tune.candidates import (
@@ -69,7 +68,7 @@ from specdeck.core.tune.candidates import (
     drafting_methods,
     find_candidates,
 )
-from specdeck.core.tune.predict import Prediction, predict, read_history, record
+from specdeck.core.tune.predict import Prediction, history_note, predict, read_history, record
 from specdeck.core.tune.setup import Setup
 from specdeck.core.units import format_bytes
 
@@ -224,6 +223,16 @@ class Verification:
     not_drafting: str = ""
     """Why the winner drafted nothing on the held-out prompts ("" when it drafted, or when
     the server reports no counts)."""
+    held_out: bool = True
+    """Whether its prompts were all held out from the search (False: a suite of one prompt
+    left none to hold out, and the verification ran on what the search chose on)."""
+
+    @property
+    def where(self) -> str:
+        """On what the verdict rests, as the decision and the report say it."""
+        return ("on held-out prompts" if self.held_out else
+                "on the prompts the search chose on (no prompt was left to hold out: a suite "
+                "of one prompt)")
 
 
 @dataclass(frozen=True)
@@ -278,7 +287,14 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
     started = time.monotonic()
     emit(Phase("candidates", f"Reading what {Path(setup.binary).name} can draft with"))
     info = binary_help(setup.binary)
-    methods = drafting_methods(info) if info is not None else ()
+    if info is None:
+        from specdeck.core.servers.llama_server import help_problem
+
+        raise InvalidInputError(f"SpecDeck could not read what {setup.binary} can draft with: "
+                                f"{help_problem(setup.binary)}. Nothing was tuned.",
+                                f"Check that it is a llama-server that runs here: "
+                                f"`{setup.binary} --help` prints its flags.")
+    methods = drafting_methods(info)
     if not methods:
         raise InvalidInputError(f"{setup.binary} --help lists no way to draft (no --spec-type "
                                 "values, no draft model flag).",
@@ -302,6 +318,8 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
             found = replace(found, found=tuple(
                 replace(c, k_flag=implied.k_flag or c.k_flag, implied=True)
                 if c.hub is not None else c for c in found.found))
+    if history is None:
+        notes += filter(None, [history_note()])
     history = read_history() if history is None else history
     device = device_of(setup, options)
     prompts = prompt_set(options)
@@ -391,9 +409,16 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
         if noise_share:
             notes.append(f"This machine's run-to-run noise: {noise_share:.1%} of the speed.")
         notes += filter(None, [why_not_the_top(search, best, noise_share)])
+        held = not set(tuning) & set(held_out)
         emit(Phase("verify", f"{best.cell.label} against "
                              + ("your current setting and " if setup.drafting else "")
-                             + f"no drafting, on {len(held_out)} held-out prompts"))
+                             + f"no drafting, on {len(held_out)} "
+                             + ("held-out prompts" if held else "prompts, not all held out "
+                                "(a suite of one prompt)")))
+        if not held:
+            notes.append("A prompt suite holds one prompt, so the search and the verification "
+                         "both ran on it: the verdict is not on held-out prompts. Give at "
+                         "least two prompts a suite for an independent verification.")
         t0 = time.monotonic()
         arms = 2 + (current is not None and best.cell.arm.name != CURRENT)
         repeats = verify_repeats(search, arms, len(held_out), end - t0, options.verify_repeats)
@@ -404,8 +429,9 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
         if late:
             emit(Phase("verify", late))
             notes.append(late)
-        verification = verify(setup, best, replace(base, prompt_ids=held_out, repeats=repeats),
-                              engine, emit, cancel, server)
+        verification = replace(
+            verify(setup, best, replace(base, prompt_ids=held_out, repeats=repeats), engine,
+                   emit, cancel, server), held_out=held)
         phase_s["verify"] = time.monotonic() - t0
         notes += filter(None, [disturbed_verification(noise_share, verification.run)])
     finally:
@@ -482,11 +508,32 @@ def over_budget(search: GridResult, arms: int, prompts: int, repeats: int,
             "give no verdict).")
 
 
+FAILED_NOTE = " could not be measured: "
+"""How core.bench.grid notes a setting that failed (its server did not start, crashed, or
+its reading failed its checks)."""
+
+
 def _why_no_best(search: GridResult) -> str:
     if not search.rows:
         return ("No setting could be measured: "
                 + (search.notes[-1] if search.notes else "the search ran nothing")
                 + " Nothing was written.")
+    failed = [note.split(FAILED_NOTE, 1)[0] for note in search.notes if FAILED_NOTE in note]
+    if failed:
+        # The settings that failed might have been the faster ones: that is the news, not
+        # "nothing beat no drafting".
+        by_label = {r.cell.label: r for r in search.rows}
+        shown = [f"{label} ({by_label[label].score:.2f}x before it failed)"
+                 if label in by_label and by_label[label].speedup_known else label
+                 for label in failed[:3]]
+        more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
+        usable = [r for r in search.rows if r.standing().excluded_because is None]
+        rest = ("no setting ran to the end" if not usable else
+                "none of the settings that ran to the end beat decoding without a draft")
+        return (f"{len(failed)} setting{'s' if len(failed) > 1 else ''} could not be measured "
+                f"(the server did not start, stopped, or its readings failed their checks): "
+                f"{', '.join(shown)}{more}; {rest}. Nothing was written. The notes say why "
+                "each failed; whether a failed one is faster is not known.")
     if any("budget ran out" in n for n in search.notes):
         return ("No setting still in the search beat decoding without a draft when the time "
                 "budget ran out: nothing was written. A larger budget measures more settings "
@@ -510,12 +557,45 @@ def _result(setup, options, tried, found, search, verification, decision, phase_
                       downloads=tuple(downloads))
 
 
+HUB_DEADLINE_S = 120.0
+"""How long the search of the Hub for drafts may take in all (a handful of listings and
+header reads of a few MiB): a Hub that trickles its answers or pages for ever is left
+behind at this deadline, and the tune goes on with the drafts on disk."""
+
+
 def _with_hub(setup: Setup, found: Candidates, library: Path, options: TuneOptions,
               notes: list[str], cancel: threading.Event) -> Candidates:
-    """``found`` with the Hub's drafts added (and the Hub's refusals with why)."""
-    drafts, refused, hub_notes = hub.find_hub_drafts(
-        setup, library, list(found.found), memory=options.memory_bytes,
-        endpoint=options.hub_endpoint, cancel=cancel)
+    """``found`` with the Hub's drafts added (and the Hub's refusals with why), within
+    ``HUB_DEADLINE_S``: the search runs beside the tune, and one still running then is told
+    to stop and left (a response that trickles cannot be interrupted mid-read)."""
+    outcome: dict[str, Any] = {}
+    stop = threading.Event()
+
+    def search() -> None:
+        try:
+            outcome["found"] = hub.find_hub_drafts(
+                setup, library, list(found.found), memory=options.memory_bytes,
+                endpoint=options.hub_endpoint, cancel=stop)
+        except BaseException as exc:  # noqa: BLE001 - raised again on the tune's thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=search, name="specdeck-tune-hub", daemon=True)
+    worker.start()
+    deadline = time.monotonic() + HUB_DEADLINE_S
+    while worker.is_alive() and not cancel.is_set() and time.monotonic() < deadline:
+        worker.join(0.1)
+    if worker.is_alive():
+        stop.set()
+        if not cancel.is_set():
+            notes.append(f"The Hub did not finish answering within {HUB_DEADLINE_S:g} s (it "
+                         "sent its answers too slowly, or without end): no Hub drafts were "
+                         "tried; tuning went on with the drafts on disk.")
+        return found
+    if "error" in outcome:
+        if isinstance(outcome["error"], CancelledError) and cancel.is_set():
+            return found
+        raise outcome["error"]
+    drafts, refused, hub_notes = outcome["found"]
     notes += hub_notes
     kept = tuple(n for n in found.not_tried if not (drafts and n.what == hub.DRAFT_SIMPLE))
     return Candidates(found.found + tuple(drafts), kept + tuple(refused))
@@ -669,18 +749,22 @@ def _cell_prefix(candidate: Candidate) -> str:
 
 
 def candidate_cells(setup: Setup, candidate: Candidate) -> list[Cell]:
-    """One grid cell per searched k of ``candidate`` (one cell when its type has no k flag)."""
-    flags = setup.common + candidate.flags
+    """One grid cell per searched k of ``candidate`` (one cell when its type has no k flag),
+    each launch's drafting flags built and checked by core.tune.arguments."""
+    from specdeck.core.tune.arguments import tuned_args
+
+    info = binary_help(setup.binary)
     values = candidate.k_values if candidate.k_flag else (None,)
     cells = []
     for value in values:
-        args = flags if value is None else with_flag(flags, candidate.k_flag, value)
+        numbers = () if value is None else ((candidate.k_flag, value),)
+        args = setup.common + tuned_args(candidate.spec_type, candidate.draft, numbers, info)
         name = _cell_prefix(candidate) + ("default" if value is None else value)
         label = candidate.label + ("" if value is None else f" k={value}")
         settings = () if value is None else (("k", value),)
         launch = LaunchProfile(setup.binary, str(setup.target), args)
-        cells.append(Cell(Arm(name, drafter_from_flags(args, binary_help(setup.binary)),
-                              ServerArm(launch=launch)), label, settings))
+        cells.append(Cell(Arm(name, drafter_from_flags(args, info), ServerArm(launch=launch)),
+                          label, settings))
     return cells
 
 
@@ -843,7 +927,7 @@ def paired(run: BenchRun, first: str, second: str) -> RatioSummary | None:
     return summarize_ratios(ratios) if ratios else None
 
 
-def _not_lossless(label: str, check) -> str:
+def _not_lossless(label: str, check, held_out: bool = True) -> str:
     """Why a winner whose output was not shown unchanged is not written: what changed where,
     or why it could not be checked."""
     if check is None:
@@ -853,7 +937,8 @@ def _not_lossless(label: str, check) -> str:
                 f"({check.verdict}), and a setting is written only with its output shown "
                 "unchanged: nothing was written.")
     first = next(d for d in check.divergences if not d.tie)
-    return (f"{label} changed the output: {check.diverged} of {check.compared} held-out runs "
+    runs = "held-out runs" if held_out else "runs (on the prompts the search chose on)"
+    return (f"{label} changed the output: {check.diverged} of {check.compared} {runs} "
             f"differ from no drafting (first at {first.unit} {first.position} of prompt "
             f"{first.prompt_id}). A setting that changes the output is never written: nothing "
             "was written.")
@@ -873,11 +958,12 @@ def decide(candidate: Candidate, best: GridRow, verification: Verification | Non
                        "was written.")
     none = verification.winner_vs_none
     if not verification.lossless:
-        return Decided(candidate, drafting, False, _not_lossless(best.cell.label,
-                                                                 verification.check))
+        return Decided(candidate, drafting, False, _not_lossless(
+            best.cell.label, verification.check, verification.held_out))
+    where = verification.where
     if verification.not_drafting:
-        return Decided(candidate, drafting, False, f"{best.cell.label} drafted nothing on the "
-                       f"held-out prompts ({verification.not_drafting}): a speed-up without "
+        return Decided(candidate, drafting, False, f"{best.cell.label} drafted nothing "
+                       f"{where} ({verification.not_drafting}): a speed-up without "
                        "drafts is noise, so nothing was written.")
     if none is None or not none.has_interval:
         return Decided(candidate, drafting, False, f"Too few verification runs of "
@@ -891,7 +977,7 @@ def decide(candidate: Candidate, best: GridRow, verification: Verification | Non
     if none.ci_low <= 1.0:
         what = "Your current setting, the search's pick," if yours else best.cell.label
         return Decided(candidate, drafting, False, f"{what} was not clearly faster than no "
-                       f"drafting on the held-out prompts ({none.median:.2f}x, "
+                       f"drafting {where} ({none.median:.2f}x, "
                        f"{none.interval_text()}): nothing was written.{keep}")
     against = verification.winner_vs_current
     if yours:
@@ -899,10 +985,10 @@ def decide(candidate: Candidate, best: GridRow, verification: Verification | Non
             setup, "migration", ()) else "Keep it: nothing to change.")
         return Decided(candidate, drafting, False, f"Your current setting is the best the "
                        f"search found: {none.median:.2f}x over no drafting "
-                       f"({none.interval_text()}) on held-out prompts. {keep_it}")
+                       f"({none.interval_text()}) {where}. {keep_it}")
     if against is not None and (not against.has_interval or against.ci_low <= 1.0):
         return Decided(candidate, drafting, False, f"{best.cell.label} was not clearly faster "
                        f"than your current setting ({against.median:.2f}x, "
                        f"{against.interval_text()}): nothing was written.{keep}")
     return Decided(candidate, drafting, True, f"{best.cell.label}: {none.median:.2f}x over no "
-                   f"drafting ({none.interval_text()}) on held-out prompts, output unchanged.")
+                   f"drafting ({none.interval_text()}) {where}, output unchanged.")

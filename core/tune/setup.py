@@ -62,6 +62,18 @@ class Setup:
     fixed in ``flags``: the tune measures the cmd as migrated, and writes the migration with
     its result (:func:`migrated_config`)."""
 
+    def to_json(self) -> dict:
+        """As reports and tune.json keep it: the flags' secrets masked
+        (core.urls.shown_args)."""
+        from dataclasses import fields
+
+        from specdeck.core.jsonout import to_jsonable
+        from specdeck.core.urls import shown_args
+
+        data = {f.name: to_jsonable(getattr(self, f.name)) for f in fields(self)}
+        data["flags"] = list(shown_args(self.flags))
+        return data
+
     @property
     def drafting(self) -> tuple[str, ...]:
         """The flags that set up drafting now (empty: this setup does not draft)."""
@@ -164,10 +176,13 @@ def _mtp_layers(fields: dict, architecture: str) -> int:
 def from_llama_server(binary: str | Path, gguf: str | Path, flags: tuple[str, ...] = (),
                       kind: str = "llama-server") -> Setup:
     binary_path = _binary(binary)
+    from specdeck.core.files import not_a_file
+
     target = expand_user(gguf)
-    if not target.is_file():
-        raise NotFoundError(f"The target model {target} does not exist.",
-                            "Give the path of the .gguf your llama-server loads (--gguf).")
+    problem = not_a_file(target, "target model",
+                         "Give the path of the .gguf your llama-server loads (--gguf).")
+    if problem is not None:  # missing, or a folder, a FIFO, a device: said as what it is
+        raise problem
     _, rest = _split_own(tuple(flags))
     return Setup(kind, str(binary_path), target, rest, read_facts(target))
 

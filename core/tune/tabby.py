@@ -441,7 +441,7 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
     search, verification and decision."""
     import time
 
-    from specdeck.core.tune.predict import predict, read_history
+    from specdeck.core.tune.predict import history_note, predict, read_history
     from specdeck.core.tune.run import (
         CandidatesFound,
         Phase,
@@ -459,6 +459,7 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
     started = time.monotonic()
     emit(Phase("candidates", f"Reading what {setup.where} can draft with"))
     found = find(setup, cancel)
+    notes = [] if history is not None else list(filter(None, [history_note()]))
     history = read_history() if history is None else history
     device = device_of(setup, options)
     prompts = prompt_set(options)
@@ -467,7 +468,7 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
     emit(CandidatesFound(tuple(predicted), found.not_tried))
     phase_s = {"candidates": time.monotonic() - started}
     if cancel.is_set():
-        return cancelled_reading(setup, options, found, phase_s, [])
+        return cancelled_reading(setup, options, found, phase_s, notes)
     if not predicted:
         raise InvalidInputError(f"{setup.where}: nothing to try ({_why_none(found)}).",
                                 f"Put a draft model of the target's family in {setup.draft_dir}"
@@ -475,7 +476,7 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
                                    "(--tabby-folder) so SpecDeck can try its draft modes")
                                 + ".")
     server = tuned_server()
-    notes = [] if setup.managed else [
+    notes += [] if setup.managed else [
         "TabbyAPI reads draft_num_tokens and draft_mode when it starts: against a running "
         "TabbyAPI only its draft models were compared, at config.yml's k."]
     return search_and_decide(setup, server, options, predicted, found, (), phase_s, notes,
@@ -541,3 +542,77 @@ def _load(path: Path):
     from specdeck.core.config.document import ConfigDocument
 
     return ConfigDocument.from_file(path)
+
+
+# A saved tune, applied later (--apply-saved) ---------------------------------------------------
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+
+
+def read_saved_tabby(saved: dict[str, str], python: str | None = None,
+                     api_key_env: str | None = None,
+                     admin_key_env: str | None = None) -> TabbySetup:
+    """The TabbyAPI a saved tune names, read again from its config.yml. What the saved file
+    says is data: the Python that runs it is the install's own (or ``python``, the command
+    line's), the keys come from the variables the command line names (or the defaults),
+    never from variables the file names, and a running TabbyAPI's URL must be the one its
+    config.yml serves on (its network port, on this machine or its host): the admin key is
+    sent there."""
+    from dataclasses import replace
+    from urllib.parse import urlsplit
+
+    from specdeck.core.config.document import ConfigDocument
+    from specdeck.core.urls import redact_url
+
+    try:
+        config = Path(saved["config"])
+    except KeyError:
+        raise InvalidInputError("The saved tune names no TabbyAPI config.yml.",
+                                "Tune it again.") from None
+    if saved.get("python") is not None:  # SpecDeck started it
+        now = read_tabby(config.parent, python, None, None, api_key_env, None)
+        return replace(now, fingerprint=saved.get("fingerprint"))
+    url = saved.get("url") or ""
+    network = ConfigDocument.from_file(config).section_values("network")
+    host = str(network.get("host") or "127.0.0.1")
+    port = network.get("port") or 5000
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and parts.port == port \
+            and (parts.hostname in LOOPBACK or parts.hostname == host)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise InvalidInputError(f"The saved tune names a TabbyAPI at {redact_url(url)}, not the "
+                                f"one {config} serves ({host}:{port}); SpecDeck sends its keys "
+                                "only there.", "Tune it again (--tabby URL --tabby-config FILE).")
+    now = read_tabby(None, None, url, config, api_key_env, admin_key_env)
+    return replace(now, fingerprint=saved.get("fingerprint"))
+
+
+def checked_saved_settings(setup: TabbySetup, flags: list[str]) -> tuple[str, ...]:
+    """A saved TabbyAPI winner's ``key=value`` draft settings, checked again: each a
+    draft_model key with a value TabbyAPI's own rule takes (core.config.schema), and a
+    draft model named by its folder in config.yml's draft_model_dir, which must hold it."""
+    import shlex
+
+    from specdeck.core.printable import printable
+    from specdeck.core.servers.tabby_launch import draft_keys, parse_arm
+
+    known = draft_keys()
+    for flag in flags:
+        key, eq, _ = flag.partition("=")
+        if not eq or key not in known:
+            raise InvalidInputError(f"The saved tune's winner has {printable(flag)[:80]!r}, "
+                                    "not a draft_model setting SpecDeck writes.",
+                                    "Tune it again.")
+    _, settings = parse_arm(" ".join(shlex.quote(f) for f in flags), "W",
+                            _load(setup.config).backend_hint())
+    for key, value in settings:
+        if key == "draft_model_name" and value:
+            name = str(value)
+            if Path(name).name != name or name.startswith(".") \
+                    or not (setup.draft_dir / name).is_dir():
+                raise InvalidInputError(f"The saved tune's draft model {printable(name)[:80]!r} "
+                                        f"is not a folder in {setup.draft_dir}.",
+                                        "Tune it again.")
+    return tuple(flags)

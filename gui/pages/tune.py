@@ -817,7 +817,7 @@ class TunePage(QWidget):
     def _save(self) -> None:
         settings = QSettings()
         for name, edit in self._saved_edits().items():
-            settings.setValue(SETTINGS_PREFIX + name, edit.text())
+            settings.setValue(SETTINGS_PREFIX + name, _kept(name, edit.text()))
         settings.setValue(SETTINGS_PREFIX + "kind", self.kind.currentData())
 
     def _saved_edits(self) -> dict[str, QLineEdit]:
@@ -832,6 +832,19 @@ class TunePage(QWidget):
     def shutdown(self) -> None:
         self.timer.stop()
         self.tasks.close()
+
+
+def _kept(name: str, text: str) -> str:
+    """A field's text as SpecDeck's settings keep it: the flags with their secrets masked
+    (core.urls.shown_args: an --api-key typed into them is never saved)."""
+    if name != "flags":
+        return text
+    from specdeck.core.urls import shown_args
+
+    try:
+        return shlex.join(shown_args(shlex.split(text)))
+    except ValueError:  # an unclosed quote: not a command line (nor kept, in case it hides one)
+        return ""
 
 
 def _row(*widgets: QWidget) -> QWidget:

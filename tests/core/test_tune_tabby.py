@@ -186,7 +186,8 @@ def test_tune_a_tabbyapi_it_starts_searches_modes_and_k_and_writes_the_winner(tm
     assert written["written_fingerprint"]
     back = roll_back(Applied(config, written["flags"], written["diff"], written=True,
                              backup=Path(written["backup"]),
-                             written_fingerprint=written["written_fingerprint"]))
+                             written_fingerprint=written["written_fingerprint"],
+                             backup_fingerprint=written["backup_fingerprint"]))
     assert back.rolled_back and config.read_text() == before
 
 
@@ -199,3 +200,60 @@ def test_tune_a_tabbyapi_writes_nothing_when_no_setting_is_faster(tmp_path, spec
     data = json.loads(done.stdout)
     assert not data["decision"]["apply"] and "nothing was written" in data["decision"]["why"]
     assert config.read_bytes() == before and not (config.parent / "config.yml.bak").exists()
+
+
+def _saved_tabby(setup, flags) -> dict:
+    """A saved tune of ``setup`` (what its tune.json keeps) whose winner is ``flags``."""
+    from specdeck.core.tune import report
+    from specdeck.core.tune.candidates import Candidate
+    from specdeck.core.tune.run import Decided, TuneOptions, TuneResult
+
+    result = TuneResult(setup, TuneOptions(), (), (), None, None,
+                        Decided(Candidate("ngram"), tuple(flags), True, "verified"))
+    return json.loads(report.shown_json(result))
+
+
+def test_a_saved_tabby_tune_is_read_again_trusting_none_of_its_file(tmp_path, tabby_server,
+                                                                      monkeypatch):
+    """--apply-saved of a TabbyAPI tune: the Python that runs it is the install's own (or the
+    command line's), never the file's; a running one's URL must be the one its config.yml
+    serves on (the admin key goes there); a draft model must be a folder of its draft
+    directory; every winner's key is a draft setting."""
+    import sys
+
+    from specdeck.core.errors import SpecDeckError
+    from specdeck.core.tune.apply import _setup_now
+    from specdeck.core.tune.tabby import checked_saved_settings
+
+    setup = _managed(tmp_path, "main")
+    saved = _saved_tabby(setup, ["draft_mode=ngram"])["setup"]
+    saved["python"] = str(tmp_path / "planted-python")
+    (tmp_path / "tabbyAPI" / "venv" / "bin").mkdir(parents=True)
+    venv_python = tmp_path / "tabbyAPI" / "venv" / "bin" / "python"
+    venv_python.symlink_to(sys.executable)
+    now = _setup_now(saved, "tabbyapi")
+    assert now.python == str(venv_python) and now.fingerprint == setup.fingerprint
+    assert _setup_now(saved, "tabbyapi", python=sys.executable).python == sys.executable
+
+    for flags, words in ((["draft_model_name=../../../etc"], "is not a folder in"),
+                         (["draft_model_name=nowhere"], "is not a folder in"),
+                         (["draft_mode=ngram", "model_name=evil"], "not a draft_model setting"),
+                         (["evil=draft_mode=ngram"], "not a draft_model setting"),
+                         (["draft_num_tokens=8;rm"], "draft_num_tokens")):
+        with pytest.raises(SpecDeckError, match=words):
+            checked_saved_settings(now, flags)
+    assert checked_saved_settings(now, [f"draft_model_name={DRAFT}", "draft_num_tokens=4"])
+
+    config = tabby_folder(tmp_path / "running", "main")
+    url, _ = tabby_server(branch="main", model_name=TARGET)
+    running = tabby.read_setup(url, config)
+    config.write_text(config.read_text().replace("  port: 5000\n",
+                                                 f"  port: {url.rsplit(':', 1)[1]}\n", 1))
+    saved = _saved_tabby(running, ["draft_mode=ngram"])["setup"]
+    assert _setup_now(saved, "tabbyapi").url == url
+    saved["url"] = "http://attacker.example:5000"
+    with pytest.raises(SpecDeckError, match="sends its keys only there"):
+        _setup_now(saved, "tabbyapi")
+    saved["url"], saved["api_key_env"] = url, "AWS_SECRET_ACCESS_KEY"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-for-tabbyapi")
+    assert _setup_now(saved, "tabbyapi").api_key_env is None  # the file's name is not used

@@ -1,0 +1,114 @@
+"""Files someone else wrote, read with bounds: one reader for all of them.
+
+A path a user gives, a file in SpecDeck's data folder or a backup beside the user's config
+can be anything by the time SpecDeck opens it: a named pipe (opening it waits for a writer
+for ever), ``/dev/zero`` (reading it never ends), a folder, a symbolic link swapped in since,
+or a file of gigabytes. :func:`read_bounded` opens without blocking, reads only a regular
+file, at most ``limit`` bytes, and says which of these it met instead; :func:`file_kind`
+words what a path is, so that a FIFO is never reported as "does not exist".
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
+from specdeck.core.units import MiB, format_bytes
+
+SMALL_FILE = 16 * MiB
+"""What SpecDeck reads at most of a text file it did not write itself this run (a saved
+tune, the tune history, a prompts file, api_tokens.yml): far above any real one."""
+
+
+def file_kind(mode: int) -> str:
+    """What an ``st_mode`` is, in words ("a regular file", "a named pipe (FIFO)", ...)."""
+    for test, words in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"),
+                        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                        (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return words
+    return "not a regular file"
+
+
+def not_a_file(path: str | os.PathLike[str], what: str, hint: str = "") -> SpecDeckError | None:
+    """Why ``path`` cannot be read as the ``what`` it should be (None: it is a regular file,
+    through any symbolic links): it does not exist, or it is a folder, a FIFO, a device."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return NotFoundError(f"The {what} {path} does not exist.", hint or None)
+    except OSError as exc:
+        return SpecDeckError(f"Cannot read the {what} {path}: {exc.strerror or exc}.",
+                             hint or None)
+    if stat.S_ISREG(mode):
+        return None
+    return InvalidInputError(f"The {what} {path} is {file_kind(mode)}, not a file.",
+                             hint or None)
+
+
+def read_bounded(path: str | os.PathLike[str], what: str, limit: int = SMALL_FILE, *,
+                 follow_symlinks: bool = True, hint: str = "") -> bytes:
+    """The bytes of the regular file ``path`` (the ``what`` of messages), at most ``limit``
+    of them. Opened without blocking (a FIFO answers at once) and, with
+    ``follow_symlinks=False``, without following a link at ``path`` itself. Raises a
+    SpecDeckError saying what it met: nothing there, a link, a folder, a FIFO, a device, a
+    file over the limit (or that grew past it while read)."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    if not follow_symlinks:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise NotFoundError(f"The {what} {path} does not exist.", hint or None) from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_symlinks:
+            raise InvalidInputError(f"The {what} {path} is a symbolic link, not the file "
+                                    "SpecDeck wrote; it was not followed.",
+                                    hint or None) from None
+        raise SpecDeckError(f"Cannot read the {what} {path}: {exc.strerror or exc}.",
+                            hint or None) from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidInputError(f"The {what} {path} is {file_kind(info.st_mode)}, not a "
+                                    "file.", hint or None)
+        too_big = InvalidInputError(
+            f"The {what} {path} is over {format_bytes(limit)}, more than SpecDeck reads of "
+            f"one ({format_bytes(max(info.st_size, limit + 1))}).", hint or None)
+        if info.st_size > limit:
+            raise too_big
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 * MiB, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise too_big
+        return b"".join(chunks)
+    except OSError as exc:
+        raise SpecDeckError(f"Cannot read the {what} {path}: {exc.strerror or exc}.",
+                            hint or None) from exc
+    finally:
+        os.close(fd)
+
+
+def read_text_bounded(path: str | os.PathLike[str], what: str, limit: int = SMALL_FILE, *,
+                      hint: str = "") -> str:
+    """:func:`read_bounded`, decoded as UTF-8 (a file that is not says where it stops)."""
+    data = read_bounded(path, what, limit, hint=hint)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(f"The {what} {path} is not UTF-8 text (byte {exc.start} is "
+                                f"0x{data[exc.start]:02x}).", hint or None) from None
+
+
+def is_regular_file(path: Path) -> bool:
+    """``path`` is a regular file (through links); a FIFO, a device or a folder is not."""
+    return not_a_file(path, "file") is None

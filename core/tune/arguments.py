@@ -1,0 +1,144 @@
+"""What a tune launches and writes: SpecDeck's own table of it, and the one builder.
+
+A tune produces these llama-server arguments and nothing else (``TABLE``): the spec type, a
+draft model's GGUF for a type that needs one, and numbers for that type's own flags (k
+first of all). Every setting the search launches and every winner written into a llama-swap
+cmd, fresh or from a saved tune (``--apply-saved``), is built here from those parts and
+checked against the user's binary, as its ``--help`` says: a type it lists, with a name that
+is a name (``core.llama_flags.name_problem``: no flag, no ``${...}``, no shell syntax), flags
+it names for that type, whole numbers or decimals as their values (never a word, a path or
+a URL), and a draft that is a GGUF file on this machine. Whatever else was read from outside
+(a --help, a saved tune.json) is data: a flag outside the table, a Hub-download flag above
+all (``core.llama_flags.HUB_DOWNLOAD``), is refused with its name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from specdeck.core import llama_flags
+from specdeck.core.errors import InvalidInputError
+
+TABLE = (
+    (llama_flags.SPEC_TYPE, "a spec type the binary's --help lists"),
+    (llama_flags.DRAFT_MODEL[0], "a draft GGUF on this machine, by its absolute path"),
+    ("--spec-<type>-...", "a number for a flag the --help names for that spec type (k: its "
+                          "-n-max or -size-m)"),
+)
+"""Every argument a tune produces, and what its value may be."""
+NUMBER = re.compile(r"\d{1,7}(?:\.\d{1,6})?")
+"""A flag's value: a whole number or a decimal, below 10 million."""
+HINT = "Tune again: SpecDeck writes only the flags its own tune produces."
+
+
+def tuned_args(spec_type: str, draft: Path | str | None = None,
+               numbers: Sequence[tuple[str, str]] = (), info=None) -> tuple[str, ...]:
+    """The arguments of one tuned setting (``TABLE``), each checked against ``info`` (the
+    user's binary's ``--help``, core.servers.llama_server.HelpInfo): an InvalidInputError
+    naming every problem, before anything is launched or written."""
+    problems = _problems(spec_type, draft, numbers, info)
+    if problems:
+        raise InvalidInputError("Not a setting SpecDeck launches or writes: "
+                                + "; ".join(problems) + ".", HINT)
+    out: tuple[str, ...] = (llama_flags.SPEC_TYPE, spec_type)
+    if draft is not None:
+        out += (llama_flags.DRAFT_MODEL[0], str(draft))
+    for flag, value in numbers:
+        out += (flag, value)
+    return out
+
+
+def tuned_from_flags(flags: Sequence[str], info) -> tuple[str, ...]:
+    """``flags`` (a saved tune's winner, say) rebuilt by :func:`tuned_args`: read as the
+    table's parts and checked again, or refused naming what is not in the table."""
+    from specdeck.core.printable import printable
+
+    spec_type = draft = None
+    numbers: list[tuple[str, str]] = []
+    outside: list[str] = []
+    words = [str(f) for f in flags]
+    i = 0
+    while i < len(words):
+        name, eq, value = words[i].partition("=")
+        if not eq:
+            value = words[i + 1] if i + 1 < len(words) else ""
+        step = 1 if eq else 2
+        if name == llama_flags.SPEC_TYPE:
+            spec_type = value
+        elif name in llama_flags.DRAFT_MODEL:
+            draft = value
+        elif name.startswith("--spec-") and name not in llama_flags.HUB_DOWNLOAD:
+            numbers.append((name, value))
+        else:
+            outside.append(name if name.startswith("-") else words[i])
+            step = 1
+        i += step
+    hub = [f for f in outside if f in llama_flags.HUB_DOWNLOAD]
+    problems = []
+    if hub:
+        problems.append(f"{', '.join(hub)} would make llama-server download a model from "
+                        "the network")
+    rest = [printable(f)[:80] for f in outside if f not in hub]
+    if rest:
+        problems.append(f"{', '.join(rest)} is not a flag a tune produces")
+    if spec_type is None:
+        problems.append("it names no --spec-type")
+    if problems:
+        raise InvalidInputError("Not a setting SpecDeck writes: " + "; ".join(problems) + ".",
+                                HINT)
+    return tuned_args(spec_type, draft, numbers, info)
+
+
+def _problems(spec_type: str, draft, numbers, info) -> list[str]:
+    from specdeck.core.printable import printable
+
+    if info is None:
+        return ["the binary's --help could not be read, so nothing can be checked against it"]
+    problems = []
+    shown = printable(spec_type)[:80]
+    why = llama_flags.name_problem(spec_type)
+    if why is not None:
+        problems.append(f"--spec-type {shown!r}: {why}")
+    elif spec_type not in info.spec_types:
+        problems.append(f"--spec-type {shown}: this llama-server does not list it")
+    method = info.method(spec_type)
+    own = set(method.flags) if method is not None else set()
+    for flag, value in numbers:
+        name = printable(flag)[:80]
+        if not llama_flags.FLAG_NAME.fullmatch(flag) or flag in llama_flags.HUB_DOWNLOAD:
+            problems.append(f"{name} is not a spec type's flag")
+        elif flag not in own or flag not in info.flags:
+            problems.append(f"{name}: this llama-server's --help names no such flag for "
+                            f"{shown}")
+        if not NUMBER.fullmatch(value):
+            problems.append(f"{name} {printable(value)[:80]!r}: its value must be a number")
+    if draft is not None:
+        problems += _draft_problems(str(draft))
+    elif method is not None and method.needs.startswith("a draft model"):
+        problems.append(f"{shown} needs a draft model (-md)")
+    return problems
+
+
+def _draft_problems(draft: str) -> list[str]:
+    """Why ``draft`` cannot be written as a -md GGUF ([]: it can)."""
+    from specdeck.core.files import not_a_file
+    from specdeck.core.printable import printable
+
+    shown = printable(draft)[:200]
+    if "${" in draft:
+        return [f"-md {shown}: it holds a ${{...}} macro, which llama-swap would substitute"]
+    if draft.startswith("-") or "://" in draft or not Path(draft).is_absolute():
+        return [f"-md {shown}: not the absolute path of a file on this machine"]
+    missing = not_a_file(draft, "draft model")
+    if missing is not None:
+        return [missing.what.rstrip(".")]
+    try:
+        with open(draft, "rb") as handle:
+            magic = handle.read(4)
+    except OSError as exc:
+        return [f"-md {shown}: {exc.strerror or exc}"]
+    if magic != b"GGUF":
+        return [f"-md {shown} is not a GGUF file"]
+    return []
