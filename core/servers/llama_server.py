@@ -137,13 +137,16 @@ def _value_and_description(rest: str) -> tuple[str, str]:
 def spec_types_of(value: str) -> tuple[str, ...]:
     """The ``--spec-type`` values its help lists: mainline's comma list (``none,draft-simple,
     ngram-simple``), or ik_llama.cpp's ``Name [none | ngram - cache | ngram - simple]`` (its
-    help writes each dash between blanks)."""
+    help writes each dash between blanks). Every value is kept as the help wrote it, names or
+    not: which of them may become an argument is decided once, by
+    ``llama_flags.name_problem`` (a value that is shell syntax or a flag is then listed as
+    not tried, with why)."""
     inside = re.search(r"\[(.*)\]", value)
     if inside:
         parts = [re.sub(r"\s*-\s*", "-", p).strip() for p in inside.group(1).split("|")]
     else:
         parts = [p.strip() for p in value.split(",")]
-    return tuple(p for p in parts if re.fullmatch(r"[A-Za-z0-9][\w.-]*", p))
+    return tuple(p for p in parts if p)
 
 
 def parse_help(text: str, source: str = "its --help") -> HelpInfo:

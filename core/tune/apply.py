@@ -185,8 +185,8 @@ def saved_result(path: str | Path, *, python: str | None = None,
         saved_options = data.get("options") or {}
         options = TuneOptions(
             suites=_saved_suites(saved_options.get("suites")),
-            prompts_per_suite=_whole(saved_options.get("prompts_per_suite"), 4, 2, 64),
-            max_new_tokens=_whole(saved_options.get("max_new_tokens"), 96, 8, 4096))
+            prompts_per_suite=_whole_number(saved_options.get("prompts_per_suite"), 4, 2, 64),
+            max_new_tokens=_whole_number(saved_options.get("max_new_tokens"), 96, 8, 4096))
         flags = decision.get("flags")
         wanted = bool(decision.get("apply"))
         said = printable(decision.get("why") or "")[:500]
@@ -203,7 +203,7 @@ def saved_result(path: str | Path, *, python: str | None = None,
                       Decided(None, _saved_winner(now, flags), True, why))
 
 
-def _whole(value, default: int, low: int, high: int) -> int:
+def _whole_number(value, default: int, low: int, high: int) -> int:
     """A saved option's whole number, within what the command line takes."""
     if value is None:
         return default
