@@ -26,6 +26,9 @@ TABLE = (
     (llama_flags.DRAFT_MODEL[0], "a draft GGUF on this machine, by its absolute path"),
     ("--spec-<type>-...", "a number for a flag the --help names for that spec type (k: its "
                           "-n-max or -size-m)"),
+    ("--draft-max ...", "on a build that drafts with -md alone (no draft-* spec type: "
+                        "llama.cpp before 2026, ik_llama.cpp), a number for the draft flags "
+                        "its --help names, with no --spec-type"),
 )
 """Every argument a tune produces, and what its value may be."""
 NUMBER = re.compile(r"\d{1,7}(?:\.\d{1,6})?")
@@ -42,7 +45,8 @@ def tuned_args(spec_type: str, draft: Path | str | None = None,
     if problems:
         raise InvalidInputError("Not a setting SpecDeck launches or writes: "
                                 + "; ".join(problems) + ".", HINT)
-    out: tuple[str, ...] = (llama_flags.SPEC_TYPE, spec_type)
+    implied = _implied(spec_type, info)
+    out: tuple[str, ...] = () if implied else (llama_flags.SPEC_TYPE, spec_type)
     if draft is not None:
         out += (llama_flags.DRAFT_MODEL[0], str(draft))
     for flag, value in numbers:
@@ -58,6 +62,8 @@ def tuned_from_flags(flags: Sequence[str], info) -> tuple[str, ...]:
     spec_type = draft = None
     numbers: list[tuple[str, str]] = []
     outside: list[str] = []
+    implied_method = getattr(info, "implied_draft", None)
+    implied_flags = set(implied_method.flags) if implied_method is not None else set()
     words = [str(f) for f in flags]
     i = 0
     while i < len(words):
@@ -69,7 +75,8 @@ def tuned_from_flags(flags: Sequence[str], info) -> tuple[str, ...]:
             spec_type = value
         elif name in llama_flags.DRAFT_MODEL:
             draft = value
-        elif name.startswith("--spec-") and name not in llama_flags.HUB_DOWNLOAD:
+        elif (name.startswith("--spec-") or name in implied_flags) \
+                and name not in llama_flags.HUB_DOWNLOAD:
             numbers.append((name, value))
         else:
             outside.append(name if name.startswith("-") else words[i])
@@ -83,6 +90,8 @@ def tuned_from_flags(flags: Sequence[str], info) -> tuple[str, ...]:
     rest = [printable(f)[:80] for f in outside if f not in hub]
     if rest:
         problems.append(f"{', '.join(rest)} is not a flag a tune produces")
+    if spec_type is None and draft is not None and implied_method is not None:
+        spec_type = implied_method.name  # this build drafts with -md alone
     if spec_type is None:
         problems.append("it names no --spec-type")
     if problems:
@@ -99,15 +108,17 @@ def _problems(spec_type: str, draft, numbers, info) -> list[str]:
     problems = []
     shown = printable(spec_type)[:80]
     why = llama_flags.name_problem(spec_type)
+    implied = _implied(spec_type, info)
     if why is not None:
         problems.append(f"--spec-type {shown!r}: {why}")
-    elif spec_type not in info.spec_types:
+    elif spec_type not in info.spec_types and not implied:
         problems.append(f"--spec-type {shown}: this llama-server does not list it")
     method = info.method(spec_type)
     own = set(method.flags) if method is not None else set()
     for flag, value in numbers:
         name = printable(flag)[:80]
-        if not llama_flags.FLAG_NAME.fullmatch(flag) or flag in llama_flags.HUB_DOWNLOAD:
+        if not (llama_flags.FLAG_NAME.fullmatch(flag) or (implied and flag in own)) \
+                or flag in llama_flags.HUB_DOWNLOAD:
             problems.append(f"{name} is not a spec type's flag")
         elif flag not in own or flag not in info.flags:
             problems.append(f"{name}: this llama-server's --help names no such flag for "
@@ -116,9 +127,16 @@ def _problems(spec_type: str, draft, numbers, info) -> list[str]:
             problems.append(f"{name} {printable(value)[:80]!r}: its value must be a number")
     if draft is not None:
         problems += _draft_problems(str(draft))
-    elif method is not None and method.needs.startswith("a draft model"):
+    elif implied or (method is not None and method.needs.startswith("a draft model")):
         problems.append(f"{shown} needs a draft model (-md)")
     return problems
+
+
+def _implied(spec_type: str, info) -> bool:
+    """Is ``spec_type`` the drafting this build does with -md alone, no --spec-type written
+    (``llama_flags.implied_draft``)?"""
+    method = getattr(info, "implied_draft", None)
+    return method is not None and spec_type == method.name
 
 
 def _draft_problems(draft: str) -> list[str]:

@@ -129,3 +129,30 @@ def test_the_tuner_offers_iks_methods_in_its_names(ik_binary, tmp_path):
     # -md DRAFT --draft-max k against the real build: tests/servers/test_builds_live.py).
     notes = {n.what: n.why for n in found.not_tried}
     assert notes[f"draft-simple {draft.name}"] == NOT_SMALLER
+
+
+def test_the_one_builder_writes_a_draft_model_in_iks_names_and_checks_it_again(tmp_path):
+    """On a build that drafts with -md alone, the tune's builder (core.tune.arguments) makes
+    -md DRAFT --draft-max k with no --spec-type, rebuilds a saved winner of that shape, and
+    still refuses what is not a number or not the build's own draft flag."""
+    from specdeck.core.errors import InvalidInputError
+    from specdeck.core.tune.arguments import tuned_args, tuned_from_flags
+
+    draft = tmp_path / "draft.gguf"
+    draft.write_bytes(b"GGUF" + bytes(60))
+    name = IK.implied_draft.name
+    built = tuned_args(name, draft, (("--draft-max", "8"),), IK)
+    assert built == ("-md", str(draft), "--draft-max", "8")
+    assert tuned_from_flags(built, IK) == built
+    for bad, why in ((("--draft-max", "8;touch x"),), "must be a number"), \
+                    ((("--ctx-size", "8"),), "not a spec type's flag"):
+        with pytest.raises(InvalidInputError, match=why):
+            tuned_args(name, draft, bad, IK)
+    with pytest.raises(InvalidInputError, match="needs a draft model"):
+        tuned_args(name, None, (("--draft-max", "8"),), IK)
+    # A 2026 build lists draft-simple and removed --draft-max: the type is written, its k too.
+    with pytest.raises(InvalidInputError, match="--draft-max is not a spec type's flag"):
+        tuned_args(name, draft, (("--draft-max", "8"),), B10434)
+    k_flag = B10434.method(name).k_flag
+    assert tuned_args(name, draft, ((k_flag, "8"),), B10434) == (
+        "--spec-type", name, "-md", str(draft), k_flag, "8")
