@@ -13,6 +13,10 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # (0.6 ms of CPU per call with one thread, 12 ms with two; docs/benchmarks/test_suite.md).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
+# The same for every llama-server a test starts without its own -t (the tests' own flags say
+# -t 1): ggml's threads spin at their barriers, and two of them on a loaded 2-core machine
+# made three 64-token requests take 11-16 s instead of 1 (docs/benchmarks/test_suite.md).
+os.environ.setdefault("LLAMA_ARG_THREADS", "1")
 # Nothing in the tests may reach the real Hugging Face Hub.
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"

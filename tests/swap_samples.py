@@ -54,7 +54,7 @@ def tune_config(folder, llama_bin, gguf, drafting: str = ""):
         "# my llama-swap setup\n"
         "models:\n"
         "  smol:\n"
-        f"    cmd: {llama_bin} --port ${{PORT}} -m {gguf} -t 2 -c 1024 {drafting}\n"
+        f"    cmd: {llama_bin} --port ${{PORT}} -m {gguf} -t 1 -c 1024 {drafting}\n"
         "  remote:\n"
         "    cmd: python -m http.server ${PORT}\n",
         encoding="utf-8")

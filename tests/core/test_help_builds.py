@@ -118,7 +118,7 @@ def test_the_tuner_offers_iks_methods_in_its_names(ik_binary, tmp_path):
     draft = tmp_path / "drafts" / "SmolLM2-135M-Instruct.copy.gguf"
     draft.parent.mkdir()
     draft.write_bytes(GGUF.read_bytes())
-    setup = from_llama_server(ik_binary, GGUF, ("-t", "2"))
+    setup = from_llama_server(ik_binary, GGUF, ("-t", "1"))
     info = binary_help(ik_binary)
     assert "draft-simple" in drafting_methods(info)
     found = find_candidates(setup, drafting_methods(info), [draft], methods=info.methods)

@@ -105,7 +105,7 @@ def test_last_years_flags_are_refused_with_the_replacement(flags, says):
 
 def test_current_flags_pass():
     check_args(("-md", "d.gguf", "--spec-type", "draft-simple", "--spec-draft-n-max", "8",
-                "--spec-draft-p-min", "0.75", "-fa", "on", "-t", "2"), HELP)
+                "--spec-draft-p-min", "0.75", "-fa", "on", "-t", "1"), HELP)
     check_args(("--spec-type", "ngram-simple", "--spec-ngram-simple-size-m", "4"), HELP)
 
 
@@ -136,9 +136,9 @@ def test_which_flag_sets_k_and_what_an_arm_amounts_to():
         "draft e.gguf (draft-eagle3, k=3)"
     with pytest.raises(InvalidInputError, match="1 to 32"):  # an engine's drafter stays bounded
         DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=48)
-    assert drafter_from_flags(("-t", "2")) is NO_DRAFT
-    assert with_flag(("--spec-draft-n-max=3", "-t", "2"), "--spec-draft-n-max", "5") == \
-        ("--spec-draft-n-max", "5", "-t", "2")
+    assert drafter_from_flags(("-t", "1")) is NO_DRAFT
+    assert with_flag(("--spec-draft-n-max=3", "-t", "1"), "--spec-draft-n-max", "5") == \
+        ("--spec-draft-n-max", "5", "-t", "1")
 
 
 def test_prometheus_counters_sum_over_labels():

@@ -115,7 +115,7 @@ def test_the_tuner_offers_an_unheard_of_ngram_type_and_says_why_not_a_draft_one(
     from specdeck.core.tune.setup import from_swap
 
     config = tmp_path / "config.yaml"
-    config.write_text(f"models:\n  smol:\n    cmd: {newer_binary} -m {GGUF} -t 2 -c 2048\n",
+    config.write_text(f"models:\n  smol:\n    cmd: {newer_binary} -m {GGUF} -t 1 -c 2048\n",
                       encoding="utf-8")
     setup = from_swap(config, "smol")
     info = binary_help(newer_binary)

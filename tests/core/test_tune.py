@@ -72,7 +72,7 @@ def swap_config(tmp_path: Path, drafting: str = "-md d.gguf --spec-type draft-si
         f"  server: {BINARY} --host 127.0.0.1 --port ${{PORT}}\n"
         "models:\n"
         "  smol:\n"
-        f"    cmd: ${{server}} -m {GGUF} -t 2 -c 2048 {drafting}\n"
+        f"    cmd: ${{server}} -m {GGUF} -t 1 -c 2048 {drafting}\n"
         "  other:\n"
         "    cmd: /usr/bin/python3 -m http.server ${PORT}\n", encoding="utf-8")
     return config
@@ -81,11 +81,11 @@ def swap_config(tmp_path: Path, drafting: str = "-md d.gguf --spec-type draft-si
 def test_a_swap_models_cmd_becomes_a_setup_with_its_drafting_apart(tmp_path):
     setup = from_swap(swap_config(tmp_path), "smol")
     assert setup.kind == "llama-swap" and setup.target == GGUF and setup.binary == BINARY
-    assert setup.flags == ("-t", "2", "-c", "2048", "-md", "d.gguf", "--spec-type", "draft-simple",
+    assert setup.flags == ("-t", "1", "-c", "2048", "-md", "d.gguf", "--spec-type", "draft-simple",
                            "--spec-draft-n-max", "8")
     assert setup.drafting == ("-md", "d.gguf", "--spec-type", "draft-simple",
                               "--spec-draft-n-max", "8")
-    assert setup.common == ("-t", "2", "-c", "2048")
+    assert setup.common == ("-t", "1", "-c", "2048")
     assert setup.facts.architecture == "llama" and setup.facts.layers == 30
     assert setup.swap_fingerprint
 
@@ -130,7 +130,7 @@ def test_each_candidate_searches_its_own_k_flag(tmp_path):
     cells = candidate_cells(setup, Candidate("ngram-mod"))
     assert [c.arm.server.launch.args[-2:] for c in cells] == [("--spec-ngram-mod-n-max", k)
                                                                for k in K_VALUES]
-    assert all(c.arm.server.launch.args[:4] == ("-t", "2", "-c", "2048") for c in cells)
+    assert all(c.arm.server.launch.args[:4] == ("-t", "1", "-c", "2048") for c in cells)
     (tmp_path / "d.gguf").write_bytes(b"GGUF" + bytes(60))
     draft = candidate_cells(setup, Candidate("draft-simple", tmp_path / "d.gguf", 10))
     assert all(("-md", str(tmp_path / "d.gguf")) == c.arm.server.launch.args[6:8] for c in draft)
@@ -286,7 +286,7 @@ def test_when_the_current_setting_is_better_the_decision_says_keep_it(tmp_path):
     from specdeck.core.tune.run import CURRENT, _current_arm
 
     setup = from_swap(swap_config(tmp_path, "--spec-type ngram-simple"), "smol")
-    pick = _row("k4v", 1.1, ("-t", "2", "--spec-type", "ngram-map-k4v"))
+    pick = _row("k4v", 1.1, ("-t", "1", "--spec-type", "ngram-map-k4v"))
     mine = [1.3, 1.35, 1.4, 1.2]
     flat = Verification(None, None, summarize_ratios([0.9, 1.1, 1.0, 1.05]),
                         summarize_ratios([0.7, 0.8, 0.75, 0.8]), summarize_ratios(mine), True)
@@ -297,7 +297,7 @@ def test_when_the_current_setting_is_better_the_decision_says_keep_it(tmp_path):
     current = _current_arm(setup, CURRENT)
     cell = Cell(current, f"your current setting ({current.drafter.label})")
     assert cell.label == "your current setting (ngram-simple (k=48))"
-    row = _row("c", 1.3, ("-t", "2", "--spec-type", "ngram-simple"))
+    row = _row("c", 1.3, ("-t", "1", "--spec-type", "ngram-simple"))
     from dataclasses import replace
 
     row = replace(row, cell=cell)
@@ -318,7 +318,7 @@ def test_a_winner_whose_output_changed_is_refused_in_plain_words(tmp_path):
     from specdeck.core.bench.summary import DivergenceReport, LosslessCheck
 
     setup = from_swap(swap_config(tmp_path, ""), "smol")
-    best = _row("w", 1.4, ("-t", "2", "--spec-type", "ngram-simple"))
+    best = _row("w", 1.4, ("-t", "1", "--spec-type", "ngram-simple"))
     tie = DivergenceReport("code-1", 0, 3, 1, 2, True, 0.0, "", "", "")
     real = DivergenceReport("fix-typos", 1, 17, 5, 6, False, 2.0, "", "", "")
     changed = LosslessCheck(True, compared=12, identical=10, ties=1, divergences=(tie, real))
@@ -348,7 +348,7 @@ def test_only_a_winner_verified_faster_and_unchanged_is_applied(tmp_path, win, c
                                                                   applies, words):
     drafting = "--spec-type ngram-mod" if current else ""
     setup = from_swap(swap_config(tmp_path, drafting), "smol")
-    best = _row("w", 1.4, ("-t", "2", "--spec-type", "ngram-simple"))
+    best = _row("w", 1.4, ("-t", "1", "--spec-type", "ngram-simple"))
     decision = decide(Candidate("ngram-simple"), best, _verification(win, current, lossless),
                       setup, cancelled=False)
     assert decision.apply is applies and words in decision.why
@@ -385,7 +385,7 @@ def test_apply_asks_and_writes_nothing_without_a_yes(tmp_path):
 def test_a_setup_without_a_file_gets_the_flags_to_copy(tmp_path):
     from specdeck.core.tune.setup import from_llama_server
 
-    applied = apply(_result(from_llama_server(BINARY, GGUF, ("-t", "2"))))
+    applied = apply(_result(from_llama_server(BINARY, GGUF, ("-t", "1"))))
     assert applied.path is None and applied.flags == "--spec-type ngram-simple"
     with pytest.raises(SpecDeckError, match="no verified winner"):
         apply(_result(from_llama_server(BINARY, GGUF), apply=False))
@@ -633,7 +633,7 @@ def _hub_drafts(hub, tmp_path):
     from specdeck.core.tune.hub import find_hub_drafts
     from specdeck.core.tune.setup import from_llama_server
 
-    setup = from_llama_server(BINARY, GGUF, ("-t", "2"))
+    setup = from_llama_server(BINARY, GGUF, ("-t", "1"))
     found, refused, notes = find_hub_drafts(setup, tmp_path / "library", [],
                                             memory=8 << 30, endpoint=hub.url)
     return setup, found, refused, notes
@@ -664,7 +664,7 @@ def test_a_hub_that_cannot_be_reached_is_a_note_not_a_failure(tmp_path, memory_k
     from specdeck.core.tune.hub import find_hub_drafts
     from specdeck.core.tune.setup import from_llama_server
 
-    setup = from_llama_server(BINARY, GGUF, ("-t", "2"))
+    setup = from_llama_server(BINARY, GGUF, ("-t", "1"))
     found, refused, notes = find_hub_drafts(setup, tmp_path, [],
                                             endpoint=f"http://127.0.0.1:{free_port()}")
     assert found == [] and refused == []

@@ -53,7 +53,7 @@ def swap_config(tmp_path: Path, binary: str, extra: str = "") -> Path:
     config.write_text(
         "models:\n"
         "  smol:\n"
-        f"    cmd: {binary} --port ${{PORT}} -m {GGUF} -t 2 -c 2048 {extra}\n",
+        f"    cmd: {binary} --port ${{PORT}} -m {GGUF} -t 1 -c 2048 {extra}\n",
         encoding="utf-8")
     return config
 
@@ -70,7 +70,7 @@ def everything_in(folder: Path) -> str:
 
 # Secrets ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("args, shown", [
-    (("--api-key", SECRET, "-t", "2"), ("--api-key", "***", "-t", "2")),
+    (("--api-key", SECRET, "-t", "1"), ("--api-key", "***", "-t", "1")),
     ((f"--api-key={SECRET}",), ("--api-key=***",)),
     (("-hft", TOKEN), ("-hft", "***")),
     (("--hf-token", TOKEN, "-c", "8"), ("--hf-token", "***", "-c", "8")),

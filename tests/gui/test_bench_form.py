@@ -37,10 +37,10 @@ def shown(form: BenchForm) -> BenchPlan:
     return plan_from_choices(form.choices(), comparison=False)
 
 
-LAUNCHED = (launched_arm("A", "/opt/llama-server", "/m/target.gguf", (), ("-t", "2")),
+LAUNCHED = (launched_arm("A", "/opt/llama-server", "/m/target.gguf", (), ("-t", "1")),
             launched_arm("B", "/opt/llama-server", "/m/target.gguf",
                          ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2"),
-                         ("-t", "2")))
+                         ("-t", "1")))
 
 EXPRESSIBLE = {
     "n-gram": plan(),

@@ -137,7 +137,7 @@ def test_arms_dialog_runs_launched_llama_servers_one_at_a_time(qtbot, page, tmp_
     dialog.table.item(1, WHERE).setText("-md old.gguf --draft-max 8")
     dialog.binary.setText(str(binary))
     dialog.gguf.setText(str(gguf))
-    dialog.common.setText("-t 2 -c 2048")
+    dialog.common.setText("-t 1 -c 2048")
     dialog.one_at_a_time.setChecked(True)
     dialog.check_button.click()
     qtbot.waitUntil(lambda: dialog.table.item(1, FOUND).text() != "", timeout=30_000)
@@ -152,8 +152,8 @@ def test_arms_dialog_runs_launched_llama_servers_one_at_a_time(qtbot, page, tmp_
     form.set_plan(plan)
     assert form.plan() == plan and plan.one_server_at_a_time
     assert [a.server.launch.args for a in plan.arms] == [
-        ("-t", "2", "-c", "2048"),
-        ("-t", "2", "-c", "2048", "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2")]
+        ("-t", "1", "-c", "2048"),
+        ("-t", "1", "-c", "2048", "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2")]
     assert plan.arms[1].drafter.kind.value == "ngram"
     page.start()
     qtbot.waitUntil(lambda: page.last_run is not None, timeout=180_000)
@@ -215,7 +215,7 @@ def test_a_draft_model_without_spec_type_is_said_not_to_draft_before_and_after_t
     dialog.table.item(1, WHERE).setText(f"-md {gguf}")
     dialog.binary.setText(str(binary))
     dialog.gguf.setText(str(gguf))
-    dialog.common.setText("-t 2 -c 1024")
+    dialog.common.setText("-t 1 -c 1024")
     dialog.check_button.click()
     qtbot.waitUntil(lambda: dialog.table.item(1, FOUND).text() != "", timeout=30_000)
     assert dialog.table.item(0, FOUND).text().endswith(

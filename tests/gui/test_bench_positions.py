@@ -127,7 +127,7 @@ def test_server_arms_chart_the_servers_counters_and_say_what_is_not_reported(
     from tools.llama_server_build import build
 
     binary, gguf = str(build()), str(find_gguf())
-    common = ("-t", "2", "-c", "2048")
+    common = ("-t", "1", "-c", "2048")
     ngram = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
              "--spec-ngram-simple-size-m", "4")
     models = {"/v1/models": (200, "application/json",

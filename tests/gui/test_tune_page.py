@@ -103,7 +103,7 @@ def test_a_demo_tune_runs_from_tune_to_the_result(qtbot, configured_qapp, llama_
     window, page = tune_page(qtbot)
     page.kind.setCurrentIndex(page.kind.findData("demo"))
     small(page, llama_bin, tmp_path)
-    page.flags.setText("-t 2 -c 1024")
+    page.flags.setText("-t 1 -c 1024")
     qtbot.mouseClick(page.start_button, _left())
     assert not page.start_button.isEnabled() and page.cancel_button.isEnabled()
     assert not page.binary.isEnabled()  # the form is what runs: not editable meanwhile

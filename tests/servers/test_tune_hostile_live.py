@@ -35,7 +35,7 @@ def test_a_hostile_help_and_a_cmd_with_secrets_are_tuned_without_either_leaking(
         [sys.executable, "-m", "specdeck", "tune", "--llama-server", str(binary), "--gguf",
          str(demo_gguf), "--budget", "10s", "--per-suite", "2", "--max-new", "8",
          "--download-budget", "0", "--json", str(tmp_path / "tune.json"), "--report",
-         str(report), "--", "-t", "2", "-c", "1024", "--api-key", SECRET, "-hft", TOKEN],
+         str(report), "--", "-t", "1", "-c", "1024", "--api-key", SECRET, "-hft", TOKEN],
         capture_output=True, text=True, timeout=600, cwd=tmp_path,
         env=dict(os.environ, SPECDECK_HOME=str(specdeck_home)))
     assert done.returncode in (0, 1), done.stderr

@@ -34,7 +34,7 @@ def test_tune_runs_the_whole_loop_on_the_demo(llama_bin, demo_gguf, tmp_path, sp
         [sys.executable, "-m", "specdeck", "tune", "--demo", "--llama-server", str(llama_bin),
          "--budget", "90s", "--per-suite", "2", "--max-new", "16", "--json", "-",
          "--download-budget", "0",
-         "--report", str(tmp_path / "report"), "--", "-t", "2", "-c", "1024"],
+         "--report", str(tmp_path / "report"), "--", "-t", "1", "-c", "1024"],
         capture_output=True, text=True, timeout=900,
         env=dict(os.environ, SPECDECK_HOME=str(specdeck_home)))
     assert done.returncode in (0, 1), done.stderr  # 1: nothing verified better, nothing written
@@ -92,7 +92,7 @@ def test_tune_downloads_a_hub_draft_within_the_budget_and_measures_it(
             [sys.executable, "-m", "specdeck", "tune", "--demo", "--llama-server", str(llama_bin),
              "--budget", "40s", "--per-suite", "2", "--max-new", "16", "--json", "-",
              "--download-budget", "0.5", "--endpoint", hub.url, "--download-dir", str(library),
-             "--yes", "--", "-t", "2", "-c", "1024"],
+             "--yes", "--", "-t", "1", "-c", "1024"],
             capture_output=True, text=True, timeout=900,
             env=dict(os.environ, SPECDECK_HOME=str(specdeck_home)))
         whole_gets = [r for r in hub.file_requests("GET") if not r.range and r.origin == "cdn"]
@@ -397,7 +397,7 @@ def test_the_live_view_follows_rounds_run_one_setting_or_all_side_by_side(llama_
     from specdeck.core.tune.predict import Prediction
     from specdeck.core.tune.run import CandidatesFound, Phase, candidate_cells, reference_arm
 
-    setup = tune_setup.demo(llama_bin, ("-t", "2"))
+    setup = tune_setup.demo(llama_bin, ("-t", "1"))
     candidate = Candidate("ngram-mod")
     cells = candidate_cells(setup, candidate)
     live = TuneLive()
