@@ -115,7 +115,9 @@ def test_tune_downloads_a_hub_draft_within_the_budget_and_measures_it(
     assert (mine["device"], mine["kind"], mine["family"]) == ("cpu", "draft", "smollm2")
     assert 0 < mine["acceptance"] <= 1 and mine["k"] in (4, 8, 16)
     assert mine["speedup"] == pytest.approx(tried["measured"], abs=1e-4)
-    assert mine["pairs"] == tried["pairs"] > 0 and mine["disturbed"] is False
+    # Whether another program disturbed the runs is the machine's business (the suite runs
+    # on two workers): the history keeps what the search judged.
+    assert mine["pairs"] == tried["pairs"] > 0 and mine["disturbed"] is tried["disturbed"]
     assert data["phase_s"]["download"] > 0 and data["phase_s"]["search"] > 0
     assert "## Downloads" in done.stderr and f"| {label} | {HUB_REPO} |" in done.stderr
 
