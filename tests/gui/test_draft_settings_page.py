@@ -153,7 +153,9 @@ def test_conflict_asks_before_overwriting(qtbot, page, cfg):
     assert page.save_button.isEnabled() and page.is_dirty()  # the edit stays, to save again
     click_in_modal(QMessageBox.StandardButton.Save)
     assert page.save() is True
-    qtbot.waitUntil(lambda: "draft_cache_mode: Q8" in cfg.read_text(), timeout=TIMEOUT)
+    # Done when the page hears so: the file is renamed into place before its backup is.
+    qtbot.waitUntil(lambda: not page.is_dirty(), timeout=TIMEOUT)
+    assert "draft_cache_mode: Q8" in cfg.read_text()
     assert config.backup_path(cfg).read_text().endswith("# changed by hand\n")
 
 
