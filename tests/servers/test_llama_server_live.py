@@ -316,7 +316,7 @@ def router(llama_bin, demo_gguf, draft_gguf, tmp_path_factory):
     folder = tmp_path_factory.mktemp("router")
     presets = folder / "presets.ini"
     presets.write_text(
-        "version = 1\n[*]\nc = 2048\nt = 2\nmetrics = true\n"
+        "version = 1\n[*]\nc = 2048\nt = 1\nmetrics = true\n"
         f"[plain]\nmodel = {demo_gguf}\n"
         f"[ngram]\nmodel = {demo_gguf}\nspec-type = ngram-simple\n"
         "spec-ngram-simple-size-n = 2\nspec-ngram-simple-size-m = 4\n"
@@ -535,7 +535,7 @@ def test_migrated_router_presets_start_where_last_years_did_not(llama_bin, demo_
     from specdeck.core.servers import router as routing
 
     presets = tmp_path / "presets.ini"
-    old = ("version = 1\n\n; all models\n[*]\nc = 2048\nt = 2\n\n; last year's guide\n"
+    old = ("version = 1\n\n; all models\n[*]\nc = 2048\nt = 1\n\n; last year's guide\n"
            f"[qwen-draft]\nmodel = {demo_gguf}\nmodel-draft = {draft_gguf}\ndraft-max = 8\n")
     presets.write_text(old)
     with running_router(llama_bin, presets, tmp_path) as url:
