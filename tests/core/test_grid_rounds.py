@@ -248,35 +248,41 @@ def _ngram_grid(model, n_cells: int):
     return base, cells
 
 
-def test_a_deadline_cuts_the_search_short_of_the_free_one(cycle_model):
+def test_a_deadline_cuts_the_search_short_of_the_free_one(cycle_model, monkeypatch):
     """On a real (tiny) model: the search run without a deadline, then with the time of its
     first round and a third of the rest. It runs fewer plans, ends sooner, says why in its
     notes (rounds sized, or the budget ran out when even a shorter last round did not fit),
-    and its finalists ran the same rounds. Timings on a busy machine decide which of the two
-    notes; the planner's arithmetic is tested exactly above."""
+    and its finalists ran the same rounds. The search's clock and the engine's count only the
+    models' forwards (``forward_clock``), so another program on the machine cannot move the
+    deadline; the planner's arithmetic is tested exactly above."""
+    from specdeck.core.bench import grid
     from specdeck.core.bench.grid import run_grid
     from specdeck.core.bench.runner import PlanStarted
     from specdeck.core.engines import create_engine
+    from tiny_models import forward_clock
 
+    now = forward_clock(monkeypatch, lambda model, ids: 1e-3)
+    clock = type("Clock", (), {"monotonic": staticmethod(lambda: now[0])})
+    monkeypatch.setattr(grid, "time", clock)
     base, cells = _ngram_grid(cycle_model, 4)
     engine = create_engine("torch")
     starts: list[float] = []
 
     def watch(event) -> None:
         if isinstance(event, PlanStarted):
-            starts.append(time.monotonic())
+            starts.append(now[0])
 
     try:
-        started = time.monotonic()
+        started = now[0]
         free = run_grid(base, base.arms[0], cells, engine, watch, halving=True)
-        whole = time.monotonic() - started
+        whole = now[0] - started
         first_round = starts[len(cells)] - started  # the first plan of round 2 began
         assert not any("sized" in n or "ran out" in n for n in free.notes)
 
-        started = time.monotonic()
+        started = now[0]
         deadline = started + first_round + (whole - first_round) / 3
         tight = run_grid(base, base.arms[0], cells, engine, halving=True, deadline=deadline)
-        took = time.monotonic() - started
+        took = now[0] - started
     finally:
         engine.unload()
     assert any("sized to the time left" in n or "budget ran out" in n for n in tight.notes), \

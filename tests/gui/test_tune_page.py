@@ -88,14 +88,23 @@ def apply_and_save(qtbot, page, config: Path) -> dict:
     return shown
 
 
-def llama_servers() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True)
-            if "llama-server" in p.name()]
+def llama_servers() -> set[int]:
+    """This worker's llama-servers: a module that ran before on the same worker may keep its
+    own alive (a fixture's), so each test compares with what ran before it started."""
+    return {p.pid for p in psutil.Process().children(recursive=True)
+            if "llama-server" in p.name()}
+
+
+@pytest.fixture
+def servers_left():
+    """The llama-servers started since the test began that still run."""
+    before = llama_servers()
+    return lambda: llama_servers() - before
 
 
 @pytest.mark.slow
-def test_a_demo_tune_runs_from_tune_to_the_result(qtbot, configured_qapp, llama_bin, demo_gguf,
-                                                 tmp_path):
+def test_a_demo_tune_runs_from_tune_to_the_result(qtbot, servers_left, configured_qapp, llama_bin,
+                                                  demo_gguf, tmp_path):
     from specdeck.core.servers.llama_server import binary_help
     from specdeck.core.tune import report
     from specdeck.core.tune.live import result_lines
@@ -137,12 +146,13 @@ def test_a_demo_tune_runs_from_tune_to_the_result(qtbot, configured_qapp, llama_
     assert not page.rollback_button.isEnabled()
     assert page.start_button.isEnabled() and not page.cancel_button.isEnabled()
     assert any(t.measured is not None for t in result.tried)
-    qtbot.waitUntil(lambda: not llama_servers(), timeout=30_000)
+    qtbot.waitUntil(lambda: not servers_left(), timeout=30_000)
 
 
 @pytest.mark.slow
-def test_cancel_during_the_search_leaves_the_config_byte_identical(qtbot, configured_qapp,
-                                                                  llama_bin, demo_gguf, tmp_path):
+def test_cancel_during_the_search_leaves_the_config_byte_identical(qtbot, servers_left,
+                                                                   configured_qapp, llama_bin,
+                                                                   demo_gguf, tmp_path):
     config = tune_config(tmp_path, llama_bin, demo_gguf, "--spec-type ngram-mod")
     original = config.read_bytes()
     window, page = tune_page(qtbot)
@@ -166,12 +176,12 @@ def test_cancel_during_the_search_leaves_the_config_byte_identical(qtbot, config
     assert not page.apply_button.isEnabled()
     assert config.read_bytes() == original
     assert not (tmp_path / "config.yaml.bak").exists()
-    qtbot.waitUntil(lambda: not llama_servers(), timeout=30_000)
+    qtbot.waitUntil(lambda: not servers_left(), timeout=30_000)
 
 
 @pytest.mark.slow
-def test_apply_shows_the_diff_writes_proves_and_rolls_back(qtbot, configured_qapp, llama_bin,
-                                                          demo_gguf, tmp_path):
+def test_apply_shows_the_diff_writes_proves_and_rolls_back(qtbot, servers_left, configured_qapp,
+                                                           llama_bin, demo_gguf, tmp_path):
 
     config = tune_config(tmp_path, llama_bin, demo_gguf)
     original = config.read_bytes()
@@ -198,7 +208,7 @@ def test_apply_shows_the_diff_writes_proves_and_rolls_back(qtbot, configured_qap
     assert "Rolled back" in page.verdict.text()
     assert "Rolled back" in page.report.toPlainText()
     assert page.apply_button.isEnabled() and not page.rollback_button.isEnabled()
-    qtbot.waitUntil(lambda: not llama_servers(), timeout=30_000)
+    qtbot.waitUntil(lambda: not servers_left(), timeout=30_000)
 
 
 @pytest.mark.slow

@@ -40,7 +40,7 @@ def draft_gguf(llama_bin, demo_gguf, tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def servers(llama_bin, demo_gguf, tmp_path_factory):
     """Two running llama-servers: A without drafting, B with n-gram drafting."""
     from specdeck.core.servers.llama_server import LaunchProfile, ManagedServer
