@@ -12,6 +12,8 @@ import colorsys
 import html
 from collections.abc import Sequence
 
+from specdeck.core.engines.base import SHARE_OF_DRAFTS
+
 ARM_COLOURS = ("#64748b", "#2563eb", "#d97706", "#16a34a", "#9333ea")
 """A (the no-draft reference) in slate grey, then one colour per drafted arm."""
 
@@ -107,7 +109,9 @@ def error_html(error: BaseException) -> str:
 
 
 # plots ---------------------------------------------------------------------------------------
-POSITIONS_TITLE = "Acceptance by draft position"
+POSITIONS_TITLE = f"Acceptance by draft position, {SHARE_OF_DRAFTS}"
+"""The chart shows core.engines.base.SHARE_OF_DRAFTS for every arm (every source gives it,
+and it never rises with the position); the title says so."""
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 

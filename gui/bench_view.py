@@ -286,7 +286,7 @@ class BenchPlots(QWidget):
     def show_positions(self, entries) -> None:
         """Acceptance by draft position: a group of bars per position, one bar per drafting
         arm (``entries``: (arm name, DraftPositions or None), in plan order), at the
-        rates core computed (core.bench.summary.draft_positions). An arm whose server
+        shares of all drafts core computed (core.bench.summary.draft_positions). An arm whose server
         reports no positions gets no bar; the title names it and the source of the rest."""
         pg, plot = self._pg, self.position_plot
         for item in self.position_bars.values():
@@ -297,10 +297,10 @@ class BenchPlots(QWidget):
             legend.clear()
         self.positions = dict(entries)
         drawn = [(name, p) for name, p in entries
-                 if p is not None and p.reported and any(r is not None for r in p.rates)]
+                 if p is not None and p.reported and any(r is not None for r in p.shares)]
         width = 0.8 / max(len(drawn), 1)
         for j, (name, positions) in enumerate(drawn):
-            shown = [(i + 1, rate) for i, rate in enumerate(positions.rates) if rate is not None]
+            shown = [(i + 1, rate) for i, rate in enumerate(positions.shares) if rate is not None]
             colour = arm_colour(self._arm_index.get(name, j + 1))
             bars = pg.BarGraphItem(x=[x - 0.4 + width * (j + 0.5) for x, _ in shown],
                                    height=[100 * rate for _, rate in shown], width=width * 0.9,
@@ -308,7 +308,7 @@ class BenchPlots(QWidget):
                                    name=name if self._legend else None)
             plot.addItem(bars)
             self.position_bars[name] = bars
-        top = max((len(p.rates) for _, p in drawn), default=1)
+        top = max((len(p.shares) for _, p in drawn), default=1)
         plot.getAxis("bottom").setTicks([[(x, str(x)) for x in range(1, top + 1)]])
         plot.setXRange(0.5, top + 0.5, padding=0)
         self.titles["positions"].setText(positions_title(entries))

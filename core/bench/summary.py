@@ -29,7 +29,13 @@ from typing import Any
 from specdeck.core.bench import stats
 from specdeck.core.bench.plan import Arm
 from specdeck.core.bench.runner import BenchRun, RunRecord
-from specdeck.core.engines.base import DrafterKind, DrafterSpec, mean_acceptance_length
+from specdeck.core.engines.base import (
+    DrafterKind,
+    DrafterSpec,
+    mean_acceptance_length,
+    position_rates,
+    position_shares,
+)
 from specdeck.core.engines.lossless import OutputMatch, compare_runs
 
 LOW_ACCEPTANCE = 0.5
@@ -59,17 +65,18 @@ NOT_REPORTED = "not reported by the server"
 class DraftPositions:
     """Acceptance by draft position for one drafting arm, pooled over its runs.
 
-    Position i (0-based here, shown 1-based) is kept only when every earlier one was, so the
-    rate at i is the share of drafts whose first i+1 tokens were all right. Engines count the
-    drafts that reached position i (an n-gram draft may be shorter than k); a server's
-    counters say only how many drafts there were, so there every draft counts at every
-    position, as vLLM and llama.cpp compute their per-position rates (accepted_i /
-    num_drafts)."""
+    Position i (0-based here, shown 1-based) is kept only when every earlier one was. Two
+    figures, defined in core.engines.base: the share of all drafts whose first i+1 tokens
+    were kept (``shares``, SHARE_OF_DRAFTS: what the chart shows, for every source; it never
+    rises with i), and the share of the drafts that reached position i that kept it
+    (``of_reached``, OF_REACHED: engines count the drafts reaching each position; a
+    server's counters do not, unless every draft was k long)."""
 
-    drafted: tuple[int, ...]
-    """Index i: drafts that reached position i (a server: every draft)."""
+    reached: tuple[int, ...]
+    """Index i: drafts that reached position i; () where the source does not say."""
     accepted: tuple[int, ...]
-    """Index i: drafts whose token at position i was kept."""
+    """Index i: drafts whose token at position i was kept (a server: every position its
+    counters report, zeros included)."""
     drafts: int
     """Verify steps that carried a draft, over the counted runs."""
     accepted_tokens: int
@@ -86,9 +93,14 @@ class DraftPositions:
         return self.source != NOT_REPORTED
 
     @property
-    def rates(self) -> tuple[float | None, ...]:
-        """accepted_i / drafted_i per position; None where nothing reached position i."""
-        return tuple(a / d if d else None for a, d in zip(self.accepted, self.drafted))
+    def shares(self) -> tuple[float | None, ...]:
+        """SHARE_OF_DRAFTS per position: accepted_i / drafts (None without a draft)."""
+        return position_shares(self.accepted, self.drafts)
+
+    @property
+    def of_reached(self) -> tuple[float | None, ...]:
+        """OF_REACHED per position: accepted_i / reached_i; () where reached is not known."""
+        return position_rates(self.accepted, self.reached)
 
     @property
     def mean_acceptance_length(self) -> float | None:
@@ -104,23 +116,31 @@ class DraftPositions:
         return f"{self.source}{runs}"
 
     def to_json(self) -> dict[str, Any]:
-        """The counts, and the rates and length derived from them, so readers need not
-        recompute them; "reported": false says the server gave none (never zeros)."""
+        """The counts, and the figures and length derived from them, so readers need not
+        recompute them; "reported": false says the server gave none (never zeros);
+        "reached": null says the source does not count the drafts reaching each position."""
         return {"source": self.source, "reported": self.reported, "label": self.label,
                 "drafts": self.drafts, "accepted_tokens": self.accepted_tokens,
-                "drafted": list(self.drafted), "accepted": list(self.accepted),
-                "rates": list(self.rates), "mean_acceptance_length": self.mean_acceptance_length,
+                "reached": list(self.reached) if self.reached or not self.reported
+                or not self.drafts else None,
+                "accepted": list(self.accepted),
+                "share_of_all_drafts": list(self.shares),
+                "of_drafts_that_reached": list(self.of_reached) if self.reached else None,
+                "mean_acceptance_length": self.mean_acceptance_length,
                 "runs": self.runs, "of_runs": self.of_runs}
 
 
 def draft_positions(records: Sequence[RunRecord]) -> DraftPositions:
-    """One arm's acceptance by draft position, from its runs' records: the one definition
-    the A/B page's chart, the reports and the summary use.
+    """One arm's acceptance by draft position, from its runs' records: the one pooling the
+    A/B page's chart, the reports and the summary use.
 
     A server run counts when its counters were read and passed their checks
     (``metrics_drafted`` set, and positions whenever it drafted); one that drafted nothing
     counts with zero drafts. Where no run's server reported positions the result says
-    NOT_REPORTED and holds no figure: nothing is filled in."""
+    NOT_REPORTED and holds no figure: nothing is filled in. Counts are summed position by
+    position, a run's missing positions counting zero (it had no draft, or kept no token,
+    there); the drafts reaching each position are known only when every run that drafted
+    says them."""
     counted, server = [], False
     for record in records:
         stats, reading = record.result.stats, record.result.server
@@ -133,14 +153,20 @@ def draft_positions(records: Sequence[RunRecord]) -> DraftPositions:
             counted.append(stats)
     if server and not counted:
         return DraftPositions((), (), 0, 0, NOT_REPORTED, 0, len(records))
-    width = max((len(s.per_position_drafted) for s in counted), default=0)
-    drafted = tuple(sum(s.per_position_drafted[i] for s in counted
-                        if i < len(s.per_position_drafted)) for i in range(width))
-    accepted = tuple(sum(s.per_position_accepted[i] for s in counted
-                         if i < len(s.per_position_accepted)) for i in range(width))
-    return DraftPositions(drafted, accepted, sum(s.draft_steps for s in counted),
+    width = max((max(len(s.per_position_drafted), len(s.per_position_accepted))
+                 for s in counted), default=0)
+    known = all(s.per_position_drafted or not s.draft_steps for s in counted)
+    reached = tuple(sum(_at(s.per_position_drafted, i) for s in counted)
+                    for i in range(width)) if known else ()
+    accepted = tuple(sum(_at(s.per_position_accepted, i) for s in counted) for i in range(width))
+    return DraftPositions(reached, accepted, sum(s.draft_steps for s in counted),
                           sum(s.accepted for s in counted),
                           SERVER_COUNTERS if server else ENGINE_COUNT, len(counted), len(records))
+
+
+def _at(counts: Sequence[int], i: int) -> int:
+    """A run's count at position i; 0 past its end (nothing reached or was kept there)."""
+    return counts[i] if i < len(counts) else 0
 
 
 @dataclass(frozen=True)
@@ -165,7 +191,8 @@ class ArmSummary:
     """Pooled: 1 + accepted / drafts (engines.base.mean_acceptance_length), over the runs
     ``positions`` counts; where it comes from is ``positions.label``."""
     per_position_acceptance: tuple[float | None, ...]
-    """Pooled per draft position: ``positions.rates`` (cumulative: P(first i+1 kept))."""
+    """Pooled per draft position: ``positions.shares`` (SHARE_OF_DRAFTS: of all drafts, the
+    share whose first i+1 tokens were kept)."""
     step_time_s: float | None
     """Median decode seconds per verify step (per token for the reference)."""
     peak_memory_bytes: int | None
@@ -486,7 +513,7 @@ def _arm_summary(arm: Arm, records: list[RunRecord], peak_bandwidth: float | Non
         acceptance_rate=accepted / drafted if drafted and acceptance_known else None,
         mean_acceptance_length=positions.mean_acceptance_length
         if positions is not None and acceptance_known else None,
-        per_position_acceptance=positions.rates if positions is not None else (),
+        per_position_acceptance=positions.shares if positions is not None else (),
         step_time_s=_median([s.decode_s / s.steps for s in measured if s.steps]),
         peak_memory_bytes=max(memories) if memories else None,
         memory_kind=kinds.pop() if len(kinds) == 1 else ",".join(sorted(kinds)),
@@ -747,8 +774,8 @@ def per_step_acceptance(records: Sequence[RunRecord]) -> list[float]:
     width = max((len(r.result.stats.per_position_accepted) for r in records), default=0)
     if not steps:
         return []
-    return [sum(r.result.stats.per_position_accepted[i] for r in records
-                if i < len(r.result.stats.per_position_accepted)) / steps for i in range(width)]
+    return [sum(_at(r.result.stats.per_position_accepted, i) for r in records) / steps
+            for i in range(width)]
 
 
 def _theory(run: BenchRun, drafter: DrafterSpec, summary: ArmSummary,

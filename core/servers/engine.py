@@ -807,9 +807,7 @@ class ServerEngine:
                 # The steps and positions describe the same drafts the figures count.
                 draft_steps, by_position = counted.steps, counted.accepted_by_position
         if by_position and not drafted_by_position:
-            # A position's drafts are the verify steps that drafted (llama.cpp's and vLLM's
-            # per-position acceptance: accepted there over drafts).
-            drafted_by_position = tuple(draft_steps for _ in by_position)
+            drafted_by_position = _reached(by_position, draft_steps, drafted)
         mean, mean_source = report.mean_acceptance_length, report.mean_acceptance_source
         if mean is None and gauges is not None and gauges.accept_length is not None:
             from specdeck.core.servers.sglang import ACCEPT_LENGTH, GAUGE_MEANING
@@ -981,17 +979,29 @@ def _by_position(before: dict[str, float], after: dict[str, float], accepted: fl
         if not (math.isfinite(old) and math.isfinite(new)) or new < old:
             return (), f"/metrics {head} at position {position} is not a growing counter"
         grown[int(position)] = grown.get(int(position), 0.0) + (new - old)
-    if not grown:
-        return (), ""
+    if not grown or steps == 0:
+        return (), ""  # no draft: no position reached
+    # Every position the server reports, zeros included: llama-server sizes its per-position
+    # array to its k (server-context.cpp, n_accepted_per_pos.resize(common_speculative_n_max))
+    # and exports it whole, so a run whose acceptance ended early still has its drafts
+    # counted at the later positions, where it kept nothing.
     values = [grown.get(i, 0.0) for i in range(max(grown) + 1)]
-    while values and values[-1] == 0:
-        values.pop()
     if accepted is not None and abs(sum(values) - accepted) > 0.5:
         return (), (f"/metrics accepted per position add up to {sum(values):g}, not the "
                     f"{accepted:g} accepted")
     if steps is not None and any(v > steps for v in values):
         return (), "/metrics accepted at a position more often than there were drafts"
     return tuple(int(v) for v in values), ""
+
+
+def _reached(by_position: tuple[int, ...], drafts: int, drafted: int | None
+             ) -> tuple[int, ...]:
+    """The drafts that reached each position, where the counts say it: only when every draft
+    was as long as the positions reported (drafted = drafts x k); otherwise () (unknown: a
+    shorter draft reached fewer positions, and the counters do not say which)."""
+    if drafts and drafted == drafts * len(by_position):
+        return tuple(drafts for _ in by_position)
+    return ()
 
 
 def _drafting(arm, info: ServerInfo | None):

@@ -86,10 +86,11 @@ def test_summary_and_every_report_file(models, tmp_path):
     assert 0 < drafts <= b.steps  # the formula's drafts are verify steps that carried a draft
     assert b.mean_acceptance_length == pytest.approx(1 + b.accepted / drafts)
     assert b.positions.source == "engine count" and b.positions.runs == len(runs_b)
-    for i, rate in enumerate(b.per_position_acceptance):  # pooled counts, not a mean of rates
+    for i, share in enumerate(b.per_position_acceptance):  # pooled counts, not a mean of rates
         kept = sum(s.per_position_accepted[i] for s in runs_b if i < len(s.per_position_accepted))
         reached = sum(s.per_position_drafted[i] for s in runs_b if i < len(s.per_position_drafted))
-        assert rate == pytest.approx(kept / reached)
+        assert share == pytest.approx(kept / drafts)  # the share of all drafts
+        assert b.positions.of_reached[i] == pytest.approx(kept / reached)
     assert len(b.per_position_acceptance) == 3  # k = 3: a model draft reaches every position
     assert b.new_tokens == b.steps + b.accepted  # nothing was cut short by EOS here
     theory = draft.theory
@@ -125,14 +126,17 @@ def test_summary_and_every_report_file(models, tmp_path):
         assert f"Source: engine count; {sum(s.draft_steps for s in stats_)} drafts" in block
         rows_ = [line.split(" | ") for line in block.splitlines() if line.startswith("| ") and
                  line[2].isdigit()]
-        assert len(rows_) == len(arm.positions.drafted) > 0
+        assert len(rows_) == len(arm.positions.reached) > 0
         for i, cells in enumerate(rows_):
             reached = sum(s.per_position_drafted[i] for s in stats_ if i < len(s.per_position_drafted))
             kept = sum(s.per_position_accepted[i] for s in stats_ if i < len(s.per_position_accepted))
-            assert cells[1:3] == [str(reached), str(kept)]
+            assert [cells[1], cells[3]] == [str(kept), str(reached)]
     json_b = data["summary"]["arms"][1]["positions"]
     assert json_b["source"] == "engine count" and json_b["reported"] is True
-    assert json_b["rates"] == pytest.approx(list(summary.arm("B").per_position_acceptance))
+    assert json_b["share_of_all_drafts"] == \
+        pytest.approx(list(summary.arm("B").per_position_acceptance))
+    assert json_b["of_drafts_that_reached"] == \
+        pytest.approx(list(summary.arm("B").positions.of_reached))
     assert data["summary"]["arms"][0]["positions"] is None  # the reference drafts nothing
 
     import xml.etree.ElementTree as ET

@@ -398,7 +398,10 @@ def test_a_runs_drafts_steps_and_positions_come_from_the_counters_growth():
     after = _llama_metrics(34, 18, 5, [5, 4, 4, 3, 1, 1] + [0] * 42)
     counted = _counted_draft(before, after, tokens=22)
     assert (counted.drafted, counted.accepted, counted.steps) == (24, 14, 3)
-    assert counted.accepted_by_position == (3, 3, 3, 3, 1, 1) and not counted.problem
+    # Every position the server reports, the zeros past the last kept one too: the run's
+    # 3 drafts count at every position (issue 44: trimmed, later positions lost them).
+    assert counted.accepted_by_position == (3, 3, 3, 3, 1, 1) + (0,) * 42
+    assert not counted.problem
     # Positions that do not add up to the accepted total are not used (the totals still are).
     odd = _counted_draft(before, _llama_metrics(34, 18, 5, [9, 4, 4, 3, 1, 1]), tokens=22)
     assert odd.accepted == 14 and odd.accepted_by_position == ()
