@@ -116,6 +116,9 @@ class GridRow:
     not_drafting: str = ""
     """Why it drafted nothing over all its runs (core.bench.summary's reading; "" when it
     drafted or nobody reported): its speed-up is then noise, and it cannot win."""
+    drafting_unknown: str = ""
+    """Why nobody can tell whether it drafted (core.bench.summary's ``drafting_unknown``):
+    it cannot win either."""
 
     @property
     def score(self) -> float:
@@ -127,7 +130,7 @@ class GridRow:
         return winner.Standing(
             None if figure is None or figure.speedup is None else figure.speedup.median,
             self.diverged, complete=self.dropped_in_round is None,
-            not_usable=f"it did not draft: {self.not_drafting}" if self.not_drafting else "")
+            not_drafting=winner.drafting_doubt(self.not_drafting, self.drafting_unknown))
 
 
 @dataclass(frozen=True)
@@ -218,15 +221,16 @@ def pooled(runs: Sequence[BenchRun], reference: Arm, cell: Cell) -> BenchRun:
 def _row(cell: Cell, summaries: dict[str, BenchSummary], dropped: int | None = None) -> GridRow:
     """``cell``'s row from its plan's ``suite_summaries``."""
     by_suite = {}
-    lossless, diverged, idle = "", 0, ""
+    lossless, diverged, idle, unknown = "", 0, "", ""
     for suite, summary in summaries.items():
         arm = summary.arm(cell.arm.name)
         comparison = summary.comparison(cell.arm.name)
         by_suite[suite] = Figure(arm.tokens_per_second, comparison.speedup, arm.acceptance_rate)
         if suite == ALL:
             lossless, diverged = comparison.lossless.verdict, comparison.lossless.diverged
-            idle = comparison.not_drafting
-    return GridRow(cell, by_suite, lossless, dropped, diverged=diverged, not_drafting=idle)
+            idle, unknown = comparison.not_drafting, comparison.drafting_unknown
+    return GridRow(cell, by_suite, lossless, dropped, diverged=diverged, not_drafting=idle,
+                   drafting_unknown=unknown)
 
 
 def _baseline(runs: Sequence[BenchRun], reference: str, suites: Sequence[str]) -> dict:

@@ -112,6 +112,9 @@ class ArmSoFar:
     drafted_nothing: bool = False
     """Every paired run counted its drafts (an engine's own count, or a server that reports
     them) and none was drafted: the speed-up so far is noise."""
+    drafting_unknown: bool = False
+    """No paired run carried a draft count (a server that reports none, such as a
+    llama-server without --metrics): nobody can tell yet whether it drafted."""
 
     def to_text(self, reference: str) -> str:
         """One line, as the CLI's progress prints it."""
@@ -120,6 +123,8 @@ class ArmSoFar:
                 return f"{self.name}: no usable speed in {self.pairs} paired runs so far"
             return f"{self.name}: waiting for paired runs"
         accept = "" if self.acceptance_rate is None else f", acceptance {self.acceptance_rate:.0%}"
+        if self.drafting_unknown:
+            accept = ", did it draft? not reported"
         same = (f", {self.identical}/{self.pairs} identical" if self.checkable else "")
         return (f"{self.name}: {self.median_speedup:.2f}x vs {reference} so far (median of "
                 f"{self.pairs} paired, {self.min_speedup:.2f}-{self.max_speedup:.2f}x{accept}{same})")
@@ -308,6 +313,9 @@ class LivePlan:
             checkable=self.plan.sampling.greedy,
             drafted_nothing=bool(paired) and drafted == 0 and all(
                 _counts_drafts(r.record.result.server) for r in paired),
+            drafting_unknown=bool(paired) and drafted == 0 and not any(
+                _counts_drafts(r.record.result.server) or
+                r.record.result.server.drafts_by_construction for r in paired),
         )
 
     def figures(self) -> list[ArmSoFar]:
@@ -319,4 +327,4 @@ def _counts_drafts(server) -> bool:
     """Whether a run's drafted count is a count: an engine's own (no server), or a server's
     that reports it (core.bench.summary reads the same fields)."""
     return server is None or bool(server.report.acceptance_source) or \
-        server.metrics_drafted is not None
+        server.metrics_drafted is not None or bool(server.draft_source)

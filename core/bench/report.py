@@ -25,7 +25,7 @@ import io
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from specdeck.core.bench import stats
 from specdeck.core.bench.plan import BenchPlan
 from specdeck.core.bench.runner import BenchRun, RunRecord
 from specdeck.core.bench.summary import NOT_REPORTED, BenchSummary, pairs, summarize
+from specdeck.core.bench.winner import best_arm, drafting_doubt
 from specdeck.core.engines.base import OF_REACHED, SHARE_OF_DRAFTS
 from specdeck.core.engines.lossless import compare_runs
 from specdeck.core.errors import InvalidInputError, NotFoundError
@@ -404,6 +405,11 @@ class HistoryEntry:
     """Losslessness verdict by drafting arm."""
     counted_runs: int
     cancelled: bool
+    best: str | None = None
+    """The winning drafting arm (core.bench.winner.best_arm); None: no draft won."""
+    not_drafting: dict[str, str] = field(default_factory=dict)
+    """Drafting arm -> why it is not a drafting result (it drafted nothing, or nobody can
+    tell whether it did): its speed-up is kept as measured, never as the best."""
 
 
 def history_dir() -> Path:
@@ -432,6 +438,9 @@ def save_to_history(run: BenchRun, summary: BenchSummary, root: Path | None = No
         lossless={c.arm: c.lossless.verdict for c in summary.comparisons},
         counted_runs=summary.counted_runs,
         cancelled=summary.cancelled,
+        best=best_arm(summary),
+        not_drafting={c.arm: why for c in summary.comparisons
+                      if (why := drafting_doubt(c.not_drafting, c.drafting_unknown))},
     )
     data = to_jsonable(entry)
     data["folder"] = folder.name  # relative: the history can move with the data dir
@@ -458,6 +467,9 @@ def list_history(root: Path | None = None) -> list[HistoryEntry]:
                 lossless=dict(data["lossless"]),
                 counted_runs=int(data["counted_runs"]),
                 cancelled=bool(data["cancelled"]),
+                best=str(data["best"]) if data.get("best") else None,
+                not_drafting={str(k): str(v) for k, v in
+                              (data.get("not_drafting") or {}).items()},
             ))
         except (OSError, ValueError, KeyError, TypeError):
             continue

@@ -349,6 +349,11 @@ class Comparison:
     nothing in any run, as counted by its engine or reported by its server (a server started
     without --spec-type, a draft that failed to load, nothing in the prompts to copy). Its
     speed-up is shown as measured, but it never wins and is not called a drafting speed-up."""
+    drafting_unknown: str = ""
+    """Why SpecDeck cannot tell whether this drafting arm drafted at all, and how to make it
+    tellable ("" when it can): no run carried a draft count and nothing makes it draft at
+    every step. Like ``not_drafting``, its speed-up is shown as measured, never wins and is
+    kept out of History's best."""
 
     @property
     def usable(self) -> bool:
@@ -367,7 +372,7 @@ class Comparison:
             "by_tag": {tag: ratio(r) for tag, r in self.by_tag.items()},
             "lossless": self.lossless, "theory": self.theory, "verdict": self.verdict,
             "causes": list(self.causes), "usable": self.usable, "not_usable": self.not_usable,
-            "not_drafting": self.not_drafting,
+            "not_drafting": self.not_drafting, "drafting_unknown": self.drafting_unknown,
         }
 
 
@@ -487,9 +492,10 @@ def _arm_summary(arm: Arm, records: list[RunRecord], peak_bandwidth: float | Non
     acceptance_known = not acceptance_problems
     if server_runs and has_drafter:
         sources = {s.report.acceptance_source or ("Prometheus counters" if s.metrics_drafted
-                                                   is not None else "") for s in server_runs}
+                                                   is not None else s.draft_source)
+                   for s in server_runs}
         sources.discard("")
-        source = ", ".join(sorted(sources)) or "not reported by this server"
+        source = ", ".join(sorted(sources)) or _not_reported(arm)
         acceptance_known = bool(sources) and not acceptance_problems
         if acceptance_problems:  # one garbled reading makes the server's counts suspect
             source = f"not usable: {acceptance_problems[0]}"
@@ -555,9 +561,14 @@ def _compare(run: BenchRun, arm: Arm, ref: ArmSummary, summary: ArmSummary,
     theory = _theory(run, arm.drafter, summary, matched)
     not_usable = "" if speedup is not None else _why_no_speedup(ref, summary, matched)
     not_drafting = _why_not_drafting(arm, summary)
+    unknown = "" if not_drafting else _why_drafting_unknown(arm, summary,
+                                                             run.counted(arm.name))
     verdict, causes = _verdict(arm, speedup, summary, theory, matched, not_usable)
     if not_drafting and speedup is not None:
         verdict = f"{arm.name} did not draft: {not_drafting}. Measured as it ran: {verdict}"
+    elif unknown and speedup is not None:
+        verdict = (f"{arm.name}: SpecDeck cannot tell whether it drafted ({unknown}). "
+                   f"Measured as it ran, not counted as a drafting result: {verdict}")
     return Comparison(
         arm=arm.name,
         label=arm.label,
@@ -569,6 +580,7 @@ def _compare(run: BenchRun, arm: Arm, ref: ArmSummary, summary: ArmSummary,
         causes=causes,
         not_usable=not_usable,
         not_drafting=not_drafting,
+        drafting_unknown=unknown,
     )
 
 
@@ -586,6 +598,47 @@ def _why_not_drafting(arm: Arm, summary: ArmSummary) -> str:
         return f"{before}; {runs}"
     return (f"{runs} (a server started without --spec-type, a draft that did not load, or "
             "prompts with nothing its drafter could propose)")
+
+
+def _not_reported(arm: Arm) -> str:
+    """A drafting server arm's acceptance source where no run carried counts, with why where
+    SpecDeck knows it (TabbyAPI: none over HTTP; its log, when SpecDeck started it)."""
+    server = arm.server
+    if server is not None and server.tabby_launch is not None:
+        return ("not reported by this server (TabbyAPI's log had no draft counts for these "
+                "requests: its ExLlamaV2 backend logs none)")
+    if server is not None and (server.tabby is not None or server.kind is not None
+                               and server.kind.value == "tabbyapi"):
+        return ("not reported by this server (TabbyAPI returns no draft counts over HTTP; "
+                "SpecDeck reads them from TabbyAPI's log only when it starts TabbyAPI itself)")
+    return "not reported by this server"
+
+
+def _why_drafting_unknown(arm: Arm, summary: ArmSummary, records: Sequence[RunRecord]) -> str:
+    """Why nobody can tell whether a drafting server arm drafted, with how to make it
+    tellable ("" when it can be told): no run carried a draft count (none in the responses,
+    no counters around the runs, nothing in a log SpecDeck read), and the arm does not
+    draft at every step by construction. llama-server's timings leave ``draft_n`` out of a
+    request that drafted nothing, so without /metrics a server that never drafted looks
+    like one that reports nothing."""
+    from specdeck.core.servers.kinds import TRAITS, ServerKind
+
+    if arm.drafter.kind is DrafterKind.NONE or not records or summary.drafted:
+        return ""
+    readings = [r.result.server for r in records]
+    if any(s is None for s in readings):
+        return ""  # an engine counts every draft
+    if any(s.report.drafted is not None or s.metrics_drafted is not None or s.draft_source
+           or s.report.acceptance_problem or s.drafts_by_construction for s in readings):
+        return ""
+    if arm.server is not None and arm.server.tabby_launch is not None:
+        return ("TabbyAPI's log had no draft counts for these requests (its ExLlamaV2 backend "
+                "logs none)")
+    try:
+        kind = ServerKind(readings[0].report.kind)
+    except ValueError:
+        kind = ServerKind.OPENAI
+    return TRAITS[kind].tellable
 
 
 def _said_before(arm: Arm) -> str:

@@ -113,6 +113,8 @@ class SweepRow:
     """The arm of the plan that measured it."""
     diverged: int = 0
     """Runs whose output really changed (such a row never wins)."""
+    not_drafting: str = ""
+    """Why it is not known to have drafted (core.bench.winner.drafting_doubt): it never wins."""
 
     @property
     def score(self) -> float:
@@ -211,6 +213,8 @@ def setting_rows(run: BenchRun, summary: BenchSummary) -> list[SweepRow]:
             lossless=comparison.lossless.verdict,
             arm=comparison.arm,
             diverged=comparison.lossless.diverged,
+            not_drafting=winner.drafting_doubt(comparison.not_drafting,
+                                               comparison.drafting_unknown),
         ))
     return rows
 
@@ -218,7 +222,8 @@ def setting_rows(run: BenchRun, summary: BenchSummary) -> list[SweepRow]:
 def best_row(rows: Sequence[SweepRow]) -> SweepRow | None:
     """The winning row by ``core.bench.winner``'s rule; None when none beats no draft."""
     return winner.pick(rows, lambda r: winner.Standing(
-        None if r.speedup is None else r.speedup.median, r.diverged))
+        None if r.speedup is None else r.speedup.median, r.diverged,
+        not_drafting=r.not_drafting))
 
 
 def sweep_result(spec: SweepSpec, runs: Sequence[BenchRun],

@@ -104,6 +104,10 @@ class ServerRun:
     agree; the request's own counts are used either way (they are this request's alone)."""
     options: tuple[tuple[str, int], ...] = ()
     """Drafting options the run's requests carried (Ollama's draft_num_predict)."""
+    drafts_by_construction: str = ""
+    """Why this run drafted at every step whatever it reported (a TabbyAPI that loaded a
+    draft model: its ExLlama backend drafts with it at every step); "" when that is not
+    known. Then a run without draft counts still is a drafting result."""
 
 
 def availability() -> Availability:
@@ -716,10 +720,14 @@ class ServerEngine:
         sent = time.perf_counter()
         reading = StreamReading(self._kind.value, sent, max_tokens=request.max_new_tokens)
         stop = None
+        response_id = None
         deadline = GENERATION_TIMEOUT_S + GENERATION_S_PER_TOKEN * request.max_new_tokens
         try:
             for event in stream_sse(self._base, route, body, self._key, cancel,
                                     timeout=deadline):
+                if response_id is None and isinstance(event.data, dict) \
+                        and isinstance(event.data.get("id"), str):
+                    response_id = event.data["id"]
                 text = reading.add(event)
                 if reading.overran:
                     break  # closing the stream stops the server's generation too
@@ -749,10 +757,37 @@ class ServerEngine:
             from specdeck.core.servers.sglang import read_gauges
 
             gauges = read_gauges(self._base, self._key)
-        return self._result(request, reading, report, stop, counted, gauges)
+        logged = self._logged_draft(response_id, cancel)
+        return self._result(request, reading, report, stop, counted, gauges, logged)
+
+    def _logged_draft(self, response_id: str | None, cancel):
+        """A TabbyAPI SpecDeck started: what its log says this request drafted
+        (core.servers.tabby_launch.logged_draft); None for other arms, or no such line."""
+        from specdeck.core.servers.tabby_launch import ManagedTabby
+
+        managed = self._managed.get(self._arm.name)
+        if not isinstance(managed, ManagedTabby) or not response_id:
+            return None
+        return managed.logged_draft(response_id.removeprefix("chatcmpl-"), cancel)
+
+    def _drafts_by_construction(self) -> str:
+        """Why this arm drafts at every step ("" when that is not known): a TabbyAPI holding
+        a draft model (its ExLlama backend drafts with it at every step)."""
+        server = self._arm.server
+        name = None
+        if server.tabby is not None:
+            now = self._tabby_now.get(server.url)
+            name = now.draft_model_name if now is not None and now.draft_model_name \
+                == server.tabby.draft_model_name else None
+        elif server.tabby_launch is not None:
+            from specdeck.core.servers.tabby_launch import draft_model_of
+
+            name = draft_model_of(server.tabby_launch)
+        return (f"TabbyAPI holds the draft model {name}, and its ExLlama backend drafts with "
+                "it at every step") if name else ""
 
     def _result(self, request, reading: StreamReading, report: ServerReport, stop,
-                counted: CountedDraft | None, gauges=None) -> GenerationResult:
+                counted: CountedDraft | None, gauges=None, logged=None) -> GenerationResult:
         arrivals = reading.arrivals
         problems = list(report.problems)
         speed_problem = ""
@@ -786,6 +821,16 @@ class ServerEngine:
         drafted_m = accepted_m = None
         draft_steps, by_position, drafted_by_position = 0, (), ()
         source = report.acceptance_source if drafted is not None else ""
+        if drafted is None and logged is not None and logged.drafted is not None:
+            from specdeck.core.servers.tabby_launch import LOG_SOURCE
+
+            # Checked like every reading: a count the log garbled is not used.
+            acceptance_problem = check_acceptance(logged.drafted, logged.accepted, n,
+                                                  LOG_SOURCE)
+            if acceptance_problem:
+                problems.append(acceptance_problem)
+            else:
+                drafted, accepted, source = logged.drafted, logged.accepted, LOG_SOURCE
         per_request = report.draft_steps is not None and drafted is not None
         if per_request:  # the request's own report: exact, and this request's alone
             draft_steps = report.draft_steps
@@ -842,7 +887,8 @@ class ServerEngine:
                            mean_acceptance_source=mean_source, gauges=gauges,
                            cross_check=cross_check,
                            options=tuple(self._ollama_options().items())
-                           if self._kind is ServerKind.OLLAMA else ())
+                           if self._kind is ServerKind.OLLAMA else (),
+                           drafts_by_construction=self._drafts_by_construction())
         return GenerationResult(text=reading.text, token_ids=(), prompt_ids=(), stats=stats,
                                 drafter=self._arm.drafter, sampling=request.sampling,
                                 engine=f"server:{self._kind.value}", server=server)

@@ -111,7 +111,7 @@ class CellSoFar:
             return Standing(None)
         diverged = f.pairs - f.identical - f.ties if f.checkable else 0
         return Standing(f.median_speedup, diverged, complete=not self.dropped,
-                        not_usable="it drafted nothing" if f.drafted_nothing else "")
+                        not_drafting="it drafted nothing" if f.drafted_nothing else "")
 
 
 @dataclass

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -195,6 +196,88 @@ def test_acceptance_by_position_is_the_servers_counters_when_acceptance_ends_ear
         assert positions["of_drafts_that_reached"] == pytest.approx(shares)
     else:
         assert positions["reached"] is None and positions["of_drafts_that_reached"] is None
+
+
+@contextlib.contextmanager
+def llama_server_without_metrics(llama_bin, gguf, flags, log: Path):
+    """A llama-server as a user starts it by hand: no --metrics, so no /metrics counters."""
+    from specdeck.core.servers.llama_server import free_port
+    from specdeck.core.servers.transport import request_json
+
+    port = free_port()
+    with open(log, "wb") as out:
+        process = subprocess.Popen([str(llama_bin), "-m", str(gguf), "--port", str(port),
+                                    *flags], stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert process.poll() is None, log.read_text()[-2000:]
+            with contextlib.suppress(ServerError):
+                if request_json(Base.parse(url), "GET", "/health", timeout=2).get("status") \
+                        == "ok":
+                    break
+            assert time.monotonic() < deadline, "llama-server did not start"
+            threading.Event().wait(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def test_a_server_that_cannot_say_whether_it_drafted_wins_nothing_and_says_so(
+        llama_bin, demo_gguf, servers, tmp_path, specdeck_home):
+    """Issue 44: a llama-server started without --metrics, with an n-gram drafter that finds
+    nothing to propose (a lookup of 24 tokens never matches), leaves draft_n out of every
+    response: nothing says whether it drafted. Its speed-up was shown bold with
+    "acceptance: no drafts", and became History's best and a winner."""
+    from specdeck.core.bench import winner
+    from specdeck.core.bench.plan import BenchPlan
+    from specdeck.core.bench.report import list_history, save_to_history
+    from specdeck.core.bench.runner import run_plan
+    from specdeck.core.bench.suites import first_prompts
+    from specdeck.core.bench.summary import summarize
+    from specdeck.core.servers.arms import url_arm
+    from specdeck.core.servers.engine import ServerEngine
+    from specdeck.gui import bench_render
+
+    plain, _ = servers
+    flags = THREADS + ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "24")
+    with llama_server_without_metrics(llama_bin, demo_gguf, flags, tmp_path / "b.log") as url:
+        plan = BenchPlan(engine="server", model="server",
+                         arms=(url_arm("A", plain, reference=True), url_arm("B", url)),
+                         suites=("grounded",),
+                         prompt_ids=tuple(p.id for p in first_prompts(("grounded",), 2)),
+                         max_new_tokens=24, repeats=1, warmup=0)
+        engine = ServerEngine()
+        try:
+            run = run_plan(plan, engine)
+        finally:
+            engine.unload()
+    summary = summarize(run)
+    runs_b = run.counted("B")
+    assert runs_b and all(r.result.server.report.drafted is None for r in runs_b)
+    assert all(r.result.server.metrics_drafted is None for r in runs_b)  # no /metrics
+    comparison = summary.comparison("B")
+    assert comparison.speedup is not None and not comparison.not_drafting
+    assert "--metrics" in comparison.drafting_unknown
+    assert comparison.verdict.startswith("B: SpecDeck cannot tell whether it drafted")
+    # Out of every winner, with why.
+    assert winner.best_arm(summary) is None
+    assert "cannot tell whether it drafted" in \
+        winner.comparison_standing(comparison).excluded_because
+    # The A/B page's headline says so, the figure is not bold, and no "no drafts" label.
+    text = bench_render.final_html(summary, ["A", "B"])
+    assert "did it draft? SpecDeck cannot tell" in text and "--metrics" in text
+    assert f"<b>{comparison.speedup.median:.2f}×</b>" not in text
+    assert "acceptance not reported by the server" in text and "no drafts" not in text
+    # History keeps the figure as measured, never as the best.
+    save_to_history(run, summary, root=tmp_path / "history")
+    (entry,) = list_history(tmp_path / "history")
+    assert entry.best is None and "B" in entry.not_drafting
+    line, tip = bench_render.history_item(entry)
+    assert "(not a drafting result)" in line and "best: no draft" in line
+    assert "--metrics" in tip
 
 
 def test_reference_that_drafts_is_refused_before_any_run(servers, specdeck_home):
