@@ -527,6 +527,57 @@ def disturbed(measured: Sequence[tuple[Cell, BenchRun]], reference: str) -> set[
     return out
 
 
+@dataclass(frozen=True)
+class Disturbance:
+    """Runs of one plan that strayed far from the other repeats of their setting and prompt
+    (``disturbed_runs``): another program took the cores while they ran."""
+
+    strayed: dict[str, int]
+    """Arm name -> its runs that strayed (arms with none are left out)."""
+    repeated: int
+    """Runs that had other repeats of their setting and prompt to be judged against."""
+    limit: float
+    """How far (as a share of the speed) a run strayed to count."""
+
+    @property
+    def count(self) -> int:
+        return sum(self.strayed.values())
+
+    def note(self, what: str, noise_share: float | None = None, advice: str = "") -> str:
+        """What a report says: ``what`` names the runs ("the verification's", "this
+        A/B's"), ``noise_share`` the quieter noise they are set against."""
+        against = "" if noise_share is None else f" (the search's noise was {noise_share:.1%})"
+        return (f"{self.count} of {what} {self.repeated} repeated runs ran more than "
+                f"{self.limit:.0%} away from the other repeats of their setting and prompt"
+                f"{against}: another program probably took the cores during "
+                "it, so its intervals are wider than this machine gives when quiet."
+                + (f" {advice}" if advice else ""))
+
+
+def disturbed_runs(run: BenchRun, noise_share: float) -> Disturbance | None:
+    """The runs of ``run`` that another program disturbed: each (setting, prompt) repeated at
+    least twice, a run more than ``DISTURBED`` (or four widths of ``noise_share``, on a
+    noisier machine) from its repeats' median. The one rule the A/B (page and CLI) and the
+    tuner name a busy machine by; None when no run strayed, or no run was repeated."""
+    limit = max(DISTURBED, 4 * noise_share)
+    rates: dict[tuple[str, str], list[float]] = {}
+    for arm in run.plan.arms:
+        for done in run.counted(arm.name):
+            if done.result.stats.decode_s > 0:
+                rates.setdefault((arm.name, done.prompt_id), []).append(
+                    done.result.stats.tokens_per_second)
+    repeated = sum(len(v) for v in rates.values() if len(v) >= 2)
+    strayed: dict[str, int] = {}
+    for (arm, _prompt), values in rates.items():
+        if len(values) < 2:
+            continue
+        middle = statistics.median(values)
+        far = sum(abs(r / middle - 1) > limit for r in values)
+        if far:
+            strayed[arm] = strayed.get(arm, 0) + far
+    return Disturbance(strayed, repeated, limit) if strayed else None
+
+
 def noise(runs: Sequence[BenchRun], reference: str) -> float:
     """The run-to-run noise of this machine, as a share of the speed: how far the reference
     arm's own tok/s strays between runs of the same prompt (the median absolute deviation of

@@ -433,10 +433,14 @@ def summarize(run: BenchRun, decode: Decoder | None = None) -> BenchSummary:
     arms = tuple(_arm_summary(arm, run.counted(arm.name), peak, _failed(run, arm.name))
                  for arm in plan.arms)
     decoder = _LazyDecoder(decode, run.loaded.model_path)
+    busy = _disturbance(run)
     comparisons = tuple(
-        _compare(run, arm, arms[0], arms[i], decoder) for i, arm in enumerate(plan.arms) if i > 0
+        _compare(run, arm, arms[0], arms[i], decoder, busy)
+        for i, arm in enumerate(plan.arms) if i > 0
     )
     notes = []
+    if busy is not None:
+        notes.append(busy.note("this A/B's", advice="Run it again on a quiet machine."))
     if run.cancelled:
         notes.append("The run was stopped early: only the finished runs are counted.")
     if any(a.adaptive for a in arms[1:]):
@@ -545,8 +549,16 @@ def pairs(run: BenchRun, arm: str) -> list[tuple[RunRecord, RunRecord]]:
     return [(reference[r.pair_key], r) for r in run.counted(arm) if r.pair_key in reference]
 
 
+def _disturbance(run: BenchRun):
+    """The runs another program disturbed (core.bench.grid.disturbed_runs, the one rule the
+    tuner uses too), judged against this plan's own noise; None when none was."""
+    from specdeck.core.bench.grid import disturbed_runs, noise
+
+    return disturbed_runs(run, noise([run], run.plan.baseline.name))
+
+
 def _compare(run: BenchRun, arm: Arm, ref: ArmSummary, summary: ArmSummary,
-             decoder: _LazyDecoder) -> Comparison:
+             decoder: _LazyDecoder, busy=None) -> Comparison:
     matched = pairs(run, arm.name)
     speed = [(ratio, b) for a, b in matched
              if (ratio := stats.speedup(a.result.stats.tokens_per_second,
@@ -564,6 +576,14 @@ def _compare(run: BenchRun, arm: Arm, ref: ArmSummary, summary: ArmSummary,
     unknown = "" if not_drafting else _why_drafting_unknown(arm, summary,
                                                              run.counted(arm.name))
     verdict, causes = _verdict(arm, speedup, summary, theory, matched, not_usable)
+    strayed = 0 if busy is None else busy.strayed.get(arm.name, 0) + \
+        busy.strayed.get(ref.name, 0)
+    if causes and strayed:  # the machine first: it moves every figure the others rest on
+        causes = (f"another program probably took the cores: {strayed} of the runs of "
+                  f"{arm.name} and {ref.name} ran more than {busy.limit:.0%} away from the "
+                  "other repeats of their prompt, so these timings mix a busy machine with "
+                  "drafting's own cost; run it again on a quiet machine",
+                  *(c for c in causes if not c.startswith("no single cause")))
     if not_drafting and speedup is not None:
         verdict = f"{arm.name} did not draft: {not_drafting}. Measured as it ran: {verdict}"
     elif unknown and speedup is not None:

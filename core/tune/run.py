@@ -36,10 +36,10 @@ from typing import Any
 
 from specdeck.core.bench.grid import (
     ALL,
-    DISTURBED,
     Cell,
     GridResult,
     GridRow,
+    disturbed_runs,
     noise,
     noise_band,
     pairs_of,
@@ -725,26 +725,14 @@ def finalist(search: GridResult) -> tuple[GridRow | None, float]:
 
 def disturbed_verification(search_noise: float, run: BenchRun) -> str | None:
     """A note when runs of the verification strayed far from the other repeats of the same
-    setting and prompt (``grid.DISTURBED``, or four widths of the search's noise): another
-    program took the cores during it, and its intervals are wider than the machine gives
-    when quiet. None when none did (or with one repeat, too few runs to tell)."""
-    limit = max(DISTURBED, 4 * search_noise)
-    rates: dict[tuple[str, str], list[float]] = {}
-    for arm in run.plan.arms:
-        for done in run.counted(arm.name):
-            if done.result.stats.decode_s > 0:
-                rates.setdefault((arm.name, done.prompt_id), []).append(
-                    done.result.stats.tokens_per_second)
-    counted = sum(len(v) for v in rates.values() if len(v) >= 2)
-    strayed = sum(abs(r / statistics.median(v) - 1) > limit
-                  for v in rates.values() if len(v) >= 2 for r in v)
-    if not strayed:
+    setting and prompt (``grid.disturbed_runs``, against the search's noise): another
+    program took the cores during it. None when none did (or with one repeat, too few runs
+    to tell)."""
+    found = disturbed_runs(run, search_noise)
+    if found is None:
         return None
-    return (f"{strayed} of the verification's {counted} repeated runs ran more than "
-            f"{limit:.0%} away from the other repeats of their setting and prompt (the search's "
-            f"noise was {search_noise:.1%}): another program probably took the cores during "
-            "it, so its intervals are wider than this machine gives when quiet. Run the tune "
-            "again on a quiet machine for a firmer verdict.")
+    return found.note("the verification's", search_noise,
+                      "Run the tune again on a quiet machine for a firmer verdict.")
 
 
 def why_not_the_top(search: GridResult, chosen: GridRow, noise_share: float) -> str | None:

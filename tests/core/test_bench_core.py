@@ -485,3 +485,41 @@ def test_an_ngram_winner_applies_to_tabbyapi_mains_own_config_sample(tmp_path):
 
     with pytest.raises(Exception, match="ExLlamaV2 backend cannot"):
         plan_apply_setting(DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=6), old)
+
+
+def test_a_busy_machine_is_named_before_drafting_is_blamed(models, virtual_clock):
+    """Issue 44: on a loaded machine the A/B said "low acceptance" and "steps too dear" with
+    no word of other programs. The runs are real (n-gram on the cycling model, the parameter
+    clock); then, as another program taking the cores would, two of B's three repeats of each
+    prompt run at an eighth of the speed. The one rule (core.bench.grid.disturbed_runs, the
+    tuner's too) finds them, and every report names the machine as the likely cause first."""
+    from specdeck.core.bench.grid import disturbed_runs
+    from specdeck.gui import bench_render
+
+    strict = DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=4, ngram_short=0)
+    plan = tiny_plan(models["cycle"], (Arm("A"), Arm("B", strict)), max_prompts=2,
+                     repeats=3, max_new_tokens=20)
+    run = run_plan(plan)
+    quiet = summarize(run)
+    assert quiet.comparison("B").speedup.median > 1
+    assert disturbed_runs(run, 0.0) is None
+    assert not any("another program" in n for n in quiet.notes)
+
+    def slowed(record):
+        if record.arm != "B" or record.slot.repeat == 2 or record.slot.warmup:
+            return record
+        stats = record.result.stats
+        return replace(record, result=replace(record.result, stats=replace(
+            stats, decode_s=stats.decode_s * 8)))
+
+    busy = replace(run, records=tuple(slowed(r) for r in run.records))
+    summary = summarize(busy)
+    comparison = summary.comparison("B")
+    assert comparison.speedup.median < 0.95 and comparison.causes
+    assert comparison.causes[0].startswith("another program probably took the cores: 2 of "
+                                           "the runs of B and A ran more than 30% away")
+    assert any(n.startswith("2 of this A/B's 12 repeated runs") for n in summary.notes)
+    assert "likely cause: another program probably took the cores" in \
+        markdown_summary(busy, summary)  # the CLI's report
+    assert "likely cause: another program probably took the cores" in \
+        bench_render.final_html(summary, ["A", "B"])  # the A/B page
