@@ -203,6 +203,9 @@ class Tried:
     complete: bool = True
     """Measured on every prompt the search ran (False: dropped after an early round, on
     part of them: a figure for those prompts, not for the whole set)."""
+    refuted: str = ""
+    """Why verification refuted this figure ("" when it did not, or did not judge it):
+    then it is shown, never learned from (``settled``)."""
 
     @property
     def error(self) -> float | None:
@@ -366,7 +369,8 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
         phase_s["search"] = time.monotonic() - t0
         best, noise_share = finalist(search)
         tried = tuple(_tried(c, p, search, tuning) for c, p in predicted)
-        remember(setup, tried, device_of(setup, options), prompts=prompt_set(options))
+        if cancel.is_set() or best is None:  # no verification will judge these figures
+            remember(setup, tried, device_of(setup, options), prompts=prompt_set(options))
         if cancel.is_set():
             return _result(setup, options, tried, found, search, None,
                            Decided(None, None, False, "Cancelled during the search: nothing "
@@ -399,6 +403,10 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
         engine.unload()
     winner = next((c for c, _ in predicted if best.cell.arm.name.startswith(_cell_prefix(c))),
                   None)  # None: the user's current setting
+    tried = tuple(settled(t, winner, verification, cancel.is_set()) for t in tried)
+    remember(setup, tried, device_of(setup, options), prompts=prompt_set(options))
+    notes += [f"{t.candidate.label}'s search figure ({t.measured:.2f}x) is not kept in the "
+              f"prediction history: {t.refuted}." for t in tried if t.refuted]
     decision = decide(winner, best, verification, setup, cancel.is_set(),
                       server.drafting(best))
     emit(decision)
@@ -406,13 +414,33 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
                    cancel.is_set(), notes, downloads)
 
 
+def settled(item: Tried, winner: Candidate | None, verification: Verification | None,
+            cancelled: bool) -> Tried:
+    """``item``, marked ``refuted`` when it is the search's winner and a finished
+    verification refuted its search figure: the winner drafted nothing on the held-out
+    prompts, or its figure lies outside the verification's 95% interval (a search's 1.61x
+    that verified at 0.97x is not this drafter's figure)."""
+    if item.candidate is not winner or verification is None or cancelled \
+            or item.measured is None:
+        return item
+    if verification.not_drafting:
+        return replace(item, refuted="verification refuted it: it drafted nothing on the "
+                                     f"held-out prompts ({verification.not_drafting})")
+    ratio = verification.winner_vs_none
+    if ratio is not None and ratio.has_interval and \
+            not ratio.ci_low <= item.measured <= ratio.ci_high:
+        return replace(item, refuted=f"verification refuted it: {ratio.median:.2f}x "
+                                     f"({ratio.interval_text()}) on the held-out prompts")
+    return item
+
+
 def remember(setup, tried, device: str, path: Path | None = None, *,
              prompts: str | None = None) -> None:
     """Add what the search measured of each candidate on the ``prompts`` (``prompt_set``) to
     the prediction history, except a setting that drafted nothing (it measured noise, not
-    the drafter)."""
+    the drafter) and a figure verification refuted (``settled``): neither is history."""
     for item in tried:
-        if item.measured is not None and not item.not_drafting:
+        if item.measured is not None and not item.not_drafting and not item.refuted:
             record(setup, item.candidate, item.measured, path, device=device,
                    acceptance=item.acceptance, k=item.k, pairs=item.pairs,
                    disturbed=item.disturbed, prompts=prompts, interval=item.interval,

@@ -230,6 +230,33 @@ def test_a_setting_that_drafted_nothing_is_noise_never_the_best_nor_learned_from
     assert why.startswith("real drafted nothing on the held-out prompts (it drafted nothing)")
 
 
+def test_a_figure_verification_refuted_is_not_history(tmp_path):
+    """Issue 44: a search's 1.61x, refuted by the verification at 0.97x, became the next
+    tune's prediction for that drafter. The winner's figure is judged against the
+    verification's interval before anything is remembered; the others are kept."""
+    from specdeck.core.tune.run import Tried, remember, settled
+
+    setup = from_swap(swap_config(tmp_path, ""), "smol")
+    path = tmp_path / "history.jsonl"
+    mod, map_k = Candidate("ngram-mod"), Candidate("ngram-map-k")
+    noise = tune_predict.predict(mod, setup, "cpu", [])
+    won = Tried(mod, noise, 1.61, "ngram-mod k=4", pairs=6, interval=(1.5, 1.7))
+    other = Tried(map_k, noise, 1.05, "ngram-map-k k=8", pairs=6)
+    refuting = _verification([0.95, 0.97, 0.99, 0.96, 0.98])
+    tried = [settled(t, mod, refuting, cancelled=False) for t in (won, other)]
+    assert tried[0].refuted.startswith("verification refuted it: 0.97x") and not tried[1].refuted
+    remember(setup, tried, "cpu", path)
+    assert [e["candidate"] for e in tune_predict.read_history(path)] == ["ngram-map-k"]
+    # The next tune predicts that drafter from nothing it learned from the refuted figure.
+    again = tune_predict.predict(mod, setup, "cpu", tune_predict.read_history(path))
+    assert not again.source.startswith("history")
+    # A verification that confirms it, or did not finish, leaves the figure to history.
+    confirming = _verification([1.55, 1.6, 1.65, 1.58, 1.62])
+    assert not settled(won, mod, confirming, cancelled=False).refuted
+    assert not settled(won, mod, refuting, cancelled=True).refuted
+    assert not settled(won, mod, None, cancelled=False).refuted
+
+
 def test_the_noise_band_narrows_with_the_pairs_behind_a_score():
     assert noise_band(0.05, 1) == pytest.approx(2 * 0.05 * 2 ** 0.5)
     assert noise_band(0.05, 8) == pytest.approx(noise_band(0.05, 1) / 8 ** 0.5)
