@@ -148,8 +148,10 @@ def draft_positions(records: Sequence[RunRecord]) -> DraftPositions:
             counted.append(stats)
             continue
         server = True
-        if reading.metrics_drafted is not None and (stats.per_position_accepted
-                                                    or stats.accepted == 0):
+        # A run that drafted counts only with its verify steps and positions: counted with
+        # none, it made "no drafts" stand beside the tokens it had accepted.
+        if reading.metrics_drafted is not None and (
+                (stats.per_position_accepted and stats.draft_steps) or stats.drafted == 0):
             counted.append(stats)
     if server and not counted:
         return DraftPositions((), (), 0, 0, NOT_REPORTED, 0, len(records))

@@ -788,8 +788,11 @@ def _tried(candidate: Candidate, prediction: Prediction, search: GridResult,
             and ALL in r.by_suite and r.by_suite[ALL].speedup is not None]
     furthest = max((_reach(r) for r in rows), default=0)
     rows = [r for r in rows if _reach(r) == furthest]
-    top = pick(rows, lambda r: Standing(r.score, r.diverged)) or max(
-        rows, key=lambda r: r.score, default=None)
+    # A setting that drafted nothing is noise: the candidate's figure is a drafting
+    # setting's wherever one drafted (its row said "drafted nothing" beside the 50% its
+    # other setting had accepted).
+    top = pick(rows, lambda r: Standing(r.score, r.diverged, not_drafting=r.not_drafting)) \
+        or max(rows, key=lambda r: (not r.not_drafting, r.score), default=None)
     if top is None:
         return Tried(candidate, prediction, None, None)
     k = dict(top.cell.settings).get("k")

@@ -257,6 +257,43 @@ def test_a_figure_verification_refuted_is_not_history(tmp_path):
     assert not settled(won, mod, None, cancelled=False).refuted
 
 
+def test_a_candidate_drafted_nothing_only_when_none_of_its_settings_drafted():
+    """Issue 44: a candidate's row said "drafted nothing" (its noisy k=8 at 1.02x) beside the
+    50% its k=4 had accepted at 0.90x. Its figure is its best drafting setting's."""
+    from dataclasses import replace
+
+    from specdeck.core.bench.live import ArmSoFar
+    from specdeck.core.tune.live import CandidateRow, CellSoFar, TuneLive
+    from specdeck.core.tune.run import _cell_prefix, _tried
+
+    candidate = Candidate("ngram-simple")
+    prefix = _cell_prefix(candidate)
+    idle = _row(prefix + "8", 1.02, _k(8), idle="it drafted nothing in 4 runs")
+    drafting = _row(prefix + "4", 0.90, _k(4))
+    drafting = replace(drafting, by_suite={ALL: replace(drafting.by_suite[ALL],
+                                                        acceptance_rate=0.5)})
+    prediction = tune_predict.Prediction(1.0, 0.9, 1.1, "theory")
+    tried = _tried(candidate, prediction, GridResult(("code",), (idle, drafting), {}, ()))
+    assert (tried.measured, tried.acceptance, tried.not_drafting) == (0.90, 0.5, "")
+    # Only when every setting drafted nothing does the candidate say so.
+    alone = _tried(candidate, prediction, GridResult(("code",), (idle,), {}, ()))
+    assert alone.not_drafting and alone.measured == 1.02
+    # The Tune page's live row, from the same rule.
+    live = TuneLive()
+    live.candidates = [CandidateRow(candidate, prediction, "on disk")]
+
+    def so_far(name, speedup, rate, nothing):
+        return ArmSoFar(name, name, 4, speedup, speedup, speedup, rate, 4, 0, True,
+                        drafted_nothing=nothing)
+
+    for name, figures in ((idle.cell.label, so_far("k8", 1.02, None, True)),
+                          (drafting.cell.label, so_far("k4", 0.90, 0.5, False))):
+        live.cells[name] = CellSoFar(name, candidate, rounds=1, figures=figures)
+    live._measured(live.cells[idle.cell.label])
+    assert not live.candidates[0].measured.drafted_nothing
+    assert live.candidates[0].measured_text.startswith("0.90x")
+
+
 def test_the_noise_band_narrows_with_the_pairs_behind_a_score():
     assert noise_band(0.05, 1) == pytest.approx(2 * 0.05 * 2 ** 0.5)
     assert noise_band(0.05, 8) == pytest.approx(noise_band(0.05, 1) / 8 ** 0.5)
