@@ -99,6 +99,19 @@ class TuneRequest:
     """TabbyAPI: the names of the variables holding its keys, never a key."""
     admin_key_env: str = ""
 
+    def describe(self) -> str:
+        """The setup in a few words, as the page names the one a result belongs to."""
+        what = dict(KINDS)[self.kind]
+        if self.kind == SWAP:
+            return f"{what} {self.model or '?'} in {self.swap_config}"
+        if self.kind == GGUF:
+            return f"{what}: {Path(self.gguf).name or '?'}"
+        if self.kind == TABBY_FOLDER:
+            return f"{what}: {self.tabby_folder or '?'}"
+        if self.kind == TABBY:
+            return f"{what} at {self.tabby_url or '?'}"
+        return what
+
     def setup(self):
         from specdeck.core.tune import setup
 
@@ -149,6 +162,8 @@ class TunePage(QWidget):
         """core.tune.live.TuneLive of the tune shown."""
         self.result = None
         """core.tune.run.TuneResult of the finished tune (with what applying did)."""
+        self.result_request: TuneRequest | None = None
+        """The setup the shown result (or the tune running) belongs to: Apply is for it only."""
         self.plots = None
         self._plot_turn = 0
         self._cancelling = False
@@ -170,9 +185,43 @@ class TunePage(QWidget):
         self.timer.setInterval(DRAIN_INTERVAL_MS)
         self.timer.timeout.connect(self.pump)
         self._restore()
+        for edit in (self.swap_config, self.gguf, self.flags, self.binary, self.tabby_folder,
+                     self.tabby_python, self.tabby_url, self.tabby_config):
+            edit.textChanged.connect(self._setup_changed)
+        for box in (self.kind, self.model):
+            box.currentIndexChanged.connect(self._setup_changed)
         self._sync()
 
     # the form ------------------------------------------------------------------------------
+    def _form_request(self) -> TuneRequest | None:
+        try:
+            return self.request()
+        except SpecDeckError:
+            return None
+
+    def stale(self) -> bool:
+        """The form names another setup than the one the shown result belongs to."""
+        return self.result is not None and self._form_request() != self.result_request
+
+    def _setup_changed(self) -> None:
+        """A result and its banners belong to the setup that produced them: when the form
+        names another, the banner goes, Apply is for the result's setup only, and the
+        result says whose it is."""
+        if self._running():
+            return
+        self.banner.hide()
+        self._show_stale()
+        self._sync()
+
+    def _show_stale(self) -> None:
+        if self.stale():
+            self.stale_note.setText(
+                f"This result is for {html.escape(self.result_request.describe())}; the form "
+                "now names another setup. Apply writes only the setup that was tuned: switch "
+                "back to it, or tune this one.")
+            self.stale_note.show()
+        else:
+            self.stale_note.hide()
     def _build_form(self) -> None:
         from specdeck.core.tune.run import TuneOptions
 
@@ -434,6 +483,8 @@ class TunePage(QWidget):
         self.events = queue.SimpleQueue()
         self.live = TuneLive()
         self.result = None
+        self.result_request = request
+        self._show_stale()
         self._cancelling = False
         self._ensure_plots()
         if self.plots is not None:
@@ -476,7 +527,7 @@ class TunePage(QWidget):
         applied = None if result is None else result.applied
         written = applied is not None and applied.written and not applied.rolled_back
         self.apply_button.setEnabled(not running and decision is not None and decision.apply
-                                     and not written)
+                                     and not written and not self.stale())
         self.rollback_button.setEnabled(not running and written)
         self.report_button.setEnabled(not running and result is not None)
 
@@ -561,6 +612,8 @@ class TunePage(QWidget):
         self.pump()
         self._cancelling = False
         self.result = result
+        if self.result_request is None:  # a result handed in without start(): the form's
+            self.result_request = self._form_request()
         if self.live is not None:
             self._show_live()
             if self.live.cells:
@@ -611,7 +664,7 @@ class TunePage(QWidget):
 
     def apply_result(self) -> None:
         """Show what would be written (the diff), then write it once the user says so."""
-        if self.result is None:
+        if self.result is None or self.stale():
             return
         self.stage.setText("Reading the file the winner goes into…")
         self.tasks.run("apply", preview_apply, self.result, on_result=self._confirm,
@@ -778,11 +831,16 @@ class TunePage(QWidget):
         for button in (self.apply_button, self.rollback_button, self.report_button):
             buttons.addWidget(button)
         buttons.addStretch(1)
+        self.stale_note = QLabel()
+        self.stale_note.setWordWrap(True)
+        self.stale_note.setObjectName("staleNote")
+        self.stale_note.hide()
         top = QHBoxLayout()
         top.addWidget(self.verdict, 1)
         top.addLayout(buttons)
         layout = QHBoxLayout(self.result_box)
         left = QVBoxLayout()
+        left.addWidget(self.stale_note)
         left.addLayout(top)
         left.addStretch(1)
         layout.addLayout(left, 1)

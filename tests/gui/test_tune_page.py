@@ -382,3 +382,33 @@ def test_the_reports_table_never_splits_a_word(qtbot, configured_qapp):
     QApplication.processEvents()
     assert page.report.viewport().width() < 700  # narrow enough that Qt's default breaks one
     assert _broken_words(page.report) == []
+
+
+def test_a_result_belongs_to_the_setup_that_produced_it(qtbot, configured_qapp, llama_bin,
+                                                        demo_gguf, tmp_path):
+    """Issue 44: after switching the Tune page's setup to the demo, a llama-swap result kept
+    Apply enabled, and old banners outlived their setup. Apply is for the result's setup
+    only, its banner goes with it, and switching back makes the result applicable again."""
+    from specdeck.gui.pages.tune import DEMO, SWAP
+
+    config = tune_config(tmp_path, llama_bin, demo_gguf)
+    window, page = tune_page(qtbot)
+    page.kind.setCurrentIndex(page.kind.findData(SWAP))
+    page.swap_config.setText(str(config))
+    page.load_models()
+    qtbot.waitUntil(lambda: page.model.currentData() == "smol", timeout=20_000)
+    page.finished(verified(config))
+    assert page.apply_button.isEnabled() and page.stale_note.isHidden()
+    page.banner.show_message("a banner about this llama-swap result", "warning")
+
+    page.kind.setCurrentIndex(page.kind.findData(DEMO))
+    assert not page.apply_button.isEnabled()
+    assert page.banner.isHidden()
+    assert not page.stale_note.isHidden()
+    assert "This result is for A llama-swap model smol" in page.stale_note.text()
+    page.apply_result()  # refused: nothing is previewed or written for another setup
+    assert not page.tasks.running("apply")
+
+    page.kind.setCurrentIndex(page.kind.findData(SWAP))
+    qtbot.waitUntil(lambda: page.model.currentData() == "smol", timeout=20_000)
+    assert page.apply_button.isEnabled() and page.stale_note.isHidden()
