@@ -130,6 +130,23 @@ class TuneRequest:
         return setup.demo(self.binary or None, self.flags)
 
 
+def _found_binary():
+    """The llama-server SpecDeck finds without being told (core.tune.setup), or None."""
+    from specdeck.core.tune.setup import llama_server_candidates
+
+    found = llama_server_candidates()
+    return found[0] if found else None
+
+
+def demo_binary_text() -> str:
+    """The demo's llama-server field, empty: which binary it will use, or that one is needed
+    (the Start page says the same)."""
+    found = _found_binary()
+    if found is None:
+        return "needed: no llama-server found on PATH, choose yours (Browse…)"
+    return f"optional: default, {found}"
+
+
 def run_tune(request: TuneRequest, options, sink, cancel):
     """Worker: read the setup, then tune it (``tune`` routes a TabbyAPI to its own
     candidates); every event goes to ``sink`` (a queue's put)."""
@@ -366,7 +383,7 @@ class TunePage(QWidget):
             self.binary.setPlaceholderText({
                 SWAP: "optional: replaces the program in the model's cmd",
                 GGUF: "the llama-server binary to run",
-                DEMO: "optional: default, the llama-server on PATH"}[kind])
+                DEMO: demo_binary_text()}[kind])
 
     def _sync_kind(self) -> None:
         """What the kind leaves editable: a llama-swap model's flags are its cmd's; TabbyAPI
@@ -449,6 +466,14 @@ class TunePage(QWidget):
         if kind == GGUF and not (binary and self.gguf.text().strip()):
             raise SpecDeckError("Say which llama-server and GGUF to tune.",
                                 "Give the binary and the target .gguf it loads.")
+        if kind == DEMO and not binary:
+            binary = str(_found_binary() or "")
+            if not binary:
+                raise SpecDeckError(
+                    "Tuning the demo needs a llama-server, and none was found (on PATH, or in "
+                    "llama.cpp's usual build folders).",
+                    "Choose your llama-server binary with the Browse… button beside "
+                    "“llama-server” above.")
         return TuneRequest(kind, binary, gguf=self.gguf.text().strip(), flags=flags)
 
     def options(self):
