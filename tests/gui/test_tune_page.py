@@ -412,3 +412,46 @@ def test_a_result_belongs_to_the_setup_that_produced_it(qtbot, configured_qapp, 
     page.kind.setCurrentIndex(page.kind.findData(SWAP))
     qtbot.waitUntil(lambda: page.model.currentData() == "smol", timeout=20_000)
     assert page.apply_button.isEnabled() and page.stale_note.isHidden()
+
+
+def test_the_apply_diff_shows_a_one_line_cmd_change_on_screen(qtbot, configured_qapp, tmp_path):
+    """Issue 44: a llama-swap cmd is one long line; the Apply dialog's diff put its change
+    off-screen to the right. The diff wraps (no sideways scrolling) and the dialog names the
+    drafting flags it writes."""
+    from PySide6.QtWidgets import QLabel
+    from specdeck.core.tune.apply import Applied
+    from specdeck.gui.widgets.diff_view import DiffView
+
+    config = tmp_path / "config.yaml"
+    cmd = "/opt/llama.cpp/build/bin/llama-server --port ${PORT} -m /models/big.gguf -ngl 99 -c 8192"
+    flags = "--spec-type ngram-simple --spec-ngram-simple-size-n 2"
+    diff = (f"--- {config}\n+++ {config}\n@@ -3 +3 @@\n-    cmd: {cmd}\n"
+            f"+    cmd: {cmd} {flags}\n")
+    window, page = tune_page(qtbot)
+    page.result = verified_like(config)
+    seen = {}
+
+    def look():
+        dialog = QApplication.activeModalWidget()
+        if dialog is None:
+            QTimer.singleShot(20, look)
+            return
+        try:
+            view = dialog.findChild(DiffView)
+            seen["sideways"] = view.horizontalScrollBar().maximum()
+            label = dialog.findChild(QLabel, "appliedFlags")
+            seen["flags"] = None if label is None else label.text()
+        finally:
+            dialog.reject()
+
+    QTimer.singleShot(0, look)
+    assert page.confirm_diff(Applied(config, flags, diff)) is False
+    assert seen["sideways"] == 0
+    assert seen["flags"] == f"The drafting flags it writes: {flags}"
+
+
+def verified_like(config: Path):
+    """A result to confirm against (its setup names ``config``; nothing is read)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(setup=SimpleNamespace(kind="llama-swap", managed=False))
