@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QDoubleSpinBox,
     QFileDialog,
+    QFrame,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
@@ -41,6 +42,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QSplitter,
     QStackedWidget,
@@ -866,14 +868,19 @@ class TunePage(QWidget):
         self.stale_note.setWordWrap(True)
         self.stale_note.setObjectName("staleNote")
         self.stale_note.hide()
+        # The verdict scrolls: at 1024x640 its lines were cut off with no scrollbar.
+        self.verdict_scroll = QScrollArea()
+        self.verdict_scroll.setWidgetResizable(True)
+        self.verdict_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.verdict_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.verdict_scroll.setWidget(self.verdict)
         top = QHBoxLayout()
-        top.addWidget(self.verdict, 1)
+        top.addWidget(self.verdict_scroll, 1)
         top.addLayout(buttons)
         layout = QHBoxLayout(self.result_box)
         left = QVBoxLayout()
         left.addWidget(self.stale_note)
-        left.addLayout(top)
-        left.addStretch(1)
+        left.addLayout(top, 1)
         layout.addLayout(left, 1)
         layout.addWidget(self.report, 1)
 

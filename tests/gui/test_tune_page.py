@@ -455,3 +455,38 @@ def verified_like(config: Path):
     from types import SimpleNamespace
 
     return SimpleNamespace(setup=SimpleNamespace(kind="llama-swap", managed=False))
+
+
+def _all_reachable(widget) -> bool:
+    """Every row of ``widget`` can be seen: shown whole, or inside a scroll area whose
+    scrollbar reaches the rest."""
+    from PySide6.QtWidgets import QScrollArea
+
+    needed = widget.heightForWidth(widget.width())
+    parent = widget.parentWidget()
+    while parent is not None and not isinstance(parent, QScrollArea):
+        parent = parent.parentWidget()
+    if parent is not None:
+        hidden = max(0, widget.height() - parent.viewport().height())
+        return widget.height() >= needed and parent.verticalScrollBar().maximum() >= hidden
+    return widget.visibleRegion().boundingRect().height() >= needed
+
+
+def test_at_1024x640_the_result_can_be_read_whole(qtbot, configured_qapp, llama_bin):
+    """Issue 44: at 1024x640 the Tune page's result was cut off with no scrollbar."""
+    from specdeck.core.tune.candidates import Candidate
+    from specdeck.core.tune.run import Decided, TuneOptions, TuneResult
+    from specdeck.core.tune.setup import demo
+
+    window, page = tune_page(qtbot)
+    window.resize(1024, 640)
+    window.show()
+    qtbot.waitExposed(window)
+    why = ("ngram-simple k=4: 1.30x over no drafting (1.21-1.39) on held-out prompts, output "
+           "unchanged; your current setting measured 1.02x. ") * 4
+    page.finished(TuneResult(demo(llama_bin), TuneOptions(), (), (), None, None,
+                             Decided(Candidate("ngram-simple"), ("--spec-type", "ngram-simple"),
+                                     True, why)))
+    qtbot.wait(50)
+    assert window.width() <= 1024 and window.height() <= 640
+    assert _all_reachable(page.verdict)
