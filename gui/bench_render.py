@@ -104,6 +104,18 @@ def output_differs(row) -> bool:
     return row.output is not None and row.output.differs
 
 
+def running_stage(slot, done: int, total: int) -> str:
+    """The stage while a run goes on: which of the plan's runs it is (the engine's last load
+    message, "Ready", had stayed there for the whole plan)."""
+    what = "warm-up" if slot.warmup else f"repeat {slot.repeat + 1}"
+    return f"Run {done + 1} of {total}: {slot.arm.label} · {slot.prompt.id} · {what}"
+
+
+WAITING_FOR_PAIRS = ("Running: the figures come once a drafting arm's run has the "
+                     "reference's run of the same prompt beside it.")
+"""The summary once runs stream and before the first pair (it had said "Loading…")."""
+
+
 def finished_stage(run) -> str:
     stopped = " (stopped early)" if run.cancelled else ""
     return (f"Finished{stopped}: {len(run.counted())} measured runs in "

@@ -154,6 +154,8 @@ def _same_range(a: tuple[float, float], b: tuple[float, float]) -> bool:
 TIME_HEADROOM = 0.25
 """While a plan runs, the time plots' range runs this fraction of the seconds so far ahead of
 the data (BenchPlots._fit_time)."""
+LOADING_LABEL = "loading"
+"""The shaded seconds before a plan's first run (the model loading, servers starting)."""
 
 
 @dataclass
@@ -227,6 +229,10 @@ class BenchPlots(QWidget):
             plot.setXLink(self.speed_plot)
         self.time_shown: tuple[float, float] | None = None
         """The seconds the time plots show while they follow the data (None: none yet)."""
+        self.loading: tuple[float, float] | None = None
+        """The seconds shaded as loading, from Start to the first run (mark_loading)."""
+        self._loading_items: list = []
+        self.loading_label = None
         self._follow_time = True
         self._x_set: tuple[float, float] | None = None
         """The seconds shown as _fit_time last set them (a y-only change keeps them)."""
@@ -259,7 +265,32 @@ class BenchPlots(QWidget):
 
         return live_plot("", unit, x_label, min_height=140)
 
+    def mark_loading(self, until: float | None) -> None:
+        """Shade the seconds before the plan's first run on the three time plots, labelled:
+        the axes count from Start, and loading the model took those seconds (the first
+        points had stood at 45 s with nothing to say why). None: no mark."""
+        pg = self._pg
+        for plot, item in self._loading_items:
+            plot.removeItem(item)
+        self._loading_items = []
+        self.loading = None if until is None or until <= 0 else (0.0, until)
+        if self.loading is None:
+            return
+        for plot in (self.speed_plot, self.accept_plot, self.memory_plot):
+            region = pg.LinearRegionItem(self.loading, movable=False,
+                                         brush=pg.mkBrush(128, 128, 128, 40),
+                                         pen=pg.mkPen(None))
+            region.setZValue(-10)
+            plot.addItem(region)
+            self._loading_items.append((plot, region))
+        label = pg.TextItem(LOADING_LABEL, color=(100, 100, 100), anchor=(0, 0))
+        label.setPos(0.0, 0.0)
+        self.speed_plot.addItem(label)
+        self._loading_items.append((self.speed_plot, label))
+        self.loading_label = label
+
     def reset(self, arms: list[str]) -> None:
+        self.mark_loading(None)
         for (_kind, _name), curve in self._curves.items():
             for plot in (self.speed_plot, self.accept_plot, self.memory_plot):
                 if curve in plot.listDataItems():
@@ -367,6 +398,8 @@ class BenchPlots(QWidget):
         if not drawn:
             return
         low, high = min(s.x[0] for s in drawn), max(s.x[-1] for s in drawn)
+        if self.loading is not None:  # from Start, the loading shaded: not from 45 s
+            low = min(low, self.loading[0])
         shown = self.time_shown
         if not tight and shown is not None and shown[0] <= low and high <= shown[1]:
             return

@@ -182,6 +182,9 @@ class LivePlan:
     acceptance_reported: set[str] = field(default_factory=set)
     """Server plans: drafting arms whose servers reported acceptance for a finished run."""
     acceptance_unreported: set[str] = field(default_factory=set)
+    runs_from: float | None = None
+    """Seconds from ``started`` to the plan's first run (loading the model, starting servers,
+    tokenizing before it): the live plots mark that span as loading."""
     _points: list[Point] = field(default_factory=list)
     _row_of: dict[tuple[str, int, str], int] = field(default_factory=dict)
 
@@ -220,6 +223,7 @@ class LivePlan:
         elif isinstance(event, PlanStarted):
             self.total = len(event.schedule)
             self.loaded = event.loaded
+            self.runs_from = self.elapsed()
         return []
 
     def _step(self, step: RunStep) -> None:

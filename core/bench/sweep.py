@@ -304,6 +304,22 @@ def plan_apply_best(best: SweepRow | None, config_path: str | Path,
     return plan_apply_setting(None if best is None else best.drafter, config_path, draft_folder)
 
 
+def why_not_applicable(plan) -> str:
+    """Why a finished plan's best setting has no TabbyAPI config.yml to go into ("" when it
+    has): the embedded demo runs inside SpecDeck, served by no one; a running server's
+    settings are not SpecDeck's to write from the page (the CLI's --apply writes a llama-swap
+    cmd or a TabbyAPI config from server arms)."""
+    from specdeck.core.engines.demo import is_demo_alias
+
+    if plan.engine == "server":
+        return ("These arms are servers: their settings are written by the llama-swap and "
+                "Tune pages (or specdeck bench --apply), not from here.")
+    if is_demo_alias(plan.model):
+        return ("The demo model runs inside SpecDeck, served by no one: there is no config "
+                "to write. Its best setting is in the result above.")
+    return ""
+
+
 def plan_apply_setting(drafter: DrafterSpec | None, config_path: str | Path,
                        draft_folder: str | Path | None = None) -> BestSettingChange:
     """Plan writing ``drafter`` (its kind, folder and k; None = no draft) into the config.yml
