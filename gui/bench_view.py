@@ -154,6 +154,9 @@ def _same_range(a: tuple[float, float], b: tuple[float, float]) -> bool:
 TIME_HEADROOM = 0.25
 """While a plan runs, the time plots' range runs this fraction of the seconds so far ahead of
 the data (BenchPlots._fit_time)."""
+PLOT_MIN_HEIGHT = 128
+"""Each live plot's least height: four side by side, with their titles, must leave the A/B
+page's panes and table room in a 1024x640 window after a run."""
 LOADING_LABEL = "loading"
 """The shaded seconds before a plan's first run (the model loading, servers starting)."""
 
@@ -263,7 +266,7 @@ class BenchPlots(QWidget):
     def _plot(unit: str, x_label: str):
         from specdeck.gui.telemetry_view import live_plot
 
-        return live_plot("", unit, x_label, min_height=140)
+        return live_plot("", unit, x_label, min_height=PLOT_MIN_HEIGHT)
 
     def mark_loading(self, until: float | None) -> None:
         """Shade the seconds before the plan's first run on the three time plots, labelled:
@@ -283,11 +286,11 @@ class BenchPlots(QWidget):
             region.setZValue(-10)
             plot.addItem(region)
             self._loading_items.append((plot, region))
-        label = pg.TextItem(LOADING_LABEL, color=(100, 100, 100), anchor=(0, 0))
-        label.setPos(0.0, 0.0)
-        self.speed_plot.addItem(label)
-        self._loading_items.append((self.speed_plot, label))
-        self.loading_label = label
+        # On the shaded span's right edge, near the top, whatever the y range becomes.
+        edge = self._loading_items[0][1].lines[1]
+        self.loading_label = pg.InfLineLabel(edge, LOADING_LABEL, position=0.92,
+                                             anchors=[(1, 0.5), (1, 0.5)],
+                                             color=(100, 100, 100))
 
     def reset(self, arms: list[str]) -> None:
         self.mark_loading(None)

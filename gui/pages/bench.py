@@ -523,9 +523,7 @@ class BenchPage(QWidget):
 
     def apply_best(self) -> None:
         """Write the finished plan's best setting into config.yml, after showing the diff."""
-        from specdeck.core.bench.sweep import plan_apply_setting
-
-        from specdeck.core.bench.sweep import why_not_applicable
+        from specdeck.core.bench.sweep import plan_apply_setting, why_not_applicable
 
         why = why_not_applicable(self.last_run.plan) if self.last_run is not None else ""
         if why:
