@@ -258,6 +258,10 @@ class LivePlan:
                 self._points.append(Point("accept_done", record.arm, t,
                                           100 * measured.acceptance_rate))
                 self.acceptance_reported.add(record.arm)
+            elif _counts_drafts(record.result.server):
+                # Counted, and nothing drafted: reported (no rate to plot), not "not
+                # reported" beside the "drafted nothing" the figures say of it.
+                self.acceptance_reported.add(record.arm)
             else:
                 self.acceptance_unreported.add(record.arm)
         key = record.pair_key
