@@ -490,3 +490,8 @@ def test_at_1024x640_the_result_can_be_read_whole(qtbot, configured_qapp, llama_
     qtbot.wait(50)
     assert window.width() <= 1024 and window.height() <= 640
     assert _all_reachable(page.verdict)
+    # What was not tried (a long line per method the binary offers) is reachable too.
+    page.not_tried.setText("Not tried: " + "; ".join(
+        f"draft-{n} (needs a draft model (-md) made for draft-{n})" for n in range(12)))
+    qtbot.wait(50)
+    assert _all_reachable(page.not_tried)
