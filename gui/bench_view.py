@@ -286,10 +286,11 @@ class BenchPlots(QWidget):
             region.setZValue(-10)
             plot.addItem(region)
             self._loading_items.append((plot, region))
-        # On the shaded span's right edge, near the top, whatever the y range becomes.
-        edge = self._loading_items[0][1].lines[1]
+        # From the shaded span's left edge, near the top, whatever the y range becomes (on
+        # the right edge, right-aligned, a short span cut it to "ng").
+        edge = self._loading_items[0][1].lines[0]
         self.loading_label = pg.InfLineLabel(edge, LOADING_LABEL, position=0.92,
-                                             anchors=[(1, 0.5), (1, 0.5)],
+                                             anchors=[(0, 0.5), (0, 0.5)],
                                              color=(100, 100, 100))
 
     def reset(self, arms: list[str]) -> None:
