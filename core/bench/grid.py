@@ -162,6 +162,7 @@ class GridResult:
                       "lossless": r.lossless, "dropped_in_round": r.dropped_in_round,
                       "dropped_why": r.dropped_why or None,
                       "diverged_runs": r.diverged, "drafted_nothing": r.not_drafting or None,
+                      "drafting_unknown": r.drafting_unknown or None,
                       "cannot_win_because": r.standing().excluded_because,
                       "round_scores": list(r.round_scores),
                       "by_suite": {s: to_jsonable(f) for s, f in r.by_suite.items()}}
