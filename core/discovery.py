@@ -143,8 +143,8 @@ def discover(ports: dict[int, str] | None = None) -> list[Discovery]:
                                 found=False))
     for path in llama_swap_configs():
         findings.append(Discovery(f"llama-swap config: {path}",
-                                "Check its llama-server flags: specdeck servers check-flags; "
-                                "or tune a model's drafting.", None, True, str(path),
+                                "Check its models' llama-server flags on the llama-swap page, "
+                                "or tune a model's drafting.", "swap", True, str(path),
                                 tune=str(path)))
     found_servers = servers(ports)
     findings.extend(found_servers)

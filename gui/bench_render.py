@@ -12,6 +12,8 @@ import colorsys
 import html
 from collections.abc import Sequence
 
+from specdeck.core.engines.base import SHARE_OF_DRAFTS
+
 ARM_COLOURS = ("#64748b", "#2563eb", "#d97706", "#16a34a", "#9333ea")
 """A (the no-draft reference) in slate grey, then one colour per drafted arm."""
 
@@ -37,8 +39,16 @@ def rate(tokens_per_second: float | None) -> str:
     return "–" if tokens_per_second is None else f"{tokens_per_second:.1f} tok/s"
 
 
-def percent(value: float | None) -> str:
-    return "no drafts" if value is None else f"{100 * value:.0f}%"
+def percent(value: float | None, source: str = "") -> str:
+    """An acceptance rate; without one, why: nothing drafted, or (``source``, an arm's
+    acceptance_source) the server reported none or what it reported was not usable."""
+    if value is not None:
+        return f"{100 * value:.0f}%"
+    if source.startswith("not reported"):
+        return "not reported by the server"
+    if source.startswith("not usable"):
+        return "not usable"
+    return "no drafts"
 
 
 def run_heading(slot, prompt_tokens: int) -> str:
@@ -94,6 +104,18 @@ def output_differs(row) -> bool:
     return row.output is not None and row.output.differs
 
 
+def running_stage(slot, done: int, total: int) -> str:
+    """The stage while a run goes on: which of the plan's runs it is (the engine's last load
+    message, "Ready", had stayed there for the whole plan)."""
+    what = "warm-up" if slot.warmup else f"repeat {slot.repeat + 1}"
+    return f"Run {done + 1} of {total}: {slot.arm.label} · {slot.prompt.id} · {what}"
+
+
+WAITING_FOR_PAIRS = ("Running: the figures come once a drafting arm's run has the "
+                     "reference's run of the same prompt beside it.")
+"""The summary once runs stream and before the first pair (it had said "Loading…")."""
+
+
 def finished_stage(run) -> str:
     stopped = " (stopped early)" if run.cancelled else ""
     return (f"Finished{stopped}: {len(run.counted())} measured runs in "
@@ -107,7 +129,9 @@ def error_html(error: BaseException) -> str:
 
 
 # plots ---------------------------------------------------------------------------------------
-POSITIONS_TITLE = "Acceptance by draft position"
+POSITIONS_TITLE = f"Acceptance by draft position, {SHARE_OF_DRAFTS}"
+"""The chart shows core.engines.base.SHARE_OF_DRAFTS for every arm (every source gives it,
+and it never rises with the position); the title says so."""
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
@@ -189,9 +213,12 @@ def arm_head(label: str, index: int) -> str:
     return f"<b style='color:{arm_colour_name(index)}'>{html.escape(label)}</b>"
 
 
-def _speedup(median: float, n: int, low: float, high: float, base: str) -> str:
-    """The headline; the caller closes the parenthesis (after the interval, when known)."""
-    return (f"<span style='font-size:15pt'><b>{median:.2f}×</b></span> vs {base} "
+def _speedup(median: float, n: int, low: float, high: float, base: str,
+             drafting_result: bool = True) -> str:
+    """The headline; the caller closes the parenthesis (after the interval, when known). A
+    figure that is not a drafting result (it did not draft, or nobody can tell) is not bold."""
+    figure = f"<b>{median:.2f}×</b>" if drafting_result else f"{median:.2f}×"
+    return (f"<span style='font-size:15pt'>{figure}</span> vs {base} "
             f"(median of {n} paired runs; min {low:.2f}×, max {high:.2f}×")
 
 
@@ -211,10 +238,15 @@ def so_far_html(live) -> str:
         if arm.median_speedup is None:
             lines.append(f"<p>{head}: waiting for paired runs</p>")
             continue
+        drafted = not (arm.drafted_nothing or arm.drafting_unknown)
+        speedup = _speedup(arm.median_speedup, arm.pairs, arm.min_speedup, arm.max_speedup,
+                           base, drafted)
+        accept = percent(arm.acceptance_rate, "not reported" if arm.drafting_unknown else "")
+        doubt = ("<br>did it draft? not reported by the server" if arm.drafting_unknown
+                 else "<br>drafted nothing so far" if arm.drafted_nothing else "")
         lines.append(
-            f"<p>{head}<br>{_speedup(arm.median_speedup, arm.pairs, arm.min_speedup, arm.max_speedup, base)})<br>"
-            f"acceptance {percent(arm.acceptance_rate)} · "
-            f"{_identical(arm.checkable, arm.identical, arm.pairs, base)}</p>"
+            f"<p>{head}<br>{speedup})<br>acceptance {accept} · "
+            f"{_identical(arm.checkable, arm.identical, arm.pairs, base)}{doubt}</p>"
         )
     return "<b>So far</b>" + "".join(lines)
 
@@ -241,10 +273,12 @@ def final_html(summary, arms: Sequence[str], only: str | None = None) -> str:
             lines.append(f"<p>{head}: not usable: {why}</p>")
             continue
         verdict = {"slower": f"<b style='color:{SLOWER}'>slower</b>"}.get(ratio.verdict, ratio.verdict)
+        measured = summary.arm(comparison.arm)
+        drafted = not (comparison.not_drafting or comparison.drafting_unknown)
         parts = [
-            f"{_speedup(ratio.median, ratio.n, ratio.minimum, ratio.maximum, base)}; "
+            f"{_speedup(ratio.median, ratio.n, ratio.minimum, ratio.maximum, base, drafted)}; "
             f"{html.escape(ratio.interval_text('–'))}): {verdict}",
-            f"acceptance {percent(summary.arm(comparison.arm).acceptance_rate)} · "
+            f"acceptance {percent(measured.acceptance_rate, measured.acceptance_source)} · "
             + _identical(check.checkable, check.identical, check.compared, base),
         ]
         categories = spec_bench_text(comparison)  # a Spec-Bench plan's point: right under it
@@ -256,6 +290,10 @@ def final_html(summary, arms: Sequence[str], only: str | None = None) -> str:
         if comparison.not_drafting:  # measured as it ran, but not a drafting result
             parts.insert(0, f"<b style='color:{SLOWER}'>did not draft</b>: "
                             f"{html.escape(comparison.not_drafting)}")
+        elif comparison.drafting_unknown:  # nobody can tell: not a drafting result either
+            parts.insert(0, f"<b style='color:{SLOWER}'>did it draft? SpecDeck cannot tell"
+                            f"</b>: {html.escape(comparison.drafting_unknown)}; the speed-up "
+                            "below is not counted as a drafting result")
         parts += [f"likely cause: {html.escape(c)}" for c in comparison.causes]
         arm = summary.arm(comparison.arm)
         if arm.weight_read_rate:
@@ -334,8 +372,11 @@ def history_item(entry) -> tuple[str, str]:
     """A past run's line in the History list and its tooltip (core.bench.report's entry)."""
     from pathlib import Path
 
-    speedups = ", ".join(f"{arm} {value:.2f}×" for arm, value in entry.speedups.items()
-                         if value is not None)
+    speedups = ", ".join(f"{arm} {value:.2f}×" + (" (not a drafting result)"
+                                                    if arm in entry.not_drafting else "")
+                         for arm, value in entry.speedups.items() if value is not None)
+    best = f" · best: {entry.best}" if entry.best else (" · best: no draft" if speedups else "")
     text = (f"{entry.created[:16].replace('T', ' ')} · {Path(entry.model).name} · "
-            f"{speedups or 'no result'}")
-    return text, "\n".join([*entry.arms, *entry.lossless.values()])
+            f"{speedups or 'no result'}{best}")
+    return text, "\n".join([*entry.arms, *entry.lossless.values(),
+                            *(f"{arm}: {why}" for arm, why in entry.not_drafting.items())])

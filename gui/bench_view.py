@@ -154,6 +154,11 @@ def _same_range(a: tuple[float, float], b: tuple[float, float]) -> bool:
 TIME_HEADROOM = 0.25
 """While a plan runs, the time plots' range runs this fraction of the seconds so far ahead of
 the data (BenchPlots._fit_time)."""
+PLOT_MIN_HEIGHT = 128
+"""Each live plot's least height: four side by side, with their titles, must leave the A/B
+page's panes and table room in a 1024x640 window after a run."""
+LOADING_LABEL = "loading"
+"""The shaded seconds before a plan's first run (the model loading, servers starting)."""
 
 
 @dataclass
@@ -227,6 +232,10 @@ class BenchPlots(QWidget):
             plot.setXLink(self.speed_plot)
         self.time_shown: tuple[float, float] | None = None
         """The seconds the time plots show while they follow the data (None: none yet)."""
+        self.loading: tuple[float, float] | None = None
+        """The seconds shaded as loading, from Start to the first run (mark_loading)."""
+        self._loading_items: list = []
+        self.loading_label = None
         self._follow_time = True
         self._x_set: tuple[float, float] | None = None
         """The seconds shown as _fit_time last set them (a y-only change keeps them)."""
@@ -257,9 +266,35 @@ class BenchPlots(QWidget):
     def _plot(unit: str, x_label: str):
         from specdeck.gui.telemetry_view import live_plot
 
-        return live_plot("", unit, x_label, min_height=140)
+        return live_plot("", unit, x_label, min_height=PLOT_MIN_HEIGHT)
+
+    def mark_loading(self, until: float | None) -> None:
+        """Shade the seconds before the plan's first run on the three time plots, labelled:
+        the axes count from Start, and loading the model took those seconds (the first
+        points had stood at 45 s with nothing to say why). None: no mark."""
+        pg = self._pg
+        for plot, item in self._loading_items:
+            plot.removeItem(item)
+        self._loading_items = []
+        self.loading = None if until is None or until <= 0 else (0.0, until)
+        if self.loading is None:
+            return
+        for plot in (self.speed_plot, self.accept_plot, self.memory_plot):
+            region = pg.LinearRegionItem(self.loading, movable=False,
+                                         brush=pg.mkBrush(128, 128, 128, 40),
+                                         pen=pg.mkPen(None))
+            region.setZValue(-10)
+            plot.addItem(region)
+            self._loading_items.append((plot, region))
+        # From the shaded span's left edge, near the top, whatever the y range becomes (on
+        # the right edge, right-aligned, a short span cut it to "ng").
+        edge = self._loading_items[0][1].lines[0]
+        self.loading_label = pg.InfLineLabel(edge, LOADING_LABEL, position=0.92,
+                                             anchors=[(0, 0.5), (0, 0.5)],
+                                             color=(100, 100, 100))
 
     def reset(self, arms: list[str]) -> None:
+        self.mark_loading(None)
         for (_kind, _name), curve in self._curves.items():
             for plot in (self.speed_plot, self.accept_plot, self.memory_plot):
                 if curve in plot.listDataItems():
@@ -286,7 +321,7 @@ class BenchPlots(QWidget):
     def show_positions(self, entries) -> None:
         """Acceptance by draft position: a group of bars per position, one bar per drafting
         arm (``entries``: (arm name, DraftPositions or None), in plan order), at the
-        rates core computed (core.bench.summary.draft_positions). An arm whose server
+        shares of all drafts core computed (core.bench.summary.draft_positions). An arm whose server
         reports no positions gets no bar; the title names it and the source of the rest."""
         pg, plot = self._pg, self.position_plot
         for item in self.position_bars.values():
@@ -297,10 +332,10 @@ class BenchPlots(QWidget):
             legend.clear()
         self.positions = dict(entries)
         drawn = [(name, p) for name, p in entries
-                 if p is not None and p.reported and any(r is not None for r in p.rates)]
+                 if p is not None and p.reported and any(r is not None for r in p.shares)]
         width = 0.8 / max(len(drawn), 1)
         for j, (name, positions) in enumerate(drawn):
-            shown = [(i + 1, rate) for i, rate in enumerate(positions.rates) if rate is not None]
+            shown = [(i + 1, rate) for i, rate in enumerate(positions.shares) if rate is not None]
             colour = arm_colour(self._arm_index.get(name, j + 1))
             bars = pg.BarGraphItem(x=[x - 0.4 + width * (j + 0.5) for x, _ in shown],
                                    height=[100 * rate for _, rate in shown], width=width * 0.9,
@@ -308,7 +343,7 @@ class BenchPlots(QWidget):
                                    name=name if self._legend else None)
             plot.addItem(bars)
             self.position_bars[name] = bars
-        top = max((len(p.rates) for _, p in drawn), default=1)
+        top = max((len(p.shares) for _, p in drawn), default=1)
         plot.getAxis("bottom").setTicks([[(x, str(x)) for x in range(1, top + 1)]])
         plot.setXRange(0.5, top + 0.5, padding=0)
         self.titles["positions"].setText(positions_title(entries))
@@ -367,6 +402,8 @@ class BenchPlots(QWidget):
         if not drawn:
             return
         low, high = min(s.x[0] for s in drawn), max(s.x[-1] for s in drawn)
+        if self.loading is not None:  # from Start, the loading shaded: not from 45 s
+            low = min(low, self.loading[0])
         shown = self.time_shown
         if not tight and shown is not None and shown[0] <= low and high <= shown[1]:
             return

@@ -20,10 +20,13 @@ exl2-checkpoint branch, 79126f904c2e00aece026b36bb70bbb87e4892b2, differs where 
   (backends/exllamav2/model.py): a draft when draft_model_name is truthy, no draft_mode.
 - A model or draft folder that does not exist stops the start-up with an error.
 
-What is the stand-in's own: how fast it answers. A test sets seconds per token for each
-drafting setting in the environment (SPECDECK_STANDIN_STEPS, JSON: a key per setting such as
-"model:NAME:4", "ngram:2:4", "none"; "default" for any other) because how fast a real TabbyAPI drafts is not a stand-in's
-to say. Unverified: everything the real server does on a GPU.
+What is the stand-in's own: how fast it answers, and how much of a draft is accepted. A
+test sets seconds per token for each drafting setting in the environment
+(SPECDECK_STANDIN_STEPS, JSON: a key per setting such as "model:NAME:4", "ngram:2:4", "none";
+"default" for any other) and the share of draft tokens accepted (SPECDECK_STANDIN_ACCEPT,
+the same keys; 0.5 by default), which it prints in TabbyAPI's metrics line per request
+(tests/tabby_standin.py), because neither is a stand-in's to say. Unverified: everything the
+real server does on a GPU.
 """
 
 from __future__ import annotations
@@ -153,10 +156,14 @@ def main(branch: str = "main") -> None:
             if not draft_dir.is_dir():
                 raise SystemExit(f"Draft model path {draft_dir} does not exist")
     steps = json.loads(os.environ.get("SPECDECK_STANDIN_STEPS", "{}"))
+    shares = json.loads(os.environ.get("SPECDECK_STANDIN_ACCEPT", "{}"))
+    tokens = (config.get("draft_model") or {}).get("draft_num_tokens") or 4
+    draft_log = None if branch == "exl2-checkpoint" or setting == "none" else (
+        float(shares.get(setting, shares.get("default", 0.5))), int(tokens))
     handler = type("Tabby", (TabbyHandler,), {
         "model_name": str(name or ""), "draft_name": draft_name, "branch": branch,
         "step_s": float(steps.get(setting, steps.get("default", steps.get("none", 0.004)))),
-        "usage_seen": [],
+        "usage_seen": [], "log_metrics": True, "draft_log": draft_log,
         "admin_calls": [], "models": tuple(p.name for p in Path(model.get("model_dir")
                                                                   or "models").iterdir())})
     print(f"Loaded {name} with {setting}", flush=True)

@@ -23,7 +23,17 @@ What it mirrors, with the file each rule comes from:
   total_tokens, total_time; a rate is the string "Indeterminate" when its time is 0, times
   rounded to 2 decimals, endpoints/OAI/utils/common_.py get_usage_stats); then
   ``data: [DONE]``. There is no ``seed`` request field (pydantic drops it).
-- No draft acceptance anywhere over HTTP (the backends only log draft_accept/draft_reject).
+- No draft acceptance anywhere over HTTP. The ExLlamaV3 backend logs it, per request, after
+  the stream has ended (backends/exllamav3/model.py ``generate_gen``, ``finally``:
+  ``log_metrics`` of common/gen_logging.py, main e632af41, the lines added in ddd2c409
+  "Logging: Add draft metrics"): "Metrics (ID: <request id>): N tokens generated in T
+  seconds (Queue: ..., Process: ..., Generate: ... T/s, Context: ... tokens, Draft: A / T
+  tokens accepted (R%)) ", A = draft_accept, T = draft_accept + draft_reject; the request id
+  is the chunks' id without "chatcmpl-" (endpoints/OAI/utils/chat_completion.py). Printed
+  through Rich (common/logger.py): "<time> INFO:     <line>", wrapped at
+  TABBY_LOG_CONSOLE_WIDTH columns, else at 80 when the output is not a terminal.
+  exl2-checkpoint's ExLlamaV2 backend passes no draft counts: its lines have no Draft part.
+  Only tests/tabby_app.py (a launched TabbyAPI) prints these lines.
 - admin routes (common/auth.py, endpoints/core/router.py): /v1/model/load and
   /v1/model/unload read ``x-admin-key``, then ``Authorization: Bearer``; the API key is not
   enough (401 {"detail": "Please provide an admin key"} / "Invalid admin key").
@@ -66,9 +76,36 @@ class TabbyHandler(http.server.BaseHTTPRequestHandler):
     models = ("Qwen2.5-32B-Instruct-exl2-4.0bpw", "Qwen2.5-0.5B-exl2-4.0bpw",
               "Qwen2.5-1.5B-exl2-4.0bpw")
     admin_calls: list = []
+    log_metrics = False
+    """Print TabbyAPI's metrics line per request on stdout (a launched stand-in)."""
+    draft_log: tuple[float, int] | None = None
+    """(share of draft tokens accepted, draft tokens per step) for the Draft part of the
+    metrics line; None: no Draft part (no drafter, or exl2-checkpoint)."""
 
     def log_message(self, *args):
         pass
+
+    def _print_metrics(self, request_id: str, tokens: int, seconds: float) -> None:
+        """common/gen_logging.py log_metrics, through common/logger.py's Rich console."""
+        import datetime
+        import os
+        import textwrap
+
+        rate = round(tokens / seconds, 2) if seconds else "Indeterminate"
+        parts = ["Queue: 0.0 s", "Process: 0 cached tokens and 30 new tokens at "
+                 "Indeterminate T/s", f"Generate: {rate} T/s", "Context: 30 tokens"]
+        if self.draft_log is not None:
+            share, _k = self.draft_log
+            total = tokens  # a draft token proposed per token made: accepted <= tokens made
+            accept = round(total * share)
+            rate = accept / total if total > 0 else 0.0
+            parts.append(f"Draft: {accept} / {total} tokens accepted ({rate * 100:.2f}%)")
+        line = (f"{datetime.datetime.now():%Y-%m-%d %H:%M:%S.%f}"[:-3] + " INFO:     "
+                f"Metrics (ID: {request_id}): {tokens} tokens generated in "
+                f"{round(seconds, 2)} seconds (" + ", ".join(parts) + ") ")
+        width = int(os.environ.get("TABBY_LOG_CONSOLE_WIDTH") or 80)
+        print("\n".join(textwrap.wrap(line, width, break_long_words=False,
+                                      break_on_hyphens=False)), flush=True)
 
     # common/auth.py -------------------------------------------------------------------------
     def _authorized(self, admin: bool = False) -> bool:
@@ -167,6 +204,9 @@ class TabbyHandler(http.server.BaseHTTPRequestHandler):
             self._event(chunk)
         self.wfile.write(b"data: [DONE]\r\n\r\n")
         self.wfile.flush()
+        if self.log_metrics:  # after the stream, as TabbyAPI's ``finally`` does
+            self._print_metrics(cid.removeprefix("chatcmpl-"), len(pieces),
+                                time.perf_counter() - (first or started))
 
     def _unload(self):
         cls = type(self)

@@ -116,6 +116,9 @@ class GridRow:
     not_drafting: str = ""
     """Why it drafted nothing over all its runs (core.bench.summary's reading; "" when it
     drafted or nobody reported): its speed-up is then noise, and it cannot win."""
+    drafting_unknown: str = ""
+    """Why nobody can tell whether it drafted (core.bench.summary's ``drafting_unknown``):
+    it cannot win either."""
 
     @property
     def score(self) -> float:
@@ -132,7 +135,7 @@ class GridRow:
         return winner.Standing(
             None if figure is None or figure.speedup is None else figure.speedup.median,
             self.diverged, complete=self.dropped_in_round is None,
-            not_usable=f"it did not draft: {self.not_drafting}" if self.not_drafting else "")
+            not_drafting=winner.drafting_doubt(self.not_drafting, self.drafting_unknown))
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,7 @@ class GridResult:
                       "lossless": r.lossless, "dropped_in_round": r.dropped_in_round,
                       "dropped_why": r.dropped_why or None,
                       "diverged_runs": r.diverged, "drafted_nothing": r.not_drafting or None,
+                      "drafting_unknown": r.drafting_unknown or None,
                       "cannot_win_because": r.standing().excluded_because,
                       "round_scores": list(r.round_scores),
                       "by_suite": {s: to_jsonable(f) for s, f in r.by_suite.items()}}
@@ -223,15 +227,16 @@ def pooled(runs: Sequence[BenchRun], reference: Arm, cell: Cell) -> BenchRun:
 def _row(cell: Cell, summaries: dict[str, BenchSummary], dropped: int | None = None) -> GridRow:
     """``cell``'s row from its plan's ``suite_summaries``."""
     by_suite = {}
-    lossless, diverged, idle = "", 0, ""
+    lossless, diverged, idle, unknown = "", 0, "", ""
     for suite, summary in summaries.items():
         arm = summary.arm(cell.arm.name)
         comparison = summary.comparison(cell.arm.name)
         by_suite[suite] = Figure(arm.tokens_per_second, comparison.speedup, arm.acceptance_rate)
         if suite == ALL:
             lossless, diverged = comparison.lossless.verdict, comparison.lossless.diverged
-            idle = comparison.not_drafting
-    return GridRow(cell, by_suite, lossless, dropped, diverged=diverged, not_drafting=idle)
+            idle, unknown = comparison.not_drafting, comparison.drafting_unknown
+    return GridRow(cell, by_suite, lossless, dropped, diverged=diverged, not_drafting=idle,
+                   drafting_unknown=unknown)
 
 
 def _baseline(runs: Sequence[BenchRun], reference: str, suites: Sequence[str]) -> dict:
@@ -528,6 +533,57 @@ def disturbed(measured: Sequence[tuple[Cell, BenchRun]], reference: str) -> set[
                     abs(record.result.stats.tokens_per_second / middle - 1) > limit:
                 out.add(cell.arm.name)
     return out
+
+
+@dataclass(frozen=True)
+class Disturbance:
+    """Runs of one plan that strayed far from the other repeats of their setting and prompt
+    (``disturbed_runs``): another program took the cores while they ran."""
+
+    strayed: dict[str, int]
+    """Arm name -> its runs that strayed (arms with none are left out)."""
+    repeated: int
+    """Runs that had other repeats of their setting and prompt to be judged against."""
+    limit: float
+    """How far (as a share of the speed) a run strayed to count."""
+
+    @property
+    def count(self) -> int:
+        return sum(self.strayed.values())
+
+    def note(self, what: str, noise_share: float | None = None, advice: str = "") -> str:
+        """What a report says: ``what`` names the runs ("the verification's", "this
+        A/B's"), ``noise_share`` the quieter noise they are set against."""
+        against = "" if noise_share is None else f" (the search's noise was {noise_share:.1%})"
+        return (f"{self.count} of {what} {self.repeated} repeated runs ran more than "
+                f"{self.limit:.0%} away from the other repeats of their setting and prompt"
+                f"{against}: another program probably took the cores during "
+                "it, so its intervals are wider than this machine gives when quiet."
+                + (f" {advice}" if advice else ""))
+
+
+def disturbed_runs(run: BenchRun, noise_share: float) -> Disturbance | None:
+    """The runs of ``run`` that another program disturbed: each (setting, prompt) repeated at
+    least twice, a run more than ``DISTURBED`` (or four widths of ``noise_share``, on a
+    noisier machine) from its repeats' median. The one rule the A/B (page and CLI) and the
+    tuner name a busy machine by; None when no run strayed, or no run was repeated."""
+    limit = max(DISTURBED, 4 * noise_share)
+    rates: dict[tuple[str, str], list[float]] = {}
+    for arm in run.plan.arms:
+        for done in run.counted(arm.name):
+            if done.result.stats.decode_s > 0:
+                rates.setdefault((arm.name, done.prompt_id), []).append(
+                    done.result.stats.tokens_per_second)
+    repeated = sum(len(v) for v in rates.values() if len(v) >= 2)
+    strayed: dict[str, int] = {}
+    for (arm, _prompt), values in rates.items():
+        if len(values) < 2:
+            continue
+        middle = statistics.median(values)
+        far = sum(abs(r / middle - 1) > limit for r in values)
+        if far:
+            strayed[arm] = strayed.get(arm, 0) + far
+    return Disturbance(strayed, repeated, limit) if strayed else None
 
 
 def noise(runs: Sequence[BenchRun], reference: str) -> float:

@@ -112,6 +112,9 @@ class ArmSoFar:
     drafted_nothing: bool = False
     """Every paired run counted its drafts (an engine's own count, or a server that reports
     them) and none was drafted: the speed-up so far is noise."""
+    drafting_unknown: bool = False
+    """No paired run carried a draft count (a server that reports none, such as a
+    llama-server without --metrics): nobody can tell yet whether it drafted."""
 
     def to_text(self, reference: str) -> str:
         """One line, as the CLI's progress prints it."""
@@ -120,6 +123,8 @@ class ArmSoFar:
                 return f"{self.name}: no usable speed in {self.pairs} paired runs so far"
             return f"{self.name}: waiting for paired runs"
         accept = "" if self.acceptance_rate is None else f", acceptance {self.acceptance_rate:.0%}"
+        if self.drafting_unknown:
+            accept = ", did it draft? not reported"
         same = (f", {self.identical}/{self.pairs} identical" if self.checkable else "")
         return (f"{self.name}: {self.median_speedup:.2f}x vs {reference} so far (median of "
                 f"{self.pairs} paired, {self.min_speedup:.2f}-{self.max_speedup:.2f}x{accept}{same})")
@@ -177,6 +182,9 @@ class LivePlan:
     acceptance_reported: set[str] = field(default_factory=set)
     """Server plans: drafting arms whose servers reported acceptance for a finished run."""
     acceptance_unreported: set[str] = field(default_factory=set)
+    runs_from: float | None = None
+    """Seconds from ``started`` to the plan's first run (loading the model, starting servers,
+    tokenizing before it): the live plots mark that span as loading."""
     _points: list[Point] = field(default_factory=list)
     _row_of: dict[tuple[str, int, str], int] = field(default_factory=dict)
 
@@ -215,6 +223,7 @@ class LivePlan:
         elif isinstance(event, PlanStarted):
             self.total = len(event.schedule)
             self.loaded = event.loaded
+            self.runs_from = self.elapsed()
         return []
 
     def _step(self, step: RunStep) -> None:
@@ -248,6 +257,10 @@ class LivePlan:
             if measured.acceptance_rate is not None:
                 self._points.append(Point("accept_done", record.arm, t,
                                           100 * measured.acceptance_rate))
+                self.acceptance_reported.add(record.arm)
+            elif _counts_drafts(record.result.server):
+                # Counted, and nothing drafted: reported (no rate to plot), not "not
+                # reported" beside the "drafted nothing" the figures say of it.
                 self.acceptance_reported.add(record.arm)
             else:
                 self.acceptance_unreported.add(record.arm)
@@ -308,6 +321,9 @@ class LivePlan:
             checkable=self.plan.sampling.greedy,
             drafted_nothing=bool(paired) and drafted == 0 and all(
                 _counts_drafts(r.record.result.server) for r in paired),
+            drafting_unknown=bool(paired) and drafted == 0 and not any(
+                _counts_drafts(r.record.result.server) or
+                r.record.result.server.drafts_by_construction for r in paired),
         )
 
     def figures(self) -> list[ArmSoFar]:
@@ -319,4 +335,4 @@ def _counts_drafts(server) -> bool:
     """Whether a run's drafted count is a count: an engine's own (no server), or a server's
     that reports it (core.bench.summary reads the same fields)."""
     return server is None or bool(server.report.acceptance_source) or \
-        server.metrics_drafted is not None
+        server.metrics_drafted is not None or bool(server.draft_source)

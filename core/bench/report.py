@@ -25,7 +25,7 @@ import io
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,8 @@ from specdeck.core.bench import stats
 from specdeck.core.bench.plan import BenchPlan
 from specdeck.core.bench.runner import BenchRun, RunRecord
 from specdeck.core.bench.summary import NOT_REPORTED, BenchSummary, pairs, summarize
+from specdeck.core.bench.winner import best_arm, drafting_doubt
+from specdeck.core.engines.base import OF_REACHED, SHARE_OF_DRAFTS
 from specdeck.core.engines.lossless import compare_runs
 from specdeck.core.errors import InvalidInputError, NotFoundError
 from specdeck.core.jsonout import dumps, to_jsonable
@@ -207,7 +209,8 @@ def markdown_summary(run: BenchRun, summary: BenchSummary) -> str:
             lines.extend(f"- {a.name}: not usable: {why}" for why in a.not_usable)
     lines += ["", "## Arms", "",
               "| arm | tok/s (median) | TTFT (median) | acceptance | mean accepted length | "
-              "per position | peak memory | weights read |", "|---|---|---|---|---|---|---|---|"]
+              f"per position ({SHARE_OF_DRAFTS}) | peak memory | weights read |",
+              "|---|---|---|---|---|---|---|---|"]
     for a in summary.arms:
         per_pos = " ".join("-" if v is None else f"{v:.0%}" for v in a.per_position_acceptance)
         memory = f"{a.peak_memory_bytes / 2**20:.0f} MiB {a.memory_kind}" if a.peak_memory_bytes else "-"
@@ -271,18 +274,20 @@ def markdown_summary(run: BenchRun, summary: BenchSummary) -> str:
 
 
 def position_tables(summary: BenchSummary) -> list[str]:
-    """"Acceptance by draft position": a table per drafting arm (drafts that reached each
-    position, how many kept it, the share), its mean acceptance length and where the counts
+    """"Acceptance by draft position": a table per drafting arm (the drafts that kept each
+    position, the share of all drafts, and where the source counts them, the drafts that
+    reached it and the share of those), its mean acceptance length and where the counts
     come from; "not reported by the server" where a server gave none, never zeros."""
     drafting = [a for a in summary.arms if a.positions is not None]
     if not drafting:
         return []
     lines = ["", "## Acceptance by draft position", "",
-             "Position i is kept only when every earlier one was: the share is of the drafts "
-             "that reached position i (a server's counters give only the number of drafts, so "
-             "there every draft counts at every position, as vLLM and llama.cpp count). Mean "
-             "acceptance length = 1 + accepted / drafts, the formula vLLM, SGLang and "
-             "llama.cpp use."]
+             f"Position i is kept only when every earlier one was. \"{SHARE_OF_DRAFTS}\": "
+             "kept at i over every draft (it never rises with i; vLLM's and llama.cpp's "
+             f"per-position rate). \"{OF_REACHED}\": kept at i over the drafts that had a "
+             "token at i; a server's counters do not count those unless every draft was k "
+             "long. Mean acceptance length = 1 + accepted / drafts, the formula vLLM, SGLang "
+             "and llama.cpp use."]
     for arm in drafting:
         p = arm.positions
         lines += ["", f"### {arm.label}", ""]
@@ -291,14 +296,22 @@ def position_tables(summary: BenchSummary) -> list[str]:
             continue
         lines.append(f"Source: {p.label}; {p.drafts} drafts, {p.accepted_tokens} draft tokens "
                      f"kept; mean acceptance length {_fmt(arm.mean_acceptance_length, '.2f')}.")
-        if not p.drafted:
+        if not p.drafts or not p.accepted:
             lines.append(f"No draft token was kept: position 1 kept 0 of {p.drafts} drafts."
                          if p.drafts else "No draft was proposed: no position to show.")
             continue
-        lines += ["", "| position | drafts reaching it | kept | acceptance |", "|---|---|---|---|"]
-        lines += [f"| {i + 1} | {d} | {a} | {_fmt(r and r * 100, '.1f', '%') if d else '-'} |"
-                  for i, (d, a, r) in enumerate(zip(p.drafted, p.accepted, p.rates))]
+        reached = p.reached or ("not counted",) * len(p.accepted)
+        of_reached = p.of_reached or (None,) * len(p.accepted)
+        lines += ["", f"| position | kept | {SHARE_OF_DRAFTS} | drafts reaching it | "
+                  f"{OF_REACHED} |", "|---|---|---|---|---|"]
+        lines += [f"| {i + 1} | {a} | {_percent(share)} | {d} | {_percent(rate)} |"
+                  for i, (a, share, d, rate) in enumerate(zip(p.accepted, p.shares, reached,
+                                                               of_reached))]
     return lines
+
+
+def _percent(share: float | None) -> str:
+    return _fmt(None if share is None else share * 100, ".1f", "%")
 
 
 def _no_source(arm) -> str:
@@ -392,6 +405,11 @@ class HistoryEntry:
     """Losslessness verdict by drafting arm."""
     counted_runs: int
     cancelled: bool
+    best: str | None = None
+    """The winning drafting arm (core.bench.winner.best_arm); None: no draft won."""
+    not_drafting: dict[str, str] = field(default_factory=dict)
+    """Drafting arm -> why it is not a drafting result (it drafted nothing, or nobody can
+    tell whether it did): its speed-up is kept as measured, never as the best."""
 
 
 def history_dir() -> Path:
@@ -420,6 +438,9 @@ def save_to_history(run: BenchRun, summary: BenchSummary, root: Path | None = No
         lossless={c.arm: c.lossless.verdict for c in summary.comparisons},
         counted_runs=summary.counted_runs,
         cancelled=summary.cancelled,
+        best=best_arm(summary),
+        not_drafting={c.arm: why for c in summary.comparisons
+                      if (why := drafting_doubt(c.not_drafting, c.drafting_unknown))},
     )
     data = to_jsonable(entry)
     data["folder"] = folder.name  # relative: the history can move with the data dir
@@ -446,6 +467,9 @@ def list_history(root: Path | None = None) -> list[HistoryEntry]:
                 lossless=dict(data["lossless"]),
                 counted_runs=int(data["counted_runs"]),
                 cancelled=bool(data["cancelled"]),
+                best=str(data["best"]) if data.get("best") else None,
+                not_drafting={str(k): str(v) for k, v in
+                              (data.get("not_drafting") or {}).items()},
             ))
         except (OSError, ValueError, KeyError, TypeError):
             continue

@@ -29,7 +29,13 @@ from typing import Any
 from specdeck.core.bench import stats
 from specdeck.core.bench.plan import Arm
 from specdeck.core.bench.runner import BenchRun, RunRecord
-from specdeck.core.engines.base import DrafterKind, DrafterSpec, mean_acceptance_length
+from specdeck.core.engines.base import (
+    DrafterKind,
+    DrafterSpec,
+    mean_acceptance_length,
+    position_rates,
+    position_shares,
+)
 from specdeck.core.engines.lossless import OutputMatch, compare_runs
 
 LOW_ACCEPTANCE = 0.5
@@ -59,17 +65,18 @@ NOT_REPORTED = "not reported by the server"
 class DraftPositions:
     """Acceptance by draft position for one drafting arm, pooled over its runs.
 
-    Position i (0-based here, shown 1-based) is kept only when every earlier one was, so the
-    rate at i is the share of drafts whose first i+1 tokens were all right. Engines count the
-    drafts that reached position i (an n-gram draft may be shorter than k); a server's
-    counters say only how many drafts there were, so there every draft counts at every
-    position, as vLLM and llama.cpp compute their per-position rates (accepted_i /
-    num_drafts)."""
+    Position i (0-based here, shown 1-based) is kept only when every earlier one was. Two
+    figures, defined in core.engines.base: the share of all drafts whose first i+1 tokens
+    were kept (``shares``, SHARE_OF_DRAFTS: what the chart shows, for every source; it never
+    rises with i), and the share of the drafts that reached position i that kept it
+    (``of_reached``, OF_REACHED: engines count the drafts reaching each position; a
+    server's counters do not, unless every draft was k long)."""
 
-    drafted: tuple[int, ...]
-    """Index i: drafts that reached position i (a server: every draft)."""
+    reached: tuple[int, ...]
+    """Index i: drafts that reached position i; () where the source does not say."""
     accepted: tuple[int, ...]
-    """Index i: drafts whose token at position i was kept."""
+    """Index i: drafts whose token at position i was kept (a server: every position its
+    counters report, zeros included)."""
     drafts: int
     """Verify steps that carried a draft, over the counted runs."""
     accepted_tokens: int
@@ -86,9 +93,14 @@ class DraftPositions:
         return self.source != NOT_REPORTED
 
     @property
-    def rates(self) -> tuple[float | None, ...]:
-        """accepted_i / drafted_i per position; None where nothing reached position i."""
-        return tuple(a / d if d else None for a, d in zip(self.accepted, self.drafted))
+    def shares(self) -> tuple[float | None, ...]:
+        """SHARE_OF_DRAFTS per position: accepted_i / drafts (None without a draft)."""
+        return position_shares(self.accepted, self.drafts)
+
+    @property
+    def of_reached(self) -> tuple[float | None, ...]:
+        """OF_REACHED per position: accepted_i / reached_i; () where reached is not known."""
+        return position_rates(self.accepted, self.reached)
 
     @property
     def mean_acceptance_length(self) -> float | None:
@@ -104,23 +116,31 @@ class DraftPositions:
         return f"{self.source}{runs}"
 
     def to_json(self) -> dict[str, Any]:
-        """The counts, and the rates and length derived from them, so readers need not
-        recompute them; "reported": false says the server gave none (never zeros)."""
+        """The counts, and the figures and length derived from them, so readers need not
+        recompute them; "reported": false says the server gave none (never zeros);
+        "reached": null says the source does not count the drafts reaching each position."""
         return {"source": self.source, "reported": self.reported, "label": self.label,
                 "drafts": self.drafts, "accepted_tokens": self.accepted_tokens,
-                "drafted": list(self.drafted), "accepted": list(self.accepted),
-                "rates": list(self.rates), "mean_acceptance_length": self.mean_acceptance_length,
+                "reached": list(self.reached) if self.reached or not self.reported
+                or not self.drafts else None,
+                "accepted": list(self.accepted),
+                "share_of_all_drafts": list(self.shares),
+                "of_drafts_that_reached": list(self.of_reached) if self.reached else None,
+                "mean_acceptance_length": self.mean_acceptance_length,
                 "runs": self.runs, "of_runs": self.of_runs}
 
 
 def draft_positions(records: Sequence[RunRecord]) -> DraftPositions:
-    """One arm's acceptance by draft position, from its runs' records: the one definition
-    the A/B page's chart, the reports and the summary use.
+    """One arm's acceptance by draft position, from its runs' records: the one pooling the
+    A/B page's chart, the reports and the summary use.
 
     A server run counts when its counters were read and passed their checks
     (``metrics_drafted`` set, and positions whenever it drafted); one that drafted nothing
     counts with zero drafts. Where no run's server reported positions the result says
-    NOT_REPORTED and holds no figure: nothing is filled in."""
+    NOT_REPORTED and holds no figure: nothing is filled in. Counts are summed position by
+    position, a run's missing positions counting zero (it had no draft, or kept no token,
+    there); the drafts reaching each position are known only when every run that drafted
+    says them."""
     counted, server = [], False
     for record in records:
         stats, reading = record.result.stats, record.result.server
@@ -128,19 +148,27 @@ def draft_positions(records: Sequence[RunRecord]) -> DraftPositions:
             counted.append(stats)
             continue
         server = True
-        if reading.metrics_drafted is not None and (stats.per_position_accepted
-                                                    or stats.accepted == 0):
+        # A run that drafted counts only with its verify steps and positions: counted with
+        # none, it made "no drafts" stand beside the tokens it had accepted.
+        if reading.metrics_drafted is not None and (
+                (stats.per_position_accepted and stats.draft_steps) or stats.drafted == 0):
             counted.append(stats)
     if server and not counted:
         return DraftPositions((), (), 0, 0, NOT_REPORTED, 0, len(records))
-    width = max((len(s.per_position_drafted) for s in counted), default=0)
-    drafted = tuple(sum(s.per_position_drafted[i] for s in counted
-                        if i < len(s.per_position_drafted)) for i in range(width))
-    accepted = tuple(sum(s.per_position_accepted[i] for s in counted
-                         if i < len(s.per_position_accepted)) for i in range(width))
-    return DraftPositions(drafted, accepted, sum(s.draft_steps for s in counted),
+    width = max((max(len(s.per_position_drafted), len(s.per_position_accepted))
+                 for s in counted), default=0)
+    known = all(s.per_position_drafted or not s.draft_steps for s in counted)
+    reached = tuple(sum(_at(s.per_position_drafted, i) for s in counted)
+                    for i in range(width)) if known else ()
+    accepted = tuple(sum(_at(s.per_position_accepted, i) for s in counted) for i in range(width))
+    return DraftPositions(reached, accepted, sum(s.draft_steps for s in counted),
                           sum(s.accepted for s in counted),
                           SERVER_COUNTERS if server else ENGINE_COUNT, len(counted), len(records))
+
+
+def _at(counts: Sequence[int], i: int) -> int:
+    """A run's count at position i; 0 past its end (nothing reached or was kept there)."""
+    return counts[i] if i < len(counts) else 0
 
 
 @dataclass(frozen=True)
@@ -165,7 +193,8 @@ class ArmSummary:
     """Pooled: 1 + accepted / drafts (engines.base.mean_acceptance_length), over the runs
     ``positions`` counts; where it comes from is ``positions.label``."""
     per_position_acceptance: tuple[float | None, ...]
-    """Pooled per draft position: ``positions.rates`` (cumulative: P(first i+1 kept))."""
+    """Pooled per draft position: ``positions.shares`` (SHARE_OF_DRAFTS: of all drafts, the
+    share whose first i+1 tokens were kept)."""
     step_time_s: float | None
     """Median decode seconds per verify step (per token for the reference)."""
     peak_memory_bytes: int | None
@@ -322,6 +351,11 @@ class Comparison:
     nothing in any run, as counted by its engine or reported by its server (a server started
     without --spec-type, a draft that failed to load, nothing in the prompts to copy). Its
     speed-up is shown as measured, but it never wins and is not called a drafting speed-up."""
+    drafting_unknown: str = ""
+    """Why SpecDeck cannot tell whether this drafting arm drafted at all, and how to make it
+    tellable ("" when it can): no run carried a draft count and nothing makes it draft at
+    every step. Like ``not_drafting``, its speed-up is shown as measured, never wins and is
+    kept out of History's best."""
 
     @property
     def usable(self) -> bool:
@@ -340,7 +374,7 @@ class Comparison:
             "by_tag": {tag: ratio(r) for tag, r in self.by_tag.items()},
             "lossless": self.lossless, "theory": self.theory, "verdict": self.verdict,
             "causes": list(self.causes), "usable": self.usable, "not_usable": self.not_usable,
-            "not_drafting": self.not_drafting,
+            "not_drafting": self.not_drafting, "drafting_unknown": self.drafting_unknown,
         }
 
 
@@ -401,10 +435,14 @@ def summarize(run: BenchRun, decode: Decoder | None = None) -> BenchSummary:
     arms = tuple(_arm_summary(arm, run.counted(arm.name), peak, _failed(run, arm.name))
                  for arm in plan.arms)
     decoder = _LazyDecoder(decode, run.loaded.model_path)
+    busy = _disturbance(run)
     comparisons = tuple(
-        _compare(run, arm, arms[0], arms[i], decoder) for i, arm in enumerate(plan.arms) if i > 0
+        _compare(run, arm, arms[0], arms[i], decoder, busy)
+        for i, arm in enumerate(plan.arms) if i > 0
     )
     notes = []
+    if busy is not None:
+        notes.append(busy.note("this A/B's", advice="Run it again on a quiet machine."))
     if run.cancelled:
         notes.append("The run was stopped early: only the finished runs are counted.")
     if any(a.adaptive for a in arms[1:]):
@@ -460,9 +498,10 @@ def _arm_summary(arm: Arm, records: list[RunRecord], peak_bandwidth: float | Non
     acceptance_known = not acceptance_problems
     if server_runs and has_drafter:
         sources = {s.report.acceptance_source or ("Prometheus counters" if s.metrics_drafted
-                                                   is not None else "") for s in server_runs}
+                                                   is not None else s.draft_source)
+                   for s in server_runs}
         sources.discard("")
-        source = ", ".join(sorted(sources)) or "not reported by this server"
+        source = ", ".join(sorted(sources)) or _not_reported(arm)
         acceptance_known = bool(sources) and not acceptance_problems
         if acceptance_problems:  # one garbled reading makes the server's counts suspect
             source = f"not usable: {acceptance_problems[0]}"
@@ -486,7 +525,7 @@ def _arm_summary(arm: Arm, records: list[RunRecord], peak_bandwidth: float | Non
         acceptance_rate=accepted / drafted if drafted and acceptance_known else None,
         mean_acceptance_length=positions.mean_acceptance_length
         if positions is not None and acceptance_known else None,
-        per_position_acceptance=positions.rates if positions is not None else (),
+        per_position_acceptance=positions.shares if positions is not None else (),
         step_time_s=_median([s.decode_s / s.steps for s in measured if s.steps]),
         peak_memory_bytes=max(memories) if memories else None,
         memory_kind=kinds.pop() if len(kinds) == 1 else ",".join(sorted(kinds)),
@@ -512,8 +551,16 @@ def pairs(run: BenchRun, arm: str) -> list[tuple[RunRecord, RunRecord]]:
     return [(reference[r.pair_key], r) for r in run.counted(arm) if r.pair_key in reference]
 
 
+def _disturbance(run: BenchRun):
+    """The runs another program disturbed (core.bench.grid.disturbed_runs, the one rule the
+    tuner uses too), judged against this plan's own noise; None when none was."""
+    from specdeck.core.bench.grid import disturbed_runs, noise
+
+    return disturbed_runs(run, noise([run], run.plan.baseline.name))
+
+
 def _compare(run: BenchRun, arm: Arm, ref: ArmSummary, summary: ArmSummary,
-             decoder: _LazyDecoder) -> Comparison:
+             decoder: _LazyDecoder, busy=None) -> Comparison:
     matched = pairs(run, arm.name)
     speed = [(ratio, b) for a, b in matched
              if (ratio := stats.speedup(a.result.stats.tokens_per_second,
@@ -528,9 +575,22 @@ def _compare(run: BenchRun, arm: Arm, ref: ArmSummary, summary: ArmSummary,
     theory = _theory(run, arm.drafter, summary, matched)
     not_usable = "" if speedup is not None else _why_no_speedup(ref, summary, matched)
     not_drafting = _why_not_drafting(arm, summary)
+    unknown = "" if not_drafting else _why_drafting_unknown(arm, summary,
+                                                             run.counted(arm.name))
     verdict, causes = _verdict(arm, speedup, summary, theory, matched, not_usable)
+    strayed = 0 if busy is None else busy.strayed.get(arm.name, 0) + \
+        busy.strayed.get(ref.name, 0)
+    if causes and strayed:  # the machine first: it moves every figure the others rest on
+        causes = (f"another program probably took the cores: {strayed} of the runs of "
+                  f"{arm.name} and {ref.name} ran more than {busy.limit:.0%} away from the "
+                  "other repeats of their prompt, so these timings mix a busy machine with "
+                  "drafting's own cost; run it again on a quiet machine",
+                  *(c for c in causes if not c.startswith("no single cause")))
     if not_drafting and speedup is not None:
         verdict = f"{arm.name} did not draft: {not_drafting}. Measured as it ran: {verdict}"
+    elif unknown and speedup is not None:
+        verdict = (f"{arm.name}: SpecDeck cannot tell whether it drafted ({unknown}). "
+                   f"Measured as it ran, not counted as a drafting result: {verdict}")
     return Comparison(
         arm=arm.name,
         label=arm.label,
@@ -542,6 +602,7 @@ def _compare(run: BenchRun, arm: Arm, ref: ArmSummary, summary: ArmSummary,
         causes=causes,
         not_usable=not_usable,
         not_drafting=not_drafting,
+        drafting_unknown=unknown,
     )
 
 
@@ -559,6 +620,47 @@ def _why_not_drafting(arm: Arm, summary: ArmSummary) -> str:
         return f"{before}; {runs}"
     return (f"{runs} (a server started without --spec-type, a draft that did not load, or "
             "prompts with nothing its drafter could propose)")
+
+
+def _not_reported(arm: Arm) -> str:
+    """A drafting server arm's acceptance source where no run carried counts, with why where
+    SpecDeck knows it (TabbyAPI: none over HTTP; its log, when SpecDeck started it)."""
+    server = arm.server
+    if server is not None and server.tabby_launch is not None:
+        return ("not reported by this server (TabbyAPI's log had no draft counts for these "
+                "requests: its ExLlamaV2 backend logs none)")
+    if server is not None and (server.tabby is not None or server.kind is not None
+                               and server.kind.value == "tabbyapi"):
+        return ("not reported by this server (TabbyAPI returns no draft counts over HTTP; "
+                "SpecDeck reads them from TabbyAPI's log only when it starts TabbyAPI itself)")
+    return "not reported by this server"
+
+
+def _why_drafting_unknown(arm: Arm, summary: ArmSummary, records: Sequence[RunRecord]) -> str:
+    """Why nobody can tell whether a drafting server arm drafted, with how to make it
+    tellable ("" when it can be told): no run carried a draft count (none in the responses,
+    no counters around the runs, nothing in a log SpecDeck read), and the arm does not
+    draft at every step by construction. llama-server's timings leave ``draft_n`` out of a
+    request that drafted nothing, so without /metrics a server that never drafted looks
+    like one that reports nothing."""
+    from specdeck.core.servers.kinds import TRAITS, ServerKind
+
+    if arm.drafter.kind is DrafterKind.NONE or not records or summary.drafted:
+        return ""
+    readings = [r.result.server for r in records]
+    if any(s is None for s in readings):
+        return ""  # an engine counts every draft
+    if any(s.report.drafted is not None or s.metrics_drafted is not None or s.draft_source
+           or s.report.acceptance_problem or s.drafts_by_construction for s in readings):
+        return ""
+    if arm.server is not None and arm.server.tabby_launch is not None:
+        return ("TabbyAPI's log had no draft counts for these requests (its ExLlamaV2 backend "
+                "logs none)")
+    try:
+        kind = ServerKind(readings[0].report.kind)
+    except ValueError:
+        kind = ServerKind.OPENAI
+    return TRAITS[kind].tellable
 
 
 def _said_before(arm: Arm) -> str:
@@ -747,8 +849,8 @@ def per_step_acceptance(records: Sequence[RunRecord]) -> list[float]:
     width = max((len(r.result.stats.per_position_accepted) for r in records), default=0)
     if not steps:
         return []
-    return [sum(r.result.stats.per_position_accepted[i] for r in records
-                if i < len(r.result.stats.per_position_accepted)) / steps for i in range(width)]
+    return [sum(_at(r.result.stats.per_position_accepted, i) for r in records) / steps
+            for i in range(width)]
 
 
 def _theory(run: BenchRun, drafter: DrafterSpec, summary: ArmSummary,

@@ -113,6 +113,8 @@ class SweepRow:
     """The arm of the plan that measured it."""
     diverged: int = 0
     """Runs whose output really changed (such a row never wins)."""
+    not_drafting: str = ""
+    """Why it is not known to have drafted (core.bench.winner.drafting_doubt): it never wins."""
 
     @property
     def score(self) -> float:
@@ -211,6 +213,8 @@ def setting_rows(run: BenchRun, summary: BenchSummary) -> list[SweepRow]:
             lossless=comparison.lossless.verdict,
             arm=comparison.arm,
             diverged=comparison.lossless.diverged,
+            not_drafting=winner.drafting_doubt(comparison.not_drafting,
+                                               comparison.drafting_unknown),
         ))
     return rows
 
@@ -218,7 +222,8 @@ def setting_rows(run: BenchRun, summary: BenchSummary) -> list[SweepRow]:
 def best_row(rows: Sequence[SweepRow]) -> SweepRow | None:
     """The winning row by ``core.bench.winner``'s rule; None when none beats no draft."""
     return winner.pick(rows, lambda r: winner.Standing(
-        None if r.speedup is None else r.speedup.median, r.diverged))
+        None if r.speedup is None else r.speedup.median, r.diverged,
+        not_drafting=r.not_drafting))
 
 
 def sweep_result(spec: SweepSpec, runs: Sequence[BenchRun],
@@ -297,6 +302,22 @@ def plan_apply_best(best: SweepRow | None, config_path: str | Path,
                     draft_folder: str | Path | None = None) -> BestSettingChange:
     """Plan writing the sweep's ``best`` row (None = no draft) into ``config_path``."""
     return plan_apply_setting(None if best is None else best.drafter, config_path, draft_folder)
+
+
+def why_not_applicable(plan) -> str:
+    """Why a finished plan's best setting has no TabbyAPI config.yml to go into ("" when it
+    has): the embedded demo runs inside SpecDeck, served by no one; a running server's
+    settings are not SpecDeck's to write from the page (the CLI's --apply writes a llama-swap
+    cmd or a TabbyAPI config from server arms)."""
+    from specdeck.core.engines.demo import is_demo_alias
+
+    if plan.engine == "server":
+        return ("These arms are servers: their settings are written by the llama-swap and "
+                "Tune pages (or specdeck bench --apply), not from here.")
+    if is_demo_alias(plan.model):
+        return ("The demo model runs inside SpecDeck, served by no one: there is no config "
+                "to write. Its best setting is in the result above.")
+    return ""
 
 
 def plan_apply_setting(drafter: DrafterSpec | None, config_path: str | Path,

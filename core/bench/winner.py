@@ -4,12 +4,15 @@ A plain A/B (`specdeck bench --apply`, the A/B page's Apply button), a sweep of 
 llama-server flags and the k tuner all end by naming a winner, and the user may write it into
 their server's config. They must never disagree, so they all ask this module:
 
-- A setting takes part only when it drafted (a drafting arm that drafted nothing is not a
-  drafting result), its median paired speed-up against decoding without a draft is known (a
-  finite number, from readings that passed their checks), its output did not change (no real divergence from the
-  reference: float ties are not divergences; a sampled plan, which cannot be checked, is not
-  held against it), and it was measured on everything the others were (successive halving
-  drops settings after a round: a setting measured on fewer prompts cannot win on them).
+- A setting takes part only when it is known to have drafted (a drafting arm that drafted
+  nothing is not a drafting result, and neither is one of which nobody can tell whether it
+  drafted: a server that gave no draft counts, such as a llama-server without --metrics,
+  whose timings leave draft_n out of a request that drafted nothing), its median paired
+  speed-up against decoding without a draft is known (a finite number, from readings that
+  passed their checks), its output did not change (no real divergence from the reference:
+  float ties are not divergences; a sampled plan, which cannot be checked, is not held
+  against it), and it was measured on everything the others were (successive halving drops
+  settings after a round: a setting measured on fewer prompts cannot win on them).
 - The winner is the highest median speed-up among them; the earlier one in the plan on a tie.
 - It must beat decoding without a draft (a median above 1.0); otherwise there is no winner
   and the right setting is "no draft".
@@ -43,12 +46,17 @@ class Standing:
     """Measured on every prompt the plan holds (not dropped early)."""
     not_usable: str = ""
     """Why its figures cannot be used (a server's reading that failed its checks)."""
+    not_drafting: str = ""
+    """Why it is not known to have drafted: it drafted nothing, or nobody can tell whether
+    it did (``drafting_doubt``); "" when it drafted."""
 
     @property
     def excluded_because(self) -> str | None:
         """Why this setting cannot win whatever its speed; None when it takes part."""
         if self.not_usable:
             return f"not usable: {self.not_usable}"
+        if self.not_drafting:
+            return self.not_drafting
         if self.speedup is None or not math.isfinite(self.speedup):
             return "no paired runs to measure it"
         if self.diverged:
@@ -68,10 +76,23 @@ def pick(items: Iterable[T], standing: Callable[[T], Standing]) -> T | None:
     return best
 
 
+def drafting_doubt(not_drafting: str, unknown: str) -> str:
+    """Why a setting is not a drafting result, as Standing.not_drafting says it: it drafted
+    nothing (core.bench.summary's ``not_drafting``), or nobody can tell whether it did
+    (``drafting_unknown``); "" when it drafted."""
+    if not_drafting:
+        return f"it did not draft: {not_drafting}"
+    if unknown:
+        return f"SpecDeck cannot tell whether it drafted: {unknown}"
+    return ""
+
+
 def comparison_standing(comparison: Comparison) -> Standing:
     ratio = comparison.speedup
     return Standing(None if ratio is None else ratio.median, comparison.lossless.diverged,
-                    not_usable=comparison.not_usable or comparison.not_drafting)
+                    not_usable=comparison.not_usable,
+                    not_drafting=drafting_doubt(comparison.not_drafting,
+                                                comparison.drafting_unknown))
 
 
 def best_arm(summary: BenchSummary) -> str | None:

@@ -106,6 +106,43 @@ def picklable_error(exc: BaseException) -> BaseException:
         return RuntimeError(f"{type(exc).__name__}: {exc}\n{detail}")
 
 
+PARENT_GRACE_S = 20.0
+"""After the process that started this one is gone: how long the engine may take to stop its
+run and unload (stopping the llama-servers it launched) before the process ends anyway."""
+
+
+def watch_parent(jobs: Any, cancel: Any, events: Any = None) -> bool:
+    """End this engine process when the one that started it is gone, however it ended
+    (SIGTERM, SIGKILL, a crash: none of them runs multiprocessing's exit handlers, which end
+    a daemon child only on a normal exit). A thread waits on the parent's sentinel
+    (multiprocessing's ``parent_process()``: a pipe on POSIX, a process handle on Windows,
+    so it works everywhere); when it fires it stops the run, asks the loop to unload and
+    exit, and ends the process after ``PARENT_GRACE_S`` if that has not happened. False when
+    this process has no multiprocessing parent (``serve`` called in-process)."""
+    import multiprocessing
+    import threading
+    from multiprocessing.connection import wait
+
+    parent = multiprocessing.parent_process()
+    if parent is None or getattr(parent, "sentinel", None) is None:
+        return False
+
+    def watch() -> None:
+        wait([parent.sentinel])
+        log.warning("SpecDeck's process is gone: stopping the engine process")
+        cancel.set()
+        if events is not None:
+            events.cancel_join_thread()  # nobody reads them now: never block the exit on it
+        try:
+            jobs.put(None)
+        finally:
+            threading.Event().wait(PARENT_GRACE_S)
+            os._exit(1)
+
+    threading.Thread(target=watch, name="specdeck-parent-watch", daemon=True).start()
+    return True
+
+
 ENGINE_NICENESS = 10
 """The engine process yields the CPU to the GUI process when both want it (POSIX nice): on a
 machine with few cores the engine's compute threads otherwise delay the GUI's frames."""
@@ -114,6 +151,7 @@ machine with few cores the engine's compute threads otherwise delay the GUI's fr
 def serve(jobs: Any, events: Any, cancel: Any, factory: EngineFactory = default_factory,
           niceness: int = ENGINE_NICENESS) -> None:
     """The child's main loop (see the module docstring)."""
+    watch_parent(jobs, cancel, events)
     if niceness and hasattr(os, "nice"):
         try:
             os.nice(niceness)

@@ -25,6 +25,7 @@ from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.cli.output import emit_json, print_table
 from specdeck.core.engines.base import (
     MAX_DRAFT_TOKENS,
+    SHARE_OF_DRAFTS,
     DrafterKind,
     DrafterSpec,
     GenerationRequest,
@@ -292,7 +293,8 @@ def _print_stats(result: Any, loaded: Any, out: TextIO) -> None:
         out.write(
             f"    {s.steps} verify steps, {s.draft_steps} with a draft; accepted {s.accepted} of "
             f"{s.drafted} draft tokens ({s.acceptance_rate * 100:.0f}%), mean acceptance "
-            f"length {_length(s.mean_acceptance_length)}; per position: {positions}\n"
+            f"length {_length(s.mean_acceptance_length)}; per position ({SHARE_OF_DRAFTS}): "
+            f"{positions}\n"
         )
     elif result.drafter.kind.value != "none":
         out.write(f"    {s.steps} verify steps; the drafter found nothing to propose\n")

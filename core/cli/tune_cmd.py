@@ -27,7 +27,7 @@ from pathlib import Path
 from specdeck.core.cli import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NEGATIVE, EXIT_OK
 from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.cli.paths import output_file, output_folder
-from specdeck.core.errors import InvalidInputError
+from specdeck.core.errors import InvalidInputError, NotFoundError
 from specdeck.core.servers.key_names import add_api_key_option, add_tabby_options
 from specdeck.core.tune.confirm import NOT_CONFIRMED, Asker
 from specdeck.core.tune.hub import DEFAULT_DOWNLOAD_BUDGET
@@ -162,7 +162,13 @@ def _setup(args):
         if not args.llama_server:
             raise InvalidInputError("--gguf needs --llama-server BINARY.")
         return setup.from_llama_server(args.llama_server, args.gguf, flags)
-    return setup.demo(args.llama_server, flags)
+    try:
+        return setup.demo(args.llama_server, flags)
+    except NotFoundError as exc:
+        if exc.fix != setup.LLAMA_SERVER_HINT:
+            raise
+        raise NotFoundError(exc.what, "Give your llama-server binary with --llama-server.") \
+            from None
 
 
 def cmd_tune(args) -> int:

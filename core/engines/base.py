@@ -30,7 +30,7 @@ from __future__ import annotations
 import enum
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -263,6 +263,33 @@ def mean_acceptance_length(accepted: int, drafts: int) -> float | None:
     return 1.0 + accepted / drafts if drafts > 0 else None
 
 
+# Acceptance by draft position: two figures, defined here once. Position i's token is kept
+# only when every earlier one was, so accepted[i] counts the drafts whose first i+1 tokens
+# were all kept.
+SHARE_OF_DRAFTS = "share of all drafts"
+"""accepted[i] / drafts: of every draft, the share whose first i+1 tokens were kept. It never
+rises with i. vLLM's and llama.cpp's per-position rate (accepted_per_pos[i] / num_drafts), so
+a server's counters always give it."""
+OF_REACHED = "of the drafts that reached it"
+"""accepted[i] / reached[i]: of the drafts that had a token at position i (an n-gram draft or
+a draft model's early stop makes some shorter than k), the share that kept it. A server's
+counters do not say how many drafts reached position i (only the drafts and the draft
+tokens), so there it is known only when every draft was k tokens long."""
+
+
+def position_shares(accepted: Sequence[int], drafts: int) -> tuple[float | None, ...]:
+    """SHARE_OF_DRAFTS per position; None everywhere without a draft."""
+    return tuple(a / drafts if drafts > 0 else None for a in accepted)
+
+
+def position_rates(accepted: Sequence[int], reached: Sequence[int]) -> tuple[float | None, ...]:
+    """OF_REACHED per position; () when ``reached`` is not known, None where no draft
+    reached the position."""
+    if not reached:
+        return ()
+    return tuple(a / d if d else None for a, d in zip(accepted, reached))
+
+
 @dataclass(frozen=True)
 class GenerationStats:
     prompt_tokens: int
@@ -276,7 +303,9 @@ class GenerationStats:
     drafted: int
     accepted: int
     per_position_drafted: tuple[int, ...] = ()
-    """Index i: how often a draft token was proposed at position i of a step."""
+    """Index i: how often a draft token was proposed at position i of a step (the drafts
+    that reached position i); () where the source does not say (a server's counters, unless
+    every draft was k long)."""
     per_position_accepted: tuple[int, ...] = ()
     """Index i: how often the draft token at position i was accepted."""
     stop_reason: StopReason = StopReason.MAX_NEW_TOKENS
@@ -314,10 +343,13 @@ class GenerationStats:
 
     @property
     def per_position_acceptance(self) -> tuple[float | None, ...]:
-        return tuple(
-            (a / d if d else None)
-            for a, d in zip(self.per_position_accepted, self.per_position_drafted)
-        )
+        """SHARE_OF_DRAFTS per position (position_shares)."""
+        return position_shares(self.per_position_accepted, self.draft_steps)
+
+    @property
+    def per_position_of_reached(self) -> tuple[float | None, ...]:
+        """OF_REACHED per position (position_rates); () where not known."""
+        return position_rates(self.per_position_accepted, self.per_position_drafted)
 
     def to_json(self) -> dict[str, object]:
         """The fields plus the derived metrics, so JSON readers need not recompute them."""
@@ -328,6 +360,7 @@ class GenerationStats:
             acceptance_rate=self.acceptance_rate,
             mean_acceptance_length=self.mean_acceptance_length,
             per_position_acceptance=self.per_position_acceptance,
+            per_position_of_reached=self.per_position_of_reached,
         )
         return data
 

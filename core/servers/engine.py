@@ -109,6 +109,10 @@ class ServerRun:
     agree; the request's own counts are used either way (they are this request's alone)."""
     options: tuple[tuple[str, int], ...] = ()
     """Drafting options the run's requests carried (Ollama's draft_num_predict)."""
+    drafts_by_construction: str = ""
+    """Why this run drafted at every step whatever it reported (a TabbyAPI that loaded a
+    draft model: its ExLlama backend drafts with it at every step); "" when that is not
+    known. Then a run without draft counts still is a drafting result."""
 
 
 def availability() -> Availability:
@@ -721,10 +725,14 @@ class ServerEngine:
         sent = time.perf_counter()
         reading = StreamReading(self._kind.value, sent, max_tokens=request.max_new_tokens)
         stop = None
+        response_id = None
         deadline = GENERATION_TIMEOUT_S + GENERATION_S_PER_TOKEN * request.max_new_tokens
         try:
             for event in stream_sse(self._base, route, body, self._key, cancel,
                                     timeout=deadline):
+                if response_id is None and isinstance(event.data, dict) \
+                        and isinstance(event.data.get("id"), str):
+                    response_id = event.data["id"]
                 text = reading.add(event)
                 if reading.overran:
                     break  # closing the stream stops the server's generation too
@@ -754,10 +762,37 @@ class ServerEngine:
             from specdeck.core.servers.sglang import read_gauges
 
             gauges = read_gauges(self._base, self._key)
-        return self._result(request, reading, report, stop, counted, gauges)
+        logged = self._logged_draft(response_id, cancel)
+        return self._result(request, reading, report, stop, counted, gauges, logged)
+
+    def _logged_draft(self, response_id: str | None, cancel):
+        """A TabbyAPI SpecDeck started: what its log says this request drafted
+        (core.servers.tabby_launch.logged_draft); None for other arms, or no such line."""
+        from specdeck.core.servers.tabby_launch import ManagedTabby
+
+        managed = self._managed.get(self._arm.name)
+        if not isinstance(managed, ManagedTabby) or not response_id:
+            return None
+        return managed.logged_draft(response_id.removeprefix("chatcmpl-"), cancel)
+
+    def _drafts_by_construction(self) -> str:
+        """Why this arm drafts at every step ("" when that is not known): a TabbyAPI holding
+        a draft model (its ExLlama backend drafts with it at every step)."""
+        server = self._arm.server
+        name = None
+        if server.tabby is not None:
+            now = self._tabby_now.get(server.url)
+            name = now.draft_model_name if now is not None and now.draft_model_name \
+                == server.tabby.draft_model_name else None
+        elif server.tabby_launch is not None:
+            from specdeck.core.servers.tabby_launch import draft_model_of
+
+            name = draft_model_of(server.tabby_launch)
+        return (f"TabbyAPI holds the draft model {name}, and its ExLlama backend drafts with "
+                "it at every step") if name else ""
 
     def _result(self, request, reading: StreamReading, report: ServerReport, stop,
-                counted: CountedDraft | None, gauges=None) -> GenerationResult:
+                counted: CountedDraft | None, gauges=None, logged=None) -> GenerationResult:
         arrivals = reading.arrivals
         problems = list(report.problems)
         speed_problem = ""
@@ -791,6 +826,16 @@ class ServerEngine:
         drafted_m = accepted_m = None
         draft_steps, by_position, drafted_by_position = 0, (), ()
         source = report.acceptance_source if drafted is not None else ""
+        if drafted is None and logged is not None and logged.drafted is not None:
+            from specdeck.core.servers.tabby_launch import LOG_SOURCE
+
+            # Checked like every reading: a count the log garbled is not used.
+            acceptance_problem = check_acceptance(logged.drafted, logged.accepted, n,
+                                                  LOG_SOURCE)
+            if acceptance_problem:
+                problems.append(acceptance_problem)
+            else:
+                drafted, accepted, source = logged.drafted, logged.accepted, LOG_SOURCE
         per_request = report.draft_steps is not None and drafted is not None
         if per_request:  # the request's own report: exact, and this request's alone
             draft_steps = report.draft_steps
@@ -812,11 +857,11 @@ class ServerEngine:
                 # The steps and positions describe the same drafts the figures count.
                 draft_steps, by_position = counted.steps, counted.accepted_by_position
         if by_position and not drafted_by_position:
-            # A position's drafts are the verify steps that drafted (llama.cpp's and vLLM's
-            # per-position acceptance: accepted there over drafts).
-            drafted_by_position = tuple(draft_steps for _ in by_position)
-        position_problem = check_positions(by_position, drafted_by_position,
-                                           _set_k(self._arm))
+            drafted_by_position = _reached(by_position, draft_steps, drafted)
+        # No position saw more drafts than there were steps that drafted, whatever reached it.
+        position_problem = check_positions(
+            by_position, drafted_by_position or tuple(draft_steps for _ in by_position),
+            _set_k(self._arm))
         if position_problem:  # impossible positions are not tabled (the totals still are)
             problems.append(position_problem)
             by_position, drafted_by_position = (), ()
@@ -854,7 +899,8 @@ class ServerEngine:
                            mean_acceptance_source=mean_source, gauges=gauges,
                            cross_check=cross_check,
                            options=tuple(self._ollama_options().items())
-                           if self._kind is ServerKind.OLLAMA else ())
+                           if self._kind is ServerKind.OLLAMA else (),
+                           drafts_by_construction=self._drafts_by_construction())
         return GenerationResult(text=reading.text, token_ids=(), prompt_ids=(), stats=stats,
                                 drafter=self._arm.drafter, sampling=request.sampling,
                                 engine=f"server:{self._kind.value}", server=server)
@@ -991,11 +1037,13 @@ def _by_position(before: dict[str, float], after: dict[str, float], accepted: fl
         if not (math.isfinite(old) and math.isfinite(new)) or new < old:
             return (), f"/metrics {head} at position {position} is not a growing counter"
         grown[int(position)] = grown.get(int(position), 0.0) + (new - old)
-    if not grown:
-        return (), ""
+    if not grown or steps == 0:
+        return (), ""  # no draft: no position reached
+    # Every position the server reports, zeros included: llama-server sizes its per-position
+    # array to its k (server-context.cpp, n_accepted_per_pos.resize(common_speculative_n_max))
+    # and exports it whole, so a run whose acceptance ended early still has its drafts
+    # counted at the later positions, where it kept nothing.
     values = [grown.get(i, 0.0) for i in range(max(grown) + 1)]
-    while values and values[-1] == 0:
-        values.pop()
     if accepted is not None and abs(sum(values) - accepted) > 0.5:
         return (), (f"/metrics accepted per position add up to {sum(values):g}, not the "
                     f"{accepted:g} accepted")
@@ -1015,6 +1063,16 @@ def _set_k(arm) -> int | None:
     flag = k_flag(tuple(launch.args), binary_help(launch.binary))
     return arm.drafter.num_draft_tokens if flag and flag_value(tuple(launch.args), flag) \
         else None
+
+
+def _reached(by_position: tuple[int, ...], drafts: int, drafted: int | None
+             ) -> tuple[int, ...]:
+    """The drafts that reached each position, where the counts say it: only when every draft
+    was as long as the positions reported (drafted = drafts x k); otherwise () (unknown: a
+    shorter draft reached fewer positions, and the counters do not say which)."""
+    if drafts and drafted == drafts * len(by_position):
+        return tuple(drafts for _ in by_position)
+    return ()
 
 
 def _drafting(arm, info: ServerInfo | None):

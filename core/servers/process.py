@@ -66,10 +66,11 @@ class ManagedProcess:
     process: subprocess.Popen | None
     _log: object
 
-    def _spawn(self, argv: Sequence[str], cwd: str | Path | None = None) -> None:
+    def _spawn(self, argv: Sequence[str], cwd: str | Path | None = None,
+               env: dict[str, str] | None = None) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in _end()
-        self.process = subprocess.Popen(list(argv), cwd=cwd, stdout=self._log,
+        self.process = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=self._log,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         start_new_session=True, preexec_fn=die_with_parent())
 

@@ -28,16 +28,33 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import re
 import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.servers.process import ManagedProcess
+
+LOG_SOURCE = "TabbyAPI's log (Metrics ... Draft: A / T tokens accepted)"
+"""Where a launched TabbyAPI arm's draft counts come from: TabbyAPI returns none over HTTP,
+but logs them per request (common/gen_logging.py ``log_metrics``, main e632af41, from the
+ExLlamaV3 backend's draft_accept / draft_reject; exl2-checkpoint's ExLlamaV2 backend passes
+none, so its lines have no Draft part)."""
+LOG_WAIT_S = 5.0
+"""TabbyAPI logs a request's metrics after its stream ends (backends/exllamav3/model.py,
+``finally``): how long to wait for that line before saying the log had none."""
+LOG_WIDTH = "100000"
+"""TABBY_LOG_CONSOLE_WIDTH for a TabbyAPI SpecDeck starts (common/logger.py): Rich wraps its
+console at 80 columns when the output is not a terminal, which would split a metrics line."""
+_METRICS = re.compile(r"Metrics \(ID: ([0-9A-Za-z_.-]{1,200})\): (.*)")
+_DRAFT = re.compile(r"Draft: (\d{1,12}) / (\d{1,12}) tokens accepted")
 
 HEALTH_TIMEOUT_S = 900.0
 """A 70B model's load from a slow disk happens before TabbyAPI answers /health."""
@@ -193,7 +210,8 @@ class ManagedTabby(ManagedProcess):
         copy = self._dir / "config.yml"
         copy.write_text(arm_config(self.profile, port), encoding="utf-8")
         self._spawn([self.profile.python, "main.py", "--config", str(copy)],
-                    cwd=self.profile.folder)
+                    cwd=self.profile.folder, env={**os.environ,
+                                                  "TABBY_LOG_CONSOLE_WIDTH": LOG_WIDTH})
         try:
             # TabbyAPI moves to the next port when its own is taken.
             self.url = self._wait_healthy(
@@ -205,11 +223,65 @@ class ManagedTabby(ManagedProcess):
             raise
         return self.url
 
+    def logged_draft(self, request_id: str, cancel: threading.Event | None = None,
+                     wait_s: float = LOG_WAIT_S) -> LoggedDraft | None:
+        """What TabbyAPI's log says of request ``request_id`` (the chunks' id without its
+        "chatcmpl-"), waiting up to ``wait_s`` for the line it writes after the stream;
+        None when no such line came."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                with open(self.log_path, "rb") as handle:
+                    text = handle.read().decode("utf-8", errors="replace")
+            except OSError:
+                return None
+            found = logged_draft(text, request_id)
+            if found is not None or time.monotonic() > deadline or \
+                    (cancel is not None and cancel.is_set()) or self.process is None \
+                    or self.process.poll() is not None:
+                return found
+            time.sleep(0.05)
+
     def stop(self) -> None:
         self._end()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+
+
+@dataclass(frozen=True)
+class LoggedDraft:
+    """One request's metrics line in TabbyAPI's log: its draft counts, where it has them."""
+
+    accepted: int | None
+    drafted: int | None
+    """accept + reject ("Draft: A / T tokens accepted"); None: the line has no Draft part
+    (no drafter, or a backend that logs none)."""
+
+
+def logged_draft(text: str, request_id: str) -> LoggedDraft | None:
+    """The draft counts TabbyAPI logged for ``request_id`` (the last such line), or None."""
+    found = None
+    for match in _METRICS.finditer(text):
+        if match.group(1) != request_id:
+            continue
+        draft = _DRAFT.search(match.group(2))
+        found = LoggedDraft(int(draft.group(1)), int(draft.group(2))) if draft else \
+            LoggedDraft(None, None)
+    return found
+
+
+def draft_model_of(launch: TabbyLaunch) -> str | None:
+    """The draft model an arm's TabbyAPI loads (it then drafts with it at every step), from
+    the arm's settings over the folder's config.yml; None without one (n-gram, MTP, off)."""
+    from specdeck.core.config.document import ConfigDocument
+    from specdeck.core.config.schema import DRAFT
+
+    settings = dict(launch.draft)
+    doc = ConfigDocument.from_file(launch.config) if launch.config.is_file() else None
+    draft = settings.get("draft_model_name", doc.raw(DRAFT, "draft_model_name") if doc else None)
+    mode = settings.get("draft_mode", (doc.raw(DRAFT, "draft_mode") if doc else None) or "model")
+    return str(draft) if draft and mode == "model" else None
 
 
 def python_for(folder: str | Path, python: str | Path | None = None) -> str:

@@ -111,7 +111,7 @@ class CellSoFar:
             return Standing(None)
         diverged = f.pairs - f.identical - f.ties if f.checkable else 0
         return Standing(f.median_speedup, diverged, complete=not self.dropped,
-                        not_usable="it drafted nothing" if f.drafted_nothing else "")
+                        not_drafting="it drafted nothing" if f.drafted_nothing else "")
 
 
 @dataclass
@@ -243,8 +243,10 @@ class TuneLive:
             return
         mine = [c for c in self.cells.values() if c.candidate == changed.candidate
                 and c.figures is not None]
+        # "drafted nothing" only when no setting of the candidate drafted (as _tried)
         top = pick(mine, CellSoFar.standing) or max(
-            mine, key=lambda c: c.figures.median_speedup or 0.0, default=None)
+            mine, key=lambda c: (not c.figures.drafted_nothing, c.figures.median_speedup or 0.0),
+            default=None)
         if top is not None:
             row.measured, row.measured_label = top.figures, top.label
 

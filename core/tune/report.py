@@ -104,7 +104,8 @@ def markdown(result: TuneResult) -> str:
         p = t.prediction
         measured = "-" if t.measured is None else (
             f"{t.measured:.2f}x ({t.best_setting}"
-            + ("; drafted nothing: noise, not learned from" if t.not_drafting else "") + ")")
+            + ("; drafted nothing: noise, not learned from" if t.not_drafting else "")
+            + ("; refuted by verification, not learned from" if t.refuted else "") + ")")
         lines.append(f"| {t.candidate.label} | {_origin(t.candidate)} | {p.speedup:.2f}x "
                      f"({p.low:.2f}-{p.high:.2f}) | {p.source} | {measured} | "
                      f"{_pct(t.error)} |")
@@ -161,6 +162,7 @@ def to_json(result: TuneResult) -> dict[str, Any]:
         "tried": [{"candidate": t.candidate.label, "predicted": to_jsonable(t.prediction),
                    "measured": t.measured, "best_setting": t.best_setting, "error": t.error,
                    "pairs": t.pairs, "disturbed": t.disturbed, "not_drafting": t.not_drafting,
+                   "refuted": t.refuted,
                    "draft_bytes": t.candidate.draft_bytes,
                    "download_bytes": t.candidate.download_bytes,
                    "hub": to_jsonable(t.candidate.hub), "notes": list(t.candidate.notes)}

@@ -36,10 +36,10 @@ from typing import Any
 
 from specdeck.core.bench.grid import (
     ALL,
-    DISTURBED,
     Cell,
     GridResult,
     GridRow,
+    disturbed_runs,
     noise,
     noise_band,
     pairs_of,
@@ -203,6 +203,9 @@ class Tried:
     complete: bool = True
     """Measured on every prompt the search ran (False: dropped after an early round, on
     part of them: a figure for those prompts, not for the whole set)."""
+    refuted: str = ""
+    """Why verification refuted this figure ("" when it did not, or did not judge it):
+    then it is shown, never learned from (``settled``)."""
 
     @property
     def error(self) -> float | None:
@@ -397,7 +400,8 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
         phase_s["search"] = time.monotonic() - t0
         best, noise_share = finalist(search)
         tried = tuple(_tried(c, p, search, tuning) for c, p in predicted)
-        remember(setup, tried, device_of(setup, options), prompts=prompt_set(options))
+        if cancel.is_set() or best is None:  # no verification will judge these figures
+            remember(setup, tried, device_of(setup, options), prompts=prompt_set(options))
         if cancel.is_set():
             return _result(setup, options, tried, found, search, None,
                            Decided(None, None, False, "Cancelled during the search: nothing "
@@ -438,6 +442,10 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
         engine.unload()
     winner = next((c for c, _ in predicted if best.cell.arm.name.startswith(_cell_prefix(c))),
                   None)  # None: the user's current setting
+    tried = tuple(settled(t, winner, verification, cancel.is_set()) for t in tried)
+    remember(setup, tried, device_of(setup, options), prompts=prompt_set(options))
+    notes += [f"{t.candidate.label}'s search figure ({t.measured:.2f}x) is not kept in the "
+              f"prediction history: {t.refuted}." for t in tried if t.refuted]
     decision = decide(winner, best, verification, setup, cancel.is_set(),
                       server.drafting(best))
     emit(decision)
@@ -445,13 +453,33 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
                    cancel.is_set(), notes, downloads)
 
 
+def settled(item: Tried, winner: Candidate | None, verification: Verification | None,
+            cancelled: bool) -> Tried:
+    """``item``, marked ``refuted`` when it is the search's winner and a finished
+    verification refuted its search figure: the winner drafted nothing on the held-out
+    prompts, or its figure lies outside the verification's 95% interval (a search's 1.61x
+    that verified at 0.97x is not this drafter's figure)."""
+    if item.candidate is not winner or verification is None or cancelled \
+            or item.measured is None:
+        return item
+    if verification.not_drafting:
+        return replace(item, refuted="verification refuted it: it drafted nothing on the "
+                                     f"held-out prompts ({verification.not_drafting})")
+    ratio = verification.winner_vs_none
+    if ratio is not None and ratio.has_interval and \
+            not ratio.ci_low <= item.measured <= ratio.ci_high:
+        return replace(item, refuted=f"verification refuted it: {ratio.median:.2f}x "
+                                     f"({ratio.interval_text()}) on the held-out prompts")
+    return item
+
+
 def remember(setup, tried, device: str, path: Path | None = None, *,
              prompts: str | None = None) -> None:
     """Add what the search measured of each candidate on the ``prompts`` (``prompt_set``) to
     the prediction history, except a setting that drafted nothing (it measured noise, not
-    the drafter)."""
+    the drafter) and a figure verification refuted (``settled``): neither is history."""
     for item in tried:
-        if item.measured is not None and not item.not_drafting:
+        if item.measured is not None and not item.not_drafting and not item.refuted:
             record(setup, item.candidate, item.measured, path, device=device,
                    acceptance=item.acceptance, k=item.k, pairs=item.pairs,
                    disturbed=item.disturbed, prompts=prompts, interval=item.interval,
@@ -822,26 +850,14 @@ def finalist(search: GridResult) -> tuple[GridRow | None, float]:
 
 def disturbed_verification(search_noise: float, run: BenchRun) -> str | None:
     """A note when runs of the verification strayed far from the other repeats of the same
-    setting and prompt (``grid.DISTURBED``, or four widths of the search's noise): another
-    program took the cores during it, and its intervals are wider than the machine gives
-    when quiet. None when none did (or with one repeat, too few runs to tell)."""
-    limit = max(DISTURBED, 4 * search_noise)
-    rates: dict[tuple[str, str], list[float]] = {}
-    for arm in run.plan.arms:
-        for done in run.counted(arm.name):
-            if done.result.stats.decode_s > 0:
-                rates.setdefault((arm.name, done.prompt_id), []).append(
-                    done.result.stats.tokens_per_second)
-    counted = sum(len(v) for v in rates.values() if len(v) >= 2)
-    strayed = sum(abs(r / statistics.median(v) - 1) > limit
-                  for v in rates.values() if len(v) >= 2 for r in v)
-    if not strayed:
+    setting and prompt (``grid.disturbed_runs``, against the search's noise): another
+    program took the cores during it. None when none did (or with one repeat, too few runs
+    to tell)."""
+    found = disturbed_runs(run, search_noise)
+    if found is None:
         return None
-    return (f"{strayed} of the verification's {counted} repeated runs ran more than "
-            f"{limit:.0%} away from the other repeats of their setting and prompt (the search's "
-            f"noise was {search_noise:.1%}): another program probably took the cores during "
-            "it, so its intervals are wider than this machine gives when quiet. Run the tune "
-            "again on a quiet machine for a firmer verdict.")
+    return found.note("the verification's", search_noise,
+                      "Run the tune again on a quiet machine for a firmer verdict.")
 
 
 def why_not_the_top(search: GridResult, chosen: GridRow, noise_share: float) -> str | None:
@@ -869,8 +885,11 @@ def _tried(candidate: Candidate, prediction: Prediction, search: GridResult,
             and ALL in r.by_suite and r.by_suite[ALL].speedup is not None]
     furthest = max((_reach(r) for r in rows), default=0)
     rows = [r for r in rows if _reach(r) == furthest]
-    top = pick(rows, lambda r: Standing(r.score, r.diverged)) or max(
-        rows, key=lambda r: r.score, default=None)
+    # A setting that drafted nothing is noise: the candidate's figure is a drafting
+    # setting's wherever one drafted (its row said "drafted nothing" beside the 50% its
+    # other setting had accepted).
+    top = pick(rows, lambda r: Standing(r.score, r.diverged, not_drafting=r.not_drafting)) \
+        or max(rows, key=lambda r: (not r.not_drafting, r.score), default=None)
     if top is None:
         return Tried(candidate, prediction, None, None)
     k = dict(top.cell.settings).get("k")

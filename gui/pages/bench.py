@@ -300,7 +300,8 @@ class BenchPage(QWidget):
             elif isinstance(event, RunFinished):
                 self._on_run_finished(event)
             elif isinstance(event, Stage):
-                self.stage.setText(event.text)
+                if self.state is None or self.state.live.current is None:
+                    self.stage.setText(event.text)  # loading; a run's own line stays
             elif isinstance(event, PlanStarted):
                 self._on_plan_started(event)
             elif isinstance(event, PlanDone):
@@ -320,6 +321,7 @@ class BenchPage(QWidget):
         self._ensure_plots()
         if self.plots is not None:
             self.plots.reset(state.arms)
+            self.plots.mark_loading(state.live.runs_from)
             self.plots.set_acceptance_title(state.live.serving)
             self._show_positions()
         self.progress.setRange(0, state.live.total)
@@ -330,6 +332,9 @@ class BenchPage(QWidget):
         state = self.state
         state.live.apply(event)
         slot = event.slot
+        self.stage.setText(render.running_stage(slot, state.live.done, state.live.total))
+        if not state.live.rows:
+            self.summary.setText(render.WAITING_FOR_PAIRS)
         pane = state.pane = state.panes[slot.arm.name]
         if len(state.arms) > len(self._panes):  # a shared pane says which arm it shows now
             pane.set_title(slot.arm.label, arm_colour(state.arms.index(slot.arm.name)))
@@ -502,10 +507,15 @@ class BenchPage(QWidget):
 
     # apply -------------------------------------------------------------------------------
     def _offer_apply(self, rows, best) -> None:
+        from specdeck.core.bench.sweep import why_not_applicable
+
         if not any(r.speedup is not None for r in rows):
             return
-        if self.last_run is not None and self.last_run.plan.engine == "server":
-            return  # a running server's settings are not SpecDeck's to write
+        why = why_not_applicable(self.last_run.plan) if self.last_run is not None else ""
+        if why:  # the demo, or servers: no TabbyAPI config.yml to write (it told of one)
+            self.apply_button.setEnabled(False)
+            self.apply_button.setToolTip(why)
+            return
         text, tip = render.apply_offer(best)
         self.apply_button.setText(text)
         self.apply_button.setEnabled(True)
@@ -513,8 +523,12 @@ class BenchPage(QWidget):
 
     def apply_best(self) -> None:
         """Write the finished plan's best setting into config.yml, after showing the diff."""
-        from specdeck.core.bench.sweep import plan_apply_setting
+        from specdeck.core.bench.sweep import plan_apply_setting, why_not_applicable
 
+        why = why_not_applicable(self.last_run.plan) if self.last_run is not None else ""
+        if why:
+            self.banner.show_message(why, "info")
+            return
         path = self.context.config_path
         if path is None:
             self.banner.show_message(

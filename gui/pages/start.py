@@ -29,6 +29,19 @@ TASKS = (
 )
 
 
+def demo_hint_text() -> str:
+    """Beside the demo buttons: what they do, and the llama-server tuning the demo needs
+    (the one SpecDeck found, or that the Tune page asks for one)."""
+    from specdeck.core.tune.setup import llama_server_candidates
+
+    found = llama_server_candidates()
+    tune = (f"Tuning it runs llama-server ({found[0]})." if found else
+            "Tuning it needs a llama-server binary: none is on PATH, so the Tune page asks "
+            "for yours.")
+    return ("See a live A/B in a minute, or the whole tuning loop, on the embedded demo model "
+            f"(no download). {tune}")
+
+
 def create_page(context) -> QWidget:
     return StartPage(context)
 
@@ -78,10 +91,11 @@ class StartPage(QWidget):
         self.tune_demo_button.clicked.connect(
             lambda: self.context.page_requested.emit("tune", "demo"))
         demo_row.addWidget(self.tune_demo_button)
-        demo_hint = QLabel("See a live A/B in a minute, or the whole tuning loop, on the embedded "
-                           "demo model (no download).")
-        demo_hint.setProperty("role", "hint")
-        demo_row.addWidget(demo_hint, 1)
+        self.demo_hint = QLabel(demo_hint_text())
+        self.demo_hint.setProperty("role", "hint")
+        self.demo_hint.setWordWrap(True)
+        self.demo_hint.setTextFormat(Qt.TextFormat.PlainText)
+        demo_row.addWidget(self.demo_hint, 1)
         layout.addLayout(demo_row)
 
         layout.addWidget(QLabel("<b>Found on this machine</b>"))
@@ -122,9 +136,12 @@ class StartPage(QWidget):
         self.status.hide()
         for row, finding in enumerate(findings, start=1):
             mark = "✔" if finding.found else "–"
-            label = QLabel(f"{mark} {html.escape(finding.what)}")
+            # Plain text: escaped text in an auto-format label was shown as "&#x27;".
+            label = QLabel(f"{mark} {finding.what}")
+            label.setTextFormat(Qt.TextFormat.PlainText)
             label.setWordWrap(True)
-            step = QLabel(html.escape(finding.next_step))
+            step = QLabel(finding.next_step)
+            step.setTextFormat(Qt.TextFormat.PlainText)
             step.setProperty("role", "hint")
             step.setWordWrap(True)
             button = None

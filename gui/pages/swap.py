@@ -294,6 +294,10 @@ class SwapPage(QWidget):
         if path:
             self.draft.setText(path)
 
+    def handle_request(self, argument: str) -> None:
+        """From the Start page: a llama-swap config.yaml it found, opened here."""
+        self.open_path(Path(argument))
+
     def open_path(self, path: Path) -> None:
         self.status.setText(f"Reading {path.name}…")
         self.tasks.run("load", read_config, Path(path), self.binary.text().strip(),

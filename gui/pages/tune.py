@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QDoubleSpinBox,
     QFileDialog,
+    QFrame,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
@@ -41,6 +42,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QSplitter,
     QStackedWidget,
@@ -99,6 +101,19 @@ class TuneRequest:
     """TabbyAPI: the names of the variables holding its keys, never a key."""
     admin_key_env: str = ""
 
+    def describe(self) -> str:
+        """The setup in a few words, as the page names the one a result belongs to."""
+        what = dict(KINDS)[self.kind]
+        if self.kind == SWAP:
+            return f"{what} {self.model or '?'} in {self.swap_config}"
+        if self.kind == GGUF:
+            return f"{what}: {Path(self.gguf).name or '?'}"
+        if self.kind == TABBY_FOLDER:
+            return f"{what}: {self.tabby_folder or '?'}"
+        if self.kind == TABBY:
+            return f"{what} at {self.tabby_url or '?'}"
+        return what
+
     def setup(self):
         from specdeck.core.tune import setup
 
@@ -115,6 +130,23 @@ class TuneRequest:
         if self.kind == GGUF:
             return setup.from_llama_server(self.binary, self.gguf, self.flags)
         return setup.demo(self.binary or None, self.flags)
+
+
+def _found_binary():
+    """The llama-server SpecDeck finds without being told (core.tune.setup), or None."""
+    from specdeck.core.tune.setup import llama_server_candidates
+
+    found = llama_server_candidates()
+    return found[0] if found else None
+
+
+def demo_binary_text() -> str:
+    """The demo's llama-server field, empty: which binary it will use, or that one is needed
+    (the Start page says the same)."""
+    found = _found_binary()
+    if found is None:
+        return "needed: no llama-server found on PATH, choose yours (Browse…)"
+    return f"optional: default, {found}"
 
 
 def run_tune(request: TuneRequest, options, sink, cancel):
@@ -149,6 +181,8 @@ class TunePage(QWidget):
         """core.tune.live.TuneLive of the tune shown."""
         self.result = None
         """core.tune.run.TuneResult of the finished tune (with what applying did)."""
+        self.result_request: TuneRequest | None = None
+        """The setup the shown result (or the tune running) belongs to: Apply is for it only."""
         self.plots = None
         self._plot_turn = 0
         self._cancelling = False
@@ -170,9 +204,43 @@ class TunePage(QWidget):
         self.timer.setInterval(DRAIN_INTERVAL_MS)
         self.timer.timeout.connect(self.pump)
         self._restore()
+        for edit in (self.swap_config, self.gguf, self.flags, self.binary, self.tabby_folder,
+                     self.tabby_python, self.tabby_url, self.tabby_config):
+            edit.textChanged.connect(self._setup_changed)
+        for box in (self.kind, self.model):
+            box.currentIndexChanged.connect(self._setup_changed)
         self._sync()
 
     # the form ------------------------------------------------------------------------------
+    def _form_request(self) -> TuneRequest | None:
+        try:
+            return self.request()
+        except SpecDeckError:
+            return None
+
+    def stale(self) -> bool:
+        """The form names another setup than the one the shown result belongs to."""
+        return self.result is not None and self._form_request() != self.result_request
+
+    def _setup_changed(self) -> None:
+        """A result and its banners belong to the setup that produced them: when the form
+        names another, the banner goes, Apply is for the result's setup only, and the
+        result says whose it is."""
+        if self._running():
+            return
+        self.banner.hide()
+        self._show_stale()
+        self._sync()
+
+    def _show_stale(self) -> None:
+        if self.stale():
+            self.stale_note.setText(
+                f"This result is for {html.escape(self.result_request.describe())}; the form "
+                "now names another setup. Apply writes only the setup that was tuned: switch "
+                "back to it, or tune this one.")
+            self.stale_note.show()
+        else:
+            self.stale_note.hide()
     def _build_form(self) -> None:
         from specdeck.core.tune.run import TuneOptions
 
@@ -317,7 +385,7 @@ class TunePage(QWidget):
             self.binary.setPlaceholderText({
                 SWAP: "optional: replaces the program in the model's cmd",
                 GGUF: "the llama-server binary to run",
-                DEMO: "optional: default, the llama-server on PATH"}[kind])
+                DEMO: demo_binary_text()}[kind])
 
     def _sync_kind(self) -> None:
         """What the kind leaves editable: a llama-swap model's flags are its cmd's; TabbyAPI
@@ -400,6 +468,14 @@ class TunePage(QWidget):
         if kind == GGUF and not (binary and self.gguf.text().strip()):
             raise SpecDeckError("Say which llama-server and GGUF to tune.",
                                 "Give the binary and the target .gguf it loads.")
+        if kind == DEMO and not binary:
+            binary = str(_found_binary() or "")
+            if not binary:
+                raise SpecDeckError(
+                    "Tuning the demo needs a llama-server, and none was found (on PATH, or in "
+                    "llama.cpp's usual build folders).",
+                    "Choose your llama-server binary with the Browse… button beside "
+                    "“llama-server” above.")
         return TuneRequest(kind, binary, gguf=self.gguf.text().strip(), flags=flags)
 
     def options(self):
@@ -434,6 +510,8 @@ class TunePage(QWidget):
         self.events = queue.SimpleQueue()
         self.live = TuneLive()
         self.result = None
+        self.result_request = request
+        self._show_stale()
         self._cancelling = False
         self._ensure_plots()
         if self.plots is not None:
@@ -476,7 +554,7 @@ class TunePage(QWidget):
         applied = None if result is None else result.applied
         written = applied is not None and applied.written and not applied.rolled_back
         self.apply_button.setEnabled(not running and decision is not None and decision.apply
-                                     and not written)
+                                     and not written and not self.stale())
         self.rollback_button.setEnabled(not running and written)
         self.report_button.setEnabled(not running and result is not None)
 
@@ -561,6 +639,8 @@ class TunePage(QWidget):
         self.pump()
         self._cancelling = False
         self.result = result
+        if self.result_request is None:  # a result handed in without start(): the form's
+            self.result_request = self._form_request()
         if self.live is not None:
             self._show_live()
             if self.live.cells:
@@ -611,7 +691,7 @@ class TunePage(QWidget):
 
     def apply_result(self) -> None:
         """Show what would be written (the diff), then write it once the user says so."""
-        if self.result is None:
+        if self.result is None or self.stale():
             return
         self.stage.setText("Reading the file the winner goes into…")
         self.tasks.run("apply", preview_apply, self.result, on_result=self._confirm,
@@ -646,6 +726,12 @@ class TunePage(QWidget):
         intro = QLabel(apply_texts(self.result.setup, applied.path)[0])
         intro.setWordWrap(True)
         layout.addWidget(intro)
+        flags = QLabel(f"The drafting flags it writes: {applied.flags}")
+        flags.setObjectName("appliedFlags")
+        flags.setTextFormat(Qt.TextFormat.PlainText)
+        flags.setWordWrap(True)
+        flags.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(flags)
         diff = DiffView()
         diff.set_diff(applied.diff)
         diff.setMinimumSize(640, 260)
@@ -736,7 +822,14 @@ class TunePage(QWidget):
         self.not_tried.setTextFormat(Qt.TextFormat.PlainText)
         table_box = QVBoxLayout()
         table_box.addWidget(self.candidates, 1)
-        table_box.addWidget(self.not_tried)
+        # Scrolls where the progress pane is short (1024x640): its lines had been cut off.
+        self.not_tried_scroll = QScrollArea()
+        self.not_tried_scroll.setWidgetResizable(True)
+        self.not_tried_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.not_tried_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.not_tried_scroll.setWidget(self.not_tried)
+        self.not_tried_scroll.setMaximumHeight(96)
+        table_box.addWidget(self.not_tried_scroll)
         status = QVBoxLayout()
         status.addWidget(self.phases)
         status.addWidget(self.round)
@@ -778,13 +871,23 @@ class TunePage(QWidget):
         for button in (self.apply_button, self.rollback_button, self.report_button):
             buttons.addWidget(button)
         buttons.addStretch(1)
+        self.stale_note = QLabel()
+        self.stale_note.setWordWrap(True)
+        self.stale_note.setObjectName("staleNote")
+        self.stale_note.hide()
+        # The verdict scrolls: at 1024x640 its lines were cut off with no scrollbar.
+        self.verdict_scroll = QScrollArea()
+        self.verdict_scroll.setWidgetResizable(True)
+        self.verdict_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.verdict_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.verdict_scroll.setWidget(self.verdict)
         top = QHBoxLayout()
-        top.addWidget(self.verdict, 1)
+        top.addWidget(self.verdict_scroll, 1)
         top.addLayout(buttons)
         layout = QHBoxLayout(self.result_box)
         left = QVBoxLayout()
-        left.addLayout(top)
-        left.addStretch(1)
+        left.addWidget(self.stale_note)
+        left.addLayout(top, 1)
         layout.addLayout(left, 1)
         layout.addWidget(self.report, 1)
 

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from PySide6.QtGui import QColor, QFont, QFontDatabase, QSyntaxHighlighter, QTextCharFormat
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontDatabase,
+    QSyntaxHighlighter,
+    QTextCharFormat,
+    QTextOption,
+)
 from PySide6.QtWidgets import QPlainTextEdit, QWidget
 
 
@@ -40,7 +47,10 @@ class DiffView(QPlainTextEdit):
     def __init__(self, parent: QWidget | None = None, placeholder: str = "No changes."):
         super().__init__(parent)
         self.setReadOnly(True)
-        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        # Wrapped: a one-line change (a llama-swap cmd) must not end off-screen to the right;
+        # a wrapped line is one block, so its colour covers every row it takes.
+        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
         self.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.setPlaceholderText(placeholder)
         self._highlighter = _DiffHighlighter(self.document())

@@ -86,10 +86,11 @@ def test_summary_and_every_report_file(models, tmp_path):
     assert 0 < drafts <= b.steps  # the formula's drafts are verify steps that carried a draft
     assert b.mean_acceptance_length == pytest.approx(1 + b.accepted / drafts)
     assert b.positions.source == "engine count" and b.positions.runs == len(runs_b)
-    for i, rate in enumerate(b.per_position_acceptance):  # pooled counts, not a mean of rates
+    for i, share in enumerate(b.per_position_acceptance):  # pooled counts, not a mean of rates
         kept = sum(s.per_position_accepted[i] for s in runs_b if i < len(s.per_position_accepted))
         reached = sum(s.per_position_drafted[i] for s in runs_b if i < len(s.per_position_drafted))
-        assert rate == pytest.approx(kept / reached)
+        assert share == pytest.approx(kept / drafts)  # the share of all drafts
+        assert b.positions.of_reached[i] == pytest.approx(kept / reached)
     assert len(b.per_position_acceptance) == 3  # k = 3: a model draft reaches every position
     assert b.new_tokens == b.steps + b.accepted  # nothing was cut short by EOS here
     theory = draft.theory
@@ -125,14 +126,17 @@ def test_summary_and_every_report_file(models, tmp_path):
         assert f"Source: engine count; {sum(s.draft_steps for s in stats_)} drafts" in block
         rows_ = [line.split(" | ") for line in block.splitlines() if line.startswith("| ") and
                  line[2].isdigit()]
-        assert len(rows_) == len(arm.positions.drafted) > 0
+        assert len(rows_) == len(arm.positions.reached) > 0
         for i, cells in enumerate(rows_):
             reached = sum(s.per_position_drafted[i] for s in stats_ if i < len(s.per_position_drafted))
             kept = sum(s.per_position_accepted[i] for s in stats_ if i < len(s.per_position_accepted))
-            assert cells[1:3] == [str(reached), str(kept)]
+            assert [cells[1], cells[3]] == [str(kept), str(reached)]
     json_b = data["summary"]["arms"][1]["positions"]
     assert json_b["source"] == "engine count" and json_b["reported"] is True
-    assert json_b["rates"] == pytest.approx(list(summary.arm("B").per_position_acceptance))
+    assert json_b["share_of_all_drafts"] == \
+        pytest.approx(list(summary.arm("B").per_position_acceptance))
+    assert json_b["of_drafts_that_reached"] == \
+        pytest.approx(list(summary.arm("B").positions.of_reached))
     assert data["summary"]["arms"][0]["positions"] is None  # the reference drafts nothing
 
     import xml.etree.ElementTree as ET
@@ -481,3 +485,41 @@ def test_an_ngram_winner_applies_to_tabbyapi_mains_own_config_sample(tmp_path):
 
     with pytest.raises(Exception, match="ExLlamaV2 backend cannot"):
         plan_apply_setting(DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=6), old)
+
+
+def test_a_busy_machine_is_named_before_drafting_is_blamed(models, virtual_clock):
+    """Issue 44: on a loaded machine the A/B said "low acceptance" and "steps too dear" with
+    no word of other programs. The runs are real (n-gram on the cycling model, the parameter
+    clock); then, as another program taking the cores would, two of B's three repeats of each
+    prompt run at an eighth of the speed. The one rule (core.bench.grid.disturbed_runs, the
+    tuner's too) finds them, and every report names the machine as the likely cause first."""
+    from specdeck.core.bench.grid import disturbed_runs
+    from specdeck.gui import bench_render
+
+    strict = DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=4, ngram_short=0)
+    plan = tiny_plan(models["cycle"], (Arm("A"), Arm("B", strict)), max_prompts=2,
+                     repeats=3, max_new_tokens=20)
+    run = run_plan(plan)
+    quiet = summarize(run)
+    assert quiet.comparison("B").speedup.median > 1
+    assert disturbed_runs(run, 0.0) is None
+    assert not any("another program" in n for n in quiet.notes)
+
+    def slowed(record):
+        if record.arm != "B" or record.slot.repeat == 2 or record.slot.warmup:
+            return record
+        stats = record.result.stats
+        return replace(record, result=replace(record.result, stats=replace(
+            stats, decode_s=stats.decode_s * 8)))
+
+    busy = replace(run, records=tuple(slowed(r) for r in run.records))
+    summary = summarize(busy)
+    comparison = summary.comparison("B")
+    assert comparison.speedup.median < 0.95 and comparison.causes
+    assert comparison.causes[0].startswith("another program probably took the cores: 2 of "
+                                           "the runs of B and A ran more than 30% away")
+    assert any(n.startswith("2 of this A/B's 12 repeated runs") for n in summary.notes)
+    assert "likely cause: another program probably took the cores" in \
+        markdown_summary(busy, summary)  # the CLI's report
+    assert "likely cause: another program probably took the cores" in \
+        bench_render.final_html(summary, ["A", "B"])  # the A/B page

@@ -180,3 +180,50 @@ def test_the_cli_progress_prints_the_reducers_running_figures(models, engine):
     assert figures.median_speedup == pytest.approx(statistics.median(ratios))
     assert lines[-1].endswith(figures.to_text("A"))
     assert f"{figures.median_speedup:.2f}x vs A so far (median of 2 paired" in lines[-1]
+
+
+def test_a_server_that_counted_no_drafts_reported_them():
+    """Issue 44 (labels that contradict each other): on the Tune page a llama-server whose
+    counters said it drafted nothing was "drafted nothing" in the table while the acceptance
+    plot said "not reported by these servers". Counted zero is reported; only a server that
+    gives no counts is not."""
+    from specdeck.core.bench.plan import Arm, BenchPlan
+    from specdeck.core.bench.runner import PlanStarted, RunRecord, RunSlot
+    from specdeck.core.bench.suites import Prompt
+    from specdeck.core.engines.base import (
+        NO_DRAFT,
+        DrafterKind,
+        DrafterSpec,
+        GenerationResult,
+        GenerationStats,
+        LoadedModel,
+    )
+    from specdeck.core.servers.engine import ServerRun
+    from specdeck.core.servers.readings import ServerReport
+
+    arms = (Arm("A"), Arm("B", DrafterSpec(DrafterKind.SERVER)), Arm("C", DrafterSpec(
+        DrafterKind.SERVER)))
+    plan = BenchPlan(engine="server", model="server", arms=arms)
+    prompt = Prompt("p", "x", (), "s")
+    slots = tuple(RunSlot(i, arm, prompt, 0) for i, arm in enumerate(arms))
+    live = LivePlan(plan)
+    live.apply(PlanStarted(plan, (prompt,), slots, LoadedModel(
+        engine="server", model_path=Path("server"), device="server", dtype="as served",
+        drafter=NO_DRAFT, max_seq_len=0, vocab_size=0)))
+    stats = GenerationStats(prompt_tokens=10, new_tokens=20, prefill_s=0.1, decode_s=1.0,
+                            steps=20, draft_steps=0, drafted=0, accepted=0)
+
+    def finished(slot, counted: bool):
+        server = ServerRun(report=ServerReport("llama-server"), client_tokens_per_second=20.0,
+                           time_to_first_token_s=0.1, chunks=20, url="http://127.0.0.1:1",
+                           metrics_drafted=0 if counted else None,
+                           metrics_accepted=0 if counted else None)
+        result = GenerationResult("x" * 20, (), (), stats, slot.arm.drafter, plan.sampling,
+                                  "server", server=server)
+        return RunFinished(RunRecord(slot, result, 0.0), len(slots))
+
+    for slot, counted in zip(slots, (True, True, False)):
+        live.apply(finished(slot, counted))
+    assert live.acceptance_reported == {"B"} and live.acceptance_unreported == {"C"}
+    assert live.arm_so_far("B").drafted_nothing and not live.arm_so_far("B").drafting_unknown
+    assert live.arm_so_far("C").drafting_unknown

@@ -78,3 +78,67 @@ def test_worker_batches_steps_but_sends_other_events_at_once():
 
     error = picklable_error(Unpicklable())
     assert isinstance(error, RuntimeError) and "Unpicklable: boom" in str(error)
+
+
+PARENT = """
+import os, sys, time
+sys.path.insert(0, {tests!r})
+from specdeck.core.bench.plan import default_arms
+from specdeck.core.bench.session import BenchSession
+from tiny_models import tiny_plan
+
+if __name__ == "__main__":
+    session = BenchSession()
+    session.start(tiny_plan({model!r}, default_arms(ngram=True), max_prompts=2, repeats=50,
+                            max_new_tokens=64, warmup=0))
+    while not session.drain(1):  # the engine is loaded and running
+        time.sleep(0.02)
+    print(session.worker_pid, flush=True)
+    if sys.argv[1] == "crash":
+        os.abort()
+    sys.stdin.read()
+"""
+
+
+def _ended(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # ended, not yet reaped
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL", "crash"])
+def test_the_engine_process_ends_with_the_app_however_the_app_ends(models, tmp_path, how):
+    """Issue 44: ending the app with SIGTERM left its engine process (~750 MB with a model)
+    running. SIGTERM and SIGKILL run no exit handler in the app, nor does a crash (abort):
+    the engine process notices that its parent is gone, stops the plan it was running and
+    ends."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "app.py"
+    script.write_text(PARENT.format(tests=str(Path(__file__).resolve().parents[1]),
+                                    model=str(models["cycle"])))
+    app = subprocess.Popen([sys.executable, str(script), how], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        worker = int(app.stdout.readline())
+        assert not _ended(worker)
+        if how != "crash":
+            app.send_signal(getattr(signal, how))
+        app.wait(30)
+        deadline = time.monotonic() + 60
+        while not _ended(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _ended(worker)
+    finally:
+        if app.poll() is None:
+            app.kill()
+        if not _ended(worker):
+            import os
+
+            os.kill(worker, signal.SIGKILL)

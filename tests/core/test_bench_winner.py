@@ -53,8 +53,22 @@ def test_an_arm_that_did_not_draft_never_wins():
 
     idle = Comparison("B", "B", summarize_ratios([1.3, 1.2, 1.25]), {}, LosslessCheck(True), None,
                       "", not_drafting="it drafted nothing in 3 runs")
-    assert winner.comparison_standing(idle).excluded_because.startswith("not usable: it drafted")
+    assert winner.comparison_standing(idle).excluded_because.startswith("it did not draft: it "
+                                                                          "drafted")
     assert winner.pick([idle], winner.comparison_standing) is None
+
+
+def test_an_arm_nobody_can_tell_drafted_never_wins():
+    """Issue 44: a llama-server without --metrics that drafted nothing reports no draft_n, and
+    its 1.38x won as a drafting result."""
+    from specdeck.core.bench.stats import summarize_ratios
+    from specdeck.core.bench.summary import Comparison, LosslessCheck
+
+    unknown = Comparison("B", "B", summarize_ratios([1.38, 1.3, 1.4]), {}, LosslessCheck(True),
+                         None, "", drafting_unknown="start llama-server with --metrics")
+    why = winner.comparison_standing(unknown).excluded_because
+    assert why.startswith("SpecDeck cannot tell whether it drafted") and "--metrics" in why
+    assert winner.pick([unknown], winner.comparison_standing) is None
 
 
 def test_every_exclusion_says_why():

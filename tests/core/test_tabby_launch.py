@@ -150,6 +150,7 @@ def test_an_ab_of_draft_modes_on_tabbyapis_it_starts(tmp_path, monkeypatch):
     before = (folder / "config.yml").read_bytes()
     monkeypatch.setenv("SPECDECK_STANDIN_STEPS", json.dumps({"none": 0.012,
                                                              "ngram:2:4": 0.004}))
+    monkeypatch.setenv("SPECDECK_STANDIN_ACCEPT", json.dumps({"ngram:2:4": 0.75}))
 
     def arm(name, draft, drafter):
         return Arm(name, drafter, ServerArm(kind=ServerKind.TABBYAPI, tabby_launch=TabbyLaunch(
@@ -172,11 +173,84 @@ def test_an_ab_of_draft_modes_on_tabbyapis_it_starts(tmp_path, monkeypatch):
     comparison = summary.comparison("B")
     assert comparison.speedup is not None and comparison.speedup.median > 1.3
     assert comparison.lossless.diverged == 0
+    # Issue 44: TabbyAPI returns no draft counts, but logs them per request; SpecDeck started
+    # it, so it reads them there (the line matched by the request's id), and says so.
+    from specdeck.core.servers.tabby_launch import LOG_SOURCE
+
+    for record in run.counted("B"):
+        server = record.result.server
+        assert server.draft_source == LOG_SOURCE and not server.acceptance_problem
+        assert (record.result.stats.drafted, record.result.stats.accepted) == (24, 18)
+    assert all(r.result.server.draft_source == "" for r in run.counted("A"))  # no Draft part
+    b = summary.arm("B")
+    assert b.acceptance_source == LOG_SOURCE and b.acceptance_rate == 0.75
+    assert not comparison.drafting_unknown and not comparison.not_drafting
     logs = sorted((tmp_path / "logs").glob("*.log"))
     assert {_line for p in logs for _line in p.read_text().splitlines()
             if _line.startswith("Loaded")} == {"Loaded Qwen2.5-7B-exl3 with none",
                                                  "Loaded Qwen2.5-7B-exl3 with ngram:2:4"}
     assert (folder / "config.yml").read_bytes() == before
+
+
+def test_tabbyapis_log_lines_are_read_by_request_id_and_checked():
+    """common/gen_logging.py's metrics line (main e632af41), as TabbyAPI's console prints it."""
+    from specdeck.core.servers.tabby_launch import LoggedDraft, logged_draft
+
+    line = ("2026-11-28 10:00:00.123 INFO:     Metrics (ID: {id}): 24 tokens generated in "
+            "0.5 seconds (Queue: 0.0 s, Process: 0 cached tokens and 30 new tokens at 600.0 "
+            "T/s, Generate: 48.0 T/s, Context: 30 tokens{draft}) \n")
+    log = (line.format(id="aa11", draft=", Draft: 10 / 16 tokens accepted (62.50%)")
+           + line.format(id="bb22", draft=""))
+    assert logged_draft(log, "aa11") == LoggedDraft(10, 16)
+    assert logged_draft(log, "bb22") == LoggedDraft(None, None)  # no drafter: no Draft part
+    assert logged_draft(log, "cc33") is None
+
+
+@pytest.mark.parametrize("branch, share", [("main", 1.5), ("exl2-checkpoint", 0.5)])
+def test_what_a_launched_tabbyapis_log_cannot_give_is_said(tmp_path, monkeypatch, branch,
+                                                           share):
+    """A log whose counts fail their checks (more accepted than drafted) is not used; the
+    exl2-checkpoint branch logs no Draft part at all: its draft model still drafts at every
+    step (ExLlamaV2 drafts with a loaded draft), so the arm is a drafting result, without an
+    acceptance figure and with why."""
+    import json
+
+    from specdeck.core.bench.plan import Arm, BenchPlan
+    from specdeck.core.bench.runner import run_plan
+    from specdeck.core.bench.summary import summarize
+    from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec
+    from specdeck.core.servers.arms import ServerArm
+    from specdeck.core.servers.engine import ServerEngine
+    from specdeck.core.servers.kinds import ServerKind
+
+    folder = tabby_install(tmp_path / "tabbyAPI", branch)
+    (folder / "api_tokens.yml").write_text("api_key: tabby-api-key\nadmin_key: tabby-admin-key\n")
+    monkeypatch.setenv("SPECDECK_STANDIN_ACCEPT", json.dumps({"default": share}))
+
+    def arm(name, draft, drafter):
+        return Arm(name, drafter, ServerArm(kind=ServerKind.TABBYAPI, tabby_launch=TabbyLaunch(
+            str(folder), sys.executable, draft)))
+
+    plan = BenchPlan(engine="server", model="tabby", suites=("code",), max_prompts=1, repeats=1,
+                     warmup=0, max_new_tokens=8, stop_on_eos=False,
+                     arms=(arm("A", no_draft(branch == "main"), NO_DRAFT),
+                           arm("B", (("draft_num_tokens", 4),) if branch == "main" else
+                               (("draft_model_name", "Qwen2.5-0.5B-exl3"),),
+                               DrafterSpec(DrafterKind.SERVER, num_draft_tokens=4,
+                                           adaptive=False))))
+    engine = ServerEngine(log_dir=tmp_path / "logs")
+    try:
+        summary = summarize(run_plan(plan, engine))
+    finally:
+        engine.unload()
+    b, comparison = summary.arm("B"), summary.comparison("B")
+    assert b.acceptance_rate is None
+    if branch == "main":
+        assert b.acceptance_source.startswith("not usable: TabbyAPI's log")
+        assert "more than drafted" in b.acceptance_source
+    else:
+        assert b.acceptance_source.startswith("not reported by this server (TabbyAPI's log")
+        assert not comparison.drafting_unknown  # a loaded draft model drafts at every step
 
 
 def _bench(folder: Path, *arms: str, extra=(), env=None):

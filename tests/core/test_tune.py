@@ -235,6 +235,70 @@ def test_a_setting_that_drafted_nothing_is_noise_never_the_best_nor_learned_from
     assert why.startswith("real drafted nothing on held-out prompts (it drafted nothing)")
 
 
+def test_a_figure_verification_refuted_is_not_history(tmp_path):
+    """Issue 44: a search's 1.61x, refuted by the verification at 0.97x, became the next
+    tune's prediction for that drafter. The winner's figure is judged against the
+    verification's interval before anything is remembered; the others are kept."""
+    from specdeck.core.tune.run import Tried, remember, settled
+
+    setup = from_swap(swap_config(tmp_path, ""), "smol")
+    path = tmp_path / "history.jsonl"
+    mod, map_k = Candidate("ngram-mod"), Candidate("ngram-map-k")
+    noise = tune_predict.predict(mod, setup, "cpu", [])
+    won = Tried(mod, noise, 1.61, "ngram-mod k=4", pairs=6, interval=(1.5, 1.7))
+    other = Tried(map_k, noise, 1.05, "ngram-map-k k=8", pairs=6)
+    refuting = _verification([0.95, 0.97, 0.99, 0.96, 0.98])
+    tried = [settled(t, mod, refuting, cancelled=False) for t in (won, other)]
+    assert tried[0].refuted.startswith("verification refuted it: 0.97x") and not tried[1].refuted
+    remember(setup, tried, "cpu", path)
+    assert [e["candidate"] for e in tune_predict.read_history(path)] == ["ngram-map-k"]
+    # The next tune predicts that drafter from nothing it learned from the refuted figure.
+    again = tune_predict.predict(mod, setup, "cpu", tune_predict.read_history(path))
+    assert not again.source.startswith("history")
+    # A verification that confirms it, or did not finish, leaves the figure to history.
+    confirming = _verification([1.55, 1.6, 1.65, 1.58, 1.62])
+    assert not settled(won, mod, confirming, cancelled=False).refuted
+    assert not settled(won, mod, refuting, cancelled=True).refuted
+    assert not settled(won, mod, None, cancelled=False).refuted
+
+
+def test_a_candidate_drafted_nothing_only_when_none_of_its_settings_drafted():
+    """Issue 44: a candidate's row said "drafted nothing" (its noisy k=8 at 1.02x) beside the
+    50% its k=4 had accepted at 0.90x. Its figure is its best drafting setting's."""
+    from dataclasses import replace
+
+    from specdeck.core.bench.live import ArmSoFar
+    from specdeck.core.tune.live import CandidateRow, CellSoFar, TuneLive
+    from specdeck.core.tune.run import _cell_prefix, _tried
+
+    candidate = Candidate("ngram-simple")
+    prefix = _cell_prefix(candidate)
+    idle = _row(prefix + "8", 1.02, _k(8), idle="it drafted nothing in 4 runs")
+    drafting = _row(prefix + "4", 0.90, _k(4))
+    drafting = replace(drafting, by_suite={ALL: replace(drafting.by_suite[ALL],
+                                                        acceptance_rate=0.5)})
+    prediction = tune_predict.Prediction(1.0, 0.9, 1.1, "theory")
+    tried = _tried(candidate, prediction, GridResult(("code",), (idle, drafting), {}, ()))
+    assert (tried.measured, tried.acceptance, tried.not_drafting) == (0.90, 0.5, "")
+    # Only when every setting drafted nothing does the candidate say so.
+    alone = _tried(candidate, prediction, GridResult(("code",), (idle,), {}, ()))
+    assert alone.not_drafting and alone.measured == 1.02
+    # The Tune page's live row, from the same rule.
+    live = TuneLive()
+    live.candidates = [CandidateRow(candidate, prediction, "on disk")]
+
+    def so_far(name, speedup, rate, nothing):
+        return ArmSoFar(name, name, 4, speedup, speedup, speedup, rate, 4, 0, True,
+                        drafted_nothing=nothing)
+
+    for name, figures in ((idle.cell.label, so_far("k8", 1.02, None, True)),
+                          (drafting.cell.label, so_far("k4", 0.90, 0.5, False))):
+        live.cells[name] = CellSoFar(name, candidate, rounds=1, figures=figures)
+    live._measured(live.cells[idle.cell.label])
+    assert not live.candidates[0].measured.drafted_nothing
+    assert live.candidates[0].measured_text.startswith("0.90x")
+
+
 def test_the_noise_band_narrows_with_the_pairs_behind_a_score():
     assert noise_band(0.05, 1) == pytest.approx(2 * 0.05 * 2 ** 0.5)
     assert noise_band(0.05, 8) == pytest.approx(noise_band(0.05, 1) / 8 ** 0.5)
@@ -1007,7 +1071,7 @@ def test_the_live_table_says_when_a_setting_drafted_nothing():
                        "on disk", idle, "ngram-map-k k=16")
     assert row.measured_text == "drafted nothing (k=16)"
     cell = CellSoFar("ngram-map-k k=16", Candidate("ngram-map-k"), figures=idle)
-    assert cell.standing().excluded_because == "not usable: it drafted nothing"
+    assert cell.standing().excluded_because == "it drafted nothing"
 
 
 def test_a_cell_with_a_rate_but_no_pair_says_so():

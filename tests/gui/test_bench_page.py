@@ -263,3 +263,35 @@ def test_the_pages_ranges_are_the_plan_tables(page):
         assert (spin.minimum(), spin.maximum()) == (field.low, field.high), name
     form.k.setValue(PLAN_FIELDS["k"].high)  # the CLI's largest k, no longer capped at 8
     assert form.plan().arms[1].drafter.num_draft_tokens == PLAN_FIELDS["k"].high
+
+
+@pytest.mark.slow
+def test_the_demo_says_what_runs_marks_the_loading_and_offers_no_config_to_write(qtbot, page):
+    """Issue 44, the demo A/B as a new user sees it: the stage said "Ready" (the engine's last
+    load message) while the plan ran and the summary "Loading…" while runs streamed; the
+    time axes began at 45 s with nothing to say the model was loading; and "Switch drafting
+    off…" answered with a banner about TabbyAPI's config.yml, which the demo has none of."""
+    from specdeck.core.bench.suites import first_prompts
+    from specdeck.gui.bench_render import WAITING_FOR_PAIRS
+
+    plan = BenchPlan(engine="torch", model="demo", arms=default_arms(ngram=True, k=4),
+                     suites=("chat",), prompt_ids=tuple(p.id for p in first_prompts(("chat",), 1)),
+                     max_new_tokens=24, repeats=2, warmup=0)
+    page.form.set_plan(plan)
+    page.start()
+    qtbot.waitUntil(lambda: page.state.live.current is not None or page.last_run is not None,
+                    timeout=300_000)
+    if page.last_run is None:  # a run is under way: the page says which, not "Ready"
+        assert page.stage.full_text().startswith("Run ") and "Ready" not in page.stage.full_text()
+        assert page.summary.text() in (WAITING_FOR_PAIRS,) or "So far" in page.summary.text()
+    qtbot.waitUntil(lambda: page.last_summary is not None, timeout=300_000)
+    live = page.state.live
+    assert live.runs_from is not None and live.runs_from > 0
+    assert page.plots.loading == (0.0, live.runs_from)  # shaded, labelled, from Start
+    assert page.plots.loading_label.toPlainText() == "loading"
+    assert page.plots.time_shown[0] <= 0.0
+    assert not page.apply_button.isEnabled()
+    assert "demo model runs inside SpecDeck" in page.apply_button.toolTip()
+    page.apply_best()
+    assert "config.yml" not in page.banner.label.text()
+    assert "demo model runs inside SpecDeck" in page.banner.label.text()

@@ -68,3 +68,62 @@ def test_the_task_buttons_open_their_pages(qtbot, configured_qapp):
     for key in ("models", "compat", "bench"):
         page.task_buttons[key].click()
         assert window.current_page_key() == key
+
+
+def test_findings_read_as_written_and_point_to_pages_not_commands(qtbot, configured_qapp,
+                                                                  tmp_path, monkeypatch):
+    """Issue 44: a finding with an apostrophe read "isn&#x27;t" (escaped text in a label Qt
+    took for plain text), and a llama-swap finding told a GUI user to run a command line."""
+    from specdeck.core import discovery
+
+    swap = tmp_path / ".config" / "llama-swap" / "config.yaml"
+    swap.parent.mkdir(parents=True)
+    swap.write_text("models: {}\n")
+    monkeypatch.setattr(discovery, "llama_swap_configs", lambda: [swap])
+    window = MainWindow()
+    qtbot.addWidget(window)
+    page = window.show_page("start")
+    page._discover = lambda: [discovery.Discovery("No NVIDIA GPU: the driver isn't loaded",
+                                                  "Plan VRAM for the GPUs you'd use.", "gpus",
+                                                  found=False),
+                              *discovery.discover(ports={})]
+    page.refresh()
+    qtbot.waitUntil(lambda: len(page.rows) > 1, timeout=20_000)
+    label, step, _ = page.rows[0]
+    assert label.text() == "– No NVIDIA GPU: the driver isn't loaded"
+    assert step.text() == "Plan VRAM for the GPUs you'd use."
+    swap_row = next(r for r in page.rows if "llama-swap config" in r[0].text())
+    assert "specdeck " not in swap_row[1].text() and "llama-swap page" in swap_row[1].text()
+    swap_row[2].click()
+    assert window.current_page_key() == "swap"
+
+
+def test_the_start_page_says_what_tuning_the_demo_needs(qtbot, configured_qapp, tmp_path,
+                                                        monkeypatch, llama_bin):
+    """Issue 44: "Tune the demo…" needs a llama-server, which the Start page did not say; its
+    error then named a command-line flag. Now the Start page says which llama-server it will
+    use or that one is needed, and the Tune page asks for one in its own words."""
+    from specdeck.core.tune import setup
+    from specdeck.gui.pages import start
+
+    monkeypatch.setattr(setup.shutil, "which", lambda name: None)
+    monkeypatch.setenv("SPECDECK_LLAMA_CACHE", str(tmp_path / "no-build"))
+    monkeypatch.setattr(setup.Path, "home", classmethod(lambda cls: tmp_path))
+    monkeypatch.delenv("SPECDECK_LLAMA_SERVER", raising=False)
+    assert "needs a llama-server binary: none is on PATH" in start.demo_hint_text()
+    window = MainWindow()
+    qtbot.addWidget(window)
+    page = window.show_page("start")
+    assert "needs a llama-server" in page.demo_hint.text()
+    page.tune_demo_button.click()
+    tune = window.page("tune")
+    assert window.current_page_key() == "tune"
+    assert "no llama-server found" in tune.binary.placeholderText()
+    tune.binary.setText("")
+    tune.start()
+    text = tune.banner.label.text()
+    assert "needs a llama-server" in text and "Browse" in text and "--" not in text
+    # One found (here the pinned build, as SPECDECK_LLAMA_SERVER names it): both say which.
+    monkeypatch.setenv("SPECDECK_LLAMA_SERVER", str(llama_bin))
+    assert f"Tuning it runs llama-server ({llama_bin})" in start.demo_hint_text()
+    assert tune.request().binary == str(llama_bin)

@@ -392,3 +392,116 @@ def test_the_reports_table_never_splits_a_word(qtbot, configured_qapp):
     QApplication.processEvents()
     assert page.report.viewport().width() < 700  # narrow enough that Qt's default breaks one
     assert _broken_words(page.report) == []
+
+
+def test_a_result_belongs_to_the_setup_that_produced_it(qtbot, configured_qapp, llama_bin,
+                                                        demo_gguf, tmp_path):
+    """Issue 44: after switching the Tune page's setup to the demo, a llama-swap result kept
+    Apply enabled, and old banners outlived their setup. Apply is for the result's setup
+    only, its banner goes with it, and switching back makes the result applicable again."""
+    from specdeck.gui.pages.tune import DEMO, SWAP
+
+    config = tune_config(tmp_path, llama_bin, demo_gguf)
+    window, page = tune_page(qtbot)
+    page.kind.setCurrentIndex(page.kind.findData(SWAP))
+    page.swap_config.setText(str(config))
+    page.load_models()
+    qtbot.waitUntil(lambda: page.model.currentData() == "smol", timeout=20_000)
+    page.finished(verified(config))
+    assert page.apply_button.isEnabled() and page.stale_note.isHidden()
+    page.banner.show_message("a banner about this llama-swap result", "warning")
+
+    page.kind.setCurrentIndex(page.kind.findData(DEMO))
+    assert not page.apply_button.isEnabled()
+    assert page.banner.isHidden()
+    assert not page.stale_note.isHidden()
+    assert "This result is for A llama-swap model smol" in page.stale_note.text()
+    page.apply_result()  # refused: nothing is previewed or written for another setup
+    assert not page.tasks.running("apply")
+
+    page.kind.setCurrentIndex(page.kind.findData(SWAP))
+    qtbot.waitUntil(lambda: page.model.currentData() == "smol", timeout=20_000)
+    assert page.apply_button.isEnabled() and page.stale_note.isHidden()
+
+
+def test_the_apply_diff_shows_a_one_line_cmd_change_on_screen(qtbot, configured_qapp, tmp_path):
+    """Issue 44: a llama-swap cmd is one long line; the Apply dialog's diff put its change
+    off-screen to the right. The diff wraps (no sideways scrolling) and the dialog names the
+    drafting flags it writes."""
+    from PySide6.QtWidgets import QLabel
+    from specdeck.core.tune.apply import Applied
+    from specdeck.gui.widgets.diff_view import DiffView
+
+    config = tmp_path / "config.yaml"
+    cmd = "/opt/llama.cpp/build/bin/llama-server --port ${PORT} -m /models/big.gguf -ngl 99 -c 8192"
+    flags = "--spec-type ngram-simple --spec-ngram-simple-size-n 2"
+    diff = (f"--- {config}\n+++ {config}\n@@ -3 +3 @@\n-    cmd: {cmd}\n"
+            f"+    cmd: {cmd} {flags}\n")
+    window, page = tune_page(qtbot)
+    page.result = verified_like(config)
+    seen = {}
+
+    def look():
+        dialog = QApplication.activeModalWidget()
+        if dialog is None:
+            QTimer.singleShot(20, look)
+            return
+        try:
+            view = dialog.findChild(DiffView)
+            seen["sideways"] = view.horizontalScrollBar().maximum()
+            label = dialog.findChild(QLabel, "appliedFlags")
+            seen["flags"] = None if label is None else label.text()
+        finally:
+            dialog.reject()
+
+    QTimer.singleShot(0, look)
+    assert page.confirm_diff(Applied(config, flags, diff)) is False
+    assert seen["sideways"] == 0
+    assert seen["flags"] == f"The drafting flags it writes: {flags}"
+
+
+def verified_like(config: Path):
+    """A result to confirm against (its setup names ``config``; nothing is read)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(setup=SimpleNamespace(kind="llama-swap", managed=False))
+
+
+def _all_reachable(widget) -> bool:
+    """Every row of ``widget`` can be seen: shown whole, or inside a scroll area whose
+    scrollbar reaches the rest."""
+    from PySide6.QtWidgets import QScrollArea
+
+    needed = widget.heightForWidth(widget.width())
+    parent = widget.parentWidget()
+    while parent is not None and not isinstance(parent, QScrollArea):
+        parent = parent.parentWidget()
+    if parent is not None:
+        hidden = max(0, widget.height() - parent.viewport().height())
+        return widget.height() >= needed and parent.verticalScrollBar().maximum() >= hidden
+    return widget.visibleRegion().boundingRect().height() >= needed
+
+
+def test_at_1024x640_the_result_can_be_read_whole(qtbot, configured_qapp, llama_bin):
+    """Issue 44: at 1024x640 the Tune page's result was cut off with no scrollbar."""
+    from specdeck.core.tune.candidates import Candidate
+    from specdeck.core.tune.run import Decided, TuneOptions, TuneResult
+    from specdeck.core.tune.setup import demo
+
+    window, page = tune_page(qtbot)
+    window.resize(1024, 640)
+    window.show()
+    qtbot.waitExposed(window)
+    why = ("ngram-simple k=4: 1.30x over no drafting (1.21-1.39) on held-out prompts, output "
+           "unchanged; your current setting measured 1.02x. ") * 4
+    page.finished(TuneResult(demo(llama_bin), TuneOptions(), (), (), None, None,
+                             Decided(Candidate("ngram-simple"), ("--spec-type", "ngram-simple"),
+                                     True, why)))
+    qtbot.wait(50)
+    assert window.width() <= 1024 and window.height() <= 640
+    assert _all_reachable(page.verdict)
+    # What was not tried (a long line per method the binary offers) is reachable too.
+    page.not_tried.setText("Not tried: " + "; ".join(
+        f"draft-{n} (needs a draft model (-md) made for draft-{n})" for n in range(12)))
+    qtbot.wait(50)
+    assert _all_reachable(page.not_tried)

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -127,10 +128,156 @@ def test_ab_of_two_running_servers_matches_the_servers_own_counters(servers, spe
     for r in runs_b:
         by_position = r["stats"]["per_position_accepted"]
         assert sum(by_position) == r["stats"]["accepted"]
-        assert r["stats"]["per_position_drafted"] == [r["stats"]["draft_steps"]] * len(by_position)
+        if r["stats"]["draft_steps"]:  # the server's k positions, the last ones zeros or not
+            assert len(by_position) == 4
+        # The drafts reaching each position are known only where every draft was k long.
+        full = r["stats"]["drafted"] == 4 * r["stats"]["draft_steps"]
+        assert r["stats"]["per_position_drafted"] == \
+            ([r["stats"]["draft_steps"]] * 4 if full and r["stats"]["draft_steps"] else [])
     assert arm_b["per_position_acceptance"] and arm_b["per_position_acceptance"][0] > 0
     # What llama-server was asked: no prompt cache, greedy.
     assert all(r["server"]["report"]["cached_prompt_tokens"] == 0 for r in data["runs"])
+
+
+def test_acceptance_by_position_is_the_servers_counters_when_acceptance_ends_early(
+        llama_bin, demo_gguf, tmp_path, specdeck_home):
+    """Issue 44: a run that kept nothing past some position had its later positions dropped
+    (trailing zeros trimmed), so the pooled share there was taken over the other runs' drafts
+    alone: 100% shown where llama-server's own counters said 17%. With k = 8, prompts with
+    nothing to copy stop being accepted long before position 8; every figure must equal
+    the server's counters' growth: accepted per position over all drafts."""
+    from specdeck.core.servers.llama_server import LaunchProfile, ManagedServer
+
+    k = 8
+    flags = THREADS + ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
+                       "--spec-ngram-simple-size-m", str(k))
+    server = ManagedServer(LaunchProfile(str(llama_bin), str(demo_gguf), flags),
+                           tmp_path / "ngram.log")
+    plain = ManagedServer(LaunchProfile(str(llama_bin), str(demo_gguf), THREADS),
+                          tmp_path / "plain.log")
+    echo, ask = two_suites(tmp_path)
+    try:
+        server.start(timeout=120)
+        plain.start(timeout=120)
+        before = counters(server.url)
+        result = specdeck("bench", "--server", plain.url, "--server", f"B={server.url}",
+                          "--suite", f"{echo},{ask}", "--repeats", "1", "--warmup", "0",
+                          "--max-new", "64", "--no-history", "--json", "-",
+                          home=specdeck_home)
+        after = counters(server.url)
+    finally:
+        server.stop()
+        plain.stop()
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total#{}"
+    grown = [after.get(name.format(i), 0) - before.get(name.format(i), 0) for i in range(k)]
+    drafts = after["llamacpp:spec_decode_num_drafts_total"] - \
+        before.get("llamacpp:spec_decode_num_drafts_total", 0)
+    runs_b = [r["stats"] for r in data["runs"] if r["arm"] == "B"]
+    # The case this test is about: a run whose acceptance ended before the last position,
+    # beside one that kept more there.
+    ended = [max((i + 1 for i, a in enumerate(s["per_position_accepted"]) if a), default=0)
+             for s in runs_b if s["draft_steps"]]
+    assert min(ended) < max(ended) <= k and drafts > 0
+    positions = next(a for a in data["summary"]["arms"] if a["name"] == "B")["positions"]
+    assert positions["source"] == "server counters" and positions["runs"] == len(runs_b)
+    assert positions["drafts"] == drafts
+    assert positions["accepted"] == grown  # all k positions, zeros included
+    arm_b = next(a for a in data["summary"]["arms"] if a["name"] == "B")
+    shares = arm_b["per_position_acceptance"]  # what the chart and the reports show
+    assert shares == pytest.approx([a / drafts for a in grown])
+    assert all(x >= y for x, y in zip(shares, shares[1:]))  # never rises with the position
+    assert positions["share_of_all_drafts"] == pytest.approx(shares)
+    # The drafts reaching each position: the server does not count them unless every draft
+    # was k long; then the share of those is shown, else it is said to be unknown.
+    drafted = sum(s["drafted"] for s in runs_b)
+    if drafted == drafts * k:
+        assert positions["of_drafts_that_reached"] == pytest.approx(shares)
+    else:
+        assert positions["reached"] is None and positions["of_drafts_that_reached"] is None
+
+
+@contextlib.contextmanager
+def llama_server_without_metrics(llama_bin, gguf, flags, log: Path):
+    """A llama-server as a user starts it by hand: no --metrics, so no /metrics counters."""
+    from specdeck.core.servers.llama_server import free_port
+    from specdeck.core.servers.transport import request_json
+
+    port = free_port()
+    with open(log, "wb") as out:
+        process = subprocess.Popen([str(llama_bin), "-m", str(gguf), "--port", str(port),
+                                    *flags], stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert process.poll() is None, log.read_text()[-2000:]
+            with contextlib.suppress(ServerError):
+                if request_json(Base.parse(url), "GET", "/health", timeout=2).get("status") \
+                        == "ok":
+                    break
+            assert time.monotonic() < deadline, "llama-server did not start"
+            threading.Event().wait(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def test_a_server_that_cannot_say_whether_it_drafted_wins_nothing_and_says_so(
+        llama_bin, demo_gguf, servers, tmp_path, specdeck_home):
+    """Issue 44: a llama-server started without --metrics, with an n-gram drafter that finds
+    nothing to propose (a lookup of 24 tokens never matches), leaves draft_n out of every
+    response: nothing says whether it drafted. Its speed-up was shown bold with
+    "acceptance: no drafts", and became History's best and a winner."""
+    from specdeck.core.bench import winner
+    from specdeck.core.bench.plan import BenchPlan
+    from specdeck.core.bench.report import list_history, save_to_history
+    from specdeck.core.bench.runner import run_plan
+    from specdeck.core.bench.suites import first_prompts
+    from specdeck.core.bench.summary import summarize
+    from specdeck.core.servers.arms import url_arm
+    from specdeck.core.servers.engine import ServerEngine
+    from specdeck.gui import bench_render
+
+    plain, _ = servers
+    flags = THREADS + ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "24")
+    with llama_server_without_metrics(llama_bin, demo_gguf, flags, tmp_path / "b.log") as url:
+        plan = BenchPlan(engine="server", model="server",
+                         arms=(url_arm("A", plain, reference=True), url_arm("B", url)),
+                         suites=("grounded",),
+                         prompt_ids=tuple(p.id for p in first_prompts(("grounded",), 2)),
+                         max_new_tokens=24, repeats=1, warmup=0)
+        engine = ServerEngine()
+        try:
+            run = run_plan(plan, engine)
+        finally:
+            engine.unload()
+    summary = summarize(run)
+    runs_b = run.counted("B")
+    assert runs_b and all(r.result.server.report.drafted is None for r in runs_b)
+    assert all(r.result.server.metrics_drafted is None for r in runs_b)  # no /metrics
+    comparison = summary.comparison("B")
+    assert comparison.speedup is not None and not comparison.not_drafting
+    assert "--metrics" in comparison.drafting_unknown
+    assert comparison.verdict.startswith("B: SpecDeck cannot tell whether it drafted")
+    # Out of every winner, with why.
+    assert winner.best_arm(summary) is None
+    assert "cannot tell whether it drafted" in \
+        winner.comparison_standing(comparison).excluded_because
+    # The A/B page's headline says so, the figure is not bold, and no "no drafts" label.
+    text = bench_render.final_html(summary, ["A", "B"])
+    assert "did it draft? SpecDeck cannot tell" in text and "--metrics" in text
+    assert f"<b>{comparison.speedup.median:.2f}×</b>" not in text
+    assert "acceptance not reported by the server" in text and "no drafts" not in text
+    # History keeps the figure as measured, never as the best.
+    save_to_history(run, summary, root=tmp_path / "history")
+    (entry,) = list_history(tmp_path / "history")
+    assert entry.best is None and "B" in entry.not_drafting
+    line, tip = bench_render.history_item(entry)
+    assert "(not a drafting result)" in line and "best: no draft" in line
+    assert "--metrics" in tip
 
 
 def test_reference_that_drafts_is_refused_before_any_run(servers, specdeck_home):
