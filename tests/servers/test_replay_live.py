@@ -1,0 +1,56 @@
+"""Replay against the real llama-server: one plain run of two grounded prompts, then each
+n-gram spec type on its own server with the same requests; the replayed counts must equal
+the server's own /metrics counters, position by position (core.tune.replay)."""
+
+from __future__ import annotations
+
+import pytest
+from specdeck.core.bench.suites import builtin_suites
+from specdeck.core.servers.llama_server import LaunchProfile, ManagedServer
+from specdeck.core.servers.transport import Base
+from specdeck.core.tune.replay.capture import capture
+from specdeck.core.tune.replay.proof import Counted, run_on_server
+from specdeck.core.tune.replay.session import Setting, replay
+
+pytestmark = pytest.mark.slow
+
+FLAGS = ("-t", "1", "-c", "1024")  # one thread: two spin against each other on a busy CPU
+MAX_NEW = 40
+SETTINGS = (
+    Setting.of("ngram-simple", size_n=3, size_m=6),
+    Setting.of("ngram-map-k", size_n=2, size_m=8),
+    Setting.of("ngram-map-k4v", size_n=2, size_m=6, min_hits=1),
+    Setting.of("ngram-mod", n_match=4, n_max=8, n_min=1),
+    Setting.of("ngram-cache"),
+)
+
+
+def _server(llama_bin, demo_gguf, tmp_path, name, flags) -> ManagedServer:
+    server = ManagedServer(LaunchProfile(str(llama_bin), str(demo_gguf), FLAGS + flags),
+                           tmp_path / f"{name}.log")
+    server.start(timeout=120)
+    return server
+
+
+def test_each_ngram_type_replays_to_the_servers_own_counters(llama_bin, demo_gguf, tmp_path):
+    suite = builtin_suites()["grounded"]
+    prompts = [(p.id, p.text) for p in suite.prompts[:2]]
+    plain = _server(llama_bin, demo_gguf, tmp_path, "plain", ())
+    try:
+        runs = capture(Base.parse(plain.url), prompts, MAX_NEW)
+    finally:
+        plain.stop()
+    requests = [r.request for r in runs]
+    assert all(len(r.output) == MAX_NEW for r in requests)
+    drafted_somewhere = 0
+    for setting in SETTINGS:
+        server = _server(llama_bin, demo_gguf, tmp_path, setting.kinds[0], setting.flags())
+        try:
+            counted, own = run_on_server(Base.parse(server.url), requests)
+        finally:
+            server.stop()
+        assert [o.output for o in own] == [r.output for r in requests], setting.label
+        total, _ = replay(setting, requests, n_ctx=1024)
+        assert Counted.of(total) == counted, setting.label
+        drafted_somewhere += counted.drafts > 0
+    assert drafted_somewhere == len(SETTINGS)  # every type drafted: the check compared counts
