@@ -225,18 +225,25 @@ def test_a_prompt_shares_the_slot_of_the_most_similar_tokens_else_the_least_rece
     assert slots == [2, 1, 2]  # empty slots tie: the last; then similarity 0.5 > 0.1
 
 
-def test_an_open_end_is_counted_where_the_draft_reached_the_end_of_generation():
+def test_a_matched_end_of_generation_ends_the_count_and_a_stop_string_is_an_open_end():
     out = (1, 2, 3, 4, 1, 2, 3)
     prompt = (9, 1, 2, 3, 4, 1, 2, 3, 4, 8)
-    ended = Request(prompt, out, n_predict=64, ended=True)
-    total, _ = replay(Setting.of("ngram-simple", size_n=2, size_m=4), [ended])
-    # the last draft, [2, 3, 4, 1], matched the output's last two tokens: what the target
-    # would have said after the end is unknown
+    setting = Setting.of("ngram-simple", size_n=2, size_m=4)
+    # the last draft, [2, 3, 4, 1], matches the output's last two tokens
+    limited = Request(prompt, out, n_predict=len(out))  # a limit: the draft is cut instead
+    total, _ = replay(setting, [limited])
+    assert total.open_ended == 0 and total.steps[-1].drafted == 1
+    # the last token (3) is the end of generation: llama-server stops at a matched one that
+    # is not the draft's last, without counting it (common_sampler_sample_and_accept_n)
+    eos = Request(prompt, out, n_predict=64, stop="eos")
+    total, _ = replay(setting, [eos])
+    assert [(s.drafted, s.accepted) for s in total.steps] == [(4, 2), (4, 1)]
+    assert total.open_ended == 0 and total.tokens == len(out)
+    # a stop string: what the target would have said after it is unknown
+    word = Request(prompt, out, n_predict=64, stop="word")
+    total, _ = replay(setting, [word])
     assert [(s.drafted, s.accepted) for s in total.steps] == [(4, 2), (4, 2)]
     assert total.open_ended == 1
-    limited = Request(prompt, out, n_predict=len(out))  # a limit: the draft is cut instead
-    total, _ = replay(Setting.of("ngram-simple", size_n=2, size_m=4), [limited])
-    assert total.open_ended == 0 and total.steps[-1].drafted == 1
 
 
 def test_what_is_not_replayed_says_why():

@@ -32,21 +32,29 @@ def _server(llama_bin, demo_gguf, tmp_path, name, flags) -> ManagedServer:
     return server
 
 
-def test_each_ngram_type_replays_to_the_servers_own_counters(llama_bin, demo_gguf, tmp_path):
+@pytest.fixture(scope="module")
+def plain_runs(llama_bin, demo_gguf, tmp_path_factory):
     suite = builtin_suites()["grounded"]
     prompts = [(p.id, p.text) for p in suite.prompts[:2]]
-    plain = _server(llama_bin, demo_gguf, tmp_path, "plain", ())
+    plain = _server(llama_bin, demo_gguf, tmp_path_factory.mktemp("plain"), "plain", ())
     try:
         runs = capture(Base.parse(plain.url), prompts, MAX_NEW)
     finally:
         plain.stop()
     requests = [r.request for r in runs]
     assert all(len(r.output) == MAX_NEW for r in requests)
+    return requests
+
+
+def test_each_ngram_type_replays_to_the_servers_own_counters(llama_bin, demo_gguf, tmp_path,
+                                                            plain_runs):
+    requests = plain_runs
     drafted_somewhere = 0
     for setting in SETTINGS:
         server = _server(llama_bin, demo_gguf, tmp_path, setting.kinds[0], setting.flags())
         try:
-            counted, own = run_on_server(Base.parse(server.url), requests)
+            done = run_on_server(Base.parse(server.url), requests)
+            counted, own = done.counted, done.own
         finally:
             server.stop()
         assert [o.output for o in own] == [r.output for r in requests], setting.label

@@ -35,7 +35,7 @@ class Captured:
     def to_json(self) -> dict:
         return {"prompt_id": self.prompt_id, "prompt": list(self.request.prompt),
                 "output": list(self.request.output), "n_predict": self.request.n_predict,
-                "ended": self.request.ended, "stop": self.stop, "prompt_ms": self.prompt_ms,
+                "stop": self.stop, "prompt_ms": self.prompt_ms,
                 "predicted_ms": self.predicted_ms}
 
     @classmethod
@@ -43,9 +43,14 @@ class Captured:
         return cls(str(data["prompt_id"]),
                    Request(tuple(int(t) for t in data["prompt"]),
                            tuple(int(t) for t in data["output"]), int(data["n_predict"]),
-                           bool(data["ended"])),
+                           stop_of(data["stop"])),
                    str(data["stop"]), float(data.get("prompt_ms", 0.0)),
                    float(data.get("predicted_ms", 0.0)))
+
+
+def stop_of(stop_type: str) -> str:
+    """A request's end from llama-server's ``stop_type`` ("none" while unfinished: a limit)."""
+    return stop_type if stop_type in ("eos", "word") else "limit"
 
 
 def _ints(value, what: str) -> tuple[int, ...]:
@@ -99,7 +104,7 @@ def capture(base: Base, prompts: list[tuple[str, str]], max_new: int, chat: bool
         output = _ints(answer.get("tokens"), "/completion tokens")
         stop = str(answer.get("stop_type", ""))
         timings = answer.get("timings") if isinstance(answer.get("timings"), dict) else {}
-        out.append(Captured(prompt_id, Request(ids, output, max_new, stop in ("eos", "word")),
+        out.append(Captured(prompt_id, Request(ids, output, max_new, stop_of(stop)),
                             stop, float(timings.get("prompt_ms", 0.0) or 0.0),
                             float(timings.get("predicted_ms", 0.0) or 0.0), timings))
         if progress is not None:

@@ -45,6 +45,12 @@ class Drafter:
 
     name = ""
     n_max = 0
+    room = 1 << 30
+    """The server's ``n_max`` for this step (what the request has left): a draft model stops
+    drafting there, before its ``n_min`` test; the session cuts every other draft after."""
+
+    def on_request(self, request) -> None:  # noqa: B027 - only a draft model needs it
+        """The request about to run (a draft model's replay looks up its forced pass)."""
 
     def begin(self, slot: int, prompt: list[int]) -> None:  # noqa: B027 - most keep nothing
         pass

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdeck.core.servers.transport import Base, request_text
-from specdeck.core.tune.replay.capture import complete
+from specdeck.core.tune.replay.capture import complete, stop_of
 from specdeck.core.tune.replay.session import Replayed, Request
 
 PREFIX = "llamacpp:spec_decode_num_"
@@ -67,16 +67,28 @@ def counted_between(before: dict[str, float], after: dict[str, float]) -> Counte
                    grown("accepted_tokens_total"), _trimmed(values))
 
 
+@dataclass(frozen=True)
+class ServerRun:
+    """What a drafting server did with a list of requests."""
+
+    counted: Counted
+    own: list[Request]
+    """Its outputs, as requests."""
+    decode_ms: list[float]
+    """Each request's generation time (llama-server's ``timings.predicted_ms``)."""
+
+
 def run_on_server(base: Base, requests: list[Request], api_key: str | None = None
-                  ) -> tuple[Counted, list[Request]]:
+                  ) -> ServerRun:
     """Send ``requests`` (their prompt ids, greedy, their ``n_predict``, stopping at the end
     of generation where theirs did) to the drafting server at ``base``, in order: what it
-    counted, and its own outputs as requests."""
+    counted, its own outputs and its timings."""
     before = counters(base, api_key)
-    own = []
+    own, decode_ms = [], []
     for r in requests:
         answer = complete(base, r.prompt, r.n_predict, stop_on_eos=r.ended, api_key=api_key)
         tokens = tuple(int(t) for t in answer.get("tokens") or ())
-        own.append(Request(r.prompt, tokens, r.n_predict,
-                           str(answer.get("stop_type", "")) in ("eos", "word")))
-    return counted_between(before, counters(base, api_key)), own
+        own.append(Request(r.prompt, tokens, r.n_predict, stop_of(str(answer.get("stop_type")))))
+        timings = answer.get("timings") if isinstance(answer.get("timings"), dict) else {}
+        decode_ms.append(float(timings.get("predicted_ms") or 0.0))
+    return ServerRun(counted_between(before, counters(base, api_key)), own, decode_ms)

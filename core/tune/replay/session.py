@@ -24,9 +24,13 @@ running one:
   prompt, as a share of the prompt, above ``--slot-prompt-similarity`` (0.1), else the least
   recently used one (ties to the last slot). Requests go in the order the server saw them.
 
-What it cannot know: a request that ended on an end-of-generation token or a stop string,
-where a draft matched up to that token (the target's choices after it were never made:
-``Replayed.open_ended`` counts such steps, whose accepted count is a lower bound), and a
+A request that ends on an end-of-generation token is replayed exactly too: the server's
+verification (``common_sampler_sample_and_accept_n``, common/sampling.cpp) stops at a matched
+end-of-generation token that is not the draft's last, without counting it as accepted, so
+what the target would have said after it never matters. What it cannot know: a request cut
+by a stop string, where a draft matched up to that token (``Replayed.open_ended`` counts such
+steps, whose accepted count is a lower bound: the target's choices after it were never
+made), and a
 target whose output changes with the batch shape (the verification's rows differ from the
 plain run's; the benchmark replays each drafting run's own output too, to tell the two
 apart). Recurrent and hybrid targets, which verify through checkpoints, count the same.
@@ -55,9 +59,15 @@ class Request:
     output: tuple[int, ...]
     n_predict: int = -1
     """``max_tokens``; -1: until the end of generation or the context."""
-    ended: bool = False
-    """The last output token ended the generation (end-of-generation or a stop string)
-    rather than ``n_predict``: the target's choices after it are unknown."""
+    stop: str = "limit"
+    """How it ended, as llama-server's ``stop_type`` says: "limit" (``n_predict`` or the
+    context), "eos" (the last output token is an end-of-generation token) or "word" (a stop
+    string: the target's choices after it are unknown)."""
+
+    @property
+    def ended(self) -> bool:
+        """It stopped on its own (end of generation or a stop string), not at a limit."""
+        return self.stop in ("eos", "word")
 
 
 @dataclass(frozen=True)
@@ -66,23 +76,26 @@ class Setting:
     llama.cpp tries them) and each type's flag values."""
 
     kinds: tuple[str, ...]
-    params: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
+    params: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
     """(kind, ((param, value), ...)) for the kinds whose flags are set; unset ones keep
     llama.cpp's defaults."""
 
     @classmethod
-    def of(cls, kind: str, **params: int) -> Setting:
+    def of(cls, kind: str, **params: float) -> Setting:
         return cls((kind,), ((kind, tuple(sorted(params.items()))),) if params else ())
 
-    def params_of(self, kind: str) -> dict[str, int]:
+    def params_of(self, kind: str) -> dict[str, float]:
         return dict(next((p for k, p in self.params if k == kind), ()))
 
     def flags(self) -> tuple[str, ...]:
-        """The llama-server flags: ``--spec-type`` and ``--spec-<kind>-<param>`` each."""
+        """The llama-server flags: ``--spec-type`` and ``--spec-<kind>-<param>`` each (a draft
+        model's are ``--spec-draft-n-max``, ``-n-min``, ``-p-min``; its ``-md`` is the
+        candidate's)."""
         out = ["--spec-type", ",".join(self.kinds)]
         for kind, params in self.params:
+            prefix = "--spec-draft" if kind == "draft-simple" else f"--spec-{kind}"
             for name, value in params:
-                out += [f"--spec-{kind}-{name.replace('_', '-')}", str(value)]
+                out += [f"{prefix}-{name.replace('_', '-')}", f"{value:g}"]
         return tuple(out)
 
     @property
@@ -120,7 +133,7 @@ class Replayed:
     tokens: int = 0
     steps: list[Step] = field(default_factory=list)
     open_ended: int = 0
-    """Steps whose draft matched up to an end-of-generation token (a lower bound)."""
+    """Steps whose draft matched up to a stop string's token (a lower bound)."""
     slots: list[int] = field(default_factory=list)
 
     def add(self, other: Replayed) -> None:
@@ -170,11 +183,15 @@ class Session:
     the server got them, each returns what the server would count for it."""
 
     def __init__(self, setting: Setting, n_ctx: int = 1 << 30, n_slots: int = DEFAULT_SLOTS,
-                 similarity: float = SLOT_SIMILARITY) -> None:
+                 similarity: float = SLOT_SIMILARITY, draft_model: Drafter | None = None) -> None:
         self.setting = setting
-        kinds = sorted(setting.kinds, key=lambda k: PRIORITY.index(k) if k in PRIORITY
-                       else len(PRIORITY))
+        kinds = sorted((k for k in setting.kinds if k != "draft-simple"),
+                       key=lambda k: PRIORITY.index(k) if k in PRIORITY else len(PRIORITY))
         self.drafters: list[Drafter] = [make_drafter(k, setting.params_of(k)) for k in kinds]
+        if "draft-simple" in setting.kinds:
+            if draft_model is None:
+                raise KeyError("draft-simple needs the draft's teacher-forced pass")
+            self.drafters.append(draft_model)  # common_speculative_init tries it after n-grams
         self.n_max = max(max(0, d.n_max) for d in self.drafters)
         self.n_ctx = n_ctx
         self.similarity = similarity
@@ -205,6 +222,7 @@ class Session:
         if not out:
             return result
         for d in self.drafters:
+            d.on_request(request)
             d.begin(slot_id, list(prompt))
         history = list(prompt)
         t = 1  # the first token is sampled with the prompt, never drafted
@@ -217,7 +235,7 @@ class Session:
                 n_draft_max = min(n_draft_max, request.n_predict - t - 1)
             draft: list[int] = []
             if n_draft_max > 0:
-                draft = self._draft(slot_id, history, last)
+                draft = self._draft(slot_id, history, last, n_draft_max)
                 draft = draft[:n_draft_max]
             if not draft:
                 history.append(last)
@@ -227,8 +245,11 @@ class Session:
             accepted = 0
             while accepted < len(draft) and t + accepted < total \
                     and draft[accepted] == out[t + accepted]:
+                if request.stop == "eos" and t + accepted == total - 1 \
+                        and accepted + 1 < len(draft):
+                    break  # a matched end of generation before the draft's end: not accepted
                 accepted += 1
-            if request.ended and t + accepted == total and accepted < len(draft):
+            if request.stop == "word" and t + accepted == total and accepted < len(draft):
                 result.open_ended += 1
             self._accept(slot_id, accepted)
             result.drafts += 1
@@ -249,10 +270,11 @@ class Session:
         slot.last_used = self._clock
         return result
 
-    def _draft(self, slot: int, history: list[int], last: int) -> list[int]:
+    def _draft(self, slot: int, history: list[int], last: int, room: int) -> list[int]:
         """``common_speculative_draft``: the first drafter of the chain with a non-empty
         draft makes it (and is told of its acceptance)."""
         for d in self.drafters:
+            d.room = room
             draft = d.draft(slot, history, last)
             if draft:
                 self._last[slot] = d
@@ -270,10 +292,12 @@ class Session:
 
 
 def replay(setting: Setting, requests: list[Request], n_ctx: int = 1 << 30,
-           n_slots: int = DEFAULT_SLOTS) -> tuple[Replayed, list[Replayed]]:
+           n_slots: int = DEFAULT_SLOTS, draft_model: Drafter | None = None
+           ) -> tuple[Replayed, list[Replayed]]:
     """Replay ``requests`` on one fresh server with ``setting``: the totals and each
-    request's own counts."""
-    session = Session(setting, n_ctx=n_ctx, n_slots=n_slots)
+    request's own counts. A setting with ``draft-simple`` needs ``draft_model``
+    (:class:`.draft_model.DraftModel`, the draft's teacher-forced passes)."""
+    session = Session(setting, n_ctx=n_ctx, n_slots=n_slots, draft_model=draft_model)
     each = [session.run(r) for r in requests]
     total = Replayed(session.n_max)
     for r in each:
