@@ -73,7 +73,8 @@ def _top_share(logprobs: list[float]) -> float:
 
 
 def forced_on_server(base: Base, request: Request, api_key: str | None = None,
-                     cancel: threading.Event | None = None, run: int = 1) -> TeacherForced:
+                     cancel: threading.Event | None = None, run: int = 1,
+                     decode_s: list[float] | None = None) -> TeacherForced:
     """The teacher-forced pass of the draft a plain llama-server at ``base`` serves: its
     greedy token after prompt + output so far, for each output position, with ``n_probs``.
 
@@ -81,7 +82,9 @@ def forced_on_server(base: Base, request: Request, api_key: str | None = None,
     tokens, which give the forced choices up to and including the draft's first wrong one;
     the next request starts after it (the slot's cache then holds all but that token). Fewer
     requests where the draft is often right, wasted tokens where it is not
-    (``bench_replay_draft`` measures both)."""
+    (``bench_replay_draft`` measures both). ``decode_s`` collects what each one-token
+    request took the server to decode its new token (``timings.prompt_ms``): one decode of
+    the draft, for the cost model."""
     argmax, shares = [], []
     prompt, out = list(request.prompt), request.output
     j = 0
@@ -91,6 +94,10 @@ def forced_on_server(base: Base, request: Request, api_key: str | None = None,
         n = max(1, min(run, len(out) - j))
         answer = complete(base, tuple(prompt + list(out[:j])), n, api_key=api_key,
                           extra={"cache_prompt": True, "id_slot": 0, "n_probs": TOP_K})
+        timings = answer.get("timings")
+        if decode_s is not None and n == 1 and isinstance(timings, dict) \
+                and timings.get("prompt_n") == 1:
+            decode_s.append(float(timings.get("prompt_ms") or 0.0) / 1000.0)
         probs = answer.get("completion_probabilities")
         if not isinstance(probs, list) or not probs:
             raise BadAnswerError("llama-server gave no completion_probabilities for n_probs.",

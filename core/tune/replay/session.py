@@ -132,6 +132,9 @@ class Replayed:
     """Steps without a draft, the first token of each request included."""
     tokens: int = 0
     steps: list[Step] = field(default_factory=list)
+    sequence: list[Step] = field(default_factory=list)
+    """Every step after a request's first token, in order (a plain one drafted 0): each
+    emits ``accepted + 1`` tokens."""
     open_ended: int = 0
     """Steps whose draft matched up to a stop string's token (a lower bound)."""
     slots: list[int] = field(default_factory=list)
@@ -148,6 +151,7 @@ class Replayed:
         self.plain_steps += other.plain_steps
         self.tokens += other.tokens
         self.steps += other.steps
+        self.sequence += other.sequence
         self.open_ended += other.open_ended
         self.slots += other.slots
 
@@ -241,6 +245,7 @@ class Session:
                 history.append(last)
                 t += 1
                 result.plain_steps += 1
+                result.sequence.append(Step(0, 0))
                 continue
             accepted = 0
             while accepted < len(draft) and t + accepted < total \
@@ -256,6 +261,7 @@ class Session:
             result.drafted += len(draft)
             result.accepted += accepted
             result.steps.append(Step(len(draft), accepted))
+            result.sequence.append(result.steps[-1])
             if len(result.per_pos) < self.n_max:
                 result.per_pos += [0] * (self.n_max - len(result.per_pos))
             for i in range(min(accepted, self.n_max)):
