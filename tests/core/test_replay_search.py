@@ -71,3 +71,11 @@ def test_the_page_follows_the_finalists_and_shows_why():
     rows = live.forecast_rows()
     assert rows[0] == ("ngram-map-k m=8 n=3", "1.30x (1.25-1.35)", "1.300x", "50% 25%",
                        "2.00", "4.4")  # a full step of k=4: 1 + 1.0 + 0.6 x 4 plain steps
+
+
+def test_the_replay_takes_the_servers_slots_and_similarity_from_its_flags():
+    from specdeck.core.tune.replay.phase import server_shape
+
+    assert server_shape(("-t", "2")) == (4, 0.1)  # -np auto: 4 slots
+    assert server_shape(("-np", "1", "--slot-prompt-similarity", "0.5")) == (1, 0.5)
+    assert server_shape(("--parallel", "-1")) == (4, 0.1)

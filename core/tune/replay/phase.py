@@ -43,7 +43,7 @@ from specdeck.core.tune.replay.costs import (
 )
 from specdeck.core.tune.replay.draft_model import DraftModel, forced_on_server
 from specdeck.core.tune.replay.proof import Counted, counted_between, counters
-from specdeck.core.tune.replay.session import Replayed, Request, Setting, replay
+from specdeck.core.tune.replay.session import Replayed, Request, Session, Setting, replay
 from specdeck.core.tune.replay.settings import grid, why_not_replayed
 
 CALIBRATION = Setting.of("ngram-simple", size_n=1, size_m=8)
@@ -158,6 +158,24 @@ class _Servers:
             self.stop(server)
 
 
+def server_shape(flags: tuple[str, ...]) -> tuple[int, float]:
+    """The slots (``-np``; auto: 4) and the slot similarity (``-sps``; 0.1) of a llama-server
+    with these flags: which slot a request lands on, whose drafter state it meets."""
+    from specdeck.core.servers.llama_server import flag_value
+    from specdeck.core.tune.replay.session import DEFAULT_SLOTS, SLOT_SIMILARITY
+
+    try:
+        slots = int(flag_value(flags, "-np", "--parallel") or -1)
+    except ValueError:
+        slots = -1
+    try:
+        similarity = float(flag_value(flags, "-sps", "--slot-prompt-similarity")
+                           or SLOT_SIMILARITY)
+    except ValueError:
+        similarity = SLOT_SIMILARITY
+    return (slots if slots > 0 else DEFAULT_SLOTS), similarity
+
+
 def _draft_settings() -> list[Setting]:
     return [Setting.of("draft-simple", n_max=n, p_min=p) for n in DRAFT_N_MAX
             for p in DRAFT_P_MIN]
@@ -209,15 +227,16 @@ def forecast(setup, candidates, prompts, max_new_tokens: int, device: str = "cpu
         servers.stop(plain)
         say(Phase("replay", "Predicting every setting from the plain run"))
         out = []
+        shape = server_shape(setup.common)
         for c in ngram:
             out += _predict(c.label, c.spec_type, grid(c.spec_type), c.flags, sequence,
-                            measured, costs, repeats, None)
+                            measured, costs, repeats, None, shape)
         for c in drafts:
             if c.label in forced:
                 out += _predict(c.label, "draft-simple", _draft_settings(), c.flags, sequence,
                                 measured, costs.with_draft(draft_s[c.label] / costs.plain_s
                                                            if costs.plain_s else 0.0),
-                                repeats, forced[c.label])
+                                repeats, forced[c.label], shape)
     finally:
         servers.stop_all()
     if exact is False:
@@ -233,7 +252,7 @@ def forecast(setup, candidates, prompts, max_new_tokens: int, device: str = "cpu
 
 def _predict(candidate: str, kind: str, settings: list[Setting], flags: tuple[str, ...],
              sequence: list[Request], measured: list[Request], costs: StepCosts, repeats: int,
-             forced) -> list[SettingForecast]:
+             forced, shape: tuple[int, float] = (4, 0.1)) -> list[SettingForecast]:
     from specdeck.core.llama_flags import SPEC_TYPE
 
     out = []
@@ -244,7 +263,8 @@ def _predict(candidate: str, kind: str, settings: list[Setting], flags: tuple[st
             params = setting.params_of("draft-simple")
             model = DraftModel(forced, n_max=int(params.get("n_max", 3)),
                                p_min=float(params.get("p_min", 0.0)))
-        _, each = replay(setting, sequence, draft_model=model)
+        session = Session(setting, n_slots=shape[0], similarity=shape[1], draft_model=model)
+        each = [session.run(r) for r in sequence]
         each = each[first:first + len(measured)]
         total = Replayed(0)
         for r in each:
