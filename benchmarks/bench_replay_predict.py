@@ -101,17 +101,16 @@ def run(report: Report) -> None:
             costs, calibrated, exact = phase._calibrate(base_setup, servers, base, runs, "cpu",
                                                         notes, lambda _e: None, None)
             drafts = [c for c in candidates if c.spec_type == "draft-simple"]
-            forced, draft_s = phase._forced(base_setup, servers, drafts, sequence, [],
-                                            lambda _e: None, None)
+            forced, shares = phase._forced(base_setup, servers, drafts, sequence, base, [],
+                                           lambda _e: None, None)
         finally:
             servers.stop_all()
         predict_s = time.monotonic() - t0
         predictions = {}
         for c, setting in settings:
             if c.spec_type == "draft-simple":
-                share = draft_s[c.label] / costs.plain_s if costs.plain_s else 0.0
                 item = phase._predict(c.label, c.spec_type, [setting], c.flags, sequence,
-                                      measured, costs.with_draft(share), REPEATS,
+                                      measured, costs.with_draft(shares[c.label]), REPEATS,
                                       forced[c.label])[0]
             else:
                 item = phase._predict(c.label, c.spec_type, [setting], c.flags, sequence,

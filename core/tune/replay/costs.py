@@ -24,8 +24,9 @@ most of one more), by a short calibration:
   (``row2_share`` only where the data bear out a cost per row that grows with the batch).
 
 A draft model adds its own work per step, in decodes of the draft (``draft_share``: one
-decode of the draft in plain target steps, from the forced pass's requests, each of which
-decodes one token, against the plain run's steps): llama-server's draft-simple
+decode of the draft in plain target steps: the forced pass's requests, each of which decodes
+one token, against a short plain run of the target timed right after each prompt's pass):
+llama-server's draft-simple
 (``common_speculative_impl_draft_simple``) runs the verified batch through the draft
 (``process``: d + 1 rows) and decodes ``id_last`` and each drafted token but the last, on
 every step.
@@ -36,7 +37,9 @@ paired per prompt: ``core.bench.stats.speedup``); over requests, their median. I
 adds, in quadrature, the fit's uncertainty (1.96 standard errors of each share, times the
 steps that carry it) and the noise of a measured median: the calibration's relative residual
 per request (how far a request's measured span ratio strays from the model's: this machine's
-run-to-run noise and what the model misses) over the pairs a measurement rests on.
+run-to-run noise and what the model misses), taken at the upper end of its own 95% interval
+(six requests measure it roughly, in the minute the calibration ran), over the pairs a
+measurement rests on.
 """
 
 from __future__ import annotations
@@ -53,6 +56,9 @@ MEDIAN_SE = 1.2533
 MIN_HALF_WIDTH = 0.02
 """The narrowest interval, either side (a share of the speed-up): what no calibration of a
 few requests can rule out (a server's allocator, the machine's clock)."""
+MAX_NOISE_FACTOR = 3.0
+"""The noise's upper bound is at most this many times its figure (two or three requests
+bound it only loosely: the chi-square bound would be 5 to 16 times)."""
 OUTLIER = 6.0
 """A step slower than this many times its d's median was preempted, not computed."""
 
@@ -73,6 +79,8 @@ class StepCosts:
     """The calibration's relative residual per request (standard deviation of a ratio)."""
     steps: int = 0
     """Drafting steps the fit rests on."""
+    requests: int = 0
+    """Requests the noise was measured on."""
     draft_share: float = 0.0
     """One decode of the draft model (0: no draft model calibrated)."""
     plain_s: float = 0.0
@@ -84,6 +92,19 @@ class StepCosts:
         return 1.0 + self.verify_share + self.row_share * drafted \
             + self.row2_share * drafted * drafted
 
+    @property
+    def noise_bound(self) -> float:
+        """The upper end of the noise's 95% interval: a handful of requests measures the
+        noise itself only roughly (from six, the true value may be twice the figure), and a
+        measurement later under a busier machine sees more of it."""
+        n = self.requests
+        if n < 2:
+            return self.noise * MAX_NOISE_FACTOR
+        k = n - 1
+        # the chi-square distribution's 5% quantile (Wilson and Hilferty's approximation)
+        low = k * (1 - 2 / (9 * k) - 1.645 * math.sqrt(2 / (9 * k))) ** 3
+        return self.noise * min(MAX_NOISE_FACTOR, math.sqrt(k / max(low, 1e-9)))
+
     def with_draft(self, draft_share: float) -> StepCosts:
         return replace(self, draft_share=draft_share)
 
@@ -91,6 +112,7 @@ class StepCosts:
         return {"verify_share": self.verify_share, "row_share": self.row_share,
                 "row2_share": self.row2_share, "verify_se": self.verify_se,
                 "row_se": self.row_se, "noise": self.noise, "steps": self.steps,
+                "requests": self.requests, "noise_bound": self.noise_bound,
                 "draft_share": self.draft_share, "plain_s": self.plain_s}
 
 
@@ -207,14 +229,15 @@ def fit_costs(runs: list[CalibrationRun]) -> StepCosts:
     costs = StepCosts(verify, max(row, 0.0), row2, verify_se, row_se, 0.0,
                       sum(len(v) for v in by_d.values()),
                       plain_s=statistics.median(plain_seconds) if plain_seconds else 0.0)
-    errors = []
+    errors: list[float] = []
     for run in runs:
         plain_span = run.plain[-1] - run.plain[0] if len(run.plain) > 1 else 0.0
         drafted_span = run.drafted[-1] - run.drafted[0] if len(run.drafted) > 1 else 0.0
         if plain_span > 0 and drafted_span > 0 and run.replayed.tokens > 1:
             model = _cost(costs, run.replayed) / (run.replayed.tokens - 1)
             errors.append(model / (drafted_span / plain_span) - 1)
-    return replace(costs, noise=statistics.pstdev(errors) if len(errors) > 1 else 0.0)
+    return replace(costs, noise=statistics.pstdev(errors) if len(errors) > 1 else 0.0,
+                   requests=len(errors))
 
 
 def _cost(costs: StepCosts, replayed: Replayed, draft_model: bool = False) -> float:
@@ -273,7 +296,7 @@ def predict_speedup(costs: StepCosts, each: list[Replayed], draft_model: bool = 
     mid = statistics.median(ratios)
     param = Z95 * statistics.median(spread)
     n = max(1, pairs if pairs is not None else len(ratios))
-    measured = Z95 * costs.noise * MEDIAN_SE / math.sqrt(n)
+    measured = Z95 * costs.noise_bound * MEDIAN_SE / math.sqrt(n)
     half = max(MIN_HALF_WIDTH, math.hypot(param, measured))
     total = Replayed(0)
     for r in each:

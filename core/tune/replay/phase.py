@@ -52,6 +52,8 @@ occurrence), from 1 to 8 tokens long: every d the fit needs, on one server."""
 DRAFT_N_MAX = (1, 2, 3, 4, 6, 8, 12, 16)
 DRAFT_P_MIN = (0.0, 0.5, 0.8)
 WARMUP_TOKENS = 8
+SHARE_TOKENS = 16
+"""The plain run that times a target step beside each request's forced pass."""
 PRIOR = {"gpu": StepCosts(0.0, 0.02, noise=0.1), "cpu": StepCosts(0.0, 0.6, noise=0.1)}
 """Used only where no calibration could run (no n-gram type to calibrate with): the
 prior of core.tune.predict.VERIFY_COST_PER_TOKEN, typical values."""
@@ -223,7 +225,8 @@ def forecast(setup, candidates, prompts, max_new_tokens: int, device: str = "cpu
         sequence = [w.request for w in warm] + measured
         costs, calibrated, exact = _calibrate(setup, servers, base, runs, device, notes, say,
                                               cancel)
-        forced, draft_s = _forced(setup, servers, drafts, sequence, not_replayed, say, cancel)
+        forced, shares = _forced(setup, servers, drafts, sequence, base, not_replayed, say,
+                                 cancel)
         servers.stop(plain)
         say(Phase("replay", "Predicting every setting from the plain run"))
         out = []
@@ -234,9 +237,8 @@ def forecast(setup, candidates, prompts, max_new_tokens: int, device: str = "cpu
         for c in drafts:
             if c.label in forced:
                 out += _predict(c.label, "draft-simple", _draft_settings(), c.flags, sequence,
-                                measured, costs.with_draft(draft_s[c.label] / costs.plain_s
-                                                           if costs.plain_s else 0.0),
-                                repeats, forced[c.label], shape)
+                                measured, costs.with_draft(shares[c.label]), repeats,
+                                forced[c.label], shape)
     finally:
         servers.stop_all()
     if exact is False:
@@ -244,8 +246,10 @@ def forecast(setup, candidates, prompts, max_new_tokens: int, device: str = "cpu
                       "llama-server's drafters are not the build SpecDeck replays, so the "
                       "search measures every candidate instead.")
         out = []
-    # best first by the geometric mean over prompts; of equals, the one drafting less
-    out.sort(key=lambda s: (-round(s.predicted.mean, 4), s.replayed.drafted))
+    # best first by the geometric mean over prompts; of equals, one that drafts at all (one
+    # that never does is no drafting under another name), then the one drafting less
+    out.sort(key=lambda s: (-round(s.predicted.mean, 4), s.replayed.drafts == 0,
+                            s.replayed.drafted))
     return Forecast(tuple(out), costs, calibrated, exact, tuple(not_replayed),
                     servers.started, time.monotonic() - started, tuple(notes), len(measured))
 
@@ -323,15 +327,18 @@ def _calibrate(setup, servers: _Servers, base, runs: list[Captured], device: str
     return costs, True, exact
 
 
-def _forced(setup, servers: _Servers, drafts, sequence: list[Request],
+def _forced(setup, servers: _Servers, drafts, sequence: list[Request], plain_base,
             not_replayed: list[tuple[str, str]], say, cancel) -> tuple[dict, dict]:
-    """Each draft model's teacher-forced passes (keyed by candidate) and one decode's
-    seconds."""
+    """Each draft model's teacher-forced passes (keyed by candidate) and what one of its
+    decodes costs in plain target steps: each request's decodes (its one-token requests)
+    against a short plain run of the target right after it, so both are timed in the same
+    seconds of a machine whose speed drifts."""
     import statistics
 
+    from specdeck.core.tune.replay.costs import plain_step_s
     from specdeck.core.tune.run import Phase
 
-    forced, seconds = {}, {}
+    forced, shares = {}, {}
     for c in drafts:
         say(Phase("replay", f"The teacher-forced pass of {c.draft.name}"))
         try:
@@ -341,14 +348,19 @@ def _forced(setup, servers: _Servers, drafts, sequence: list[Request],
             not_replayed.append((c.label, f"its plain server did not start ({exc.what})"))
             continue
         try:
-            decode_s: list[float] = []
-            passes = {}
+            passes, ratios = {}, []
             for r in sequence:
-                if DraftModel.key(r) not in passes:
-                    passes[DraftModel.key(r)] = forced_on_server(base, r, cancel=cancel,
-                                                                 decode_s=decode_s)
+                if DraftModel.key(r) in passes:
+                    continue
+                decode_s: list[float] = []
+                passes[DraftModel.key(r)] = forced_on_server(base, r, cancel=cancel,
+                                                             decode_s=decode_s)
+                step = plain_step_s(stream_complete(plain_base, r.prompt, SHARE_TOKENS,
+                                                    cancel=cancel).arrivals)
+                if decode_s and step > 0:
+                    ratios.append(statistics.median(decode_s) / step)
         finally:
             servers.stop(server)
         forced[c.label] = passes
-        seconds[c.label] = statistics.median(decode_s) if decode_s else 0.0
-    return forced, seconds
+        shares[c.label] = statistics.median(ratios) if ratios else 0.0
+    return forced, shares
