@@ -304,6 +304,7 @@ def predict_speedup(costs: StepCosts, each: list[Replayed], draft_model: bool = 
     steps = total.plain_steps + total.drafts
     per_pos = tuple(n / total.drafts for n in total.per_pos) if total.drafts else ()
     mean = math.exp(statistics.fmean(math.log(r) for r in ratios))
-    return Predicted(mid, mid * (1 - half), mid * (1 + half), tuple(ratios), mean,
+    # on a log scale: a ratio's noise is relative, and an interval never reaches 0
+    return Predicted(mid, mid * math.exp(-half), mid * math.exp(half), tuple(ratios), mean,
                      total.mean_accepted_length, per_pos,
                      total.drafts / steps if steps else 0.0)
