@@ -47,6 +47,10 @@ REFEREE_REPEATS = 16
 interval (about +-2.5% on this machine) can tell a 3% miss from a tie. At 8 repeats (40
 pairs, 2026-11-27) it read 96.9% with an interval of 93.4-101.6%: no verdict either way."""
 REPO = "benchorg/SmolLM2-135M-Instruct-GGUF"
+FLAGS = ("-t", "1")
+"""One thread (since 2026-11-28): on this 2-core machine, shared by several agents' tests,
+llama-server's two threads spin against each other (9 tok/s where one thread decodes 81,
+load 6). The runs before used the default of two threads."""
 
 
 def run(report: Report) -> None:
@@ -69,7 +73,7 @@ def run(report: Report) -> None:
     from tools.llama_server_build import build
 
     binary = build()
-    setup = tune_setup.demo(binary)
+    setup = tune_setup.demo(binary, FLAGS)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         files = {"README.md": b"# SmolLM2-135M-Instruct GGUF (benchmark)\n"}
@@ -89,7 +93,8 @@ def run(report: Report) -> None:
             command = [sys.executable, "-m", "specdeck", "tune", "--demo",
                        "--llama-server", str(binary), "--budget", BUDGET, "--yes",
                        "--endpoint", hub.url, "--download-dir", str(library),
-                       "--json", str(out_json), "--report", str(tmp / "report")]
+                       "--json", str(out_json), "--report", str(tmp / "report"), "--",
+                       *FLAGS]
             env = dict(os.environ, PYTHON_KEYRING_BACKEND="keyring.backends.null.Keyring")
             t0 = time.monotonic()
             done = subprocess.run(command, env=env, capture_output=True, text=True,
