@@ -163,6 +163,7 @@ def _torch(report: Report, draft_gguf: Path, work: Path) -> None:
     from specdeck.core.tune.replay.session import Request
     from transformers import AutoModelForCausalLM
 
+    torch.set_num_threads(1)  # on a shared 2-core machine two OpenMP threads spin (issue 42)
     target = ensure_demo_model()
     draft = work / "draft-float32"
     _convert(draft_gguf, draft, "bench", None, None)
