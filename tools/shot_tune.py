@@ -1,8 +1,9 @@
 """Screenshots of the Tune page: `python -m tools.screenshots tune`.
 
 tune-running.png: a real tune of the demo GGUF on the pinned llama-server (tools/
-llama_server_build.py), mid-search: the candidates with their predictions, the round, the best
-so far, the live plot. tune-result.png: the same tune finished, with its verdict and report
+llama_server_build.py), mid-search: the candidates with their predictions, the settings
+predicted from one plain run (accepted by position, a step's cost), the round, the best so
+far, the live plot. tune-result.png: the same tune finished, with its verdict and report
 (whatever this machine measured: a verified winner, or why nothing would be written).
 """
 
@@ -22,15 +23,16 @@ def render(window, out_dir: Path) -> list[Path]:
     page = window.show_page("tune")
     page.kind.setCurrentIndex(page.kind.findData("demo"))
     page.binary.setText(str(build()))
-    page.flags.setText("-t 2 -c 1024")
+    page.flags.setText("-t 1 -c 1024")
     page.budget.setText(BUDGET)
     page.max_new.setValue(MAX_NEW)
     page.prompts.setText("")
     page.start()
     shots = [out_dir / "tune-running.png", out_dir / "tune-result.png"]
-    # Mid-search: two settings measured, the third under way (or the search already over).
+    # Mid-search: the finalists under way side by side (or the search already over).
     _pump_until(page, lambda: page.result is not None or page.live.phase == "verify" or (
-        page.live.plans >= 3 and page.live.plan.done >= 1), 900)
+        page.live.phase == "search" and page.live.plan is not None
+        and page.live.plan.done >= 4), 900)
     _pump_until(page, lambda: False, 0.5)
     window.grab().save(str(shots[0]))
     _pump_until(page, lambda: page.result is not None, 1200)

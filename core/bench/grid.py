@@ -251,12 +251,15 @@ def _baseline(runs: Sequence[BenchRun], reference: str, suites: Sequence[str]) -
 
 def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
              on_event: EventSink | None = None, cancel: threading.Event | None = None,
-             halving: bool = False, deadline: float | None = None) -> GridResult:
+             halving: bool = False, deadline: float | None = None,
+             together: bool = False) -> GridResult:
     """Run every cell's A/B plan on ``engine`` (kept between plans, so the reference's
     server stays up); with ``halving``, successive halving over the prompts (later rounds
-    in one shared plan where the servers fit: module docstring). ``deadline``
-    (time.monotonic()): no cell's plan starts after it; what was measured by then is the
-    result (a note says the budget ran out)."""
+    in one shared plan where the servers fit: module docstring); ``together``: the first
+    round too (a few settings already chosen, core.tune.replay, need no round of their
+    own to tell the machine's noise). ``deadline`` (time.monotonic()): no cell's plan
+    starts after it; what was measured by then is the result (a note says the budget ran
+    out)."""
     if not cells:
         raise InvalidInputError("The grid has no settings to try.",
                                 "Give a drafting arm and values to sweep.")
@@ -272,6 +275,7 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
     failed: dict[str, str] = {}
     """Arm name -> why its plan could not run (a server that would not start or died)."""
     alive = list(cells)
+    together_first = together
     rounds = _rounds(base, prompts, len(cells)) if halving else [base]
     costs = RoundCosts()
     sized: list[str] = []
@@ -291,7 +295,8 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
         number += 1
         last = number == len(rounds)
         measured: list[tuple[Cell, BenchRun]] = []
-        together = number > 1 and len(alive) > 1 and _keeps_all(engine, len(alive) + 1)
+        together = (number > 1 or together_first) and len(alive) > 1 \
+            and _keeps_all(engine, len(alive) + 1)
         emit(RoundStarted(number, len(rounds), tuple(c.arm.name for c in alive)))
         if together and not _stop(cancel, deadline):
             shared = _measure_together(plan, reference, alive, engine, on_event, cancel,

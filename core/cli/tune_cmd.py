@@ -115,6 +115,9 @@ def register(subparsers) -> None:
     p.add_argument("--yes", "-y", action="store_true",
                    help="no questions: download within the budget and write the winner")
     p.add_argument("--dry-run", action="store_true", help="decide, show the diff, write nothing")
+    p.add_argument("--no-replay", action="store_true",
+                   help="search every candidate's k instead of predicting every setting from "
+                        "one plain run and measuring the best predicted (llama-server)")
     p.add_argument("--json", type=output_file, metavar="FILE",
                    help="write the result as JSON (- = stdout)")
     p.add_argument("--report", type=output_folder, metavar="DIR",
@@ -185,7 +188,8 @@ def cmd_tune(args) -> int:
                           draft_dirs=tuple(Path(d) for d in args.draft_dir),
                           device="gpu" if args.gpu else None,
                           download_budget=int(args.download_budget * GiB),
-                          download_dir=args.download_dir, hub_endpoint=args.endpoint)
+                          download_dir=args.download_dir, hub_endpoint=args.endpoint,
+                          replay=not args.no_replay)
     split_prompts(options)  # the prompt files are read before the setup, not after a search
     chosen = _setup(args)
     cancel = threading.Event()
@@ -263,7 +267,14 @@ def _apply_saved(args) -> int:
 
 
 def _printer(progress, err):
-    from specdeck.core.tune.run import CandidatesFound, Decided, Downloaded, Downloading, Phase
+    from specdeck.core.tune.run import (
+        CandidatesFound,
+        Decided,
+        Downloaded,
+        Downloading,
+        Forecasted,
+        Phase,
+    )
 
     shown: dict[str, int] = {}
 
@@ -281,6 +292,15 @@ def _printer(progress, err):
                     err.write("".join(f"    {note}\n" for note in candidate.notes))
             for skipped in event.not_tried:
                 err.write(f"  not tried: {skipped.what}: {skipped.why}\n")
+        elif isinstance(event, Forecasted):
+            forecast = event.forecast
+            err.write(f"specdeck: {len(forecast.settings)} settings predicted from one plain "
+                      f"run; measuring {', '.join(event.finalists) or 'none'}\n")
+            for item in forecast.settings[:5]:
+                p = item.predicted
+                err.write(f"  {item.candidate}: {item.label}: predicted {p.speedup:.2f}x "
+                          f"({p.low:.2f}-{p.high:.2f}), mean accepted length "
+                          f"{p.mean_accepted_length:.2f}\n")
         elif isinstance(event, Decided):
             err.write(f"specdeck: {event.why}\n")
         elif isinstance(event, Downloading):

@@ -162,6 +162,8 @@ class ServerEngine:
         """Launched arms whose server has answered a request since it started (``is_warm``)."""
         self.restarts = 0
         """Servers restarted so that a remembering drafter meets a prompt afresh."""
+        self.starts = 0
+        """Servers this engine started (the restarts among them)."""
         self._warmup: tuple[int, int] = (1, 8)
         """The plan's warm-up runs and their tokens, repeated after such a restart."""
 
@@ -453,6 +455,7 @@ class ServerEngine:
                 else:
                     running = ManagedServer(server.launch, self._log_path(arm.name))
                 running.start(cancel)
+                self.starts += 1
                 self._managed[arm.name] = running
                 self._seen[arm.name] = set()
                 self._served.discard(arm.name)

@@ -33,6 +33,7 @@ from specdeck.core.tune.run import (
     Decided,
     Downloaded,
     Downloading,
+    Forecasted,
     Phase,
     current_label,
 )
@@ -145,6 +146,10 @@ class TuneLive:
     acceptance_reported: bool = False
     """A drafting run's server reported its acceptance (llama-server's counters)."""
     acceptance_unreported: bool = False
+    forecast: Any = None
+    """core.tune.replay.phase.Forecast once every setting is predicted (None: not yet, or
+    not replayed)."""
+    finalists: tuple[str, ...] = ()
     _offset: float = 0.0
     _points: list[Point] = field(default_factory=list)
 
@@ -162,6 +167,8 @@ class TuneLive:
             self.phase, self.phase_text, self.current, self.stage = event.name, event.text, "", ""
         elif isinstance(event, CandidatesFound):
             self._candidates(event)
+        elif isinstance(event, Forecasted):
+            self._forecasted(event)
         elif isinstance(event, Decided):
             self.decision = event
         elif isinstance(event, RoundStarted):
@@ -192,6 +199,39 @@ class TuneLive:
             current = server.current_arm(self.setup, CURRENT)
             if current is not None:  # searched too (core.tune.run.search_and_decide)
                 self.cells[CURRENT] = CellSoFar(current_label(current), None)
+
+    def _forecasted(self, event: Forecasted) -> None:
+        """The replay's predictions replace the candidates' and its finalists the cells:
+        what the search will run now."""
+        self.forecast, self.finalists = event.forecast, event.finalists
+        predictions = {c.label: p for c, p in event.predictions}
+        for row in self.candidates:
+            row.prediction = predictions.get(row.candidate.label, row.prediction)
+        self.candidates.sort(key=lambda r: r.prediction.speedup, reverse=True)
+        current = self.cells.get(CURRENT)
+        self.cells = {name: CellSoFar(label, candidate)
+                      for name, label, candidate in event.cells if name != CURRENT}
+        if current is not None:
+            self.cells[CURRENT] = current
+
+    def forecast_rows(self, count: int = 12) -> list[tuple[str, ...]]:
+        """The best predicted settings, as the page's table shows them: the setting, its
+        predicted speed-up (the median over prompts, as the search measures it, with its
+        interval), the geometric mean over prompts (what ranks them), accepted by position,
+        mean accepted length, and a full step's cost in plain steps (why a longer draft is or
+        is not worth it here)."""
+        forecast = self.forecast
+        if forecast is None:
+            return []
+        rows = []
+        for item in forecast.settings[:count]:
+            p = item.predicted
+            positions = " ".join(f"{a:.0%}" for a in p.per_pos_acceptance[:6]) + (
+                " …" if len(p.per_pos_acceptance) > 6 else "")
+            rows.append((item.short_label, f"{p.speedup:.2f}x ({p.low:.2f}-{p.high:.2f})",
+                         f"{p.mean:.3f}x", positions or "-", f"{p.mean_accepted_length:.2f}",
+                         f"{forecast.costs.step(item.k):.1f}"))
+        return rows
 
     def _plan_started(self, event: PlanStarted) -> None:
         self.plan = LivePlan(event.plan, clock=self.clock)
@@ -357,6 +397,13 @@ def result_lines(result) -> list[tuple[str, str]]:
                 else "Best setting's flags")
         lines.append((what, shlex.join(decision.flags)))
     lines.append(("Decision", decision.why))
+    forecast = getattr(result, "forecast", None)
+    if forecast is not None:
+        lines.append(("Predicted", f"{len(forecast.settings)} settings from one plain run of "
+                      f"{forecast.requests} prompts; the search measured the best "
+                      "predicted (the report's table says why each)"))
+    if getattr(result, "servers_started", 0):
+        lines.append(("llama-servers started", str(result.servers_started)))
     applied = result.applied
     if applied is not None:
         lines.append(("Written", applied_text(applied)))

@@ -94,6 +94,8 @@ def markdown(result: TuneResult) -> str:
             lines += ["", f"The search's pick against your current setting: {r.median:.2f}x "
                           f"({r.interval_text()})."]
         lines.append("")
+    if result.forecast is not None:
+        lines += forecast_lines(result.forecast)
     if result.search is not None:
         lines += ["## Every setting tried (tuning prompts)", "", grid_table(result.search), ""]
     if result.tried:
@@ -128,6 +130,8 @@ def markdown(result: TuneResult) -> str:
     if result.phase_s:
         lines += ["", "## Time", "", *(f"- {name}: {seconds:.1f} s"
                                          for name, seconds in result.phase_s.items())]
+    if result.servers_started:
+        lines.append(f"- llama-servers started: {result.servers_started}")
     budgeted = sum(result.phase_s.get(name, 0.0) for name in ("search", "verify"))
     if budgeted > result.options.budget_s * 1.05:
         lines.append(f"- over the budget of {result.options.budget_s / 60:g} min by "
@@ -136,6 +140,41 @@ def markdown(result: TuneResult) -> str:
     if result.notes:
         lines += ["", *(f"Note: {n}" for n in result.notes)]
     return "\n".join(lines) + "\n"
+
+
+FORECAST_ROWS = 12
+"""Settings the report lists from the replay's predictions (the best first; tune.json keeps
+all)."""
+
+
+def forecast_lines(forecast) -> list[str]:
+    """Why the search measured what it did: each setting's accepted length by position on
+    the user's prompts, against what a step of it costs here."""
+    costs = forecast.costs
+    lines = ["## Predicted from one plain run (tuning prompts)", "",
+             f"{len(forecast.settings)} settings predicted by replaying llama-server's own "
+             f"drafters over one run without drafting of {forecast.requests} prompts "
+             f"({forecast.seconds:.0f} s, {forecast.servers_started} llama-servers). A step "
+             f"verifying d drafted tokens costs 1 + {costs.verify_share:.2f} + "
+             f"{costs.row_share:.2f} x d plain steps here"
+             + (f" (+ {costs.row2_share:.3f} x d^2)" if costs.row2_share else "")
+             + (" (calibrated on this server" + (
+                 ", whose counts equal the replay's)" if forecast.calibration_exact else ")")
+                if forecast.calibrated else " (no calibration: the prior)") + ".", "",
+             "| setting | predicted (interval) | verifications | mean accepted length | "
+             "accepted by position | cost of a full step |", "|---|---|---|---|---|---|"]
+    for item in forecast.settings[:FORECAST_ROWS]:
+        p = item.predicted
+        positions = " ".join(f"{a:.0%}" for a in p.per_pos_acceptance[:8]) + (
+            " ..." if len(p.per_pos_acceptance) > 8 else "") or "-"
+        lines.append(f"| {item.candidate}: {item.label} | {p.speedup:.2f}x "
+                     f"({p.low:.2f}-{p.high:.2f}) | {item.replayed.drafts} | "
+                     f"{p.mean_accepted_length:.2f} | {positions} | "
+                     f"{costs.step(item.k):.1f} |")
+    if forecast.not_replayed:
+        lines += ["", "Measured instead of predicted:",
+                  *(f"- {what}: {why}" for what, why in forecast.not_replayed)]
+    return lines + [""]
 
 
 def _disagree(summary) -> bool:
@@ -181,6 +220,8 @@ def to_json(result: TuneResult) -> dict[str, Any]:
                     "max_new_tokens": result.options.max_new_tokens,
                     "budget_s": result.options.budget_s},
         "phase_s": result.phase_s,
+        "servers_started": result.servers_started,
+        "forecast": None if result.forecast is None else result.forecast.to_json(),
         "cancelled": result.cancelled,
         "notes": list(result.notes),
     }

@@ -83,6 +83,9 @@ SEARCH_MAX_REPEATS = 4
 its rounds to the deadline, halving the repeats before it drops a setting): one pass of a
 handful of prompts cannot tell settings a few percent apart on a noisy machine."""
 REFERENCE, CURRENT, WINNER = "A", "C", "W"
+REPLAY_SEARCH_REPEATS = 1
+"""With every setting predicted, the search measures a few finalists on the tuning prompts
+once (successive halving among them); the verification is what runs long enough to decide."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,9 @@ class TuneOptions:
     fit what the target leaves of it."""
     download_retry: Any = None
     """core.hub.transfer.RetryPolicy for the downloads (None: the installer's default)."""
+    replay: bool = True
+    """Predict every setting from one plain run (core.tune.replay) and search only the best
+    predicted; False: search every candidate's k values (llama-server setups only)."""
 
 
 # Events ----------------------------------------------------------------------------------------
@@ -166,6 +172,20 @@ class Downloaded:
 
 ConfirmDownload = Callable[[tuple[Candidate, ...], int, Path], bool]
 """(the candidates to download, their bytes, the folder) -> whether to download them."""
+
+
+@dataclass(frozen=True)
+class Forecasted:
+    """Every setting predicted from one plain run (core.tune.replay.phase.Forecast), and what
+    the search will measure instead of every candidate's k values."""
+
+    forecast: Any
+    finalists: tuple[str, ...]
+    """The finalists' labels, best predicted first."""
+    cells: tuple[tuple[str, str, Any], ...] = ()
+    """Every setting the search will run: (arm name, label, its Candidate)."""
+    predictions: tuple[tuple[Any, Any], ...] = ()
+    """(Candidate, Prediction): each candidate's prediction, from its best setting's."""
 
 
 @dataclass(frozen=True)
@@ -254,6 +274,11 @@ class TuneResult:
     notes: tuple[str, ...] = ()
     downloads: tuple[Downloaded, ...] = ()
     """Every Hub draft chosen for download, and what became of it."""
+    forecast: Any = None
+    """core.tune.replay.phase.Forecast: every setting predicted from one plain run (None:
+    not replayed)."""
+    servers_started: int = 0
+    """llama-servers this tune started (the replay's and the search's and verification's)."""
 
     def with_applied(self, applied) -> TuneResult:
         return replace(self, applied=applied)
@@ -349,9 +374,57 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
         return _result(setup, options, (), found, None, None, Decided(None, None, False, why),
                        phase_s, cancel.is_set(), notes, downloads)
 
+    forecast = None
+    if options.replay:
+        t0 = time.monotonic()
+        forecast, predicted = replay_phase(setup, predicted, options, device, emit, cancel,
+                                           notes)
+        phase_s["replay"] = time.monotonic() - t0
+        if cancel.is_set():
+            return _result(setup, options, (), found, None, None,
+                           Decided(None, None, False, "Cancelled during the replay: nothing "
+                                   "was written."), phase_s, True, notes, downloads,
+                           forecast=forecast)
     engine = engine or LLAMA_SERVER.engine(setup, predicted)
     return search_and_decide(setup, LLAMA_SERVER, options, predicted, found, downloads,
-                             phase_s, notes, engine, emit, cancel)
+                             phase_s, notes, engine, emit, cancel, forecast=forecast)
+
+
+def replay_phase(setup: Setup, predicted: list, options: TuneOptions, device: str,
+                 emit: EventSink, cancel: threading.Event, notes: list[str]):
+    """Every setting predicted from one plain run (core.tune.replay.phase.forecast), and the
+    candidates' predictions replaced by their best predicted setting's. None (and the
+    predictions as they were) when the replay cannot run: a server that will not start is
+    a note, and the search measures every candidate as without it."""
+    from specdeck.core.tune.replay.phase import forecast as run_forecast
+    from specdeck.core.tune.replay.search import prediction_of
+
+    tuning, _held_out = split_prompts(options)
+    prompts = choose_prompts(BenchPlan(engine="server", suites=options.suites,
+                                       prompt_ids=tuning))
+    try:
+        forecast = run_forecast(setup, [c for c, _ in predicted], prompts,
+                                options.max_new_tokens, device, REPLAY_SEARCH_REPEATS, emit,
+                                cancel)
+    except CancelledError:
+        cancel.set()
+        return None, predicted
+    except SpecDeckError as exc:
+        notes.append(f"The replay could not run ({exc.what}): every candidate was searched "
+                     "instead.")
+        return None, predicted
+    notes += forecast.notes
+    costs = forecast.costs
+    costs_text = (f"a verified token {costs.row_share:.2f} of a step, a verification "
+                  f"{costs.verify_share:.2f} more" + ("" if forecast.calibrated else
+                                                      " (the prior's)"))
+    replaced = []
+    for candidate, prediction in predicted:
+        best = forecast.best_of(candidate.label)
+        replaced.append((candidate, prediction if best is None
+                         else prediction_of(best, costs_text)))
+    replaced.sort(key=lambda cp: cp[1].speedup, reverse=True)
+    return forecast, replaced
 
 
 @dataclass(frozen=True)
@@ -370,11 +443,36 @@ class TunedServer:
 
 def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicted: list,
                       found: Candidates, downloads, phase_s: dict, notes: list, engine,
-                      emit: EventSink, cancel: threading.Event) -> TuneResult:
+                      emit: EventSink, cancel: threading.Event, forecast=None) -> TuneResult:
     """The search, the verification and the decision, whatever the server (the module's
-    docstring says how)."""
+    docstring says how). With a ``forecast`` (core.tune.replay) the search measures its
+    finalists and the candidates it could not predict, once, and the verification runs as
+    long as the finalist's predicted speed-up needs (the replay, like the downloads, ran
+    before the budget's clock started)."""
     tuning, held_out = split_prompts(options)
     cells = [cell for c, _ in predicted for cell in server.cells(setup, c)]
+    expected: dict[str, float] = {}
+    from specdeck.core.tune.replay import search as replayed
+
+    chosen = replayed.finalists(forecast) if forecast is not None else []
+    by_label = {c.label: c for c, _ in predicted}
+    owner = {cell.arm.name: c for c, _ in predicted for cell in server.cells(setup, c)}
+    finals = replayed.cells(setup, by_label, chosen)
+    if chosen:
+        expected = {cell.arm.name: max(item.predicted.speedup, item.predicted.mean)
+                    for cell, item in zip(finals, chosen, strict=True)}
+        predicted_labels = {s.candidate for s in forecast.settings}
+        cells = finals + [cell for c, _ in predicted if c.label not in predicted_labels
+                          for cell in server.cells(setup, c)]
+        owner.update({cell.arm.name: by_label[item.candidate]
+                      for cell, item in zip(finals, chosen, strict=True)})
+    elif forecast is not None:
+        notes.append("The replay found no setting that drafts on the tuning prompts: every "
+                     "candidate's k values were searched instead.")
+    if forecast is not None:
+        emit(Forecasted(forecast, tuple(c.label for c in finals),
+                        tuple((cell.arm.name, cell.label, owner.get(cell.arm.name))
+                              for cell in cells), tuple(predicted)))
     # The user's own setting is searched too (as it is, its k included): it may be the best,
     # and then the answer is to keep it.
     current = server.current_arm(setup, CURRENT)
@@ -382,6 +480,8 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
         cells.append(Cell(current, current_label(current)))
     # Two settings or fewer make one round, which nothing sizes to the deadline: once then.
     repeats = SEARCH_MAX_REPEATS if len(cells) > 2 else 1
+    if expected:
+        repeats = REPLAY_SEARCH_REPEATS
     base = BenchPlan(engine="server", model=server.model(setup),
                      arms=(server.reference_arm(setup),), suites=options.suites,
                      prompt_ids=tuning, max_new_tokens=options.max_new_tokens,
@@ -395,8 +495,8 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
                              + (" and your current setting" if current is not None else "")
                              + f" on {len(tuning)} tuning prompts, successive halving"))
         t0 = time.monotonic()
-        search = run_grid(base, base.arms[0], cells, engine, emit, cancel, halving=True,
-                          deadline=deadline)
+        search = run_grid(base, base.arms[0], cells, engine, emit, cancel,
+                          halving=not expected, deadline=deadline, together=bool(expected))
         phase_s["search"] = time.monotonic() - t0
         best, noise_share = finalist(search)
         tried = tuple(_tried(c, p, search, tuning) for c, p in predicted)
@@ -405,11 +505,12 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
         if cancel.is_set():
             return _result(setup, options, tried, found, search, None,
                            Decided(None, None, False, "Cancelled during the search: nothing "
-                                   "was written."), phase_s, True, notes, downloads)
+                                   "was written."), phase_s, True, notes, downloads,
+                           forecast=forecast, engine=engine)
         if best is None:
             return _result(setup, options, tried, found, search, None,
                            Decided(None, None, False, _why_no_best(search)), phase_s, False,
-                           notes, downloads)
+                           notes, downloads, forecast=forecast, engine=engine)
         if noise_share:
             notes.append(f"This machine's run-to-run noise: {noise_share:.1%} of the speed.")
         notes += filter(None, [why_not_the_top(search, best, noise_share)])
@@ -426,7 +527,19 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
         t0 = time.monotonic()
         arms = 2 + (current is not None and best.cell.arm.name != CURRENT)
         repeats = verify_repeats(search, arms, len(held_out), end - t0, options.verify_repeats)
-        if repeats > options.verify_repeats:
+        if expected:
+            from specdeck.core.tune.replay.search import verify_repeats as needed
+
+            figure = max(expected.get(best.cell.arm.name, 0.0), best.score)
+            # one pass of the search cannot show the noise; the calibration's runs did
+            shaky = noise_share or forecast.costs.noise / math.sqrt(2)
+            repeats = min(repeats, needed(figure, shaky, len(held_out),
+                                          options.verify_repeats, VERIFY_MAX_REPEATS))
+            notes.append(f"The verification ran the held-out prompts {repeats} times: what a "
+                         f"{figure:.2f}x speed-up (predicted, or measured by the search) "
+                         f"needs at this machine's noise ({shaky:.1%}) for its interval to "
+                         "clear 1.0, or the fewest where no number of repeats could.")
+        elif repeats > options.verify_repeats:
             notes.append(f"The verification ran the held-out prompts {repeats} times (the time "
                          f"the search left; decided before its first run).")
         late = over_budget(search, arms, len(held_out), repeats, end - t0)
@@ -450,7 +563,7 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
                       server.drafting(best))
     emit(decision)
     return _result(setup, options, tried, found, search, verification, decision, phase_s,
-                   cancel.is_set(), notes, downloads)
+                   cancel.is_set(), notes, downloads, forecast=forecast, engine=engine)
 
 
 def settled(item: Tried, winner: Candidate | None, verification: Verification | None,
@@ -579,10 +692,12 @@ def cancelled_reading(setup, options: TuneOptions, found: Candidates, phase_s: d
 
 
 def _result(setup, options, tried, found, search, verification, decision, phase_s, cancelled,
-            notes, downloads) -> TuneResult:
+            notes, downloads, forecast=None, engine=None) -> TuneResult:
+    started = (forecast.servers_started if forecast is not None else 0) + \
+        getattr(engine, "starts", 0)
     return TuneResult(setup, options, tried, found.not_tried, search, verification, decision,
                       phase_s=phase_s, cancelled=cancelled, notes=tuple(notes),
-                      downloads=tuple(downloads))
+                      downloads=tuple(downloads), forecast=forecast, servers_started=started)
 
 
 HUB_DEADLINE_S = 120.0

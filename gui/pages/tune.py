@@ -48,6 +48,7 @@ from PySide6.QtWidgets import (
     QStackedWidget,
     QTableWidget,
     QTableWidgetItem,
+    QTabWidget,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
@@ -68,9 +69,16 @@ KINDS = ((SWAP, "A llama-swap model"), (GGUF, "A llama-server binary and GGUF"),
          (TABBY_FOLDER, "A TabbyAPI folder (SpecDeck starts it)"),
          (TABBY, "A running TabbyAPI"))
 TABBY_KINDS = (TABBY_FOLDER, TABBY)
-PHASES = (("candidates", "Candidates"), ("search", "Search"), ("verify", "Verify"),
-          ("result", "Result"))
+PHASES = (("candidates", "Candidates"), ("replay", "Predict"), ("search", "Search"),
+          ("verify", "Verify"), ("result", "Result"))
 COLUMNS = ("candidate", "predicted speed-up (range)", "size", "download", "measured so far")
+FORECAST_COLUMNS = ("setting", "predicted (interval)", "mean over prompts",
+                    "accepted by position", "accepted length", "full step costs")
+FORECAST_TIP = ("Every setting predicted from one run without drafting: llama-server's own "
+                "drafters replayed over its tokens. Accepted by position: the share of "
+                "verifications whose draft was right up to that token. A full step costs: "
+                "verifying the setting's longest draft, in plain decode steps, measured on "
+                "this server. The search measures the best few; the verification decides.")
 IDLE_TEXT = ("Say what to tune and press Tune: SpecDeck finds what your server can draft "
              "with, searches the settings within the budget, verifies the best on other prompts "
              "and offers to write it.")
@@ -601,7 +609,8 @@ class TunePage(QWidget):
     @staticmethod
     def _phases_html(current: str) -> str:
         names = [name for name, _ in PHASES]
-        at = names.index(current) if current in names else (3 if current == "apply" else -1)
+        at = names.index(current) if current in names else (
+            names.index("result") if current == "apply" else -1)
         parts = []
         for index, (_, title) in enumerate(PHASES):
             if index < at:
@@ -632,6 +641,17 @@ class TunePage(QWidget):
         self.not_tried.setText("Not tried: " + "; ".join(f"{n.what} ({n.why})"
                                                          for n in live.not_tried)
                                if live.not_tried else "")
+        forecast = live.forecast_rows()
+        if forecast and self.tables.indexOf(self.forecast) < 0:
+            self.tables.addTab(self.forecast, "Predicted from one plain run")
+            self.tables.setCurrentWidget(self.forecast)
+        elif not forecast and self.tables.indexOf(self.forecast) >= 0:
+            self.tables.removeTab(self.tables.indexOf(self.forecast))
+        self.forecast.setRowCount(len(forecast))
+        for index, texts in enumerate(forecast):
+            for column, text in enumerate(texts):
+                _item(self.forecast, index, column, text)
+            self.forecast.item(index, 0).setToolTip(texts[0])
 
     def finished(self, result) -> None:
         """Show a finished tune (core.tune.run.TuneResult): its verdict, the report, Apply."""
@@ -816,12 +836,29 @@ class TunePage(QWidget):
         self.candidates.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.candidates.verticalHeader().setDefaultSectionSize(
             self.candidates.fontMetrics().height() + 8)
+        self.forecast = QTableWidget(0, len(FORECAST_COLUMNS))
+        self.forecast.setHorizontalHeaderLabels(FORECAST_COLUMNS)
+        self.forecast.verticalHeader().setVisible(False)
+        self.forecast.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.forecast.setWordWrap(False)
+        self.forecast.setToolTip(FORECAST_TIP)
+        self.forecast.horizontalHeader().setSectionResizeMode(
+            QHeaderView.ResizeMode.ResizeToContents)
+        # the setting whole; the positions take what is left, the later ones cut first
+        self.forecast.horizontalHeader().setSectionResizeMode(
+            FORECAST_COLUMNS.index("accepted by position"), QHeaderView.ResizeMode.Stretch)
+        self.forecast.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.forecast.verticalHeader().setDefaultSectionSize(
+            self.forecast.fontMetrics().height() + 8)
         self.not_tried = QLabel()
         self.not_tried.setWordWrap(True)
         self.not_tried.setProperty("role", "hint")
         self.not_tried.setTextFormat(Qt.TextFormat.PlainText)
+        # the predictions get a tab of their own once the replay has made them
+        self.tables = QTabWidget()
+        self.tables.addTab(self.candidates, "Candidates")
         table_box = QVBoxLayout()
-        table_box.addWidget(self.candidates, 1)
+        table_box.addWidget(self.tables, 1)
         # Scrolls where the progress pane is short (1024x640): its lines had been cut off.
         self.not_tried_scroll = QScrollArea()
         self.not_tried_scroll.setWidgetResizable(True)

@@ -126,6 +126,13 @@ def test_a_demo_tune_runs_from_tune_to_the_result(qtbot, servers_left, configure
     first = page.live.candidates[0]
     assert page.candidates.item(0, 1).text() == first.predicted_text  # core's prediction
     assert page.candidates.item(0, 3).text() == "on disk"
+    # every setting was predicted from one plain run first: the table says why the search
+    # measures the few it does (accepted length by position against a step's cost)
+    rows = page.live.forecast_rows()
+    assert rows and page.tables.currentWidget() is page.forecast
+    assert page.forecast.rowCount() == len(rows)
+    assert [page.forecast.item(0, c).text() for c in range(len(rows[0]))] == list(rows[0])
+    assert "✔ Predict" in page.phases.text()
     qtbot.waitUntil(lambda: page.round.text().startswith("Round 1"), timeout=120_000)
 
     qtbot.waitUntil(lambda: page.result is not None, timeout=600_000)

@@ -338,7 +338,7 @@ def test_a_server_that_dies_mid_search_is_noted_and_the_others_go_on(llama_bin, 
                 return
 
     result = tune(from_swap(config, "smol"), TuneOptions(budget_s=90, prompts_per_suite=2,
-                                                        max_new_tokens=16),
+                                                        max_new_tokens=16, replay=False),
                   on_event=on_event)
     assert killed, "no drafting server was running to kill"
     notes = " ".join(result.search.notes)
@@ -367,7 +367,7 @@ def test_a_budget_that_runs_out_mid_round_decides_from_what_was_measured(llama_b
     original = config.read_bytes()
     started = time.monotonic()
     result = tune(from_swap(config, "smol"), TuneOptions(budget_s=4, prompts_per_suite=2,
-                                                        max_new_tokens=16))
+                                                        max_new_tokens=16, replay=False))
     took = time.monotonic() - started
     assert any(n.startswith("The time budget ran out in round 1 of ")
                for n in result.search.notes), result.search.notes

@@ -1,0 +1,188 @@
+"""Predicted from one plain run against measured: every setting of the tune's grid on three suites
+
+Issue 46, item 4. For each of the grounded, code and structured suites, on the pinned
+llama-server and the demo target, this does what ``specdeck tune`` now does before it
+measures anything (core.tune.replay.phase): one plain run of the suite's prompts (after the
+engine's warm-up request), streamed and kept as token ids; a calibration (ngram-simple with a
+one-token lookup, each prompt right after the plain server, streamed, cut into its steps by
+the replay); the teacher-forced pass of the draft model (the demo requantized to Q4_0); then
+every setting of the tune's exhaustive grid (each candidate's k values 4, 8, 16, as
+``specdeck tune --no-replay`` searches them) predicted, with its interval for the pairs the
+measurement will have. Then each setting is measured the way the tune measures, by
+SpecDeck's A/B engine (core.bench.grid.run_grid: chat completions, a warm-up, paired and
+interleaved with no drafting, ``REPEATS`` times): the median of the paired speed-ups.
+
+The issue's bar: median absolute error at most 5%, the measurement inside the predicted
+interval for at least 90% of the settings, the draft model included on a suite it does badly
+on (code).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.report import Report
+
+SUITES = ("grounded", "code", "structured")
+REPEATS = 2
+MAX_NEW = 96
+FLAGS = ("-t", "1", "-c", "4096")
+"""One thread: on this shared 2-core machine two threads spin against each other."""
+
+
+def _grid_settings(candidates, help_info):
+    """(candidate, Setting) for every cell of the tune's exhaustive grid."""
+    from specdeck.core.tune.replay.session import Setting
+
+    out = []
+    for c in candidates:
+        values = c.k_values if c.k_flag else (None,)
+        for value in values:
+            if value is None:
+                out.append((c, Setting.of(c.spec_type)))
+                continue
+            method = help_info.method(c.spec_type)
+            flag = method.k_flag if method else c.k_flag
+            param = flag.removeprefix("--spec-draft-" if c.spec_type == "draft-simple"
+                                      else f"--spec-{c.spec_type}-").replace("-", "_")
+            out.append((c, Setting.of(c.spec_type, **{param: int(value)})))
+    return out
+
+
+def run(report: Report) -> None:
+    from specdeck.core.bench.grid import ALL, run_grid
+    from specdeck.core.bench.plan import BenchPlan
+    from specdeck.core.bench.runner import choose_prompts
+    from specdeck.core.servers.engine import ServerEngine
+    from specdeck.core.servers.llama_server import binary_help
+    from specdeck.core.tune import setup as tune_setup
+    from specdeck.core.tune.candidates import find_candidates
+    from specdeck.core.tune.replay import phase
+    from specdeck.core.tune.replay.capture import capture
+    from specdeck.core.tune.run import candidate_cells, reference_arm
+
+    from tools.llama_server_build import build
+
+    binary = build()
+    work = Path(tempfile.mkdtemp(prefix="bench_replay_predict_"))
+    base_setup = tune_setup.demo(binary, FLAGS)
+    draft = work / "SmolLM2-135M-Instruct.Q4_0.gguf"
+    subprocess.run([str(binary.parent / "llama-quantize"), "--allow-requantize",
+                    str(base_setup.target), str(draft), "Q4_0"], check=True,
+                   capture_output=True, timeout=600)
+    info = binary_help(binary)
+    found = find_candidates(base_setup, info.spec_types, [draft], methods=info.methods)
+    candidates = list(found.found)
+    settings = _grid_settings(candidates, info)
+    load = os.getloadavg()
+    report.record("load_at_start", load)
+    report.text(f"Load average at the start: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} "
+                f"(1/5/15 min) on {os.cpu_count()} cores. llama-server {' '.join(FLAGS)}; "
+                f"{len(settings)} settings, {MAX_NEW} tokens, {REPEATS} repeats measured.")
+    report.text()
+
+    rows, results = [], []
+    for suite in SUITES:
+        prompts = choose_prompts(BenchPlan(engine="server", suites=(suite,)))
+        servers = phase._Servers(str(binary), work / "logs")
+        notes: list[str] = []
+        t0 = time.monotonic()
+        try:
+            plain, base = servers.start(base_setup.target, base_setup.common, "plain", None)
+            warm = capture(base, [("warm-up", phase_warmup())], phase.WARMUP_TOKENS)
+            runs = capture(base, [(p.id, p.text) for p in prompts], MAX_NEW)
+            measured = [r.request for r in runs]
+            sequence = [w.request for w in warm] + measured
+            costs, calibrated, exact = phase._calibrate(base_setup, servers, base, runs, "cpu",
+                                                        notes, lambda _e: None, None)
+            drafts = [c for c in candidates if c.spec_type == "draft-simple"]
+            forced, shares = phase._forced(base_setup, servers, drafts, sequence, base, [],
+                                           lambda _e: None, None)
+        finally:
+            servers.stop_all()
+        predict_s = time.monotonic() - t0
+        predictions = {}
+        for c, setting in settings:
+            if c.spec_type == "draft-simple":
+                item = phase._predict(c.label, c.spec_type, [setting], c.flags, sequence,
+                                      measured, costs.with_draft(shares[c.label]), REPEATS,
+                                      forced[c.label])[0]
+            else:
+                item = phase._predict(c.label, c.spec_type, [setting], c.flags, sequence,
+                                      measured, costs, REPEATS, None)[0]
+            predictions[(c.label, setting.label)] = item
+        # measured as the tune measures
+        plan = BenchPlan(engine="server", model=str(base_setup.target),
+                         arms=(reference_arm(base_setup),), suites=(suite,),
+                         max_new_tokens=MAX_NEW, repeats=REPEATS, warmup=1, warmup_tokens=8,
+                         apply_chat_template=True, stop_on_eos=False)
+        cells = [cell for c in candidates for cell in candidate_cells(base_setup, c)]
+        engine = ServerEngine(log_dir=work / "logs", max_servers=2)
+        t0 = time.monotonic()
+        try:
+            grid = run_grid(plan, plan.arms[0], cells, engine, None, halving=False)
+        finally:
+            engine.unload()
+        measure_s = time.monotonic() - t0
+        by_label = {r.cell.label: r for r in grid.rows}
+        for (c, setting), cell in zip(settings, cells, strict=True):
+            item = predictions[(c.label, setting.label)]
+            row = by_label.get(cell.label)
+            ratio = row.by_suite[ALL].speedup if row is not None and ALL in row.by_suite \
+                else None
+            measured_x = ratio.median if ratio is not None else None
+            p = item.predicted
+            inside = measured_x is not None and p.low <= measured_x <= p.high
+            error = None if measured_x is None else p.speedup / measured_x - 1
+            acceptance = row.by_suite[ALL].acceptance_rate if row is not None else None
+            replayed_acc = item.replayed.accepted / item.replayed.drafted \
+                if item.replayed.drafted else None
+            results.append({"suite": suite, "setting": cell.label,
+                             "predicted": p.to_json(), "measured": measured_x,
+                             "measured_interval": None if ratio is None or not ratio.has_interval
+                             else [ratio.ci_low, ratio.ci_high],
+                             "pairs": None if ratio is None else ratio.n,
+                             "error": error, "inside": inside,
+                             "acceptance_measured": acceptance,
+                             "acceptance_replayed": replayed_acc})
+            rows.append([suite, cell.label, f"{p.speedup:.2f}x ({p.low:.2f}-{p.high:.2f})",
+                         "-" if measured_x is None else f"{measured_x:.2f}x",
+                         "-" if error is None else f"{error:+.1%}",
+                         "yes" if inside else "**no**",
+                         "-" if acceptance is None else f"{acceptance:.0%}",
+                         "-" if replayed_acc is None else f"{replayed_acc:.0%}"])
+        results.append({"suite": suite, "costs": costs.to_json(), "calibrated": calibrated,
+                        "calibration_exact": exact, "predict_s": predict_s,
+                        "measure_s": measure_s, "notes": notes})
+        report.record("results", results)
+        report.checkpoint(f"suite {suite}")
+    scored = [r for r in results if "setting" in r and r["measured"] is not None]
+    errors = [abs(r["error"]) for r in scored]
+    inside = sum(r["inside"] for r in scored)
+    report.record("median_abs_error", statistics.median(errors) if errors else None)
+    report.record("inside", [inside, len(scored)])
+    costs_lines = [f"{r['suite']}: a verification {r['costs']['verify_share']:.2f} + "
+                   f"{r['costs']['row_share']:.2f} x d plain steps (noise "
+                   f"{r['costs']['noise']:.0%} a request; the calibration's counts "
+                   f"{'equal' if r['calibration_exact'] else 'differ from'} the replay's), "
+                   f"predicted in {r['predict_s']:.0f} s, measured in {r['measure_s']:.0f} s"
+                   for r in results if "costs" in r]
+    report.text(f"**Median absolute error {statistics.median(errors):.1%}** (the bar: 5%); "
+                f"**the measurement inside the predicted interval for {inside} of "
+                f"{len(scored)}** ({inside / len(scored):.0%}; the bar: 90%).")
+    report.text()
+    report.text("Calibrations: " + "; ".join(costs_lines) + ".")
+    report.text()
+    report.table(["suite", "setting", "predicted (interval)", "measured (median of paired)",
+                  "error", "inside", "acceptance measured", "acceptance replayed"], rows)
+
+
+def phase_warmup() -> str:
+    from specdeck.core.engines.base import WARMUP_TEXT
+
+    return WARMUP_TEXT
