@@ -68,7 +68,7 @@ llama-server-ik:
 TEST_WORKERS ?= logical
 test:
 	$(MAKE) --no-print-directory -j2 $(VENV)/.installed-test llama-server
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=30 $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-test
 	QT_QPA_PLATFORM=offscreen $(PY) -m benchmarks $(BENCH_ARGS)
