@@ -76,7 +76,9 @@ def test_tune_downloads_a_hub_draft_within_the_budget_and_measures_it(
     from hubserver import FakeHub, FakeRepo
 
     # An earlier tune on this machine measured this draft (then it was deleted): the history
-    # ranks it first, so the short budget measures it before the n-gram settings. Without a
+    # ranks it first, so the short budget measures it before the n-gram settings (the search
+    # that measures every candidate, --no-replay: with the replay, the downloaded draft is
+    # predicted from its teacher-forced pass and measured only if it is a finalist). Without a
     # history, a draft nearly as large as its target is predicted slower than no drafting
     # on a CPU and is not downloaded (tests/core/test_tune.py checks that rule).
     label = f"draft-simple {HUB_FILE}"
@@ -92,7 +94,7 @@ def test_tune_downloads_a_hub_draft_within_the_budget_and_measures_it(
             [sys.executable, "-m", "specdeck", "tune", "--demo", "--llama-server", str(llama_bin),
              "--budget", "40s", "--per-suite", "2", "--max-new", "16", "--json", "-",
              "--download-budget", "0.5", "--endpoint", hub.url, "--download-dir", str(library),
-             "--yes", "--", "-t", "1", "-c", "1024"],
+             "--yes", "--no-replay", "--", "-t", "1", "-c", "1024"],
             capture_output=True, text=True, timeout=900,
             env=dict(os.environ, SPECDECK_HOME=str(specdeck_home)))
         whole_gets = [r for r in hub.file_requests("GET") if not r.range and r.origin == "cdn"]
