@@ -1071,7 +1071,8 @@ def test_the_live_table_says_when_a_setting_drafted_nothing():
                        "on disk", idle, "ngram-map-k k=16")
     assert row.measured_text == "drafted nothing (k=16)"
     cell = CellSoFar("ngram-map-k k=16", Candidate("ngram-map-k"), figures=idle)
-    assert cell.standing().excluded_because == "it drafted nothing"
+    assert cell.standing().excluded_because == \
+        "it did not draft: it drafted nothing in 3 paired runs so far"
 
 
 def test_a_cell_with_a_rate_but_no_pair_says_so():
