@@ -139,14 +139,15 @@ def pick(items: Iterable[T], standing: Callable[[T], Standing]) -> T | None:
 
 def passed_over(items: Iterable[T], standing: Callable[[T], Standing],
                 best: T | None) -> list[tuple[T, str]]:
-    """The items measured faster than the winner ``best`` (than no draft where it is None)
-    that cannot win, fastest first, each with why (``Standing.excluded_because``): what is
-    said beside the winner wherever it is offered, so that a faster figure on screen is never
-    left unexplained (an n-gram arm that drafted nothing, at 1.2x by noise)."""
-    bar = NO_DRAFT_SPEEDUP if best is None else standing(best).speedup
+    """The items measured at least as fast as the winner ``best`` (faster than no draft where
+    it is None) that cannot win, fastest first, each with why (``Standing.excluded_because``):
+    what is said beside the winner wherever it is offered, so that a figure on screen as high
+    as the one offered is never left unexplained (an n-gram arm that drafted nothing, at 1.2x
+    by noise)."""
+    bar = None if best is None else standing(best).speedup
     out = [(item, s.excluded_because) for item in items
            if (s := standing(item)).excluded_because is not None and beats_no_draft(s.speedup)
-           and s.speedup > bar]
+           and (bar is None or s.speedup >= bar)]
     return sorted(out, key=lambda pair: -standing(pair[0]).speedup)
 
 
