@@ -362,7 +362,7 @@ def apply_offer(best, passed=()) -> tuple[str, str]:
     """The Apply button's text and tooltip for the winning setting (None: no draft won), with
     why faster settings are not offered (``passed``: core.bench.winner.passed_over)."""
     if best is None:
-        text, why = "Switch drafting off…", "No drafting setting beat decoding without a draft"
+        text, why = "Switch drafting off…", "No setting beat decoding without a draft"
     else:
         text = f"Apply {best.candidate} k={best.k}…"
         why = f"The best setting: {best.candidate}, k={best.k}, {best.score:.2f}× (median paired)"

@@ -50,12 +50,7 @@ from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.runner import BenchRun, choose_prompts, run_plan
 from specdeck.core.bench.stats import RatioSummary, summarize_ratios
 from specdeck.core.bench.summary import BenchSummary, summarize
-from specdeck.core.bench.winner import (
-    beats_no_draft,
-    cheapest_close,
-    clearly_faster,
-    figure_of,
-)
+from specdeck.core.bench.winner import beats_no_draft, cheapest_close, clearly_faster, figure_of
 from specdeck.core.engines.base import NO_DRAFT
 from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
 from specdeck.core.servers.arms import ServerArm
@@ -255,6 +250,9 @@ class Verification:
     not_drafting: str = ""
     """Why the winner drafted nothing on the held-out prompts ("" when it drafted, or when
     the server reports no counts)."""
+    drafting_unknown: str = ""
+    """Why nobody can tell whether the winner drafted there ("" when it can be told): its
+    server gave no draft count (core.bench.summary's ``drafting_unknown``)."""
     held_out: bool = True
     """Whether its prompts were all held out from the search (False: a suite of one prompt
     left none to hold out, and the verification ran on what the search chose on)."""
@@ -966,7 +964,7 @@ def finalist(search: GridResult) -> tuple[GridRow | None, float]:
     used."""
     share = noise(search.runs, REFERENCE)
     return cheapest_close(search.rows, GridRow.standing, lambda r: setting_cost(r.cell),
-                               lambda r: noise_band(share, pairs_of(r))), share
+                          lambda r: noise_band(share, pairs_of(r))), share
 
 
 def disturbed_verification(search_noise: float, run: BenchRun) -> str | None:
@@ -1053,7 +1051,8 @@ def verify(setup, best: GridRow, plan: BenchPlan, engine, emit, cancel,
         run, summary, win.speedup, paired(run, CURRENT, WINNER) if current else None,
         current.speedup if current else None,
         lossless=win.lossless.checkable and win.lossless.compared > 0 and not win.lossless.diverged,
-        check=win.lossless, not_drafting=win.not_drafting)
+        check=win.lossless, not_drafting=win.not_drafting,
+        drafting_unknown=win.drafting_unknown)
 
 
 def paired(run: BenchRun, first: str, second: str) -> RatioSummary | None:
@@ -1104,6 +1103,10 @@ def decide(candidate: Candidate, best: GridRow, verification: Verification | Non
         return Decided(candidate, drafting, False, f"{best.cell.label} drafted nothing "
                        f"{where} ({verification.not_drafting}): a speed-up without "
                        "drafts is noise, so nothing was written.")
+    if verification.drafting_unknown:  # not a drafting result either (core.bench.winner)
+        return Decided(candidate, drafting, False, f"SpecDeck cannot tell whether "
+                       f"{best.cell.label} drafted {where} ({verification.drafting_unknown}): "
+                       "its speed-up may be noise, so nothing was written.")
     if none is None or not none.has_interval:
         return Decided(candidate, drafting, False, f"Too few verification runs of "
                        f"{best.cell.label} to tell: nothing was written. Give a larger budget.")

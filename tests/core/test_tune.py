@@ -233,6 +233,11 @@ def test_a_setting_that_drafted_nothing_is_noise_never_the_best_nor_learned_from
     why = decide(Candidate("ngram-mod"), real, replace(quiet, not_drafting="it drafted nothing"),
                  setup, cancelled=False).why
     assert why.startswith("real drafted nothing on held-out prompts (it drafted nothing)")
+    # nor a verification of which nobody can tell whether it drafted (core.bench.winner)
+    why = decide(Candidate("ngram-mod"), real, replace(quiet, drafting_unknown="add --metrics"),
+                 setup, cancelled=False).why
+    assert why.startswith("SpecDeck cannot tell whether real drafted on held-out prompts "
+                          "(add --metrics)") and "nothing was written" in why
 
 
 def test_a_figure_verification_refuted_is_not_history(tmp_path):
