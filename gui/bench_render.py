@@ -310,8 +310,9 @@ def final_html(summary, arms: Sequence[str], only: str | None = None) -> str:
     return "<b>Result</b>" + "".join(lines)
 
 
-def sweep_html(rows, best, summary) -> str:
+def sweep_html(rows, best, summary, passed=()) -> str:
     """Drafters down, k across: tok/s and median paired speed-up, the best cell marked; then
+    why faster settings were not the best (``passed``: core.bench.winner.passed_over) and
     one line on losslessness over every arm (``rows``: core.bench.sweep.SweepRow)."""
     from specdeck.core.bench.sweep import sweep_grid
 
@@ -334,36 +335,47 @@ def sweep_html(rows, best, summary) -> str:
     lossless = html.escape(check.verdict)
     if check.diverged:
         lossless = f"<b style='color:{SLOWER}'>{lossless}</b>"
+    passed_over = f"<p>{html.escape(passed_text(passed))}</p>" if passed else ""
     return (f"<b>Sweep</b> (tok/s, speed-up; {verdict})<table cellspacing='0' cellpadding='3' border='1'>"
-            f"<tr><th></th>{head}</tr>{''.join(body)}</table><p>{lossless}</p>")
+            f"<tr><th></th>{head}</tr>{''.join(body)}</table>{passed_over}<p>{lossless}</p>")
 
 
-def result_html(rows, best, summary, arms: Sequence[str]) -> str:
+def result_html(rows, best, summary, arms: Sequence[str], passed=()) -> str:
     """The summary pane once the plan has ended: a sweep's table and its best arm, or every
-    arm's result."""
+    arm's result (each of which says when it did not draft or its output changed)."""
     swept = len(rows) > len({r.candidate for r in rows})
     if swept:
-        return sweep_html(rows, best, summary) + (final_html(summary, arms, only=best.arm) if best else "")
+        return sweep_html(rows, best, summary, passed) + (
+            final_html(summary, arms, only=best.arm) if best else "")
     return final_html(summary, arms)
 
 
 # apply and history --------------------------------------------------------------------------
-def apply_offer(best) -> tuple[str, str]:
-    """The Apply button's text and tooltip for the winning setting (None: no draft won)."""
+def passed_text(passed) -> str:
+    """Why settings measured faster than the best are not it (``passed``: (SweepRow, why)
+    pairs from core.bench.winner.passed_over), in one sentence; "" for none."""
+    return "; ".join(f"{row.candidate} k={row.k} measured {row.score:.2f}× but is not "
+                     f"offered: {why}" for row, why in passed) + ("." if passed else "")
+
+
+def apply_offer(best, passed=()) -> tuple[str, str]:
+    """The Apply button's text and tooltip for the winning setting (None: no draft won), with
+    why faster settings are not offered (``passed``: core.bench.winner.passed_over)."""
     if best is None:
         text, why = "Switch drafting off…", "No setting beat decoding without a draft"
     else:
         text = f"Apply {best.candidate} k={best.k}…"
         why = f"The best setting: {best.candidate}, k={best.k}, {best.score:.2f}× (median paired)"
-    return text, (f"{why}. Writes TabbyAPI's config.yml through the config editor; you see the "
+    why = f"{why}. {passed_text(passed)}" if passed else f"{why}."
+    return text, (f"{why} Writes TabbyAPI's config.yml through the config editor; you see the "
                   "change first.")
 
 
-def apply_intro(best, notes: Sequence[str]) -> str:
+def apply_intro(best, notes: Sequence[str], passed=()) -> str:
     """What the config editor's confirmation says before it shows the diff."""
     what = ("switch the draft model off" if best is None
             else f"use <b>{html.escape(best.candidate)}</b> (k={best.k}, {best.score:.2f}× here)")
-    extra = "".join(f"<br>{html.escape(n)}" for n in notes)
+    extra = "".join(f"<br>{html.escape(n)}" for n in [*notes, passed_text(passed)] if n)
     return (f"Make TabbyAPI {what}. SpecDeck will change config.yml like this (the previous "
             f"version is kept as config.yml.bak):{extra}")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from xml.sax.saxutils import escape
 
 from specdeck.core.bench.summary import BenchSummary
+from specdeck.core.bench.winner import NO_DRAFT_SPEEDUP
 
 WIDTH = 960
 ROW = 44
@@ -64,7 +65,7 @@ def render_chart(summary: BenchSummary) -> str:
             parts.append(_text(right_x, mid + 4, label))
             continue
         s = comparison.speedup
-        slower = s.median < 1.0
+        slower = s.median < NO_DRAFT_SPEEDUP
         colour, fill = (SLOWER, SLOWER_FILL) if slower else (FASTER, FASTER_FILL)
         parts.append(_rect(right_x, y + 12, x_ratio(s.median) - right_x, ROW - 28, fill))
         parts.append(_line(x_ratio(s.minimum), mid, x_ratio(s.maximum), mid, "#404040", 1.5))
@@ -74,7 +75,7 @@ def render_chart(summary: BenchSummary) -> str:
                          'height="10" fill="none" stroke="#404040" stroke-width="1.5"/>')
         parts.append(_line(x_ratio(s.median), y + 8, x_ratio(s.median), y + ROW - 12, colour, 3))
         parts.append(_text(x_ratio(max(s.maximum, s.ci_high)) + 6, mid + 4, f"{s.median:.2f}x"))
-    one = x_ratio(1.0)
+    one = x_ratio(NO_DRAFT_SPEEDUP)
     parts.append(f'<line x1="{one:.1f}" y1="{HEADER - 6}" x2="{one:.1f}" '
                  f'y2="{height - FOOTER + 4}" stroke="#808080" stroke-dasharray="4 3"/>')
     parts.append(_text(one, height - FOOTER + 20, "1.0x", anchor="middle"))

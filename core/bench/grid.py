@@ -119,6 +119,8 @@ class GridRow:
     drafting_unknown: str = ""
     """Why nobody can tell whether it drafted (core.bench.summary's ``drafting_unknown``):
     it cannot win either."""
+    sampled: bool = False
+    """Its plans sampled: outputs differ by design and were not checked."""
 
     @property
     def score(self) -> float:
@@ -132,10 +134,11 @@ class GridRow:
     def standing(self, suite: str = ALL) -> winner.Standing:
         """What ``core.bench.winner`` reads of this row over ``suite`` ("all": every prompt)."""
         figure = self.by_suite.get(suite)
-        return winner.Standing(
-            None if figure is None or figure.speedup is None else figure.speedup.median,
-            self.diverged, complete=self.dropped_in_round is None,
-            not_drafting=winner.drafting_doubt(self.not_drafting, self.drafting_unknown))
+        return winner.standing(None if figure is None else figure.speedup,
+                               diverged=self.diverged, sampled=self.sampled,
+                               complete=self.dropped_in_round is None,
+                               not_drafting=self.not_drafting,
+                               drafting_unknown=self.drafting_unknown)
 
 
 @dataclass(frozen=True)
@@ -227,7 +230,7 @@ def pooled(runs: Sequence[BenchRun], reference: Arm, cell: Cell) -> BenchRun:
 def _row(cell: Cell, summaries: dict[str, BenchSummary], dropped: int | None = None) -> GridRow:
     """``cell``'s row from its plan's ``suite_summaries``."""
     by_suite = {}
-    lossless, diverged, idle, unknown = "", 0, "", ""
+    lossless, diverged, idle, unknown, sampled = "", 0, "", "", False
     for suite, summary in summaries.items():
         arm = summary.arm(cell.arm.name)
         comparison = summary.comparison(cell.arm.name)
@@ -235,8 +238,9 @@ def _row(cell: Cell, summaries: dict[str, BenchSummary], dropped: int | None = N
         if suite == ALL:
             lossless, diverged = comparison.lossless.verdict, comparison.lossless.diverged
             idle, unknown = comparison.not_drafting, comparison.drafting_unknown
+            sampled = not comparison.lossless.checkable
     return GridRow(cell, by_suite, lossless, dropped, diverged=diverged, not_drafting=idle,
-                   drafting_unknown=unknown)
+                   drafting_unknown=unknown, sampled=sampled)
 
 
 def _baseline(runs: Sequence[BenchRun], reference: str, suites: Sequence[str]) -> dict:
@@ -658,8 +662,8 @@ def clearly_slower(row: GridRow, noise_share: float) -> bool:
     at 0.41x [0.40, 0.45] took a third of the search's time."""
     figure = row.by_suite.get(ALL)
     speedup = None if figure is None else figure.speedup
-    return (speedup is not None and speedup.has_interval and speedup.ci_high < 1.0
-            and speedup.median < 1.0 - SLOWER_NOISE_MULTIPLE * noise_share)
+    return winner.clearly_slower(speedup) and \
+        speedup.median < winner.NO_DRAFT_SPEEDUP * (1 - SLOWER_NOISE_MULTIPLE * noise_share)
 
 
 def survivors(rows: Sequence[GridRow], noise_share: float) -> set[str]:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from specdeck.core.bench import stats
+from specdeck.core.bench import stats, winner
 from specdeck.core.bench.plan import BenchPlan
 from specdeck.core.bench.runner import (
     PlanStarted,
@@ -115,6 +115,22 @@ class ArmSoFar:
     drafting_unknown: bool = False
     """No paired run carried a draft count (a server that reports none, such as a
     llama-server without --metrics): nobody can tell yet whether it drafted."""
+    diverged: int = 0
+    """Paired runs whose output really differs from the reference's (``OutputCheck.differs``,
+    as the summary counts divergences: not float ties, not runs left uncompared because they
+    lost data)."""
+
+    def standing(self, complete: bool = True) -> winner.Standing:
+        """What ``core.bench.winner`` reads of these figures so far (``complete``: measured on
+        every prompt the others were)."""
+        return winner.standing(
+            self.median_speedup, diverged=self.diverged, sampled=not self.checkable,
+            complete=complete,
+            not_drafting=(f"it drafted nothing in {self.pairs} paired run"
+                          f"{'s' if self.pairs != 1 else ''} so far"
+                          if self.drafted_nothing else ""),
+            drafting_unknown="no run carried a draft count so far" if self.drafting_unknown
+            else "")
 
     def to_text(self, reference: str) -> str:
         """One line, as the CLI's progress prints it."""
@@ -324,6 +340,7 @@ class LivePlan:
             drafting_unknown=bool(paired) and drafted == 0 and not any(
                 _counts_drafts(r.record.result.server) or
                 r.record.result.server.drafts_by_construction for r in paired),
+            diverged=sum(1 for r in paired if r.output.differs),
         )
 
     def figures(self) -> list[ArmSoFar]:

@@ -23,6 +23,8 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from specdeck.core.bench import winner
+
 BOOTSTRAP_RESAMPLES = 2000
 MIN_PAIRS_FOR_INTERVAL = 3
 """Fewer pairs than this give no interval: a bootstrap of one or two ratios only repeats them
@@ -47,9 +49,9 @@ class RatioSummary:
     def verdict(self) -> str:
         if not self.has_interval:
             return "too few runs to tell"
-        if self.ci_high < 1.0:
+        if winner.clearly_slower(self):
             return "slower"
-        if self.ci_low > 1.0:
+        if winner.clearly_faster(self):
             return "faster"
         return "no clear difference"
 

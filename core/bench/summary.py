@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specdeck.core.bench import stats
+from specdeck.core.bench import stats, winner
 from specdeck.core.bench.plan import Arm
 from specdeck.core.bench.runner import BenchRun, RunRecord
 from specdeck.core.engines.base import (
@@ -865,8 +865,8 @@ def _theory(run: BenchRun, drafter: DrafterSpec, summary: ArmSummary,
         why = "no draft was proposed" if not acceptance else f"the draft cost is {cost.source}"
         return Theory(k, cost, None, None, None, (), None, measured, note=f"No prediction: {why}.")
     best, curve = stats.predict_best_k(acceptance, cost.value)
-    if best.speedup < 1.0:  # no k beats plain decoding: the best setting is no draft
-        best = stats.KPrediction(0, 1.0)
+    if not winner.beats_no_draft(best.speedup):  # no k beats plain decoding: no draft
+        best = stats.KPrediction(0, winner.NO_DRAFT_SPEEDUP)
     return Theory(
         k=k,
         cost_ratio=cost,

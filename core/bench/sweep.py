@@ -114,11 +114,25 @@ class SweepRow:
     diverged: int = 0
     """Runs whose output really changed (such a row never wins)."""
     not_drafting: str = ""
-    """Why it is not known to have drafted (core.bench.winner.drafting_doubt): it never wins."""
+    """Why it drafted nothing (core.bench.summary's reading): it never wins."""
+    drafting_unknown: str = ""
+    """Why nobody can tell whether it drafted: it never wins either."""
+    sampled: bool = False
+    """Its plan sampled: outputs differ by design and were not checked."""
+    not_usable: str = ""
+    """Why its figures cannot be used ("" when they can)."""
 
     @property
     def score(self) -> float:
         return self.speedup.median if self.speedup else 0.0
+
+    def standing(self) -> winner.Standing:
+        """What ``core.bench.winner`` reads of this row (an A/B measures every arm on every
+        prompt)."""
+        return winner.standing(self.speedup, diverged=self.diverged, sampled=self.sampled,
+                               complete=True, not_drafting=self.not_drafting,
+                               drafting_unknown=self.drafting_unknown,
+                               not_usable=self.not_usable)
 
 
 @dataclass(frozen=True)
@@ -213,17 +227,17 @@ def setting_rows(run: BenchRun, summary: BenchSummary) -> list[SweepRow]:
             lossless=comparison.lossless.verdict,
             arm=comparison.arm,
             diverged=comparison.lossless.diverged,
-            not_drafting=winner.drafting_doubt(comparison.not_drafting,
-                                               comparison.drafting_unknown),
+            not_drafting=comparison.not_drafting,
+            drafting_unknown=comparison.drafting_unknown,
+            sampled=not comparison.lossless.checkable,
+            not_usable=comparison.not_usable,
         ))
     return rows
 
 
 def best_row(rows: Sequence[SweepRow]) -> SweepRow | None:
     """The winning row by ``core.bench.winner``'s rule; None when none beats no draft."""
-    return winner.pick(rows, lambda r: winner.Standing(
-        None if r.speedup is None else r.speedup.median, r.diverged,
-        not_drafting=r.not_drafting))
+    return winner.pick(rows, SweepRow.standing)
 
 
 def sweep_result(spec: SweepSpec, runs: Sequence[BenchRun],

@@ -95,7 +95,7 @@ class TuneResult:
     @property
     def predicted_best_k(self) -> int:
         top = max(self.forecast, key=lambda f: f.tokens_per_second)
-        return top.k if top.speedup > 1.0 else 0
+        return top.k if winner.beats_no_draft(top.speedup) else 0
 
     def to_json(self) -> dict[str, Any]:
         from specdeck.core.jsonout import to_jsonable
@@ -239,7 +239,8 @@ def tune_k(
         cost = fit_cost(probe.counted())
         curve = forecast(probe.counted(arm_name(k_max)), cost, k_max, baseline)
         ranked = sorted(curve, key=lambda f: f.tokens_per_second, reverse=True)
-        candidates = [f.k for f in ranked if f.k not in standings and f.speedup > 1.0][:confirm]
+        candidates = [f.k for f in ranked if f.k not in standings
+                      and winner.beats_no_draft(f.speedup)][:confirm]
         if candidates and not cancel.is_set():
             # The probe just warmed the engine up: no second warm-up.
             check = run_plan(replace(plan(sorted(candidates)), warmup=0), engine, on_event,
@@ -252,8 +253,8 @@ def tune_k(
     measured = {k: s.speedup for k, s in sorted(standings.items()) if s.speedup is not None}
     notes = [f"k={k} cannot be chosen: {s.excluded_because}."
              for k, s in sorted(standings.items()) if s.diverged]
-    best_k = winner.pick(sorted(standings), standings.__getitem__) or 0
-    best = standings[best_k].speedup if best_k else 1.0
+    best_k = chosen_k(standings)
+    best = standings[best_k].speedup if best_k else winner.NO_DRAFT_SPEEDUP
     if not best_k:
         notes.append("No k beat decoding without a draft: turn drafting off for this setup.")
     return TuneResult(
@@ -267,6 +268,12 @@ def tune_k(
         spent_s=generation_seconds(runs),
         notes=tuple(notes),
     )
+
+
+def chosen_k(standings: dict[int, winner.Standing]) -> int:
+    """The k ``core.bench.winner`` picks among those measured (the smaller on a tie); 0: no
+    draft."""
+    return winner.pick(sorted(standings), standings.__getitem__) or 0
 
 
 def _standings(summary) -> dict[int, winner.Standing]:

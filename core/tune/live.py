@@ -13,6 +13,7 @@ text rather than dropped: anything with a ``text`` is shown as the stage.
 
 from __future__ import annotations
 
+import math
 import shlex
 import time
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from typing import Any
 from specdeck.core.bench.grid import RoundStarted
 from specdeck.core.bench.live import ArmSoFar, LivePlan, Point, RunRow
 from specdeck.core.bench.runner import PlanStarted, RunFinished, RunStarted, RunStep, Stage
-from specdeck.core.bench.winner import Standing, pick
+from specdeck.core.bench.winner import Standing, figure_of, pick, standing
 from specdeck.core.tune.candidates import Candidate
 from specdeck.core.tune.predict import Prediction
 from specdeck.core.tune.run import (
@@ -105,14 +106,17 @@ class CellSoFar:
     """A round began without it: like the search's dropped rows, it cannot be the best."""
 
     def standing(self) -> Standing:
-        """What core.bench.winner reads of it so far (a run neither identical to the
-        reference's nor a float tie counts as changed, as the summary counts it)."""
-        f = self.figures
-        if f is None:
-            return Standing(None)
-        diverged = f.pairs - f.identical - f.ties if f.checkable else 0
-        return Standing(f.median_speedup, diverged, complete=not self.dropped,
-                        not_drafting="it drafted nothing" if f.drafted_nothing else "")
+        """What core.bench.winner reads of it so far: its pooled figures, as the A/B's
+        running figures give them (core.bench.live.ArmSoFar.standing)."""
+        if self.figures is None:
+            return standing(None, diverged=0, sampled=False, complete=not self.dropped,
+                            not_drafting="", drafting_unknown="")
+        return self.figures.standing(complete=not self.dropped)
+
+    def reach(self) -> float:
+        """How far it went in the search so far (as core.tune.run's ``_reach``): all the way
+        while still in it, else the rounds it ran."""
+        return self.rounds if self.dropped else math.inf
 
 
 @dataclass
@@ -281,13 +285,12 @@ class TuneLive:
         row = next((r for r in self.candidates if r.candidate == changed.candidate), None)
         if row is None:
             return
-        mine = [c for c in self.cells.values() if c.candidate == changed.candidate
-                and c.figures is not None]
-        # "drafted nothing" only when no setting of the candidate drafted (as _tried)
-        top = pick(mine, CellSoFar.standing) or max(
-            mine, key=lambda c: (not c.figures.drafted_nothing, c.figures.median_speedup or 0.0),
-            default=None)
-        if top is not None:
+        # the candidate's figure by the rule core.tune.run._tried gives the report: "drafted
+        # nothing" only when no setting of the candidate drafted
+        found = figure_of((c for c in self.cells.values() if c.candidate == changed.candidate),
+                          CellSoFar.standing, CellSoFar.reach)
+        if found is not None:
+            top, _ = found
             row.measured, row.measured_label = top.figures, top.label
 
     def _series(self, arm: str) -> str:

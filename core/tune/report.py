@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from specdeck.core.bench.grid import grid_table
+from specdeck.core.bench.winner import NO_DRAFT_SPEEDUP
 from specdeck.core.jsonout import dumps, to_jsonable
 from specdeck.core.tune.run import CURRENT, REFERENCE, WINNER, TuneResult
 from specdeck.core.units import format_bytes
@@ -106,7 +107,7 @@ def markdown(result: TuneResult) -> str:
         p = t.prediction
         measured = "-" if t.measured is None else (
             f"{t.measured:.2f}x ({t.best_setting}"
-            + ("; drafted nothing: noise, not learned from" if t.not_drafting else "")
+            + (f"; {t.not_a_result}: not learned from" if t.not_a_result else "")
             + ("; refuted by verification, not learned from" if t.refuted else "") + ")")
         lines.append(f"| {t.candidate.label} | {_origin(t.candidate)} | {p.speedup:.2f}x "
                      f"({p.low:.2f}-{p.high:.2f}) | {p.source} | {measured} | "
@@ -187,7 +188,7 @@ def _disagree(summary) -> bool:
         ratio = None if arm.name == REFERENCE else summary.comparison(arm.name).speedup
         if ratio is None or arm.tokens_per_second is None:
             continue
-        if (arm.tokens_per_second - reference) * (ratio.median - 1.0) < 0:
+        if (arm.tokens_per_second - reference) * (ratio.median - NO_DRAFT_SPEEDUP) < 0:
             return True
     return False
 
@@ -201,7 +202,7 @@ def to_json(result: TuneResult) -> dict[str, Any]:
         "tried": [{"candidate": t.candidate.label, "predicted": to_jsonable(t.prediction),
                    "measured": t.measured, "best_setting": t.best_setting, "error": t.error,
                    "pairs": t.pairs, "disturbed": t.disturbed, "not_drafting": t.not_drafting,
-                   "refuted": t.refuted,
+                   "not_a_result": t.not_a_result or None, "refuted": t.refuted,
                    "draft_bytes": t.candidate.draft_bytes,
                    "download_bytes": t.candidate.download_bytes,
                    "hub": to_jsonable(t.candidate.hub), "notes": list(t.candidate.notes)}

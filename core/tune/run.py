@@ -50,7 +50,7 @@ from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.runner import BenchRun, choose_prompts, run_plan
 from specdeck.core.bench.stats import RatioSummary, summarize_ratios
 from specdeck.core.bench.summary import BenchSummary, summarize
-from specdeck.core.bench.winner import Standing, pick
+from specdeck.core.bench.winner import beats_no_draft, cheapest_close, clearly_faster, figure_of
 from specdeck.core.engines.base import NO_DRAFT
 from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
 from specdeck.core.servers.arms import ServerArm
@@ -216,8 +216,8 @@ class Tried:
     disturbed: bool = False
     """A run behind it was disturbed by another program (grid.GridRow.disturbed)."""
     not_drafting: str = ""
-    """Why it drafted nothing at that setting ("" when it drafted): then what it measured is
-    noise, shown but never learned from."""
+    """Why it is not known to have drafted at that setting ("" when it drafted): then what it
+    measured is noise, shown but never learned from."""
     interval: tuple[float, float] | None = None
     """The 95% interval of the measured speed-up (None: too few pairs for one)."""
     complete: bool = True
@@ -226,6 +226,10 @@ class Tried:
     refuted: str = ""
     """Why verification refuted this figure ("" when it did not, or did not judge it):
     then it is shown, never learned from (``settled``)."""
+    not_a_result: str = ""
+    """Why that figure is not a drafting result of this candidate ("" when it is): no
+    setting of it was one (core.bench.winner.figure_of: it did not draft, or nobody can tell
+    whether it did, or its output changed), so the fastest is shown, never learned from."""
 
     @property
     def error(self) -> float | None:
@@ -246,6 +250,9 @@ class Verification:
     not_drafting: str = ""
     """Why the winner drafted nothing on the held-out prompts ("" when it drafted, or when
     the server reports no counts)."""
+    drafting_unknown: str = ""
+    """Why nobody can tell whether the winner drafted there ("" when it can be told): its
+    server gave no draft count (core.bench.summary's ``drafting_unknown``)."""
     held_out: bool = True
     """Whether its prompts were all held out from the search (False: a suite of one prompt
     left none to hold out, and the verification ran on what the search chose on)."""
@@ -590,9 +597,11 @@ def remember(setup, tried, device: str, path: Path | None = None, *,
              prompts: str | None = None) -> None:
     """Add what the search measured of each candidate on the ``prompts`` (``prompt_set``) to
     the prediction history, except a setting that drafted nothing (it measured noise, not
-    the drafter) and a figure verification refuted (``settled``): neither is history."""
+    the drafter), one whose output changed (``Tried.not_a_result``) and a figure
+    verification refuted (``settled``): none is history."""
     for item in tried:
-        if item.measured is not None and not item.not_drafting and not item.refuted:
+        if item.measured is not None and not (item.not_drafting or item.not_a_result
+                                              or item.refuted):
             record(setup, item.candidate, item.measured, path, device=device,
                    acceptance=item.acceptance, k=item.k, pairs=item.pairs,
                    disturbed=item.disturbed, prompts=prompts, interval=item.interval,
@@ -756,7 +765,7 @@ def plan_downloads(ranked: list[tuple[Candidate, Prediction]], budget: int
     for candidate, prediction in ranked:
         if candidate.hub is None or candidate.download_bytes <= 0:
             continue
-        if prediction.high <= 1.0:
+        if not beats_no_draft(prediction.high):
             why = (f"predicted slower than no drafting even at the top of its range "
                    f"({prediction.high:.2f}x, {prediction.source}): not worth "
                    f"{format_bytes(candidate.download_bytes)}")
@@ -950,17 +959,12 @@ def tuned_server(setup) -> TunedServer:
 
 
 def finalist(search: GridResult) -> tuple[GridRow | None, float]:
-    """The search's winner (core.bench.winner), and, within the machine's noise of it, the
-    cheapest setting instead; with the noise share used."""
-    best = search.best
+    """The setting to verify (core.bench.winner.cheapest_close: the search's winner, or
+    within this machine's noise of it the cheapest setting instead); with the noise share
+    used."""
     share = noise(search.runs, REFERENCE)
-    if best is None:
-        return None, share
-    floor = best.score * (1 - noise_band(share, pairs_of(best)))
-    close = [r for r in search.rows if r.standing().excluded_because is None
-             and r.score >= floor and r.score > 1.0]
-    # the cheapest; among equally cheap ones the best scored (as at a cut: grid.survivors)
-    return min(close, key=lambda r: (setting_cost(r.cell), -r.score), default=best), share
+    return cheapest_close(search.rows, GridRow.standing, lambda r: setting_cost(r.cell),
+                          lambda r: noise_band(share, pairs_of(r))), share
 
 
 def disturbed_verification(search_noise: float, run: BenchRun) -> str | None:
@@ -996,25 +1000,23 @@ def _tried(candidate: Candidate, prediction: Prediction, search: GridResult,
     several thin figures flatters itself: in the tune_search benchmark (2026-11-27) the draft
     model's k=8, dropped after round 1 on 3 pairs at 0.70x, outscored the k=4 the search kept
     (0.60x on 7 pairs; 0.58x on 12 in the exhaustive grid)."""
-    rows = [r for r in search.rows if r.cell.arm.name.startswith(_cell_prefix(candidate))
-            and ALL in r.by_suite and r.by_suite[ALL].speedup is not None]
-    furthest = max((_reach(r) for r in rows), default=0)
-    rows = [r for r in rows if _reach(r) == furthest]
-    # A setting that drafted nothing is noise: the candidate's figure is a drafting
-    # setting's wherever one drafted (its row said "drafted nothing" beside the 50% its
-    # other setting had accepted).
-    top = pick(rows, lambda r: Standing(r.score, r.diverged, not_drafting=r.not_drafting)) \
-        or max(rows, key=lambda r: (not r.not_drafting, r.score), default=None)
-    if top is None:
+    # A setting that drafted nothing is noise, and one whose output changed is not this
+    # drafter's: the candidate's figure is a drafting result's wherever one is (a row said
+    # "drafted nothing" beside the 50% its other setting had accepted).
+    found = figure_of(
+        (r for r in search.rows if r.cell.arm.name.startswith(_cell_prefix(candidate))),
+        GridRow.standing, _reach)
+    if found is None:
         return Tried(candidate, prediction, None, None)
+    top, not_a_result = found
     k = dict(top.cell.settings).get("k")
     ratio = top.by_suite[ALL].speedup
     return Tried(candidate, prediction, top.score, top.cell.label,
                  top.by_suite[ALL].acceptance_rate,
                  int(k) if k is not None and k.isdigit() else None,
-                 ratio.n, top.disturbed, top.not_drafting,
+                 ratio.n, top.disturbed, top.standing().not_drafting,
                  (ratio.ci_low, ratio.ci_high) if ratio.has_interval else None,
-                 on_every_prompt(search, top.cell.arm.name, every))
+                 on_every_prompt(search, top.cell.arm.name, every), not_a_result=not_a_result)
 
 
 def on_every_prompt(search: GridResult, arm: str, every: Iterable[str]) -> bool:
@@ -1049,7 +1051,8 @@ def verify(setup, best: GridRow, plan: BenchPlan, engine, emit, cancel,
         run, summary, win.speedup, paired(run, CURRENT, WINNER) if current else None,
         current.speedup if current else None,
         lossless=win.lossless.checkable and win.lossless.compared > 0 and not win.lossless.diverged,
-        check=win.lossless, not_drafting=win.not_drafting)
+        check=win.lossless, not_drafting=win.not_drafting,
+        drafting_unknown=win.drafting_unknown)
 
 
 def paired(run: BenchRun, first: str, second: str) -> RatioSummary | None:
@@ -1080,8 +1083,9 @@ def _not_lossless(label: str, check, held_out: bool = True) -> str:
 
 def decide(candidate: Candidate, best: GridRow, verification: Verification | None, setup,
            cancelled: bool, drafting: tuple[str, ...] | None = None) -> Decided:
-    """Apply only a winner verified faster than no drafting (its whole 95% interval above
-    1.0), faster than the current setting where there is one, and with the output unchanged.
+    """Apply only a winner verified clearly faster than no drafting (core.bench.winner's
+    ``clearly_faster``: its whole 95% interval above 1.0), clearly faster than the current
+    setting where there is one, and with the output unchanged.
     ``drafting``: what would be written (default: a launched llama-server's drafting flags)."""
     if drafting is None:
         from specdeck.core.servers.llama_server import drafting_flags
@@ -1099,16 +1103,19 @@ def decide(candidate: Candidate, best: GridRow, verification: Verification | Non
         return Decided(candidate, drafting, False, f"{best.cell.label} drafted nothing "
                        f"{where} ({verification.not_drafting}): a speed-up without "
                        "drafts is noise, so nothing was written.")
+    if verification.drafting_unknown:  # not a drafting result either (core.bench.winner)
+        return Decided(candidate, drafting, False, f"SpecDeck cannot tell whether "
+                       f"{best.cell.label} drafted {where} ({verification.drafting_unknown}): "
+                       "its speed-up may be noise, so nothing was written.")
     if none is None or not none.has_interval:
         return Decided(candidate, drafting, False, f"Too few verification runs of "
                        f"{best.cell.label} to tell: nothing was written. Give a larger budget.")
     mine = verification.current_vs_none
     keep = (f" Your current setting measured {mine.median:.2f}x over no drafting "
-            f"({mine.interval_text()}): keep it." if mine is not None and mine.has_interval
-            and mine.ci_low > 1.0 else "")
+            f"({mine.interval_text()}): keep it." if clearly_faster(mine) else "")
     yours = best.cell.arm.name == CURRENT or (
         bool(setup.drafting) and tuple(setup.drafting) == tuple(drafting))
-    if none.ci_low <= 1.0:
+    if not clearly_faster(none):
         what = "Your current setting, the search's pick," if yours else best.cell.label
         return Decided(candidate, drafting, False, f"{what} was not clearly faster than no "
                        f"drafting {where} ({none.median:.2f}x, "
@@ -1120,7 +1127,7 @@ def decide(candidate: Candidate, best: GridRow, verification: Verification | Non
         return Decided(candidate, drafting, False, f"Your current setting is the best the "
                        f"search found: {none.median:.2f}x over no drafting "
                        f"({none.interval_text()}) {where}. {keep_it}")
-    if against is not None and (not against.has_interval or against.ci_low <= 1.0):
+    if against is not None and not clearly_faster(against):
         return Decided(candidate, drafting, False, f"{best.cell.label} was not clearly faster "
                        f"than your current setting ({against.median:.2f}x, "
                        f"{against.interval_text()}): nothing was written.{keep}")

@@ -105,6 +105,9 @@ class BenchPage(QWidget):
         self.last_report = None
         self.best_setting = None
         """core.bench.sweep.SweepRow of the finished plan's winner (None: no draft won)."""
+        self.passed_over = []
+        """(SweepRow, why) of the settings measured faster than it that cannot win
+        (core.bench.winner.passed_over): said beside the offer."""
         self._engines_probed = False
         self.tasks = Tasks(self)
         """Background calls by key: "history", "apply", "engines", ... (gui.workers.Tasks)."""
@@ -260,6 +263,7 @@ class BenchPage(QWidget):
         self.export_button.setEnabled(False)
         self.apply_button.setEnabled(False)
         self.last_run = self.last_summary = self.last_report = self.best_setting = None
+        self.passed_over = []
         self.state = _PlanView(LivePlan(plan), {}, table_rows={})
         self.table.setRowCount(0)
         self.summary.setText("Loading…")
@@ -492,15 +496,18 @@ class BenchPage(QWidget):
         self.banner.show_message(render.error_html(error), "error")
 
     def _show_final(self, result) -> None:
-        from specdeck.core.bench.sweep import best_row
+        from specdeck.core.bench.sweep import SweepRow, best_row
+        from specdeck.core.bench.winner import passed_over
 
         summary, paths, rows = result
         if self.last_run is None or summary.counted_runs != len(self.last_run.counted()):
             return  # a newer run started meanwhile
         self.last_summary, self.last_report = summary, paths
         self.best_setting = best = best_row(rows)
+        self.passed_over = passed_over(rows, SweepRow.standing, best)
         self.export_button.setEnabled(True)
-        self.summary.setText(render.result_html(rows, best, summary, self.state.arms))
+        self.summary.setText(render.result_html(rows, best, summary, self.state.arms,
+                                                self.passed_over))
         self._show_positions(summary)
         self._offer_apply(rows, best)
         self.refresh_history()
@@ -516,7 +523,7 @@ class BenchPage(QWidget):
             self.apply_button.setEnabled(False)
             self.apply_button.setToolTip(why)
             return
-        text, tip = render.apply_offer(best)
+        text, tip = render.apply_offer(best, self.passed_over)
         self.apply_button.setText(text)
         self.apply_button.setEnabled(True)
         self.apply_button.setToolTip(tip)
@@ -545,7 +552,8 @@ class BenchPage(QWidget):
             self.context.show_status("config.yml already has this setting.")
             return
         if confirm_and_save(self, self.tasks, planned.change, "Apply the A/B result",
-                            render.apply_intro(self.best_setting, planned.notes),
+                            render.apply_intro(self.best_setting, planned.notes,
+                                               self.passed_over),
                             on_saved=self._applied, on_failed=self._apply_failed):
             self.apply_button.setEnabled(False)
             self.context.show_status("Saving config.yml…", 0)

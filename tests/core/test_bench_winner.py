@@ -48,8 +48,8 @@ def test_the_rule(standings, expected):
 
 
 def test_an_arm_that_did_not_draft_never_wins():
-    from specdeck.core.bench.summary import Comparison, LosslessCheck
     from specdeck.core.bench.stats import summarize_ratios
+    from specdeck.core.bench.summary import Comparison, LosslessCheck
 
     idle = Comparison("B", "B", summarize_ratios([1.3, 1.2, 1.25]), {}, LosslessCheck(True), None,
                       "", not_drafting="it drafted nothing in 3 runs")
@@ -69,6 +69,42 @@ def test_an_arm_nobody_can_tell_drafted_never_wins():
     why = winner.comparison_standing(unknown).excluded_because
     assert why.startswith("SpecDeck cannot tell whether it drafted") and "--metrics" in why
     assert winner.pick([unknown], winner.comparison_standing) is None
+
+
+def test_exactly_no_drafts_speed_never_beats_it():
+    """Every threshold against no drafting is core.bench.winner's: the tune's verdict, a
+    ratio's verdict, predictions and the theory's best k disagreed at exactly 1.0."""
+    from specdeck.core.bench.stats import summarize_ratios
+
+    assert not winner.beats_no_draft(1.0) and winner.beats_no_draft(1.01)
+    assert not winner.beats_no_draft(None) and not winner.beats_no_draft(float("nan"))
+    flat = summarize_ratios([1.0] * 6)
+    assert (flat.ci_low, flat.ci_high) == (1.0, 1.0)
+    assert not winner.clearly_faster(flat) and not winner.clearly_slower(flat)
+    assert flat.verdict == "no clear difference"
+    assert winner.clearly_faster(summarize_ratios([1.1] * 6)) and not winner.clearly_faster(None)
+
+
+def test_the_one_constructor_reads_every_fact():
+    def built(**facts):
+        base = dict(diverged=0, sampled=False, complete=True, not_drafting="",
+                    drafting_unknown="")
+        return winner.standing(summarize_ratios([1.2, 1.3, 1.25]), **{**base, **facts})
+
+    from specdeck.core.bench.stats import summarize_ratios
+
+    assert built().speedup == 1.25 and built().excluded_because is None
+    assert "changed in 2" in built(diverged=2).excluded_because
+    assert built(diverged=2, sampled=True).excluded_because is None  # outputs differ by design
+    assert "every prompt" in built(complete=False).excluded_because
+    assert built(complete=False).not_a_result is None  # still the setting's own figure
+    assert built(not_drafting="none in 4 runs").excluded_because == \
+        "it did not draft: none in 4 runs"
+    assert built(drafting_unknown="add --metrics").excluded_because.startswith(
+        "SpecDeck cannot tell whether it drafted")
+    assert built(not_usable="bad counts").excluded_because == "not usable: bad counts"
+    with pytest.raises(TypeError):  # no fact may be left out
+        winner.standing(1.2, diverged=0, sampled=False, complete=True, not_drafting="")
 
 
 def test_every_exclusion_says_why():

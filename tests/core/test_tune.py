@@ -233,6 +233,11 @@ def test_a_setting_that_drafted_nothing_is_noise_never_the_best_nor_learned_from
     why = decide(Candidate("ngram-mod"), real, replace(quiet, not_drafting="it drafted nothing"),
                  setup, cancelled=False).why
     assert why.startswith("real drafted nothing on held-out prompts (it drafted nothing)")
+    # nor a verification of which nobody can tell whether it drafted (core.bench.winner)
+    why = decide(Candidate("ngram-mod"), real, replace(quiet, drafting_unknown="add --metrics"),
+                 setup, cancelled=False).why
+    assert why.startswith("SpecDeck cannot tell whether real drafted on held-out prompts "
+                          "(add --metrics)") and "nothing was written" in why
 
 
 def test_a_figure_verification_refuted_is_not_history(tmp_path):
@@ -1071,7 +1076,8 @@ def test_the_live_table_says_when_a_setting_drafted_nothing():
                        "on disk", idle, "ngram-map-k k=16")
     assert row.measured_text == "drafted nothing (k=16)"
     cell = CellSoFar("ngram-map-k k=16", Candidate("ngram-map-k"), figures=idle)
-    assert cell.standing().excluded_because == "it drafted nothing"
+    assert cell.standing().excluded_because == \
+        "it did not draft: it drafted nothing in 3 paired runs so far"
 
 
 def test_a_cell_with_a_rate_but_no_pair_says_so():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+from specdeck.core.bench.winner import beats_no_draft
 from specdeck.core.tune.replay.costs import MEDIAN_SE, Z95
 from specdeck.core.tune.replay.phase import Forecast, SettingForecast
 
@@ -34,7 +35,7 @@ def finalists(forecast: Forecast, count: int = FINALISTS,
             break
         if taken.get(item.candidate, 0) >= per_candidate or item.replayed.drafts == 0:
             continue
-        if item.predicted.high <= 1.0 and chosen:
+        if not beats_no_draft(item.predicted.high) and chosen:
             break
         chosen.append(item)
         taken[item.candidate] = taken.get(item.candidate, 0) + 1
@@ -88,7 +89,7 @@ def verify_repeats(expected: float, noise_share: float, prompts: int, least: int
     sqrt(2) of it), at least ``least``; where even ``most`` could not show it, ``least``: a
     speed-up that close to 1.0 is not told from noise in any number of repeats the budget
     allows, and the verification says so as soon."""
-    if prompts < 1 or expected <= 1.0 or noise_share <= 0:
+    if prompts < 1 or not beats_no_draft(expected) or noise_share <= 0:
         return least
     margin = math.log(expected)
     sigma = math.sqrt(2.0) * noise_share
