@@ -67,6 +67,12 @@ def _make_test(clone: Path, cache: Path, log: Path) -> dict:
             "durations": _durations(text)}
 
 
+def _workers() -> str:
+    done = subprocess.run(["make", "-n", "test"], cwd=REPO, capture_output=True, text=True)
+    found = re.search(r"pytest -n (\S+)", done.stdout)
+    return found.group(1) if found else "?"
+
+
 def _durations(text: str) -> list[list[str]]:
     rows = []
     for line in text.splitlines():
@@ -200,6 +206,7 @@ def run(report: Report) -> None:
                 f"started (exit {window['exit']}).")
     report.text()
     report.text(f"The {DURATIONS} slowest test phases of the second clone's run "
-                "(pytest --durations, two xdist workers):")
+                f"(pytest --durations, {_workers()} xdist workers, the Makefile's default "
+                "here):")
     report.text()
     report.table(["seconds", "phase", "test"], second["durations"])
