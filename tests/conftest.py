@@ -78,6 +78,13 @@ def specdeck_home(tmp_path_factory, monkeypatch) -> Path:
     """Every test gets its own SpecDeck settings/data/cache folder."""
     home = tmp_path_factory.mktemp("specdeck-home")
     monkeypatch.setenv("SPECDECK_HOME", str(home))
+    # The demo model's conversion (GGUF to float32, ~10 s) is shared by the worker's tests: it
+    # is written once, atomically, and read-only after (tests/core/test_engine_demo.py tests
+    # the conversion itself in folders of its own).
+    shared = tmp_path_factory.getbasetemp() / "demo-models"
+    shared.mkdir(exist_ok=True)
+    (home / "cache").mkdir()
+    (home / "cache" / "demo-models").symlink_to(shared, target_is_directory=True)
     return home
 
 
