@@ -125,11 +125,20 @@ def test_no_core_module_imports_qt_anywhere_in_its_code():
 
 
 def test_no_generic_top_level_packages_installed():
-    import importlib.util
+    """The install maps core/, gui/ and resources/ under ``specdeck.`` only. Asked from a
+    Python that sees what is installed and not the checkout (-I: no current folder, no
+    PYTHONPATH), as a user's would; the checkout's own folder may be named anything."""
+    import subprocess
+    import sys
 
-    for name in ("core", "gui", "resources"):
-        spec = importlib.util.find_spec(name)
-        assert spec is None or "specdeck" not in (spec.origin or ""), name
+    probe = ("import importlib.util, json; print(json.dumps({n: getattr(importlib.util."
+             "find_spec(n), 'origin', None) for n in ('core', 'gui', 'resources', "
+             "'specdeck.core')}))")
+    done = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True,
+                          cwd="/", check=True, timeout=60)
+    found = json.loads(done.stdout)
+    assert found["specdeck.core"]  # the probe sees the install
+    assert {n: o for n, o in found.items() if n != "specdeck.core" and o} == {}
 
 
 def test_resources_path_points_at_real_files():
