@@ -5,10 +5,12 @@ fit must find it (the live calibration is benchmarks/bench_replay_predict.py).""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 from specdeck.core.tune.replay.costs import (
+    MAX_HALF_WIDTH,
     MIN_HALF_WIDTH,
     CalibrationRun,
     StepCosts,
@@ -96,3 +98,30 @@ def test_a_setting_that_never_drafts_is_predicted_no_faster_and_copying_is():
     assert (predict_speedup(noisy, copying, pairs=40).high
             < predict_speedup(noisy, copying, pairs=4).high)
     assert fast.per_pos_acceptance == tuple(sorted(fast.per_pos_acceptance, reverse=True))
+
+
+def test_a_calibration_the_machines_load_garbled_is_refused_and_never_overflows():
+    """A tune under heavy load crashed with an OverflowError: its calibration's standard
+    errors were so wide that exp() of the interval's half-width overflowed. A fit that says a
+    verifying step costs less than a plain one is refused (the tune then takes the prior), and
+    whatever the costs' errors, an interval stays finite and at most MAX_HALF_WIDTH wide."""
+    setting = Setting.of("ngram-simple", size_n=1, size_m=8)
+    requests = [_request(seed) for seed in range(6)]
+    _, each = replay(setting, requests)
+    rng = random.Random(2)
+    runs = []
+    for r, replayed in zip(requests, each, strict=True):
+        plain = [0.5]
+        for _ in r.output[1:]:
+            plain.append(plain[-1] + 0.02)
+        # drafting steps timed at a tenth of a plain step: what no server does
+        runs.append(CalibrationRun(tuple(plain), _arrivals(
+            replayed, StepCosts(verify_share=-0.9, row_share=0.0), 0.02, rng, 0.05), replayed))
+    with pytest.raises(ValueError, match="cheaper than a plain one"):
+        fit_costs(runs)
+    for wild in (1e6, 1e300, float("inf")):
+        costs = StepCosts(verify_share=0.1, row_share=0.05, verify_se=wild, row_se=wild,
+                          noise=wild, requests=3)
+        predicted = predict_speedup(costs, each)
+        assert 0 < predicted.low < predicted.speedup < predicted.high < float("inf")
+        assert predicted.high / predicted.speedup == pytest.approx(math.exp(MAX_HALF_WIDTH))

@@ -56,6 +56,10 @@ MEDIAN_SE = 1.2533
 MIN_HALF_WIDTH = 0.02
 """The narrowest interval, either side (a share of the speed-up): what no calibration of a
 few requests can rule out (a server's allocator, the machine's clock)."""
+MAX_HALF_WIDTH = math.log(10.0)
+"""The widest interval, either side, on the log scale: a tenth to ten times the speed-up. A
+calibration noisier than that says nothing a wider interval would add (and exp() of its
+width can overflow)."""
 MAX_NOISE_FACTOR = 3.0
 """The noise's upper bound is at most this many times its figure (two or three requests
 bound it only loosely: the chi-square bound would be 5 to 16 times)."""
@@ -226,6 +230,13 @@ def fit_costs(runs: list[CalibrationRun]) -> StepCosts:
         if q_row2 > 2 * q_row2_se and q_row2 > 0:
             verify, row, row2, verify_se, row_se = q_verify, q_row, q_row2, q_verify_se, \
                 q_row_se
+    cheapest = min(1.0 + verify + max(row, 0.0) * d + row2 * d * d for d, _, _ in points)
+    if not all(math.isfinite(v) for v in (verify, row, row2, verify_se, row_se)) \
+            or cheapest < 1.0:
+        # A step that verifies a draft runs at least the forward a plain step runs: a fit
+        # that says otherwise measured the machine's load, not the server.
+        raise ValueError("the timings fit a verifying step cheaper than a plain one (another "
+                         "program moved them)")
     costs = StepCosts(verify, max(row, 0.0), row2, verify_se, row_se, 0.0,
                       sum(len(v) for v in by_d.values()),
                       plain_s=statistics.median(plain_seconds) if plain_seconds else 0.0)
@@ -297,7 +308,9 @@ def predict_speedup(costs: StepCosts, each: list[Replayed], draft_model: bool = 
     param = Z95 * statistics.median(spread)
     n = max(1, pairs if pairs is not None else len(ratios))
     measured = Z95 * costs.noise_bound * MEDIAN_SE / math.sqrt(n)
-    half = max(MIN_HALF_WIDTH, math.hypot(param, measured))
+    half = math.hypot(param, measured)
+    half = MAX_HALF_WIDTH if not math.isfinite(half) else min(MAX_HALF_WIDTH,
+                                                              max(MIN_HALF_WIDTH, half))
     total = Replayed(0)
     for r in each:
         total.add(r)
