@@ -420,6 +420,12 @@ def replay_phase(setup: Setup, predicted: list, options: TuneOptions, device: st
         notes.append(f"The replay could not run ({exc.what}): every candidate was searched "
                      "instead.")
         return None, predicted
+    except (ArithmeticError, ValueError) as exc:
+        # The replay only predicts (the search and the verification decide): a fault in its
+        # arithmetic costs the tune its shortcut, never the tune.
+        notes.append(f"The replay failed ({type(exc).__name__}: {exc}; please report it): "
+                     "every candidate was searched instead.")
+        return None, predicted
     notes += forecast.notes
     costs = forecast.costs
     costs_text = (f"a verified token {costs.row_share:.2f} of a step, a verification "

@@ -79,3 +79,25 @@ def test_the_replay_takes_the_servers_slots_and_similarity_from_its_flags():
     assert server_shape(("-t", "2")) == (4, 0.1)  # -np auto: 4 slots
     assert server_shape(("-np", "1", "--slot-prompt-similarity", "0.5")) == (1, 0.5)
     assert server_shape(("--parallel", "-1")) == (4, 0.1)
+
+
+def test_a_fault_in_the_replay_costs_the_tune_its_shortcut_not_the_tune(monkeypatch, llama_bin):
+    """The replay only predicts: an arithmetic fault in it (a tune under load once died of
+    an OverflowError there) leaves every candidate to the search, with a note saying so."""
+    import threading
+
+    from specdeck.core.tune import setup as tune_setup
+    from specdeck.core.tune.replay import phase
+    from specdeck.core.tune.run import TuneOptions, replay_phase
+
+    def broken(*args, **kwargs):
+        raise OverflowError("math range error")
+
+    monkeypatch.setattr(phase, "forecast", broken)
+    predicted = [(Candidate("ngram-mod"), Prediction(1.1, 1.0, 1.2, "theory"))]
+    notes: list[str] = []
+    setup = tune_setup.demo(llama_bin, ("-t", "1"))
+    forecast, after = replay_phase(setup, predicted, TuneOptions(), "cpu", lambda e: None,
+                                   threading.Event(), notes)
+    assert forecast is None and after == predicted
+    assert any("OverflowError" in n and "every candidate was searched" in n for n in notes)
