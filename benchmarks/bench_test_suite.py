@@ -85,96 +85,19 @@ def _durations(text: str) -> list[list[str]]:
 def _make_run(clone: Path, cache: Path, home: Path) -> dict:
     """`make run` until the app's first paint (SPECDECK_STARTUP_PROBE makes it write the
     time and quit, as benchmarks/bench_startup.py uses it), in a clone whose venv exists."""
+    home.mkdir(parents=True, exist_ok=True)  # the probe is written there
     probe = home / "painted"
     env = dict(_env(cache), QT_QPA_PLATFORM="offscreen", SPECDECK_STARTUP_PROBE=str(probe),
                SPECDECK_HOME=str(home))
     started = time.time()
     done = subprocess.run(["make", "run"], cwd=clone, env=env, capture_output=True, text=True,
-                          timeout=1800)
+                          timeout=900)
     painted = float(probe.read_text()) - started if probe.exists() else None
     return {"exit": done.returncode, "seconds_to_window": None if painted is None
             else round(painted, 1), "tail": (done.stdout + done.stderr)[-800:]}
 
 
-LINEAR = """
-import sys, time, torch
-torch.set_num_threads(int(sys.argv[1]))
-w, x = torch.randn(32000, 64), torch.randn(5, 64)
-for _ in range(50):
-    torch.nn.functional.linear(x, w)
-wall, cpu = time.perf_counter(), time.process_time()
-for _ in range(500):
-    torch.nn.functional.linear(x, w)
-print((time.perf_counter() - wall) / 500, (time.process_time() - cpu) / 500)
-"""
-
-
-def _linear(threads: int) -> tuple[float, float]:
-    """A tiny test model's output layer (64 x 32000 on 5 rows): seconds of wall and CPU."""
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", LINEAR, str(threads)], capture_output=True,
-                          text=True, check=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
-    wall, cpu = done.stdout.split()
-    return float(wall), float(cpu)
-
-
-def _llama_requests(threads: int) -> float:
-    """Three greedy 64-token requests to the pinned llama-server on the demo GGUF, -t N."""
-    import json
-    import urllib.request
-
-    from specdeck.core.engines.demo import find_gguf
-    from specdeck.core.servers.llama_server import free_port
-
-    from tools.llama_server_build import build
-
-    port = free_port()
-    server = subprocess.Popen([str(build()), "-m", str(find_gguf()), "--port", str(port),
-                               "-t", str(threads), "-c", "1024"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
-                    break
-            except OSError:
-                time.sleep(0.1)
-        started = time.monotonic()
-        for i in range(3):
-            body = json.dumps({"prompt": f"Write story {i} about a cat.", "n_predict": 64,
-                               "temperature": 0, "cache_prompt": False}).encode()
-            request = urllib.request.Request(f"http://127.0.0.1:{port}/completion", body,
-                                             {"Content-Type": "application/json"})
-            with urllib.request.urlopen(request, timeout=600) as answer:
-                answer.read()
-        return time.monotonic() - started
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-
-
-def levers(report: Report) -> None:
-    """The two thread counts the suite pins (tests/conftest.py), measured here and now,
-    with the machine's load beside them: the effect grows with the load."""
-    rows = []
-    for threads in (1, 2):
-        wall, cpu = _linear(threads)
-        rows.append([f"torch linear 64x32000, 5 rows, {threads} thread(s)", f"{wall * 1e3:.2f} ms",
-                     f"{cpu * 1e3:.2f} ms", _load()])
-    for threads in (1, 2):
-        rows.append([f"llama-server -t {threads}: 3 x 64 greedy tokens",
-                     f"{_llama_requests(threads):.1f} s", "", _load()])
-    report.record("levers", rows)
-    report.text("Thread counts the suite pins (tests/conftest.py: OMP_NUM_THREADS=1, "
-                "LLAMA_ARG_THREADS=1 and -t 1 in the tests' flags), measured in this run:")
-    report.text()
-    report.table(["what", "wall", "CPU", "load"], rows)
-
-
 def run(report: Report) -> None:
-    levers(report)
     with tempfile.TemporaryDirectory(prefix="specdeck-suite-") as tmp:
         root = Path(tmp)
         cache = root / "cache"

@@ -56,8 +56,9 @@ class _FirstPaintProbe(QObject):
     def eventFilter(self, watched, event):  # noqa: N802 - Qt's name
         if not self._done and event.type() == QEvent.Type.Paint:
             self._done = True
+            QTimer.singleShot(0, QCoreApplication.quit)  # a probe that cannot write still ends
+            self._target.parent.mkdir(parents=True, exist_ok=True)
             self._target.write_text(f"{time.time():.6f}\n", encoding="utf-8")
-            QTimer.singleShot(0, QCoreApplication.quit)
         return False
 
 
