@@ -201,12 +201,21 @@ def model_rows(config: SwapConfig, info=None) -> list[dict[str, Any]]:
                      "llama_server": model.is_llama_server,
                      **(judge.to_json() if judge is not None else {"judged_by": None}),
                      "macros": list(model.macros_used),
-                     **model.drafting(judge.info if judge is not None else None),
+                     **_shown(model.drafting(judge.info if judge is not None else None)),
                      "editable": model.tokens is not None, "not_editable": model.not_editable,
                      "errors": list(model.errors), "shared_with": list(model.shared_with),
                      "problems": [f.message for f in found],
                      "fixable": sum(1 for f in found if f.edit is not None)})
     return rows
+
+
+def _shown(drafting: dict[str, Any]) -> dict[str, Any]:
+    """A model's drafting state as shown: its flags through the one masker of argv
+    (core.urls.shown_args), so a secret set beside them never reaches a screen."""
+    from specdeck.core.urls import shown_args
+
+    return {**drafting, "flags": list(shown_args(drafting["flags"])),
+            "flags_in_macros": list(shown_args(drafting["flags_in_macros"]))}
 
 
 def replan_whole(change: ConfigChange | None, doc) -> ConfigChange:
