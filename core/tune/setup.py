@@ -219,7 +219,7 @@ def migrated_config(config, model: str, binary: str | Path):
     info = binary_help(binary)
     if info is None:
         return config, ()
-    change, _ = plan_migration(config, [model], info)
+    change, _ = plan_migration(config, [model], info, info_for_all=False)
     if change is None:
         return config, ()
     fixed = tuple(f.message for f in findings(config.model(model), info, config.macro_cmds)

