@@ -428,6 +428,24 @@ def check_args(args: tuple[str, ...], info: HelpInfo | None) -> None:
                                 "build knows.")
 
 
+def check_launch(args: tuple[str, ...], binary: str | Path) -> str:
+    """Refuse (InvalidInputError, :func:`check_args`) a launch of ``binary`` with ``args``
+    that its own --help says it would reject. Where that help cannot be read, nothing is
+    refused on another build's word: the binary starts and has the last word, and what is
+    returned ("" when nothing) says, hedged, what the pinned build's rules would object to,
+    for the message of a launch that then fails."""
+    info = binary_help(binary)
+    if info is not None:
+        check_args(args, info)
+        return ""
+    problems = problems_of(args, None)
+    if not problems:
+        return ""
+    return (f"Its --help could not be read ({help_problem(binary) or 'no answer'}), so its "
+            f"flags were not checked; by {fallback_help().build}: {'; '.join(problems)} "
+            "(your build may differ).")
+
+
 def problems_of(args: tuple[str, ...], info: HelpInfo | None) -> list[str]:
     """What this llama-server (``info``: its help; None: current llama.cpp's rules) would
     reject or misread in a command line, each with what to write instead. Flags are named as
@@ -619,7 +637,7 @@ class ManagedServer(ManagedProcess):
         if not Path(profile.model).is_file():
             raise NotFoundError(f"The model {profile.model} does not exist.",
                                 "Give the path of a .gguf file.")
-        check_args(tuple(profile.args), binary_help(profile.binary))
+        hedge = check_launch(tuple(profile.args), profile.binary)
         port = profile.port or free_port(profile.host)
         argv = profile.argv(port)
         self._spawn(argv)
@@ -628,7 +646,8 @@ class ManagedServer(ManagedProcess):
             self._wait_healthy([self.url],
                                lambda h: isinstance(h, dict) and h.get("status") == "ok",
                                timeout, cancel, 0.1,
-                               f"Command: {shown_command(argv)}. Its whole log: {self.log_path}.")
+                               f"Command: {shown_command(argv)}. Its whole log: {self.log_path}."
+                               + (f" {hedge}" if hedge else ""))
         except BaseException:
             self.stop()
             raise

@@ -94,8 +94,10 @@ def draft_edits(setting: DraftSetting, info=None, current_type: str | None = Non
 
 
 def plan_draft(config: SwapConfig, model_name: str, setting: DraftSetting, info=None) -> ConfigChange:
-    """The change that writes ``setting`` into one model's cmd; with ``info`` (the user's
-    llama-server --help) the edited cmd must parse with that binary."""
+    """The change that writes ``setting`` into one model's cmd, in the names the binary that
+    runs it takes, and checked against it: ``info`` (the --help of the binary the user
+    named), else the binary the cmd names (core.servers.llama_server.judge_of), else the
+    pinned build's names, said in a warning."""
     model = config.model(model_name)
     check_editable(model, f"Model {printable(model_name)}")
     if not model.is_llama_server:
@@ -104,14 +106,30 @@ def plan_draft(config: SwapConfig, model_name: str, setting: DraftSetting, info=
                                 "SpecDeck edits llama-server's drafting flags only.")
     from specdeck.core.servers.llama_server import spec_type
 
+    judge = judge_of(model.argv[0], info)
+    info = judge.info
     change = plan_edit(config, model_name, draft_edits(setting, info, spec_type(model.flags)))
     after = from_text(change.new_text, change.document.path)
     if info is not None:
-        from specdeck.core.servers.llama_server import check_args
-
-        check_args(after.model(model_name).argv[1:], info)
+        _check_written(model.flags[1:], after.model(model_name).flags[1:], info)
+    hedge = () if not judge.hedged else (printable(
+        f"{model_name}: written in the names of {judge.by}."),)
     return ConfigChange(change.document, change.new_text, change.changed_keys, change.values,
-                        (*change.warnings, *_still_wrong(after, model_name, info)))
+                        (*change.warnings, *hedge, *_still_wrong(after, model_name, info)))
+
+
+def _check_written(before: tuple[str, ...], after: tuple[str, ...], info) -> None:
+    """Refuse an edit whose result the binary would refuse where the cmd as it was did not:
+    what SpecDeck writes must be in its --help; what the user's cmd already had is theirs."""
+    from specdeck.core.servers.llama_server import problems_of
+
+    old = set(problems_of(before, info))
+    new = [p for p in problems_of(after, info) if p not in old]
+    if new:
+        raise InvalidInputError("This llama-server command line would not work: "
+                                + "; ".join(new) + ". Nothing was changed.",
+                                "Fix these flags; `llama-server --help` lists what your "
+                                "build knows.")
 
 
 def _still_wrong(after: SwapConfig, name: str, info=None) -> list[str]:
@@ -123,7 +141,7 @@ def _still_wrong(after: SwapConfig, name: str, info=None) -> list[str]:
     said = [printable(f"{name}: {f.message}" + (" (`specdeck swap migrate` fixes this)"
                                                if f.edit is not None else ""))
             for f in found]
-    drafting = model.drafting()
+    drafting = model.drafting(info)
     if not drafting["drafts"] and not found:  # an old flag is the reason, and said above
         said.append(printable(f"{name} still drafts nothing ({drafting['drafter']}): give it a "
                               "drafting method (--spec-type, or a draft model with -md)."))

@@ -352,13 +352,17 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
         setup, methods,
         draft_files(setup, (*options.draft_dirs, *hub.library_folders(library))), cancel,
         methods=info.methods)
-    if options.download_budget > 0 and hub.DRAFT_SIMPLE in methods:
+    drafts_with = info.implied_draft or info.method(hub.DRAFT_SIMPLE)
+    if options.download_budget > 0 and hub.DRAFT_SIMPLE in methods and not any(
+            n.what == hub.DRAFT_SIMPLE and "draft length" in n.why for n in found.not_tried):
         emit(Phase("candidates", f"Searching the Hub for {setup.facts.family} drafts"))
         found = _with_hub(setup, found, library, options, notes, cancel)
-        implied = info.implied_draft
-        if implied is not None:  # the Hub's drafts run as this build drafts with a model
+        if drafts_with is not None:  # the Hub's drafts run as this build drafts with a model
+            from specdeck.core.tune.candidates import kept_values
+
             found = replace(found, found=tuple(
-                replace(c, k_flag=implied.k_flag or c.k_flag, implied=True)
+                replace(c, k_flag=drafts_with.k_flag, implied=drafts_with.implied,
+                        kept=kept_values(drafts_with, setup.flags))
                 if c.hub is not None else c for c in found.found))
     if history is None:
         notes += filter(None, [history_note()])
@@ -916,7 +920,7 @@ def candidate_cells(setup: Setup, candidate: Candidate) -> list[Cell]:
     values = candidate.k_values if candidate.k_flag else (None,)
     cells = []
     for value in values:
-        numbers = () if value is None else ((candidate.k_flag, value),)
+        numbers = candidate.kept + (() if value is None else ((candidate.k_flag, value),))
         args = setup.common + tuned_args(candidate.spec_type, candidate.draft, numbers, info)
         name = _cell_prefix(candidate) + ("default" if value is None else value)
         label = candidate.label + ("" if value is None else f" k={value}")

@@ -168,3 +168,129 @@ def test_flags_are_read_in_any_spelling_llama_cpp_accepts():
     assert drafting_flags(args) == args[2:]
     assert with_flag(args, "--spec-ngram-mod-n-max", "4")[-2:] == ("--spec-ngram-mod-n-max", "4")
     assert "--spec_ngram_mod_n_max" not in with_flag(args, "--spec-ngram-mod-n-max", "4")
+
+
+# Nothing taken from the pinned build's table where the binary's own help says otherwise ------
+def _setup(binary: str, *flags: str):
+    from specdeck.core.tune.setup import from_llama_server
+
+    return from_llama_server(binary, GGUF, ("-t", "1", *flags))
+
+
+def test_a_type_whose_help_names_no_draft_length_is_not_tried_with_the_pinned_flag(tmp_path):
+    """A help listing ngram-simple without --spec-ngram-simple-size-m: the candidate took the
+    pinned build's flag, every launch was refused and the tune aborted."""
+    from specdeck.core.servers.llama_server import binary_help
+    from specdeck.core.tune.candidates import drafting_methods, find_candidates
+    from specdeck.core.tune.run import candidate_cells
+
+    size_m = ("--spec-ngram-simple-size-m N            ngram size M for ngram-simple "
+              "speculative decoding, length of draft\n"
+              "                                        m-gram (default: 48)\n")
+    assert size_m in help_samples.REAL_TEXT
+    binary = help_samples.help_binary(tmp_path, help_samples.REAL_TEXT.replace(size_m, ""))
+    info = binary_help(binary)
+    setup = _setup(binary)
+    found = find_candidates(setup, drafting_methods(info), methods=info.methods)
+    assert "ngram-simple" not in [c.spec_type for c in found.found]
+    [skipped] = [n for n in found.not_tried if n.what == "ngram-simple"]
+    assert "lists no flag that sets its draft length" in skipped.why
+    for candidate in found.found:  # every other setting builds and passes the binary's check
+        assert candidate.k_flag is None or candidate.k_flag in info.flags
+        for cell in candidate_cells(setup, candidate):
+            assert problems_of(cell.arm.server.launch.args, info) == []
+
+
+def test_the_lookup_length_is_the_users_in_the_binarys_own_name(tmp_path):
+    """drafting_k_values read the pinned --spec-ngram-simple-size-n (ik has none), from the
+    flags without the drafting ones, and the tuned settings dropped the user's own size-n."""
+    from specdeck.core.servers.llama_server import binary_help
+    from specdeck.core.tune.candidates import drafting_methods, find_candidates
+    from specdeck.core.tune.run import candidate_cells
+
+    (tmp_path / "ik").mkdir()
+    ik = help_samples.help_binary(tmp_path / "ik", help_samples.IK_TEXT, status=1)
+    setup = _setup(ik, "--spec-type", "ngram-simple", "--spec-ngram-size-n", "16")
+    found = find_candidates(setup, drafting_methods(IK), methods=IK.methods)
+    simple = next(c for c in found.found if c.spec_type == "ngram-simple")
+    assert simple.k_values == ("16",) and "--spec-ngram-size-n (16)" in simple.notes[0]
+    assert simple.kept == (("--spec-ngram-size-n", "16"),)
+    for cell in candidate_cells(setup, simple):
+        args = cell.arm.server.launch.args
+        assert ("--spec-ngram-size-n", "16") == args[args.index("--spec-ngram-size-n"):][:2]
+        assert "--spec-ngram-simple-size-n" not in args
+    (tmp_path / "pin").mkdir()
+    pin = help_samples.help_binary(tmp_path / "pin", help_samples.REAL_TEXT)
+    setup = _setup(pin, "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3")
+    info = binary_help(pin)
+    simple = next(c for c in find_candidates(setup, drafting_methods(info),
+                                             methods=info.methods).found
+                  if c.spec_type == "ngram-simple")
+    assert simple.k_values == ("4", "8", "16")  # 3 tokens copy at every k
+    assert all("--spec-ngram-simple-size-n" in c.arm.server.launch.args
+               for c in candidate_cells(setup, simple))
+
+
+def test_set_draft_writes_the_names_of_the_binary_in_the_cmd(tmp_path):
+    """Without --llama-server, `swap set-draft` wrote --spec-type draft-simple
+    --spec-draft-n-max 8 into an ik model, which ik refuses."""
+    from specdeck.core.swap.actions import DraftSetting, plan_draft
+
+    (tmp_path / "ik").mkdir()
+    ik = help_samples.help_binary(tmp_path / "ik", help_samples.IK_TEXT, status=1)
+    path = tmp_path / "config.yaml"
+    path.write_text("models:\n"
+                    f"  ik:\n    cmd: {ik} -m {GGUF} --port ${{PORT}} -t 1\n"
+                    f"  gone:\n    cmd: /nowhere/llama-server -m {GGUF} --port ${{PORT}}\n")
+    config = swap.load(path)
+    change = plan_draft(config, "ik", DraftSetting(draft=str(GGUF), draft_max=8))
+    after = swap.from_text(change.new_text, path).model("ik")
+    assert after.flags[-4:] == ("-md", str(GGUF), "--draft-max", "8")
+    assert "--spec-type" not in after.flags and change.warnings == ()
+    assert problems_of(after.flags[1:], IK) == []
+    hedged = plan_draft(config, "gone", DraftSetting(spec_type="ngram-mod", draft_max=8))
+    assert any("written in the names of llama.cpp 11434's rules" in w
+               and "/nowhere/llama-server is not on this machine" in w for w in hedged.warnings)
+
+
+def test_presets_are_judged_by_the_named_binary_and_hedged_without_one(tmp_path, specdeck_home):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "ik").mkdir()
+    ik = help_samples.help_binary(tmp_path / "ik", help_samples.IK_TEXT, status=1)
+    ini = tmp_path / "presets.ini"
+    ini.write_text(f"[smol]\nmodel = {GGUF}\nmodel-draft = {GGUF}\ndraft-max = 8\n")
+    before = ini.read_text()
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "specdeck", "swap", *args, "--config",
+                               str(ini)], capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, SPECDECK_HOME=str(specdeck_home)))
+
+    shown = run("show").stdout
+    assert "may be out of date: [smol] draft-max was removed" in shown
+    assert "not your router's llama-server (give --llama-server" in shown
+    by_ik = run("show", "--llama-server", ik).stdout
+    assert "out of date" not in by_ik and "k=8" in by_ik  # ik drafts with -md alone
+    assert "Nothing to migrate" in run("migrate", "--dry-run", "--llama-server", ik).stdout
+    hedged = run("migrate", "--dry-run")
+    assert "+spec-draft-n-max = 8" in hedged.stdout and "pinned build's rules" in hedged.stderr
+    set_ik = run("set-draft", "--model", "smol", "--draft-max", "6", "--dry-run",
+                 "--llama-server", ik).stdout
+    assert "+draft-max = 6" in set_ik and "spec-" not in set_ik
+    assert ini.read_text() == before
+
+
+def test_a_launch_whose_help_cannot_be_read_is_not_refused_on_the_pinned_builds_word(tmp_path):
+    from specdeck.core.servers.llama_server import check_launch
+
+    binary = tmp_path / "llama-server"
+    binary.write_bytes(b"#!/bin/sh\nprintf '\\377\\376 not utf-8'\n")
+    binary.chmod(0o755)
+    said = check_launch(("-md", "/d.gguf", "--draft-max", "4"), binary)
+    assert said.startswith("Its --help could not be read (its --help printed what is not UTF-8")
+    assert "by llama.cpp 11434's rules" in said and "--draft-max was removed" in said
+    assert "your build may differ" in said
+    assert check_launch(("-t", "1"), binary) == ""

@@ -150,8 +150,11 @@ def test_ngram_simple_is_searched_only_at_a_k_that_can_draft(tmp_path):
     assert "k=4, 8 not searched" in simple.notes[0] and "(12)" in simple.notes[0]
     assert [c.label for c in candidate_cells(setup, simple)] == ["ngram-simple k=16"]
     # The user's own lookup size counts: with 4, every k can draft.
-    assert drafting_k_values("ngram-simple", ("--spec-ngram-simple-size-n", "4")) == (K_VALUES, "")
-    values, why = drafting_k_values("ngram-simple", ("--spec-ngram-simple-size-n", "32"))
+    from specdeck.core.servers.llama_server import fallback_help
+
+    method = fallback_help().method("ngram-simple")
+    assert drafting_k_values(method, ("--spec-ngram-simple-size-n", "4")) == (K_VALUES, "")
+    values, why = drafting_k_values(method, ("--spec-ngram-simple-size-n", "32"))
     assert values == () and "never drafts" in why
 
 

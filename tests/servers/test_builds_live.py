@@ -188,3 +188,31 @@ def test_a_flag_ik_takes_without_listing_it_launches(ik_llama_bin, demo_gguf, tm
         server.start(timeout=120)
     finally:
         server.stop()
+
+
+def test_a_binary_whose_help_cannot_be_read_starts_and_a_failure_says_the_pinned_opinion(
+        llama_bin, demo_gguf, tmp_path):
+    """The pinned build behind a --help that is not UTF-8: a launch is no longer refused on
+    the pinned build's word; the binary itself refuses --draft-max, and the message says,
+    hedged, what the pinned rules would have said."""
+    from specdeck.core.servers.transport import ServerError
+
+    wrapper = tmp_path / "llama-server"
+    wrapper.write_text(f"#!/bin/sh\n[ \"$1\" = --help ] && printf '\\377' && exit 0\n"
+                       f"exec {llama_bin} \"$@\"\n")
+    wrapper.chmod(0o755)
+    assert binary_help(wrapper) is None
+    server = ManagedServer(LaunchProfile(str(wrapper), str(demo_gguf),
+                                         ("--draft-max", "4", "-t", "1")), tmp_path / "s.log")
+    with pytest.raises(ServerError) as failed:
+        server.start(timeout=60)
+    said = f"{failed.value.what} {failed.value.fix}"
+    assert "exited with code 1 before it was ready" in said  # the binary refused it
+    assert "by llama.cpp 11434's rules" in said and "--draft-max was removed" in said
+    assert "your build may differ" in said
+    ok = ManagedServer(LaunchProfile(str(wrapper), str(demo_gguf), ("-t", "1", "-c", "1024")),
+                       tmp_path / "ok.log")
+    try:
+        ok.start(timeout=120)
+    finally:
+        ok.stop()
