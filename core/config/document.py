@@ -329,9 +329,11 @@ class ConfigDocument:
             try:
                 import json
 
-                quant = json.loads((target / "config.json").read_text(encoding="utf-8"))
+                from specdeck.core.files import read_text_bounded
+
+                quant = json.loads(read_text_bounded(target / "config.json", "config.json"))
                 method = (quant.get("quantization_config") or {}).get("quant_method")
-            except (OSError, ValueError, AttributeError):
+            except (OSError, ValueError, AttributeError, SpecDeckError):
                 return None
             if method == "exl3":
                 return EXLLAMAV3
