@@ -30,6 +30,7 @@ RENAMED = {"draft": "spec-draft-n-max", "draft-n": "spec-draft-n-max",
            "draft-max": "spec-draft-n-max", "draft-min": "spec-draft-n-min",
            "draft-n-min": "spec-draft-n-min"}
 DRAFT_MODEL_KEYS = ("model-draft", "md", "spec-draft-model")
+PRESETS_FILE = "router's presets .ini (--models-preset)"
 
 
 @dataclass(frozen=True)
@@ -95,11 +96,16 @@ class Presets:
 def load(path: str | Path) -> Presets:
     path = expand_user(path).absolute()
     try:
-        raw = _read_config_bytes(path)
+        raw = _read_config_bytes(path, PRESETS_FILE)
     except FileNotFoundError:
         raise NotFoundError(f"{path} does not exist.",
                             "Give the presets file your llama-server router runs with "
                             "(--models-preset).") from None
+    except IsADirectoryError:
+        raise InvalidInputError(f"{path} is a folder, not a {PRESETS_FILE}.",
+                                f"Point SpecDeck at your {PRESETS_FILE}.") from None
+    except OSError as exc:
+        raise InvalidInputError(f"Cannot read {path}: {exc.strerror or exc}.") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -170,12 +170,12 @@ def kept_values(method: llama_flags.SpecMethod, flags: Sequence[str]
     other than its k flag, in the names its help gives them: kept in every tuned setting of
     that type, never dropped for llama-server's defaults."""
     from specdeck.core.servers.llama_server import flag_value
-    from specdeck.core.tune.arguments import NUMBER
+    from specdeck.core.tune.arguments import NUMBER, number_range
 
     kept = []
     for flag in method.flags:
         value = flag_value(tuple(flags), flag) if flag != method.k_flag else None
-        if value is not None and NUMBER.fullmatch(value):
+        if value is not None and NUMBER.fullmatch(value) and number_range(flag) is not None:
             kept.append((flag, value))
     return tuple(kept)
 
@@ -251,10 +251,17 @@ def _draft_models(setup: Setup, drafts: Iterable[Path], cancel: threading.Event 
 
     usable: list[tuple[Path, int]] = []
     refused: list[NotTried] = []
+    from specdeck.core.printable import printable
+    from specdeck.core.tune.arguments import draft_problems
+
     for path in drafts:
         if cancel is not None and cancel.is_set():
             raise CancelledError()
-        label = f"draft-simple {path.name}"
+        label = printable(f"draft-simple {path.name}")[:120]
+        why = draft_problems(path)
+        if why:  # a name that cannot become an argument: never launched, never written
+            refused.append(NotTried(label, why[0]))
+            continue
         try:
             size = read_gguf_model(path).weight_bytes
             if not smaller_than_target(size, setup):

@@ -464,6 +464,21 @@ class TunedServer:
     model: Callable[[Any], str]
 
 
+def _buildable(setup, server: TunedServer, predicted: list, notes: list) -> list:
+    """The candidates whose settings the one builder (core.tune.arguments) can make: one it
+    refuses (a draft gone from disk since it was found, say) is a note, never the end of the
+    tune."""
+    kept = []
+    for candidate, prediction in predicted:
+        try:
+            server.cells(setup, candidate)
+        except InvalidInputError as exc:
+            notes.append(f"{candidate.label} was not tried: {exc.what}")
+            continue
+        kept.append((candidate, prediction))
+    return kept
+
+
 def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicted: list,
                       found: Candidates, downloads, phase_s: dict, notes: list, engine,
                       emit: EventSink, cancel: threading.Event, forecast=None) -> TuneResult:
@@ -473,6 +488,7 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
     long as the finalist's predicted speed-up needs (the replay, like the downloads, ran
     before the budget's clock started)."""
     tuning, held_out = split_prompts(options)
+    predicted = _buildable(setup, server, predicted, notes)
     cells = [cell for c, _ in predicted for cell in server.cells(setup, c)]
     expected: dict[str, float] = {}
     from specdeck.core.tune.replay import search as replayed
