@@ -316,21 +316,44 @@ def stoppable(stop):
         stopper = _Stopper(stop)
         me = threading.get_ident()
         _STOPPERS[me] = stopper
+        try:
+            with when_set(stop, stopper.shut_all):
+                yield
+        finally:
+            _STOPPERS.pop(me, None)
+
+    return context()
+
+
+WATCH_POLL_S = 0.05
+"""How often a watch looks at its event (a blocked socket read cannot look itself)."""
+
+
+def when_set(event, action):
+    """A context during which ``action`` runs (once, on a watching thread) as soon as
+    ``event`` is set: what breaks a connection a blocked read is waiting on."""
+    import contextlib
+    import threading
+
+    @contextlib.contextmanager
+    def context():
+        if event is None:
+            yield
+            return
         finished = threading.Event()
 
         def watch() -> None:
-            while not finished.wait(0.05):
-                if stop.is_set():
-                    stopper.shut_all()
+            while not finished.wait(WATCH_POLL_S):
+                if event.is_set():
+                    action()
                     return
 
-        watcher = threading.Thread(target=watch, name="specdeck-hub-stop", daemon=True)
+        watcher = threading.Thread(target=watch, name="specdeck-watch", daemon=True)
         watcher.start()
         try:
             yield
         finally:
             finished.set()
             watcher.join()
-            _STOPPERS.pop(me, None)
 
     return context()
