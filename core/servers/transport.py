@@ -338,12 +338,13 @@ class _Exchange:
         return exc
 
     def silence(self) -> ServerError:
-        """The error for a stream that sent no event within ``idle`` (only keep-alive
-        comments, a trickle of bytes that never made an event, or nothing at all)."""
+        """The error for a stream that sent no token within ``idle`` (only keep-alive
+        comments, events without a token, a trickle of bytes that never made an event, or
+        nothing at all)."""
         when = "mid-stream" if self.events else "after the request"
         return ServerError(f"{self.where} sent no token for {self.idle:g} s {when} (only "
-                           "keep-alive comments, a trickle of bytes or nothing at all): "
-                           "SpecDeck stopped waiting.",
+                           "keep-alive comments, events with no token in them, a trickle of "
+                           "bytes or nothing at all): SpecDeck stopped waiting.",
                            "The server may be stuck or overloaded; check its log, then try "
                            "again.")
 
