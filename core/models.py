@@ -185,12 +185,10 @@ def format_parameters(count: int) -> str:
 
 def read_json(path: Path) -> dict[str, Any]:
     """A JSON object from ``path``, with errors a user can act on."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise NotFoundError(f"{path} does not exist.") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInputError(f"Cannot read {path}: {exc}.") from exc
+    from specdeck.core.files import read_text_bounded
+
+    try:  # bounded: a FIFO or /dev/zero named config.json must not hang or fill memory
+        data = json.loads(read_text_bounded(path, "model file"))
     except json.JSONDecodeError as exc:
         raise InvalidInputError(
             f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}).",

@@ -170,6 +170,98 @@ def shown_args(args: Iterable[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+_KEY_LINE = re.compile(
+    r"^(\s*(?:-\s+)?)([\"']?)([A-Za-z0-9_.][A-Za-z0-9_.-]*)\2(\s*[:=])([ \t]*)(.*?)(\s*)$")
+"""A config file's ``key: value`` (YAML) or ``key = value`` (a presets .ini) line."""
+_WORD = re.compile(r"\S+")
+_QUOTES = "\"'"
+_NOT_SECRET = re.compile(r"^(?:[-+]?[0-9][0-9._]*|true|false|yes|no|on|off|null|~|[|>][-+0-9]*)$",
+                         re.IGNORECASE)
+"""Values no secret is: a number (``draft_num_tokens: 4``), a boolean (``disable_auth:
+false``), nothing, a YAML block marker. Shown as they are, so a diff of such a key stays
+readable."""
+
+
+def shown_text(text: str) -> str:
+    """The text of a config file (llama-swap's config.yaml, a presets .ini, TabbyAPI's
+    config.yml) as it may be shown or saved: in every command line it holds, whatever the
+    model, macro or line, the value of each secret flag and environment assignment masked as
+    :func:`shown_args` does (a flag at the end of one line hides the first word of the next,
+    as a folded cmd reads), and the value of every key whose name says secret (``api_key:
+    K``, ``hf-token = T``, the items of an ``apiKeys:`` list). The one masker of config
+    files: every diff and printout of one goes through it (core.config.edit.ConfigChange)."""
+    out: list[str] = []
+    hide = False
+    list_indent: int | None = None  # the items of a secret key's list are hidden
+    for line in text.splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        end = line[len(body):]
+        indent = len(body) - len(body.lstrip())
+        if list_indent is not None and body.strip() and (
+                indent > list_indent or (indent == list_indent and body.lstrip()[:1] == "-")):
+            out.append(_masked_item(body) + end)
+            continue
+        list_indent = None
+        key = _KEY_LINE.match(body)
+        if key and not body.lstrip().startswith(("#", ";")) and is_secret_name(key.group(3)):
+            value = key.group(6)
+            if not value or value.startswith("#"):
+                list_indent = indent
+                out.append(line)
+            elif _NOT_SECRET.match(value.strip(_QUOTES)):
+                out.append(line)
+            elif value.lstrip(_QUOTES).startswith("-"):  # a macro of flags: masked as argv
+                masked, hide = _masked_words(body, False)
+                out.append(masked + end)
+                continue
+            else:
+                q = value[0] if value[0] in _QUOTES else ""
+                out.append(body[:key.start(6)] + f"{q}{MASK}{q}" + key.group(7) + end)
+            hide = False
+            continue
+        masked, hide = _masked_words(body, hide)
+        out.append(masked + end)
+    return "".join(out)
+
+
+def _masked_item(body: str) -> str:
+    """An item of a secret key's list (``- "sk-..."``) with its value masked."""
+    stripped = body.lstrip()
+    lead = body[:len(body) - len(stripped)]
+    if stripped.startswith("-"):
+        rest = stripped[1:].lstrip()
+        lead += stripped[:len(stripped) - len(rest)]
+        stripped = rest
+    q = stripped[0] if stripped and stripped[0] in _QUOTES else ""
+    return lead + f"{q}{MASK}{q}" if stripped else body
+
+
+def _masked_words(body: str, hide: bool) -> tuple[str, bool]:
+    """One line's words masked as shown_args masks an argv (quotes, commas and brackets
+    around a word kept); ``hide``: the first word is a secret flag's value, carried over from
+    the line before, as is the result."""
+    pieces: list[str] = []
+    last = 0
+    for match in _WORD.finditer(body):
+        word = match.group(0)
+        core = word.lstrip(_QUOTES + "[(")
+        before = word[:len(word) - len(core)]
+        inner = core.rstrip(_QUOTES + ",])")
+        after = core[len(inner):]
+        pieces.append(body[last:match.start()])
+        last = match.end()
+        if hide and inner:
+            pieces.append(before + MASK + after)
+            hide = False
+            continue
+        shown = shown_args([inner]) if inner else ("",)
+        if inner.startswith("-") and shown[0] == inner and secret_flag(inner.partition("=")[0]):
+            hide = "=" not in inner
+        pieces.append(before + shown[0] + after)
+    pieces.append(body[last:])
+    return "".join(pieces), hide
+
+
 def args_secrets(args: Iterable[str]) -> tuple[str, ...]:
     """The secrets a command line carries (what :func:`shown_args` hides), in every form a
     program could echo them (:func:`secret_forms`): to take out of text that quotes them, a

@@ -177,10 +177,13 @@ class Trickle(Llm):
 class KeepAlive(Llm):
     """A stream that sends ``tokens`` chunks (none by default), then ``: keep-alive`` comments
     for ever and never another token; ``bytewise``: one comment that never ends, a byte every
-    ``gap_s`` (each read gets a byte, no line ever completes)."""
+    ``gap_s`` (each read gets a byte, no line ever completes); ``empty``: ``data:`` events
+    that carry no token instead (``empty`` is the event: an empty delta, a role alone, a
+    usage-only chunk), every ``gap_s``."""
 
     tokens = 0
     bytewise = False
+    empty: dict | None = None
 
     def post(self, body: dict):
         self.start_stream()
@@ -189,8 +192,11 @@ class KeepAlive(Llm):
         if self.bytewise:
             self.wfile.write(b":")
         while True:
-            self.wfile.write(b"." if self.bytewise else b": keep-alive\n\n")
-            self.wfile.flush()
+            if self.empty is not None:
+                self.event(self.empty)
+            else:
+                self.wfile.write(b"." if self.bytewise else b": keep-alive\n\n")
+                self.wfile.flush()
             time.sleep(self.gap_s)
 
 

@@ -96,6 +96,21 @@ class Figure:
         return self.speedup.median if self.speedup is not None else 0.0
 
 
+def _no_best(rows) -> str:
+    """Why a grid names no best setting, as it happened: none of its settings could be
+    measured (each failed: the notes say why), or some could not and the others did not beat
+    decoding without a draft, or none did."""
+    measured = [r for r in rows if r.speedup_known]
+    if not measured:
+        return ("Best: none: no setting could be measured (each failed: the notes say why), so "
+                "nothing was compared with decoding without a draft")
+    failed = len(rows) - len(measured)
+    if failed:
+        return (f"Best: no draft: no setting that was measured beat decoding without one "
+                f"({failed} of {len(rows)} could not be measured: the notes say why)")
+    return "Best: no draft (no setting beat decoding without one)"
+
+
 @dataclass(frozen=True)
 class GridRow:
     cell: Cell
@@ -898,7 +913,7 @@ def grid_table(result: GridResult, markdown: bool = True) -> str:
         lines.append(NO_PAIR_NOTE)
     best = result.best
     if best is None:
-        lines.append("Best: no draft (no setting beat decoding without one)")
+        lines.append(_no_best(result.rows))
     else:
         speedup = best.by_suite[ALL].speedup
         lines.append(f"Best: {best.cell.label}: {best.score:.2f}x over all prompts "

@@ -563,7 +563,7 @@ def _server_grid(args, plan, progress, cancel) -> int:
     (--sweep, and k through --sweep-k), each its own A/B against the reference, rendered as
     the hand-made tables are: settings down, suites across, a baseline row."""
     from specdeck.core.bench.grid import grid_table, run_grid
-    from specdeck.core.servers.llama_server import binary_help, check_args, grid_cells, parse_axis
+    from specdeck.core.servers.llama_server import check_launch, grid_cells, parse_axis
 
     launched = [a for a in plan.arms if a.server.launch is not None]
     if len(launched) != len(plan.arms) or len(plan.arms) < 2:
@@ -577,9 +577,8 @@ def _server_grid(args, plan, progress, cancel) -> int:
         ks = DEFAULT_KS
     families = [(a.name, a.server.launch) for a in plan.arms[1:]]
     cells = grid_cells(families, axes, ks)
-    info = binary_help(plan.arms[0].server.launch.binary)
     for cell in cells:  # every cell's flags against the binary before anything starts
-        check_args(tuple(cell.arm.server.launch.args), info)
+        check_launch(tuple(cell.arm.server.launch.args), cell.arm.server.launch.binary)
     progress.line(f"{len(cells)} settings to try, each its own A/B against arm "
                   f"{plan.arms[0].name}" + (" (successive halving)" if args.tune else ""))
     engine = _engine_for(args, plan)

@@ -86,8 +86,13 @@ def cmd_check_flags(args: argparse.Namespace) -> int:
             print(exc.what)
         return EXIT_NEGATIVE
     drafting = launched_drafting(LaunchProfile(args.llama_server, "", flags))
+    from specdeck.core.servers.llama_server import unlisted_flags, unlisted_note
+
+    hedge = unlisted_note(flags, info)
     if args.json:
-        emit_json({"ok": True, "drafting": drafting.to_json()})
+        emit_json({"ok": True, "drafting": drafting.to_json(),
+                   "not_in_help": unlisted_flags(flags, info)})
     else:
-        print(f"This llama-server accepts these flags; {drafting.line}.")
+        print(f"This llama-server accepts these flags; {drafting.line}."
+              + (f" Note: {hedge}." if hedge else ""))
     return EXIT_OK

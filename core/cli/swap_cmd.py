@@ -101,6 +101,8 @@ def _show_presets(args) -> int:
     from specdeck.core.swap import presets as ini
 
     presets = ini.load(args.config)
+    info = _help(args)
+    judged = ini.judged_by(info)
     rows = []
     for name in _preset_names(presets, args):
         keys = presets.effective(name)
@@ -108,8 +110,9 @@ def _show_presets(args) -> int:
         drafting = {k: v for k, v in keys.items()
                     if k.startswith("spec") or "draft" in k or k in ini.DRAFT_MODEL_KEYS}
         rows.append({"model": name, "drafting": drafting,
-                     "drafter": drafter_from_flags(flags).label,
-                     "problems": [m for m, _, _ in ini.findings(presets, name)]})
+                     "drafter": drafter_from_flags(flags, info).label,
+                     "judged_by": judged, "hedged": info is None,
+                     "problems": [m for m, _, _ in ini.findings(presets, name, info)]})
     if args.json:
         emit_json({"path": presets.path, "presets": rows})
         return EXIT_OK
@@ -118,7 +121,10 @@ def _show_presets(args) -> int:
         print(printable(f"[{row['model']}] drafting: {row['drafter']}"
                         + (f" ({shown})" if shown else "")))
         for problem in row["problems"]:
-            print(f"  out of date: {printable(problem)}")
+            said = "may be out of date" if row["hedged"] else "out of date"
+            print(f"  {said}: {printable(problem)}")
+    if any(row["problems"] for row in rows):
+        print(printable(f"Flags {judged}."))
     return EXIT_OK
 
 
@@ -128,49 +134,71 @@ def _migrate_presets(args) -> int:
     from specdeck.core.swap import presets as ini
 
     original = ini.load(args.config)
-    current, change = original, None
+    info = _help(args)
+    current, change, unfixed = original, None, []
     for name in _preset_names(original, args):
-        for _message, values, renames in ini.findings(current, name):
+        for message, values, renames in ini.findings(current, name, info):
+            if not values and not renames:
+                unfixed.append(message)
+                continue
             change = ini.plan_edit(current, name, values, renames)
             current = ini.parse(change.new_text, original.path)
+    for line in unfixed:
+        print(f"warning: {printable(line)}", file=sys.stderr)
     if change is None:
         print("Nothing to migrate: every preset uses current keys.")
-        return EXIT_OK
-    whole = ConfigChange(original.document, change.new_text, change.changed_keys, change.values)
+        return EXIT_NEGATIVE if unfixed else EXIT_OK
+    warnings = () if info is not None else (printable(
+        f"Migrated by the pinned build's rules: {ini.judged_by(None)}."),)
+    whole = ConfigChange(original.document, change.new_text, change.changed_keys, change.values,
+                         warnings)
     return _write(whole, args, "the migrated presets")
 
 
 def _set_draft_presets(args) -> int:
     from specdeck.core.cli.config_cmd import _write
+    from specdeck.core.config.edit import ConfigChange
+    from specdeck.core.llama_flags import DRAFT_MODEL
     from specdeck.core.swap import presets as ini
+    from specdeck.core.swap.actions import draft_edits
 
     presets = ini.load(args.config)
     section = presets.section(args.model)
     own = {e.key for e in section.entries}
-    renames = {old: new for old, new in ini.RENAMED.items() if old in own}
+    info = _help(args)
     drafting = ("spec-type", "spec-draft-n-max", "spec-draft-n-min", "spec-draft-p-min",
                 "draft-p-min", *ini.DRAFT_MODEL_KEYS)
+    values: dict[str, str | None] = {}
     if args.no_draft:
-        values = {k: None for k in (*drafting, *ini.RENAMED)}
-        renames = {}
+        draft_edits(_setting(args))  # refuses anything given beside it
+        values = {k: None for k in (*drafting, *ini.RENAMED) if k in own}
     else:
-        values = {}
-        if args.draft:
-            key = next((k for k in ini.DRAFT_MODEL_KEYS if k in own), "model-draft")
-            values[key] = args.draft
-        spec = args.spec_type or ("draft-simple" if args.draft else None)
-        if spec:
-            values["spec-type"] = spec
-        for flag, value in (("spec-draft-n-max", args.draft_max),
-                            ("spec-draft-n-min", args.draft_min)):
-            if value is not None:
-                values[flag] = str(value)
-        if args.p_min is not None:
-            values["draft-p-min" if "draft-p-min" in own else "spec-draft-p-min"] = f"{args.p_min:g}"
-        if not values:
-            raise InvalidInputError("Nothing to set.", "Give --draft, --spec-type, --draft-max, "
-                                    "--draft-min, --p-min, or --no-draft.")
-    change = ini.plan_edit(presets, args.model, values, renames)
+        # The names the router's llama-server takes (``info``; else the pinned build's),
+        # chosen as `swap set-draft` chooses them for a cmd (core.swap.actions.draft_edits).
+        spec_now = presets.effective(args.model).get("spec-type")
+        for edit in draft_edits(_setting(args), info, spec_now):
+            if edit.flag in DRAFT_MODEL:
+                values[next((k for k in ini.DRAFT_MODEL_KEYS if k in own), "model-draft")] = \
+                    edit.value
+                continue
+            names = [n.lstrip("-") for n in (edit.flag, *edit.also)]
+            key = next((n for n in names if n in own), names[0])
+            for old in (n.lstrip("-") for n in edit.replaces):
+                if old in own and old != key:
+                    values[old] = None  # its old name goes; the new one is written
+            values[key] = edit.value
+        if info is not None:
+            unknown = [k for k, v in values.items() if v is not None and f"--{k}" not in info.flags
+                       and k not in ini.DRAFT_MODEL_KEYS]
+            if unknown:
+                raise InvalidInputError(f"{info.source} lists no "
+                                        f"{', '.join('--' + k for k in unknown)}: the preset "
+                                        "would not start. Nothing was changed.",
+                                        "Give the llama-server your router runs (--llama-server).")
+    change = ini.plan_edit(presets, args.model, values)
+    if info is None:
+        change = ConfigChange(change.document, change.new_text, change.changed_keys,
+                              change.values, (printable(f"Keys {ini.judged_by(None)}."),))
     return _write(change, args, f"the drafting keys of [{args.model}]")
 
 
@@ -211,6 +239,9 @@ def cmd_show(args) -> int:
         for problem in row["problems"]:
             said = "may be out of date" if row["hedged"] else "out of date"
             print(f"  {said}: {printable(problem)}")
+        if row["not_in_help"]:
+            print(printable(f"  not in its --help (kept: a build can take flags its help "
+                            f"leaves out): {' '.join(row['not_in_help'])}"))
         if not row["editable"] and row["not_editable"] not in row["errors"]:
             print(f"  SpecDeck will not edit it: {printable(row['not_editable'])}")
     return EXIT_OK

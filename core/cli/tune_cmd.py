@@ -88,7 +88,7 @@ def register(subparsers) -> None:
                    "cmd's, or for --demo the one on PATH)")
     p.add_argument("--budget", type=duration, default=600.0, metavar="TIME",
                    help="wall clock for the search and the verification, counted after the "
-                   "downloads (default 10m)")
+                   "downloads, which get at most as long again (default 10m)")
     p.add_argument("--download-budget", type=finite(0, 1024), metavar="GB",
                    default=DEFAULT_DOWNLOAD_GIB,
                    help="GiB of draft models to download from the Hub at most, best predicted "

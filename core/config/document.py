@@ -156,28 +156,31 @@ MAIN_ONLY_KEYS = (
 """Keys in TabbyAPI main's config_sample.yml (f1f2c85) that the exl2-checkpoint branch's
 (79126f9) does not have."""
 
+TABBY_CONFIG = "TabbyAPI config.yml"
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 """TabbyAPI's config_sample.yml is about 10 KB; a 4 MB "config" is something else."""
 MAX_EXPANDED_VALUES = 100_000
 """Values a file may hold once its YAML aliases are expanded (config_sample: ~100)."""
 
 
-def _read_config_bytes(path: Path) -> bytes:
+def _read_config_bytes(path: Path, what: str = TABBY_CONFIG) -> bytes:
     """The file's bytes, refusing what is not a plain file of a config's size: a FIFO would
-    block forever, /dev/zero never ends."""
+    block forever, /dev/zero never ends. ``what`` names the file the user meant to give
+    (a TabbyAPI config.yml, a llama-swap config.yaml, a presets file), in every message."""
     import os
     import stat as stat_module
+
+    from specdeck.core.files import file_kind
 
     st = os.stat(path)  # FileNotFoundError passes to the caller
     if stat_module.S_ISDIR(st.st_mode):
         raise IsADirectoryError(path)
     if not stat_module.S_ISREG(st.st_mode):
-        raise InvalidInputError(f"{path} is not a regular file (a pipe or a device, say), so "
-                                "SpecDeck does not read it.",
-                                "Point SpecDeck at your TabbyAPI config.yml.")
+        raise InvalidInputError(f"{path} is {file_kind(st.st_mode)}, not a file, so SpecDeck "
+                                "does not read it.", f"Point SpecDeck at your {what}.")
     if st.st_size > MAX_CONFIG_BYTES:
         raise InvalidInputError(
-            f"{path} is {st.st_size / 2**20:.1f} MB; a TabbyAPI config.yml is a few KB, so "
+            f"{path} is {st.st_size / 2**20:.1f} MB; a {what} is a few KB, so "
             f"SpecDeck does not open files over {MAX_CONFIG_BYTES >> 20} MB.",
             "Check that this is the right file.")
     with open(path, "rb") as handle:
@@ -245,17 +248,21 @@ class ConfigDocument:
 
     # -- reading -------------------------------------------------------------------------
     @classmethod
-    def from_file(cls, path: str | Path) -> "ConfigDocument":
+    def from_file(cls, path: str | Path, what: str = TABBY_CONFIG) -> "ConfigDocument":
+        """The file at ``path``, the ``what`` of every message (a TabbyAPI config.yml by
+        default; a llama-swap config.yaml, a presets file)."""
         path = expand_user(path).absolute()
         try:
-            raw = _read_config_bytes(path)
+            raw = _read_config_bytes(path, what)
         except FileNotFoundError:
             raise NotFoundError(
                 f"{path} does not exist.",
-                "Pick your TabbyAPI config.yml, or create one from SpecDeck's defaults.",
+                "Pick your TabbyAPI config.yml, or create one from SpecDeck's defaults."
+                if what == TABBY_CONFIG else f"Give the path of your {what}.",
             ) from None
         except IsADirectoryError:
-            raise InvalidInputError(f"{path} is a folder, not a config.yml file.") from None
+            raise InvalidInputError(f"{path} is a folder, not a {what}.",
+                                    f"Point SpecDeck at your {what}.") from None
         except OSError as exc:
             raise SpecDeckError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
         try:
@@ -329,9 +336,11 @@ class ConfigDocument:
             try:
                 import json
 
-                quant = json.loads((target / "config.json").read_text(encoding="utf-8"))
+                from specdeck.core.files import read_text_bounded
+
+                quant = json.loads(read_text_bounded(target / "config.json", "config.json"))
                 method = (quant.get("quantization_config") or {}).get("quant_method")
-            except (OSError, ValueError, AttributeError):
+            except (OSError, ValueError, AttributeError, SpecDeckError):
                 return None
             if method == "exl3":
                 return EXLLAMAV3

@@ -48,15 +48,24 @@ class ConfigChange:
         return self.new_text == self.document.text
 
     def diff(self, context: int = 2) -> str:
+        """The unified diff of the change, every secret in it masked (core.urls.shown_text:
+        any model's, macro's or key's, in changed and context lines alike): a diff is
+        printed, shown in dialogs and kept in reports."""
+        from specdeck.core.urls import shown_text
+
         name = self.document.path.name if self.document.path else "config.yml"
+        old, new = shown_text(self.document.text), shown_text(self.new_text)
         lines = difflib.unified_diff(
-            self.document.text.splitlines(keepends=True),
-            self.new_text.splitlines(keepends=True),
+            old.splitlines(keepends=True),
+            new.splitlines(keepends=True),
             fromfile=f"{name} (on disk)",
             tofile=f"{name} (after saving)",
             n=context,
         )
-        return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+        shown = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+        if not shown and not self.is_noop:
+            shown = f"{name}: only a secret value changes (not shown).\n"
+        return shown
 
 
 # -- rendering values --------------------------------------------------------------------

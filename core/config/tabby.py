@@ -80,10 +80,10 @@ def model_overrides(doc: ConfigDocument) -> ModelOverrides | None:
     path = target / MODEL_OVERRIDE_NAME
     if not path.is_file():
         return None
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInputError(f"Cannot read {path}: {exc}.") from exc
+    from specdeck.core.files import read_text_bounded
+
+    text = read_text_bounded(path, "model's tabby_config.yml",
+                             hint="TabbyAPI reads it beside the model: fix or remove it.")
     data = parse_values(text, str(path)) or {}
     if not isinstance(data, dict):
         raise InvalidInputError(f"{path} should be a mapping with model: / draft_model: sections.")

@@ -232,3 +232,128 @@ class HubClient:
 
             verify_bytes(data, expected)
         return data
+
+
+# Stopping a thread's Hub requests -------------------------------------------------------------
+class _Stopper:
+    """One thread's Hub requests under :func:`stoppable`: their sockets, and the event that
+    ends them."""
+
+    def __init__(self, stop) -> None:
+        import threading
+
+        self.stop = stop
+        self.sockets: list = []
+        self.lock = threading.Lock()
+
+    def trace(self, name: str, info: dict) -> None:
+        """httpcore's trace extension: the socket of each connection, as soon as it exists
+        (before any header arrives)."""
+        if not name.endswith("connect_tcp.complete"):
+            return
+        stream = info.get("return_value")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is None:
+            return
+        with self.lock:
+            self.sockets.append(sock)
+        if self.stop.is_set():
+            _shut(sock)
+
+    def shut_all(self) -> None:
+        with self.lock:
+            sockets = list(self.sockets)
+        for sock in sockets:
+            _shut(sock)
+
+
+_STOPPERS: dict[int, _Stopper] = {}
+
+
+def _shut(sock) -> None:
+    """Shut a socket down: a thread blocked reading it wakes at once (closing would not)."""
+    import contextlib
+    import socket
+
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def _on_request(request) -> None:
+    """The shared session's request hook: a request of a thread under :func:`stoppable` is
+    refused once its stop is set, goes on a connection of its own (``Connection: close``:
+    no pooled connection whose socket SpecDeck did not see), and reports that socket."""
+    import threading
+
+    from specdeck.core.errors import CancelledError
+
+    stopper = _STOPPERS.get(threading.get_ident())
+    if stopper is None:
+        return
+    if stopper.stop.is_set():
+        raise CancelledError()
+    request.headers["Connection"] = "close"
+    request.extensions = {**request.extensions, "trace": stopper.trace}
+
+
+def stoppable(stop):
+    """A context in which every Hub request of the calling thread (through huggingface_hub's
+    shared session: listings, searches, header reads) ends as soon as ``stop`` is set: its
+    connection is shut, whether the Hub is trickling its headers or its body, and no new one
+    starts (CancelledError). A search the tune leaves at its deadline stops, instead of
+    reading on in the background."""
+    import contextlib
+    import threading
+
+    from huggingface_hub.utils import get_session
+
+    @contextlib.contextmanager
+    def context():
+        session = get_session()
+        hooks = session.event_hooks
+        if _on_request not in hooks["request"]:
+            session.event_hooks = {**hooks, "request": [*hooks["request"], _on_request]}
+        stopper = _Stopper(stop)
+        me = threading.get_ident()
+        _STOPPERS[me] = stopper
+        try:
+            with when_set(stop, stopper.shut_all):
+                yield
+        finally:
+            _STOPPERS.pop(me, None)
+
+    return context()
+
+
+WATCH_POLL_S = 0.05
+"""How often a watch looks at its event (a blocked socket read cannot look itself)."""
+
+
+def when_set(event, action):
+    """A context during which ``action`` runs (once, on a watching thread) as soon as
+    ``event`` is set: what breaks a connection a blocked read is waiting on."""
+    import contextlib
+    import threading
+
+    @contextlib.contextmanager
+    def context():
+        if event is None:
+            yield
+            return
+        finished = threading.Event()
+
+        def watch() -> None:
+            while not finished.wait(WATCH_POLL_S):
+                if event.is_set():
+                    action()
+                    return
+
+        watcher = threading.Thread(target=watch, name="specdeck-watch", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            finished.set()
+            watcher.join()
+
+    return context()

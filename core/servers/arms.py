@@ -197,10 +197,10 @@ def _forecast(arm):
             return Drafting(False, why=exc.what), None, exc.what
         return _tabby_launch_drafting(server.tabby_launch.draft), None, None
     if server.launch is not None:
-        from specdeck.core.servers.llama_server import binary_help, check_args
+        from specdeck.core.servers.llama_server import check_launch
 
         try:
-            check_args(tuple(server.launch.args), binary_help(server.launch.binary))
+            check_launch(tuple(server.launch.args), server.launch.binary)
         except SpecDeckError as exc:
             return Drafting(False, why=exc.what), None, exc.what
         return launched_drafting(server.launch), None, None

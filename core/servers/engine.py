@@ -252,7 +252,7 @@ class ServerEngine:
         if missing:
             raise InvalidInputError(f"Arms {', '.join(missing)} name no server.",
                                     "Every arm of a server plan is a URL or a launch profile.")
-        from specdeck.core.servers.llama_server import binary_help, check_args
+        from specdeck.core.servers.llama_server import check_launch
 
         for arm in plan.arms:
             server: ServerArm = arm.server
@@ -264,7 +264,7 @@ class ServerEngine:
                 check_folder(server.tabby_launch)
                 continue
             if server.launch is not None:
-                check_args(tuple(server.launch.args), binary_help(server.launch.binary))
+                check_launch(tuple(server.launch.args), server.launch.binary)
                 for path, what in ((server.launch.binary, "llama-server binary"),
                                    (server.launch.model, "model")):
                     if not Path(path).is_file():

@@ -396,7 +396,10 @@ def runs_on_gpu(binary: str | Path, args: tuple[str, ...]) -> bool:
 
 
 def _flags_in(args: tuple[str, ...]) -> list[str]:
-    return [a.split("=", 1)[0] for a in args if a.startswith("-") and not _is_number(a)]
+    """The flags of a command line, each named as llama-server matches it
+    (``llama_flags.canonical``: ``--api_key`` is ``--api-key``)."""
+    return [llama_flags.canonical(a.split("=", 1)[0]) for a in args
+            if a.startswith("-") and not _is_number(a)]
 
 
 def _is_number(text: str) -> bool:
@@ -425,10 +428,33 @@ def check_args(args: tuple[str, ...], info: HelpInfo | None) -> None:
                                 "build knows.")
 
 
+def check_launch(args: tuple[str, ...], binary: str | Path) -> str:
+    """Refuse (InvalidInputError, :func:`check_args`) a launch of ``binary`` with ``args``
+    that its own --help says it would reject. Where that help cannot be read, nothing is
+    refused on another build's word: the binary starts and has the last word, and what is
+    returned ("" when nothing) says, hedged, what the pinned build's rules would object to,
+    for the message of a launch that then fails."""
+    info = binary_help(binary)
+    if info is not None:
+        check_args(args, info)
+        return ""
+    problems = problems_of(args, None)
+    if not problems:
+        return ""
+    return (f"Its --help could not be read ({help_problem(binary) or 'no answer'}), so its "
+            f"flags were not checked; by {fallback_help().build}: {'; '.join(problems)} "
+            "(your build may differ).")
+
+
 def problems_of(args: tuple[str, ...], info: HelpInfo | None) -> list[str]:
     """What this llama-server (``info``: its help; None: current llama.cpp's rules) would
-    reject or misread in a command line, each with what to write instead."""
+    reject or misread in a command line, each with what to write instead. Flags are named as
+    llama-server matches them (``--flash_attn`` is ``--flash-attn``). A flag its help does
+    not list is a problem only when it sets up drafting (what SpecDeck writes, and reads from
+    that help): a build accepts flags its help leaves out (ik_llama.cpp's ``-ngl`` on a CPU
+    build), so any other is left to the binary and named by :func:`unlisted_flags`."""
     problems: list[str] = []
+    args = llama_flags.canonical_argv(args)
     flags = _flags_in(args)
     removed = info.removed if info is not None else llama_flags.REMOVED
     for flag in flags:
@@ -436,7 +462,7 @@ def problems_of(args: tuple[str, ...], info: HelpInfo | None) -> list[str]:
             advice = removed[flag]
             advice = advice if advice.startswith("use ") else f"use {advice}"
             problems.append(f"{flag} was removed from llama-server: {advice}")
-        elif info is not None and flag not in info.flags:
+        elif info is not None and flag not in info.flags and llama_flags.is_drafting_flag(flag):
             problems.append(f"this llama-server does not know {flag}")
     for i, arg in enumerate(args):
         if arg == llama_flags.SPEC_TYPE and i + 1 < len(args) and info is not None and info.spec_types:
@@ -444,8 +470,8 @@ def problems_of(args: tuple[str, ...], info: HelpInfo | None) -> list[str]:
             if unknown:
                 problems.append(f"--spec-type {args[i + 1]}: this llama-server knows "
                                 f"{', '.join(info.spec_types)}")
-        if arg in ("--flash-attn", "-fa") and flash_needs_value(info) and (
-                i + 1 >= len(args) or args[i + 1] not in ("on", "off", "auto")):
+        if arg in llama_flags.FLASH and flash_needs_value(info) and (
+                i + 1 >= len(args) or args[i + 1] not in llama_flags.FLASH_VALUES):
             problems.append(f"{arg} needs a value in current llama.cpp: {arg} on (or off, auto)")
     if problems and any(f in llama_flags.DRAFT_MODEL for f in flags) \
             and llama_flags.SPEC_TYPE not in flags \
@@ -455,6 +481,29 @@ def problems_of(args: tuple[str, ...], info: HelpInfo | None) -> list[str]:
         problems.append("a draft model (-md) without --spec-type drafts only if llama-server "
                         "infers a type from its GGUF: add --spec-type draft-simple")
     return problems
+
+
+def unlisted_flags(args: tuple[str, ...], info: HelpInfo | None) -> list[str]:
+    """The flags of a command line that ``info`` (a binary's help) does not list and that
+    :func:`problems_of` leaves to the binary (none of them sets up drafting): a build may
+    take flags its help omits (ik_llama.cpp's CPU build lists no ``-ngl`` and takes it), so
+    they are said with a hedge, never refused."""
+    if info is None:
+        return []
+    removed = set(info.removed)
+    return list(dict.fromkeys(f for f in _flags_in(args) if f not in info.flags
+                              and f not in removed and not llama_flags.is_drafting_flag(f)))
+
+
+def unlisted_note(args: tuple[str, ...], info: HelpInfo | None) -> str:
+    """:func:`unlisted_flags` in words ("": none), for whoever shows a command line's check."""
+    found = unlisted_flags(args, info)
+    if not found:
+        return ""
+    return (f"{', '.join(found)} {'is' if len(found) == 1 else 'are'} not in {info.source}; "
+            "a build can take flags its help leaves out, so SpecDeck passes "
+            f"{'it' if len(found) == 1 else 'them'} on (llama-server refuses at its start "
+            "what it does not know, and its log says so)")
 
 
 def shown_command(argv: list[str]) -> str:
@@ -588,7 +637,7 @@ class ManagedServer(ManagedProcess):
         if not Path(profile.model).is_file():
             raise NotFoundError(f"The model {profile.model} does not exist.",
                                 "Give the path of a .gguf file.")
-        check_args(tuple(profile.args), binary_help(profile.binary))
+        hedge = check_launch(tuple(profile.args), profile.binary)
         port = profile.port or free_port(profile.host)
         argv = profile.argv(port)
         self._spawn(argv)
@@ -597,7 +646,8 @@ class ManagedServer(ManagedProcess):
             self._wait_healthy([self.url],
                                lambda h: isinstance(h, dict) and h.get("status") == "ok",
                                timeout, cancel, 0.1,
-                               f"Command: {shown_command(argv)}. Its whole log: {self.log_path}.")
+                               f"Command: {shown_command(argv)}. Its whole log: {self.log_path}."
+                               + (f" {hedge}" if hedge else ""))
         except BaseException:
             self.stop()
             raise
@@ -615,11 +665,13 @@ class ManagedServer(ManagedProcess):
 
 
 def flag_value(args: tuple[str, ...], *names: str) -> str | None:
-    """The value of the last of ``names`` in ``args`` ("--flag value" or "--flag=value")."""
+    """The value of the last of ``names`` in ``args`` ("--flag value" or "--flag=value"),
+    any spelling llama-server matches (``--api_key`` is ``--api-key``)."""
     found = None
+    wanted = {llama_flags.canonical(n) for n in names}
     for i, arg in enumerate(args):
         name, eq, value = arg.partition("=")
-        if name in names:
+        if llama_flags.canonical(name) in wanted:
             found = value if eq else (args[i + 1] if i + 1 < len(args) else None)
     return found
 
@@ -634,7 +686,7 @@ def with_flag(args: tuple[str, ...], flag: str, value: str) -> tuple[str, ...]:
             skip = False
             continue
         name, eq, _ = arg.partition("=")
-        if name == flag:
+        if llama_flags.canonical(name) == llama_flags.canonical(flag):
             out.extend([flag, value])
             replaced = True
             skip = not eq
@@ -680,7 +732,7 @@ def drafting_flags(args: tuple[str, ...]) -> tuple[str, ...]:
             keep_value = False
             continue
         keep_value = False
-        name = arg.partition("=")[0]
+        name = llama_flags.canonical(arg.partition("=")[0])
         if not name.startswith("-"):
             continue  # another flag's value (--alias draft)
         if llama_flags.is_drafting_flag(name):

@@ -97,10 +97,14 @@ class ManagedProcess:
             time.sleep(interval_s)
 
     def log_tail(self, lines: int = 3) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
+        """The log's last non-blank ``lines``, read from its last 64 KiB only (a server's log
+        can grow to gigabytes: core.files.read_tail)."""
+        from specdeck.core.files import read_tail
+
+        data = read_tail(self.log_path)
+        if data is None:
             return "(no log)"
+        text = data.decode("utf-8", errors="replace")
         useful = [ln for ln in text.splitlines() if ln.strip()]
         return " | ".join(useful[-lines:]) or "(empty log)"
 

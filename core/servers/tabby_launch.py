@@ -53,6 +53,8 @@ LOG_WAIT_S = 5.0
 LOG_WIDTH = "100000"
 """TABBY_LOG_CONSOLE_WIDTH for a TabbyAPI SpecDeck starts (common/logger.py): Rich wraps its
 console at 80 columns when the output is not a terminal, which would split a metrics line."""
+MAX_LOG_LINE = 64 * 1024
+"""Longer than any metrics line TabbyAPI writes: a longer unfinished line is not kept."""
 _METRICS = re.compile(r"Metrics \(ID: ([0-9A-Za-z_.-]{1,200})\): (.*)")
 _DRAFT = re.compile(r"Draft: (\d{1,12}) / (\d{1,12}) tokens accepted")
 
@@ -174,7 +176,9 @@ def arm_config(launch: TabbyLaunch, port: int) -> str:
     yaml = YAML(typ="safe")
     data: dict = {}
     if launch.config.is_file():
-        loaded = yaml.load(launch.config.read_text(encoding="utf-8"))
+        from specdeck.core.files import read_text_bounded
+
+        loaded = yaml.load(read_text_bounded(launch.config, "TabbyAPI config.yml"))
         data = loaded if isinstance(loaded, dict) else {}
     network = data.get("network") if isinstance(data.get("network"), dict) else {}
     data["network"] = {**network, "host": launch.host, "port": port}
@@ -197,6 +201,10 @@ class ManagedTabby(ManagedProcess):
     url: str = ""
     _log: object = field(default=None, repr=False)
     _dir: Path | None = None
+    _log_read: int = 0
+    """How far logged_draft has read the log (each byte is read once)."""
+    _log_partial: bytes = b""
+    """The end of the log past its last whole line, when last read."""
     name = "TabbyAPI"
     stop_timeout_s = STOP_TIMEOUT_S
 
@@ -207,6 +215,7 @@ class ManagedTabby(ManagedProcess):
         check_folder(self.profile)
         port = self.profile.port or free_port(self.profile.host)
         self._dir = Path(tempfile.mkdtemp(prefix="specdeck-tabby-"))
+        self._log_read, self._log_partial = 0, b""  # a new log
         copy = self._dir / "config.yml"
         copy.write_text(arm_config(self.profile, port), encoding="utf-8")
         self._spawn([self.profile.python, "main.py", "--config", str(copy)],
@@ -228,14 +237,25 @@ class ManagedTabby(ManagedProcess):
         """What TabbyAPI's log says of request ``request_id`` (the chunks' id without its
         "chatcmpl-"), waiting up to ``wait_s`` for the line it writes after the stream;
         None when no such line came."""
+        from specdeck.core.files import LOG_STEP, read_new
+
         deadline = time.monotonic() + wait_s
+        found = None
         while True:
-            try:
-                with open(self.log_path, "rb") as handle:
-                    text = handle.read().decode("utf-8", errors="replace")
-            except OSError:
-                return None
-            found = logged_draft(text, request_id)
+            # Only what the log gained since the last look (a log of gigabytes is not read
+            # again for every request), whole lines, at most 4 MiB a look.
+            while True:
+                new, start = read_new(self.log_path, self._log_read, LOG_STEP)
+                if start != self._log_read:
+                    self._log_partial = b""  # the log was started again
+                self._log_read = start + len(new)
+                whole, _, self._log_partial = (self._log_partial + new).rpartition(b"\n")
+                if len(self._log_partial) > MAX_LOG_LINE:
+                    self._log_partial = b""  # no metrics line is that long
+                found = logged_draft(whole.decode("utf-8", errors="replace"),
+                                     request_id) or found
+                if len(new) < LOG_STEP:
+                    break  # caught up with the log
             if found is not None or time.monotonic() > deadline or \
                     (cancel is not None and cancel.is_set()) or self.process is None \
                     or self.process.poll() is not None:

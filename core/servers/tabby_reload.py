@@ -128,7 +128,7 @@ def switch(base: Base, want: TabbyLoad, state: TabbyState, *,
     finished = set()
     for event in stream_sse(base, "/v1/model/load", want.body(), key, cancel,
                             read_timeout=LOAD_TIMEOUT_S, until_closed=True,
-                            timeout=LOAD_TOTAL_S):
+                            timeout=LOAD_TOTAL_S, progress=_load_progress):
         data = event.data if isinstance(event.data, dict) else {}
         module, modules = data.get("module"), data.get("modules")
         kind = data.get("model_type") if isinstance(data.get("model_type"), str) else "model"
@@ -148,3 +148,10 @@ def switch(base: Base, want: TabbyLoad, state: TabbyState, *,
                               "See TabbyAPI's console for why.")
     state.model_name, state.draft_model_name = want.model_name, want.draft_model_name
     return state
+
+
+def _load_progress(data) -> bool:
+    """An event of TabbyAPI's load stream that is progress: one of its module counts or its
+    status (endpoints/core/utils/model.py stream_model_load: ``{model_type, module, modules,
+    status}``); an empty event is not."""
+    return isinstance(data, dict) and any(k in data for k in ("module", "status"))

@@ -10,8 +10,8 @@ arms), and around it the bounds a server cannot talk its way past:
   stream) and, for a stream, the longest wait for the next event, and shuts the socket when
   either runs out, so a server that trickles a byte every few seconds, or sends
   ``: keep-alive`` comments for ever, cannot hold a run or a probe. A per-read timeout is
-  not a deadline (every trickled byte resets it) and a comment is not progress: only a
-  whole ``data:`` event restarts a stream's ``READ_TIMEOUT_S``;
+  not a deadline (every trickled byte resets it) and a comment is not progress: only an
+  event that brings a token (``carries_token``) restarts a stream's ``READ_TIMEOUT_S``;
 - a bound on bytes: a JSON answer, one stream event and a whole stream each have a most;
 - JSON nested deeper than ``MAX_JSON_DEPTH`` is refused (Python's parser, and everything
   after it that walks the data, would raise RecursionError);
@@ -32,7 +32,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -44,7 +44,8 @@ from specdeck.core.urls import mask_secrets, redact_url, secret_forms, url_secre
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 60.0
 """Longest wait for progress: before a response (a prefill of a long prompt on a slow GPU
-fits) or between two events of a stream (keep-alive comments and partial lines do not count)."""
+fits) or between two tokens of a stream (keep-alive comments, partial lines and events with
+no token do not count)."""
 REQUEST_TIMEOUT_S = 10.0
 """Default total deadline of one JSON request, from connecting to the last byte."""
 STREAM_TIMEOUT_S = 3600.0
@@ -337,12 +338,13 @@ class _Exchange:
         return exc
 
     def silence(self) -> ServerError:
-        """The error for a stream that sent no event within ``idle`` (only keep-alive
-        comments, a trickle of bytes that never made an event, or nothing at all)."""
+        """The error for a stream that sent no token within ``idle`` (only keep-alive
+        comments, events without a token, a trickle of bytes that never made an event, or
+        nothing at all)."""
         when = "mid-stream" if self.events else "after the request"
         return ServerError(f"{self.where} sent no token for {self.idle:g} s {when} (only "
-                           "keep-alive comments, a trickle of bytes or nothing at all): "
-                           "SpecDeck stopped waiting.",
+                           "keep-alive comments, events with no token in them, a trickle of "
+                           "bytes or nothing at all): SpecDeck stopped waiting.",
                            "The server may be stuck or overloaded; check its log, then try "
                            "again.")
 
@@ -525,19 +527,54 @@ def _says_finished(data: Any) -> bool:
                 and choices[0].get("finish_reason"))
 
 
+_TOKEN_FIELDS = ("content", "reasoning_content", "reasoning", "text", "response")
+"""Where a chunk carries generated text: an OpenAI delta's (content, a reasoning model's
+reasoning_content or reasoning), a completion choice's text, llama.cpp /completion's content,
+Ollama's response."""
+
+
+def carries_token(data: Any) -> bool:
+    """Whether a stream's event brings a token (or says the answer finished): the progress
+    that restarts a generation's READ_TIMEOUT_S. An event with an empty delta, a role alone
+    or only usage brings none, so a server that sends such events every second cannot hold a
+    run past that deadline, no more than one that sends keep-alive comments."""
+    if not isinstance(data, dict):
+        return False
+    if _says_finished(data) or data.get("stop") is True:  # llama.cpp /completion's last
+        return True
+    parts = [data, data.get("message")]  # Ollama's chat: message.content
+    choices = data.get("choices")
+    if isinstance(choices, list):
+        for choice in choices:
+            if isinstance(choice, dict):
+                parts += [choice, choice.get("delta"), choice.get("message")]
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        if any(isinstance(part.get(f), str) and part[f] for f in _TOKEN_FIELDS):
+            return True
+        if any(isinstance(part.get(f), list) and part[f] for f in ("tokens", "tool_calls")):
+            return True
+    return False
+
+
 def stream_sse(base: Base, route: str, payload: Any, api_key: str | None = None,
                cancel: threading.Event | None = None,
                read_timeout: float | None = None,
                until_closed: bool = False,
                timeout: float = STREAM_TIMEOUT_S,
-               max_bytes: int = MAX_STREAM_BYTES) -> Iterator[StreamEvent]:
+               max_bytes: int = MAX_STREAM_BYTES,
+               progress: Callable[[Any], bool] = carries_token) -> Iterator[StreamEvent]:
     """POST ``payload`` and yield each server-sent ``data:`` event as it arrives.
 
     Ends at ``data: [DONE]``, or when the server closes the stream after it said it finished
     (a finish_reason, Ollama's done). Raises ServerError when the stream ends before that (a
-    server that died mid-answer must not pass for a short answer), when no chunk arrives
-    within ``read_timeout`` (READ_TIMEOUT_S when None; keep-alive comments and a trickle of
-    bytes are not events), the whole stream takes longer than ``timeout`` or sends more
+    server that died mid-answer must not pass for a short answer), when no token arrives
+    within ``read_timeout`` (READ_TIMEOUT_S when None; only an event that ``progress`` says
+    is progress restarts it: by default one that carries a token, :func:`carries_token`;
+    keep-alive comments, a trickle of bytes and events with nothing in them are not; a
+    stream of another kind, TabbyAPI's load progress, passes its own), the whole stream
+    takes longer than ``timeout`` or sends more
     than ``max_bytes`` (comments and keep-alives count), one event is larger than
     MAX_EVENT_BYTES, or the connection breaks (``until_closed``: a stream that simply ends
     when the server closes it, as TabbyAPI's load progress does); CancelledError when
@@ -602,13 +639,14 @@ def stream_sse(base: Base, route: str, payload: Any, api_key: str | None = None,
             if body == "[DONE]":
                 return
             call.events += 1
-            call.watchdog.progress()
             try:
                 data = call.json(body)
             except ValueError as exc:
                 yield StreamEvent(at, None, lost=f"an event that is not usable JSON "
                                   f"({len(body)} bytes: {exc})")
                 continue
+            if progress(data):
+                call.watchdog.progress()
             if isinstance(data, dict) and "error" in data and not data.get("choices"):
                 raise ServerError(f"{where} reported an error mid-stream: "
                                   f"{call.shown(_error_text(body, call.masks))}")

@@ -25,7 +25,7 @@ from specdeck.core.llama_flags import (
     SPEC_TYPE,
 )
 from specdeck.core.printable import printable
-from specdeck.core.servers.llama_server import judge_of
+from specdeck.core.servers.llama_server import judge_of, unlisted_flags
 from specdeck.core.swap.config import SwapConfig, from_document, from_text
 from specdeck.core.swap.edit import FlagEdit, check_editable, plan_edit
 from specdeck.core.swap.migrate import findings
@@ -94,8 +94,10 @@ def draft_edits(setting: DraftSetting, info=None, current_type: str | None = Non
 
 
 def plan_draft(config: SwapConfig, model_name: str, setting: DraftSetting, info=None) -> ConfigChange:
-    """The change that writes ``setting`` into one model's cmd; with ``info`` (the user's
-    llama-server --help) the edited cmd must parse with that binary."""
+    """The change that writes ``setting`` into one model's cmd, in the names the binary that
+    runs it takes, and checked against it: ``info`` (the --help of the binary the user
+    named), else the binary the cmd names (core.servers.llama_server.judge_of), else the
+    pinned build's names, said in a warning."""
     model = config.model(model_name)
     check_editable(model, f"Model {printable(model_name)}")
     if not model.is_llama_server:
@@ -104,14 +106,30 @@ def plan_draft(config: SwapConfig, model_name: str, setting: DraftSetting, info=
                                 "SpecDeck edits llama-server's drafting flags only.")
     from specdeck.core.servers.llama_server import spec_type
 
+    judge = judge_of(model.argv[0], info)
+    info = judge.info
     change = plan_edit(config, model_name, draft_edits(setting, info, spec_type(model.flags)))
     after = from_text(change.new_text, change.document.path)
     if info is not None:
-        from specdeck.core.servers.llama_server import check_args
-
-        check_args(after.model(model_name).argv[1:], info)
+        _check_written(model.flags[1:], after.model(model_name).flags[1:], info)
+    hedge = () if not judge.hedged else (printable(
+        f"{model_name}: written in the names of {judge.by}."),)
     return ConfigChange(change.document, change.new_text, change.changed_keys, change.values,
-                        (*change.warnings, *_still_wrong(after, model_name, info)))
+                        (*change.warnings, *hedge, *_still_wrong(after, model_name, info)))
+
+
+def _check_written(before: tuple[str, ...], after: tuple[str, ...], info) -> None:
+    """Refuse an edit whose result the binary would refuse where the cmd as it was did not:
+    what SpecDeck writes must be in its --help; what the user's cmd already had is theirs."""
+    from specdeck.core.servers.llama_server import problems_of
+
+    old = set(problems_of(before, info))
+    new = [p for p in problems_of(after, info) if p not in old]
+    if new:
+        raise InvalidInputError("This llama-server command line would not work: "
+                                + "; ".join(new) + ". Nothing was changed.",
+                                "Fix these flags; `llama-server --help` lists what your "
+                                "build knows.")
 
 
 def _still_wrong(after: SwapConfig, name: str, info=None) -> list[str]:
@@ -123,7 +141,7 @@ def _still_wrong(after: SwapConfig, name: str, info=None) -> list[str]:
     said = [printable(f"{name}: {f.message}" + (" (`specdeck swap migrate` fixes this)"
                                                if f.edit is not None else ""))
             for f in found]
-    drafting = model.drafting()
+    drafting = model.drafting(info)
     if not drafting["drafts"] and not found:  # an old flag is the reason, and said above
         said.append(printable(f"{name} still drafts nothing ({drafting['drafter']}): give it a "
                               "drafting method (--spec-type, or a draft model with -md)."))
@@ -131,11 +149,17 @@ def _still_wrong(after: SwapConfig, name: str, info=None) -> list[str]:
 
 
 def plan_migration(config: SwapConfig, names: list[str] | None = None,
-                   info=None) -> tuple[ConfigChange | None, list[str]]:
+                   info=None, info_for_all: bool = True) -> tuple[ConfigChange | None, list[str]]:
     """Every fixable finding of the named llama-server models (all by default) applied, as one
     change of the whole file (None: nothing to fix), and what SpecDeck cannot fix itself.
-    A flag set in a global macro is fixed in the macro, once for every model using it (the
-    warning names them)."""
+    ``info`` (a binary's --help) judges the named models, and with ``info_for_all`` every
+    other model too (`swap migrate --llama-server`: the binary llama-swap runs); else each
+    other model is judged by the binary its own cmd names (a tune's binary is the tuned
+    model's only). A flag set in a global macro is fixed in the macro, once for every model
+    using it (the warning names them), unless another model using it runs a binary that
+    would refuse the fix: then the fix goes into the migrated model's own cmd in place of the
+    macro (the macro stays as the others need it), or, where that cannot be written, the
+    model is not migrated and said why."""
     wanted = [m for m in config.models if names is None or m.name in names]
     unfixed = [f"{m.name}: {m.errors[0]}" for m in wanted if m.errors]
     names = [m.name for m in wanted if m.is_llama_server and not m.errors]  # errors: unfixed
@@ -148,32 +172,73 @@ def plan_migration(config: SwapConfig, names: list[str] | None = None,
             warnings.append(printable(f"{name}: migrated by llama.cpp 11434's rules, not "
                                       f"checked against its own binary ({judge.program} "
                                       f"{judge.why_not}). Check the result with your build."))
-        before, last_good = current, last
-        for macro in dict.fromkeys(f.macro for f in found if f.edit is not None):
-            edits = [f.edit for f in found if f.edit is not None and f.macro == macro]
-            target = current.macro(macro) if macro is not None else current.model(name)
-            if macro is not None:
-                users = current.users_of(macro)
-                warnings.append(printable(f"Macro {macro} changes for every model that uses "
-                                          f"it: {', '.join(users)}."))
-            if target.shared_with:
-                warnings.append(printable(
-                    f"{'Macro' if macro else 'Model'} {macro or name}'s cmd is written once "
-                    f"for several places (a YAML anchor): the fix changes "
-                    f"{', '.join(target.shared_with)} too."))
-            last = plan_edit(current, macro or name, edits, macro=macro is not None,
-                             shared_ok=True)
-            current = from_text(last.new_text, current.path)
+        before, last_good, said = current, last, len(warnings)
+        try:
+            for macro in dict.fromkeys(f.macro for f in found if f.edit is not None):
+                edits = [f.edit for f in found if f.edit is not None and f.macro == macro]
+                target = current.macro(macro) if macro is not None else current.model(name)
+                if target.shared_with:
+                    warnings.append(printable(
+                        f"{'Macro' if macro else 'Model'} {macro or name}'s cmd is written "
+                        f"once for several places (a YAML anchor): the fix changes "
+                        f"{', '.join(target.shared_with)} too."))
+                last = plan_edit(current, macro or name, edits, macro=macro is not None,
+                                 shared_ok=True)
+                if macro is not None:
+                    last = _macro_fix(current, last, name, macro, info if info_for_all else None,
+                                      warnings)
+                current = from_text(last.new_text, current.path)
+        except InvalidInputError as exc:
+            unfixed.append(printable(f"{name}: not migrated: {exc.what} {exc.fix or ''}".strip()))
+            current, last, warnings = before, last_good, warnings[:said]
+            warnings = [w for w in warnings if not w.startswith(f"{name}: migrated by")]
+            continue
         refused = _refused_by(judge, before.model(name), current.model(name))
         if refused:  # never written: the model would no longer start
             unfixed.append(printable(f"{name}: not migrated: {judge.info.source} would refuse "
                                      f"the result ({refused})"))
-            current, last = before, last_good
+            current, last, warnings = before, last_good, warnings[:said]
             warnings = [w for w in warnings if not w.startswith(f"{name}: migrated by")]
     if last is None:
         return None, unfixed
     return ConfigChange(config.document, last.new_text, last.changed_keys, last.values,
                         tuple(dict.fromkeys(warnings))), unfixed
+
+
+def _macro_fix(current: SwapConfig, change: ConfigChange, name: str, macro: str, info,
+               warnings: list[str]) -> ConfigChange:
+    """``change`` (the fix written into global macro ``macro`` for model ``name``) when every
+    other model that expands the macro still runs with it, judged by its own binary (or
+    ``info``); else the fix written into ``name``'s own cmd in place of the macro, leaving
+    the macro as the others need it (core.swap.edit.inline_macro; an InvalidInputError when
+    that cannot be written)."""
+    from specdeck.core.swap.edit import inline_macro
+
+    trial = from_text(change.new_text, current.path)
+    users = current.users_of(macro)
+    refusals = []
+    for user in users:
+        if user == name:
+            continue
+        judge = judge_of(current.model(user).argv[0], info)
+        refused = _refused_by(judge, current.model(user), trial.model(user))
+        if refused:
+            refusals.append(f"{user} ({judge.info.source} would refuse it: {refused})")
+    if not refusals:
+        warnings.append(printable(f"Macro {macro} changes for every model that uses it: "
+                                  f"{', '.join(users)}."))
+        return change
+    why = f"macro {macro} is also used by {', '.join(refusals)}"
+    try:
+        inlined = inline_macro(current, name, macro, trial.macro(macro).value,
+                               trial.model(name).argv)
+    except InvalidInputError as exc:
+        raise InvalidInputError(printable(f"{why}, so its fix cannot go into the macro; and "
+                                          f"{exc.what[0].lower()}{exc.what[1:]}"),
+                                exc.fix) from None
+    warnings.append(printable(f"{name}: {why}: the fix is written into {name}'s own cmd in "
+                              f"place of ${{{macro}}}, and the macro stays as it is."))
+    return inlined
 
 
 def _refused_by(judge, before, after) -> str:
@@ -201,12 +266,23 @@ def model_rows(config: SwapConfig, info=None) -> list[dict[str, Any]]:
                      "llama_server": model.is_llama_server,
                      **(judge.to_json() if judge is not None else {"judged_by": None}),
                      "macros": list(model.macros_used),
-                     **model.drafting(judge.info if judge is not None else None),
+                     **_shown(model.drafting(judge.info if judge is not None else None)),
                      "editable": model.tokens is not None, "not_editable": model.not_editable,
                      "errors": list(model.errors), "shared_with": list(model.shared_with),
                      "problems": [f.message for f in found],
+                     "not_in_help": unlisted_flags(model.flags[1:], judge.info) if judged
+                     else [],
                      "fixable": sum(1 for f in found if f.edit is not None)})
     return rows
+
+
+def _shown(drafting: dict[str, Any]) -> dict[str, Any]:
+    """A model's drafting state as shown: its flags through the one masker of argv
+    (core.urls.shown_args), so a secret set beside them never reaches a screen."""
+    from specdeck.core.urls import shown_args
+
+    return {**drafting, "flags": list(shown_args(drafting["flags"])),
+            "flags_in_macros": list(shown_args(drafting["flags_in_macros"]))}
 
 
 def replan_whole(change: ConfigChange | None, doc) -> ConfigChange:

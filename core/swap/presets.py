@@ -30,6 +30,7 @@ RENAMED = {"draft": "spec-draft-n-max", "draft-n": "spec-draft-n-max",
            "draft-max": "spec-draft-n-max", "draft-min": "spec-draft-n-min",
            "draft-n-min": "spec-draft-n-min"}
 DRAFT_MODEL_KEYS = ("model-draft", "md", "spec-draft-model")
+PRESETS_FILE = "router's presets .ini (--models-preset)"
 
 
 @dataclass(frozen=True)
@@ -95,11 +96,16 @@ class Presets:
 def load(path: str | Path) -> Presets:
     path = expand_user(path).absolute()
     try:
-        raw = _read_config_bytes(path)
+        raw = _read_config_bytes(path, PRESETS_FILE)
     except FileNotFoundError:
         raise NotFoundError(f"{path} does not exist.",
                             "Give the presets file your llama-server router runs with "
                             "(--models-preset).") from None
+    except IsADirectoryError:
+        raise InvalidInputError(f"{path} is a folder, not a {PRESETS_FILE}.",
+                                f"Point SpecDeck at your {PRESETS_FILE}.") from None
+    except OSError as exc:
+        raise InvalidInputError(f"Cannot read {path}: {exc.strerror or exc}.") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -130,20 +136,51 @@ def parse(text: str, path: Path | None = None, disk_fingerprint: str | None = No
     return Presets(TextDocument(text, path, disk_fingerprint), tuple(sections))
 
 
-def findings(presets: Presets, name: str) -> list[tuple[str, dict[str, str | None], dict[str, str]]]:
+def findings(presets: Presets, name: str, info=None
+             ) -> list[tuple[str, dict[str, str | None], dict[str, str]]]:
     """What the router's llama-server would refuse in preset ``name``: (message, keys to set
-    (None: remove), keys to rename)."""
+    (None: remove), keys to rename). ``info``: that llama-server's --help (the router's
+    binary, which the .ini does not name): a key is out of date only when its help says it
+    was removed, a fix only in names it lists, and a draft model alone is no fault in a
+    build that drafts with one (ik_llama.cpp). Without it, the pinned build's table
+    (``RENAMED``), which whoever shows the findings must say they are judged by
+    (:func:`judged_by`)."""
+    from specdeck.core.llama_flags import canonical
+
     section = presets.section(name)
     own = {e.key for e in section.entries}
     effective = presets.effective(name)
     out = []
+    removed = {canonical(f) for f in info.removed} if info is not None else None
     for old, new in RENAMED.items():
-        if old in own:
-            out.append((f"[{name}] {old} was removed: {new} now", {}, {old: new}))
-    if any(k in effective for k in DRAFT_MODEL_KEYS) and "spec-type" not in effective:
-        out.append((f"[{name}] a draft model alone no longer drafts: spec-type = draft-simple",
-                    {"spec-type": "draft-simple"}, {}))
+        if old not in own or (removed is not None and canonical(f"--{old}") not in removed):
+            continue
+        if info is not None and f"--{new}" not in info.flags:
+            out.append((f"[{name}] {old} was removed, and {info.source} lists no --{new}: "
+                        "remove it or check that build's --help", {}, {}))
+            continue
+        out.append((f"[{name}] {old} was removed: {new} now", {}, {old: new}))
+    drafts_alone = info is not None and info.implied_draft is not None
+    if any(k in effective for k in DRAFT_MODEL_KEYS) and "spec-type" not in effective \
+            and not drafts_alone:
+        if info is None or "draft-simple" in info.spec_types:
+            out.append((f"[{name}] a draft model alone no longer drafts: "
+                        "spec-type = draft-simple", {"spec-type": "draft-simple"}, {}))
+        else:
+            out.append((f"[{name}] a draft model alone does not draft in {info.source}, "
+                        "which lists no --spec-type draft-simple", {}, {}))
     return out
+
+
+def judged_by(info) -> str:
+    """Whose rules a preset's findings are, in words (the pinned build's when no binary was
+    named: said, and hedged)."""
+    if info is not None:
+        return f"judged by {info.source}"
+    from specdeck.core.servers.llama_server import fallback_help
+
+    return (f"judged by {fallback_help().build}, not your router's llama-server (give "
+            "--llama-server to judge by it); your build may differ")
 
 
 def plan_edit(presets: Presets, name: str, values: dict[str, str | None],

@@ -66,7 +66,6 @@ def apply(result: TuneResult, confirm: Confirm | None = None,
                        "flags to your llama-server command (or your preset) yourself.")
     from specdeck.core import swap
     from specdeck.core.swap.apply import plan_apply_flags
-    from specdeck.core.urls import args_secrets
 
     config = swap.load(setup.swap_config)
     migrated = _migrated(config, setup)
@@ -77,8 +76,7 @@ def apply(result: TuneResult, confirm: Confirm | None = None,
         noop="The file already has these flags: nothing to write.",
         unchanged=lambda: refuse_if_changed(setup.swap_config,
                                             config.document.disk_fingerprint,
-                                            setup.swap_fingerprint),
-        secrets=args_secrets(setup.flags))
+                                            setup.swap_fingerprint))
 
 
 def _migrated(config, setup):
@@ -283,19 +281,17 @@ def refuse_if_changed(path: Path, now: str | None, when_read: str | None) -> Non
 
 def write_and_prove(path: Path, flags: str, change, confirm: Confirm | None,
                     prove: Callable[[], str | None], proved: str, noop: str,
-                    unchanged: Callable[[], None] = lambda: None,
-                    secrets: tuple[str, ...] = ()) -> Applied:
+                    unchanged: Callable[[], None] = lambda: None) -> Applied:
     """Show ``change``'s diff (``confirm``), save it (atomic, a .bak), then ``prove`` the
     server runs as the file now says (None: it did; else why not) and put the file back byte
     for byte when it does not. A file that already says it is ``noop``; otherwise
     ``unchanged`` raises when the file is not the one the tune read (refuse_if_changed).
-    Every apply goes through here. The diff is shown and kept with ``secrets`` (the forms
-    of the cmd's own secrets, core.urls.args_secrets) masked: a changed line of a one-line
-    cmd carries its --api-key too."""
+    Every apply goes through here. The diff is shown and kept as ``change.diff()`` gives
+    it: every secret of the file masked at the source (core.urls.shown_text), a changed
+    line's and a neighbouring model's alike."""
     from specdeck.core.config.store import save
-    from specdeck.core.urls import mask_secrets
 
-    diff = mask_secrets(change.diff(), secrets)
+    diff = change.diff()
     if change.is_noop:  # already written (by an earlier apply of this result, say)
         return Applied(path, flags, diff, why=noop)
     unchanged()

@@ -33,6 +33,50 @@ TABLE = (
 """Every argument a tune produces, and what its value may be."""
 NUMBER = re.compile(r"\d{1,7}(?:\.\d{1,6})?")
 """A flag's value: a whole number or a decimal, below 10 million."""
+RANGES = (
+    ("-p-min", 0.0, 1.0, False),
+    ("-size-n", 1, 1024, True), ("-size-m", 1, 1024, True), ("-n-match", 1, 1024, True),
+    ("-min-hits", 1, 1024, True), ("-n-max", 1, 1024, True), ("-n-min", 0, 1024, True),
+    ("--draft-max", 1, 1024, True), ("--draft-min", 0, 1024, True),
+    ("--draft", 1, 1024, True), ("--draft-n", 1, 1024, True), ("--draft-n-min", 0, 1024, True),
+)
+"""The numbers a tune sets, by how their flag's name ends (an n-gram type's lookup and draft
+lengths, min hits and n-match, a draft's most and fewest tokens and its p-min; on a build
+that drafts with -md alone, its --draft-max family), and the range each may take: llama.cpp
+11434's own checks (common/arg.cpp: sizes and n-match 1 to 1024, ngram-mod's n-min/n-max 0
+to 1024, min hits at least 1; p-min is a probability), no wider than what a tune produces
+(k at least 1, at most MAX_SERVER_DRAFT_TOKENS, 1024)."""
+
+
+def number_range(flag: str) -> tuple[float, float, bool] | None:
+    """(lowest, highest, whole) for a number a tune sets through ``flag``; None: a tune sets
+    no number through it (a thread count, a priority, a device: the user's to set)."""
+    found = [(suffix, low, high, whole) for suffix, low, high, whole in RANGES
+             if (flag == suffix if suffix.startswith("--") else flag.endswith(suffix))]
+    if not found:
+        return None
+    _, low, high, whole = max(found, key=lambda r: len(r[0]))
+    return low, high, whole
+
+
+def _number_problem(flag: str, value: str, name: str) -> str | None:
+    """Why ``value`` cannot be ``flag``'s number (None: it can)."""
+    from specdeck.core.printable import printable
+
+    shown = printable(value)[:80]
+    if not NUMBER.fullmatch(value):
+        return f"{name} {shown!r}: its value must be a number"
+    found = number_range(flag)
+    if found is None:
+        return f"{name} is not a flag a tune sets"
+    low, high, whole = found
+    number = float(value)
+    if whole and not value.isdigit():
+        return f"{name} {shown}: must be a whole number"
+    if not low <= number <= high:
+        return (f"{name} {shown}: must be from {low:g} to {high:g} (as llama.cpp takes it, and "
+                "a tune sets it)")
+    return None
 HINT = "Tune again: SpecDeck writes only the flags its own tune produces."
 
 
@@ -123,8 +167,10 @@ def _problems(spec_type: str, draft, numbers, info) -> list[str]:
         elif flag not in own or flag not in info.flags:
             problems.append(f"{name}: this llama-server's --help names no such flag for "
                             f"{shown}")
-        if not NUMBER.fullmatch(value):
-            problems.append(f"{name} {printable(value)[:80]!r}: its value must be a number")
+        else:
+            why = _number_problem(flag, value, name)
+            if why is not None:
+                problems.append(why)
     if draft is not None:
         problems += _draft_problems(str(draft))
     elif implied or (method is not None and method.needs.startswith("a draft model")):
@@ -139,7 +185,15 @@ def _implied(spec_type: str, info) -> bool:
     return method is not None and spec_type == method.name
 
 
-def _draft_problems(draft: str) -> list[str]:
+def draft_problems(draft: str | Path, on_disk: bool = True) -> list[str]:
+    """Why ``draft`` cannot be launched and written as a -md GGUF ([]: it can): checked when
+    a draft is found (``on_disk`` False: a Hub draft not downloaded yet, its path only), so a
+    file whose name cannot become an argument is a candidate not tried, with why, never a
+    tune that stops when it comes to launch it."""
+    return _draft_problems(str(draft), on_disk)
+
+
+def _draft_problems(draft: str, on_disk: bool = True) -> list[str]:
     """Why ``draft`` cannot be written as a -md GGUF ([]: it can)."""
     from specdeck.core.files import not_a_file
     from specdeck.core.printable import printable
@@ -149,6 +203,8 @@ def _draft_problems(draft: str) -> list[str]:
         return [f"-md {shown}: it holds a ${{...}} macro, which llama-swap would substitute"]
     if draft.startswith("-") or "://" in draft or not Path(draft).is_absolute():
         return [f"-md {shown}: not the absolute path of a file on this machine"]
+    if not on_disk:
+        return []
     missing = not_a_file(draft, "draft model")
     if missing is not None:
         return [missing.what.rstrip(".")]

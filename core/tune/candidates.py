@@ -61,13 +61,17 @@ class Candidate:
     hub: HubFile | None = None
     """Where a draft from the Hub comes from (None: found on disk)."""
     k_flag: str | None = None
-    """What sets k for it, as the binary's --help says (find_candidates); by default as
+    """What sets k for it, as the binary's --help says (find_candidates, and the Hub's
+    drafts in core.tune.run, always pass it); left out (a candidate made by hand), as
     SpecDeck's fallback list says."""
     k_values: tuple[str, ...] = K_VALUES
     """The k values searched: those of K_VALUES with which this type can draft at all."""
     implied: bool = False
     """Its build drafts with the draft model alone (llama.cpp before 2026, ik_llama.cpp): no
     ``--spec-type`` is written (``llama_flags.SpecMethod.implied``)."""
+    kept: tuple[tuple[str, str], ...] = ()
+    """The user's own values for this type's other flags (its lookup length, its min hits:
+    ``--spec-ngram-simple-size-n 3``), kept in every setting of it, as their cmd has them."""
 
     def __post_init__(self) -> None:
         if self.k_flag is None:
@@ -122,15 +126,24 @@ def find_candidates(setup: Setup, spec_types: Sequence[str], drafts: Iterable[Pa
         skipped.append(NotTried(f"{len(refused_names) - 8} more spec types",
                                 "read from --help, not launched: their names are not names, "
                                 f"or past the first {llama_flags.MAX_SPEC_TYPES}"))
+    pinned = {m.name: m for m in fallback_help().methods}
     for kind in usable:
         method = known.get(kind, llama_flags.SpecMethod(kind))
-        k = {"k_flag": method.k_flag} if method.k_flag else {}
-        if method.implied:
-            k["implied"] = True
         if kind == "none":
             continue
+        if methods and method.k_flag is None and pinned.get(kind, method).k_flag is not None:
+            # The binary lists the type but no flag that sets its draft length: the pinned
+            # build's flag is not this binary's to take.
+            skipped.append(NotTried(kind, f"its --help lists no flag that sets its draft "
+                                          f"length (llama.cpp 11434 has "
+                                          f"{pinned[kind].k_flag}), so SpecDeck cannot set "
+                                          "or say what it would measure"))
+            continue
+        k = {"k_flag": method.k_flag, "kept": kept_values(method, setup.flags)}
+        if method.implied:
+            k["implied"] = True
         if not method.needs:
-            values, note = drafting_k_values(kind, setup.common)
+            values, note = drafting_k_values(method, setup.flags)
             if not values:
                 skipped.append(NotTried(kind, note))
                 continue
@@ -151,27 +164,46 @@ def find_candidates(setup: Setup, spec_types: Sequence[str], drafts: Iterable[Pa
     return Candidates(tuple(found), tuple(skipped))
 
 
-NGRAM_SIMPLE_SIZE_N = ("--spec-ngram-simple-size-n", 12)
-"""The lookup n-gram's flag and default (llama.cpp 11434 common/common.h 365)."""
+def kept_values(method: llama_flags.SpecMethod, flags: Sequence[str]
+                ) -> tuple[tuple[str, str], ...]:
+    """The user's own numbers (in ``flags``, their whole command line) for ``method``'s flags
+    other than its k flag, in the names its help gives them: kept in every tuned setting of
+    that type, never dropped for llama-server's defaults."""
+    from specdeck.core.servers.llama_server import flag_value
+    from specdeck.core.tune.arguments import NUMBER, number_range
+
+    kept = []
+    for flag in method.flags:
+        value = flag_value(tuple(flags), flag) if flag != method.k_flag else None
+        if value is not None and NUMBER.fullmatch(value) and number_range(flag) is not None:
+            kept.append((flag, value))
+    return tuple(kept)
 
 
-def drafting_k_values(kind: str, flags: Sequence[str]) -> tuple[tuple[str, ...], str]:
-    """The k values of K_VALUES with which ``kind`` can draft, and why any were left out.
+def drafting_k_values(method: llama_flags.SpecMethod, flags: Sequence[str]
+                      ) -> tuple[tuple[str, ...], str]:
+    """The k values of K_VALUES with which ``method`` can draft, and why any were left out.
 
     ngram-simple's k is its m-gram size (--spec-ngram-simple-size-m), and it drafts only when
-    it can copy at least its lookup n-gram's size (--spec-ngram-simple-size-n, 12 unless the
-    user's flags say otherwise) of tokens: ``copy_max < n_draft_min`` returns no draft
-    (common/ngram-map.cpp, common_ngram_simple_draft, lines 96-101). With k below that size
-    the setting is no drafting under another name; the tune_search benchmark of 2026-11-26
-    measured ngram-simple k=4 and k=8 drafting nothing on any prompt."""
-    if kind != "ngram-simple":
+    it can copy at least its lookup n-gram's size of tokens: ``copy_max < n_draft_min``
+    returns no draft (common/ngram-map.cpp, common_ngram_simple_draft, lines 96-101). That
+    size is the one ``flags`` (the user's whole command line) give, else the default, under
+    the name the binary's help gives it (``--spec-ngram-simple-size-n``; ik_llama.cpp's
+    ``--spec-ngram-size-n``); a help that names no lookup length leaves every k searched.
+    With k below that size the setting is no drafting under another name; the tune_search
+    benchmark of 2026-11-26 measured ngram-simple k=4 and k=8 drafting nothing on any
+    prompt."""
+    flag = method.size_n_flag
+    if method.name != "ngram-simple" or flag is None:
         return K_VALUES, ""
     from specdeck.core.servers.llama_server import flag_value
 
-    flag, default = NGRAM_SIMPLE_SIZE_N
+    default = method.default_of(flag)
     try:
         size_n = int(flag_value(tuple(flags), flag) or default)
-    except ValueError:
+    except (TypeError, ValueError):
+        if default is None:
+            return K_VALUES, ""
         size_n = default
     values = tuple(k for k in K_VALUES if int(k) >= size_n)
     left = [k for k in K_VALUES if k not in values]
@@ -219,10 +251,17 @@ def _draft_models(setup: Setup, drafts: Iterable[Path], cancel: threading.Event 
 
     usable: list[tuple[Path, int]] = []
     refused: list[NotTried] = []
+    from specdeck.core.printable import printable
+    from specdeck.core.tune.arguments import draft_problems
+
     for path in drafts:
         if cancel is not None and cancel.is_set():
             raise CancelledError()
-        label = f"draft-simple {path.name}"
+        label = printable(f"draft-simple {path.name}")[:120]
+        why = draft_problems(path)
+        if why:  # a name that cannot become an argument: never launched, never written
+            refused.append(NotTried(label, why[0]))
+            continue
         try:
             size = read_gguf_model(path).weight_bytes
             if not smaller_than_target(size, setup):

@@ -181,6 +181,11 @@ def _repo_candidate(setup, target, repo_id: str, library: Path, left: int, endpo
         return NotTried(f"{label} {choice.main_file}", f"tokenizer checked from its GGUF "
                         f"header, before any download: {report.summary}")
     folder = library / gguf_folder_name(repo_id, choice)
+    from specdeck.core.tune.arguments import draft_problems
+
+    why_not = draft_problems(folder / choice.main_file, on_disk=False)
+    if why_not:  # checked before any download: a name that cannot become an argument
+        return NotTried(f"{label} {choice.main_file}", why_not[0])
     installed = is_installed(choice, folder)
     source = HubFile(repo_id, commit, choice.files[0].path, choice.quant, choice.size)
     return Candidate(DRAFT_SIMPLE, folder / choice.main_file, choice.size,

@@ -251,7 +251,8 @@ def checked_entry(entry) -> dict | None:
     """A history line as a record, checked before it becomes a figure (None: not a record
     SpecDeck could have written): a finite speed-up above 0 and at most ``MAX_SPEEDUP``;
     pairs and k whole numbers in range; an acceptance share from 0 to 1; an interval of
-    finite bounds that holds; text fields short text. An interval or acceptance that fails is
+    finite bounds above 0 that holds the speed-up and is no faster than k + 1 (0.00-1000x
+    is no interval); text fields short text. An interval or acceptance that fails is
     dropped from the entry; the rest refuses it."""
     if not isinstance(entry, dict):
         return None
@@ -276,7 +277,9 @@ def checked_entry(entry) -> dict | None:
     if _real(acceptance) and 0 <= acceptance <= 1:
         checked["acceptance"] = acceptance
     low, high = entry.get("low"), entry.get("high")
-    if _real(low) and _real(high) and 0 <= low <= high <= MAX_SPEEDUP:
+    ceiling = k + 1 if k is not None else MAX_SPEEDUP
+    if _real(low) and _real(high) and 0 < low <= speedup <= high <= ceiling:
+        # an interval that holds its own speed-up, above 0 and no faster than k + 1
         checked["low"], checked["high"] = low, high
     return checked
 

@@ -30,6 +30,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,9 @@ class TuneOptions:
     fit what the target leaves of it."""
     download_retry: Any = None
     """core.hub.transfer.RetryPolicy for the downloads (None: the installer's default)."""
+    download_time_s: float | None = None
+    """Wall clock for all the downloads together (None: ``budget_s``): a Hub that trickles
+    cannot hold a tune past it (core.tune.run.download_phase)."""
     replay: bool = True
     """Predict every setting from one plain run (core.tune.replay) and search only the best
     predicted; False: search every candidate's k values (llama-server setups only)."""
@@ -154,9 +158,10 @@ class Downloaded:
     repo_id: str
     file: str
     status: str
-    """"downloaded", "already installed", "failed", "cancelled", "declined" (the user said no
-    or could not be asked), "over budget", "not worth it" (predicted slower than no drafting
-    even at the top of its range)."""
+    """"downloaded", "already installed", "failed", "cancelled", "timed out" (past the
+    downloads' time: what arrived is kept to resume), "declined" (the user said no or could
+    not be asked), "over budget", "not worth it" (predicted slower than no drafting even at
+    the top of its range)."""
     bytes: int
     """The file's size (its shards together)."""
     downloaded_bytes: int = 0
@@ -340,18 +345,29 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
                 "is measured as migrated, and the migration is part of what is written.")
         emit(Phase("candidates", said))
         notes.append(said)
+    from specdeck.core.servers.llama_server import unlisted_note
+
+    hedge = unlisted_note(setup.flags, info)
+    if hedge:  # the user's own flags: passed on, never refused for the help's silence
+        said = f"Your flags: {hedge}."
+        emit(Phase("candidates", said))
+        notes.append(said)
     library = hub.library_dir(options.download_dir)
     found: Candidates = find_candidates(
         setup, methods,
         draft_files(setup, (*options.draft_dirs, *hub.library_folders(library))), cancel,
         methods=info.methods)
-    if options.download_budget > 0 and hub.DRAFT_SIMPLE in methods:
+    drafts_with = info.implied_draft or info.method(hub.DRAFT_SIMPLE)
+    if options.download_budget > 0 and hub.DRAFT_SIMPLE in methods and not any(
+            n.what == hub.DRAFT_SIMPLE and "draft length" in n.why for n in found.not_tried):
         emit(Phase("candidates", f"Searching the Hub for {setup.facts.family} drafts"))
         found = _with_hub(setup, found, library, options, notes, cancel)
-        implied = info.implied_draft
-        if implied is not None:  # the Hub's drafts run as this build drafts with a model
+        if drafts_with is not None:  # the Hub's drafts run as this build drafts with a model
+            from specdeck.core.tune.candidates import kept_values
+
             found = replace(found, found=tuple(
-                replace(c, k_flag=implied.k_flag or c.k_flag, implied=True)
+                replace(c, k_flag=drafts_with.k_flag, implied=drafts_with.implied,
+                        kept=kept_values(drafts_with, setup.flags))
                 if c.hub is not None else c for c in found.found))
     if history is None:
         notes += filter(None, [history_note()])
@@ -454,6 +470,21 @@ class TunedServer:
     model: Callable[[Any], str]
 
 
+def _buildable(setup, server: TunedServer, predicted: list, notes: list) -> list:
+    """The candidates whose settings the one builder (core.tune.arguments) can make: one it
+    refuses (a draft gone from disk since it was found, say) is a note, never the end of the
+    tune."""
+    kept = []
+    for candidate, prediction in predicted:
+        try:
+            server.cells(setup, candidate)
+        except InvalidInputError as exc:
+            notes.append(f"{candidate.label} was not tried: {exc.what}")
+            continue
+        kept.append((candidate, prediction))
+    return kept
+
+
 def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicted: list,
                       found: Candidates, downloads, phase_s: dict, notes: list, engine,
                       emit: EventSink, cancel: threading.Event, forecast=None) -> TuneResult:
@@ -463,6 +494,7 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
     long as the finalist's predicted speed-up needs (the replay, like the downloads, ran
     before the budget's clock started)."""
     tuning, held_out = split_prompts(options)
+    predicted = _buildable(setup, server, predicted, notes)
     cells = [cell for c, _ in predicted for cell in server.cells(setup, c)]
     expected: dict[str, float] = {}
     from specdeck.core.tune.replay import search as replayed
@@ -721,19 +753,27 @@ header reads of a few MiB): a Hub that trickles its answers or pages for ever is
 behind at this deadline, and the tune goes on with the drafts on disk."""
 
 
+HUB_STOP_S = 10.0
+"""How long a stopped Hub search may take to end (its connections are shut: at once)."""
+
+
 def _with_hub(setup: Setup, found: Candidates, library: Path, options: TuneOptions,
               notes: list[str], cancel: threading.Event) -> Candidates:
     """``found`` with the Hub's drafts added (and the Hub's refusals with why), within
-    ``HUB_DEADLINE_S``: the search runs beside the tune, and one still running then is told
-    to stop and left (a response that trickles cannot be interrupted mid-read)."""
+    ``HUB_DEADLINE_S``: the search runs beside the tune, and one still running then is
+    stopped: its connections are shut (core.hub.client.stoppable, a response trickling its
+    headers or its body included) and it ends before the tune goes on."""
+    from specdeck.core.hub.client import stoppable
+
     outcome: dict[str, Any] = {}
     stop = threading.Event()
 
     def search() -> None:
         try:
-            outcome["found"] = hub.find_hub_drafts(
-                setup, library, list(found.found), memory=options.memory_bytes,
-                endpoint=options.hub_endpoint, cancel=stop)
+            with stoppable(stop):
+                outcome["found"] = hub.find_hub_drafts(
+                    setup, library, list(found.found), memory=options.memory_bytes,
+                    endpoint=options.hub_endpoint, cancel=stop)
         except BaseException as exc:  # noqa: BLE001 - raised again on the tune's thread
             outcome["error"] = exc
 
@@ -744,6 +784,7 @@ def _with_hub(setup: Setup, found: Candidates, library: Path, options: TuneOptio
         worker.join(0.1)
     if worker.is_alive():
         stop.set()
+        worker.join(HUB_STOP_S)  # its sockets are shut: it ends at once
         if not cancel.is_set():
             notes.append(f"The Hub did not finish answering within {HUB_DEADLINE_S:g} s (it "
                          "sent its answers too slowly, or without end): no Hub drafts were "
@@ -818,12 +859,16 @@ def download_phase(predicted: list, library: Path, options: TuneOptions, emit: E
                 emit(no)
             records += declined
         else:
-            for candidate in wanted:
-                ended = _download(candidate, library, options, emit, cancel)
-                emit(ended)
-                records.append(ended)
-                if ended.status == "cancelled":
-                    break
+            seconds = options.download_time_s if options.download_time_s is not None \
+                else options.budget_s
+            with _deadline(cancel, seconds) as stop:
+                for candidate in wanted:
+                    ended = _download(candidate, library, options, emit, stop, seconds,
+                                      cancel)
+                    emit(ended)
+                    records.append(ended)
+                    if ended.status == "cancelled":
+                        break
     failed = {r.candidate for r in records if not r.ok}
     wanted_labels = {c.label for c in wanted}
     done = {r.candidate for r in records if r.ok}
@@ -832,10 +877,53 @@ def download_phase(predicted: list, library: Path, options: TuneOptions, emit: E
     return kept, records
 
 
+class _Either:
+    """Set when the user's cancel is, or when the downloads' time runs out: what the installer
+    stops on (it asks ``is_set`` and ``wait``, as of a threading.Event)."""
+
+    def __init__(self, cancel: threading.Event, expired: threading.Event) -> None:
+        self.cancel, self.expired = cancel, expired
+
+    def is_set(self) -> bool:
+        return self.cancel.is_set() or self.expired.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        ends = None if timeout is None else time.monotonic() + timeout
+        while not self.is_set():
+            left = None if ends is None else ends - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self.cancel.wait(0.05 if left is None else min(0.05, left))
+        return True
+
+
+@contextmanager
+def _deadline(cancel: threading.Event, seconds: float):
+    """A stop for the downloads: set the moment ``cancel`` is, or ``seconds`` after entering
+    (the installer then closes its connection at once and keeps what arrived)."""
+    expired = threading.Event()
+    timer = threading.Timer(seconds, expired.set)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield _Either(cancel, expired)
+    finally:
+        timer.cancel()
+
+
 def _download(candidate: Candidate, library: Path, options: TuneOptions, emit: EventSink,
-              cancel: threading.Event) -> Downloaded:
+              stop: _Either, seconds: float, cancel: threading.Event) -> Downloaded:
+    """One Hub draft installed, unless ``stop`` comes first: the user's ``cancel``
+    ("cancelled"), or the downloads' ``seconds`` running out ("timed out"); either way what
+    arrived stays hidden in the library, for the next install to resume, and nothing looks
+    installed."""
     source = candidate.hub
     started = time.monotonic()
+    timed_out = ("timed out", f"not finished within the {seconds:g} s the downloads may take "
+                 "(as long as the tune's --budget); what arrived is kept and the next tune "
+                 "resumes it. Tuning goes on with the other candidates.")
+    if stop.is_set() and not cancel.is_set():
+        return _download_record(candidate, timed_out[0], why=timed_out[1])
 
     def progress(snapshot) -> None:
         if snapshot.total:
@@ -844,9 +932,12 @@ def _download(candidate: Candidate, library: Path, options: TuneOptions, emit: E
 
     try:
         result = hub.install_draft(candidate, library, endpoint=options.hub_endpoint,
-                                   progress=progress, cancel=cancel,
+                                   progress=progress, cancel=stop,
                                    retry=options.download_retry)
     except CancelledError as exc:
+        if not cancel.is_set():
+            return _download_record(candidate, timed_out[0],
+                                    seconds=time.monotonic() - started, why=timed_out[1])
         return _download_record(candidate, "cancelled", seconds=time.monotonic() - started,
                                 why=str(exc))
     except (SpecDeckError, OSError) as exc:
@@ -915,7 +1006,7 @@ def candidate_cells(setup: Setup, candidate: Candidate) -> list[Cell]:
     values = candidate.k_values if candidate.k_flag else (None,)
     cells = []
     for value in values:
-        numbers = () if value is None else ((candidate.k_flag, value),)
+        numbers = candidate.kept + (() if value is None else ((candidate.k_flag, value),))
         args = setup.common + tuned_args(candidate.spec_type, candidate.draft, numbers, info)
         name = _cell_prefix(candidate) + ("default" if value is None else value)
         label = candidate.label + ("" if value is None else f" k={value}")

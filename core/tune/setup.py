@@ -109,7 +109,7 @@ class Setup:
 
 def strip_drafting(flags: tuple[str, ...]) -> tuple[str, ...]:
     """``flags`` without the drafting flags and their values."""
-    from specdeck.core.llama_flags import is_drafting_flag
+    from specdeck.core.llama_flags import canonical, is_drafting_flag
 
     out: list[str] = []
     skip_value = False
@@ -119,7 +119,7 @@ def strip_drafting(flags: tuple[str, ...]) -> tuple[str, ...]:
             continue
         skip_value = False
         name, eq, _ = arg.partition("=")
-        if name.startswith("-") and is_drafting_flag(name):
+        if name.startswith("-") and is_drafting_flag(canonical(name)):
             skip_value = not eq
             continue
         out.append(arg)
@@ -128,12 +128,15 @@ def strip_drafting(flags: tuple[str, ...]) -> tuple[str, ...]:
 
 def _split_own(argv: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
     """The target (-m) and every other flag, without what SpecDeck sets itself."""
+    from specdeck.core.llama_flags import canonical
+
     target = None
     rest: list[str] = []
     i = 0
     while i < len(argv):
         arg = argv[i]
         name, eq, value = arg.partition("=")
+        name = canonical(name)  # --no_metrics is --no-metrics to llama-server
         if name in OWN_FLAGS:
             takes = OWN_FLAGS[name] and not eq
             if name in ("-m", "--model"):
@@ -219,7 +222,7 @@ def migrated_config(config, model: str, binary: str | Path):
     info = binary_help(binary)
     if info is None:
         return config, ()
-    change, _ = plan_migration(config, [model], info)
+    change, _ = plan_migration(config, [model], info, info_for_all=False)
     if change is None:
         return config, ()
     fixed = tuple(f.message for f in findings(config.model(model), info, config.macro_cmds)

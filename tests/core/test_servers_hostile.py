@@ -131,6 +131,57 @@ def test_comments_are_not_progress_a_stream_without_a_token_ends_at_the_read_tim
     assert "keep-alive comments" in caught.value.what
 
 
+EMPTY_EVENTS = [
+    {"choices": [{"index": 0, "delta": {}}]},  # the reviewer's: an empty delta every second
+    {"choices": [{"index": 0, "delta": {"role": "assistant"}}]},
+    {"choices": [{"index": 0, "delta": {"content": ""}}]},
+    {"choices": [], "usage": {"completion_tokens": 1}},
+    {"content": "", "tokens": []},  # llama.cpp /completion's shape, empty
+]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("empty", EMPTY_EVENTS, ids=["empty delta", "role", "empty content",
+                                                     "usage only", "completion"])
+def test_events_without_a_token_are_not_progress_either(monkeypatch, empty):
+    """An event with no token in it every 50 ms after the first token held a stream past its
+    4 s read timeout until the whole deadline (round 5 of issue 43): the read deadline is "no
+    token for READ_TIMEOUT_S"."""
+    monkeypatch.setattr(transport_module, "READ_TIMEOUT_S", 0.5)
+    with hs.serving(hs.KeepAlive, tokens=1, empty=empty, gap_s=0.05) as (url, _):
+        events = []
+        with pytest.raises(ServerError, match=r"sent no token for 0\.5 s mid-stream"):
+            for event in stream_sse(Base.parse(url), "/v1/chat/completions", {}, timeout=8.0):
+                events.append(event)
+    assert len(events) > 1  # the empty events were read, and did not count
+
+
+@pytest.mark.timeout(30)
+def test_tokens_spread_past_the_read_timeout_each_restart_it(monkeypatch):
+    monkeypatch.setattr(transport_module, "READ_TIMEOUT_S", 0.5)
+    with hs.serving(hs.Llm, step_s=0.05) as (url, _):
+        events = list(stream_sse(Base.parse(url), "/v1/chat/completions",
+                                 {"max_tokens": 30}, timeout=20.0))
+    assert len(events) == 31  # 30 tokens over about 1.5 s, and the final chunk
+
+
+@pytest.mark.parametrize(("data", "token"), [
+    ({"choices": [{"delta": {"content": "a"}}]}, True),
+    ({"choices": [{"delta": {"reasoning_content": "a"}}]}, True),
+    ({"choices": [{"text": "a"}]}, True),  # /v1/completions
+    ({"choices": [{"delta": {}, "finish_reason": "stop"}]}, True),
+    ({"content": "a", "tokens": [5]}, True),  # llama.cpp /completion
+    ({"content": "", "tokens": [], "stop": True}, True),
+    ({"response": "a", "done": False}, True),  # Ollama
+    ({"message": {"content": "a"}, "done": False}, True),
+    *((e, False) for e in EMPTY_EVENTS),
+    ({"response": "", "done": False}, False),
+    ("data", False), (None, False),
+])
+def test_what_carries_a_token(data, token):
+    assert transport_module.carries_token(data) is token
+
+
 @pytest.mark.timeout(30)
 def test_a_run_whose_server_only_keeps_alive_after_its_first_token_fails_with_a_clear_message(
         monkeypatch, good):

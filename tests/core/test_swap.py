@@ -95,10 +95,14 @@ def test_set_draft_says_what_still_keeps_the_model_from_drafting(tmp_path):
     old = plan_draft(cfg, "old", DraftSetting(draft_max=16)).warnings
     assert any("--draft-min was removed" in w and "swap migrate" in w for w in old)
     assert any("-md alone no longer drafts" in w for w in old)
+
+    def unhedged(warnings):  # `llama-server` on no PATH here: written in the pinned names,
+        return tuple(w for w in warnings if "written in the names of" not in w)  # said so
+
     plain = plan_draft(cfg, "plain", DraftSetting(draft_max=16)).warnings
-    assert plain == ("plain still drafts nothing (no draft): give it a drafting method "
-                     "(--spec-type, or a draft model with -md).",)
-    assert plan_draft(cfg, "fine", DraftSetting(draft_max=8)).warnings == ()
+    assert unhedged(plain) == ("plain still drafts nothing (no draft): give it a drafting "
+                               "method (--spec-type, or a draft model with -md).",)
+    assert unhedged(plan_draft(cfg, "fine", DraftSetting(draft_max=8)).warnings) == ()
 
 
 @pytest.mark.parametrize("newline", ["\n", "\r\n"])

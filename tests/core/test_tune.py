@@ -150,8 +150,11 @@ def test_ngram_simple_is_searched_only_at_a_k_that_can_draft(tmp_path):
     assert "k=4, 8 not searched" in simple.notes[0] and "(12)" in simple.notes[0]
     assert [c.label for c in candidate_cells(setup, simple)] == ["ngram-simple k=16"]
     # The user's own lookup size counts: with 4, every k can draft.
-    assert drafting_k_values("ngram-simple", ("--spec-ngram-simple-size-n", "4")) == (K_VALUES, "")
-    values, why = drafting_k_values("ngram-simple", ("--spec-ngram-simple-size-n", "32"))
+    from specdeck.core.servers.llama_server import fallback_help
+
+    method = fallback_help().method("ngram-simple")
+    assert drafting_k_values(method, ("--spec-ngram-simple-size-n", "4")) == (K_VALUES, "")
+    values, why = drafting_k_values(method, ("--spec-ngram-simple-size-n", "32"))
     assert values == () and "never drafts" in why
 
 
@@ -890,6 +893,36 @@ def test_cancel_during_a_download_leaves_no_model_that_looks_installed(hub, tmp_
     assert library_folders(library) == [] and not found[0].draft.exists()
     [partial] = find_partial_installs(library)  # kept hidden, resumed by the next install
     assert partial.repo_id == GOOD_REPO and 0 < partial.bytes_done < partial.bytes_total
+
+
+def test_a_download_past_the_tunes_time_is_stopped_and_kept_to_resume(hub, tmp_path):
+    """Hub downloads had a per-read timeout only: a Hub that trickles held the tune without
+    end. They now get the tune's budget at most (download_time_s): stopped there, what
+    arrived is kept hidden to resume, nothing looks installed, and the tune goes on."""
+    from specdeck.core.hub.install import find_partial_installs
+    from specdeck.core.tune.candidates import Candidate
+    from specdeck.core.tune.hub import library_folders
+    from specdeck.core.tune.run import download_phase
+
+    _, found, _, _ = _hub_drafts(hub, tmp_path)
+    stall = hub.stall(GOOD_FILE, at=HEADER.stat().st_size // 2)
+    ngram = Candidate("ngram-simple")
+    cancel = threading.Event()
+    try:
+        kept, records = download_phase(_predicted([*found, ngram]), tmp_path / "library",
+                                       _hub_options(hub, tmp_path, download_time_s=1.0),
+                                       lambda e: None, cancel, None)
+    finally:
+        stall.release()
+    assert [c for c, _ in kept] == [ngram] and not cancel.is_set()
+    [timed_out] = records
+    assert timed_out.status == "timed out" and not timed_out.ok
+    assert "within the 1 s the downloads may take" in timed_out.why
+    assert "goes on with the other candidates" in timed_out.why
+    library = tmp_path / "library"
+    assert library_folders(library) == [] and not found[0].draft.exists()
+    [partial] = find_partial_installs(library)
+    assert 0 < partial.bytes_done < partial.bytes_total
 
 
 def test_the_report_lists_the_downloads(tmp_path):

@@ -571,8 +571,9 @@ def test_an_api_tokens_file_that_is_huge_recursive_or_no_file_gives_no_key(tmp_p
 
 class _HostileHub:
     """A Hub on 127.0.0.1 that answers every request as a hostile one would: ``trickle``
-    sends a byte of its JSON a second, never finishing; ``pages`` answers every listing with
-    no models and a link to a next page, for ever."""
+    sends a byte of its JSON a second, never finishing; ``headers`` trickles its headers the
+    same way, never ending them; ``pages`` answers every listing with no models and a link
+    to a next page, for ever."""
 
     def __init__(self, how: str):
         import http.server
@@ -595,9 +596,12 @@ class _HostileHub:
                     self.end_headers()
                     self.wfile.write(b"[]")
                     return
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
+                if how == "headers":
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                else:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.end_headers()
                 try:
                     while not hub.stop.is_set():
                         self.wfile.write(b" ")
@@ -618,10 +622,13 @@ class _HostileHub:
         self.server.server_close()
 
 
-@pytest.mark.parametrize("how", ["trickle", "pages"])
-def test_a_hub_that_trickles_or_pages_for_ever_is_left_at_its_deadline(tmp_path, binary, how,
-                                                                       monkeypatch,
-                                                                       memory_keyring):  # noqa: F811
+@pytest.mark.parametrize("how", ["trickle", "headers", "pages"])
+def test_a_hub_that_trickles_or_pages_for_ever_is_stopped_at_its_deadline(tmp_path, binary, how,
+                                                                          monkeypatch,
+                                                                          memory_keyring):  # noqa: F811
+    """At the deadline the search is stopped, not abandoned: its connection is shut, whether
+    the Hub trickles its body or its headers, and its thread has ended when the tune goes
+    on."""
     import threading
 
     from specdeck.core.tune import run as tune_run
@@ -637,8 +644,10 @@ def test_a_hub_that_trickles_or_pages_for_ever_is_left_at_its_deadline(tmp_path,
         found = tune_run._with_hub(setup, local, tmp_path / "library",
                                    TuneOptions(download_budget=1 << 30, hub_endpoint=hub.url,
                                                memory_bytes=8 << 30), notes, threading.Event())
+        searching = [t for t in threading.enumerate() if t.name == "specdeck-tune-hub"]
     finally:
         hub.close()
+    assert searching == []  # ended before the hostile Hub was closed
     assert found == local  # tuning goes on with what is on disk
     assert any("did not finish answering within 2 s" in n for n in notes), notes
 

@@ -152,3 +152,67 @@ def test_a_cmd_that_names_its_binary_by_name_is_judged_by_the_one_on_path(
     judged = row(model_rows(swap.load(config(tmp_path, {"m": "llama-server"}, demo_gguf))), "m")
     assert judged["hedged"] and "llama-server is not on this machine's PATH" in \
         judged["judged_by"]
+
+
+# The user's own flags: never refused for a help's silence or for their spelling ----------------
+def test_underscore_spellings_the_pinned_binary_accepts_launch_and_carry_the_key(
+        llama_bin, demo_gguf, tmp_path):
+    """`--api_key K --flash_attn on` (common/arg.cpp reads `_` as `-` after `--`) were refused
+    before the launch; the key they set must also be the one every request carries."""
+    from specdeck.core.servers.transport import Base, ServerError, request_json
+
+    profile = LaunchProfile(str(llama_bin), str(demo_gguf),
+                            ("--api_key", "sk-underscore-1", "--flash_attn", "on", "-t", "1",
+                             "-c", "1024"))
+    assert profile.api_key() == "sk-underscore-1"
+    server = ManagedServer(profile, tmp_path / "server.log")
+    try:
+        base = Base.parse(server.start(timeout=120))
+        with pytest.raises(ServerError):  # the key took effect
+            request_json(base, "GET", "/v1/models", timeout=30)
+        assert request_json(base, "GET", "/v1/models", api_key=profile.api_key(), timeout=30)
+    finally:
+        server.stop()
+
+
+def test_a_flag_ik_takes_without_listing_it_launches(ik_llama_bin, demo_gguf, tmp_path):
+    """ik_llama.cpp's CPU build lists no -ngl in its --help and takes it (with a warning):
+    `tune --demo --llama-server IK -- -t 1 -ngl 99` failed every setting."""
+    from specdeck.core.servers.llama_server import unlisted_flags
+
+    args = ("-t", "1", "-c", "1024", "-ngl", "99", "--spec-type", "ngram-simple")
+    assert unlisted_flags(args, binary_help(ik_llama_bin)) == ["-ngl"]
+    server = ManagedServer(LaunchProfile(str(ik_llama_bin), str(demo_gguf), args),
+                           tmp_path / "ik.log")
+    try:
+        server.start(timeout=120)
+    finally:
+        server.stop()
+
+
+def test_a_binary_whose_help_cannot_be_read_starts_and_a_failure_says_the_pinned_opinion(
+        llama_bin, demo_gguf, tmp_path):
+    """The pinned build behind a --help that is not UTF-8: a launch is no longer refused on
+    the pinned build's word; the binary itself refuses --draft-max, and the message says,
+    hedged, what the pinned rules would have said."""
+    from specdeck.core.servers.transport import ServerError
+
+    wrapper = tmp_path / "llama-server"
+    wrapper.write_text(f"#!/bin/sh\n[ \"$1\" = --help ] && printf '\\377' && exit 0\n"
+                       f"exec {llama_bin} \"$@\"\n")
+    wrapper.chmod(0o755)
+    assert binary_help(wrapper) is None
+    server = ManagedServer(LaunchProfile(str(wrapper), str(demo_gguf),
+                                         ("--draft-max", "4", "-t", "1")), tmp_path / "s.log")
+    with pytest.raises(ServerError) as failed:
+        server.start(timeout=60)
+    said = f"{failed.value.what} {failed.value.fix}"
+    assert "exited with code 1 before it was ready" in said  # the binary refused it
+    assert "by llama.cpp 11434's rules" in said and "--draft-max was removed" in said
+    assert "your build may differ" in said
+    ok = ManagedServer(LaunchProfile(str(wrapper), str(demo_gguf), ("-t", "1", "-c", "1024")),
+                       tmp_path / "ok.log")
+    try:
+        ok.start(timeout=120)
+    finally:
+        ok.stop()
