@@ -8,14 +8,14 @@ from pathlib import Path
 # Must happen before anything imports Qt: there is no display in CI.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # One thread per torch (and OpenMP) op, here and in every process the tests start: the tiny
-# test models' matmuls are too small to share, and on a loaded machine (two pytest-xdist
-# workers, llama-servers) OpenMP's spinning threads made a 64 x 32000 linear 20 times slower
-# (0.6 ms of CPU per call with one thread, 12 ms with two; docs/benchmarks/test_suite.md).
+# test models' matmuls are too small to share, and beside other busy processes (the suite's
+# other xdist workers) OpenMP's spinning threads made a 64 x 32000 linear 1.9 times slower
+# with two threads than with one (1.58 ms against 0.84; docs/benchmarks/test_threads.md).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 # The same for every llama-server a test starts without its own -t (the tests' own flags say
-# -t 1): ggml's threads spin at their barriers, and two of them on a loaded 2-core machine
-# made three 64-token requests take 11-16 s instead of 1 (docs/benchmarks/test_suite.md).
+# -t 1): ggml's threads spin at their barriers, and beside two busy processes three 64-token
+# requests took 24.8 s with -t 2 against 2.5 s with -t 1 (docs/benchmarks/test_threads.md).
 os.environ.setdefault("LLAMA_ARG_THREADS", "1")
 # Nothing in the tests may reach the real Hugging Face Hub.
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
