@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QThreadPool, Signal
@@ -9,13 +10,27 @@ from specdeck.core import settings as settings_store
 from specdeck.core.settings import Settings
 
 
+def _is_file(path: str) -> bool:
+    return Path(path).is_file()
+
+
+def same_path(shown: str | Path | None, announced: str) -> bool:
+    """Whether a page's file is the one ``file_changed`` names (both made absolute, by
+    name: no disk is touched on the GUI thread)."""
+    return shown is not None and \
+        os.path.normpath(os.path.abspath(shown)) == os.path.normpath(os.path.abspath(announced))
+
+
 class AppContext(QObject):
     """One per main window. Pages read shared state here and listen to its signals."""
 
     config_path_changed = Signal(str)
     """The user opened another TabbyAPI config.yml (absolute path)."""
-    config_saved = Signal(str)
-    """A config.yml was written by SpecDeck (absolute path); pages re-read it."""
+    file_changed = Signal(str, str)
+    """SpecDeck wrote a file the user owns: its path and kind (core.changed: TabbyAPI's
+    config.yml, llama-swap's config.yaml, a presets file, a model folder). Every write is
+    announced here, by :meth:`announce`, whichever page made it; a page showing that file
+    re-reads it."""
     status_message = Signal(str, int)
     """Text for the status bar, and how long to show it in ms (0 = until replaced)."""
     page_requested = Signal(str, str)
@@ -23,6 +38,9 @@ class AppContext(QObject):
     config.yml path for Draft settings, a server URL for the A/B page."""
     install_requested = Signal(str, str)
     """A page asks for a Hub model to be installed: repo id, revision ("" = the default)."""
+    config_forgotten = Signal(str)
+    """The config.yml remembered from last time no longer exists, and is forgotten (its
+    path): found by a worker after start-up, so the window says it then."""
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -34,12 +52,16 @@ class AppContext(QObject):
         """settings.json is written by one thread, in order: the newest settings land last."""
         self._settings = settings_store.load()
         self._gpu_sampler = None
-        self.forgotten_config: str | None = None
-        """A remembered config.yml that no longer existed at start-up, now forgotten."""
         remembered = self._settings.config_path
-        if remembered and not Path(remembered).is_file():
-            self.forgotten_config = remembered
-            self.update_settings(self._settings.without_config())
+        if remembered:  # looked for in a worker: a slow or gone disk never holds the window
+            self.tasks.run("remembered", _is_file, remembered,
+                           on_result=lambda there: there or self._forget(remembered))
+
+    def _forget(self, remembered: str) -> None:
+        if self._settings.config_path != remembered:  # another was opened meanwhile
+            return
+        self.update_settings(self._settings.without_config())
+        self.config_forgotten.emit(remembered)
 
     def gpu_sampler(self):
         """The window's one GPU telemetry sampler (specdeck.core.gpu.Sampler).
@@ -80,6 +102,12 @@ class AppContext(QObject):
     def set_config_path(self, path: str | Path) -> None:
         self.update_settings(self._settings.with_config(path))
         self.config_path_changed.emit(str(self.config_path))
+
+    def announce(self, changed) -> None:
+        """Tell every page what a write changed (a core.changed.FileChanged; None: nothing
+        was written, nothing to say)."""
+        if changed is not None:
+            self.file_changed.emit(str(changed.path), changed.kind)
 
     def show_status(self, text: str, timeout_ms: int = 5000) -> None:
         self.status_message.emit(text, timeout_ms)

@@ -63,10 +63,12 @@ class MainWindow(QMainWindow):
 
         self.sidebar.currentRowChanged.connect(self._on_row_changed)
         self._restore_state()
-        if self.context.forgotten_config:
-            self.statusBar().showMessage(
-                f"{self.context.forgotten_config} no longer exists, so SpecDeck stopped "
-                "opening it. Open your config.yml again on Draft settings.", 20000)
+        self.context.config_forgotten.connect(self._config_forgotten)
+
+    def _config_forgotten(self, path: str) -> None:
+        self.statusBar().showMessage(
+            f"{path} no longer exists, so SpecDeck stopped opening it. Open your config.yml "
+            "again on Draft settings.", 20000)
 
     # pages ---------------------------------------------------------------------------
     def page(self, key: str) -> QWidget:

@@ -19,7 +19,6 @@ declined or rolled back), 2 on an error, 130 when interrupted.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import threading
 from pathlib import Path
@@ -34,18 +33,16 @@ from specdeck.core.tune.hub import DEFAULT_DOWNLOAD_BUDGET
 from specdeck.core.units import GiB, format_bytes
 
 DEFAULT_DOWNLOAD_GIB = DEFAULT_DOWNLOAD_BUDGET / GiB
-DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
 
 
 def duration(text: str) -> float:
-    """"90", "90s", "10m", "1.5h" -> seconds."""
-    match = DURATION.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 10m, 90s, 1h)")
-    seconds = float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
-    if not 10 <= seconds <= 7 * 24 * 3600:
-        raise argparse.ArgumentTypeError(f"{text!r}: give 10 s to 7 days")
-    return seconds
+    """--budget: core.tune.request.parse_duration, in argparse's terms."""
+    from specdeck.core.tune.request import parse_duration
+
+    try:
+        return parse_duration(text)
+    except InvalidInputError as exc:
+        raise argparse.ArgumentTypeError(exc.what) from None
 
 
 def register(subparsers) -> None:
@@ -135,7 +132,7 @@ def _setups_given(args) -> list[str]:
 
 
 def _setup(args):
-    from specdeck.core.tune import setup
+    from specdeck.core.tune import request, setup
 
     flags = tuple(a for a in args.server_args if a != "--") if args.server_args else ()
     given = _setups_given(args)
@@ -146,28 +143,19 @@ def _setup(args):
     if len(given) > 1:
         raise InvalidInputError(f"Give one setup to tune, not {' and '.join(given)}.",
                                 f"One tune tunes one server: {choices}.")
-    if args.tabby_folder or args.tabby:
-        from specdeck.core.tune import tabby
-
-        if flags:
-            raise InvalidInputError("TabbyAPI takes its settings from config.yml; give no "
-                                    "flags after --.")
-        return tabby.read_tabby(args.tabby_folder, args.tabby_python, args.tabby,
-                                args.tabby_config, args.api_key_env, args.admin_key_env)
-    if args.swap_config:
-        if not args.model:
-            raise InvalidInputError("--swap-config needs --model NAME (the model to tune).")
-        if flags:
-            raise InvalidInputError("A llama-swap model's flags come from its cmd; give no "
-                                    "flags after --.")
-        return setup.from_swap(args.swap_config, args.model, binary=args.llama_server)
-    if args.gguf:
-        if not args.llama_server:
-            raise InvalidInputError("--gguf needs --llama-server BINARY.")
-        return setup.from_llama_server(args.llama_server, args.gguf, flags)
+    kind = (request.TABBY_FOLDER if args.tabby_folder else request.TABBY if args.tabby
+            else request.SWAP if args.swap_config else request.GGUF if args.gguf
+            else request.DEMO)
+    asked = request.TuneRequest(
+        kind, args.llama_server or "", args.swap_config or "", args.model or "",
+        args.gguf or "", flags, args.tabby_folder or "", args.tabby_python or "",
+        args.tabby or "", args.tabby_config or "", args.api_key_env or "",
+        args.admin_key_env or "")
     try:
-        return setup.demo(args.llama_server, flags)
+        return request.read_setup(asked)
     except NotFoundError as exc:
+        if kind != request.DEMO:
+            raise
         if exc.fix != setup.LLAMA_SERVER_HINT:
             raise
         raise NotFoundError(exc.what, "Give your llama-server binary with --llama-server.") \

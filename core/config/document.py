@@ -16,6 +16,7 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+from specdeck.core.changed import TABBY_CONFIG
 from specdeck.core.config.schema import (
     DRAFT,
     EXLLAMAV2,
@@ -156,7 +157,6 @@ MAIN_ONLY_KEYS = (
 """Keys in TabbyAPI main's config_sample.yml (f1f2c85) that the exl2-checkpoint branch's
 (79126f9) does not have."""
 
-TABBY_CONFIG = "TabbyAPI config.yml"
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 """TabbyAPI's config_sample.yml is about 10 KB; a 4 MB "config" is something else."""
 MAX_EXPANDED_VALUES = 100_000
@@ -226,7 +226,11 @@ def fingerprint(data: bytes) -> str:
 class ConfigDocument:
     """One config.yml: text, parsed values, node positions. Immutable once built."""
 
-    def __init__(self, text: str, path: Path | None = None, disk_fingerprint: str | None = None):
+    def __init__(self, text: str, path: Path | None = None, disk_fingerprint: str | None = None,
+                 what: str = TABBY_CONFIG):
+        self.what = what
+        """Which file this is, in the words of its messages (TABBY_CONFIG, llama-swap's
+        config.yaml, a presets file): a save says so (core.changed.FileChanged)."""
         self.bom = text.startswith(BOM)
         self.text = text[1:] if self.bom else text
         self.path = path
@@ -272,7 +276,7 @@ class ConfigDocument:
                 f"{path} is not UTF-8 text (byte {exc.start}).",
                 "TabbyAPI reads config.yml as UTF-8; re-save it as UTF-8 in a text editor.",
             ) from None
-        return cls(text, path=path, disk_fingerprint=fingerprint(raw))
+        return cls(text, path=path, disk_fingerprint=fingerprint(raw), what=what)
 
     def encode(self, text: str) -> bytes:
         """Bytes for ``text`` in this file's encoding (keeps a byte-order mark if it had one)."""

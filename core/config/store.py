@@ -28,6 +28,7 @@ from specdeck.core.atomic import (
     directory_lock,
     resolve_target,
 )
+from specdeck.core.changed import TABBY_CONFIG, FileChanged
 from specdeck.core.config.document import ConfigDocument, fingerprint
 from specdeck.core.config.edit import ConfigChange, render_scalar
 from specdeck.core.config.migrate import Migration
@@ -49,6 +50,13 @@ class SaveResult:
     path: Path
     written: bool
     backup: Path | None
+    kind: str = TABBY_CONFIG
+    """Which file (core.changed: the document's ``what``)."""
+
+    @property
+    def changed(self) -> FileChanged | None:
+        """What the save changed, for the app to announce (None: nothing was written)."""
+        return FileChanged(self.path, self.kind) if self.written else None
 
 
 def backup_path(path: Path) -> Path:
@@ -103,7 +111,7 @@ def save(change: ConfigChange | Migration, *, force: bool = False, backup: bool 
         raise InvalidInputError("This config has no file to save to.", "Use 'Save as' and pick a path.")
     path = resolve_target(doc.path)
     if change.new_text == doc.text:
-        return SaveResult(doc.path, written=False, backup=None)
+        return SaveResult(doc.path, written=False, backup=None, kind=doc.what)
     with directory_lock(path.parent):
         on_disk = _current_bytes(path)
         if on_disk is not None and _is_read_only(path):
@@ -130,7 +138,7 @@ def save(change: ConfigChange | Migration, *, force: bool = False, backup: bool 
                 _check_backup_slot(saved_backup)
                 keep = Backup(saved_backup, on_disk, stat.S_IMODE(st.st_mode), owner)
         atomic_write_bytes(path, doc.encode(change.new_text), backup=keep)
-    return SaveResult(doc.path, written=True, backup=saved_backup)
+    return SaveResult(doc.path, written=True, backup=saved_backup, kind=doc.what)
 
 
 def default_config_text() -> str:

@@ -43,6 +43,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from specdeck.core.atomic import _fsync_dir, atomic_write_text  # the same durable rename
+from specdeck.core.changed import MODEL, FileChanged
 from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.hub.client import HubClient, RemoteFile
 from specdeck.core.hub.errors import (
@@ -164,6 +165,12 @@ class InstallResult:
     resumed_bytes: int  # found from an earlier, interrupted attempt
     skipped: tuple[SkippedFile, ...]
     model: ModelInfo | None = field(default=None, compare=False)
+
+    @property
+    def changed(self) -> FileChanged | None:
+        """The model folder this install filled, for the app to announce (None: it was
+        there already)."""
+        return FileChanged(self.path, MODEL) if self.status == "installed" else None
 
     def to_json(self) -> dict[str, Any]:
         model = self.model

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specdeck.core.changed import SWAP_CONFIG
 from specdeck.core.config.document import (
     ConfigDocument,
     ConfigError,
@@ -144,7 +145,7 @@ class SwapConfig:
 
 def load(path: str | Path) -> SwapConfig:
     try:
-        doc = ConfigDocument.from_file(path, "llama-swap config.yaml")
+        doc = ConfigDocument.from_file(path, SWAP_CONFIG)
     except NotFoundError:
         raise NotFoundError(f"{expand_user(path)} does not exist.",
                             "Give the path of your llama-swap config.yaml.") from None
@@ -152,7 +153,7 @@ def load(path: str | Path) -> SwapConfig:
 
 
 def from_text(text: str, path: Path | None = None) -> SwapConfig:
-    return from_document(ConfigDocument(text, path=path))
+    return from_document(ConfigDocument(text, path=path, what=SWAP_CONFIG))
 
 
 MERGE_TAG = "tag:yaml.org,2002:merge"

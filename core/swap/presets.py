@@ -58,6 +58,7 @@ class TextDocument:
 
     def __init__(self, text: str, path: Path | None, disk_fingerprint: str | None):
         self.text, self.path, self.disk_fingerprint = text, path, disk_fingerprint
+        self.what = PRESETS_FILE
 
     def encode(self, text: str) -> bytes:
         return text.encode("utf-8")

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from specdeck.core.changed import FileChanged
 from specdeck.core.errors import SpecDeckError
 from specdeck.core.tune.confirm import Asker, Confirm
 from specdeck.core.tune.run import TuneResult
@@ -46,6 +47,16 @@ class Applied:
     refused: str = ""
     """Why the write was refused before anything was written (the file changed while the
     tune ran, a read-only folder, ...): the tune's result is still reported, with this."""
+    kind: str = ""
+    """Which file ``path`` is (core.changed: the written document's ``what``)."""
+
+    @property
+    def changed(self) -> FileChanged | None:
+        """What this apply (or its roll back) changed on disk, for the app to announce
+        (None: nothing was written)."""
+        if not self.written or self.path is None:
+            return None
+        return FileChanged(self.path, self.kind)
 
 
 def apply(result: TuneResult, confirm: Confirm | None = None,
@@ -303,6 +314,7 @@ def write_and_prove(path: Path, flags: str, change, confirm: Confirm | None,
     original = path.read_bytes()
     saved = save(change)
     applied = Applied(path, flags, diff, written=saved.written, backup=saved.backup,
+                      kind=saved.kind,
                       written_fingerprint=_fingerprint(path),
                       backup_fingerprint=fingerprint(original))
     check = prove()

@@ -554,14 +554,14 @@ class BenchPage(QWidget):
         if confirm_and_save(self, self.tasks, planned.change, "Apply the A/B result",
                             render.apply_intro(self.best_setting, planned.notes,
                                                self.passed_over),
-                            on_saved=self._applied, on_failed=self._apply_failed):
+                            on_saved=self._applied, on_failed=self._apply_failed,
+                            context=self.context):
             self.apply_button.setEnabled(False)
             self.context.show_status("Saving config.yml…", 0)
 
     def _applied(self, saved) -> None:
         self.apply_button.setEnabled(True)
-        if saved.written:
-            self.context.config_saved.emit(str(saved.path))
+        if saved.written:  # announced by the save
             self.context.show_status(f"Applied to {saved.path}.")
 
     def _apply_failed(self, error: BaseException | None) -> None:

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from specdeck.core import changed
 from specdeck.core.errors import CancelledError
 from specdeck.gui.context import AppContext
 from specdeck.gui.pages import spec
@@ -204,8 +205,13 @@ class CompatibilityPage(QWidget):
         self.suggestions = None
         self._build()
         context.config_path_changed.connect(lambda _path: self.refresh_library())
-        context.config_saved.connect(lambda _path: self.refresh_library())
+        context.file_changed.connect(self._file_changed)
         self.refresh_library()
+
+    def _file_changed(self, _path: str, kind: str) -> None:
+        """config.yml names the library's folder; an install adds to it."""
+        if kind in (changed.TABBY_CONFIG, changed.MODEL):
+            self.refresh_library()
 
     # layout ----------------------------------------------------------------------------
     def _build(self) -> None:

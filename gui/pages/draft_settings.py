@@ -31,10 +31,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from specdeck.core import config
+from specdeck.core.changed import TABBY_CONFIG
 from specdeck.core.config import DRAFT, MODEL, ConfigDocument, Layout
 from specdeck.core.errors import NotFoundError, SpecDeckError
 from specdeck.gui import workers
-from specdeck.gui.context import AppContext
+from specdeck.gui.context import AppContext, same_path
 from specdeck.gui.widgets.banner import Banner
 from specdeck.gui.widgets.config_dialog import confirm_and_save, save_change
 from specdeck.gui.widgets.config_fields import FieldEditor
@@ -110,7 +111,7 @@ class DraftSettingsPage(QWidget):
 
         QShortcut(QKeySequence.StandardKey.Save, self, activated=lambda: self.save())
         self._set_enabled(False)
-        self.context.config_saved.connect(self._on_saved_elsewhere)
+        self.context.file_changed.connect(self._on_saved_elsewhere)
         self.context.config_path_changed.connect(self._on_path_changed_elsewhere)
         remembered = self.context.config_path
         if remembered is not None:
@@ -469,7 +470,8 @@ class DraftSettingsPage(QWidget):
             return False
         self._show_saving(change.document.path)
         save_change(self, self.tasks, change,
-                    on_saved=lambda result: self._saved(result, then), on_failed=self._save_failed)
+                    on_saved=lambda result: self._saved(result, then), on_failed=self._save_failed,
+                    context=self.context)
         return True
 
     def saving(self) -> bool:
@@ -489,7 +491,6 @@ class DraftSettingsPage(QWidget):
             editor.initial_text = editor.text()
         self.change = None
         self._update_buttons()
-        self.context.config_saved.emit(str(result.path))
         if then is not None:
             then()
         else:
@@ -512,23 +513,21 @@ class DraftSettingsPage(QWidget):
             self.banner.show_message(f"<b>Cannot migrate</b>: {_escape(str(exc))}", "error")
             return
 
-        def saved(result) -> None:
+        def saved(result) -> None:  # the file_changed it announced re-reads it
             self.status_label.setText("")
-            if result.written:
-                self.context.config_saved.emit(str(result.path))
-                self.open_path(result.path)
 
         if confirm_and_save(
             self, self.tasks, migration, "Migrate config.yml",
             "Move the draft settings to a top-level draft_model section, as TabbyAPI does on "
             "start, keeping your comments. The current file is kept as config.yml.bak.",
-            on_saved=saved, on_failed=self._save_failed,
+            on_saved=saved, on_failed=self._save_failed, context=self.context,
         ):
             self._show_saving(migration.document.path)
 
     # -- other pages and closing -------------------------------------------------------
-    def _on_saved_elsewhere(self, path: str) -> None:
-        if self.document is not None and str(self.document.path) == path and not self.is_dirty():
+    def _on_saved_elsewhere(self, path: str, kind: str) -> None:
+        if kind == TABBY_CONFIG and self.document is not None \
+                and same_path(self.document.path, path) and not self.is_dirty():
             self.open_path(Path(path))
 
     def _on_path_changed_elsewhere(self, path: str) -> None:

@@ -434,8 +434,6 @@ class GpusPage(QWidget):
         self.timer.setInterval(max(100, int(self.sampler.interval_s * 1000)))
         self.timer.timeout.connect(self.refresh)
         self.form.restore()
-        self._plan_config = _config_plan_inputs
-        self.form.from_config.setVisible(_config_api_available())
         self.refresh()
 
     # lifecycle ---------------------------------------------------------------------------
@@ -578,33 +576,22 @@ class GpusPage(QWidget):
         self.result.show_error(error)
 
     def fill_from_config(self) -> None:
-        try:
-            inputs = self._plan_config(self.context)
-        except SpecDeckError as exc:
-            self.result.show_error(exc)
-            return
-        if inputs is None:
+        """Fill the form from the config.yml open in this window, read in a worker."""
+        path = self.context.config_path
+        if path is None:
             self.result.show_message("Open a TabbyAPI config.yml first (Draft settings page).")
             return
+        self.tasks.run("config", config_plan_inputs, path, on_result=self._config_read,
+                       on_error=self.result.show_error)
+
+    def _config_read(self, inputs) -> None:
         self.form.fill(inputs)
         self.run_plan()
 
 
-def _config_api_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("specdeck.core.config") is not None
-
-
-def _config_plan_inputs(context):
-    """Plan inputs from the config.yml open in this window, or None if none is open.
-
-    Uses specdeck.core.config (the config editor's API); until that lands the button that
-    calls this stays hidden.
-    """
+def config_plan_inputs(path):
+    """Worker: plan inputs from the TabbyAPI config.yml at ``path``."""
     from specdeck.core import config
     from specdeck.core.vram import inputs_from_tabby_config
 
-    if context.config_path is None:
-        return None
-    return inputs_from_tabby_config(config.load(context.config_path))
+    return inputs_from_tabby_config(config.load(path))

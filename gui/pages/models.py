@@ -51,6 +51,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from specdeck.core import changed
 from specdeck.core.errors import CancelledError
 from specdeck.gui.context import AppContext
 from specdeck.gui.pages.compatibility import BADGE_ROLES
@@ -198,7 +199,7 @@ class ModelsPage(QWidget):
         layout.addWidget(splitter, 1)
 
         context.config_path_changed.connect(lambda _path: self._config_changed())
-        context.config_saved.connect(lambda _path: self.refresh_library())
+        context.file_changed.connect(self._file_changed)
         stored = QSettings().value(INSTALL_DIR_KEY)
         if stored:  # a folder the user chose on this page wins over config.yml's
             self._install_dir = Path(str(stored))
@@ -207,6 +208,11 @@ class ModelsPage(QWidget):
         else:
             self._use_config_destination()
         self._run("token", _token_status, finished=self.token_label.setText)
+
+    def _file_changed(self, _path: str, kind: str) -> None:
+        """config.yml names the library's folder and the draft in use."""
+        if kind == changed.TABBY_CONFIG:  # an install re-reads it when it ends
+            self.refresh_library()
 
     # building ------------------------------------------------------------------------
     def _build_library(self) -> QWidget:
@@ -807,6 +813,7 @@ class ModelsPage(QWidget):
     def _install_done(self, result, use) -> None:
         """``use``: what the installed folder is for (core.hub.library.InstalledUse)."""
         self._last_result = result
+        self.context.announce(result.changed)
         self.progress_bar.setValue(PROGRESS_STEPS)
         self.progress_bar.setFormat("100%")
         self.progress_label.setText(
@@ -845,9 +852,13 @@ class ModelsPage(QWidget):
             self._rename_offer = variant  # asked once the task has ended (see _install_ended)
 
     def _offer_other_name(self, variant) -> None:
+        """Ask for another folder name, suggesting a free one (looked for in a worker)."""
         from specdeck.core.hub import free_folder_name
 
-        suggestion = free_folder_name(self._install_dir, variant.folder_name)
+        self._run("free_name", free_folder_name, self._install_dir, variant.folder_name,
+                  finished=lambda suggestion: self._ask_other_name(variant, suggestion))
+
+    def _ask_other_name(self, variant, suggestion: str) -> None:
         name, ok = QInputDialog.getText(self, "Install under another name",
                                         "That folder exists. Install this variant as:", text=suggestion)
         if ok and name.strip():
@@ -918,8 +929,7 @@ class ModelsPage(QWidget):
         def saved(result) -> None:
             self.use_button.setEnabled(True)
             path = str(result.path)
-            if result.written:
-                self.context.config_saved.emit(path)
+            if result.written:  # announced by the save: the library re-reads it
                 self.context.show_status(f"Draft model set to {name} in {path}.")
             else:
                 self.context.show_status(f"{name} already is the draft model in {path}.")
@@ -934,7 +944,7 @@ class ModelsPage(QWidget):
             self, self.tasks, change, "Use as draft model",
             f"Make <b>{html.escape(name)}</b> TabbyAPI's draft model. SpecDeck will change config.yml "
             "like this (the previous version is kept as config.yml.bak):",
-            on_saved=saved, on_failed=failed,
+            on_saved=saved, on_failed=failed, context=self.context,
         ):
             self.use_button.setEnabled(False)
             self.context.show_status("Saving config.yml…", 0)

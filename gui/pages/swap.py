@@ -40,9 +40,11 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from specdeck.core.changed import SWAP_CONFIG
 from specdeck.core.errors import SpecDeckError
 from specdeck.core.printable import printable
 from specdeck.gui import workers
+from specdeck.gui.context import same_path
 from specdeck.gui.widgets.banner import Banner
 from specdeck.gui.widgets.config_dialog import confirm_and_save
 from specdeck.gui.widgets.diff_view import DiffView
@@ -125,6 +127,7 @@ class SwapPage(QWidget):
         splitter.setChildrenCollapsible(False)
         outer.addWidget(splitter, 1)
         self._set_enabled(False)
+        context.file_changed.connect(self._file_changed)
 
         settings = QSettings()
         self.binary.setText(str(settings.value(SETTINGS_PREFIX + "llama_server") or ""))
@@ -310,6 +313,12 @@ class SwapPage(QWidget):
             path = Path(self.path_edit.text())
         if path is not None:
             self.open_path(path)
+
+    def _file_changed(self, path: str, kind: str) -> None:
+        """SpecDeck wrote a file (this page's Save, the Tune page's Apply or Roll back): the
+        open config.yaml is read again if it was that one."""
+        if kind == SWAP_CONFIG and self.config is not None and same_path(self.config.path, path):
+            self.open_path(Path(self.config.path))
 
     def _loaded(self, path: Path, config, rows, info) -> None:
         previous = self._current_name()
@@ -536,10 +545,9 @@ class SwapPage(QWidget):
         path = self.change.document.path
 
         def saved(result) -> None:
-            if result.written:
+            if result.written:  # the save announced it: _file_changed reads it again
                 self.context.show_status(f"Saved {result.path}.")
                 self._clear_form()
-                self.open_path(Path(result.path))
             else:
                 self._show_change(self.change)
 
@@ -552,7 +560,7 @@ class SwapPage(QWidget):
         if confirm_and_save(self, self.tasks, self.change, f"Save {path.name}",
                             f"SpecDeck will change {_html(path)} like this (the "
                             f"previous version is kept as {_html(path.name)}.bak):",
-                            on_saved=saved, on_failed=failed):
+                            on_saved=saved, on_failed=failed, context=self.context):
             self.save_button.setEnabled(False)
             self.revert_button.setEnabled(False)
             self.status.setText(f"Saving {path.name}…")

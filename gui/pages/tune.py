@@ -22,7 +22,6 @@ import logging
 import queue
 import re
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer
@@ -31,7 +30,6 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QDialog,
-    QDialogButtonBox,
     QDoubleSpinBox,
     QFileDialog,
     QFrame,
@@ -54,21 +52,23 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from specdeck.core.errors import CancelledError, SpecDeckError
+from specdeck.core.tune.request import (
+    DEMO,
+    GGUF,
+    KINDS,
+    SWAP,
+    TABBY,
+    TABBY_FOLDER,
+    TABBY_KINDS,
+    TuneRequest,
+)
 from specdeck.gui import workers
 from specdeck.gui.widgets.banner import Banner
-from specdeck.gui.widgets.diff_view import DiffView
 
 log = logging.getLogger(__name__)
 
 DRAIN_INTERVAL_MS = 50
 SETTINGS_PREFIX = "tune/"
-SWAP, GGUF, DEMO = "llama-swap", "llama-server", "demo"
-TABBY_FOLDER, TABBY = "tabby-folder", "tabby"
-KINDS = ((SWAP, "A llama-swap model"), (GGUF, "A llama-server binary and GGUF"),
-         (DEMO, "The demo model (SmolLM2-135M, on the CPU)"),
-         (TABBY_FOLDER, "A TabbyAPI folder (SpecDeck starts it)"),
-         (TABBY, "A running TabbyAPI"))
-TABBY_KINDS = (TABBY_FOLDER, TABBY)
 PHASES = (("candidates", "Candidates"), ("replay", "Predict"), ("search", "Search"),
           ("verify", "Verify"), ("result", "Result"))
 COLUMNS = ("candidate", "predicted speed-up (range)", "size", "download", "measured so far")
@@ -89,55 +89,6 @@ RUNNING_TEXT = ("Tuning: the result comes after the search and the verification 
 
 def create_page(context):
     return TunePage(context)
-
-
-@dataclass(frozen=True)
-class TuneRequest:
-    """What the form says to tune; :meth:`setup` reads it (in the worker: GGUF headers)."""
-
-    kind: str
-    binary: str = ""
-    swap_config: str = ""
-    model: str = ""
-    gguf: str = ""
-    flags: tuple[str, ...] = ()
-    tabby_folder: str = ""
-    tabby_python: str = ""
-    tabby_url: str = ""
-    tabby_config: str = ""
-    api_key_env: str = ""
-    """TabbyAPI: the names of the variables holding its keys, never a key."""
-    admin_key_env: str = ""
-
-    def describe(self) -> str:
-        """The setup in a few words, as the page names the one a result belongs to."""
-        what = dict(KINDS)[self.kind]
-        if self.kind == SWAP:
-            return f"{what} {self.model or '?'} in {self.swap_config}"
-        if self.kind == GGUF:
-            return f"{what}: {Path(self.gguf).name or '?'}"
-        if self.kind == TABBY_FOLDER:
-            return f"{what}: {self.tabby_folder or '?'}"
-        if self.kind == TABBY:
-            return f"{what} at {self.tabby_url or '?'}"
-        return what
-
-    def setup(self):
-        from specdeck.core.tune import setup
-
-        if self.kind in TABBY_KINDS:
-            from specdeck.core.tune.tabby import read_tabby
-
-            folder = self.kind == TABBY_FOLDER
-            return read_tabby(self.tabby_folder if folder else None, self.tabby_python,
-                              None if folder else self.tabby_url,
-                              None if folder else self.tabby_config, self.api_key_env,
-                              self.admin_key_env)
-        if self.kind == SWAP:
-            return setup.from_swap(self.swap_config, self.model, binary=self.binary or None)
-        if self.kind == GGUF:
-            return setup.from_llama_server(self.binary, self.gguf, self.flags)
-        return setup.demo(self.binary or None, self.flags)
 
 
 def _found_binary():
@@ -161,9 +112,10 @@ def run_tune(request: TuneRequest, options, sink, cancel):
     """Worker: read the setup, then tune it (``tune`` routes a TabbyAPI to its own
     candidates); every event goes to ``sink`` (a queue's put)."""
     from specdeck.core.tune.live import SetupRead
+    from specdeck.core.tune.request import read_setup
     from specdeck.core.tune.run import tune
 
-    chosen = request.setup()
+    chosen = read_setup(request)
     sink(SetupRead(chosen))
     return tune(chosen, options, on_event=sink, cancel=cancel)
 
@@ -487,14 +439,13 @@ class TunePage(QWidget):
         return TuneRequest(kind, binary, gguf=self.gguf.text().strip(), flags=flags)
 
     def options(self):
-        from specdeck.core.cli.tune_cmd import duration
+        from specdeck.core.tune.request import parse_duration
         from specdeck.core.tune.run import TuneOptions
 
         try:
-            budget = duration(self.budget.text())
-        except Exception as exc:  # argparse.ArgumentTypeError: the CLI's rule and words
-            raise SpecDeckError(f"Budget: {exc}.", "Give a duration such as 90s, 10m or "
-                                "1h.") from exc
+            budget = parse_duration(self.budget.text())
+        except SpecDeckError as exc:  # the CLI's --budget rule and words
+            raise SpecDeckError(f"Budget: {exc.what}.", exc.fix) from exc
         prompts = self.prompts.text().strip()
         return TuneOptions(budget_s=budget, max_new_tokens=self.max_new.value(),
                            suites=(prompts,) if prompts else TuneOptions().suites,
@@ -739,28 +690,11 @@ class TunePage(QWidget):
         """The user sees the exact change before anything is written."""
         from specdeck.core.tune.live import apply_texts
 
-        dialog = QDialog(self)
-        dialog.setObjectName("tuneConfirm")
-        dialog.setWindowTitle("Write the tuned setting")
-        layout = QVBoxLayout(dialog)
-        intro = QLabel(apply_texts(self.result.setup, applied.path)[0])
-        intro.setWordWrap(True)
-        layout.addWidget(intro)
-        flags = QLabel(f"The drafting flags it writes: {applied.flags}")
-        flags.setObjectName("appliedFlags")
-        flags.setTextFormat(Qt.TextFormat.PlainText)
-        flags.setWordWrap(True)
-        flags.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        layout.addWidget(flags)
-        diff = DiffView()
-        diff.set_diff(applied.diff)
-        diff.setMinimumSize(640, 260)
-        layout.addWidget(diff)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save
-                                   | QDialogButtonBox.StandardButton.Cancel)
-        buttons.accepted.connect(dialog.accept)
-        buttons.rejected.connect(dialog.reject)
-        layout.addWidget(buttons)
+        from specdeck.gui.widgets.config_dialog import ConfirmChangeDialog
+
+        dialog = ConfirmChangeDialog(applied.diff, "Write the tuned setting",
+                                     apply_texts(self.result.setup, applied.path)[0], self,
+                                     note=f"The drafting flags it writes: {applied.flags}")
         return dialog.exec() == QDialog.DialogCode.Accepted
 
     def roll_back(self) -> None:
@@ -778,6 +712,7 @@ class TunePage(QWidget):
         self._cancelling = False
         self.result = self.result.with_applied(applied)
         self.stage.setText(applied_text(applied))
+        self.context.announce(applied.changed)
         self._show_result()
         if applied.written and applied.path is not None:
             self.context.show_status(f"{'Rolled back' if applied.rolled_back else 'Applied to'} "

@@ -517,6 +517,6 @@ def test_models_page_use_as_draft_follows_a_main_configs_backend(qtbot, page, tm
     qtbot.waitUntil(lambda: "ExLlamaV3 only" in page.error_banner.label.text(), timeout=10_000)
     assert "cannot load EXL2" in page.error_banner.label.text() and config_yml.read_text() == original
     exl3 = install(EXL3_REPO, "3.0bpw")
-    with qtbot.waitSignal(page.context.config_saved, timeout=10_000):
+    with qtbot.waitSignal(page.context.file_changed, timeout=10_000):
         qtbot.mouseClick(page.use_button, Qt.MouseButton.LeftButton)
     assert config.load(config_yml).draft_model_path() == exl3

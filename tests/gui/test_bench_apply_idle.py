@@ -127,7 +127,7 @@ def test_apply_passes_over_an_arm_that_drafted_nothing_and_says_why(
         monkeypatch.setattr(config_dialog.ConfirmChangeDialog, "exec",
                             lambda dialog: said.append(dialog.findChildren(
                                 config_dialog.QLabel)) or config_dialog.QDialog.DialogCode.Accepted)
-        with qtbot.waitSignal(page.context.config_saved, timeout=30_000):
+        with qtbot.waitSignal(page.context.file_changed, timeout=30_000):
             page.apply_button.click()
         draft = config.load(path).data["draft_model"]
         assert draft["draft_mode"] == "ngram" and draft["draft_num_tokens"] == next_k

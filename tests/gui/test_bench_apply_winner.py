@@ -98,7 +98,7 @@ def test_the_cli_and_the_page_apply_the_same_winner(cycle, tmp_path, monkeypatch
         page.context.set_config_path(page_config)
         monkeypatch.setattr(config_dialog.ConfirmChangeDialog, "exec",
                             lambda dialog: config_dialog.QDialog.DialogCode.Accepted)
-        with qtbot.waitSignal(page.context.config_saved, timeout=30_000):
+        with qtbot.waitSignal(page.context.file_changed, timeout=30_000):
             page.apply_button.click()
     finally:
         page.shutdown()

@@ -241,7 +241,7 @@ def test_sweep_finds_the_best_k_and_apply_writes_it_through_the_config_editor(
         return config_dialog.QDialog.DialogCode.Accepted
 
     monkeypatch.setattr(config_dialog.ConfirmChangeDialog, "exec", accept)
-    with qtbot.waitSignal(page.context.config_saved, timeout=30_000):
+    with qtbot.waitSignal(page.context.file_changed, timeout=30_000):
         page.apply_button.click()
     assert f"+  draft_num_tokens: {best.k}" in shown[0]
     draft = config.load(config_yml).data["draft_model"]

@@ -196,12 +196,33 @@ def test_form_is_remembered(window, qtbot, configured_qapp):
     again.close()
 
 
-def test_config_button_waits_for_the_config_api(window, qtbot):
-    import importlib.util
+def test_from_config_yml_fills_the_form_reading_the_file_off_the_gui_thread(
+        window, qtbot, tmp_path, monkeypatch):
+    """Issue 45: the page parsed config.yml on the GUI thread. The button reads it in a
+    worker (the reader is watched, not replaced) and fills the form from what it says."""
+    import threading
 
+    from specdeck.core import config
+
+    path = tmp_path / "config.yml"
+    path.write_text(f"model:\n  model_dir: {DATA}\n  model_name: Llama-2-70b-hf\n"
+                    "  max_seq_len: 8192\n  cache_mode: Q6\n", encoding="utf-8")
+    read_on = []
+    real_load = config.load
+
+    def watched(*args, **kwargs):
+        read_on.append(threading.current_thread() is threading.main_thread())
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(config, "load", watched)
     page = open_page(window, qtbot)
-    available = importlib.util.find_spec("specdeck.core.config") is not None
-    assert page.form.from_config.isVisibleTo(page) == available
+    window.context.set_config_path(path)
+    assert page.form.from_config.isVisibleTo(page)
+    qtbot.mouseClick(page.form.from_config, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.form.target.path.text() == str(DATA / "Llama-2-70b-hf"),
+                    timeout=10_000)
+    assert read_on == [False]  # read once, and not on the GUI thread
+    assert page.form.context.value() == 8192
 
 
 def test_environment_replay_is_the_default_source(qtbot, configured_qapp, monkeypatch):

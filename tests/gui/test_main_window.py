@@ -110,17 +110,26 @@ def test_what_specdeck_is_is_said_the_same_in_about_help_and_the_package(qtbot,
 
 
 def test_a_remembered_config_that_vanished_is_forgotten_with_one_notice(qtbot, configured_qapp,
-                                                                        tmp_path):
+                                                                        tmp_path, monkeypatch):
+    import threading
+
     from specdeck.core import settings
+    from specdeck.gui import context as context_module
 
     gone = tmp_path / "config.yml"
     gone.write_text("model: {}\n")
     settings.save(settings.load().with_config(gone))
     gone.unlink()
+    looked_on = []
+    real = context_module._is_file
+    monkeypatch.setattr(context_module, "_is_file", lambda path: looked_on.append(
+        threading.current_thread() is threading.main_thread()) or real(path))
     window = MainWindow()
     qtbot.addWidget(window)
+    qtbot.waitUntil(lambda: "no longer exists" in window.statusBar().currentMessage(),
+                    timeout=10_000)
     assert str(gone) in window.statusBar().currentMessage()
-    assert "no longer exists" in window.statusBar().currentMessage()
+    assert looked_on == [False]  # issue 45: the disk is looked at in a worker
     window.context.flush()  # settings.json is written in a worker
     assert settings.load().config_path is None
     assert str(gone) not in settings.load().recent_configs

@@ -199,7 +199,7 @@ def test_use_as_draft_edits_config_yml_after_showing_the_diff(qtbot, page, draft
     with qtbot.waitSignal(page.install_finished, timeout=TIMEOUT) as finished:
         qtbot.mouseClick(page.install_button, Qt.MouseButton.LeftButton)
     assert page.use_button.isEnabled()
-    with qtbot.waitSignal(page.context.config_saved, timeout=TIMEOUT):
+    with qtbot.waitSignal(page.context.file_changed, timeout=TIMEOUT):
         qtbot.mouseClick(page.use_button, Qt.MouseButton.LeftButton)
     name = finished.args[0].path.name
     (diff,) = shown

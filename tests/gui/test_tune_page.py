@@ -456,7 +456,7 @@ def test_the_apply_diff_shows_a_one_line_cmd_change_on_screen(qtbot, configured_
         try:
             view = dialog.findChild(DiffView)
             seen["sideways"] = view.horizontalScrollBar().maximum()
-            label = dialog.findChild(QLabel, "appliedFlags")
+            label = dialog.findChild(QLabel, "confirmNote")
             seen["flags"] = None if label is None else label.text()
         finally:
             dialog.reject()
