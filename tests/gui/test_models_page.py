@@ -359,3 +359,30 @@ def test_a_cancelled_gguf_install_leaves_nothing_that_looks_installed(qtbot, ggu
         "Qwen2.5-0.5B-Instruct-Q8_0.gguf"]
     assert (folder / "Qwen2.5-0.5B-Instruct-Q8_0.gguf").read_bytes() == files[
         "Qwen2.5-0.5B-Instruct-Q8_0.gguf"]
+
+
+def test_the_other_name_offered_after_a_conflict_is_looked_for_off_the_gui_thread(
+        qtbot, page, drafts, monkeypatch):
+    """Issue 45: the free folder name was looked for on disk on the GUI thread. It is found
+    in a worker (the real free_folder_name, watched), then offered."""
+    import threading
+    from types import SimpleNamespace
+
+    import specdeck.core.hub as hub
+
+    drafts.mkdir(parents=True, exist_ok=True)
+    (drafts / "tiny").mkdir()
+    looked_on, offered = [], []
+    real = hub.free_folder_name
+
+    def watched(dest, name):
+        looked_on.append(threading.current_thread() is threading.main_thread())
+        return real(dest, name)
+
+    monkeypatch.setattr(hub, "free_folder_name", watched)
+    monkeypatch.setattr(QInputDialog, "getText",
+                        lambda *args, text="", **kwargs: (offered.append(text), ("", False))[1])
+    page._offer_other_name(SimpleNamespace(repo_id=TINY_REPO, revision="main",
+                                           folder_name="tiny"))
+    qtbot.waitUntil(lambda: bool(offered), timeout=10_000)
+    assert offered == ["tiny-2"] and looked_on == [False]
