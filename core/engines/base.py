@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from specdeck.core.errors import InvalidInputError, SpecDeckError
+from specdeck.core.exl2_facts import DEFAULT_AUTOSPLIT_RESERVE_MB, DEFAULT_CACHE_MODE
+from specdeck.core.llama_flags import DRAFT_SIMPLE
 
 MAX_DRAFT_TOKENS = 32
 """More draft tokens per step than any engine's verify batch (ExLlamaV2: max_q_size 8..16)."""
@@ -112,7 +114,7 @@ class DrafterSpec:
         if self.kind is DrafterKind.SERVER:
             return "server-side drafting"
         name = self.model_path.name if self.model_path else "?"
-        if self.server_type not in (None, "draft-simple"):
+        if self.server_type not in (None, DRAFT_SIMPLE):
             k = f"{self.server_type}, {k}"
         return f"draft {name} ({k})"
 
@@ -131,11 +133,11 @@ class LoadSpec:
     dtype: str = "auto"
     """"auto" (float32 on CPU: bfloat16 ties break greedy losslessness), "float16", ..."""
     max_seq_len: int | None = None
-    cache_mode: str = "FP16"
-    draft_cache_mode: str = "FP16"
+    cache_mode: str = DEFAULT_CACHE_MODE
+    draft_cache_mode: str = DEFAULT_CACHE_MODE
     gpu_split: tuple[float, ...] | None = None
     """GB per GPU; None = autosplit."""
-    autosplit_reserve_mb: tuple[float, ...] = (96.0,)
+    autosplit_reserve_mb: tuple[float, ...] = DEFAULT_AUTOSPLIT_RESERVE_MB
     draft_rope_alpha: float | None = None
     """None = automatic (NTK alpha when the draft's native context is shorter)."""
 

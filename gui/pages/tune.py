@@ -54,6 +54,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from specdeck.core.errors import CancelledError, SpecDeckError
+from specdeck.core.units import GiB
 from specdeck.gui import workers
 from specdeck.gui.widgets.banner import Banner
 from specdeck.gui.widgets.diff_view import DiffView
@@ -498,7 +499,7 @@ class TunePage(QWidget):
         prompts = self.prompts.text().strip()
         return TuneOptions(budget_s=budget, max_new_tokens=self.max_new.value(),
                            suites=(prompts,) if prompts else TuneOptions().suites,
-                           download_budget=int(self.downloads.value() * 1024**3))
+                           download_budget=int(self.downloads.value() * GiB))
 
     # run control ---------------------------------------------------------------------------
     def _running(self) -> bool:

@@ -99,7 +99,7 @@ def test_demo_trace_fills_cards_plots_and_processes(window, qtbot):
                                         f"{frame.gpu(1).usable_total / GiB:.1f} GiB")
     assert page.processes.rowCount() == 4
     assert page.processes.item(0, 2).text() == "python3"
-    assert page.own_usage.text() == "SpecDeck itself: 0.0 GiB"
+    assert page.own_usage.text() == "SpecDeck itself: 0 B"
     # The curves show the last 120 s: at 4 Hz, ~420 samples (the thread may have taken one
     # before it was stopped) -> all of them.
     samples = page.sampler.rows_recorded(1)
