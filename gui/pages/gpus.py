@@ -434,7 +434,6 @@ class GpusPage(QWidget):
         self.timer.timeout.connect(self.refresh)
         self.form.restore()
         self._plan_config = _config_plan_inputs
-        self.form.from_config.setVisible(_config_api_available())
         self.refresh()
 
     # lifecycle ---------------------------------------------------------------------------
@@ -589,18 +588,9 @@ class GpusPage(QWidget):
         self.run_plan()
 
 
-def _config_api_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("specdeck.core.config") is not None
-
-
 def _config_plan_inputs(context):
-    """Plan inputs from the config.yml open in this window, or None if none is open.
-
-    Uses specdeck.core.config (the config editor's API); until that lands the button that
-    calls this stays hidden.
-    """
+    """Plan inputs from the config.yml open in this window, or None if none is open
+    (through specdeck.core.config, the config editor's API)."""
     from specdeck.core import config
     from specdeck.core.vram import inputs_from_tabby_config
 
