@@ -255,6 +255,13 @@ class GenerationEvent:
         return self.total_drafted - self.total_accepted
 
 
+def acceptance_rate(accepted: int, drafted: int) -> float | None:
+    """The share of drafted tokens the target kept: accepted / drafted (None: nothing was
+    drafted). A run's, and runs' pooled (their counts summed first, never their rates
+    averaged)."""
+    return accepted / drafted if drafted else None
+
+
 def mean_acceptance_length(accepted: int, drafts: int) -> float | None:
     """Tokens a drafted verify step yields on average: 1 + accepted / drafts, where drafts
     counts the verify steps that carried a draft (not draft tokens) and the 1 is the token
@@ -337,7 +344,7 @@ class GenerationStats:
 
     @property
     def acceptance_rate(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
+        return acceptance_rate(self.accepted, self.drafted)
 
     @property
     def mean_acceptance_length(self) -> float | None:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specdeck.core.llama_flags import DRAFT_SIMPLE
+from specdeck.core.llama_flags import DRAFT_SIMPLE, SPEC_TYPE
 from specdeck.core.tune.replay.drafters import Drafter, make_drafter
 
 DEFAULT_SLOTS = 4
@@ -92,7 +92,7 @@ class Setting:
         """The llama-server flags: ``--spec-type`` and ``--spec-<kind>-<param>`` each (a draft
         model's are ``--spec-draft-n-max``, ``-n-min``, ``-p-min``; its ``-md`` is the
         candidate's)."""
-        out = ["--spec-type", ",".join(self.kinds)]
+        out = [SPEC_TYPE, ",".join(self.kinds)]
         for kind, params in self.params:
             prefix = "--spec-draft" if kind == DRAFT_SIMPLE else f"--spec-{kind}"
             for name, value in params:
@@ -158,8 +158,11 @@ class Replayed:
 
     @property
     def mean_accepted_length(self) -> float:
-        """1 + accepted / verifications (llama.cpp's and vLLM's definition)."""
-        return 1.0 + self.accepted / self.drafts if self.drafts else 1.0
+        """1 + accepted / verifications (``core.engines.base.mean_acceptance_length``;
+        1 where nothing was drafted)."""
+        from specdeck.core.engines.base import mean_acceptance_length
+
+        return mean_acceptance_length(self.accepted, self.drafts) or 1.0
 
     def to_json(self) -> dict:
         return {"drafts": self.drafts, "drafted": self.drafted, "accepted": self.accepted,
