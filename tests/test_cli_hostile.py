@@ -192,7 +192,6 @@ def test_search_with_the_hub_unreachable_is_refused_before_the_library_retries(
     import socket
 
     from huggingface_hub import HfApi
-
     from specdeck.core.cli import main
 
     asked = []

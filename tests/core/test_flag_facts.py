@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT
-
 from specdeck.core import llama_flags, swap
 from specdeck.core.cli import main
 from specdeck.core.servers.llama_server import parse_help
@@ -125,7 +124,6 @@ def test_every_page_and_command_scans_the_same_model_library(tmp_path, monkeypat
     `specdeck suggest` (core.compat) list the same folders: config.yml's model and draft
     folders, SpecDeck's extra folders, each once however it is written."""
     from conftest import MODELS
-
     from specdeck.core import settings
     from specdeck.core.compat import suggest
     from specdeck.core.hub.library import scan_for_install

@@ -22,9 +22,8 @@ def drafts(tmp_path):
 def every_byte_reported(monkeypatch):
     """Installs report progress at every chunk, not at most every 0.1 s: a download the
     fake Hub holds mid-file (Stall) then shows where it stands, whatever the machine's pace."""
-    from functools import partial
-
     import importlib
+    from functools import partial
 
     from specdeck.core.hub.progress import ProgressTracker
 
