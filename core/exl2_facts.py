@@ -55,6 +55,12 @@ DEFAULT_MAX_SEQ_LEN = 4096
 """TabbyAPI's max_seq_len when config.yml leaves it blank."""
 DEFAULT_CHUNK_SIZE = 2048
 """TabbyAPI's chunk_size default: becomes ExLlamaV2's max_input_len (sizes every buffer)."""
+DEFAULT_CACHE_MODE = "FP16"
+"""TabbyAPI's cache_mode and draft_cache_mode default."""
+DEFAULT_AUTOSPLIT_RESERVE_MB = (96.0,)
+"""TabbyAPI's autosplit_reserve default: 96 MB kept free on GPU 0, nothing on the others."""
+DEFAULT_AUTOSPLIT_RESERVE_TEXT = ",".join(f"{mb:g}" for mb in DEFAULT_AUTOSPLIT_RESERVE_MB)
+"""The same as a form or flag writes it ("96")."""
 
 CACHE_LAYOUT = {
     "FP16": (1, 1, 2, False),

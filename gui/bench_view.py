@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from specdeck.core.units import MiB
 from specdeck.gui.bench_render import (
     ARM,
     ARM_COLOURS,
@@ -217,7 +218,7 @@ class BenchPlots(QWidget):
         """Acceptance of each finished run (server arms: the server's counts)."""
         self.memory: dict[str, _Series] = {}
         """Bytes; drawn in the unit that fits the largest (core.units.byte_unit)."""
-        self.memory_unit = ("MiB", 1024**2)
+        self.memory_unit = ("MiB", MiB)
         self.positions: dict[str, object] = {}
         """Arm name -> the core.bench.summary.DraftPositions drawn (None: no run yet)."""
         self.position_bars: dict[str, object] = {}
@@ -444,7 +445,7 @@ class BenchPlots(QWidget):
         from specdeck.core.units import byte_unit
 
         largest = max((max(s.y) for s in self.memory.values() if s.y), default=0)
-        unit = byte_unit(largest) if largest >= 1024**2 else ("MiB", 1024**2)
+        unit = byte_unit(largest) if largest >= MiB else ("MiB", MiB)
         if unit != self.memory_unit:  # a new unit rescales every curve, not just new points
             self.memory_unit = unit
             for series in self.memory.values():

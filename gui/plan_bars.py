@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
+from specdeck.core.units import GiB
 from specdeck.core.vram import GpuPlan, VramPlan
-
-GiB = 1024**3
 
 SEGMENT_COLOURS = {
     "target weights": QColor("#1d4ed8"),

@@ -26,10 +26,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from specdeck.core.gpu.telemetry import GpuReading, GpuStatus, TelemetryFrame
+from specdeck.core.units import GiB, MiB, format_bytes
 from specdeck.core.vram.gpus import short_name
 
-GiB = 1024**3
-MiB = 1024**2
 # One colour per GPU (NVML index), readable on light and dark backgrounds.
 GPU_COLOURS = ("#2563eb", "#ea580c", "#16a34a", "#9333ea", "#0891b2", "#ca8a04", "#db2777", "#4b5563")
 
@@ -54,8 +53,9 @@ def fmt(value: float | None, unit: str, digits: int = 0) -> str:
     return "N/A" if value is None else f"{value:.{digits}f} {unit}".rstrip()
 
 
-def fmt_gib(value: int | None) -> str:
-    return "N/A" if value is None else f"{value / GiB:.1f} GiB"
+def fmt_bytes(value: int | None) -> str:
+    """A byte count as everywhere in SpecDeck (core.units.format_bytes), or N/A."""
+    return "N/A" if value is None else format_bytes(value)
 
 
 LEGEND_COLUMNS = 4
@@ -317,7 +317,7 @@ class ProcessTable(QTableWidget):
         self.setRowCount(len(rows))
         for row, (index, process) in enumerate(rows):
             name = process.name + ("  (SpecDeck)" if process.is_self else "")
-            cells = (str(index), str(process.pid), name, fmt_gib(process.used_bytes))
+            cells = (str(index), str(process.pid), name, fmt_bytes(process.used_bytes))
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if column in (0, 1, 3):
@@ -335,5 +335,5 @@ def own_usage_text(frame: TelemetryFrame | None) -> str:
         return ""
     if frame.own_bytes is None:
         return "SpecDeck itself: unknown (the driver does not list processes here)"
-    return f"SpecDeck itself: {fmt_gib(frame.own_bytes)}"
+    return f"SpecDeck itself: {fmt_bytes(frame.own_bytes)}"
 

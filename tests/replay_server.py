@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.server
 import threading
-import time
 
 import pytest
 
@@ -17,6 +16,7 @@ class Replay(http.server.BaseHTTPRequestHandler):
     body = b""
     content_type = "text/event-stream"
     stall_after: int | None = None
+    """Hold the stream after this many lines, until the test ends (``stalled`` is set then)."""
     status = 200
     seen: list = []
     routes: dict | None = None
@@ -50,7 +50,8 @@ class Replay(http.server.BaseHTTPRequestHandler):
         lines = self.body.splitlines(keepends=True)
         for i, line in enumerate(lines):
             if self.stall_after is not None and i == self.stall_after:
-                time.sleep(3)
+                type(self).stalled.set()
+                type(self).released.wait(60)
                 return
             self.wfile.write(line)
             self.wfile.flush()
@@ -61,7 +62,9 @@ def replay():
     servers = []
 
     def start(**attrs):
-        handler = type("Handler", (Replay,), {**attrs, "seen": []})
+        handler = type("Handler", (Replay,), {**attrs, "seen": [],
+                                              "stalled": threading.Event(),
+                                              "released": threading.Event()})
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
@@ -69,6 +72,7 @@ def replay():
 
     yield start
     for server in servers:
+        server.RequestHandlerClass.released.set()
         server.shutdown()
         server.server_close()
 

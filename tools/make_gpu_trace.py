@@ -27,12 +27,12 @@ from pathlib import Path
 
 import numpy as np
 from specdeck.core.gpu.telemetry import peak_bandwidth
+from specdeck.core.units import MiB
 
 from tools.fixtures import fixtures_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "resources" / "traces" / "demo-5090-4090-70b.jsonl"
-MiB = 1024**2
 
 INTERVAL_S = 0.25
 DURATION_S = 120.0

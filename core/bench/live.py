@@ -32,6 +32,8 @@ from specdeck.core.bench.runner import (
     RunStarted,
     RunStep,
 )
+from specdeck.core.bench.summary import drafts_counted
+from specdeck.core.engines.base import acceptance_rate
 from specdeck.core.engines.lossless import OutputMatch, compare_runs
 
 RATE_WINDOW_S = 0.25
@@ -177,7 +179,7 @@ class CurrentRun:
 
     @property
     def acceptance_rate(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
+        return acceptance_rate(self.accepted, self.drafted)
 
 
 @dataclass
@@ -274,7 +276,7 @@ class LivePlan:
                 self._points.append(Point("accept_done", record.arm, t,
                                           100 * measured.acceptance_rate))
                 self.acceptance_reported.add(record.arm)
-            elif _counts_drafts(record.result.server):
+            elif drafts_counted(record.result.server):
                 # Counted, and nothing drafted: reported (no rate to plot), not "not
                 # reported" beside the "drafted nothing" the figures say of it.
                 self.acceptance_reported.add(record.arm)
@@ -331,14 +333,14 @@ class LivePlan:
             median_speedup=statistics.median(ratios) if ratios else None,
             min_speedup=min(ratios, default=None),
             max_speedup=max(ratios, default=None),
-            acceptance_rate=accepted / drafted if drafted else None,
+            acceptance_rate=acceptance_rate(accepted, drafted),
             identical=sum(1 for r in paired if r.output.verdict is OutputMatch.IDENTICAL),
             ties=sum(1 for r in paired if r.output.verdict is OutputMatch.TIE),
             checkable=self.plan.sampling.greedy,
             drafted_nothing=bool(paired) and drafted == 0 and all(
-                _counts_drafts(r.record.result.server) for r in paired),
+                drafts_counted(r.record.result.server) for r in paired),
             drafting_unknown=bool(paired) and drafted == 0 and not any(
-                _counts_drafts(r.record.result.server) or
+                drafts_counted(r.record.result.server) or
                 r.record.result.server.drafts_by_construction for r in paired),
             diverged=sum(1 for r in paired if r.output.differs),
         )
@@ -346,10 +348,3 @@ class LivePlan:
     def figures(self) -> list[ArmSoFar]:
         """Every drafting arm's running figures, in plan order."""
         return [self.arm_so_far(name) for name in self.arms[1:]]
-
-
-def _counts_drafts(server) -> bool:
-    """Whether a run's drafted count is a count: an engine's own (no server), or a server's
-    that reports it (core.bench.summary reads the same fields)."""
-    return server is None or bool(server.report.acceptance_source) or \
-        server.metrics_drafted is not None or bool(server.draft_source)

@@ -32,6 +32,7 @@ from specdeck.core.bench.runner import BenchRun, RunRecord
 from specdeck.core.engines.base import (
     DrafterKind,
     DrafterSpec,
+    acceptance_rate,
     mean_acceptance_length,
     position_rates,
     position_shares,
@@ -522,7 +523,7 @@ def _arm_summary(arm: Arm, records: list[RunRecord], peak_bandwidth: float | Non
         time_to_first_token_s=_median(
             [s.time_to_first_token_s for s in all_stats if s.time_to_first_token_s is not None]
         ),
-        acceptance_rate=accepted / drafted if drafted and acceptance_known else None,
+        acceptance_rate=acceptance_rate(accepted, drafted) if acceptance_known else None,
         mean_acceptance_length=positions.mean_acceptance_length
         if positions is not None and acceptance_known else None,
         per_position_acceptance=positions.shares if positions is not None else (),
@@ -648,10 +649,7 @@ def _why_drafting_unknown(arm: Arm, summary: ArmSummary, records: Sequence[RunRe
     if arm.drafter.kind is DrafterKind.NONE or not records or summary.drafted:
         return ""
     readings = [r.result.server for r in records]
-    if any(s is None for s in readings):
-        return ""  # an engine counts every draft
-    if any(s.report.drafted is not None or s.metrics_drafted is not None or s.draft_source
-           or s.report.acceptance_problem or s.drafts_by_construction for s in readings):
+    if any(drafts_counted(s) or s.drafts_by_construction for s in readings):
         return ""
     if arm.server is not None and arm.server.tabby_launch is not None:
         return ("TabbyAPI's log had no draft counts for these requests (its ExLlamaV2 backend "
@@ -661,6 +659,16 @@ def _why_drafting_unknown(arm: Arm, summary: ArmSummary, records: Sequence[RunRe
     except ValueError:
         kind = ServerKind.OPENAI
     return TRAITS[kind].tellable
+
+
+def drafts_counted(server) -> bool:
+    """Whether a run's drafted count is a count: an engine's own (no ``server`` reading), or
+    a server's that reported one (in its response, counted by /metrics around the run, or
+    read from its log), a reported one that failed its checks included. A drafting arm none
+    of whose runs has one cannot be told from one that never drafted (the summary's
+    ``drafting_unknown``; the live view's, core.bench.live, asks the same)."""
+    return server is None or bool(server.report.acceptance_source) or \
+        server.metrics_drafted is not None or bool(server.draft_source)
 
 
 def _said_before(arm: Arm) -> str:

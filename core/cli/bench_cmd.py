@@ -211,13 +211,10 @@ def _demo_pair(args: argparse.Namespace) -> tuple[str | None, Path | None]:
         return cached
     pair: tuple[str | None, Path | None] = ("demo", None)
     if not args.demo_alone:
-        from specdeck.core import settings
         from specdeck.core.engines.demo import ensure_demo_model, find_demo_partner
 
-        saved = settings.load()
         demo_dir = ensure_demo_model(_stderr_stage)
-        partner = find_demo_partner(demo_dir, (*args.models_dir, *saved.extra_model_dirs),
-                                    settings.remembered_config())
+        partner = find_demo_partner(demo_dir, tuple(args.models_dir))
         if partner is not None:
             print(f"Demo: {partner.name} ({partner.parameters_label}) shares the demo model's "
                   "tokenizer: it runs as the target, the demo model as its draft "

@@ -95,8 +95,9 @@ def run_suggest(args: argparse.Namespace) -> int:
     config_path = args.config or settings.remembered_config()
     result = suggest(
         args.target,
-        model_dirs=[*args.models_dir, *saved.extra_model_dirs],
+        model_dirs=args.models_dir,
         config_path=config_path,
+        saved=saved,
         include_hub=not args.no_hub,
         verify_hub=args.verify,
         max_seq_len=args.max_seq_len,

@@ -14,6 +14,8 @@ from specdeck.core.cli.paths import output_file
 from specdeck.core.exl2_facts import (
     CACHE_MODES_TEXT,
     CACHE_STEP,
+    DEFAULT_AUTOSPLIT_RESERVE_TEXT,
+    DEFAULT_CACHE_MODE,
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_SEQ_LEN,
 )
@@ -65,9 +67,11 @@ def register(subparsers) -> None:
                        "(default: this machine's)")
     vram.add_argument("--ctx", type=whole(-1, 1 << 27), metavar="N",
                       help=f"context (max_seq_len); default: TabbyAPI's, min(native, {DEFAULT_MAX_SEQ_LEN})")
-    vram.add_argument("--cache-mode", default="FP16", help=f"{CACHE_MODES_TEXT} (default FP16); for EXL3 also k,v bits "
-                      "from 2 to 8, e.g. 8,4")
-    vram.add_argument("--draft-cache-mode", default="FP16", help="the draft's cache mode")
+    vram.add_argument("--cache-mode", default=DEFAULT_CACHE_MODE,
+                      help=f"{CACHE_MODES_TEXT} (default {DEFAULT_CACHE_MODE}); for EXL3 also "
+                      "k,v bits from 2 to 8, e.g. 8,4")
+    vram.add_argument("--draft-cache-mode", default=DEFAULT_CACHE_MODE,
+                      help="the draft's cache mode")
     vram.add_argument("--gpus", metavar="GB,GB", help="plan for these GPUs, e.g. 32,24, "
                       "instead of the ones in this machine")
     vram.add_argument("--bpw", type=finite(1, 16), help="the target's bpw, for a folder that is not "
@@ -79,8 +83,9 @@ def register(subparsers) -> None:
     vram.add_argument("--draft-gpu-split", metavar="GB,GB", help="TabbyAPI draft_gpu_split")
     vram.add_argument("--no-autosplit", action="store_true",
                       help="gpu_split_auto: false (everything on CUDA 0 unless --gpu-split)")
-    vram.add_argument("--reserve-mb", metavar="MB,MB", default="96",
-                      help="TabbyAPI autosplit_reserve per GPU in MB (default 96)")
+    vram.add_argument("--reserve-mb", metavar="MB,MB", default=DEFAULT_AUTOSPLIT_RESERVE_TEXT,
+                      help="TabbyAPI autosplit_reserve per GPU in MB (default "
+                      f"{DEFAULT_AUTOSPLIT_RESERVE_TEXT})")
     vram.add_argument("--chunk-size", type=whole(1, 1 << 20), default=DEFAULT_CHUNK_SIZE,
                       help=f"TabbyAPI chunk_size (default {DEFAULT_CHUNK_SIZE}; it uses at least {CACHE_STEP})")
     vram.add_argument("--logits-rows", type=whole(1, 256), default=16, metavar="N",

@@ -12,6 +12,8 @@ from specdeck.core.printable import printable
 
 
 def register(subparsers) -> None:
+    from specdeck.core.swap.actions import DRAFT_MAX_RANGE, DRAFT_MIN_RANGE, P_MIN_RANGE
+
     p = subparsers.add_parser("swap", help="llama-swap's config.yaml (or a llama-server "
                               "router's presets.ini): show, set-draft, migrate",
                               description="Read and edit the drafting flags in the cmd of "
@@ -47,11 +49,12 @@ def register(subparsers) -> None:
                       help="remove the draft model and every drafting flag")
     setd.add_argument("--spec-type", metavar="TYPE",
                       help="draft-simple (with a draft model), ngram-simple, ngram-mod, ...")
-    setd.add_argument("--draft-max", type=whole(1, 256), metavar="N",
-                      help="most tokens drafted per step (--spec-draft-n-max)")
-    setd.add_argument("--draft-min", type=whole(0, 256), metavar="N",
+    setd.add_argument("--draft-max", type=whole(*DRAFT_MAX_RANGE), metavar="N",
+                      help="most tokens drafted per step (the spec type's k flag: "
+                           "--spec-draft-n-max, an n-gram type's own)")
+    setd.add_argument("--draft-min", type=whole(*DRAFT_MIN_RANGE), metavar="N",
                       help="fewest tokens drafted per step (--spec-draft-n-min)")
-    setd.add_argument("--p-min", type=finite(0.0, 1.0), metavar="P",
+    setd.add_argument("--p-min", type=finite(*P_MIN_RANGE), metavar="P",
                       help="minimum draft probability (--spec-draft-p-min)")
     setd.add_argument("--llama-server", metavar="BINARY",
                       help="check the result against this binary's --help")
@@ -158,7 +161,13 @@ def _migrate_presets(args) -> int:
 def _set_draft_presets(args) -> int:
     from specdeck.core.cli.config_cmd import _write
     from specdeck.core.config.edit import ConfigChange
-    from specdeck.core.llama_flags import DRAFT_MODEL
+    from specdeck.core.llama_flags import (
+        DRAFT_MODEL,
+        DRAFT_N_MAX,
+        DRAFT_N_MIN,
+        P_MIN_NAMES,
+        SPEC_TYPE,
+    )
     from specdeck.core.swap import presets as ini
     from specdeck.core.swap.actions import draft_edits
 
@@ -166,24 +175,24 @@ def _set_draft_presets(args) -> int:
     section = presets.section(args.model)
     own = {e.key for e in section.entries}
     info = _help(args)
-    drafting = ("spec-type", "spec-draft-n-max", "spec-draft-n-min", "spec-draft-p-min",
-                "draft-p-min", *ini.DRAFT_MODEL_KEYS)
+    drafting = (*(ini.key_of(f) for f in (SPEC_TYPE, DRAFT_N_MAX, DRAFT_N_MIN, *P_MIN_NAMES)),
+                *ini.DRAFT_MODEL_KEYS)
     values: dict[str, str | None] = {}
     if args.no_draft:
         draft_edits(_setting(args))  # refuses anything given beside it
-        values = {k: None for k in (*drafting, *ini.RENAMED) if k in own}
+        values = {k: None for k in (*drafting, *ini.REMOVED_KEYS) if k in own}
     else:
         # The names the router's llama-server takes (``info``; else the pinned build's),
         # chosen as `swap set-draft` chooses them for a cmd (core.swap.actions.draft_edits).
-        spec_now = presets.effective(args.model).get("spec-type")
+        spec_now = presets.effective(args.model).get(ini.SPEC_TYPE_KEY)
         for edit in draft_edits(_setting(args), info, spec_now):
             if edit.flag in DRAFT_MODEL:
-                values[next((k for k in ini.DRAFT_MODEL_KEYS if k in own), "model-draft")] = \
-                    edit.value
+                values[next((k for k in ini.DRAFT_MODEL_KEYS if k in own),
+                             ini.key_of(DRAFT_MODEL[1]))] = edit.value
                 continue
-            names = [n.lstrip("-") for n in (edit.flag, *edit.also)]
+            names = [ini.key_of(n) for n in (edit.flag, *edit.also)]
             key = next((n for n in names if n in own), names[0])
-            for old in (n.lstrip("-") for n in edit.replaces):
+            for old in (ini.key_of(n) for n in edit.replaces):
                 if old in own and old != key:
                     values[old] = None  # its old name goes; the new one is written
             values[key] = edit.value

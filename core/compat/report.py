@@ -41,6 +41,13 @@ class CompatVerdict(str, enum.Enum):
         }[self]
 
     @property
+    def cleared(self) -> bool:
+        """Whether the check clears the pair to draft with: compatible, with warnings or
+        without (incompatible is refused; inconclusive is not cleared either). What the tune
+        tries as a draft (core.tune.candidates.draft_refusal)."""
+        return self in (CompatVerdict.COMPATIBLE, CompatVerdict.WARNINGS)
+
+    @property
     def exit_code(self) -> int:
         """`specdeck check`'s exit status: 0 usable, 1 refused, 3 undecided (2 is an error)."""
         return {CompatVerdict.COMPATIBLE: 0, CompatVerdict.WARNINGS: 0, CompatVerdict.INCOMPATIBLE: 1,

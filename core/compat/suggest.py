@@ -21,18 +21,20 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specdeck.core.compat.cache import VocabCache
 from specdeck.core.compat.check import compare_models
 from specdeck.core.compat.fit import fit_planner
 from specdeck.core.compat.known import Family, KnownDraft, find_family
-from specdeck.core.compat.library import library_dirs
 from specdeck.core.compat.load import CheckSide, check_cancel, load_model
 from specdeck.core.compat.report import CompatReport, CompatVerdict
 from specdeck.core.compat.source import ModelSource
 from specdeck.core.errors import CancelledError, SpecDeckError
 from specdeck.core.models import ModelInfo, scan_models
+
+if TYPE_CHECKING:
+    from specdeck.core.settings import Settings
 
 SWEET_SPOT = (5.0, 30.0)
 _SWEET_CENTER = math.sqrt(SWEET_SPOT[0] * SWEET_SPOT[1])
@@ -108,6 +110,7 @@ def suggest(
     *,
     model_dirs: Iterable[str | Path] = (),
     config_path: str | Path | None = None,
+    saved: Settings | None = None,
     include_hub: bool = True,
     verify_hub: bool = False,
     max_seq_len: int | None = None,
@@ -124,10 +127,14 @@ def suggest(
 
     ``gpus``: GPU sizes in GB to plan VRAM for ("24,24"); None plans for this machine's GPUs.
     ``bpw``: the target's EXL2 bitrate, for a target folder that is not an EXL2 quant.
+    Searched: the model library (``core.hub.locations.library_dirs``: ``config_path``'s
+    folders, SpecDeck's extra ones in ``saved``, else on disk, and ``model_dirs``).
     """
+    from specdeck.core.hub.locations import library_dirs
+
     started = time.perf_counter()
     target_model = load_model(target, endpoint=endpoint, token=token, cache=cache, cancel=cancel)
-    dirs, problems = library_dirs(model_dirs, config_path)
+    dirs, problems = library_dirs(config_path, model_dirs, saved=saved)
     if progress:
         progress("Scanning the model library…")
     models, scan_problems = scan_models(dirs)

@@ -20,6 +20,9 @@ from specdeck.core.errors import InvalidInputError
 from specdeck.core.exl2_facts import (
     CACHE_MODES,
     CACHE_STEP,
+    DEFAULT_AUTOSPLIT_RESERVE_MB,
+    DEFAULT_AUTOSPLIT_RESERVE_TEXT,
+    DEFAULT_CACHE_MODE,
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_SEQ_LEN,
 )
@@ -147,9 +150,9 @@ SETTINGS: tuple[Setting, ...] = (
        "from the model or compute it from the context length (recommended when the draft's "
        "native context is shorter than the target's).", maximum=1000.0, minimum=0.0,
        blank_means="automatic", cli_flag="--rope-alpha"),
-    _s(DRAFT, "draft_cache_mode", Kind.CACHE_MODE, "FP16", "Draft cache mode",
-       "Cache precision for the draft model (default: FP16). Q8/Q6/Q4 save VRAM; the draft "
-       "cache is as long as the main cache.", choices=EXL2_CACHE_MODES,
+    _s(DRAFT, "draft_cache_mode", Kind.CACHE_MODE, DEFAULT_CACHE_MODE, "Draft cache mode",
+       f"Cache precision for the draft model (default: {DEFAULT_CACHE_MODE}). Q8/Q6/Q4 save "
+       "VRAM; the draft cache is as long as the main cache.", choices=EXL2_CACHE_MODES,
        cli_flag="--cache-mode"),
     _s(DRAFT, "draft_gpu_split", Kind.FLOAT_LIST, (), "Draft GPU split (GB)",
        "GB of VRAM per GPU for the draft model, e.g. 8,0. Empty = autosplit.",
@@ -188,17 +191,20 @@ SETTINGS: tuple[Setting, ...] = (
        f"Tokens of KV cache to allocate (default: max_seq_len); a multiple of {CACHE_STEP}, not "
        "less than max_seq_len.", maximum=MAX_CONTEXT, minimum=1, multiple_of=CACHE_GRANULARITY,
        blank_means="max_seq_len"),
-    _s(MODEL, "cache_mode", Kind.CACHE_MODE, "FP16", "Cache mode",
-       "KV cache precision (default: FP16); FP16, Q8, Q6, Q4 for ExLlamaV2, or a pair "
-       "k_bits,v_bits such as 8,8 for ExLlamaV3.", choices=EXL2_CACHE_MODES),
+    _s(MODEL, "cache_mode", Kind.CACHE_MODE, DEFAULT_CACHE_MODE, "Cache mode",
+       f"KV cache precision (default: {DEFAULT_CACHE_MODE}); FP16, Q8, Q6, Q4 for ExLlamaV2, "
+       "or a pair k_bits,v_bits such as 8,8 for ExLlamaV3.", choices=EXL2_CACHE_MODES),
     _s(MODEL, "gpu_split_auto", Kind.BOOL, True, "Autosplit",
        "Spread the model over the GPUs automatically (default: true).", blank_means="true"),
     _s(MODEL, "gpu_split", Kind.FLOAT_LIST, (), "GPU split (GB)",
        "GB of VRAM per GPU for the model when autosplit is off (or with tensor parallel).",
        maximum=MAX_GPU_GB, minimum=0.0, blank_means="none"),
-    _s(MODEL, "autosplit_reserve", Kind.FLOAT_LIST, (96.0,), "Autosplit reserve (MB)",
-       "MB of VRAM to keep free per GPU when autosplitting (default: 96 on GPU 0).",
-       maximum=MAX_GPU_GB * 1024, minimum=0.0, blank_means="96 MB on GPU 0"),
+    _s(MODEL, "autosplit_reserve", Kind.FLOAT_LIST, DEFAULT_AUTOSPLIT_RESERVE_MB,
+       "Autosplit reserve (MB)",
+       "MB of VRAM to keep free per GPU when autosplitting (default: "
+       f"{DEFAULT_AUTOSPLIT_RESERVE_TEXT} on GPU 0).",
+       maximum=MAX_GPU_GB * 1024, minimum=0.0,
+       blank_means=f"{DEFAULT_AUTOSPLIT_RESERVE_TEXT} MB on GPU 0"),
     _s(MODEL, "chunk_size", Kind.INT, DEFAULT_CHUNK_SIZE, "Chunk size",
        f"Tokens per prompt-ingestion chunk (default: {DEFAULT_CHUNK_SIZE}). It sizes ExLlamaV2's "
        f"scratch buffers: lower saves VRAM, ingests slower; 512 to 4096 is the useful range, "

@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from specdeck.core.errors import InvalidInputError, SpecDeckError
+from specdeck.core.exl2_facts import DEFAULT_AUTOSPLIT_RESERVE_MB, DEFAULT_CACHE_MODE
+from specdeck.core.llama_flags import DRAFT_SIMPLE
 
 MAX_DRAFT_TOKENS = 32
 """More draft tokens per step than any engine's verify batch (ExLlamaV2: max_q_size 8..16)."""
@@ -112,7 +114,7 @@ class DrafterSpec:
         if self.kind is DrafterKind.SERVER:
             return "server-side drafting"
         name = self.model_path.name if self.model_path else "?"
-        if self.server_type not in (None, "draft-simple"):
+        if self.server_type not in (None, DRAFT_SIMPLE):
             k = f"{self.server_type}, {k}"
         return f"draft {name} ({k})"
 
@@ -131,11 +133,11 @@ class LoadSpec:
     dtype: str = "auto"
     """"auto" (float32 on CPU: bfloat16 ties break greedy losslessness), "float16", ..."""
     max_seq_len: int | None = None
-    cache_mode: str = "FP16"
-    draft_cache_mode: str = "FP16"
+    cache_mode: str = DEFAULT_CACHE_MODE
+    draft_cache_mode: str = DEFAULT_CACHE_MODE
     gpu_split: tuple[float, ...] | None = None
     """GB per GPU; None = autosplit."""
-    autosplit_reserve_mb: tuple[float, ...] = (96.0,)
+    autosplit_reserve_mb: tuple[float, ...] = DEFAULT_AUTOSPLIT_RESERVE_MB
     draft_rope_alpha: float | None = None
     """None = automatic (NTK alpha when the draft's native context is shorter)."""
 
@@ -253,6 +255,13 @@ class GenerationEvent:
         return self.total_drafted - self.total_accepted
 
 
+def acceptance_rate(accepted: int, drafted: int) -> float | None:
+    """The share of drafted tokens the target kept: accepted / drafted (None: nothing was
+    drafted). A run's, and runs' pooled (their counts summed first, never their rates
+    averaged)."""
+    return accepted / drafted if drafted else None
+
+
 def mean_acceptance_length(accepted: int, drafts: int) -> float | None:
     """Tokens a drafted verify step yields on average: 1 + accepted / drafts, where drafts
     counts the verify steps that carried a draft (not draft tokens) and the 1 is the token
@@ -335,7 +344,7 @@ class GenerationStats:
 
     @property
     def acceptance_rate(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
+        return acceptance_rate(self.accepted, self.drafted)
 
     @property
     def mean_acceptance_length(self) -> float | None:

@@ -275,21 +275,21 @@ def find_demo_partner(
 
     The demo model is the smallest of its family (SmolLM2-135M), so its draft-model arm needs a
     larger target that shares its tokenizer, such as SmolLM2-360M or -1.7B-Instruct downloaded
-    in Hugging Face format. Searched: ``model_dirs`` and the model folders of the TabbyAPI
-    config. Candidates are unquantized safetensors folders (the PyTorch engine runs them)
+    in Hugging Face format. Searched: the model library (``core.hub.locations.library_dirs``:
+    the TabbyAPI config's folders, SpecDeck's extra ones, and ``model_dirs``). Candidates are unquantized safetensors folders (the PyTorch engine runs them)
     larger than the demo and at most :data:`PARTNER_MAX_PARAMETERS`; the smallest one whose
     tokenizer the compatibility checker clears is returned.
     """
     from specdeck.core.compat.check import compare_models
-    from specdeck.core.compat.library import library_dirs
     from specdeck.core.compat.load import check_cancel, load_model
     from specdeck.core.compat.report import CompatVerdict
     from specdeck.core.compat.source import ModelSource
     from specdeck.core.errors import SpecDeckError
+    from specdeck.core.hub.locations import library_dirs
     from specdeck.core.models import read_model, scan_models
 
     demo = read_model(Path(demo_dir))
-    dirs, _ = library_dirs(model_dirs, config_path)
+    dirs, _ = library_dirs(config_path, model_dirs)
     models, _ = scan_models(dirs)
     candidates = sorted(
         (m for m in models

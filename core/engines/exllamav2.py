@@ -35,7 +35,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from specdeck.core.compat.special import adds_bos
 from specdeck.core.engines import common
 from specdeck.core.engines.exl2_attention import mask_unpaged_attention
 from specdeck.core.engines.base import (
@@ -547,13 +546,13 @@ class ExLlamaV2Engine:
         if self._tokenizer is None:
             raise InvalidInputError("No model is loaded.", "Load a model first.")
         path = self._target_info.path
-        add_bos = adds_bos(path).value  # TabbyAPI's rule (core.compat.special)
         if apply_chat_template:
             text = _render_chat_template(path, text)
-            bos = self._tokenizer.bos_token or ""
-            add_bos = add_bos and not (bos and text.startswith(bos))
-        ids = self._tokenizer.encode(text, add_bos=add_bos, encode_special_tokens=apply_chat_template)
-        return [int(i) for i in ids[0].tolist()]
+        ids = self._tokenizer.encode(text, add_bos=False, encode_special_tokens=apply_chat_template)
+        # BOS by TabbyAPI's rule, once even after a template that writes it (as the PyTorch
+        # engine: core.engines.common.prompt_with_bos).
+        return common.prompt_with_bos([int(i) for i in ids[0].tolist()],
+                                      getattr(self._tokenizer, "bos_token_id", None), path)
 
     # generation ----------------------------------------------------------------------
     def generate(

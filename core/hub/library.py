@@ -216,7 +216,8 @@ class InstalledUse:
         from specdeck.core import llama_flags
 
         # A draft model drafts only with --spec-type (check_args says so for a launch).
-        return (llama_flags.DRAFT_MODEL[0], str(self.gguf), llama_flags.SPEC_TYPE, "draft-simple")
+        return (llama_flags.DRAFT_MODEL[0], str(self.gguf), llama_flags.SPEC_TYPE,
+                llama_flags.DRAFT_SIMPLE)
 
 
 def installed_use(folder: str | Path) -> InstalledUse:

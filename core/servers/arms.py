@@ -170,7 +170,8 @@ def launched_arm(name: str, binary: str, gguf: str, flags: tuple[str, ...],
     info = binary_help(profile.binary)
     drafter = drafter_from_flags(tuple(flags), info)
     if drafter.kind is DrafterKind.NONE and flag_value(tuple(flags), *llama_flags.DRAFT_MODEL):
-        drafter = drafter_from_flags((*flags, llama_flags.SPEC_TYPE, "draft-simple"), info)
+        drafter = drafter_from_flags((*flags, llama_flags.SPEC_TYPE, llama_flags.DRAFT_SIMPLE),
+                                     info)
     return Arm(name, drafter, ServerArm(launch=profile))
 
 

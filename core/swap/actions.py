@@ -16,6 +16,7 @@ from specdeck.core.llama_flags import (
     DRAFT_N_MAX,
     DRAFT_N_MIN,
     DRAFT_P_MIN,
+    DRAFT_SIMPLE,
     N_MAX_NAMES,
     N_MAX_REMOVED,
     N_MIN_NAMES,
@@ -35,9 +36,16 @@ DRAFTING_FLAGS = (SPEC_TYPE, DRAFT_N_MAX, DRAFT_N_MIN, DRAFT_P_MIN, *P_MIN_ALIAS
 """Every flag removing drafting takes out, besides the draft model's."""
 
 
+DRAFT_MAX_RANGE = (1, 256)
+"""Draft max (k): at least one token a step, or nothing drafts."""
+DRAFT_MIN_RANGE = (0, 256)
+P_MIN_RANGE = (0.0, 1.0)
+
+
 @dataclass(frozen=True)
 class DraftSetting:
-    """What to set in a model's cmd; None leaves a flag as it is."""
+    """What to set in a model's cmd; None leaves a flag as it is. Its numbers are checked
+    here, for `swap set-draft` and the llama-swap page alike (their fields take these ranges)."""
 
     draft: str | None = None
     """The draft model's GGUF (-md)."""
@@ -47,6 +55,27 @@ class DraftSetting:
     p_min: float | None = None
     no_draft: bool = False
     """Remove the draft model and every drafting flag (give nothing else)."""
+
+    def __post_init__(self) -> None:
+        for what, value, (low, high) in (("Draft max", self.draft_max, DRAFT_MAX_RANGE),
+                                          ("Draft min", self.draft_min, DRAFT_MIN_RANGE),
+                                          ("P-min", self.p_min, P_MIN_RANGE)):
+            if value is not None and not low <= value <= high:
+                raise InvalidInputError(f"{what} {value:g} is out of range.",
+                                        f"Use {low:g} to {high:g}.")
+
+
+def k_flag(kind: str | None, info=None) -> str:
+    """The flag that sets k (draft max) for spec type ``kind`` in the build whose --help is
+    ``info`` (None: the fallback): the type's own k flag (an n-gram type's ``-n-max`` or
+    ``-size-m``), else ``--spec-draft-n-max``; with no type, what a draft model alone drafts
+    with where the build does that (``--draft-max``). One rule for `swap set-draft` on a
+    config.yaml and on a router's presets, and for the llama-swap page's field."""
+    from specdeck.core.servers.llama_server import methods_of
+
+    known = methods_of(info)
+    method = known.method(kind) if kind else known.implied_draft
+    return method.k_flag if method is not None and method.k_flag else DRAFT_N_MAX
 
 
 def draft_edits(setting: DraftSetting, info=None, current_type: str | None = None
@@ -65,7 +94,7 @@ def draft_edits(setting: DraftSetting, info=None, current_type: str | None = Non
     edits = []
     if setting.draft:
         edits.append(FlagEdit(DRAFT_MODEL[0], setting.draft, also=DRAFT_MODEL[1:]))
-    spec = setting.spec_type or ("draft-simple" if setting.draft else None)
+    spec = setting.spec_type or (DRAFT_SIMPLE if setting.draft else None)
     implied = methods_of(info).implied_draft
     alone = implied is not None and (spec or current_type or implied.name) == implied.name
     if spec and not alone:  # a build that drafts with -md alone takes no --spec-type for it
@@ -77,8 +106,7 @@ def draft_edits(setting: DraftSetting, info=None, current_type: str | None = Non
                                                       (N_MIN_NAMES, n_min),
                                                       (P_MIN_NAMES, p_min)))
     if setting.draft_max is not None:
-        method = implied if alone else methods_of(info).method(spec or current_type)
-        flag = method.k_flag if method is not None and method.k_flag else n_max
+        flag = k_flag(implied.name if alone else spec or current_type, info)
         edits.append(FlagEdit(flag, str(setting.draft_max), replaces=tuple(
             n for n in (N_MAX_NAMES if alone else N_MAX_REMOVED) if n != flag)))
     if setting.draft_min is not None:

@@ -32,11 +32,6 @@ from specdeck.core.servers.llama_server import (
 from specdeck.core.swap.config import ModelCmd
 from specdeck.core.swap.edit import FlagEdit
 
-N_MAX_OLD = llama_flags.N_MAX_REMOVED
-N_MIN_OLD = llama_flags.N_MIN_REMOVED
-NGRAM_OLD = {"--spec-ngram-size-n": "size-n", "--spec-ngram-size-m": "size-m",
-             "--spec-ngram-min-hits": "min-hits"}
-
 
 @dataclass(frozen=True)
 class Finding:
@@ -59,7 +54,7 @@ def findings(model: ModelCmd, info: HelpInfo | None = None,
     own_names = {canonical(a.split("=", 1)[0]) for a in own if a.startswith("-")}
     names = [a.split("=", 1)[0] for a in argv if a.startswith("-")]
     removed = {canonical(f) for f in (info.removed if info is not None
-                                      else (*llama_flags.REMOVED, *NGRAM_OLD))}
+                                      else llama_flags.REMOVED)}
     kind = spec_type(argv)
     has_draft_model = any(n in llama_flags.DRAFT_MODEL for n in names)
     out: list[Finding] = []
@@ -80,22 +75,16 @@ def findings(model: ModelCmd, info: HelpInfo | None = None,
         if flag not in removed:
             continue
         value = model.flag_value(flag)
-        if flag in N_MAX_OLD or flag in N_MIN_OLD:
-            suffix = "max" if flag in N_MAX_OLD else "min"
-            new = f"--spec-draft-n-{suffix}"
-            method = methods_of(info).method(kind)
-            if method and not has_draft_model and f"--spec-{kind}-n-{suffix}" in method.flags:
-                new = f"--spec-{kind}-n-{suffix}"  # an n-gram type with its own (ngram-mod)
+        new = llama_flags.replacement(flag, methods_of(info).method(kind), has_draft_model)
+        if flag in llama_flags.N_MAX_REMOVED or flag in llama_flags.N_MIN_REMOVED:
             if not _offers(info, new):
                 out.append(Finding(f"{flag} was removed, and {info.source} lists no {new}: "
                                    "remove it or check that build's --help", None))
                 continue
             add(f"{flag} was removed: {new} now", flag,
                 FlagEdit(new, value if value is not None else None, replaces=(flag,)))
-        elif flag in NGRAM_OLD:
-            new = f"--spec-{kind}-{NGRAM_OLD[flag]}"
-            if kind and kind.startswith("ngram-") and kind != "ngram-mod" \
-                    and _offers(info, new):
+        elif flag in llama_flags.NGRAM_REMOVED:
+            if new is not None and _offers(info, new):
                 add(f"{flag} was removed: {new} now (each n-gram type has its own)", flag,
                     FlagEdit(new, value, replaces=(flag,)))
             else:
@@ -109,12 +98,13 @@ def findings(model: ModelCmd, info: HelpInfo | None = None,
             and methods_of(info).implied_draft is None:
         # Added to the model's own cmd, wherever its draft model is named.
         flag = next(n for n in names if n in llama_flags.DRAFT_MODEL)
-        if info is None or "draft-simple" in info.spec_types:
-            out.append(Finding(f"{flag} alone no longer drafts: add --spec-type draft-simple",
-                               FlagEdit(llama_flags.SPEC_TYPE, "draft-simple")))
+        simple = llama_flags.DRAFT_SIMPLE
+        if info is None or simple in info.spec_types:
+            out.append(Finding(f"{flag} alone no longer drafts: add --spec-type {simple}",
+                               FlagEdit(llama_flags.SPEC_TYPE, simple)))
         else:
             out.append(Finding(f"{flag} alone does not draft in {info.source}, which lists no "
-                               "--spec-type draft-simple", None))
+                               f"--spec-type {simple}", None))
     for i, arg in enumerate(argv):
         if arg in FLASH and flash_needs_value(info) \
                 and (i + 1 >= len(argv) or argv[i + 1] not in FLASH_VALUES):

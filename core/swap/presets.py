@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from specdeck.core import llama_flags
 from specdeck.core.config.document import _read_config_bytes, fingerprint
 from specdeck.core.config.edit import ConfigChange
 from specdeck.core.errors import InvalidInputError, NotFoundError
@@ -24,12 +25,20 @@ GLOBAL = "*"
 _SECTION = re.compile(r"^\s*\[(?P<name>[^\]]+)\]\s*$")
 _ENTRY = re.compile(r"^(?P<indent>\s*)(?P<key>[^=;#\s][^=]*?)\s*=\s*(?P<value>.*?)\s*$")
 
-# Keys current llama-server removed, and what they are now (common/arg.cpp "removed
-# params" in the pinned sources; the same as core.swap.migrate for command lines).
-RENAMED = {"draft": "spec-draft-n-max", "draft-n": "spec-draft-n-max",
-           "draft-max": "spec-draft-n-max", "draft-min": "spec-draft-n-min",
-           "draft-n-min": "spec-draft-n-min"}
-DRAFT_MODEL_KEYS = ("model-draft", "md", "spec-draft-model")
+
+
+def key_of(flag: str) -> str:
+    """A llama-server flag as a preset's key: without its dashes (``--spec-draft-n-max`` is
+    ``spec-draft-n-max``, ``-md`` is ``md``). Every key below is a flag of core.llama_flags
+    spelt so: the presets know no flag of their own."""
+    return flag.lstrip("-")
+
+
+SPEC_TYPE_KEY = key_of(llama_flags.SPEC_TYPE)
+DRAFT_MODEL_KEYS = tuple(key_of(f) for f in llama_flags.DRAFT_MODEL)
+REMOVED_KEYS = {key_of(f): f for f in llama_flags.REMOVED}
+"""Keys current llama-server removed -> the flag (what replaces each: llama_flags.replacement,
+as for a llama-swap cmd)."""
 PRESETS_FILE = "router's presets .ini (--models-preset)"
 
 
@@ -142,34 +151,44 @@ def findings(presets: Presets, name: str, info=None
     """What the router's llama-server would refuse in preset ``name``: (message, keys to set
     (None: remove), keys to rename). ``info``: that llama-server's --help (the router's
     binary, which the .ini does not name): a key is out of date only when its help says it
-    was removed, a fix only in names it lists, and a draft model alone is no fault in a
-    build that drafts with one (ik_llama.cpp). Without it, the pinned build's table
-    (``RENAMED``), which whoever shows the findings must say they are judged by
+    was removed, a fix only in names it lists (for the preset's spec-type, as a cmd's:
+    ``llama_flags.replacement``), and a draft model alone is no fault in a build that
+    drafts with one (ik_llama.cpp). Without it, the pinned build's table
+    (``llama_flags.REMOVED``), which whoever shows the findings must say they are judged by
     (:func:`judged_by`)."""
     from specdeck.core.llama_flags import canonical
+    from specdeck.core.servers.llama_server import methods_of
 
     section = presets.section(name)
     own = {e.key for e in section.entries}
     effective = presets.effective(name)
+    kind = effective.get(SPEC_TYPE_KEY)
+    draft_model = any(k in effective for k in DRAFT_MODEL_KEYS)
+    method = methods_of(info).method(kind)
     out = []
     removed = {canonical(f) for f in info.removed} if info is not None else None
-    for old, new in RENAMED.items():
-        if old not in own or (removed is not None and canonical(f"--{old}") not in removed):
+    for old, flag in REMOVED_KEYS.items():
+        if old not in own or (removed is not None and canonical(flag) not in removed):
             continue
-        if info is not None and f"--{new}" not in info.flags:
-            out.append((f"[{name}] {old} was removed, and {info.source} lists no --{new}: "
+        new = llama_flags.replacement(flag, method, draft_model)
+        if new is None:
+            out.append((f"[{name}] {old} was removed, and its spec-type ({kind or 'none'}) has "
+                        "no equivalent: remove it", {old: None}, {}))
+        elif info is not None and new not in info.flags:
+            out.append((f"[{name}] {old} was removed, and {info.source} lists no {new}: "
                         "remove it or check that build's --help", {}, {}))
-            continue
-        out.append((f"[{name}] {old} was removed: {new} now", {}, {old: new}))
+        else:
+            out.append((f"[{name}] {old} was removed: {key_of(new)} now", {},
+                        {old: key_of(new)}))
     drafts_alone = info is not None and info.implied_draft is not None
-    if any(k in effective for k in DRAFT_MODEL_KEYS) and "spec-type" not in effective \
-            and not drafts_alone:
-        if info is None or "draft-simple" in info.spec_types:
+    if draft_model and SPEC_TYPE_KEY not in effective and not drafts_alone:
+        simple = llama_flags.DRAFT_SIMPLE
+        if info is None or simple in info.spec_types:
             out.append((f"[{name}] a draft model alone no longer drafts: "
-                        "spec-type = draft-simple", {"spec-type": "draft-simple"}, {}))
+                        f"{SPEC_TYPE_KEY} = {simple}", {SPEC_TYPE_KEY: simple}, {}))
         else:
             out.append((f"[{name}] a draft model alone does not draft in {info.source}, "
-                        "which lists no --spec-type draft-simple", {}, {}))
+                        f"which lists no --spec-type {simple}", {}, {}))
     return out
 
 

@@ -16,13 +16,17 @@ search decides, not a default.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specdeck.core import llama_flags
 from specdeck.core.errors import CancelledError, SpecDeckError
 from specdeck.core.tune.setup import Setup
+
+if TYPE_CHECKING:
+    from specdeck.core.compat.report import CompatReport
 
 K_VALUES = ("4", "8", "16")
 """The k values tried for every candidate (its own k flag: --spec-draft-n-max, the n-gram
@@ -151,7 +155,7 @@ def find_candidates(setup: Setup, spec_types: Sequence[str], drafts: Iterable[Pa
         elif kind == "draft-mtp" and setup.facts.mtp_layers:
             found.append(Candidate(kind, notes=(f"{setup.facts.mtp_layers} MTP layer(s) in "
                                                 f"{setup.facts.name}",), **k))
-        elif kind == "draft-simple":
+        elif kind == llama_flags.DRAFT_SIMPLE:
             models, refused = _draft_models(setup, drafts, cancel)
             found += [Candidate(kind, path, size, **k) for path, size in models]
             skipped += refused
@@ -216,10 +220,35 @@ def drafting_k_values(method: llama_flags.SpecMethod, flags: Sequence[str]
 NOT_SMALLER = "not smaller than the target"
 
 
+def smaller(draft_bytes: int, target_bytes: int) -> bool:
+    """A draft is worth running only when it is smaller than the target (a GGUF on disk or
+    on the Hub, a TabbyAPI draft folder alike): a forward of a draft as large as the target
+    costs a target forward. A target of unknown size (0) refuses nothing."""
+    return not target_bytes or draft_bytes < target_bytes
+
+
 def smaller_than_target(draft_bytes: int, setup: Setup) -> bool:
-    """A draft is worth running only when it is smaller than the target (on disk and on the
-    Hub alike): a forward of a draft as large as the target costs a target forward."""
-    return draft_bytes < setup.facts.weight_bytes
+    return smaller(draft_bytes, setup.facts.weight_bytes)
+
+
+def draft_refusal(draft_bytes: int, target_bytes: int,
+                  compat: Callable[[], CompatReport] | None) -> str | None:
+    """Why the tune does not try a draft (None: it does): not smaller than the target
+    (:func:`smaller`), or a tokenizer the compatibility check does not clear
+    (``CompatVerdict.cleared``: refused or undecided) or cannot read. ``compat`` runs that
+    check, only once the size passed (None: no target to check against). One rule for a
+    llama-server's GGUF drafts and TabbyAPI's draft folders (core.tune.tabby)."""
+    if not smaller(draft_bytes, target_bytes):
+        return NOT_SMALLER
+    if compat is None:
+        return None
+    try:
+        report = compat()
+    except CancelledError:
+        raise
+    except SpecDeckError as exc:
+        return exc.what
+    return None if report.verdict.cleared else report.summary
 
 
 def draft_files(setup: Setup, folders: Iterable[Path] = ()) -> list[Path]:
@@ -246,7 +275,6 @@ def draft_files(setup: Setup, folders: Iterable[Path] = ()) -> list[Path]:
 def _draft_models(setup: Setup, drafts: Iterable[Path], cancel: threading.Event | None
                   ) -> tuple[list[tuple[Path, int]], list[NotTried]]:
     from specdeck.core.compat import check
-    from specdeck.core.compat.report import CompatVerdict
     from specdeck.core.vram.gguf import read_gguf_model
 
     usable: list[tuple[Path, int]] = []
@@ -264,15 +292,14 @@ def _draft_models(setup: Setup, drafts: Iterable[Path], cancel: threading.Event 
             continue
         try:
             size = read_gguf_model(path).weight_bytes
-            if not smaller_than_target(size, setup):
-                refused.append(NotTried(label, NOT_SMALLER))
-                continue
-            report = check(setup.target, path, examples=0, cancel=cancel)
         except SpecDeckError as exc:
             refused.append(NotTried(label, exc.what))
             continue
-        if report.verdict in (CompatVerdict.INCOMPATIBLE, CompatVerdict.INCONCLUSIVE):
-            refused.append(NotTried(label, report.summary))
+        why = draft_refusal(size, setup.facts.weight_bytes,
+                            lambda path=path: check(setup.target, path, examples=0,
+                                                    cancel=cancel))
+        if why is not None:
+            refused.append(NotTried(label, why))
             continue
         usable.append((path, size))
     return usable, refused

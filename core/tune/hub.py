@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specdeck.core.errors import CancelledError, SpecDeckError
+from specdeck.core.llama_flags import DRAFT_SIMPLE
 from specdeck.core.tune.candidates import (
     NOT_SMALLER,
     Candidate,
@@ -47,7 +48,6 @@ MAX_DOWNLOADS = 2
 """Drafts downloaded in one tune: each one more is another round of the search."""
 MIN_DRAFT_BITS = 4
 GGUF_MARK = "gguf"
-DRAFT_SIMPLE = "draft-simple"
 
 _BITS = re.compile(r"^(?:I?Q|TQ)(\d)")
 _FLOAT_BITS = {"F32": 32, "F16": 16, "BF16": 16, "FP16": 16, "FP8": 8, "MXFP4": 4,
@@ -162,7 +162,6 @@ def _repo_candidate(setup, target, repo_id: str, library: Path, left: int, endpo
                     ) -> Candidate | NotTried:
     from specdeck.core.compat import compare_models
     from specdeck.core.compat.load import load_model
-    from specdeck.core.compat.report import CompatVerdict
     from specdeck.core.compat.source import ModelSource
     from specdeck.core.hub.client import HubClient
     from specdeck.core.hub.gguf import gguf_choices, gguf_folder_name, is_installed
@@ -177,7 +176,7 @@ def _repo_candidate(setup, target, repo_id: str, library: Path, left: int, endpo
     draft = load_model(ModelSource(spec, repo_id=repo_id, revision=commit,
                                    hub_gguf=choice.main_file), endpoint=endpoint, cancel=cancel)
     report = compare_models(target, draft, examples=0)
-    if report.verdict in (CompatVerdict.INCOMPATIBLE, CompatVerdict.INCONCLUSIVE):
+    if not report.verdict.cleared:
         return NotTried(f"{label} {choice.main_file}", f"tokenizer checked from its GGUF "
                         f"header, before any download: {report.summary}")
     folder = library / gguf_folder_name(repo_id, choice)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
-from specdeck.core.tune.candidates import NotTried
+from specdeck.core.tune.candidates import NotTried, draft_refusal
 
 EXL2, EXL3 = "exl2", "exl3"
 
@@ -242,7 +242,6 @@ def draft_candidates(setup: TabbySetup, cancel: threading.Event | None = None
                      ) -> tuple[list[TabbyDraft], list[NotTried]]:
     """The folders of ``draft_model_dir`` worth trying as drafts, and the others with why."""
     from specdeck.core.compat import check
-    from specdeck.core.compat.report import CompatVerdict
 
     try:
         folders = sorted(p for p in setup.draft_dir.iterdir() if (p / "config.json").is_file())
@@ -267,18 +266,12 @@ def draft_candidates(setup: TabbySetup, cancel: threading.Event | None = None
                                     f"{setup.weights_format.upper()} models only"))
             continue
         size = weight_bytes(folder)
-        if target_bytes and size >= target_bytes:
-            refused.append(NotTried(label, "not smaller than the target"))
+        target = setup.model_folder
+        why = draft_refusal(size, target_bytes, None if target is None else (
+            lambda folder=folder: check(target, folder, examples=0, cancel=cancel)))
+        if why is not None:
+            refused.append(NotTried(label, why))
             continue
-        if setup.model_folder is not None:
-            try:
-                report = check(setup.model_folder, folder, examples=0, cancel=cancel)
-            except SpecDeckError as exc:
-                refused.append(NotTried(label, exc.what))
-                continue
-            if report.verdict in (CompatVerdict.INCOMPATIBLE, CompatVerdict.INCONCLUSIVE):
-                refused.append(NotTried(label, report.summary))
-                continue
         usable.append(TabbyDraft(folder, size))
     return usable, refused
 

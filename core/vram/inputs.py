@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from specdeck.core.errors import InvalidInputError
-from specdeck.core.exl2_facts import DEFAULT_CHUNK_SIZE, DEFAULT_MAX_SEQ_LEN
+from specdeck.core.exl2_facts import (
+    DEFAULT_AUTOSPLIT_RESERVE_TEXT,
+    DEFAULT_CACHE_MODE,
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_MAX_SEQ_LEN,
+)
 from specdeck.core.vram.costs import DEFAULT_OVERHEADS, Overheads
 from specdeck.core.vram.gpus import (
     GpuSpec,
@@ -29,8 +34,8 @@ class PlanInputs:
     context: int | None = None
     """Tokens of cache; None: TabbyAPI's default, min(native context, 4096); -1: the
     target's native context (TabbyAPI's max_seq_len: -1)."""
-    cache_mode: str = "FP16"
-    draft_cache_mode: str = "FP16"
+    cache_mode: str = DEFAULT_CACHE_MODE
+    draft_cache_mode: str = DEFAULT_CACHE_MODE
     gpus: str | None = None
     """Typed sizes in GB ("32,24"); None: this machine's GPUs."""
     bpw: float | None = None
@@ -40,7 +45,7 @@ class PlanInputs:
     gpu_split: str | None = None
     draft_gpu_split: str | None = None
     autosplit: bool = True
-    autosplit_reserve_mb: str = "96"
+    autosplit_reserve_mb: str = DEFAULT_AUTOSPLIT_RESERVE_TEXT
     chunk_size: int = DEFAULT_CHUNK_SIZE
     count_in_use: bool = False
     flash_attention: bool = True
@@ -133,29 +138,31 @@ def _split_text(value) -> str | None:
 def inputs_from_tabby_config(doc) -> PlanInputs:
     """Plan inputs from a TabbyAPI config.yml, through specdeck.core.config's document API
     (``value(section, key)`` with TabbyAPI's defaults filled in, ``target_model_path()``,
-    ``draft_model_path()``). GPU sizes are left to the caller (live or typed)."""
+    ``draft_model_path()``): what the file leaves unset is the config schema's default, the
+    one place TabbyAPI's defaults are written. GPU sizes are left to the caller (live or
+    typed)."""
     target = doc.target_model_path()
     if target is None:
         raise InvalidInputError(
             "This config.yml names no model (model.model_name is empty).",
             "Set model_name, or pick the target folder by hand.",
         )
-    mode = str(doc.value("draft_model", "draft_mode") or "model").lower()
+    mode = str(doc.value("draft_model", "draft_mode")).lower()
     draft = doc.draft_model_path() if mode == "model" else None
     # On Ampere and newer (paged mode) TabbyAPI allocates cache_size tokens, which defaults
     # to max_seq_len; max_seq_len -1 means the model's own context.
     context = doc.value("model", "cache_size") or doc.value("model", "max_seq_len")
-    auto = doc.value("model", "gpu_split_auto")
     return PlanInputs(
         model=str(target),
         draft=str(draft) if draft is not None else None,
         context=int(context) if context else None,
-        cache_mode=str(doc.value("model", "cache_mode") or "FP16"),
-        draft_cache_mode=str(doc.value("draft_model", "draft_cache_mode") or "FP16"),
+        cache_mode=str(doc.value("model", "cache_mode")),
+        draft_cache_mode=str(doc.value("draft_model", "draft_cache_mode")),
         gpu_split=_split_text(doc.value("model", "gpu_split")),
         draft_gpu_split=_split_text(doc.value("draft_model", "draft_gpu_split")),
-        autosplit=True if auto is None else bool(auto),
-        autosplit_reserve_mb=_split_text(doc.value("model", "autosplit_reserve")) or "96",
-        chunk_size=int(doc.value("model", "chunk_size") or DEFAULT_CHUNK_SIZE),
+        autosplit=bool(doc.value("model", "gpu_split_auto")),
+        autosplit_reserve_mb=_split_text(doc.value("model", "autosplit_reserve"))
+        or DEFAULT_AUTOSPLIT_RESERVE_TEXT,
+        chunk_size=int(doc.value("model", "chunk_size")),
         mtp=mode == "mtp",
     )

@@ -5,13 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from specdeck.core.errors import InvalidInputError
-from specdeck.core.exl2_facts import DEFAULT_CHUNK_SIZE, DEFAULT_MAX_SEQ_LEN, tabby_chunk_size
+from specdeck.core.exl2_facts import (
+    DEFAULT_AUTOSPLIT_RESERVE_MB,
+    DEFAULT_CACHE_MODE,
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_MAX_SEQ_LEN,
+    tabby_chunk_size,
+)
 from specdeck.core.vram.costs import check_cache_mode, round_context
 from specdeck.core.vram.gpus import GpuSpec
 from specdeck.core.vram.weights import ModelWeights
-
-DEFAULT_AUTOSPLIT_RESERVE_MB = (96.0,)
-"""TabbyAPI's autosplit_reserve default: 96 MB kept free on GPU 0, nothing on the others."""
 
 
 @dataclass(frozen=True)
@@ -22,9 +25,9 @@ class PlanRequest:
     gpus: tuple[GpuSpec, ...]
     context: int = DEFAULT_MAX_SEQ_LEN
     """max_seq_len / cache_size in tokens (rounded up to 256 in the plan)."""
-    cache_mode: str = "FP16"
+    cache_mode: str = DEFAULT_CACHE_MODE
     draft: ModelWeights | None = None
-    draft_cache_mode: str = "FP16"
+    draft_cache_mode: str = DEFAULT_CACHE_MODE
     gpu_split: tuple[float, ...] | None = None
     """GB per GPU for the target; None = autosplit."""
     draft_gpu_split: tuple[float, ...] | None = None

@@ -64,13 +64,15 @@ def create_page(context: AppContext) -> QWidget:
     return CompatibilityPage(context)
 
 
-def scan_library(extra_dirs: tuple[str, ...], config_path: str | None) -> dict[str, Any]:
-    """Worker job: the models in the library folders and the pair config.yml names."""
-    from specdeck.core.compat.library import library_dirs, read_config_models
+def scan_library(saved, config_path: str | None) -> dict[str, Any]:
+    """Worker job: the models in the library folders (``saved``: the settings the page
+    shows) and the pair config.yml names."""
+    from specdeck.core.compat.library import read_config_models
     from specdeck.core.errors import SpecDeckError
+    from specdeck.core.hub.locations import library_dirs
     from specdeck.core.models import scan_models
 
-    dirs, problems = library_dirs(extra_dirs, config_path)
+    dirs, problems = library_dirs(config_path, saved=saved)
     models, _ = scan_models(dirs)
     configured = None
     if config_path:
@@ -327,7 +329,7 @@ class CompatibilityPage(QWidget):
     def refresh_library(self) -> None:
         settings = self.context.settings
         config = str(self.context.config_path) if self.context.config_path else None
-        self._run("library", scan_library, tuple(settings.extra_model_dirs), config,
+        self._run("library", scan_library, settings, config,
                   on_done=self._library_scanned, quiet=True)
 
     def _library_scanned(self, result: dict[str, Any]) -> None:
@@ -435,7 +437,7 @@ class CompatibilityPage(QWidget):
             return
         settings = self.context.settings
         self._set_busy("Looking for drafts…")
-        self._run("suggest", suggest, target, model_dirs=tuple(settings.extra_model_dirs),
+        self._run("suggest", suggest, target, saved=settings,
                   config_path=self.context.config_path,
                   max_seq_len=self.context_len.value() or None,
                   endpoint=settings.hub_endpoint, on_done=self._show_suggestions)

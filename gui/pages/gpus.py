@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from specdeck.core.errors import SpecDeckError
-from specdeck.core.exl2_facts import CACHE_MODES, CACHE_STEP
+from specdeck.core.exl2_facts import CACHE_MODES, CACHE_STEP, DEFAULT_AUTOSPLIT_RESERVE_TEXT
 from specdeck.core.gpu.telemetry import TelemetryFrame, TelemetryState
 from specdeck.gui.plan_bars import PlanBars
 from specdeck.gui.telemetry_view import (
@@ -48,7 +48,6 @@ log = logging.getLogger(__name__)
 
 DEMO_TRACE = ("traces", "demo-5090-4090-70b.jsonl")
 SETTINGS_PREFIX = "gpus/plan/"
-GiB = 1024**3
 
 
 def create_page(context):
@@ -114,7 +113,7 @@ class PlanForm(QGroupBox):
         self.gpu_split.setPlaceholderText("autosplit")
         self.draft_gpu_split = QLineEdit()
         self.draft_gpu_split.setPlaceholderText("autosplit")
-        self.reserve = QLineEdit("96")
+        self.reserve = QLineEdit(DEFAULT_AUTOSPLIT_RESERVE_TEXT)
         self.count_in_use = QCheckBox("Count memory other programs hold now")
         self.plan_button = QPushButton("Plan VRAM")
         self.plan_button.setDefault(True)

@@ -209,12 +209,16 @@ class SwapPage(QWidget):
         types.addWidget(self.spec_type, 1)
         types.addWidget(self.spec_type_source)
         form.addRow("--spec-type", types)
-        self.draft_max = self._count("--spec-draft-n-max: most tokens drafted per step")
-        self.draft_min = self._count("--spec-draft-n-min: fewest tokens drafted per step")
+        from specdeck.core.swap.actions import DRAFT_MAX_RANGE, DRAFT_MIN_RANGE, P_MIN_RANGE
+
+        self.draft_max = self._count("--spec-draft-n-max: most tokens drafted per step",
+                                     DRAFT_MAX_RANGE)
+        self.draft_min = self._count("--spec-draft-n-min: fewest tokens drafted per step",
+                                     DRAFT_MIN_RANGE)
         form.addRow("Draft max", self.draft_max)
         form.addRow("Draft min", self.draft_min)
         self.p_min = QDoubleSpinBox()
-        self.p_min.setRange(-0.01, 1.0)
+        self.p_min.setRange(P_MIN_RANGE[0] - 0.01, P_MIN_RANGE[1])  # the lowest: unchanged
         self.p_min.setSingleStep(0.05)
         self.p_min.setDecimals(2)
         self.p_min.setSpecialValueText(UNCHANGED)
@@ -239,11 +243,12 @@ class SwapPage(QWidget):
         return box
 
     @staticmethod
-    def _count(tip: str) -> QSpinBox:
+    def _count(tip: str, accepted: tuple[int, int]) -> QSpinBox:
+        """A count field taking core.swap.actions' range, and one below it: "unchanged"."""
         spin = QSpinBox()
-        spin.setRange(-1, 256)
+        spin.setRange(accepted[0] - 1, accepted[1])
         spin.setSpecialValueText(UNCHANGED)
-        spin.setValue(-1)
+        spin.setValue(spin.minimum())
         spin.setToolTip(tip)
         return spin
 
@@ -439,15 +444,14 @@ class SwapPage(QWidget):
     def _k_flag(self, model=None) -> str:
         """The flag Draft max writes: what sets k for the chosen spec type (else the cmd's),
         as the binary's --help (or the fallback) says; core.swap.actions writes the same."""
-        from specdeck.core import llama_flags as lf
-        from specdeck.core.servers.llama_server import methods_of, spec_type
+        from specdeck.core.servers.llama_server import spec_type
+        from specdeck.core.swap.actions import k_flag
 
         if model is None and self.config is not None and self._current_name():
             row = self._row(self._current_name())
             model = self.config.model(row["model"]) if row and row["llama_server"] else None
         kind = self.spec_type.currentData() or (spec_type(model.flags) if model else None)
-        method = methods_of(self.info).method(kind)
-        flag = method.k_flag if method is not None and method.k_flag else lf.DRAFT_N_MAX
+        flag = k_flag(kind, self.info)
         self.draft_max.setToolTip(f"{flag}: most tokens drafted per step")
         return flag
 
@@ -459,9 +463,8 @@ class SwapPage(QWidget):
             widget.blockSignals(True)
         self.draft.clear()
         self.spec_type.setCurrentIndex(0)
-        self.draft_max.setValue(-1)
-        self.draft_min.setValue(-1)
-        self.p_min.setValue(-0.01)
+        for field in (self.draft_max, self.draft_min, self.p_min):
+            field.setValue(field.minimum())
         self.no_draft.setChecked(False)
         for widget in self._form_widgets():
             widget.blockSignals(False)
@@ -475,9 +478,8 @@ class SwapPage(QWidget):
         setting = DraftSetting(
             draft=self.draft.text().strip() or None,
             spec_type=self.spec_type.currentData(),
-            draft_max=self.draft_max.value() if self.draft_max.value() >= 0 else None,
-            draft_min=self.draft_min.value() if self.draft_min.value() >= 0 else None,
-            p_min=self.p_min.value() if self.p_min.value() >= 0 else None,
+            draft_max=_set(self.draft_max), draft_min=_set(self.draft_min),
+            p_min=_set(self.p_min),
         )
         return None if setting == DraftSetting() else setting
 
@@ -575,6 +577,11 @@ class SwapPage(QWidget):
     def shutdown(self) -> None:
         self._plan_timer.stop()
         self.tasks.close()
+
+
+def _set(field):
+    """A field's value, None while it shows "unchanged" (its lowest value)."""
+    return None if field.value() <= field.minimum() else field.value()
 
 
 def _html(text) -> str:

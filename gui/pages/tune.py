@@ -62,6 +62,7 @@ from specdeck.core.tune.request import (
     TABBY_KINDS,
     TuneRequest,
 )
+from specdeck.core.units import GiB
 from specdeck.gui import workers
 from specdeck.gui.widgets.banner import Banner
 
@@ -449,7 +450,7 @@ class TunePage(QWidget):
         prompts = self.prompts.text().strip()
         return TuneOptions(budget_s=budget, max_new_tokens=self.max_new.value(),
                            suites=(prompts,) if prompts else TuneOptions().suites,
-                           download_budget=int(self.downloads.value() * 1024**3))
+                           download_budget=int(self.downloads.value() * GiB))
 
     # run control ---------------------------------------------------------------------------
     def _running(self) -> bool:

@@ -9,7 +9,8 @@ import pytest
 from compat_helpers import copy_model, edit_json
 from conftest import MODELS, TABBY
 from specdeck.core.compat import suggest
-from specdeck.core.compat.library import config_model_dirs, library_dirs, read_config_models
+from specdeck.core.compat.library import read_config_models
+from specdeck.core.hub.locations import library_dirs
 
 LIBRARY = ("Qwen2.5-0.5B-Instruct", "TinyLlama-1.1B-Chat-v1.0", "Llama-3.2-1B",
            "Mistral-7B-v0.1", "Qwen2.5-7B-Instruct")
@@ -97,7 +98,7 @@ def test_model_dirs_come_from_tabbyapi_config(tmp_path, library):
     config = tmp_path / "config.yml"
     shutil.copy(TABBY / "config_sample.exl2-checkpoint.yml", config)  # model_dir: models
     config.chmod(0o644)
-    assert config_model_dirs(config) == [tmp_path / "models"]
+    assert list(read_config_models(config).model_dirs) == [tmp_path / "models"]
     result = suggest(MODELS / "Qwen2.5-7B-Instruct", config_path=config, include_hub=False)
     assert result.scanned_dirs == (tmp_path / "models",)
     assert [s.name for s in result.suggestions] == ["Qwen2.5-0.5B-Instruct"]
@@ -106,13 +107,13 @@ def test_model_dirs_come_from_tabbyapi_config(tmp_path, library):
 def test_legacy_nested_draft_section_is_understood(tmp_path):
     config = tmp_path / "config.yml"
     config.write_text("model:\n  model_dir: /srv/big\n  draft:\n    draft_model_dir: drafts\n")
-    assert config_model_dirs(config) == [Path("/srv/big"), tmp_path / "drafts"]
+    assert list(read_config_models(config).model_dirs) == [Path("/srv/big"), tmp_path / "drafts"]
 
 
 def test_unreadable_config_is_reported_not_fatal(tmp_path, library):
     config = tmp_path / "config.yml"
     config.write_text("model: [unclosed\n")
-    dirs, problems = library_dirs([library], config)
+    dirs, problems = library_dirs(config, [library])
     assert dirs == [library]
     assert problems and str(config) in problems[0]
 

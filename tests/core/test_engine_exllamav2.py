@@ -686,3 +686,20 @@ def test_a_later_draft_load_is_masked_too(tmp_path, monkeypatch):
     engine.set_drafter(DrafterSpec(DrafterKind.MODEL, _exl2_folder(tmp_path / "draft", EXL2)))
     assert exl2_attention.is_restored(fake.attn.ExLlamaV2Attention)
     assert [getattr(c, "no_sdpa", False) for c in fake.configs] == [False, False]
+
+
+def test_a_prompt_begins_with_one_bos_whether_or_not_its_template_wrote_it(tmp_path,
+                                                                          monkeypatch):
+    """The ExLlamaV2 engine adds BOS as the PyTorch engine does (core.engines.common's one
+    rule, TabbyAPI's): once, when the model's rule adds it and the chat template did not
+    already write it."""
+    from specdeck.core.engines import exllamav2 as module
+
+    engine, _ = _standin_engine(tmp_path, monkeypatch, [])
+    for written in ("<s>[INST] {} [/INST]", "[INST] {} [/INST]"):
+        monkeypatch.setattr(module, "_render_chat_template",
+                            lambda path, text, written=written: written.format(text))
+        ids = engine.tokenize("hello", apply_chat_template=True)
+        assert ids[:1] == [1] and ids[1] != 1, written
+    assert engine.tokenize("hello")[:1] == [1] and engine.tokenize("hello")[1] != 1
+    engine.unload()

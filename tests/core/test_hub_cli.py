@@ -110,7 +110,10 @@ def interrupt_install(hub, dest, stop) -> tuple[int, str]:
     proc = cli("install", f"{TINY_REPO}@4.0bpw", "--dest", str(dest), "--endpoint", hub.url)
     try:
         assert stall.reached.wait(60)
-        time.sleep(0.3)
+        deadline = time.monotonic() + 60  # until what arrived before the stall is on disk
+        while not any(part.stat().st_size for part in dest.glob(".*/parts/*.part")):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
         stop(proc)
         _, err = proc.communicate(timeout=30)
     finally:

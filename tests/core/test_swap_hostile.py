@@ -19,7 +19,9 @@ from specdeck.core.errors import InvalidInputError
 from specdeck.core.swap import macros
 from specdeck.core.swap.actions import DraftSetting, model_rows, plan_draft, plan_migration
 from specdeck.core.llama_flags import DRAFT_MODEL as DRAFT_MODEL_FLAGS
-from specdeck.core.swap.migrate import FLASH, N_MAX_OLD, N_MIN_OLD
+from specdeck.core.llama_flags import N_MAX_REMOVED as N_MAX_OLD
+from specdeck.core.llama_flags import N_MIN_REMOVED as N_MIN_OLD
+from specdeck.core.swap.migrate import FLASH
 from swap_samples import schema_ok
 
 SERVER = hostile.SERVER

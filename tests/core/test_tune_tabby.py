@@ -257,3 +257,33 @@ def test_a_saved_tabby_tune_is_read_again_trusting_none_of_its_file(tmp_path, ta
     saved["url"], saved["api_key_env"] = url, "AWS_SECRET_ACCESS_KEY"
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-for-tabbyapi")
     assert _setup_now(saved, "tabbyapi").api_key_env is None  # the file's name is not used
+
+
+@pytest.mark.parametrize("verdict", ["compatible", "compatible_with_warnings", "incompatible",
+                                     "inconclusive"])
+def test_a_draft_is_tried_by_one_rule_whichever_server_runs_it(tmp_path, tabby_server,
+                                                                monkeypatch, verdict):
+    """TabbyAPI's draft folders and llama-server's draft GGUFs are refused alike: what the
+    compatibility check does not clear (incompatible, or undecided), in its words."""
+    from types import SimpleNamespace
+
+    from specdeck.core import compat
+    from specdeck.core.compat.report import CompatVerdict
+    from specdeck.core.tune import candidates
+
+    said = CompatVerdict(verdict)
+    monkeypatch.setattr(compat, "check", lambda *a, **k: SimpleNamespace(
+        verdict=said, summary=f"the check says {verdict}"))
+    config = tabby_folder(tmp_path / "tabbyAPI", "exl2-checkpoint")
+    url, _ = tabby_server(branch="exl2-checkpoint", model_name=TARGET)
+    usable, refused = tabby.draft_candidates(tabby.read_setup(url, config))
+    by_tabby = {n.what: n.why for n in refused}.get(f"draft {DRAFT}")
+    gguf = Path(__file__).parent.parent / "data" / "tune" / "SmolLM2-135M-Instruct-header.gguf"
+    setup = SimpleNamespace(target=tmp_path / "target.gguf",
+                            facts=SimpleNamespace(weight_bytes=1 << 40))
+    on_disk, not_tried = candidates._draft_models(setup, [gguf], None)
+    by_llama = {n.what: n.why for n in not_tried}.get(f"draft-simple {gguf.name}")
+    expected = None if said in (CompatVerdict.COMPATIBLE, CompatVerdict.WARNINGS) \
+        else f"the check says {verdict}"
+    assert by_tabby == by_llama == expected
+    assert (DRAFT in [d.name for d in usable]) == bool(on_disk) == (expected is None)

@@ -99,7 +99,7 @@ def test_demo_trace_fills_cards_plots_and_processes(window, qtbot):
                                         f"{frame.gpu(1).usable_total / GiB:.1f} GiB")
     assert page.processes.rowCount() == 4
     assert page.processes.item(0, 2).text() == "python3"
-    assert page.own_usage.text() == "SpecDeck itself: 0.0 GiB"
+    assert page.own_usage.text() == "SpecDeck itself: 0 B"
     # The curves show the last 120 s: at 4 Hz, ~420 samples (the thread may have taken one
     # before it was stopped) -> all of them.
     samples = page.sampler.rows_recorded(1)
@@ -223,6 +223,36 @@ def test_from_config_yml_fills_the_form_reading_the_file_off_the_gui_thread(
                     timeout=10_000)
     assert read_on == [False]  # read once, and not on the GUI thread
     assert page.form.context.value() == 8192
+
+
+def test_from_config_fills_the_form_from_the_open_config_yml_and_plans(window, qtbot,
+                                                                         tmp_path):
+    """The button reads the config.yml open in SpecDeck: its target and draft, context and
+    cache modes land in the form, and the plan runs on them (here it says what the folders
+    lack: no EXL2 files, so no bitrate)."""
+    page = open_page(window, qtbot)
+    assert page.form.from_config.isVisibleTo(page)
+    qtbot.mouseClick(page.form.from_config, Qt.MouseButton.LeftButton)
+    assert "Open a TabbyAPI config.yml first" in page.result.summary.text()
+
+    config = tmp_path / "config.yml"
+    config.write_text(f"model:\n  model_dir: {DATA}\n  model_name: Llama-3.1-70B-Instruct\n"
+                      "  max_seq_len: 32768\n  cache_mode: Q6\n"
+                      f"draft_model:\n  draft_model_dir: {MODELS}\n"
+                      "  draft_model_name: Llama-3.2-1B\n  draft_cache_mode: Q8\n")
+    window.context.set_config_path(config)
+    page.form.use_typed_gpus(True)
+    qtbot.mouseClick(page.form.from_config, Qt.MouseButton.LeftButton)
+    form = page.form
+    qtbot.waitUntil(lambda: form.target.path.text() == str(DATA / "Llama-3.1-70B-Instruct"),
+                    timeout=10_000)  # read in a worker
+    assert form.draft.path.text() == str(MODELS / "Llama-3.2-1B")
+    assert (form.context.value(), form.cache_mode.currentText(),
+            form.draft_cache_mode.currentText()) == (32768, "Q6", "Q8")
+    assert form.gpu_source.currentIndex() == 1  # the typed GPUs stay: config.yml names none
+    qtbot.waitUntil(lambda: not page.tasks.running("plan") and page.result.error.isVisible(),
+                    timeout=20_000)
+    assert "bpw" in page.result.error.text()
 
 
 def test_environment_replay_is_the_default_source(qtbot, configured_qapp, monkeypatch):

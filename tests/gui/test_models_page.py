@@ -18,6 +18,19 @@ def drafts(tmp_path):
     return tmp_path / "drafts"
 
 
+@pytest.fixture(autouse=True)
+def every_byte_reported(monkeypatch):
+    """Installs report progress at every chunk, not at most every 0.1 s: a download the
+    fake Hub holds mid-file (Stall) then shows where it stands, whatever the machine's pace."""
+    import importlib
+    from functools import partial
+
+    from specdeck.core.hub.progress import ProgressTracker
+
+    install = importlib.import_module("specdeck.core.hub.install")
+    monkeypatch.setattr(install, "ProgressTracker", partial(ProgressTracker, interval=0.0))
+
+
 @pytest.fixture
 def page(qtbot, configured_qapp, fake_hub, monkeypatch, drafts):
     monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)  # the page finds the Hub the way users set it
@@ -49,7 +62,8 @@ def library_rows(page) -> dict[str, dict[str, str]]:
 
 
 def test_find_pick_install_and_see_it_in_the_library(qtbot, page, fake_hub, drafts):
-    fake_hub.throttle_bps = 3_000_000  # slow enough to watch the progress bar move
+    size = len(fake_hub.repos[TINY_REPO].branches["6_5"][WEIGHTS])
+    stall = fake_hub.stall(WEIGHTS, at=size // 2)  # held there: the progress bar mid-way
     open_repo(qtbot, page, "tinyllama", TINY_REPO)
     assert page.repositories() == [TINY_REPO, "soloquant/TinyLlama-1.1B-Chat-v1.0-4.0bpw-h6-exl2"]
     assert [row["Bitrate / quant"] for row in page.variant_rows().values()] == [
@@ -59,9 +73,11 @@ def test_find_pick_install_and_see_it_in_the_library(qtbot, page, fake_hub, draf
 
     with qtbot.waitSignal(page.install_finished, timeout=TIMEOUT) as finished:
         qtbot.mouseClick(page.install_button, Qt.MouseButton.LeftButton)
-        qtbot.waitUntil(lambda: 0 < page.progress_bar.value() < 1000, timeout=TIMEOUT)
+        qtbot.waitUntil(lambda: stall.reached.is_set() and 0 < page.progress_bar.value() < 1000,
+                        timeout=TIMEOUT)
         assert page.cancel_button.isEnabled() and not page.install_button.isEnabled()
         assert "MB/s" in page.progress_label.text() or "of" in page.progress_label.text()
+        stall.release()
 
     result = finished.args[0]
     folder = drafts / "TinyLlama-1.1B-Chat-v1.0-exl2-6.5bpw"
@@ -285,7 +301,6 @@ def gguf_page(qtbot, configured_qapp, memory_keyring, monkeypatch, drafts, tmp_p
         page.set_install_dir(drafts)
         page.resize(1200, 800)
         page.show()
-        hub.throttle_bps = 400_000
         yield page, hub, files
         page.shutdown()
         qtbot.waitUntil(lambda: not page.busy(), timeout=TIMEOUT)
@@ -317,9 +332,14 @@ def test_a_gguf_repo_lists_its_files_and_installs_one_verified(qtbot, gguf_page,
 
     _select(page, "Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf")
     assert page.install_button.isEnabled() and page.install_button.text() == "Install GGUF Q4_K_M"
+    first = "Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf"
+    stall = hub.stall(first, at=len(files[first]) // 2)
     seen = []
     page.progress_bar.valueChanged.connect(seen.append)
     page.start_install()
+    qtbot.waitUntil(lambda: stall.reached.is_set() and page.progress_bar.value() > 0,
+                    timeout=TIMEOUT)
+    stall.release()
     qtbot.waitUntil(lambda: not page.installing() and bool(page.result_label.text()), timeout=TIMEOUT)
     folder = drafts / "Qwen2.5-0.5B-Instruct-GGUF-Q4_K_M"
     for name in ("Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf",
@@ -336,21 +356,23 @@ def test_a_gguf_repo_lists_its_files_and_installs_one_verified(qtbot, gguf_page,
 
 def test_a_cancelled_gguf_install_leaves_nothing_that_looks_installed(qtbot, gguf_page, drafts):
     page, hub, files = gguf_page
-    hub.throttle_bps = 20_000
+    name = "Qwen2.5-0.5B-Instruct-Q8_0.gguf"
+    stall = hub.stall(name, at=len(files[name]) // 2)  # held mid-file until cancelled
     page.show_repo(GGUF_REPO)
     qtbot.waitUntil(lambda: page.variants_table.rowCount() == 3, timeout=TIMEOUT)
-    _select(page, "Qwen2.5-0.5B-Instruct-Q8_0.gguf")
+    _select(page, name)
     page.start_install()
-    qtbot.waitUntil(lambda: page.progress_bar.value() > 0, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: stall.reached.is_set() and page.progress_bar.value() > 0,
+                    timeout=TIMEOUT)
     page.cancel_install()
     qtbot.waitUntil(lambda: not page.installing(), timeout=TIMEOUT)
+    stall.release()
     assert not (drafts / "Qwen2.5-0.5B-Instruct-GGUF-Q8_0").exists()
     qtbot.waitUntil(lambda: page.variants_table.rowCount() == 3, timeout=TIMEOUT)
     assert _rows(page)["Qwen2.5-0.5B-Instruct-Q8_0.gguf"]["Status"] == ""
     # The unfinished download is offered for resuming, as a GGUF (not the whole main branch).
     qtbot.waitUntil(lambda: page.partial_banner.isVisible(), timeout=TIMEOUT)
     assert page.partials[0].gguf == "Qwen2.5-0.5B-Instruct-Q8_0.gguf"
-    hub.throttle_bps = 0
     page.resume_install()
     qtbot.waitUntil(lambda: not page.installing() and bool(page.result_label.text()),
                     timeout=TIMEOUT)

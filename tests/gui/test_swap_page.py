@@ -233,3 +233,32 @@ def test_the_spec_type_dropdown_lists_what_the_binary_offers(qtbot, page, tmp_pa
     assert "--spec-type ngram-foo" in page.diff_view.toPlainText()
     assert page.draft_max.toolTip().startswith("--spec-ngram-foo-size-m")
     page.grab().save(str(tmp_path / "swap-spec-types.png"))
+
+
+def test_the_page_takes_the_draft_counts_set_draft_takes(qtbot, page):
+    """Draft max, draft min and p-min take what core.swap.actions.DraftSetting takes (the
+    range `specdeck swap set-draft` parses too, tests/core/test_flag_facts.py), their
+    lowest value showing "unchanged": the page took draft max 0, which the CLI refused."""
+    from specdeck.core.errors import InvalidInputError
+    from specdeck.core.swap.actions import DraftSetting
+
+    def core_takes(**value) -> bool:
+        try:
+            DraftSetting(**value)
+        except InvalidInputError:
+            return False
+        return True
+
+    for field, name in ((page.draft_max, "draft_max"), (page.draft_min, "draft_min")):
+        for n in range(-2, 260):
+            field.setValue(n)
+            held = field.value() == n and field.value() > field.minimum()
+            assert held == core_takes(**{name: n}), (name, n)
+            if held:  # what the page then asks core to write
+                assert getattr(page.setting(), name) == n
+        field.setValue(field.minimum())
+        assert field.text() == "unchanged"
+    for p in (-0.01, 0.0, 0.5, 1.0, 1.01):
+        page.p_min.setValue(p)
+        held = round(page.p_min.value(), 2) == p and page.p_min.value() > page.p_min.minimum()
+        assert held == core_takes(p_min=p), p

@@ -324,21 +324,49 @@ def test_finished_calls_are_let_go_while_others_keep_finishing(qtbot, configured
     """The mailbox keeps what a finished call held a moment longer (so its last reference
     never drops on the worker), and no more than two sweeps' worth under a steady stream of
     calls: restarting one timer at every finished call kept all of them while calls went on
-    finishing more often than the sweep."""
-    import time
-
+    finishing more often than the sweep. The sweep's timer runs on a clock that counts the
+    calls (one finishes every 10 ms of it, the sweep waits 100 ms), so the machine's pace
+    does not decide what is kept."""
     from specdeck.gui.workers import _Mailbox, _mailbox_of_the_app
 
-    monkeypatch.setattr(_Mailbox, "KEEP_MS", 100)
     mailbox = _mailbox_of_the_app()
     # What earlier calls left ages at the usual pace first: the sweep is then idle.
     qtbot.waitUntil(lambda: not mailbox._retired and not mailbox._retiring, timeout=5000)
-    done, held = [], []
-    end = time.monotonic() + 1.0
-    while time.monotonic() < end:  # a call finishing every ~10 ms for a second
-        submit(lambda: 1).done.connect(lambda: done.append(1))
-        qtbot.wait(10)
+    now = [0]
+
+    class CountedTimer:
+        """QTimer's single shot as the mailbox uses it, on the calls' clock: start() (re)arms
+        it ``ms`` from now, as QTimer.start does on an active timer."""
+
+        due: int | None = None
+
+        def start(self, ms: int) -> None:
+            self.due = now[0] + ms
+
+        def isActive(self) -> bool:  # noqa: N802 - QTimer's name
+            return self.due is not None
+
+        def tick(self) -> None:
+            if self.due is not None and now[0] >= self.due:
+                self.due = None
+                mailbox._age()
+
+    timer = CountedTimer()
+    monkeypatch.setattr(_Mailbox, "KEEP_MS", 100)
+    monkeypatch.setattr(mailbox, "_sweep", timer)
+    held = []
+    for _ in range(100):  # a call finishing every 10 ms for a second
+        call = submit(lambda: 1)
+        with qtbot.waitSignal(call.done, timeout=10_000):
+            pass
+        now[0] += 10
+        timer.tick()
         held.append(len(mailbox._retired) + len(mailbox._retiring))
-    assert len(done) > 40
-    assert max(held) < 40, max(held)  # two sweeps of 100 ms: about 20 calls, not all of them
-    qtbot.waitUntil(lambda: not mailbox._retired and not mailbox._retiring, timeout=2000)
+    assert max(held) <= 20, max(held)  # two sweeps of 100 ms: 20 calls, not all 100
+    assert held[-1] >= 10  # and what finished within the last sweep is still kept
+    now[0] += 200
+    timer.tick()
+    timer.tick()
+    now[0] += 200
+    timer.tick()
+    assert not mailbox._retired and not mailbox._retiring

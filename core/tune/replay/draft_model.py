@@ -37,6 +37,7 @@ import threading
 from dataclasses import dataclass
 
 from specdeck.core.errors import CancelledError
+from specdeck.core.llama_flags import DRAFT_SIMPLE
 from specdeck.core.servers.transport import BadAnswerError, Base
 from specdeck.core.tune.replay.capture import complete
 from specdeck.core.tune.replay.drafters import Drafter
@@ -140,7 +141,7 @@ class DraftModel(Drafter):
     """llama-server's draft-simple, greedy, replayed from teacher-forced passes (one per
     request, keyed by the request's prompt and output)."""
 
-    name = "draft-simple"
+    name = DRAFT_SIMPLE
 
     def __init__(self, forced: dict[tuple, TeacherForced], n_max: int = 3, n_min: int = 0,
                  p_min: float = 0.0) -> None:

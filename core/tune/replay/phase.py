@@ -33,6 +33,7 @@ from pathlib import Path
 
 from specdeck.core import appdirs
 from specdeck.core.errors import CancelledError, SpecDeckError
+from specdeck.core.llama_flags import DRAFT_SIMPLE
 from specdeck.core.tune.replay.capture import Captured, capture, stream_complete
 from specdeck.core.tune.replay.costs import (
     CalibrationRun,
@@ -179,7 +180,7 @@ def server_shape(flags: tuple[str, ...]) -> tuple[int, float]:
 
 
 def _draft_settings() -> list[Setting]:
-    return [Setting.of("draft-simple", n_max=n, p_min=p) for n in DRAFT_N_MAX
+    return [Setting.of(DRAFT_SIMPLE, n_max=n, p_min=p) for n in DRAFT_N_MAX
             for p in DRAFT_P_MIN]
 
 
@@ -207,7 +208,7 @@ def forecast(setup, candidates, prompts, max_new_tokens: int, device: str = "cpu
     ngram, drafts = [], []
     for c in candidates:
         why = why_not_replayed(c.spec_type, setup.common)
-        if c.spec_type == "draft-simple":
+        if c.spec_type == DRAFT_SIMPLE:
             drafts.append(c)
         elif why:
             not_replayed.append((c.label, why))
@@ -236,7 +237,7 @@ def forecast(setup, candidates, prompts, max_new_tokens: int, device: str = "cpu
                             measured, costs, repeats, None, shape)
         for c in drafts:
             if c.label in forced:
-                out += _predict(c.label, "draft-simple", _draft_settings(), c.flags, sequence,
+                out += _predict(c.label, DRAFT_SIMPLE, _draft_settings(), c.flags, sequence,
                                 measured, costs.with_draft(shares[c.label]), repeats,
                                 forced[c.label], shape)
     finally:
@@ -264,7 +265,7 @@ def _predict(candidate: str, kind: str, settings: list[Setting], flags: tuple[st
     for setting in settings:
         model = None
         if forced is not None:
-            params = setting.params_of("draft-simple")
+            params = setting.params_of(DRAFT_SIMPLE)
             model = DraftModel(forced, n_max=int(params.get("n_max", 3)),
                                p_min=float(params.get("p_min", 0.0)))
         session = Session(setting, n_slots=shape[0], similarity=shape[1], draft_model=model)

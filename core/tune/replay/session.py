@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specdeck.core.llama_flags import DRAFT_SIMPLE, SPEC_TYPE
 from specdeck.core.tune.replay.drafters import Drafter, make_drafter
 
 DEFAULT_SLOTS = 4
@@ -91,9 +92,9 @@ class Setting:
         """The llama-server flags: ``--spec-type`` and ``--spec-<kind>-<param>`` each (a draft
         model's are ``--spec-draft-n-max``, ``-n-min``, ``-p-min``; its ``-md`` is the
         candidate's)."""
-        out = ["--spec-type", ",".join(self.kinds)]
+        out = [SPEC_TYPE, ",".join(self.kinds)]
         for kind, params in self.params:
-            prefix = "--spec-draft" if kind == "draft-simple" else f"--spec-{kind}"
+            prefix = "--spec-draft" if kind == DRAFT_SIMPLE else f"--spec-{kind}"
             for name, value in params:
                 out += [f"{prefix}-{name.replace('_', '-')}", f"{value:g}"]
         return tuple(out)
@@ -157,8 +158,11 @@ class Replayed:
 
     @property
     def mean_accepted_length(self) -> float:
-        """1 + accepted / verifications (llama.cpp's and vLLM's definition)."""
-        return 1.0 + self.accepted / self.drafts if self.drafts else 1.0
+        """1 + accepted / verifications (``core.engines.base.mean_acceptance_length``;
+        1 where nothing was drafted)."""
+        from specdeck.core.engines.base import mean_acceptance_length
+
+        return mean_acceptance_length(self.accepted, self.drafts) or 1.0
 
     def to_json(self) -> dict:
         return {"drafts": self.drafts, "drafted": self.drafted, "accepted": self.accepted,
@@ -189,10 +193,10 @@ class Session:
     def __init__(self, setting: Setting, n_ctx: int = 1 << 30, n_slots: int = DEFAULT_SLOTS,
                  similarity: float = SLOT_SIMILARITY, draft_model: Drafter | None = None) -> None:
         self.setting = setting
-        kinds = sorted((k for k in setting.kinds if k != "draft-simple"),
+        kinds = sorted((k for k in setting.kinds if k != DRAFT_SIMPLE),
                        key=lambda k: PRIORITY.index(k) if k in PRIORITY else len(PRIORITY))
         self.drafters: list[Drafter] = [make_drafter(k, setting.params_of(k)) for k in kinds]
-        if "draft-simple" in setting.kinds:
+        if DRAFT_SIMPLE in setting.kinds:
             if draft_model is None:
                 raise KeyError("draft-simple needs the draft's teacher-forced pass")
             self.drafters.append(draft_model)  # common_speculative_init tries it after n-grams

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from itertools import product
 
+from specdeck.core.llama_flags import DRAFT_SIMPLE
 from specdeck.core.tune.replay.session import PRIORITY, Setting
 
-DRAFT_MODEL_KINDS = ("draft-simple",)
+DRAFT_MODEL_KINDS = (DRAFT_SIMPLE,)
 HIDDEN_STATE_KINDS = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
 LOOKUP_FILES = ("-lcs", "--lookup-cache-static", "-lcd", "--lookup-cache-dynamic")
 
