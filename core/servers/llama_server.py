@@ -532,9 +532,20 @@ class LaunchProfile:
 
     def api_key(self) -> str | None:
         """The key this server is launched with (its first ``--api-key``: llama-server takes
-        a comma list), which every request to it must carry; None when it takes none."""
+        a comma list; else the first line of its ``--api-key-file``, which llama-server reads
+        a key a line), which every request to it must carry; None when it takes none."""
         value = flag_value(tuple(self.args), "--api-key")
-        return value.split(",")[0].strip() or None if value else None
+        if value:
+            return value.split(",")[0].strip() or None
+        path = flag_value(tuple(self.args), "--api-key-file")
+        if not path:
+            return None
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                lines = handle.read(64 * 1024).split("\n")
+        except OSError:
+            return None  # llama-server refuses to start then, and says why
+        return next((line for line in lines if line), None)
 
     def to_json(self) -> dict:
         """As saved in plans and run files: secrets masked (core.urls.shown_args); a plan
