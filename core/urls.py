@@ -174,6 +174,12 @@ _KEY_LINE = re.compile(
     r"^(\s*(?:-\s+)?)([\"']?)([A-Za-z0-9_.][A-Za-z0-9_.-]*)\2(\s*[:=])([ \t]*)(.*?)(\s*)$")
 """A config file's ``key: value`` (YAML) or ``key = value`` (a presets .ini) line."""
 _WORD = re.compile(r"\S+")
+_BLOCK_SCALAR = re.compile(r"^[|>][-+0-9]*\s*(?:#.*)?$")
+"""A YAML block scalar's marker (``|``, ``>-``, ``|+2``): the value is on the lines below."""
+_FLOW_PAIR = re.compile(
+    r"""((?<=[{,])\s*(["']?)([A-Za-z0-9_.-]+)\2\s*:\s+)"""
+    r"""(\[[^\]]*\]|"[^"]*"|'[^']*'|[^,}\]\s][^,}\]]*?)(?=\s*[,}\]])""")
+"""A ``key: value`` pair inside a YAML flow map (``{HF_TOKEN: T, OTHER: 1}``)."""
 _QUOTES = "\"'"
 _NOT_SECRET = re.compile(r"^(?:[-+]?[0-9][0-9._]*|true|false|yes|no|on|off|null|~|[|>][-+0-9]*)$",
                          re.IGNORECASE)
@@ -193,10 +199,15 @@ def shown_text(text: str) -> str:
     out: list[str] = []
     hide = False
     list_indent: int | None = None  # the items of a secret key's list are hidden
+    block_indent: int | None = None  # and every line of a secret key's block scalar
     for line in text.splitlines(keepends=True):
         body = line.rstrip("\r\n")
         end = line[len(body):]
         indent = len(body) - len(body.lstrip())
+        if block_indent is not None and (not body.strip() or indent > block_indent):
+            out.append((body[:indent] + MASK if body.strip() else body) + end)
+            continue
+        block_indent = None
         if list_indent is not None and body.strip() and (
                 indent > list_indent or (indent == list_indent and body.lstrip()[:1] == "-")):
             out.append(_masked_item(body) + end)
@@ -207,6 +218,9 @@ def shown_text(text: str) -> str:
             value = key.group(6)
             if not value or value.startswith("#"):
                 list_indent = indent
+                out.append(line)
+            elif _BLOCK_SCALAR.match(value):
+                block_indent = indent
                 out.append(line)
             elif _NOT_SECRET.match(value.strip(_QUOTES)):
                 out.append(line)
@@ -219,9 +233,22 @@ def shown_text(text: str) -> str:
                 out.append(body[:key.start(6)] + f"{q}{MASK}{q}" + key.group(7) + end)
             hide = False
             continue
-        masked, hide = _masked_words(body, hide)
+        masked, hide = _masked_words(_masked_flow(body), hide)
         out.append(masked + end)
     return "".join(out)
+
+
+def _masked_flow(body: str) -> str:
+    """A line's YAML flow maps (``env: {HF_TOKEN: T, OTHER: 1}``) with the value of each
+    secret-named key masked, a flow list or quoted value whole."""
+    def mask(match: re.Match[str]) -> str:
+        if not is_secret_name(match.group(3)):
+            return match.group(0)
+        value = match.group(4)
+        q = value[0] if value[:1] in ("[", *_QUOTES) else ""
+        close = {"[": "]"}.get(q, q)
+        return match.group(1) + f"{q}{MASK}{close}"
+    return _FLOW_PAIR.sub(mask, body)
 
 
 def _masked_item(body: str) -> str:

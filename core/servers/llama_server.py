@@ -462,8 +462,8 @@ def problems_of(args: tuple[str, ...], info: HelpInfo | None) -> list[str]:
             advice = removed[flag]
             advice = advice if advice.startswith("use ") else f"use {advice}"
             problems.append(f"{flag} was removed from llama-server: {advice}")
-        elif info is not None and flag not in info.flags and llama_flags.is_drafting_flag(flag):
-            problems.append(f"this llama-server does not know {flag}")
+    problems += [f"this llama-server does not know {flag}"
+                 for flag in unknown_drafting_flags(args, info)]
     for i, arg in enumerate(args):
         if arg == llama_flags.SPEC_TYPE and i + 1 < len(args) and info is not None and info.spec_types:
             unknown = [t for t in args[i + 1].split(",") if t not in info.spec_types]
@@ -481,6 +481,18 @@ def problems_of(args: tuple[str, ...], info: HelpInfo | None) -> list[str]:
         problems.append("a draft model (-md) without --spec-type drafts only if llama-server "
                         "infers a type from its GGUF: add --spec-type draft-simple")
     return problems
+
+
+def unknown_drafting_flags(args: tuple[str, ...], info: HelpInfo | None) -> list[str]:
+    """The drafting flags of a command line that ``info`` (a binary's help) does not list
+    and has not removed: llama-server refuses them at its start, and SpecDeck reads what
+    drafting flags a build takes from its help, so these are refused, never passed on."""
+    if info is None:
+        return []
+    removed = set(info.removed)
+    return list(dict.fromkeys(f for f in _flags_in(llama_flags.canonical_argv(args))
+                              if f not in info.flags and f not in removed
+                              and llama_flags.is_drafting_flag(f)))
 
 
 def unlisted_flags(args: tuple[str, ...], info: HelpInfo | None) -> list[str]:
@@ -532,9 +544,20 @@ class LaunchProfile:
 
     def api_key(self) -> str | None:
         """The key this server is launched with (its first ``--api-key``: llama-server takes
-        a comma list), which every request to it must carry; None when it takes none."""
+        a comma list; else the first line of its ``--api-key-file``, which llama-server reads
+        a key a line), which every request to it must carry; None when it takes none."""
         value = flag_value(tuple(self.args), "--api-key")
-        return value.split(",")[0].strip() or None if value else None
+        if value:
+            return value.split(",")[0].strip() or None
+        path = flag_value(tuple(self.args), "--api-key-file")
+        if not path:
+            return None
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                lines = handle.read(64 * 1024).split("\n")
+        except OSError:
+            return None  # llama-server refuses to start then, and says why
+        return next((line for line in lines if line), None)
 
     def to_json(self) -> dict:
         """As saved in plans and run files: secrets masked (core.urls.shown_args); a plan

@@ -169,6 +169,12 @@ def _check_writable(value: str, flag: str, model: ModelCmd, what: str) -> None:
     elif _NOT_YAML.search(value):
         why = "it has a control character, which YAML does not allow in a file"
         fix = "Use a path without control characters."
+    elif "${" in value and value not in {t.text for t in model.tokens}:
+        # llama-swap substitutes ${...} anywhere in a cmd, quoted or not, and has no escape
+        # for it: a value of SpecDeck's own cannot hold one (the user's own macro uses, which
+        # a migration carries over as written, can)
+        why = "it holds '${', which llama-swap reads as a macro and has no escape for"
+        fix = "Rename or link the file to a path without '${'."
     elif style == "plain" and (": " in word or word.endswith(":") or " #" in word
                                or "\t#" in word):
         why = "in a plain (unquoted) YAML cmd, ': ' would start a new key and ' #' a comment"

@@ -94,6 +94,11 @@ def findings(model: ModelCmd, info: HelpInfo | None = None,
             advice = next((a for f, a in info.removed.items() if canonical(f) == flag), "") \
                 if info is not None else ""
             out.append(Finding(f"{flag} was removed from llama-server: {advice}".rstrip(": "), None))
+    from specdeck.core.servers.llama_server import unknown_drafting_flags
+
+    for flag in unknown_drafting_flags(tuple(argv[1:]), info):
+        add(f"{info.source} does not know {flag}, and llama-server refuses to start on a flag "
+            "it does not know: remove it or check that build's --help", flag, None)
     if has_draft_model and llama_flags.SPEC_TYPE not in names \
             and methods_of(info).implied_draft is None:
         # Added to the model's own cmd, wherever its draft model is named.

@@ -345,8 +345,17 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
                 "is measured as migrated, and the migration is part of what is written.")
         emit(Phase("candidates", said))
         notes.append(said)
-    from specdeck.core.servers.llama_server import unlisted_note
+    from specdeck.core.servers.llama_server import problems_of, unlisted_note
 
+    refused = problems_of(setup.flags, info)
+    if refused:  # checked now, not at the verification after the whole search
+        from specdeck.core.urls import shown_args
+
+        raise InvalidInputError(
+            f"{Path(setup.binary).name} would not start with your flags "
+            f"({'; '.join(shown_args(refused))}). Nothing was tuned.",
+            f"Fix these flags in your command line; `{setup.binary} --help` lists what this "
+            "build knows.")
     hedge = unlisted_note(setup.flags, info)
     if hedge:  # the user's own flags: passed on, never refused for the help's silence
         said = f"Your flags: {hedge}."

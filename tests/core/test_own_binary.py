@@ -294,3 +294,29 @@ def test_a_launch_whose_help_cannot_be_read_is_not_refused_on_the_pinned_builds_
     assert "by llama.cpp 11434's rules" in said and "--draft-max was removed" in said
     assert "your build may differ" in said
     assert check_launch(("-t", "1"), binary) == ""
+
+
+def test_a_drafting_flag_the_binary_does_not_know_is_said_by_show_and_set_draft(tmp_path):
+    """A drafting flag the cmd's own binary does not list (``--spec-draft-n-bogus``):
+    llama-server refuses to start on it, so `swap show` says so and `swap set-draft` warns,
+    where both said nothing (issue 43); the migration leaves it unfixed and says why."""
+    from specdeck.core.swap.actions import DraftSetting, model_rows, plan_draft, plan_migration
+
+    (tmp_path / "pin").mkdir()
+    pin = help_samples.help_binary(tmp_path / "pin", help_samples.REAL_TEXT)
+    path = tmp_path / "config.yaml"
+    path.write_text("models:\n"
+                    f"  d:\n    cmd: {pin} -m {GGUF} --port ${{PORT}} -md {GGUF} "
+                    "--spec-type draft-simple --spec-draft-n-bogus 4\n"
+                    f"  ok:\n    cmd: {pin} -m {GGUF} --port ${{PORT}} --spec-type ngram-mod\n")
+    config = swap.load(path)
+    rows = {r["model"]: r for r in model_rows(config)}
+    assert any("does not know --spec-draft-n-bogus" in p for p in rows["d"]["problems"])
+    assert rows["ok"]["problems"] == []
+    change = plan_draft(config, "d", DraftSetting(draft_max=6))
+    assert any("does not know --spec-draft-n-bogus" in w and "refuses to start" in w
+               for w in change.warnings)
+    _, said = plan_migration(config, ["d"])
+    assert any("--spec-draft-n-bogus" in s for s in said)
+    assert problems_of(("--spec_draft_n_bogus", "4"), PINNED) == [
+        "this llama-server does not know --spec-draft-n-bogus"]

@@ -38,6 +38,16 @@ KEY_A, TOKEN_A, KEY_B = "sk-SECRET-AAA1", "hf_SECRETBBB2", "sk-SECRET-CCC3"
      "apiKeys:\n  - \"***\"\n  - ***\nmodels: {}\n"),
     ("api_key: sk-X1234\n", "api_key: ***\n"),
     ("[smol]\napi-key = sk-X1234\nmodel = a.gguf\n", "[smol]\napi-key = ***\nmodel = a.gguf\n"),
+    # a secret key's block scalar: every line below it, whatever the marker (issue 41)
+    ("a:\n  proxy_token: |\n    sk-BLOCK10\n    sk-MORE11\n  cmd: x\n",
+     "a:\n  proxy_token: |\n    ***\n    ***\n  cmd: x\n"),
+    ("admin_key: >-\n  adm-ONE\n\n  adm-TWO\nport: 1\n",
+     "admin_key: >-\n  ***\n\n  ***\nport: 1\n"),
+    ("- api_key: |+2\n    sk-ITEM\n- b: 1\n", "- api_key: |+2\n    ***\n- b: 1\n"),
+    # secret keys inside flow maps, a flow list as their value
+    ("env: {HF_TOKEN: hf_FLOW01, OTHER: 1}\n", "env: {HF_TOKEN: ***, OTHER: 1}\n"),
+    ('x: {apiKeys: [sk-a, sk-b], n: 1, "hf_token": "hf_q"}\n',
+     'x: {apiKeys: [***], n: 1, "hf_token": "***"}\n'),
     # what is not a secret stays readable
     ("network:\n  disable_auth: false\ndraft_model:\n  draft_num_tokens: 4\n",
      "network:\n  disable_auth: false\ndraft_model:\n  draft_num_tokens: 4\n"),

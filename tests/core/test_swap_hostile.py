@@ -257,6 +257,10 @@ def test_every_yaml_line_end_is_read_and_kept_by_migrate(tmp_path, newline):
     ("block", "/m/a\nb.gguf", "it has a line break"),
     ("block", "/m/a\rb.gguf", "it has a line break"),
     ("block", "/m/a\x00b.gguf", "a control character"),
+    # llama-swap substitutes ${...} wherever it stands, quoted or not: no escape exists
+    ("plain", "/m/${PORT}x.gguf", "llama-swap reads as a macro"),
+    ("block", "/m/my ${PORT}.gguf", "llama-swap reads as a macro"),
+    ("block", "/m/${nope.gguf", "llama-swap reads as a macro"),
 ])
 def test_a_value_specdeck_cannot_write_is_refused_without_blaming_the_file(model, value, why):
     cfg = swap.from_text(hostile.draft_writable())

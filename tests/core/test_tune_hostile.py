@@ -794,3 +794,20 @@ def test_when_every_faster_setting_failed_the_result_says_so(tmp_path, binary):
     assert "No setting beat decoding without a draft" not in why
     assert why.startswith("2 settings could not be measured")
     assert "ngram-mod k=8 (1.40x before it failed)" in why and "ngram-mod k=4" in why
+
+
+@pytest.mark.parametrize("flags", [("--spec-draft-n-bogus", "4"),
+                                   ("--spec-type", "ngram-mod", "--spec_draft_n_bogus=4")])
+def test_flags_the_binary_refuses_are_refused_before_the_search(llama_bin, flags):
+    """A drafting flag the setup's own llama-server does not know: the tune searched for
+    minutes, then refused at its verification (issue 43). Now before any server starts."""
+    from specdeck.core.tune import setup as tune_setup
+    from specdeck.core.tune.run import CandidatesFound, tune
+
+    said = []
+    with pytest.raises(SpecDeckError) as raised:
+        tune(tune_setup.demo(llama_bin, ("-t", "1", *flags)), TuneOptions(download_budget=0),
+             on_event=said.append)
+    assert "does not know --spec-draft-n-bogus" in raised.value.what
+    assert "Nothing was tuned" in raised.value.what
+    assert not any(isinstance(e, CandidatesFound) for e in said)

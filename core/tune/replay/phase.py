@@ -151,6 +151,12 @@ class _Servers:
         self.running.append(server)
         return server, Base.parse(server.url)
 
+    def key(self, model: Path, flags: tuple[str, ...]) -> str | None:
+        """The key a server launched with ``flags`` wants on every request (None: none)."""
+        from specdeck.core.servers.llama_server import LaunchProfile
+
+        return LaunchProfile(self.binary, str(model), flags).api_key()
+
     def stop(self, server) -> None:
         server.stop()
         if server in self.running:
@@ -214,20 +220,25 @@ def forecast(setup, candidates, prompts, max_new_tokens: int, device: str = "cpu
             not_replayed.append((c.label, why))
         else:
             ngram.append(c)
+    # every server here is launched with the setup's own flags: its --api-key (or
+    # --api-key-file) is the key each request carries, as the tune's own arms send it
+    key = servers.key(setup.target, setup.common)
     try:
         say(Phase("replay", "One plain run of the tuning prompts, kept as token ids"))
         plain, base = servers.start(setup.target, setup.common, "plain", cancel)
-        warm = capture(base, [("warm-up", WARMUP_TEXT)], WARMUP_TOKENS, cancel=cancel)
-        runs = capture(base, [(p.id, p.text) for p in prompts], max_new_tokens, cancel=cancel)
+        warm = capture(base, [("warm-up", WARMUP_TEXT)], WARMUP_TOKENS, api_key=key,
+                       cancel=cancel)
+        runs = capture(base, [(p.id, p.text) for p in prompts], max_new_tokens, api_key=key,
+                       cancel=cancel)
         measured = [r.request for r in runs]
         # what a fresh server of each setting gets: the warm-up, then the prompts (a repeat
         # runs on the same server, or on a restarted one for a drafter that remembers:
         # core.servers.engine; either way the first pass is what is predicted)
         sequence = [w.request for w in warm] + measured
         costs, calibrated, exact = _calibrate(setup, servers, base, runs, device, notes, say,
-                                              cancel)
+                                              cancel, key)
         forced, shares = _forced(setup, servers, drafts, sequence, base, not_replayed, say,
-                                 cancel)
+                                 cancel, key)
         servers.stop(plain)
         say(Phase("replay", "Predicting every setting from the plain run"))
         out = []
@@ -283,7 +294,8 @@ def _predict(candidate: str, kind: str, settings: list[Setting], flags: tuple[st
 
 
 def _calibrate(setup, servers: _Servers, base, runs: list[Captured], device: str,
-               notes: list[str], say, cancel) -> tuple[StepCosts, bool, bool | None]:
+               notes: list[str], say, cancel,
+               key: str | None = None) -> tuple[StepCosts, bool, bool | None]:
     """The costs from a calibration server, or the prior where none can run."""
     from specdeck.core.servers.llama_server import binary_help
     from specdeck.core.tune.run import Phase
@@ -297,16 +309,16 @@ def _calibrate(setup, servers: _Servers, base, runs: list[Captured], device: str
     server, cal = servers.start(setup.target, setup.common + CALIBRATION.flags(),
                                 "calibration", cancel)
     try:
-        before = counters(cal)
+        before = counters(cal, key)
         pairs = []
         for run in runs:
             if cancel is not None and cancel.is_set():
                 raise CancelledError("Tune cancelled.")
             r = run.request
-            plain = stream_complete(base, r.prompt, r.n_predict, cancel=cancel)
-            drafted = stream_complete(cal, r.prompt, r.n_predict, cancel=cancel)
+            plain = stream_complete(base, r.prompt, r.n_predict, api_key=key, cancel=cancel)
+            drafted = stream_complete(cal, r.prompt, r.n_predict, api_key=key, cancel=cancel)
             pairs.append((r, plain, drafted))
-        counted = counted_between(before, counters(cal))
+        counted = counted_between(before, counters(cal, key))
     finally:
         servers.stop(server)
     requests = [r for r, _, _ in pairs]
@@ -329,7 +341,8 @@ def _calibrate(setup, servers: _Servers, base, runs: list[Captured], device: str
 
 
 def _forced(setup, servers: _Servers, drafts, sequence: list[Request], plain_base,
-            not_replayed: list[tuple[str, str]], say, cancel) -> tuple[dict, dict]:
+            not_replayed: list[tuple[str, str]], say, cancel,
+            key: str | None = None) -> tuple[dict, dict]:
     """Each draft model's teacher-forced passes (keyed by candidate) and what one of its
     decodes costs in plain target steps: each request's decodes (its one-token requests)
     against a short plain run of the target right after it, so both are timed in the same
@@ -354,10 +367,10 @@ def _forced(setup, servers: _Servers, drafts, sequence: list[Request], plain_bas
                 if DraftModel.key(r) in passes:
                     continue
                 decode_s: list[float] = []
-                passes[DraftModel.key(r)] = forced_on_server(base, r, cancel=cancel,
+                passes[DraftModel.key(r)] = forced_on_server(base, r, api_key=key, cancel=cancel,
                                                              decode_s=decode_s)
                 step = plain_step_s(stream_complete(plain_base, r.prompt, SHARE_TOKENS,
-                                                    cancel=cancel).arrivals)
+                                                    api_key=key, cancel=cancel).arrivals)
                 if decode_s and step > 0:
                     ratios.append(statistics.median(decode_s) / step)
         finally:
