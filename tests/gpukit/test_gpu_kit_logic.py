@@ -581,7 +581,7 @@ def test_the_kit_plans_the_logits_rows_the_engine_allocates(tmp_path):
     import json
 
     from gpukit.steps import engine_logits_rows
-    from conftest import MODELS, REPO_ROOT
+    from conftest import MODELS
 
     from specdeck.core.cli import main
 
