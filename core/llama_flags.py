@@ -282,6 +282,20 @@ def replacement(flag: str, method: SpecMethod | None, draft_model: bool) -> str 
     return None
 
 
+DRAFT_PLACEMENT = ("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "-devd",
+                   "--device-draft", "-ctkd", "--cache-type-k-draft", "-ctvd",
+                   "--cache-type-v-draft", "-cd", "--ctx-size-draft", "-td", "--threads-draft",
+                   "-tbd", "--threads-batch-draft", "-otd", "--override-tensor-draft",
+                   "-cmoed", "--cpu-moe-draft", "-ncmoed", "--n-cpu-moe-draft")
+"""Flags that say where and how a draft model runs, not what drafts (llama.cpp 11434
+common/arg.cpp: its layers on the GPU, its devices, its cache types, context and threads): a
+user's own, which every tuned setting with a draft model keeps as the user wrote them."""
+
+
+def is_draft_placement(name: str) -> bool:
+    return name in DRAFT_PLACEMENT
+
+
 def is_drafting_flag(name: str) -> bool:
     """Whether a flag sets up drafting (what makes two launches of one model differ)."""
     return name.startswith("--spec") or "draft" in name or name in DRAFT_SIDE_SHORT

@@ -242,10 +242,18 @@ def _saved_winner(setup, flags: list[str]) -> tuple[str, ...]:
         from specdeck.core.tune.tabby import checked_saved_settings
 
         return checked_saved_settings(setup, flags)
+    from specdeck.core.llama_flags import DRAFT_MODEL
     from specdeck.core.servers.llama_server import binary_help
     from specdeck.core.tune.arguments import tuned_from_flags
+    from specdeck.core.tune.setup import placement_flags
 
-    return tuned_from_flags(flags, binary_help(setup.binary))
+    # Where the draft runs is the user's own cmd's business, now: the saved file's placement
+    # flags are dropped, the config's current ones kept (as the tune that saved it did).
+    rebuilt = tuned_from_flags(placement_flags(tuple(flags), keep=False),
+                               binary_help(setup.binary))
+    if any(f in DRAFT_MODEL for f in rebuilt):
+        rebuilt += setup.draft_placement
+    return rebuilt
 
 
 def _setup_now(saved: dict, kind: str, python: str | None = None,

@@ -1017,6 +1017,8 @@ def candidate_cells(setup: Setup, candidate: Candidate) -> list[Cell]:
     for value in values:
         numbers = candidate.kept + (() if value is None else ((candidate.k_flag, value),))
         args = setup.common + tuned_args(candidate.spec_type, candidate.draft, numbers, info)
+        if candidate.draft is not None:  # the user's -ngld, -devd, ... place the draft
+            args += setup.draft_placement
         name = _cell_prefix(candidate) + ("default" if value is None else value)
         label = candidate.label + ("" if value is None else f" k={value}")
         settings = () if value is None else (("k", value),)

@@ -87,6 +87,13 @@ class Setup:
         return strip_drafting(self.flags)
 
     @property
+    def draft_placement(self) -> tuple[str, ...]:
+        """The user's flags (with their values) that place a draft model (-ngld, -devd,
+        -ctkd, ...: core.llama_flags.DRAFT_PLACEMENT): kept by every tuned setting that
+        drafts with a model, as the user wrote them."""
+        return placement_flags(self.flags)
+
+    @property
     def on_gpu(self) -> bool:
         """Whether this llama-server holds the model on a GPU: its build lists a device to
         offload to and its flags keep layers there (core.servers.llama_server.runs_on_gpu,
@@ -105,6 +112,27 @@ class Setup:
         if self.kind == "llama-swap":
             return f"model {self.swap_model} of {self.swap_config}"
         return f"{Path(self.binary).name} -m {self.target.name}"
+
+
+def placement_flags(flags: tuple[str, ...], keep: bool = True) -> tuple[str, ...]:
+    """Only the draft-placement flags of ``flags``, with their values (``keep`` False:
+    everything but them)."""
+    from specdeck.core.llama_flags import canonical, is_draft_placement
+
+    out: list[str] = []
+    placement_value = False
+    for arg in flags:
+        if placement_value and not arg.startswith("-"):
+            placement_value = False
+            if keep:
+                out.append(arg)
+            continue
+        name, eq, _ = arg.partition("=")
+        placement = name.startswith("-") and is_draft_placement(canonical(name))
+        placement_value = placement and not eq
+        if placement == keep:
+            out.append(arg)
+    return tuple(out)
 
 
 def strip_drafting(flags: tuple[str, ...]) -> tuple[str, ...]:

@@ -112,6 +112,42 @@ def test_strip_drafting_keeps_everything_else():
     assert strip_drafting(flags) == ("-t", "4", "-ngl", "99", "-fa", "on")
 
 
+def test_a_draft_model_setting_keeps_where_the_user_placed_the_draft(tmp_path):
+    """Issue 43: a user's -ngld 99 -devd CUDA1 -ctkd q8_0 (the draft's layers on a GPU, its
+    device, its cache) were stripped with the drafting flags, so every draft-model setting
+    the tune measured and wrote ran the draft where the user had not put it. They stay on
+    every setting with a draft model, as written; n-gram settings (no draft model) and the
+    no-draft reference have none."""
+    from specdeck.core.tune.run import reference_arm
+
+    placement = "-ngld 99 -devd CUDA1 --cache-type-k-draft=q8_0"
+    setup = from_swap(swap_config(tmp_path, "-md d.gguf --spec-draft-n-max 8 " + placement),
+                      "smol")
+    assert setup.draft_placement == ("-ngld", "99", "-devd", "CUDA1",
+                                     "--cache-type-k-draft=q8_0")
+    (tmp_path / "d.gguf").write_bytes(b"GGUF" + bytes(60))
+    for cell in candidate_cells(setup, Candidate("draft-simple", tmp_path / "d.gguf", 10)):
+        args = cell.arm.server.launch.args
+        assert args[-5:] == setup.draft_placement and args.count("-ngld") == 1
+    for cell in candidate_cells(setup, Candidate("ngram-mod")):
+        assert "-ngld" not in cell.arm.server.launch.args
+    assert "-ngld" not in reference_arm(setup).server.launch.args
+
+
+def test_a_saved_draft_model_winner_takes_the_placement_the_config_has_now(tmp_path):
+    """--apply-saved: where the draft runs is the user's cmd's business at the time of the
+    write, so the saved file's -ngld is dropped and the config's current one kept."""
+    from specdeck.core.tune.apply import _saved_winner
+
+    setup = from_swap(swap_config(tmp_path, "-md d.gguf --spec-draft-n-max 8 -ngld 50"), "smol")
+    (tmp_path / "d.gguf").write_bytes(b"GGUF" + bytes(60))
+    saved = ["--spec-type", "draft-simple", "-md", str(tmp_path / "d.gguf"),
+             "--spec-draft-n-max", "4", "-ngld", "99"]
+    rebuilt = _saved_winner(setup, saved)
+    assert rebuilt[-2:] == ("-ngld", "50") and "99" not in rebuilt
+    assert ("--spec-draft-n-max", "4") == rebuilt[rebuilt.index("--spec-draft-n-max"):][:2]
+
+
 def test_prompts_split_per_suite_into_disjoint_tuning_and_held_out_halves():
     tuning, held_out = split_prompts(TuneOptions(suites=("grounded", "code"), prompts_per_suite=4))
     assert len(tuning) == len(held_out) == 4
