@@ -64,6 +64,9 @@ def _make_test(clone: Path, cache: Path, log: Path) -> dict:
             "tests_s": tests_s, "setup_s": round(total - tests_s, 1) if tests_s else None,
             "passed": int(summary[-1][0]) if summary else None,
             "load_before": load_before, "load_after": _load(), "log_tail": text[-1500:],
+            # what a failing test said (the clone and its log are temporary)
+            "failures": [line for line in text.splitlines()
+                         if line.startswith(("E ", "FAILED ", "____"))][:80],
             "durations": _durations(text)}
 
 

@@ -60,6 +60,9 @@ MAX_HALF_WIDTH = math.log(10.0)
 """The widest interval, either side, on the log scale: a tenth to ten times the speed-up. A
 calibration noisier than that says nothing a wider interval would add (and exp() of its
 width can overflow)."""
+IMPOSSIBLE_STEP = 0.5
+"""A fitted verifying step cheaper than this share of a plain step is refused (the prior is
+used): no server verifies a draft in less than half the forward a plain step runs."""
 MAX_NOISE_FACTOR = 3.0
 """The noise's upper bound is at most this many times its figure (two or three requests
 bound it only loosely: the chi-square bound would be 5 to 16 times)."""
@@ -232,9 +235,10 @@ def fit_costs(runs: list[CalibrationRun]) -> StepCosts:
                 q_row_se
     cheapest = min(1.0 + verify + max(row, 0.0) * d + row2 * d * d for d, _, _ in points)
     if not all(math.isfinite(v) for v in (verify, row, row2, verify_se, row_se)) \
-            or cheapest < 1.0:
+            or cheapest < IMPOSSIBLE_STEP:
         # A step that verifies a draft runs at least the forward a plain step runs: a fit
-        # that says otherwise measured the machine's load, not the server.
+        # that says it costs half of one measured the machine's load, not the server (a
+        # little under one is noise, and the interval carries it).
         raise ValueError("the timings fit a verifying step cheaper than a plain one (another "
                          "program moved them)")
     costs = StepCosts(verify, max(row, 0.0), row2, verify_se, row_se, 0.0,
