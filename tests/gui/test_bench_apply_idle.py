@@ -13,9 +13,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from bench_sessions import InProcessSession
 from conftest import TABBY
 from specdeck.core.bench.runner import run_plan
-from specdeck.core.bench.summary import summarize
 from tiny_models import cycling_llama, parameter_clock
 
 pytest.importorskip("torch")
@@ -40,37 +40,22 @@ def drafted_nothing(run, arms):
     return replace(run, records=tuple(idle(r) for r in run.records))
 
 
-class InProcessSession:
-    """Stands in for the page's engine process (gui.bench_session.BenchSession, tested on
-    its own): runs the page's plan here once, then reports it done as the process would,
-    with ``idle``'s arms made to have drafted nothing."""
-
-    alive = True
-    running = False
-    worker_pid = None
+class IdleArmsSession(InProcessSession):
+    """Runs the page's plan once, then reports it with ``idle``'s arms made to have drafted
+    nothing."""
 
     def __init__(self):
-        self.events = []
+        super().__init__()
         self.measured = None
         self.idle: tuple[str, ...] = ()
 
-    def start(self, plan):
-        from specdeck.core.bench.worker import PlanDone
-
+    def measure(self, plan):
         if self.measured is None:
             self.measured = run_plan(plan)
-        run = drafted_nothing(self.measured, self.idle)
-        self.events = [PlanDone(run, summarize(run))]
+        return self.measured
 
-    def drain(self, limit=None):
-        events, self.events = self.events, []
-        return events
-
-    def stop(self):
-        pass
-
-    def shutdown(self, timeout_s=30.0):
-        return True
+    def finish(self, run):
+        return drafted_nothing(run, self.idle)
 
 
 def test_apply_passes_over_an_arm_that_drafted_nothing_and_says_why(
@@ -89,7 +74,7 @@ def test_apply_passes_over_an_arm_that_drafted_nothing_and_says_why(
     path = tmp_path / "config.yml"
     path.write_text(sample.replace("  backend:\n", "  backend: exllamav3\n", 1))
 
-    session = InProcessSession()
+    session = IdleArmsSession()
     page = BenchPage(AppContext(), session_factory=lambda: session)
     qtbot.addWidget(page)
     try:

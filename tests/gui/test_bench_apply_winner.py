@@ -8,8 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from bench_sessions import InProcessSession
 from conftest import TABBY
-from specdeck.core.bench.runner import run_plan
 from specdeck.core.bench.summary import summarize
 from tiny_models import changed_fastest, cycling_llama, parameter_clock
 
@@ -22,35 +22,13 @@ def cycle(tmp_path_factory) -> Path:
     return cycling_llama(tmp_path_factory.mktemp("apply-winner") / "cycle")
 
 
-class InProcessSession:
-    """Stands in for the page's engine process (gui.bench_session.BenchSession, tested on
-    its own): runs the page's plan here, then reports it done as the process would, with
-    the fastest arm's output changed."""
+class ChangedFastestSession(InProcessSession):
+    """Reports the page's plan with its fastest arm's output changed (``changed_fastest``)."""
 
-    alive = True
-    running = False
-    worker_pid = None
-
-    def __init__(self):
-        self.events = []
-        self.finished = None
-
-    def start(self, plan):
-        from specdeck.core.bench.worker import PlanDone
-
-        run, self.changed_arm, self.expected = changed_fastest(run_plan(plan))
+    def finish(self, run):
+        run, self.changed_arm, self.expected = changed_fastest(run)
         self.finished = run
-        self.events = [PlanDone(run, summarize(run))]
-
-    def drain(self, limit=None):
-        events, self.events = self.events, []
-        return events
-
-    def stop(self):
-        pass
-
-    def shutdown(self, timeout_s=30.0):
-        return True
+        return run
 
 
 def test_the_cli_and_the_page_apply_the_same_winner(cycle, tmp_path, monkeypatch, qtbot,
@@ -69,7 +47,7 @@ def test_the_cli_and_the_page_apply_the_same_winner(cycle, tmp_path, monkeypatch
     sample = (TABBY / "config_sample.exl2-checkpoint.yml").read_text()
     original = sample.replace("  backend:\n", "  backend: exllamav3\n", 1)
 
-    session = InProcessSession()
+    session = ChangedFastestSession()
     page = BenchPage(AppContext(), session_factory=lambda: session)
     qtbot.addWidget(page)
     try:
