@@ -66,7 +66,8 @@ llama-server-ik:
 # pytest-xdist runs the suite on two workers per core, at most 8 (TEST_WORKERS=0 runs it in
 # one process): a worker waits on llama-servers, subprocesses and the Hub server much of the
 # time, so on 2 cores 4 workers ran it in 501 s against 663 s for 2, under the same load.
-# --dist loadscope keeps a module's tests, and the servers its fixtures start, on one worker.
+# --dist loadscope keeps a module's tests, and the servers its fixtures start, on one worker;
+# tests/schedule.py hands the longest modules out first (tests/module_seconds.json).
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(8, 2 * (os.cpu_count() or 1)))")
 test:
 	$(MAKE) --no-print-directory -j2 $(VENV)/.installed-test llama-server

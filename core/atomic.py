@@ -20,7 +20,7 @@ import contextlib
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -244,12 +244,15 @@ def atomic_write_text(path: Path, text: str, encoding: str = "utf-8") -> None:
 
 
 @contextlib.contextmanager
-def directory_lock(directory: Path) -> Iterator[None]:
+def directory_lock(
+    directory: Path, on_wait: Callable[[], None] | None = None
+) -> Iterator[None]:
     """Hold an exclusive lock on ``directory`` so that SpecDeck processes save one at a time.
 
     The lock is taken on the folder itself (flock on its descriptor), not on the file: a save
     replaces the file's inode, and a lock file would be one more thing in the user's folder.
     Other programs do not take it; the compare-before-write in the callers covers them.
+    ``on_wait`` is called once if another holder makes this one wait (to say so on screen).
     """
     if fcntl is None:  # pragma: no cover - Windows
         yield
@@ -260,7 +263,12 @@ def directory_lock(directory: Path) -> Iterator[None]:
         yield  # a folder we cannot open cannot be written either; the write will say why
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # closing releases the lock

@@ -22,6 +22,8 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
 
 import pytest  # noqa: E402
+
+pytest_plugins = ["schedule"]  # tests/schedule.py: the longest modules go to the workers first
 from hypothesis import settings as hypothesis_settings  # noqa: E402
 
 # Property tests are reproducible: the same inputs on every machine and every run, so CI never
@@ -73,15 +75,23 @@ def _frozen_heap():
     yield
 
 
+def _session_root(tmp_path_factory) -> Path:
+    """This run's temp root, the same folder for every xdist worker of the run."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(autouse=True)
 def specdeck_home(tmp_path_factory, monkeypatch) -> Path:
     """Every test gets its own SpecDeck settings/data/cache folder."""
     home = tmp_path_factory.mktemp("specdeck-home")
     monkeypatch.setenv("SPECDECK_HOME", str(home))
-    # The demo model's conversion (GGUF to float32, ~10 s) is shared by the worker's tests: it
-    # is written once, atomically, and read-only after (tests/core/test_engine_demo.py tests
-    # the conversion itself in folders of its own).
-    shared = tmp_path_factory.getbasetemp() / "demo-models"
+    # The demo model's conversion (GGUF to float32, ~10 s of both cores) is shared by the
+    # session's tests, on every xdist worker: it is written once, atomically, under the
+    # folder's lock that makes a second process wait instead of converting it again
+    # (core/engines/demo.py), and read-only after. tests/core/test_engine_demo.py tests the
+    # conversion itself in folders of its own.
+    shared = _session_root(tmp_path_factory) / "demo-models"
     shared.mkdir(exist_ok=True)
     (home / "cache").mkdir()
     (home / "cache" / "demo-models").symlink_to(shared, target_is_directory=True)

@@ -151,7 +151,7 @@ machine with few cores the engine's compute threads otherwise delay the GUI's fr
 def serve(jobs: Any, events: Any, cancel: Any, factory: EngineFactory = default_factory,
           niceness: int = ENGINE_NICENESS) -> None:
     """The child's main loop (see the module docstring)."""
-    watch_parent(jobs, cancel, events)
+    child = watch_parent(jobs, cancel, events)
     if niceness and hasattr(os, "nice"):
         try:
             os.nice(niceness)
@@ -196,8 +196,26 @@ def serve(jobs: Any, events: Any, cancel: Any, factory: EngineFactory = default_
                 events.put([PlanDone(run, summary)])
     finally:
         if engine is not None:
-            _unload(engine)
+            _unload(engine, collect=not child)
         events.put(None)
+        if child:
+            _exit_now(events)
+
+
+def _exit_now(events: Any) -> None:
+    """End the engine process once its engine is unloaded and its last events are sent.
+
+    What is left is the interpreter's own teardown of torch, transformers and the heap they
+    built: seconds of a niced process's CPU (30 s with the machine busy), during which the app
+    waited to quit. Nothing in it matters: the engine's servers are stopped, its files
+    closed, and the events flushed here."""
+    from multiprocessing import util
+
+    events.close()
+    events.join_thread()  # the queue's feeder has written everything to the pipe
+    util._run_finalizers(0)  # what multiprocessing runs at a child's exit (semaphores freed)
+    logging.shutdown()
+    os._exit(0)
 
 
 def _freezing(sink: Callable[[WorkerEvent], None]) -> Callable[[WorkerEvent], None]:
@@ -213,10 +231,11 @@ def _freezing(sink: Callable[[WorkerEvent], None]) -> Callable[[WorkerEvent], No
     return emit
 
 
-def _unload(engine: Engine) -> None:
+def _unload(engine: Engine, collect: bool = True) -> None:
     try:
         engine.unload()
     except Exception:
         log.exception("Unloading the A/B engine failed")
-    gc.unfreeze()
-    gc.collect()
+    if collect:  # the next engine loads into the memory this one held
+        gc.unfreeze()
+        gc.collect()

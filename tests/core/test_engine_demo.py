@@ -115,3 +115,34 @@ def test_unavailable_demo_raises_with_the_install_hint(tmp_path):
     with pytest.raises(EngineUnavailableError, match="--no-deps"):
         demo.ensure_demo_model(cache_root=tmp_path, distribution="no-such-distribution")
     assert not (tmp_path / "demo-models").exists()
+
+
+@pytest.mark.demo
+def test_a_second_process_waits_for_the_first_conversion_instead_of_repeating_it(
+        demo_dir, tmp_path):
+    """The app's engine process and a CLI run starting the demo at once (or the suite's xdist
+    workers) converted it twice, ~10 s of both cores each: the second now waits on the
+    folder's lock, says so, and finds the first one's folder."""
+    import threading
+
+    from specdeck.core.atomic import directory_lock
+
+    root = tmp_path / "cache"
+    (root / "demo-models").mkdir(parents=True)
+    target = demo.demo_model_dir(demo.find_gguf(), root)
+    stages, found = [], []
+    waiting = threading.Event()
+
+    def progress(stage):
+        stages.append(stage.stage)
+        waiting.set()
+
+    with directory_lock(root / "demo-models"):  # another process is converting
+        waiter = threading.Thread(
+            target=lambda: found.append(demo.ensure_demo_model(progress, cache_root=root)))
+        waiter.start()
+        assert waiting.wait(60), "the second process never said it waits"
+        target.symlink_to(demo_dir, target_is_directory=True)  # the first one finishes
+    waiter.join(60)
+    assert found == [target]
+    assert stages == [demo.WAITING_STAGE]  # nothing converted twice

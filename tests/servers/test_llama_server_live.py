@@ -298,7 +298,7 @@ def two_suites(folder: Path) -> tuple[str, str]:
 
 
 def test_launched_grid_sweep_prints_the_hand_made_table_and_writes_nothing(
-        llama_bin, demo_gguf, tmp_path, specdeck_home):
+        llama_bin, demo_gguf, tmp_path, tmp_path_factory, specdeck_home):
     echo, ask = two_suites(tmp_path)
     before = set(tmp_path.iterdir())
     running = llama_servers_of(demo_gguf)
@@ -307,9 +307,12 @@ def test_launched_grid_sweep_prints_the_hand_made_table_and_writes_nothing(
               "--launch", "B=--spec-type ngram-simple", "--sweep-k", "2,4",
               "--sweep", "spec-ngram-simple-size-n=2,3", "--suite", f"{echo},{ask}",
               "--repeats", "1", "--warmup", "0", "--max-new", "32", "--no-history")
-    result = specdeck(*common, "--json", "-", home=specdeck_home)
-    assert result.returncode == 0, result.stderr
-    data = json.loads(result.stdout)
+    # One grid run gives both: the JSON to a file, the hand-made table on stdout. --apply with
+    # no config to write into only shows the flags to copy.
+    out = tmp_path_factory.mktemp("grid-json") / "grid.json"
+    text = specdeck(*common, "--apply", "--json", str(out), home=specdeck_home)
+    assert text.returncode == 0, text.stderr
+    data = json.loads(out.read_text())
     assert data["suites"] == ["echo", "ask"]
     labels = [r["label"] for r in data["rows"]]
     assert labels == ["B k=2 size-n=2", "B k=2 size-n=3", "B k=4 size-n=2", "B k=4 size-n=3"]
@@ -326,11 +329,9 @@ def test_launched_grid_sweep_prints_the_hand_made_table_and_writes_nothing(
         assert max(admitted, default=1.0) <= 1.0
     else:
         assert best["speedup"] == max(admitted) > 1.0
-    assert set(tmp_path.iterdir()) == before  # --apply is not given; nothing is written
+    assert set(tmp_path.iterdir()) == before  # no config to apply to: nothing is written
     assert llama_servers_of(demo_gguf) <= running  # every launched server was stopped
     # The same grid as text: settings down, the suites across, the baseline row first.
-    text = specdeck(*common, "--apply", home=specdeck_home)
-    assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
     assert lines[0].split() == ["setting", "echo", "ask", "all", "accepted", "lossless"]
     assert lines[1].startswith("no draft (baseline)")
