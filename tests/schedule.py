@@ -8,8 +8,8 @@ workers sat idle. Handing out the longest first (the classic longest-processing-
 lets the short modules fill in around them.
 
 The seconds come from ``module_seconds.json`` beside this file, a record of an earlier run of
-the whole suite (`make test PYTEST_ARGS=--record-module-seconds` writes it; refresh it when
-modules are added or grow). A module it does not list counts as the median: an out-of-date
+the whole suite (`make test PYTEST_ARGS=--record-module-seconds` writes it, a run of some
+modules updates theirs; refresh it when modules are added or grow). A module it does not list counts as the median: an out-of-date
 record only changes the order, never what runs.
 """
 
@@ -82,5 +82,9 @@ def pytest_sessionfinish(session):
     config = session.config
     if not config.getoption("record_module_seconds") or hasattr(config, "workerinput"):
         return  # written once, by the process that saw every worker's reports
-    RECORD.write_text(json.dumps({m: round(s, 1) for m, s in sorted(_SECONDS.items())},
-                                 indent=1) + "\n", encoding="utf-8")
+    root = Path(str(config.rootpath))
+    # A run of some modules updates theirs; modules that no longer exist leave the record.
+    record = {m: s for m, s in read_record().items() if (root / m).is_file()}
+    record.update({m: round(s, 1) for m, s in _SECONDS.items()})
+    RECORD.write_text(json.dumps(dict(sorted(record.items())), indent=1) + "\n",
+                      encoding="utf-8")
