@@ -33,8 +33,13 @@ def test_tune_predicts_every_setting_and_measures_only_the_finalists(llama_bin, 
                                      prompts_per_suite=2, max_new_tokens=32),
                   on_event=on_event)
     forecast = result.forecast
-    assert forecast is not None and forecast.calibrated
+    assert forecast is not None
     assert forecast.calibration_exact is True  # the server counted what the replay did
+    # The step costs come from this server, unless the machine's load moved the calibration's
+    # timings out of what a server can do (the suite's other workers can): then the tune says
+    # so and predicts from the prior, and everything below still holds.
+    assert forecast.calibrated or any("could not fit the step costs" in n
+                                      for n in forecast.notes), forecast.notes
     kinds = {t.candidate.spec_type for t in result.tried}
     assert {s.setting.kinds[0] for s in forecast.settings} == kinds  # every type predicted
     lookups = {s.setting.params_of("ngram-map-k").get("size_n") for s in forecast.settings
