@@ -22,13 +22,16 @@ a model load.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specdeck.core.errors import CancelledError
+from specdeck.core.errors import CancelledError, InvalidInputError
 from specdeck.core.servers.transport import Base, ServerError, request_json
+
+log = logging.getLogger(__name__)
 
 LOAD_TIMEOUT_S = 600.0
 """A 70B GGUF from a slow disk takes minutes; longer than this is a child that hangs."""
@@ -160,3 +163,52 @@ def _request_load(base: Base, model: str, api_key: str | None,
 def unload(base: Base, model: str, api_key: str | None) -> None:
     """Ask the router to stop ``model``'s child (not waited for: the router does it)."""
     request_json(base, "POST", "/models/unload", {"model": model}, api_key=api_key)
+
+
+def check_arm(arm, models: tuple[str, ...], flags: tuple[str, ...], url: str,
+              reference: bool) -> None:
+    """A router arm names one of the router's ``models``; the reference's preset does not
+    draft (``flags``: the command line the router starts the arm's model with)."""
+    from specdeck.core.engines.base import DrafterKind
+    from specdeck.core.servers.llama_server import (
+        drafter_from_flags,
+        drafting_flags,
+        shown_command,
+    )
+
+    listed = ", ".join(models) or "none"
+    model = arm.server.model
+    if not model:
+        raise InvalidInputError(
+            f"Arm {arm.name}: {url} is a llama-server router; name the model this "
+            f"arm requests (it lists: {listed}).",
+            f"Write the arm as {arm.name}={url}#MODEL.")
+    if model not in models:
+        raise InvalidInputError(
+            f"Arm {arm.name}: the router at {url} has no model {model!r} "
+            f"(it lists: {listed}).", "Check the name, or add a preset for it.")
+    if reference and drafter_from_flags(flags).kind is not DrafterKind.NONE:
+        raise InvalidInputError(
+            f"Arm {arm.name} is the reference, but the router starts {model!r} with "
+            f"drafting flags ({shown_command(list(drafting_flags(flags)))}).",
+            "Put a model without --spec-type first (a preset with no drafting).")
+
+
+def activate_arm(arm, url: str, previous, plan_arms: tuple, exclusive: bool, say,
+                 cancel: threading.Event | None) -> None:
+    """Load the arm's model on its router (and, one at a time, stop the model of the arm
+    before it, ``previous``, on the same router), waiting until it is loaded."""
+    base = Base.parse(url)
+    key = arm.server.api_key()
+    if (exclusive and previous is not None and previous.server.url == url
+            and previous.server.model != arm.server.model):
+        try:
+            unload(base, previous.server.model, key)
+        except ServerError as exc:  # already gone: the router evicted it
+            log.debug("Router unload of %s: %s", previous.server.model, exc)
+    evict = tuple(a.server.model for a in plan_arms
+                  if a.server.url == url and a.server.model)
+    try:
+        load_model(base, arm.server.model, key, evict=evict, cancel=cancel, progress=say)
+    except ServerError as exc:
+        raise ServerError(f"Arm {arm.name}: {exc.what}", exc.fix) from None

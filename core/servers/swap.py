@@ -22,6 +22,7 @@ from __future__ import annotations
 import shlex
 from urllib.parse import quote
 
+from specdeck.core.errors import InvalidInputError
 from specdeck.core.servers.transport import Base, ServerError, request_json, request_text
 
 LOAD_TIMEOUT_S = 600.0
@@ -56,3 +57,40 @@ def start_model(base: Base, model: str, api_key: str | None, timeout: float = LO
                           "Read llama-swap's log (its /logs page): the model's cmd may fail.") from None
     now = running(base, api_key).get(model)
     return command_flags(str(now.get("cmd") or "")) if now else ()
+
+
+def check_arm(arm, models: tuple[str, ...], url: str) -> None:
+    """A llama-swap arm names one of the models of its config.yaml."""
+    listed = ", ".join(models) or "none"
+    if not arm.server.model:
+        raise InvalidInputError(
+            f"Arm {arm.name}: {url} is llama-swap, which starts a model by the name a "
+            f"request gives; name this arm's model (it lists: {listed}).",
+            f"Write the arm as {arm.name}={url}#MODEL.")
+    if models and arm.server.model not in models:
+        raise InvalidInputError(
+            f"Arm {arm.name}: llama-swap at {url} has no model {arm.server.model!r} "
+            f"(it lists: {listed}).", "Check the name in its config.yaml.")
+
+
+def activate_arm(arm, url: str, reference: bool, say) -> tuple[str, ...]:
+    """Start the arm's model (swapping others out) before its runs; the command line
+    llama-swap runs it with. The reference must not draft."""
+    from specdeck.core.engines.base import DrafterKind
+    from specdeck.core.servers.llama_server import (
+        drafter_from_flags,
+        drafting_flags,
+        shown_command,
+    )
+
+    say(f"llama-swap is starting {arm.server.model}")
+    try:
+        flags = start_model(Base.parse(url), arm.server.model, arm.server.api_key())
+    except ServerError as exc:
+        raise ServerError(f"Arm {arm.name}: {exc.what}", exc.fix) from None
+    if reference and drafter_from_flags(flags).kind is not DrafterKind.NONE:
+        raise InvalidInputError(
+            f"Arm {arm.name} is the reference, but llama-swap runs {arm.server.model!r} "
+            f"with drafting flags ({shown_command(list(drafting_flags(flags)))}).",
+            "Put a model without --spec-type first.")
+    return flags

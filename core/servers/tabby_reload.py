@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from specdeck.core.errors import CancelledError
+from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
 from specdeck.core.servers.key_names import DEFAULT_ADMIN_KEY_ENV
 from specdeck.core.servers.transport import Base, ServerError, request_json, stream_sse
+from specdeck.core.urls import redact_url
 
 LOAD_TIMEOUT_S = 600.0
 """Longest wait between two progress events: a 70B model's layers on a slow disk."""
@@ -155,3 +156,72 @@ def _load_progress(data) -> bool:
     status (endpoints/core/utils/model.py stream_model_load: ``{model_type, module, modules,
     status}``); an empty event is not."""
     return isinstance(data, dict) and any(k in data for k in ("module", "status"))
+
+
+class TabbyReloads:
+    """The TabbyAPIs a plan's arms reload: what each held before the plan (restored at its
+    end) and what it holds now."""
+
+    def __init__(self):
+        self._original: dict[str, tuple[TabbyState, str | None]] = {}
+        """URL -> what it held before the plan, and its admin key's variable."""
+        self._now: dict[str, TabbyState] = {}
+
+    def remember(self, arm) -> None:
+        """Read what the arm's TabbyAPI holds before the plan touches it; an arm that names no
+        model needs one loaded, and every reload needs the admin key."""
+        server = arm.server
+        if server.url not in self._original:
+            state = loaded_state(Base.parse(server.url), server.api_key())
+            self._original[server.url] = (state, server.tabby.admin_key_env)
+        if not server.tabby.model_name and self._original[server.url][0].model_name is None:
+            raise InvalidInputError(f"Arm {arm.name}: TabbyAPI at {redact_url(server.url)} has "
+                                    "no model loaded, so SpecDeck does not know which to load.",
+                                    "Name it with --tabby-model.")
+        if server.tabby.admin_key() is None:
+            raise InvalidInputError(
+                f"Arm {arm.name} reloads TabbyAPI, which needs its admin key.",
+                "Put it in SPECDECK_TABBY_ADMIN_KEY (or the variable --admin-key-env names).")
+
+    def switch(self, server, progress=None, cancel: threading.Event | None = None) -> None:
+        """Make the arm's TabbyAPI hold what the arm names (its model by default the one it
+        held before the plan)."""
+        original = self._original[server.url][0]
+        want = server.tabby
+        if not want.model_name:
+            want = replace(want, model_name=original.model_name)
+        now = self._now.get(server.url)
+        if now is None:
+            # TabbyAPI main's model card never shows a loaded draft: "no draft" there may be
+            # false, so the first arm always reloads rather than trust it.
+            now = TabbyState(original.model_name, "(unknown)")
+            self._now[server.url] = now
+        switch(Base.parse(server.url), want, now, cancel=cancel, progress=progress)
+
+    def draft_held(self, server) -> str | None:
+        """The draft model the arm's TabbyAPI holds, when it is the one the arm names."""
+        now = self._now.get(server.url)
+        return now.draft_model_name if now is not None and now.draft_model_name \
+            == server.tabby.draft_model_name else None
+
+    def restore(self) -> list[str]:
+        """Give each reloaded TabbyAPI back what it held before the plan; what could not be
+        restored, said for the user (not raised: the plan's results must not be lost to it)."""
+        problems = []
+        for url, (original, key_env) in list(self._original.items()):
+            now = self._now.get(url, original)
+            base = Base.parse(url)
+            now = TabbyState(now.model_name, now.draft_model_name)  # the original is kept as is
+            try:
+                if original.model_name is None and now.model_name is not None:
+                    request_json(base, "POST", "/v1/model/unload",
+                                 api_key=TabbyLoad("", admin_key_env=key_env).admin_key())
+                elif original.model_name is not None:
+                    switch(base, TabbyLoad(original.model_name, original.draft_model_name,
+                                           admin_key_env=key_env), now)
+            except SpecDeckError as exc:
+                problems.append(f"{base.shown}: {exc}")
+        self._original.clear()
+        self._now.clear()
+        return [f"Could not restore what TabbyAPI held before the plan ({p}); load your model "
+                "again in TabbyAPI." for p in problems]

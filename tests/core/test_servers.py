@@ -18,7 +18,7 @@ from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.servers.arms import ServerArm
-from specdeck.core.servers.engine import parse_counters
+from specdeck.core.servers.counters import parse_counters
 from specdeck.core.servers.kinds import ServerKind
 from specdeck.core.servers.llama_server import (
     LaunchProfile,
@@ -397,25 +397,25 @@ def _llama_metrics(drafted, accepted, drafts, positions):
 def test_a_runs_drafts_steps_and_positions_come_from_the_counters_growth():
     """llama-server's /metrics as the pinned build writes them (the same counters a real run
     showed: 24 drafted, 14 accepted in 3 drafts, per position 3 3 3 3 1 1 0 ...)."""
-    from specdeck.core.servers.engine import _counted_draft
+    from specdeck.core.servers.counters import counted_draft
 
     before = _llama_metrics(10, 4, 2, [2, 1, 1] + [0] * 45)
     after = _llama_metrics(34, 18, 5, [5, 4, 4, 3, 1, 1] + [0] * 42)
-    counted = _counted_draft(before, after, tokens=22)
+    counted = counted_draft(before, after, tokens=22)
     assert (counted.drafted, counted.accepted, counted.steps) == (24, 14, 3)
     # Every position the server reports, the zeros past the last kept one too: the run's
     # 3 drafts count at every position (issue 44: trimmed, later positions lost them).
     assert counted.accepted_by_position == (3, 3, 3, 3, 1, 1) + (0,) * 42
     assert not counted.problem
     # Positions that do not add up to the accepted total are not used (the totals still are).
-    odd = _counted_draft(before, _llama_metrics(34, 18, 5, [9, 4, 4, 3, 1, 1]), tokens=22)
+    odd = counted_draft(before, _llama_metrics(34, 18, 5, [9, 4, 4, 3, 1, 1]), tokens=22)
     assert odd.accepted == 14 and odd.accepted_by_position == ()
     assert "add up to" in odd.problem
     # A run that drafted nothing: llama-server's timings leave draft_n out, the counters say 0.
-    idle = _counted_draft(after, after, tokens=22)
+    idle = counted_draft(after, after, tokens=22)
     assert (idle.drafted, idle.accepted, idle.steps, idle.accepted_by_position) == (0, 0, 0, ())
     # More drafts than tokens cannot be one run's.
-    assert "drafts for" in _counted_draft(before, _llama_metrics(34, 18, 90, []), 22).problem
+    assert "drafts for" in counted_draft(before, _llama_metrics(34, 18, 90, []), 22).problem
 
 
 def test_a_run_whose_counters_gave_no_verify_steps_is_not_counted_as_no_drafts():
@@ -434,13 +434,14 @@ def test_a_run_whose_counters_gave_no_verify_steps_is_not_counted_as_no_drafts()
         GenerationStats,
         SamplingSpec,
     )
-    from specdeck.core.servers.engine import ServerRun, _counted_draft
+    from specdeck.core.servers.counters import counted_draft
+    from specdeck.core.servers.engine import ServerRun
     from specdeck.core.servers.readings import ServerReport
 
     older = LLAMA_METRICS.replace("llamacpp:spec_decode_num_drafts_total {drafts}\n", "")
     before = parse_counters(older.format(drafted=10, accepted=4, positions=""))
     after = parse_counters(older.format(drafted=30, accepted=4, positions=""))
-    counted = _counted_draft(before, after, tokens=40)
+    counted = counted_draft(before, after, tokens=40)
     assert (counted.drafted, counted.accepted, counted.steps) == (20, 0, None)
     stats = GenerationStats(prompt_tokens=10, new_tokens=40, prefill_s=0.1, decode_s=1.0,
                             steps=30, draft_steps=0, drafted=counted.drafted,

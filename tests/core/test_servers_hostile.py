@@ -351,13 +351,13 @@ def test_prometheus_counters_that_go_down_give_no_acceptance(good):
 
 @pytest.mark.parametrize("values", [("nan", "nan"), ("0", "+Inf"), ("1e400", "1e400")])
 def test_counters_that_are_not_finite_give_a_problem_not_a_traceback(values):
-    from specdeck.core.servers.engine import _counted_draft, parse_counters
+    from specdeck.core.servers.counters import counted_draft, parse_counters
 
     before = parse_counters(f"vllm:spec_decode_num_draft_tokens_total {values[0]}\n"
                             f"vllm:spec_decode_num_accepted_tokens_total {values[0]}\n")
     after = parse_counters(f"vllm:spec_decode_num_draft_tokens_total {values[1]}\n"
                            f"vllm:spec_decode_num_accepted_tokens_total {values[1]}\n")
-    counted = _counted_draft(before, after, 16)
+    counted = counted_draft(before, after, 16)
     assert (counted.drafted, counted.accepted) == (None, None)
     assert "not a counter's value" in counted.problem
 

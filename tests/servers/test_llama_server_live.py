@@ -70,7 +70,7 @@ def specdeck(*args, home, timeout=300):
 
 
 def counters(url):
-    from specdeck.core.servers.engine import parse_counters
+    from specdeck.core.servers.counters import parse_counters
 
     return parse_counters(request_text(Base.parse(url), "/metrics"))
 
@@ -514,7 +514,7 @@ def running_router(llama_bin, presets, folder):
 
 
 def router_counters(url, model):
-    from specdeck.core.servers.engine import parse_counters
+    from specdeck.core.servers.counters import parse_counters
 
     return parse_counters(request_text(Base.parse(url), f"/metrics?model={model}"))
 

@@ -47,7 +47,7 @@ def _trimmed(values) -> tuple[int, ...]:
 
 
 def counters(base: Base, api_key: str | None = None) -> dict[str, float]:
-    from specdeck.core.servers.engine import parse_counters
+    from specdeck.core.servers.counters import parse_counters
 
     return parse_counters(request_text(base, "/metrics", api_key, timeout=10.0))
 
