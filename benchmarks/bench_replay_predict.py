@@ -62,9 +62,9 @@ def run(report: Report) -> None:
     from specdeck.core.servers.llama_server import binary_help
     from specdeck.core.tune import setup as tune_setup
     from specdeck.core.tune.candidates import find_candidates
+    from specdeck.core.tune.llama_server import candidate_cells, reference_arm
     from specdeck.core.tune.replay import phase
     from specdeck.core.tune.replay.capture import capture
-    from specdeck.core.tune.run import candidate_cells, reference_arm
 
     from tools.llama_server_build import build
 

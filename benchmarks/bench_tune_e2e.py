@@ -68,7 +68,8 @@ def run(report: Report) -> None:
     from specdeck.core.tune import hub as tune_hub
     from specdeck.core.tune import setup as tune_setup
     from specdeck.core.tune.candidates import draft_files, find_candidates
-    from specdeck.core.tune.run import TuneOptions, candidate_cells, reference_arm, split_prompts
+    from specdeck.core.tune.llama_server import candidate_cells, reference_arm
+    from specdeck.core.tune.run import TuneOptions, split_prompts
 
     from tools.llama_server_build import build
 

@@ -50,16 +50,9 @@ def run(report: Report) -> None:
     from specdeck.core.servers.llama_server import binary_help, servers_that_fit
     from specdeck.core.tune import setup as tune_setup
     from specdeck.core.tune.candidates import find_candidates
+    from specdeck.core.tune.llama_server import candidate_cells, reference_arm
     from specdeck.core.tune.predict import predict, read_history
-    from specdeck.core.tune.run import (
-        TuneOptions,
-        _tried,
-        candidate_cells,
-        finalist,
-        prompt_set,
-        reference_arm,
-        remember,
-    )
+    from specdeck.core.tune.run import TuneOptions, _tried, finalist, prompt_set, remember
 
     from tools.llama_server_build import build
 

@@ -255,14 +255,8 @@ def _apply_saved(args) -> int:
 
 
 def _printer(progress, err):
-    from specdeck.core.tune.run import (
-        CandidatesFound,
-        Decided,
-        Downloaded,
-        Downloading,
-        Forecasted,
-        Phase,
-    )
+    from specdeck.core.tune.downloads import Downloaded, Downloading
+    from specdeck.core.tune.run import CandidatesFound, Decided, Forecasted, Phase
 
     shown: dict[str, int] = {}
 

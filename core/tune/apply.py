@@ -1,6 +1,6 @@
 """Write a verified winner, prove it from the file as written, or put the file back.
 
-Only a decision that says apply (``core.tune.run.decide``: faster than no drafting with its
+Only a decision that says apply (``core.tune.verify.decide``: faster than no drafting with its
 whole 95% interval above 1.0, faster than the current setting, output unchanged) reaches this
 module. For a llama-swap model the winner's drafting flags go into its cmd through the same
 editor as ``specdeck swap set-draft`` (only those flags' characters change; a diff first; a
@@ -349,7 +349,8 @@ def relaunch(result: TuneResult, cancel: threading.Event | None = None) -> str |
         binary_help,
         drafter_from_flags,
     )
-    from specdeck.core.tune.run import reference_arm, split_prompts
+    from specdeck.core.tune.llama_server import reference_arm
+    from specdeck.core.tune.run import split_prompts
     from specdeck.core.tune.setup import from_swap
 
     setup = result.setup

@@ -4,7 +4,7 @@ into candidates, the search's round and best so far, plot points, and the result
 The page renders this state and computes nothing itself, so every figure on it comes from the
 same places as the CLI's: predictions from ``core.tune.predict``, running speed-ups from
 ``core.bench.live.LivePlan`` (the A/B page's reducer), the best from ``core.bench.winner``,
-intervals from ``core.bench.stats``, the verdict from ``core.tune.run.decide``.
+intervals from ``core.bench.stats``, the verdict from ``core.tune.verify.decide``.
 
 The download events (Downloading, Downloaded) update their candidate's download column.
 Events this module does not know (a newer ``run.py`` may emit more) are kept as a line of
@@ -25,6 +25,7 @@ from specdeck.core.bench.live import ArmSoFar, LivePlan, Point, RunRow
 from specdeck.core.bench.runner import PlanStarted, RunFinished, RunStarted, RunStep, Stage
 from specdeck.core.bench.winner import Standing, figure_of, pick, standing
 from specdeck.core.tune.candidates import Candidate
+from specdeck.core.tune.downloads import Downloaded, Downloading
 from specdeck.core.tune.predict import Prediction
 from specdeck.core.tune.run import (
     CURRENT,
@@ -32,8 +33,6 @@ from specdeck.core.tune.run import (
     WINNER,
     CandidatesFound,
     Decided,
-    Downloaded,
-    Downloading,
     Forecasted,
     Phase,
     current_label,
@@ -134,7 +133,7 @@ class TuneLive:
     candidates: list[CandidateRow] = field(default_factory=list)
     not_tried: tuple = ()
     cells: dict[str, CellSoFar] = field(default_factory=dict)
-    """Search cells by arm name (core.tune.run.candidate_cells)."""
+    """Search cells by arm name (core.tune.llama_server.candidate_cells)."""
     round: int = 0
     in_round: int = 0
     """Settings started in the current round."""

@@ -3,14 +3,12 @@
 ``tune(setup, options)`` runs every phase in order and reports each to ``on_event`` (the CLI
 prints them, the Tune page renders them); it returns a :class:`TuneResult` whatever happened
 (cancelled, out of budget, nothing better than no drafting), and writes nothing the user owns
-unless a verified winner is applied (``apply`` is given and confirms).
-
-Downloads (before the clock starts): the Hub's draft candidates (:mod:`.hub`) are ranked
-with the others by their prediction; the best ranked that fit ``download_budget`` (at most
-``hub.MAX_DOWNLOADS``) are installed, after ``confirm_download`` says yes. A download that
-fails is noted and tuning goes on with the other candidates; a cancel stops the tune, and
-what was fetched stays in the installer's hidden staging folder (resumed next time, never
-taken for an installed model). ``budget_s`` counts from the end of the downloads.
+unless a verified winner is applied (``apply`` is given and confirms). What differs by server
+is in core.tune.llama_server and core.tune.tabby (each a :class:`TunedServer`); the Hub's
+drafts and their downloads, before the clock starts, in core.tune.downloads; the
+verification and the verdict in core.tune.verify. This module holds the options, the events
+and the result, and the search both servers share. ``budget_s`` counts from the end of the
+downloads.
 
 Prompts: the suites' prompts split in two, alternately per suite: the search decides on the
 tuning half, the verification measures on the other, so a setting is never verified on the
@@ -22,25 +20,21 @@ settings). Where settings lie within the machine's measured noise of the cut (or
 among the finalists), the cheaper setting (a shorter draft, no draft model) is preferred, so
 one lucky run does not decide.
 """
-
 from __future__ import annotations
 
 import math
-import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specdeck.core.bench.grid import (
     ALL,
     Cell,
     GridResult,
     GridRow,
-    disturbed_runs,
     noise,
     noise_band,
     pairs_of,
@@ -48,37 +42,21 @@ from specdeck.core.bench.grid import (
     setting_cost,
 )
 from specdeck.core.bench.plan import Arm, BenchPlan
-from specdeck.core.bench.runner import BenchRun, choose_prompts, run_plan
-from specdeck.core.bench.stats import RatioSummary, summarize_ratios
-from specdeck.core.bench.summary import BenchSummary, summarize
-from specdeck.core.bench.winner import beats_no_draft, cheapest_close, clearly_faster, figure_of
-from specdeck.core.engines.base import NO_DRAFT
-from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
-from specdeck.core.servers.arms import ServerArm
-from specdeck.core.servers.llama_server import (
-    LaunchProfile,
-    binary_help,
-    drafter_from_flags,
-)
-from specdeck.core.tune import hub
-from specdeck.core.tune.candidates import (
-    Candidate,
-    Candidates,
-    NotTried,
-    draft_files,
-    drafting_methods,
-    find_candidates,
-)
-from specdeck.core.tune.predict import Prediction, history_note, predict, read_history, record
+from specdeck.core.bench.runner import choose_prompts
+from specdeck.core.bench.winner import cheapest_close, figure_of
+from specdeck.core.errors import InvalidInputError
+from specdeck.core.tune.candidates import Candidate, Candidates
+from specdeck.core.tune.predict import Prediction, record
 from specdeck.core.tune.setup import Setup
-from specdeck.core.units import format_bytes
+
+if TYPE_CHECKING:
+    from specdeck.core.tune.downloads import ConfirmDownload, Downloaded
+    from specdeck.core.tune.verify import Verification
 
 DEFAULT_SUITES = ("grounded", "code", "structured")
 DEFAULT_BUDGET_S = 600.0
 VERIFY_SHARE = 0.3
 """Of the budget, what the search leaves for the verification."""
-VERIFY_MAX_REPEATS = 8
-"""The most repeats of the held-out prompts the verification runs when time is left."""
 SEARCH_MAX_REPEATS = 4
 """The most times the search's later rounds run the tuning prompts (successive halving sizes
 its rounds to the deadline, halving the repeats before it drops a setting): one pass of a
@@ -118,7 +96,7 @@ class TuneOptions:
     """core.hub.transfer.RetryPolicy for the downloads (None: the installer's default)."""
     download_time_s: float | None = None
     """Wall clock for all the downloads together (None: ``budget_s``): a Hub that trickles
-    cannot hold a tune past it (core.tune.run.download_phase)."""
+    cannot hold a tune past it (core.tune.downloads.download_phase)."""
     replay: bool = True
     """Predict every setting from one plain run (core.tune.replay) and search only the best
     predicted; False: search every candidate's k values (llama-server setups only)."""
@@ -136,47 +114,6 @@ class Phase:
 class CandidatesFound:
     candidates: tuple[tuple[Candidate, Prediction], ...]
     not_tried: tuple
-
-
-@dataclass(frozen=True)
-class Downloading:
-    """A Hub draft's download under way (sent every tenth of a second or so)."""
-
-    candidate: str
-    """The candidate's label, as in CandidatesFound."""
-    repo_id: str
-    file: str
-    done: int
-    total: int
-
-
-@dataclass(frozen=True)
-class Downloaded:
-    """A Hub draft's download ended (also what the report lists for each one considered)."""
-
-    candidate: str
-    repo_id: str
-    file: str
-    status: str
-    """"downloaded", "already installed", "failed", "cancelled", "timed out" (past the
-    downloads' time: what arrived is kept to resume), "declined" (the user said no or could
-    not be asked), "over budget", "not worth it" (predicted slower than no drafting even at
-    the top of its range)."""
-    bytes: int
-    """The file's size (its shards together)."""
-    downloaded_bytes: int = 0
-    """Fetched by this tune (less than ``bytes`` when an earlier attempt was resumed)."""
-    seconds: float = 0.0
-    path: Path | None = None
-    why: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status in ("downloaded", "already installed")
-
-
-ConfirmDownload = Callable[[tuple[Candidate, ...], int, Path], bool]
-"""(the candidates to download, their bytes, the folder) -> whether to download them."""
 
 
 @dataclass(frozen=True)
@@ -242,35 +179,6 @@ class Tried:
 
 
 @dataclass(frozen=True)
-class Verification:
-    run: BenchRun
-    summary: BenchSummary
-    winner_vs_none: RatioSummary | None
-    winner_vs_current: RatioSummary | None
-    current_vs_none: RatioSummary | None
-    lossless: bool
-    check: Any = None
-    """The winner's core.bench.summary.LosslessCheck (what diverged where, or why it could
-    not be checked); None where not kept."""
-    not_drafting: str = ""
-    """Why the winner drafted nothing on the held-out prompts ("" when it drafted, or when
-    the server reports no counts)."""
-    drafting_unknown: str = ""
-    """Why nobody can tell whether the winner drafted there ("" when it can be told): its
-    server gave no draft count (core.bench.summary's ``drafting_unknown``)."""
-    held_out: bool = True
-    """Whether its prompts were all held out from the search (False: a suite of one prompt
-    left none to hold out, and the verification ran on what the search chose on)."""
-
-    @property
-    def where(self) -> str:
-        """On what the verdict rests, as the decision and the report say it."""
-        return ("on held-out prompts" if self.held_out else
-                "on the prompts the search chose on (no prompt was left to hold out: a suite "
-                "of one prompt)")
-
-
-@dataclass(frozen=True)
 class TuneResult:
     setup: Setup
     options: TuneOptions
@@ -319,150 +227,11 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
         from specdeck.core.tune.tabby import tune_tabby
 
         return tune_tabby(setup, options, engine, on_event, cancel, history)
-    emit = on_event or (lambda _e: None)
-    cancel = cancel or threading.Event()
-    phase_s: dict[str, float] = {}
-    notes: list[str] = []
+    from specdeck.core.tune.llama_server import tune_llama
 
-    started = time.monotonic()
-    emit(Phase("candidates", f"Reading what {Path(setup.binary).name} can draft with"))
-    info = binary_help(setup.binary)
-    if info is None:
-        from specdeck.core.servers.llama_server import help_problem
-
-        raise InvalidInputError(f"SpecDeck could not read what {setup.binary} can draft with: "
-                                f"{help_problem(setup.binary)}. Nothing was tuned.",
-                                f"Check that it is a llama-server that runs here: "
-                                f"`{setup.binary} --help` prints its flags.")
-    methods = drafting_methods(info)
-    if not methods:
-        raise InvalidInputError(f"{setup.binary} --help lists no way to draft (no --spec-type "
-                                "values, no draft model flag).",
-                                "Give the llama-server that runs this model (--llama-server).")
-    if setup.migration:
-        said = (f"Your cmd's flags are out of date for {Path(setup.binary).name} "
-                f"({'; '.join(setup.migration)}): every setting, your current one included, "
-                "is measured as migrated, and the migration is part of what is written.")
-        emit(Phase("candidates", said))
-        notes.append(said)
-    from specdeck.core.servers.llama_server import problems_of, unlisted_note
-
-    refused = problems_of(setup.flags, info)
-    if refused:  # checked now, not at the verification after the whole search
-        from specdeck.core.urls import shown_args
-
-        raise InvalidInputError(
-            f"{Path(setup.binary).name} would not start with your flags "
-            f"({'; '.join(shown_args(refused))}). Nothing was tuned.",
-            f"Fix these flags in your command line; `{setup.binary} --help` lists what this "
-            "build knows.")
-    hedge = unlisted_note(setup.flags, info)
-    if hedge:  # the user's own flags: passed on, never refused for the help's silence
-        said = f"Your flags: {hedge}."
-        emit(Phase("candidates", said))
-        notes.append(said)
-    library = hub.library_dir(options.download_dir)
-    found: Candidates = find_candidates(
-        setup, methods,
-        draft_files(setup, (*options.draft_dirs, *hub.library_folders(library))), cancel,
-        methods=info.methods)
-    drafts_with = info.implied_draft or info.method(hub.DRAFT_SIMPLE)
-    if options.download_budget > 0 and hub.DRAFT_SIMPLE in methods and not any(
-            n.what == hub.DRAFT_SIMPLE and "draft length" in n.why for n in found.not_tried):
-        emit(Phase("candidates", f"Searching the Hub for {setup.facts.family} drafts"))
-        found = _with_hub(setup, found, library, options, notes, cancel)
-        if drafts_with is not None:  # the Hub's drafts run as this build drafts with a model
-            from specdeck.core.tune.candidates import kept_values
-
-            found = replace(found, found=tuple(
-                replace(c, k_flag=drafts_with.k_flag, implied=drafts_with.implied,
-                        kept=kept_values(drafts_with, setup.flags))
-                if c.hub is not None else c for c in found.found))
-    if history is None:
-        notes += filter(None, [history_note()])
-    history = read_history() if history is None else history
-    device = device_of(setup, options)
-    prompts = prompt_set(options)
-    predicted = sorted(((c, predict(c, setup, device, history, prompts)) for c in found.found),
-                       key=lambda cp: cp[1].speedup, reverse=True)
-    emit(CandidatesFound(tuple(predicted), found.not_tried))
-    phase_s["candidates"] = time.monotonic() - started
-    if cancel.is_set():
-        return cancelled_reading(setup, options, found, phase_s, notes)
-    if not predicted:
-        raise InvalidInputError(f"{setup.where}: nothing to try ({_why_none(found)}).",
-                                "Put a draft GGUF of the target's family beside it, or use a "
-                                "llama-server build with n-gram spec types.")
-    t0 = time.monotonic()
-    predicted, downloads = download_phase(predicted, library, options, emit, cancel,
-                                          confirm_download)
-    if downloads:
-        phase_s["download"] = time.monotonic() - t0
-    found = Candidates(tuple(c for c, _ in predicted), found.not_tried + tuple(
-        NotTried(d.candidate, f"{d.status}: {d.why}") for d in downloads if not d.ok))
-    if cancel.is_set() or not predicted:
-        why = ("Cancelled during the downloads: nothing was written." if cancel.is_set() else
-               f"Nothing left to try ({_why_none(found)}): nothing was written.")
-        return _result(setup, options, (), found, None, None, Decided(None, None, False, why),
-                       phase_s, cancel.is_set(), notes, downloads)
-
-    forecast = None
-    if options.replay:
-        t0 = time.monotonic()
-        forecast, predicted = replay_phase(setup, predicted, options, device, emit, cancel,
-                                           notes)
-        phase_s["replay"] = time.monotonic() - t0
-        if cancel.is_set():
-            return _result(setup, options, (), found, None, None,
-                           Decided(None, None, False, "Cancelled during the replay: nothing "
-                                   "was written."), phase_s, True, notes, downloads,
-                           forecast=forecast)
-    engine = engine or LLAMA_SERVER.engine(setup, predicted)
-    return search_and_decide(setup, LLAMA_SERVER, options, predicted, found, downloads,
-                             phase_s, notes, engine, emit, cancel, forecast=forecast)
+    return tune_llama(setup, options, engine, on_event, cancel, history, confirm_download)
 
 
-def replay_phase(setup: Setup, predicted: list, options: TuneOptions, device: str,
-                 emit: EventSink, cancel: threading.Event, notes: list[str]):
-    """Every setting predicted from one plain run (core.tune.replay.phase.forecast), and the
-    candidates' predictions replaced by their best predicted setting's. None (and the
-    predictions as they were) when the replay cannot run: a server that will not start is
-    a note, and the search measures every candidate as without it."""
-    from specdeck.core.tune.replay.phase import forecast as run_forecast
-    from specdeck.core.tune.replay.search import prediction_of
-
-    tuning, _held_out = split_prompts(options)
-    prompts = choose_prompts(BenchPlan(engine="server", suites=options.suites,
-                                       prompt_ids=tuning))
-    try:
-        forecast = run_forecast(setup, [c for c, _ in predicted], prompts,
-                                options.max_new_tokens, device, REPLAY_SEARCH_REPEATS, emit,
-                                cancel)
-    except CancelledError:
-        cancel.set()
-        return None, predicted
-    except SpecDeckError as exc:
-        notes.append(f"The replay could not run ({exc.what}): every candidate was searched "
-                     "instead.")
-        return None, predicted
-    except (ArithmeticError, ValueError) as exc:
-        # The replay only predicts (the search and the verification decide): a fault in its
-        # arithmetic costs the tune its shortcut, never the tune.
-        notes.append(f"The replay failed ({type(exc).__name__}: {exc}; please report it): "
-                     "every candidate was searched instead.")
-        return None, predicted
-    notes += forecast.notes
-    costs = forecast.costs
-    costs_text = (f"a verified token {costs.row_share:.2f} of a step, a verification "
-                  f"{costs.verify_share:.2f} more" + ("" if forecast.calibrated else
-                                                      " (the prior's)"))
-    replaced = []
-    for candidate, prediction in predicted:
-        best = forecast.best_of(candidate.label)
-        replaced.append((candidate, prediction if best is None
-                         else prediction_of(best, costs_text)))
-    replaced.sort(key=lambda cp: cp[1].speedup, reverse=True)
-    return forecast, replaced
 
 
 @dataclass(frozen=True)
@@ -502,6 +271,15 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
     finalists and the candidates it could not predict, once, and the verification runs as
     long as the finalist's predicted speed-up needs (the replay, like the downloads, ran
     before the budget's clock started)."""
+    from specdeck.core.tune.verify import (
+        VERIFY_MAX_REPEATS,
+        decide,
+        disturbed_verification,
+        over_budget,
+        verify,
+        verify_repeats,
+    )
+
     tuning, held_out = split_prompts(options)
     predicted = _buildable(setup, server, predicted, notes)
     cells = [cell for c, _ in predicted for cell in server.cells(setup, c)]
@@ -660,51 +438,6 @@ def current_label(arm: Arm) -> str:
     return f"your current setting ({arm.drafter.label})"
 
 
-def verify_repeats(search: GridResult, arms: int, prompts: int, seconds_left: float,
-                   least: int, most: int = VERIFY_MAX_REPEATS) -> int:
-    """How many times the verification runs its held-out prompts: as many as the time the
-    search left holds, at the pace of the search's measured runs (each from its start to the
-    next run's), at least ``least``. Fixed before the verification starts, so it never stops
-    on a lucky interval (stopping when the interval first clears 1.0 would make the 95% an
-    overstatement)."""
-    per_repeat = repeat_seconds(search, arms, prompts)
-    if per_repeat is None:
-        return least
-    fits = int(0.8 * seconds_left // per_repeat) if per_repeat > 0 else most
-    return max(least, min(most, fits))
-
-
-def repeat_seconds(search: GridResult, arms: int, prompts: int) -> float | None:
-    """What one repeat of ``prompts`` held-out prompts on ``arms`` settings costs at the pace
-    of the search's measured runs (each from its start to the next run's); None when the
-    search measured none."""
-    seconds = []
-    for run in search.runs:
-        starts = [r.started_at for r in run.records] + [run.finished_at]
-        seconds += [b - a for record, a, b in zip(run.records, starts, starts[1:])
-                    if not record.slot.warmup]
-    if not seconds or arms < 1 or prompts < 1:
-        return None
-    return statistics.fmean(seconds) * arms * prompts
-
-
-def over_budget(search: GridResult, arms: int, prompts: int, repeats: int,
-                seconds_left: float) -> str | None:
-    """A warning when even the verification's fewest repeats will not fit the time the
-    search left (a busy machine slows every run): how far past the budget it will end."""
-    per_repeat = repeat_seconds(search, arms, prompts)
-    if per_repeat is None:
-        return None
-    needed = per_repeat * repeats
-    if needed <= max(seconds_left, 0.0) * 1.1:
-        return None
-    return (f"The verification needs about {needed / 60:.1f} min ({repeats} repeats of "
-            f"{prompts} held-out prompts on {arms} settings, at the search's pace) where "
-            f"{max(seconds_left, 0.0) / 60:.1f} min of the budget are left: the tune ends about "
-            f"{(needed - max(seconds_left, 0.0)) / 60:.1f} min past its budget (fewer repeats "
-            "give no verdict).")
-
-
 FAILED_NOTE = " could not be measured: "
 """How core.bench.grid notes a setting that failed (its server did not start, crashed, or
 its reading failed its checks)."""
@@ -756,210 +489,6 @@ def _result(setup, options, tried, found, search, verification, decision, phase_
                       downloads=tuple(downloads), forecast=forecast, servers_started=started)
 
 
-HUB_DEADLINE_S = 120.0
-"""How long the search of the Hub for drafts may take in all (a handful of listings and
-header reads of a few MiB): a Hub that trickles its answers or pages for ever is left
-behind at this deadline, and the tune goes on with the drafts on disk."""
-
-
-HUB_STOP_S = 10.0
-"""How long a stopped Hub search may take to end (its connections are shut: at once)."""
-
-
-def _with_hub(setup: Setup, found: Candidates, library: Path, options: TuneOptions,
-              notes: list[str], cancel: threading.Event) -> Candidates:
-    """``found`` with the Hub's drafts added (and the Hub's refusals with why), within
-    ``HUB_DEADLINE_S``: the search runs beside the tune, and one still running then is
-    stopped: its connections are shut (core.hub.client.stoppable, a response trickling its
-    headers or its body included) and it ends before the tune goes on."""
-    from specdeck.core.hub.client import stoppable
-
-    outcome: dict[str, Any] = {}
-    stop = threading.Event()
-
-    def search() -> None:
-        try:
-            with stoppable(stop):
-                outcome["found"] = hub.find_hub_drafts(
-                    setup, library, list(found.found), memory=options.memory_bytes,
-                    endpoint=options.hub_endpoint, cancel=stop)
-        except BaseException as exc:  # noqa: BLE001 - raised again on the tune's thread
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=search, name="specdeck-tune-hub", daemon=True)
-    worker.start()
-    deadline = time.monotonic() + HUB_DEADLINE_S
-    while worker.is_alive() and not cancel.is_set() and time.monotonic() < deadline:
-        worker.join(0.1)
-    if worker.is_alive():
-        stop.set()
-        worker.join(HUB_STOP_S)  # its sockets are shut: it ends at once
-        if not cancel.is_set():
-            notes.append(f"The Hub did not finish answering within {HUB_DEADLINE_S:g} s (it "
-                         "sent its answers too slowly, or without end): no Hub drafts were "
-                         "tried; tuning went on with the drafts on disk.")
-        return found
-    if "error" in outcome:
-        if isinstance(outcome["error"], CancelledError) and cancel.is_set():
-            return found
-        raise outcome["error"]
-    drafts, refused, hub_notes = outcome["found"]
-    notes += hub_notes
-    kept = tuple(n for n in found.not_tried if not (drafts and n.what == hub.DRAFT_SIMPLE))
-    return Candidates(found.found + tuple(drafts), kept + tuple(refused))
-
-
-# Downloads -------------------------------------------------------------------------------------
-def plan_downloads(ranked: list[tuple[Candidate, Prediction]], budget: int
-                   ) -> tuple[list[Candidate], list[Downloaded]]:
-    """The Hub candidates to download, best ranked first, while their bytes fit ``budget``
-    (at most hub.MAX_DOWNLOADS), leaving out any predicted slower than no drafting even at
-    the top of its range; and the others, each with why not."""
-    take: list[Candidate] = []
-    left_out: list[Downloaded] = []
-    used = 0
-    for candidate, prediction in ranked:
-        if candidate.hub is None or candidate.download_bytes <= 0:
-            continue
-        if not beats_no_draft(prediction.high):
-            why = (f"predicted slower than no drafting even at the top of its range "
-                   f"({prediction.high:.2f}x, {prediction.source}): not worth "
-                   f"{format_bytes(candidate.download_bytes)}")
-            left_out.append(_download_record(candidate, "not worth it", why=why))
-            continue
-        if used + candidate.download_bytes > budget:
-            why = (f"{format_bytes(candidate.download_bytes)} does not fit the download budget "
-                   f"({format_bytes(budget - used)} of {format_bytes(budget)} left); raise "
-                   "--download-budget to try it")
-        elif len(take) >= hub.MAX_DOWNLOADS:
-            why = (f"{hub.MAX_DOWNLOADS} better-ranked drafts are downloaded already (each one "
-                   "more is another round of the search)")
-        else:
-            take.append(candidate)
-            used += candidate.download_bytes
-            continue
-        left_out.append(_download_record(candidate, "over budget", why=why))
-    return take, left_out
-
-
-def _download_record(candidate: Candidate, status: str, **fields) -> Downloaded:
-    source = candidate.hub
-    return Downloaded(candidate.label, source.repo_id, source.file, status, source.size,
-                      **fields)
-
-
-def download_phase(predicted: list, library: Path, options: TuneOptions, emit: EventSink,
-                   cancel: threading.Event, confirm: ConfirmDownload | None
-                   ) -> tuple[list, list[Downloaded]]:
-    """Download what :func:`plan_downloads` picks, once confirmed; the (candidate, prediction)
-    pairs that can run, and a record of every Hub draft chosen or left out."""
-    wanted, records = plan_downloads(predicted, options.download_budget)
-    for left_out in records:
-        emit(left_out)
-    if wanted:
-        total = sum(c.download_bytes for c in wanted)
-        emit(Phase("download", f"{len(wanted)} draft{'s' if len(wanted) > 1 else ''} from the "
-                               f"Hub, {format_bytes(total)}, into {library}"))
-        if confirm is not None and not confirm(tuple(wanted), total, library):
-            declined = [_download_record(c, "declined", why="not confirmed; --yes downloads "
-                                         "without asking, --download-budget 0 uses local "
-                                         "drafts only") for c in wanted]
-            for no in declined:
-                emit(no)
-            records += declined
-        else:
-            seconds = options.download_time_s if options.download_time_s is not None \
-                else options.budget_s
-            with _deadline(cancel, seconds) as stop:
-                for candidate in wanted:
-                    ended = _download(candidate, library, options, emit, stop, seconds,
-                                      cancel)
-                    emit(ended)
-                    records.append(ended)
-                    if ended.status == "cancelled":
-                        break
-    failed = {r.candidate for r in records if not r.ok}
-    wanted_labels = {c.label for c in wanted}
-    done = {r.candidate for r in records if r.ok}
-    kept = [(c, p) for c, p in predicted if c.label not in failed
-            and (c.label not in wanted_labels or c.label in done)]
-    return kept, records
-
-
-class _Either:
-    """Set when the user's cancel is, or when the downloads' time runs out: what the installer
-    stops on (it asks ``is_set`` and ``wait``, as of a threading.Event)."""
-
-    def __init__(self, cancel: threading.Event, expired: threading.Event) -> None:
-        self.cancel, self.expired = cancel, expired
-
-    def is_set(self) -> bool:
-        return self.cancel.is_set() or self.expired.is_set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        ends = None if timeout is None else time.monotonic() + timeout
-        while not self.is_set():
-            left = None if ends is None else ends - time.monotonic()
-            if left is not None and left <= 0:
-                return False
-            self.cancel.wait(0.05 if left is None else min(0.05, left))
-        return True
-
-
-@contextmanager
-def _deadline(cancel: threading.Event, seconds: float):
-    """A stop for the downloads: set the moment ``cancel`` is, or ``seconds`` after entering
-    (the installer then closes its connection at once and keeps what arrived)."""
-    expired = threading.Event()
-    timer = threading.Timer(seconds, expired.set)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield _Either(cancel, expired)
-    finally:
-        timer.cancel()
-
-
-def _download(candidate: Candidate, library: Path, options: TuneOptions, emit: EventSink,
-              stop: _Either, seconds: float, cancel: threading.Event) -> Downloaded:
-    """One Hub draft installed, unless ``stop`` comes first: the user's ``cancel``
-    ("cancelled"), or the downloads' ``seconds`` running out ("timed out"); either way what
-    arrived stays hidden in the library, for the next install to resume, and nothing looks
-    installed."""
-    source = candidate.hub
-    started = time.monotonic()
-    timed_out = ("timed out", f"not finished within the {seconds:g} s the downloads may take "
-                 "(as long as the tune's --budget); what arrived is kept and the next tune "
-                 "resumes it. Tuning goes on with the other candidates.")
-    if stop.is_set() and not cancel.is_set():
-        return _download_record(candidate, timed_out[0], why=timed_out[1])
-
-    def progress(snapshot) -> None:
-        if snapshot.total:
-            emit(Downloading(candidate.label, source.repo_id, source.file, snapshot.done,
-                             snapshot.total))
-
-    try:
-        result = hub.install_draft(candidate, library, endpoint=options.hub_endpoint,
-                                   progress=progress, cancel=stop,
-                                   retry=options.download_retry)
-    except CancelledError as exc:
-        if not cancel.is_set():
-            return _download_record(candidate, timed_out[0],
-                                    seconds=time.monotonic() - started, why=timed_out[1])
-        return _download_record(candidate, "cancelled", seconds=time.monotonic() - started,
-                                why=str(exc))
-    except (SpecDeckError, OSError) as exc:
-        # A SpecDeckError's words carry no secret (core.hub.errors); an OSError's might
-        # (a URL), so only its kind is said.
-        what = str(exc) if isinstance(exc, SpecDeckError) else type(exc).__name__
-        return _download_record(candidate, "failed", seconds=time.monotonic() - started,
-                                why=f"{what.rstrip('.')}. Tuning goes on with the other "
-                                    "candidates.")
-    path = result.path / Path(source.file).name
-    status = "downloaded" if result.status == "installed" else "already installed"
-    return _download_record(candidate, status, downloaded_bytes=result.downloaded_bytes,
-                            seconds=time.monotonic() - started, path=path)
 
 
 def _why_none(found: Candidates) -> str:
@@ -996,65 +525,8 @@ def split_prompts(options: TuneOptions) -> tuple[tuple[str, ...], tuple[str, ...
     return tuple(tuning), tuple(held_out)
 
 
-def reference_arm(setup: Setup) -> Arm:
-    """No drafting: the user's flags without the drafting ones."""
-    return Arm(REFERENCE, NO_DRAFT, ServerArm(launch=LaunchProfile(setup.binary, str(setup.target),
-                                                                   setup.common)))
-
-
 def _cell_prefix(candidate: Candidate) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in candidate.label)[:40] + "-"
-
-
-def candidate_cells(setup: Setup, candidate: Candidate) -> list[Cell]:
-    """One grid cell per searched k of ``candidate`` (one cell when its type has no k flag),
-    each launch's drafting flags built and checked by core.tune.arguments."""
-    from specdeck.core.tune.arguments import tuned_args
-
-    info = binary_help(setup.binary)
-    values = candidate.k_values if candidate.k_flag else (None,)
-    cells = []
-    for value in values:
-        numbers = candidate.kept + (() if value is None else ((candidate.k_flag, value),))
-        args = setup.common + tuned_args(candidate.spec_type, candidate.draft, numbers, info)
-        if candidate.draft is not None:  # the user's -ngld, -devd, ... place the draft
-            args += setup.draft_placement
-        name = _cell_prefix(candidate) + ("default" if value is None else value)
-        label = candidate.label + ("" if value is None else f" k={value}")
-        settings = () if value is None else (("k", value),)
-        launch = LaunchProfile(setup.binary, str(setup.target), args)
-        cells.append(Cell(Arm(name, drafter_from_flags(args, info), ServerArm(launch=launch)),
-                          label, settings))
-    return cells
-
-
-def _current_arm(setup: Setup, name: str) -> Arm | None:
-    """The user's own drafting flags as an arm (None when the setup does not draft)."""
-    if not setup.drafting:
-        return None
-    launch = LaunchProfile(setup.binary, str(setup.target), setup.flags)
-    return Arm(name, drafter_from_flags(setup.flags, binary_help(setup.binary)),
-               ServerArm(launch=launch))
-
-
-def _llama_drafting(row: GridRow) -> tuple[str, ...]:
-    from specdeck.core.servers.llama_server import drafting_flags
-
-    return drafting_flags(row.cell.arm.server.launch.args)
-
-
-def _llama_engine(setup: Setup, predicted: list):
-    from specdeck.core.servers.engine import ServerEngine
-    from specdeck.core.servers.llama_server import launch_bytes, servers_that_fit
-
-    flags = [setup.common + c.flags for c, _ in predicted] or [setup.common]
-    biggest = max(launch_bytes(LaunchProfile(setup.binary, str(setup.target), f)) for f in flags)
-    return ServerEngine(max_servers=servers_that_fit(biggest, setup.on_gpu))
-
-
-LLAMA_SERVER = TunedServer(reference_arm=reference_arm, current_arm=_current_arm,
-                           cells=candidate_cells, drafting=_llama_drafting,
-                           engine=_llama_engine, model=lambda setup: str(setup.target))
 
 
 def tuned_server(setup) -> TunedServer:
@@ -1063,6 +535,8 @@ def tuned_server(setup) -> TunedServer:
         from specdeck.core.tune.tabby import tuned_server as tabby_server
 
         return tabby_server()
+    from specdeck.core.tune.llama_server import LLAMA_SERVER
+
     return LLAMA_SERVER
 
 
@@ -1073,18 +547,6 @@ def finalist(search: GridResult) -> tuple[GridRow | None, float]:
     share = noise(search.runs, REFERENCE)
     return cheapest_close(search.rows, GridRow.standing, lambda r: setting_cost(r.cell),
                           lambda r: noise_band(share, pairs_of(r))), share
-
-
-def disturbed_verification(search_noise: float, run: BenchRun) -> str | None:
-    """A note when runs of the verification strayed far from the other repeats of the same
-    setting and prompt (``grid.disturbed_runs``, against the search's noise): another
-    program took the cores during it. None when none did (or with one repeat, too few runs
-    to tell)."""
-    found = disturbed_runs(run, search_noise)
-    if found is None:
-        return None
-    return found.note("the verification's", search_noise,
-                      "Run the tune again on a quiet machine for a firmer verdict.")
 
 
 def why_not_the_top(search: GridResult, chosen: GridRow, noise_share: float) -> str | None:
@@ -1139,105 +601,3 @@ def _reach(row: GridRow) -> float:
     return math.inf if row.dropped_in_round is None else row.dropped_in_round
 
 
-def verify(setup, best: GridRow, plan: BenchPlan, engine, emit, cancel,
-           server: TunedServer | None = None) -> Verification:
-    """The winner against no drafting and against the current setting, on ``plan``'s
-    (held-out) prompts, paired and interleaved."""
-    server = server or LLAMA_SERVER
-    arms = [server.reference_arm(setup)]
-    current = server.current_arm(setup, CURRENT)
-    if best.cell.arm.name == CURRENT:  # the search's pick is the current setting itself
-        current = None
-    if current is not None:
-        arms.append(current)
-    arms.append(replace(best.cell.arm, name=WINNER))
-    run = run_plan(replace(plan, arms=tuple(arms)), engine, emit, cancel)
-    summary = summarize(run)
-    win = summary.comparison(WINNER)
-    current = summary.comparison(CURRENT) if current is not None else None
-    return Verification(
-        run, summary, win.speedup, paired(run, CURRENT, WINNER) if current else None,
-        current.speedup if current else None,
-        lossless=win.lossless.checkable and win.lossless.compared > 0 and not win.lossless.diverged,
-        check=win.lossless, not_drafting=win.not_drafting,
-        drafting_unknown=win.drafting_unknown)
-
-
-def paired(run: BenchRun, first: str, second: str) -> RatioSummary | None:
-    """``second``'s speed over ``first``'s, paired by prompt and repeat (median of ratios)."""
-    rates = {arm: {r.pair_key: r.result.stats.tokens_per_second for r in run.counted(arm)
-                   if r.result.stats.decode_s > 0} for arm in (first, second)}
-    ratios = [rates[second][key] / rate for key, rate in rates[first].items()
-              if key in rates[second] and rate > 0]
-    return summarize_ratios(ratios) if ratios else None
-
-
-def _not_lossless(label: str, check, held_out: bool = True) -> str:
-    """Why a winner whose output was not shown unchanged is not written: what changed where,
-    or why it could not be checked."""
-    if check is None:
-        return f"{label}'s output could not be shown unchanged: nothing was written."
-    if not check.checkable or not check.compared:
-        return (f"{label}'s output could not be checked against no drafting "
-                f"({check.verdict}), and a setting is written only with its output shown "
-                "unchanged: nothing was written.")
-    first = next(d for d in check.divergences if not d.tie)
-    runs = "held-out runs" if held_out else "runs (on the prompts the search chose on)"
-    return (f"{label} changed the output: {check.diverged} of {check.compared} {runs} "
-            f"differ from no drafting (first at {first.unit} {first.position} of prompt "
-            f"{first.prompt_id}). A setting that changes the output is never written: nothing "
-            "was written.")
-
-
-def decide(candidate: Candidate, best: GridRow, verification: Verification | None, setup,
-           cancelled: bool, drafting: tuple[str, ...] | None = None) -> Decided:
-    """Apply only a winner verified clearly faster than no drafting (core.bench.winner's
-    ``clearly_faster``: its whole 95% interval above 1.0), clearly faster than the current
-    setting where there is one, and with the output unchanged.
-    ``drafting``: what would be written (default: a launched llama-server's drafting flags)."""
-    if drafting is None:
-        from specdeck.core.servers.llama_server import drafting_flags
-
-        drafting = drafting_flags(best.cell.arm.server.launch.args)
-    if cancelled or verification is None:
-        return Decided(candidate, drafting, False, "Cancelled during the verification: nothing "
-                       "was written.")
-    none = verification.winner_vs_none
-    if not verification.lossless:
-        return Decided(candidate, drafting, False, _not_lossless(
-            best.cell.label, verification.check, verification.held_out))
-    where = verification.where
-    if verification.not_drafting:
-        return Decided(candidate, drafting, False, f"{best.cell.label} drafted nothing "
-                       f"{where} ({verification.not_drafting}): a speed-up without "
-                       "drafts is noise, so nothing was written.")
-    if verification.drafting_unknown:  # not a drafting result either (core.bench.winner)
-        return Decided(candidate, drafting, False, f"SpecDeck cannot tell whether "
-                       f"{best.cell.label} drafted {where} ({verification.drafting_unknown}): "
-                       "its speed-up may be noise, so nothing was written.")
-    if none is None or not none.has_interval:
-        return Decided(candidate, drafting, False, f"Too few verification runs of "
-                       f"{best.cell.label} to tell: nothing was written. Give a larger budget.")
-    mine = verification.current_vs_none
-    keep = (f" Your current setting measured {mine.median:.2f}x over no drafting "
-            f"({mine.interval_text()}): keep it." if clearly_faster(mine) else "")
-    yours = best.cell.arm.name == CURRENT or (
-        bool(setup.drafting) and tuple(setup.drafting) == tuple(drafting))
-    if not clearly_faster(none):
-        what = "Your current setting, the search's pick," if yours else best.cell.label
-        return Decided(candidate, drafting, False, f"{what} was not clearly faster than no "
-                       f"drafting {where} ({none.median:.2f}x, "
-                       f"{none.interval_text()}): nothing was written.{keep}")
-    against = verification.winner_vs_current
-    if yours:
-        keep_it = ("Keep it as migrated: the migration is what is written." if getattr(
-            setup, "migration", ()) else "Keep it: nothing to change.")
-        return Decided(candidate, drafting, False, f"Your current setting is the best the "
-                       f"search found: {none.median:.2f}x over no drafting "
-                       f"({none.interval_text()}) {where}. {keep_it}")
-    if against is not None and not clearly_faster(against):
-        return Decided(candidate, drafting, False, f"{best.cell.label} was not clearly faster "
-                       f"than your current setting ({against.median:.2f}x, "
-                       f"{against.interval_text()}): nothing was written.{keep}")
-    return Decided(candidate, drafting, True, f"{best.cell.label}: {none.median:.2f}x over no "
-                   f"drafting ({none.interval_text()}) {where}, output unchanged.")

@@ -69,7 +69,8 @@ def test_a_draft_whose_name_cannot_be_an_argument_is_not_tried_and_the_tune_goes
     """A draft named `...${X}....gguf` beside the target raised inside candidate_cells and
     ended the tune."""
     from specdeck.core.tune.candidates import drafting_methods, find_candidates
-    from specdeck.core.tune.run import LLAMA_SERVER, _buildable
+    from specdeck.core.tune.llama_server import LLAMA_SERVER
+    from specdeck.core.tune.run import _buildable
     from specdeck.core.tune.setup import from_llama_server
 
     folder = tmp_path / "models"

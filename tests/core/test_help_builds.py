@@ -112,7 +112,7 @@ def test_a_draft_setting_is_written_in_iks_names(ik_binary, tmp_path):
 
 def test_the_tuner_offers_iks_methods_in_its_names(ik_binary, tmp_path):
     from specdeck.core.tune.candidates import NOT_SMALLER, drafting_methods, find_candidates
-    from specdeck.core.tune.run import candidate_cells
+    from specdeck.core.tune.llama_server import candidate_cells
     from specdeck.core.tune.setup import from_llama_server
 
     draft = tmp_path / "drafts" / "SmolLM2-135M-Instruct.copy.gguf"

@@ -182,7 +182,7 @@ def test_a_type_whose_help_names_no_draft_length_is_not_tried_with_the_pinned_fl
     pinned build's flag, every launch was refused and the tune aborted."""
     from specdeck.core.servers.llama_server import binary_help
     from specdeck.core.tune.candidates import drafting_methods, find_candidates
-    from specdeck.core.tune.run import candidate_cells
+    from specdeck.core.tune.llama_server import candidate_cells
 
     size_m = ("--spec-ngram-simple-size-m N            ngram size M for ngram-simple "
               "speculative decoding, length of draft\n"
@@ -206,7 +206,7 @@ def test_the_lookup_length_is_the_users_in_the_binarys_own_name(tmp_path):
     flags without the drafting ones, and the tuned settings dropped the user's own size-n."""
     from specdeck.core.servers.llama_server import binary_help
     from specdeck.core.tune.candidates import drafting_methods, find_candidates
-    from specdeck.core.tune.run import candidate_cells
+    from specdeck.core.tune.llama_server import candidate_cells
 
     (tmp_path / "ik").mkdir()
     ik = help_samples.help_binary(tmp_path / "ik", help_samples.IK_TEXT, status=1)

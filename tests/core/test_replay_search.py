@@ -87,8 +87,9 @@ def test_a_fault_in_the_replay_costs_the_tune_its_shortcut_not_the_tune(monkeypa
     import threading
 
     from specdeck.core.tune import setup as tune_setup
+    from specdeck.core.tune.llama_server import replay_phase
     from specdeck.core.tune.replay import phase
-    from specdeck.core.tune.run import TuneOptions, replay_phase
+    from specdeck.core.tune.run import TuneOptions
 
     def broken(*args, **kwargs):
         raise OverflowError("math range error")

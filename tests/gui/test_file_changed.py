@@ -38,7 +38,7 @@ def answered(monkeypatch):
 
 def tabby_result(folder):
     """A tune of a TabbyAPI folder verified n-gram drafting at k=4 (what
-    core.tune.run.decide returns for such a winner; decide is tested in tests/core)."""
+    core.tune.verify.decide returns for such a winner; decide is tested in tests/core)."""
     from specdeck.core.tune.candidates import Candidate
     from specdeck.core.tune.run import Decided, TuneOptions, TuneResult
     from specdeck.core.tune.tabby import read_install

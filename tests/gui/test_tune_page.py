@@ -48,7 +48,7 @@ def small(page, llama_bin: Path, folder: Path, budget: str = "20s") -> None:
 
 def verified(config: Path):
     """A tune result whose verification said apply n-gram drafting to model smol (what
-    core.tune.run.decide returns for a winner verified faster with its output unchanged;
+    core.tune.verify.decide returns for a winner verified faster with its output unchanged;
     decide is tested in tests/core/test_tune.py). Its flags draft on the held-out prompt that
     the relaunch from the written file sends (llama-server's default n-gram size drafts
     nothing on short answers)."""
@@ -303,9 +303,10 @@ class SomethingNew:
 
 def test_candidates_show_predictions_and_download_events_as_they_come(qtbot, configured_qapp):
     from specdeck.core.tune.candidates import Candidate, NotTried
+    from specdeck.core.tune.downloads import Downloaded, Downloading
     from specdeck.core.tune.live import TuneLive
     from specdeck.core.tune.predict import Prediction
-    from specdeck.core.tune.run import CandidatesFound, Downloaded, Downloading, Phase
+    from specdeck.core.tune.run import CandidatesFound, Phase
 
     window, page = tune_page(qtbot)
     page.live = TuneLive()

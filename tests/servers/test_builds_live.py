@@ -117,7 +117,7 @@ def test_ik_llama_cpp_runs_the_tuners_draft_model_setting_in_its_own_names(
     its own --draft-max, no --spec-type; the real build starts with those flags and drafts."""
     from specdeck.core.servers.transport import Base, request_json
     from specdeck.core.tune.candidates import drafting_methods, find_candidates
-    from specdeck.core.tune.run import candidate_cells
+    from specdeck.core.tune.llama_server import candidate_cells
     from specdeck.core.tune.setup import from_llama_server
 
     draft = tmp_path / "drafts" / "SmolLM2-135M-Instruct.Q4_0.gguf"  # smaller than the target

@@ -276,8 +276,9 @@ def test_cancel_during_a_download_stops_the_tune_and_leaves_everything_as_it_was
     server starts."""
     from hubserver import FakeHub, FakeRepo
     from specdeck.core.hub.install import find_partial_installs
+    from specdeck.core.tune.downloads import Downloading
     from specdeck.core.tune.hub import library_folders
-    from specdeck.core.tune.run import Downloading, TuneOptions, tune
+    from specdeck.core.tune.run import TuneOptions, tune
     from specdeck.core.tune.setup import from_swap
 
     header = (Path(__file__).parent.parent / "data" / "tune"
@@ -362,7 +363,8 @@ def test_a_budget_that_runs_out_mid_round_decides_from_what_was_measured(llama_b
     winner was verified."""
     from specdeck.core.bench import grid
     from specdeck.core.bench.runner import PlanStarted
-    from specdeck.core.tune.run import Phase, TuneOptions, candidate_cells, tune
+    from specdeck.core.tune.llama_server import candidate_cells
+    from specdeck.core.tune.run import Phase, TuneOptions, tune
     from specdeck.core.tune.setup import from_swap
 
     seen: list[str] = []
@@ -417,8 +419,9 @@ def test_the_live_view_follows_rounds_run_one_setting_or_all_side_by_side(llama_
     from specdeck.core.tune import setup as tune_setup
     from specdeck.core.tune.candidates import Candidate
     from specdeck.core.tune.live import SetupRead, TuneLive
+    from specdeck.core.tune.llama_server import candidate_cells, reference_arm
     from specdeck.core.tune.predict import Prediction
-    from specdeck.core.tune.run import CandidatesFound, Phase, candidate_cells, reference_arm
+    from specdeck.core.tune.run import CandidatesFound, Phase
 
     setup = tune_setup.demo(llama_bin, ("-t", "1"))
     candidate = Candidate("ngram-mod")
