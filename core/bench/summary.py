@@ -9,50 +9,34 @@ prompt in the same repeat (the runner interleaves them, so drift hits both) and 
   (``draft_positions``, with where it came from: the engine's count or the server's
   counters, or that the server reports none), peak memory;
 - per drafting arm: the speed-up as the median of paired tok/s ratios (with min/max and a
-  bootstrap interval), overall and by prompt tag; losslessness (greedy plans only: every
-  token compared with the reference's, float ties told from real divergences); the
-  theoretical speed-up (Leviathan et al.) from the measured acceptance and a draft/target cost
-  ratio, with the predicted best k; the measured cost of one speculative step in target
-  forwards; and, when drafting made things slower, the likely cause.
+  bootstrap interval), overall and by prompt tag; whether it drafted (``not_drafting``,
+  ``drafting_unknown``); losslessness (core.bench.lossless); the theory beside the
+  measurement (core.bench.theory); and its verdict, with the likely causes when drafting
+  made things slower (core.bench.slowdown).
 
 Nothing here imports torch; a tokenizer is read only to show the text around a divergence.
 """
-
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from specdeck.core.bench import stats, winner
+from specdeck.core.bench import stats
+from specdeck.core.bench.lossless import Decoder, LazyDecoder, LosslessCheck, check_lossless
 from specdeck.core.bench.plan import Arm
 from specdeck.core.bench.runner import BenchRun, RunRecord
+from specdeck.core.bench.slowdown import verdict_of
+from specdeck.core.bench.theory import Theory, theory_of
 from specdeck.core.engines.base import (
     DrafterKind,
-    DrafterSpec,
     acceptance_rate,
+    count_at,
     mean_acceptance_length,
     position_rates,
     position_shares,
 )
-from specdeck.core.engines.lossless import OutputMatch, compare_runs
-
-LOW_ACCEPTANCE = 0.5
-"""Below this pooled acceptance rate, low acceptance is named as a cause of a slow-down."""
-LONG_CONTEXT_TOKENS = 2048
-"""Prompt + output above this many tokens: attention starts to weigh on every verify step."""
-CLEARLY_SLOWER = 0.95
-"""A median below this is named as looking slower, with the likely causes, even where the
-interval still reaches 1.0; only an interval below 1.0 is called SLOWER."""
-DEAR_STEP = 1.15
-"""A speculative step costing more target forwards than this is named as a cost."""
-TEXT_CONTEXT_TOKENS = 12
-"""Tokens of agreed text shown before a divergence."""
-
-Decoder = Callable[[Sequence[int]], str]
-
 
 ENGINE_COUNT = "engine count"
 """Where an in-process engine's acceptance comes from: it counts every draft token."""
@@ -159,17 +143,13 @@ def draft_positions(records: Sequence[RunRecord]) -> DraftPositions:
     width = max((max(len(s.per_position_drafted), len(s.per_position_accepted))
                  for s in counted), default=0)
     known = all(s.per_position_drafted or not s.draft_steps for s in counted)
-    reached = tuple(sum(_at(s.per_position_drafted, i) for s in counted)
+    reached = tuple(sum(count_at(s.per_position_drafted, i) for s in counted)
                     for i in range(width)) if known else ()
-    accepted = tuple(sum(_at(s.per_position_accepted, i) for s in counted) for i in range(width))
+    accepted = tuple(sum(count_at(s.per_position_accepted, i) for s in counted)
+                     for i in range(width))
     return DraftPositions(reached, accepted, sum(s.draft_steps for s in counted),
                           sum(s.accepted for s in counted),
                           SERVER_COUNTERS if server else ENGINE_COUNT, len(counted), len(records))
-
-
-def _at(counts: Sequence[int], i: int) -> int:
-    """A run's count at position i; 0 past its end (nothing reached or was kept there)."""
-    return counts[i] if i < len(counts) else 0
 
 
 @dataclass(frozen=True)
@@ -230,103 +210,6 @@ class ArmSummary:
     def all_failed(self) -> bool:
         """Every measured run failed: the arm measured nothing."""
         return self.failed_runs > 0 and self.runs == 0
-
-
-@dataclass(frozen=True)
-class DivergenceReport:
-    """One run whose tokens differ from the reference's run of the same prompt and repeat."""
-
-    prompt_id: str
-    repeat: int
-    position: int
-    """Index of the first differing generated token (character, for server arms)."""
-    reference_token: int | None
-    candidate_token: int | None
-    tie: bool
-    """True when the target's top-2 logits were (near) equal there: a float tie."""
-    gap: float | None
-    context: str
-    """The agreed text just before the divergence."""
-    reference_text: str
-    candidate_text: str
-    unit: str = "token"
-    """What ``position`` counts: "token", or "character" for runs without token ids."""
-    ended: str = ""
-    """When one output is shorter: which one ends at ``position`` ("this arm" or "the
-    reference") while the other goes on; "" for a differing token."""
-
-
-@dataclass(frozen=True)
-class LosslessCheck:
-    checkable: bool
-    reason: str = ""
-    """Why not checkable (e.g. "not checkable: sampled")."""
-    compared: int = 0
-    identical: int = 0
-    ties: int = 0
-    divergences: tuple[DivergenceReport, ...] = ()
-    """Real divergences and ties, in run order."""
-    not_compared: int = 0
-    """Paired runs left out because a run lost data (a stream event that was not JSON): what
-    it returned is not all it made, so comparing it could only pass by chance."""
-    not_compared_why: tuple[str, ...] = ()
-
-    @property
-    def diverged(self) -> int:
-        return sum(1 for d in self.divergences if not d.tie)
-
-    @property
-    def verdict(self) -> str:
-        if not self.checkable:
-            return self.reason
-        left_out = (f"; {self.not_compared} not compared (lost data: "
-                    f"{self.not_compared_why[0]})" if self.not_compared else "")
-        if not self.compared:
-            if self.not_compared:
-                return (f"not checked: every paired run lost data ({self.not_compared}: "
-                        f"{self.not_compared_why[0]})")
-            return "not checked: no paired runs"
-        if self.diverged:
-            return f"NOT lossless: {self.diverged} of {self.compared} runs diverged{left_out}"
-        if self.ties:
-            return f"lossless up to float ties ({self.ties} of {self.compared} runs){left_out}"
-        return f"lossless: {self.identical} of {self.compared} runs identical{left_out}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "checkable": self.checkable, "reason": self.reason, "compared": self.compared,
-            "identical": self.identical, "ties": self.ties, "diverged": self.diverged,
-            "not_compared": self.not_compared, "not_compared_why": list(self.not_compared_why),
-            "verdict": self.verdict, "divergences": list(self.divergences),
-        }
-
-
-@dataclass(frozen=True)
-class CostRatio:
-    """One draft forward's cost relative to one target forward."""
-
-    value: float | None
-    source: str
-    estimate: bool
-
-
-@dataclass(frozen=True)
-class Theory:
-    """Leviathan et al.'s prediction from the measured acceptance, beside the measurement."""
-
-    k: int
-    cost_ratio: CostRatio
-    predicted_speedup: float | None
-    """At this arm's k, with a verify step costing one target forward (the GPU ideal)."""
-    best_k: int | None
-    """0 when no k is predicted to beat decoding without a draft."""
-    best_speedup: float | None
-    curve: tuple[stats.KPrediction, ...]
-    ideal_step_cost: float | None
-    """k * c + 1: what a step should cost in target forwards."""
-    measured_step_cost: float | None
-    """Median over pairs of (this arm's time per step) / (the reference's time per token)."""
-    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -435,7 +318,7 @@ def summarize(run: BenchRun, decode: Decoder | None = None) -> BenchSummary:
     peak = run.environment.get("memory_bandwidth_peak")
     arms = tuple(_arm_summary(arm, run.counted(arm.name), peak, _failed(run, arm.name))
                  for arm in plan.arms)
-    decoder = _LazyDecoder(decode, run.loaded.model_path)
+    decoder = LazyDecoder(decode, run.loaded.model_path)
     busy = _disturbance(run)
     comparisons = tuple(
         _compare(run, arm, arms[0], arms[i], decoder, busy)
@@ -545,7 +428,6 @@ def _arm_summary(arm: Arm, records: list[RunRecord], peak_bandwidth: float | Non
     )
 
 
-
 def pairs(run: BenchRun, arm: str) -> list[tuple[RunRecord, RunRecord]]:
     """(reference run, arm run) for every prompt and repeat both finished."""
     reference = {r.pair_key: r for r in run.counted(run.plan.baseline.name)}
@@ -561,7 +443,7 @@ def _disturbance(run: BenchRun):
 
 
 def _compare(run: BenchRun, arm: Arm, ref: ArmSummary, summary: ArmSummary,
-             decoder: _LazyDecoder, busy=None) -> Comparison:
+             decoder: LazyDecoder, busy=None) -> Comparison:
     matched = pairs(run, arm.name)
     speed = [(ratio, b) for a, b in matched
              if (ratio := stats.speedup(a.result.stats.tokens_per_second,
@@ -572,13 +454,13 @@ def _compare(run: BenchRun, arm: Arm, ref: ArmSummary, summary: ArmSummary,
     for ratio, record in speed:
         for tag in tags.get(record.prompt_id, ()):
             by_tag.setdefault(tag, []).append(ratio)
-    lossless = _lossless(run, matched, decoder)
-    theory = _theory(run, arm.drafter, summary, matched)
+    lossless = check_lossless(run, matched, decoder)
+    theory = theory_of(run, arm.drafter, summary, matched)
     not_usable = "" if speedup is not None else _why_no_speedup(ref, summary, matched)
     not_drafting = _why_not_drafting(arm, summary)
     unknown = "" if not_drafting else _why_drafting_unknown(arm, summary,
                                                              run.counted(arm.name))
-    verdict, causes = _verdict(arm, speedup, summary, theory, matched, not_usable)
+    verdict, causes = verdict_of(arm, speedup, summary, theory, matched, not_usable)
     strayed = 0 if busy is None else busy.strayed.get(arm.name, 0) + \
         busy.strayed.get(ref.name, 0)
     if causes and strayed:  # the machine first: it moves every figure the others rest on
@@ -700,255 +582,3 @@ def _why_no_speedup(ref: ArmSummary, arm: ArmSummary,
         f" ({problems[0]})" if problems else "")
 
 
-# Losslessness -------------------------------------------------------------------------------
-def _lossless(run: BenchRun, matched: list[tuple[RunRecord, RunRecord]],
-              decoder: _LazyDecoder) -> LosslessCheck:
-    if not run.plan.sampling.greedy:
-        return LosslessCheck(False, "not checkable: sampled (outputs differ by design)")
-    identical = ties = compared = 0
-    found = []
-    lost: list[str] = []
-    for reference, candidate in matched:
-        losses = [*reference.lost_data, *candidate.lost_data]
-        if losses:
-            lost.append(losses[0])
-            continue
-        compared += 1
-        comparison, unit = compare_runs(reference.result, candidate.result)
-        if comparison.lossless:
-            identical += 1
-            continue
-        tie = comparison.verdict is OutputMatch.TIE
-        ties += tie
-        ended = _which_ended(comparison)
-        if unit == "character":
-            found.append(_text_divergence(reference, candidate, comparison.first_divergence or 0,
-                                          ended))
-            continue
-        found.append(_divergence(reference, candidate, comparison.first_divergence or 0,
-                                 comparison.reference_token, comparison.candidate_token,
-                                 tie, comparison.gap, decoder, ended))
-    return LosslessCheck(True, "", compared, identical, ties, tuple(found), len(lost),
-                         tuple(dict.fromkeys(lost)))
-
-
-def _which_ended(comparison) -> str:
-    """For a PREFIX comparison: which output ended first, and after how much of the other."""
-    if comparison.verdict is not OutputMatch.PREFIX:
-        return ""
-    if comparison.candidate_length < comparison.reference_length:
-        return (f"this arm's output ends here ({comparison.candidate_length} of the "
-                f"reference's {comparison.reference_length})")
-    return (f"the reference's output ends here ({comparison.reference_length} of this arm's "
-            f"{comparison.candidate_length})")
-
-
-def _divergence(reference: RunRecord, candidate: RunRecord, position: int,
-                ref_token: int | None, cand_token: int | None, tie: bool, gap: float | None,
-                decoder: _LazyDecoder, ended: str = "") -> DivergenceReport:
-    ref_ids = reference.result.token_ids
-    cand_ids = candidate.result.token_ids
-    before = ref_ids[max(0, position - TEXT_CONTEXT_TOKENS):position]
-    return DivergenceReport(
-        prompt_id=reference.prompt_id,
-        repeat=reference.slot.repeat,
-        position=position,
-        reference_token=ref_token,
-        candidate_token=cand_token,
-        tie=tie,
-        gap=gap,
-        context=decoder(before),
-        reference_text=decoder(ref_ids[position:position + 4]),
-        candidate_text=decoder(cand_ids[position:position + 4]),
-        ended=ended,
-    )
-
-
-def _text_divergence(reference: RunRecord, candidate: RunRecord, position: int,
-                     ended: str = "") -> DivergenceReport:
-    ref, cand = reference.result.text, candidate.result.text
-    return DivergenceReport(
-        prompt_id=reference.prompt_id, repeat=reference.slot.repeat, position=position,
-        reference_token=None, candidate_token=None, tie=False, gap=None,
-        context=ref[max(0, position - 40):position],
-        reference_text=ref[position:position + 16], candidate_text=cand[position:position + 16],
-        unit="character", ended=ended)
-
-
-class _LazyDecoder:
-    """Token ids to text: the caller's decoder, or the target's tokenizer.json read once."""
-
-    def __init__(self, decode: Decoder | None, model_path: Path):
-        self._decode = decode
-        self._model_path = model_path
-        self._tried = decode is not None
-
-    def __call__(self, ids: Sequence[int]) -> str:
-        if not self._tried:
-            self._tried = True
-            self._decode = _tokenizer_decoder(self._model_path)
-        if not ids:
-            return ""
-        if self._decode is None:
-            return " ".join(f"<{i}>" for i in ids)
-        return self._decode(list(ids))
-
-
-def _tokenizer_decoder(model_path: Path) -> Decoder | None:
-    file = Path(model_path) / "tokenizer.json"
-    if not file.is_file():
-        return None
-    try:
-        from tokenizers import Tokenizer
-
-        tokenizer = Tokenizer.from_file(str(file))
-    except Exception:  # noqa: BLE001 - any unreadable tokenizer: show ids instead
-        return None
-    return lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False)
-
-
-# Theory -------------------------------------------------------------------------------------
-def draft_cost_ratio(drafter: DrafterSpec, target_path: Path | None) -> CostRatio:
-    """c = cost of one draft forward / one target forward.
-
-    n-gram lookup: ~0 (a dictionary search). A draft model: decoding is memory-bound, so a
-    forward costs about the bytes of weights it reads; the estimate is the draft's weight
-    bytes over the target's (embedding excluded: a lookup reads one row of it).
-    """
-    if drafter.kind is DrafterKind.NGRAM:
-        return CostRatio(0.0, "n-gram lookup: ~0 of a target forward", estimate=True)
-    if drafter.kind is not DrafterKind.MODEL or drafter.model_path is None or target_path is None:
-        return CostRatio(None, "no drafter", estimate=False)
-    from specdeck.core.errors import SpecDeckError
-    from specdeck.core.models import read_model
-
-    try:
-        draft = read_model(drafter.model_path).weights
-        target = read_model(target_path).weights
-    except SpecDeckError as exc:
-        return CostRatio(None, f"unknown: {exc.what}", estimate=True)
-    if draft is None or target is None or target.on_gpu <= 0:
-        return CostRatio(None, "unknown: no safetensors weights to measure", estimate=True)
-    return CostRatio(
-        draft.on_gpu / target.on_gpu,
-        f"estimate from weight bytes: draft {draft.on_gpu / 1e9:.3g} GB / target "
-        f"{target.on_gpu / 1e9:.3g} GB",
-        estimate=True,
-    )
-
-
-def measured_step_cost(matched: list[tuple[RunRecord, RunRecord]]) -> float | None:
-    """Median of (arm's seconds per verify step) / (reference's seconds per token)."""
-    values = []
-    for reference, candidate in matched:
-        a, b = reference.result.stats, candidate.result.stats
-        if a.new_tokens and a.decode_s > 0 and b.steps:
-            values.append((b.decode_s / b.steps) / (a.decode_s / a.new_tokens))
-    return _median(values)
-
-
-def per_step_acceptance(records: Sequence[RunRecord]) -> list[float]:
-    """P(the draft at position i was kept) per verify step, i = 0.. (cumulative in i).
-
-    Steps in which the drafter proposed nothing count as misses: an n-gram drafter that
-    finds no match gains nothing that step, and the prediction must not pretend it does.
-    """
-    steps = sum(r.result.stats.steps for r in records)
-    width = max((len(r.result.stats.per_position_accepted) for r in records), default=0)
-    if not steps:
-        return []
-    return [sum(_at(r.result.stats.per_position_accepted, i) for r in records) / steps
-            for i in range(width)]
-
-
-def _theory(run: BenchRun, drafter: DrafterSpec, summary: ArmSummary,
-            matched: list[tuple[RunRecord, RunRecord]]) -> Theory | None:
-    if drafter.kind is DrafterKind.NONE:
-        return None
-    k = drafter.num_draft_tokens
-    cost = draft_cost_ratio(drafter, run.loaded.model_path)
-    measured = measured_step_cost(matched)
-    acceptance = per_step_acceptance([b for _, b in matched])
-    if cost.value is None or not acceptance:
-        why = "no draft was proposed" if not acceptance else f"the draft cost is {cost.source}"
-        return Theory(k, cost, None, None, None, (), None, measured, note=f"No prediction: {why}.")
-    best, curve = stats.predict_best_k(acceptance, cost.value)
-    if not winner.beats_no_draft(best.speedup):  # no k beats plain decoding: no draft
-        best = stats.KPrediction(0, winner.NO_DRAFT_SPEEDUP)
-    return Theory(
-        k=k,
-        cost_ratio=cost,
-        predicted_speedup=stats.theoretical_speedup(acceptance, k, cost.value),
-        best_k=best.k,
-        best_speedup=best.speedup,
-        curve=tuple(curve),
-        ideal_step_cost=k * cost.value + 1.0,
-        measured_step_cost=measured,
-        note="Acceptance per verify step (steps without a draft count as misses); verify "
-        "steps priced at one target forward (a GPU's ideal); positions beyond the measured "
-        "ones are extended geometrically.",
-    )
-
-
-# OutputMatch ------------------------------------------------------------------------------------
-def _verdict(arm: Arm, speedup: stats.RatioSummary | None, summary: ArmSummary,
-             theory: Theory | None, matched: list[tuple[RunRecord, RunRecord]],
-             not_usable: str = "") -> tuple[str, tuple[str, ...]]:
-    if speedup is None:
-        return f"{arm.name}: not usable: {not_usable}; no speed-up to report.", ()
-    span = (f"{speedup.median:.2f}x (min {speedup.minimum:.2f}, max {speedup.maximum:.2f}, "
-            f"{speedup.interval_text()})")
-    clearly = speedup.verdict == "slower"
-    if not clearly and speedup.median >= CLEARLY_SLOWER:
-        return f"{arm.name} ({arm.drafter.label}): {span}: {speedup.verdict}.", ()
-    causes = _slowdown_causes(summary, theory, matched)
-    if clearly:
-        text = (f"{arm.name} ({arm.drafter.label}) is SLOWER than no drafting: {span}. "
-                "Drafting hurts here; turn it off or change the drafter.")
-    else:  # a median below CLEARLY_SLOWER whose interval still reaches 1.0 (or has none)
-        why = ("its interval still reaches 1.0. Run more repeats to tell before turning it "
-               "off." if speedup.has_interval else "not without an interval.")
-        text = (f"{arm.name} ({arm.drafter.label}) looks slower than no drafting: {span}; "
-                f"not clearly slower: {why}")
-    return text, causes
-
-
-def _slowdown_causes(summary: ArmSummary, theory: Theory | None,
-                     matched: list[tuple[RunRecord, RunRecord]]) -> tuple[str, ...]:
-    causes = []
-    rate = summary.acceptance_rate
-    unknown = rate is None and bool(summary.acceptance_source)
-    if unknown:  # a server arm that reports none (or nothing usable): unknown, not "nothing"
-        causes.append(f"acceptance unknown ({summary.acceptance_source})")
-    elif rate is None or summary.drafted == 0:
-        causes.append("nothing was drafted: the drafter found nothing to propose, so every "
-                      "step paid for drafting without a chance of a gain")
-    elif rate < LOW_ACCEPTANCE:
-        length = summary.mean_acceptance_length  # None where the server counts no drafts
-        mean = "" if length is None else f" (mean acceptance length {length:.2f})"
-        who = ("the draft model does not predict this target" if summary.drafter == "model"
-               else "the drafter's guesses do not match this target")
-        causes.append(f"low acceptance: only {rate:.0%} of draft tokens were kept{mean}; "
-                      f"{who} on these prompts")
-    if theory is not None and theory.measured_step_cost is not None and not unknown:
-        # (without the accepted counts a step's yield is unknown: no cost is made up)
-        ideal = theory.ideal_step_cost
-        mean_length = summary.mean_acceptance_length or 1.0
-        cost = theory.measured_step_cost
-        if cost > DEAR_STEP and (cost >= mean_length or (ideal and cost > 1.5 * ideal)):
-            expected = f" (ideal {ideal:.2f})" if ideal else ""
-            # A draft model's forwards are the step's usual extra cost; an n-gram lookup
-            # costs next to nothing, so there the dear part is the wider verify step.
-            what = ("draft too slow" if summary.drafter == "model"
-                    else "speculative steps too dear (the lookup is nearly free: the wider "
-                    "verify step costs)")
-            causes.append(f"{what}: a speculative step costs "
-                          f"{theory.measured_step_cost:.2f} target forwards{expected} but "
-                          f"yields {mean_length:.2f} tokens")
-    contexts = [r.result.stats.prompt_tokens + r.result.stats.new_tokens for _, r in matched]
-    if contexts and max(contexts) > LONG_CONTEXT_TOKENS:
-        causes.append(f"long context: up to {max(contexts)} tokens; attention over the "
-                      "context makes each wider verify step dearer")
-    if not causes:
-        causes.append("no single cause stands out; run more repeats to rule out noise")
-    return tuple(causes)

@@ -286,6 +286,11 @@ counters do not say how many drafts reached position i (only the drafts and the 
 tokens), so there it is known only when every draft was k tokens long."""
 
 
+def count_at(counts: Sequence[int], i: int) -> int:
+    """A run's count at position i; 0 past its end (nothing reached or was kept there)."""
+    return counts[i] if i < len(counts) else 0
+
+
 def position_shares(accepted: Sequence[int], drafts: int) -> tuple[float | None, ...]:
     """SHARE_OF_DRAFTS per position; None everywhere without a draft."""
     return tuple(a / drafts if drafts > 0 else None for a in accepted)

@@ -32,7 +32,7 @@ class Verification:
     current_vs_none: RatioSummary | None
     lossless: bool
     check: Any = None
-    """The winner's core.bench.summary.LosslessCheck (what diverged where, or why it could
+    """The winner's core.bench.lossless.LosslessCheck (what diverged where, or why it could
     not be checked); None where not kept."""
     not_drafting: str = ""
     """Why the winner drafted nothing on the held-out prompts ("" when it drafted, or when

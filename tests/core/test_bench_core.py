@@ -212,7 +212,8 @@ def test_sweep_with_a_useless_draft_says_no_draft(models, virtual_clock):
     # too few pairs for one: named as looking slower, with its causes, not called SLOWER.
     from dataclasses import replace
 
-    from specdeck.core.bench.summary import _verdict, pairs
+    from specdeck.core.bench.slowdown import verdict_of
+    from specdeck.core.bench.summary import pairs
 
     summary, run = result.summaries[0], result.runs[0]
     arm = next(a for a in run.plan.arms if a.name == "k1")
@@ -221,14 +222,14 @@ def test_sweep_with_a_useless_draft_says_no_draft(models, virtual_clock):
                          (replace(slow.speedup, median=0.89, n=2), "without an interval"),
                          (replace(slow.speedup, median=0.89, n=9, ci_low=0.8, ci_high=0.97),
                           "SLOWER")):
-        text, causes = _verdict(arm, speedup, summary.arm("k1"), slow.theory,
+        text, causes = verdict_of(arm, speedup, summary.arm("k1"), slow.theory,
                                 pairs(run, "k1"))
         assert why in text and ("looks slower" in text) is (why != "SLOWER")
         assert any("low acceptance" in c for c in causes)
         assert any("the draft model does not predict this target" in c for c in causes)
     # The same figures from an n-gram drafter: no "draft model", no "draft too slow".
     ngram = replace(summary.arm("k1"), drafter="ngram")
-    _, causes = _verdict(arm, replace(slow.speedup, median=0.89, n=2), ngram, slow.theory,
+    _, causes = verdict_of(arm, replace(slow.speedup, median=0.89, n=2), ngram, slow.theory,
                          pairs(run, "k1"))
     assert any("the drafter's guesses do not match this target" in c for c in causes)
     assert not any("draft model" in c or "draft too slow" in c for c in causes)

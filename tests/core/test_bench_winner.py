@@ -49,7 +49,8 @@ def test_the_rule(standings, expected):
 
 def test_an_arm_that_did_not_draft_never_wins():
     from specdeck.core.bench.stats import summarize_ratios
-    from specdeck.core.bench.summary import Comparison, LosslessCheck
+    from specdeck.core.bench.lossless import LosslessCheck
+    from specdeck.core.bench.summary import Comparison
 
     idle = Comparison("B", "B", summarize_ratios([1.3, 1.2, 1.25]), {}, LosslessCheck(True), None,
                       "", not_drafting="it drafted nothing in 3 runs")
@@ -62,7 +63,8 @@ def test_an_arm_nobody_can_tell_drafted_never_wins():
     """Issue 44: a llama-server without --metrics that drafted nothing reports no draft_n, and
     its 1.38x won as a drafting result."""
     from specdeck.core.bench.stats import summarize_ratios
-    from specdeck.core.bench.summary import Comparison, LosslessCheck
+    from specdeck.core.bench.lossless import LosslessCheck
+    from specdeck.core.bench.summary import Comparison
 
     unknown = Comparison("B", "B", summarize_ratios([1.38, 1.3, 1.4]), {}, LosslessCheck(True),
                          None, "", drafting_unknown="start llama-server with --metrics")
@@ -170,6 +172,6 @@ def test_the_tuner_never_answers_a_k_whose_output_changed(cycle, monkeypatch):
 
 
 def _divergence():
-    from specdeck.core.bench.summary import DivergenceReport
+    from specdeck.core.bench.lossless import DivergenceReport
 
     return DivergenceReport("p", 0, 3, 1, 2, False, None, "", "", "")

@@ -417,7 +417,7 @@ def test_when_the_current_setting_is_better_the_decision_says_keep_it(tmp_path):
 
 def test_a_winner_whose_output_changed_is_refused_in_plain_words(tmp_path):
     """Not "changed the output (or could not be checked)": which it was, and where."""
-    from specdeck.core.bench.summary import DivergenceReport, LosslessCheck
+    from specdeck.core.bench.lossless import DivergenceReport, LosslessCheck
 
     setup = from_swap(swap_config(tmp_path, ""), "smol")
     best = _row("w", 1.4, ("-t", "1", "--spec-type", "ngram-simple"))
