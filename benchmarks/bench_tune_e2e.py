@@ -54,8 +54,9 @@ load 6). The runs before used the default of two threads."""
 
 
 def run(report: Report) -> None:
-    from specdeck.core.bench.grid import ALL, Cell, grid_table, run_grid
+    from specdeck.core.bench.grid import ALL, Cell, run_grid
     from specdeck.core.bench.plan import Arm, BenchPlan
+    from specdeck.core.bench.tables import grid_table
     from specdeck.core.servers.arms import ServerArm
     from specdeck.core.servers.engine import ServerEngine
     from specdeck.core.servers.llama_server import (

@@ -135,7 +135,7 @@ def run(report: Report) -> None:
                     "yes" if met else "NO"])
                 report.text(f"### {suite}: the exhaustive grid")
                 report.text("")
-                from specdeck.core.bench.grid import grid_table
+                from specdeck.core.bench.tables import grid_table
 
                 report.text(grid_table(grid))
                 report.text("")

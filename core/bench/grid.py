@@ -39,15 +39,24 @@ prompts, and says so in a note.
 
 from __future__ import annotations
 
-import math
 import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specdeck.core.bench import winner
+from specdeck.core.bench.budget import RoundCosts, fit_rounds, sized_note
+from specdeck.core.bench.halving import (
+    SLOWER_NOISE_MULTIPLE,
+    clearly_slower,
+    dropped_why,
+    interleaved_ids,
+    plan_rounds,
+    survivors,
+)
+from specdeck.core.bench.noise import disturbed, noise
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.runner import (
     BenchRun,
@@ -58,8 +67,6 @@ from specdeck.core.bench.runner import (
 )
 from specdeck.core.bench.stats import RatioSummary
 from specdeck.core.bench.summary import BenchSummary, summarize
-from specdeck.core.bench.tables import NO_PAIR, NO_PAIR_NOTE, rate_cell, text_table
-from specdeck.core.engines.base import DrafterKind
 from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
 
 ALL = "all"
@@ -96,21 +103,6 @@ class Figure:
         return self.speedup.median if self.speedup is not None else 0.0
 
 
-def _no_best(rows) -> str:
-    """Why a grid names no best setting, as it happened: none of its settings could be
-    measured (each failed: the notes say why), or some could not and the others did not beat
-    decoding without a draft, or none did."""
-    measured = [r for r in rows if r.speedup_known]
-    if not measured:
-        return ("Best: none: no setting could be measured (each failed: the notes say why), so "
-                "nothing was compared with decoding without a draft")
-    failed = len(rows) - len(measured)
-    if failed:
-        return (f"Best: no draft: no setting that was measured beat decoding without one "
-                f"({failed} of {len(rows)} could not be measured: the notes say why)")
-    return "Best: no draft (no setting beat decoding without one)"
-
-
 @dataclass(frozen=True)
 class GridRow:
     cell: Cell
@@ -136,6 +128,11 @@ class GridRow:
     it cannot win either."""
     sampled: bool = False
     """Its plans sampled: outputs differ by design and were not checked."""
+
+    @property
+    def overall(self) -> Figure | None:
+        """The figure over every prompt it ran (the "all" column)."""
+        return self.by_suite.get(ALL)
 
     @property
     def score(self) -> float:
@@ -295,7 +292,7 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
     """Arm name -> why its plan could not run (a server that would not start or died)."""
     alive = list(cells)
     together_first = together
-    rounds = _rounds(base, prompts, len(cells)) if halving else [base]
+    rounds = plan_rounds(base, prompts, len(cells)) if halving else [base]
     costs = RoundCosts()
     sized: list[str] = []
     """What sizing the rounds to the deadline changed, for the notes."""
@@ -389,12 +386,12 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
         fitted = None
         if deadline is not None and ranked:
             fitted = fit_rounds(left, ranked, costs, deadline - time.monotonic(),
-                                _interleaved(prompts), len(choose_prompts(plan)),
+                                interleaved_ids(prompts), len(choose_prompts(plan)),
                                 lambda n: _keeps_all(engine, n + 1))
             if fitted is not None:
                 if (fitted.keep, len(fitted.rounds)) != (len(ranked), len(left)) \
                         or fitted.rounds[-1] != left[-1]:
-                    sized.append(_sized_note(number, len(ranked), left, fitted))
+                    sized.append(sized_note(number, len(ranked), left, fitted))
                 left, ranked = list(fitted.rounds), ranked[:fitted.keep]
                 kept = set(ranked)
         rounds = [*rounds[:number], *left]
@@ -403,7 +400,7 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
             if cell.arm.name not in kept:
                 rows[cell.arm.name] = replace(
                     rows[cell.arm.name], dropped_in_round=number,
-                    dropped_why=_dropped_why(rows[cell.arm.name], cell.arm.name in halved,
+                    dropped_why=dropped_why(rows[cell.arm.name], cell.arm.name in halved,
                                              lowest_kept))
         alive = [cell for cell, _run in measured if cell.arm.name in kept]
         if hasattr(engine, "keep_only"):  # the dropped settings' servers make room
@@ -464,20 +461,6 @@ def run_grid(base: BenchPlan, reference: Arm, cells: Sequence[Cell], engine,
                       notes=tuple(notes))
 
 
-def _dropped_why(row: GridRow, halved: bool, lowest_kept: float | None) -> str:
-    """Why ``row`` did not go on (``halved``: it was in the half the cut kept, and only the
-    time left kept fewer)."""
-    if row.diverged:
-        return "its output changed"
-    if row.not_drafting:
-        return "it drafted nothing"
-    if halved:
-        return "the time left kept fewer settings"
-    if lowest_kept is not None and row.score > lowest_kept:
-        return "within the noise of the cut, and a cheaper setting went on"
-    return "below the cut"
-
-
 def _keeps_all(engine, servers: int) -> bool:
     """Whether ``engine`` keeps this many servers up at once (a server engine with room for
     them, not one server at a time): then a round's settings can run in one plan."""
@@ -532,391 +515,3 @@ def _names(arms: set[str], cells: Sequence[Cell]) -> str:
     return ", ".join(c.label for c in cells if c.arm.name in arms)
 
 
-DISTURBED = 0.3
-"""A reference run this far (as a share) from that prompt's median over the round, or four
-noise widths where the machine's noise is larger, was disturbed: the reference is the same
-server on the same prompt beside every setting, so only the machine can move it that far."""
-
-
-def disturbed(measured: Sequence[tuple[Cell, BenchRun]], reference: str) -> set[str]:
-    """The arm names of the cells whose paired reference runs were disturbed (``DISTURBED``),
-    judged against each prompt's median over every cell's reference runs (three at least)."""
-    rates: dict[str, list[float]] = {}
-    for _cell, run in measured:
-        for record in run.counted(reference):
-            if record.result.stats.decode_s > 0:
-                rates.setdefault(record.prompt_id, []).append(
-                    record.result.stats.tokens_per_second)
-    medians = {pid: statistics.median(v) for pid, v in rates.items() if len(v) >= 3}
-    limit = max(DISTURBED, 4 * noise([run for _c, run in measured], reference))
-    out = set()
-    for cell, run in measured:
-        for record in run.counted(reference):
-            middle = medians.get(record.prompt_id)
-            if middle and record.result.stats.decode_s > 0 and \
-                    abs(record.result.stats.tokens_per_second / middle - 1) > limit:
-                out.add(cell.arm.name)
-    return out
-
-
-@dataclass(frozen=True)
-class Disturbance:
-    """Runs of one plan that strayed far from the other repeats of their setting and prompt
-    (``disturbed_runs``): another program took the cores while they ran."""
-
-    strayed: dict[str, int]
-    """Arm name -> its runs that strayed (arms with none are left out)."""
-    repeated: int
-    """Runs that had other repeats of their setting and prompt to be judged against."""
-    limit: float
-    """How far (as a share of the speed) a run strayed to count."""
-
-    @property
-    def count(self) -> int:
-        return sum(self.strayed.values())
-
-    def note(self, what: str, noise_share: float | None = None, advice: str = "") -> str:
-        """What a report says: ``what`` names the runs ("the verification's", "this
-        A/B's"), ``noise_share`` the quieter noise they are set against."""
-        against = "" if noise_share is None else f" (the search's noise was {noise_share:.1%})"
-        return (f"{self.count} of {what} {self.repeated} repeated runs ran more than "
-                f"{self.limit:.0%} away from the other repeats of their setting and prompt"
-                f"{against}: another program probably took the cores during "
-                "it, so its intervals are wider than this machine gives when quiet."
-                + (f" {advice}" if advice else ""))
-
-
-def disturbed_runs(run: BenchRun, noise_share: float) -> Disturbance | None:
-    """The runs of ``run`` that another program disturbed: each (setting, prompt) repeated at
-    least twice, a run more than ``DISTURBED`` (or four widths of ``noise_share``, on a
-    noisier machine) from its repeats' median. The one rule the A/B (page and CLI) and the
-    tuner name a busy machine by; None when no run strayed, or no run was repeated."""
-    limit = max(DISTURBED, 4 * noise_share)
-    rates: dict[tuple[str, str], list[float]] = {}
-    for arm in run.plan.arms:
-        for done in run.counted(arm.name):
-            if done.result.stats.decode_s > 0:
-                rates.setdefault((arm.name, done.prompt_id), []).append(
-                    done.result.stats.tokens_per_second)
-    repeated = sum(len(v) for v in rates.values() if len(v) >= 2)
-    strayed: dict[str, int] = {}
-    for (arm, _prompt), values in rates.items():
-        if len(values) < 2:
-            continue
-        middle = statistics.median(values)
-        far = sum(abs(r / middle - 1) > limit for r in values)
-        if far:
-            strayed[arm] = strayed.get(arm, 0) + far
-    return Disturbance(strayed, repeated, limit) if strayed else None
-
-
-def noise(runs: Sequence[BenchRun], reference: str) -> float:
-    """The run-to-run noise of this machine, as a share of the speed: how far the reference
-    arm's own tok/s strays between runs of the same prompt (the median absolute deviation of
-    its runs over their median, per prompt, then the median of those). The reference runs
-    beside every setting, so this is measured, not assumed; 0 with too few runs to tell."""
-    by_prompt: dict[str, list[float]] = {}
-    for run in runs:
-        for record in run.counted(reference):
-            if record.result.stats.decode_s > 0:
-                by_prompt.setdefault(record.prompt_id, []).append(
-                    record.result.stats.tokens_per_second)
-    spreads = []
-    for rates in by_prompt.values():
-        if len(rates) >= 2:
-            middle = statistics.median(rates)
-            spreads.append(statistics.median(abs(r - middle) for r in rates) / middle)
-    return statistics.median(spreads) if spreads else 0.0
-
-
-NOISE_MARGIN = 2.0
-"""Two settings whose scores differ by less than this many noise widths (of a score with
-that many pairs: ``noise_band``) cannot be told apart: one lucky or unlucky run must not
-decide between them."""
-
-
-def noise_band(noise_share: float, pairs: int) -> float:
-    """How far (as a share) a score of ``pairs`` paired ratios may stray by noise alone:
-    ``NOISE_MARGIN`` widths of a ratio of two runs (each ``noise_share`` off, so the ratio
-    about sqrt(2) times that), narrowing with the square root of the pairs behind it."""
-    return NOISE_MARGIN * noise_share * math.sqrt(2 / max(1, pairs))
-
-
-def pairs_of(row: GridRow) -> int:
-    figure = row.by_suite.get(ALL)
-    return figure.speedup.n if figure is not None and figure.speedup is not None else 0
-
-
-def setting_cost(cell: Cell) -> tuple[int, int]:
-    """Cheaper settings first: no draft model before one (it takes memory and a forward of its
-    own per token), then fewer tokens per step."""
-    server, drafter = cell.arm.server, cell.arm.drafter
-    model = drafter.kind is DrafterKind.MODEL or drafter.model_path is not None
-    if server is not None and server.launch is not None:
-        model = model or "draft-" in " ".join(server.launch.args)
-    elif server is not None and server.tabby_launch is not None:
-        settings = dict(server.tabby_launch.draft)
-        model = bool(settings.get("draft_model_name")) and \
-            settings.get("draft_mode", "model") == "model"
-    elif server is not None and server.tabby is not None:
-        model = bool(server.tabby.draft_model_name)
-    return int(model), drafter.num_draft_tokens
-
-
-SLOWER_NOISE_MULTIPLE = 2.0
-"""How many times the machine's noise below 1.0 a setting's median speed-up must lie (its
-interval below 1.0 too) for the search to call it clearly slower (``clearly_slower``)."""
-
-
-def clearly_slower(row: GridRow, noise_share: float) -> bool:
-    """Whether ``row`` is slower than no drafting beyond doubt: its speed-up's 95% interval
-    lies below 1.0 and its median more than ``SLOWER_NOISE_MULTIPLE`` times the machine's
-    noise below it. More rounds cannot make such a setting the winner (the winner beats no
-    drafting: core.bench.winner), so a search whose settings left are all clearly slower
-    stops: in tune_search (2026-11-27, structured) three rounds more of draft-model settings
-    at 0.41x [0.40, 0.45] took a third of the search's time."""
-    figure = row.by_suite.get(ALL)
-    speedup = None if figure is None else figure.speedup
-    return winner.clearly_slower(speedup) and \
-        speedup.median < winner.NO_DRAFT_SPEEDUP * (1 - SLOWER_NOISE_MULTIPLE * noise_share)
-
-
-def survivors(rows: Sequence[GridRow], noise_share: float) -> set[str]:
-    """The arm names that go on to the next round: half of them (rounded up). Settings above
-    the cut by more than the noise go on; those within the noise of the cut
-    (``noise_band``) cannot be told apart by this round, so the cheaper of them
-    (``setting_cost``) fill the places left, not the luckier. A setting whose output changed
-    never goes on; one that drafted nothing (its score is noise, no evidence for it) goes on
-    only when no setting drafted at all (later prompts may give it something to copy)."""
-    ranked = sorted((r for r in rows if not r.diverged), key=lambda r: r.score, reverse=True)
-    if not ranked:
-        return set()
-    keep = max(1, math.ceil(len(ranked) / 2))
-    drafting = [r for r in ranked if not r.not_drafting]
-    idle = [r for r in ranked if r.not_drafting]
-    if not drafting:
-        return {r.cell.arm.name for r in idle[:keep]}
-    cut = drafting[min(keep, len(drafting)) - 1].score
-    band = [r for r in drafting if abs(r.score - cut) <= cut * noise_band(noise_share,
-                                                                          pairs_of(r))]
-    sure = [r for r in drafting[:keep] if r not in band]
-    band.sort(key=lambda r: (setting_cost(r.cell), -r.score))
-    return {r.cell.arm.name for r in [*sure, *band][:keep]}
-
-
-def _rounds(base: BenchPlan, prompts, n_cells: int) -> list[BenchPlan]:
-    """One round per halving of the cells; each runs twice the prompt-runs of the round before:
-    one prompt of each suite once (one prompt alone where the plan has too few prompt-runs
-    to double that every round), then more prompts (taken from each suite in turn), then
-    every prompt as many times as that makes (up to the full plan). The last round runs every
-    prompt at least once. Two cells or fewer: the full plan alone."""
-    if n_cells <= 2:
-        return [base]
-    interleaved = _interleaved(prompts)
-    full = len(interleaved) * base.repeats
-    halvings = math.ceil(math.log2(n_cells))
-    suites = len({p.suite for p in prompts})
-    first = suites if suites * 2 ** (halvings - 1) <= full else 1
-    plans = []
-    for number in range(halvings):
-        size = first * 2 ** number
-        if number == halvings - 1:
-            size = max(size, len(interleaved))
-        if size >= full:
-            plans.append(base)
-            break
-        ids = interleaved[:size] if size < len(interleaved) else interleaved
-        plans.append(replace(base, prompt_ids=tuple(ids), max_prompts=None,
-                             repeats=max(1, size // len(interleaved)),
-                             warmup=min(base.warmup, 1)))
-    return plans
-
-
-def _interleaved(prompts) -> list[str]:
-    """Prompt ids taken from each suite in turn: any prefix is as even across suites as it
-    can be."""
-    by_suite: dict[str, list[str]] = {}
-    for p in prompts:
-        by_suite.setdefault(p.suite, []).append(p.id)
-    return [ids[i] for i in range(max(map(len, by_suite.values())))
-            for ids in by_suite.values() if i < len(ids)]
-
-
-# Sizing the rounds to a deadline -----------------------------------------------------------
-COST_MARGIN = 1.1
-"""Projected seconds are multiplied by this before they are held against the time left:
-prompts differ in length, and a round that overruns eats into what comes after the search."""
-
-
-@dataclass
-class RoundCosts:
-    """What each setting's plans have cost so far: the seconds before its first run (its
-    server's start, tokenizing), and the seconds of each warm-up and each measured run
-    (each run from its start to the next one's, so switching between arms is counted)."""
-
-    fixed: dict[str, list[float]] = field(default_factory=dict)
-    warmups: dict[str, list[float]] = field(default_factory=dict)
-    measured: dict[str, list[float]] = field(default_factory=dict)
-
-    def add(self, name: str, run: BenchRun, elapsed: float,
-            arms: set[str] | None = None) -> None:
-        """``elapsed``: the plan's whole time, server starts and tokenizing included. A plan
-        shared by several settings: only the records of ``arms`` (this setting and the
-        reference) count, and an even share of its fixed time."""
-        starts = [r.started_at for r in run.records] + [run.finished_at]
-        sharing = 1 if arms is None else max(1, len(run.plan.arms) - 1)
-        self.fixed.setdefault(name, []).append(
-            max(0.0, elapsed - (starts[-1] - starts[0])) / sharing)
-        for record, start, end in zip(run.records, starts, starts[1:]):
-            if arms is not None and record.slot.arm.name not in arms:
-                continue
-            kind = self.warmups if record.slot.warmup else self.measured
-            kind.setdefault(name, []).append(max(0.0, end - start))
-
-    def plan_s(self, name: str, plan: BenchPlan) -> float:
-        """The projected seconds of ``plan`` (the reference and this setting) for ``name``."""
-        return self.fixed_s(name) + 2 * self.runs_s(name, plan)  # the reference and the setting
-
-    def fixed_s(self, name: str) -> float:
-        """Seconds before a plan of ``name``'s first run (its server's start, tokenizing)."""
-        return statistics.fmean(self.fixed.get(name) or [0.0])
-
-    def runs_s(self, name: str, plan: BenchPlan) -> float:
-        """Seconds of one arm's warm-ups and measured runs in ``plan``, at ``name``'s pace."""
-        measured = self.measured.get(name) or [0.0]
-        per_run = statistics.fmean(measured)
-        per_warmup = statistics.fmean(self.warmups.get(name) or measured)
-        return plan.warmup * per_warmup + len(choose_prompts(plan)) * plan.repeats * per_run
-
-    def shared_s(self, names: Sequence[str], plan: BenchPlan) -> float:
-        """The projected seconds of ``plan`` run once for all of ``names`` beside one
-        reference (:func:`_measure_together`): the dearest start, every setting's runs and
-        the reference's once (at the settings' mean pace)."""
-        runs = [self.runs_s(name, plan) for name in names]
-        return max(self.fixed_s(name) for name in names) + sum(runs) + statistics.fmean(runs)
-
-
-@dataclass(frozen=True)
-class Fitted:
-    rounds: tuple[BenchPlan, ...]
-    keep: int
-    """How many of the ranked settings go on."""
-
-
-def projected_s(rounds: Sequence[BenchPlan], ranked: Sequence[str], costs: RoundCosts,
-                together: Callable[[int], bool] = lambda n: False) -> float:
-    """Seconds the ``rounds`` take for the ``ranked`` settings (best first), the best half
-    going on after each round (as :func:`survivors` keeps at least). ``together(n)``: whether
-    a round of n settings runs them in one plan beside one reference (their servers fit)."""
-    total, n = 0.0, len(ranked)
-    for plan in rounds:
-        names = ranked[:n]
-        total += costs.shared_s(names, plan) if n > 1 and together(n) \
-            else sum(costs.plan_s(name, plan) for name in names)
-        n = max(1, math.ceil(n / 2))
-    return total
-
-
-def fit_rounds(left: Sequence[BenchPlan], ranked: Sequence[str], costs: RoundCosts,
-               seconds: float, interleaved: Sequence[str], ran: int = 0,
-               together: Callable[[int], bool] = lambda n: False) -> Fitted | None:
-    """The rounds left and how many of the ``ranked`` settings to keep so that they end
-    within ``seconds``: every setting kept and every round, else the rounds' repeats halved
-    (down to one run of each prompt), else fewer settings (the best; one setting goes
-    straight to the last round), else the best alone on the last round's first prompts,
-    once (taken from each suite in turn), on more than the ``ran`` prompts of the round just
-    measured. None when that does not fit: the rounds so far decide."""
-    if not left or not ranked:
-        return None
-    most = max(plan.repeats for plan in left)
-    halved = 0
-    while True:
-        rounds = tuple(replace(plan, repeats=max(1, plan.repeats >> halved)) for plan in left)
-        if projected_s(rounds, ranked, costs, together) * COST_MARGIN <= seconds:
-            return Fitted(rounds, len(ranked))
-        if most >> halved <= 1:
-            break
-        halved += 1
-    left = rounds  # one run of each prompt from here
-    for keep in range(len(ranked), 0, -1):
-        rounds = tuple(left) if keep > 1 else (left[-1],)
-        if projected_s(rounds, ranked[:keep], costs, together) * COST_MARGIN <= seconds:
-            return Fitted(rounds, keep)
-    final = left[-1]
-    ids = [pid for pid in interleaved if pid in {p.id for p in choose_prompts(final)}]
-    for size in range(len(ids) if final.repeats > 1 else len(ids) - 1, ran, -1):
-        shorter = replace(final, prompt_ids=tuple(ids[:size]), max_prompts=None, repeats=1)
-        if costs.plan_s(ranked[0], shorter) * COST_MARGIN <= seconds:
-            return Fitted((shorter,), 1)
-    return None
-
-
-def _sized_note(number: int, had: int, left: Sequence[BenchPlan], fitted: Fitted) -> str:
-    changes = []
-    cut = [plan.repeats for plan in fitted.rounds if plan.repeats > 1] or [1]
-    # The rounds kept are the last of those left (one setting goes straight to the last).
-    if any(a.repeats < b.repeats for a, b in zip(fitted.rounds, left[-len(fitted.rounds):])):
-        changes.append(f"ran the prompts fewer times ({max(cut)} at most, of the "
-                       f"{max(p.repeats for p in left)} planned)")
-    if fitted.keep < had:
-        changes.append(f"kept the best {fitted.keep} of the {had} settings the round passed")
-    if len(fitted.rounds) < len(left):
-        changes.append("went straight to the last round")
-    final = fitted.rounds[-1]
-    if len(choose_prompts(final)) < len(choose_prompts(left[-1])):
-        changes.append(f"ran the last round on {len(choose_prompts(final))} of the "
-                       f"{len(choose_prompts(left[-1]))} prompts, once")
-    return (f"After round {number} the rounds left were sized to the time left before the "
-            f"search's deadline (projected from what each setting's runs cost so far): "
-            + "; ".join(changes) + ".")
-
-
-
-def grid_table(result: GridResult, markdown: bool = True) -> str:
-    """Settings down, suites across ("all" last), a baseline row first; each cell
-    "tok/s (speed-up)", the best of each column marked (bold, or * in plain text)."""
-    columns = [*result.suites, ALL] if len(result.suites) > 1 else [ALL]
-    best_in = {}
-    for suite in columns:  # each column's winner, by the one rule (core.bench.winner)
-        top = winner.pick(result.rows, lambda r, suite=suite: r.standing(suite))
-        if top is not None:
-            best_in[suite] = top.cell.arm.name
-
-    header = ["setting", *columns, "accepted", "lossless"]
-    body = [["no draft (baseline)",
-             *("-" if result.baseline.get(s) is None else f"{result.baseline[s]:.1f}"
-               for s in columns), "", ""]]
-    for row in result.rows:
-        dropped = f"dropped, round {row.dropped_in_round}" + (
-            f": {row.dropped_why}" if row.dropped_why else "")
-        cells = [row.cell.label + (f" ({dropped})" if row.dropped_in_round else "")]
-        for suite in columns:
-            figure = row.by_suite.get(suite)
-            cells.append("-" if figure is None else rate_cell(
-                figure.tokens_per_second, figure.speedup,
-                best_in.get(suite) == row.cell.arm.name, markdown))
-        overall = row.by_suite.get(ALL)
-        rate = overall.acceptance_rate if overall else None
-        cells.append("drafted nothing" if row.not_drafting else
-                     "-" if rate is None else f"{rate:.0%}")
-        cells.append(row.lossless.split(":")[0] if row.lossless else "-")
-        body.append(cells)
-    lines = text_table(header, body, markdown)
-    lines.append("")
-    lines.append("Each cell: the setting's median decode tok/s over the prompts it ran, and "
-                 "(in brackets) its speed-up: the median of its runs' ratios to the no-draft "
-                 "run of the same prompt beside it, the figure every choice is made on. "
-                 "Accepted: the share of drafted tokens the server kept (\"-\": it reported "
-                 "no counts; \"drafted nothing\": it drafted no token on these prompts, so its "
-                 "speed-up is noise and it cannot be the best).")
-    if any(f"({NO_PAIR})" in cell for row in body for cell in row):
-        lines.append(NO_PAIR_NOTE)
-    best = result.best
-    if best is None:
-        lines.append(_no_best(result.rows))
-    else:
-        speedup = best.by_suite[ALL].speedup
-        lines.append(f"Best: {best.cell.label}: {best.score:.2f}x over all prompts "
-                     f"({speedup.verdict}: {speedup.interval_text()})")
-    lines.extend(f"Note: {n}" for n in result.notes)
-    return "\n".join(lines) + "\n"

@@ -25,6 +25,7 @@ from typing import Any
 
 from specdeck.core.bench import stats
 from specdeck.core.bench.lossless import Decoder, LazyDecoder, LosslessCheck, check_lossless
+from specdeck.core.bench.noise import disturbed_runs, noise
 from specdeck.core.bench.plan import Arm
 from specdeck.core.bench.runner import BenchRun, RunRecord
 from specdeck.core.bench.slowdown import verdict_of
@@ -435,10 +436,8 @@ def pairs(run: BenchRun, arm: str) -> list[tuple[RunRecord, RunRecord]]:
 
 
 def _disturbance(run: BenchRun):
-    """The runs another program disturbed (core.bench.grid.disturbed_runs, the one rule the
+    """The runs another program disturbed (core.bench.noise.disturbed_runs, the one rule the
     tuner uses too), judged against this plan's own noise; None when none was."""
-    from specdeck.core.bench.grid import disturbed_runs, noise
-
     return disturbed_runs(run, noise([run], run.plan.baseline.name))
 
 

@@ -1,8 +1,12 @@
-"""Result tables as text: markdown for reports, aligned plain text for a terminal."""
+"""Result tables as text: markdown for reports, aligned plain text for a terminal; the grid's
+table (``grid_table``: settings down, suites across, as users make them by hand)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from specdeck.core.bench import winner
+from specdeck.core.bench.grid import ALL, GridResult
 
 
 def text_table(header: Sequence[str], body: Sequence[Sequence[str]], markdown: bool) -> list[str]:
@@ -34,3 +38,68 @@ def rate_cell(tokens_per_second: float | None, speedup, best: bool, markdown: bo
     if best:
         text = f"**{text}**" if markdown else f"*{text}"
     return text
+
+
+def _no_best(rows) -> str:
+    """Why a grid names no best setting, as it happened: none of its settings could be
+    measured (each failed: the notes say why), or some could not and the others did not beat
+    decoding without a draft, or none did."""
+    measured = [r for r in rows if r.speedup_known]
+    if not measured:
+        return ("Best: none: no setting could be measured (each failed: the notes say why), so "
+                "nothing was compared with decoding without a draft")
+    failed = len(rows) - len(measured)
+    if failed:
+        return (f"Best: no draft: no setting that was measured beat decoding without one "
+                f"({failed} of {len(rows)} could not be measured: the notes say why)")
+    return "Best: no draft (no setting beat decoding without one)"
+
+
+def grid_table(result: GridResult, markdown: bool = True) -> str:
+    """Settings down, suites across ("all" last), a baseline row first; each cell
+    "tok/s (speed-up)", the best of each column marked (bold, or * in plain text)."""
+    columns = [*result.suites, ALL] if len(result.suites) > 1 else [ALL]
+    best_in = {}
+    for suite in columns:  # each column's winner, by the one rule (core.bench.winner)
+        top = winner.pick(result.rows, lambda r, suite=suite: r.standing(suite))
+        if top is not None:
+            best_in[suite] = top.cell.arm.name
+
+    header = ["setting", *columns, "accepted", "lossless"]
+    body = [["no draft (baseline)",
+             *("-" if result.baseline.get(s) is None else f"{result.baseline[s]:.1f}"
+               for s in columns), "", ""]]
+    for row in result.rows:
+        dropped = f"dropped, round {row.dropped_in_round}" + (
+            f": {row.dropped_why}" if row.dropped_why else "")
+        cells = [row.cell.label + (f" ({dropped})" if row.dropped_in_round else "")]
+        for suite in columns:
+            figure = row.by_suite.get(suite)
+            cells.append("-" if figure is None else rate_cell(
+                figure.tokens_per_second, figure.speedup,
+                best_in.get(suite) == row.cell.arm.name, markdown))
+        overall = row.by_suite.get(ALL)
+        rate = overall.acceptance_rate if overall else None
+        cells.append("drafted nothing" if row.not_drafting else
+                     "-" if rate is None else f"{rate:.0%}")
+        cells.append(row.lossless.split(":")[0] if row.lossless else "-")
+        body.append(cells)
+    lines = text_table(header, body, markdown)
+    lines.append("")
+    lines.append("Each cell: the setting's median decode tok/s over the prompts it ran, and "
+                 "(in brackets) its speed-up: the median of its runs' ratios to the no-draft "
+                 "run of the same prompt beside it, the figure every choice is made on. "
+                 "Accepted: the share of drafted tokens the server kept (\"-\": it reported "
+                 "no counts; \"drafted nothing\": it drafted no token on these prompts, so its "
+                 "speed-up is noise and it cannot be the best).")
+    if any(f"({NO_PAIR})" in cell for row in body for cell in row):
+        lines.append(NO_PAIR_NOTE)
+    best = result.best
+    if best is None:
+        lines.append(_no_best(result.rows))
+    else:
+        speedup = best.by_suite[ALL].speedup
+        lines.append(f"Best: {best.cell.label}: {best.score:.2f}x over all prompts "
+                     f"({speedup.verdict}: {speedup.interval_text()})")
+    lines.extend(f"Note: {n}" for n in result.notes)
+    return "\n".join(lines) + "\n"

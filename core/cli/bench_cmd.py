@@ -559,7 +559,8 @@ def _server_grid(args, plan, progress, cancel) -> int:
     """Launched llama-servers: every drafting arm at every combination of the swept flags
     (--sweep, and k through --sweep-k), each its own A/B against the reference, rendered as
     the hand-made tables are: settings down, suites across, a baseline row."""
-    from specdeck.core.bench.grid import grid_table, run_grid
+    from specdeck.core.bench.grid import run_grid
+    from specdeck.core.bench.tables import grid_table
     from specdeck.core.servers.llama_server import check_launch, grid_cells, parse_axis
 
     launched = [a for a in plan.arms if a.server.launch is not None]

@@ -10,7 +10,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from specdeck.core.bench.grid import grid_table
+from specdeck.core.bench.tables import grid_table
 from specdeck.core.bench.winner import NO_DRAFT_SPEEDUP
 from specdeck.core.jsonout import dumps, to_jsonable
 from specdeck.core.tune.run import CURRENT, REFERENCE, WINNER, TuneResult

@@ -30,17 +30,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specdeck.core.bench.grid import (
-    ALL,
-    Cell,
-    GridResult,
-    GridRow,
-    noise,
-    noise_band,
-    pairs_of,
-    run_grid,
-    setting_cost,
-)
+from specdeck.core.bench.grid import ALL, Cell, GridResult, GridRow, run_grid
+from specdeck.core.bench.halving import pairs_of, setting_cost
+from specdeck.core.bench.noise import noise, noise_band
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.runner import choose_prompts
 from specdeck.core.bench.winner import cheapest_close, figure_of

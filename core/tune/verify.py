@@ -10,7 +10,8 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
-from specdeck.core.bench.grid import GridResult, GridRow, disturbed_runs
+from specdeck.core.bench.grid import GridResult, GridRow
+from specdeck.core.bench.noise import disturbed_runs
 from specdeck.core.bench.plan import BenchPlan
 from specdeck.core.bench.runner import BenchRun, run_plan
 from specdeck.core.bench.stats import RatioSummary, summarize_ratios
@@ -99,7 +100,7 @@ def over_budget(search: GridResult, arms: int, prompts: int, repeats: int,
 
 def disturbed_verification(search_noise: float, run: BenchRun) -> str | None:
     """A note when runs of the verification strayed far from the other repeats of the same
-    setting and prompt (``grid.disturbed_runs``, against the search's noise): another
+    setting and prompt (``core.bench.noise.disturbed_runs``, against the search's noise): another
     program took the cores during it. None when none did (or with one repeat, too few runs
     to tell)."""
     found = disturbed_runs(run, search_noise)

@@ -492,9 +492,9 @@ def test_a_busy_machine_is_named_before_drafting_is_blamed(models, virtual_clock
     """Issue 44: on a loaded machine the A/B said "low acceptance" and "steps too dear" with
     no word of other programs. The runs are real (n-gram on the cycling model, the parameter
     clock); then, as another program taking the cores would, two of B's three repeats of each
-    prompt run at an eighth of the speed. The one rule (core.bench.grid.disturbed_runs, the
+    prompt run at an eighth of the speed. The one rule (core.bench.noise.disturbed_runs, the
     tuner's too) finds them, and every report names the machine as the likely cause first."""
-    from specdeck.core.bench.grid import disturbed_runs
+    from specdeck.core.bench.noise import disturbed_runs
     from specdeck.gui import bench_render
 
     strict = DrafterSpec(DrafterKind.NGRAM, num_draft_tokens=4, ngram_short=0)

@@ -132,9 +132,10 @@ def test_a_history_interval_is_held_to_sane_bounds(low, high, kept):
 def test_a_grid_whose_every_setting_failed_says_none_could_be_measured():
     """The table ended "Best: no draft (no setting beat decoding without one)" when every
     setting had failed and nothing was compared."""
-    from specdeck.core.bench.grid import ALL, Cell, Figure, GridResult, GridRow, grid_table
+    from specdeck.core.bench.grid import ALL, Cell, Figure, GridResult, GridRow
     from specdeck.core.bench.plan import Arm
     from specdeck.core.bench.stats import summarize_ratios
+    from specdeck.core.bench.tables import grid_table
     from specdeck.core.servers.arms import ServerArm
     from specdeck.core.servers.llama_server import LaunchProfile, drafter_from_flags
 

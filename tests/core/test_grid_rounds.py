@@ -1,5 +1,5 @@
-"""Successive halving's rounds (core.bench.grid._rounds): what each round runs, and what the
-search costs against running every setting on the full plan."""
+"""Successive halving's rounds (core.bench.halving.plan_rounds): what each round runs, and
+what the search costs against running every setting on the full plan."""
 
 from __future__ import annotations
 
@@ -8,15 +8,8 @@ import time
 from dataclasses import replace
 
 import pytest
-from specdeck.core.bench.grid import (
-    COST_MARGIN,
-    Fitted,
-    RoundCosts,
-    _interleaved,
-    _rounds,
-    fit_rounds,
-    projected_s,
-)
+from specdeck.core.bench.budget import COST_MARGIN, Fitted, RoundCosts, fit_rounds, projected_s
+from specdeck.core.bench.halving import interleaved_ids, plan_rounds
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.runner import choose_prompts
 
@@ -44,7 +37,7 @@ def test_rounds_double_the_prompt_runs_until_one_setting_is_left():
     base = _plan(("grounded",), repeats=3)
     prompts = choose_prompts(base)
     n = len(prompts)
-    rounds = _rounds(base, prompts, n_cells=16)
+    rounds = plan_rounds(base, prompts, n_cells=16)
     assert len(rounds) == 4  # 16 -> 8 -> 4 -> 2 -> 1
     sizes = [_size(r, n) for r in rounds]
     assert sizes[:2] == [1, 2] and rounds[0].repeats == rounds[1].repeats == 1
@@ -67,16 +60,16 @@ def test_search_costs_a_fixed_share_of_the_exhaustive_grid(suite, repeats, share
     prompts = choose_prompts(base)
     n_cells = 16
     exhaustive = n_cells * len(prompts) * repeats
-    assert _cost(_rounds(base, prompts, n_cells), n_cells, len(prompts)) <= share * exhaustive
+    assert _cost(plan_rounds(base, prompts, n_cells), n_cells, len(prompts)) <= share * exhaustive
 
 
 def test_one_repeat_plans_end_on_every_prompt_once():
     base = _plan(("grounded", "code"), repeats=1)
     prompts = choose_prompts(base)
-    rounds = _rounds(base, prompts, n_cells=8)
+    rounds = plan_rounds(base, prompts, n_cells=8)
     assert [len(r.prompt_ids) for r in rounds[:-1]] == [2, 4]
     assert _size(rounds[-1], len(prompts)) == len(prompts)
-    assert _rounds(base, prompts, n_cells=2) == [base]
+    assert plan_rounds(base, prompts, n_cells=2) == [base]
 
 
 def test_the_first_round_runs_one_prompt_of_each_suite_where_the_plan_has_room():
@@ -87,15 +80,15 @@ def test_the_first_round_runs_one_prompt_of_each_suite_where_the_plan_has_room()
     suites = ("grounded", "code", "structured")
     roomy = _plan(suites, repeats=4)  # 11 prompts x 4: rounds of 3, 6, then whole repeats
     prompts = choose_prompts(roomy)
-    rounds = _rounds(roomy, prompts, n_cells=11)
+    rounds = plan_rounds(roomy, prompts, n_cells=11)
     first = [p.suite for p in choose_prompts(rounds[0])]
     assert sorted(first) == sorted(suites) and rounds[0].repeats == 1
     assert [_size(r, len(prompts)) for r in rounds] == [3, 6, 11, 22]
     small = _plan(suites, repeats=1)  # 11 prompt-runs: 3 x 8 does not fit 4 rounds
-    assert _size(_rounds(small, prompts, n_cells=11)[0], len(prompts)) == 1
+    assert _size(plan_rounds(small, prompts, n_cells=11)[0], len(prompts)) == 1
 
 
-# Sizing the rounds to a deadline (core.bench.grid.fit_rounds, RoundCosts, run_grid) --------
+# Sizing the rounds to a deadline (core.bench.budget.fit_rounds, RoundCosts, run_grid) --------
 def _costs(per_run: dict[str, float], fixed: float = 0.0) -> RoundCosts:
     """Costs as RoundCosts.add records them: seconds per measured run and warm-up."""
     costs = RoundCosts()
@@ -117,11 +110,11 @@ def test_plan_cost_counts_both_arms_warmups_and_prompts():
 def test_rounds_that_fit_are_kept_as_planned():
     base = _plan(("grounded", "code"), repeats=1)
     prompts = choose_prompts(base)
-    left = _rounds(base, prompts, n_cells=8)[1:]
+    left = plan_rounds(base, prompts, n_cells=8)[1:]
     ranked = ["a", "b", "c", "d"]
     costs = _costs(dict.fromkeys(ranked, 1.0))
     need = projected_s(left, ranked, costs)
-    fitted = fit_rounds(left, ranked, costs, need * COST_MARGIN + 0.01, _interleaved(prompts))
+    fitted = fit_rounds(left, ranked, costs, need * COST_MARGIN + 0.01, interleaved_ids(prompts))
     assert fitted == Fitted(tuple(left), 4)
 
 
@@ -131,7 +124,7 @@ def test_a_round_run_side_by_side_is_priced_with_one_reference():
     so a budget that fits that keeps every setting."""
     base = _plan(("grounded", "code"), repeats=1)
     prompts = choose_prompts(base)
-    left = _rounds(base, prompts, n_cells=8)[1:]
+    left = plan_rounds(base, prompts, n_cells=8)[1:]
     ranked = ["a", "b", "c", "d"]
     costs = _costs(dict.fromkeys(ranked, 1.0), fixed=2.0)
     plan = left[0]
@@ -142,16 +135,16 @@ def test_a_round_run_side_by_side_is_priced_with_one_reference():
     side_by_side = projected_s(left, ranked, costs, together=lambda n: True)
     assert side_by_side < 0.75 * apart
     budget = side_by_side * COST_MARGIN + 0.01
-    assert fit_rounds(left, ranked, costs, budget, _interleaved(prompts),
+    assert fit_rounds(left, ranked, costs, budget, interleaved_ids(prompts),
                       together=lambda n: True) == Fitted(tuple(left), 4)
-    assert fit_rounds(left, ranked, costs, budget, _interleaved(prompts)).keep < 4
+    assert fit_rounds(left, ranked, costs, budget, interleaved_ids(prompts)).keep < 4
 
 
 def test_a_short_budget_keeps_the_best_then_shortens_the_last_round():
     base = _plan(("grounded", "code"), repeats=1)
     prompts = choose_prompts(base)
-    order = _interleaved(prompts)
-    left = _rounds(base, prompts, n_cells=8)[1:]
+    order = interleaved_ids(prompts)
+    left = plan_rounds(base, prompts, n_cells=8)[1:]
     ranked = ["best", "second", "third", "fourth"]
     costs = _costs({"best": 1.0, "second": 1.0, "third": 1.0, "fourth": 1.0})
     two = projected_s(left, ranked[:2], costs) * COST_MARGIN
@@ -178,10 +171,10 @@ def test_a_repeated_last_round_first_runs_every_prompt_once():
     base = _plan(("grounded", "code"), repeats=3)
     prompts = choose_prompts(base)
     costs = _costs({"best": 1.0})
-    once = replace(base, prompt_ids=tuple(_interleaved(prompts)), max_prompts=None, repeats=1)
+    once = replace(base, prompt_ids=tuple(interleaved_ids(prompts)), max_prompts=None, repeats=1)
     seconds = costs.plan_s("best", once) * COST_MARGIN + 0.01
     assert costs.plan_s("best", base) * COST_MARGIN > seconds
-    fitted = fit_rounds([base], ["best"], costs, seconds, _interleaved(prompts))
+    fitted = fit_rounds([base], ["best"], costs, seconds, interleaved_ids(prompts))
     assert fitted is not None and fitted.keep == 1 and len(fitted.rounds) == 1
     (final,) = fitted.rounds
     assert final.repeats == 1 and choose_prompts(final) == prompts
@@ -198,15 +191,15 @@ def test_repeats_are_cut_before_settings():
     halved = replace(base, repeats=2)
     seconds = projected_s([halved], ranked, costs) * COST_MARGIN + 0.01
     assert projected_s([base], ranked, costs) * COST_MARGIN > seconds
-    assert fit_rounds([base], ranked, costs, seconds, _interleaved(prompts)) == \
+    assert fit_rounds([base], ranked, costs, seconds, interleaved_ids(prompts)) == \
         Fitted((halved,), 2)
     once = replace(base, repeats=1)
     seconds = projected_s([once], ranked, costs) * COST_MARGIN + 0.01
-    assert fit_rounds([base], ranked, costs, seconds, _interleaved(prompts)) == \
+    assert fit_rounds([base], ranked, costs, seconds, interleaved_ids(prompts)) == \
         Fitted((once,), 2)
     # Not even one run of each prompt for both: the best alone, once.
     seconds = projected_s([once], ranked[:1], costs) * COST_MARGIN + 0.01
-    assert fit_rounds([base], ranked, costs, seconds, _interleaved(prompts)) == \
+    assert fit_rounds([base], ranked, costs, seconds, interleaved_ids(prompts)) == \
         Fitted((once,), 1)
 
 
@@ -223,7 +216,7 @@ def test_a_slow_setting_costs_more_than_a_fast_one():
     assert both == pytest.approx(cheap + dear)
     # Time for the dearer setting alone, not both: the best (ranked first) is kept.
     fitted = fit_rounds(left, ["dear", "cheap"], costs, (dear + cheap / 2) * COST_MARGIN,
-                        _interleaved(prompts))
+                        interleaved_ids(prompts))
     assert fitted == Fitted((base,), 1)
 
 
@@ -441,19 +434,19 @@ def test_the_tune_pages_figures_are_the_ones_the_search_judges(cycle_model):
 def test_the_note_says_the_repeats_were_cut_when_one_setting_goes_straight_to_the_last():
     """Repeats are cut before settings, so a fit that keeps the best alone on the last round
     also ran it fewer times than planned: the note says both."""
-    from specdeck.core.bench.grid import _sized_note
+    from specdeck.core.bench.budget import sized_note
 
     base = _plan(("grounded", "code"), repeats=4)
     prompts = choose_prompts(base)
-    left = _rounds(base, prompts, n_cells=32)[1:]
+    left = plan_rounds(base, prompts, n_cells=32)[1:]
     assert left[-1].repeats > 1
     ranked = ["a", "b", "c", "d"]
     costs = _costs(dict.fromkeys(ranked, 1.0))
     once = replace(left[-1], repeats=1)
     seconds = costs.plan_s("a", once) * COST_MARGIN + 0.01
-    fitted = fit_rounds(left, ranked, costs, seconds, _interleaved(prompts))
+    fitted = fit_rounds(left, ranked, costs, seconds, interleaved_ids(prompts))
     assert fitted == Fitted((once,), 1)
-    note = _sized_note(1, len(ranked), left, fitted)
+    note = sized_note(1, len(ranked), left, fitted)
     assert "fewer times (1 at most, of the 4 planned)" in note
     assert "went straight to the last round" in note and "best 1 of the 4" in note
 
@@ -462,7 +455,8 @@ def test_settings_the_budget_never_reached_are_named_as_not_measured(cycle_model
     """A deadline already past: nothing runs, and the notes name every setting as not
     measured (a user's report once listed only the settings that ran, so the others looked
     as if they had never been candidates)."""
-    from specdeck.core.bench.grid import grid_table, run_grid
+    from specdeck.core.bench.grid import run_grid
+    from specdeck.core.bench.tables import grid_table
     from specdeck.core.engines import create_engine
 
     base, cells = _ngram_grid(cycle_model, 4)
@@ -512,7 +506,9 @@ def test_a_search_whose_settings_left_are_all_clearly_slower_stops(useless_pair,
     a draft nobody accepts makes every setting clearly slower once its pairs give an
     interval (round 2 of 3), and the search stops there and says why; n-gram settings on the
     cycling model, which beat no drafting, run every round."""
-    from specdeck.core.bench.grid import clearly_slower, noise, run_grid
+    from specdeck.core.bench.grid import run_grid
+    from specdeck.core.bench.halving import clearly_slower
+    from specdeck.core.bench.noise import noise
     from specdeck.core.engines import create_engine
     from tiny_models import forward_clock
 

@@ -12,15 +12,9 @@ from pathlib import Path
 
 import pytest
 from hubserver import memory_keyring  # noqa: F401 - a fixture
-from specdeck.core.bench.grid import (
-    ALL,
-    Cell,
-    Figure,
-    GridResult,
-    GridRow,
-    noise_band,
-    survivors,
-)
+from specdeck.core.bench.grid import ALL, Cell, Figure, GridResult, GridRow
+from specdeck.core.bench.halving import survivors
+from specdeck.core.bench.noise import noise_band
 from specdeck.core.bench.plan import Arm
 from specdeck.core.bench.stats import summarize_ratios
 from specdeck.core.engines.demo import find_gguf
@@ -239,7 +233,7 @@ def test_survivors_are_half_and_the_cheaper_where_the_noise_cannot_tell():
 def test_a_setting_that_drafted_nothing_is_noise_never_the_best_nor_learned_from(tmp_path):
     """A user's search named 'Best' a setting llama-server reported drafting nothing with;
     its 1.13x was noise, and it entered the prediction history as a gain."""
-    from specdeck.core.bench.grid import grid_table
+    from specdeck.core.bench.tables import grid_table
     from specdeck.core.tune.run import Tried, remember
 
     idle = _row("idle", 1.30, _k(4), idle="it drafted nothing in 6 runs")
@@ -1115,16 +1109,17 @@ def test_a_dropped_row_says_why_it_was_dropped():
     note: each dropped row now says why."""
     from dataclasses import replace
 
-    from specdeck.core.bench.grid import _dropped_why, grid_table
+    from specdeck.core.bench.halving import dropped_why
+    from specdeck.core.bench.tables import grid_table
 
     low, high = _row("low", 1.02, _k(16)), _row("high", 1.13, _k(16))
-    assert _dropped_why(low, False, 1.05) == "below the cut"
-    assert _dropped_why(high, False, 1.05) == ("within the noise of the cut, and a cheaper "
+    assert dropped_why(low, False, 1.05) == "below the cut"
+    assert dropped_why(high, False, 1.05) == ("within the noise of the cut, and a cheaper "
                                                "setting went on")
-    assert _dropped_why(high, True, 1.05) == "the time left kept fewer settings"
-    assert _dropped_why(_row("d", 2.0, diverged=1), False, 1.0) == "its output changed"
-    assert _dropped_why(_row("i", 1.5, idle="x"), False, 1.0) == "it drafted nothing"
-    shown = replace(high, dropped_in_round=3, dropped_why=_dropped_why(high, False, 1.05))
+    assert dropped_why(high, True, 1.05) == "the time left kept fewer settings"
+    assert dropped_why(_row("d", 2.0, diverged=1), False, 1.0) == "its output changed"
+    assert dropped_why(_row("i", 1.5, idle="x"), False, 1.0) == "it drafted nothing"
+    shown = replace(high, dropped_in_round=3, dropped_why=dropped_why(high, False, 1.05))
     table = grid_table(GridResult(("code",), (shown, _row("kept", 1.07, _k(4))), {}, ()))
     assert ("| high (dropped, round 3: within the noise of the cut, and a cheaper setting went "
             "on) |") in table
@@ -1148,8 +1143,7 @@ def test_the_live_table_says_when_a_setting_drafted_nothing():
 def test_a_cell_with_a_rate_but_no_pair_says_so():
     """A cancelled report's code column showed '66.0' beside '1.07x' cells: a rate whose runs
     had no no-draft run beside them reads 'no pair', with the reason under the table."""
-    from specdeck.core.bench.grid import grid_table
-    from specdeck.core.bench.tables import NO_PAIR_NOTE
+    from specdeck.core.bench.tables import NO_PAIR_NOTE, grid_table
 
     unpaired = GridRow(_row("cut", 1.0, _k(4)).cell, {"code": Figure(66.0, None),
                                                        "grounded": Figure(70.0, summarize_ratios([1.07] * 4)),

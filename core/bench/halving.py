@@ -1,0 +1,134 @@
+"""Successive halving: the rounds a search runs (each twice the prompt-runs of the one before)
+and which settings go on after each (the better half, except that within the machine's noise
+of the cut the cheaper settings go on, not the luckier; ``survivors``), and which settings
+are slower than no drafting beyond doubt (``clearly_slower``: a search of only those stops).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from specdeck.core.bench import winner
+from specdeck.core.bench.noise import noise_band
+from specdeck.core.bench.plan import BenchPlan
+from specdeck.core.engines.base import DrafterKind
+
+if TYPE_CHECKING:
+    from specdeck.core.bench.grid import Cell, GridRow
+
+
+def dropped_why(row: GridRow, halved: bool, lowest_kept: float | None) -> str:
+    """Why ``row`` did not go on (``halved``: it was in the half the cut kept, and only the
+    time left kept fewer)."""
+    if row.diverged:
+        return "its output changed"
+    if row.not_drafting:
+        return "it drafted nothing"
+    if halved:
+        return "the time left kept fewer settings"
+    if lowest_kept is not None and row.score > lowest_kept:
+        return "within the noise of the cut, and a cheaper setting went on"
+    return "below the cut"
+
+
+def pairs_of(row: GridRow) -> int:
+    figure = row.overall
+    return figure.speedup.n if figure is not None and figure.speedup is not None else 0
+
+
+def setting_cost(cell: Cell) -> tuple[int, int]:
+    """Cheaper settings first: no draft model before one (it takes memory and a forward of its
+    own per token), then fewer tokens per step."""
+    server, drafter = cell.arm.server, cell.arm.drafter
+    model = drafter.kind is DrafterKind.MODEL or drafter.model_path is not None
+    if server is not None and server.launch is not None:
+        model = model or "draft-" in " ".join(server.launch.args)
+    elif server is not None and server.tabby_launch is not None:
+        settings = dict(server.tabby_launch.draft)
+        model = bool(settings.get("draft_model_name")) and \
+            settings.get("draft_mode", "model") == "model"
+    elif server is not None and server.tabby is not None:
+        model = bool(server.tabby.draft_model_name)
+    return int(model), drafter.num_draft_tokens
+
+
+SLOWER_NOISE_MULTIPLE = 2.0
+"""How many times the machine's noise below 1.0 a setting's median speed-up must lie (its
+interval below 1.0 too) for the search to call it clearly slower (``clearly_slower``)."""
+
+
+def clearly_slower(row: GridRow, noise_share: float) -> bool:
+    """Whether ``row`` is slower than no drafting beyond doubt: its speed-up's 95% interval
+    lies below 1.0 and its median more than ``SLOWER_NOISE_MULTIPLE`` times the machine's
+    noise below it. More rounds cannot make such a setting the winner (the winner beats no
+    drafting: core.bench.winner), so a search whose settings left are all clearly slower
+    stops: in tune_search (2026-11-27, structured) three rounds more of draft-model settings
+    at 0.41x [0.40, 0.45] took a third of the search's time."""
+    figure = row.overall
+    speedup = None if figure is None else figure.speedup
+    return winner.clearly_slower(speedup) and \
+        speedup.median < winner.NO_DRAFT_SPEEDUP * (1 - SLOWER_NOISE_MULTIPLE * noise_share)
+
+
+def survivors(rows: Sequence[GridRow], noise_share: float) -> set[str]:
+    """The arm names that go on to the next round: half of them (rounded up). Settings above
+    the cut by more than the noise go on; those within the noise of the cut
+    (``noise_band``) cannot be told apart by this round, so the cheaper of them
+    (``setting_cost``) fill the places left, not the luckier. A setting whose output changed
+    never goes on; one that drafted nothing (its score is noise, no evidence for it) goes on
+    only when no setting drafted at all (later prompts may give it something to copy)."""
+    ranked = sorted((r for r in rows if not r.diverged), key=lambda r: r.score, reverse=True)
+    if not ranked:
+        return set()
+    keep = max(1, math.ceil(len(ranked) / 2))
+    drafting = [r for r in ranked if not r.not_drafting]
+    idle = [r for r in ranked if r.not_drafting]
+    if not drafting:
+        return {r.cell.arm.name for r in idle[:keep]}
+    cut = drafting[min(keep, len(drafting)) - 1].score
+    band = [r for r in drafting if abs(r.score - cut) <= cut * noise_band(noise_share,
+                                                                          pairs_of(r))]
+    sure = [r for r in drafting[:keep] if r not in band]
+    band.sort(key=lambda r: (setting_cost(r.cell), -r.score))
+    return {r.cell.arm.name for r in [*sure, *band][:keep]}
+
+
+def plan_rounds(base: BenchPlan, prompts, n_cells: int) -> list[BenchPlan]:
+    """One round per halving of the cells; each runs twice the prompt-runs of the round before:
+    one prompt of each suite once (one prompt alone where the plan has too few prompt-runs
+    to double that every round), then more prompts (taken from each suite in turn), then
+    every prompt as many times as that makes (up to the full plan). The last round runs every
+    prompt at least once. Two cells or fewer: the full plan alone."""
+    if n_cells <= 2:
+        return [base]
+    interleaved = interleaved_ids(prompts)
+    full = len(interleaved) * base.repeats
+    halvings = math.ceil(math.log2(n_cells))
+    suites = len({p.suite for p in prompts})
+    first = suites if suites * 2 ** (halvings - 1) <= full else 1
+    plans = []
+    for number in range(halvings):
+        size = first * 2 ** number
+        if number == halvings - 1:
+            size = max(size, len(interleaved))
+        if size >= full:
+            plans.append(base)
+            break
+        ids = interleaved[:size] if size < len(interleaved) else interleaved
+        plans.append(replace(base, prompt_ids=tuple(ids), max_prompts=None,
+                             repeats=max(1, size // len(interleaved)),
+                             warmup=min(base.warmup, 1)))
+    return plans
+
+
+def interleaved_ids(prompts) -> list[str]:
+    """Prompt ids taken from each suite in turn: any prefix is as even across suites as it
+    can be."""
+    by_suite: dict[str, list[str]] = {}
+    for p in prompts:
+        by_suite.setdefault(p.suite, []).append(p.id)
+    return [ids[i] for i in range(max(map(len, by_suite.values())))
+            for ids in by_suite.values() if i < len(ids)]
