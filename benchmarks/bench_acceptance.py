@@ -70,6 +70,7 @@ def _confidence(answer: dict) -> list[float]:
 
 def run(report: Report) -> None:
     from specdeck.core.bench.suites import builtin_suites
+    from specdeck.core.llama_flags import DRAFT_SIMPLE
     from specdeck.core.tune import setup as tune_setup
     from specdeck.core.tune.predict import ACCEPTANCE, alpha_from_rate
 
@@ -103,7 +104,7 @@ def run(report: Report) -> None:
         counts: dict[str, dict[str, list[int]]] = {}
         unchanged: dict[str, int] = {}
         for quant, path in drafts.items():
-            runs = _served(binary, target, ("-md", str(path), "--spec-type", "draft-simple",
+            runs = _served(binary, target, ("-md", str(path), "--spec-type", DRAFT_SIMPLE,
                                             "--spec-draft-n-max", str(K)),
                            Path(tmp) / f"{quant}.log", prompts,
                            lambda url, suite, prompt: (suite, _ask(url, prompt, False)))

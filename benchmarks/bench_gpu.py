@@ -12,6 +12,8 @@ import statistics
 import time
 from pathlib import Path
 
+from specdeck.core.units import KiB, format_bytes
+
 from benchmarks.report import Report
 from tools.fixtures import fixtures_dir
 
@@ -47,7 +49,7 @@ def _sampler_cost(report: Report) -> None:
         report.record(f"poll_us_{label.split()[0].lower()}", median)
         report.record(f"poll_state_{label.split()[0].lower()}", state)
         rows.append([label, state, f"{median:.1f}", f"{max(times):.0f}", f"{cpu_share:.4f}%",
-                     f"{sampler.history_bytes() / 1024:.0f} KiB"])
+                     format_bytes(sampler.history_bytes())])
     report.text(f"Sampler polls ({POLLS} each, read + ring-buffer append):")
     report.text()
     report.table(["source", "state", "median us", "max us", "CPU at 4 Hz", "history held"], rows)
@@ -146,8 +148,8 @@ def _gui_cost(report: Report, frames: int = 3000) -> None:
                  [[f"{w:.0f} s", str(points), f"{ms:.1f}"] for w, points, ms in data["redraw"]])
     report.text(f"Soak: {frames} replayed frames ({frames / RATE_HZ / 60:.1f} min at 4 Hz), the "
                 f"whole page redrawn after each: Python objects {data['objects'][0]} -> "
-                f"{data['objects'][1]}, peak RSS {data['rss_kib'][0] // 1024} -> "
-                f"{data['rss_kib'][1] // 1024} MiB.")
+                f"{data['objects'][1]}, peak RSS {format_bytes(data['rss_kib'][0] * KiB)} -> "
+                f"{format_bytes(data['rss_kib'][1] * KiB)}.")
     report.text()
 
 

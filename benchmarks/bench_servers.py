@@ -35,6 +35,7 @@ def run(report: Report) -> None:
     from specdeck.core.bench.runner import RunFinished, run_plan
     from specdeck.core.bench.summary import summarize
     from specdeck.core.engines.demo import find_gguf
+    from specdeck.core.llama_flags import DRAFT_SIMPLE
     from specdeck.core.servers.arms import ServerArm
     from specdeck.core.servers.engine import ServerEngine
     from specdeck.core.servers.llama_server import LaunchProfile, drafter_from_flags
@@ -51,7 +52,7 @@ def run(report: Report) -> None:
             "A": (),
             "B": ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
                   "--spec-ngram-simple-size-m", "4"),
-            "C": ("-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", "4"),
+            "C": ("-md", str(draft), "--spec-type", DRAFT_SIMPLE, "--spec-draft-n-max", "4"),
         }
         arms = tuple(Arm(name, drafter_from_flags(flags),
                          ServerArm(launch=LaunchProfile(str(binary), str(gguf), FLAGS + flags)))

@@ -32,6 +32,7 @@ def run(report: Report, runs: int = RUNS) -> None:
     from PySide6.QtWidgets import QApplication
     from specdeck.core.bench.plan import BenchPlan, default_arms
     from specdeck.core.bench.suites import first_prompts
+    from specdeck.core.units import format_bytes
     from specdeck.gui.app import configure_application
     from specdeck.gui.main_window import MainWindow
 
@@ -96,17 +97,16 @@ def run(report: Report, runs: int = RUNS) -> None:
     met = growth("gui_rss") < GOAL_RSS_GROWTH and growth("engine_rss") < GOAL_RSS_GROWTH \
         and last["threads"] <= settled["threads"] and last["widgets"] <= settled["widgets"] \
         and per_run_objects < 1.0
-    mib = 1 << 20
     report.text(
         f"{runs} demo A/B plans (no draft vs n-gram, 1 grounded prompt, 24 new tokens, 1 "
         f"repeat) back to back in one offscreen MainWindow, {spent:.0f} s in all. From the end "
         f"of run {SETTLED} to the end of run {runs}:\n")
     report.table(
         ["measure", f"after run {SETTLED}", f"after run {runs}", "change"],
-        [["GUI process RSS", f"{settled['gui_rss'] / mib:.1f} MiB", f"{last['gui_rss'] / mib:.1f} MiB",
+        [["GUI process RSS", format_bytes(settled['gui_rss']), format_bytes(last['gui_rss']),
           f"{growth('gui_rss'):+.2%}"],
-         ["engine process RSS", f"{settled['engine_rss'] / mib:.1f} MiB",
-          f"{last['engine_rss'] / mib:.1f} MiB", f"{growth('engine_rss'):+.2%}"],
+         ["engine process RSS", format_bytes(settled['engine_rss']),
+          format_bytes(last['engine_rss']), f"{growth('engine_rss'):+.2%}"],
          ["Python objects (GUI, after gc)", settled["objects"], last["objects"],
           f"{last['objects'] - settled['objects']:+d} ({per_run_objects:+.1f} per run, fitted)"],
          ["threads (GUI)", settled["threads"], last["threads"],

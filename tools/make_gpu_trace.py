@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 from specdeck.core.gpu.telemetry import peak_bandwidth
-from specdeck.core.units import MiB
+from specdeck.core.units import MiB, format_bytes
 
 from tools.fixtures import fixtures_dir
 
@@ -204,7 +204,7 @@ def main() -> int:
     header, samples = build()
     OUT.parent.mkdir(parents=True, exist_ok=True)
     write_trace(OUT, header, samples)
-    print(f"{OUT} ({OUT.stat().st_size // 1024} KiB, {len(samples)} samples)")
+    print(f"{OUT} ({format_bytes(OUT.stat().st_size)}, {len(samples)} samples)")
     return 0
 
 

@@ -48,6 +48,7 @@ def _server_plan():
     from specdeck.core.bench.plan import BenchPlan
     from specdeck.core.bench.suites import first_prompts
     from specdeck.core.engines.demo import find_gguf
+    from specdeck.core.llama_flags import DRAFT_SIMPLE
     from specdeck.core.servers.arms import launched_arm
 
     from tools.llama_server_build import build
@@ -60,7 +61,7 @@ def _server_plan():
     flags = {"A": (),
              "B": ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
                    "--spec-ngram-simple-size-m", "4"),
-             "C": ("-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", "4")}
+             "C": ("-md", str(draft), "--spec-type", DRAFT_SIMPLE, "--spec-draft-n-max", "4")}
     suites = ("code", "grounded")
     return BenchPlan(engine="server", model="server",
                      arms=tuple(launched_arm(n, str(binary), str(gguf), f, common)

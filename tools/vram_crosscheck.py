@@ -11,12 +11,12 @@ from pathlib import Path
 
 from specdeck.core import vram
 from specdeck.core.models import Architecture, architecture_from_config, read_model
+from specdeck.core.units import GiB, MiB, format_bytes
 
 from tools.fixtures import fixtures_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "models"
-GiB, MiB = 1024**3, 1024**2
 
 
 def fixtures() -> Path:
@@ -92,7 +92,7 @@ def main() -> None:
     print(f"Planned use {gib(phi_plan.gpu(0).used_bytes)} GiB, + 459 MiB driver reservation = "
           f"{gib(phi_plan.gpu(0).used_bytes + 459 * MiB)} GiB as nvidia-smi shows it.")
     per_token = {m: vram.kv_bytes_per_token_layer(phi.arch, m) * phi.arch.num_layers for m in vram.CACHE_MODES}
-    print("Phi-3 KV per token: " + ", ".join(f"{m} {v / 1024:g} KiB" for m, v in per_token.items()))
+    print("Phi-3 KV per token: " + ", ".join(f"{m} {format_bytes(v)}" for m, v in per_token.items()))
 
     codellama = architecture_from_config({
         "hidden_size": 5120, "num_hidden_layers": 40, "num_attention_heads": 40,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from specdeck.core.bench import stats, winner
 from specdeck.core.bench.runner import BenchRun, RunRecord
 from specdeck.core.engines.base import DrafterKind, DrafterSpec, count_at
+from specdeck.core.units import format_bytes
 
 if TYPE_CHECKING:
     from specdeck.core.bench.summary import ArmSummary
@@ -70,8 +71,8 @@ def draft_cost_ratio(drafter: DrafterSpec, target_path: Path | None) -> CostRati
         return CostRatio(None, "unknown: no safetensors weights to measure", estimate=True)
     return CostRatio(
         draft.on_gpu / target.on_gpu,
-        f"estimate from weight bytes: draft {draft.on_gpu / 1e9:.3g} GB / target "
-        f"{target.on_gpu / 1e9:.3g} GB",
+        f"estimate from weight bytes: draft {format_bytes(draft.on_gpu)} / target "
+        f"{format_bytes(target.on_gpu)}",
         estimate=True,
     )
 

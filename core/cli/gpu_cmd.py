@@ -19,6 +19,7 @@ from specdeck.core.exl2_facts import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_SEQ_LEN,
 )
+from specdeck.core.units import GiB, format_bytes
 
 
 def register(subparsers) -> None:
@@ -62,7 +63,7 @@ def register(subparsers) -> None:
     llama.add_argument("--swap-model", metavar="NAME", help="with --swap-config: the model")
     llama.add_argument("--compute-reserve-mb", type=finite(0, 1 << 20), default=512,
                        help="kept per GPU for llama.cpp's compute buffers (default 512)")
-    llama.add_argument("--host-ram", type=finite(0, 1 << 20, low_open=True), metavar="GB",
+    llama.add_argument("--host-ram", type=finite(0, 1 << 20, low_open=True), metavar="GiB",
                        help="the host memory what stays off the GPUs must fit in "
                        "(default: this machine's)")
     vram.add_argument("--ctx", type=whole(-1, 1 << 27), metavar="N",
@@ -141,7 +142,12 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def _gib(value: int | None) -> str:
-    return "N/A" if value is None else f"{value / 1024**3:.2f}"
+    """A number for a table whose header says GiB."""
+    return "N/A" if value is None else f"{value / GiB:.2f}"
+
+
+def _bytes(value: int | None) -> str:
+    return "N/A" if value is None else format_bytes(value)
 
 
 def _number(value: float | None, unit: str, digits: int = 0) -> str:
@@ -165,7 +171,7 @@ def print_frame(frame, out: TextIO | None = None) -> None:
         if g.status.problem:
             rows.append([str(g.index), cuda, g.name, g.status.problem, "", "", ""])
             continue
-        memory = f"{_gib(g.memory_used)} / {_gib(g.usable_total)} GiB"
+        memory = f"{_bytes(g.memory_used)} / {_bytes(g.usable_total)}"
         power = _number(g.power_w, "")
         if g.power_limit_w is not None:
             power += f" / {g.power_limit_w:.0f}"
@@ -173,7 +179,7 @@ def print_frame(frame, out: TextIO | None = None) -> None:
                      power + " W", _number(g.temperature_c, " C")])
     print_table(rows, ["GPU", "CUDA", "Name", "Memory used / usable", "Util", "Power", "Temp"], out)
     processes = [[str(g.index), str(p.pid), p.name + (" (this app)" if p.is_self else ""),
-                  f"{_gib(p.used_bytes)} GiB"] for g in frame.gpus for p in g.processes]
+                  _bytes(p.used_bytes)] for g in frame.gpus for p in g.processes]
     if processes:
         out.write("\n")
         print_table(processes, ["GPU", "PID", "Process", "Memory"], out)
@@ -294,9 +300,9 @@ def _vram_gguf(args: argparse.Namespace) -> int:
 
 
 def _host_ram(gigabytes: float | None) -> int:
-    """The host memory to plan for: ``--host-ram`` GB, else this machine's (psutil)."""
+    """The host memory to plan for: ``--host-ram`` GiB, else this machine's (psutil)."""
     if gigabytes is not None:
-        return int(gigabytes * 1024**3)
+        return int(gigabytes * GiB)
     import psutil
 
     return int(psutil.virtual_memory().total)

@@ -46,6 +46,8 @@ def duration(text: str) -> float:
 
 
 def register(subparsers) -> None:
+    from specdeck.core.tune import request
+
     p = subparsers.add_parser(
         "tune", help="make your llama-server, llama-swap model or TabbyAPI draft faster: "
         "search, verify, apply", description=(
@@ -100,10 +102,13 @@ def register(subparsers) -> None:
     p.add_argument("--prompts", metavar="FILE", action="append", default=[],
                    help="your own prompts (JSON Lines with a \"prompt\" field, or a suite file; "
                    "repeatable; default: the shipped grounded, code and structured suites)")
-    p.add_argument("--per-suite", type=whole(2, 64), default=4, metavar="N",
-                   help="prompts per suite, half to tune and half to verify (default 4)")
-    p.add_argument("--max-new", type=whole(8, 4096), default=96, metavar="N",
-                   help="tokens generated per run (default 96)")
+    p.add_argument("--per-suite", type=whole(*request.PROMPTS_PER_SUITE_RANGE),
+                   default=request.PROMPTS_PER_SUITE, metavar="N",
+                   help="prompts per suite, half to tune and half to verify (default "
+                   f"{request.PROMPTS_PER_SUITE})")
+    p.add_argument("--max-new", type=whole(*request.MAX_NEW_TOKENS_RANGE),
+                   default=request.MAX_NEW_TOKENS, metavar="N",
+                   help=f"tokens generated per run (default {request.MAX_NEW_TOKENS})")
     p.add_argument("--draft-dir", metavar="DIR", action="append", default=[],
                    help="also look for draft GGUFs here (besides the target's folder)")
     p.add_argument("--gpu", action="store_true",

@@ -21,6 +21,7 @@ from specdeck.core.compat.report import RuleResult, Status, VocabComparison
 from specdeck.core.compat.vocab import FORMAT_TOKENIZER_JSON, VocabType
 from specdeck.core.exl2_facts import ntk_rope_alpha
 from specdeck.core.models import format_parameters
+from specdeck.core.units import format_bytes
 
 LLAMA_CPP = "llama.cpp"
 EXLLAMAV2 = "ExLlamaV2"
@@ -473,7 +474,7 @@ def _size(model: CheckSide) -> tuple[float | None, str]:
     if model.parameters:
         return float(model.parameters), format_parameters(model.parameters)
     if model.file_bytes:
-        return float(model.file_bytes), f"{model.file_bytes / 1024**3:.2f} GiB file"
+        return float(model.file_bytes), f"{format_bytes(model.file_bytes)} file"
     return None, "unknown"
 
 

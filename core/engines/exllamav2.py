@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from specdeck.core.engines import common
-from specdeck.core.engines.exl2_attention import mask_unpaged_attention
 from specdeck.core.engines.base import (
     MAX_DRAFT_TOKENS,
     NO_DRAFT,
@@ -56,6 +55,7 @@ from specdeck.core.engines.base import (
     StopReason,
     weights_read,
 )
+from specdeck.core.engines.exl2_attention import mask_unpaged_attention
 from specdeck.core.errors import InvalidInputError, SpecDeckError
 from specdeck.core.exl2_facts import (
     CACHE_CLASSES,
@@ -66,6 +66,7 @@ from specdeck.core.exl2_facts import (
     round_up_to_cache_step,
 )
 from specdeck.core.models import ModelInfo
+from specdeck.core.units import MiB
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ def reserve_bytes(reserve_mb: tuple[float, ...], devices: int = 1) -> list[int]:
     shorter than the device count fails with IndexError on the second GPU. TabbyAPI's
     autosplit_reserve names GPU 0 first ([96] = 96 MB on GPU 0): the rest get 0.
     """
-    values = [round(mb * 1024**2) for mb in reserve_mb] or [96 * 1024**2]
+    values = [round(mb * MiB) for mb in reserve_mb] or [96 * MiB]
     return values + [0] * (devices - len(values))
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from specdeck.core import llama_flags
 from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.servers.process import ManagedProcess
+from specdeck.core.units import MiB
 
 HEALTH_TIMEOUT_S = 300.0
 """A large model on a slow disk can take minutes to load."""
@@ -189,7 +190,7 @@ def methods_of(info: HelpInfo | None) -> HelpInfo:
 HELP_TIMEOUT_S = 30.0
 """How long a binary's --help (or --list-devices) may take: the pinned build answers in well
 under a second; a program that does not is not a llama-server that can be read."""
-HELP_LIMIT = 4 * 1024**2
+HELP_LIMIT = 4 * MiB
 """The most a --help may print (the pinned build's is 59 KiB)."""
 
 
@@ -235,7 +236,7 @@ def run_bounded(argv: list[str], timeout: float, limit: int = HELP_LIMIT, *,
                     break  # every writer closed its end
                 data += chunk
                 if len(data) > limit:
-                    problem = f"printed more than {limit // 1024**2} MiB"
+                    problem = f"printed more than {limit // MiB} MiB"
                     break
         if not problem:
             try:
@@ -574,7 +575,7 @@ class LaunchProfile:
                    str(data.get("host", "127.0.0.1")), int(data.get("port", 0)))
 
 
-SERVER_OVERHEAD = 512 * 1024**2
+SERVER_OVERHEAD = 512 * MiB
 """Beyond its weights, what one llama-server holds when its GGUF files cannot be read for a
 better figure (:func:`launch_bytes`): KV cache and compute buffers, a rough allowance."""
 
@@ -591,7 +592,7 @@ def launch_bytes(launch: LaunchProfile) -> int:
     try:
         models = [read_gguf_model(launch.model), read_gguf_model(draft) if draft else None]
         plan = plan_gguf(models[0], models[1], LlamaFlags.from_args(launch.args), gpus=())
-        return plan.host_bytes + DEFAULT_RESERVE_MB * 1024**2  # sizes, not where they go
+        return plan.host_bytes + DEFAULT_RESERVE_MB * MiB  # sizes, not where they go
     except (SpecDeckError, OSError, ValueError):
         try:
             return sum(Path(f).stat().st_size for f in (launch.model, draft) if f) + SERVER_OVERHEAD

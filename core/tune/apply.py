@@ -180,6 +180,12 @@ def saved_result(path: str | Path, *, python: str | None = None,
     from specdeck.core.errors import InvalidInputError
     from specdeck.core.files import read_text_bounded
     from specdeck.core.printable import printable
+    from specdeck.core.tune.request import (
+        MAX_NEW_TOKENS,
+        MAX_NEW_TOKENS_RANGE,
+        PROMPTS_PER_SUITE,
+        PROMPTS_PER_SUITE_RANGE,
+    )
     from specdeck.core.tune.run import Decided, TuneOptions
     from specdeck.core.userpath import expand_user
 
@@ -194,8 +200,10 @@ def saved_result(path: str | Path, *, python: str | None = None,
         saved_options = data.get("options") or {}
         options = TuneOptions(
             suites=_saved_suites(saved_options.get("suites")),
-            prompts_per_suite=_whole_number(saved_options.get("prompts_per_suite"), 4, 2, 64),
-            max_new_tokens=_whole_number(saved_options.get("max_new_tokens"), 96, 8, 4096))
+            prompts_per_suite=_whole_number(saved_options.get("prompts_per_suite"),
+                                            PROMPTS_PER_SUITE, *PROMPTS_PER_SUITE_RANGE),
+            max_new_tokens=_whole_number(saved_options.get("max_new_tokens"), MAX_NEW_TOKENS,
+                                         *MAX_NEW_TOKENS_RANGE))
         flags = decision.get("flags")
         wanted = bool(decision.get("apply"))
         said = printable(decision.get("why") or "")[:500]

@@ -285,7 +285,7 @@ def _draft_models(setup: Setup, drafts: Iterable[Path], cancel: threading.Event 
     for path in drafts:
         if cancel is not None and cancel.is_set():
             raise CancelledError()
-        label = printable(f"draft-simple {path.name}")[:120]
+        label = printable(f"{llama_flags.DRAFT_SIMPLE} {path.name}")[:120]
         why = draft_problems(path)
         if why:  # a name that cannot become an argument: never launched, never written
             refused.append(NotTried(label, why[0]))

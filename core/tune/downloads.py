@@ -20,6 +20,7 @@ from typing import Any
 
 from specdeck.core.bench.winner import beats_no_draft
 from specdeck.core.errors import CancelledError, SpecDeckError
+from specdeck.core.llama_flags import DRAFT_SIMPLE
 from specdeck.core.tune import hub
 from specdeck.core.tune.candidates import Candidate, Candidates
 from specdeck.core.tune.predict import Prediction
@@ -118,7 +119,7 @@ def with_hub(setup: Setup, found: Candidates, library: Path, options: TuneOption
         raise outcome["error"]
     drafts, refused, hub_notes = outcome["found"]
     notes += hub_notes
-    kept = tuple(n for n in found.not_tried if not (drafts and n.what == hub.DRAFT_SIMPLE))
+    kept = tuple(n for n in found.not_tried if not (drafts and n.what == DRAFT_SIMPLE))
     return Candidates(found.found + tuple(drafts), kept + tuple(refused))
 
 

@@ -17,6 +17,7 @@ from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.runner import choose_prompts
 from specdeck.core.engines.base import NO_DRAFT
 from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
+from specdeck.core.llama_flags import DRAFT_SIMPLE
 from specdeck.core.servers.arms import ServerArm
 from specdeck.core.servers.llama_server import (
     LaunchProfile,
@@ -113,9 +114,9 @@ def tune_llama(setup: Setup, options: TuneOptions, engine=None,
         setup, methods,
         draft_files(setup, (*options.draft_dirs, *hub.library_folders(library))), cancel,
         methods=info.methods)
-    drafts_with = info.implied_draft or info.method(hub.DRAFT_SIMPLE)
-    if options.download_budget > 0 and hub.DRAFT_SIMPLE in methods and not any(
-            n.what == hub.DRAFT_SIMPLE and "draft length" in n.why for n in found.not_tried):
+    drafts_with = info.implied_draft or info.method(DRAFT_SIMPLE)
+    if options.download_budget > 0 and DRAFT_SIMPLE in methods and not any(
+            n.what == DRAFT_SIMPLE and "draft length" in n.why for n in found.not_tried):
         emit(Phase("candidates", f"Searching the Hub for {setup.facts.family} drafts"))
         found = with_hub(setup, found, library, options, notes, cancel)
         if drafts_with is not None:  # the Hub's drafts run as this build drafts with a model

@@ -54,6 +54,7 @@ from specdeck.core.bench.stats import (
 )
 from specdeck.core.tune.candidates import Candidate
 from specdeck.core.tune.setup import Setup
+from specdeck.core.units import MiB
 
 ACCEPTANCE = {"draft": (0.45, 0.80), "ngram": (0.10, 0.60), "mtp": (0.55, 0.85)}
 ACCEPTANCE_ON_MATCH = (0.85, 0.98)
@@ -203,7 +204,7 @@ def history_problem(path: Path | None = None) -> str:
     if problem is None:
         try:
             if path.stat().st_size > SMALL_FILE:
-                return (f"The tune history {path} is over {SMALL_FILE // 1024**2} MiB, more "
+                return (f"The tune history {path} is over {SMALL_FILE // MiB} MiB, more "
                         "than SpecDeck reads")
         except OSError as exc:
             return f"The tune history {path} cannot be read: {exc.strerror or exc}"

@@ -19,6 +19,13 @@ KINDS = ((SWAP, "A llama-swap model"), (GGUF, "A llama-server binary and GGUF"),
 """Each kind of setup, and its name on the page."""
 TABBY_KINDS = (TABBY_FOLDER, TABBY)
 
+MAX_NEW_TOKENS, MAX_NEW_TOKENS_RANGE = 96, (8, 4096)
+"""Tokens a tune generates per run, and the range ``--max-new``, the Tune page and a saved
+tune take."""
+PROMPTS_PER_SUITE, PROMPTS_PER_SUITE_RANGE = 4, (2, 64)
+"""Prompts per suite a tune takes (half tune, half verify), and the range ``--per-suite``, the
+Tune page and a saved tune take."""
+
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
 SHORTEST_S, LONGEST_S = 10, 7 * 24 * 3600
 

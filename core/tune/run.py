@@ -39,6 +39,7 @@ from specdeck.core.bench.winner import cheapest_close, figure_of
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.tune.candidates import Candidate, Candidates
 from specdeck.core.tune.predict import Prediction, record
+from specdeck.core.tune.request import MAX_NEW_TOKENS, PROMPTS_PER_SUITE
 from specdeck.core.tune.setup import Setup
 
 if TYPE_CHECKING:
@@ -65,9 +66,9 @@ class TuneOptions:
     """Wall clock for everything after the candidates are found and downloaded."""
     suites: tuple[str, ...] = DEFAULT_SUITES
     """Built-in suite names or the user's prompt files (JSON Lines with a "prompt" field)."""
-    prompts_per_suite: int = 4
+    prompts_per_suite: int = PROMPTS_PER_SUITE
     """Per suite: half tune, half verify."""
-    max_new_tokens: int = 96
+    max_new_tokens: int = MAX_NEW_TOKENS
     verify_repeats: int = 2
     draft_dirs: tuple[Path, ...] = ()
     device: str | None = None

@@ -13,10 +13,10 @@ import sys
 import pytest
 from conftest import FIXTURES
 from gguf_writer import write_tokenizer_gguf
-
 from specdeck.core.compat import check
 from specdeck.core.compat.gguf_model import read_gguf
 from specdeck.core.errors import InvalidInputError
+from specdeck.core.units import format_bytes
 
 MODELS = FIXTURES / "models"
 
@@ -75,7 +75,9 @@ def test_the_server_rule_follows_the_pairs_formats(ggufs):
     # The size ratio of two GGUFs compares their files (no config.json to count parameters).
     ratio = both["size_ratio"]
     sizes = ggufs[target].stat().st_size / ggufs[draft].stat().st_size
-    assert ratio.target.endswith("GiB file") and (ratio.status.value, ratio.detail) != ("unknown", "")
+    # The file's size in the app's one byte format (core.units): a 3 MiB GGUF is not "0.00 GiB".
+    assert ratio.target == f"{format_bytes(ggufs[target].stat().st_size)} file"
+    assert (ratio.status.value, ratio.detail) != ("unknown", "")
     assert (f"{sizes:.1f}x" in ratio.detail) or ratio.status.value == "warn"
     assert mixed["size_ratio"].status.value == "unknown"  # parameters vs bytes: not compared
 

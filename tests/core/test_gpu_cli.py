@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import MODELS, REPO_ROOT
 from specdeck.core.cli import main
 
@@ -95,3 +94,16 @@ def test_vram_without_gpus_or_sizes_explains_how_to_plan(capsys):
         pytest.skip("this machine has GPUs")
     code, _, err = run(capsys, "vram", "--model", str(MODELS / "Llama-2-7b-hf"), "--bpw", "4")
     assert code == 2 and "No NVIDIA GPU detected" in err and "--gpus 32,24" in err
+
+
+def test_gpus_shows_byte_counts_in_the_apps_one_format(capsys):
+    """A 413 MiB process and 581 MiB used read so (core.units.format_bytes, as on the GPUs
+    page), not "0.40 GiB" and "0.57 GiB"."""
+    from specdeck.core.units import format_bytes
+
+    code, out, _ = run(capsys, "gpus", "--replay", str(DEMO))
+    assert code == 0
+    xorg = next(line for line in out.splitlines() if "Xorg" in line)
+    row_4090 = next(line for line in out.splitlines() if "RTX 4090" in line)
+    assert xorg.split()[-2:] == ["413", "MiB"] and "0.40" not in xorg
+    assert f"{format_bytes(609222656)} / 23.54 GiB" in row_4090
