@@ -54,12 +54,16 @@ def plan_now(page, qtbot):
     qtbot.waitUntil(lambda: page.form.plan_button.isEnabled(), timeout=5_000)
 
 
-def replay_demo(page, frames):
+def replay_demo(page, frames) -> int:
+    """Step the demo replay ``frames`` times by hand (repeatable); the rows the sampler thread
+    had recorded before it was stopped (it may take a frame or two first)."""
     page.play_demo()
-    page.sampler.stop()  # step the replay by hand: repeatable
+    page.sampler.stop()
+    before = page.sampler.rows_recorded(1)
     for _ in range(frames):
         page.sampler.poll_once()
     page.refresh()
+    return before
 
 
 @pytest.mark.skipif(not NO_GPU_HERE, reason="this machine has an NVIDIA GPU")
@@ -87,7 +91,7 @@ def test_without_a_gpu_the_page_says_so_and_planning_still_works(window, qtbot):
 
 def test_demo_trace_fills_cards_plots_and_processes(window, qtbot):
     page = open_page(window, qtbot)
-    replay_demo(page, 420)  # 105 s: loaded, decoding
+    before = replay_demo(page, 420)  # 105 s: loaded, decoding
     assert page.state_badge.text() == "DEMO" and "synthetic" in page.state_text.text()
     assert page.live_button.isVisible() and not page.demo_button.isVisible()
     cards = page.cards.cards
@@ -100,10 +104,9 @@ def test_demo_trace_fills_cards_plots_and_processes(window, qtbot):
     assert page.processes.rowCount() == 4
     assert page.processes.item(0, 2).text() == "python3"
     assert page.own_usage.text() == "SpecDeck itself: 0 B"
-    # The curves show the last 120 s: at 4 Hz, ~420 samples (the thread may have taken one
-    # before it was stopped) -> all of them.
+    # The curves show the last 120 s: at 4 Hz, every sample taken so far (one per poll).
     samples = page.sampler.rows_recorded(1)
-    assert 420 <= samples <= 422
+    assert samples == before + 420
     x, y = page.plots.memory_curves[1].getData()
     assert len(x) == samples and x[-1] == 0.0 and x[0] == pytest.approx(-(samples - 1) * 0.25)
     assert y[-1] == pytest.approx(frame.gpu(1).memory_used / GiB)
