@@ -18,12 +18,14 @@ def test_the_legend_sits_under_the_plot_not_over_its_points(plots, qtbot):
         plots.finished["no drafting"].add(float(t), 100.0 + t % 7)
         plots.finished["setting tried"].add(t + 0.5, 90.0 + t % 5)
     plots.redraw()
-    qtbot.wait(50)
     item = plots.speed_plot.getPlotItem()
-    view = item.vb.sceneBoundingRect()
-    legend = item.legend.sceneBoundingRect()
     assert item.legend.parentItem() is not item.vb
-    assert legend.height() > 0 and legend.top() >= view.bottom(), (legend, view)
+
+    def under() -> bool:  # pyqtgraph places the legend from the event loop
+        view, legend = item.vb.sceneBoundingRect(), item.legend.sceneBoundingRect()
+        return legend.height() > 0 and view.height() > 0 and legend.top() >= view.bottom()
+
+    qtbot.waitUntil(under, timeout=5000)
 
 
 def test_a_series_with_nothing_to_draw_has_no_legend_entry(plots):
@@ -83,9 +85,11 @@ def test_every_plots_axis_label_fits_its_axis(qtbot, width):
     qtbot.addWidget(widget)
     widget.resize(width - 230, 175)  # the A/B page's plots row at 1200x800
     widget.show()
-    qtbot.wait(50)
-    for plot in (widget.speed_plot, widget.accept_plot, widget.position_plot,
-                 widget.memory_plot):
+    plots = (widget.speed_plot, widget.accept_plot, widget.position_plot, widget.memory_plot)
+    # The axes are sized from the event loop once the widget is shown: wait until they are.
+    qtbot.waitUntil(lambda: all(p.getPlotItem().getAxis("left").boundingRect().height() > 0
+                                for p in plots), timeout=5000)
+    for plot in plots:
         axis = plot.getPlotItem().getAxis("left")
         assert axis.label.boundingRect().width() <= axis.boundingRect().height(), \
             axis.labelText
