@@ -43,7 +43,7 @@ ENGINE_COUNT = "engine count"
 """Where an in-process engine's acceptance comes from: it counts every draft token."""
 SERVER_COUNTERS = "server counters"
 """Where a server arm's positions come from: its /metrics counters' growth around each run
-(core.servers.engine.CountedDraft)."""
+(core.servers.counters.CountedDraft)."""
 NOT_REPORTED = "not reported by the server"
 
 
