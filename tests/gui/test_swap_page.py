@@ -215,8 +215,6 @@ def test_the_spec_type_dropdown_lists_what_the_binary_offers(qtbot, page, tmp_pa
     assert page.spec_type_source.isVisible() and "fallback" in page.spec_type_source.text()
     assert "fallback" in page.spec_type.toolTip()
     _select(page, "smol")
-    qtbot.wait(300)
-    page.grab().save(str(tmp_path / "swap-fallback.png"))
 
     page.binary.setText(binary)
     page.reload()

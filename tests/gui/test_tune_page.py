@@ -505,11 +505,9 @@ def test_at_1024x640_the_result_can_be_read_whole(qtbot, configured_qapp, llama_
     page.finished(TuneResult(demo(llama_bin), TuneOptions(), (), (), None, None,
                              Decided(Candidate("ngram-simple"), ("--spec-type", "ngram-simple"),
                                      True, why)))
-    qtbot.wait(50)
+    qtbot.waitUntil(lambda: _all_reachable(page.verdict), timeout=5000)  # once laid out
     assert window.width() <= 1024 and window.height() <= 640
-    assert _all_reachable(page.verdict)
     # What was not tried (a long line per method the binary offers) is reachable too.
     page.not_tried.setText("Not tried: " + "; ".join(
         f"draft-{n} (needs a draft model (-md) made for draft-{n})" for n in range(12)))
-    qtbot.wait(50)
-    assert _all_reachable(page.not_tried)
+    qtbot.waitUntil(lambda: _all_reachable(page.not_tried), timeout=5000)
