@@ -27,7 +27,7 @@ import logging
 import re
 from dataclasses import asdict, dataclass, replace
 
-from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -44,7 +44,10 @@ from specdeck.core.bench.fields import DEFAULT_KS, PLAN_FIELDS, QUICK_SUITES
 from specdeck.core.bench.plan import Arm, BenchPlan, default_arms
 from specdeck.core.engines.base import DrafterKind
 from specdeck.core.errors import InvalidInputError, SpecDeckError
+from specdeck.core.forms import form_field
 from specdeck.core.userpath import expand_user
+from specdeck.gui import form_settings
+from specdeck.gui.widgets.server_arms_dialog import LaunchSettings
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +56,10 @@ SERVER_MODEL = "server"
 """A server plan's model: each server has its own."""
 SETTINGS_PREFIX = "bench/"
 ARMS_KEY = SETTINGS_PREFIX + "arms"
-"""The edited server arms, as a JSON list of plan.json arms."""
+"""The edited server arms, as a JSON list of plan.json arms (FormChoices.server_arms)."""
 LEGACY_ARMS_KEY = SETTINGS_PREFIX + "server_arms"
 """Before: a JSON list of ServerArm JSON, each with the arm's name (read, then removed)."""
 DEFAULT_SUITES = QUICK_SUITES
-SPEC_BENCH_KEY = SETTINGS_PREFIX + "spec_bench"
-"""The Spec-Bench choice: "", a suite name (spec-bench, spec-bench/qa) or a question file."""
 QUESTION_FILE = "?question-file"
 """The Spec-Bench choice's item that asks for the user's question.jsonl."""
 SERVERS_TIP = ("One arm per server, comma-separated: [NAME=]URL[#MODEL]. The first is the "
@@ -66,30 +67,55 @@ SERVERS_TIP = ("One arm per server, comma-separated: [NAME=]URL[#MODEL]. The fir
                "Arms… for launched llama-servers and per-arm key variables.")
 
 
+def _plan_range(name: str) -> dict:
+    """A plan field's range (core.bench.fields: the CLI's and plan.json's)."""
+    return {"low": PLAN_FIELDS[name].low, "high": PLAN_FIELDS[name].high}
+
+
+def _arms_text(arms) -> str:
+    return "" if arms is None else arms_to_settings(arms)
+
+
+def _arms_read(text: str):
+    return arms_from_settings(text) if text else None
+
+
+def _launch_read(text: str) -> LaunchSettings:
+    return LaunchSettings(**json.loads(text or "{}"))
+
+
 @dataclass(frozen=True)
 class FormChoices:
-    """What the controls hold, whether or not it makes a plan."""
+    """What the controls hold, whether or not it makes a plan. Its field table (core.forms)
+    is how the page keeps it between sessions (gui.form_settings): every field, under the
+    names the page has always used."""
 
-    engine: str = "torch"
-    model: str = DEMO
-    use_draft: bool = False
-    draft: str = ""
-    ngram: bool = True
-    k: int = PLAN_FIELDS["k"].quick
-    adaptive: bool = True
-    sweep: bool = False
-    suites: tuple[str, ...] = DEFAULT_SUITES
+    engine: str = form_field("torch")
+    model: str = form_field(DEMO)
+    use_draft: bool = form_field(False)
+    draft: str = form_field("")
+    ngram: bool = form_field(True, key="use_ngram")
+    k: int = form_field(PLAN_FIELDS["k"].quick, **_plan_range("k"))
+    adaptive: bool = form_field(True)
+    sweep: bool = form_field(False)
+    suites: tuple[str, ...] = form_field(DEFAULT_SUITES)
     """The ticked built-in suites in their order, then the Spec-Bench choice (if any)."""
-    per_suite: int = 1
-    max_new_tokens: int = PLAN_FIELDS["max_new_tokens"].quick
-    repeats: int = PLAN_FIELDS["repeats"].quick
-    warmup: int = PLAN_FIELDS["warmup"].quick
-    servers: str = ""
+    per_suite: int = form_field(1, low=1)
+    max_new_tokens: int = form_field(PLAN_FIELDS["max_new_tokens"].quick, key="max_new",
+                                     **_plan_range("max_new_tokens"))
+    repeats: int = form_field(PLAN_FIELDS["repeats"].quick, **_plan_range("repeats"))
+    warmup: int = form_field(PLAN_FIELDS["warmup"].quick, **_plan_range("warmup"))
+    servers: str = form_field("")
     """The one-line server list ([NAME=]URL[#MODEL], ...)."""
-    server_arms: tuple[Arm, ...] | None = None
+    server_arms: tuple[Arm, ...] | None = form_field(None, key="arms", older=("server_arms",),
+                                                      to_text=_arms_text, from_text=_arms_read)
     """Arms from the Arms dialog that the line cannot express (launched llama-servers, key
-    variables, an LM Studio draft); None: the line is the list."""
-    one_at_a_time: bool = False
+    variables, an LM Studio draft); None: the line is the list. Kept in plan.json's own arm
+    format (``arms_to_settings``)."""
+    one_at_a_time: bool = form_field(False)
+    launch: LaunchSettings = form_field(LaunchSettings(), to_text=lambda s: json.dumps(asdict(s)),
+                                        from_text=_launch_read)
+    """What every launched arm shares (the Arms dialog's binary, GGUF, flags, TabbyAPI)."""
 
     @property
     def serving(self) -> bool:
@@ -470,7 +496,7 @@ class BenchForm(QWidget):
             per_suite=self.per_suite.value(), max_new_tokens=self.max_new.value(),
             repeats=self.repeats.value(), warmup=self.warmup.value(),
             servers=self.servers.text(), server_arms=self._server_arms,
-            one_at_a_time=self._one_at_a_time)
+            one_at_a_time=self._one_at_a_time, launch=self._launch_settings)
 
     def _show(self, choices: FormChoices) -> None:
         self.blockSignals(True)  # one arms_changed at the end, not one per control
@@ -492,6 +518,7 @@ class BenchForm(QWidget):
             self.repeats.setValue(choices.repeats)
             self.warmup.setValue(choices.warmup)
             self._one_at_a_time = choices.one_at_a_time
+            self._launch_settings = choices.launch
             if choices.server_arms is not None:
                 self._set_server_arms(choices.server_arms)
             else:
@@ -680,54 +707,20 @@ class BenchForm(QWidget):
         self.tasks.close()
 
     # settings --------------------------------------------------------------------------
-    def _widgets(self):
-        return {"engine": self.engine, "model": self.model, "use_draft": self.use_draft,
-                "draft": self.draft, "use_ngram": self.use_ngram, "k": self.k,
-                "adaptive": self.adaptive, "sweep": self.sweep, "per_suite": self.per_suite,
-                "max_new": self.max_new, "repeats": self.repeats, "warmup": self.warmup,
-                "servers": self.servers,
-                **{f"suite_{n}": b for n, b in self.suite_buttons.items()}}
-
     def save(self) -> None:
-        """Keep the controls for the next session (QSettings)."""
-        settings = QSettings()
-        for name, widget in self._widgets().items():
-            settings.setValue(SETTINGS_PREFIX + name, _value(widget))
-        edited = "" if self._server_arms is None else arms_to_settings(self._server_arms)
-        settings.setValue(ARMS_KEY, edited)
-        settings.setValue(SPEC_BENCH_KEY, self._spec_bench_name())
-        settings.remove(LEGACY_ARMS_KEY)
-        settings.setValue(SETTINGS_PREFIX + "launch", json.dumps(asdict(self._launch_settings)))
-        settings.setValue(SETTINGS_PREFIX + "one_at_a_time", self._one_at_a_time)
+        """Keep the controls for the next session (gui.form_settings)."""
+        form_settings.save(SETTINGS_PREFIX, self.choices())
 
     def restore(self) -> None:
-        from specdeck.gui.widgets.server_arms_dialog import LaunchSettings
-
-        settings = QSettings()
-        self.blockSignals(True)
-        try:
-            spec_bench = str(settings.value(SPEC_BENCH_KEY) or "")
-            if self.spec_bench.findData(spec_bench) > 0 or (
-                    _is_file_item(spec_bench) and expand_user(spec_bench).is_file()):
-                self._show_spec_bench(spec_bench)
-            for name, widget in self._widgets().items():
-                value = settings.value(SETTINGS_PREFIX + name)
-                if value is not None:
-                    _set_value(widget, value)
-            try:
-                self._launch_settings = LaunchSettings(
-                    **json.loads(settings.value(SETTINGS_PREFIX + "launch") or "{}"))
-                self._one_at_a_time = settings.value(SETTINGS_PREFIX + "one_at_a_time") in (
-                    True, "true")
-                saved = settings.value(ARMS_KEY) or settings.value(LEGACY_ARMS_KEY) or ""
-                if saved:
-                    self._set_server_arms(arms_from_settings(saved))
-            except (TypeError, ValueError, KeyError, SpecDeckError) as exc:  # an old or edited file
-                log.info("Ignoring the saved server arms: %s", exc)
-                self._server_arms = None
-                self.servers.setReadOnly(False)
-        finally:
-            self.blockSignals(False)
+        """Show the controls kept last session; what this form cannot show (an engine not
+        installed, a suite not shipped, a question file since deleted) is its default."""
+        saved = form_settings.restore(SETTINGS_PREFIX, FormChoices())
+        if self.engine.findData(saved.engine) < 0:
+            saved = replace(saved, engine=self.engine.currentData())
+        suites = tuple(name for name in saved.suites if name in self.suite_buttons
+                       or self.spec_bench.findData(name) > 0
+                       or (_is_file_item(name) and expand_user(name).is_file()))
+        self._show(replace(saved, suites=suites))
         self._show_engine_controls()
         self._sync_k()
 
@@ -788,34 +781,3 @@ def _spin(name: str, prefix: str, suffix: str) -> QSpinBox:
     spin.setPrefix(prefix)
     spin.setSuffix(suffix)
     return spin
-
-
-def _value(widget):
-    if isinstance(widget, (QCheckBox, QToolButton)):
-        return widget.isChecked()
-    if isinstance(widget, QSpinBox):
-        return widget.value()
-    if isinstance(widget, QLineEdit):
-        return widget.text()
-    if isinstance(widget, QComboBox):
-        return widget.currentData() if not widget.isEditable() else widget.currentText()
-    return None
-
-
-def _set_value(widget, value) -> None:
-    if isinstance(widget, (QCheckBox, QToolButton)):
-        widget.setChecked(value in (True, "true", "1", 1))
-    elif isinstance(widget, QSpinBox):
-        try:
-            widget.setValue(int(value))
-        except (TypeError, ValueError):
-            pass
-    elif isinstance(widget, QLineEdit):
-        widget.setText(str(value))
-    elif isinstance(widget, QComboBox):
-        if widget.isEditable():
-            widget.setEditText(str(value))
-        else:
-            index = widget.findData(value)
-            if index >= 0:
-                widget.setCurrentIndex(index)

@@ -1,14 +1,18 @@
 """What to tune, as `specdeck tune`'s flags and the Tune page's form both say it: a
 :class:`TuneRequest`, read into a tune setup by one function (:func:`read_setup`) with the same
-rules for both, and the budget's duration (:func:`parse_duration`)."""
+rules for both, and the budget's duration (:func:`parse_duration`). The page's form as typed
+is a :class:`TuneForm` (its field table: what the page keeps between sessions), which makes
+the request and the options the CLI's flags make."""
 
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdeck.core.errors import InvalidInputError
+from specdeck.core.errors import InvalidInputError, SpecDeckError
+from specdeck.core.forms import form_field
 
 SWAP, GGUF, DEMO = "llama-swap", "llama-server", "demo"
 TABBY_FOLDER, TABBY = "tabby-folder", "tabby"
@@ -112,3 +116,111 @@ def read_setup(request: TuneRequest):
         return setup.demo(request.binary or None, request.flags)
     raise InvalidInputError(f"{kind!r} is not a kind of setup to tune.",
                             f"Give one of: {', '.join(k for k, _ in KINDS)}.")
+
+
+def _default_max_new() -> int:
+    from specdeck.core.tune.run import TuneOptions
+
+    return TuneOptions().max_new_tokens
+
+
+def kept_flags(text: str) -> str:
+    """llama-server flags as the page keeps them: their secrets masked (core.urls.shown_args:
+    an --api-key typed into them is never saved); an unclosed quote is not kept at all, in
+    case it hides one."""
+    from specdeck.core.urls import shown_args
+
+    try:
+        return shlex.join(shown_args(shlex.split(text)))
+    except ValueError:
+        return ""
+
+
+@dataclass(frozen=True)
+class TuneForm:
+    """The Tune page's form as typed. Kept between sessions: paths, a URL, variable names,
+    the budget; never a key (the form has no field for one), nor the download budget (setting
+    it is the user's yes for this session), nor the model (the config's list says which)."""
+
+    kind: str = form_field(DEMO, choices=[k for k, _ in KINDS])
+    binary: str = form_field("")
+    swap_config: str = form_field("")
+    model: str = form_field("", kept=False)
+    gguf: str = form_field("")
+    flags: str = form_field("", to_text=kept_flags)
+    tabby_folder: str = form_field("")
+    tabby_python: str = form_field("")
+    tabby_url: str = form_field("")
+    tabby_config: str = form_field("")
+    api_key_env: str = form_field("")
+    admin_key_env: str = form_field("")
+    budget: str = form_field("10m", check=lambda text: _is_duration(text))
+    max_new: int = form_field(low=8, high=4096, kept=False, default_factory=_default_max_new)
+    prompts: str = form_field("")
+    downloads_gib: float = form_field(0.0, low=0.0, high=1000.0, kept=False)
+
+    def request(self, found_binary=None) -> TuneRequest:
+        """The form as a request; a SpecDeckError says what is missing. ``found_binary``: the
+        llama-server the demo uses when none is given (a callable; default: the first
+        core.tune.setup finds)."""
+        kind = self.kind
+        try:
+            flags = tuple(shlex.split(self.flags))
+        except ValueError as exc:
+            raise SpecDeckError(f"The llama-server flags cannot be read: {exc}.",
+                                "Close the quote, or remove it.") from exc
+        binary = self.binary.strip()
+        if kind in TABBY_KINDS:  # core.tune.tabby.read_tabby says what is missing, in the worker
+            return TuneRequest(kind, tabby_folder=self.tabby_folder.strip(),
+                               tabby_python=self.tabby_python.strip(),
+                               tabby_url=self.tabby_url.strip(),
+                               tabby_config=self.tabby_config.strip(),
+                               api_key_env=self.api_key_env.strip(),
+                               admin_key_env=self.admin_key_env.strip())
+        if kind == SWAP:
+            if not self.swap_config.strip() or not self.model:
+                raise SpecDeckError("Say which llama-swap model to tune.",
+                                    "Open its config.yaml and pick the model.")
+            return TuneRequest(kind, binary, self.swap_config.strip(), self.model)
+        if kind == GGUF and not (binary and self.gguf.strip()):
+            raise SpecDeckError("Say which llama-server and GGUF to tune.",
+                                "Give the binary and the target .gguf it loads.")
+        if kind == DEMO and not binary:
+            binary = str((found_binary or found_llama_server)() or "")
+            if not binary:
+                raise SpecDeckError(
+                    "Tuning the demo needs a llama-server, and none was found (on PATH, or in "
+                    "llama.cpp's usual build folders).",
+                    "Choose your llama-server binary with the Browse… button beside "
+                    "“llama-server” above.")
+        return TuneRequest(kind, binary, gguf=self.gguf.strip(), flags=flags)
+
+    def options(self):
+        """core.tune.run.TuneOptions the form gives (the CLI's --budget rule and words)."""
+        from specdeck.core.tune.run import TuneOptions
+        from specdeck.core.units import GiB
+
+        try:
+            budget = parse_duration(self.budget)
+        except SpecDeckError as exc:
+            raise SpecDeckError(f"Budget: {exc.what}.", exc.fix) from exc
+        prompts = self.prompts.strip()
+        return TuneOptions(budget_s=budget, max_new_tokens=self.max_new,
+                           suites=(prompts,) if prompts else TuneOptions().suites,
+                           download_budget=int(self.downloads_gib * GiB))
+
+
+def _is_duration(text: str) -> bool:
+    try:
+        parse_duration(text)
+    except InvalidInputError:
+        return False
+    return True
+
+
+def found_llama_server():
+    """The llama-server SpecDeck finds without being told (core.tune.setup), or None."""
+    from specdeck.core.tune.setup import llama_server_candidates
+
+    found = llama_server_candidates()
+    return found[0] if found else None

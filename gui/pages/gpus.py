@@ -9,8 +9,9 @@ demo trace, and the planner still works with typed-in GPU sizes.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, replace
 
-from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -31,8 +32,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from specdeck.core.errors import SpecDeckError
-from specdeck.core.exl2_facts import CACHE_MODES, CACHE_STEP, DEFAULT_AUTOSPLIT_RESERVE_TEXT
+from specdeck.core.exl2_facts import (
+    CACHE_MODES,
+    CACHE_STEP,
+    DEFAULT_AUTOSPLIT_RESERVE_TEXT,
+    DEFAULT_CACHE_MODE,
+)
+from specdeck.core.forms import bounds, form_field
 from specdeck.core.gpu.telemetry import TelemetryFrame, TelemetryState
+from specdeck.gui import form_settings
 from specdeck.gui.plan_bars import PlanBars
 from specdeck.gui.telemetry_view import (
     GpuCards,
@@ -57,6 +65,63 @@ COMPACT_LIVE_PX = 90
 """The live half's height without GPUs: the banner's two lines of text and its badge."""
 
 
+MAX_BPW = 8.0
+
+
+def _gpu_source(raw) -> bool:
+    """Before, the GPU choice was kept as the dropdown's index: 0 this machine's, 1 typed."""
+    return {"0": False, "1": True, 0: False, 1: True}[raw]
+
+
+@dataclass(frozen=True)
+class PlanChoices:
+    """What the VRAM plan form holds: core's PlanInputs as typed, with the GPU sizes typed
+    even while this machine's GPUs are chosen (kept between sessions, but the count of other
+    programs' memory: that is about now)."""
+
+    target: str = form_field("")
+    draft: str = form_field("")
+    target_bpw: float = form_field(0.0, low=0.0, high=MAX_BPW)
+    """0: measured from an EXL2 folder's files."""
+    draft_bpw: float = form_field(0.0, low=0.0, high=MAX_BPW)
+    context: int = form_field(16384, low=CACHE_STEP, high=1_048_576)
+    cache_mode: str = form_field(DEFAULT_CACHE_MODE, choices=CACHE_MODES)
+    draft_cache_mode: str = form_field(DEFAULT_CACHE_MODE, choices=CACHE_MODES)
+    typed_gpus: bool = form_field(False, key="gpu_source", to_text=lambda typed: int(typed),
+                                  from_text=_gpu_source)
+    gpu_sizes: str = form_field("32,24")
+    gpu_split: str = form_field("")
+    draft_gpu_split: str = form_field("")
+    reserve: str = form_field(DEFAULT_AUTOSPLIT_RESERVE_TEXT)
+    count_in_use: bool = form_field(False, kept=False)
+
+    def inputs(self):
+        """core.vram.PlanInputs the choices make."""
+        from specdeck.core.vram import PlanInputs
+
+        return PlanInputs(
+            model=self.target.strip(), draft=self.draft.strip() or None, context=self.context,
+            cache_mode=self.cache_mode, draft_cache_mode=self.draft_cache_mode,
+            gpus=self.gpu_sizes.strip() if self.typed_gpus else None,
+            bpw=self.target_bpw or None, draft_bpw=self.draft_bpw or None,
+            gpu_split=self.gpu_split.strip() or None,
+            draft_gpu_split=self.draft_gpu_split.strip() or None,
+            autosplit_reserve_mb=self.reserve.strip() or "0",
+            count_in_use=self.count_in_use and not self.typed_gpus)
+
+    def with_inputs(self, inputs) -> "PlanChoices":
+        """These choices showing ``inputs`` (a PlanInputs): typed GPU sizes switch to typed
+        GPUs, while ``gpus=None`` (e.g. from a config.yml) leaves the GPU choice as it is;
+        no context keeps the one shown."""
+        typed = {"typed_gpus": True, "gpu_sizes": inputs.gpus} if inputs.gpus else {}
+        return replace(
+            self, target=inputs.model, target_bpw=inputs.bpw or 0.0, draft=inputs.draft or "",
+            draft_bpw=inputs.draft_bpw or 0.0, context=inputs.context or self.context,
+            cache_mode=inputs.cache_mode, draft_cache_mode=inputs.draft_cache_mode,
+            gpu_split=inputs.gpu_split or "", draft_gpu_split=inputs.draft_gpu_split or "",
+            reserve=inputs.autosplit_reserve_mb, **typed)
+
+
 class _ModelPicker(QWidget):
     """A folder field with Browse and, beside it, the bpw for folders that are not EXL2."""
 
@@ -67,7 +132,7 @@ class _ModelPicker(QWidget):
         browse = QPushButton("Browse…")
         browse.clicked.connect(self._browse)
         self.bpw = QDoubleSpinBox()
-        self.bpw.setRange(0.0, 8.0)
+        self.bpw.setRange(0.0, MAX_BPW)
         self.bpw.setSingleStep(0.05)
         self.bpw.setDecimals(2)
         self.bpw.setSpecialValueText("bpw: files")
@@ -97,9 +162,9 @@ class PlanForm(QGroupBox):
         self.target = _ModelPicker("target model folder (EXL2, or config.json + bpw)")
         self.draft = _ModelPicker("draft model folder (optional)")
         self.context = QSpinBox()
-        self.context.setRange(CACHE_STEP, 1_048_576)
+        self.context.setRange(*bounds(PlanChoices, "context"))
         self.context.setSingleStep(1024)
-        self.context.setValue(16384)
+        self.context.setValue(PlanChoices().context)
         self.context.setSuffix(" tokens")
         self.cache_mode = QComboBox()
         self.draft_cache_mode = QComboBox()
@@ -107,7 +172,7 @@ class PlanForm(QGroupBox):
             combo.addItems(CACHE_MODES)
         self.gpu_source = QComboBox()
         self.gpu_source.addItems(["This machine's GPUs", "GPU sizes typed below"])
-        self.gpu_sizes = QLineEdit("32,24")
+        self.gpu_sizes = QLineEdit(PlanChoices().gpu_sizes)
         self.gpu_sizes.setPlaceholderText("GB per GPU, e.g. 32,24")
         self.gpu_split = QLineEdit()
         self.gpu_split.setPlaceholderText("autosplit")
@@ -163,91 +228,48 @@ class PlanForm(QGroupBox):
     def use_typed_gpus(self, typed: bool) -> None:
         self.gpu_source.setCurrentIndex(1 if typed else 0)
 
-    def inputs(self):
-        from specdeck.core.vram import PlanInputs
-
-        typed = self.gpu_source.currentIndex() == 1
-        return PlanInputs(
-            model=self.target.path.text().strip(),
-            draft=self.draft.path.text().strip() or None,
-            context=self.context.value(),
-            cache_mode=self.cache_mode.currentText(),
+    def choices(self) -> PlanChoices:
+        return PlanChoices(
+            target=self.target.path.text(), draft=self.draft.path.text(),
+            target_bpw=self.target.bpw.value(), draft_bpw=self.draft.bpw.value(),
+            context=self.context.value(), cache_mode=self.cache_mode.currentText(),
             draft_cache_mode=self.draft_cache_mode.currentText(),
-            gpus=self.gpu_sizes.text().strip() if typed else None,
-            bpw=self.target.bpw_value(),
-            draft_bpw=self.draft.bpw_value(),
-            gpu_split=self.gpu_split.text().strip() or None,
-            draft_gpu_split=self.draft_gpu_split.text().strip() or None,
-            autosplit_reserve_mb=self.reserve.text().strip() or "0",
-            count_in_use=self.count_in_use.isChecked() and not typed,
-        )
+            typed_gpus=self.gpu_source.currentIndex() == 1, gpu_sizes=self.gpu_sizes.text(),
+            gpu_split=self.gpu_split.text(), draft_gpu_split=self.draft_gpu_split.text(),
+            reserve=self.reserve.text(), count_in_use=self.count_in_use.isChecked())
+
+    def show_choices(self, choices: PlanChoices) -> None:
+        self.use_typed_gpus(choices.typed_gpus)
+        self.gpu_sizes.setText(choices.gpu_sizes)
+        self.target.path.setText(choices.target)
+        self.target.bpw.setValue(choices.target_bpw)
+        self.draft.path.setText(choices.draft)
+        self.draft.bpw.setValue(choices.draft_bpw)
+        self.context.setValue(choices.context)
+        self.cache_mode.setCurrentText(choices.cache_mode)
+        self.draft_cache_mode.setCurrentText(choices.draft_cache_mode)
+        self.gpu_split.setText(choices.gpu_split)
+        self.draft_gpu_split.setText(choices.draft_gpu_split)
+        self.reserve.setText(choices.reserve)
+        self.count_in_use.setChecked(choices.count_in_use)
+
+    def inputs(self):
+        """core.vram.PlanInputs the form gives."""
+        return self.choices().inputs()
 
     def fill(self, inputs) -> None:
-        """Show ``inputs`` (a PlanInputs); typed GPU sizes switch to typed GPUs, while
-        ``gpus=None`` (e.g. from a config.yml) leaves the GPU choice as it is."""
-        if inputs.gpus:
-            self.use_typed_gpus(True)
-            self.gpu_sizes.setText(inputs.gpus)
-        self.target.path.setText(inputs.model)
-        self.target.bpw.setValue(inputs.bpw or 0.0)
-        self.draft.path.setText(inputs.draft or "")
-        self.draft.bpw.setValue(inputs.draft_bpw or 0.0)
-        if inputs.context:
-            self.context.setValue(inputs.context)
-        self.cache_mode.setCurrentText(inputs.cache_mode)
-        self.draft_cache_mode.setCurrentText(inputs.draft_cache_mode)
-        self.gpu_split.setText(inputs.gpu_split or "")
-        self.draft_gpu_split.setText(inputs.draft_gpu_split or "")
-        self.reserve.setText(inputs.autosplit_reserve_mb)
+        """Show ``inputs`` (a PlanInputs): PlanChoices.with_inputs."""
+        self.show_choices(self.choices().with_inputs(inputs))
 
     # persistence: the last plan's inputs come back next time ---------------------------
-    _FIELDS = ("target", "draft", "target_bpw", "draft_bpw", "context", "cache_mode",
-               "draft_cache_mode", "gpu_source", "gpu_sizes", "gpu_split", "draft_gpu_split",
-               "reserve")
-
-    def _widgets(self):
-        return dict(target=self.target.path, draft=self.draft.path, target_bpw=self.target.bpw,
-                    draft_bpw=self.draft.bpw, context=self.context, cache_mode=self.cache_mode,
-                    draft_cache_mode=self.draft_cache_mode, gpu_source=self.gpu_source,
-                    gpu_sizes=self.gpu_sizes, gpu_split=self.gpu_split,
-                    draft_gpu_split=self.draft_gpu_split, reserve=self.reserve)
-
     def save(self) -> None:
-        store = QSettings()
-        for key, widget in self._widgets().items():
-            store.setValue(SETTINGS_PREFIX + key, _widget_value(widget))
+        form_settings.save(SETTINGS_PREFIX, self.choices())
 
     def restore(self) -> bool:
-        store = QSettings()
-        if store.value(SETTINGS_PREFIX + "target") is None:
+        if not form_settings.has_saved(SETTINGS_PREFIX, PlanChoices()):
             return False
-        for key, widget in self._widgets().items():
-            value = store.value(SETTINGS_PREFIX + key)
-            if value is not None:
-                _set_widget_value(widget, value)
+        self.show_choices(form_settings.restore(SETTINGS_PREFIX, PlanChoices()))
         return True
-
-
-def _widget_value(widget):
-    if isinstance(widget, QLineEdit):
-        return widget.text()
-    if isinstance(widget, QComboBox):
-        return widget.currentIndex()
-    return widget.value()
-
-
-def _set_widget_value(widget, value) -> None:
-    try:
-        if isinstance(widget, QLineEdit):
-            widget.setText(str(value))
-        elif isinstance(widget, QComboBox):
-            widget.setCurrentIndex(int(value))
-        elif isinstance(widget, QSpinBox):
-            widget.setValue(int(value))
-        else:
-            widget.setValue(float(value))
-    except (TypeError, ValueError):
-        log.debug("Ignoring a stored value %r for %s", value, widget)
 
 
 class PlanResult(QWidget):

@@ -25,10 +25,11 @@ from __future__ import annotations
 import html
 import logging
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -53,6 +54,7 @@ from PySide6.QtWidgets import (
 )
 from specdeck.core import changed
 from specdeck.core.errors import CancelledError
+from specdeck.gui import form_settings
 from specdeck.gui.context import AppContext
 from specdeck.gui.pages.compatibility import BADGE_ROLES
 from specdeck.gui.widgets.banner import Banner
@@ -60,7 +62,15 @@ from specdeck.gui.workers import TaskHandle, Tasks
 
 log = logging.getLogger(__name__)
 
-INSTALL_DIR_KEY = "models/install_dir"
+SETTINGS_PREFIX = "models/"
+
+
+@dataclass(frozen=True)
+class InstallChoice:
+    """What the page keeps between sessions: the folder the user chose to install into
+    ("": config.yml's draft_model_dir, which follows the config opened)."""
+
+    install_dir: str = ""
 ANY_FAMILY = "any family"
 VRAM_TIP = ("The weights' share of GPU memory, estimated from config.json and the bitrate. The KV "
             "cache comes on top; plan the whole draft + target pair on the GPUs & VRAM page.")
@@ -200,9 +210,9 @@ class ModelsPage(QWidget):
 
         context.config_path_changed.connect(lambda _path: self._config_changed())
         context.file_changed.connect(self._file_changed)
-        stored = QSettings().value(INSTALL_DIR_KEY)
+        stored = form_settings.restore(SETTINGS_PREFIX, InstallChoice()).install_dir
         if stored:  # a folder the user chose on this page wins over config.yml's
-            self._install_dir = Path(str(stored))
+            self._install_dir = Path(stored)
             self._show_destination()
             self.refresh_library()
         else:
@@ -420,7 +430,7 @@ class ModelsPage(QWidget):
 
     def _config_changed(self) -> None:
         """Another config.yml was opened: install into its draft_model_dir from now on."""
-        QSettings().remove(INSTALL_DIR_KEY)
+        form_settings.save(SETTINGS_PREFIX, InstallChoice())
         self._use_config_destination()
 
     def _use_config_destination(self) -> None:
@@ -447,7 +457,7 @@ class ModelsPage(QWidget):
 
     def set_install_dir(self, path: str | Path) -> None:
         self._install_dir = Path(path)
-        QSettings().setValue(INSTALL_DIR_KEY, str(self._install_dir))
+        form_settings.save(SETTINGS_PREFIX, InstallChoice(str(self._install_dir)))
         self._show_destination()
         self.refresh_library()
 

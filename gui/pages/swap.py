@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import html
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -43,7 +44,7 @@ from PySide6.QtWidgets import (
 from specdeck.core.changed import SWAP_CONFIG
 from specdeck.core.errors import SpecDeckError
 from specdeck.core.printable import printable
-from specdeck.gui import workers
+from specdeck.gui import form_settings, workers
 from specdeck.gui.context import same_path
 from specdeck.gui.widgets.banner import Banner
 from specdeck.gui.widgets.config_dialog import confirm_and_save
@@ -58,6 +59,20 @@ UNCHANGED = "unchanged"
 
 def create_page(context):
     return SwapPage(context)
+
+
+@dataclass(frozen=True)
+class SwapChoices:
+    """What the page keeps between sessions: the config.yaml open and the llama-server
+    binary asked for its --help (core.forms' table: every field kept, as text)."""
+
+    config: str = ""
+    llama_server: str = ""
+
+
+def read_remembered(path: Path, binary: str):
+    """Worker: :func:`read_config` of the config.yaml opened last time; None once it is gone."""
+    return read_config(path, binary) if path.is_file() else None
 
 
 def read_config(path: Path, binary: str):
@@ -129,15 +144,33 @@ class SwapPage(QWidget):
         self._set_enabled(False)
         context.file_changed.connect(self._file_changed)
 
-        settings = QSettings()
-        self.binary.setText(str(settings.value(SETTINGS_PREFIX + "llama_server") or ""))
-        remembered = settings.value(SETTINGS_PREFIX + "config")
-        if remembered and Path(str(remembered)).is_file():
-            self.open_path(Path(str(remembered)))
-        else:
-            self.banner.show_message(
-                "Open the <b>config.yaml</b> llama-swap runs with to see and edit each model's "
-                "drafting flags.", "info", [("Open…", self.choose_file)])
+        self.show_choices(form_settings.restore(SETTINGS_PREFIX, SwapChoices()))
+
+    def choices(self) -> SwapChoices:
+        return SwapChoices(config="" if self.config is None else str(self.config.path),
+                           llama_server=self.binary.text().strip())
+
+    def show_choices(self, choices: SwapChoices) -> None:
+        """Use ``choices``' binary and open its config.yaml (the welcome when it is gone)."""
+        self.binary.setText(choices.llama_server)
+        if not choices.config:
+            self._show_welcome()
+            return
+        path = Path(choices.config)
+        self.status.setText(f"Reading {path.name}…")
+        self.tasks.run("load", read_remembered, path, choices.llama_server,
+                       on_result=lambda result: self._loaded(path, *result) if result
+                       else self._remembered_gone(),
+                       on_error=lambda exc: self._load_failed(path, exc))
+
+    def _remembered_gone(self) -> None:
+        self.status.setText("")
+        self._show_welcome()
+
+    def _show_welcome(self) -> None:
+        self.banner.show_message(
+            "Open the <b>config.yaml</b> llama-swap runs with to see and edit each model's "
+            "drafting flags.", "info", [("Open…", self.choose_file)])
 
     # construction ------------------------------------------------------------------------
     def _build_file_bar(self) -> QHBoxLayout:
@@ -329,9 +362,7 @@ class SwapPage(QWidget):
         previous = self._current_name()
         self.config, self.rows, self.info = config, rows, info
         self.path_edit.setText(str(config.path))
-        settings = QSettings()
-        settings.setValue(SETTINGS_PREFIX + "config", str(config.path))
-        settings.setValue(SETTINGS_PREFIX + "llama_server", self.binary.text().strip())
+        form_settings.save(SETTINGS_PREFIX, self.choices())
         self._fill_spec_types(info)
         self.models.blockSignals(True)
         self.models.clear()

@@ -21,10 +21,9 @@ import html
 import logging
 import queue
 import re
-import shlex
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QFont, QTextOption
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -52,6 +51,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from specdeck.core.errors import CancelledError, SpecDeckError
+from specdeck.core.forms import bounds
 from specdeck.core.tune.request import (
     DEMO,
     GGUF,
@@ -60,10 +60,11 @@ from specdeck.core.tune.request import (
     TABBY,
     TABBY_FOLDER,
     TABBY_KINDS,
+    TuneForm,
     TuneRequest,
+    found_llama_server,
 )
-from specdeck.core.units import GiB
-from specdeck.gui import workers
+from specdeck.gui import form_settings, workers
 from specdeck.gui.widgets.banner import Banner
 
 log = logging.getLogger(__name__)
@@ -94,10 +95,7 @@ def create_page(context):
 
 def _found_binary():
     """The llama-server SpecDeck finds without being told (core.tune.setup), or None."""
-    from specdeck.core.tune.setup import llama_server_candidates
-
-    found = llama_server_candidates()
-    return found[0] if found else None
+    return found_llama_server()
 
 
 def demo_binary_text() -> str:
@@ -203,8 +201,6 @@ class TunePage(QWidget):
         else:
             self.stale_note.hide()
     def _build_form(self) -> None:
-        from specdeck.core.tune.run import TuneOptions
-
         self.form_box = QGroupBox("What to tune")
         self.kind = QComboBox()
         for key, text in KINDS:
@@ -244,19 +240,19 @@ class TunePage(QWidget):
             "The environment variable holding the running TabbyAPI's admin key (its "
             "api_tokens.yml admin_key; the CLI's --admin-key-env). Blank: "
             "SPECDECK_TABBY_ADMIN_KEY. SpecDeck never asks for the key itself.")
-        self.budget = QLineEdit("10m")
+        self.budget = QLineEdit(TuneForm().budget)
         self.budget.setMaximumWidth(70)
         self.budget.setToolTip("Wall clock for the search and the verification: 90s, 10m, 1h")
         self.prompts = QLineEdit()
         self.prompts.setPlaceholderText("optional: JSON Lines with a \"prompt\" field, or a suite "
                                         "file (default: the grounded, code, structured suites)")
         self.max_new = QSpinBox()
-        self.max_new.setRange(8, 4096)
-        self.max_new.setValue(TuneOptions().max_new_tokens)
+        self.max_new.setRange(*bounds(TuneForm, "max_new"))
+        self.max_new.setValue(TuneForm().max_new)
         self.max_new.setSuffix(" tokens")
         self.max_new.setToolTip("Tokens generated per run (the CLI's --max-new)")
         self.downloads = QDoubleSpinBox()
-        self.downloads.setRange(0, 1000)
+        self.downloads.setRange(*bounds(TuneForm, "downloads_gib"))
         self.downloads.setDecimals(1)
         self.downloads.setSuffix(" GiB")
         self.downloads.setToolTip("Draft GGUFs from the Hub to download at most, checked before "
@@ -404,53 +400,42 @@ class TunePage(QWidget):
             self.banner.show_message(html.escape(f"No model of {self.swap_config.text()} can be "
                                                  "tuned: hover over each for why."), "warning")
 
+    def form(self) -> TuneForm:
+        """What the form holds, as typed."""
+        return TuneForm(
+            kind=self.kind.currentData(), binary=self.binary.text(),
+            swap_config=self.swap_config.text(), model=self.model.currentData() or "",
+            gguf=self.gguf.text(), flags=self.flags.text(),
+            tabby_folder=self.tabby_folder.text(), tabby_python=self.tabby_python.text(),
+            tabby_url=self.tabby_url.text(), tabby_config=self.tabby_config.text(),
+            api_key_env=self.api_key_env.text(), admin_key_env=self.admin_key_env.text(),
+            budget=self.budget.text(), max_new=self.max_new.value(),
+            prompts=self.prompts.text(), downloads_gib=self.downloads.value())
+
+    def set_form(self, form: TuneForm) -> None:
+        """Show ``form`` (a llama-swap model is chosen once the config's models are read)."""
+        for name, edit in self._edits().items():
+            edit.setText(getattr(form, name))
+        self.max_new.setValue(form.max_new)
+        self.downloads.setValue(form.downloads_gib)
+        self.kind.setCurrentIndex(self.kind.findData(form.kind))
+        self._kind_changed()
+        if form.model and self.model.findData(form.model) >= 0:
+            self.model.setCurrentIndex(self.model.findData(form.model))
+
+    def _edits(self) -> dict[str, QLineEdit]:
+        return {"binary": self.binary, "swap_config": self.swap_config, "gguf": self.gguf,
+                "flags": self.flags, "budget": self.budget, "prompts": self.prompts,
+                "tabby_folder": self.tabby_folder, "tabby_python": self.tabby_python,
+                "tabby_url": self.tabby_url, "tabby_config": self.tabby_config,
+                "api_key_env": self.api_key_env, "admin_key_env": self.admin_key_env}
+
     def request(self) -> TuneRequest:
         """The form as a request; a SpecDeckError says what is missing."""
-        kind = self.kind.currentData()
-        try:
-            flags = tuple(shlex.split(self.flags.text()))
-        except ValueError as exc:
-            raise SpecDeckError(f"The llama-server flags cannot be read: {exc}.",
-                                "Close the quote, or remove it.") from exc
-        binary = self.binary.text().strip()
-        if kind in TABBY_KINDS:  # core.tune.tabby.read_tabby says what is missing, in the worker
-            return TuneRequest(kind, tabby_folder=self.tabby_folder.text().strip(),
-                               tabby_python=self.tabby_python.text().strip(),
-                               tabby_url=self.tabby_url.text().strip(),
-                               tabby_config=self.tabby_config.text().strip(),
-                               api_key_env=self.api_key_env.text().strip(),
-                               admin_key_env=self.admin_key_env.text().strip())
-        if kind == SWAP:
-            if not self.swap_config.text().strip() or self.model.currentData() is None:
-                raise SpecDeckError("Say which llama-swap model to tune.",
-                                    "Open its config.yaml and pick the model.")
-            return TuneRequest(kind, binary, self.swap_config.text().strip(),
-                               self.model.currentData())
-        if kind == GGUF and not (binary and self.gguf.text().strip()):
-            raise SpecDeckError("Say which llama-server and GGUF to tune.",
-                                "Give the binary and the target .gguf it loads.")
-        if kind == DEMO and not binary:
-            binary = str(_found_binary() or "")
-            if not binary:
-                raise SpecDeckError(
-                    "Tuning the demo needs a llama-server, and none was found (on PATH, or in "
-                    "llama.cpp's usual build folders).",
-                    "Choose your llama-server binary with the Browse… button beside "
-                    "“llama-server” above.")
-        return TuneRequest(kind, binary, gguf=self.gguf.text().strip(), flags=flags)
+        return self.form().request(_found_binary)
 
     def options(self):
-        from specdeck.core.tune.request import parse_duration
-        from specdeck.core.tune.run import TuneOptions
-
-        try:
-            budget = parse_duration(self.budget.text())
-        except SpecDeckError as exc:  # the CLI's --budget rule and words
-            raise SpecDeckError(f"Budget: {exc.what}.", exc.fix) from exc
-        prompts = self.prompts.text().strip()
-        return TuneOptions(budget_s=budget, max_new_tokens=self.max_new.value(),
-                           suites=(prompts,) if prompts else TuneOptions().suites,
-                           download_budget=int(self.downloads.value() * GiB))
+        return self.form().options()
 
     # run control ---------------------------------------------------------------------------
     def _running(self) -> bool:
@@ -878,49 +863,16 @@ class TunePage(QWidget):
 
     # lifecycle -----------------------------------------------------------------------------
     def _restore(self) -> None:
-        settings = QSettings()
-        for name, edit in self._saved_edits().items():
-            value = settings.value(SETTINGS_PREFIX + name)
-            if isinstance(value, str) and value:
-                edit.setText(value)
-        kind = settings.value(SETTINGS_PREFIX + "kind")
-        index = self.kind.findData(kind) if isinstance(kind, str) else -1
-        self.kind.setCurrentIndex(index if index >= 0 else self.kind.findData(DEMO))
-        self._kind_changed()
+        self.set_form(form_settings.restore(SETTINGS_PREFIX, TuneForm()))
         if self.kind.currentData() == SWAP:
             self.load_models()
 
     def _save(self) -> None:
-        settings = QSettings()
-        for name, edit in self._saved_edits().items():
-            settings.setValue(SETTINGS_PREFIX + name, _kept(name, edit.text()))
-        settings.setValue(SETTINGS_PREFIX + "kind", self.kind.currentData())
-
-    def _saved_edits(self) -> dict[str, QLineEdit]:
-        """What the form keeps between launches: paths, a URL, variable names; never a key
-        (the page has no field for one)."""
-        return {"binary": self.binary, "swap_config": self.swap_config, "gguf": self.gguf,
-                "flags": self.flags, "budget": self.budget, "prompts": self.prompts,
-                "tabby_folder": self.tabby_folder, "tabby_python": self.tabby_python,
-                "tabby_url": self.tabby_url, "tabby_config": self.tabby_config,
-                "api_key_env": self.api_key_env, "admin_key_env": self.admin_key_env}
+        form_settings.save(SETTINGS_PREFIX, self.form())
 
     def shutdown(self) -> None:
         self.timer.stop()
         self.tasks.close()
-
-
-def _kept(name: str, text: str) -> str:
-    """A field's text as SpecDeck's settings keep it: the flags with their secrets masked
-    (core.urls.shown_args: an --api-key typed into them is never saved)."""
-    if name != "flags":
-        return text
-    from specdeck.core.urls import shown_args
-
-    try:
-        return shlex.join(shown_args(shlex.split(text)))
-    except ValueError:  # an unclosed quote: not a command line (nor kept, in case it hides one)
-        return ""
 
 
 def _row(*widgets: QWidget) -> QWidget:

@@ -123,11 +123,11 @@ def test_a_tuned_cmds_secrets_stay_out_of_the_diff_the_report_and_tune_json(tmp_
 
 
 def test_the_tune_page_never_saves_a_key_typed_into_its_flags():
-    from specdeck.gui.pages.tune import _kept
+    from specdeck.core.tune.request import kept_flags
 
-    assert _kept("flags", f"-ngl 99 --api-key {SECRET}") == "-ngl 99 --api-key '***'"
-    assert _kept("flags", "-ngl 99 -c 8192") == "-ngl 99 -c 8192"
-    assert _kept("budget", "10m") == "10m"
+    assert kept_flags(f"-ngl 99 --api-key {SECRET}") == "-ngl 99 --api-key '***'"
+    assert kept_flags("-ngl 99 -c 8192") == "-ngl 99 -c 8192"
+    assert kept_flags("-ngl 99 --api-key 'unclosed") == ""
 
 
 # The user's file and the verified result ---------------------------------------------------

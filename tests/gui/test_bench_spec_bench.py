@@ -225,7 +225,7 @@ def test_a_spec_bench_plan_the_form_cannot_show_is_refused(form, tmp_path, monke
 def test_the_choice_is_kept_between_sessions(qtbot, form, question_file):
     form.set_plan(plan((str(question_file),), per_suite=2))
     form.save()
-    assert QSettings().value(bench_form.SPEC_BENCH_KEY) == str(question_file)
+    assert json.loads(QSettings().value("bench/suites"))[-1] == str(question_file)
     again = BenchForm()
     qtbot.addWidget(again)
     again.restore()
