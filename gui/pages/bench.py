@@ -1,13 +1,14 @@
 """A/B bench: run the same prompts with and without speculation, side by side, live.
 
 The form (gui.bench_form) describes a :class:`BenchPlan`; Start hands it to a
-:class:`BenchSession` (core.bench.session: a child process that owns the engine). A 50 ms
-timer drains the session's events and updates the panes, plots and results table, so the GUI
-does a bounded amount of work per frame however fast tokens arrive. Every figure comes from
-the core: while the plan runs, ``core.bench.live.LivePlan`` (the reducer the CLI's progress
-uses too) turns the events into rows, running medians and plot points; when it ends, the
-summary made in the engine process (``core.bench.summary``). gui.bench_render words them;
-the page only puts the words in its widgets.
+:class:`BenchSession` (core.bench.session: a child process that owns the engine). The live
+pump (gui.live_pump, the Tune page's too) drains the session's events every 50 ms and
+updates the panes, plots and results table, so the GUI does a bounded amount of work per
+frame however fast tokens arrive. Every figure comes from the core: while the plan runs,
+``core.bench.live.LivePlan`` (the reducer the CLI's progress uses too) turns the events into
+rows, running medians and plot points; when it ends, the summary made in the engine process
+(``core.bench.summary``). gui.bench_render words them; the page only puts the words in its
+widgets.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from specdeck.core.errors import CancelledError, SpecDeckError
 from specdeck.gui import bench_render as render
 from specdeck.gui.bench_form import DEMO, BenchForm, plan_from_choices
 from specdeck.gui.bench_view import ResultsTable, StreamPane, arm_colour
+from specdeck.gui.live_pump import LivePump
 from specdeck.gui.widgets.banner import Banner
 from specdeck.gui.widgets.elided_label import ElidedLabel
 
@@ -55,7 +57,6 @@ log = logging.getLogger(__name__)
 
 MAX_PANES = 4
 """More arms than this (a sweep) share one pane for the drafted arms, beside the reference."""
-DRAIN_INTERVAL_MS = 50
 MEMORY_INTERVAL_S = 0.25
 HISTORY_SHOWN = 100
 """The History list shows the newest runs; older ones stay on disk in the history folder."""
@@ -98,7 +99,6 @@ class BenchPage(QWidget):
         self.state: _PlanView | None = None
         self.last_run = None
         self._last_memory_sample = 0.0
-        self._plot_turn = 0
         self._started_sampler = False
         """This page started the window's GPU sampler (for the memory plot): it stops it."""
         self.last_summary = None
@@ -163,9 +163,10 @@ class BenchPage(QWidget):
         layout.addWidget(splitter, 1)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
 
-        self.timer = QTimer(self)
-        self.timer.setInterval(DRAIN_INTERVAL_MS)
-        self.timer.timeout.connect(self.pump)
+        self.live_pump = LivePump(
+            lambda: self.session.drain() if self.session is not None else [], self._show_events,
+            self)
+        self.timer = self.live_pump.timer
         self.form.restore()
         self._make_panes([a.label for a in self.form.preview_arms()])
         self._sync_controls()
@@ -242,7 +243,7 @@ class BenchPage(QWidget):
 
     # run control ---------------------------------------------------------------------------
     def _running(self) -> bool:
-        return self.session is not None and self.state is not None and self.timer.isActive()
+        return self.session is not None and self.state is not None and self.live_pump.running()
 
     def start(self) -> None:
         """Run the plan the form describes (a banner says why not, when it describes none)."""
@@ -269,7 +270,7 @@ class BenchPage(QWidget):
         self.summary.setText("Loading…")
         self.progress.setRange(0, 0)
         self.session.start(plan)
-        self.timer.start()
+        self.live_pump.start()
         self._sync_controls()
 
     def stop(self) -> None:
@@ -286,11 +287,13 @@ class BenchPage(QWidget):
     # events ------------------------------------------------------------------------------
     def pump(self) -> int:
         """Apply what the session reported since the last tick; returns the events handled."""
+        return self.live_pump.pump()
+
+    def _show_events(self, events) -> None:
         if self.session is None:
-            return 0
+            return
         from specdeck.core.bench.session import PlanDone, PlanFailed
 
-        events = self.session.drain()
         steps: list[RunStep] = []
         for event in events:
             if isinstance(event, RunStep):
@@ -315,7 +318,6 @@ class BenchPage(QWidget):
         if steps:
             self._on_steps(steps)
         self._tick_live()
-        return len(events)
 
     def _on_plan_started(self, event: PlanStarted) -> None:
         state = self.state
@@ -372,8 +374,7 @@ class BenchPage(QWidget):
         if now - self._last_memory_sample >= MEMORY_INTERVAL_S:
             self._last_memory_sample = now
             self._sample_memory(state.live.elapsed())
-        self._plot_turn = (self._plot_turn + 1) % 3
-        self.plots.redraw(only=self._plot_turn)
+        self.live_pump.redraw_in_turn(self.plots, 3)
 
     def _plot(self, points: list[Point]) -> None:
         series = {"speed": self.plots.speed, "accept": self.plots.accept,
@@ -479,7 +480,7 @@ class BenchPage(QWidget):
 
     def _on_done(self, done) -> None:
         run = self.last_run = done.run
-        self.timer.stop()
+        self.live_pump.stop()  # shown from the pump: the events being shown are the last
         self._tick_live()
         if self.plots is not None:
             self.plots.redraw()
@@ -604,7 +605,7 @@ class BenchPage(QWidget):
             QDesktopServices.openUrl(QUrl.fromLocalFile(folder))
 
     def _on_failed(self, error: BaseException) -> None:
-        self.timer.stop()
+        self.live_pump.stop()  # shown from the pump: the events being shown are the last
         self._tick_live()
         if self.plots is not None:  # every plot with its last points, fitted to them
             self.plots.redraw()
@@ -686,7 +687,7 @@ class BenchPage(QWidget):
 
     # lifecycle -----------------------------------------------------------------------------
     def shutdown(self) -> None:
-        self.timer.stop()
+        self.live_pump.stop()
         self.tasks.close()
         if self._started_sampler:
             self.context.gpu_sampler().stop()

@@ -5,10 +5,11 @@ TabbyAPI folder SpecDeck starts per setting, or a running TabbyAPI with its conf
 time budget, the user's prompts and the download budget. TabbyAPI's keys are read from the
 environment variables the form names (core.tune.tabby.read_tabby, as ``specdeck tune``): the
 page has no field for a key, so none is ever saved with its settings. Tune runs
-``core.tune.run.tune`` in a worker (the page's ``Tasks``); its events go into a queue that a
-50 ms timer drains into ``core.tune.live.TuneLive``, the reducer that turns them into what
-the page shows: the candidates with their predicted speed-up and size, the search's round and
-best so far, the live tok/s plot (the A/B page's plots), then the result. Apply goes through
+``core.tune.run.tune`` in a worker (the page's ``Tasks``); its events go into a queue that
+the page's live pump (gui.live_pump, as the A/B page's) drains into
+``core.tune.live.TuneLive``, the reducer that turns them into what the page shows: the
+candidates with their predicted speed-up and size, the search's round and best so far, the
+live tok/s plot (the A/B page's plots), then the result. Apply goes through
 ``core.tune.apply`` (the diff shown first, as the CLI asks), Roll back puts the file back,
 Cancel stops whatever runs and leaves the user's files as they were.
 
@@ -23,7 +24,7 @@ import queue
 import re
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QTextOption
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -65,11 +66,11 @@ from specdeck.core.tune.request import (
     found_llama_server,
 )
 from specdeck.gui import form_settings, workers
+from specdeck.gui.live_pump import LivePump, queued
 from specdeck.gui.widgets.banner import Banner
 
 log = logging.getLogger(__name__)
 
-DRAIN_INTERVAL_MS = 50
 SETTINGS_PREFIX = "tune/"
 PHASES = (("candidates", "Candidates"), ("replay", "Predict"), ("search", "Search"),
           ("verify", "Verify"), ("result", "Result"))
@@ -143,7 +144,6 @@ class TunePage(QWidget):
         self.result_request: TuneRequest | None = None
         """The setup the shown result (or the tune running) belongs to: Apply is for it only."""
         self.plots = None
-        self._plot_turn = 0
         self._cancelling = False
         self.banner = Banner()
         self._build_form()
@@ -159,9 +159,10 @@ class TunePage(QWidget):
         layout.addWidget(self.banner)
         layout.addWidget(self.form_box)
         layout.addWidget(splitter, 1)
-        self.timer = QTimer(self)
-        self.timer.setInterval(DRAIN_INTERVAL_MS)
-        self.timer.timeout.connect(self.pump)
+        self.live_pump = LivePump(
+            lambda: queued(self.events) if self.live is not None else [], self._show_events,
+            self)
+        self.timer = self.live_pump.timer
         self._restore()
         for edit in (self.swap_config, self.gguf, self.flags, self.binary, self.tabby_folder,
                      self.tabby_python, self.tabby_url, self.tabby_config):
@@ -471,7 +472,7 @@ class TunePage(QWidget):
             label.setText("")
         self.candidates.setRowCount(0)
         self.not_tried.setText("")
-        self.timer.start()
+        self.live_pump.start()
         self._sync()
 
     def cancel(self) -> None:
@@ -506,23 +507,18 @@ class TunePage(QWidget):
     # events --------------------------------------------------------------------------------
     def pump(self) -> int:
         """Apply the events the worker queued since the last tick; returns how many."""
+        return self.live_pump.pump()
+
+    def _show_events(self, events) -> None:
         from specdeck.core.bench.runner import RunStarted
 
-        live = self.live
-        count = 0
-        while live is not None:
-            try:
-                event = self.events.get_nowait()
-            except queue.Empty:
-                break
-            count += 1
-            live.apply(event)
+        for event in events:
+            self.live.apply(event)
             if isinstance(event, RunStarted) and self.plots is not None:
                 for series in (*self.plots.speed.values(), *self.plots.accept.values()):
                     series.gap()
-        if count:
+        if events:
             self._show_live()
-        return count
 
     def _show_live(self) -> None:
         live = self.live
@@ -539,9 +535,7 @@ class TunePage(QWidget):
                 curve = series[point.series].get(point.arm)
                 if curve is not None:
                     curve.add(point.t, point.value)
-            # One plot per tick, in turn (as the A/B page): no frame pays for both.
-            self._plot_turn = 1 - self._plot_turn
-            self.plots.redraw(only=self._plot_turn)
+            self.live_pump.redraw_in_turn(self.plots, 2)  # speed and acceptance
 
     @staticmethod
     def _phases_html(current: str) -> str:
@@ -592,8 +586,7 @@ class TunePage(QWidget):
 
     def finished(self, result) -> None:
         """Show a finished tune (core.tune.run.TuneResult): its verdict, the report, Apply."""
-        self.timer.stop()
-        self.pump()
+        self.live_pump.finish()
         self._cancelling = False
         self.result = result
         if self.result_request is None:  # a result handed in without start(): the form's
@@ -613,8 +606,7 @@ class TunePage(QWidget):
         self._sync()
 
     def _failed(self, error: BaseException) -> None:
-        self.timer.stop()
-        self.pump()
+        self.live_pump.finish()
         if self.plots is not None:  # every plot with its last points, fitted to them
             self.plots.redraw()
         self._cancelling = False
@@ -871,7 +863,7 @@ class TunePage(QWidget):
         form_settings.save(SETTINGS_PREFIX, self.form())
 
     def shutdown(self) -> None:
-        self.timer.stop()
+        self.live_pump.stop()
         self.tasks.close()
 
 
