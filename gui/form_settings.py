@@ -75,7 +75,7 @@ def _decode(field: dataclasses.Field, raw: Any, default: Any):
     if from_text is not None:
         try:
             return from_text(raw)
-        except (TypeError, ValueError, KeyError, AttributeError, SpecDeckError):
+        except (TypeError, ValueError, LookupError, AttributeError, SpecDeckError):
             return _WRONG
     if isinstance(default, bool):
         if isinstance(raw, bool):

@@ -68,6 +68,12 @@ COMPACT_LIVE_PX = 90
 MAX_BPW = 8.0
 
 
+def _cache_mode(raw) -> str:
+    """Before, a cache mode was kept as the dropdown's index ("1": Q8)."""
+    index = isinstance(raw, int) and not isinstance(raw, bool)
+    return CACHE_MODES[int(raw)] if index or isinstance(raw, str) and raw.isdigit() else raw
+
+
 def _gpu_source(raw) -> bool:
     """Before, the GPU choice was kept as the dropdown's index: 0 this machine's, 1 typed."""
     return {"0": False, "1": True, 0: False, 1: True}[raw]
@@ -85,8 +91,9 @@ class PlanChoices:
     """0: measured from an EXL2 folder's files."""
     draft_bpw: float = form_field(0.0, low=0.0, high=MAX_BPW)
     context: int = form_field(16384, low=CACHE_STEP, high=1_048_576)
-    cache_mode: str = form_field(DEFAULT_CACHE_MODE, choices=CACHE_MODES)
-    draft_cache_mode: str = form_field(DEFAULT_CACHE_MODE, choices=CACHE_MODES)
+    cache_mode: str = form_field(DEFAULT_CACHE_MODE, choices=CACHE_MODES, from_text=_cache_mode)
+    draft_cache_mode: str = form_field(DEFAULT_CACHE_MODE, choices=CACHE_MODES,
+                                       from_text=_cache_mode)
     typed_gpus: bool = form_field(False, key="gpu_source", to_text=lambda typed: int(typed),
                                   from_text=_gpu_source)
     gpu_sizes: str = form_field("32,24")

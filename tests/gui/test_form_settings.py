@@ -218,3 +218,16 @@ def test_a_saved_value_out_of_range_or_of_another_type_is_the_default(configured
 def _settings_text() -> str:
     store = QSettings()
     return "\n".join(f"{key}={store.value(key)}" for key in store.allKeys())
+
+
+def test_the_vram_form_saved_by_an_older_specdeck_comes_back(qtbot, configured_qapp):
+    """Before, the GPU choice and the cache modes were kept as their dropdowns' indexes."""
+    store = QSettings()
+    for key, value in (("target", "/models/70b"), ("gpu_source", 1), ("cache_mode", 2),
+                       ("draft_cache_mode", 3), ("context", 8192)):
+        store.setValue("gpus/plan/" + key, value)
+    store.sync()
+    page = gpus_page(qtbot)
+    choices = page.form.choices()
+    assert (choices.typed_gpus, choices.cache_mode, choices.draft_cache_mode, choices.context) == (
+        True, "Q6", "Q4", 8192)
