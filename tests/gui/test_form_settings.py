@@ -231,3 +231,15 @@ def test_the_vram_form_saved_by_an_older_specdeck_comes_back(qtbot, configured_q
     choices = page.form.choices()
     assert (choices.typed_gpus, choices.cache_mode, choices.draft_cache_mode, choices.context) == (
         True, "Q6", "Q4", 8192)
+
+
+def test_a_fresh_form_is_its_models_default(qtbot, configured_qapp):
+    """The widgets start where the field table says: nothing saved, nothing changes."""
+    from specdeck.gui.bench_form import BenchForm, FormChoices
+    from specdeck.gui.pages.gpus import PlanChoices
+
+    form = BenchForm()
+    qtbot.addWidget(form)
+    assert form.choices() == FormChoices()
+    gpus, tune = gpus_page(qtbot), tune_page(qtbot)
+    assert gpus.form.choices() == PlanChoices() and tune.form() == TuneForm()
