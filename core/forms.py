@@ -18,15 +18,17 @@ LOW, HIGH, CHOICES, CHECK, KEPT, KEY, OLDER, TO_TEXT, FROM_TEXT = (
 
 def form_field(default: Any = dataclasses.MISSING, *, low=None, high=None, choices=None,
                check: Callable[[Any], bool] | None = None, kept: bool = True,
-               key: str | None = None, older: tuple[str, ...] = (),
+               key: str | None = None, older: tuple = (),
                to_text: Callable[[Any], str] | None = None,
                from_text: Callable[[str], Any] | None = None,
                default_factory: Any = dataclasses.MISSING):
     """One row of the table: ``low``/``high`` bound a number, ``choices`` lists the values a
     field takes, ``check`` says whether a value is one (e.g. a duration); ``kept=False``:
     never saved (a key, a consent meant for this session); ``key``: the name it is saved
-    under when not the field's, ``older``: names an older SpecDeck saved it under (read when
-    it is not saved under ``key``, removed once it is); ``to_text``/``from_text``: how a value
+    under when not the field's, ``older``: how an older SpecDeck saved it, read when it is not
+    saved under ``key`` (a name: the same value under that name, removed once the field is
+    saved; a function of every saved name -> value under the form's prefix: the value as it
+    is saved now, or None); ``to_text``/``from_text``: how a value
     that is not text, a number, a bool or a tuple of texts is saved."""
     metadata = {LOW: low, HIGH: high, CHOICES: None if choices is None else tuple(choices),
                 CHECK: check, KEPT: kept, KEY: key, OLDER: tuple(older), TO_TEXT: to_text,

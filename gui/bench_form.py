@@ -80,6 +80,19 @@ def _arms_read(text: str):
     return arms_from_settings(text) if text else None
 
 
+def _older_suites(saved: dict) -> str | None:
+    """Before, each built-in suite was kept as its own tick (``suite_NAME``) and the Spec-Bench
+    choice as ``spec_bench``: the suites as they are kept now (the form puts them in its
+    order)."""
+    ticked = [name[len("suite_"):] for name, on in saved.items()
+              if name.startswith("suite_") and on in (True, "true")]
+    spec_bench = saved.get("spec_bench")
+    if not ticked and not spec_bench:
+        return None
+    return json.dumps(ticked + ([spec_bench] if isinstance(spec_bench, str) and spec_bench
+                                else []))
+
+
 def _launch_read(text: str) -> LaunchSettings:
     return LaunchSettings(**json.loads(text or "{}"))
 
@@ -98,7 +111,7 @@ class FormChoices:
     k: int = form_field(PLAN_FIELDS["k"].quick, **_plan_range("k"))
     adaptive: bool = form_field(True)
     sweep: bool = form_field(False)
-    suites: tuple[str, ...] = form_field(DEFAULT_SUITES)
+    suites: tuple[str, ...] = form_field(DEFAULT_SUITES, older=(_older_suites,))
     """The ticked built-in suites in their order, then the Spec-Bench choice (if any)."""
     per_suite: int = form_field(1, low=1)
     max_new_tokens: int = form_field(PLAN_FIELDS["max_new_tokens"].quick, key="max_new",
@@ -717,9 +730,13 @@ class BenchForm(QWidget):
         saved = form_settings.restore(SETTINGS_PREFIX, FormChoices())
         if self.engine.findData(saved.engine) < 0:
             saved = replace(saved, engine=self.engine.currentData())
-        suites = tuple(name for name in saved.suites if name in self.suite_buttons
-                       or self.spec_bench.findData(name) > 0
-                       or (_is_file_item(name) and expand_user(name).is_file()))
+        spec_bench = [name for name in saved.suites if name not in self.suite_buttons and (
+            self.spec_bench.findData(name) > 0
+            or (_is_file_item(name) and expand_user(name).is_file()))]
+        suites = tuple(name for name in self.suite_buttons if name in saved.suites) + tuple(
+            spec_bench[-1:])
+        if saved.suites and not suites:  # none of them is this form's
+            suites = FormChoices().suites
         self._show(replace(saved, suites=suites))
         self._show_engine_controls()
         self._sync_k()

@@ -32,7 +32,8 @@ def save(prefix: str, model) -> None:
     for field in kept_fields(model):
         store.setValue(prefix + saved_key(field), _encode(field, getattr(model, field.name)))
         for older in field.metadata.get(OLDER, ()):
-            store.remove(prefix + older)
+            if not callable(older):
+                store.remove(prefix + older)
 
 
 def restore(prefix: str, default: Model) -> Model:
@@ -41,9 +42,7 @@ def restore(prefix: str, default: Model) -> Model:
     store = QSettings()
     values = {}
     for field in kept_fields(default):
-        raw = next((store.value(prefix + key) for key in (saved_key(field),
-                                                           *field.metadata.get(OLDER, ()))
-                    if store.value(prefix + key) is not None), None)
+        raw = _saved_value(store, prefix, field)
         if raw is None:
             continue
         value = _decode(field, raw, getattr(default, field.name))
@@ -52,6 +51,21 @@ def restore(prefix: str, default: Model) -> Model:
             continue
         values[field.name] = value
     return dataclasses.replace(default, **values)
+
+
+def _saved_value(store: QSettings, prefix: str, field: dataclasses.Field):
+    """What is saved for ``field``: under its key, else as an older SpecDeck saved it."""
+    raw = store.value(prefix + saved_key(field))
+    for older in field.metadata.get(OLDER, ()):
+        if raw is not None:
+            break
+        if callable(older):
+            saved = {key[len(prefix):]: store.value(key) for key in store.allKeys()
+                     if key.startswith(prefix)}
+            raw = older(saved)
+        else:
+            raw = store.value(prefix + older)
+    return raw
 
 
 def has_saved(prefix: str, model) -> bool:

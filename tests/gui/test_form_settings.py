@@ -243,3 +243,37 @@ def test_a_fresh_form_is_its_models_default(qtbot, configured_qapp):
     assert form.choices() == FormChoices()
     gpus, tune = gpus_page(qtbot), tune_page(qtbot)
     assert gpus.form.choices() == PlanChoices() and tune.form() == TuneForm()
+
+
+def test_the_ab_form_saved_by_an_older_specdeck_comes_back(qtbot, configured_qapp):
+    """Before, each suite was kept as its own tick and Spec-Bench's choice on its own: they
+    come back in the form's order; the arms under their older name too."""
+    from specdeck.gui.bench_form import BenchForm
+
+    store = QSettings()
+    for key, value in (("suite_structured", True), ("suite_chat", True), ("suite_code", False),
+                       ("suite_grounded", "false"), ("spec_bench", "spec-bench/qa"),
+                       ("use_ngram", "false"), ("max_new", "48")):
+        store.setValue("bench/" + key, value)
+    store.sync()
+    form = BenchForm()
+    qtbot.addWidget(form)
+    form.restore()
+    choices = form.choices()
+    assert choices.suites == ("chat", "structured", "spec-bench/qa")
+    assert (choices.ngram, choices.max_new_tokens) == (False, 48)
+    form.save()
+    again = BenchForm()
+    qtbot.addWidget(again)
+    again.restore()
+    assert again.choices() == choices
+
+
+def test_saved_suites_none_of_which_the_form_knows_are_its_default(qtbot, configured_qapp):
+    from specdeck.gui.bench_form import BenchForm, FormChoices
+
+    QSettings().setValue("bench/suites", '["gone", "/nowhere/question.jsonl"]')
+    form = BenchForm()
+    qtbot.addWidget(form)
+    form.restore()
+    assert form.choices().suites == FormChoices().suites
