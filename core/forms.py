@@ -25,11 +25,11 @@ def form_field(default: Any = dataclasses.MISSING, *, low=None, high=None, choic
     """One row of the table: ``low``/``high`` bound a number, ``choices`` lists the values a
     field takes, ``check`` says whether a value is one (e.g. a duration); ``kept=False``:
     never saved (a key, a consent meant for this session); ``key``: the name it is saved
-    under when not the field's, ``older``: how an older SpecDeck saved it, read when it is not
-    saved under ``key`` (a name: the same value under that name, removed once the field is
-    saved; a function of every saved name -> value under the form's prefix: the value as it
-    is saved now, or None); ``to_text``/``from_text``: how a value
-    that is not text, a number, a bool or a tuple of texts is saved."""
+    under when not the field's; ``older``: how an older SpecDeck saved it, read when it is
+    not saved under ``key`` (a name: the same value under that name, removed once the field
+    is saved; a function of every saved name -> value under the form's prefix: the value as
+    it is saved now, or None); ``to_text``/``from_text``: how a value that is not text, a
+    number, a bool or a tuple of texts is saved."""
     metadata = {LOW: low, HIGH: high, CHOICES: None if choices is None else tuple(choices),
                 CHECK: check, KEPT: kept, KEY: key, OLDER: tuple(older), TO_TEXT: to_text,
                 FROM_TEXT: from_text}

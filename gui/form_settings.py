@@ -100,11 +100,13 @@ def _decode(field: dataclasses.Field, raw: Any, default: Any):
             return raw
         return int(raw) if isinstance(raw, str) and _INTEGER.match(raw) else _WRONG
     if isinstance(default, float):
+        if isinstance(raw, bool):
+            return _WRONG
         try:
-            value = float(raw) if not isinstance(raw, bool) else _WRONG
+            value = float(raw)
         except (TypeError, ValueError):
             return _WRONG
-        return value if value is _WRONG or math.isfinite(value) else _WRONG
+        return value if math.isfinite(value) else _WRONG
     if isinstance(default, str):
         return raw if isinstance(raw, str) else _WRONG
     if isinstance(default, tuple):
