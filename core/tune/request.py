@@ -118,12 +118,6 @@ def read_setup(request: TuneRequest):
                             f"Give one of: {', '.join(k for k, _ in KINDS)}.")
 
 
-def _default_max_new() -> int:
-    from specdeck.core.tune.run import TuneOptions
-
-    return TuneOptions().max_new_tokens
-
-
 def kept_flags(text: str) -> str:
     """llama-server flags as the page keeps them: their secrets masked (core.urls.shown_args:
     an --api-key typed into them is never saved); an unclosed quote is not kept at all, in
@@ -155,7 +149,8 @@ class TuneForm:
     api_key_env: str = form_field("")
     admin_key_env: str = form_field("")
     budget: str = form_field("10m", check=lambda text: _is_duration(text))
-    max_new: int = form_field(low=8, high=4096, kept=False, default_factory=_default_max_new)
+    max_new: int = form_field(MAX_NEW_TOKENS, low=MAX_NEW_TOKENS_RANGE[0],
+                              high=MAX_NEW_TOKENS_RANGE[1], kept=False)
     prompts: str = form_field("")
     downloads_gib: float = form_field(0.0, low=0.0, high=1000.0, kept=False)
 
