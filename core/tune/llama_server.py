@@ -37,7 +37,7 @@ from specdeck.core.tune.candidates import (
     find_candidates,
 )
 from specdeck.core.tune.downloads import ConfirmDownload, download_phase, with_hub
-from specdeck.core.tune.predict import history_note, predict, read_history
+from specdeck.core.tune.predict import history_note, read_history
 from specdeck.core.tune.run import (
     REFERENCE,
     REPLAY_SEARCH_REPEATS,
@@ -53,7 +53,7 @@ from specdeck.core.tune.run import (
     _why_none,
     cancelled_reading,
     device_of,
-    prompt_set,
+    ranked,
     search_and_decide,
     split_prompts,
 )
@@ -129,10 +129,7 @@ def tune_llama(setup: Setup, options: TuneOptions, engine=None,
     if history is None:
         notes += filter(None, [history_note()])
     history = read_history() if history is None else history
-    device = device_of(setup, options)
-    prompts = prompt_set(options)
-    predicted = sorted(((c, predict(c, setup, device, history, prompts)) for c in found.found),
-                       key=lambda cp: cp[1].speedup, reverse=True)
+    predicted = ranked(found, setup, options, history)
     emit(CandidatesFound(tuple(predicted), found.not_tried))
     phase_s["candidates"] = time.monotonic() - started
     if cancel.is_set():
@@ -157,7 +154,8 @@ def tune_llama(setup: Setup, options: TuneOptions, engine=None,
     forecast = None
     if options.replay:
         t0 = time.monotonic()
-        forecast, predicted = replay_phase(setup, predicted, options, device, emit, cancel,
+        forecast, predicted = replay_phase(setup, predicted, options,
+                                           device_of(setup, options), emit, cancel,
                                            notes)
         phase_s["replay"] = time.monotonic() - t0
         if cancel.is_set():

@@ -206,6 +206,17 @@ def device_of(setup, options: TuneOptions) -> str:
     return options.device or ("gpu" if setup.on_gpu else "cpu")
 
 
+def ranked(found, setup, options: TuneOptions, history: list[dict]) -> list:
+    """Each candidate ``found`` with its predicted speed-up (``core.tune.predict``), the most
+    promising first: the order both servers' searches take them in."""
+    from specdeck.core.tune.predict import predict
+
+    device = device_of(setup, options)
+    prompts = prompt_set(options)
+    return sorted(((c, predict(c, setup, device, history, prompts)) for c in found.found),
+                  key=lambda cp: cp[1].speedup, reverse=True)
+
+
 # The loop --------------------------------------------------------------------------------------
 def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
          on_event: EventSink | None = None, cancel: threading.Event | None = None,

@@ -434,15 +434,14 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
     search, verification and decision."""
     import time
 
-    from specdeck.core.tune.predict import history_note, predict, read_history
+    from specdeck.core.tune.predict import history_note, read_history
     from specdeck.core.tune.run import (
         CandidatesFound,
         Phase,
         TuneOptions,
         _why_none,
         cancelled_reading,
-        device_of,
-        prompt_set,
+        ranked,
         search_and_decide,
     )
 
@@ -454,10 +453,7 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
     found = find(setup, cancel)
     notes = [] if history is not None else list(filter(None, [history_note()]))
     history = read_history() if history is None else history
-    device = device_of(setup, options)
-    prompts = prompt_set(options)
-    predicted = sorted(((c, predict(c, setup, device, history, prompts)) for c in found.found),
-                       key=lambda cp: cp[1].speedup, reverse=True)
+    predicted = ranked(found, setup, options, history)
     emit(CandidatesFound(tuple(predicted), found.not_tried))
     phase_s = {"candidates": time.monotonic() - started}
     if cancel.is_set():
