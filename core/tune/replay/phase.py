@@ -11,15 +11,20 @@
    server, streamed: what a verification and each verified token cost in plain steps
    (:mod:`.costs`). Its /metrics counters are held against the replay of the same requests
    (``Forecast.calibration_exact``): a build whose drafters differ from the pinned one's
-   shows here, and then nothing is predicted from the replay;
-3. **each draft model**: its teacher-forced pass on a plain server of the draft GGUF, and
-   what one of its decodes costs (:mod:`.draft_model`);
+   shows here, and then nothing is predicted from the replay. Each prompt then runs plain a
+   second time: the two plain runs' spans give the run-to-run noise of a pair, what a
+   measured median's interval shrinks with its pairs (:mod:`.costs`);
+3. **each draft model**: its teacher-forced pass on a plain server of the draft GGUF
+   (:mod:`.draft_model`), then a drafting server of it (n_max :data:`DRAFT_CALIBRATION`)
+   sent the prompts, each right after the plain server: what one of the draft's decodes
+   costs in the server's own loop (:func:`.costs.fit_draft_share`);
 4. **every setting** of every candidate the replay can predict (:mod:`.settings`: every
    n-gram type's lookup and draft lengths, min-hits and n-min; a draft model's n_max and
    p_min), replayed over the requests the search's servers will get, in their order; its
    predicted speed-up with an interval, best first.
 
-Servers started: the plain one, the calibration's, one per draft model. Candidates the
+Servers started: the plain one, the calibration's, two per draft model (its own, for the
+pass; the target drafting with it, for its cost). Candidates the
 replay cannot predict are listed with why (``Forecast.not_replayed``): the search measures
 them as before.
 """
@@ -28,19 +33,22 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specdeck.core import appdirs
 from specdeck.core.errors import CancelledError, SpecDeckError
 from specdeck.core.llama_flags import DRAFT_SIMPLE
+from specdeck.core.llama_flags import SPEC_TYPE as SPEC_TYPE_FLAG
 from specdeck.core.tune.replay.capture import Captured, capture, stream_complete
 from specdeck.core.tune.replay.costs import (
     CalibrationRun,
     Predicted,
     StepCosts,
     fit_costs,
+    fit_draft_share,
     predict_speedup,
+    run_noise_of,
 )
 from specdeck.core.tune.replay.draft_model import DraftModel, forced_on_server
 from specdeck.core.tune.replay.proof import Counted, counted_between, counters
@@ -51,10 +59,11 @@ CALIBRATION = Setting.of("ngram-simple", size_n=1, size_m=8)
 """Drafts on nearly every step (a one-token lookup finds the last token's previous
 occurrence), from 1 to 8 tokens long: every d the fit needs, on one server."""
 DRAFT_N_MAX = (1, 2, 3, 4, 6, 8, 12, 16)
+DRAFT_CALIBRATION = 4
+"""The n_max a draft model's cost is timed at: every step drafts (p_min 0), so every step
+carries the draft's decodes; the other n_max follow from the decodes each step makes."""
 DRAFT_P_MIN = (0.0, 0.5, 0.8)
 WARMUP_TOKENS = 8
-SHARE_TOKENS = 16
-"""The plain run that times a target step beside each request's forced pass."""
 PRIOR = {"gpu": StepCosts(0.0, 0.02, noise=0.1), "cpu": StepCosts(0.0, 0.6, noise=0.1)}
 """Used only where no calibration could run (no n-gram type to calibrate with): the
 prior of core.tune.predict.VERIFY_COST_PER_TOKEN, typical values."""
@@ -237,8 +246,8 @@ def forecast(setup, candidates, prompts, max_new_tokens: int, device: str = "cpu
         sequence = [w.request for w in warm] + measured
         costs, calibrated, exact = _calibrate(setup, servers, base, runs, device, notes, say,
                                               cancel, key)
-        forced, shares = _forced(setup, servers, drafts, sequence, base, not_replayed, say,
-                                 cancel, key)
+        forced, drafting = _forced(setup, servers, drafts, sequence, measured, base,
+                                   not_replayed, say, cancel, key, costs)
         servers.stop(plain)
         say(Phase("replay", "Predicting every setting from the plain run"))
         out = []
@@ -249,8 +258,7 @@ def forecast(setup, candidates, prompts, max_new_tokens: int, device: str = "cpu
         for c in drafts:
             if c.label in forced:
                 out += _predict(c.label, DRAFT_SIMPLE, _draft_settings(), c.flags, sequence,
-                                measured, costs.with_draft(shares[c.label]), repeats,
-                                forced[c.label], shape)
+                                measured, drafting[c.label], repeats, forced[c.label], shape)
     finally:
         servers.stop_all()
     if exact is False:
@@ -310,14 +318,16 @@ def _calibrate(setup, servers: _Servers, base, runs: list[Captured], device: str
                                 "calibration", cancel)
     try:
         before = counters(cal, key)
-        pairs = []
+        pairs, twice = [], []
         for run in runs:
             if cancel is not None and cancel.is_set():
                 raise CancelledError("Tune cancelled.")
             r = run.request
             plain = stream_complete(base, r.prompt, r.n_predict, api_key=key, cancel=cancel)
             drafted = stream_complete(cal, r.prompt, r.n_predict, api_key=key, cancel=cancel)
+            again = stream_complete(base, r.prompt, r.n_predict, api_key=key, cancel=cancel)
             pairs.append((r, plain, drafted))
+            twice.append((plain.span_s, again.span_s))
         counted = counted_between(before, counters(cal, key))
     finally:
         servers.stop(server)
@@ -337,22 +347,25 @@ def _calibrate(setup, servers: _Servers, base, runs: list[Captured], device: str
         notes.append(f"{len(pairs) - len(usable)} of the calibration's {len(pairs)} outputs "
                      "changed with drafting (a near-tie the batch shape flips): left out of "
                      "the fit.")
+    costs = replace(costs, run_noise=run_noise_of([a for a, _ in twice], [b for _, b in twice]),
+                    run_pairs=len(twice))
     return costs, True, exact
 
 
-def _forced(setup, servers: _Servers, drafts, sequence: list[Request], plain_base,
-            not_replayed: list[tuple[str, str]], say, cancel,
-            key: str | None = None) -> tuple[dict, dict]:
-    """Each draft model's teacher-forced passes (keyed by candidate) and what one of its
-    decodes costs in plain target steps: each request's decodes (its one-token requests)
-    against a short plain run of the target right after it, so both are timed in the same
-    seconds of a machine whose speed drifts."""
-    import statistics
-
-    from specdeck.core.tune.replay.costs import plain_step_s
+def _forced(setup, servers: _Servers, drafts, sequence: list[Request],
+            measured: list[Request], plain_base, not_replayed: list[tuple[str, str]], say, cancel, key: str | None = None,
+            costs: StepCosts | None = None) -> tuple[dict, dict]:
+    """Each draft model's teacher-forced passes over ``sequence`` (what a fresh server gets:
+    the warm-up, then the ``measured`` requests; keyed by candidate) and the step costs with
+    what one of its decodes costs (``costs`` with ``draft_share``): a drafting server of the
+    target and that draft (n_max ``DRAFT_CALIBRATION``) is sent each measured request right
+    after the plain server at ``plain_base``, so both are timed in the same seconds of a
+    machine whose speed drifts, and its steps are replayed from the pass
+    (:func:`.costs.fit_draft_share`)."""
     from specdeck.core.tune.run import Phase
 
-    forced, shares = {}, {}
+    costs = costs or PRIOR["cpu"]
+    forced, drafting = {}, {}
     for c in drafts:
         say(Phase("replay", f"The teacher-forced pass of {c.draft.name}"))
         try:
@@ -362,19 +375,51 @@ def _forced(setup, servers: _Servers, drafts, sequence: list[Request], plain_bas
             not_replayed.append((c.label, f"its plain server did not start ({exc.what})"))
             continue
         try:
-            passes, ratios = {}, []
+            passes = {}
             for r in sequence:
-                if DraftModel.key(r) in passes:
-                    continue
-                decode_s: list[float] = []
-                passes[DraftModel.key(r)] = forced_on_server(base, r, api_key=key, cancel=cancel,
-                                                             decode_s=decode_s)
-                step = plain_step_s(stream_complete(plain_base, r.prompt, SHARE_TOKENS,
-                                                    api_key=key, cancel=cancel).arrivals)
-                if decode_s and step > 0:
-                    ratios.append(statistics.median(decode_s) / step)
+                if DraftModel.key(r) not in passes:
+                    passes[DraftModel.key(r)] = forced_on_server(base, r, api_key=key,
+                                                                 cancel=cancel)
         finally:
             servers.stop(server)
         forced[c.label] = passes
-        shares[c.label] = statistics.median(ratios) if ratios else 0.0
-    return forced, shares
+        say(Phase("replay", f"Timing {c.draft.name}'s decodes on a drafting server"))
+        try:
+            drafting[c.label] = _draft_costs(setup, servers, c, passes, sequence, measured,
+                                             plain_base, costs, cancel, key)
+        except (SpecDeckError, ValueError) as exc:
+            del forced[c.label]
+            why = exc.what if isinstance(exc, SpecDeckError) else str(exc)
+            not_replayed.append((c.label, f"its drafting server could not be timed ({why})"))
+    return forced, drafting
+
+
+def _draft_costs(setup, servers: _Servers, candidate, passes: dict, sequence: list[Request],
+                 measured: list[Request], plain_base, costs: StepCosts, cancel,
+                 key: str | None) -> StepCosts:
+    setting = Setting.of(DRAFT_SIMPLE, n_max=DRAFT_CALIBRATION)
+    own = tuple(f for f in candidate.flags if f not in (SPEC_TYPE_FLAG, DRAFT_SIMPLE))
+    flags = setup.common + setting.flags() + own + setup.draft_placement
+    server, base = servers.start(setup.target, flags, "draft-timing", cancel)
+    try:
+        # what the search's server gets first (a fresh drafting server's first request pays
+        # for its buffers)
+        warm = sequence[0]
+        stream_complete(base, warm.prompt, warm.n_predict, api_key=key, cancel=cancel)
+        session = Session(setting, n_slots=server_shape(setup.common)[0],
+                          similarity=server_shape(setup.common)[1],
+                          draft_model=DraftModel(passes, n_max=DRAFT_CALIBRATION))
+        each = [session.run(r) for r in sequence][len(sequence) - len(measured):]
+        runs = []
+        for r, replayed in zip(measured, each, strict=True):
+            if cancel is not None and cancel.is_set():
+                raise CancelledError("Tune cancelled.")
+            plain = stream_complete(plain_base, r.prompt, r.n_predict, api_key=key,
+                                    cancel=cancel)
+            drafted = stream_complete(base, r.prompt, r.n_predict, api_key=key, cancel=cancel)
+            if drafted.tokens == r.output:
+                runs.append(CalibrationRun(plain.arrivals, drafted.arrivals, replayed))
+    finally:
+        servers.stop(server)
+    share, se, noise, n = fit_draft_share(costs, runs)
+    return costs.with_draft(share, se, noise, n)
