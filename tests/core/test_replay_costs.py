@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 
 import pytest
 from specdeck.core.tune.replay.costs import (
@@ -136,8 +137,6 @@ def _measured_median(per_request: tuple[float, ...], repeats: int, misfit: float
     """What the A/B engine reports for a setting whose true speed-up on each prompt is the
     model's times a misfit of that prompt (the same in each repeat): the median of the
     paired ratios, each with its own run-to-run noise."""
-    import statistics
-
     ratios = []
     for r in per_request:
         true = r * math.exp(rng.gauss(0.0, misfit))
@@ -227,16 +226,14 @@ def test_a_draft_models_cost_is_fitted_from_its_drafting_server():
     truth = target.with_draft(0.6)
     runs = []
     for r in each:
-        from specdeck.core.tune.replay.costs import _cost
-
         plain_span = 0.02 * (r.tokens - 1) * (1 + rng.uniform(-0.02, 0.02))
-        drafted_span = 0.02 * _cost(truth, r, draft_model=True) * (1 + rng.uniform(-0.02, 0.02))
+        # the drafting server's span: the plain steps' time over the speed-up the model says
+        drafted_span = 0.02 * (r.tokens - 1) / predict_speedup(truth, [r], True).speedup \
+            * (1 + rng.uniform(-0.02, 0.02))
         runs.append(CalibrationRun((0.5, 0.5 + plain_span), (0.5, 0.5 + drafted_span), r))
     share, se, noise, n = fit_draft_share(target, runs)
     assert share == pytest.approx(0.6, rel=0.06) and n == 5 and noise < 0.05
     measured = [(r.plain[-1] - r.plain[0]) / (r.drafted[-1] - r.drafted[0]) for r in runs]
     predicted = predict_speedup(target.with_draft(share, se, noise, n), each, draft_model=True)
-    import statistics
-
     assert predicted.speedup == pytest.approx(statistics.median(measured), rel=0.05)
     assert predicted.low < statistics.median(measured) < predicted.high
