@@ -48,7 +48,8 @@ def _arrivals(replayed: Replayed, cost: StepCosts, plain_s: float, rng: random.R
     """Token arrivals of a run whose steps cost what ``cost`` says (and a little noise)."""
     times = [0.5]
     for step in replayed.sequence:
-        at = times[-1] + plain_s * cost.step(step.drafted) * (1 + rng.uniform(-jitter, jitter))
+        step_cost = cost.step(step.drafted) if step.drafted else 1.0 + cost.idle_share
+        at = times[-1] + plain_s * step_cost * (1 + rng.uniform(-jitter, jitter))
         times += [at] * (step.accepted + 1)
     return tuple(times[:replayed.tokens])
 
@@ -237,3 +238,28 @@ def test_a_draft_models_cost_is_fitted_from_its_drafting_server():
     predicted = predict_speedup(target.with_draft(share, se, noise, n), each, draft_model=True)
     assert predicted.speedup == pytest.approx(statistics.median(measured), rel=0.05)
     assert predicted.low < statistics.median(measured) < predicted.high
+
+
+def test_a_drafting_servers_step_that_drafts_nothing_is_priced():
+    """A drafting server's step that verifies nothing costs more than a plain server's (at a
+    load near 1, settings that drafted on no prompt measured 0.87x-0.99x, all predicted
+    1.00x): the calibration's own steps that drafted nothing price it, and a setting that
+    never drafts is predicted that much slower than no drafting."""
+    truth = StepCosts(verify_share=1.0, row_share=0.75, idle_share=0.06)
+    setting = Setting.of("ngram-simple", size_n=1, size_m=8)
+    requests = [_request(seed) for seed in range(6)]
+    _, each = replay(setting, requests)
+    rng = random.Random(4)
+    runs = []
+    for r, replayed in zip(requests, each, strict=True):
+        plain = [0.5]
+        for _ in r.output[1:]:
+            plain.append(plain[-1] + 0.02 * (1 + rng.uniform(-0.02, 0.02)))
+        runs.append(CalibrationRun(tuple(plain), _arrivals(replayed, truth, 0.02, rng, 0.02),
+                                   replayed))
+    assert sum(r.plain_steps for r in each) > 50  # the calibration has steps that drafted 0
+    fitted = fit_costs(runs)
+    assert fitted.idle_share == pytest.approx(0.06, abs=0.015)
+    _, never = replay(Setting.of("ngram-map-k", size_n=12, size_m=4), requests)
+    assert all(r.drafts == 0 for r in never)
+    assert predict_speedup(fitted, never).speedup == pytest.approx(1 / 1.06, abs=0.015)

@@ -21,7 +21,11 @@ most of one more), by a short calibration:
 
       a step verifying d drafted tokens = 1 + verify_share + row_share * d (+ row2_share * d^2)
 
-  (``row2_share`` only where the data bear out a cost per row that grows with the batch).
+  (``row2_share`` only where the data bear out a cost per row that grows with the batch);
+- the same server's steps that drafted nothing, over the plain run's, give ``idle_share``:
+  a drafting server's step that verifies nothing still costs a few percent more than a
+  plain server's (its drafter's lookup, the speculative path of the loop; settings that
+  draft on no prompt measured 0.87x-0.99x at a load near 1 before it was priced).
 
 A draft model adds its own work per step, in decodes of the draft (``draft_share``: one
 decode of the draft in plain target steps). llama-server's draft-simple
@@ -81,6 +85,8 @@ MAX_NOISE_FACTOR = 3.0
 bound it only loosely: the chi-square bound would be 5 to 16 times)."""
 OUTLIER = 6.0
 """A step slower than this many times its d's median was preempted, not computed."""
+MIN_IDLE_STEPS = 10
+"""Steps of the calibration's server that drafted nothing, at least, to price them."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,10 @@ class StepCosts:
     """The draft calibration's relative residual per request (0: none): what the model
     misses on a draft model's setting, beyond ``noise``."""
     draft_requests: int = 0
+    idle_share: float = 0.0
+    """What a drafting server's step that verifies nothing costs beyond a plain server's step
+    (its drafter's lookup, the speculative path of the server's loop)."""
+    idle_se: float = 0.0
 
     def step(self, drafted: int) -> float:
         if drafted <= 0:
@@ -152,7 +162,8 @@ class StepCosts:
                 "draft_share": self.draft_share, "plain_s": self.plain_s,
                 "run_noise": self.run_noise, "run_pairs": self.run_pairs,
                 "draft_se": self.draft_se, "draft_noise": self.draft_noise,
-                "draft_requests": self.draft_requests}
+                "draft_requests": self.draft_requests, "idle_share": self.idle_share,
+                "idle_se": self.idle_se}
 
 
 def upper_bound(sigma: float, n: int) -> float:
@@ -257,6 +268,7 @@ class CalibrationRun:
 def fit_costs(runs: list[CalibrationRun]) -> StepCosts:
     """The step costs from the calibration's runs (see the module's docstring)."""
     by_d: dict[int, list[float]] = {}
+    idle: list[float] = []
     plain_seconds = []
     for run in runs:
         c1 = plain_step_s(run.plain)
@@ -264,8 +276,7 @@ def fit_costs(runs: list[CalibrationRun]) -> StepCosts:
             continue
         plain_seconds.append(c1)
         for drafted, seconds in step_seconds(run.drafted, run.replayed):
-            if drafted > 0:
-                by_d.setdefault(drafted, []).append(seconds / c1)
+            (by_d.setdefault(drafted, []) if drafted > 0 else idle).append(seconds / c1)
     # means, as a measured span adds up every step, the usual waits for a core included
     points = [(d, _trimmed_mean(v), len(v)) for d, v in sorted(by_d.items())]
     if len(points) < 3:
@@ -294,9 +305,16 @@ def fit_costs(runs: list[CalibrationRun]) -> StepCosts:
         # little under one is noise, and the interval carries it).
         raise ValueError("the timings fit a verifying step cheaper than a plain one (another "
                          "program moved them)")
+    idle_share = idle_se = 0.0
+    if len(idle) >= MIN_IDLE_STEPS:
+        # a step of the drafting server that drafted nothing, over the plain server's step
+        kept = [v for v in idle if v <= OUTLIER * statistics.median(idle)]
+        idle_share = max(0.0, statistics.fmean(kept) - 1.0)
+        idle_se = statistics.stdev(kept) / math.sqrt(len(kept)) if len(kept) > 1 else 0.0
     costs = StepCosts(verify, max(row, 0.0), row2, verify_se, row_se, 0.0,
                       sum(len(v) for v in by_d.values()),
-                      plain_s=statistics.median(plain_seconds) if plain_seconds else 0.0)
+                      plain_s=statistics.median(plain_seconds) if plain_seconds else 0.0,
+                      idle_share=idle_share, idle_se=idle_se)
     errors: list[float] = []
     for run in runs:
         plain_span = run.plain[-1] - run.plain[0] if len(run.plain) > 1 else 0.0
@@ -328,7 +346,8 @@ def _cost(costs: StepCosts, replayed: Replayed, draft_model: bool = False) -> fl
     """A request's generation after its first token, with ``replayed``'s steps, in plain
     steps."""
     plain_steps = replayed.plain_steps - 1
-    total = plain_steps + sum(costs.step(s.drafted) for s in replayed.steps)
+    total = plain_steps * (1.0 + costs.idle_share) + sum(costs.step(s.drafted)
+                                                         for s in replayed.steps)
     if draft_model and costs.draft_share > 0:
         total += costs.draft_share * draft_units(costs, replayed)
     return total
@@ -426,7 +445,8 @@ def predict_speedup(costs: StepCosts, each: list[Replayed], draft_model: bool = 
         drafted = sum(s.drafted for s in r.steps)
         units = draft_units(costs, r) if draft_model and costs.draft_share > 0 else 0.0
         spread.append(math.hypot(r.drafts * costs.verify_se, drafted * costs.row_se,
-                                 units * costs.draft_se) / mine)
+                                 units * costs.draft_se,
+                                 (r.plain_steps - 1) * costs.idle_se) / mine)
     if not ratios:
         return Predicted(1.0, 1.0, 1.0, ())
     mid = statistics.median(ratios)
