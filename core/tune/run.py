@@ -367,8 +367,10 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
             from specdeck.core.tune.replay.search import verify_repeats as needed
 
             figure = max(expected.get(best.cell.arm.name, 0.0), best.score)
-            # one pass of the search cannot show the noise; the calibration's runs did
-            shaky = noise_share or forecast.costs.noise / math.sqrt(2)
+            # one pass of the search cannot show the noise; the calibration's runs did (its
+            # pairs of plain runs: what repeats average away, not the model's misfit)
+            costs = forecast.costs
+            shaky = noise_share or (costs.run_noise or costs.noise) / math.sqrt(2)
             repeats = min(repeats, needed(figure, shaky, len(held_out),
                                           options.verify_repeats, VERIFY_MAX_REPEATS))
             notes.append(f"The verification ran the held-out prompts {repeats} times: what a "
