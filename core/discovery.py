@@ -8,6 +8,7 @@ Read-only and quick: files are only looked for at the usual places, servers are 
 from __future__ import annotations
 
 import socket
+import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -115,9 +116,22 @@ def servers(ports: dict[int, str] | None = None) -> list[Discovery]:
                        "A/B it against another server, or reload it with a draft: "
                        "A/B bench, engine Servers.", "bench", True, url)
 
-    with ThreadPoolExecutor(max_workers=len(ports) or 1) as pool:
-        results = list(pool.map(look, ports))
+    try:
+        with ThreadPoolExecutor(max_workers=len(ports) or 1) as pool:
+            results = list(pool.map(look, ports))
+    except RuntimeError:
+        # The app quit while its start page was still looking (concurrent.futures refuses new
+        # work once the interpreter shuts down): nobody is left to show the answer.
+        if not _shutting_down():
+            raise
+        return []
     return [r for r in results if r is not None]
+
+
+def _shutting_down() -> bool:
+    import concurrent.futures.thread as futures_thread
+
+    return bool(getattr(futures_thread, "_shutdown", False)) or sys.is_finalizing()
 
 
 def discover(ports: dict[int, str] | None = None) -> list[Discovery]:

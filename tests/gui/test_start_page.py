@@ -127,3 +127,17 @@ def test_the_start_page_says_what_tuning_the_demo_needs(qtbot, configured_qapp, 
     monkeypatch.setenv("SPECDECK_LLAMA_SERVER", str(llama_bin))
     assert f"Tuning it runs llama-server ({llama_bin})" in start.demo_hint_text()
     assert tune.request().binary == str(llama_bin)
+
+
+def test_a_look_for_servers_cut_short_by_the_app_quitting_ends_quietly(monkeypatch):
+    """`make run` quit by its start-up probe printed a traceback: the start page's worker was
+    still looking for servers when the interpreter shut down, and concurrent.futures refuses
+    new work then. Nobody is left to show the answer: the look ends with none."""
+    import concurrent.futures.thread as futures_thread
+
+    from specdeck.core import discovery
+
+    monkeypatch.setattr(futures_thread, "_shutdown", True)  # what its atexit hook sets
+    assert discovery.servers({1: "anything"}) == []
+    monkeypatch.setattr(futures_thread, "_shutdown", False)
+    assert discovery.servers({}) == []  # an ordinary empty look still works
