@@ -38,6 +38,10 @@ NGRAM_REMOVED = {"--spec-ngram-size-n": "size-n", "--spec-ngram-size-m": "size-m
 """Removed in 2026 builds, each n-gram type has its own now: removed flag -> the suffix of
 the type's flag (``--spec-ngram-simple-size-n``)."""
 
+NGRAM_NUMBER_MAX = 1024
+"""The most an n-gram type's lookup size, n-match and min hits may be: llama.cpp 11434's own
+check (common/arg.cpp, 1 to 1024)."""
+
 REMOVED = {
     **dict.fromkeys(N_MAX_REMOVED,
                     "--spec-draft-n-max (draft model) or --spec-ngram-mod-n-max (n-gram)"),

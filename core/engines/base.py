@@ -42,8 +42,11 @@ from specdeck.core.llama_flags import DRAFT_SIMPLE
 MAX_DRAFT_TOKENS = 32
 """More draft tokens per step than any engine's verify batch (ExLlamaV2: max_q_size 8..16)."""
 MAX_SERVER_DRAFT_TOKENS = 1024
-"""A server's drafter (``DrafterSpec.server_type``) may draft more than an engine here:
-llama.cpp's n-gram types default to 48 (ngram-simple's size-m) and 64 (ngram-mod's n-max)."""
+"""The most tokens a server's drafter (``DrafterSpec.server_type``) may draft per step (k),
+wherever SpecDeck takes one: an A/B plan, a llama-swap cmd or presets file (`swap set-draft`,
+the llama-swap page), a tune's arguments and a saved tune's k. More than an engine here:
+llama.cpp's n-gram types default to 48 (ngram-simple's size-m) and 64 (ngram-mod's n-max),
+and llama.cpp 11434 checks those up to 1024 (common/arg.cpp)."""
 DEFAULT_DRAFT_TOKENS = 4
 """k when nobody says: ExLlamaV2's num_draft_tokens default (and TabbyAPI's, which cannot
 change it on its ExLlamaV2 backend). core.bench.fields's table reads it."""

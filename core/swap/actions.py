@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specdeck.core.config.edit import ConfigChange
+from specdeck.core.engines.base import MAX_SERVER_DRAFT_TOKENS
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.llama_flags import (
     DRAFT_MODEL,
@@ -36,9 +37,10 @@ DRAFTING_FLAGS = (SPEC_TYPE, DRAFT_N_MAX, DRAFT_N_MIN, DRAFT_P_MIN, *P_MIN_ALIAS
 """Every flag removing drafting takes out, besides the draft model's."""
 
 
-DRAFT_MAX_RANGE = (1, 256)
-"""Draft max (k): at least one token a step, or nothing drafts."""
-DRAFT_MIN_RANGE = (0, 256)
+DRAFT_MAX_RANGE = (1, MAX_SERVER_DRAFT_TOKENS)
+"""Draft max (k): at least one token a step, or nothing drafts; at most what a server may
+draft (the A/B page's winner can be written, whatever its k)."""
+DRAFT_MIN_RANGE = (0, MAX_SERVER_DRAFT_TOKENS)
 P_MIN_RANGE = (0.0, 1.0)
 
 

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specdeck.core import llama_flags
+from specdeck.core.engines.base import MAX_SERVER_DRAFT_TOKENS
 from specdeck.core.errors import InvalidInputError
 
 TABLE = (
@@ -33,19 +34,24 @@ TABLE = (
 """Every argument a tune produces, and what its value may be."""
 NUMBER = re.compile(r"\d{1,7}(?:\.\d{1,6})?")
 """A flag's value: a whole number or a decimal, below 10 million."""
+K_MOST = MAX_SERVER_DRAFT_TOKENS
+"""The most tokens a tune lets a server draft per step (core.engines.base)."""
 RANGES = (
     ("-p-min", 0.0, 1.0, False),
-    ("-size-n", 1, 1024, True), ("-size-m", 1, 1024, True), ("-n-match", 1, 1024, True),
-    ("-min-hits", 1, 1024, True), ("-n-max", 1, 1024, True), ("-n-min", 0, 1024, True),
-    ("--draft-max", 1, 1024, True), ("--draft-min", 0, 1024, True),
-    ("--draft", 1, 1024, True), ("--draft-n", 1, 1024, True), ("--draft-n-min", 0, 1024, True),
+    ("-size-n", 1, llama_flags.NGRAM_NUMBER_MAX, True),
+    ("-n-match", 1, llama_flags.NGRAM_NUMBER_MAX, True),
+    ("-min-hits", 1, llama_flags.NGRAM_NUMBER_MAX, True),
+    ("-size-m", 1, K_MOST, True), ("-n-max", 1, K_MOST, True), ("-n-min", 0, K_MOST, True),
+    *((flag, 1, K_MOST, True) for flag in llama_flags.N_MAX_REMOVED),
+    *((flag, 0, K_MOST, True) for flag in llama_flags.N_MIN_REMOVED),
 )
 """The numbers a tune sets, by how their flag's name ends (an n-gram type's lookup and draft
 lengths, min hits and n-match, a draft's most and fewest tokens and its p-min; on a build
-that drafts with -md alone, its --draft-max family), and the range each may take: llama.cpp
-11434's own checks (common/arg.cpp: sizes and n-match 1 to 1024, ngram-mod's n-min/n-max 0
-to 1024, min hits at least 1; p-min is a probability), no wider than what a tune produces
-(k at least 1, at most MAX_SERVER_DRAFT_TOKENS, 1024)."""
+that drafts with -md alone, the --draft-max family core.llama_flags says the pinned build
+removed), and the range each may take: an n-gram type's lookup size, n-match and min hits
+as llama.cpp 11434 checks them (``llama_flags.NGRAM_NUMBER_MAX``); a number of draft tokens
+(ngram-simple's size-m, the n-max/n-min pairs) at least 1 (0 for a fewest) and at most
+``K_MOST``; p-min is a probability."""
 
 
 def number_range(flag: str) -> tuple[float, float, bool] | None:

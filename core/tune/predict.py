@@ -52,6 +52,7 @@ from specdeck.core.bench.stats import (
     iid_cumulative,
     theoretical_speedup,
 )
+from specdeck.core.engines.base import MAX_SERVER_DRAFT_TOKENS
 from specdeck.core.tune.candidates import Candidate
 from specdeck.core.tune.setup import Setup
 from specdeck.core.units import MiB
@@ -185,9 +186,9 @@ def history_path() -> Path:
     return appdirs.data_dir() / HISTORY_FILE
 
 
-MAX_SPEEDUP = 1025.0
+MAX_SPEEDUP = MAX_SERVER_DRAFT_TOKENS + 1.0
 """No drafter yields more than k + 1 tokens a target forward, and no server drafts more than
-1024 (core.engines.base.MAX_SERVER_DRAFT_TOKENS): a figure above this is made up."""
+MAX_SERVER_DRAFT_TOKENS: a figure above this is made up."""
 _TEXT_FIELDS = ("target", "candidate", "spec_type", "kind", "family", "device", "prompts")
 
 
@@ -267,7 +268,7 @@ def checked_entry(entry) -> dict | None:
     pairs, k = entry.get("pairs", 0), entry.get("k")
     if isinstance(pairs, bool) or not isinstance(pairs, int) or not 0 <= pairs <= 10**6:
         return None
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 < k <= 1024):
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 < k <= MAX_SERVER_DRAFT_TOKENS):
         return None
     for name in ("disturbed", "complete"):
         if name in entry and not isinstance(entry[name], bool):
