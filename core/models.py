@@ -286,6 +286,9 @@ CONFIG_LIMITS = {
     "vocab_size": 1 << 24,
 }
 MAX_CONTEXT = 1 << 27
+"""The longest context SpecDeck reads from a model or takes from a user (a config.yml's
+max_seq_len, ``--ctx``, ``--max-seq-len``, the GPUs and Compatibility pages): 128 Mi tokens,
+beyond any model's; a larger number is a typo, or a file that is not what it claims."""
 
 
 def _whole_number(config: Mapping[str, Any], key: str, source: str, default: int | None) -> int:

@@ -13,7 +13,7 @@ import textwrap
 from typing import TextIO
 
 from specdeck.core.cli import EXIT_NEGATIVE, EXIT_OK
-from specdeck.core.cli.numbers import whole
+from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.cli.output import emit_json
 
 WIDTH = 100
@@ -21,6 +21,8 @@ MODEL_HELP = "a model folder, or a Hugging Face Hub id org/name[@revision]"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from specdeck.core.vram.weights import BPW_RANGE
+
     check = subparsers.add_parser(
         "check",
         help="can DRAFT speculate for TARGET? (tokenizer, special tokens, context)",
@@ -54,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help="fetch each Hub draft's tokenizer files and check them")
     suggest.add_argument("--gpus", metavar="GB,GB",
                          help="GPU sizes to plan VRAM for (e.g. 24,24); default: this machine's")
-    suggest.add_argument("--bpw", type=float, metavar="BITS",
+    suggest.add_argument("--bpw", type=finite(*BPW_RANGE), metavar="BITS",
                          help="the target's EXL2 bitrate, for planning VRAM when the target "
                          "folder is not an EXL2 quant (e.g. 4.0)")
     suggest.add_argument("--limit", type=whole(1, 1000), default=10, metavar="N",
@@ -64,7 +66,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--max-seq-len", type=whole(1, 1 << 27), metavar="TOKENS",
+    from specdeck.core.compat.check import MAX_SEQ_LEN_RANGE
+
+    parser.add_argument("--max-seq-len", type=whole(*MAX_SEQ_LEN_RANGE), metavar="TOKENS",
                         help="the context the target runs at (TabbyAPI model.max_seq_len); "
                         "default: its native context")
 

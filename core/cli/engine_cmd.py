@@ -35,6 +35,7 @@ from specdeck.core.engines.base import (
 )
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.exl2_facts import CACHE_MODES_TEXT, DEFAULT_CACHE_MODE
+from specdeck.core.models import MAX_CONTEXT
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -89,7 +90,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument("--seed", type=whole(0, 2**63 - 1), default=None)
     gen.add_argument("--device", default="auto", help="torch engine: auto, cpu, cuda, cuda:N")
     gen.add_argument("--dtype", default="auto", help="torch engine: auto, float32, bfloat16, float16")
-    gen.add_argument("--max-seq-len", type=whole(1, 1 << 27), default=None, help="context length to load")
+    gen.add_argument("--max-seq-len", type=whole(1, MAX_CONTEXT), default=None,
+                     help="context length to load")
     gen.add_argument("--cache-mode", default=DEFAULT_CACHE_MODE,
                      help=f"exllamav2: {CACHE_MODES_TEXT}")
     gen.add_argument("--draft-cache-mode", default=DEFAULT_CACHE_MODE,

@@ -23,6 +23,9 @@ from specdeck.core.units import GiB, format_bytes
 
 
 def register(subparsers) -> None:
+    from specdeck.core.vram.inputs import CONTEXT_RANGE
+    from specdeck.core.vram.weights import BPW_RANGE, HEAD_BITS_RANGE
+
     gpus = subparsers.add_parser(
         "gpus",
         help="list NVIDIA GPUs: memory, utilisation, power, temperature, processes",
@@ -66,8 +69,9 @@ def register(subparsers) -> None:
     llama.add_argument("--host-ram", type=finite(0, 1 << 20, low_open=True), metavar="GiB",
                        help="the host memory what stays off the GPUs must fit in "
                        "(default: this machine's)")
-    vram.add_argument("--ctx", type=whole(-1, 1 << 27), metavar="N",
-                      help=f"context (max_seq_len); default: TabbyAPI's, min(native, {DEFAULT_MAX_SEQ_LEN})")
+    vram.add_argument("--ctx", type=whole(*CONTEXT_RANGE), metavar="N",
+                      help="context (max_seq_len); -1: the target's native context; default "
+                      f"(or 0): TabbyAPI's, min(native, {DEFAULT_MAX_SEQ_LEN})")
     vram.add_argument("--cache-mode", default=DEFAULT_CACHE_MODE,
                       help=f"{CACHE_MODES_TEXT} (default {DEFAULT_CACHE_MODE}); for EXL3 also "
                       "k,v bits from 2 to 8, e.g. 8,4")
@@ -75,11 +79,11 @@ def register(subparsers) -> None:
                       help="the draft's cache mode")
     vram.add_argument("--gpus", metavar="GB,GB", help="plan for these GPUs, e.g. 32,24, "
                       "instead of the ones in this machine")
-    vram.add_argument("--bpw", type=finite(1, 16), help="the target's bpw, for a folder that is not "
+    vram.add_argument("--bpw", type=finite(*BPW_RANGE), help="the target's bpw, for a folder that is not "
                       "an EXL2 or EXL3 quant (config.json is enough), or to override an EXL3's")
-    vram.add_argument("--draft-bpw", type=finite(1, 16), help="the draft's bpw, likewise")
-    vram.add_argument("--head-bits", type=whole(2, 16), help="the target head's bits with --bpw (default 6)")
-    vram.add_argument("--draft-head-bits", type=whole(2, 16), help="the draft head's bits with --draft-bpw")
+    vram.add_argument("--draft-bpw", type=finite(*BPW_RANGE), help="the draft's bpw, likewise")
+    vram.add_argument("--head-bits", type=whole(*HEAD_BITS_RANGE), help="the target head's bits with --bpw (default 6)")
+    vram.add_argument("--draft-head-bits", type=whole(*HEAD_BITS_RANGE), help="the draft head's bits with --draft-bpw")
     vram.add_argument("--gpu-split", metavar="GB,GB", help="TabbyAPI gpu_split (default: autosplit)")
     vram.add_argument("--draft-gpu-split", metavar="GB,GB", help="TabbyAPI draft_gpu_split")
     vram.add_argument("--no-autosplit", action="store_true",

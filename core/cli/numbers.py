@@ -21,6 +21,7 @@ def whole(low: int, high: int, what: str = "a whole number"):
         return value
 
     parse.__name__ = "whole number"  # argparse names the type in its messages
+    parse.bounds = (low, high)  # what a page's widget for the same value must take
     return parse
 
 
@@ -41,4 +42,5 @@ def finite(low: float, high: float, *, low_open: bool = False):
         return value
 
     parse.__name__ = "number"
+    parse.bounds = (low, high)
     return parse

@@ -85,10 +85,10 @@ def register(subparsers) -> None:
     p.add_argument("--llama-server", metavar="BINARY",
                    help="the llama-server binary (needed with --gguf; default: the llama-swap "
                    "cmd's, or for --demo the one on PATH)")
-    p.add_argument("--budget", type=duration, default=600.0, metavar="TIME",
+    p.add_argument("--budget", type=duration, default=request.DEFAULT_BUDGET_S, metavar="TIME",
                    help="wall clock for the search and the verification, counted after the "
-                   "downloads, which get at most as long again (default 10m)")
-    p.add_argument("--download-budget", type=finite(0, 1024), metavar="GB",
+                   f"downloads, which get at most as long again (default {request.BUDGET})")
+    p.add_argument("--download-budget", type=finite(*request.DOWNLOAD_GIB_RANGE), metavar="GB",
                    default=DEFAULT_DOWNLOAD_GIB,
                    help="GiB of draft models to download from the Hub at most, best predicted "
                    f"first (default {DEFAULT_DOWNLOAD_GIB:g}; 0: local drafts only, the Hub is "

@@ -23,8 +23,13 @@ from specdeck.core.compat.report import (
 from specdeck.core.compat.rules import evaluate
 from specdeck.core.compat.source import ModelSource
 from specdeck.core.errors import InvalidInputError
+from specdeck.core.models import MAX_CONTEXT
 
 Progress = Callable[[Any], None]
+
+MAX_SEQ_LEN_RANGE = (1, MAX_CONTEXT)
+"""The context a check takes for the target (``compat --max-seq-len``, the Compatibility
+page; None, which the page shows below the range, assumes its native context)."""
 
 
 def check(
@@ -45,9 +50,11 @@ def check(
     None assumes its native context. Raises SpecDeckError for unreadable input and
     CancelledError when ``cancel`` is set.
     """
-    if max_seq_len is not None and max_seq_len <= 0:
+    low, high = MAX_SEQ_LEN_RANGE
+    if max_seq_len is not None and not low <= max_seq_len <= high:
         raise InvalidInputError(
-            f"max_seq_len must be a positive number of tokens, not {max_seq_len}.")
+            f"max_seq_len must be a number of tokens from {low} to {high:,}, not "
+            f"{max_seq_len}.")
     started = time.perf_counter()
     if progress:
         progress("Reading the target's tokenizer…")

@@ -26,6 +26,7 @@ from specdeck.core.exl2_facts import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_SEQ_LEN,
 )
+from specdeck.core.models import MAX_CONTEXT
 
 EXLLAMAV2 = "exllamav2"
 EXLLAMAV3 = "exllamav3"
@@ -53,7 +54,6 @@ class Kind(str, enum.Enum):
 
 MAX_GPUS = 64
 MAX_GPU_GB = 16384.0
-MAX_CONTEXT = 1 << 27
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,12 @@ Tune page and a saved tune take."""
 
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
 SHORTEST_S, LONGEST_S = 10, 7 * 24 * 3600
+BUDGET = "10m"
+"""A tune's budget when nobody says (``--budget``, the Tune page; ``DEFAULT_BUDGET_S`` is the
+same in seconds)."""
+DOWNLOAD_GIB_RANGE = (0.0, 1024.0)
+"""GiB of Hub drafts a tune may download (``--download-budget``, the Tune page): 0, none (the
+Hub is not asked), to 1 TiB."""
 
 
 def parse_duration(text: str) -> float:
@@ -45,6 +51,9 @@ def parse_duration(text: str) -> float:
         raise InvalidInputError(f"{text!r}: give 10 s to 7 days",
                                 "Give a duration such as 90s, 10m or 1h.")
     return seconds
+
+
+DEFAULT_BUDGET_S = parse_duration(BUDGET)
 
 
 @dataclass(frozen=True)
@@ -148,11 +157,12 @@ class TuneForm:
     tabby_config: str = form_field("")
     api_key_env: str = form_field("")
     admin_key_env: str = form_field("")
-    budget: str = form_field("10m", check=lambda text: _is_duration(text))
+    budget: str = form_field(BUDGET, check=lambda text: _is_duration(text))
     max_new: int = form_field(MAX_NEW_TOKENS, low=MAX_NEW_TOKENS_RANGE[0],
                               high=MAX_NEW_TOKENS_RANGE[1], kept=False)
     prompts: str = form_field("")
-    downloads_gib: float = form_field(0.0, low=0.0, high=1000.0, kept=False)
+    downloads_gib: float = form_field(0.0, low=DOWNLOAD_GIB_RANGE[0], high=DOWNLOAD_GIB_RANGE[1],
+                                      kept=False)
 
     def request(self, found_binary=None) -> TuneRequest:
         """The form as a request; a SpecDeckError says what is missing. ``found_binary``: the

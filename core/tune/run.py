@@ -39,7 +39,7 @@ from specdeck.core.bench.winner import cheapest_close, figure_of
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.tune.candidates import Candidate, Candidates
 from specdeck.core.tune.predict import Prediction, record
-from specdeck.core.tune.request import MAX_NEW_TOKENS, PROMPTS_PER_SUITE
+from specdeck.core.tune.request import DEFAULT_BUDGET_S, MAX_NEW_TOKENS, PROMPTS_PER_SUITE
 from specdeck.core.tune.setup import Setup
 
 if TYPE_CHECKING:
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
     from specdeck.core.tune.verify import Verification
 
 DEFAULT_SUITES = ("grounded", "code", "structured")
-DEFAULT_BUDGET_S = 600.0
 VERIFY_SHARE = 0.3
 """Of the budget, what the search leaves for the verification."""
 SEARCH_MAX_REPEATS = 4

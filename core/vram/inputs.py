@@ -11,6 +11,7 @@ from specdeck.core.exl2_facts import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_SEQ_LEN,
 )
+from specdeck.core.models import MAX_CONTEXT
 from specdeck.core.vram.costs import DEFAULT_OVERHEADS, Overheads
 from specdeck.core.vram.gpus import (
     GpuSpec,
@@ -22,6 +23,13 @@ from specdeck.core.vram.gpus import (
 from specdeck.core.vram.plan import VramPlan, plan
 from specdeck.core.vram.request import PlanRequest
 from specdeck.core.vram.weights import model_weights
+
+NATIVE_CONTEXT = -1
+"""A context that says: the target's own (TabbyAPI's max_seq_len: -1)."""
+CONTEXT_RANGE = (NATIVE_CONTEXT, MAX_CONTEXT)
+"""The context a plan takes (``PlanInputs.context``, ``vram --ctx``, the GPUs page): -1 the
+target's native context, 0 TabbyAPI's default, else tokens (config.yml's max_seq_len takes
+the same, core.config.schema)."""
 
 
 @dataclass(frozen=True)
@@ -93,13 +101,15 @@ def build_request(inputs: PlanInputs, frame=None, overheads: Overheads = DEFAULT
 
 
 def _context_tokens(context: int | None, native: int) -> int:
-    if context == -1:
+    if context == NATIVE_CONTEXT:
         return native
     if context is None or context == 0:
         return min(native, DEFAULT_MAX_SEQ_LEN)
-    if context < 0:
-        raise InvalidInputError(f"Context {context} is not a number of tokens.",
-                                "Use a positive number, or -1 for the model's own context.")
+    low, high = CONTEXT_RANGE
+    if not low <= context <= high:
+        raise InvalidInputError(f"Context {context} is not a number of tokens a plan takes.",
+                                f"Use 1 to {high:,}, 0 for TabbyAPI's default or -1 for the "
+                                "model's own context.")
     return context
 
 

@@ -22,6 +22,12 @@ from specdeck.core.models import (
 )
 
 DEFAULT_HEAD_BITS = 6
+BPW_RANGE = (1.0, 16.0)
+"""The bits per weight a plan may assume for a model's layers (``vram --bpw``, ``compat
+suggest --bpw``, the GPUs page's bpw boxes, the estimate itself): an EXL3 quant's from 1, an
+EXL2 quant's 2 to 8, 16 for an unquantized model known by its config.json alone."""
+HEAD_BITS_RANGE = (2, 16)
+"""The bits a plan may assume for the output head (``--head-bits``; EXL2 quants use 6 or 8)."""
 """ExLlamaV2's converter default (-hb 6) when quantization_config does not say."""
 
 
@@ -98,6 +104,16 @@ def _index_bytes(arch: Architecture) -> dict[ModuleKind, int]:
             for kind, shapes in _linear_shapes(arch).items()}
 
 
+def check_bpw(bpw: float) -> float:
+    """``bpw`` if a plan may assume it (``BPW_RANGE``); else an error saying the range."""
+    low, high = BPW_RANGE
+    if not low <= bpw <= high:
+        raise InvalidInputError(f"bpw {bpw:g} is out of range.",
+                                f"Use {low:g} to {high:g}: EXL2 quants run from 2 to 8 bpw, "
+                                "EXL3 quants from 1, an unquantized model is 16.")
+    return bpw
+
+
 def weights_from_bpw(arch: Architecture, bpw: float, head_bits: int = DEFAULT_HEAD_BITS,
                      name: str = "model") -> ModelWeights:
     """Estimate EXL2 module sizes from the architecture: layers at ``bpw``, head at
@@ -107,10 +123,10 @@ def weights_from_bpw(arch: Architecture, bpw: float, head_bits: int = DEFAULT_HE
     so ``params x bpw / 8`` is the size on disk and on the GPU; biases (Qwen2's q/k/v) are
     left out (a few kB per layer).
     """
-    if not 1.0 <= bpw <= 16.0:
-        raise InvalidInputError(f"bpw {bpw:g} is out of range.", "EXL2 quants run from 2 to 8 bpw.")
-    if not 2 <= head_bits <= 16:
-        raise InvalidInputError(f"head bits {head_bits} are out of range (2-16).")
+    check_bpw(bpw)
+    low, high = HEAD_BITS_RANGE
+    if not low <= head_bits <= high:
+        raise InvalidInputError(f"head bits {head_bits} are out of range ({low}-{high}).")
     h = arch.hidden_size
     norm = 2 * h
     shapes = _linear_shapes(arch)
@@ -207,7 +223,7 @@ def _exl3_weights(info: ModelInfo, bpw: float | None, head_bits: int | None) -> 
 
     if bpw is None and info.weights is not None:
         return exl3.weights_from_files(info)
-    bits = bpw if bpw is not None else info.quant.bits
+    bits = check_bpw(bpw) if bpw is not None else info.quant.bits
     if bits is None:
         raise InvalidInputError(f"{info.path}'s quantization_config names no bits.",
                                 "Pass the bits per weight of the EXL3 quant (e.g. --bpw 4.0).")

@@ -217,6 +217,8 @@ class CompatibilityPage(QWidget):
 
     # layout ----------------------------------------------------------------------------
     def _build(self) -> None:
+        from specdeck.core.compat.check import MAX_SEQ_LEN_RANGE
+
         page = spec("compat")
         title = QLabel(f"<h2>{page.title}</h2>")
         intro = QLabel(
@@ -231,7 +233,8 @@ class CompatibilityPage(QWidget):
         self.target = ModelPicker("Target model: folder, .gguf file or Hub id")
         self.draft = ModelPicker("Draft model: folder, .gguf file or Hub id")
         self.context_len = QSpinBox()
-        self.context_len.setRange(0, 10_000_000)
+        low, high = MAX_SEQ_LEN_RANGE  # below it: None, the target's native context
+        self.context_len.setRange(low - 1, high)
         self.context_len.setSingleStep(1024)
         self.context_len.setSpecialValueText("target's native context")
         self.context_len.setSuffix(" tokens")

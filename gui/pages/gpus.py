@@ -34,12 +34,14 @@ from PySide6.QtWidgets import (
 from specdeck.core.errors import SpecDeckError
 from specdeck.core.exl2_facts import (
     CACHE_MODES,
-    CACHE_STEP,
     DEFAULT_AUTOSPLIT_RESERVE_TEXT,
     DEFAULT_CACHE_MODE,
+    DEFAULT_MAX_SEQ_LEN,
 )
 from specdeck.core.forms import bounds, form_field
 from specdeck.core.gpu.telemetry import TelemetryFrame, TelemetryState
+from specdeck.core.vram.inputs import CONTEXT_RANGE, NATIVE_CONTEXT
+from specdeck.core.vram.weights import BPW_RANGE
 from specdeck.gui import form_settings
 from specdeck.gui.plan_bars import PlanBars
 from specdeck.gui.telemetry_view import (
@@ -65,7 +67,12 @@ COMPACT_LIVE_PX = 90
 """The live half's height without GPUs: the banner's two lines of text and its badge."""
 
 
-MAX_BPW = 8.0
+FILES_BPW = 0.0
+"""A bpw box's value that says: measure the folder's files (below core's BPW_RANGE)."""
+
+
+def _bpw_or_files(bpw: float) -> bool:
+    return bpw == FILES_BPW or BPW_RANGE[0] <= bpw <= BPW_RANGE[1]
 
 
 def _cache_mode(raw) -> str:
@@ -87,10 +94,11 @@ class PlanChoices:
 
     target: str = form_field("")
     draft: str = form_field("")
-    target_bpw: float = form_field(0.0, low=0.0, high=MAX_BPW)
-    """0: measured from an EXL2 folder's files."""
-    draft_bpw: float = form_field(0.0, low=0.0, high=MAX_BPW)
-    context: int = form_field(16384, low=CACHE_STEP, high=1_048_576)
+    target_bpw: float = form_field(FILES_BPW, check=_bpw_or_files)
+    """0 (FILES_BPW): measured from an EXL2 folder's files; else core's BPW_RANGE."""
+    draft_bpw: float = form_field(FILES_BPW, check=_bpw_or_files)
+    context: int = form_field(16384, low=CONTEXT_RANGE[0], high=CONTEXT_RANGE[1])
+    """-1: the target's native context; 0: TabbyAPI's default (core.vram.inputs)."""
     cache_mode: str = form_field(DEFAULT_CACHE_MODE, choices=CACHE_MODES, from_text=_cache_mode)
     draft_cache_mode: str = form_field(DEFAULT_CACHE_MODE, choices=CACHE_MODES,
                                        from_text=_cache_mode)
@@ -129,6 +137,45 @@ class PlanChoices:
             reserve=inputs.autosplit_reserve_mb, **typed)
 
 
+class _BpwBox(QDoubleSpinBox):
+    """Bits per weight in core's BPW_RANGE, or, at its bottom, "files": the arrows step from
+    files to the lowest bpw and back, never into the gap between."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setRange(FILES_BPW, BPW_RANGE[1])
+        self.setSingleStep(0.05)
+        self.setDecimals(2)
+        self.setSpecialValueText("bpw: files")
+        self.setSuffix(" bpw")
+
+    def stepBy(self, steps: int) -> None:  # noqa: N802 - Qt's name
+        low = BPW_RANGE[0]
+        value = self.value()
+        if value < low and steps > 0:  # from files (or a typed value below): the lowest first
+            value, steps = low, steps - 1
+        target = value + steps * self.singleStep()
+        self.setValue(target if target >= low else FILES_BPW)
+
+
+class _ContextBox(QSpinBox):
+    """A plan's context in core's CONTEXT_RANGE, with its two words: -1 the target's native
+    context, 0 TabbyAPI's default."""
+
+    WORDS = {NATIVE_CONTEXT: "target's native context",
+             0: f"TabbyAPI's default (at most {DEFAULT_MAX_SEQ_LEN:,})"}
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setRange(*bounds(PlanChoices, "context"))
+        self.setSingleStep(1024)
+        self.setSpecialValueText(self.WORDS[NATIVE_CONTEXT])
+        self.setSuffix(" tokens")
+
+    def textFromValue(self, value: int) -> str:  # noqa: N802 - Qt's name
+        return self.WORDS[0] if value == 0 else super().textFromValue(value)
+
+
 class _ModelPicker(QWidget):
     """A folder field with Browse and, beside it, the bpw for folders that are not EXL2."""
 
@@ -138,12 +185,7 @@ class _ModelPicker(QWidget):
         self.path.setPlaceholderText(placeholder)
         browse = QPushButton("Browse…")
         browse.clicked.connect(self._browse)
-        self.bpw = QDoubleSpinBox()
-        self.bpw.setRange(0.0, MAX_BPW)
-        self.bpw.setSingleStep(0.05)
-        self.bpw.setDecimals(2)
-        self.bpw.setSpecialValueText("bpw: files")
-        self.bpw.setSuffix(" bpw")
+        self.bpw = _BpwBox()
         self.bpw.setToolTip("The bpw to assume for a folder with only config.json; "
                             "'files' measures an EXL2 folder's weights exactly.")
         layout = QHBoxLayout(self)
@@ -168,11 +210,8 @@ class PlanForm(QGroupBox):
         super().__init__("VRAM plan", parent)
         self.target = _ModelPicker("target model folder (EXL2, or config.json + bpw)")
         self.draft = _ModelPicker("draft model folder (optional)")
-        self.context = QSpinBox()
-        self.context.setRange(*bounds(PlanChoices, "context"))
-        self.context.setSingleStep(1024)
+        self.context = _ContextBox()
         self.context.setValue(PlanChoices().context)
-        self.context.setSuffix(" tokens")
         self.cache_mode = QComboBox()
         self.draft_cache_mode = QComboBox()
         for combo in (self.cache_mode, self.draft_cache_mode):
