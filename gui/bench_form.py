@@ -26,6 +26,7 @@ import json
 import logging
 import re
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -45,7 +46,6 @@ from specdeck.core.bench.plan import Arm, BenchPlan, default_arms
 from specdeck.core.engines.base import DrafterKind
 from specdeck.core.errors import InvalidInputError, SpecDeckError
 from specdeck.core.forms import form_field
-from specdeck.core.userpath import expand_user
 from specdeck.gui import form_settings
 from specdeck.gui.widgets.server_arms_dialog import LaunchSettings
 
@@ -227,11 +227,13 @@ _PAGE_FIELDS = ("engine", "model", "arms", "suites", "prompt_ids", "max_new_toke
 """What the form sets; every other field of a plan it shows must be BenchPlan's default."""
 
 
-def choices_from_plan(plan: BenchPlan, current: FormChoices, engines, suites) -> FormChoices:
+def choices_from_plan(plan: BenchPlan, current: FormChoices, engines, suites,
+                      read: dict | None = None) -> FormChoices:
     """The choices that make exactly ``plan`` (what the plan leaves open, such as k in a sweep
     or a draft folder not ticked, stays as ``current`` has it); SpecDeckError saying what the
     form cannot hold otherwise. ``engines``: the engine names the form offers; ``suites``:
-    the built-in suites by name."""
+    the built-in suites by name; ``read``: the Spec-Bench choices read already, by name (one
+    read here is added to it)."""
     cannot = []
     defaults = BenchPlan(arms=plan.arms, suites=plan.suites)
     others = [name for name in BenchPlan.__dataclass_fields__
@@ -242,17 +244,17 @@ def choices_from_plan(plan: BenchPlan, current: FormChoices, engines, suites) ->
         cannot.append(f"the engine {plan.engine!r} (it offers {', '.join(engines)})")
     ticked = [s for s in plan.suites if s in suites]
     unknown = [s for s in plan.suites if s not in suites]
-    known = dict(suites)
+    read = {} if read is None else read
     suites_ok = True
     if len(unknown) > 1 or (unknown and plan.suites[-1] != unknown[0]):
         cannot.append(f"the suite(s) {', '.join(unknown)} (it ticks built-in suites and one "
                       "Spec-Bench choice, after them)")
         suites_ok = False
-    elif unknown:
+    elif unknown and unknown[0] not in read:
         from specdeck.core.bench.suites import spec_bench_suite
 
         try:
-            known[unknown[0]] = spec_bench_suite(unknown[0])
+            read[unknown[0]] = spec_bench_suite(unknown[0])
         except SpecDeckError as exc:
             cannot.append(f"the suite {unknown[0]} (it ticks built-in suites and Spec-Bench "
                           f"only: {exc})")
@@ -263,6 +265,7 @@ def choices_from_plan(plan: BenchPlan, current: FormChoices, engines, suites) ->
                       f"own order: {', '.join(order + unknown)})")
         suites_ok = False
     per_suite = None
+    known = {**suites, **read}
     if suites_ok:
         most = max(len(known[s].prompts) for s in plan.suites)
         fitting = [n for n in range(1, most + 1)
@@ -366,7 +369,12 @@ class BenchForm(QWidget):
         from specdeck.gui.workers import Tasks
 
         self.tasks = Tasks(self)
+        """Probing servers ("probe"); reading a Spec-Bench choice ("spec-bench"): files are
+        read in a worker, never on the GUI thread."""
         self._suites = builtin_suites()
+        self._read: dict[str, Any] = {}
+        """The Spec-Bench choices read so far (a shipped one, the user's question file), by
+        name: what the form counts and plans with, without reading again."""
         self._server_arms: tuple[Arm, ...] | None = None
         self._launch_settings = LaunchSettings()
         self._one_at_a_time = False
@@ -488,15 +496,20 @@ class BenchForm(QWidget):
         self._show_engine_controls()
 
     # plans -----------------------------------------------------------------------------
+    def _known(self) -> dict[str, Any]:
+        """Every suite the form has read: the built-ins and the Spec-Bench choices."""
+        return {**self._suites, **self._read}
+
     def plan(self) -> BenchPlan:
         """The plan the controls describe; SpecDeckError (worded for the page) when none."""
-        return plan_from_choices(self.choices(), self._suites)
+        return plan_from_choices(self.choices(), self._known())
 
     def set_plan(self, plan: BenchPlan) -> None:
         """Show ``plan`` in the controls, so that ``plan()`` returns it; SpecDeckError, and
-        nothing changed, when the form cannot express it."""
+        nothing changed, when the form cannot express it. (A question file the form has not
+        read yet is read here: the app only hands it plans of built-in suites.)"""
         engines = [self.engine.itemData(i) for i in range(self.engine.count())]
-        self._show(choices_from_plan(plan, self.choices(), engines, self._suites))
+        self._show(choices_from_plan(plan, self.choices(), engines, self._suites, self._read))
 
     def choices(self) -> FormChoices:
         return FormChoices(
@@ -590,19 +603,23 @@ class BenchForm(QWidget):
                                     Qt.ItemDataRole.ToolTipRole)
         return index
 
-    def set_question_file(self, path: str) -> bool:
-        """Choose the user's Spec-Bench question.jsonl (checked by core as ``--suite`` reads
-        it); False, ``refused`` emitted and the choice as it was, when it is not one."""
+    def set_question_file(self, path: str) -> None:
+        """Choose the user's Spec-Bench question.jsonl, read and checked in a worker as
+        ``--suite`` reads it: shown once read; when it is not one, ``refused`` is emitted and
+        the choice stays as it was."""
         from specdeck.core.bench.suites import spec_bench_suite
 
-        try:
-            spec_bench_suite(path)
-        except SpecDeckError as exc:
+        def read(suite) -> None:
+            self._read[path] = suite
+            self._show_spec_bench(path)
+            self._sync_per_suite()
+
+        def refused(error: BaseException) -> None:
             self.spec_bench.setCurrentIndex(self._spec_bench_index)
-            self.refused.emit(exc)
-            return False
-        self._show_spec_bench(path)
-        return True
+            self.refused.emit(error)
+
+        self.spec_bench.setCurrentIndex(self._spec_bench_index)  # until it is read
+        self.tasks.run("spec-bench", spec_bench_suite, path, on_result=read, on_error=refused)
 
     def _spec_bench_activated(self, index: int) -> None:
         if self.spec_bench.itemData(index) != QUESTION_FILE:
@@ -623,11 +640,20 @@ class BenchForm(QWidget):
 
         name = self._spec_bench_name()
         most = self._builtin_most
-        if name:
-            try:
-                most = max(most, len(spec_bench_suite(name).prompts))
+        if name and name not in self._read and not _is_file_item(name):
+            try:  # shipped with SpecDeck, read as the built-in suites are
+                self._read[name] = spec_bench_suite(name)
             except SpecDeckError:
                 pass
+        if name in self._read:
+            most = max(most, len(self._read[name].prompts))
+        elif name and _is_file_item(name):  # the user's file: read in a worker, then counted
+            def read(suite, name=name) -> None:
+                self._read[name] = suite
+                self._sync_per_suite()
+
+            self.tasks.run("spec-bench", spec_bench_suite, name, on_result=read,
+                           on_error=lambda _error: None)  # said when it is planned
         self.per_suite.setMaximum(most)
 
     # engine ----------------------------------------------------------------------------
@@ -731,8 +757,7 @@ class BenchForm(QWidget):
         if self.engine.findData(saved.engine) < 0:
             saved = replace(saved, engine=self.engine.currentData())
         spec_bench = [name for name in saved.suites if name not in self.suite_buttons and (
-            self.spec_bench.findData(name) > 0
-            or (_is_file_item(name) and expand_user(name).is_file()))]
+            self.spec_bench.findData(name) > 0 or _is_file_item(name))]
         suites = tuple(name for name in self.suite_buttons if name in saved.suites) + tuple(
             spec_bench[-1:])
         if saved.suites and not suites:  # none of them is this form's
@@ -740,6 +765,24 @@ class BenchForm(QWidget):
         self._show(replace(saved, suites=suites))
         self._show_engine_controls()
         self._sync_k()
+        file = next((name for name in spec_bench[-1:] if _is_file_item(name)), None)
+        if file is not None:  # shown now, read in a worker: gone or not Spec-Bench's, dropped
+            from specdeck.core.bench.suites import spec_bench_suite
+
+            def read(suite) -> None:
+                self._read[file] = suite
+                self._sync_per_suite()
+                self.per_suite.setValue(saved.per_suite)
+
+            def unreadable(_error: BaseException) -> None:
+                if self._spec_bench_name() == file:
+                    self._show_spec_bench("")
+                    if not self.choices().suites:  # it was the only one: the defaults
+                        for name, button in self.suite_buttons.items():
+                            button.setChecked(name in FormChoices().suites)
+
+            self.tasks.run("spec-bench", spec_bench_suite, file, on_result=read,
+                           on_error=unreadable)
 
 
 def _probe_arms(arms) -> list[str]:

@@ -121,13 +121,24 @@ def test_choosing_the_whole_benchmark_takes_the_first_of_each_category(form):
     assert form.per_suite.maximum() == max(len(s.prompts) for s in form._suites.values())
 
 
-def test_the_users_question_file_is_chosen_through_the_file_dialog(form, question_file,
+def test_the_users_question_file_is_chosen_through_the_file_dialog(qtbot, form, question_file,
                                                                    monkeypatch):
+    import threading
+
+    from specdeck.core.bench import suites
+
+    readers, real = [], suites.load_suite
+
+    def watched(*args, **kwargs):
+        readers.append(threading.current_thread())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(suites, "load_suite", watched)
     monkeypatch.setattr(bench_form.QFileDialog, "getOpenFileName",
                         staticmethod(lambda *args, **kwargs: (str(question_file), "")))
     untick_builtins(form)
     choose(form, QUESTION_FILE)
-    assert form.spec_bench.currentData() == str(question_file)
+    qtbot.waitUntil(lambda: form.spec_bench.currentData() == str(question_file), timeout=10_000)
     assert "question.jsonl" in form.spec_bench.currentText()
     made = form.plan()
     assert made.suites == (str(question_file),)
@@ -139,6 +150,9 @@ def test_the_users_question_file_is_chosen_through_the_file_dialog(form, questio
                         staticmethod(lambda *args, **kwargs: ("", "")))
     choose(form, QUESTION_FILE)
     assert form.spec_bench.currentData() == str(question_file)
+    # Read once, in a worker (issue 45): choosing, counting and planning never read it on the
+    # GUI thread.
+    assert readers and threading.main_thread() not in readers
 
 
 def test_cancelling_the_file_dialog_keeps_a_plans_choice(form, monkeypatch):
@@ -169,8 +183,9 @@ def test_a_refused_file_shows_in_the_pages_banner(qtbot, configured_qapp, tmp_pa
     qtbot.addWidget(page)
     page.show()
     try:
-        page.form.set_question_file(str(tmp_path / "missing.jsonl"))
-        assert page.banner.isVisible() and "missing.jsonl" in page.banner.label.text()
+        page.form.set_question_file(str(tmp_path / "missing.jsonl"))  # read in a worker
+        qtbot.waitUntil(lambda: page.banner.isVisible(), timeout=10_000)
+        assert "missing.jsonl" in page.banner.label.text()
     finally:
         page.shutdown()
 
@@ -228,7 +243,9 @@ def test_the_choice_is_kept_between_sessions(qtbot, form, question_file):
     assert json.loads(QSettings().value("bench/suites"))[-1] == str(question_file)
     again = BenchForm()
     qtbot.addWidget(again)
-    again.restore()
+    again.restore()  # the file shown at once, read in a worker
+    assert again.spec_bench.currentData() == str(question_file)
+    qtbot.waitUntil(lambda: not again.tasks.running("spec-bench"), timeout=10_000)
     assert again.plan() == form.plan()
     choose(again, "spec-bench")
     again.save()
