@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from specdeck.core.bench.winner import beats_no_draft
+from specdeck.core.changed import MODEL, FileChanged
 from specdeck.core.errors import CancelledError, SpecDeckError
 from specdeck.core.llama_flags import DRAFT_SIMPLE
 from specdeck.core.tune import hub
@@ -64,6 +65,14 @@ class Downloaded:
     @property
     def ok(self) -> bool:
         return self.status in ("downloaded", "already installed")
+
+    @property
+    def changed(self) -> FileChanged | None:
+        """The model folder this download filled, for the app to announce (None: nothing
+        was installed)."""
+        if self.status != "downloaded" or self.path is None:
+            return None
+        return FileChanged(self.path.parent.absolute(), MODEL)
 
 
 ConfirmDownload = Callable[[tuple[Candidate, ...], int, Path], bool]

@@ -31,7 +31,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from specdeck.core import config
-from specdeck.core.changed import TABBY_CONFIG
+from specdeck.core.changed import MODEL as MODEL_FOLDER
+from specdeck.core.changed import TABBY_CONFIG, FileChanged
 from specdeck.core.config import DRAFT, MODEL, ConfigDocument, Layout
 from specdeck.core.errors import NotFoundError, SpecDeckError
 from specdeck.gui import workers
@@ -50,27 +51,31 @@ SEVERITY_MARK = {"error": "✖", "warning": "⚠", "info": "ℹ"}
 def load_with_choices(path: Path) -> tuple[ConfigDocument, list[str]]:
     """Worker: read config.yml and list the model folders in its draft model dir."""
     doc = config.load(path)
-    names: list[str] = []
+    return doc, draft_choices(doc)
+
+
+def draft_choices(doc: ConfigDocument) -> list[str]:
+    """Worker: the model folders in ``doc``'s draft model dir (none if it cannot be listed)."""
     folder = doc.resolve_dir(DRAFT, "draft_model_dir")
     try:
-        names = sorted(p.name for p in folder.iterdir() if (p / "config.json").is_file())
+        return sorted(p.name for p in folder.iterdir() if (p / "config.json").is_file())
     except OSError:
-        pass
-    return doc, names
+        return []
 
 
-def create_config_file(path: Path, sample: Path | None = None) -> None:
+def create_config_file(path: Path, sample: Path | None = None) -> FileChanged:
     """Worker: a new config.yml, a copy of ``sample`` (TabbyAPI's config_sample.yml) or from
-    SpecDeck's defaults; never over an existing file."""
+    SpecDeck's defaults; never over an existing file. Returns what it wrote, to announce."""
     if sample is None:
         config.create_config(path)
-        return
-    from specdeck.core.atomic import atomic_write_bytes
+    else:
+        from specdeck.core.atomic import atomic_write_bytes
 
-    if path.exists():
-        raise SpecDeckError(f"{path} already exists; SpecDeck will not overwrite it.",
-                            "Open it instead.")
-    atomic_write_bytes(path, sample.read_bytes())
+        if path.exists():
+            raise SpecDeckError(f"{path} already exists; SpecDeck will not overwrite it.",
+                                "Open it instead.")
+        atomic_write_bytes(path, sample.read_bytes())
+    return FileChanged(Path(path).absolute(), TABBY_CONFIG)
 
 
 def plan_with_problems(doc: ConfigDocument, changes: dict) -> tuple[config.ConfigChange, list]:
@@ -230,16 +235,17 @@ class DraftSettingsPage(QWidget):
             self.open_tabby_folder(Path(folder))
 
     def open_tabby_folder(self, folder: Path) -> None:
-        try:
-            install = config.find_install(folder)
-        except SpecDeckError as exc:
-            self.banner.show_message(str(exc), "error")
-            return
-        self.context.update_settings(self._settings_with_tabby(install.root))
-        if install.config_exists:
-            self.open_path(install.config)
-        else:
-            self._offer_create(install.config, install.sample)
+        """Open the config.yml of the TabbyAPI folder ``folder`` (looked for in a worker), or
+        offer to create it."""
+        def found(install) -> None:
+            self.context.update_settings(self._settings_with_tabby(install.root))
+            if install.config_exists:
+                self.open_path(install.config)
+            else:
+                self._offer_create(install.config, install.sample)
+
+        self.tasks.run("load", config.find_install, folder, on_result=found,
+                       on_error=lambda exc: self.banner.show_message(str(exc), "error"))
 
     def _settings_with_tabby(self, root: Path):
         from dataclasses import replace
@@ -312,7 +318,8 @@ class DraftSettingsPage(QWidget):
             self.status_label.setText("")
             self.banner.show_message(f"Could not create {path}: {_escape(str(exc))}", "error")
 
-        def created(_result) -> None:
+        def created(written: FileChanged) -> None:
+            self.context.announce(written)  # a page showing that path reads the new file
             self.context.show_status(f"Created {path}.")
             self.open_path(path)
 
@@ -529,6 +536,9 @@ class DraftSettingsPage(QWidget):
         if kind == TABBY_CONFIG and self.document is not None \
                 and same_path(self.document.path, path) and not self.is_dirty():
             self.open_path(Path(path))
+        elif kind == MODEL_FOLDER and self.document is not None:  # an install: new choices
+            field = self.fields[(DRAFT, "draft_model_name")]
+            self.tasks.run("choices", draft_choices, self.document, on_result=field.set_choices)
 
     def _on_path_changed_elsewhere(self, path: str) -> None:
         if self.document is None or str(self.document.path.absolute()) != path:

@@ -514,6 +514,8 @@ class TunePage(QWidget):
 
         for event in events:
             self.live.apply(event)
+            # A write the tune made (a Hub draft it installed) is said to every page.
+            self.context.announce(getattr(event, "changed", None))
             if isinstance(event, RunStarted) and self.plots is not None:
                 for series in (*self.plots.speed.values(), *self.plots.accept.values()):
                     series.gap()

@@ -220,7 +220,16 @@ def test_bad_yaml_is_shown_in_place(qtbot, page, tmp_path):
     assert not page.fields[NAME].container.isEnabled()
 
 
-def test_find_tabby_folder_and_model_override_note(qtbot, page, tmp_path):
+def test_find_tabby_folder_and_model_override_note(qtbot, page, tmp_path, monkeypatch):
+    import threading
+
+    lookers, real = [], config.find_install
+
+    def watched(folder):
+        lookers.append(threading.current_thread())
+        return real(folder)
+
+    monkeypatch.setattr(config, "find_install", watched)
     tabby = tmp_path / "tabbyAPI"
     (tabby / "models" / "Big").mkdir(parents=True)
     (tabby / "main.py").write_text("")
@@ -230,6 +239,7 @@ def test_find_tabby_folder_and_model_override_note(qtbot, page, tmp_path):
         "draft_model:\n  draft_model_name: Forced-Draft\n")
     page.open_tabby_folder(tabby)
     qtbot.waitUntil(lambda: page.document is not None, timeout=TIMEOUT)
+    assert lookers and threading.main_thread() not in lookers  # the folder looked at in a worker
     assert page.context.settings.tabby_dir == str(tabby)
     assert page.override_banner.isVisible()
     assert "Forced-Draft" in page.override_banner.label.text()

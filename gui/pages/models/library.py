@@ -37,9 +37,13 @@ class LibraryPart:
                        "Compatibility", "Installed from"]
 
     def _file_changed(self, _path: str, kind: str) -> None:
-        """config.yml names the library's folder and the draft in use."""
-        if kind == changed.TABBY_CONFIG:  # an install re-reads it when it ends
+        """config.yml names the library's folder and the draft in use; an install (this
+        page's, or a tune's Hub draft) adds a model to it, and changes the shown repository's
+        statuses (this page's own install shows them again when it ends)."""
+        if kind in (changed.TABBY_CONFIG, changed.MODEL):
             self.refresh_library()
+        if kind == changed.MODEL and self._offer is not None and not self.installing():
+            self.show_repo(self._offer.repo_id)
 
     def _build_library(self) -> QWidget:
         box = QGroupBox("Local library")
