@@ -238,7 +238,7 @@ def so_far_html(live) -> str:
         if arm.median_speedup is None:
             lines.append(f"<p>{head}: waiting for paired runs</p>")
             continue
-        drafted = not (arm.drafted_nothing or arm.drafting_unknown)
+        drafted = not arm.standing().not_drafting  # known to have drafted so far
         speedup = _speedup(arm.median_speedup, arm.pairs, arm.min_speedup, arm.max_speedup,
                            base, drafted)
         accept = percent(arm.acceptance_rate, "not reported" if arm.drafting_unknown else "")
@@ -256,6 +256,7 @@ def final_html(summary, arms: Sequence[str], only: str | None = None) -> str:
     order, for their colours; a sweep shows ``only`` its best arm, every arm being in the
     table and the report)."""
     from specdeck.core.bench.report import bandwidth_text
+    from specdeck.core.bench.winner import comparison_standing
 
     arms = list(arms)
     base = summary.reference
@@ -274,7 +275,7 @@ def final_html(summary, arms: Sequence[str], only: str | None = None) -> str:
             continue
         verdict = {"slower": f"<b style='color:{SLOWER}'>slower</b>"}.get(ratio.verdict, ratio.verdict)
         measured = summary.arm(comparison.arm)
-        drafted = not (comparison.not_drafting or comparison.drafting_unknown)
+        drafted = not comparison_standing(comparison).not_drafting  # known to have drafted
         parts = [
             f"{_speedup(ratio.median, ratio.n, ratio.minimum, ratio.maximum, base, drafted)}; "
             f"{html.escape(ratio.interval_text('–'))}): {verdict}",

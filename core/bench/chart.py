@@ -3,8 +3,9 @@
 
 Left: median decode tok/s per arm. Right: speed-up per drafting arm, the bar at the median
 of paired ratios, a thin line from min to max, a box over the bootstrap 95% interval, and a
-dashed line at 1.0 (no change). Slower arms are drawn in red. Browsers, image viewers and
-Markdown renderers show SVG as they show PNG.
+dashed line at 1.0 (no change). Arms faster than no draft (core.bench.winner's
+``beats_no_draft``) are drawn in green, slower ones in red, one exactly as fast in grey.
+Browsers, image viewers and Markdown renderers show SVG as they show PNG.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from xml.sax.saxutils import escape
 
 from specdeck.core.bench.summary import BenchSummary
-from specdeck.core.bench.winner import NO_DRAFT_SPEEDUP
+from specdeck.core.bench.winner import NO_DRAFT_SPEEDUP, beats_no_draft
 
 WIDTH = 960
 ROW = 44
@@ -24,6 +25,7 @@ TEXT = "#202020"
 RATE = "#5b8def"
 FASTER, SLOWER = "#2e9d5b", "#d64545"
 FASTER_FILL, SLOWER_FILL = "#a9dcbf", "#f0b3b3"
+EVEN, EVEN_FILL = "#808080", "#d0d0d0"
 
 
 def render_chart(summary: BenchSummary) -> str:
@@ -65,8 +67,9 @@ def render_chart(summary: BenchSummary) -> str:
             parts.append(_text(right_x, mid + 4, label))
             continue
         s = comparison.speedup
-        slower = s.median < NO_DRAFT_SPEEDUP
-        colour, fill = (SLOWER, SLOWER_FILL) if slower else (FASTER, FASTER_FILL)
+        colour, fill = ((FASTER, FASTER_FILL) if beats_no_draft(s.median) else
+                        (SLOWER, SLOWER_FILL) if s.median < NO_DRAFT_SPEEDUP else
+                        (EVEN, EVEN_FILL))
         parts.append(_rect(right_x, y + 12, x_ratio(s.median) - right_x, ROW - 28, fill))
         parts.append(_line(x_ratio(s.minimum), mid, x_ratio(s.maximum), mid, "#404040", 1.5))
         if s.has_interval:

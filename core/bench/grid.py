@@ -104,7 +104,10 @@ class Figure:
 
 
 @dataclass(frozen=True)
-class GridRow:
+class GridRow(winner.Facts):
+    """One setting of the grid over every prompt it ran, with the facts the winner's rule
+    reads of it over all of them (``winner.Facts``)."""
+
     cell: Cell
     by_suite: dict[str, Figure]
     """Suite name (and "all") -> the figure there."""
@@ -115,19 +118,9 @@ class GridRow:
     """Why it was dropped then (below the cut, within the noise and costlier, ...)."""
     round_scores: tuple[float, ...] = ()
     """Successive halving: the overall median speed-up measured in each round it ran."""
-    diverged: int = 0
-    """Runs (over all prompts) whose output really changed."""
     disturbed: bool = False
     """A run of this setting still stands whose reference ran far from its median (another
     program took the cores?): its figure is not one to learn from."""
-    not_drafting: str = ""
-    """Why it drafted nothing over all its runs (core.bench.summary's reading; "" when it
-    drafted or nobody reported): its speed-up is then noise, and it cannot win."""
-    drafting_unknown: str = ""
-    """Why nobody can tell whether it drafted (core.bench.summary's ``drafting_unknown``):
-    it cannot win either."""
-    sampled: bool = False
-    """Its plans sampled: outputs differ by design and were not checked."""
 
     @property
     def overall(self) -> Figure | None:
@@ -146,11 +139,8 @@ class GridRow:
     def standing(self, suite: str = ALL) -> winner.Standing:
         """What ``core.bench.winner`` reads of this row over ``suite`` ("all": every prompt)."""
         figure = self.by_suite.get(suite)
-        return winner.standing(None if figure is None else figure.speedup,
-                               diverged=self.diverged, sampled=self.sampled,
-                               complete=self.dropped_in_round is None,
-                               not_drafting=self.not_drafting,
-                               drafting_unknown=self.drafting_unknown)
+        return self.judged(None if figure is None else figure.speedup,
+                           complete=self.dropped_in_round is None)
 
 
 @dataclass(frozen=True)
@@ -169,6 +159,16 @@ class GridResult:
         """The winning row (``core.bench.winner``: fully measured, output unchanged, the
         best overall median speed-up); None when no setting beats the reference."""
         return winner.pick(self.rows, lambda row: row.standing())
+
+    def passed_over(self, best: GridRow | None, leave_out: Sequence[str] = ()) -> str:
+        """The settings that ran to the end measured at least as fast as ``best`` (faster
+        than no draft where it is None) that cannot be it, with why, in a sentence
+        (core.bench.winner.passed_over); "" for none. A dropped setting is not among them:
+        its row says why it was dropped. ``leave_out``: labels said elsewhere."""
+        rows = [r for r in self.rows if r.dropped_in_round is None
+                and r.cell.label not in leave_out]
+        return winner.passed_over_text(winner.passed_over(rows, GridRow.standing, best),
+                                       GridRow.standing, lambda row: row.cell.label)
 
     def to_json(self) -> dict[str, Any]:
         from specdeck.core.jsonout import to_jsonable
@@ -240,19 +240,15 @@ def pooled(runs: Sequence[BenchRun], reference: Arm, cell: Cell) -> BenchRun:
 
 
 def _row(cell: Cell, summaries: dict[str, BenchSummary], dropped: int | None = None) -> GridRow:
-    """``cell``'s row from its plan's ``suite_summaries``."""
+    """``cell``'s row from its plan's ``suite_summaries`` (its facts over all of them)."""
     by_suite = {}
-    lossless, diverged, idle, unknown, sampled = "", 0, "", "", False
     for suite, summary in summaries.items():
         arm = summary.arm(cell.arm.name)
         comparison = summary.comparison(cell.arm.name)
         by_suite[suite] = Figure(arm.tokens_per_second, comparison.speedup, arm.acceptance_rate)
-        if suite == ALL:
-            lossless, diverged = comparison.lossless.verdict, comparison.lossless.diverged
-            idle, unknown = comparison.not_drafting, comparison.drafting_unknown
-            sampled = not comparison.lossless.checkable
-    return GridRow(cell, by_suite, lossless, dropped, diverged=diverged, not_drafting=idle,
-                   drafting_unknown=unknown, sampled=sampled)
+    overall = summaries[ALL].comparison(cell.arm.name)
+    return GridRow(cell, by_suite, overall.lossless.verdict, dropped,
+                   **winner.facts(overall).keywords())
 
 
 def _baseline(runs: Sequence[BenchRun], reference: str, suites: Sequence[str]) -> dict:

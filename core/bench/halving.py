@@ -23,10 +23,13 @@ if TYPE_CHECKING:
 def dropped_why(row: GridRow, halved: bool, lowest_kept: float | None) -> str:
     """Why ``row`` did not go on (``halved``: it was in the half the cut kept, and only the
     time left kept fewer)."""
-    if row.diverged:
+    standing = row.standing()  # as survivors read it
+    if standing.diverged:
         return "its output changed"
     if row.not_drafting:
         return "it drafted nothing"
+    if standing.not_a_result:  # nobody can tell whether it drafted, output never checked...
+        return standing.not_a_result
     if halved:
         return "the time left kept fewer settings"
     if lowest_kept is not None and row.score > lowest_kept:
@@ -77,21 +80,24 @@ def survivors(rows: Sequence[GridRow], noise_share: float) -> set[str]:
     """The arm names that go on to the next round: half of them (rounded up). Settings above
     the cut by more than the noise go on; those within the noise of the cut
     (``noise_band``) cannot be told apart by this round, so the cheaper of them
-    (``setting_cost``) fill the places left, not the luckier. A setting whose output changed
-    never goes on; one that drafted nothing (its score is noise, no evidence for it) goes on
-    only when no setting drafted at all (later prompts may give it something to copy)."""
-    ranked = sorted((r for r in rows if not r.diverged), key=lambda r: r.score, reverse=True)
+    (``setting_cost``) fill the places left, not the luckier. Each row is read through its
+    ``Standing`` (core.bench.winner), as the winner is: a setting whose output changed never
+    goes on; one whose figure is not a drafting result (it drafted nothing, nobody can tell
+    whether it drafted, its output was never checked, its speed unknown: its score is no
+    evidence for it) goes on only when no setting's figure is one (later prompts may give it
+    something to copy, or runs that keep their data)."""
+    standings = {r.cell.arm.name: r.standing() for r in rows}
+    ranked = sorted((r for r in rows if not standings[r.cell.arm.name].diverged),
+                    key=lambda r: r.score, reverse=True)
     if not ranked:
         return set()
     keep = max(1, math.ceil(len(ranked) / 2))
-    drafting = [r for r in ranked if not r.not_drafting]
-    idle = [r for r in ranked if r.not_drafting]
-    if not drafting:
-        return {r.cell.arm.name for r in idle[:keep]}
-    cut = drafting[min(keep, len(drafting)) - 1].score
-    band = [r for r in drafting if abs(r.score - cut) <= cut * noise_band(noise_share,
-                                                                          pairs_of(r))]
-    sure = [r for r in drafting[:keep] if r not in band]
+    # with no drafting result at all, the rest are told apart the same way
+    pool = [r for r in ranked if standings[r.cell.arm.name].not_a_result is None] or ranked
+    cut = pool[min(keep, len(pool)) - 1].score
+    band = [r for r in pool if abs(r.score - cut) <= cut * noise_band(noise_share,
+                                                                      pairs_of(r))]
+    sure = [r for r in pool[:keep] if r not in band]
     band.sort(key=lambda r: (setting_cost(r.cell), -r.score))
     return {r.cell.arm.name for r in [*sure, *band][:keep]}
 

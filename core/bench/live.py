@@ -40,6 +40,10 @@ RATE_WINDOW_S = 0.25
 """A live tok/s point covers at least this much decode time, so the curve is readable."""
 
 
+NOT_COMPARED = "not compared: lost data"
+"""What a pair's output check says when a run of the pair lost data."""
+
+
 @dataclass(frozen=True)
 class OutputCheck:
     """A drafting run's output against the reference's run of the same prompt and repeat."""
@@ -62,7 +66,7 @@ def check_output(reference: RunRecord, other: RunRecord, greedy: bool) -> Output
     if not greedy:
         return OutputCheck("sampled", None)
     if reference.lost_data or other.lost_data:
-        return OutputCheck("not compared: lost data", None)
+        return OutputCheck(NOT_COMPARED, None)
     comparison, unit = compare_runs(reference.result, other.result)
     shorter = min(comparison.reference_length, comparison.candidate_length)
     longer = max(comparison.reference_length, comparison.candidate_length)
@@ -121,12 +125,17 @@ class ArmSoFar:
     """Paired runs whose output really differs from the reference's (``OutputCheck.differs``,
     as the summary counts divergences: not float ties, not runs left uncompared because they
     lost data)."""
+    not_compared: int = 0
+    """Paired runs whose output was not compared because a run of the pair lost data (as the
+    summary leaves them out)."""
 
     def standing(self, complete: bool = True) -> winner.Standing:
         """What ``core.bench.winner`` reads of these figures so far (``complete``: measured on
         every prompt the others were)."""
         return winner.standing(
             self.median_speedup, diverged=self.diverged, sampled=not self.checkable,
+            unchecked=(f"every paired run so far lost data ({self.not_compared})"
+                       if self.pairs and self.not_compared == self.pairs else ""),
             complete=complete,
             not_drafting=(f"it drafted nothing in {self.pairs} paired run"
                           f"{'s' if self.pairs != 1 else ''} so far"
@@ -343,6 +352,7 @@ class LivePlan:
                 drafts_counted(r.record.result.server) or
                 r.record.result.server.drafts_by_construction for r in paired),
             diverged=sum(1 for r in paired if r.output.differs),
+            not_compared=sum(1 for r in paired if r.output.text == NOT_COMPARED),
         )
 
     def figures(self) -> list[ArmSoFar]:

@@ -100,7 +100,10 @@ def sweep_plan(spec: SweepSpec) -> BenchPlan:
 
 
 @dataclass(frozen=True)
-class SweepRow:
+class SweepRow(winner.Facts):
+    """One swept setting, with the facts the winner's rule reads of it (``winner.Facts``:
+    output changed or never checked, drafted nothing or nobody can tell, sampled, usable)."""
+
     candidate: str
     drafter: DrafterSpec
     k: int
@@ -111,16 +114,6 @@ class SweepRow:
     lossless: str
     arm: str = ""
     """The arm of the plan that measured it."""
-    diverged: int = 0
-    """Runs whose output really changed (such a row never wins)."""
-    not_drafting: str = ""
-    """Why it drafted nothing (core.bench.summary's reading): it never wins."""
-    drafting_unknown: str = ""
-    """Why nobody can tell whether it drafted: it never wins either."""
-    sampled: bool = False
-    """Its plan sampled: outputs differ by design and were not checked."""
-    not_usable: str = ""
-    """Why its figures cannot be used ("" when they can)."""
 
     @property
     def score(self) -> float:
@@ -129,10 +122,7 @@ class SweepRow:
     def standing(self) -> winner.Standing:
         """What ``core.bench.winner`` reads of this row (an A/B measures every arm on every
         prompt)."""
-        return winner.standing(self.speedup, diverged=self.diverged, sampled=self.sampled,
-                               complete=True, not_drafting=self.not_drafting,
-                               drafting_unknown=self.drafting_unknown,
-                               not_usable=self.not_usable)
+        return self.judged(self.speedup, complete=True)
 
 
 @dataclass(frozen=True)
@@ -226,11 +216,7 @@ def setting_rows(run: BenchRun, summary: BenchSummary) -> list[SweepRow]:
             mean_acceptance_length=arm.mean_acceptance_length,
             lossless=comparison.lossless.verdict,
             arm=comparison.arm,
-            diverged=comparison.lossless.diverged,
-            not_drafting=comparison.not_drafting,
-            drafting_unknown=comparison.drafting_unknown,
-            sampled=not comparison.lossless.checkable,
-            not_usable=comparison.not_usable,
+            **winner.facts(comparison).keywords(),
         ))
     return rows
 
@@ -289,8 +275,14 @@ def sweep_table(result: SweepResult, markdown: bool = True) -> str:
         lines.append(NO_PAIR_NOTE)
     if baseline is not None:
         lines.append(f"No draft: {baseline:.1f} tok/s (median of the reference arms).")
-    lines.append("Best: " + ("no draft (no setting beat decoding without one)" if best is None
-                             else f"{best.candidate}, k={best.k}: {best.score:.2f}x"))
+    passed = winner.passed_over_text(winner.passed_over(result.rows, SweepRow.standing, best),
+                                     SweepRow.standing, lambda r: f"{r.candidate} k={r.k}")
+    could = " that could win" if passed else ""
+    lines.append("Best: " + (f"no draft (no setting{could} beat decoding without one)"
+                             if best is None else
+                             f"{best.candidate}, k={best.k}: {best.score:.2f}x"))
+    if passed:
+        lines.append(f"Not the best although as fast: {passed}")
     return "\n".join(lines) + "\n"
 
 

@@ -40,18 +40,25 @@ def rate_cell(tokens_per_second: float | None, speedup, best: bool, markdown: bo
     return text
 
 
-def _no_best(rows) -> str:
+def _no_best(result: GridResult) -> str:
     """Why a grid names no best setting, as it happened: none of its settings could be
     measured (each failed: the notes say why), or some could not and the others did not beat
-    decoding without a draft, or none did."""
+    decoding without a draft, or none that could win did (and which faster ones could not,
+    and why: core.bench.winner.passed_over)."""
+    rows = result.rows
     measured = [r for r in rows if r.speedup_known]
     if not measured:
         return ("Best: none: no setting could be measured (each failed: the notes say why), so "
                 "nothing was compared with decoding without a draft")
     failed = len(rows) - len(measured)
+    passed = result.passed_over(None)
     if failed:
-        return (f"Best: no draft: no setting that was measured beat decoding without one "
-                f"({failed} of {len(rows)} could not be measured: the notes say why)")
+        which = "was measured and could win" if passed else "was measured"
+        return (f"Best: no draft: no setting that {which} beat decoding without one ({failed} "
+                f"of {len(rows)} could not be measured: the notes say why)"
+                + (f". {passed}" if passed else ""))
+    if passed:
+        return f"Best: no draft (no setting that could win beat decoding without one). {passed}"
     return "Best: no draft (no setting beat decoding without one)"
 
 
@@ -96,10 +103,13 @@ def grid_table(result: GridResult, markdown: bool = True) -> str:
         lines.append(NO_PAIR_NOTE)
     best = result.best
     if best is None:
-        lines.append(_no_best(result.rows))
+        lines.append(_no_best(result))
     else:
         speedup = best.by_suite[ALL].speedup
         lines.append(f"Best: {best.cell.label}: {best.score:.2f}x over all prompts "
                      f"({speedup.verdict}: {speedup.interval_text()})")
+        passed = result.passed_over(best)
+        if passed:
+            lines.append(f"Not the best although as fast: {passed}")
     lines.extend(f"Note: {n}" for n in result.notes)
     return "\n".join(lines) + "\n"

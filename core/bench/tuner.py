@@ -255,8 +255,16 @@ def tune_k(
              for k, s in sorted(standings.items()) if s.diverged]
     best_k = chosen_k(standings)
     best = standings[best_k].speedup if best_k else winner.NO_DRAFT_SPEEDUP
+    passed = winner.passed_over_text(
+        [(k, why) for k, why in winner.passed_over(sorted(standings), standings.__getitem__,
+                                                   best_k or None)
+         if not standings[k].diverged],  # those already have their note
+        standings.__getitem__, lambda k: f"k={k}")
     if not best_k:
-        notes.append("No k beat decoding without a draft: turn drafting off for this setup.")
+        notes.append(f"No k {'that could be chosen ' if passed else ''}beat decoding without a "
+                     "draft: turn drafting off for this setup.")
+    if passed:
+        notes.append(f"Not chosen although as fast: {passed}")
     return TuneResult(
         drafter=drafter,
         best_k=best_k,

@@ -11,11 +11,13 @@ one of them reads a setting's measurements through the one constructor, :func:`s
   drafted: a server that gave no draft counts, such as a llama-server without --metrics,
   whose timings leave draft_n out of a request that drafted nothing), its median paired
   speed-up against decoding without a draft is known (a finite number, from readings that
-  passed their checks), its output did not change (no real divergence from the reference:
-  float ties are not divergences, and neither is a run that lost data and so was not
-  compared; a sampled plan, which cannot be checked, is not held against it), and it was
-  measured on everything the others were (successive halving drops settings after a round:
-  a setting measured on fewer prompts cannot win on them).
+  passed their checks), its output was checked (at least one of its paired runs compared
+  with the reference's: a setting whose every paired run lost data on the way was never
+  checked) and did not change (no real divergence from the reference: float ties are not
+  divergences, and neither is a run that lost data and so was not compared; a sampled plan,
+  which cannot be checked, is not held against it), and it was measured on everything the
+  others were (successive halving drops settings after a round: a setting measured on fewer
+  prompts cannot win on them).
 - The winner is the highest median speed-up among them; the earlier one in the plan on a tie.
 - It must beat decoding without a draft (a median above ``NO_DRAFT_SPEEDUP``, 1.0: exactly
   1.0 does not); otherwise there is no winner and the right setting is "no draft".
@@ -23,15 +25,19 @@ one of them reads a setting's measurements through the one constructor, :func:`s
 The tune judges twice more, by rules that live here too: within the machine's noise of the
 winner it verifies the cheapest setting instead (:func:`cheapest_close`), and it writes a
 setting only when the verification's whole 95% interval lies above 1.0
-(:func:`clearly_faster`). A group of settings measured alike (a tune candidate's) is
-represented by the best of them that is a drafting result, winner or not (:func:`figure_of`).
+(:func:`clearly_faster`), and with its output shown unchanged by a greedy verification
+(:attr:`Standing.shown_unchanged`: there a sampled plan is not excused). A group of
+settings measured alike (a tune candidate's) is represented by the best of them that is a
+drafting result, winner or not (:func:`figure_of`). Wherever a winner (or "no draft") is
+named, the settings measured at least as fast that cannot win are named beside it, with why
+(:func:`passed_over`, :func:`passed_over_text`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
@@ -63,6 +69,12 @@ class Standing:
     not_drafting: str = ""
     """Why it is not known to have drafted: it drafted nothing, or nobody can tell whether
     it did (``drafting_doubt``); "" when it drafted."""
+    unchecked: str = ""
+    """Why its output was never compared with the reference's (every paired run lost data,
+    or none was paired); "" when at least one paired run was, or when the plan sampled."""
+    sampled: bool = False
+    """Its plan sampled: outputs differ by design, so neither ``diverged`` nor ``unchecked``
+    is held against it here."""
 
     @property
     def not_a_result(self) -> str | None:
@@ -76,7 +88,16 @@ class Standing:
             return "no paired runs to measure it"
         if self.diverged:
             return f"its output changed in {self.diverged} run(s)"
+        if self.unchecked:
+            return f"its output was never checked ({self.unchecked})"
         return None
+
+    @property
+    def shown_unchanged(self) -> bool:
+        """Whether its output was compared with the reference's and did not change: what the
+        tune requires of a setting before writing it (its verification plans are greedy, so
+        a sampled one is not excused there)."""
+        return not (self.sampled or self.diverged or self.unchecked)
 
     @property
     def excluded_because(self) -> str | None:
@@ -87,8 +108,8 @@ class Standing:
         return why
 
 
-def standing(speedup: RatioSummary | float | None, *, diverged: int, sampled: bool,
-             complete: bool, not_drafting: str, drafting_unknown: str,
+def standing(speedup: RatioSummary | float | None, *, diverged: int, unchecked: str,
+             sampled: bool, complete: bool, not_drafting: str, drafting_unknown: str,
              not_usable: str = "") -> Standing:
     """The one constructor of a :class:`Standing`, from a setting's measured runs, so that no
     judge can leave a fact out (every fact is a required keyword):
@@ -96,15 +117,61 @@ def standing(speedup: RatioSummary | float | None, *, diverged: int, sampled: bo
     ``speedup``: its paired speed-up over no draft (a RatioSummary: its median is read; or
     the median itself; None: none measured). ``diverged``: its runs whose output really
     changed (core.engines.lossless: not float ties, not runs left uncompared because they
-    lost data). ``sampled``: the plan sampled, so outputs differ by design and ``diverged``
-    is not held against it. ``complete``: it was measured on every prompt the others were
-    (not dropped by successive halving). ``not_drafting``: why it drafted nothing
-    (core.bench.summary's reading, "" when it drafted or nobody counted);
+    lost data). ``unchecked``: why none of its paired runs was compared with the reference's
+    ("" when one was). ``sampled``: the plan sampled, so outputs differ by design and neither
+    ``diverged`` nor ``unchecked`` is held against it. ``complete``: it was measured on every
+    prompt the others were (not dropped by successive halving). ``not_drafting``: why it
+    drafted nothing (core.bench.summary's reading, "" when it drafted or nobody counted);
     ``drafting_unknown``: why nobody can tell whether it drafted. ``not_usable``: why its
     figures cannot be used."""
     median = getattr(speedup, "median", speedup)
     return Standing(median, 0 if sampled else diverged, complete, not_usable,
-                    drafting_doubt(not_drafting, drafting_unknown))
+                    drafting_doubt(not_drafting, drafting_unknown),
+                    "" if sampled else unchecked, sampled)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Facts:
+    """What a finished A/B showed of a drafting arm besides its speed-up: the facts
+    :func:`standing` reads, read off a ``core.bench.summary.Comparison`` by :func:`facts`
+    alone. The rows that keep a setting's measurement (core.bench.sweep's and
+    core.bench.grid's) carry them as their own fields; the defaults are those of a clean
+    drafting setting, for rows built by hand."""
+
+    diverged: int = 0
+    """Runs whose output really changed."""
+    unchecked: str = ""
+    """Why none of its paired runs was compared with the reference's ("" when one was)."""
+    sampled: bool = False
+    """Its plan sampled: outputs differ by design and were not checked."""
+    not_drafting: str = ""
+    """Why it drafted nothing (core.bench.summary's reading): it never wins."""
+    drafting_unknown: str = ""
+    """Why nobody can tell whether it drafted: it never wins either."""
+    not_usable: str = ""
+    """Why its figures cannot be used ("" when they can)."""
+
+    def judged(self, speedup: RatioSummary | float | None, *, complete: bool) -> Standing:
+        """The :class:`Standing` of a setting with these facts and ``speedup``."""
+        return standing(speedup, diverged=self.diverged, unchecked=self.unchecked,
+                        sampled=self.sampled, complete=complete,
+                        not_drafting=self.not_drafting,
+                        drafting_unknown=self.drafting_unknown, not_usable=self.not_usable)
+
+    def keywords(self) -> dict[str, object]:
+        """These facts as keywords, for the constructor of a row that carries them."""
+        return {f.name: getattr(self, f.name) for f in fields(Facts)}
+
+
+def facts(comparison: Comparison) -> Facts:
+    """The one reading of a finished A/B's drafting arm into the rule's facts (an A/B's, a
+    sweep's row, a grid's row, the k tuner's, the tune's verification)."""
+    check = comparison.lossless
+    unchecked = "" if check.compared else check.verdict.removeprefix("not checked: ")
+    return Facts(diverged=check.diverged, unchecked=unchecked,
+                 sampled=not check.checkable, not_drafting=comparison.not_drafting,
+                 drafting_unknown=comparison.drafting_unknown,
+                 not_usable=comparison.not_usable)
 
 
 def beats_no_draft(speedup: float | None) -> bool:
@@ -149,6 +216,16 @@ def passed_over(items: Iterable[T], standing: Callable[[T], Standing],
            if (s := standing(item)).excluded_because is not None and beats_no_draft(s.speedup)
            and (bar is None or s.speedup >= bar)]
     return sorted(out, key=lambda pair: -standing(pair[0]).speedup)
+
+
+def passed_over_text(passed: Iterable[tuple[T, str]], standing: Callable[[T], Standing],
+                     name: Callable[[T], str]) -> str:
+    """:func:`passed_over`'s settings in one sentence, as the CLI, the tables and the tune
+    say them beside the winner (or beside "no draft"): each one's name, its figure and why
+    it cannot be the best; "" for none."""
+    said = [f"{name(item)} measured {standing(item).speedup:.2f}x but cannot be the best: {why}"
+            for item, why in passed]
+    return "; ".join(said) + "." if said else ""
 
 
 def cheapest_close(items: Iterable[T], standing: Callable[[T], Standing],
@@ -204,11 +281,7 @@ def drafting_doubt(not_drafting: str, unknown: str) -> str:
 
 def comparison_standing(comparison: Comparison) -> Standing:
     """A finished A/B's drafting arm (an A/B measures every arm on every prompt)."""
-    return standing(comparison.speedup, diverged=comparison.lossless.diverged,
-                    sampled=not comparison.lossless.checkable, complete=True,
-                    not_drafting=comparison.not_drafting,
-                    drafting_unknown=comparison.drafting_unknown,
-                    not_usable=comparison.not_usable)
+    return facts(comparison).judged(comparison.speedup, complete=True)
 
 
 def best_arm(summary: BenchSummary) -> str | None:

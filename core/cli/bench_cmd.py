@@ -450,6 +450,11 @@ def _ab(args, plan, progress, cancel) -> int:
         written["report"] = write_report(run, summary, args.report).folder
     if not args.no_history:
         written["history"] = save_to_history(run, summary).folder
+    if args.apply:
+        from specdeck.core.bench.winner import comparison_standing, pick
+
+        _say_passed_over(summary.comparisons, comparison_standing, lambda c: f"arm {c.arm}",
+                         pick(summary.comparisons, comparison_standing))
     if args.apply and plan.engine == "server" and plan.arms[0].server.tabby is not None:
         from specdeck.core.bench.sweep import plan_apply_draft_name
 
@@ -492,6 +497,21 @@ def _best_arm(summary, plan):
 
     name = best_arm(summary)
     return None if name is None else plan.arm(name)
+
+
+def _say_passed_over(items, standing, name, best) -> None:
+    """Before --apply writes the winner (or no draft): which settings measured at least as
+    fast cannot be the best, and why (core.bench.winner.passed_over), so that a faster figure
+    in the table is never left unexplained beside what is written."""
+    from specdeck.core.bench.winner import passed_over, passed_over_text
+
+    _say(passed_over_text(passed_over(items, standing, best), standing, name))
+
+
+def _say(passed: str) -> None:
+    """``passed`` (core.bench.winner.passed_over_text), on stderr, before what --apply writes."""
+    if passed:
+        sys.stderr.write(f"specdeck: not applied although as fast: {passed}\n")
 
 
 def _best_arm_drafter(summary, plan):
@@ -542,12 +562,20 @@ def _show_best_flags(arm, flags: tuple[str, ...] | None) -> None:
 
 
 def _sweep(args, plan, progress, cancel) -> int:
-    from specdeck.core.bench.sweep import SweepSpec, plan_apply_best, run_sweep, sweep_table
+    from specdeck.core.bench.sweep import (
+        SweepRow,
+        SweepSpec,
+        plan_apply_best,
+        run_sweep,
+        sweep_table,
+    )
 
     drafters = _drafters(args, 1, adaptive=False) or [a.drafter for a in plan.arms[1:]]
     spec = SweepSpec(plan, tuple(drafters), ks=parse_k_range(args.sweep_k))
     result = run_sweep(spec, on_event=progress, cancel=cancel)
     if args.apply:
+        _say_passed_over(result.rows, SweepRow.standing,
+                         lambda r: f"{r.candidate} k={r.k}", result.best)
         _apply(args, None, planned=plan_apply_best(result.best, args.config))
     if _finish(args, "sweep", result, sweep_table(result, markdown=False),
                lambda: sweep_table(result), result.runs, progress):
@@ -586,6 +614,7 @@ def _server_grid(args, plan, progress, cancel) -> int:
         engine.unload()
     if args.apply:
         best = result.best
+        _say(result.passed_over(best))
         _apply_flags(args, None if best is None else best.cell.arm,
                      None if best is None else best.cell.arm.server.launch.args)
     if _finish(args, "grid", result, grid_table(result, markdown=False),

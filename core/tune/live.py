@@ -23,7 +23,14 @@ from typing import Any
 from specdeck.core.bench.grid import RoundStarted
 from specdeck.core.bench.live import ArmSoFar, LivePlan, Point, RunRow
 from specdeck.core.bench.runner import PlanStarted, RunFinished, RunStarted, RunStep, Stage
-from specdeck.core.bench.winner import Standing, figure_of, pick, standing
+from specdeck.core.bench.winner import (
+    Standing,
+    figure_of,
+    passed_over,
+    passed_over_text,
+    pick,
+    standing,
+)
 from specdeck.core.tune.candidates import Candidate
 from specdeck.core.tune.downloads import Downloaded, Downloading
 from specdeck.core.tune.predict import Prediction
@@ -108,7 +115,8 @@ class CellSoFar:
         """What core.bench.winner reads of it so far: its pooled figures, as the A/B's
         running figures give them (core.bench.live.ArmSoFar.standing)."""
         if self.figures is None:
-            return standing(None, diverged=0, sampled=False, complete=not self.dropped,
+            return standing(None, diverged=0, unchecked="", sampled=False,
+                            complete=not self.dropped,
                             not_drafting="", drafting_unknown="")
         return self.figures.standing(complete=not self.dropped)
 
@@ -339,11 +347,17 @@ class TuneLive:
             if final and cancelled:
                 return ("Before the cancel, no setting had beaten decoding without a draft"
                         if measured else "Cancelled before anything was measured")
+            passed = passed_over_text(  # as the search's table says it (GridResult)
+                passed_over([c for c in self.cells.values() if not c.dropped],
+                            CellSoFar.standing, None),
+                CellSoFar.standing, lambda cell: cell.label)
+            could = " that could win" if passed else ""
+            passed = f". {passed}" if passed else ""
             if final:
-                return ("In the search, no setting beat decoding without a draft" if measured
-                        else "The search measured nothing")
-            return ("Best so far: no setting beats decoding without a draft yet" if measured
-                    else "Best so far: nothing measured yet")
+                return (f"In the search, no setting{could} beat decoding without a "
+                        f"draft{passed}" if measured else "The search measured nothing")
+            return (f"Best so far: no setting{could} beats decoding without a draft "
+                    f"yet{passed}" if measured else "Best so far: nothing measured yet")
         f = best.figures
         lead = ("Best before the cancel" if cancelled else "Best in the search") if final \
             else "Best so far"

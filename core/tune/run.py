@@ -449,11 +449,19 @@ its reading failed its checks)."""
 
 
 def _why_no_best(search: GridResult) -> str:
+    """Why the search named no setting to verify, as it happened: nothing could be measured,
+    some settings failed (they might have been the faster ones), the budget ran out, or
+    nothing that could win beat no drafting; and the settings measured faster that cannot
+    win, with why (core.bench.winner.passed_over), so that a 1.30x in the table is never
+    left unexplained."""
     if not search.rows:
         return ("No setting could be measured: "
                 + (search.notes[-1] if search.notes else "the search ran nothing")
                 + " Nothing was written.")
     failed = [note.split(FAILED_NOTE, 1)[0] for note in search.notes if FAILED_NOTE in note]
+    passed = search.passed_over(None, leave_out=failed)
+    could = " that could be written" if passed else ""
+    passed = f" {passed}" if passed else ""
     if failed:
         # The settings that failed might have been the faster ones: that is the news, not
         # "nothing beat no drafting".
@@ -467,13 +475,14 @@ def _why_no_best(search: GridResult) -> str:
                 "none of the settings that ran to the end beat decoding without a draft")
         return (f"{len(failed)} setting{'s' if len(failed) > 1 else ''} could not be measured "
                 f"(the server did not start, stopped, or its readings failed their checks): "
-                f"{', '.join(shown)}{more}; {rest}. Nothing was written. The notes say why "
-                "each failed; whether a failed one is faster is not known.")
+                f"{', '.join(shown)}{more}; {rest}.{passed} Nothing was written. The notes say "
+                "why each failed; whether a failed one is faster is not known.")
     if any("budget ran out" in n for n in search.notes):
-        return ("No setting still in the search beat decoding without a draft when the time "
-                "budget ran out: nothing was written. A larger budget measures more settings "
-                "on more prompts.")
-    return "No setting beat decoding without a draft on the tuning prompts: nothing was written."
+        return (f"No setting still in the search{could} beat decoding without a draft when the "
+                f"time budget ran out: nothing was written.{passed} A larger budget measures "
+                "more settings on more prompts.")
+    return (f"No setting{could} beat decoding without a draft on the tuning prompts: nothing "
+            f"was written.{passed}")
 
 
 def cancelled_reading(setup, options: TuneOptions, found: Candidates, phase_s: dict,

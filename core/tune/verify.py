@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, replace
-from typing import Any
 
 from specdeck.core.bench.grid import GridResult, GridRow
+from specdeck.core.bench.lossless import LosslessCheck
 from specdeck.core.bench.noise import disturbed_runs
 from specdeck.core.bench.plan import BenchPlan
 from specdeck.core.bench.runner import BenchRun, run_plan
 from specdeck.core.bench.stats import RatioSummary, summarize_ratios
-from specdeck.core.bench.summary import BenchSummary, summarize
-from specdeck.core.bench.winner import clearly_faster
+from specdeck.core.bench.summary import BenchSummary, Comparison, summarize
+from specdeck.core.bench.winner import Standing, clearly_faster, comparison_standing
 from specdeck.core.tune.candidates import Candidate
 from specdeck.core.tune.run import CURRENT, WINNER, Decided, TunedServer
 
@@ -28,22 +28,40 @@ VERIFY_MAX_REPEATS = 8
 class Verification:
     run: BenchRun
     summary: BenchSummary
-    winner_vs_none: RatioSummary | None
+    winner: Comparison
+    """The finalist's arm against no drafting on the verification's prompts: its speed-up,
+    its output check, whether it drafted (what ``decide`` judges, through its Standing)."""
     winner_vs_current: RatioSummary | None
     current_vs_none: RatioSummary | None
-    lossless: bool
-    check: Any = None
-    """The winner's core.bench.lossless.LosslessCheck (what diverged where, or why it could
-    not be checked); None where not kept."""
-    not_drafting: str = ""
-    """Why the winner drafted nothing on the held-out prompts ("" when it drafted, or when
-    the server reports no counts)."""
-    drafting_unknown: str = ""
-    """Why nobody can tell whether the winner drafted there ("" when it can be told): its
-    server gave no draft count (core.bench.summary's ``drafting_unknown``)."""
     held_out: bool = True
     """Whether its prompts were all held out from the search (False: a suite of one prompt
     left none to hold out, and the verification ran on what the search chose on)."""
+
+    @property
+    def standing(self) -> Standing:
+        """What core.bench.winner reads of the finalist's verification runs."""
+        return comparison_standing(self.winner)
+
+    @property
+    def winner_vs_none(self) -> RatioSummary | None:
+        return self.winner.speedup
+
+    @property
+    def lossless(self) -> bool:
+        """Its output was compared with no drafting's and did not change
+        (``Standing.shown_unchanged``)."""
+        return self.standing.shown_unchanged
+
+    @property
+    def check(self) -> LosslessCheck:
+        """The winner's output check: what diverged where, or why it could not be checked."""
+        return self.winner.lossless
+
+    @property
+    def not_drafting(self) -> str:
+        """Why the winner drafted nothing on these prompts ("" when it drafted, or when the
+        server reports no counts)."""
+        return self.winner.not_drafting
 
     @property
     def where(self) -> str:
@@ -127,12 +145,8 @@ def verify(setup, best: GridRow, plan: BenchPlan, engine, emit, cancel,
     summary = summarize(run)
     win = summary.comparison(WINNER)
     current = summary.comparison(CURRENT) if current is not None else None
-    return Verification(
-        run, summary, win.speedup, paired(run, CURRENT, WINNER) if current else None,
-        current.speedup if current else None,
-        lossless=win.lossless.checkable and win.lossless.compared > 0 and not win.lossless.diverged,
-        check=win.lossless, not_drafting=win.not_drafting,
-        drafting_unknown=win.drafting_unknown)
+    return Verification(run, summary, win, paired(run, CURRENT, WINNER) if current else None,
+                        current.speedup if current else None)
 
 
 def paired(run: BenchRun, first: str, second: str) -> RatioSummary | None:
@@ -144,11 +158,9 @@ def paired(run: BenchRun, first: str, second: str) -> RatioSummary | None:
     return summarize_ratios(ratios) if ratios else None
 
 
-def _not_lossless(label: str, check, held_out: bool = True) -> str:
+def _not_lossless(label: str, check: LosslessCheck, held_out: bool = True) -> str:
     """Why a winner whose output was not shown unchanged is not written: what changed where,
     or why it could not be checked."""
-    if check is None:
-        return f"{label}'s output could not be shown unchanged: nothing was written."
     if not check.checkable or not check.compared:
         return (f"{label}'s output could not be checked against no drafting "
                 f"({check.verdict}), and a setting is written only with its output shown "
@@ -175,21 +187,26 @@ def decide(candidate: Candidate, best: GridRow, verification: Verification | Non
         return Decided(candidate, drafting, False, "Cancelled during the verification: nothing "
                        "was written.")
     none = verification.winner_vs_none
-    if not verification.lossless:
+    win = verification.standing  # judged as every winner is (core.bench.winner)
+    if not win.shown_unchanged:
         return Decided(candidate, drafting, False, _not_lossless(
             best.cell.label, verification.check, verification.held_out))
     where = verification.where
-    if verification.not_drafting:
-        return Decided(candidate, drafting, False, f"{best.cell.label} drafted nothing "
-                       f"{where} ({verification.not_drafting}): a speed-up without "
-                       "drafts is noise, so nothing was written.")
-    if verification.drafting_unknown:  # not a drafting result either (core.bench.winner)
+    if win.not_drafting:  # not a drafting result: which of the two, in the words for it
+        unknown = verification.winner.drafting_unknown
+        if verification.not_drafting:
+            return Decided(candidate, drafting, False, f"{best.cell.label} drafted nothing "
+                           f"{where} ({verification.not_drafting}): a speed-up without "
+                           "drafts is noise, so nothing was written.")
         return Decided(candidate, drafting, False, f"SpecDeck cannot tell whether "
-                       f"{best.cell.label} drafted {where} ({verification.drafting_unknown}): "
+                       f"{best.cell.label} drafted {where} ({unknown}): "
                        "its speed-up may be noise, so nothing was written.")
     if none is None or not none.has_interval:
         return Decided(candidate, drafting, False, f"Too few verification runs of "
                        f"{best.cell.label} to tell: nothing was written. Give a larger budget.")
+    if win.not_a_result is not None:
+        return Decided(candidate, drafting, False, f"{best.cell.label} {where}: "
+                       f"{win.not_a_result}: nothing was written.")
     mine = verification.current_vs_none
     keep = (f" Your current setting measured {mine.median:.2f}x over no drafting "
             f"({mine.interval_text()}): keep it." if clearly_faster(mine) else "")

@@ -89,7 +89,7 @@ def test_exactly_no_drafts_speed_never_beats_it():
 
 def test_the_one_constructor_reads_every_fact():
     def built(**facts):
-        base = dict(diverged=0, sampled=False, complete=True, not_drafting="",
+        base = dict(diverged=0, unchecked="", sampled=False, complete=True, not_drafting="",
                     drafting_unknown="")
         return winner.standing(summarize_ratios([1.2, 1.3, 1.25]), **{**base, **facts})
 
@@ -105,6 +105,11 @@ def test_the_one_constructor_reads_every_fact():
     assert built(drafting_unknown="add --metrics").excluded_because.startswith(
         "SpecDeck cannot tell whether it drafted")
     assert built(not_usable="bad counts").excluded_because == "not usable: bad counts"
+    lost = "not checked: every paired run lost data (3: an event that was not JSON)"
+    assert built(unchecked=lost).not_a_result == f"its output was never checked ({lost})"
+    assert built(unchecked=lost, sampled=True).excluded_because is None  # nothing to check
+    assert built().shown_unchanged and not built(sampled=True).shown_unchanged
+    assert not built(unchecked=lost).shown_unchanged and not built(diverged=1).shown_unchanged
     with pytest.raises(TypeError):  # no fact may be left out
         winner.standing(1.2, diverged=0, sampled=False, complete=True, not_drafting="")
 

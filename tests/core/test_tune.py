@@ -256,12 +256,12 @@ def test_a_setting_that_drafted_nothing_is_noise_never_the_best_nor_learned_from
     quiet = _verification([1.3, 1.4, 1.35, 1.5])
     from dataclasses import replace
 
-    why = decide(Candidate("ngram-mod"), real, replace(quiet, not_drafting="it drafted nothing"),
-                 setup, cancelled=False).why
+    why = decide(Candidate("ngram-mod"), real, replace(quiet, winner=replace(
+        quiet.winner, not_drafting="it drafted nothing")), setup, cancelled=False).why
     assert why.startswith("real drafted nothing on held-out prompts (it drafted nothing)")
     # nor a verification of which nobody can tell whether it drafted (core.bench.winner)
-    why = decide(Candidate("ngram-mod"), real, replace(quiet, drafting_unknown="add --metrics"),
-                 setup, cancelled=False).why
+    why = decide(Candidate("ngram-mod"), real, replace(quiet, winner=replace(
+        quiet.winner, drafting_unknown="add --metrics")), setup, cancelled=False).why
     assert why.startswith("SpecDeck cannot tell whether real drafted on held-out prompts "
                           "(add --metrics)") and "nothing was written" in why
 
@@ -368,9 +368,20 @@ def test_the_finalist_within_the_noise_of_the_best_is_the_cheaper_setting():
         run_module.noise = original
 
 
-def _verification(win, current=None, lossless=True, check=None):
-    return Verification(None, None, summarize_ratios(win) if win else None,
-                        summarize_ratios(current) if current else None, None, lossless, check)
+def _verification(win, current=None, lossless=True, check=None, mine=None, **facts):
+    """A verification whose winner measured ``win`` (paired ratios over no drafting) and
+    ``current`` over the current setting (which measured ``mine``); its output identical in
+    every run (``lossless``), never compared, or as ``check`` says; ``facts``: the rest of
+    its comparison (not_drafting, drafting_unknown)."""
+    from specdeck.core.bench.lossless import LosslessCheck
+    from specdeck.core.bench.summary import Comparison
+
+    if check is None:
+        check = LosslessCheck(True, compared=4, identical=4) if lossless else LosslessCheck(True)
+    winner = Comparison("winner", "w", summarize_ratios(win) if win else None, {}, check, None,
+                        "", **facts)
+    return Verification(None, None, winner, summarize_ratios(current) if current else None,
+                        summarize_ratios(mine) if mine else None)
 
 
 def test_when_the_current_setting_is_better_the_decision_says_keep_it(tmp_path):
@@ -384,8 +395,7 @@ def test_when_the_current_setting_is_better_the_decision_says_keep_it(tmp_path):
     setup = from_swap(swap_config(tmp_path, "--spec-type ngram-simple"), "smol")
     pick = _row("k4v", 1.1, ("-t", "1", "--spec-type", "ngram-map-k4v"))
     mine = [1.3, 1.35, 1.4, 1.2]
-    flat = Verification(None, None, summarize_ratios([0.9, 1.1, 1.0, 1.05]),
-                        summarize_ratios([0.7, 0.8, 0.75, 0.8]), summarize_ratios(mine), True)
+    flat = _verification([0.9, 1.1, 1.0, 1.05], [0.7, 0.8, 0.75, 0.8], mine=mine)
     why = decide(Candidate("ngram-map-k4v"), pick, flat, setup, cancelled=False).why
     assert "k4v was not clearly faster than no drafting" in why
     assert why.endswith(f"Your current setting measured 1.33x over no drafting "
@@ -434,7 +444,7 @@ def test_a_winner_whose_output_changed_is_refused_in_plain_words(tmp_path):
 
 @pytest.mark.parametrize("win, current, lossless, applies, words", [
     ([1.3, 1.4, 1.35, 1.5], None, True, True, "over no drafting"),
-    ([1.3, 1.4, 1.35, 1.5], None, False, False, "could not be shown unchanged"),
+    ([1.3, 1.4, 1.35, 1.5], None, False, False, "could not be checked"),
     ([1.3], None, True, False, "Too few"),
     ([0.9, 1.4, 1.0, 1.6], None, True, False, "not clearly faster than no drafting"),
     ([1.3, 1.4, 1.35, 1.5], [0.95, 1.1, 1.0, 1.05], True, False, "than your current setting"),

@@ -764,8 +764,12 @@ def test_a_tune_on_one_prompt_does_not_claim_held_out_prompts(tmp_path, binary):
     args = ("--spec-type", "ngram-mod")
     row = GridRow(Cell(Arm("w", NO_DRAFT_SPEC, ServerArm(launch=LaunchProfile(
         binary, str(GGUF), args))), "ngram-mod"), {ALL: Figure(12.0, None)}, "lossless")
-    verification = Verification(None, None, summarize_ratios([1.3, 1.4, 1.35, 1.5]), None,
-                                None, True, held_out=False)
+    from specdeck.core.bench.lossless import LosslessCheck
+    from specdeck.core.bench.summary import Comparison
+
+    winner = Comparison("winner", "w", summarize_ratios([1.3, 1.4, 1.35, 1.5]), {},
+                        LosslessCheck(True, compared=4, identical=4), None, "")
+    verification = Verification(None, None, winner, None, None, held_out=False)
     why = decide(Candidate("ngram-mod"), row, verification, setup, cancelled=False).why
     assert "held-out" not in why and "no prompt was left to hold out" in why
 

@@ -16,7 +16,11 @@ path reads them the way it does in the product:
 - the tune's finalist (core.tune.run.finalist), each candidate's figure for the report and
   the prediction history (core.tune.run._tried),
 - the Tune page's best so far and its candidate rows (core.tune.live, fed by the A/B's live
-  reducer core.bench.live.LivePlan).
+  reducer core.bench.live.LivePlan),
+- successive halving's choice of the settings that go on (core.bench.halving.survivors).
+
+A setting whose every paired run lost data was never checked against the reference: it
+cannot win anywhere, as the tune's verification already refused to write one.
 
 A plain A/B, a sweep and the k tuner measure every setting on every prompt, so the settings
 a search dropped are not in their plan: a dropped setting never wins, so leaving it out must
@@ -26,6 +30,7 @@ by the rule as docs/architecture.md states it (core.bench.winner's docstring).
 
 from __future__ import annotations
 
+import json
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,6 +40,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from specdeck.core.bench import tuner, winner
 from specdeck.core.bench.grid import Cell, GridResult, _row, pooled, suite_summaries
+from specdeck.core.bench.halving import survivors
 from specdeck.core.bench.live import LivePlan
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.runner import BenchRun, RunFinished, RunRecord, RunSlot
@@ -109,7 +115,10 @@ def settings(draw) -> tuple[list[Setting], bool]:
     for k in ks:
         changed = draw(st.sampled_from((0, 0, 0, 1, RUNS)))
         tied = draw(st.integers(0, RUNS - changed))
-        lost = draw(st.integers(0, RUNS - changed - tied))
+        # every run left losing its data comes up often: where none changed or tied, the
+        # setting's output was never checked (compared=0)
+        left = RUNS - changed - tied
+        lost = left if draw(st.integers(0, 3)) == 0 else draw(st.integers(0, left))
         out.append(Setting(draw(st.integers(0, 1)), k, draw(st.sampled_from(SPEEDUPS)),
                            changed, tied, lost,
                            draw(st.sampled_from(("drafts", "drafts", "nothing", "unknown"))),
@@ -180,9 +189,19 @@ def _decode(ids) -> str:
 
 
 # the rule, from the facts ----------------------------------------------------------------
+def checked_unchanged(s: Setting, sampled: bool) -> bool:
+    """Its output was compared with the reference's (a run that did not lose data) and did
+    not change; a sampled plan is not held to it."""
+    return sampled or (not s.changed and s.lost < RUNS)
+
+
+def is_result(s: Setting, sampled: bool) -> bool:
+    """Its figure is its drafting speed-up (core.bench.winner's ``not_a_result``)."""
+    return s.drafting == "drafts" and s.speedup is not None and checked_unchanged(s, sampled)
+
+
 def takes_part(s: Setting, sampled: bool) -> bool:
-    return (s.drafting == "drafts" and s.speedup is not None and (sampled or not s.changed)
-            and not s.dropped)
+    return is_result(s, sampled) and not s.dropped
 
 
 def expected(settings: list[Setting], sampled: bool) -> Setting | None:
@@ -200,7 +219,7 @@ def expected_figure(settings: list[Setting], candidate: int, sampled: bool
     mine = [s for s in settings if s.candidate == candidate and s.speedup is not None]
     if any(not s.dropped for s in mine):
         mine = [s for s in mine if not s.dropped]
-    results = [s for s in mine if s.drafting == "drafts" and (sampled or not s.changed)]
+    results = [s for s in mine if s.drafting == "drafts" and checked_unchanged(s, sampled)]
     if results:
         return max(results, key=lambda s: s.speedup), True
     return (max(mine, key=lambda s: s.speedup), False) if mine else None
@@ -270,6 +289,14 @@ CASES = {
     "sampled": ([S(0, 1, 1.1), S(0, 2, 1.25, changed=RUNS)], True),
     "dropped": ([S(0, 1, 1.5, dropped=True), S(0, 2, 1.1), S(1, 3, 0.8)], False),
     "no usable speed": ([S(0, 1, None), S(1, 2, 1.1)], False),
+    # compared=0: every paired run lost data, so the output was never checked; bench --apply
+    # and the A/B page's Apply took it as unchanged (it had no divergence)
+    "every run lost data": ([S(0, 1, 1.5, lost=RUNS), S(1, 2, 1.1)], False),
+    "the only faster one lost every run's data": ([S(0, 1, 1.25, lost=RUNS), S(1, 2, 0.8)],
+                                                  False),
+    "lost data, drafting unknown": ([S(0, 1, 1.5, lost=RUNS, drafting="unknown"),
+                                     S(0, 2, 1.25, drafting="unknown"), S(1, 3, 1.1)], False),
+    "sampled, every run lost data": ([S(0, 1, 1.25, lost=RUNS), S(1, 2, 1.1)], True),
 }
 
 
@@ -306,6 +333,24 @@ def test_the_tune_verifies_a_winner_or_refuses_with_the_rest(generated):
     s = next(s for s in settings if s.arm == chosen.cell.arm.name)
     assert takes_part(s, sampled) and s.speedup > winner.NO_DRAFT_SPEEDUP
     assert share == 0.0 and s.speedup == want.speedup  # no noise here: as fast as the winner
+
+
+@cases
+@given(settings())
+def test_successive_halving_reads_each_setting_as_the_winner_does(generated):
+    """The settings that go on to the next round: where any setting's figure is a drafting
+    result, only such settings go on (a figure that is not one is no evidence for it: it
+    drafted nothing, nobody can tell whether it drafted, its output was never checked), and
+    a setting whose output changed never does."""
+    settings, sampled = generated
+    search = grid(measured(settings, sampled), settings)
+    by_arm = {s.arm: s for s in settings}
+    going_on = survivors(search.rows, 0.0)
+    went = [by_arm[name] for name in going_on]
+    assert not any(s.changed and not sampled for s in went)
+    if any(is_result(s, sampled) for s in settings):
+        assert going_on and all(is_result(s, sampled) for s in went), (
+            f"went on: {went}")
 
 
 @pytest.fixture(scope="module")
@@ -357,3 +402,76 @@ def test_a_candidates_figure_is_its_best_drafting_result(setup, generated):
         assert bool(tried.not_a_result) is not is_result
         if want is not None and want.candidate == index:
             assert tried.best_setting == want.label
+
+
+# why no winner, wherever it is said --------------------------------------------------------
+FASTER_CHANGED = [S(0, 1, 1.25, changed=1), S(1, 2, 0.8)]
+"""A 1.25x setting whose output changed in one run, and a slower one: no winner."""
+WHY = "measured 1.25x but cannot be the best: its output changed in 1 run(s)"
+
+
+def test_the_grid_table_says_which_faster_setting_was_passed_over_and_why():
+    """It said "no setting beat decoding without one" under a table showing 1.25x."""
+    from specdeck.core.bench.tables import grid_table
+
+    table = grid_table(grid(measured(FASTER_CHANGED, False), FASTER_CHANGED))
+    assert f"{FASTER_CHANGED[0].label} {WHY}" in table
+    assert "Best: no draft (no setting beat decoding without one)" not in table
+    # Beside a winner too: a faster setting that is not it is never left unexplained.
+    settings = [S(0, 1, 1.5, changed=1), S(1, 2, 1.1)]
+    table = grid_table(grid(measured(settings, False), settings))
+    assert f"Best: {settings[1].label}: 1.10x" in table
+    assert (f"Not the best although as fast: {settings[0].label} measured 1.50x but cannot "
+            "be the best: its output changed in 1 run(s)") in table
+
+
+def test_the_tunes_verdict_says_which_faster_setting_was_passed_over_and_why():
+    """It said "No setting beat decoding without a draft" when a 1.25x had changed output."""
+    from specdeck.core.tune.run import _why_no_best
+
+    search = grid(measured(FASTER_CHANGED, False), FASTER_CHANGED)
+    assert finalist(search)[0] is None
+    why = _why_no_best(search)
+    assert f"{FASTER_CHANGED[0].label} {WHY}" in why
+    assert why.startswith("No setting that could be written beat decoding without a draft")
+    assert "nothing was written" in why
+    lost = [S(0, 1, 1.25, lost=RUNS), S(1, 2, 0.8)]
+    why = _why_no_best(grid(measured(lost, False), lost))
+    assert f"{lost[0].label} measured 1.25x but cannot be the best: its output was never " \
+        "checked (every paired run lost data" in why
+
+
+def test_bench_apply_says_which_faster_arm_it_passed_over_and_why(tmp_path, monkeypatch,
+                                                                  capsys):
+    """`specdeck bench --apply` switched drafting off beside a table showing a 1.25x arm and
+    never said why that arm was not written."""
+    from conftest import TABBY
+    from specdeck.core import config
+    from specdeck.core.bench import runner
+    from specdeck.core.cli import main
+
+    run = measured(FASTER_CHANGED, False)
+    ngram = tuple(replace(a, drafter=DrafterSpec(DrafterKind.NGRAM,
+                                                 num_draft_tokens=a.drafter.num_draft_tokens))
+                  for a in run.plan.arms[1:])
+    plan_json = tmp_path / "plan.json"
+    plan_json.write_text(json.dumps(replace(run.plan, engine="torch", model="demo",
+                                            arms=(run.plan.arms[0], *ngram)).to_json()))
+    target = tmp_path / "config.yml"
+    target.write_text((TABBY / "config_sample.exl2-checkpoint.yml").read_text().replace(
+        "  backend:\n", "  backend: exllamav3\n", 1))
+    monkeypatch.setattr(runner, "run_plan", lambda plan, *a, **k: replace(run, plan=plan))
+    # Exit 1: an arm's output changed, which the command reports as a negative answer.
+    assert main(["bench", "--plan", str(plan_json), "--apply", "--yes", "--config",
+                 str(target), "--no-history"]) == 1
+    err = capsys.readouterr().err
+    assert f"not applied although as fast: arm {FASTER_CHANGED[0].arm} {WHY}." in err
+    assert config.load(target).data["draft_model"]["draft_model_name"] in ("", None)
+
+
+def test_the_chart_colours_exactly_as_fast_as_no_draft_as_neither_faster_nor_slower():
+    from specdeck.core.bench import chart
+
+    settings = [S(0, 1, 1.0), S(1, 2, 1.25)]
+    svg = chart.render_chart(summarize(measured(settings, False), decode=_decode))
+    assert svg.count(chart.FASTER_FILL) == 1 and svg.count(chart.EVEN_FILL) == 1
