@@ -63,20 +63,24 @@ def test_a_streamed_run_is_cut_into_the_replays_steps():
     assert plain_step_s((0.0, 1.0, 2.0, 3.0, 10.0)) == 1.0
 
 
-def test_the_calibration_finds_the_cost_of_a_verification_and_of_a_row():
-    truth = StepCosts(verify_share=1.0, row_share=0.75)
-    setting = Setting.of("ngram-simple", size_n=1, size_m=8)
+def _calibration(truth, rng, jitter):
+    """Six requests replayed at ngram-simple (n 1, m 8), each timed plain (20 ms a step) and
+    drafted as ``truth`` prices it, both with ``jitter``: the calibration's runs."""
     requests = [_request(seed) for seed in range(6)]
-    _, each = replay(setting, requests)
-    rng = random.Random(1)
+    _, each = replay(Setting.of("ngram-simple", size_n=1, size_m=8), requests)
     runs = []
     for r, replayed in zip(requests, each, strict=True):
         plain = [0.5]
         for _ in r.output[1:]:
-            plain.append(plain[-1] + 0.02 * (1 + rng.uniform(-0.05, 0.05)))
-        plain = tuple(plain)
-        runs.append(CalibrationRun(plain, _arrivals(replayed, truth, 0.02, rng, 0.05),
+            plain.append(plain[-1] + 0.02 * (1 + rng.uniform(-jitter, jitter)))
+        runs.append(CalibrationRun(tuple(plain), _arrivals(replayed, truth, 0.02, rng, jitter),
                                    replayed))
+    return requests, each, runs
+
+
+def test_the_calibration_finds_the_cost_of_a_verification_and_of_a_row():
+    truth = StepCosts(verify_share=1.0, row_share=0.75)
+    requests, each, runs = _calibration(truth, random.Random(1), jitter=0.05)
     assert len({s.drafted for r in each for s in r.steps}) >= 5  # many lengths drafted
     fitted = fit_costs(runs)
     assert fitted.verify_share == pytest.approx(1.0, abs=0.15)
@@ -246,17 +250,7 @@ def test_a_drafting_servers_step_that_drafts_nothing_is_priced():
     1.00x): the calibration's own steps that drafted nothing price it, and a setting that
     never drafts is predicted that much slower than no drafting."""
     truth = StepCosts(verify_share=1.0, row_share=0.75, idle_share=0.06)
-    setting = Setting.of("ngram-simple", size_n=1, size_m=8)
-    requests = [_request(seed) for seed in range(6)]
-    _, each = replay(setting, requests)
-    rng = random.Random(4)
-    runs = []
-    for r, replayed in zip(requests, each, strict=True):
-        plain = [0.5]
-        for _ in r.output[1:]:
-            plain.append(plain[-1] + 0.02 * (1 + rng.uniform(-0.02, 0.02)))
-        runs.append(CalibrationRun(tuple(plain), _arrivals(replayed, truth, 0.02, rng, 0.02),
-                                   replayed))
+    requests, each, runs = _calibration(truth, random.Random(4), jitter=0.02)
     assert sum(r.plain_steps for r in each) > 50  # the calibration has steps that drafted 0
     fitted = fit_costs(runs)
     assert fitted.idle_share == pytest.approx(0.06, abs=0.015)
