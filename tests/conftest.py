@@ -23,6 +23,12 @@ os.environ["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
 
 import pytest  # noqa: E402
 
+# The suite's engine processes fork from a server that imported torch once (2 s of CPU saved
+# for each of dozens of A/B runs); the app spawns them, tested in tests/core/test_bench_session.py.
+from specdeck.core.bench import session as _bench_session  # noqa: E402
+
+_bench_session.START_METHOD = "forkserver"
+
 pytest_plugins = ["schedule"]  # tests/schedule.py: the longest modules go to the workers first
 from hypothesis import settings as hypothesis_settings  # noqa: E402
 

@@ -148,6 +148,23 @@ def dying_engine(name: str):
     return engine
 
 
+def environment_engine(name: str):
+    """An engine factory whose engine fails to load, saying what ``SPECDECK_TEST_MARK`` is in
+    the engine process's environment (module level: the child imports it)."""
+    import os
+
+    from specdeck.core.engines import create_engine
+    from specdeck.core.errors import SpecDeckError
+
+    engine = create_engine(name)
+
+    def load(*_args, **_kwargs):
+        raise SpecDeckError(f"mark={os.environ.get('SPECDECK_TEST_MARK')}")
+
+    engine.load = load
+    return engine
+
+
 def forward_clock(monkeypatch, cost) -> list[float]:
     """The PyTorch engine's clock advances only by the models' forwards, ``cost(model, ids)``
     seconds each: which setting is fastest becomes a property of the forwards it runs, not of

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import queue
 import threading
 from collections import deque
@@ -39,6 +40,26 @@ log = logging.getLogger(__name__)
 POLL_S = 0.25
 """How often the reader checks that the child is still alive while waiting for events."""
 
+START_METHOD = "spawn"
+"""How the engine process starts. ``"spawn"`` (the app's): a fresh interpreter, never a fork
+of the GUI process, which has Qt's and torch's threads running. ``"forkserver"`` (set by
+tests/conftest.py, where present): children are forked from a server process that imported
+``ENGINE_MODULES`` once, so each engine process skips torch's import (about 2 s of CPU). The
+test suite starts an engine process in dozens of tests; the app starts one per page and
+keeps it, where a resident fork server (~230 MB) would buy nothing."""
+
+ENGINE_MODULES = ("specdeck.core.bench.worker", "specdeck.core.engines.torch_ref")
+"""What every local engine process imports (a fork server preloads them; one it cannot
+import, torch absent, is skipped)."""
+
+
+def _context(method: str):
+    if method == "forkserver" and method in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context(method)
+        context.set_forkserver_preload(list(ENGINE_MODULES))  # before its server first starts
+        return context
+    return multiprocessing.get_context("spawn")
+
 
 class EngineProcessDied(SpecDeckError):
     """The engine process ended in the middle of a plan."""
@@ -51,9 +72,8 @@ class BenchSession:
     function).
     """
 
-    def __init__(self, factory: EngineFactory | None = None):
-        # spawn, never fork: the GUI process has Qt's and torch's threads running.
-        context = multiprocessing.get_context("spawn")
+    def __init__(self, factory: EngineFactory | None = None, start_method: str | None = None):
+        context = _context(start_method or START_METHOD)
         self._events: deque[WorkerEvent] = deque()
         self._jobs = context.Queue()
         self._from_child = context.Queue()
@@ -62,7 +82,8 @@ class BenchSession:
         self._closed = False
         self._process = context.Process(
             target=serve, args=(self._jobs, self._from_child, self._cancel, factory or default_factory),
-            name="specdeck-engine", daemon=True,
+            # a forked child has its server's environment, not this process's of now
+            kwargs={"environ": dict(os.environ)}, name="specdeck-engine", daemon=True,
         )
         self._process.start()
         self._reader = threading.Thread(target=self._read, name="specdeck-bench-reader", daemon=True)

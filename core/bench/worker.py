@@ -149,8 +149,13 @@ machine with few cores the engine's compute threads otherwise delay the GUI's fr
 
 
 def serve(jobs: Any, events: Any, cancel: Any, factory: EngineFactory = default_factory,
-          niceness: int = ENGINE_NICENESS) -> None:
-    """The child's main loop (see the module docstring)."""
+          niceness: int = ENGINE_NICENESS, environ: dict[str, str] | None = None) -> None:
+    """The child's main loop (see the module docstring); ``environ``: the starting process's
+    environment, taken as this process's (a child forked from a fork server has the
+    server's)."""
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
     child = watch_parent(jobs, cancel, events)
     if niceness and hasattr(os, "nice"):
         try:

@@ -19,10 +19,13 @@ def models(tmp_path_factory) -> dict[str, Path]:
     return ab_models(tmp_path_factory.mktemp("bench-session-models"))
 
 
-def test_session_drains_in_order_and_shuts_down(models):
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_session_drains_in_order_and_shuts_down(models, start_method):
+    """The app's engine process is spawned; the suite's are forked from a fork server that
+    imported torch once (tests/conftest.py): both run a plan alike."""
     from specdeck.core.bench.plan import default_arms
 
-    session = BenchSession()
+    session = BenchSession(start_method=start_method)
     plan = tiny_plan(models["cycle"], default_arms(ngram=True), suites=("chat",), max_prompts=1,
                      max_new_tokens=8, repeats=1, warmup=0)
     session.start(plan)
@@ -34,6 +37,32 @@ def test_session_drains_in_order_and_shuts_down(models):
     assert isinstance(events[-1], PlanDone)
     assert not session.running
     assert session.shutdown(timeout_s=30)
+
+
+def _failure(session: BenchSession, plan) -> str:
+    session.start(plan)
+    events = []
+    deadline = time.monotonic() + 60
+    while not events and time.monotonic() < deadline:
+        events.extend(session.drain())
+        time.sleep(0.05)
+    (failed,) = [e for e in events if isinstance(e, PlanFailed)]
+    session.shutdown(timeout_s=30)
+    return str(failed.error)
+
+
+def test_a_forked_engine_process_has_the_environment_of_its_start(models, monkeypatch):
+    """A child forked from the fork server would have the server's environment, taken when
+    the first engine process started: each has its starter's of the moment instead."""
+    from specdeck.core.bench.plan import default_arms
+    from tiny_models import environment_engine
+
+    plan = tiny_plan(models["cycle"], default_arms(ngram=True), max_new_tokens=8, repeats=1,
+                     warmup=0)
+    monkeypatch.setenv("SPECDECK_TEST_MARK", "first")
+    assert "mark=first" in _failure(BenchSession(environment_engine, "forkserver"), plan)
+    monkeypatch.setenv("SPECDECK_TEST_MARK", "second")
+    assert "mark=second" in _failure(BenchSession(environment_engine, "forkserver"), plan)
 
 
 def test_an_engine_process_that_dies_ends_the_plan_with_a_clear_error(models):
