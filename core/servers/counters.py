@@ -17,10 +17,16 @@ from specdeck.core.servers.readings import ServerReport, check_acceptance
 from specdeck.core.servers.transport import Base, ServerError, request_text
 
 
+def fetch_counters(base: Base, api_key: str | None, timeout: float = 5.0
+                   ) -> dict[str, float]:
+    """The server's /metrics now, parsed (a ServerError when it cannot be read)."""
+    return parse_counters(request_text(base, "/metrics", api_key, timeout=timeout))
+
+
 def read_counters(base: Base, api_key: str | None) -> dict[str, float]:
     """The server's /metrics now ({} when it cannot be read)."""
     try:
-        return parse_counters(request_text(base, "/metrics", api_key, timeout=5.0))
+        return fetch_counters(base, api_key)
     except ServerError:
         return {}
 

@@ -3,10 +3,15 @@
 Every kind streams, with the sampling and token limit of the plan; each says greedy, "do not
 stop at EOS" and "no cached prompt" its own way, and a few take drafting per request
 (LM Studio's draft model, Ollama's draft_num_predict, SGLang's per-request drafting counts).
+
+A replay (core.tune.replay) speaks llama-server's own routes instead, in token ids: its chat
+template (``template_body``), its tokenizer (``tokenize_body``) and a greedy ``/completion``
+of ids (``completion_body``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from specdeck.core.engines.base import GenerationRequest
@@ -36,7 +41,7 @@ def request_body(request: GenerationRequest, kind: ServerKind, model: str | None
             options["top_k"] = 1
         body = {"model": model, "stream": True, "options": options}
         if request.apply_chat_template:
-            body["messages"] = [{"role": "user", "content": request.prompt}]
+            body["messages"] = user_message(request.prompt)
             return "/api/chat", body
         body["prompt"], body["raw"] = request.prompt, True
         return "/api/generate", body
@@ -63,7 +68,7 @@ def request_body(request: GenerationRequest, kind: ServerKind, model: str | None
             body["return_spec_tokens_details"] = True
     chat = request.apply_chat_template
     if chat:
-        body["messages"] = [{"role": "user", "content": request.prompt}]
+        body["messages"] = user_message(request.prompt)
     else:
         body["prompt"] = request.prompt
     if kind is ServerKind.LMSTUDIO and arm.server.draft_model:
@@ -72,3 +77,39 @@ def request_body(request: GenerationRequest, kind: ServerKind, model: str | None
     # LM Studio: its OpenAI-compatible routes, whose stream carries usage with
     # include_usage (0.3.18); its own /api/v0 stream carries neither usage nor stats.
     return ("/v1/chat/completions" if chat else "/v1/completions"), body
+
+
+def user_message(text: str) -> list[dict[str, str]]:
+    """A chat of one user message: how every chat request sends a prompt."""
+    return [{"role": "user", "content": text}]
+
+
+def template_body(text: str) -> dict[str, Any]:
+    """llama-server's ``POST /apply-template``: ``text`` as one user message, through the
+    model's chat template (the prompt a chat completion would decode)."""
+    return {"messages": user_message(text)}
+
+
+def tokenize_body(text: str) -> dict[str, Any]:
+    """llama-server's ``POST /tokenize``: special tokens added and parsed, as a chat
+    completion tokenizes its templated prompt."""
+    return {"content": text, "add_special": True, "parse_special": True}
+
+
+def completion_body(prompt: Sequence[int], max_new: int, *, stop_on_eos: bool = False,
+                    stream: bool = False, slot: int | None = None,
+                    n_probs: int = 0) -> dict[str, Any]:
+    """llama-server's ``POST /completion`` of ``prompt`` token ids: greedy (``top_k`` 1,
+    seed 0), up to ``max_new`` tokens, the ids it generated returned (``return_tokens``).
+    No cached prefix, unless ``slot`` names the slot whose prompt cache the request reuses
+    (a teacher-forced pass grows one prompt a token at a time); ``n_probs``: the top
+    tokens and their probabilities at each position."""
+    body: dict[str, Any] = {"prompt": list(prompt), "n_predict": max_new,
+                            "temperature": 0.0, "top_k": 1, "seed": 0,
+                            "return_tokens": True, "cache_prompt": slot is not None,
+                            "stream": stream, "ignore_eos": not stop_on_eos}
+    if slot is not None:
+        body["id_slot"] = slot
+    if n_probs:
+        body["n_probs"] = n_probs
+    return body

@@ -256,3 +256,28 @@ def test_what_is_not_replayed_says_why():
     flags = grid("ngram-map-k4v")[0].flags()
     assert flags[:2] == ("--spec-type", "ngram-map-k4v")
     assert "--spec-ngram-map-k4v-min-hits" in flags
+
+
+def _llama_metrics(drafted: int, accepted: int, drafts: int, positions: list[int]) -> str:
+    """/metrics as the pinned llama-server writes its speculative counters."""
+    lines = [f"llamacpp:spec_decode_num_draft_tokens_total {drafted}",
+             f"llamacpp:spec_decode_num_accepted_tokens_total {accepted}",
+             f"llamacpp:spec_decode_num_drafts_total {drafts}"]
+    lines += [f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {v}'
+              for i, v in enumerate(positions)]
+    return "\n".join(lines) + "\n"
+
+
+def test_the_proofs_counts_are_the_servers_counters_read_as_every_run_reads_them():
+    """The proof (core.tune.replay.proof) reads the counters' growth through
+    core.servers.counters: trailing zero positions dropped, and counters that fail the
+    checks every run's counters get (one went down: the server restarted) equal no replay."""
+    from specdeck.core.servers.counters import parse_counters
+    from specdeck.core.tune.replay.proof import Counted, counted_between
+
+    before = parse_counters(_llama_metrics(10, 4, 2, [2, 1, 1, 0, 0]))
+    after = parse_counters(_llama_metrics(34, 18, 5, [5, 4, 4, 3, 1, 1, 0, 0]))
+    assert counted_between(before, after, tokens=40) == Counted(3, 24, 14, (3, 3, 3, 3, 1, 1))
+    assert counted_between(after, after, tokens=40) == Counted(0, 0, 0, ())
+    assert counted_between(after, before, tokens=40) is None
+    assert counted_between(before, after, tokens=5) is None  # 14 accepted of 5 tokens made

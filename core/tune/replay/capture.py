@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from specdeck.core.errors import CancelledError
+from specdeck.core.servers.payload import completion_body, template_body, tokenize_body
 from specdeck.core.servers.transport import BadAnswerError, Base, request_json, stream_sse
 from specdeck.core.tune.replay.session import Request
 
@@ -69,24 +70,21 @@ def prompt_tokens(base: Base, text: str, chat: bool = True,
                   api_key: str | None = None) -> tuple[int, ...]:
     """The ids the server decodes for ``text`` sent as one user message (``chat``) or as is."""
     if chat:
-        answer = request_json(base, "POST", "/apply-template",
-                              {"messages": [{"role": "user", "content": text}]}, api_key)
+        answer = request_json(base, "POST", "/apply-template", template_body(text), api_key)
         if not isinstance(answer, dict) or not isinstance(answer.get("prompt"), str):
             raise BadAnswerError("llama-server's /apply-template gave no prompt.",
                                  "Use a llama-server with a chat template, or plain prompts.")
         text = answer["prompt"]
-    answer = request_json(base, "POST", "/tokenize",
-                          {"content": text, "add_special": True, "parse_special": True},
-                          api_key)
+    answer = request_json(base, "POST", "/tokenize", tokenize_body(text), api_key)
     return _ints(answer.get("tokens") if isinstance(answer, dict) else None, "/tokenize")
 
 
 def complete(base: Base, prompt: tuple[int, ...], max_new: int, stop_on_eos: bool = False,
-             api_key: str | None = None, extra: dict | None = None) -> dict:
-    """One greedy ``/completion`` of ``prompt`` ids; the server's answer."""
-    body = {"prompt": list(prompt), "n_predict": max_new, "temperature": 0.0, "top_k": 1,
-            "seed": 0, "return_tokens": True, "cache_prompt": False, "stream": False,
-            "ignore_eos": not stop_on_eos, **(extra or {})}
+             api_key: str | None = None, slot: int | None = None, n_probs: int = 0) -> dict:
+    """One greedy ``/completion`` of ``prompt`` ids (core.servers.payload.completion_body:
+    ``slot``, ``n_probs``); the server's answer."""
+    body = completion_body(prompt, max_new, stop_on_eos=stop_on_eos, slot=slot,
+                           n_probs=n_probs)
     answer = request_json(base, "POST", "/completion", body, api_key,
                           timeout=CAPTURE_TIMEOUT_S)
     if not isinstance(answer, dict):
@@ -119,9 +117,7 @@ def stream_complete(base: Base, prompt: tuple[int, ...], max_new: int,
                     stop_on_eos: bool = False, api_key: str | None = None,
                     cancel: threading.Event | None = None) -> Streamed:
     """One greedy ``/completion`` of ``prompt`` ids, streamed (each event carries its tokens)."""
-    body = {"prompt": list(prompt), "n_predict": max_new, "temperature": 0.0, "top_k": 1,
-            "seed": 0, "return_tokens": True, "cache_prompt": False, "stream": True,
-            "ignore_eos": not stop_on_eos}
+    body = completion_body(prompt, max_new, stop_on_eos=stop_on_eos, stream=True)
     tokens: list[int] = []
     arrivals: list[float] = []
     final: dict = {}

@@ -93,8 +93,8 @@ def forced_on_server(base: Base, request: Request, api_key: str | None = None,
         if cancel is not None and cancel.is_set():
             raise CancelledError("Teacher-forced pass cancelled.")
         n = max(1, min(run, len(out) - j))
-        answer = complete(base, tuple(prompt + list(out[:j])), n, api_key=api_key,
-                          extra={"cache_prompt": True, "id_slot": 0, "n_probs": TOP_K})
+        answer = complete(base, tuple(prompt + list(out[:j])), n, api_key=api_key, slot=0,
+                          n_probs=TOP_K)
         timings = answer.get("timings")
         if decode_s is not None and n == 1 and isinstance(timings, dict) \
                 and timings.get("prompt_n") == 1:

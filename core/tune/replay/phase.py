@@ -328,7 +328,8 @@ def _calibrate(setup, servers: _Servers, base, runs: list[Captured], device: str
             again = stream_complete(base, r.prompt, r.n_predict, api_key=key, cancel=cancel)
             pairs.append((r, plain, drafted))
             twice.append((plain.span_s, again.span_s))
-        counted = counted_between(before, counters(cal, key))
+        counted = counted_between(before, counters(cal, key),
+                                  sum(len(d.tokens) for _, _, d in pairs))
     finally:
         servers.stop(server)
     requests = [r for r, _, _ in pairs]

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specdeck.core.servers.transport import Base, request_text
+from specdeck.core.servers.counters import counted_draft, fetch_counters
+from specdeck.core.servers.transport import Base
 from specdeck.core.tune.replay.capture import complete, stop_of
 from specdeck.core.tune.replay.session import Replayed, Request
-
-PREFIX = "llamacpp:spec_decode_num_"
 
 
 @dataclass(frozen=True)
@@ -47,31 +46,29 @@ def _trimmed(values) -> tuple[int, ...]:
 
 
 def counters(base: Base, api_key: str | None = None) -> dict[str, float]:
-    from specdeck.core.servers.counters import parse_counters
+    """The server's /metrics now (core.servers.counters)."""
+    return fetch_counters(base, api_key, timeout=10.0)
 
-    return parse_counters(request_text(base, "/metrics", api_key, timeout=10.0))
 
-
-def counted_between(before: dict[str, float], after: dict[str, float]) -> Counted:
-    """What the server counted between two readings of its /metrics."""
-    def grown(name: str) -> int:
-        return round(after.get(PREFIX + name, 0.0) - before.get(PREFIX + name, 0.0))
-
-    per_pos: dict[int, int] = {}
-    head = PREFIX + "accepted_tokens_per_pos_total#"
-    for key, value in after.items():
-        if key.startswith(head):
-            per_pos[int(key[len(head):])] = round(value - before.get(key, 0.0))
-    values = [per_pos.get(i, 0) for i in range(max(per_pos) + 1)] if per_pos else []
-    return Counted(grown("drafts_total"), grown("draft_tokens_total"),
-                   grown("accepted_tokens_total"), _trimmed(values))
+def counted_between(before: dict[str, float], after: dict[str, float],
+                    tokens: int) -> Counted | None:
+    """What the server counted between two readings of its /metrics, over requests that
+    made ``tokens`` output tokens, read and checked as any run's counters are
+    (core.servers.counters.counted_draft); None when they fail the checks (a counter that
+    went down, more accepted than drafted): such counts cannot equal a replay's."""
+    counted = counted_draft(before, after, tokens)
+    if counted.problem:
+        return None
+    return Counted(counted.steps or 0, counted.drafted or 0, counted.accepted or 0,
+                   _trimmed(counted.accepted_by_position))
 
 
 @dataclass(frozen=True)
 class ServerRun:
     """What a drafting server did with a list of requests."""
 
-    counted: Counted
+    counted: Counted | None
+    """None: the server's counters failed their checks (core.servers.counters)."""
     own: list[Request]
     """Its outputs, as requests."""
     decode_ms: list[float]
@@ -91,4 +88,5 @@ def run_on_server(base: Base, requests: list[Request], api_key: str | None = Non
         own.append(Request(r.prompt, tokens, r.n_predict, stop_of(str(answer.get("stop_type")))))
         timings = answer.get("timings") if isinstance(answer.get("timings"), dict) else {}
         decode_ms.append(float(timings.get("predicted_ms") or 0.0))
-    return ServerRun(counted_between(before, counters(base, api_key)), own, decode_ms)
+    made = sum(len(r.output) for r in own)
+    return ServerRun(counted_between(before, counters(base, api_key), made), own, decode_ms)
