@@ -429,10 +429,29 @@ def _arm_summary(arm: Arm, records: list[RunRecord], peak_bandwidth: float | Non
     )
 
 
-def pairs(run: BenchRun, arm: str) -> list[tuple[RunRecord, RunRecord]]:
-    """(reference run, arm run) for every prompt and repeat both finished."""
-    reference = {r.pair_key: r for r in run.counted(run.plan.baseline.name)}
-    return [(reference[r.pair_key], r) for r in run.counted(arm) if r.pair_key in reference]
+def pairs(run: BenchRun, arm: str, reference: str | None = None
+          ) -> list[tuple[RunRecord, RunRecord]]:
+    """(reference run, arm run) for every prompt and repeat both finished; the reference is
+    the plan's baseline unless named."""
+    against = {r.pair_key: r for r in run.counted(reference or run.plan.baseline.name)}
+    return [(against[r.pair_key], r) for r in run.counted(arm) if r.pair_key in against]
+
+
+def _speeds(matched: list[tuple[RunRecord, RunRecord]]) -> list[tuple[float, RunRecord]]:
+    """Each pair's speed-up (core.bench.stats.speedup), with the arm's run; a pair without
+    both speeds is left out."""
+    return [(ratio, b) for a, b in matched
+            if (ratio := stats.speedup(a.result.stats.tokens_per_second,
+                                       b.result.stats.tokens_per_second)) is not None]
+
+
+def paired_speedup(run: BenchRun, reference: str, arm: str) -> stats.RatioSummary | None:
+    """``arm``'s speed over ``reference``'s, paired by prompt and repeat as every A/B pairs
+    its arms (the median of the pairs' ratios, with its interval); None when no pair has
+    both speeds. For two arms neither of which is the baseline (the tune's verification:
+    its winner against the current setting)."""
+    speed = _speeds(pairs(run, arm, reference))
+    return stats.summarize_ratios([ratio for ratio, _ in speed]) if speed else None
 
 
 def _disturbance(run: BenchRun):
@@ -444,9 +463,7 @@ def _disturbance(run: BenchRun):
 def _compare(run: BenchRun, arm: Arm, ref: ArmSummary, summary: ArmSummary,
              decoder: LazyDecoder, busy=None) -> Comparison:
     matched = pairs(run, arm.name)
-    speed = [(ratio, b) for a, b in matched
-             if (ratio := stats.speedup(a.result.stats.tokens_per_second,
-                                        b.result.stats.tokens_per_second)) is not None]
+    speed = _speeds(matched)
     speedup = stats.summarize_ratios([ratio for ratio, _ in speed]) if speed else None
     tags = {p.id: p.tags for p in run.prompts}
     by_tag: dict[str, list[float]] = {}

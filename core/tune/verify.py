@@ -14,8 +14,8 @@ from specdeck.core.bench.lossless import LosslessCheck
 from specdeck.core.bench.noise import disturbed_runs
 from specdeck.core.bench.plan import BenchPlan
 from specdeck.core.bench.runner import BenchRun, run_plan
-from specdeck.core.bench.stats import RatioSummary, summarize_ratios
-from specdeck.core.bench.summary import BenchSummary, Comparison, summarize
+from specdeck.core.bench.stats import RatioSummary
+from specdeck.core.bench.summary import BenchSummary, Comparison, paired_speedup, summarize
 from specdeck.core.bench.winner import Standing, clearly_faster, comparison_standing
 from specdeck.core.tune.candidates import Candidate
 from specdeck.core.tune.run import CURRENT, WINNER, Decided, TunedServer
@@ -145,17 +145,9 @@ def verify(setup, best: GridRow, plan: BenchPlan, engine, emit, cancel,
     summary = summarize(run)
     win = summary.comparison(WINNER)
     current = summary.comparison(CURRENT) if current is not None else None
-    return Verification(run, summary, win, paired(run, CURRENT, WINNER) if current else None,
+    return Verification(run, summary, win,
+                        paired_speedup(run, CURRENT, WINNER) if current else None,
                         current.speedup if current else None)
-
-
-def paired(run: BenchRun, first: str, second: str) -> RatioSummary | None:
-    """``second``'s speed over ``first``'s, paired by prompt and repeat (median of ratios)."""
-    rates = {arm: {r.pair_key: r.result.stats.tokens_per_second for r in run.counted(arm)
-                   if r.result.stats.decode_s > 0} for arm in (first, second)}
-    ratios = [rates[second][key] / rate for key, rate in rates[first].items()
-              if key in rates[second] and rate > 0]
-    return summarize_ratios(ratios) if ratios else None
 
 
 def _not_lossless(label: str, check: LosslessCheck, held_out: bool = True) -> str:
