@@ -54,8 +54,25 @@ REMOVED = {
 """Removed flag -> its replacement, when the binary's --help cannot be read (the pinned
 build's "removed params", every one of them: tests/core/test_flag_facts.py compares)."""
 
+SPEC_NONE = "none"
+"""The spec type that drafts nothing."""
 DRAFT_SIMPLE = "draft-simple"
 """The spec type that drafts with a draft model given with -md (common/speculative.cpp)."""
+DRAFT_MTP = "draft-mtp"
+"""Drafts with the target's own MTP layers (no -md)."""
+DRAFT_EAGLE3 = "draft-eagle3"
+DRAFT_DFLASH = "draft-dflash"
+DRAFT_DSPARK = "draft-dspark"
+"""Draft models made for one target, which read its hidden states (EAGLE-3 heads, DFlash and
+DSpark blocks)."""
+NGRAM_SIMPLE = "ngram-simple"
+NGRAM_MAP_K = "ngram-map-k"
+NGRAM_MAP_K4V = "ngram-map-k4v"
+NGRAM_MOD = "ngram-mod"
+NGRAM_CACHE = "ngram-cache"
+"""The n-gram spec types of the pinned build (llama.cpp 11434, common/arg.cpp
+``--spec-type``): the names a launch, the replay and the tune use. Which of them a binary
+runs is read from its ``--help`` (``methods_from_help``), never from these."""
 
 GPU_LAYERS_DRAFT = ("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft")
 DRAFT_SIDE_SHORT = ("-md", "-ngld", "-cd", "-devd", "-ctkd", "-ctvd", "-td", "-tbd")
@@ -102,9 +119,9 @@ FALLBACK_SOURCE = "SpecDeck's fallback list (llama.cpp 11434's --help): no llama
 
 
 REMEMBERS_ACROSS_REQUESTS = {
-    "ngram-mod": "its hash pool of n-grams is shared by every slot and kept between requests "
+    NGRAM_MOD: "its hash pool of n-grams is shared by every slot and kept between requests "
                  "(emptied only when a quarter full or after five poor steps in a row)",
-    "ngram-cache": "its context cache keeps the tokens of every earlier request (nothing "
+    NGRAM_CACHE: "its context cache keeps the tokens of every earlier request (nothing "
                    "clears it when a request begins)",
 }
 """Spec types whose drafter keeps what it saw from one request to the next (llama.cpp
@@ -159,7 +176,7 @@ class SpecMethod:
         type copies from the context."""
         if self.family != "draft":
             return ""
-        if self.name == "draft-mtp":
+        if self.name == DRAFT_MTP:
             return "MTP layers in the target (nextn_predict_layers)"
         if self.name == DRAFT_SIMPLE:
             return "a draft model (-md)"

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from specdeck.core import llama_flags
 from specdeck.core.servers.kinds import TRAITS, ServerKind
 from specdeck.core.servers.router import is_router, router_models
 from specdeck.core.servers.sglang import probe_sglang
@@ -380,7 +381,7 @@ def launched_drafting(profile) -> Drafting:
         method = known.method(name)
         if method is None or method.family != "draft" or draft:
             usable.append(name)
-        elif name != "draft-mtp":
+        elif name != llama_flags.DRAFT_MTP:
             missing.append(f"{name} needs {method.needs}, and none is given: llama-server "
                            "starts without drafting")
         elif (mtp := _has_mtp_head(profile.model) if profile.model else None) is None:
@@ -432,10 +433,12 @@ def _type_from_draft(path: str) -> Drafting:
                                   f"({exc.what})")
     arch = header.fields.get("general.architecture")
     if arch == "dflash":
-        kind = "draft-dspark" if "markov_w1.weight" in header.tensors else "draft-dflash"
+        kind = llama_flags.DRAFT_DSPARK if "markov_w1.weight" in header.tensors \
+            else llama_flags.DRAFT_DFLASH
         return Drafting(True, kind, f"inferred by llama-server from the draft GGUF ({arch})")
     if _mtp_in(header):
-        return Drafting(True, "draft-mtp", "inferred by llama-server from the draft's MTP head")
+        return Drafting(True, llama_flags.DRAFT_MTP,
+                        "inferred by llama-server from the draft's MTP head")
     return Drafting(False, why=(
         "a draft model (-md) without --spec-type: llama-server infers a type only from an "
         f"MTP, DFlash or DSpark GGUF, and {Path(path).name} is a plain {arch or 'model'}; "

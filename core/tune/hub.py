@@ -34,6 +34,7 @@ from specdeck.core.tune.candidates import (
     Candidate,
     HubFile,
     NotTried,
+    draft_refusal,
     smaller_than_target,
 )
 from specdeck.core.tune.setup import Setup
@@ -175,10 +176,17 @@ def _repo_candidate(setup, target, repo_id: str, library: Path, left: int, endpo
     spec = f"{repo_id}@{commit}:{choice.main_file}"
     draft = load_model(ModelSource(spec, repo_id=repo_id, revision=commit,
                                    hub_gguf=choice.main_file), endpoint=endpoint, cancel=cancel)
-    report = compare_models(target, draft, examples=0)
-    if not report.verdict.cleared:
+    verdicts: list[str] = []
+
+    def checked():
+        report = compare_models(target, draft, examples=0)
+        verdicts.append(report.verdict.label.lower())
+        return report
+
+    refusal = draft_refusal(choice.size, setup.facts.weight_bytes, checked)
+    if refusal is not None:
         return NotTried(f"{label} {choice.main_file}", f"tokenizer checked from its GGUF "
-                        f"header, before any download: {report.summary}")
+                        f"header, before any download: {refusal}")
     folder = library / gguf_folder_name(repo_id, choice)
     from specdeck.core.tune.arguments import draft_problems
 
@@ -191,7 +199,7 @@ def _repo_candidate(setup, target, repo_id: str, library: Path, left: int, endpo
                      0 if installed else choice.size,
                      notes=(f"from the Hub: {source.spec}", why,
                             "its tokenizer passed the check from the GGUF header "
-                            f"({report.verdict.label.lower()})"),
+                            f"({verdicts[-1]})"),
                      hub=source)
 
 

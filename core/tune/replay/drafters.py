@@ -33,6 +33,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specdeck.core.llama_flags import (
+    NGRAM_CACHE,
+    NGRAM_MAP_K,
+    NGRAM_MAP_K4V,
+    NGRAM_MOD,
+    NGRAM_SIMPLE,
+)
 from specdeck.core.tune.replay.stdorder import OrderedCounts
 
 MASK32 = (1 << 32) - 1
@@ -69,7 +76,7 @@ class NgramSimple(Drafter):
     it, provided at least ``size_n`` of them exist. ``min_hits`` is read by the server and
     never used."""
 
-    name = "ngram-simple"
+    name = NGRAM_SIMPLE
 
     def __init__(self, size_n: int = 12, size_m: int = 48, min_hits: int = 1) -> None:
         self.n, self.m = size_n, size_m
@@ -149,7 +156,7 @@ class NgramMap(Drafter):
 
     def __init__(self, key_only: bool, size_n: int = 12, size_m: int = 48,
                  min_hits: int = 1) -> None:
-        self.name = "ngram-map-k" if key_only else "ngram-map-k4v"
+        self.name = NGRAM_MAP_K if key_only else NGRAM_MAP_K4V
         self.key_only, self.n, self.m, self.min_hits = key_only, size_n, size_m, min_hits
         self.n_max = size_m
         self.maps: dict[int, _Map] = {}
@@ -305,7 +312,7 @@ class NgramMod(Drafter):
     that the n-gram itself matches: a collision drafts whatever is stored). A draft chains
     lookups up to ``n_max`` tokens and is dropped when it ends before ``n_min``."""
 
-    name = "ngram-mod"
+    name = NGRAM_MOD
 
     def __init__(self, n_match: int = 24, n_max: int = 64, n_min: int = 48) -> None:
         self.n, self.n_max_draft, self.n_min = n_match, n_max, n_min
@@ -399,7 +406,7 @@ class NgramCache(Drafter):
     counts go to the first in the C++ map's order (:mod:`.stdorder`), and ``ties`` counts the
     drafts where such a tie chose a token."""
 
-    name = "ngram-cache"
+    name = NGRAM_CACHE
     n_max = CACHE_N_DRAFT
 
     def __init__(self) -> None:
@@ -462,13 +469,13 @@ def make_drafter(kind: str, params: dict[str, int]) -> Drafter:
     """A fresh drafter of ``--spec-type`` ``kind`` with its flags' values (``size_n``,
     ``size_m``, ``min_hits``; ngram-mod's ``n_match``, ``n_max``, ``n_min``); KeyError for a
     type this module does not replay."""
-    if kind == "ngram-simple":
+    if kind == NGRAM_SIMPLE:
         return NgramSimple(**params)
-    if kind in ("ngram-map-k", "ngram-map-k4v"):
-        return NgramMap(kind == "ngram-map-k", **params)
-    if kind == "ngram-mod":
+    if kind in (NGRAM_MAP_K, NGRAM_MAP_K4V):
+        return NgramMap(kind == NGRAM_MAP_K, **params)
+    if kind == NGRAM_MOD:
         return NgramMod(**params)
-    if kind == "ngram-cache":
+    if kind == NGRAM_CACHE:
         if params:
             raise KeyError(f"ngram-cache takes no parameters (got {sorted(params)})")
         return NgramCache()

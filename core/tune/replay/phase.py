@@ -38,7 +38,7 @@ from pathlib import Path
 
 from specdeck.core import appdirs
 from specdeck.core.errors import CancelledError, SpecDeckError
-from specdeck.core.llama_flags import DRAFT_SIMPLE
+from specdeck.core.llama_flags import DRAFT_SIMPLE, NGRAM_SIMPLE
 from specdeck.core.llama_flags import SPEC_TYPE as SPEC_TYPE_FLAG
 from specdeck.core.tune.replay.capture import Captured, capture, stream_complete
 from specdeck.core.tune.replay.costs import (
@@ -55,7 +55,7 @@ from specdeck.core.tune.replay.proof import Counted, counted_between, counters
 from specdeck.core.tune.replay.session import Replayed, Request, Session, Setting, replay
 from specdeck.core.tune.replay.settings import grid, why_not_replayed
 
-CALIBRATION = Setting.of("ngram-simple", size_n=1, size_m=8)
+CALIBRATION = Setting.of(NGRAM_SIMPLE, size_n=1, size_m=8)
 """Drafts on nearly every step (a one-token lookup finds the last token's previous
 occurrence), from 1 to 8 tokens long: every d the fit needs, on one server."""
 DRAFT_N_MAX = (1, 2, 3, 4, 6, 8, 12, 16)

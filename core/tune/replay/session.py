@@ -40,14 +40,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specdeck.core.llama_flags import DRAFT_SIMPLE, SPEC_TYPE
+from specdeck.core.llama_flags import (
+    DRAFT_SIMPLE,
+    NGRAM_CACHE,
+    NGRAM_MAP_K,
+    NGRAM_MAP_K4V,
+    NGRAM_MOD,
+    NGRAM_SIMPLE,
+    SPEC_TYPE,
+)
 from specdeck.core.tune.replay.drafters import Drafter, make_drafter
 
 DEFAULT_SLOTS = 4
 """llama-server's ``-np`` when not given (-1, "auto": 4 slots, tools/server/server.cpp)."""
 SLOT_SIMILARITY = 0.1
 """``--slot-prompt-similarity``'s default (common/common.h)."""
-PRIORITY = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+PRIORITY = (NGRAM_SIMPLE, NGRAM_MAP_K, NGRAM_MAP_K4V, NGRAM_MOD, NGRAM_CACHE)
 """The order ``common_speculative_init`` tries the n-gram types in, whatever the order of
 ``--spec-type``'s list."""
 

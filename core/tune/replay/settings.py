@@ -22,11 +22,22 @@ from __future__ import annotations
 
 from itertools import product
 
-from specdeck.core.llama_flags import DRAFT_SIMPLE
+from specdeck.core.llama_flags import (
+    DRAFT_DFLASH,
+    DRAFT_DSPARK,
+    DRAFT_EAGLE3,
+    DRAFT_MTP,
+    DRAFT_SIMPLE,
+    NGRAM_CACHE,
+    NGRAM_MAP_K,
+    NGRAM_MAP_K4V,
+    NGRAM_MOD,
+    NGRAM_SIMPLE,
+)
 from specdeck.core.tune.replay.session import PRIORITY, Setting
 
 DRAFT_MODEL_KINDS = (DRAFT_SIMPLE,)
-HIDDEN_STATE_KINDS = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
+HIDDEN_STATE_KINDS = (DRAFT_EAGLE3, DRAFT_MTP, DRAFT_DFLASH, DRAFT_DSPARK)
 LOOKUP_FILES = ("-lcs", "--lookup-cache-static", "-lcd", "--lookup-cache-dynamic")
 
 LOOKUP = (2, 3, 4, 6, 8, 12)
@@ -48,7 +59,7 @@ def why_not_replayed(kind: str, flags: tuple[str, ...] = (), greedy: bool = True
     if kind in HIDDEN_STATE_KINDS:
         return (f"{kind} drafts from the target's hidden states, which no server API "
                 "returns; measure instead")
-    if kind == "ngram-cache" and any(f in flags for f in LOOKUP_FILES):
+    if kind == NGRAM_CACHE and any(f in flags for f in LOOKUP_FILES):
         return ("ngram-cache with lookup cache files (-lcs/-lcd): their statistics are not "
                 "replayed; measure instead")
     if kind not in PRIORITY:
@@ -59,16 +70,16 @@ def why_not_replayed(kind: str, flags: tuple[str, ...] = (), greedy: bool = True
 
 def grid(kind: str) -> list[Setting]:
     """The settings of ``kind`` a replay predicts (every combination of its parameters)."""
-    if kind == "ngram-cache":
+    if kind == NGRAM_CACHE:
         return [Setting.of(kind)]
-    if kind in ("ngram-simple", "ngram-map-k"):
+    if kind in (NGRAM_SIMPLE, NGRAM_MAP_K):
         # ngram-simple copies only when at least size_n tokens follow the match
         return [Setting.of(kind, size_n=n, size_m=m) for n, m in product(LOOKUP, DRAFT_LENGTH)
-                if kind != "ngram-simple" or m >= n]
-    if kind == "ngram-map-k4v":
+                if kind != NGRAM_SIMPLE or m >= n]
+    if kind == NGRAM_MAP_K4V:
         return [Setting.of(kind, size_n=n, size_m=m, min_hits=h)
                 for n, m, h in product(LOOKUP, DRAFT_LENGTH, MIN_HITS)]
-    if kind == "ngram-mod":
+    if kind == NGRAM_MOD:
         # n_min above n_max drafts only what fills n_max: the same as n_min = n_max
         return [Setting.of(kind, n_match=n, n_max=m, n_min=lo)
                 for n, m in product(MOD_MATCH, MOD_MAX)
