@@ -51,6 +51,10 @@ def check_cache_mode(mode: str) -> str:
     return normal
 
 
+NATIVE_CONTEXT_DEFAULT = 2048
+"""A model's native context when its config.json names none: exllamav2's
+``ExLlamaV2Config.prepare`` (config.py, 0.3.2) reads max_sequence_length, model_max_length,
+max_position_embeddings, max_seq_len, n_positions in that order, with 2048 as the default."""
 DEFAULT_MAX_SEQ_LEN = 4096
 """TabbyAPI's max_seq_len when config.yml leaves it blank."""
 DEFAULT_CHUNK_SIZE = 2048

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from specdeck.core.errors import InvalidInputError, NotFoundError
+from specdeck.core.exl2_facts import NATIVE_CONTEXT_DEFAULT
 from specdeck.core.printable import printable
+from specdeck.core.units import MiB
 from specdeck.core.userpath import expand_user
 
 log = logging.getLogger(__name__)
@@ -61,8 +63,8 @@ _LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 _EMBEDDING_NAMES = ("model.embed_tokens.weight", "transformer.wte.weight", "embed_tokens.weight")
 _HEAD_PREFIXES = ("lm_head.", "output.")
 
-# Upper bound on a safetensors header; real ones are well under 1 MB even for 70B models.
-_MAX_HEADER_BYTES = 100 * 1024 * 1024
+# Upper bound on a safetensors header; real ones are well under 1 MiB even for 70B models.
+_MAX_HEADER_BYTES = 100 * MiB
 
 
 @dataclass(frozen=True)
@@ -321,7 +323,7 @@ def _native_context(text: Mapping[str, Any], config: Mapping[str, Any]) -> int:
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 \
                     and math.isfinite(value):
                 return int(min(value, MAX_CONTEXT))
-    return 2048  # ExLlamaV2's default when a config names none
+    return NATIVE_CONTEXT_DEFAULT
 
 
 def _head_bits(value: Any) -> int | float | None:

@@ -105,6 +105,10 @@ MAX_OUTPUT_ROWS = 32
 ARENA_BLOCK = 128 * MiB
 """loader/safetensors.py:688 (1.6.5) ``ARENA_BLOCK``: weight tensors of up to 16 MiB are
 carved out of shared blocks of this size while a module loads."""
+PAGE_SIZE = 256
+"""Tokens per page of exllamav3's cache (constants.py ``PAGE_SIZE``); TabbyAPI main's
+adjust_chunk_size raises chunk_size to at least this and to a multiple of it
+(:func:`tabby_chunk_size`)."""
 AUTOSPLIT_MARGIN = 256 * MiB
 """model/model_ls.py:132 (1.6.5) ``EXL3_AUTOSPLIT_MARGIN_MB`` default: physical headroom a
 device must keep beyond the largest measured transient, or the loader moves on."""
@@ -342,7 +346,6 @@ def model_costs(arch: Architecture, mode: str, tokens: int, chunk: int,
 
 
 def tabby_chunk_size(chunk: int) -> int:
-    """TabbyAPI main's adjust_chunk_size: at least 256, rounded up to a multiple of 256 (no
-    clamp to max_seq_len, unlike its ExLlamaV2 backend)."""
-    chunk = max(256, int(chunk))
-    return (chunk + 255) // 256 * 256
+    """TabbyAPI main's adjust_chunk_size: at least a page (``PAGE_SIZE``), rounded up to a
+    multiple of it (no clamp to max_seq_len, unlike its ExLlamaV2 backend)."""
+    return -(-max(PAGE_SIZE, int(chunk)) // PAGE_SIZE) * PAGE_SIZE

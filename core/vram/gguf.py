@@ -46,6 +46,10 @@ CACHE_TYPES = {name: (block, size) for name, block, size in GGML_TYPES.values()
 """What -ctk / -ctv accept (common/arg.cpp kv_cache_types)."""
 CTX_PAD = 256
 DEFAULT_RESERVE_MB = 512
+"""MiB kept per GPU for llama.cpp's compute buffers, which the plan does not model
+(``--compute-reserve-mb``). SpecDeck's allowance, not a number of llama.cpp's: llama-server
+sizes these buffers only while it loads (src/llama-context.cpp ``sched_reserve``, which logs
+each "compute buffer size"), from the model, the context and the batch."""
 
 
 @dataclass(frozen=True)
