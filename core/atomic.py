@@ -40,7 +40,7 @@ class OwnershipError(WriteError):
     """The new file could not be given the original's owner or group."""
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
     # Not every platform can open a directory (Windows); the rename is still atomic there.
     with contextlib.suppress(OSError):
         fd = os.open(directory, os.O_RDONLY)
@@ -224,7 +224,7 @@ def atomic_write_bytes(
     except BaseException:
         _discard(tmp, staged_backup)
         raise
-    _fsync_dir(directory)
+    fsync_dir(directory)
     if staged_backup is None:
         return
     try:
@@ -236,7 +236,7 @@ def atomic_write_bytes(
             f"version this save replaced is in {staged_backup}.",
             f"Keep {staged_backup.name} (rename it) if you want that version.",
         ) from exc
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
 def atomic_write_text(path: Path, text: str, encoding: str = "utf-8") -> None:

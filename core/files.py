@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 
 from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
-from specdeck.core.units import MiB, format_bytes
+from specdeck.core.units import KiB, MiB, format_bytes
 
 SMALL_FILE = 16 * MiB
 """What SpecDeck reads at most of a text file it did not write itself this run (a saved
@@ -114,7 +114,7 @@ def is_regular_file(path: Path) -> bool:
     return not_a_file(path, "file") is None
 
 
-LOG_TAIL = 64 * 1024
+LOG_TAIL = 64 * KiB
 """What SpecDeck reads of the end of a log to quote its last lines."""
 LOG_STEP = 4 * MiB
 """The most SpecDeck reads of a growing log in one look."""

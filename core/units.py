@@ -1,4 +1,5 @@
-"""Byte counts as SpecDeck shows them: binary units (KiB, MiB, GiB), everywhere.
+"""Byte counts as SpecDeck shows them: binary units (KiB, MiB, GiB), everywhere; and the one
+byte rate shown in decimal units, a memory bandwidth (``format_bandwidth``).
 
 One unit system for the whole app: a model's download size on the Models page, its weights in
 a VRAM plan and a GPU's free memory must be comparable at a glance, and GPU memory is binary
@@ -36,3 +37,12 @@ def format_bytes(count: int | float) -> str:
     if name == "MiB":
         return f"{sign}{value:.0f} MiB"
     return f"{sign}{value:.2f} {name}"
+
+
+def format_bandwidth(bytes_per_s: float) -> str:
+    """A memory bandwidth: "1.31 TB/s", "936.0 GB/s". Decimal, unlike byte counts: GPU makers
+    publish bandwidth in decimal TB/s (an H100 SXM's 3.35 TB/s), and a roofline share is read
+    against that figure."""
+    if bytes_per_s >= 1e12:
+        return f"{bytes_per_s / 1e12:.2f} TB/s"
+    return f"{bytes_per_s / 1e9:.1f} GB/s"

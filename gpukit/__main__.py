@@ -172,8 +172,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     if missing:
         print(f"MISSING wheels in {WHEELS_DIR}: {', '.join(missing)} (see docs/gpu-proof.md)")
         return 1
-    size = sum(f.stat().st_size for f in WHEELS_DIR.glob("*.whl")) / 2**20
-    print(f"wheels: {len(list(WHEELS_DIR.glob('*.whl')))} files, {size:.1f} MiB in {WHEELS_DIR}")
+    from specdeck.core.units import format_bytes
+
+    size = sum(f.stat().st_size for f in WHEELS_DIR.glob("*.whl"))
+    print(f"wheels: {len(list(WHEELS_DIR.glob('*.whl')))} files, {format_bytes(size)} in "
+          f"{WHEELS_DIR}")
     print("ready: run `bash gpukit/kit.sh` on the device with carry [.whl, .gpukit]")
     return 0
 

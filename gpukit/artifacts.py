@@ -13,7 +13,9 @@ import json
 import lzma
 from pathlib import Path
 
-PART_BYTES = 15 * 1024 * 1024
+from specdeck.core.units import MiB
+
+PART_BYTES = 15 * MiB
 """Below $OUT's 16 MiB per file."""
 
 

@@ -118,7 +118,6 @@ class Meter:
 # attention ----------------------------------------------------------------------------------
 def attention_leak(x: Any, model_dir: Path) -> dict[str, Any]:
     import torch
-
     from specdeck.core.engines.exl2_attention import remove_causal_sdpa, restore_causal_sdpa
 
     config = x.ExLlamaV2Config(str(model_dir))
@@ -177,14 +176,13 @@ def engine_ab(target: Path, draft: Path, masked: bool, meter: Meter | None = Non
         GenerationRequest,
         LoadSpec,
     )
-    from specdeck.core.engines.lossless import compare_greedy
-
     from specdeck.core.engines.exl2_attention import remove_causal_sdpa
+    from specdeck.core.engines.lossless import compare_greedy
 
     original = module.mask_unpaged_attention
     if not masked:
         module.mask_unpaged_attention = lambda x, config, paged: None
-        remove_causal_sdpa(module._import_exllamav2().attn.ExLlamaV2Attention)
+        remove_causal_sdpa(module.import_exllamav2().attn.ExLlamaV2Attention)
     try:
         engine = module.ExLlamaV2Engine()
         loaded = engine.load(LoadSpec(target, max_seq_len=1024, cache_mode="FP16",
@@ -256,9 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in gpu_sections[1:]:
             probe.skip(name, "the prebuilt exllamav2 extension did not import")
         return 0
-    from specdeck.core.engines.exllamav2 import _import_exllamav2
+    from specdeck.core.engines.exllamav2 import import_exllamav2
 
-    x = _import_exllamav2()
+    x = import_exllamav2()
     target, draft = Path(models["target"]), Path(models["draft"])
     probe.section("attention", attention_leak, x, target)
     meter.read("after the attention probe (model unloaded)")

@@ -108,8 +108,10 @@ def _pair(pair: dict[str, Any] | None) -> list[str]:
 def _quantize(quant: dict[str, Any] | None) -> list[str]:
     if not quant:
         return []
+    from specdeck.core.units import MiB
+
     seconds = {r["name"]: r["seconds"] for r in quant["conversions"]}
-    rows = [[name, seconds.get(name, ""), info["quant"], _num(info["bytes"] / 2**20, 1)]
+    rows = [[name, seconds.get(name, ""), info["quant"], _num(info["bytes"] / MiB, 1)]
             for name, info in quant["models"].items()]
     rows += [[name, s, "(measurement)", ""] for name, s in seconds.items() if name not in quant["models"]]
     return ["## EXL2 quantization (exllamav2's converter)", ""] + _table(
@@ -130,8 +132,6 @@ def _check(check: dict[str, Any] | None) -> list[str]:
 def _memory(memory: dict[str, Any] | None) -> list[str]:
     if not memory:
         return []
-    # Measured by SpecDeck's engine on the device, so specdeck is installed wherever there is
-    # a memory section; the kit's other reports need nothing of it.
     from specdeck.core.units import GiB
 
     rows = []

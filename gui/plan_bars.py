@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
-from specdeck.core.units import GiB
+from specdeck.core.units import format_bytes
 from specdeck.core.vram import GpuPlan, VramPlan
 
 SEGMENT_COLOURS = {
@@ -158,11 +158,12 @@ class PlanBars(QWidget):
             painter.setPen(QPen(text, 2))
             painter.drawLine(int(tick), int(top - 4), int(tick), int(top + BAR_HEIGHT + 4))
         painter.setPen(text)
-        free = gpu.free_bytes / GiB
-        caption = (f"{gpu.used_bytes / GiB:.1f} of {gpu.capacity_bytes / GiB:.1f} GiB, "
-                   + (f"{free:.2f} GiB free" if free >= 0 else f"{-free:.2f} GiB short"))
+        free = gpu.free_bytes
+        caption = (f"{format_bytes(gpu.used_bytes)} of {format_bytes(gpu.capacity_bytes)}, "
+                   + (f"{format_bytes(free)} free" if free >= 0
+                      else f"{format_bytes(-free)} short"))
         if live is not None:
-            caption += f"  ·  live {live / GiB:.1f} GiB"
+            caption += f"  ·  live {format_bytes(live)}"
         painter.drawText(QRectF(left, top + BAR_HEIGHT + 2, self.width() - left, 18),
                          Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop, caption)
 
@@ -172,5 +173,5 @@ class PlanBars(QWidget):
     def mouseMoveEvent(self, event) -> None:  # noqa: N802 - Qt's name
         segment = self.segment_at(event.position().x(), event.position().y())
         self.setToolTip(f"{self.plan.gpu(segment.gpu).label} · {segment.label}: "
-                        f"{segment.nbytes / GiB:.2f} GiB"
+                        f"{format_bytes(segment.nbytes)}"
                         if segment else "")

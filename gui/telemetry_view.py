@@ -189,7 +189,7 @@ class GpuCard(QFrame):
         else:
             self.memory.setRange(0, max(1, usable // MiB))
             self.memory.setValue(min(usable, gpu.memory_used) // MiB)
-            self.memory.setFormat(f"{gpu.memory_used / GiB:.1f} / {usable / GiB:.1f} GiB")
+            self.memory.setFormat(f"{format_bytes(gpu.memory_used)} / {format_bytes(usable)}")
         power = fmt(gpu.power_w, "W")
         if gpu.power_w is not None and gpu.power_limit_w:
             power = f"{gpu.power_w:.0f} / {gpu.power_limit_w:.0f} W"

@@ -133,6 +133,7 @@ def test_a_binary_prompt_file_is_refused_in_one_line(tmp_path, specdeck_home):
     assert "Traceback" not in result.stderr
 
 
+
 def test_a_model_folder_whose_name_is_not_utf8_is_checked(tmp_path, specdeck_home):
     import shutil
 
@@ -219,10 +220,10 @@ def test_a_plan_file_without_a_drafting_arm_gets_a_hint_about_the_file(tmp_path,
 # hang, never a traceback, never a raw control character on the terminal.
 SWAP_CASES = [
     ("macro bomb: show", "macro-bomb", ["show"], 0, "stdout",
-     "problem: its macros expand to more than 2 MiB"),
+     "problem: its macros expand to more than 2.0 MiB"),
     ("macro bomb: set-draft", "macro-bomb", ["set-draft", "--model", "bomb", "--draft-max", "4",
                                              "--yes"], 2, "stderr",
-     "Model bomb: its macros expand to more than 2 MiB"),
+     "Model bomb: its macros expand to more than 2.0 MiB"),
     ("macro bomb: migrate fixes the rest", "macro-bomb", ["migrate", "--dry-run"], 0, "stdout",
      "--spec-type draft-simple"),
     ("macro cycle: show", "macro-cycle", ["show"], 0, "stdout",
@@ -337,11 +338,11 @@ def test_a_json_file_that_cannot_be_written_is_refused_before_anything_runs(tmp_
 
 
 def test_json_into_a_folder_still_to_be_made_is_saved(tmp_path):
-    from specdeck.core.cli.bench_cmd import _emit
+    from specdeck.core.cli.output import write_json
     from specdeck.core.cli.paths import output_file
 
     target = output_file(str(tmp_path / "new" / "deeper" / "out.json"))
-    _emit(target, {"ok": 1})
+    write_json(target, {"ok": 1})
     assert json.loads((tmp_path / "new" / "deeper" / "out.json").read_text()) == {"ok": 1}
 
 

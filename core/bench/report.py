@@ -40,6 +40,7 @@ from specdeck.core.engines.base import OF_REACHED, SHARE_OF_DRAFTS
 from specdeck.core.engines.lossless import compare_runs
 from specdeck.core.errors import InvalidInputError, NotFoundError
 from specdeck.core.jsonout import dumps, to_jsonable
+from specdeck.core.units import format_bandwidth, format_bytes
 from specdeck.core.userpath import expand_user
 
 REPORT_FORMAT = "specdeck-bench-report"
@@ -213,7 +214,8 @@ def markdown_summary(run: BenchRun, summary: BenchSummary) -> str:
               "|---|---|---|---|---|---|---|---|"]
     for a in summary.arms:
         per_pos = " ".join("-" if v is None else f"{v:.0%}" for v in a.per_position_acceptance)
-        memory = f"{a.peak_memory_bytes / 2**20:.0f} MiB {a.memory_kind}" if a.peak_memory_bytes else "-"
+        memory = f"{format_bytes(a.peak_memory_bytes)} {a.memory_kind}" \
+            if a.peak_memory_bytes else "-"
         lines.append(
             f"| {a.label} | {_fmt(a.tokens_per_second, '.1f')} | "
             f"{_fmt(a.time_to_first_token_s and a.time_to_first_token_s * 1000, '.0f', ' ms')} | "
@@ -324,7 +326,7 @@ def bandwidth_text(rate: float | None, share: float | None) -> str:
     """"1.31 TB/s (39% of peak)": weights read per second, and the roofline share on a GPU."""
     if rate is None:
         return "-"
-    text = f"{rate / 1e12:.2f} TB/s" if rate >= 1e12 else f"{rate / 1e9:.1f} GB/s"
+    text = format_bandwidth(rate)
     return text + (f" ({share:.0%} of peak)" if share is not None else "")
 
 

@@ -27,11 +27,11 @@ from typing import Any, TextIO
 from specdeck.core.bench.fields import DEFAULT_K_MAX, DEFAULT_KS, DEFAULT_SUITES, PLAN_FIELDS
 from specdeck.core.cli import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NEGATIVE, EXIT_OK
 from specdeck.core.cli.engine_cmd import (
-    _quiet_library_progress_bars,
+    quiet_library_progress_bars,
 )
 from specdeck.core.cli.interrupt import cancel_on_interrupt
 from specdeck.core.cli.numbers import whole
-from specdeck.core.cli.output import emit_json
+from specdeck.core.cli.output import write_json
 from specdeck.core.cli.paths import output_file, output_folder
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.servers.key_names import add_api_key_option, add_tabby_options
@@ -269,7 +269,7 @@ def _server_plan(args: argparse.Namespace):
     import shlex
 
     from specdeck.core.bench.plan import BenchPlan, arm_letter
-    from specdeck.core.servers.arms import _split_name, arms_from_urls, launched_arm
+    from specdeck.core.servers.arms import arms_from_urls, launched_arm, split_arm_name
     from specdeck.core.servers.kinds import parse_kind
 
     if sum(map(bool, (args.server, args.launch, args.tabby, args.tabby_folder))) > 1:
@@ -309,7 +309,7 @@ def _server_plan(args: argparse.Namespace):
             raise InvalidInputError("--launch needs --llama-server BINARY and --gguf MODEL.")
         common = tuple(shlex.split(args.server_args))
         for i, text in enumerate(args.launch):
-            name, flags = _split_name(text, arm_letter(i))
+            name, flags = split_arm_name(text, arm_letter(i))
             try:
                 own = tuple(shlex.split(flags))
             except ValueError as exc:
@@ -396,7 +396,7 @@ def _bench(args: argparse.Namespace) -> int:
         raise InvalidInputError("--apply needs the TabbyAPI config.yml to change.",
                                 "Pass --config path/to/config.yml.")
     cancel = threading.Event()
-    _quiet_library_progress_bars()
+    quiet_library_progress_bars()
     progress = ProgressPrinter(sys.stderr)
     with cancel_on_interrupt(cancel):
         try:
@@ -469,7 +469,7 @@ def _ab(args, plan, progress, cancel) -> int:
     elif args.apply:
         _apply(args, _best_arm_drafter(summary, plan))
     if args.json:
-        _emit(args.json, {**report_data(run, summary), "written": written})
+        write_json(args.json, {**report_data(run, summary), "written": written})
     else:
         sys.stdout.write(markdown_summary(run, summary))
     for what, folder in written.items():
@@ -700,23 +700,11 @@ def _finish(args, name: str, result, text: str, markdown, runs, progress) -> boo
         folder = write_table_report(args.report, name, result, markdown(), runs)
         progress.line(f"report saved in {folder}")
     if args.json:
-        _emit(args.json, result)
+        write_json(args.json, result)
     (sys.stderr if args.json == "-" else sys.stdout).write(text)
     from specdeck.core.bench.summary import summarize
 
     return any([_all_failed(summarize(run), progress) for run in runs])
-
-
-def _emit(target: str, payload: Any) -> None:
-    if target == "-":
-        emit_json(payload)
-        return
-    from specdeck.core.atomic import atomic_write_bytes
-    from specdeck.core.jsonout import dumps
-
-    path = expand_user(target)
-    path.parent.mkdir(parents=True, exist_ok=True)  # checked writable while parsing
-    atomic_write_bytes(path, (dumps(payload) + "\n").encode("utf-8"))
 
 
 class ProgressPrinter:

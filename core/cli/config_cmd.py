@@ -159,7 +159,7 @@ def _confirm(question: str) -> bool:
 MAX_REAPPLY = 3
 
 
-def _write(change, args, what: str, replan=None) -> int:
+def write_change(change, args, what: str, replan=None) -> int:
     """Show the diff, confirm, save. ``replan(doc)`` plans the same edit on a fresh read:
     with --yes, a file that changed on disk while saving gets the edit re-applied to its new
     version (the other writer's change is kept), never silently overwritten."""
@@ -270,7 +270,7 @@ def cmd_set_draft(args) -> int:
         raise InvalidInputError("Nothing to set.", "Give at least one option, e.g. --name MyDraft.")
     doc = _load(args)
     change = config.plan_change(doc, changes)
-    return _write(change, args, "the draft settings",
+    return write_change(change, args, "the draft settings",
                   replan=lambda fresh: config.plan_change(fresh, changes))
 
 
@@ -287,7 +287,7 @@ def cmd_migrate(args) -> int:
         return EXIT_OK
     if not args.json:
         print("Migrating: " + "; ".join(migration.steps))
-    return _write(migration, args, "the migrated config", replan=config.plan_migration)
+    return write_change(migration, args, "the migrated config", replan=config.plan_migration)
 
 
 def cmd_init(args) -> int:

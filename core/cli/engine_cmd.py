@@ -36,6 +36,7 @@ from specdeck.core.engines.base import (
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.exl2_facts import CACHE_MODES_TEXT, DEFAULT_CACHE_MODE
 from specdeck.core.models import MAX_CONTEXT
+from specdeck.core.units import MiB, format_bytes
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -141,7 +142,7 @@ def _generate(args: argparse.Namespace) -> int:
     err = sys.stderr
     cancel = threading.Event()
     engine = create_engine(args.engine)
-    _quiet_library_progress_bars()
+    quiet_library_progress_bars()
     with cancel_on_interrupt(cancel):
         model = resolve_model(args.model, _progress_printer(err), cancel)
         if drafter.model_path is not None:
@@ -177,7 +178,8 @@ def _prompt_text(args: argparse.Namespace) -> str:
     path = args.prompt_file
     try:
         if path.is_file() and path.stat().st_size > MAX_PROMPT_BYTES:
-            raise InvalidInputError(f"The prompt file {path} is over {MAX_PROMPT_BYTES >> 20} MB.",
+            raise InvalidInputError(f"The prompt file {path} is over "
+                                    f"{format_bytes(MAX_PROMPT_BYTES)}.",
                                     "Give a prompt of a reasonable size.")
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -189,7 +191,7 @@ def _prompt_text(args: argparse.Namespace) -> str:
         ) from exc
 
 
-MAX_PROMPT_BYTES = 8 * 1024 * 1024
+MAX_PROMPT_BYTES = 8 * MiB
 
 
 def _drafter_spec(args: argparse.Namespace) -> DrafterSpec:
@@ -246,7 +248,7 @@ def _gpu_split(text: str | None) -> tuple[float, ...] | None:
     return values
 
 
-def _quiet_library_progress_bars() -> None:
+def quiet_library_progress_bars() -> None:
     """transformers draws tqdm bars on stderr while loading; SpecDeck reports its own stages.
     The environment variable it reads at import, so transformers is not imported here (the
     server path and the packaged app must not pay for it)."""
@@ -303,7 +305,7 @@ def _print_stats(result: Any, loaded: Any, out: TextIO) -> None:
     elif result.drafter.kind.value != "none":
         out.write(f"    {s.steps} verify steps; the drafter found nothing to propose\n")
     if s.peak_memory_bytes:
-        out.write(f"    peak {s.memory_kind.upper()} {s.peak_memory_bytes / 2**20:.0f} MiB\n")
+        out.write(f"    peak {s.memory_kind.upper()} {format_bytes(s.peak_memory_bytes)}\n")
     out.writelines(f"    note: {note}\n" for note in loaded.notes)
     out.flush()
 

@@ -64,8 +64,9 @@ def register(subparsers) -> None:
     llama.add_argument("--swap-config", metavar="FILE",
                        help="plan what a llama-swap model's cmd loads (-m, -md and its flags)")
     llama.add_argument("--swap-model", metavar="NAME", help="with --swap-config: the model")
-    llama.add_argument("--compute-reserve-mb", type=finite(0, 1 << 20), default=512,
-                       help="kept per GPU for llama.cpp's compute buffers (default 512)")
+    llama.add_argument("--compute-reserve-mb", type=finite(0, 1 << 20), metavar="MIB",
+                       help="kept per GPU for llama.cpp's compute buffers (default: the "
+                            "plan's allowance, which its notes state)")
     llama.add_argument("--host-ram", type=finite(0, 1 << 20, low_open=True), metavar="GiB",
                        help="the host memory what stays off the GPUs must fit in "
                        "(default: this machine's)")
@@ -262,8 +263,14 @@ def _vram_gguf(args: argparse.Namespace) -> int:
     import shlex
 
     from specdeck.core.errors import InvalidInputError
-    from specdeck.core.vram.gguf import LlamaFlags, plan_gguf, plan_lines, read_gguf_model
-    from specdeck.core.vram.inputs import PlanInputs, _resolve_gpus
+    from specdeck.core.vram.gguf import (
+        DEFAULT_RESERVE_MB,
+        LlamaFlags,
+        plan_gguf,
+        plan_lines,
+        read_gguf_model,
+    )
+    from specdeck.core.vram.inputs import PlanInputs, resolve_gpus
 
     if args.swap_config:
         from specdeck.core import swap
@@ -292,10 +299,11 @@ def _vram_gguf(args: argparse.Namespace) -> int:
     flags = LlamaFlags.from_args(argv)
     from specdeck.core.vram.costs import DEFAULT_OVERHEADS
 
-    gpus = _resolve_gpus(PlanInputs(model=str(target), gpus=args.gpus,
+    gpus = resolve_gpus(PlanInputs(model=str(target), gpus=args.gpus,
                                     count_in_use=args.count_in_use), None, DEFAULT_OVERHEADS)
     plan = plan_gguf(read_gguf_model(target), read_gguf_model(draft) if draft else None, flags,
-                     gpus, args.compute_reserve_mb, _host_ram(args.host_ram))
+                     gpus, DEFAULT_RESERVE_MB if args.compute_reserve_mb is None
+                     else args.compute_reserve_mb, _host_ram(args.host_ram))
     if args.json:
         emit_json(plan.to_json())
     else:

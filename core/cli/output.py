@@ -12,6 +12,20 @@ def emit_json(obj: Any, stream: TextIO | None = None) -> None:
     (stream or sys.stdout).write(dumps(obj) + "\n")
 
 
+def write_json(target: str, payload: Any) -> None:
+    """``payload`` as JSON where a command's ``--json TARGET`` says: stdout for "-", else the
+    file (written atomically; its folder was checked writable while parsing)."""
+    if target == "-":
+        emit_json(payload)
+        return
+    from specdeck.core.atomic import atomic_write_bytes
+    from specdeck.core.userpath import expand_user
+
+    path = expand_user(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, (dumps(payload) + "\n").encode("utf-8"))
+
+
 def print_table(rows: list[list[str]], headers: list[str], stream: TextIO | None = None) -> None:
     """A plain left-aligned text table."""
     out = stream or sys.stdout

@@ -132,7 +132,7 @@ def _show_presets(args) -> int:
 
 
 def _migrate_presets(args) -> int:
-    from specdeck.core.cli.config_cmd import _write
+    from specdeck.core.cli.config_cmd import write_change
     from specdeck.core.config.edit import ConfigChange
     from specdeck.core.swap import presets as ini
 
@@ -155,11 +155,11 @@ def _migrate_presets(args) -> int:
         f"Migrated by the pinned build's rules: {ini.judged_by(None)}."),)
     whole = ConfigChange(original.document, change.new_text, change.changed_keys, change.values,
                          warnings)
-    return _write(whole, args, "the migrated presets")
+    return write_change(whole, args, "the migrated presets")
 
 
 def _set_draft_presets(args) -> int:
-    from specdeck.core.cli.config_cmd import _write
+    from specdeck.core.cli.config_cmd import write_change
     from specdeck.core.config.edit import ConfigChange
     from specdeck.core.llama_flags import (
         DRAFT_MODEL,
@@ -208,7 +208,7 @@ def _set_draft_presets(args) -> int:
     if info is None:
         change = ConfigChange(change.document, change.new_text, change.changed_keys,
                               change.values, (printable(f"Keys {ini.judged_by(None)}."),))
-    return _write(change, args, f"the drafting keys of [{args.model}]")
+    return write_change(change, args, f"the drafting keys of [{args.model}]")
 
 
 def cmd_show(args) -> int:
@@ -265,7 +265,7 @@ def _setting(args):
 
 def cmd_set_draft(args) -> int:
     from specdeck.core import swap
-    from specdeck.core.cli.config_cmd import _write
+    from specdeck.core.cli.config_cmd import write_change
     from specdeck.core.swap import actions
 
     if not args.model:
@@ -280,12 +280,12 @@ def cmd_set_draft(args) -> int:
         return actions.plan_draft(swap.from_document(doc), args.model, setting, info)
 
     cfg = swap.load(args.config)
-    return _write(plan(cfg.document), args, f"the drafting flags of {args.model}", replan=plan)
+    return write_change(plan(cfg.document), args, f"the drafting flags of {args.model}", replan=plan)
 
 
 def cmd_migrate(args) -> int:
     from specdeck.core import swap
-    from specdeck.core.cli.config_cmd import _write
+    from specdeck.core.cli.config_cmd import write_change
     from specdeck.core.swap import actions
 
     if _is_presets(args.config):
@@ -304,5 +304,5 @@ def cmd_migrate(args) -> int:
         else:
             print(message)
         return EXIT_NEGATIVE if unfixed else EXIT_OK
-    return _write(change, args, "the migrated flags",
+    return write_change(change, args, "the migrated flags",
                   replan=lambda doc: actions.migration_of(doc, names, info))

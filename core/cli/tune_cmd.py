@@ -205,7 +205,7 @@ def cmd_tune(args) -> int:
 
 def _finish(args, result) -> int:
     """Save and show ``result`` as asked; the exit code for it."""
-    from specdeck.core.cli.bench_cmd import _emit
+    from specdeck.core.cli.output import write_json
     from specdeck.core.errors import SpecDeckError
     from specdeck.core.tune import report
 
@@ -218,7 +218,7 @@ def _finish(args, result) -> int:
             failed.append(str(exc))
     if args.json:
         try:
-            _emit(args.json, report.to_json(result))
+            write_json(args.json, report.to_json(result))
         except SpecDeckError as exc:
             failed.append(str(exc))
     (err if args.json == "-" else sys.stdout).write(report.markdown(result))

@@ -14,10 +14,11 @@ from specdeck.core.compat.gguf_file import NeedMore
 from specdeck.core.compat.gguf_model import read_gguf_prefix
 from specdeck.core.errors import CancelledError
 from specdeck.core.hub.errors import HubError
+from specdeck.core.units import KiB, MiB, format_bytes
 
-FIRST_FETCH = 4 << 20
-"""A 150k-token vocabulary with its merges is about 5 MB of header; smaller ones fit here."""
-MAX_HEADER = 256 << 20
+FIRST_FETCH = 4 * MiB
+"""A 150k-token vocabulary with its merges is about 5 MiB of header; smaller ones fit here."""
+MAX_HEADER = 256 * MiB
 
 
 def read_hub_gguf(repo_id: str, revision: str | None, wanted: str, *,
@@ -51,10 +52,11 @@ def read_hub_gguf(repo_id: str, revision: str | None, wanted: str, *,
             if len(data) < size:
                 raise HubError(f"{repo_id}'s {path} ends inside its own header.",
                                "The file on the Hub is damaged; try another quantization.") from None
-            size = max(size * 2, more.needed + (64 << 10))
+            size = max(size * 2, more.needed + 64 * KiB)
             if size > MAX_HEADER:
                 raise HubError(f"{repo_id}'s {path} has a header larger than "
-                               f"{MAX_HEADER >> 20} MB; that is not a model's metadata.") from None
+                               f"{format_bytes(MAX_HEADER)}; that is not a model's "
+                               "metadata.") from None
 
 
 def _fetch(client, url: str, size: int, repo_id: str, commit: str) -> bytes:

@@ -29,6 +29,7 @@ from specdeck.core.config.schema import (
 )
 from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.exl2_facts import CACHE_MODES_TEXT
+from specdeck.core.units import MiB, format_bytes
 from specdeck.core.userpath import expand_user
 
 BOM = "\ufeff"
@@ -157,13 +158,13 @@ MAIN_ONLY_KEYS = (
 """Keys in TabbyAPI main's config_sample.yml (f1f2c85) that the exl2-checkpoint branch's
 (79126f9) does not have."""
 
-MAX_CONFIG_BYTES = 4 * 1024 * 1024
-"""TabbyAPI's config_sample.yml is about 10 KB; a 4 MB "config" is something else."""
+MAX_CONFIG_BYTES = 4 * MiB
+"""TabbyAPI's config_sample.yml is about 10 KiB; a 4 MiB "config" is something else."""
 MAX_EXPANDED_VALUES = 100_000
 """Values a file may hold once its YAML aliases are expanded (config_sample: ~100)."""
 
 
-def _read_config_bytes(path: Path, what: str = TABBY_CONFIG) -> bytes:
+def read_config_bytes(path: Path, what: str = TABBY_CONFIG) -> bytes:
     """The file's bytes, refusing what is not a plain file of a config's size: a FIFO would
     block forever, /dev/zero never ends. ``what`` names the file the user meant to give
     (a TabbyAPI config.yml, a llama-swap config.yaml, a presets file), in every message."""
@@ -180,8 +181,8 @@ def _read_config_bytes(path: Path, what: str = TABBY_CONFIG) -> bytes:
                                 "does not read it.", f"Point SpecDeck at your {what}.")
     if st.st_size > MAX_CONFIG_BYTES:
         raise InvalidInputError(
-            f"{path} is {st.st_size / 2**20:.1f} MB; a {what} is a few KB, so "
-            f"SpecDeck does not open files over {MAX_CONFIG_BYTES >> 20} MB.",
+            f"{path} is {format_bytes(st.st_size)}; a {what} is a few KiB, so "
+            f"SpecDeck does not open files over {format_bytes(MAX_CONFIG_BYTES)}.",
             "Check that this is the right file.")
     with open(path, "rb") as handle:
         return handle.read(MAX_CONFIG_BYTES + 1)
@@ -257,7 +258,7 @@ class ConfigDocument:
         default; a llama-swap config.yaml, a presets file)."""
         path = expand_user(path).absolute()
         try:
-            raw = _read_config_bytes(path, what)
+            raw = read_config_bytes(path, what)
         except FileNotFoundError:
             raise NotFoundError(
                 f"{path} does not exist.",

@@ -169,7 +169,7 @@ def _colon_end(text: str, key_node) -> int:
     return i + 1
 
 
-def _content_end(text: str, key_node, value_node) -> int:
+def content_end(text: str, key_node, value_node) -> int:
     """Index just past the last character that belongs to ``value_node``."""
     if is_scalar(value_node):
         if value_node.start_mark.index == value_node.end_mark.index:
@@ -181,12 +181,12 @@ def _content_end(text: str, key_node, value_node) -> int:
         return value_node.end_mark.index
     if is_sequence(value_node):
         last = value_node.value[-1]
-        return _content_end(text, key_node, last) if not is_scalar(last) else last.end_mark.index
+        return content_end(text, key_node, last) if not is_scalar(last) else last.end_mark.index
     last_key, last_value = value_node.value[-1]
-    return _content_end(text, last_key, last_value)
+    return content_end(text, last_key, last_value)
 
 
-def _line_end(text: str, index: int) -> int:
+def line_end(text: str, index: int) -> int:
     """Index of the line break at or after ``index`` (len(text) on the last line)."""
     end = text.find("\n", index)
     if end < 0:
@@ -211,7 +211,7 @@ def _child_indent(doc: ConfigDocument) -> int:
 
 
 @dataclass
-class _Edit:
+class TextEdit:
     start: int
     end: int
     text: str
@@ -221,7 +221,7 @@ class _Edit:
     come first or its lines would fall outside its section."""
 
 
-def _value_edit(doc: ConfigDocument, s: Setting, value: Any, key_node, value_node) -> _Edit:
+def _value_edit(doc: ConfigDocument, s: Setting, value: Any, key_node, value_node) -> TextEdit:
     text = doc.text
     style = getattr(value_node, "style", None) if is_scalar(value_node) else None
     if style in ("|", ">"):
@@ -242,18 +242,18 @@ def _value_edit(doc: ConfigDocument, s: Setting, value: Any, key_node, value_nod
         first = value_node.value[0]
         indent = text[_line_start(text, first.start_mark.index) : first.start_mark.index]
         indent = indent[: len(indent) - len(indent.lstrip(" "))]
-        end = _content_end(text, key_node, value_node)
+        end = content_end(text, key_node, value_node)
         if value:
             items = [_number(v, compact=True) for v in value]
             # The first item's "- " stays where it is; later items get lines of their own
             # with the dash at the same column.
             lines = [items[0]] + [f"{indent}- {item}" for item in items[1:]]
-            return _Edit(first.start_mark.index, end, doc.newline.join(lines))
-        return _Edit(_colon_end(text, key_node), end, " []")
+            return TextEdit(first.start_mark.index, end, doc.newline.join(lines))
+        return TextEdit(_colon_end(text, key_node), end, " []")
     if is_scalar(value_node) and value_node.start_mark.index == value_node.end_mark.index:
         at = _colon_end(text, key_node)
         rendered = render_scalar(s, value)
-        return _Edit(at, at, f" {rendered}" if rendered else "")
+        return TextEdit(at, at, f" {rendered}" if rendered else "")
     style = getattr(value_node, "style", None) if is_scalar(value_node) else None
     rendered = render_scalar(s, value, style if s.kind in (Kind.TEXT, Kind.PATH) else None)
     start, end = value_node.start_mark.index, value_node.end_mark.index
@@ -262,7 +262,7 @@ def _value_edit(doc: ConfigDocument, s: Setting, value: Any, key_node, value_nod
         colon = _colon_end(text, key_node)
         if not text[colon:start].strip(" \t"):
             start = colon
-    return _Edit(start, end, rendered)
+    return TextEdit(start, end, rendered)
 
 
 def _section_node(doc: ConfigDocument, section: str):
@@ -277,7 +277,7 @@ def _section_node(doc: ConfigDocument, section: str):
     return entry
 
 
-def _insertion(doc: ConfigDocument, section: str, new: list[tuple[Setting, Any]]) -> _Edit:
+def _insertion(doc: ConfigDocument, section: str, new: list[tuple[Setting, Any]]) -> TextEdit:
     """New keys at the end of ``section`` (created at the end of the file if missing)."""
     text, nl = doc.text, doc.newline
     entry = _section_node(doc, section)
@@ -287,20 +287,20 @@ def _insertion(doc: ConfigDocument, section: str, new: list[tuple[Setting, Any]]
         prefix = "" if not text or text.endswith(("\n", "\r")) else nl
         separator = nl if text.strip() else ""
         block = f"{prefix}{separator}{section}:{nl}" + nl.join(lines) + nl
-        return _Edit(len(text), len(text), block)
+        return TextEdit(len(text), len(text), block)
     key_node, value_node = entry
     if is_mapping(value_node) and value_node.flow_style:
         items = ", ".join(f"{s.key}: {render_scalar(s, v) or 'null'}" for s, v in new)
         close = value_node.end_mark.index - 1
         glue = ", " if value_node.value else ""
-        return _Edit(close, close, glue + items)
+        return TextEdit(close, close, glue + items)
     if is_mapping(value_node) and value_node.value:
         first_key = value_node.value[0][0]
         indent = " " * first_key.start_mark.column
         last_key, last_value = value_node.value[-1]
-        at = _line_end(text, _content_end(text, last_key, last_value))
+        at = line_end(text, content_end(text, last_key, last_value))
         lines = [f"{indent}{s.key}: {render_scalar(s, v)}".rstrip() for s, v in new]
-        return _Edit(at, at, "".join(nl + line for line in lines))
+        return TextEdit(at, at, "".join(nl + line for line in lines))
     if is_scalar(value_node) and value_node.value in ("", "~", "null", "Null", "NULL"):
         # "draft_model:" with nothing under it (everything commented out).
         parent_indent = key_node.start_mark.column
@@ -308,8 +308,8 @@ def _insertion(doc: ConfigDocument, section: str, new: list[tuple[Setting, Any]]
         start = _colon_end(text, key_node)
         end = value_node.end_mark.index if value_node.value else start
         lines = [f"{indent}{s.key}: {render_scalar(s, v)}".rstrip() for s, v in new]
-        at = _line_end(text, end)
-        return _Edit(start, at, text[end:at] + "".join(nl + line for line in lines))
+        at = line_end(text, end)
+        return TextEdit(start, at, text[end:at] + "".join(nl + line for line in lines))
     raise InvalidInputError(
         f"The {section} section of this file is not a mapping, so SpecDeck cannot add keys to it.",
         "Fix it in a text editor (it should hold `key: value` lines).",
@@ -338,8 +338,8 @@ def _same(a: Any, b: Any) -> bool:
     )
 
 
-def _merge_insertions(edits: list[_Edit]) -> list[_Edit]:
-    merged: dict[int, list[_Edit]] = {}
+def _merge_insertions(edits: list[TextEdit]) -> list[TextEdit]:
+    merged: dict[int, list[TextEdit]] = {}
     others = []
     for edit in edits:
         if edit.start == edit.end:
@@ -348,11 +348,11 @@ def _merge_insertions(edits: list[_Edit]) -> list[_Edit]:
             others.append(edit)
     for at, group in merged.items():
         group.sort(key=lambda e: -e.depth)
-        others.append(_Edit(at, at, "".join(e.text for e in group)))
+        others.append(TextEdit(at, at, "".join(e.text for e in group)))
     return others
 
 
-def apply_edits(text: str, edits: list[_Edit]) -> str:
+def apply_edits(text: str, edits: list[TextEdit]) -> str:
     ordered = sorted(_merge_insertions(edits), key=lambda e: (e.start, e.end))
     for before, after in zip(ordered, ordered[1:]):
         if after.start < before.end:
@@ -375,7 +375,7 @@ def plan_change(doc: ConfigDocument, changes: Mapping[Key, Any]) -> ConfigChange
         s = setting(section, key)
         normalized[(section, key)] = normalize(s, raw, backend)
 
-    edits: list[_Edit] = []
+    edits: list[TextEdit] = []
     to_insert: dict[str, list[tuple[Setting, Any]]] = {}
     changed: list[Key] = []
     warnings: list[str] = []

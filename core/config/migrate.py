@@ -22,7 +22,7 @@ from specdeck.core.config.document import (
     is_scalar,
     mapping_entry,
 )
-from specdeck.core.config.edit import _content_end, _Edit, _line_end, apply_edits, verify
+from specdeck.core.config.edit import TextEdit, apply_edits, content_end, line_end, verify
 from specdeck.core.config.schema import DRAFT, MODEL
 from specdeck.core.errors import InvalidInputError
 
@@ -92,7 +92,7 @@ def _move_nested(text: str, nested: str, top: str, nl: str) -> str:
     lines = _lines_with_ends(text)
     line_of = _line_index(text)
     first = line_of(key_node.start_mark.index)
-    last = line_of(_line_end(text, _content_end(text, key_node, value_node)))
+    last = line_of(line_end(text, content_end(text, key_node, value_node)))
     # The comment lines right above the key belong to it.
     column = key_node.start_mark.column
     while first > 0 and lines[first - 1].strip().startswith("#") and _indent(lines[first - 1]) >= column:
@@ -119,7 +119,7 @@ def _move_nested(text: str, nested: str, top: str, nl: str) -> str:
     cut_text = "".join(remaining)
     cut = ConfigDocument(cut_text)
     model_key, model_value = mapping_entry(cut.root, MODEL)
-    at = _line_index(cut_text)(_line_end(cut_text, _content_end(cut_text, model_key, model_value))) + 1
+    at = _line_index(cut_text)(line_end(cut_text, content_end(cut_text, model_key, model_value))) + 1
     blank_before = False
     while at < len(remaining) and not remaining[at].strip():
         at += 1
@@ -139,7 +139,7 @@ def _rename_logging_keys(text: str) -> str:
     for key_node, _ in entry[1].value:
         if is_scalar(key_node) and not str(key_node.value).startswith("log_"):
             start, end = key_node.start_mark.index, key_node.end_mark.index
-            edits.append(_Edit(start, end, f"log_{key_node.value}"))
+            edits.append(TextEdit(start, end, f"log_{key_node.value}"))
     return apply_edits(text, edits)
 
 

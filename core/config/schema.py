@@ -27,6 +27,7 @@ from specdeck.core.exl2_facts import (
     DEFAULT_MAX_SEQ_LEN,
 )
 from specdeck.core.models import MAX_CONTEXT
+from specdeck.core.units import GiB, MiB
 
 EXLLAMAV2 = "exllamav2"
 EXLLAMAV3 = "exllamav3"
@@ -203,7 +204,7 @@ SETTINGS: tuple[Setting, ...] = (
        "Autosplit reserve (MB)",
        "MB of VRAM to keep free per GPU when autosplitting (default: "
        f"{DEFAULT_AUTOSPLIT_RESERVE_TEXT} on GPU 0).",
-       maximum=MAX_GPU_GB * 1024, minimum=0.0,
+       maximum=MAX_GPU_GB * GiB / MiB, minimum=0.0,
        blank_means=f"{DEFAULT_AUTOSPLIT_RESERVE_TEXT} MB on GPU 0"),
     _s(MODEL, "chunk_size", Kind.INT, DEFAULT_CHUNK_SIZE, "Chunk size",
        f"Tokens per prompt-ingestion chunk (default: {DEFAULT_CHUNK_SIZE}). It sizes ExLlamaV2's "

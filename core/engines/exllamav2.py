@@ -348,7 +348,7 @@ class ExLlamaV2Engine:
         target = check_model_folder(path, "model")
         cache_class_name(spec.cache_mode)
         cache_class_name(spec.draft_cache_mode)
-        self._x = _import_exllamav2()
+        self._x = import_exllamav2()
         self._spec = spec
         self._target_info = target
         self._target_bytes = _gpu_weight_bytes(target)
@@ -803,7 +803,7 @@ def top2_gaps(logits: Any) -> list[float]:
     return (top[..., 0] - top[..., 1]).flatten().tolist()
 
 
-def _import_exllamav2() -> Any:
+def import_exllamav2() -> Any:
     """The exllamav2 names the engine uses, or an EngineUnavailableError saying why not."""
     from types import SimpleNamespace
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from specdeck.core.hub.errors import HubError, hub_errors, offline_error
+from specdeck.core.units import MiB, format_bytes
 
 from specdeck import __version__
 
@@ -28,7 +29,7 @@ LIBRARY_NAME = "specdeck"
 PREFLIGHT_TIMEOUT_S = 5.0
 PROXY_ENVS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 # config.json and tokenizer files are small; anything bigger read into memory is a mistake.
-SMALL_FILE_LIMIT = 64 * 1024 * 1024
+SMALL_FILE_LIMIT = 64 * MiB
 
 
 def resolve_endpoint(explicit: str | None = None) -> str:
@@ -222,7 +223,7 @@ class HubClient:
                     total += len(chunk)
                     if total > limit:
                         raise HubError(
-                            f"{path} in {repo_id} is larger than {limit // (1024 * 1024)} MB, "
+                            f"{path} in {repo_id} is larger than {format_bytes(limit)}, "
                             "too large for a configuration or tokenizer file."
                         )
                     chunks.append(chunk)

@@ -109,7 +109,7 @@ def _retry_after(exc: BaseException) -> float | None:
     return None
 
 
-def _is_transport_error(exc: BaseException) -> bool:
+def is_transport_error(exc: BaseException) -> bool:
     # httpx (huggingface_hub 1.x) and httpx2 (2.x) share these class names; matching on the
     # module avoids importing either one just to classify an exception.
     module = type(exc).__module__.split(".")[0]
@@ -212,7 +212,7 @@ def translate(
                 "The Hub may be having trouble; try again later.",
             )
         return HubServerError(f"{where} refused the request (HTTP {status}).")
-    if _is_transport_error(exc):
+    if is_transport_error(exc):
         return connection_error(endpoint, exc)
     return exc
 

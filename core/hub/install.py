@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from specdeck.core.atomic import _fsync_dir, atomic_write_text  # the same durable rename
+from specdeck.core.atomic import atomic_write_text, fsync_dir  # the same durable rename
 from specdeck.core.changed import MODEL, FileChanged
 from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.hub.client import HubClient, RemoteFile
@@ -62,7 +62,7 @@ from specdeck.core.hub.spec import RepoSpec, parse_repo_spec
 from specdeck.core.hub.transfer import RetryPolicy, download_file, file_digest
 from specdeck.core.hub.variants import bits_from_branch, variant_folder_name
 from specdeck.core.models import ModelInfo, quantization_from_config, read_model
-from specdeck.core.units import format_bytes
+from specdeck.core.units import MiB, format_bytes
 from specdeck.core.userpath import expand_user
 
 from specdeck import __version__
@@ -74,13 +74,13 @@ STAGING_SUFFIX = ".specdeck-staging"
 LOCK_NAME = "lock"
 STATE_VERSION = 1
 # Headroom kept free on the destination disk beyond the download itself.
-SPACE_MARGIN = 256 * 1024 * 1024
+SPACE_MARGIN = 256 * MiB
 # state.json (written and fsynced: two fsyncs) is saved after a verified file is moved into
 # place once this many bytes were accepted or this long passed since the last save, and
 # whenever an install stops early; a process killed in between forgets at most that much,
 # which its resume downloads again (a file state.json does not list is never trusted).
 # Saving after every small file was 12 of an install's 27 fsyncs on the hub benchmark.
-STATE_SAVE_BYTES = 64 * 1024 * 1024
+STATE_SAVE_BYTES = 64 * MiB
 STATE_SAVE_S = 1.0
 
 # Never installed. Code: SpecDeck never runs code from a repository, and leaving it out
@@ -597,7 +597,7 @@ class _Staging:
         if target.exists():
             raise InstallConflictError(f"{target} appeared while the install ran; it is left untouched.")
         os.rename(self.files, target)
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
         # Everything but the lock, which the caller still holds (and removes on release).
         self.state_path.unlink()
         shutil.rmtree(self.parts, ignore_errors=True)
@@ -626,7 +626,7 @@ def _read_state(root: Path) -> dict | None:
 def _fsync_tree(root: Path) -> None:
     # Files were fsynced as they completed; the directory entries need it too.
     for directory in [root, *(p for p in root.rglob("*") if p.is_dir())]:
-        _fsync_dir(directory)
+        fsync_dir(directory)
 
 
 # ---------------------------------------------------------------------------------------

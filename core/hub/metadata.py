@@ -30,6 +30,7 @@ from specdeck.core.hub.errors import IntegrityError, offline_error
 from specdeck.core.hub.paths import path_problem
 from specdeck.core.hub.spec import parse_repo_spec
 from specdeck.core.hub.transfer import file_digest
+from specdeck.core.units import MiB
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ METADATA_FILES = frozenset(
 )
 METADATA_FOLDERS = ("", "original/")
 # Real tokenizer.json files reach ~35 MB (Gemma); anything far larger is not metadata.
-MAX_METADATA_BYTES = 128 * 1024 * 1024
+MAX_METADATA_BYTES = 128 * MiB
 COMPLETE_FLAG = ".complete"
 
 

@@ -45,9 +45,9 @@ from specdeck.core.hub.errors import (
     HubConnectionError,
     InsufficientSpaceError,
     IntegrityError,
-    _is_transport_error,
+    is_transport_error,
 )
-from specdeck.core.units import format_bytes
+from specdeck.core.units import MiB, format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -55,18 +55,18 @@ log = logging.getLogger(__name__)
 # readinto, one syscall per MiB, small enough to stay in the CPU's cache between the read
 # and the hash. Measured on 128 MiB in the page cache: 0.11 s of CPU, against 0.12 s for a
 # new 8 MiB bytes object per read.
-HASH_BLOCK = 1024 * 1024
+HASH_BLOCK = MiB
 # Every this many bytes written to a part, the kernel is asked to start writing them to the
 # disk (Linux: sync_file_range), so the disk works while the download goes on and the one
 # fsync at the end of the file has little left to wait for, as RocksDB's bytes_per_sync and
 # PostgreSQL's *_flush_after do. Only a hint: the fsync is what makes the file durable.
 # Measured on this project's 2-core machine: writing 128 MiB in 64 KiB chunks, the final
 # fsync took 85 ms without it and 10 ms with it (write and fsync together: 264 -> 233 ms).
-WRITEBACK_BYTES = 8 * 1024 * 1024
+WRITEBACK_BYTES = 8 * MiB
 # The hashing thread is handed the chunks written in batches of about this many bytes (one
 # hand-over per MiB, not per 64 KiB chunk), at most HASH_QUEUE_BATCHES batches ahead of it:
 # what it holds was written already, so memory stays bounded and a resume loses nothing.
-HASH_BATCH_BYTES = 1024 * 1024
+HASH_BATCH_BYTES = MiB
 HASH_QUEUE_BATCHES = 8
 
 
@@ -379,7 +379,7 @@ def _fetch_rest(
     except Exception as exc:
         if cancel is not None and cancel.is_set():
             raise CancelledError() from None
-        if _is_transport_error(exc):
+        if is_transport_error(exc):
             raise _Retry(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
         with client.errors(repo_id, commit):
             raise

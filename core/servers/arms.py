@@ -127,7 +127,7 @@ def _without_password(url: str) -> str:
     return redact_url(urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment)))
 
 
-def _split_name(text: str, default: str) -> tuple[str, str]:
+def split_arm_name(text: str, default: str) -> tuple[str, str]:
     """"NAME=VALUE" -> (NAME, VALUE) when NAME looks like an arm name; else (default, text)."""
     head, eq, tail = text.partition("=")
     if eq and head and head.replace("-", "").replace("_", "").isalnum():
@@ -280,7 +280,7 @@ def arms_from_urls(texts, kind: ServerKind | None = None, api_key_env: str | Non
     for text in (t.strip() for t in texts):
         if not text:
             continue
-        name, url = _split_name(text, arm_letter(len(arms)))
+        name, url = split_arm_name(text, arm_letter(len(arms)))
         url, _, model = url.partition("#")
         arms.append(url_arm(name, url, model, api_key_env, reference=not arms, kind=kind,
                             draft_model=drafts.pop(name, None)))
@@ -308,7 +308,7 @@ def tabby_arms(url: str, drafts, model_name: str = "", api_key_env: str | None =
 
     arms = [arm("A", None)]
     for text in drafts:
-        name, draft = _split_name(text.strip(), arm_letter(len(arms)))
+        name, draft = split_arm_name(text.strip(), arm_letter(len(arms)))
         if not draft:
             raise InvalidInputError(f"--tabby-draft {text!r} names no draft model.",
                                     "Give the draft's folder name in TabbyAPI's draft_model_dir.")

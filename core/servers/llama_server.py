@@ -26,7 +26,7 @@ from pathlib import Path
 from specdeck.core import llama_flags
 from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.servers.process import ManagedProcess
-from specdeck.core.units import MiB
+from specdeck.core.units import KiB, MiB, format_bytes
 
 HEALTH_TIMEOUT_S = 300.0
 """A large model on a slow disk can take minutes to load."""
@@ -236,7 +236,7 @@ def run_bounded(argv: list[str], timeout: float, limit: int = HELP_LIMIT, *,
                     break  # every writer closed its end
                 data += chunk
                 if len(data) > limit:
-                    problem = f"printed more than {limit // MiB} MiB"
+                    problem = f"printed more than {format_bytes(limit)}"
                     break
         if not problem:
             try:
@@ -555,7 +555,7 @@ class LaunchProfile:
             return None
         try:
             with open(path, encoding="utf-8", errors="replace") as handle:
-                lines = handle.read(64 * 1024).split("\n")
+                lines = handle.read(64 * KiB).split("\n")
         except OSError:
             return None  # llama-server refuses to start then, and says why
         return next((line for line in lines if line), None)
@@ -727,7 +727,7 @@ def spec_type(args: tuple[str, ...]) -> str | None:
     if not value:
         return None
     first = value.split(",")[0].strip()
-    return None if first == "none" else first
+    return None if first == llama_flags.SPEC_NONE else first
 
 
 def remembers(args: tuple[str, ...]) -> str:

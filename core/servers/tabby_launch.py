@@ -41,6 +41,7 @@ from typing import Any
 
 from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.servers.process import ManagedProcess
+from specdeck.core.units import KiB
 
 LOG_SOURCE = "TabbyAPI's log (Metrics ... Draft: A / T tokens accepted)"
 """Where a launched TabbyAPI arm's draft counts come from: TabbyAPI returns none over HTTP,
@@ -53,7 +54,7 @@ LOG_WAIT_S = 5.0
 LOG_WIDTH = "100000"
 """TABBY_LOG_CONSOLE_WIDTH for a TabbyAPI SpecDeck starts (common/logger.py): Rich wraps its
 console at 80 columns when the output is not a terminal, which would split a metrics line."""
-MAX_LOG_LINE = 64 * 1024
+MAX_LOG_LINE = 64 * KiB
 """Longer than any metrics line TabbyAPI writes: a longer unfinished line is not kept."""
 _METRICS = re.compile(r"Metrics \(ID: ([0-9A-Za-z_.-]{1,200})\): (.*)")
 _DRAFT = re.compile(r"Draft: (\d{1,12}) / (\d{1,12}) tokens accepted")
@@ -123,7 +124,7 @@ class TabbyLaunch:
                    str(data.get("host", "127.0.0.1")), int(data.get("port", 0)))
 
 
-MAX_TOKENS_FILE = 64 * 1024
+MAX_TOKENS_FILE = 64 * KiB
 """api_tokens.yml holds two keys of 32 hex digits (TabbyAPI common/auth.py)."""
 
 

@@ -39,6 +39,7 @@ from urllib.parse import unquote, urlsplit
 
 from specdeck.core.errors import CancelledError, SpecDeckError
 from specdeck.core.printable import printable
+from specdeck.core.units import KiB, MiB, format_bytes
 from specdeck.core.urls import mask_secrets, redact_url, secret_forms, url_secrets
 
 CONNECT_TIMEOUT_S = 5.0
@@ -50,14 +51,14 @@ REQUEST_TIMEOUT_S = 10.0
 """Default total deadline of one JSON request, from connecting to the last byte."""
 STREAM_TIMEOUT_S = 3600.0
 """Default total deadline of a stream; a generation passes its own (core.servers.engine)."""
-MAX_JSON_BYTES = 16 * 1024 * 1024
-MAX_EVENT_BYTES = 4 * 1024 * 1024
+MAX_JSON_BYTES = 16 * MiB
+MAX_EVENT_BYTES = 4 * MiB
 """One server-sent event (a line): a server's events are a few hundred bytes."""
-MAX_STREAM_BYTES = 64 * 1024 * 1024
-"""A whole stream, comments and all: 2,048 tokens of llama-server's events are ~1 MB."""
+MAX_STREAM_BYTES = 64 * MiB
+"""A whole stream, comments and all: 2,048 tokens of llama-server's events are ~1 MiB."""
 MAX_JSON_DEPTH = 64
 """No server's answer nests deeper than a handful of levels."""
-READ_CHUNK = 64 * 1024
+READ_CHUNK = 64 * KiB
 WATCH_POLL_S = 0.1
 """How often a watchdog looks at a cancel event while a read blocks."""
 
@@ -359,7 +360,7 @@ class _Exchange:
                     break
                 size += len(chunk)
                 if size > limit:
-                    raise BadAnswerError(f"{self.where} answered more than {limit >> 20} MiB.",
+                    raise BadAnswerError(f"{self.where} answered more than {format_bytes(limit)}.",
                                          "That is not an answer an LLM server gives; check the "
                                          "URL.")
                 parts.append(chunk)
@@ -617,7 +618,7 @@ def stream_sse(base: Base, route: str, payload: Any, api_key: str | None = None,
                 raise call.failure(TimeoutError())
             received += len(line)
             if received > max_bytes:
-                raise ServerError(f"{where} sent more than {max_bytes >> 20} MiB without "
+                raise ServerError(f"{where} sent more than {format_bytes(max_bytes)} without "
                                   "finishing its answer; SpecDeck stopped reading.",
                                   "The server ignores the request's limits; check it.")
             if not line:
@@ -626,10 +627,10 @@ def stream_sse(base: Base, route: str, payload: Any, api_key: str | None = None,
                 raise ServerError(f"{where} ended the stream before the answer was complete.",
                                   "The server may have crashed or restarted; see its log.")
             if len(line) > MAX_EVENT_BYTES:
-                raise ServerError(f"{where} sent one event of more than {MAX_EVENT_BYTES >> 20} "
-                                  "MiB; SpecDeck stopped reading (a server's events are a few "
-                                  "hundred bytes).", "The server is not answering as an LLM "
-                                  "server does; check it.")
+                raise ServerError(f"{where} sent one event of more than "
+                                  f"{format_bytes(MAX_EVENT_BYTES)}; SpecDeck stopped reading "
+                                  "(a server's events are a few hundred bytes).",
+                                  "The server is not answering as an LLM server does; check it.")
             text = line.decode("utf-8", "replace").strip()
             if ndjson and text:
                 text = "data: " + text

@@ -14,7 +14,7 @@ from specdeck.core.printable import printable
 from specdeck.core.servers.llama_server import drafting_flags
 from specdeck.core.swap.cmd import canonical_argv
 from specdeck.core.swap.config import SwapConfig
-from specdeck.core.swap.edit import BARE, FlagEdit, _is_flag, plan_edit
+from specdeck.core.swap.edit import BARE, FlagEdit, is_flag, plan_edit
 
 
 def flag_pairs(flags: tuple[str, ...]) -> list[tuple[str, str | bool]]:
@@ -27,7 +27,7 @@ def flag_pairs(flags: tuple[str, ...]) -> list[tuple[str, str | bool]]:
             name, _, value = flag.partition("=")
             pairs.append((name, value))
             i += 1
-        elif i + 1 < len(flags) and not _is_flag(flags[i + 1]):
+        elif i + 1 < len(flags) and not is_flag(flags[i + 1]):
             pairs.append((flag, flags[i + 1]))
             i += 2
         else:

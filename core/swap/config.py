@@ -33,6 +33,7 @@ from specdeck.core.swap.cmd import (
     split_command,
     strip_comments,
 )
+from specdeck.core.units import MiB, format_bytes
 from specdeck.core.userpath import expand_user
 
 STYLES = {None: "plain", "": "plain", "|": "literal block (|)", ">": "folded block (>)",
@@ -157,14 +158,14 @@ def from_text(text: str, path: Path | None = None) -> SwapConfig:
 
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
-MAX_TOTAL_CHARS = 16 * 1024 * 1024
+MAX_TOTAL_CHARS = 16 * MiB
 """The most all cmds and macros of one file may expand to together (each is bounded by
 core.swap.macros.MAX_CMD_CHARS): a 4 MB file of models that each use a large macro must not
 take gigabytes to read."""
-MAX_WORK_CHARS = 512 * 1024 * 1024
+MAX_WORK_CHARS = 512 * MiB
 """The most string building and scanning expanding one file's macros may take (about a second
 here): a file of thousands of chained macros is refused rather than read for minutes. A real
-config's macros take a few KB."""
+config's macros take a few KiB."""
 
 
 def _is_merge(key_node) -> bool:
@@ -335,15 +336,15 @@ class _Reader:
         except macros.TooTangled:
             raise ConfigError(
                 f"{self.where}'s macros use each other so much that expanding them would take "
-                f"more than {MAX_WORK_CHARS >> 20} MiB of work; a llama-swap config's macros "
-                "take a few KB.",
+                f"more than {format_bytes(MAX_WORK_CHARS)} of work; a llama-swap config's macros "
+                "take a few KiB.",
                 "Check the macros that use other macros; SpecDeck will not read this file.",
             ) from None
         self.budget -= 0 if expansion.too_large else len(expansion.text)  # what is kept
         if self.budget < 0:
             raise ConfigError(
-                f"{self.where}'s macros expand to more than {MAX_TOTAL_CHARS >> 20} MiB in "
-                "all; a llama-swap config's cmds hold a few KB.",
+                f"{self.where}'s macros expand to more than {format_bytes(MAX_TOTAL_CHARS)} in "
+                "all; a llama-swap config's cmds hold a few KiB.",
                 "Check the macros that use other macros; SpecDeck will not read this file.")
         common = dict(name=name, value=value, style=style, span=(start, end),
                       macros_used=expansion.used, lines=lines, shared_with=shared_with,

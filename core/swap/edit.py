@@ -45,7 +45,7 @@ def _name(text: str) -> str:
     return canonical(text.split("=", 1)[0]) if text.startswith("-") else text
 
 
-def _is_flag(text: str) -> bool:
+def is_flag(text: str) -> bool:
     if not text.startswith("-") or text == "-":
         return False
     try:
@@ -101,7 +101,7 @@ def plan_edit(config: SwapConfig, model_name: str, edits: list[FlagEdit],
         if edit.value is None:
             for i in reversed(spots):
                 last = i + 1 if "=" not in words[i][0] and i + 1 < len(words) \
-                    and not _is_flag(words[i + 1][0]) else i
+                    and not is_flag(words[i + 1][0]) else i
                 removed.append((words[i][1], words[last][2]))
                 del expected[i:last + 1]
                 words = words[:i] + words[last + 1:]
@@ -123,7 +123,7 @@ def plan_edit(config: SwapConfig, model_name: str, edits: list[FlagEdit],
         if keep != name:
             splices.append((start, end, keep))
             expected[i] = keep
-        has_value = i + 1 < len(words) and not _is_flag(words[i + 1][0])
+        has_value = i + 1 < len(words) and not is_flag(words[i + 1][0])
         if edit.value is BARE:
             continue
         if has_value:

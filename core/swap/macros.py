@@ -35,6 +35,7 @@ from decimal import Decimal
 from typing import Any
 
 from specdeck.core.printable import printable
+from specdeck.core.units import MiB, format_bytes
 
 NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
 USE = re.compile(r"\$\{([a-zA-Z0-9_-]+)\}")
@@ -47,7 +48,7 @@ SUBSTITUTION_COST = 4096
 """What one substitution costs a file's work budget besides the characters it builds: the
 Python work around it (a file of thousands of chained macros is refused in about a second,
 not read for minutes)."""
-MAX_CMD_CHARS = 2 * 1024 * 1024
+MAX_CMD_CHARS = 2 * MiB
 """The most one expanded cmd may hold: Linux refuses to start a command line over ARG_MAX
 (2 MiB with the usual 8 MiB stack), so a larger cmd could never run anyway."""
 
@@ -297,7 +298,7 @@ def _in_order(used: list[tuple[int, str]]) -> tuple[str, ...]:
 
 
 def _too_large(limit: int) -> str:
-    return (f"its macros expand to more than {limit / 2**20:g} MiB (each use of a macro that "
+    return (f"its macros expand to more than {format_bytes(limit)} (each use of a macro that "
             "uses another multiplies it); no system could start such a command, so SpecDeck "
             "stopped expanding it")
 

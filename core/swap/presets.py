@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdeck.core import llama_flags
-from specdeck.core.config.document import _read_config_bytes, fingerprint
+from specdeck.core.config.document import fingerprint, read_config_bytes
 from specdeck.core.config.edit import ConfigChange
 from specdeck.core.errors import InvalidInputError, NotFoundError
 from specdeck.core.userpath import expand_user
@@ -106,7 +106,7 @@ class Presets:
 def load(path: str | Path) -> Presets:
     path = expand_user(path).absolute()
     try:
-        raw = _read_config_bytes(path, PRESETS_FILE)
+        raw = read_config_bytes(path, PRESETS_FILE)
     except FileNotFoundError:
         raise NotFoundError(f"{path} does not exist.",
                             "Give the presets file your llama-server router runs with "

@@ -89,6 +89,12 @@ class Candidate:
         return self.spec_type if self.draft is None else f"{self.spec_type} {self.draft.name}"
 
     @property
+    def arm_prefix(self) -> str:
+        """How the names of its settings' arms begin: the search maps a measured row back to
+        its candidate by it (core.tune.run)."""
+        return "".join(ch if ch.isalnum() else "_" for ch in self.label)[:40] + "-"
+
+    @property
     def flags(self) -> tuple[str, ...]:
         """Its drafting flags, with llama-server's defaults for everything searched."""
         out: tuple[str, ...] = () if self.implied else (llama_flags.SPEC_TYPE, self.spec_type)
@@ -107,6 +113,11 @@ class NotTried:
 class Candidates:
     found: tuple[Candidate, ...]
     not_tried: tuple[NotTried, ...] = field(default=())
+
+    @property
+    def why_none(self) -> str:
+        """Why nothing was found, as the not-tried say it."""
+        return "; ".join(f"{n.what}: {n.why}" for n in self.not_tried) or "no spec types"
 
 
 def find_candidates(setup: Setup, spec_types: Sequence[str], drafts: Iterable[Path] = (),
@@ -133,7 +144,7 @@ def find_candidates(setup: Setup, spec_types: Sequence[str], drafts: Iterable[Pa
     pinned = {m.name: m for m in fallback_help().methods}
     for kind in usable:
         method = known.get(kind, llama_flags.SpecMethod(kind))
-        if kind == "none":
+        if kind == llama_flags.SPEC_NONE:
             continue
         if methods and method.k_flag is None and pinned.get(kind, method).k_flag is not None:
             # The binary lists the type but no flag that sets its draft length: the pinned
@@ -152,7 +163,7 @@ def find_candidates(setup: Setup, spec_types: Sequence[str], drafts: Iterable[Pa
                 skipped.append(NotTried(kind, note))
                 continue
             found.append(Candidate(kind, k_values=values, notes=(note,) if note else (), **k))
-        elif kind == "draft-mtp" and setup.facts.mtp_layers:
+        elif kind == llama_flags.DRAFT_MTP and setup.facts.mtp_layers:
             found.append(Candidate(kind, notes=(f"{setup.facts.mtp_layers} MTP layer(s) in "
                                                 f"{setup.facts.name}",), **k))
         elif kind == llama_flags.DRAFT_SIMPLE:
@@ -198,7 +209,7 @@ def drafting_k_values(method: llama_flags.SpecMethod, flags: Sequence[str]
     benchmark of 2026-11-26 measured ngram-simple k=4 and k=8 drafting nothing on any
     prompt."""
     flag = method.size_n_flag
-    if method.name != "ngram-simple" or flag is None:
+    if method.name != llama_flags.NGRAM_SIMPLE or flag is None:
         return K_VALUES, ""
     from specdeck.core.servers.llama_server import flag_value
 

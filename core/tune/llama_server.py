@@ -48,14 +48,12 @@ from specdeck.core.tune.run import (
     TunedServer,
     TuneOptions,
     TuneResult,
-    _cell_prefix,
-    _result,
-    _why_none,
     cancelled_reading,
     device_of,
     ranked,
     search_and_decide,
     split_prompts,
+    tune_result,
 )
 from specdeck.core.tune.setup import Setup
 
@@ -135,7 +133,7 @@ def tune_llama(setup: Setup, options: TuneOptions, engine=None,
     if cancel.is_set():
         return cancelled_reading(setup, options, found, phase_s, notes)
     if not predicted:
-        raise InvalidInputError(f"{setup.where}: nothing to try ({_why_none(found)}).",
+        raise InvalidInputError(f"{setup.where}: nothing to try ({found.why_none}).",
                                 "Put a draft GGUF of the target's family beside it, or use a "
                                 "llama-server build with n-gram spec types.")
     t0 = time.monotonic()
@@ -147,8 +145,8 @@ def tune_llama(setup: Setup, options: TuneOptions, engine=None,
         NotTried(d.candidate, f"{d.status}: {d.why}") for d in downloads if not d.ok))
     if cancel.is_set() or not predicted:
         why = ("Cancelled during the downloads: nothing was written." if cancel.is_set() else
-               f"Nothing left to try ({_why_none(found)}): nothing was written.")
-        return _result(setup, options, (), found, None, None, Decided(None, None, False, why),
+               f"Nothing left to try ({found.why_none}): nothing was written.")
+        return tune_result(setup, options, (), found, None, None, Decided(None, None, False, why),
                        phase_s, cancel.is_set(), notes, downloads)
 
     forecast = None
@@ -159,7 +157,7 @@ def tune_llama(setup: Setup, options: TuneOptions, engine=None,
                                            notes)
         phase_s["replay"] = time.monotonic() - t0
         if cancel.is_set():
-            return _result(setup, options, (), found, None, None,
+            return tune_result(setup, options, (), found, None, None,
                            Decided(None, None, False, "Cancelled during the replay: nothing "
                                    "was written."), phase_s, True, notes, downloads,
                            forecast=forecast)
@@ -230,7 +228,7 @@ def candidate_cells(setup: Setup, candidate: Candidate) -> list[Cell]:
         args = setup.common + tuned_args(candidate.spec_type, candidate.draft, numbers, info)
         if candidate.draft is not None:  # the user's -ngld, -devd, ... place the draft
             args += setup.draft_placement
-        name = _cell_prefix(candidate) + ("default" if value is None else value)
+        name = candidate.arm_prefix + ("default" if value is None else value)
         label = candidate.label + ("" if value is None else f" k={value}")
         settings = () if value is None else (("k", value),)
         launch = LaunchProfile(setup.binary, str(setup.target), args)

@@ -53,9 +53,10 @@ from specdeck.core.bench.stats import (
     theoretical_speedup,
 )
 from specdeck.core.engines.base import MAX_SERVER_DRAFT_TOKENS
+from specdeck.core.llama_flags import DRAFT_MTP, NGRAM_CACHE
 from specdeck.core.tune.candidates import Candidate
 from specdeck.core.tune.setup import Setup
-from specdeck.core.units import MiB
+from specdeck.core.units import format_bytes
 
 ACCEPTANCE = {"draft": (0.45, 0.80), "ngram": (0.10, 0.60), "mtp": (0.55, 0.85)}
 ACCEPTANCE_ON_MATCH = (0.85, 0.98)
@@ -74,7 +75,7 @@ llama-server logs: eval time against rows per step, where drafting costs nothing
 prediction's middle; a larger model is more bound by memory, where extra rows cost less, and
 the PyTorch engine's linears measured 0.06 (docs/benchmarks/engine_choices.md), the top of
 the range."""
-ACCEPTANCE_ON_MATCH_BY_TYPE = {"ngram-cache": (0.15, 0.5)}
+ACCEPTANCE_ON_MATCH_BY_TYPE = {NGRAM_CACHE: (0.15, 0.5)}
 """Lookup types whose drafts are guesses, not copies: ngram-cache drafts the likeliest next
 tokens by n-gram statistics (its context, dynamic and static caches), not what followed an
 exact earlier occurrence, and llama-server counted 0-29% of its drafted tokens accepted
@@ -125,7 +126,7 @@ class Prediction:
 def _kind(candidate: Candidate) -> str:
     """"mtp", "draft" (a draft model) or "ngram", for llama-server's spec types and
     TabbyAPI's draft modes (model, ngram, mtp) alike."""
-    if candidate.spec_type in ("draft-mtp", "mtp"):
+    if candidate.spec_type in (DRAFT_MTP, "mtp"):
         return "mtp"
     if candidate.draft is not None or candidate.spec_type.startswith("draft-") \
             or candidate.spec_type == "model":
@@ -205,7 +206,7 @@ def history_problem(path: Path | None = None) -> str:
     if problem is None:
         try:
             if path.stat().st_size > SMALL_FILE:
-                return (f"The tune history {path} is over {SMALL_FILE // MiB} MiB, more "
+                return (f"The tune history {path} is over {format_bytes(SMALL_FILE)}, more "
                         "than SpecDeck reads")
         except OSError as exc:
             return f"The tune history {path} cannot be read: {exc.strerror or exc}"

@@ -338,12 +338,12 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
         if cancel.is_set() or best is None:  # no verification will judge these figures
             remember(setup, tried, device_of(setup, options), prompts=prompt_set(options))
         if cancel.is_set():
-            return _result(setup, options, tried, found, search, None,
+            return tune_result(setup, options, tried, found, search, None,
                            Decided(None, None, False, "Cancelled during the search: nothing "
                                    "was written."), phase_s, True, notes, downloads,
                            forecast=forecast, engine=engine)
         if best is None:
-            return _result(setup, options, tried, found, search, None,
+            return tune_result(setup, options, tried, found, search, None,
                            Decided(None, None, False, _why_no_best(search)), phase_s, False,
                            notes, downloads, forecast=forecast, engine=engine)
         if noise_share:
@@ -390,7 +390,7 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
         notes += filter(None, [disturbed_verification(noise_share, verification.run)])
     finally:
         engine.unload()
-    winner = next((c for c, _ in predicted if best.cell.arm.name.startswith(_cell_prefix(c))),
+    winner = next((c for c, _ in predicted if best.cell.arm.name.startswith(c.arm_prefix)),
                   None)  # None: the user's current setting
     tried = tuple(settled(t, winner, verification, cancel.is_set()) for t in tried)
     remember(setup, tried, device_of(setup, options), prompts=prompt_set(options))
@@ -399,7 +399,7 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
     decision = decide(winner, best, verification, setup, cancel.is_set(),
                       server.drafting(best))
     emit(decision)
-    return _result(setup, options, tried, found, search, verification, decision, phase_s,
+    return tune_result(setup, options, tried, found, search, verification, decision, phase_s,
                    cancel.is_set(), notes, downloads, forecast=forecast, engine=engine)
 
 
@@ -489,13 +489,15 @@ def cancelled_reading(setup, options: TuneOptions, found: Candidates, phase_s: d
                       notes: list) -> TuneResult:
     """Cancel pressed while the candidates were read (a binary's --help, the Hub, the draft
     folders): nothing ran, nothing was written."""
-    return _result(setup, options, (), found, None, None,
+    return tune_result(setup, options, (), found, None, None,
                    Decided(None, None, False, "Cancelled while reading the candidates: "
                            "nothing was written."), phase_s, True, notes, ())
 
 
-def _result(setup, options, tried, found, search, verification, decision, phase_s, cancelled,
-            notes, downloads, forecast=None, engine=None) -> TuneResult:
+def tune_result(setup, options, tried, found, search, verification, decision, phase_s,
+                cancelled, notes, downloads, forecast=None, engine=None) -> TuneResult:
+    """The result of a tune that ended here, with the llama-servers it started counted (the
+    replay's, ``forecast``, and the ``engine``'s)."""
     started = (forecast.servers_started if forecast is not None else 0) + \
         getattr(engine, "starts", 0)
     return TuneResult(setup, options, tried, found.not_tried, search, verification, decision,
@@ -503,10 +505,6 @@ def _result(setup, options, tried, found, search, verification, decision, phase_
                       downloads=tuple(downloads), forecast=forecast, servers_started=started)
 
 
-
-
-def _why_none(found: Candidates) -> str:
-    return "; ".join(f"{n.what}: {n.why}" for n in found.not_tried) or "no spec types"
 
 
 def prompt_set(options: TuneOptions) -> str:
@@ -537,10 +535,6 @@ def split_prompts(options: TuneOptions) -> tuple[tuple[str, ...], tuple[str, ...
         tuning += ids[0::2]
         held_out += ids[1::2] or ids[:1]
     return tuple(tuning), tuple(held_out)
-
-
-def _cell_prefix(candidate: Candidate) -> str:
-    return "".join(ch if ch.isalnum() else "_" for ch in candidate.label)[:40] + "-"
 
 
 def tuned_server(setup) -> TunedServer:
@@ -588,7 +582,7 @@ def _tried(candidate: Candidate, prediction: Prediction, search: GridResult,
     # drafter's: the candidate's figure is a drafting result's wherever one is (a row said
     # "drafted nothing" beside the 50% its other setting had accepted).
     found = figure_of(
-        (r for r in search.rows if r.cell.arm.name.startswith(_cell_prefix(candidate))),
+        (r for r in search.rows if r.cell.arm.name.startswith(candidate.arm_prefix)),
         GridRow.standing, _reach)
     if found is None:
         return Tried(candidate, prediction, None, None)

@@ -421,10 +421,10 @@ def _engine(setup: TabbySetup, predicted: list):
 
 def tuned_server():
     """What the tuning loop (core.tune.run.search_and_decide) needs from a TabbyAPI."""
-    from specdeck.core.tune.run import TunedServer, _cell_prefix
+    from specdeck.core.tune.run import TunedServer
 
     return TunedServer(reference_arm=reference_arm, current_arm=current_arm,
-                       cells=lambda setup, c: cells(setup, c, _cell_prefix(c)),
+                       cells=lambda setup, c: cells(setup, c, c.arm_prefix),
                        drafting=_drafting, engine=_engine, model=lambda setup: setup.model_name)
 
 
@@ -439,7 +439,6 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
         CandidatesFound,
         Phase,
         TuneOptions,
-        _why_none,
         cancelled_reading,
         ranked,
         search_and_decide,
@@ -459,7 +458,7 @@ def tune_tabby(setup: TabbySetup, options=None, engine=None, on_event=None,
     if cancel.is_set():
         return cancelled_reading(setup, options, found, phase_s, notes)
     if not predicted:
-        raise InvalidInputError(f"{setup.where}: nothing to try ({_why_none(found)}).",
+        raise InvalidInputError(f"{setup.where}: nothing to try ({found.why_none}).",
                                 f"Put a draft model of the target's family in {setup.draft_dir}"
                                 + ("" if setup.managed else ", or give TabbyAPI's folder "
                                    "(--tabby-folder) so SpecDeck can try its draft modes")

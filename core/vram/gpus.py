@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specdeck.core.errors import InvalidInputError
-from specdeck.core.units import GiB
+from specdeck.core.units import GiB, MiB
 from specdeck.core.vram.costs import DEFAULT_OVERHEADS, Overheads
 
 
@@ -81,8 +81,8 @@ def parse_gpu_sizes(text: str, overheads: Overheads = DEFAULT_OVERHEADS) -> tupl
 
 MAX_GPUS = 64
 MAX_GB = 16384.0
-"""16 TB: far above any GPU (an H200 has 141 GB); a larger number is a typo."""
-MAX_RESERVE_MB = MAX_GB * 1024
+"""16 TiB: far above any GPU (an H200 has 141 GB); a larger number is a typo."""
+MAX_RESERVE_MB = MAX_GB * GiB / MiB
 
 
 def _parse_numbers(text: str | Sequence[float], what: str, limit: float = MAX_GB,

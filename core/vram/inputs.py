@@ -87,7 +87,7 @@ def build_request(inputs: PlanInputs, frame=None, overheads: Overheads = DEFAULT
         draft = model_weights(inputs.draft, inputs.draft_bpw, inputs.draft_head_bits)
     return PlanRequest(
         target=target,
-        gpus=_resolve_gpus(inputs, frame, overheads),
+        gpus=resolve_gpus(inputs, frame, overheads),
         context=_context_tokens(inputs.context, target.arch.max_position_embeddings),
         cache_mode=inputs.cache_mode,
         draft=draft,
@@ -113,7 +113,7 @@ def _context_tokens(context: int | None, native: int) -> int:
     return context
 
 
-def _resolve_gpus(inputs: PlanInputs, frame, overheads: Overheads) -> tuple[GpuSpec, ...]:
+def resolve_gpus(inputs: PlanInputs, frame, overheads: Overheads) -> tuple[GpuSpec, ...]:
     if inputs.gpus and str(inputs.gpus).strip():
         return parse_gpu_sizes(inputs.gpus, overheads)
     if frame is None:

@@ -308,8 +308,9 @@ def _exl3_reserves(request: PlanRequest, manual: bool) -> list[int]:
         mb = list(DEFAULT_AUTOSPLIT_RESERVE_MB)
     else:
         mb = list(request.autosplit_reserve_mb)
-    gb = [v / 1024 for v in mb] + [EXL3_DEFAULT_RESERVE_GB] * len(request.gpus)
-    return [int(v * GiB) for v in gb[:len(request.gpus)]]
+    reserves = [int(v * MiB) for v in mb] \
+        + [int(EXL3_DEFAULT_RESERVE_GB * GiB)] * len(request.gpus)
+    return reserves[:len(request.gpus)]
 
 
 def _torch_bytes(ledger: _Ledger, slack: float, add: dict[str, int] | None = None) -> int:

@@ -8,7 +8,6 @@ import stat
 
 import pytest
 from conftest import MODELS, TABBY
-
 from specdeck.core import config
 from specdeck.core.atomic import WriteError
 from specdeck.core.config import DRAFT, MODEL, ConfigDocument, Layout
@@ -403,7 +402,7 @@ def test_pipes_devices_and_huge_files_are_not_read(tmp_path):
         config.load("/dev/zero")
     big = tmp_path / "big.yml"
     big.write_bytes(b"# x\n" * (1_100_000))
-    with pytest.raises(InvalidInputError, match="4.2 MB.*over 4 MB"):
+    with pytest.raises(InvalidInputError, match="4.2 MiB.*over 4.0 MiB"):
         config.load(big)
 
 

@@ -393,7 +393,7 @@ def test_an_ab_plan_switching_arms_loads_each_draft_once_and_warms_up_once(tmp_p
     from specdeck.core.engines import exllamav2 as module
 
     fake = _RecordingExLlamaV2()
-    monkeypatch.setattr(module, "_import_exllamav2", lambda: fake)
+    monkeypatch.setattr(module, "import_exllamav2", lambda: fake)
     target = _exl2_folder(tmp_path / "target", EXL2)
     draft = _exl2_folder(tmp_path / "draft", EXL2)
     other = _exl2_folder(tmp_path / "other", EXL2)
@@ -425,7 +425,7 @@ def test_a_draft_that_does_not_fit_leaves_the_target_loaded_and_usable(tmp_path,
     from specdeck.core.engines import exllamav2 as module
 
     fake = _RecordingExLlamaV2()
-    monkeypatch.setattr(module, "_import_exllamav2", lambda: fake)
+    monkeypatch.setattr(module, "import_exllamav2", lambda: fake)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # two GPUs, for the reserve
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: "NVIDIA GeForce RTX 4090")
     target = _exl2_folder(tmp_path / "target", EXL2)
@@ -452,7 +452,7 @@ def test_a_draft_with_another_tokenizer_is_refused_by_the_compatibility_check(tm
     from specdeck.core.engines import exllamav2 as module
 
     fake = _RecordingExLlamaV2()
-    monkeypatch.setattr(module, "_import_exllamav2", lambda: fake)
+    monkeypatch.setattr(module, "import_exllamav2", lambda: fake)
     target = _exl2_folder(tmp_path / "target", EXL2)
     mistral = _exl2_folder(tmp_path / "mistral-draft", EXL2, family="Mistral-7B-v0.1")
     engine = ExLlamaV2Engine()
@@ -471,7 +471,7 @@ def test_a_draft_that_does_not_fit_at_load_frees_everything(tmp_path, monkeypatc
 
     fake = _RecordingExLlamaV2()
     fake.out_of_memory.add("draft")
-    monkeypatch.setattr(module, "_import_exllamav2", lambda: fake)
+    monkeypatch.setattr(module, "import_exllamav2", lambda: fake)
     target = _exl2_folder(tmp_path / "target", EXL2)
     draft = _exl2_folder(tmp_path / "draft", EXL2)
     engine = ExLlamaV2Engine()
@@ -501,7 +501,7 @@ def test_an_ngram_drafter_that_would_never_look_anything_up_is_refused(tmp_path,
     from specdeck.core.engines import exllamav2 as module
 
     fake = _RecordingExLlamaV2()
-    monkeypatch.setattr(module, "_import_exllamav2", lambda: fake)
+    monkeypatch.setattr(module, "import_exllamav2", lambda: fake)
     engine = ExLlamaV2Engine()
     engine.load(LoadSpec(_exl2_folder(tmp_path / "target", EXL2), cache_mode="Q4",
                          draft_cache_mode="Q4"))
@@ -529,7 +529,7 @@ def _standin_engine(tmp_path, monkeypatch, script):
     from specdeck.core.engines import exllamav2 as module
 
     fake = StandInExLlamaV2(script)
-    monkeypatch.setattr(module, "_import_exllamav2", lambda: fake)
+    monkeypatch.setattr(module, "import_exllamav2", lambda: fake)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: "NVIDIA GeForce RTX 4090")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: (8, 9))
@@ -641,7 +641,6 @@ def test_unpaged_attention_gets_its_causal_mask_back_where_sdpa_runs_unmasked(
         tmp_path, monkeypatch, version, attn, paged, masked):
     pytest.importorskip("torch")
     import torch
-
     from specdeck.core.engines import exl2_attention
     from specdeck.core.engines import exllamav2 as module
 
@@ -649,7 +648,7 @@ def test_unpaged_attention_gets_its_causal_mask_back_where_sdpa_runs_unmasked(
     fake.version = version
     fake.attn = SimpleNamespace(has_flash_attn_with_paged=paged,
                                 ExLlamaV2Attention=_attention_class(), **attn)
-    monkeypatch.setattr(module, "_import_exllamav2", lambda: fake)
+    monkeypatch.setattr(module, "import_exllamav2", lambda: fake)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "NVIDIA H200")
@@ -678,7 +677,7 @@ def test_a_later_draft_load_is_masked_too(tmp_path, monkeypatch):
     fake.version = "0.3.2"
     fake.attn = SimpleNamespace(has_flash_attn_with_paged=False, has_lower_right_sdpa=True,
                                 ExLlamaV2Attention=_attention_class())
-    monkeypatch.setattr(module, "_import_exllamav2", lambda: fake)
+    monkeypatch.setattr(module, "import_exllamav2", lambda: fake)
     engine = ExLlamaV2Engine()
     engine.load(LoadSpec(_exl2_folder(tmp_path / "target", EXL2), cache_mode="Q4", draft_cache_mode="Q4"))
     assert exl2_attention.is_restored(fake.attn.ExLlamaV2Attention)

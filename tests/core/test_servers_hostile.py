@@ -11,9 +11,8 @@ import json
 import re
 import threading
 
-import pytest
-
 import hostile_servers as hs
+import pytest
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.runner import run_plan
 from specdeck.core.bench.summary import summarize
@@ -38,6 +37,7 @@ from specdeck.core.servers.transport import (
     request_text,
     stream_sse,
 )
+from specdeck.core.units import format_bytes
 
 SECRET = "sk-hostile-0123456789"
 
@@ -218,18 +218,18 @@ def test_an_endless_stream_is_read_up_to_max_tokens_with_a_note(good):
 @pytest.mark.timeout(60)
 def test_a_flood_of_64_kb_lines_stops_at_the_stream_byte_bound(good):
     with hs.serving(hs.Flood) as (url, _):
-        with pytest.raises(ServerError, match="sent more than 2 MiB without finishing"):
+        with pytest.raises(ServerError, match="sent more than 2.0 MiB without finishing"):
             list(stream_sse(Base.parse(url), "/v1/completions", {}, max_bytes=2 << 20))
         run, summary = ab(good, url, on_error="skip")  # the engine's own bound
-    assert f"sent more than {MAX_STREAM_BYTES >> 20} MiB" in run.records[-1].error or \
-        f"sent more than {MAX_STREAM_BYTES >> 20} MiB" in run.records[0].error
+    assert f"sent more than {format_bytes(MAX_STREAM_BYTES)}" in run.records[-1].error or \
+        f"sent more than {format_bytes(MAX_STREAM_BYTES)}" in run.records[0].error
 
 
 @pytest.mark.timeout(60)
 def test_an_endless_json_answer_stops_at_the_answer_byte_bound():
     with hs.serving(hs.Flood) as (url, _):
-        with pytest.raises(ServerError, match=f"/props answered more than {MAX_JSON_BYTES >> 20} "
-                                              "MiB") as caught:
+        with pytest.raises(ServerError, match=f"/props answered more than "
+                                              f"{format_bytes(MAX_JSON_BYTES)}") as caught:
             probe(url)  # every route floods: the first one is what the server said
     assert "not an answer an LLM server gives" in caught.value.fix
 
@@ -238,7 +238,7 @@ def test_an_endless_json_answer_stops_at_the_answer_byte_bound():
 def test_one_huge_event_fails_the_run_rather_than_vanishing(good):
     with hs.serving(hs.HugeEvent) as (url, _):
         with pytest.raises(ServerError,
-                           match=f"one event of more than {MAX_EVENT_BYTES >> 20} MiB"):
+                           match=f"one event of more than {format_bytes(MAX_EVENT_BYTES)}"):
             ab(good, url)
 
 

@@ -16,11 +16,11 @@ import swap_hostile as hostile
 from specdeck.core import swap
 from specdeck.core.config.document import ConfigError
 from specdeck.core.errors import InvalidInputError
-from specdeck.core.swap import macros
-from specdeck.core.swap.actions import DraftSetting, model_rows, plan_draft, plan_migration
 from specdeck.core.llama_flags import DRAFT_MODEL as DRAFT_MODEL_FLAGS
 from specdeck.core.llama_flags import N_MAX_REMOVED as N_MAX_OLD
 from specdeck.core.llama_flags import N_MIN_REMOVED as N_MIN_OLD
+from specdeck.core.swap import macros
+from specdeck.core.swap.actions import DraftSetting, model_rows, plan_draft, plan_migration
 from specdeck.core.swap.migrate import FLASH
 from swap_samples import schema_ok
 
@@ -33,9 +33,9 @@ def test_a_macro_bomb_is_bounded_and_named_and_the_other_models_still_read():
     cfg = swap.from_text(hostile.macro_bomb(levels=40))  # 2^40 copies if expanded
     bomb = cfg.model("bomb")
     assert bomb.argv == () and not bomb.macros_resolved
-    assert "expand to more than 2 MiB" in bomb.errors[0]
+    assert "expand to more than 2.0 MiB" in bomb.errors[0]
     assert cfg.model("plain").argv[-2:] == ("-md", "/m/d.gguf")
-    with pytest.raises(InvalidInputError, match="expand to more than 2 MiB.*will not edit it"):
+    with pytest.raises(InvalidInputError, match="expand to more than 2.0 MiB.*will not edit it"):
         plan_draft(cfg, "bomb", DraftSetting(draft="/m/d.gguf"))
 
 
@@ -54,7 +54,7 @@ def test_the_whole_file_has_an_expansion_budget(monkeypatch):
     monkeypatch.setattr(config, "MAX_TOTAL_CHARS", 10_000)
     text = "macros:\n  big: " + "x" * 3000 + "\nmodels:\n" + "".join(
         f"  m{i}:\n    cmd: {SERVER} ${{big}}\n" for i in range(5))
-    with pytest.raises(ConfigError, match="expand to more than 0 MiB in all"):
+    with pytest.raises(ConfigError, match="expand to more than 9.8 KiB in all"):
         swap.from_text(text)
 
 
@@ -69,7 +69,7 @@ def test_macros_that_would_take_too_much_work_are_refused(monkeypatch):
     assert swap.from_text(text).model("m").argv == (SERVER, "x")
     monkeypatch.setattr(config, "MAX_WORK_CHARS", 64 * macros.SUBSTITUTION_COST)
     with pytest.raises(ConfigError, match="macros use each other so much that expanding them "
-                                          "would take more than 0 MiB of work"):
+                                          "would take more than 256.0 KiB of work"):
         swap.from_text(text)
 
 

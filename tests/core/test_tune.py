@@ -300,10 +300,10 @@ def test_a_candidate_drafted_nothing_only_when_none_of_its_settings_drafted():
 
     from specdeck.core.bench.live import ArmSoFar
     from specdeck.core.tune.live import CandidateRow, CellSoFar, TuneLive
-    from specdeck.core.tune.run import _cell_prefix, _tried
+    from specdeck.core.tune.run import _tried
 
     candidate = Candidate("ngram-simple")
-    prefix = _cell_prefix(candidate)
+    prefix = candidate.arm_prefix
     idle = _row(prefix + "8", 1.02, _k(8), idle="it drafted nothing in 4 runs")
     drafting = _row(prefix + "4", 0.90, _k(4))
     drafting = replace(drafting, by_suite={ALL: replace(drafting.by_suite[ALL],
@@ -1205,10 +1205,10 @@ def test_what_a_candidate_measured_is_its_best_setting_that_went_furthest():
     among the settings that went furthest."""
     from dataclasses import replace
 
-    from specdeck.core.tune.run import _cell_prefix, _tried
+    from specdeck.core.tune.run import _tried
 
     candidate = Candidate("ngram-simple")
-    prefix = _cell_prefix(candidate)
+    prefix = candidate.arm_prefix
     kept = _row(prefix + "4", 0.60, _k(4))
     early = replace(_row(prefix + "8", 0.70, _k(8)), dropped_in_round=1)
     later = replace(_row(prefix + "16", 0.65, _k(16)), dropped_in_round=2)

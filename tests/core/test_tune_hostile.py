@@ -361,7 +361,7 @@ def short_help_deadline(monkeypatch):
 
 @pytest.mark.parametrize("body, words", [
     ("exec sleep 1000\n", "did not finish within 1 s"),
-    ("yes -- '--spec-type ngram-mod'\n", "printed more than 4 MiB"),
+    ("yes -- '--spec-type ngram-mod'\n", "printed more than 4.0 MiB"),
     (f"printf '\\377\\376'; cat '{REAL_HELP}'\n", "not UTF-8 text (byte 0 is 0xff)"),
 ])
 def test_a_help_that_never_ends_floods_or_is_not_text_is_said_so(tmp_path, body, words,
@@ -506,7 +506,7 @@ def test_a_history_that_is_no_file_is_said_so_and_never_waited_on(tmp_path, bina
     note = tune_predict.history_note(history)
     assert note and {"folder": "a folder", "fifo": "named pipe (FIFO)",
                      "link to /dev/zero": "character device",
-                     "over 16 MiB": "over 16 MiB"}[kind] in note
+                     "over 16 MiB": "over 16.0 MiB"}[kind] in note
     setup = _history_setup(tmp_path, binary)
     tune_predict.record(setup, Candidate("ngram-mod"), 1.2, history, pairs=12)  # no error
     if kind == "over 16 MiB":

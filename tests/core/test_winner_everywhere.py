@@ -62,7 +62,7 @@ from specdeck.core.servers.readings import ServerReport
 from specdeck.core.tune.candidates import Candidate
 from specdeck.core.tune.live import CandidateRow, CellSoFar, TuneLive
 from specdeck.core.tune.predict import Prediction
-from specdeck.core.tune.run import REFERENCE, _cell_prefix, _tried, finalist, remember
+from specdeck.core.tune.run import REFERENCE, _tried, finalist, remember
 from specdeck.core.tune.setup import from_swap
 
 CANDIDATES = (Candidate("ngram-simple"), Candidate("ngram-mod"))
@@ -95,7 +95,7 @@ class Setting:
 
     @property
     def arm(self) -> str:
-        return f"{_cell_prefix(CANDIDATES[self.candidate])}{self.k}"
+        return f"{CANDIDATES[self.candidate].arm_prefix}{self.k}"
 
     @property
     def label(self) -> str:

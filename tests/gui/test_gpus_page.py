@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from PySide6.QtCore import Qt
-
 from conftest import MODELS, REPO_ROOT
+from PySide6.QtCore import Qt
 from specdeck.core.gpu import read_once
 from specdeck.core.gpu.replay import load_trace
+from specdeck.core.units import GiB, format_bytes
 from specdeck.gui.main_window import MainWindow
 
 DATA = REPO_ROOT / "tests" / "data" / "models"
 DEMO = REPO_ROOT / "resources" / "traces" / "demo-5090-4090-70b.jsonl"
 NO_GPU_HERE = not read_once().has_gpus
-GiB = 1024**3
 
 
 @pytest.fixture
@@ -99,8 +98,8 @@ def test_demo_trace_fills_cards_plots_and_processes(window, qtbot):
                                                              "NVIDIA GeForce RTX 5090"]
     assert cards[0].indices.text() == "nvidia-smi 0 · CUDA 1"
     frame = page.sampler.latest
-    assert cards[1].memory.format() == (f"{frame.gpu(1).memory_used / GiB:.1f} / "
-                                        f"{frame.gpu(1).usable_total / GiB:.1f} GiB")
+    assert cards[1].memory.format() == (f"{format_bytes(frame.gpu(1).memory_used)} / "
+                                        f"{format_bytes(frame.gpu(1).usable_total)}")
     assert page.processes.rowCount() == 4
     assert page.processes.item(0, 2).text() == "python3"
     assert page.own_usage.text() == "SpecDeck itself: 0 B"

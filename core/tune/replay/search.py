@@ -57,13 +57,12 @@ def cells(setup, candidates: dict, chosen: list[SettingForecast]) -> list:
     from specdeck.core.bench.plan import Arm
     from specdeck.core.servers.arms import ServerArm
     from specdeck.core.servers.llama_server import LaunchProfile, binary_help, drafter_from_flags
-    from specdeck.core.tune.run import _cell_prefix
 
     out = []
     for item in chosen:
         candidate = candidates[item.candidate]
         args = tuple(setup.common) + item.flags
-        name = (_cell_prefix(candidate) + short(item))[:60]
+        name = (candidate.arm_prefix + short(item))[:60]
         label = f"{candidate.label} ({item.label.split(' ', 1)[1]})" \
             if " " in item.label else candidate.label
         launch = LaunchProfile(setup.binary, str(setup.target), args)
