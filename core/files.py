@@ -21,6 +21,10 @@ from specdeck.core.units import KiB, MiB, format_bytes
 SMALL_FILE = 16 * MiB
 """What SpecDeck reads at most of a text file it did not write itself this run (a saved
 tune, the tune history, a prompts file, api_tokens.yml): far above any real one."""
+METADATA_FILE = 128 * MiB
+"""What SpecDeck reads at most of a model's tokenizer or template file (tokenizer.json,
+tokenizer.model, vocab.json, chat_template.jinja), on disk or from the Hub: real
+tokenizer.json files reach ~35 MB (Gemma); anything far larger is not metadata."""
 
 
 def file_kind(mode: int) -> str:

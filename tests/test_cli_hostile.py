@@ -129,9 +129,28 @@ def test_a_binary_prompt_file_is_refused_in_one_line(tmp_path, specdeck_home):
     result = specdeck("generate", "--model", "demo", "--prompt-file", str(binary), home=specdeck_home)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith(
-        f"specdeck: error: The prompt file {binary} is not UTF-8 text (byte 1).")
+        f"specdeck: error: The prompt file {binary} is not UTF-8 text (byte 1 is 0xff).")
     assert "Traceback" not in result.stderr
 
+
+def test_a_prompt_file_that_is_a_fifo_or_too_large_is_refused_at_once(tmp_path, specdeck_home):
+    """--prompt-file named a FIFO: the read waited for a writer for ever (the helper's 60 s
+    timeout fails the test). Now it is refused at once, saying what it is and what to give;
+    a sparse file over the bound is refused by its size, unread."""
+    fifo = tmp_path / "prompt.fifo"
+    os.mkfifo(fifo)
+    result = specdeck("generate", "--model", "demo", "--prompt-file", str(fifo),
+                      home=specdeck_home)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"The prompt file {fifo} is a named pipe (FIFO), not a file." in result.stderr
+    assert "Give a regular UTF-8 text file" in result.stderr
+    huge = tmp_path / "prompt.txt"
+    with open(huge, "wb") as handle:
+        handle.truncate(9 * 1024**2)  # no disk space taken
+    result = specdeck("generate", "--model", "demo", "--prompt-file", str(huge),
+                      home=specdeck_home)
+    assert result.returncode == 2
+    assert f"The prompt file {huge} is over 8.0 MiB" in result.stderr
 
 
 def test_a_model_folder_whose_name_is_not_utf8_is_checked(tmp_path, specdeck_home):

@@ -175,20 +175,13 @@ def _generate(args: argparse.Namespace) -> int:
 def _prompt_text(args: argparse.Namespace) -> str:
     if args.prompt_file is None:
         return args.prompt
-    path = args.prompt_file
-    try:
-        if path.is_file() and path.stat().st_size > MAX_PROMPT_BYTES:
-            raise InvalidInputError(f"The prompt file {path} is over "
-                                    f"{format_bytes(MAX_PROMPT_BYTES)}.",
-                                    "Give a prompt of a reasonable size.")
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInputError(f"The prompt file {path} is not UTF-8 text (byte {exc.start}).",
-                                "Give a text file, saved as UTF-8.") from None
-    except OSError as exc:
-        raise InvalidInputError(
-            f"Cannot read the prompt file {path}: {exc.strerror or exc}."
-        ) from exc
+    from specdeck.core.files import read_text_bounded
+
+    # Bounded and never blocking: a FIFO (or /dev/stdin's pipe) is refused at once, not
+    # waited on, and a file of gigabytes is not read.
+    return read_text_bounded(args.prompt_file, "prompt file", MAX_PROMPT_BYTES,
+                             hint="Give a regular UTF-8 text file of a prompt's size "
+                                  "(or the prompt itself with --prompt).")
 
 
 MAX_PROMPT_BYTES = 8 * MiB

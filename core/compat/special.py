@@ -25,7 +25,7 @@ from typing import Any
 
 from specdeck.core.compat.tokenizer_files import read_optional_json
 from specdeck.core.compat.vocab import Vocab
-from specdeck.core.errors import InvalidInputError
+from specdeck.core.files import METADATA_FILE, read_text_bounded
 
 EXLLAMAV2_DEFAULT_BOS = 1
 EXLLAMAV2_DEFAULT_EOS = 2
@@ -158,11 +158,8 @@ def _chat_template(
     if isinstance(value, str) and value.strip():
         return value, "tokenizer_config.json chat_template"
     jinja = folder / "chat_template.jinja"
-    if jinja.is_file():
-        try:
-            return jinja.read_text(encoding="utf-8"), "chat_template.jinja"
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InvalidInputError(f"Cannot read {jinja}: {exc}.") from exc
+    if jinja.is_file():  # bounded: a template of gigabytes is refused, never read whole
+        return read_text_bounded(jinja, "chat template", METADATA_FILE), "chat_template.jinja"
     data = read_optional_json(folder / "chat_template.json")
     if data and isinstance(data.get("chat_template"), str):
         return data["chat_template"], "chat_template.json"

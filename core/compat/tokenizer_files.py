@@ -42,6 +42,7 @@ from specdeck.core.compat.vocab import (
     byte_to_unicode,
 )
 from specdeck.core.errors import InvalidInputError, NotFoundError
+from specdeck.core.files import METADATA_FILE, read_bounded
 from specdeck.core.models import read_json
 from specdeck.core.userpath import expand_user
 
@@ -82,13 +83,17 @@ _TIKTOKEN_LINE = re.compile(rb"^[A-Za-z0-9+/=]+ \d+$")
 
 def _model_file_format(path: Path) -> str:
     """A tokenizer.model is a SentencePiece protobuf or a tiktoken ranks file."""
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(256)
-    except OSError as exc:
-        raise InvalidInputError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+    head = _read_tokenizer_file(path)[:256]
     first_line = head.split(b"\n", 1)[0]
     return FORMAT_TIKTOKEN if _TIKTOKEN_LINE.match(first_line) else FORMAT_SENTENCEPIECE
+
+
+def _read_tokenizer_file(path: Path) -> bytes:
+    """A tokenizer file's bytes (core.files.read_bounded, ``METADATA_FILE`` at most): a FIFO,
+    a device or a file of gigabytes under a tokenizer's name is refused, never waited on or
+    read whole."""
+    return read_bounded(path, "tokenizer file", METADATA_FILE,
+                        hint="Re-download the tokenizer files, or point at the model's folder.")
 
 
 def read_vocab(folder: str | Path) -> Vocab:
@@ -150,9 +155,7 @@ def _read_tokenizer_json(path: Path) -> VocabBuilder:
 
 def _load_tokenizer_json(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidInputError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+        text = _read_tokenizer_file(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidInputError(f"{path} is not UTF-8 text: it is not a tokenizer.json.") from exc
     try:
@@ -309,10 +312,7 @@ def _skip_field(buf: bytes, pos: int, wire_type: int) -> int:
 
 
 def _read_sentencepiece(path: Path) -> VocabBuilder:
-    try:
-        buf = path.read_bytes()
-    except OSError as exc:
-        raise InvalidInputError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+    buf = _read_tokenizer_file(path)
     try:
         pieces, specials, model_type = _parse_sentencepiece(buf)
     except (ValueError, IndexError, UnicodeDecodeError) as exc:
@@ -384,10 +384,7 @@ def _is_ranks_file(data: bytes, fields: list[bytes]) -> bool:
 
 
 def _read_tiktoken(path: Path) -> VocabBuilder:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InvalidInputError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+    data = _read_tokenizer_file(path)
     fields = data.split()
     if not _is_ranks_file(data, fields):
         raise InvalidInputError(
@@ -420,10 +417,9 @@ def _read_tiktoken(path: Path) -> VocabBuilder:
 
 
 def _read_slow_bpe(path: Path) -> VocabBuilder:
+    data = _read_tokenizer_file(path)
     try:
-        vocab = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InvalidInputError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+        vocab = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidInputError(
             f"{path} is not valid JSON: {exc}.", "Re-download the tokenizer files."

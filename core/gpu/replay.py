@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from specdeck.core.atomic import atomic_write_text
-from specdeck.core.errors import CancelledError, InvalidInputError, NotFoundError
+from specdeck.core.errors import CancelledError, InvalidInputError
 from specdeck.core.gpu.telemetry import (
     GpuReading,
     GpuStatus,
@@ -48,9 +48,13 @@ from specdeck.core.gpu.telemetry import (
     TelemetryFrame,
     TelemetryState,
 )
+from specdeck.core.units import MiB
 
 TRACE_FORMAT = "specdeck-gpu-trace"
 TRACE_VERSION = 1
+MAX_TRACE_BYTES = 256 * MiB
+"""The most SpecDeck reads of a trace: a sample of two GPUs is ~330 bytes (the demo trace), so
+a day of a 4 Hz recording of four GPUs is ~225 MB; a larger file is not a recording."""
 # Static fields kept in the header rather than repeated on every line.
 _STATIC_KEYS = ("name", "cuda_index", "uuid", "pci_bus_id", "memory_total", "memory_reserved",
                 "power_limit_w", "memory_bandwidth_peak")
@@ -145,13 +149,12 @@ def _parse_line(path: Path, number: int, line: str) -> dict[str, Any]:
 
 def load_trace(path: str | Path) -> Trace:
     """Read and check a trace file (see the module docstring for the format)."""
+    from specdeck.core.files import read_text_bounded
+
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError as exc:
-        raise NotFoundError(f"Trace {path} does not exist.") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInputError(f"Cannot read trace {path}: {exc}.") from exc
+    text = read_text_bounded(path, "trace", MAX_TRACE_BYTES,
+                             hint="Give a trace recorded with 'specdeck gpus --record'.")
+    lines = text.splitlines()
     numbered = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
     if not numbered:
         raise InvalidInputError(f"Trace {path} is empty.")

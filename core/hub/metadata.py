@@ -25,12 +25,12 @@ from pathlib import Path
 from specdeck.core import appdirs
 from specdeck.core.atomic import atomic_write_text
 from specdeck.core.errors import CancelledError, NotFoundError
+from specdeck.core.files import METADATA_FILE
 from specdeck.core.hub.client import HubClient, RemoteFile, is_offline
 from specdeck.core.hub.errors import IntegrityError, offline_error
 from specdeck.core.hub.paths import path_problem
 from specdeck.core.hub.spec import parse_repo_spec
 from specdeck.core.hub.transfer import file_digest
-from specdeck.core.units import MiB
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,6 @@ METADATA_FILES = frozenset(
     }
 )
 METADATA_FOLDERS = ("", "original/")
-# Real tokenizer.json files reach ~35 MB (Gemma); anything far larger is not metadata.
-MAX_METADATA_BYTES = 128 * MiB
 COMPLETE_FLAG = ".complete"
 
 
@@ -154,7 +152,7 @@ def _download(
         for f in files:
             if cancel is not None and cancel.is_set():
                 raise CancelledError()
-            if f.size > MAX_METADATA_BYTES:
+            if f.size > METADATA_FILE:
                 log.warning("Skipping %s of %s: %d bytes is too large for metadata", f.path, repo_id, f.size)
                 continue
             with client.errors(repo_id, commit):

@@ -92,3 +92,40 @@ def test_a_models_tabby_config_is_read_with_a_bound(tmp_path):
         model_overrides(doc)
     (model / "tabby_config.yml").write_text("draft_model:\n  draft_num_tokens: 3\n")
     assert model_overrides(doc).draft_model == {"draft_num_tokens": 3}
+
+
+def test_a_tokenizer_or_template_file_over_the_bound_is_refused_unread(tmp_path):
+    """A model folder's tokenizer.json and chat_template.jinja were read whole, whatever
+    their size: a sparse file over core.files.METADATA_FILE (no disk space taken) is now
+    refused by its size, with what to do, before a byte of it is read."""
+    from compat_helpers import copy_model
+    from specdeck.core.compat.special import read_special_tokens
+    from specdeck.core.compat.tokenizer_files import read_vocab
+    from specdeck.core.files import METADATA_FILE
+
+    folder = copy_model("Qwen2.5-7B-Instruct", tmp_path)
+    vocab = read_vocab(folder)
+    sparse(folder / "chat_template.jinja", METADATA_FILE + 1)
+    with pytest.raises(InvalidInputError, match=r"The chat template .* is over 128 MiB"):
+        read_special_tokens(folder, vocab)
+    sparse(folder / "tokenizer.json", METADATA_FILE + 1)
+    with pytest.raises(InvalidInputError,
+                       match=r"The tokenizer file .*tokenizer\.json is over 128 MiB") as caught:
+        read_vocab(folder)
+    assert "Re-download the tokenizer files" in caught.value.fix
+
+
+@pytest.mark.timeout(60)
+def test_a_gpu_trace_that_is_a_fifo_or_too_large_is_refused_at_once(tmp_path):
+    """load_trace read the whole path: a FIFO waited for a writer for ever, a file of
+    gigabytes was read whole. Now each is refused at once, saying what it is."""
+    from specdeck.core.gpu.replay import MAX_TRACE_BYTES, load_trace
+
+    fifo = tmp_path / "trace.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(InvalidInputError, match=r"is a named pipe \(FIFO\), not a file") as caught:
+        load_trace(fifo)
+    assert "specdeck gpus --record" in caught.value.fix
+    huge = sparse(tmp_path / "huge.jsonl", MAX_TRACE_BYTES + 1)
+    with pytest.raises(InvalidInputError, match=r"The trace .* is over 256 MiB"):
+        load_trace(huge)
