@@ -97,16 +97,18 @@ def tokenize_body(text: str) -> dict[str, Any]:
 
 
 def completion_body(prompt: Sequence[int], max_new: int, *, stop_on_eos: bool = False,
-                    stream: bool = False, slot: int | None = None,
+                    stream: bool = False, slot: int | None = None, reuse: bool = True,
                     n_probs: int = 0) -> dict[str, Any]:
     """llama-server's ``POST /completion`` of ``prompt`` token ids: greedy (``top_k`` 1,
     seed 0), up to ``max_new`` tokens, the ids it generated returned (``return_tokens``).
     No cached prefix, unless ``slot`` names the slot whose prompt cache the request reuses
-    (a teacher-forced pass grows one prompt a token at a time); ``n_probs``: the top
-    tokens and their probabilities at each position."""
+    (a teacher-forced pass grows one prompt a token at a time; ``reuse`` False: the prompt
+    is decoded whole in that slot, as a run without one decodes it, and the slot keeps it);
+    ``n_probs``: the top tokens and their probabilities at each position."""
     body: dict[str, Any] = {"prompt": list(prompt), "n_predict": max_new,
                             "temperature": 0.0, "top_k": 1, "seed": 0,
-                            "return_tokens": True, "cache_prompt": slot is not None,
+                            "return_tokens": True,
+                            "cache_prompt": slot is not None and reuse,
                             "stream": stream, "ignore_eos": not stop_on_eos}
     if slot is not None:
         body["id_slot"] = slot

@@ -1,7 +1,8 @@
 """Replay against the real llama-server: one plain run of two grounded prompts, then each
 n-gram spec type on its own server with the same requests; the replayed counts must equal
 the server's own /metrics counters, position by position (core.tune.replay). And a draft
-model predicted from its teacher-forced pass on a plain server of the draft GGUF."""
+model predicted from its teacher-forced pass on a plain server of the draft GGUF, and run in
+llama-server's loop on that server with the drafting server's batches."""
 
 from __future__ import annotations
 
@@ -12,7 +13,11 @@ from specdeck.core.bench.suites import builtin_suites
 from specdeck.core.servers.llama_server import LaunchProfile, ManagedServer
 from specdeck.core.servers.transport import Base
 from specdeck.core.tune.replay.capture import capture
-from specdeck.core.tune.replay.draft_model import DraftModel, forced_on_server
+from specdeck.core.tune.replay.draft_model import (
+    DraftModel,
+    DraftOnServer,
+    forced_on_server,
+)
 from specdeck.core.tune.replay.proof import Counted, run_on_server
 from specdeck.core.tune.replay.session import Setting, replay
 
@@ -68,26 +73,38 @@ def test_each_ngram_type_replays_to_the_servers_own_counters(llama_bin, demo_ggu
     assert drafted_somewhere == len(SETTINGS)  # every type drafted: the check compared counts
 
 
-def test_a_draft_gguf_is_predicted_from_its_teacher_forced_pass(llama_bin, demo_gguf,
-                                                               tmp_path, plain_runs):
-    """The demo model requantized to Q4_0 as the draft: its forced pass on a plain server
-    of it, replayed in llama-server's loop at n_max 4, gives the drafting server's counts
-    (exactly on this machine; a token either way is allowed per count, since another CPU's
-    kernels may round a near-tie of the two passes apart)."""
-    draft = tmp_path / "draft-Q4_0.gguf"
+@pytest.fixture(scope="module")
+def draft_gguf(llama_bin, demo_gguf, tmp_path_factory):
+    """The demo model requantized to Q4_0: a draft that is right often, not always."""
+    draft = tmp_path_factory.mktemp("draft") / "draft-Q4_0.gguf"
     subprocess.run([str(llama_bin.parent / "llama-quantize"), "--allow-requantize",
                     str(demo_gguf), str(draft), "Q4_0"], check=True, capture_output=True,
                    timeout=300)
+    return draft
+
+
+def test_a_draft_gguf_is_predicted_from_its_teacher_forced_pass(llama_bin, demo_gguf,
+                                                               draft_gguf, tmp_path,
+                                                               plain_runs):
+    """The demo model requantized to Q4_0 as the draft: its forced pass on a plain server
+    of it, replayed in llama-server's loop at n_max 4, gives the drafting server's counts
+    (exactly on this machine; a token either way is allowed per count, since another CPU's
+    kernels may round a batch of a few rows unlike a single row and so a near-tie of the two
+    apart). llama-server's loop run on the same plain server with the batches the drafting
+    server writes its draft's cache by (``DraftOnServer``) gives them exactly, and chose as
+    the pass wherever the draft was still on the target's path."""
     requests = plain_runs
-    server = _server(llama_bin, draft, tmp_path, "draft-alone", ("-np", "1"))
+    setting = Setting.of("draft-simple", n_max=4)
+    server = _server(llama_bin, draft_gguf, tmp_path, "draft-alone", ("-np", "1"))
     try:
-        forced = {DraftModel.key(r): forced_on_server(Base.parse(server.url), r)
-                  for r in requests}
+        base = Base.parse(server.url)
+        forced = {DraftModel.key(r): forced_on_server(base, r) for r in requests}
+        loop = DraftOnServer(base, n_max=4)
+        looped, _ = replay(setting, requests, n_ctx=1024, draft_model=loop)
     finally:
         server.stop()
-    setting = Setting.of("draft-simple", n_max=4)
     drafting = _server(llama_bin, demo_gguf, tmp_path, "drafting",
-                       ("-md", str(draft), "-td", "1", *setting.flags()))
+                       ("-md", str(draft_gguf), "-td", "1", *setting.flags()))
     try:
         done = run_on_server(Base.parse(drafting.url), requests)
         counted, own = done.counted, done.own
@@ -97,6 +114,11 @@ def test_a_draft_gguf_is_predicted_from_its_teacher_forced_pass(llama_bin, demo_
     total, _ = replay(setting, requests, n_ctx=1024, draft_model=DraftModel(forced, n_max=4))
     predicted = Counted.of(total)
     assert 0 < counted.accepted < counted.drafted
+    assert Counted.of(looped) == counted
+    on_path = [(forced[key].argmax[j], token) for key, seen in loop.seen.items()
+               for j, (token, _) in seen.items()]
+    assert len(on_path) > counted.drafts  # every step's first position, and more
+    assert all(mine == theirs for mine, theirs in on_path)
 
     def near(mine: int, theirs: int) -> bool:
         return abs(mine - theirs) <= max(1.0, 0.02 * theirs)
@@ -104,3 +126,22 @@ def test_a_draft_gguf_is_predicted_from_its_teacher_forced_pass(llama_bin, demo_
     assert near(predicted.drafts, counted.drafts) and near(predicted.drafted, counted.drafted)
     assert len(predicted.per_pos) == len(counted.per_pos) == 4
     assert all(near(a, b) for a, b in zip(predicted.per_pos, counted.per_pos, strict=True))
+
+
+def test_the_pass_decodes_each_prompt_whole_whatever_the_server_decoded_before(
+        llama_bin, draft_gguf, tmp_path, plain_runs):
+    """A drafting server decodes each request's prompt whole (SpecDeck sends cache_prompt
+    false), and the draft's numbers depend on how its prompt was split into batches. So a
+    prompt's pass is the same on a fresh server as after another prompt whose chat-template
+    opening the slot still holds: to the last digit of every probability."""
+    first, other = plain_runs
+    server = _server(llama_bin, draft_gguf, tmp_path, "draft-alone", ("-np", "1"))
+    try:
+        base = Base.parse(server.url)
+        fresh = forced_on_server(base, first)
+        forced_on_server(base, other)
+        again = forced_on_server(base, first)
+    finally:
+        server.stop()
+    assert first.prompt[:20] == other.prompt[:20]  # the slot held an opening it could reuse
+    assert again == fresh

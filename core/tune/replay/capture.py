@@ -80,10 +80,11 @@ def prompt_tokens(base: Base, text: str, chat: bool = True,
 
 
 def complete(base: Base, prompt: tuple[int, ...], max_new: int, stop_on_eos: bool = False,
-             api_key: str | None = None, slot: int | None = None, n_probs: int = 0) -> dict:
+             api_key: str | None = None, slot: int | None = None, reuse: bool = True,
+             n_probs: int = 0) -> dict:
     """One greedy ``/completion`` of ``prompt`` ids (core.servers.payload.completion_body:
-    ``slot``, ``n_probs``); the server's answer."""
-    body = completion_body(prompt, max_new, stop_on_eos=stop_on_eos, slot=slot,
+    ``slot``, ``reuse``, ``n_probs``); the server's answer."""
+    body = completion_body(prompt, max_new, stop_on_eos=stop_on_eos, slot=slot, reuse=reuse,
                            n_probs=n_probs)
     answer = request_json(base, "POST", "/completion", body, api_key,
                           timeout=CAPTURE_TIMEOUT_S)
