@@ -14,6 +14,7 @@ import errno
 import os
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.units import KiB, MiB, format_bytes
@@ -25,6 +26,14 @@ METADATA_FILE = 128 * MiB
 """What SpecDeck reads at most of a model's tokenizer or template file (tokenizer.json,
 tokenizer.model, vocab.json, chat_template.jinja), on disk or from the Hub: real
 tokenizer.json files reach ~35 MB (Gemma); anything far larger is not metadata."""
+KEY_FILE = 64 * KiB
+"""What SpecDeck reads at most of an API key file (llama-server's ``--api-key-file``, a key a
+line; TabbyAPI's api_tokens.yml, two keys of 32 hex digits, common/auth.py)."""
+
+
+_READ = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+"""How every file here is opened: to read, never waiting (a FIFO's open would wait for a
+writer), not inherited by a launched server."""
 
 
 def file_kind(mode: int) -> str:
@@ -54,16 +63,14 @@ def not_a_file(path: str | os.PathLike[str], what: str, hint: str = "") -> SpecD
                              hint or None)
 
 
-def read_bounded(path: str | os.PathLike[str], what: str, limit: int = SMALL_FILE, *,
-                 follow_symlinks: bool = True, hint: str = "") -> bytes:
-    """The bytes of the regular file ``path`` (the ``what`` of messages), at most ``limit``
-    of them. Opened without blocking (a FIFO answers at once) and, with
-    ``follow_symlinks=False``, without following a link at ``path`` itself. Raises a
-    SpecDeckError saying what it met: nothing there, a link, a folder, a FIFO, a device, a
-    file over the limit (or that grew past it while read)."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    if not follow_symlinks:
-        flags |= getattr(os, "O_NOFOLLOW", 0)
+def open_regular_file(path: str | os.PathLike[str], what: str, *,
+                      follow_symlinks: bool = True, hint: str = "") -> BinaryIO:
+    """The regular file ``path`` (the ``what`` of messages) opened to read, binary: opened
+    without blocking (a FIFO answers at once) and, with ``follow_symlinks=False``, without
+    following a link at ``path`` itself. For a file read in part, as a header: what is read
+    of it is the caller's bound. Raises a SpecDeckError saying what it met instead: nothing
+    there, a link, a folder, a FIFO, a device."""
+    flags = _READ | (0 if follow_symlinks else getattr(os, "O_NOFOLLOW", 0))
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
@@ -76,30 +83,47 @@ def read_bounded(path: str | os.PathLike[str], what: str, limit: int = SMALL_FIL
         raise SpecDeckError(f"Cannot read the {what} {path}: {exc.strerror or exc}.",
                             hint or None) from exc
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise InvalidInputError(f"The {what} {path} is {file_kind(info.st_mode)}, not a "
-                                    "file.", hint or None)
-        too_big = InvalidInputError(
-            f"The {what} {path} is over {format_bytes(limit)}, more than SpecDeck reads of "
-            f"one ({format_bytes(max(info.st_size, limit + 1))}).", hint or None)
-        if info.st_size > limit:
-            raise too_big
-        chunks, size = [], 0
-        while size <= limit:
-            chunk = os.read(fd, min(1 * MiB, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
-            raise too_big
-        return b"".join(chunks)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise InvalidInputError(f"The {what} {path} is {file_kind(mode)}, not a file.",
+                                    hint or None)
+        return os.fdopen(fd, "rb")
     except OSError as exc:
+        os.close(fd)
         raise SpecDeckError(f"Cannot read the {what} {path}: {exc.strerror or exc}.",
                             hint or None) from exc
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+
+
+def read_bounded(path: str | os.PathLike[str], what: str, limit: int = SMALL_FILE, *,
+                 follow_symlinks: bool = True, hint: str = "") -> bytes:
+    """The bytes of the regular file ``path`` (the ``what`` of messages), at most ``limit``
+    of them, opened as :func:`open_regular_file` opens it. Raises a SpecDeckError saying
+    what it met: nothing there, a link, a folder, a FIFO, a device, a file over the limit
+    (or that grew past it while read)."""
+    with open_regular_file(path, what, follow_symlinks=follow_symlinks, hint=hint) as handle:
+        try:
+            size = os.fstat(handle.fileno()).st_size
+            too_big = InvalidInputError(
+                f"The {what} {path} is over {format_bytes(limit)}, more than SpecDeck reads "
+                f"of one ({format_bytes(max(size, limit + 1))}).", hint or None)
+            if size > limit:
+                raise too_big
+            chunks, read = [], 0
+            while read <= limit:  # in steps: a read of ``limit`` bytes would reserve them all
+                chunk = handle.read(min(1 * MiB, limit + 1 - read))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                read += len(chunk)
+        except OSError as exc:
+            raise SpecDeckError(f"Cannot read the {what} {path}: {exc.strerror or exc}.",
+                                hint or None) from exc
+        if read > limit:
+            raise too_big
+        return b"".join(chunks)
 
 
 def read_text_bounded(path: str | os.PathLike[str], what: str, limit: int = SMALL_FILE, *,
@@ -127,9 +151,8 @@ LOG_STEP = 4 * MiB
 def _open_regular(path: str | os.PathLike[str]) -> int | None:
     """A descriptor of the regular file ``path``, opened without blocking; None for anything
     else (nothing there, a FIFO, a device, a folder)."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, _READ)
     except OSError:
         return None
     try:

@@ -350,9 +350,13 @@ def quantization_from_config(config: Mapping[str, Any]) -> Quantization:
 
 
 def read_safetensors_header(path: Path) -> list[TensorInfo]:
-    """The tensors listed in a .safetensors file's header (the weights are not read)."""
+    """The tensors listed in a .safetensors file's header (the weights are not read). A
+    FIFO, a folder or a device named *.safetensors is refused, not waited on or read."""
+    from specdeck.core.files import open_regular_file
+
     try:
-        with path.open("rb") as handle:
+        with open_regular_file(path, "safetensors file",
+                               hint="Re-download the model's .safetensors files.") as handle:
             prefix = handle.read(8)
             if len(prefix) != 8:
                 raise InvalidInputError(f"{path} is truncated: no safetensors header.")

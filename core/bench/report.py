@@ -38,9 +38,9 @@ from specdeck.core.bench.summary import NOT_REPORTED, BenchSummary, pairs, summa
 from specdeck.core.bench.winner import best_arm, drafting_doubt
 from specdeck.core.engines.base import OF_REACHED, SHARE_OF_DRAFTS
 from specdeck.core.engines.lossless import compare_runs
-from specdeck.core.errors import InvalidInputError, NotFoundError
+from specdeck.core.errors import InvalidInputError, SpecDeckError
 from specdeck.core.jsonout import dumps, to_jsonable
-from specdeck.core.units import format_bandwidth, format_bytes
+from specdeck.core.units import MiB, format_bandwidth, format_bytes
 from specdeck.core.userpath import expand_user
 
 REPORT_FORMAT = "specdeck-bench-report"
@@ -105,17 +105,31 @@ def _run_json(record: RunRecord) -> dict[str, Any]:
     }
 
 
+MAX_REPORT_BYTES = 256 * MiB
+"""What SpecDeck reads at most of a report.json: each run keeps its text and token ids, so a
+long sweep's reaches tens of MiB (1,920 runs of 1,024 tokens: about 30 MiB); a file of
+gigabytes is no report SpecDeck wrote."""
+
+
+def _read_json(path: Path, what: str, limit: int, hint: str) -> Any:
+    """The JSON in ``path``, read with bounds (core.files: a FIFO, a device or a folder is
+    refused, not waited on or read without end)."""
+    from specdeck.core.files import read_text_bounded
+
+    text = read_text_bounded(path, what, limit, hint=hint)
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidInputError(f"{path} is not a readable {what}: {exc}.", hint) from None
+
+
 def load_report(path: str | Path) -> dict[str, Any]:
     """A report.json (or the folder holding one), checked for format and version."""
     path = expand_user(path)
     if path.is_dir():
         path = path / REPORT_JSON
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise NotFoundError(f"No A/B report at {path}.") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidInputError(f"{path} is not a readable A/B report: {exc}.") from exc
+    data = _read_json(path, "A/B report", MAX_REPORT_BYTES,
+                      "Give a report folder written with --report DIR, or its report.json.")
     if not isinstance(data, dict) or data.get("format") != REPORT_FORMAT:
         raise InvalidInputError(f"{path} is not a SpecDeck A/B report.")
     if data.get("version") != REPORT_VERSION:
@@ -378,16 +392,13 @@ def _write_text(path: Path, text: str) -> None:
 
 def load_plan(path: str | Path) -> BenchPlan:
     """A plan.json (or a report folder holding one)."""
+    from specdeck.core.files import SMALL_FILE
+
     path = expand_user(path)
     if path.is_dir():
         path = path / PLAN_JSON
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise NotFoundError(f"No A/B plan at {path}.",
-                            "Give a plan.json written with a report (--report DIR).") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidInputError(f"{path} is not a readable plan: {exc}.") from exc
+    data = _read_json(path, "A/B plan", SMALL_FILE,
+                      "Give a plan.json written with a report (--report DIR).")
     return BenchPlan.from_json(data)
 
 
@@ -455,10 +466,12 @@ def list_history(root: Path | None = None) -> list[HistoryEntry]:
     root = root or history_dir()
     if not root.is_dir():
         return []
+    from specdeck.core.files import read_bounded
+
     entries = []
     for folder in root.iterdir():
-        try:
-            data = json.loads((folder / ENTRY_JSON).read_text(encoding="utf-8"))
+        try:  # a FIFO or a file of gigabytes put there is skipped, not waited on or read
+            data = json.loads(read_bounded(folder / ENTRY_JSON, "history entry"))
             entries.append(HistoryEntry(
                 folder=folder,
                 created=str(data["created"]),
@@ -473,6 +486,6 @@ def list_history(root: Path | None = None) -> list[HistoryEntry]:
                 not_drafting={str(k): str(v) for k, v in
                               (data.get("not_drafting") or {}).items()},
             ))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (SpecDeckError, ValueError, KeyError, TypeError, RecursionError):
             continue
     return sorted(entries, key=lambda e: (e.created, e.folder.name), reverse=True)

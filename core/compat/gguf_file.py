@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from specdeck.core.compat.vocab import MAX_TOKEN_ID
-from specdeck.core.errors import InvalidInputError
+from specdeck.core.errors import InvalidInputError, SpecDeckError
+from specdeck.core.files import file_kind, open_regular_file
 
 # GGUF value types (ggml/include/gguf.h enum gguf_type) and their names as gguf.cpp prints
 # them (ggml/src/gguf.cpp:112 GGUF_TYPE_NAME).
@@ -147,12 +148,7 @@ def file_problem(path: Path) -> str | None:
         return f"cannot be read ({exc.strerror or exc})"
     if stat.S_ISREG(mode):
         return None
-    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return f"is {what}, not a GGUF file"
-    return "is not a regular file"
+    return f"is {file_kind(mode)}, not a GGUF file"
 
 
 class GgufHeader:
@@ -188,16 +184,12 @@ class GgufHeader:
         problem = file_problem(path)
         if problem:
             raise InvalidInputError(f"{path} {problem}.", "Give the path of a .gguf file.")
-        try:
-            # O_NONBLOCK: a FIFO swapped in after the check above cannot hold the open.
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        except OSError as exc:
-            raise InvalidInputError(f"Cannot read {path}: {exc.strerror or exc}.") from None
-        with open(fd, "rb") as handle:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise InvalidInputError(f"{path} is not a regular file.",
-                                        "Give the path of a .gguf file.")
+        try:  # a FIFO swapped in after the check above cannot hold the open
+            handle = open_regular_file(path, "GGUF file", hint="Give the path of a .gguf file.")
+        except SpecDeckError as exc:
+            raise InvalidInputError(exc.what, exc.fix) from None
+        with handle:
+            info = os.fstat(handle.fileno())
             if info.st_size < 24:
                 raise InvalidInputError(f"{path.name} is not a GGUF file (shorter than a GGUF "
                                         "header).")

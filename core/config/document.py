@@ -171,7 +171,7 @@ def read_config_bytes(path: Path, what: str = TABBY_CONFIG) -> bytes:
     import os
     import stat as stat_module
 
-    from specdeck.core.files import file_kind
+    from specdeck.core.files import file_kind, open_regular_file
 
     st = os.stat(path)  # FileNotFoundError passes to the caller
     if stat_module.S_ISDIR(st.st_mode):
@@ -184,7 +184,8 @@ def read_config_bytes(path: Path, what: str = TABBY_CONFIG) -> bytes:
             f"{path} is {format_bytes(st.st_size)}; a {what} is a few KiB, so "
             f"SpecDeck does not open files over {format_bytes(MAX_CONFIG_BYTES)}.",
             "Check that this is the right file.")
-    with open(path, "rb") as handle:
+    # Opened without blocking: a FIFO put there since the stat above is refused, not waited on.
+    with open_regular_file(path, what, hint=f"Point SpecDeck at your {what}.") as handle:
         return handle.read(MAX_CONFIG_BYTES + 1)
 
 

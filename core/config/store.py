@@ -29,7 +29,7 @@ from specdeck.core.atomic import (
     resolve_target,
 )
 from specdeck.core.changed import TABBY_CONFIG, FileChanged
-from specdeck.core.config.document import ConfigDocument, fingerprint
+from specdeck.core.config.document import ConfigDocument, fingerprint, read_config_bytes
 from specdeck.core.config.edit import ConfigChange, render_scalar
 from specdeck.core.config.migrate import Migration
 from specdeck.core.config.schema import DRAFT, MODEL, SETTINGS
@@ -69,9 +69,12 @@ def _is_read_only(path: Path) -> bool:
     return not path.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
 
 
-def _current_bytes(path: Path) -> bytes | None:
+def _current_bytes(path: Path, what: str) -> bytes | None:
+    """The file as it is now (None: there is none), read as any config is
+    (read_config_bytes): a FIFO or a file of gigabytes put there since it was opened is
+    refused, not waited on or read whole."""
     try:
-        return path.read_bytes()
+        return read_config_bytes(path, what)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -113,7 +116,7 @@ def save(change: ConfigChange | Migration, *, force: bool = False, backup: bool 
     if change.new_text == doc.text:
         return SaveResult(doc.path, written=False, backup=None, kind=doc.what)
     with directory_lock(path.parent):
-        on_disk = _current_bytes(path)
+        on_disk = _current_bytes(path, doc.what)
         if on_disk is not None and _is_read_only(path):
             raise WriteError(
                 f"{doc.path} is read-only, so SpecDeck left it as it is.",

@@ -375,9 +375,12 @@ def _public_endpoint(endpoint: str) -> str:
 
 
 def read_marker(folder: Path) -> InstallMarker | None:
-    """The install marker in ``folder``, or None if SpecDeck did not install it."""
+    """The install marker in ``folder``, or None if SpecDeck did not install it (or what is
+    there is no marker it wrote: a FIFO is not waited on, a huge file not read)."""
+    from specdeck.core.files import read_bounded
+
     try:
-        data = json.loads((folder / MARKER_NAME).read_text(encoding="utf-8"))
+        data = json.loads(read_bounded(folder / MARKER_NAME, "install marker"))
         return InstallMarker(
             repo_id=str(data["repo_id"]),
             revision=str(data["revision"]),
@@ -386,7 +389,7 @@ def read_marker(folder: Path) -> InstallMarker | None:
             installed_at=str(data.get("installed_at", "")),
             files=tuple((str(f["path"]), int(f["size"]), str(f["checksum"])) for f in data.get("files", [])),
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (SpecDeckError, ValueError, KeyError, TypeError, RecursionError):
         return None
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from specdeck.core import llama_flags
 from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.servers.process import ManagedProcess
-from specdeck.core.units import KiB, MiB, format_bytes
+from specdeck.core.units import MiB, format_bytes
 
 HEALTH_TIMEOUT_S = 300.0
 """A large model on a slow disk can take minutes to load."""
@@ -553,10 +553,12 @@ class LaunchProfile:
         path = flag_value(tuple(self.args), "--api-key-file")
         if not path:
             return None
-        try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                lines = handle.read(64 * KiB).split("\n")
-        except OSError:
+        from specdeck.core.files import KEY_FILE, read_bounded
+
+        try:  # a FIFO is not waited on, nor /dev/zero read without end
+            lines = read_bounded(path, "API key file", KEY_FILE).decode(
+                "utf-8", errors="replace").split("\n")
+        except SpecDeckError:
             return None  # llama-server refuses to start then, and says why
         return next((line for line in lines if line), None)
 

@@ -95,13 +95,13 @@ class TabbyLaunch:
         """The API key in the folder's api_tokens.yml (TabbyAPI writes it at its first start;
         common/auth.py), or None. Read to send, never shown or saved."""
         from ruamel.yaml import YAML
-        from specdeck.core.files import read_text_bounded
+        from specdeck.core.files import KEY_FILE, read_text_bounded
 
         path = Path(self.folder) / "api_tokens.yml"
         try:
             # Read with bounds (a FIFO, /dev/zero or a huge file is no key file), and the key
             # taken only as the short string TabbyAPI writes (an alias-built tree is none).
-            text = read_text_bounded(path, "API key file", limit=MAX_TOKENS_FILE)
+            text = read_text_bounded(path, "API key file", limit=KEY_FILE)
             tokens = YAML(typ="safe").load(text)
         except (OSError, ValueError, RecursionError, Exception):  # noqa: BLE001 - no key
             return None
@@ -122,10 +122,6 @@ class TabbyLaunch:
         return cls(str(data["folder"]), str(data["python"]),
                    tuple((str(k), v) for k, v in data.get("draft", ())),
                    str(data.get("host", "127.0.0.1")), int(data.get("port", 0)))
-
-
-MAX_TOKENS_FILE = 64 * KiB
-"""api_tokens.yml holds two keys of 32 hex digits (TabbyAPI common/auth.py)."""
 
 
 def no_draft(main_branch: bool) -> tuple[tuple[str, Any], ...]:

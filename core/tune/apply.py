@@ -325,9 +325,9 @@ def write_and_prove(path: Path, flags: str, change, confirm: Confirm | None,
     asker = confirm if confirm is None or isinstance(confirm, Asker) else Asker(confirm)
     if asker is not None and not asker.ask(diff):
         return Applied(path, flags, diff, why=asker.declined())
-    from specdeck.core.config.document import fingerprint
+    from specdeck.core.config.document import fingerprint, read_config_bytes
 
-    original = path.read_bytes()
+    original = read_config_bytes(path, change.document.what)
     saved = save(change)
     applied = Applied(path, flags, diff, written=saved.written, backup=saved.backup,
                       kind=saved.kind,
@@ -452,9 +452,11 @@ def _backup_bytes(backup: Path, expected: str | None, path: Path) -> bytes:
 
 
 def _fingerprint(path: Path) -> str | None:
-    from specdeck.core.config.document import fingerprint
+    """The sha256 of ``path`` now; None when it is no config file any more (a FIFO put
+    there while the server was proved is not waited on, a huge file not read whole)."""
+    from specdeck.core.config.document import fingerprint, read_config_bytes
 
     try:
-        return fingerprint(path.read_bytes())
-    except OSError:
+        return fingerprint(read_config_bytes(path))
+    except (OSError, SpecDeckError):
         return None

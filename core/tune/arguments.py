@@ -20,7 +20,7 @@ from pathlib import Path
 
 from specdeck.core import llama_flags
 from specdeck.core.engines.base import MAX_SERVER_DRAFT_TOKENS
-from specdeck.core.errors import InvalidInputError
+from specdeck.core.errors import InvalidInputError, SpecDeckError
 
 TABLE = (
     (llama_flags.SPEC_TYPE, "a spec type the binary's --help lists"),
@@ -201,7 +201,7 @@ def draft_problems(draft: str | Path, on_disk: bool = True) -> list[str]:
 
 def _draft_problems(draft: str, on_disk: bool = True) -> list[str]:
     """Why ``draft`` cannot be written as a -md GGUF ([]: it can)."""
-    from specdeck.core.files import not_a_file
+    from specdeck.core.files import open_regular_file
     from specdeck.core.printable import printable
 
     shown = printable(draft)[:200]
@@ -211,12 +211,11 @@ def _draft_problems(draft: str, on_disk: bool = True) -> list[str]:
         return [f"-md {shown}: not the absolute path of a file on this machine"]
     if not on_disk:
         return []
-    missing = not_a_file(draft, "draft model")
-    if missing is not None:
-        return [missing.what.rstrip(".")]
-    try:
-        with open(draft, "rb") as handle:
+    try:  # a FIFO or a folder is said as what it is, never waited on
+        with open_regular_file(draft, "draft model") as handle:
             magic = handle.read(4)
+    except SpecDeckError as missing:
+        return [missing.what.rstrip(".")]
     except OSError as exc:
         return [f"-md {shown}: {exc.strerror or exc}"]
     if magic != b"GGUF":

@@ -129,3 +129,139 @@ def test_a_gpu_trace_that_is_a_fifo_or_too_large_is_refused_at_once(tmp_path):
     huge = sparse(tmp_path / "huge.jsonl", MAX_TRACE_BYTES + 1)
     with pytest.raises(InvalidInputError, match=r"The trace .* is over 256 MiB"):
         load_trace(huge)
+
+
+@pytest.mark.timeout(60)
+def test_an_ab_report_or_plan_that_is_a_fifo_or_too_large_is_refused_at_once(tmp_path):
+    """load_report and load_plan (``bench --plan``) read the whole path: a FIFO waited for a
+    writer for ever, a file of gigabytes was read whole. A FIFO put in the history folder
+    held the History page's listing the same way: now it is skipped."""
+    from specdeck.core.bench.report import (
+        ENTRY_JSON,
+        MAX_REPORT_BYTES,
+        PLAN_JSON,
+        REPORT_JSON,
+        list_history,
+        load_plan,
+        load_report,
+    )
+    from specdeck.core.files import SMALL_FILE
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    os.mkfifo(folder / REPORT_JSON)
+    os.mkfifo(folder / PLAN_JSON)
+    with pytest.raises(InvalidInputError, match=r"The A/B report .* is a named pipe \(FIFO\)"):
+        load_report(folder)
+    with pytest.raises(InvalidInputError, match=r"The A/B plan .* is a named pipe \(FIFO\)") \
+            as caught:
+        load_plan(folder)
+    assert "--report DIR" in caught.value.fix
+    with pytest.raises(InvalidInputError, match=r"The A/B report .* is over 256 MiB"):
+        load_report(sparse(tmp_path / "report.json", MAX_REPORT_BYTES + 1))
+    with pytest.raises(InvalidInputError, match=r"The A/B plan .* is over 16\.0 MiB"):
+        load_plan(sparse(tmp_path / "plan.json", SMALL_FILE + 1))
+    (tmp_path / "nested.json").write_text("[" * 100_000)
+    with pytest.raises(InvalidInputError, match="is not a readable A/B plan"):
+        load_plan(tmp_path / "nested.json")
+    history = tmp_path / "history"
+    (history / "a").mkdir(parents=True)
+    os.mkfifo(history / "a" / ENTRY_JSON)
+    assert list_history(history) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_safetensors_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
+    """A FIFO named *.safetensors in a model folder held read_model (the Models page, vram,
+    check) for ever: its header was read with a blocking open."""
+    import shutil
+
+    from specdeck.core.models import read_model, read_safetensors_header
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    shutil.copy(Path(__file__).parents[1] / "data" / "models" / "Phi-3-mini-128k-instruct"
+                / "config.json", folder / "config.json")
+    os.mkfifo(folder / "model.safetensors")
+    with pytest.raises(InvalidInputError, match=r"The safetensors file .*model\.safetensors is "
+                       r"a named pipe \(FIFO\), not a file") as caught:
+        read_model(folder)
+    assert "Re-download" in caught.value.fix
+    (folder / "model.safetensors").unlink()
+    (folder / "model.safetensors").mkdir()
+    with pytest.raises(InvalidInputError, match="is a folder, not a file"):
+        read_safetensors_header(folder / "model.safetensors")
+
+
+@pytest.mark.timeout(60)
+def test_an_api_key_file_that_is_a_fifo_is_no_key_and_no_hang(tmp_path):
+    """llama-server's --api-key-file was opened with a blocking open: a FIFO held every
+    request's key lookup for ever. Now it is no key (llama-server says why it cannot start),
+    as a file over core.files.KEY_FILE is; a real one gives its first key."""
+    from specdeck.core.files import KEY_FILE
+    from specdeck.core.servers.llama_server import LaunchProfile
+
+    fifo = tmp_path / "keys.fifo"
+    os.mkfifo(fifo)
+    assert LaunchProfile("llama-server", "m.gguf", args=("--api-key-file", str(fifo))
+                         ).api_key() is None
+    huge = sparse(tmp_path / "huge.keys", KEY_FILE + 1)
+    assert LaunchProfile("llama-server", "m.gguf", args=("--api-key-file", str(huge))
+                         ).api_key() is None
+    (tmp_path / "keys.txt").write_text("\nsk-first\nsk-second\n")
+    assert LaunchProfile("llama-server", "m.gguf",
+                         args=("--api-key-file", str(tmp_path / "keys.txt"))
+                         ).api_key() == "sk-first"
+
+
+@pytest.mark.timeout(60)
+def test_a_config_swapped_for_a_fifo_after_it_was_opened_is_not_waited_on(tmp_path):
+    """A save reads the file again before writing (to compare and to keep the backup): a FIFO
+    put there since it was opened held the save, and the GUI's worker, for ever."""
+    from specdeck.core import config
+    from specdeck.core.config.edit import plan_change
+    from specdeck.core.config.store import save
+
+    path = tmp_path / "config.yml"
+    path.write_text("draft_model:\n  draft_model_name: old\n")
+    change = plan_change(config.load(path), {("draft_model", "draft_model_name"): "new"})
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(InvalidInputError, match=r"is a named pipe \(FIFO\), not a file"):
+        save(change)
+
+
+@pytest.mark.timeout(60)
+def test_a_written_file_swapped_for_a_fifo_while_proved_is_not_rolled_back_nor_waited_on(
+        tmp_path):
+    """After a tune writes its winner it proves the server; a FIFO put in the file's place
+    meanwhile held the roll back's check for ever (it read the path whole). Now it is a file
+    changed since SpecDeck wrote it: nothing rolled back, the backup named."""
+    from specdeck.core import swap
+    from specdeck.core.swap.apply import plan_apply_flags
+    from specdeck.core.tune.apply import write_and_prove
+
+    path = tmp_path / "config.yaml"
+    path.write_text("models:\n  smol:\n    cmd: llama-server -m /m/smol.gguf --port ${PORT}\n")
+    change = plan_apply_flags(swap.load(path), "smol", ("--spec-type", "ngram-simple"))
+
+    def prove() -> str:
+        path.unlink()
+        os.mkfifo(path)
+        return "llama-server did not start."
+
+    applied = write_and_prove(path, "--spec-type ngram-simple", change, None, prove,
+                              proved="proved", noop="noop")
+    assert applied.written and not applied.rolled_back
+    assert "changed since SpecDeck wrote it" in applied.why
+    assert str(applied.backup) in applied.why
+
+
+@pytest.mark.timeout(60)
+def test_an_install_marker_that_is_a_fifo_is_no_marker(tmp_path):
+    """The Models page reads every library folder's install marker: a FIFO of that name held
+    the listing for ever."""
+    from specdeck.core.hub.install import MARKER_NAME, read_marker
+
+    os.mkfifo(tmp_path / MARKER_NAME)
+    assert read_marker(tmp_path) is None
