@@ -17,10 +17,15 @@ from specdeck.core.servers.readings import ServerReport, check_acceptance
 from specdeck.core.servers.transport import Base, ServerError, request_text
 
 
+def fetch_metrics(base: Base, api_key: str | None, timeout: float = 5.0) -> str:
+    """The server's /metrics now, as Prometheus text (a ServerError when it cannot be read)."""
+    return request_text(base, "/metrics", api_key, timeout=timeout)
+
+
 def fetch_counters(base: Base, api_key: str | None, timeout: float = 5.0
                    ) -> dict[str, float]:
     """The server's /metrics now, parsed (a ServerError when it cannot be read)."""
-    return parse_counters(request_text(base, "/metrics", api_key, timeout=timeout))
+    return parse_counters(fetch_metrics(base, api_key, timeout))
 
 
 def read_counters(base: Base, api_key: str | None) -> dict[str, float]:
@@ -31,23 +36,35 @@ def read_counters(base: Base, api_key: str | None) -> dict[str, float]:
         return {}
 
 
+def parse_series(text: str) -> list[tuple[str, str, float | None]]:
+    """Prometheus text's samples, in order: (metric name, the text of its labels, its value;
+    None when the value is no number). Comments and blank lines are left out; tokens are
+    separated by spaces or tabs, a trailing timestamp ignored (the exposition format)."""
+    out = []
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match is None:
+            continue
+        try:
+            value: float | None = float(match.group(3))
+        except ValueError:
+            value = None
+        out.append((match.group(1), match.group(2) or "", value))
+    return out
+
+
+_SAMPLE = re.compile(r"([^\s{#]+)(?:\{(.*)\}\s*|\s+)(\S+)")
+"""A sample's line: a name, its labels in braces (to the last brace: a label's value may hold
+one), then its value."""
+
+
 def parse_counters(text: str) -> dict[str, float]:
     """Prometheus text: metric name (labels dropped, values summed) -> value; a series with a
-    ``position`` label is also kept as ``name#position`` (per-position acceptance)."""
+    ``position`` label is also kept as ``name#position`` (per-position acceptance). A value
+    that is no number is left out."""
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name, _, rest = line.partition(" ")
-        name = name.split("{", 1)[0]
-        labels = ""
-        if "{" in line and "}" in line:
-            name = line.split("{", 1)[0]
-            labels = line.split("{", 1)[1].rsplit("}", 1)[0]
-            rest = line.rsplit("}", 1)[1]
-        try:
-            value = float(rest.strip().split()[0])
-        except (ValueError, IndexError):
+    for name, labels, value in parse_series(text):
+        if value is None:
             continue
         out[name] = out.get(name, 0.0) + value
         position = _POSITION.search(labels)

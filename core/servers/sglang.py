@@ -31,19 +31,17 @@ are in 0.5.23's observability/metrics_collector.py):
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from specdeck.core.servers.counters import fetch_metrics, parse_series
 from specdeck.core.servers.kinds import ServerKind
-from specdeck.core.servers.transport import Base, ServerError, request_text
+from specdeck.core.servers.transport import Base, ServerError
 
 ACCEPT_LENGTH = "sglang:spec_accept_length"
 ACCEPT_RATE = "sglang:spec_accept_rate"
 GAUGE_MEANING = ("a gauge read after the run: the server's recent average over its last "
                  "logged decode batches, not this run's")
-
-_SERIES = re.compile(r'^(sglang:spec_accept_(?:length|rate))(\{[^}]*\})?\s+(\S+)')
 
 
 def probe_sglang(ask) -> Any:
@@ -120,21 +118,19 @@ def read_gauges(base: Base, api_key: str | None) -> Gauges:
     from 0 to 1; 0 reads as "nothing logged yet" (SGLang's SchedulerStats start at 0.0);
     several series that disagree (ranks) give no one figure."""
     try:
-        text = request_text(base, "/metrics", api_key, timeout=5.0)
+        text = fetch_metrics(base, api_key)
     except ServerError:
         return Gauges()
     return parse_gauges(text)
 
 
 def parse_gauges(text: str) -> Gauges:
+    """The gauges' series in Prometheus text (read as every server's counters are:
+    core.servers.counters.parse_series), one value per series (a rank's), checked."""
     values: dict[str, list[float]] = {}
-    for line in text.splitlines():
-        match = _SERIES.match(line)
-        if match:
-            try:
-                values.setdefault(match.group(1), []).append(float(match.group(3)))
-            except ValueError:
-                values.setdefault(match.group(1), []).append(math.nan)
+    for name, _labels, value in parse_series(text):
+        if name in (ACCEPT_LENGTH, ACCEPT_RATE):  # a value that is no number is not finite
+            values.setdefault(name, []).append(math.nan if value is None else value)
     problems = []
     out = {}
     for name, low, high in ((ACCEPT_LENGTH, 1.0, 1000.0), (ACCEPT_RATE, 0.0, 1.0)):

@@ -152,6 +152,31 @@ def test_prometheus_counters_sum_over_labels():
     assert counters["llamacpp:spec_decode_num_accepted_tokens_per_pos_total"] == 23
 
 
+
+def test_counters_and_sglangs_gauges_read_prometheus_text_alike():
+    """One reading of /metrics (core.servers.counters.parse_series) for every server: SGLang's
+    gauges read their own way missed a series whose label held a brace (a model path may),
+    and the counters' missed a value after a tab; the exposition format allows both, and a
+    trailing timestamp."""
+    from specdeck.core.servers.sglang import parse_gauges
+
+    text = ("# TYPE sglang:spec_accept_length gauge\n"
+            'sglang:spec_accept_length{model_name="/m/{x}",tp_rank="0"} 2.5 1700000000000\n'
+            "sglang:spec_accept_rate\t0.5\n"
+            'vllm:spec_decode_num_draft_tokens_total{engine="0"}\t40\n'
+            'vllm:spec_decode_num_draft_tokens_total{engine="1"} 2\n'
+            "vllm:spec_decode_num_accepted_tokens_total abc\n")
+    gauges = parse_gauges(text)
+    assert (gauges.accept_length, gauges.accept_rate, gauges.problem) == (2.5, 0.5, "")
+    counters = parse_counters(text)
+    assert counters["vllm:spec_decode_num_draft_tokens_total"] == 42
+    assert (counters["sglang:spec_accept_length"], counters["sglang:spec_accept_rate"]) == \
+        (2.5, 0.5)
+    assert "vllm:spec_decode_num_accepted_tokens_total" not in counters  # no number: left out
+    assert parse_gauges("sglang:spec_accept_rate{tp_rank=\"0\"} abc\n").problem == \
+        "/metrics sglang:spec_accept_rate is nan: not a finite number"
+
+
 # -- a local HTTP server: replays, stalls, breaks off ------------------------------------------
 def test_a_real_llama_server_stream_is_read_with_its_own_figures(replay):
     base, _ = replay(body=(DATA / "llama-server-ngram-stream.sse").read_bytes())
