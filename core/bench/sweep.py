@@ -335,7 +335,7 @@ def plan_apply_setting(drafter: DrafterSpec | None, config_path: str | Path,
     benchmark ran (e.g. the EXL2 quant of the same draft); default the benchmarked folder.
     """
     from specdeck.core import config
-    from specdeck.core.config.schema import DRAFT, EXLLAMAV3
+    from specdeck.core.config.schema import DRAFT, DRAFT_MODE_NGRAM, EXLLAMAV3
 
     doc = config.load(expand_user(config_path))
     backend = doc.backend_hint()
@@ -350,7 +350,7 @@ def plan_apply_setting(drafter: DrafterSpec | None, config_path: str | Path,
                 "The best setting is n-gram drafting, which TabbyAPI's ExLlamaV2 backend cannot "
                 "be configured for in config.yml.",
                 "Use n-gram drafting with the ExLlamaV3 backend, or apply the best draft model.")
-        changes[(DRAFT, "draft_mode")] = "ngram"
+        changes[(DRAFT, "draft_mode")] = DRAFT_MODE_NGRAM
         changes[(DRAFT, "draft_num_tokens")] = drafter.num_draft_tokens
         changes[(DRAFT, "ngram_match_min")] = drafter.ngram_min
     else:

@@ -36,6 +36,21 @@ BOTH = (EXLLAMAV2, EXLLAMAV3)
 DRAFT = "draft_model"
 MODEL = "model"
 
+DRAFT_MODE_MODEL = "model"
+"""draft_mode's default: drafts with draft_model_name's model (none named: no drafting)."""
+DRAFT_MODE_DISABLED = "disabled"
+DRAFT_MODE_MTP = "mtp"
+"""Drafts with the target's own MTP layers."""
+DRAFT_MODE_NGRAM = "ngram"
+"""Drafts by n-gram lookup (exllamav3's; ``ngram_match_min`` its shortest match)."""
+DRAFT_MODES = (DRAFT_MODE_MODEL, DRAFT_MODE_DISABLED, DRAFT_MODE_MTP, DRAFT_MODE_NGRAM)
+"""TabbyAPI's ``draft_mode`` values, the ExLlamaV3 backend's (theroyallab/tabbyAPI main
+004e8374, common/config_models.py ``DraftModelConfig.draft_mode``: a Literal of these four,
+default "model"); exl2-checkpoint has no draft_mode. Every module that reads or writes one
+names it here."""
+MODELLESS_DRAFT_MODES = (DRAFT_MODE_NGRAM, DRAFT_MODE_MTP)
+"""The modes that draft with no draft model."""
+
 EXL2_CACHE_MODES = CACHE_MODES
 _EXL3_CACHE_PAIR = re.compile(r"^[2-8]\s*,\s*[2-8]$")
 CACHE_GRANULARITY = CACHE_STEP
@@ -159,18 +174,18 @@ SETTINGS: tuple[Setting, ...] = (
        "GB of VRAM per GPU for the draft model, e.g. 8,0. Empty = autosplit.",
        maximum=MAX_GPU_GB, minimum=0.0, blank_means="autosplit", cli_flag="--gpu-split"),
     # -- draft model: ExLlamaV3 backend only -------------------------------------------
-    _s(DRAFT, "draft_mode", Kind.CHOICE, "model", "Drafting mode",
-       "ExLlamaV3 backend: model (a draft model; off without draft_model_name), disabled, "
-       "mtp, or ngram.", backends=(EXLLAMAV3,), choices=("model", "disabled", "mtp", "ngram"),
-       cli_flag="--mode"),
+    _s(DRAFT, "draft_mode", Kind.CHOICE, DRAFT_MODE_MODEL, "Drafting mode",
+       f"ExLlamaV3 backend: {DRAFT_MODE_MODEL} (a draft model; off without draft_model_name), "
+       f"{DRAFT_MODE_DISABLED}, {DRAFT_MODE_MTP}, or {DRAFT_MODE_NGRAM}.", backends=(EXLLAMAV3,),
+       choices=DRAFT_MODES, cli_flag="--mode"),
     _s(DRAFT, "draft_num_tokens", Kind.INT, None, "Draft tokens per step",
        "ExLlamaV3 backend: tokens to draft per iteration (blank: the draft model's default). "
        "The ExLlamaV2 backend always drafts 4.", backends=(EXLLAMAV3,), maximum=64, minimum=1,
        blank_means="the draft model's default", cli_flag="--num-tokens"),
     _s(DRAFT, "ngram_match_min", Kind.INT, 2, "N-gram minimum match",
        "ExLlamaV3 backend: minimum match length for n-gram drafting (default: 2). Used only "
-       "when draft_mode is ngram.", backends=(EXLLAMAV3,), maximum=64, minimum=1, blank_means="2",
-       cli_flag="--ngram-match-min"),
+       f"when draft_mode is {DRAFT_MODE_NGRAM}.", backends=(EXLLAMAV3,), maximum=64, minimum=1,
+       blank_means="2", cli_flag="--ngram-match-min"),
     _s(DRAFT, "dynamic_draft", Kind.BOOL, False, "Dynamic draft length",
        "ExLlamaV3 backend (TabbyAPI main): adjust the number of draft tokens to the observed "
        "acceptance, up to draft_num_tokens.", backends=(EXLLAMAV3,), blank_means="false",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from specdeck.core.config.schema import DRAFT_MODE_DISABLED, MODELLESS_DRAFT_MODES
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.servers.key_names import DEFAULT_KEY_ENV, KEYRING_SERVICE
 from specdeck.core.servers.kinds import ServerKind, parse_kind
@@ -225,10 +226,10 @@ def _tabby_launch_drafting(settings):
     from specdeck.core.servers.probe import Drafting
 
     values = dict(settings)
-    if values.get("draft_mode") == "disabled" or values.get("draft_model_name") == "":
+    if values.get("draft_mode") == DRAFT_MODE_DISABLED or values.get("draft_model_name") == "":
         return Drafting(False, why="its draft settings switch drafting off")
     mode = values.get("draft_mode")
-    if mode in ("ngram", "mtp"):
+    if mode in MODELLESS_DRAFT_MODES:
         return Drafting(True, mode)
     if values.get("draft_model_name"):
         return Drafting(True, str(values["draft_model_name"]))

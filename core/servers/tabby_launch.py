@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specdeck.core.config.schema import DRAFT_MODE_DISABLED
 from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.servers.process import ManagedProcess
 from specdeck.core.units import KiB
@@ -126,7 +127,7 @@ class TabbyLaunch:
 
 def no_draft(main_branch: bool) -> tuple[tuple[str, Any], ...]:
     """The draft settings of an arm that must not draft, whatever config.yml says."""
-    return (("draft_mode", "disabled"),) if main_branch else (("draft_model_name", ""),)
+    return (("draft_mode", DRAFT_MODE_DISABLED),) if main_branch else (("draft_model_name", ""),)
 
 
 FOLDER_HINT = "Give the folder you cloned TabbyAPI into."
@@ -386,7 +387,7 @@ def launched_tabby_arm(name: str, folder: str | Path, text: str = "",
             raise InvalidInputError(f"TabbyAPI arm {name} sets nothing.",
                                     "Give its draft settings, e.g. draft_mode=ngram.")
     values = dict(settings)
-    off = values.get("draft_mode") == "disabled" or values.get("draft_model_name") == ""
+    off = values.get("draft_mode") == DRAFT_MODE_DISABLED or values.get("draft_model_name") == ""
     drafter = NO_DRAFT if off else DrafterSpec(
         DrafterKind.SERVER, num_draft_tokens=int(values.get("draft_num_tokens") or 4),
         adaptive=bool(values.get("dynamic_draft")))

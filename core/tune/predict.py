@@ -52,6 +52,7 @@ from specdeck.core.bench.stats import (
     iid_cumulative,
     theoretical_speedup,
 )
+from specdeck.core.config.schema import DRAFT_MODE_MODEL, DRAFT_MODE_MTP
 from specdeck.core.engines.base import MAX_SERVER_DRAFT_TOKENS
 from specdeck.core.llama_flags import DRAFT_MTP, NGRAM_CACHE
 from specdeck.core.tune.candidates import Candidate
@@ -126,10 +127,10 @@ class Prediction:
 def _kind(candidate: Candidate) -> str:
     """"mtp", "draft" (a draft model) or "ngram", for llama-server's spec types and
     TabbyAPI's draft modes (model, ngram, mtp) alike."""
-    if candidate.spec_type in (DRAFT_MTP, "mtp"):
+    if candidate.spec_type in (DRAFT_MTP, DRAFT_MODE_MTP):
         return "mtp"
     if candidate.draft is not None or candidate.spec_type.startswith("draft-") \
-            or candidate.spec_type == "model":
+            or candidate.spec_type == DRAFT_MODE_MODEL:
         return "draft"
     return "ngram"
 

@@ -24,6 +24,12 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from specdeck.core.config.schema import (
+    DRAFT_MODE_MODEL,
+    DRAFT_MODE_MTP,
+    DRAFT_MODE_NGRAM,
+    MODELLESS_DRAFT_MODES,
+)
 from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
 from specdeck.core.tune.candidates import NotTried, draft_refusal
 
@@ -97,9 +103,10 @@ class TabbySetup:
     @property
     def drafting(self) -> tuple[str, ...]:
         """How config.yml has TabbyAPI draft now, as "key=value" (empty: it does not)."""
-        if self.main_branch and self.draft_mode in ("ngram", "mtp"):
+        if self.main_branch and self.draft_mode in MODELLESS_DRAFT_MODES:
             shown = [f"draft_mode={self.draft_mode}"]
-        elif self.current_draft and (not self.main_branch or self.draft_mode in (None, "model")):
+        elif self.current_draft and (not self.main_branch
+                                     or self.draft_mode in (None, DRAFT_MODE_MODEL)):
             shown = [f"draft_model_name={self.current_draft}"]
         else:
             return ()
@@ -320,13 +327,14 @@ def find(setup: TabbySetup, cancel: threading.Event | None = None):
     from specdeck.core.tune.candidates import Candidate, Candidates
 
     drafts, refused = draft_candidates(setup, cancel)
-    found = [Candidate("model", d.folder, d.weight_bytes) for d in drafts]
+    found = [Candidate(DRAFT_MODE_MODEL, d.folder, d.weight_bytes) for d in drafts]
     skipped = list(refused)
     if not drafts:
-        skipped.append(NotTried("model", f"no draft model in {setup.draft_dir} passes the checks"))
+        skipped.append(NotTried(DRAFT_MODE_MODEL, f"no draft model in {setup.draft_dir} passes the checks"))
     if setup.main_branch:
         layers = mtp_layers(setup.model_folder)
-        modes = [("ngram", None)] + ([("mtp", f"{layers} MTP layer(s)")] if layers else [])
+        modes = [(DRAFT_MODE_NGRAM, None)] + (
+            [(DRAFT_MODE_MTP, f"{layers} MTP layer(s)")] if layers else [])
         for mode, note in modes:
             if setup.managed:
                 found.append(Candidate(mode, notes=(note,) if note else ()))
@@ -335,7 +343,7 @@ def find(setup: TabbySetup, cancel: threading.Event | None = None):
                                               "its folder (--tabby-folder) so SpecDeck starts "
                                               "it for each setting"))
         if not layers:
-            skipped.append(NotTried("mtp", "the target has no MTP layers"))
+            skipped.append(NotTried(DRAFT_MODE_MTP, "the target has no MTP layers"))
     return Candidates(tuple(found), tuple(skipped))
 
 

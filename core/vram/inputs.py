@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from specdeck.core.config.schema import DRAFT_MODE_MODEL, DRAFT_MODE_MTP
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.exl2_facts import (
     DEFAULT_AUTOSPLIT_RESERVE_TEXT,
@@ -158,7 +159,7 @@ def inputs_from_tabby_config(doc) -> PlanInputs:
             "Set model_name, or pick the target folder by hand.",
         )
     mode = str(doc.value("draft_model", "draft_mode")).lower()
-    draft = doc.draft_model_path() if mode == "model" else None
+    draft = doc.draft_model_path() if mode == DRAFT_MODE_MODEL else None
     # On Ampere and newer (paged mode) TabbyAPI allocates cache_size tokens, which defaults
     # to max_seq_len; max_seq_len -1 means the model's own context.
     context = doc.value("model", "cache_size") or doc.value("model", "max_seq_len")
@@ -174,5 +175,5 @@ def inputs_from_tabby_config(doc) -> PlanInputs:
         autosplit_reserve_mb=_split_text(doc.value("model", "autosplit_reserve"))
         or DEFAULT_AUTOSPLIT_RESERVE_TEXT,
         chunk_size=int(doc.value("model", "chunk_size")),
-        mtp=mode == "mtp",
+        mtp=mode == DRAFT_MODE_MTP,
     )
