@@ -12,7 +12,7 @@ of several runs in this process; the operating system's file cache is warm throu
   vocabularies, the rules) with no cache, with the disk cache, with the memory cache;
 - for reference, what the `tokenizers` library needs to load the same tokenizer.json and
   return get_vocab() (the obvious way to do it, which SpecDeck does not use);
-- a real model's GGUF (the demo model's, 94 MB): SpecDeck's header reader against the gguf
+- a real model's GGUF (the demo model's, 93.8 MiB): SpecDeck's header reader against the gguf
   package's GGUFReader and its token list (what a script would use).
 """
 
@@ -24,6 +24,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from specdeck.core.units import format_bytes
 
 from benchmarks.report import Report
 from tools.fixtures import fixtures_dir
@@ -189,7 +191,7 @@ def run(report: Report) -> None:
     report.table(["pair (target vs draft)", "load source T / D", "load disk T / D", "compare",
                   "check, no cache", "check, disk cache", "check, memory cache",
                   "tokenizers lib T / D"], rows)
-    report.text(f"A real model's GGUF ({real['file']}, {real['bytes'] / 1e6:.0f} MB, "
+    report.text(f"A real model's GGUF ({real['file']}, {format_bytes(real['bytes'])}, "
                 f"{real['tokens']:,} tokens), one side read: SpecDeck's header reader "
                 f"**{real['specdeck_s'] * 1000:.0f} ms** (median of {RUNS}), the gguf package's "
                 f"GGUFReader and its token list {real['gguf_package_s'] * 1000:.0f} ms "

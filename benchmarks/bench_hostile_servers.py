@@ -1,8 +1,8 @@
 """Hostile servers: how long SpecDeck's client takes to give up, and how much memory it holds
 
 Issue 26: a server that trickles a byte every few seconds, keeps a stream alive with comments
-for ever, ignores max_tokens, floods 64 KB chunks (4 GB in 20 s before the bounds) or sends
-one 50 MB event must not hold a run or grow the client without end. Each case runs the
+for ever, ignores max_tokens, floods 64 KiB chunks (4 GB in 20 s before the bounds) or sends
+one 50 MiB event must not hold a run or grow the client without end. Each case runs the
 client in its own process against a server from tests/hostile_servers.py on 127.0.0.1
 (served from this process, so the server's own buffers are not counted) and records the
 wall time until the client stopped and its peak RSS (``VmHWM``), worst of REPEATS
@@ -22,13 +22,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from specdeck.core.units import KiB, MiB, format_bytes
+
 from benchmarks.report import Report
 
 ROOT = Path(__file__).resolve().parents[1]
 REPEATS = 3
 STREAM_DEADLINE_S = 2.0
 MAX_NEW = 2048
-TEXT_EVENT = (b'data: {"choices": [{"index": 0, "delta": {"content": "' + b"x" * (64 * 1024)
+TEXT_EVENT = (b'data: {"choices": [{"index": 0, "delta": {"content": "' + b"x" * (64 * KiB)
               + b'"}, "finish_reason": null}]}\n\n')
 GOAL_OVERSHOOT_S = 0.5
 """A deadline is kept when the client stops within this much after it."""
@@ -101,11 +103,11 @@ def run(report: Report) -> None:
          {"what": "stream", "max_new": MAX_NEW}, None),
         ("probe of a server whose every answer is endless JSON", hs.Flood, {},
          {"what": "probe"}, None),
-        ("flood of 64 KB lines, no token", hs.Flood, {},
+        ("flood of 64 KiB lines, no token", hs.Flood, {},
          {"what": "stream", "max_new": MAX_NEW}, None),
-        ("flood of 64 KB text events (each a 'token')", hs.Flood, {"line": TEXT_EVENT},
+        ("flood of 64 KiB text events (each a 'token')", hs.Flood, {"line": TEXT_EVENT},
          {"what": "stream", "max_new": MAX_NEW}, None),
-        ("one 50 MB event", hs.HugeEvent, {"size": 50 * 1024 * 1024},
+        ("one 50 MiB event", hs.HugeEvent, {"size": 50 * MiB},
          {"what": "stream", "max_new": MAX_NEW}, None),
     ]
     rows = []
@@ -116,13 +118,13 @@ def run(report: Report) -> None:
             with hs.serving(server_class, **attrs) as (url, _):
                 runs.append(_client({**case, "url": url}))
         worst = max(r["elapsed_s"] for r in runs)
-        peak = max(r["peak_rss_kb"] for r in runs) / 1024
+        peak = max(r["peak_rss_kb"] for r in runs) * KiB  # ru_maxrss: KiB on Linux
         kept = None if deadline is None else worst <= deadline + GOAL_OVERSHOOT_S
-        results[title] = {"worst_s": worst, "peak_rss_mib": peak, "deadline_s": deadline,
+        results[title] = {"worst_s": worst, "peak_rss_mib": peak / MiB, "deadline_s": deadline,
                           "deadline_kept": kept, "stopped_by": runs[0]["error"] or "its end",
                           "events": runs[0]["events"], "runs": runs}
         rows.append([title, "-" if deadline is None else f"{deadline:g} s", f"{worst:.2f} s",
-                     f"{peak:.0f} MiB", _cut(runs[0]["error"]) or "(finished)"])
+                     format_bytes(peak), _cut(runs[0]["error"]) or "(finished)"])
     baseline = results[cases[0][0]]["peak_rss_mib"]
     for title in results:
         results[title]["rss_above_baseline_mib"] = results[title]["peak_rss_mib"] - baseline
@@ -142,6 +144,6 @@ def run(report: Report) -> None:
     report.text(f"Goal: every deadline kept within {GOAL_OVERSHOOT_S:g} s: "
                 f"{'met' if all(r['deadline_kept'] for r in kept) else 'MISSED'} "
                 f"({sum(r['deadline_kept'] for r in kept)} of {len(kept)} cases). "
-                f"The bounded cases hold at most {worst_rss:.0f} MiB more than the baseline "
-                f"(stream bound {transport.MAX_STREAM_BYTES >> 20} MiB, one event at most "
-                f"{transport.MAX_EVENT_BYTES >> 20} MiB).")
+                f"The bounded cases hold at most {format_bytes(worst_rss * MiB)} more than the baseline "
+                f"(stream bound {format_bytes(transport.MAX_STREAM_BYTES)}, one event at most "
+                f"{format_bytes(transport.MAX_EVENT_BYTES)}).")

@@ -1,6 +1,6 @@
 """Hub install: what verification, resume and progress cost over a plain HTTP download
 
-Serves a 128 MB EXL2-shaped variant (real safetensors file + the TinyLlama tokenizer and
+Serves a 128 MiB EXL2-shaped variant (real safetensors file + the TinyLlama tokenizer and
 config fixtures) from the test suite's fake Hub on 127.0.0.1, then measures, each as the
 median of RUNS interleaved runs (with the fastest and slowest beside it, and the CPU time
 this process spent):
@@ -57,23 +57,25 @@ import threading
 import time
 from pathlib import Path
 
+from specdeck.core.units import KiB, MiB, format_bytes
+
 from benchmarks.report import Report, median
 from tools.fixtures import fixtures_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = 15
-WEIGHTS_MB = 128
+WEIGHTS = 128 * MiB
 REPO = "benchorg/Bench-Model-exl2"
 BRANCH = "4.0bpw"
 
 
-def _weights(size_mb: int) -> bytes:
+def _weights(size: int) -> bytes:
     import numpy as np
 
     sys.path.insert(0, str(ROOT / "tests"))
     from hubserver import safetensors_bytes
 
-    rows = size_mb * 1024 * 1024 // (4 * 4096)
+    rows = size // (4 * 4096)
     rng = np.random.default_rng(0)
     return safetensors_bytes({"model.layers.0.mlp.up_proj.q_weight":
                               rng.integers(-2**31, 2**31 - 1, (rows, 4096), dtype=np.int32)})
@@ -85,7 +87,7 @@ def _hub():
 
     fixtures = fixtures_dir()
     files = exl2_branch(fixtures / "models" / "TinyLlama-1.1B-Chat-v1.0", 4.0, 6, layers=1, hidden=64)
-    files["output.safetensors"] = _weights(WEIGHTS_MB)
+    files["output.safetensors"] = _weights(WEIGHTS)
     return FakeHub([FakeRepo(REPO, {"main": {"README.md": b"bench"}, BRANCH: files})]).start(), files
 
 
@@ -286,7 +288,7 @@ def run(report: Report) -> None:
     paired = summarize_ratios(paired_ratios([w for w, _ in runs["install"]], [w for w, _ in runs["hf_all"]]))
     one_core = summarize_ratios(paired_ratios([w for w, _ in runs["install_one_core"]],
                                               [w for w, _ in runs["hf_one_core"]]))
-    report.text(f"Variant: {total / 1e6:.1f} MB in {len(files)} files; weights file {size / 1e6:.1f} MB. "
+    report.text(f"Variant: {format_bytes(total)} in {len(files)} files; weights file {format_bytes(size)}. "
                 f"Median of {RUNS} interleaved runs on 127.0.0.1, the Hub in a process of its own; "
                 f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after "
                 f"(on {os.cpu_count()} cores). CPU s is this process's (the client's).")
@@ -310,8 +312,8 @@ def run(report: Report) -> None:
                 f"{install_rate / hf_all_rate:.2f}x against the same files. "
                 f"Install vs plain GET throughput: {install_rate / _rate(size, wall['plain']):.2f}x. "
                 f"Progress snapshots per install: {median(events):.0f}. "
-                f"Peak memory growth during an install: {growth / 1e6:.1f} MB "
-                f"(max RSS of the process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3:.0f} MB).")
+                f"Peak memory growth during an install: {format_bytes(growth)} "
+                f"(max RSS of the process: {format_bytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * KiB)}).")
     report.record("plain_get_s", wall["plain"])
     report.record("hf_hub_download_s", wall["hf"])
     report.record("hf_hub_download_same_files_s", wall["hf_all"])

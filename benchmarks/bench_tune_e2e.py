@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from specdeck.core.units import format_bytes
+
 from benchmarks.bench_tune_search import referee
 from benchmarks.report import Report
 
@@ -210,7 +212,7 @@ def run(report: Report) -> None:
         report.text("")
     downloads = result["downloads"]
     report.text("Downloads: " + ("; ".join(
-        f"{d['repo_id']} {d['file']}: {d['status']} ({d['bytes'] / 2**20:.0f} MiB in "
+        f"{d['repo_id']} {d['file']}: {d['status']} ({format_bytes(d['bytes'])} in "
         f"{d['seconds']:.1f} s)" for d in downloads) if downloads else "none") + ".")
     report.text("")
     report.text(f"### The exhaustive grid on the held-out prompts ({len(cells)} settings, "

@@ -58,7 +58,7 @@ def nyxkrage_exl2(arch: Architecture, params: float, bpw: float, context: int, c
     n_embd_gqa = arch.hidden_size / (arch.num_heads / arch.num_kv_heads)
     kv = 2 * n_embd_gqa * arch.num_layers * context * cache_bits / 8
     inputs = batch + arch.hidden_size * batch + batch + context * batch + context + batch
-    compute = (context / 1024 * 2 + 0.75) * arch.num_heads * 1024 * 1024
+    compute = (context / 1024 * 2 + 0.75) * arch.num_heads * MiB  # the calculator's MiB
     return {"model": model, "kv": kv, "compute": compute + inputs, "total": model + kv + compute + inputs}
 
 
