@@ -73,6 +73,9 @@ NGRAM_CACHE = "ngram-cache"
 """The n-gram spec types of the pinned build (llama.cpp 11434, common/arg.cpp
 ``--spec-type``): the names a launch, the replay and the tune use. Which of them a binary
 runs is read from its ``--help`` (``methods_from_help``), never from these."""
+NGRAM_TYPES = (NGRAM_SIMPLE, NGRAM_MAP_K, NGRAM_MAP_K4V, NGRAM_MOD, NGRAM_CACHE)
+"""Those n-gram types in the order ``common_speculative_init`` tries them, whatever the
+order of ``--spec-type``'s list (the replay's chain follows it)."""
 
 GPU_LAYERS_DRAFT = ("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft")
 DRAFT_SIDE_SHORT = ("-md", "-ngld", "-cd", "-devd", "-ctkd", "-ctvd", "-td", "-tbd")

