@@ -32,10 +32,11 @@ def read_config_models(config_path: str | Path) -> ConfiguredModels:
     own folder) does; the legacy layout with ``draft:`` under ``model:`` is understood.
     """
     from specdeck.core import config
+    from specdeck.core.config.schema import MODEL
     from specdeck.core.hub.locations import config_dirs
 
     doc = config.load(config_path)
-    max_seq_len = doc.value("model", "max_seq_len")
+    max_seq_len = doc.value(MODEL, "max_seq_len")
     return ConfiguredModels(
         model_dirs=_unique(config_dirs(doc)),
         target=doc.target_model_path(),

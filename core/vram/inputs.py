@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from specdeck.core.config.schema import DRAFT_MODE_MODEL, DRAFT_MODE_MTP
+from specdeck.core.config.schema import DRAFT, DRAFT_MODE_MODEL, DRAFT_MODE_MTP, MODEL
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.exl2_facts import (
     DEFAULT_AUTOSPLIT_RESERVE_TEXT,
@@ -158,22 +158,22 @@ def inputs_from_tabby_config(doc) -> PlanInputs:
             "This config.yml names no model (model.model_name is empty).",
             "Set model_name, or pick the target folder by hand.",
         )
-    mode = str(doc.value("draft_model", "draft_mode")).lower()
+    mode = str(doc.value(DRAFT, "draft_mode")).lower()
     draft = doc.draft_model_path() if mode == DRAFT_MODE_MODEL else None
     # On Ampere and newer (paged mode) TabbyAPI allocates cache_size tokens, which defaults
     # to max_seq_len; max_seq_len -1 means the model's own context.
-    context = doc.value("model", "cache_size") or doc.value("model", "max_seq_len")
+    context = doc.value(MODEL, "cache_size") or doc.value(MODEL, "max_seq_len")
     return PlanInputs(
         model=str(target),
         draft=str(draft) if draft is not None else None,
         context=int(context) if context else None,
-        cache_mode=str(doc.value("model", "cache_mode")),
-        draft_cache_mode=str(doc.value("draft_model", "draft_cache_mode")),
-        gpu_split=_split_text(doc.value("model", "gpu_split")),
-        draft_gpu_split=_split_text(doc.value("draft_model", "draft_gpu_split")),
-        autosplit=bool(doc.value("model", "gpu_split_auto")),
-        autosplit_reserve_mb=_split_text(doc.value("model", "autosplit_reserve"))
+        cache_mode=str(doc.value(MODEL, "cache_mode")),
+        draft_cache_mode=str(doc.value(DRAFT, "draft_cache_mode")),
+        gpu_split=_split_text(doc.value(MODEL, "gpu_split")),
+        draft_gpu_split=_split_text(doc.value(DRAFT, "draft_gpu_split")),
+        autosplit=bool(doc.value(MODEL, "gpu_split_auto")),
+        autosplit_reserve_mb=_split_text(doc.value(MODEL, "autosplit_reserve"))
         or DEFAULT_AUTOSPLIT_RESERVE_TEXT,
-        chunk_size=int(doc.value("model", "chunk_size")),
+        chunk_size=int(doc.value(MODEL, "chunk_size")),
         mtp=mode == DRAFT_MODE_MTP,
     )
