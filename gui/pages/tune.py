@@ -669,7 +669,6 @@ class TunePage(QWidget):
     def confirm_diff(self, applied) -> bool:
         """The user sees the exact change before anything is written."""
         from specdeck.core.tune.live import apply_texts
-
         from specdeck.gui.widgets.config_dialog import ConfirmChangeDialog
 
         dialog = ConfirmChangeDialog(applied.diff, "Write the tuned setting",
