@@ -88,8 +88,28 @@ def run_in_thread(fn, *args, **kwargs):
 
 
 # ---------------------------------------------------------------------------------------
-def test_install_reports_progress_and_lands_verified_files(fake_hub, tmp_path):
-    fake_hub.throttle_bps = 4_000_000  # about a second: progress has time to show
+class Ticking:
+    """A clock that moves a quarter of a second at every reading: which snapshots an install
+    reports, and the rate and time left they give, depend on its chunks, never on the
+    machine's pace (the Hub was throttled for this once; a loaded machine then saw no
+    snapshot mid-file)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 0.25
+        return self.now
+
+
+def test_install_reports_progress_and_lands_verified_files(fake_hub, tmp_path, monkeypatch):
+    import importlib
+    from functools import partial
+
+    from specdeck.core.hub.progress import ProgressTracker
+
+    module = importlib.import_module("specdeck.core.hub.install")
+    monkeypatch.setattr(module, "ProgressTracker", partial(ProgressTracker, clock=Ticking()))
     events = []
     result = install(TINY_REPO, "8.0bpw", tmp_path, endpoint=fake_hub.url, progress=events.append)
 

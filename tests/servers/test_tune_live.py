@@ -286,9 +286,8 @@ def test_cancel_during_a_download_stops_the_tune_and_leaves_everything_as_it_was
     server starts."""
     from hubserver import FakeHub, FakeRepo
     from specdeck.core.hub.install import find_partial_installs
-    from specdeck.core.tune.downloads import Downloading
     from specdeck.core.tune.hub import library_folders
-    from specdeck.core.tune.run import TuneOptions, tune
+    from specdeck.core.tune.run import Phase, TuneOptions, tune
     from specdeck.core.tune.setup import from_swap
 
     header = (Path(__file__).parent.parent / "data" / "tune"
@@ -297,22 +296,33 @@ def test_cancel_during_a_download_stops_the_tune_and_leaves_everything_as_it_was
     original = config.read_bytes()
     library = tmp_path / "library"
     cancel = threading.Event()
-    events = []
+    stalls = []
+    name = "SmolLM2-135M-Instruct-Q4_K_M.gguf"
+    repo = FakeRepo(HUB_REPO, {"main": {name: header}}, tags=("gguf",))
 
     def on_event(event):
-        events.append(event)
-        if isinstance(event, Downloading) and 0 < event.done < event.total:
-            cancel.set()
+        if isinstance(event, Phase) and event.name == "download":
+            # From here on the Hub holds the file half-sent (the check before read its header
+            # whole) until the tune is cancelled there: Cancel lands mid-download however
+            # fast the machine is.
+            stall = hub.stall(name, at=len(header) // 2)
+            stalls.append(stall)
+            threading.Thread(target=lambda: stall.reached.wait(60) and cancel.set(),
+                             daemon=True).start()
 
-    repo = FakeRepo(HUB_REPO, {"main": {"SmolLM2-135M-Instruct-Q4_K_M.gguf": header}},
-                    tags=("gguf",))
     with FakeHub([repo]) as hub:
-        hub.throttle_bps = 4 << 20  # half a second for the file: Cancel lands mid-way
-        result = tune(from_swap(config, "smol"),
-                      TuneOptions(budget_s=60, prompts_per_suite=2, max_new_tokens=16,
-                                  download_budget=1 << 30, hub_endpoint=hub.url,
-                                  download_dir=library, memory_bytes=8 << 30),
-                      on_event=on_event, cancel=cancel)
+        try:
+            result = tune(from_swap(config, "smol"),
+                          TuneOptions(budget_s=60, prompts_per_suite=2, max_new_tokens=16,
+                                      download_budget=1 << 30, hub_endpoint=hub.url,
+                                      download_dir=library, memory_bytes=8 << 30),
+                          on_event=on_event, cancel=cancel)
+            held = [stall.reached.is_set() for stall in stalls]
+        finally:
+            for stall in stalls:
+                stall.reached.set()  # its waiter ends, whatever happened
+                stall.release()
+    assert held == [True]  # the download was cut where the Hub held it
     assert result.cancelled and not result.decision.apply and result.search is None
     assert result.decision.why == "Cancelled during the downloads: nothing was written."
     [download] = result.downloads
