@@ -59,26 +59,26 @@ def render(window, out_dir: Path) -> list[Path]:
     try:
         page = window.show_page("models")
         drafts = Path(tempfile.mkdtemp(prefix="specdeck-shot-drafts-"))
-        page.set_install_dir(drafts)
+        page.installer.set_install_dir(drafts)
         # One model already installed, so the library is not empty.
         from specdeck.core.hub import install
 
         install("testorg/Qwen2.5-0.5B-Instruct-exl2", "4.0bpw", drafts)
-        page.refresh_library()
-        page.search_edit.setText("tinyllama")
-        page.search()
-        _wait(app, lambda: page.results_table.rowCount() > 0)
-        page.select_repo(TINY_REPO)
-        _wait(app, lambda: page.variants_table.rowCount() == 3)
-        page.select_variant("6_5")
+        page.library.refresh()
+        page.browser.search_edit.setText("tinyllama")
+        page.browser.search()
+        _wait(app, lambda: page.browser.results_table.rowCount() > 0)
+        page.browser.select_repo(TINY_REPO)
+        _wait(app, lambda: page.browser.variants_table.rowCount() == 3)
+        page.browser.select_variant("6_5")
         hub.throttle_bps = 1_200_000
-        page.start_install()
-        _wait(app, lambda: page.progress_bar.value() > 450)
+        page.installer.start_install()
+        _wait(app, lambda: page.installer.progress_bar.value() > 450)
         _settle(app)
         shots.append(out_dir / "models-install.png")
         window.grab().save(str(shots[-1]))
         hub.throttle_bps = None
-        _wait(app, lambda: not page.installing() and not page.busy())
+        _wait(app, lambda: not page.installer.installing() and not page.busy())
         _settle(app)
         shots.append(out_dir / "models-installed.png")
         window.grab().save(str(shots[-1]))
@@ -108,21 +108,21 @@ def _exl3_shot(app, window, out_dir: Path, drafts: Path) -> Path:
     os.environ["HF_ENDPOINT"] = hub.url
     try:
         page = window.show_page("models")
-        page.search_edit.setText("qwen2.5 0.5b")
-        page.format_combo.setCurrentIndex(page.format_combo.findData("exl3"))
-        page.search()
-        _wait(app, lambda: page.results_table.rowCount() == 1)
-        page.select_repo("turboderp/Qwen2.5-0.5B-Instruct-exl3")
-        _wait(app, lambda: page.variants_table.rowCount() == 2)
-        page.select_variant("3.0bpw")
-        page.start_install()
-        _wait(app, lambda: not page.installing() and not page.busy(), timeout=300)
+        page.browser.search_edit.setText("qwen2.5 0.5b")
+        page.browser.format_combo.setCurrentIndex(page.browser.format_combo.findData("exl3"))
+        page.browser.search()
+        _wait(app, lambda: page.browser.results_table.rowCount() == 1)
+        page.browser.select_repo("turboderp/Qwen2.5-0.5B-Instruct-exl3")
+        _wait(app, lambda: page.browser.variants_table.rowCount() == 2)
+        page.browser.select_variant("3.0bpw")
+        page.installer.start_install()
+        _wait(app, lambda: not page.installer.installing() and not page.busy(), timeout=300)
         _settle(app)
         shot = out_dir / "models-exl3.png"
         window.grab().save(str(shot))
     finally:
         hub.stop()
-        page.format_combo.setCurrentIndex(0)
+        page.browser.format_combo.setCurrentIndex(0)
     return shot
 
 
@@ -144,11 +144,11 @@ def _gguf_shot(app, window, out_dir: Path, drafts: Path) -> Path:
     os.environ["HF_ENDPOINT"] = hub.url
     try:
         page = window.show_page("models")
-        page.show_repo(repo)
-        _wait(app, lambda: len(page.variant_rows()) == 4)
-        page.select_variant(page.GGUF_PREFIX + "Qwen2.5-0.5B-Instruct-Q8_0")
-        page.start_install()
-        _wait(app, lambda: not page.installing() and not page.busy())
+        page.browser.show_repo(repo)
+        _wait(app, lambda: len(page.browser.variant_rows()) == 4)
+        page.browser.select_variant(page.browser.GGUF_PREFIX + "Qwen2.5-0.5B-Instruct-Q8_0")
+        page.installer.start_install()
+        _wait(app, lambda: not page.installer.installing() and not page.busy())
         _settle(app)
         shot = out_dir / "models-gguf.png"
         window.grab().save(str(shot))

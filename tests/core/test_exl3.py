@@ -457,7 +457,7 @@ def page(qtbot, configured_qapp, hub, monkeypatch, tmp_path):
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     page = ModelsPage(AppContext())
     qtbot.addWidget(page)
-    page.set_install_dir(tmp_path / "drafts")
+    page.installer.set_install_dir(tmp_path / "drafts")
     page.resize(1200, 800)
     page.show()
     yield page
@@ -469,20 +469,20 @@ def test_models_page_filters_by_format_and_labels_exl3(qtbot, page, tmp_path):
     from PySide6.QtCore import Qt
 
     def results() -> list[tuple[str, str]]:
-        table = page.results_table
+        table = page.browser.results_table
         return [(table.item(r, 0).text(), table.item(r, 4).text()) for r in range(table.rowCount())]
 
-    qtbot.keyClicks(page.search_edit, "qwen2.5 0.5b")
-    qtbot.mouseClick(page.search_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: page.results_table.rowCount() == 3, timeout=10_000)
+    qtbot.keyClicks(page.browser.search_edit, "qwen2.5 0.5b")
+    qtbot.mouseClick(page.browser.search_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.browser.results_table.rowCount() == 3, timeout=10_000)
     assert results() == [(GGUF_REPO, "GGUF"), (EXL2_REPO, "EXL2"), (EXL3_REPO, "EXL3")]
-    page.format_combo.setCurrentIndex(page.format_combo.findData("exl3"))
-    qtbot.mouseClick(page.search_button, Qt.MouseButton.LeftButton)
+    page.browser.format_combo.setCurrentIndex(page.browser.format_combo.findData("exl3"))
+    qtbot.mouseClick(page.browser.search_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: results() == [(EXL3_REPO, "EXL3")], timeout=10_000)
-    assert page.search_status.text().startswith("1 EXL3 repository")
-    page.select_repo(EXL3_REPO)
-    qtbot.waitUntil(lambda: page.variants_table.rowCount() == 2, timeout=10_000)
-    assert [row["Bitrate / quant"] for row in page.variant_rows().values()] == [
+    assert page.browser.search_status.text().startswith("1 EXL3 repository")
+    page.browser.select_repo(EXL3_REPO)
+    qtbot.waitUntil(lambda: page.browser.variants_table.rowCount() == 2, timeout=10_000)
+    assert [row["Bitrate / quant"] for row in page.browser.variant_rows().values()] == [
         "EXL3 · 3.0 bpw · h6", "EXL3 · 4.0 bpw · h6"]
     page.grab().save(str(tmp_path / "models-exl3.png"))
     assert (tmp_path / "models-exl3.png").stat().st_size > 10_000
@@ -505,18 +505,18 @@ def test_models_page_use_as_draft_follows_a_main_configs_backend(qtbot, page, tm
                         lambda dialog: config_dialog.QDialog.DialogCode.Accepted)
 
     def install(repo: str, branch: str):
-        page.show_repo(repo)
-        qtbot.waitUntil(lambda: branch in page.variant_rows(), timeout=10_000)
-        page.select_variant(branch)
+        page.browser.show_repo(repo)
+        qtbot.waitUntil(lambda: branch in page.browser.variant_rows(), timeout=10_000)
+        page.browser.select_variant(branch)
         with qtbot.waitSignal(page.install_finished, timeout=60_000) as finished:
-            qtbot.mouseClick(page.install_button, Qt.MouseButton.LeftButton)
+            qtbot.mouseClick(page.installer.install_button, Qt.MouseButton.LeftButton)
         return finished.args[0].path
 
     install(EXL2_REPO, "4.0bpw")
-    qtbot.mouseClick(page.use_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(page.installer.use_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "ExLlamaV3 only" in page.error_banner.label.text(), timeout=10_000)
     assert "cannot load EXL2" in page.error_banner.label.text() and config_yml.read_text() == original
     exl3 = install(EXL3_REPO, "3.0bpw")
     with qtbot.waitSignal(page.context.file_changed, timeout=10_000):
-        qtbot.mouseClick(page.use_button, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(page.installer.use_button, Qt.MouseButton.LeftButton)
     assert config.load(config_yml).draft_model_path() == exl3

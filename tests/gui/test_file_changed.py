@@ -141,15 +141,15 @@ def test_a_config_yml_created_on_draft_settings_reaches_the_models_page(
     qtbot.addWidget(window)
     window.context.set_config_path(config)  # not there yet
     models = window.show_page("models")
-    qtbot.waitUntil(lambda: "Folders:" in models.folders_label.text(), timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: "Folders:" in models.library.folders_label.text(), timeout=TIMEOUT)
     draft = window.show_page("draft")
     qtbot.waitUntil(lambda: "does not exist yet" in draft.banner.label.text(), timeout=TIMEOUT)
-    assert "Qwen2.5-0.5B-Instruct" not in models.library_rows()
+    assert "Qwen2.5-0.5B-Instruct" not in models.library.library_rows()
     heard = []
     window.context.file_changed.connect(lambda path, kind: heard.append((path, kind)))
 
     draft.create_config(config)
-    qtbot.waitUntil(lambda: "Qwen2.5-0.5B-Instruct" in models.library_rows(), timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: "Qwen2.5-0.5B-Instruct" in models.library.library_rows(), timeout=TIMEOUT)
     assert heard == [(str(config), TABBY_CONFIG)]
     qtbot.waitUntil(lambda: draft.document is not None, timeout=TIMEOUT)
     models.shutdown()
@@ -182,10 +182,10 @@ def test_a_tunes_hub_download_reaches_the_models_page(qtbot, configured_qapp, tm
         window = MainWindow()
         qtbot.addWidget(window)
         models = window.show_page("models")
-        models.set_install_dir(drafts)
-        models.show_repo(repo_id)
-        qtbot.waitUntil(lambda: name in models.variant_rows(), timeout=TIMEOUT)
-        assert models.variant_rows()[name]["Status"] == ""
+        models.installer.set_install_dir(drafts)
+        models.browser.show_repo(repo_id)
+        qtbot.waitUntil(lambda: name in models.browser.variant_rows(), timeout=TIMEOUT)
+        assert models.browser.variant_rows()[name]["Status"] == ""
         tune = window.show_page("tune")
         tune.live = TuneLive()  # a tune under way: its events are shown
         heard = []
@@ -199,7 +199,7 @@ def test_a_tunes_hub_download_reaches_the_models_page(qtbot, configured_qapp, tm
                                        None)  # what the tune's worker does, into its queue
         assert [r.status for r in records] == ["downloaded"] and kept
         tune.pump()
-        qtbot.waitUntil(lambda: models.variant_rows().get(name, {}).get("Status") == "installed",
+        qtbot.waitUntil(lambda: models.browser.variant_rows().get(name, {}).get("Status") == "installed",
                         timeout=TIMEOUT)
         assert heard == [(str(records[0].path.parent), MODEL)]
         models.shutdown()

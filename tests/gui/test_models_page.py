@@ -36,7 +36,7 @@ def page(qtbot, configured_qapp, fake_hub, monkeypatch, drafts):
     monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)  # the page finds the Hub the way users set it
     page = ModelsPage(AppContext())
     qtbot.addWidget(page)
-    page.set_install_dir(drafts)
+    page.installer.set_install_dir(drafts)
     page.resize(1200, 800)
     page.show()
     yield page
@@ -45,38 +45,38 @@ def page(qtbot, configured_qapp, fake_hub, monkeypatch, drafts):
 
 
 def open_repo(qtbot, page, text: str, repo_id: str) -> None:
-    page.search_edit.clear()
-    qtbot.keyClicks(page.search_edit, text)
-    qtbot.mouseClick(page.search_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: page.results_table.rowCount() > 0, timeout=TIMEOUT)
-    page.select_repo(repo_id)
-    qtbot.waitUntil(lambda: page.variants_table.rowCount() > 0, timeout=TIMEOUT)
+    page.browser.search_edit.clear()
+    qtbot.keyClicks(page.browser.search_edit, text)
+    qtbot.mouseClick(page.browser.search_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.browser.results_table.rowCount() > 0, timeout=TIMEOUT)
+    page.browser.select_repo(repo_id)
+    qtbot.waitUntil(lambda: page.browser.variants_table.rowCount() > 0, timeout=TIMEOUT)
 
 
 def variant_status(page, revision: str) -> str:
-    return page.variant_rows()[revision]["Status"]
+    return page.browser.variant_rows()[revision]["Status"]
 
 
 def library_rows(page) -> dict[str, dict[str, str]]:
-    return page.library_rows()
+    return page.library.library_rows()
 
 
 def test_find_pick_install_and_see_it_in_the_library(qtbot, page, fake_hub, drafts):
     size = len(fake_hub.repos[TINY_REPO].branches["6_5"][WEIGHTS])
     stall = fake_hub.stall(WEIGHTS, at=size // 2)  # held there: the progress bar mid-way
     open_repo(qtbot, page, "tinyllama", TINY_REPO)
-    assert page.repositories() == [TINY_REPO, "soloquant/TinyLlama-1.1B-Chat-v1.0-4.0bpw-h6-exl2"]
-    assert [row["Bitrate / quant"] for row in page.variant_rows().values()] == [
+    assert page.browser.repositories() == [TINY_REPO, "soloquant/TinyLlama-1.1B-Chat-v1.0-4.0bpw-h6-exl2"]
+    assert [row["Bitrate / quant"] for row in page.browser.variant_rows().values()] == [
         "EXL2 · 4.0 bpw · h6", "EXL2 · 6.5 bpw · h6", "EXL2 · 8.0 bpw · h8"]
-    page.select_variant("6_5")
-    assert page.install_button.isEnabled() and "6.5 bpw" in page.install_button.text()
+    page.browser.select_variant("6_5")
+    assert page.installer.install_button.isEnabled() and "6.5 bpw" in page.installer.install_button.text()
 
     with qtbot.waitSignal(page.install_finished, timeout=TIMEOUT) as finished:
-        qtbot.mouseClick(page.install_button, Qt.MouseButton.LeftButton)
-        qtbot.waitUntil(lambda: stall.reached.is_set() and 0 < page.progress_bar.value() < 1000,
+        qtbot.mouseClick(page.installer.install_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: stall.reached.is_set() and 0 < page.installer.progress_bar.value() < 1000,
                         timeout=TIMEOUT)
-        assert page.cancel_button.isEnabled() and not page.install_button.isEnabled()
-        assert "MB/s" in page.progress_label.text() or "of" in page.progress_label.text()
+        assert page.installer.cancel_button.isEnabled() and not page.installer.install_button.isEnabled()
+        assert "MB/s" in page.installer.progress_label.text() or "of" in page.installer.progress_label.text()
         stall.release()
 
     result = finished.args[0]
@@ -84,47 +84,47 @@ def test_find_pick_install_and_see_it_in_the_library(qtbot, page, fake_hub, draf
     assert result.path == folder
     for path, data in fake_hub.repos[TINY_REPO].branches["6_5"].items():
         assert (folder / path).read_bytes() == data
-    assert page.progress_bar.value() == 1000
-    assert "verified" in page.progress_label.text()
-    assert "TinyLlama-1.1B-Chat-v1.0-exl2-6.5bpw" in page.result_label.text()
-    assert "6.5 bpw" in page.result_label.text() and "32,000" in page.result_label.text()
-    assert not page.use_button.isHidden()
+    assert page.installer.progress_bar.value() == 1000
+    assert "verified" in page.installer.progress_label.text()
+    assert "TinyLlama-1.1B-Chat-v1.0-exl2-6.5bpw" in page.installer.result_label.text()
+    assert "6.5 bpw" in page.installer.result_label.text() and "32,000" in page.installer.result_label.text()
+    assert not page.installer.use_button.isHidden()
     qtbot.waitUntil(lambda: folder.name in library_rows(page), timeout=TIMEOUT)
     row = library_rows(page)[folder.name]
     assert (row["Architecture"], row["Quantization"], row["Installed from"]) == (
         "llama", "EXL2 6.5 bpw h6", f"{TINY_REPO}@6_5")
-    qtbot.waitUntil(lambda: page.variants_table.rowCount() == 3 and variant_status(page, "6_5") == "installed",
+    qtbot.waitUntil(lambda: page.browser.variants_table.rowCount() == 3 and variant_status(page, "6_5") == "installed",
                     timeout=TIMEOUT)
-    assert page.selected_variant().revision == "6_5", "the selection survives the refresh"
-    assert page.install_button.text() == "Installed" and not page.install_button.isEnabled()
-    assert not page.cancel_button.isEnabled()
-    page.select_variant("8.0bpw")
-    assert page.install_button.isEnabled()
+    assert page.browser.selected_variant().revision == "6_5", "the selection survives the refresh"
+    assert page.installer.install_button.text() == "Installed" and not page.installer.install_button.isEnabled()
+    assert not page.installer.cancel_button.isEnabled()
+    page.browser.select_variant("8.0bpw")
+    assert page.installer.install_button.isEnabled()
 
 
 def test_cancel_mid_file_then_resume_after_a_restart(qtbot, page, fake_hub, drafts, configured_qapp):
     size = len(fake_hub.repos[TINY_REPO].branches["4.0bpw"][WEIGHTS])
     stall = fake_hub.stall(WEIGHTS, at=size // 2)
     open_repo(qtbot, page, "tinyllama", TINY_REPO)
-    page.select_variant("4.0bpw")
-    qtbot.mouseClick(page.install_button, Qt.MouseButton.LeftButton)
+    page.browser.select_variant("4.0bpw")
+    qtbot.mouseClick(page.installer.install_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(stall.reached.is_set, timeout=TIMEOUT)
-    qtbot.mouseClick(page.cancel_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: page.install_button.isEnabled(), timeout=TIMEOUT)
+    qtbot.mouseClick(page.installer.cancel_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.installer.install_button.isEnabled(), timeout=TIMEOUT)
     stall.release()
-    assert "cancelled" in page.progress_label.text() and "resumes" in page.progress_label.text()
+    assert "cancelled" in page.installer.progress_label.text() and "resumes" in page.installer.progress_label.text()
     assert not (drafts / "TinyLlama-1.1B-Chat-v1.0-exl2-4.0bpw").exists()
-    qtbot.waitUntil(lambda: not page.partial_banner.isHidden(), timeout=TIMEOUT)
-    assert f"{TINY_REPO}@4.0bpw" in page.partial_banner.label.text()
+    qtbot.waitUntil(lambda: not page.installer.partial_banner.isHidden(), timeout=TIMEOUT)
+    assert f"{TINY_REPO}@4.0bpw" in page.installer.partial_banner.label.text()
     qtbot.waitUntil(lambda: variant_status(page, "4.0bpw").startswith("unfinished"), timeout=TIMEOUT)
 
     # A new window (as after a restart) finds the unfinished install and resumes it.
     again = ModelsPage(AppContext())
     qtbot.addWidget(again)
     again.show()
-    qtbot.waitUntil(lambda: not again.partial_banner.isHidden(), timeout=TIMEOUT)
-    assert again.install_dir == drafts
-    resume = next(b for b in again.partial_banner.buttons() if b.text() == "Resume")
+    qtbot.waitUntil(lambda: not again.installer.partial_banner.isHidden(), timeout=TIMEOUT)
+    assert again.installer.install_dir == drafts
+    resume = next(b for b in again.installer.partial_banner.buttons() if b.text() == "Resume")
     with qtbot.waitSignal(again.install_finished, timeout=TIMEOUT) as finished:
         qtbot.mouseClick(resume, Qt.MouseButton.LeftButton)
     assert finished.args[0].resumed_bytes > 0
@@ -132,7 +132,7 @@ def test_cancel_mid_file_then_resume_after_a_restart(qtbot, page, fake_hub, draf
     assert ranges[0] is None and ranges[-1].startswith("bytes=") and ranges[-1] != "bytes=0-"
     assert (drafts / "TinyLlama-1.1B-Chat-v1.0-exl2-4.0bpw" / WEIGHTS).read_bytes() == \
         fake_hub.repos[TINY_REPO].branches["4.0bpw"][WEIGHTS]
-    qtbot.waitUntil(lambda: again.partial_banner.isHidden(), timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: again.installer.partial_banner.isHidden(), timeout=TIMEOUT)
     again.shutdown()
     qtbot.waitUntil(lambda: not again.busy(), timeout=TIMEOUT)
 
@@ -149,9 +149,9 @@ def test_a_name_clash_offers_another_name(qtbot, page, fake_hub, drafts, monkeyp
 
     monkeypatch.setattr(QInputDialog, "getText", staticmethod(answer))
     open_repo(qtbot, page, "tinyllama", TINY_REPO)
-    page.select_variant("8.0bpw")
+    page.browser.select_variant("8.0bpw")
     with qtbot.waitSignal(page.install_finished, timeout=TIMEOUT) as finished:
-        qtbot.mouseClick(page.install_button, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(page.installer.install_button, Qt.MouseButton.LeftButton)
     ((suggested, error_shown),) = asked
     assert suggested == "TinyLlama-1.1B-Chat-v1.0-exl2-8.0bpw-2"
     assert "left untouched" in error_shown
@@ -160,37 +160,37 @@ def test_a_name_clash_offers_another_name(qtbot, page, fake_hub, drafts, monkeyp
 
 
 def test_errors_show_in_place(qtbot, page):
-    page.show_repo("nobody/nothing-exl2")
+    page.browser.show_repo("nobody/nothing-exl2")
     qtbot.waitUntil(lambda: page.error_banner.isVisible(), timeout=TIMEOUT)
     assert "not found" in page.error_banner.label.text()
     assert page.error_banner.severity == "error"
-    assert not page.install_button.isEnabled()
+    assert not page.installer.install_button.isEnabled()
 
 
 def test_set_a_token_for_a_gated_repo(qtbot, page, monkeypatch, memory_keyring):
-    qtbot.waitUntil(lambda: "No Hugging Face token" in page.token_label.text(), timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: "No Hugging Face token" in page.token.token_label.text(), timeout=TIMEOUT)
     monkeypatch.setattr(QInputDialog, "getText", staticmethod(lambda *a, **k: (GOOD_TOKEN, True)))
-    qtbot.mouseClick(page.token_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: "Signed in as alice" in page.token_label.text(), timeout=TIMEOUT)
-    assert "keyring" in page.token_label.text()
-    assert GOOD_TOKEN not in page.token_label.text()
+    qtbot.mouseClick(page.token.token_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "Signed in as alice" in page.token.token_label.text(), timeout=TIMEOUT)
+    assert "keyring" in page.token.token_label.text()
+    assert GOOD_TOKEN not in page.token.token_label.text()
     assert GOOD_TOKEN in memory_keyring.store.values()
-    page.show_repo(GATED_REPO)
-    qtbot.waitUntil(lambda: page.variants_table.rowCount() == 1, timeout=TIMEOUT)
-    (row,) = page.variant_rows().values()
+    page.browser.show_repo(GATED_REPO)
+    qtbot.waitUntil(lambda: page.browser.variants_table.rowCount() == 1, timeout=TIMEOUT)
+    (row,) = page.browser.variant_rows().values()
     assert row["Notes"] == ""  # config.json readable: no "needs access" note
-    qtbot.mouseClick(page.forget_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: "No Hugging Face token" in page.token_label.text(), timeout=TIMEOUT)
+    qtbot.mouseClick(page.token.forget_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "No Hugging Face token" in page.token.token_label.text(), timeout=TIMEOUT)
     assert memory_keyring.store == {}
 
 
 def test_use_as_draft_needs_a_config(qtbot, page):
     open_repo(qtbot, page, "tinyllama", TINY_REPO)
     with qtbot.waitSignal(page.install_finished, timeout=TIMEOUT):
-        qtbot.mouseClick(page.install_button, Qt.MouseButton.LeftButton)
-    assert not page.use_button.isHidden()
-    assert not page.use_button.isEnabled()
-    assert "config.yml" in page.use_button.toolTip()
+        qtbot.mouseClick(page.installer.install_button, Qt.MouseButton.LeftButton)
+    assert not page.installer.use_button.isHidden()
+    assert not page.installer.use_button.isEnabled()
+    assert "config.yml" in page.installer.use_button.toolTip()
 
 
 def test_use_as_draft_edits_config_yml_after_showing_the_diff(qtbot, page, drafts, tmp_path, monkeypatch):
@@ -203,7 +203,7 @@ def test_use_as_draft_edits_config_yml_after_showing_the_diff(qtbot, page, draft
     config_yml.write_text((TABBY / "config_sample.exl2-checkpoint.yml").read_text())
     original = config_yml.read_text()
     page.context.set_config_path(config_yml)
-    page.set_install_dir(drafts)
+    page.installer.set_install_dir(drafts)
     shown = []
 
     def accept(dialog):
@@ -213,10 +213,10 @@ def test_use_as_draft_edits_config_yml_after_showing_the_diff(qtbot, page, draft
     monkeypatch.setattr(config_dialog.ConfirmChangeDialog, "exec", accept)
     open_repo(qtbot, page, "tinyllama", TINY_REPO)
     with qtbot.waitSignal(page.install_finished, timeout=TIMEOUT) as finished:
-        qtbot.mouseClick(page.install_button, Qt.MouseButton.LeftButton)
-    assert page.use_button.isEnabled()
+        qtbot.mouseClick(page.installer.install_button, Qt.MouseButton.LeftButton)
+    assert page.installer.use_button.isEnabled()
     with qtbot.waitSignal(page.context.file_changed, timeout=TIMEOUT):
-        qtbot.mouseClick(page.use_button, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(page.installer.use_button, Qt.MouseButton.LeftButton)
     name = finished.args[0].path.name
     (diff,) = shown
     assert f"+  draft_model_name: {name}" in diff, "the change was shown before saving"
@@ -249,12 +249,12 @@ def test_library_compatibility_against_the_config_target(qtbot, page, fake_hub, 
     assert found["Llama-2-7b-hf"] == "Target model"
     # A fresh install is checked against the target right away.
     open_repo(qtbot, page, "tinyllama", TINY_REPO)
-    page.select_variant("6_5")
+    page.browser.select_variant("6_5")
     with qtbot.waitSignal(page.install_finished, timeout=TIMEOUT):
-        qtbot.mouseClick(page.install_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: page.compat_badge.isVisible(), timeout=TIMEOUT)
-    assert page.compat_badge.text().startswith("Compatible")
-    assert page.compat_badge.property("role") in ("badge-ok", "badge-warn")
+        qtbot.mouseClick(page.installer.install_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.installer.compat_badge.isVisible(), timeout=TIMEOUT)
+    assert page.installer.compat_badge.text().startswith("Compatible")
+    assert page.installer.compat_badge.property("role") in ("badge-ok", "badge-warn")
 
 
 def test_install_request_from_another_page_opens_the_variant(qtbot, configured_qapp, fake_hub, monkeypatch):
@@ -268,9 +268,9 @@ def test_install_request_from_another_page_opens_the_variant(qtbot, configured_q
     window.context.install_requested.emit(TINY_REPO, "8.0bpw")
     assert window.current_page_key() == "models"
     page = window.page("models")
-    qtbot.waitUntil(lambda: page.variants_table.rowCount() == 3, timeout=TIMEOUT)
-    assert page.selected_variant().revision == "8.0bpw"
-    assert page.search_edit.text() == TINY_REPO
+    qtbot.waitUntil(lambda: page.browser.variants_table.rowCount() == 3, timeout=TIMEOUT)
+    assert page.browser.selected_variant().revision == "8.0bpw"
+    assert page.browser.search_edit.text() == TINY_REPO
     page.shutdown()
     qtbot.waitUntil(lambda: not page.busy(), timeout=TIMEOUT)
 
@@ -298,7 +298,7 @@ def gguf_page(qtbot, configured_qapp, memory_keyring, monkeypatch, drafts, tmp_p
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         page = ModelsPage(AppContext())
         qtbot.addWidget(page)
-        page.set_install_dir(drafts)
+        page.installer.set_install_dir(drafts)
         page.resize(1200, 800)
         page.show()
         yield page, hub, files
@@ -307,19 +307,19 @@ def gguf_page(qtbot, configured_qapp, memory_keyring, monkeypatch, drafts, tmp_p
 
 
 def _rows(page) -> dict[str, dict[str, str]]:
-    return page.variant_rows()
+    return page.browser.variant_rows()
 
 
 def _select(page, file_name: str) -> None:
-    page.select_variant(page.GGUF_PREFIX + file_name.removesuffix(".gguf").split("-00001-of-")[0])
+    page.browser.select_variant(page.browser.GGUF_PREFIX + file_name.removesuffix(".gguf").split("-00001-of-")[0])
 
 
 def test_a_gguf_repo_lists_its_files_and_installs_one_verified(qtbot, gguf_page, drafts):
     from specdeck.core.hub import format_bytes
 
     page, hub, files = gguf_page
-    page.show_repo(GGUF_REPO)
-    qtbot.waitUntil(lambda: page.variants_table.rowCount() == 3, timeout=TIMEOUT)
+    page.browser.show_repo(GGUF_REPO)
+    qtbot.waitUntil(lambda: page.browser.variants_table.rowCount() == 3, timeout=TIMEOUT)
     rows = _rows(page)
     q4 = rows["Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf"]
     assert q4["Bitrate / quant"] == "GGUF Q4_K_M" and q4["Files"] == "2" and q4["Download"] == format_bytes(len(files[
@@ -328,53 +328,53 @@ def test_a_gguf_repo_lists_its_files_and_installs_one_verified(qtbot, gguf_page,
                 "Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf"])))
     assert "projector" in rows["mmproj-Qwen2.5-0.5B-Instruct-f16.gguf"]["Notes"]
     _select(page, "mmproj-Qwen2.5-0.5B-Instruct-f16.gguf")
-    assert not page.install_button.isEnabled()  # a projector is not a draft
+    assert not page.installer.install_button.isEnabled()  # a projector is not a draft
 
     _select(page, "Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf")
-    assert page.install_button.isEnabled() and page.install_button.text() == "Install GGUF Q4_K_M"
+    assert page.installer.install_button.isEnabled() and page.installer.install_button.text() == "Install GGUF Q4_K_M"
     first = "Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf"
     stall = hub.stall(first, at=len(files[first]) // 2)
     seen = []
-    page.progress_bar.valueChanged.connect(seen.append)
-    page.start_install()
-    qtbot.waitUntil(lambda: stall.reached.is_set() and page.progress_bar.value() > 0,
+    page.installer.progress_bar.valueChanged.connect(seen.append)
+    page.installer.start_install()
+    qtbot.waitUntil(lambda: stall.reached.is_set() and page.installer.progress_bar.value() > 0,
                     timeout=TIMEOUT)
     stall.release()
-    qtbot.waitUntil(lambda: not page.installing() and bool(page.result_label.text()), timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: not page.installer.installing() and bool(page.installer.result_label.text()), timeout=TIMEOUT)
     folder = drafts / "Qwen2.5-0.5B-Instruct-GGUF-Q4_K_M"
     for name in ("Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf",
                  "Qwen2.5-0.5B-Instruct-Q4_K_M-00002-of-00002.gguf"):
         assert (folder / name).read_bytes() == files[name]
-    assert any(0 < v < page.progress_bar.maximum() for v in seen)  # it moved while downloading
-    assert "-md " in page.result_label.text() and not page.use_button.isVisible()
+    assert any(0 < v < page.installer.progress_bar.maximum() for v in seen)  # it moved while downloading
+    assert "-md " in page.installer.result_label.text() and not page.installer.use_button.isVisible()
     qtbot.waitUntil(lambda: _rows(page).get(
         "Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf", {}).get("Status") == "installed",
         timeout=TIMEOUT)
     _select(page, "Qwen2.5-0.5B-Instruct-Q4_K_M-00001-of-00002.gguf")
-    assert page.install_button.text() == "Installed" and not page.install_button.isEnabled()
+    assert page.installer.install_button.text() == "Installed" and not page.installer.install_button.isEnabled()
 
 
 def test_a_cancelled_gguf_install_leaves_nothing_that_looks_installed(qtbot, gguf_page, drafts):
     page, hub, files = gguf_page
     name = "Qwen2.5-0.5B-Instruct-Q8_0.gguf"
     stall = hub.stall(name, at=len(files[name]) // 2)  # held mid-file until cancelled
-    page.show_repo(GGUF_REPO)
-    qtbot.waitUntil(lambda: page.variants_table.rowCount() == 3, timeout=TIMEOUT)
+    page.browser.show_repo(GGUF_REPO)
+    qtbot.waitUntil(lambda: page.browser.variants_table.rowCount() == 3, timeout=TIMEOUT)
     _select(page, name)
-    page.start_install()
-    qtbot.waitUntil(lambda: stall.reached.is_set() and page.progress_bar.value() > 0,
+    page.installer.start_install()
+    qtbot.waitUntil(lambda: stall.reached.is_set() and page.installer.progress_bar.value() > 0,
                     timeout=TIMEOUT)
-    page.cancel_install()
-    qtbot.waitUntil(lambda: not page.installing(), timeout=TIMEOUT)
+    page.installer.cancel_install()
+    qtbot.waitUntil(lambda: not page.installer.installing(), timeout=TIMEOUT)
     stall.release()
     assert not (drafts / "Qwen2.5-0.5B-Instruct-GGUF-Q8_0").exists()
-    qtbot.waitUntil(lambda: page.variants_table.rowCount() == 3, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: page.browser.variants_table.rowCount() == 3, timeout=TIMEOUT)
     assert _rows(page)["Qwen2.5-0.5B-Instruct-Q8_0.gguf"]["Status"] == ""
     # The unfinished download is offered for resuming, as a GGUF (not the whole main branch).
-    qtbot.waitUntil(lambda: page.partial_banner.isVisible(), timeout=TIMEOUT)
-    assert page.partials[0].gguf == "Qwen2.5-0.5B-Instruct-Q8_0.gguf"
-    page.resume_install()
-    qtbot.waitUntil(lambda: not page.installing() and bool(page.result_label.text()),
+    qtbot.waitUntil(lambda: page.installer.partial_banner.isVisible(), timeout=TIMEOUT)
+    assert page.installer.partials[0].gguf == "Qwen2.5-0.5B-Instruct-Q8_0.gguf"
+    page.installer.resume_install()
+    qtbot.waitUntil(lambda: not page.installer.installing() and bool(page.installer.result_label.text()),
                     timeout=TIMEOUT)
     folder = drafts / "Qwen2.5-0.5B-Instruct-GGUF-Q8_0"
     assert [p.name for p in folder.iterdir() if not p.name.startswith(".")] == [
@@ -404,7 +404,7 @@ def test_the_other_name_offered_after_a_conflict_is_looked_for_off_the_gui_threa
     monkeypatch.setattr(hub, "free_folder_name", watched)
     monkeypatch.setattr(QInputDialog, "getText",
                         lambda *args, text="", **kwargs: (offered.append(text), ("", False))[1])
-    page._offer_other_name(SimpleNamespace(repo_id=TINY_REPO, revision="main",
+    page.installer._offer_other_name(SimpleNamespace(repo_id=TINY_REPO, revision="main",
                                            folder_name="tiny"))
     qtbot.waitUntil(lambda: bool(offered), timeout=10_000)
     assert offered == ["tiny-2"] and looked_on == [False]

@@ -19,26 +19,28 @@ Everything slow (network, disk scans, keyring, tokenizers) runs in gui.workers. 
 installed, in which state, under which folder name, and what a folder is for is decided in
 specdeck.core.hub.library; the page renders it.
 
-The page's parts, one module each: library (the local models), hub_browser (search and a
-repository's variants), install (destination, Install, Resume, Use as draft), hub_token
-(the Hugging Face token).
+The page's parts, one module each, each an object that owns its widgets and its state:
+library (the local models and the folders scanned), hub_browser (search, and the shown
+repository's offer and selection), install (the destination, the unfinished installs,
+Install, Resume, Use as draft), hub_token (the Hugging Face token). The page owns what they
+share (the window's context, the workers, the error banner) and wires what one part tells
+the others.
 """
 
 from __future__ import annotations
 
 import html
 import logging
-from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QSplitter, QVBoxLayout, QWidget
-from specdeck.gui import form_settings
+from PySide6.QtWidgets import QGroupBox, QSplitter, QVBoxLayout, QWidget
+from specdeck.core import changed
 from specdeck.gui.context import AppContext
-from specdeck.gui.pages.models.hub_browser import HubBrowserPart
-from specdeck.gui.pages.models.hub_token import TokenPart, _token_status
-from specdeck.gui.pages.models.install import SETTINGS_PREFIX, InstallChoice, InstallPart
-from specdeck.gui.pages.models.library import LibraryPart
+from specdeck.gui.pages.models.hub_browser import HubBrowser
+from specdeck.gui.pages.models.hub_token import HubToken
+from specdeck.gui.pages.models.install import Installer
+from specdeck.gui.pages.models.library import Library
+from specdeck.gui.widgets.banner import Banner
 from specdeck.gui.workers import TaskHandle, Tasks
 
 log = logging.getLogger(__name__)
@@ -48,9 +50,11 @@ def create_page(context: AppContext) -> QWidget:
     return ModelsPage(context)
 
 
-class ModelsPage(LibraryPart, HubBrowserPart, InstallPart, TokenPart, QWidget):
-    """The library on top, the Hub below; each part in its module, sharing the page's
-    workers (``_run``) and error banner."""
+class ModelsPage(QWidget):
+    """The library on top, the Hub below. The parts (``library``, ``browser``, ``installer``,
+    ``token``) share the page's workers (:meth:`run`) and error banner; what one needs of
+    another is asked of its owner, what one tells the others goes through the signals wired
+    here."""
 
     install_finished = Signal(object)
     """An InstallResult, after a successful install."""
@@ -61,18 +65,25 @@ class ModelsPage(LibraryPart, HubBrowserPart, InstallPart, TokenPart, QWidget):
         self.tasks = Tasks(self)
         """Keys: "library" (the scan), "compatibility", "variants" (the selected repository's),
         "install", "search", "token", ...: a newer request of a key replaces the older."""
-        self._offer: Any = None
-        """What the selected repository offers (core.hub.library.RepoOffer)."""
-        self._partials: list = []
-        self._library_dirs: list[Path] = []
-        self._last_result: Any = None
-        self._install_dir: Path | None = None
-        self._rename_offer: Any = None  # a Variant whose folder name clashed
+        self.error_banner = Banner()
+        self.token = HubToken(self)
+        self.browser = HubBrowser(
+            self, where=lambda: (self.library.dirs, self.installer.install_dir))
+        self.installer = Installer(self, self.browser)
+        self.library = Library(self, destination=lambda: self.installer.install_dir)
+
+        self.library.partials_found.connect(self.installer.show_partials)
+        self.browser.partials_found.connect(self.installer.show_partials)
+        self.browser.selection_changed.connect(self.installer.update_buttons)
+        self.installer.destination_changed.connect(self.library.refresh)
+        self.installer.discarded.connect(self.library.refresh)
+        self.installer.ended.connect(self._install_ended)
+        self.installer.finished.connect(self.install_finished)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 8, 10, 8)
         splitter = QSplitter(Qt.Orientation.Vertical)
-        splitter.addWidget(self._build_library())
+        splitter.addWidget(self.library.box)
         splitter.addWidget(self._build_hub())
         splitter.setStretchFactor(0, 2)
         splitter.setStretchFactor(1, 5)
@@ -80,30 +91,75 @@ class ModelsPage(LibraryPart, HubBrowserPart, InstallPart, TokenPart, QWidget):
         splitter.setChildrenCollapsible(False)
         layout.addWidget(splitter, 1)
 
-        context.config_path_changed.connect(lambda _path: self._config_changed())
+        context.config_path_changed.connect(lambda _path: self.installer.follow_config())
         context.file_changed.connect(self._file_changed)
-        stored = form_settings.restore(SETTINGS_PREFIX, InstallChoice()).install_dir
-        if stored:  # a folder the user chose on this page wins over config.yml's
-            self._install_dir = Path(stored)
-            self._show_destination()
-            self.refresh_library()
-        else:
-            self._use_config_destination()
-        self._run("token", _token_status, finished=self.token_label.setText)
+        self.installer.restore_destination()
+        self.token.refresh()
 
-    def _run(self, key: str | None, fn, *args, finished=None, failed=None, progress=None,
-             **kwargs) -> TaskHandle | None:
+    def _build_hub(self) -> QWidget:
+        box = QGroupBox("Install a draft model (EXL2 or EXL3 branch, or GGUF file) from the Hugging Face Hub")
+        layout = QVBoxLayout(box)
+        layout.addWidget(self.error_banner)
+        layout.addLayout(self.browser.search_row)
+        layout.addLayout(self.token.row)
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(self.browser.results_panel)
+        right = QWidget()
+        right_layout = QVBoxLayout(right)
+        right_layout.setContentsMargins(0, 0, 0, 0)
+        right_layout.addWidget(self.browser.repo_label)
+        right_layout.addWidget(self.browser.variants_table, 1)
+        right_layout.addWidget(self.installer.panel)
+        split.addWidget(right)
+        split.setStretchFactor(0, 2)
+        split.setStretchFactor(1, 3)
+        layout.addWidget(split, 1)
+        return box
+
+    # what the parts share ------------------------------------------------------------------
+    def run(self, key: str | None, fn, *args, finished=None, failed=None, progress=None,
+            **kwargs) -> TaskHandle | None:
         """Run ``fn`` in a worker as the newest call of ``key`` (None: a call of its own); its
         result, error and progress reach the callbacks on the GUI thread while it is the
         newest, and never after shutdown()."""
         return self.tasks.run(key, fn, *args, on_result=finished,
-                              on_error=failed or self._show_error, on_progress=progress, **kwargs)
+                              on_error=failed or self.show_error, on_progress=progress, **kwargs)
 
-    def _show_error(self, error: BaseException) -> None:
+    def show_error(self, error: BaseException) -> None:
         self.error_banner.show_message(html.escape(str(error)), "error")
 
-    def _clear_error(self) -> None:
+    def clear_error(self) -> None:
         self.error_banner.clear()
+
+    def config_file(self) -> str | None:
+        """The window's config.yml (it names the library's folders and the target model)."""
+        path = self.context.config_path
+        return str(path) if path else None
+
+    # what one part tells the others --------------------------------------------------------
+    def _file_changed(self, _path: str, kind: str) -> None:
+        """config.yml names the library's folder and the draft in use; an install (this
+        page's, or a tune's Hub draft) adds a model to it, and changes the shown repository's
+        statuses (this page's own install shows them again when it ends)."""
+        if kind in (changed.TABBY_CONFIG, changed.MODEL):
+            self.library.refresh()
+        if kind == changed.MODEL and self.browser.offer is not None \
+                and not self.installer.installing():
+            self.browser.show_repo(self.browser.offer.repo_id)
+
+    def _install_ended(self) -> None:
+        """An install ended (done, failed or cancelled): the library, and the shown
+        repository's statuses (installed, unfinished), are read again."""
+        self.library.refresh()
+        if self.browser.offer is not None:
+            self.browser.show_repo(self.browser.offer.repo_id)
+
+    def request_install(self, repo_id: str, revision: str = "") -> None:
+        """Another page asked for this repo (e.g. a Hub suggestion on Compatibility): show its
+        variants with ``revision`` selected, ready for the user's Install click."""
+        self.browser.search_edit.setText(repo_id)
+        self.browser.show_repo(repo_id, select=revision or None)
+        self.context.show_status(f"Pick a bitrate of {repo_id} and press Install.")
 
     def busy(self) -> bool:
         """Whether any call is still in a worker (after shutdown: until each has stopped)."""

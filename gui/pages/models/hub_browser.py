@@ -5,20 +5,24 @@ its format, or GGUF files (their shards together), each with whether it is insta
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
-    QGroupBox,
     QHBoxLayout,
     QLineEdit,
     QPushButton,
-    QSplitter,
     QVBoxLayout,
     QWidget,
 )
 from specdeck.core.errors import CancelledError
 from specdeck.gui.pages.models.widgets import new_label, new_table, table_item
-from specdeck.gui.widgets.banner import Banner
+
+if TYPE_CHECKING:
+    from specdeck.gui.pages.models import ModelsPage
 
 ANY_FAMILY = "any family"
 VRAM_TIP = ("The weights' share of GPU memory, estimated from config.json and the bitrate. The KV "
@@ -26,9 +30,9 @@ VRAM_TIP = ("The weights' share of GPU memory, estimated from config.json and th
 FAMILIES = ("", "llama", "qwen2", "mistral", "gemma2", "phi3", "deepseek", "command-r", "yi")
 
 
-class HubBrowserPart:
-    """The Hub's box: search, results, the selected repository's variants (part of
-    ModelsPage)."""
+class HubBrowser(QObject):
+    """Search, results, and the selected repository's variants (part of ModelsPage): owns
+    what the shown repository offers and which of it is selected."""
 
     RESULT_HEADERS = ["Repository", "Downloads", "Likes", "Access", "Format"]
     VARIANT_HEADERS = ["Branch / file", "Bitrate / quant", "Download", "VRAM (weights)", "Files",
@@ -36,13 +40,24 @@ class HubBrowserPart:
     GGUF_PREFIX = "gguf:"
     """Row data of a GGUF file (EXL2 rows hold their branch)."""
 
-    def _build_hub(self) -> QWidget:
-        box = QGroupBox("Install a draft model (EXL2 or EXL3 branch, or GGUF file) from the Hugging Face Hub")
-        layout = QVBoxLayout(box)
-        self.error_banner = Banner()
-        layout.addWidget(self.error_banner)
+    partials_found = Signal(list)
+    """The shown repository's unfinished installs (core.hub.install.PartialInstall)."""
+    selection_changed = Signal()
+    """Another variant is selected, or the selected one's status changed."""
 
-        search = QHBoxLayout()
+    def __init__(self, page: ModelsPage, where: Callable[[], tuple[list[Path], Path | None]]):
+        """``where``: the library's folders and the install destination, where a
+        repository's variants are looked for as installed or unfinished."""
+        super().__init__(page)
+        self._page = page
+        self._where = where
+        self.offer: Any = None
+        """What the shown repository offers (core.hub.library.RepoOffer); None while it is
+        read."""
+        self._build()
+
+    def _build(self) -> None:
+        self.search_row = search = QHBoxLayout()
         self.search_edit = QLineEdit()
         self.search_edit.setPlaceholderText("Search EXL2, EXL3 and GGUF repositories, e.g. qwen2.5 0.5b instruct")
         self.search_edit.returnPressed.connect(self.search)
@@ -72,13 +87,9 @@ class HubBrowserPart:
         search.addWidget(self.format_combo)
         search.addWidget(self.author_edit)
         search.addWidget(self.search_button)
-        layout.addLayout(search)
 
-        layout.addLayout(self._build_token())
-
-        split = QSplitter(Qt.Orientation.Horizontal)
-        left = QWidget()
-        left_layout = QVBoxLayout(left)
+        self.results_panel = QWidget()
+        left_layout = QVBoxLayout(self.results_panel)
         left_layout.setContentsMargins(0, 0, 0, 0)
         self.results_table = new_table(self.RESULT_HEADERS, stretch=0)
         self.results_table.itemSelectionChanged.connect(self._repo_selected)
@@ -86,12 +97,11 @@ class HubBrowserPart:
                                     "repositories.", role="hint")
         left_layout.addWidget(self.results_table, 1)
         left_layout.addWidget(self.search_status)
-        split.addWidget(left)
-        split.addWidget(self._build_install())
-        split.setStretchFactor(0, 2)
-        split.setStretchFactor(1, 3)
-        layout.addWidget(split, 1)
-        return box
+
+        self.repo_label = new_label("<b>No repository selected</b>")
+        self.repo_label.setTextFormat(Qt.TextFormat.RichText)
+        self.variants_table = new_table(self.VARIANT_HEADERS, stretch=len(self.VARIANT_HEADERS) - 1)
+        self.variants_table.itemSelectionChanged.connect(self.selection_changed)
 
     def variant_rows(self) -> dict[str, dict[str, str]]:
         """The selected repository's branches and GGUF files: first cell -> its row."""
@@ -108,18 +118,18 @@ class HubBrowserPart:
     def search(self) -> None:
         from specdeck.core.hub import search_repos
 
-        self._clear_error()
+        self._page.clear_error()
         family = self.family_combo.currentText().strip()
         if family == ANY_FAMILY:
             family = ""
         self.search_button.setEnabled(False)
         self.search_status.setText("Searching…")
-        self._run(
+        self._page.run(
             "search", search_repos, self.search_edit.text(), author=self.author_edit.text() or None,
             family=family or None, formats=self.format_combo.currentData(),
             finished=self._show_results,
             failed=lambda exc: (self.search_button.setEnabled(True), self.search_status.setText(""),
-                                self._show_error(exc)),
+                                self._page.show_error(exc)),
         )
 
     def _show_results(self, hits: list) -> None:
@@ -156,31 +166,24 @@ class HubBrowserPart:
     def _repo_selected(self) -> None:
         rows = self.results_table.selectionModel().selectedRows()
         if rows:
-            self._clear_error()
+            self._page.clear_error()
             self.show_repo(self.results_table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole))
 
-    def request_install(self, repo_id: str, revision: str = "") -> None:
-        """Another page asked for this repo (e.g. a Hub suggestion on Compatibility): show its
-        variants with ``revision`` selected, ready for the user's Install click."""
-        self.search_edit.setText(repo_id)
-        self.show_repo(repo_id, select=revision or None)
-        self.context.show_status(f"Pick a bitrate of {repo_id} and press Install.")
-
     def show_repo(self, repo_id: str, select: str | None = None) -> None:
-        rows = self.variants_table.selectionModel().selectedRows() if self._offer else []
-        same_repo = self._offer is not None and self._offer.repo_id == repo_id
+        rows = self.variants_table.selectionModel().selectedRows() if self.offer else []
+        same_repo = self.offer is not None and self.offer.repo_id == repo_id
         keep = (self.variants_table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole)
                 if rows and same_repo else None)
         keep = select or keep
-        self._offer = None
+        self.offer = None
         self.variants_table.setRowCount(0)
         self.repo_label.setText(f"<b>{repo_id}</b> · reading its branches…")
-        dirs = [str(d) for d in self._library_dirs]
+        library_dirs, destination = self._where()
         from specdeck.core.hub.library import repo_offer
 
-        self._run(
-            "variants", repo_offer, repo_id, dirs,
-            str(self._install_dir) if self._install_dir else None,
+        self._page.run(
+            "variants", repo_offer, repo_id, [str(d) for d in library_dirs],
+            str(destination) if destination else None,
             finished=lambda result: self._show_variants(repo_id, result, keep),
             failed=lambda exc: self._variants_failed(repo_id, exc),
         )
@@ -189,16 +192,15 @@ class HubBrowserPart:
         if isinstance(error, CancelledError):
             return
         self.repo_label.setText(f"<b>{repo_id}</b>")
-        self._show_error(error)
+        self._page.show_error(error)
 
     def _show_variants(self, repo_id: str, offer, keep: str | None = None) -> None:
         from specdeck.core.hub import format_bytes
 
         if offer.repo_id != repo_id:
             return
-        self._offer = offer
+        self.offer = offer
         found = offer.variants
-        self._partials = list(offer.partials)
         ggufs = offer.ggufs
         others = "; ".join(f"{b}: {why}" for b, why in found.other_branches)
         counts = [f"{len(found.variants)} bitrate{'s' if len(found.variants) != 1 else ''}"]
@@ -230,8 +232,8 @@ class HubBrowserPart:
         if table.rowCount():
             keys = [table.item(r, 0).data(Qt.ItemDataRole.UserRole) for r in range(table.rowCount())]
             table.selectRow(keys.index(keep) if keep in keys else 0)
-        self._show_partials()
-        self._update_buttons()
+        self.partials_found.emit(list(offer.partials))
+        self.selection_changed.emit()
 
     def _add_gguf_rows(self) -> None:
         """One row per GGUF file (shards together): llama.cpp's drafts come as files, one per
@@ -239,7 +241,7 @@ class HubBrowserPart:
         from specdeck.core.hub import format_bytes
 
         table = self.variants_table
-        for choice in self._offer.ggufs:
+        for choice in self.offer.ggufs:
             row = table.rowCount()
             table.insertRow(row)
             table.setItem(row, 0, table_item(choice.main_file, "a GGUF file on the main branch",
@@ -250,30 +252,30 @@ class HubBrowserPart:
                                         "file's tensors as they are: its size is the weights' "
                                         "VRAM when every layer is offloaded", align_right=True))
             table.setItem(row, 4, table_item(str(len(choice.files)), align_right=True))
-            table.setItem(row, 5, table_item(self._offer.gguf_state(choice).text))
+            table.setItem(row, 5, table_item(self.offer.gguf_state(choice).text))
             note = ("multimodal projector: not a draft model" if choice.is_projector
                     else "for llama-server (-md); TabbyAPI loads EXL2/EXL3 folders")
             table.setItem(row, 6, table_item(note, note))
 
     def selected_gguf(self):
         """The GGUF file (a core.hub.gguf.GgufChoice) selected, or None."""
-        rows = self.variants_table.selectionModel().selectedRows() if self._offer else []
+        rows = self.variants_table.selectionModel().selectedRows() if self.offer else []
         if not rows:
             return None
         key = self.variants_table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole) or ""
         if not key.startswith(self.GGUF_PREFIX):
             return None
         name = key[len(self.GGUF_PREFIX):]
-        return next((c for c in self._offer.ggufs if c.name == name), None)
+        return next((c for c in self.offer.ggufs if c.name == name), None)
 
     def selected_variant(self):
-        rows = self.variants_table.selectionModel().selectedRows() if self._offer else []
+        rows = self.variants_table.selectionModel().selectedRows() if self.offer else []
         if not rows:
             return None
         revision = self.variants_table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole)
         if str(revision).startswith(self.GGUF_PREFIX):
             return None
-        return self._offer.variants.find(revision)
+        return self.offer.variants.find(revision)
 
     def select_variant(self, revision: str) -> None:
         for row in range(self.variants_table.rowCount()):

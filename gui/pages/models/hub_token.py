@@ -5,6 +5,9 @@ workers; the token itself is never shown nor kept in SpecDeck's settings.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QInputDialog,
@@ -12,6 +15,9 @@ from PySide6.QtWidgets import (
     QPushButton,
 )
 from specdeck.gui.pages.models.widgets import new_label
+
+if TYPE_CHECKING:
+    from specdeck.gui.pages.models import ModelsPage
 
 
 def _token_status() -> str:
@@ -39,11 +45,13 @@ def _forget() -> str:
     return _token_status()
 
 
-class TokenPart:
-    """The token row (part of ModelsPage)."""
+class HubToken(QObject):
+    """The token row (part of ModelsPage): owns its label and buttons."""
 
-    def _build_token(self) -> QHBoxLayout:
-        token = QHBoxLayout()
+    def __init__(self, page: ModelsPage):
+        super().__init__(page)
+        self._page = page
+        self.row = QHBoxLayout()
         self.token_label = new_label("", role="hint")
         self.token_button = QPushButton("Set token…")
         self.token_button.setToolTip("For gated and private repositories. Stored in the system keyring, "
@@ -51,15 +59,18 @@ class TokenPart:
         self.token_button.clicked.connect(self._ask_token)
         self.forget_button = QPushButton("Forget token")
         self.forget_button.clicked.connect(
-            lambda: self._run("token", _forget, finished=self.token_label.setText))
-        token.addWidget(self.token_label, 1)
-        token.addWidget(self.token_button)
-        token.addWidget(self.forget_button)
-        return token
+            lambda: self._page.run("token", _forget, finished=self.token_label.setText))
+        self.row.addWidget(self.token_label, 1)
+        self.row.addWidget(self.token_button)
+        self.row.addWidget(self.forget_button)
+
+    def refresh(self) -> None:
+        """Say which token is used (the keyring is asked in a worker)."""
+        self._page.run("token", _token_status, finished=self.token_label.setText)
 
     def _ask_token(self) -> None:
         value, ok = QInputDialog.getText(
-            self, "Hugging Face token",
+            self._page, "Hugging Face token",
             "Paste a read token from huggingface.co/settings/tokens.\n"
             "It is checked with the Hub, then kept in the system keyring (never in config.yml).\n"
             "HF_TOKEN, when set, takes precedence.",
@@ -67,6 +78,5 @@ class TokenPart:
         )
         if ok and value.strip():
             self.token_label.setText("Checking the token…")
-            self._run("token", _sign_in, value.strip(), finished=self.token_label.setText,
-                      failed=lambda exc: (self._show_error(exc), self._run(
-                          "token", _token_status, finished=self.token_label.setText)))
+            self._page.run("token", _sign_in, value.strip(), finished=self.token_label.setText,
+                           failed=lambda exc: (self._page.show_error(exc), self.refresh()))

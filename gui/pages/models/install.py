@@ -11,8 +11,9 @@ import html
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (
     QFileDialog,
     QGridLayout,
@@ -29,8 +30,12 @@ from PySide6.QtWidgets import (
 from specdeck.core.errors import CancelledError
 from specdeck.gui import form_settings
 from specdeck.gui.pages.compatibility import BADGE_ROLES
-from specdeck.gui.pages.models.widgets import new_label, new_table, set_role
+from specdeck.gui.pages.models.widgets import new_label, set_role
 from specdeck.gui.widgets.banner import Banner
+
+if TYPE_CHECKING:
+    from specdeck.gui.pages.models import ModelsPage
+    from specdeck.gui.pages.models.hub_browser import HubBrowser
 
 SETTINGS_PREFIX = "models/"
 PROGRESS_STEPS = 1000
@@ -53,19 +58,43 @@ def _install_and_use(install, *args, progress=None, cancel=None, **kwargs):
     return result, installed_use(result.path)
 
 
-class InstallPart:
-    """Install, its destination and what follows it (part of ModelsPage)."""
+def _default_dir(config_path: str | None) -> Path | None:
+    """Worker: config.yml's draft_model_dir (read from the file), or None."""
+    from specdeck.core.hub import default_install_dir
 
-    def _build_install(self) -> QWidget:
+    return default_install_dir(config_path)
+
+
+class Installer(QObject):
+    """Install, its destination and what follows it (part of ModelsPage): owns the
+    destination, the unfinished installs offered for Resume, and the last install's result.
+    What to install is the browser's selection."""
+
+    finished = Signal(object)
+    """An InstallResult, after a successful install."""
+    destination_changed = Signal()
+    """Installs go into another folder (the library scans it)."""
+    ended = Signal()
+    """An install ended (done, failed or cancelled)."""
+    discarded = Signal()
+    """An unfinished install was deleted from the destination."""
+
+    def __init__(self, page: ModelsPage, browser: HubBrowser):
+        super().__init__(page)
+        self._page = page
+        self._browser = browser
+        self._install_dir: Path | None = None
+        self._partials: list = []
+        self._last_result: Any = None
+        """The last successful install (core.hub.install.InstallResult): "Use as draft" sets it."""
+        self._rename_offer: Any = None
+        """A Variant whose folder name clashed, offered another name once its install ended."""
+        self.panel = self._build()
+
+    def _build(self) -> QWidget:
         panel = QWidget()
         layout = QVBoxLayout(panel)
         layout.setContentsMargins(0, 0, 0, 0)
-        self.repo_label = new_label("<b>No repository selected</b>")
-        self.repo_label.setTextFormat(Qt.TextFormat.RichText)
-        layout.addWidget(self.repo_label)
-        self.variants_table = new_table(self.VARIANT_HEADERS, stretch=len(self.VARIANT_HEADERS) - 1)
-        self.variants_table.itemSelectionChanged.connect(self._update_buttons)
-        layout.addWidget(self.variants_table, 1)
 
         dest = QHBoxLayout()
         dest.addWidget(QLabel("Install into:"))
@@ -111,7 +140,7 @@ class InstallPart:
         result.addWidget(self.use_button, 1, 2)
         result.setColumnStretch(1, 1)
         layout.addLayout(result)
-        self._update_buttons()
+        self.update_buttons()
         return panel
 
     @property
@@ -120,13 +149,23 @@ class InstallPart:
         return list(self._partials)
 
     def installing(self) -> bool:
-        return self.tasks.running("install")
+        return self._page.tasks.running("install")
 
     @property
     def install_dir(self) -> Path | None:
         return self._install_dir
 
-    def _config_changed(self) -> None:
+    def restore_destination(self) -> None:
+        """The folder the user chose on this page last time; else config.yml's."""
+        stored = form_settings.restore(SETTINGS_PREFIX, InstallChoice()).install_dir
+        if stored:  # a folder the user chose on this page wins over config.yml's
+            self._install_dir = Path(stored)
+            self._show_destination()
+            self.destination_changed.emit()
+        else:
+            self._use_config_destination()
+
+    def follow_config(self) -> None:
         """Another config.yml was opened: install into its draft_model_dir from now on."""
         form_settings.save(SETTINGS_PREFIX, InstallChoice())
         self._use_config_destination()
@@ -134,26 +173,21 @@ class InstallPart:
     def _use_config_destination(self) -> None:
         self._install_dir = None
         self._show_destination()
-        self.refresh_library()
-        self._run("default_dir", self._default_dir, finished=self._got_default_dir,
-                  failed=lambda exc: self._got_default_dir(None))
-
-    def _default_dir(self) -> Path | None:
-        from specdeck.core.hub import default_install_dir
-
-        return default_install_dir(self._config_path())
+        self.destination_changed.emit()
+        self._page.run("default_dir", _default_dir, self._page.config_file(),
+                       finished=self._got_default_dir, failed=lambda exc: self._got_default_dir(None))
 
     def _got_default_dir(self, path: Path | None) -> None:
         if path is not None and self._install_dir is None:
             self._install_dir = Path(path)
             self._show_destination()
-            self.refresh_library()
+            self.destination_changed.emit()
 
     def set_install_dir(self, path: str | Path) -> None:
         self._install_dir = Path(path)
         form_settings.save(SETTINGS_PREFIX, InstallChoice(str(self._install_dir)))
         self._show_destination()
-        self.refresh_library()
+        self.destination_changed.emit()
 
     def _show_destination(self) -> None:
         if self._install_dir is None:
@@ -162,30 +196,33 @@ class InstallPart:
         else:
             self.dest_label.setText(str(self._install_dir))
             set_role(self.dest_label, None)
-        self._update_buttons()
+        self.update_buttons()
 
     def _choose_destination(self) -> None:
         start = str(self._install_dir or Path.home())
-        chosen = QFileDialog.getExistingDirectory(self, "Install draft models into", start)
+        chosen = QFileDialog.getExistingDirectory(self._page, "Install draft models into", start)
         if chosen:
             self.set_install_dir(chosen)
 
-    def _update_buttons(self) -> None:
+    def update_buttons(self) -> None:
+        """Install and Cancel for the browser's selection, the destination and whether an
+        install runs."""
         installing = self.installing()
-        gguf = self.selected_gguf() if hasattr(self, "variants_table") else None
+        offer = self._browser.offer
+        gguf = self._browser.selected_gguf()
         if gguf is not None:
-            installed = self._offer.gguf_state(gguf).installed
+            installed = offer.gguf_state(gguf).installed
             self.install_button.setEnabled(self._install_dir is not None and not installing
                                            and not installed and not gguf.is_projector)
             self.install_button.setText("Installed" if installed else f"Install GGUF {gguf.quant or gguf.name}")
             self.install_button.setToolTip(
                 "A multimodal projector, not a draft model." if gguf.is_projector else
                 f"Installs {len(gguf.files)} file(s) into {self._install_dir or '?'}/"
-                f"{self._offer.gguf_folder(gguf)}")
+                f"{offer.gguf_folder(gguf)}")
             self.cancel_button.setEnabled(installing)
             return
-        variant = self.selected_variant() if hasattr(self, "variants_table") else None
-        installed = variant is not None and self._offer.state(variant).installed
+        variant = self._browser.selected_variant()
+        installed = variant is not None and offer.state(variant).installed
         can = variant is not None and self._install_dir is not None and not installing and not installed
         self.install_button.setEnabled(can)
         if installed:
@@ -199,11 +236,11 @@ class InstallPart:
         self.cancel_button.setEnabled(installing)
 
     def start_install(self, name: str | None = None) -> None:
-        gguf = self.selected_gguf()
+        gguf = self._browser.selected_gguf()
         if gguf is not None and self._install_dir is not None and not self.installing():
-            self._begin_install(self._offer.repo_id, "main", name, gguf=gguf.name)
+            self._begin_install(self._browser.offer.repo_id, "main", name, gguf=gguf.name)
             return
-        variant = self.selected_variant()
+        variant = self._browser.selected_variant()
         if variant is None or self._install_dir is None or self.installing():
             return
         self._begin_install(variant.repo_id, variant.revision, name)
@@ -218,7 +255,7 @@ class InstallPart:
                        gguf: str | None = None) -> None:
         from specdeck.core.hub import install
 
-        self._clear_error()
+        self._page.clear_error()
         self.result_label.clear()
         self.use_button.hide()
         self.compat_badge.hide()
@@ -230,19 +267,19 @@ class InstallPart:
             call, args = install_gguf, (repo_id, gguf, str(self._install_dir))
         else:
             call, args = install, (repo_id, revision, self._install_dir)
-        handle = self.tasks.run("install", _install_and_use, call, *args, name=name,
+        handle = self._page.tasks.run("install", _install_and_use, call, *args, name=name,
                                 on_result=lambda done: self._install_done(*done),
                                 on_error=self._install_failed, on_progress=self._install_progress,
                                 on_done=self._install_ended)
         if handle is None:
             return
         self._show_partials()
-        self._update_buttons()
+        self.update_buttons()
 
     def cancel_install(self) -> None:
         if self.installing():
             self.progress_label.setText("Cancelling…")
-            self.tasks.stop("install")
+            self._page.tasks.stop("install")
 
     def _install_progress(self, p) -> None:
         self.progress_bar.setValue(int(p.fraction * PROGRESS_STEPS))
@@ -250,10 +287,8 @@ class InstallPart:
         self.progress_label.setText(p.describe())
 
     def _install_ended(self) -> None:
-        self._update_buttons()
-        self.refresh_library()
-        if self._offer is not None:
-            self.show_repo(self._offer.repo_id)  # new statuses: installed, unfinished
+        self.update_buttons()
+        self.ended.emit()
         offer, self._rename_offer = self._rename_offer, None
         if offer is not None:
             self._offer_other_name(offer)
@@ -261,7 +296,7 @@ class InstallPart:
     def _install_done(self, result, use) -> None:
         """``use``: what the installed folder is for (core.hub.library.InstalledUse)."""
         self._last_result = result
-        self.context.announce(result.changed)
+        self._page.context.announce(result.changed)
         self.progress_bar.setValue(PROGRESS_STEPS)
         self.progress_bar.setFormat("100%")
         self.progress_label.setText(
@@ -285,7 +320,7 @@ class InstallPart:
             self.use_button.show()
             self._update_use_button()
         self._check_new_model(result.path)
-        self.install_finished.emit(result)
+        self.finished.emit(result)
 
     def _install_failed(self, error: BaseException) -> None:
         from specdeck.core.hub import InstallConflictError
@@ -294,8 +329,8 @@ class InstallPart:
             self.progress_label.setText(str(error))
             return
         self.progress_label.setText("")
-        self._show_error(error)
-        variant = self.selected_variant()
+        self._page.show_error(error)
+        variant = self._browser.selected_variant()
         if isinstance(error, InstallConflictError) and variant is not None and self._install_dir is not None:
             self._rename_offer = variant  # asked once the task has ended (see _install_ended)
 
@@ -303,14 +338,20 @@ class InstallPart:
         """Ask for another folder name, suggesting a free one (looked for in a worker)."""
         from specdeck.core.hub import free_folder_name
 
-        self._run("free_name", free_folder_name, self._install_dir, variant.folder_name,
-                  finished=lambda suggestion: self._ask_other_name(variant, suggestion))
+        self._page.run("free_name", free_folder_name, self._install_dir, variant.folder_name,
+                       finished=lambda suggestion: self._ask_other_name(variant, suggestion))
 
     def _ask_other_name(self, variant, suggestion: str) -> None:
-        name, ok = QInputDialog.getText(self, "Install under another name",
+        name, ok = QInputDialog.getText(self._page, "Install under another name",
                                         "That folder exists. Install this variant as:", text=suggestion)
         if ok and name.strip():
             self._begin_install(variant.repo_id, variant.revision, name.strip())
+
+    def show_partials(self, partials: list) -> None:
+        """Offer ``partials`` (the unfinished installs a scan or a repository's offer found)
+        for Resume."""
+        self._partials = list(partials)
+        self._show_partials()
 
     def _show_partials(self) -> None:
         from specdeck.core.hub import format_bytes
@@ -333,10 +374,10 @@ class InstallPart:
         if not self._partials:
             return
         partial = self._partials[0]
-        answer = QMessageBox.question(self, "Discard unfinished install",
+        answer = QMessageBox.question(self._page, "Discard unfinished install",
                                       f"Delete what was downloaded for {partial.spec}?")
         if answer == QMessageBox.StandardButton.Yes:
-            self._run(None, discard_partial, partial, finished=lambda _r: self.refresh_library())
+            self._page.run(None, discard_partial, partial, finished=lambda _r: self.discarded.emit())
 
     def _check_new_model(self, path: Path) -> None:
         def show(badges: dict) -> None:
@@ -350,11 +391,11 @@ class InstallPart:
 
         from specdeck.core.hub.library import target_badges
 
-        self._run("new_model_compatibility", target_badges, self._config_path(),
-                  [path.as_posix()], finished=show, failed=lambda exc: None)
+        self._page.run("new_model_compatibility", target_badges, self._page.config_file(),
+                       [path.as_posix()], finished=show, failed=lambda exc: None)
 
     def _update_use_button(self) -> None:
-        has_config = self.context.config_path is not None
+        has_config = self._page.context.config_path is not None
         self.use_button.setEnabled(has_config)
         self.use_button.setToolTip(
             "Set this model as draft_model in config.yml (you see the change first)." if has_config
@@ -364,9 +405,11 @@ class InstallPart:
     def use_as_draft(self) -> None:
         from specdeck.core.hub.draft import plan_use_as_draft
 
-        if self._last_result is None or self.context.config_path is None:
+        config_path = self._page.context.config_path
+        if self._last_result is None or config_path is None:
             return
-        self._run("use_as_draft", plan_use_as_draft, self._last_result.path, self.context.config_path, finished=self._confirm_change)
+        self._page.run("use_as_draft", plan_use_as_draft, self._last_result.path, config_path,
+                       finished=self._confirm_change)
 
     def _confirm_change(self, change) -> None:
         from specdeck.gui.widgets.config_dialog import confirm_and_save
@@ -377,21 +420,21 @@ class InstallPart:
             self.use_button.setEnabled(True)
             path = str(result.path)
             if result.written:  # announced by the save: the library re-reads it
-                self.context.show_status(f"Draft model set to {name} in {path}.")
+                self._page.context.show_status(f"Draft model set to {name} in {path}.")
             else:
-                self.context.show_status(f"{name} already is the draft model in {path}.")
+                self._page.context.show_status(f"{name} already is the draft model in {path}.")
 
         def failed(error: BaseException | None) -> None:
             self.use_button.setEnabled(True)
-            self.context.show_status("config.yml was not changed.")
+            self._page.context.show_status("config.yml was not changed.")
             if error is not None:
-                self._show_error(error)
+                self._page.show_error(error)
 
         if confirm_and_save(
-            self, self.tasks, change, "Use as draft model",
+            self._page, self._page.tasks, change, "Use as draft model",
             f"Make <b>{html.escape(name)}</b> TabbyAPI's draft model. SpecDeck will change config.yml "
             "like this (the previous version is kept as config.yml.bak):",
-            on_saved=saved, on_failed=failed, context=self.context,
+            on_saved=saved, on_failed=failed, context=self._page.context,
         ):
             self.use_button.setEnabled(False)
-            self.context.show_status("Saving config.yml…", 0)
+            self._page.context.show_status("Saving config.yml…", 0)

@@ -6,9 +6,11 @@ where it came from. The folders are scanned in a worker (core.hub.library).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -19,8 +21,10 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from specdeck.core import changed
 from specdeck.gui.pages.models.widgets import new_label, new_table, table_item
+
+if TYPE_CHECKING:
+    from specdeck.gui.pages.models import ModelsPage
 
 # Text colours of the library's compatibility column (the badge colours of style.qss).
 VERDICT_COLOURS = {
@@ -30,22 +34,27 @@ VERDICT_COLOURS = {
 }
 
 
-class LibraryPart:
-    """The library's box, its scan and its compatibility column (part of ModelsPage)."""
+class Library(QObject):
+    """The library's box, its scan and its compatibility column (part of ModelsPage): owns
+    the folders the last scan read."""
 
     LIBRARY_HEADERS = ["Name", "Architecture", "Parameters", "Size", "Quantization", "Context", "Vocab",
                        "Compatibility", "Installed from"]
 
-    def _file_changed(self, _path: str, kind: str) -> None:
-        """config.yml names the library's folder and the draft in use; an install (this
-        page's, or a tune's Hub draft) adds a model to it, and changes the shown repository's
-        statuses (this page's own install shows them again when it ends)."""
-        if kind in (changed.TABBY_CONFIG, changed.MODEL):
-            self.refresh_library()
-        if kind == changed.MODEL and self._offer is not None and not self.installing():
-            self.show_repo(self._offer.repo_id)
+    partials_found = Signal(list)
+    """The unfinished installs a scan found in the install destination
+    (core.hub.install.PartialInstall)."""
 
-    def _build_library(self) -> QWidget:
+    def __init__(self, page: ModelsPage, destination: Callable[[], Path | None]):
+        """``destination``: where installs go now (the folder is scanned too)."""
+        super().__init__(page)
+        self._page = page
+        self._destination = destination
+        self.dirs: list[Path] = []
+        """The folders the last scan read (the Hub browser looks there for installed copies)."""
+        self.box = self._build()
+
+    def _build(self) -> QWidget:
         box = QGroupBox("Local library")
         layout = QVBoxLayout(box)
         row = QHBoxLayout()
@@ -55,7 +64,7 @@ class LibraryPart:
         add.clicked.connect(self._add_folder)
         self.refresh_button = QPushButton("Refresh")
         self.refresh_button.setToolTip("Scan the folders again")
-        self.refresh_button.clicked.connect(self.refresh_library)
+        self.refresh_button.clicked.connect(self.refresh)
         row.addWidget(self.folders_label, 1)
         row.addWidget(add)
         row.addWidget(self.refresh_button)
@@ -72,34 +81,31 @@ class LibraryPart:
 
         return {row["Name"]: row for row in rows_by_header(self.library_table)}
 
-    def _config_path(self) -> str | None:
-        path = self.context.config_path
-        return str(path) if path else None
-
     def _add_folder(self) -> None:
-        chosen = QFileDialog.getExistingDirectory(self, "Add a model folder", str(Path.home()))
+        chosen = QFileDialog.getExistingDirectory(self._page, "Add a model folder", str(Path.home()))
         if chosen:
-            settings = self.context.settings
+            context = self._page.context
+            settings = context.settings
             if chosen not in settings.extra_model_dirs:
                 from dataclasses import replace
 
-                self.context.update_settings(replace(settings, extra_model_dirs=(*settings.extra_model_dirs, chosen)))
-            self.refresh_library()
+                context.update_settings(replace(settings, extra_model_dirs=(*settings.extra_model_dirs, chosen)))
+            self.refresh()
 
-    def refresh_library(self) -> None:
+    def refresh(self) -> None:
         from specdeck.core.hub.library import scan_for_install
 
         # Scans can overlap (a new folder while one runs): only the latest one is shown.
-        self._run("library", scan_for_install, self._config_path(),
-                  str(self._install_dir) if self._install_dir else None,
-                  finished=self._show_library)
+        destination = self._destination()
+        self._page.run("library", scan_for_install, self._page.config_file(),
+                       str(destination) if destination else None, finished=self._show_library)
 
     def _show_library(self, scan) -> None:
         from specdeck.core.hub import format_bytes
         from specdeck.core.hub.library import target_badges
         from specdeck.core.hub.search import SERVER_OF
 
-        self._library_dirs = list(scan.dirs)
+        self.dirs = list(scan.dirs)
         self.folders_label.setText(
             "Folders: " + (", ".join(str(d) for d in scan.dirs) if scan.dirs else
                            "none yet (open config.yml or add a folder)")
@@ -130,12 +136,11 @@ class LibraryPart:
         if notes:
             status += " Could not read: " + "; ".join(notes)
         self.library_status.setText(status)
-        self._partials = list(scan.partials)
-        self._show_partials()
+        self.partials_found.emit(list(scan.partials))
         drafts = [e.model.path.as_posix() for e in scan.entries]
-        self._run("compatibility", target_badges, self._config_path(), drafts,
-                  finished=self._show_compatibility, progress=self._show_compatibility,
-                  failed=lambda exc: self._show_compatibility({}))
+        self._page.run("compatibility", target_badges, self._page.config_file(), drafts,
+                       finished=self._show_compatibility, progress=self._show_compatibility,
+                       failed=lambda exc: self._show_compatibility({}))
 
     def _show_compatibility(self, badges: dict) -> None:
         table = self.library_table
