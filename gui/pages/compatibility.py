@@ -207,6 +207,7 @@ class CompatibilityPage(QWidget):
         self.suggestions = None
         self._build()
         context.config_path_changed.connect(lambda _path: self.refresh_library())
+        context.settings_read.connect(self.refresh_library)  # its folders and config.yml
         context.file_changed.connect(self._file_changed)
         self.refresh_library()
 

@@ -118,6 +118,7 @@ class DraftSettingsPage(QWidget):
         self._set_enabled(False)
         self.context.file_changed.connect(self._on_saved_elsewhere)
         self.context.config_path_changed.connect(self._on_path_changed_elsewhere)
+        self.context.settings_read.connect(self._open_remembered)
         remembered = self.context.config_path
         if remembered is not None:
             self.open_path(remembered)
@@ -539,6 +540,13 @@ class DraftSettingsPage(QWidget):
         elif kind == MODEL_FOLDER and self.document is not None:  # an install: new choices
             field = self.fields[(DRAFT, "draft_model_name")]
             self.tasks.run("choices", draft_choices, self.document, on_result=field.set_choices)
+
+    def _open_remembered(self) -> None:
+        """settings.json was read: open the config.yml it remembers, unless one is open or
+        being opened."""
+        remembered = self.context.config_path
+        if remembered is not None and self.document is None and not self.tasks.running("load"):
+            self.open_path(remembered)
 
     def _on_path_changed_elsewhere(self, path: str) -> None:
         if self.document is None or str(self.document.path.absolute()) != path:

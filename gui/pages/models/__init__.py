@@ -92,6 +92,8 @@ class ModelsPage(QWidget):
         layout.addWidget(splitter, 1)
 
         context.config_path_changed.connect(lambda _path: self.installer.follow_config())
+        # settings.json names config.yml (its draft folder) and extra folders: read again.
+        context.settings_read.connect(self.installer.restore_destination)
         context.file_changed.connect(self._file_changed)
         self.installer.restore_destination()
         self.token.refresh()
