@@ -29,17 +29,20 @@ TASKS = (
 )
 
 
+DEMO_HINT = ("See a live A/B in a minute, or the whole tuning loop, on the embedded demo "
+             "model (no download).")
+
+
 def demo_hint_text() -> str:
-    """Beside the demo buttons: what they do, and the llama-server tuning the demo needs
-    (the one SpecDeck found, or that the Tune page asks for one)."""
+    """Worker: beside the demo buttons, what they do, and the llama-server tuning the demo
+    needs (the one SpecDeck found, looked for on disk, or that the Tune page asks for one)."""
     from specdeck.core.tune.setup import llama_server_candidates
 
     found = llama_server_candidates()
     tune = (f"Tuning it runs llama-server ({found[0]})." if found else
             "Tuning it needs a llama-server binary: none is on PATH, so the Tune page asks "
             "for yours.")
-    return ("See a live A/B in a minute, or the whole tuning loop, on the embedded demo model "
-            f"(no download). {tune}")
+    return f"{DEMO_HINT} {tune}"
 
 
 def create_page(context) -> QWidget:
@@ -91,7 +94,7 @@ class StartPage(QWidget):
         self.tune_demo_button.clicked.connect(
             lambda: self.context.page_requested.emit("tune", "demo"))
         demo_row.addWidget(self.tune_demo_button)
-        self.demo_hint = QLabel(demo_hint_text())
+        self.demo_hint = QLabel(DEMO_HINT)  # which llama-server: once looked for (refresh)
         self.demo_hint.setProperty("role", "hint")
         self.demo_hint.setWordWrap(True)
         self.demo_hint.setTextFormat(Qt.TextFormat.PlainText)
@@ -118,6 +121,8 @@ class StartPage(QWidget):
 
         self.status.setText("Looking…")
         self.status.show()
+        self.tasks.run("demo-hint", demo_hint_text, on_result=self.demo_hint.setText,
+                       on_error=lambda _error: None)  # the hint stays without its last line
         self.tasks.run("discover", self._discover or discover, on_result=self._show,
                        on_error=lambda exc: self.status.setText(f"Could not look: {exc}"))
 

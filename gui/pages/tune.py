@@ -94,15 +94,13 @@ def create_page(context):
     return TunePage(context)
 
 
-def _found_binary():
-    """The llama-server SpecDeck finds without being told (core.tune.setup), or None."""
-    return found_llama_server()
+LOOKING_TEXT = "optional: looking for a llama-server…"
 
 
-def demo_binary_text() -> str:
-    """The demo's llama-server field, empty: which binary it will use, or that one is needed
-    (the Start page says the same)."""
-    found = _found_binary()
+def demo_binary_text(found) -> str:
+    """The demo's llama-server field, empty: which binary it will use (``found``, the one
+    SpecDeck found without being told), or that one is needed (the Start page says the
+    same)."""
     if found is None:
         return "needed: no llama-server found on PATH, choose yours (Browse…)"
     return f"optional: default, {found}"
@@ -145,6 +143,11 @@ class TunePage(QWidget):
         """The setup the shown result (or the tune running) belongs to: Apply is for it only."""
         self.plots = None
         self._cancelling = False
+        self._found: Path | None = None
+        """The llama-server the demo runs when none is given: looked for in a worker (a few
+        stats of the home folder's build folders) each time the demo is chosen."""
+        self._start_when_found = False
+        """Tune was pressed for the demo while the look still ran: start once it answers."""
         self.banner = Banner()
         self._build_form()
         self._build_progress()
@@ -343,7 +346,22 @@ class TunePage(QWidget):
             self.binary.setPlaceholderText({
                 SWAP: "optional: replaces the program in the model's cmd",
                 GGUF: "the llama-server binary to run",
-                DEMO: demo_binary_text()}[kind])
+                DEMO: LOOKING_TEXT}[kind])
+        if kind == DEMO:
+            self.tasks.run("binary", found_llama_server, on_result=self._binary_found,
+                           on_error=lambda _error: self._binary_found(None))
+
+    def looking_for_binary(self) -> bool:
+        """Whether the demo's default llama-server is still being looked for."""
+        return self.tasks.running("binary")
+
+    def _binary_found(self, found) -> None:
+        self._found = found
+        if self.kind.currentData() == DEMO:
+            self.binary.setPlaceholderText(demo_binary_text(found))
+        start, self._start_when_found = self._start_when_found, False
+        if start and self.kind.currentData() == DEMO:
+            self.start()
 
     def _sync_kind(self) -> None:
         """What the kind leaves editable: a llama-swap model's flags are its cmd's; TabbyAPI
@@ -433,7 +451,7 @@ class TunePage(QWidget):
 
     def request(self) -> TuneRequest:
         """The form as a request; a SpecDeckError says what is missing."""
-        return self.form().request(_found_binary)
+        return self.form().request(lambda: self._found)
 
     def options(self):
         return self.form().options()
@@ -446,6 +464,10 @@ class TunePage(QWidget):
         """Tune what the form says (a banner says why not, when it says nothing usable)."""
         from specdeck.core.tune.live import TuneLive
 
+        if self.kind.currentData() == DEMO and not self.binary.text().strip() \
+                and self.looking_for_binary():
+            self._start_when_found = True  # which llama-server is known in a moment
+            return
         try:
             request, options = self.request(), self.options()
         except SpecDeckError as exc:

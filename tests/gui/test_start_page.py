@@ -102,31 +102,45 @@ def test_the_start_page_says_what_tuning_the_demo_needs(qtbot, configured_qapp, 
                                                         monkeypatch, llama_bin):
     """Issue 44: "Tune the demo…" needs a llama-server, which the Start page did not say; its
     error then named a command-line flag. Now the Start page says which llama-server it will
-    use or that one is needed, and the Tune page asks for one in its own words."""
-    from specdeck.core.tune import setup
-    from specdeck.gui.pages import start
+    use or that one is needed, and the Tune page asks for one in its own words. Issue 45:
+    both look for it on disk in a worker, never on the GUI thread."""
+    import threading
 
+    from specdeck.core.tune import setup
+
+    looked_on = []
+    real = setup.llama_server_candidates
+    monkeypatch.setattr(setup, "llama_server_candidates", lambda: looked_on.append(
+        threading.current_thread() is threading.main_thread()) or real())
     monkeypatch.setattr(setup.shutil, "which", lambda name: None)
     monkeypatch.setenv("SPECDECK_LLAMA_CACHE", str(tmp_path / "no-build"))
     monkeypatch.setattr(setup.Path, "home", classmethod(lambda cls: tmp_path))
     monkeypatch.delenv("SPECDECK_LLAMA_SERVER", raising=False)
-    assert "needs a llama-server binary: none is on PATH" in start.demo_hint_text()
     window = MainWindow()
     qtbot.addWidget(window)
     page = window.show_page("start")
-    assert "needs a llama-server" in page.demo_hint.text()
+    qtbot.waitUntil(lambda: "needs a llama-server binary: none is on PATH"
+                    in page.demo_hint.text(), timeout=10_000)
     page.tune_demo_button.click()
     tune = window.page("tune")
     assert window.current_page_key() == "tune"
-    assert "no llama-server found" in tune.binary.placeholderText()
+    qtbot.waitUntil(lambda: "no llama-server found" in tune.binary.placeholderText(),
+                    timeout=10_000)
     tune.binary.setText("")
     tune.start()
     text = tune.banner.label.text()
     assert "needs a llama-server" in text and "Browse" in text and "--" not in text
-    # One found (here the pinned build, as SPECDECK_LLAMA_SERVER names it): both say which.
+    # One found (here the pinned build, as SPECDECK_LLAMA_SERVER names it): both say which,
+    # once they look again (the Start page's Refresh, the Tune page's choice of the demo).
     monkeypatch.setenv("SPECDECK_LLAMA_SERVER", str(llama_bin))
-    assert f"Tuning it runs llama-server ({llama_bin})" in start.demo_hint_text()
+    page.refresh()
+    qtbot.waitUntil(lambda: f"Tuning it runs llama-server ({llama_bin})" in page.demo_hint.text(),
+                    timeout=10_000)
+    tune.kind.setCurrentIndex(tune.kind.findData("llama-server"))
+    tune.kind.setCurrentIndex(tune.kind.findData("demo"))
+    qtbot.waitUntil(lambda: str(llama_bin) in tune.binary.placeholderText(), timeout=10_000)
     assert tune.request().binary == str(llama_bin)
+    assert looked_on and not any(looked_on)
 
 
 def test_a_look_for_servers_cut_short_by_the_app_quitting_ends_quietly(monkeypatch):

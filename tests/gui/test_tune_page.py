@@ -286,6 +286,7 @@ def test_what_is_wrong_with_the_form_is_said_in_place(qtbot, configured_qapp, tm
     assert not page.banner.isHidden()
     assert "Say which llama-server and GGUF" in page.banner.label.text()
     page.kind.setCurrentIndex(page.kind.findData("demo"))
+    qtbot.waitUntil(lambda: not page.looking_for_binary(), timeout=10_000)  # which llama-server
     page.budget.setText("ten minutes")
     qtbot.mouseClick(page.start_button, _left())
     assert "is not a duration" in page.banner.label.text()
@@ -430,6 +431,51 @@ def test_a_result_belongs_to_the_setup_that_produced_it(qtbot, configured_qapp, 
     page.kind.setCurrentIndex(page.kind.findData(SWAP))
     qtbot.waitUntil(lambda: page.model.currentData() == "smol", timeout=20_000)
     assert page.apply_button.isEnabled() and page.stale_note.isHidden()
+
+
+def test_the_demos_llama_server_is_looked_for_in_a_worker(qtbot, configured_qapp, llama_bin,
+                                                          demo_gguf, tmp_path, monkeypatch):
+    """Issue 45: the demo's default llama-server was looked for on disk on the GUI thread
+    (a few stats of the home folder's build folders), at every keystroke while a result was
+    shown. It is looked for in a worker when the demo is chosen; Tune pressed meanwhile
+    starts once it is known."""
+    import threading
+
+    from specdeck.core.tune import setup
+    from specdeck.gui.pages.tune import DEMO, SWAP
+
+    looked_on, slow, disk = [], threading.Event(), threading.Event()
+
+    def candidates():
+        looked_on.append(threading.current_thread() is threading.main_thread())
+        if slow.is_set():
+            disk.wait(10)  # a slow disk: the page goes on meanwhile
+        return [llama_bin]
+
+    monkeypatch.setattr(setup, "llama_server_candidates", candidates)
+    config = tune_config(tmp_path, llama_bin, demo_gguf)
+    window, page = tune_page(qtbot)
+    page.kind.setCurrentIndex(page.kind.findData(SWAP))
+    page.swap_config.setText(str(config))
+    page.load_models()
+    qtbot.waitUntil(lambda: page.model.currentData() == "smol", timeout=20_000)
+    page.finished(verified(config))  # a result shown: each edit asks whether it still applies
+    slow.set()
+    page.kind.setCurrentIndex(page.kind.findData(DEMO))
+    page.binary.setText("")
+    for key in "-t 1":
+        page.flags.setText(page.flags.text() + key)
+    assert page.looking_for_binary() and "looking" in page.binary.placeholderText()
+    small(page, "", tmp_path)
+    page.start()  # waits for the look, then starts
+    assert page.result_request.kind == SWAP and not page.tasks.running("tune")
+    disk.set()
+    qtbot.waitUntil(lambda: page.result_request.kind == DEMO, timeout=10_000)
+    assert page.result_request.binary == str(llama_bin)
+    assert str(llama_bin) in page.binary.placeholderText()
+    assert looked_on and not any(looked_on)
+    page.cancel()
+    qtbot.waitUntil(lambda: not page.tasks.running("tune"), timeout=60_000)
 
 
 def test_the_apply_diff_shows_a_one_line_cmd_change_on_screen(qtbot, configured_qapp, tmp_path):
