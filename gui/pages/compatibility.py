@@ -126,11 +126,22 @@ def _table(headers: list[str], stretch: int) -> QTableWidget:
     return table
 
 
+def start_folder(value: str, file: bool) -> str:
+    """Worker: where Browse… opens for the model picked so far (a user's path, maybe on a
+    slow or gone disk): its folder (a file's own folder, for GGUF…), else the home folder."""
+    path = Path(value)
+    if file:
+        return str(path.parent if path.is_file() else Path.home())
+    return value if path.is_dir() else str(Path.home())
+
+
 class ModelPicker(QWidget):
     """Choose a model: one from the library, a typed folder or Hub id, or Browse…."""
 
     def __init__(self, placeholder: str, parent: QWidget | None = None):
         super().__init__(parent)
+        self.tasks = Tasks(self)
+        """Browse…'s look at the disk for where to open."""
         self.combo = QComboBox()
         self.combo.setEditable(True)
         self.combo.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
@@ -179,14 +190,17 @@ class ModelPicker(QWidget):
             self.combo.setEditText(value)
 
     def _browse(self) -> None:
-        start = self.value() if Path(self.value()).is_dir() else str(Path.home())
+        self.tasks.run("browse", start_folder, self.value(), False, on_result=self._pick_folder)
+
+    def _pick_folder(self, start: str) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Model folder", start)
         if folder:
             self.set_value(folder)
 
     def _browse_gguf(self) -> None:
-        current = Path(self.value())
-        start = str(current.parent if current.is_file() else Path.home())
+        self.tasks.run("browse", start_folder, self.value(), True, on_result=self._pick_gguf)
+
+    def _pick_gguf(self, start: str) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "GGUF model file", start, "GGUF (*.gguf)")
         if path:
             self.set_value(path)
@@ -542,3 +556,5 @@ class CompatibilityPage(QWidget):
 
     def shutdown(self) -> None:
         self.tasks.close()
+        for picker in (self.target, self.draft):
+            picker.tasks.close()

@@ -154,10 +154,47 @@ def test_a_gguf_file_is_picked_and_checked_against_a_folder(qtbot, page, tmp_pat
     monkeypatch.setattr(QFileDialog, "getOpenFileName",
                         staticmethod(lambda *a, **k: (str(gguf), "GGUF (*.gguf)")))
     page.target.browse_gguf.click()
-    assert page.target.value() == str(gguf)
+    qtbot.waitUntil(lambda: page.target.value() == str(gguf), timeout=TIMEOUT_MS)
     page.draft.set_value(str(MODELS / "Qwen2.5-0.5B-Instruct"))
     with qtbot.waitSignal(page.report_shown, timeout=TIMEOUT_MS) as shown:
         page.check_button.click()
     report = shown.args[0]
     assert report.target.tokenizer_format == "GGUF tokenizer.ggml.*"
     assert dict((r.key, r.status.value) for r in report.rules)["token_text"] == "pass"
+
+
+def test_browse_looks_at_the_disk_in_a_worker(qtbot, page, tmp_path, monkeypatch):
+    """Issue 45: Browse… and GGUF… asked the disk, on the GUI thread, whether the model picked
+    so far is a folder or a file (a path on a slow or gone disk held the window). A worker
+    asks; the dialog then opens there, or in the home folder."""
+    import threading
+    from pathlib import Path
+
+    from PySide6.QtWidgets import QFileDialog
+    from specdeck.gui.pages import compatibility
+
+    looked_on, opened = [], []
+    real = compatibility.start_folder
+
+    def watched(value, file):
+        looked_on.append(threading.current_thread() is threading.main_thread())
+        return real(value, file)
+
+    monkeypatch.setattr(compatibility, "start_folder", watched)
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory",
+                        staticmethod(lambda parent, title, start: opened.append(start) or ""))
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(
+        lambda parent, title, start, filters: opened.append(start) or ("", "")))
+    gguf = tmp_path / "ggufs" / "model.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF")
+    for picked, button, where in ((str(tmp_path), "browse", str(tmp_path)),
+                                  ("org/model-exl2", "browse", str(Path.home())),
+                                  (str(gguf), "browse_gguf", str(gguf.parent)),
+                                  (str(tmp_path / "gone.gguf"), "browse_gguf", str(Path.home()))):
+        page.target.set_value(picked)
+        before = len(opened)
+        getattr(page.target, button).click()
+        qtbot.waitUntil(lambda: len(opened) > before, timeout=TIMEOUT_MS)
+        assert opened[before:] == [where], picked
+    assert len(looked_on) == 4 and not any(looked_on)
