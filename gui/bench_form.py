@@ -228,12 +228,14 @@ _PAGE_FIELDS = ("engine", "model", "arms", "suites", "prompt_ids", "max_new_toke
 
 
 def choices_from_plan(plan: BenchPlan, current: FormChoices, engines, suites,
-                      read: dict | None = None) -> FormChoices:
+                      read: dict | None = None,
+                      unreadable: dict[str, BaseException] | None = None) -> FormChoices:
     """The choices that make exactly ``plan`` (what the plan leaves open, such as k in a sweep
     or a draft folder not ticked, stays as ``current`` has it); SpecDeckError saying what the
     form cannot hold otherwise. ``engines``: the engine names the form offers; ``suites``:
-    the built-in suites by name; ``read``: the Spec-Bench choices read already, by name (one
-    read here is added to it)."""
+    the built-in suites by name; ``read``: the Spec-Bench choices read already, by name (a
+    shipped one read here is added to it); ``unreadable``: the question files that could
+    not be read, with why."""
     cannot = []
     defaults = BenchPlan(arms=plan.arms, suites=plan.suites)
     others = [name for name in BenchPlan.__dataclass_fields__
@@ -251,13 +253,17 @@ def choices_from_plan(plan: BenchPlan, current: FormChoices, engines, suites,
                       "Spec-Bench choice, after them)")
         suites_ok = False
     elif unknown and unknown[0] not in read:
-        from specdeck.core.bench.suites import spec_bench_suite
+        error = (unreadable or {}).get(unknown[0])
+        if error is None:
+            from specdeck.core.bench.suites import spec_bench_suite
 
-        try:
-            read[unknown[0]] = spec_bench_suite(unknown[0])
-        except SpecDeckError as exc:
+            try:  # the form hands a user's question file read already (see set_plan)
+                read[unknown[0]] = spec_bench_suite(unknown[0])
+            except SpecDeckError as exc:
+                error = exc
+        if error is not None:
             cannot.append(f"the suite {unknown[0]} (it ticks built-in suites and Spec-Bench "
-                          f"only: {exc})")
+                          f"only: {error})")
             suites_ok = False
     order = [name for name in suites if name in ticked]
     if ticked != order:
@@ -358,8 +364,9 @@ class BenchForm(QWidget):
     arms_changed = Signal()
     """The arms the controls describe may have changed (the page redraws its panes)."""
     refused = Signal(object)
-    """A choice the form could not take (a file that is not Spec-Bench's question.jsonl): the
-    SpecDeckError, for the page's banner."""
+    """A choice the form could not take (a file that is not Spec-Bench's question.jsonl, a
+    plan it cannot show once its question file was read): the SpecDeckError, for the page's
+    banner."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -504,12 +511,38 @@ class BenchForm(QWidget):
         """The plan the controls describe; SpecDeckError (worded for the page) when none."""
         return plan_from_choices(self.choices(), self._known())
 
-    def set_plan(self, plan: BenchPlan) -> None:
+    def set_plan(self, plan: BenchPlan) -> bool:
         """Show ``plan`` in the controls, so that ``plan()`` returns it; SpecDeckError, and
-        nothing changed, when the form cannot express it. (A question file the form has not
-        read yet is read here: the app only hands it plans of built-in suites.)"""
+        nothing changed, when the form cannot express it. True when shown at once; False
+        when it names a question file of the user's not read yet: that is read in a worker,
+        then the plan shown, or ``refused`` emitted with what the form cannot hold."""
+        from specdeck.core.bench.suites import spec_bench_suite
+
+        file = next((s for s in plan.suites if s not in self._suites and s not in self._read
+                     and _is_file_item(s)), None)
+        if file is None:
+            self._show(self._choices_from(plan))
+            return True
+
+        def read(suite) -> None:
+            self._read[file] = suite
+            self._show_read(plan)
+
+        self.tasks.run("spec-bench", spec_bench_suite, file, on_result=read,
+                       on_error=lambda error: self._show_read(plan, {file: error}))
+        return False
+
+    def _choices_from(self, plan: BenchPlan, unreadable=None) -> FormChoices:
         engines = [self.engine.itemData(i) for i in range(self.engine.count())]
-        self._show(choices_from_plan(plan, self.choices(), engines, self._suites, self._read))
+        return choices_from_plan(plan, self.choices(), engines, self._suites, self._read,
+                                 unreadable)
+
+    def _show_read(self, plan: BenchPlan, unreadable=None) -> None:
+        """``plan``, its question file read (or found unreadable)."""
+        try:
+            self._show(self._choices_from(plan, unreadable))
+        except SpecDeckError as exc:
+            self.refused.emit(exc)
 
     def choices(self) -> FormChoices:
         return FormChoices(

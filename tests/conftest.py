@@ -156,6 +156,26 @@ def bench_form(qtbot, configured_qapp):
 
 
 @pytest.fixture
+def show_plan(qtbot, bench_form):
+    """``bench_form.set_plan(plan)``, waiting for a question file it reads in a worker;
+    raises what the form refuses, either way."""
+
+    def show(plan) -> None:
+        refused = []
+        bench_form.refused.connect(refused.append)
+        try:
+            if not bench_form.set_plan(plan):
+                qtbot.waitUntil(lambda: not bench_form.tasks.running("spec-bench"),
+                                timeout=10_000)
+        finally:
+            bench_form.refused.disconnect(refused.append)
+        if refused:
+            raise refused[0]
+
+    return show
+
+
+@pytest.fixture
 def plots(qtbot):
     """The A/B and Tune pages' live plots (gui.bench_view.BenchPlots), shown at 1200 x 260."""
     from specdeck.gui.bench_view import BenchPlots

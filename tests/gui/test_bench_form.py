@@ -124,12 +124,12 @@ NOT_EXPRESSIBLE = {
 
 
 @pytest.mark.parametrize("name", list(NOT_EXPRESSIBLE))
-def test_a_plan_the_form_cannot_express_is_refused_and_nothing_changes(form, name):
+def test_a_plan_the_form_cannot_express_is_refused_and_nothing_changes(form, show_plan, name):
     bad, what = NOT_EXPRESSIBLE[name]
     form.set_plan(EXPRESSIBLE["draft model and n-gram, k=6, fixed"])
     before = form.choices()
     with pytest.raises(SpecDeckError) as refused:
-        form.set_plan(bad)
+        show_plan(bad)  # a suite file is read in a worker first
     assert "cannot show this plan" in str(refused.value) and what in str(refused.value)
     assert "specdeck bench --plan" in refused.value.fix
     assert form.choices() == before

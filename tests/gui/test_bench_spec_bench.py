@@ -203,13 +203,13 @@ def expressible(question_file: Path) -> dict[str, BenchPlan]:
 @pytest.mark.parametrize("name", ["the whole benchmark, 3 per category", "one category",
                                   "built-ins, then a category, 7 each",
                                   "the user's question file"])
-def test_set_plan_then_plan_gives_a_spec_bench_plan_back(form, question_file, name):
+def test_set_plan_then_plan_gives_a_spec_bench_plan_back(form, show_plan, question_file, name):
     wanted = expressible(question_file)[name]
-    form.set_plan(wanted)
+    show_plan(wanted)
     assert form.plan() == wanted
     form.set_plan(plan(("chat",)))
     assert form.spec_bench.currentData() == ""
-    form.set_plan(wanted)
+    assert form.set_plan(wanted)  # read once: shown at once
     assert form.plan() == wanted
     assert form.spec_bench.currentData() == wanted.suites[-1]
 
@@ -223,7 +223,8 @@ NOT_EXPRESSIBLE = {
 
 
 @pytest.mark.parametrize("name", list(NOT_EXPRESSIBLE))
-def test_a_spec_bench_plan_the_form_cannot_show_is_refused(form, tmp_path, monkeypatch, name):
+def test_a_spec_bench_plan_the_form_cannot_show_is_refused(form, show_plan, tmp_path, monkeypatch,
+                                                           name):
     suites, what = NOT_EXPRESSIBLE[name]
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mine.jsonl").write_text('{"prompt": "Say hello."}\n', encoding="utf-8")
@@ -232,13 +233,39 @@ def test_a_spec_bench_plan_the_form_cannot_show_is_refused(form, tmp_path, monke
     choose(form, "spec-bench/qa")
     before = form.choices()
     with pytest.raises(SpecDeckError) as refused:
-        form.set_plan(bad)
+        show_plan(bad)
     assert "cannot show this plan" in str(refused.value) and what in str(refused.value)
     assert form.choices() == before
 
 
-def test_the_choice_is_kept_between_sessions(qtbot, form, question_file):
-    form.set_plan(plan((str(question_file),), per_suite=2))
+def test_a_plans_question_file_is_read_in_a_worker(qtbot, form, question_file, monkeypatch):
+    """Issue 45: a plan naming the user's question.jsonl had it read on the GUI thread. It is
+    read in a worker (held here, as a slow disk would hold it): the form is unchanged until
+    then, and shows the plan once it is read."""
+    import threading
+
+    from specdeck.core.bench import suites
+
+    wanted = plan((str(question_file),), per_suite=2)  # read here, by the test
+    readers, disk, real = [], threading.Event(), suites.load_suite
+
+    def slow(source, *args, **kwargs):
+        if str(source) == str(question_file):
+            readers.append(threading.current_thread())
+            disk.wait(10)
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(suites, "load_suite", slow)
+    before = form.plan()
+    assert form.set_plan(wanted) is False
+    assert form.plan() == before  # nothing shown until it is read
+    disk.set()
+    qtbot.waitUntil(lambda: form.plan() == wanted, timeout=10_000)
+    assert readers and threading.main_thread() not in readers
+
+
+def test_the_choice_is_kept_between_sessions(qtbot, form, show_plan, question_file):
+    show_plan(plan((str(question_file),), per_suite=2))
     form.save()
     assert json.loads(QSettings().value("bench/suites"))[-1] == str(question_file)
     again = BenchForm()
