@@ -41,7 +41,7 @@ def render(window, out_dir: Path) -> list[Path]:
 
     shots = []
     page = window.show_page("start")
-    _pump_until(page, lambda: bool(page.rows), 30)
+    _pump_until(page, lambda: bool(page.rows) and not page.tasks.running("demo-hint"), 30)
     shots += _shoot(window, page, out_dir, "start")
 
     page = window.show_page("bench")

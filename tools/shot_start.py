@@ -13,7 +13,7 @@ from tools.shot_bench import _pump_until
 
 def render(window, out_dir: Path) -> list[Path]:
     page = window.show_page("start")
-    _pump_until(page, lambda: bool(page.rows), 30)
+    _pump_until(page, lambda: bool(page.rows) and not page.tasks.running("demo-hint"), 30)
     _pump_until(page, lambda: False, 0.3)
     shot = out_dir / "start.png"
     window.grab().save(str(shot))

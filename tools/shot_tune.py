@@ -17,6 +17,11 @@ BUDGET = "6m"
 MAX_NEW = 32
 
 
+def _measured(live) -> bool:
+    """Whether a setting of the search has a paired run measured (core.tune.live)."""
+    return any(c.figures is not None and c.figures.pairs for c in live.cells.values())
+
+
 def render(window, out_dir: Path) -> list[Path]:
     from tools.llama_server_build import build
 
@@ -29,10 +34,11 @@ def render(window, out_dir: Path) -> list[Path]:
     page.prompts.setText("")
     page.start()
     shots = [out_dir / "tune-running.png", out_dir / "tune-result.png"]
-    # Mid-search: the finalists under way side by side (or the search already over).
+    # Mid-search: the finalists under way side by side, one measured at least (the first
+    # runs are warm-ups: the plots and the best so far were empty then), or the search over.
     _pump_until(page, lambda: page.result is not None or page.live.phase == "verify" or (
         page.live.phase == "search" and page.live.plan is not None
-        and page.live.plan.done >= 4), 900)
+        and page.live.plan.done >= 4 and _measured(page.live)), 900)
     _pump_until(page, lambda: False, 0.5)
     window.grab().save(str(shots[0]))
     _pump_until(page, lambda: page.result is not None, 1200)
