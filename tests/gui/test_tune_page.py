@@ -32,9 +32,13 @@ def prompts_file(folder: Path) -> Path:
 
 
 def tune_page(qtbot, window=None):
+    """The Tune page once it knows the demo's default llama-server (looked for in a worker):
+    a result shown before that belongs to a form whose binary then changes under it."""
     window = window or MainWindow()
     qtbot.addWidget(window)
-    return window, window.show_page("tune")
+    page = window.show_page("tune")
+    qtbot.waitUntil(lambda: not page.looking_for_binary(), timeout=30_000)
+    return window, page
 
 
 def small(page, llama_bin: Path, folder: Path, budget: str = "20s") -> None:
