@@ -131,6 +131,8 @@ class ServerEngine:
         self._infos: dict[str, ServerInfo] = {}
         self._arm = None
         self._plan_arms: tuple = ()
+        self._reference: str | None = None
+        """The no-draft reference arm's name (None: the arms run have none)."""
         self._swap_flags: dict[str, tuple[str, ...]] = {}
         self._flags_now: tuple[str, ...] | None = None
         """llama-swap arms: the command line llama-swap ran the arm's model with."""
@@ -185,23 +187,34 @@ class ServerEngine:
     def prepare_plan(self, plan, progress: ProgressCallback | None = None,
                      cancel: threading.Event | None = None) -> LoadedModel:
         """Check every arm before the first run; probe the running servers."""
-        say = progress or (lambda _p: None)
-        self._plan_arms = tuple(plan.arms)
         self._warmup = (plan.warmup, plan.warmup_tokens)
         self.exclusive = self._exclusive or plan.one_server_at_a_time
-        missing = [a.name for a in plan.arms if a.server is None]
+        return self.prepare_arms(tuple(plan.arms), plan.model, progress, cancel)
+
+    def prepare_arms(self, arms: tuple, model: str | None = None,
+                     progress: ProgressCallback | None = None,
+                     cancel: threading.Event | None = None, *,
+                     reference: bool = True) -> LoadedModel:
+        """:meth:`prepare_plan`'s checks for ``arms`` without a plan: the first is the
+        plan's no-draft reference unless ``reference`` is False (one drafting arm run on its
+        own, as core.tune.apply proves a written file: :meth:`activate_arm` then
+        :meth:`generate`)."""
+        say = progress or (lambda _p: None)
+        self._plan_arms = tuple(arms)
+        self._reference = arms[0].name if reference and arms else None
+        missing = [a.name for a in arms if a.server is None]
         # An engine kept between plans (a grid sweep) keeps the servers this plan uses again
         # (the reference); with ``max_servers`` it keeps the others too while they fit (a
         # search's next round uses them again; the least recently used go first), without it
         # it stops them. A server whose arm now names another launch is stopped.
-        wanted = {a.name: a.server.managed for a in plan.arms if a.server is not None}
+        wanted = {a.name: a.server.managed for a in arms if a.server is not None}
         self._pool.retain(wanted, keep_others=bool(self.max_servers))
         if missing:
             raise InvalidInputError(f"Arms {', '.join(missing)} name no server.",
                                     "Every arm of a server plan is a URL or a launch profile.")
         from specdeck.core.servers.llama_server import check_launch
 
-        for arm in plan.arms:
+        for arm in arms:
             server: ServerArm = arm.server
             if cancel is not None and cancel.is_set():
                 raise CancelledError()
@@ -236,25 +249,25 @@ class ServerEngine:
                 self._ollama.check(arm, server.model or info.model)
             if info.router:
                 router.check_arm(arm, info.models, info.flags_of(server.model) or (),
-                                 info.url, reference=arm is plan.arms[0])
+                                 info.url, reference=arm.name == self._reference)
                 continue
             if info.kind is ServerKind.LLAMA_SWAP:
                 swap.check_arm(arm, info.models, info.url)
                 continue
-            if arm is plan.arms[0] and info.speculative:
+            if arm.name == self._reference and info.speculative:
                 raise InvalidInputError(
                     f"Arm {arm.name} is the reference, but {info.url} drafts "
                     f"({info.draft or 'speculative decoding is on'}).",
                     "Put a server without speculative decoding first.")
-        self._loaded = LoadedModel(engine=self.name, model_path=Path(plan.model or "server"),
+        self._loaded = LoadedModel(engine=self.name, model_path=Path(model or "server"),
                                    device="server", dtype="as served", drafter=NO_DRAFT,
                                    max_seq_len=0, vocab_size=0,
-                                   notes=tuple(self._notes(plan)))
+                                   notes=tuple(self._notes(arms)))
         return self._loaded
 
-    def _notes(self, plan) -> list[str]:
+    def _notes(self, arms: tuple) -> list[str]:
         notes = []
-        for arm in plan.arms:
+        for arm in arms:
             info = self._infos.get(arm.name)
             kind = info.kind if info else ServerKind.LLAMA_SERVER
             traits = TRAITS[kind]
@@ -271,13 +284,13 @@ class ServerEngine:
                              f"{shown_command(list(flags)) or 'none'}; loaded before its "
                              "runs, so no run pays for a model load")
             if arm.server is not None and arm.server.tabby is not None \
-                    and arm is plan.arms[0]:
+                    and arm is arms[0]:
                 notes.append("TabbyAPI arms reload the model through the admin API; at the end "
                              "SpecDeck restores the model (and the draft where TabbyAPI reports "
                              "it: its main branch does not, so reload your draft there if you "
                              "had one)")
             if info is not None and info.kind is ServerKind.OLLAMA:
-                notes.extend(self._ollama.notes(arm, reference=arm is self._plan_arms[0]))
+                notes.extend(self._ollama.notes(arm, reference=arm.name == self._reference))
             remembers = self.remembers(arm) if arm.server is not None else ""
             if remembers:
                 notes.append(f"{arm.name}: {remembers}. " + (
@@ -317,7 +330,7 @@ class ServerEngine:
             self._tabby.switch(server, lambda text, fraction=None:
                                say(LoadProgress(text, fraction)), cancel)
         info = self._infos[arm.name]
-        reference = bool(self._plan_arms) and arm.name == self._plan_arms[0].name
+        reference = arm.name == self._reference
         if info.router:
             router.activate_arm(arm, url, self._arm, self._plan_arms, self.exclusive,
                                 lambda text: say(LoadProgress(text)), cancel)
@@ -346,7 +359,7 @@ class ServerEngine:
 
     def _ollama_options(self) -> dict[str, int]:
         """The drafting option the active Ollama arm's requests carry."""
-        reference = bool(self._plan_arms) and self._arm.name == self._plan_arms[0].name
+        reference = self._arm.name == self._reference
         return request_options(self._arm.server.draft_model, reference)
 
     def remembers(self, arm) -> str:

@@ -49,6 +49,9 @@ class Applied:
     tune ran, a read-only folder, ...): the tune's result is still reported, with this."""
     kind: str = ""
     """Which file ``path`` is (core.changed: the written document's ``what``)."""
+    servers_started: int = 0
+    """Servers the proof started (:func:`run_written`: the server as the file now says);
+    the tune's own are ``TuneResult.servers_started``."""
 
     @property
     def changed(self) -> FileChanged | None:
@@ -81,13 +84,19 @@ def apply(result: TuneResult, confirm: Confirm | None = None,
     config = swap.load(setup.swap_config)
     migrated = _migrated(config, setup)
     change = _whole(config, plan_apply_flags(migrated, setup.swap_model, decision.flags))
-    return write_and_prove(
-        setup.swap_config, flags, change, confirm, lambda: relaunch(result, cancel),
+    started: list[int] = []
+    return counted(write_and_prove(
+        setup.swap_config, flags, change, confirm, lambda: relaunch(result, cancel, started),
         proved="llama-server started from the saved file, answered and drafted.",
         noop="The file already has these flags: nothing to write.",
         unchanged=lambda: refuse_if_changed(setup.swap_config,
                                             config.document.disk_fingerprint,
-                                            setup.swap_fingerprint))
+                                            setup.swap_fingerprint)), started)
+
+
+def counted(applied: Applied, started: list[int]) -> Applied:
+    """``applied`` with the servers its proof started (each :func:`run_written`'s)."""
+    return replace(applied, servers_started=sum(started))
 
 
 def _migrated(config, setup):
@@ -122,15 +131,16 @@ def apply_migration(result: TuneResult, confirm: Confirm | None = None,
     config = swap.load(setup.swap_config)
     migrated = _migrated(config, setup)
     change = _whole(config, _change_of(config, migrated))
-    return write_and_prove(
+    started: list[int] = []
+    return counted(write_and_prove(
         setup.swap_config, "", change, confirm,
-        (lambda: relaunch(result, cancel)) if setup.drafting else (lambda: None),
+        (lambda: relaunch(result, cancel, started)) if setup.drafting else (lambda: None),
         proved="The migration is written: llama-server started from the saved file" + (
             ", answered and drafted." if setup.drafting else "."),
         noop="The file is already migrated: nothing to write.",
         unchanged=lambda: refuse_if_changed(setup.swap_config,
                                             config.document.disk_fingerprint,
-                                            setup.swap_fingerprint))
+                                            setup.swap_fingerprint)), started)
 
 
 def _change_of(config, migrated):
@@ -347,9 +357,11 @@ def write_and_prove(path: Path, flags: str, change, confirm: Confirm | None,
     return replace(applied, relaunch=check, rolled_back=True, why=f"Rolled back: {check}")
 
 
-def relaunch(result: TuneResult, cancel: threading.Event | None = None) -> str | None:
+def relaunch(result: TuneResult, cancel: threading.Event | None = None,
+             started: list[int] | None = None) -> str | None:
     """Start llama-server from the llama-swap model's cmd as the file now says, send it one
-    held-out prompt; None when it answered and drafted, else what went wrong."""
+    held-out prompt; None when it answered and drafted, else what went wrong. ``started``
+    gets the llama-servers it started (:func:`run_written`)."""
     from specdeck.core.bench.plan import Arm
     from specdeck.core.servers.arms import ServerArm
     from specdeck.core.servers.llama_server import (
@@ -357,29 +369,19 @@ def relaunch(result: TuneResult, cancel: threading.Event | None = None) -> str |
         binary_help,
         drafter_from_flags,
     )
-    from specdeck.core.tune.llama_server import reference_arm
-    from specdeck.core.tune.run import split_prompts
     from specdeck.core.tune.setup import from_swap
 
     setup = result.setup
     try:
         written = from_swap(setup.swap_config, setup.swap_model, binary=setup.binary)
         profile = LaunchProfile(written.binary, str(written.target), written.flags)
-        _, held_out = split_prompts(result.options)
-        # The plan's first arm is the no-draft reference its runner requires; one run of
-        # it beside the written arm costs a second and shows the written setting still
-        # answers where plain decoding does.
-        run = run_written(result, str(written.target), reference_arm(written),
-                          Arm("written", drafter_from_flags(written.flags,
-                                                            binary_help(written.binary)),
-                              ServerArm(launch=profile)), cancel)
+        answer = run_written(result, str(written.target),
+                             Arm("written", drafter_from_flags(written.flags,
+                                                               binary_help(written.binary)),
+                                 ServerArm(launch=profile)), cancel, started)
     except SpecDeckError as exc:
         return f"llama-server did not run from the saved file: {exc}"
-    records = run.counted("written")
-    if not records or records[0].error:
-        return ("llama-server started from the saved file did not answer"
-                + (f": {records[0].error}" if records and records[0].error else "."))
-    stats = records[0].result.stats
+    stats = answer.stats
     if not stats.new_tokens:
         return "llama-server started from the saved file answered with no tokens."
     if not stats.drafted:
@@ -388,23 +390,34 @@ def relaunch(result: TuneResult, cancel: threading.Event | None = None) -> str |
     return None
 
 
-def run_written(result: TuneResult, model: str, reference, written, cancel):
-    """One held-out prompt on the server as the saved file says ("written"), beside no
-    drafting (the plan's first arm must be the reference; one run of it also shows the
-    server answers where plain decoding does)."""
+def run_written(result: TuneResult, model: str, written, cancel,
+                started: list[int] | None = None):
+    """One held-out prompt on the server as the saved file says (arm ``written``), on that
+    server alone: the only one the proof starts. A no-draft server beside it would prove
+    nothing of the file, cost one more load of the target (10-60 s for a large model), and
+    on a GPU that holds one copy of the target it might not fit beside the written one,
+    whose failure to start would then roll back a verified winner. ``started`` gets the
+    servers started (the tune reports them, ``Applied.servers_started``). Its
+    GenerationResult; a SpecDeckError when the server did not start or answer."""
     from specdeck.core.bench.plan import BenchPlan
-    from specdeck.core.bench.runner import run_plan
+    from specdeck.core.bench.runner import choose_prompts
+    from specdeck.core.engines.base import GenerationRequest
     from specdeck.core.servers.engine import ServerEngine
     from specdeck.core.tune.run import split_prompts
 
     _, held_out = split_prompts(result.options)
-    plan = BenchPlan(engine="server", model=model, arms=(reference, written),
-                     suites=result.options.suites, prompt_ids=held_out[:1], repeats=1,
-                     warmup=0, max_new_tokens=result.options.max_new_tokens, stop_on_eos=False)
-    engine = ServerEngine()
+    prompt = choose_prompts(BenchPlan(engine="server", suites=result.options.suites,
+                                      prompt_ids=held_out[:1]))[0]
+    engine = ServerEngine(exclusive=True)
     try:
-        return run_plan(plan, engine, None, cancel)
+        engine.prepare_arms((written,), model, cancel=cancel, reference=False)
+        engine.activate_arm(written, None, cancel)
+        return engine.generate(GenerationRequest(
+            prompt=prompt.text, max_new_tokens=result.options.max_new_tokens,
+            stop_on_eos=False, apply_chat_template=True), None, cancel)
     finally:
+        if started is not None:
+            started.append(engine.starts)
         engine.unload()
 
 

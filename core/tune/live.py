@@ -418,8 +418,12 @@ def result_lines(result) -> list[tuple[str, str]]:
         lines.append(("Predicted", f"{len(forecast.settings)} settings from one plain run of "
                       f"{forecast.requests} prompts; the search measured the best "
                       "predicted (the report's table says why each)"))
-    if getattr(result, "servers_started", 0):
-        lines.append(("llama-servers started", str(result.servers_started)))
+    from specdeck.core.tune.report import servers_text
+
+    started = servers_text(result)
+    if started:
+        what, _, count = started.partition(": ")
+        lines.append((what, count))
     applied = result.applied
     if applied is not None:
         lines.append(("Written", applied_text(applied)))

@@ -131,8 +131,9 @@ def markdown(result: TuneResult) -> str:
     if result.phase_s:
         lines += ["", "## Time", "", *(f"- {name}: {seconds:.1f} s"
                                          for name, seconds in result.phase_s.items())]
-    if result.servers_started:
-        lines.append(f"- llama-servers started: {result.servers_started}")
+    started = servers_text(result)
+    if started:
+        lines.append(f"- {started}")
     budgeted = sum(result.phase_s.get(name, 0.0) for name in ("search", "verify"))
     if budgeted > result.options.budget_s * 1.05:
         lines.append(f"- over the budget of {result.options.budget_s / 60:g} min by "
@@ -193,6 +194,17 @@ def _disagree(summary) -> bool:
     return False
 
 
+def servers_text(result: TuneResult) -> str:
+    """The servers the tune started, and those its proof of the written file started ("":
+    none)."""
+    proof = getattr(result.applied, "servers_started", 0)
+    if not result.servers_started and not proof:
+        return ""
+    kind = "TabbyAPIs" if result.setup.kind == "tabbyapi" else "llama-servers"
+    return (f"{kind} started: {result.servers_started}"
+            + (f", and {proof} to prove the file as written" if proof else ""))
+
+
 def to_json(result: TuneResult) -> dict[str, Any]:
     verification = result.verification
     return {
@@ -222,6 +234,7 @@ def to_json(result: TuneResult) -> dict[str, Any]:
                     "budget_s": result.options.budget_s},
         "phase_s": result.phase_s,
         "servers_started": result.servers_started,
+        "servers_started_to_prove": getattr(result.applied, "servers_started", 0),
         "forecast": None if result.forecast is None else result.forecast.to_json(),
         "cancelled": result.cancelled,
         "notes": list(result.notes),

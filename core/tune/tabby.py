@@ -487,7 +487,7 @@ def apply_tabby(result, confirm=None, cancel: threading.Event | None = None):
     byte for byte if it does not answer."""
     from specdeck.core import config
     from specdeck.core.servers.tabby_launch import parse_arm, plan_apply_settings
-    from specdeck.core.tune.apply import refuse_if_changed, write_and_prove
+    from specdeck.core.tune.apply import counted, refuse_if_changed, write_and_prove
 
     setup: TabbySetup = result.setup
     flags = " ".join(result.decision.flags or ())
@@ -497,19 +497,21 @@ def apply_tabby(result, confirm=None, cancel: threading.Event | None = None):
     how = ("started from the saved file" if setup.managed else
            "loaded with the saved draft through its admin API (it reads config.yml when it "
            "starts: restart it to keep the setting)")
-    return write_and_prove(
+    started: list[int] = []
+    return counted(write_and_prove(
         setup.config, flags, change, confirm,
-        lambda: relaunch(result, cancel),
+        lambda: relaunch(result, cancel, started),
         proved=f"TabbyAPI {how} answered. It reports no draft counts, so whether it drafts is "
                "seen only in its speed.",
         noop="The file already has these settings: nothing to write.",
         unchanged=lambda: refuse_if_changed(setup.config, doc.disk_fingerprint,
-                                            setup.fingerprint))
+                                            setup.fingerprint)), started)
 
 
-def relaunch(result, cancel: threading.Event | None = None) -> str | None:
-    """Run one held-out prompt on TabbyAPI as the saved config.yml says, beside no drafting;
-    None when it answered, else what went wrong."""
+def relaunch(result, cancel: threading.Event | None = None,
+             started: list[int] | None = None) -> str | None:
+    """Run one held-out prompt on TabbyAPI as the saved config.yml says, on its own
+    (core.tune.apply.run_written); None when it answered, else what went wrong."""
     from specdeck.core.tune.apply import run_written
 
     setup: TabbySetup = result.setup
@@ -521,15 +523,10 @@ def relaunch(result, cancel: threading.Event | None = None) -> str | None:
         arm_written = current_arm(written, "written")
         if arm_written is None:
             return "the saved config.yml does not draft."
-        run = run_written(result, written.model_name, reference_arm(written), arm_written,
-                          cancel)
+        answer = run_written(result, written.model_name, arm_written, cancel, started)
     except SpecDeckError as exc:
         return f"TabbyAPI did not run as the saved file says: {exc}"
-    records = run.counted("written")
-    if not records or records[0].error:
-        return ("TabbyAPI with the saved settings did not answer"
-                + (f": {records[0].error}" if records and records[0].error else "."))
-    if not records[0].result.stats.new_tokens:
+    if not answer.stats.new_tokens:
         return "TabbyAPI with the saved settings answered with no tokens."
     return None
 

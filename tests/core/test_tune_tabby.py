@@ -171,6 +171,8 @@ def test_tune_a_tabbyapi_it_starts_searches_modes_and_k_and_writes_the_winner(tm
         "draft_mode=ngram", "draft_num_tokens=4"]
     assert data["verification"]["lossless"] is True
     assert "answered" in data["applied"]["relaunch"] and not data["applied"]["rolled_back"]
+    # proved on one TabbyAPI started from the file (none without the draft beside it), counted
+    assert data["applied"]["servers_started"] == data["servers_started_to_prove"] == 1
     changed = sorted(ln for ln in difflib.unified_diff(before.splitlines(),
                                                        config.read_text().splitlines(),
                                                        lineterm="", n=0)

@@ -147,15 +147,37 @@ def _verified(setup, flags) -> object:
 
 
 def test_a_verified_winner_is_written_and_runs_from_the_file(llama_bin, demo_gguf, tmp_path):
+    """...proved on the server as the file says, alone: one llama-server of the target up at
+    a time (on a GPU a second copy beside it may not fit, and the winner would be rolled
+    back for it), and the start counted in what the tune reports."""
     from specdeck.core.tune.apply import apply
+    from specdeck.core.tune.report import servers_text
     from specdeck.core.tune.setup import from_swap
 
     config = tune_config(tmp_path, llama_bin, demo_gguf)
     original = config.read_text()
     flags = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2")
-    applied = apply(_verified(from_swap(config, "smol"), flags))
+    verified = _verified(from_swap(config, "smol"), flags)
+    up: list[int] = []  # llama-servers of the target running, while the file is proved
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            up.append(len(running(lambda cmd: str(demo_gguf) in cmd)))
+            done.wait(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        applied = apply(verified)
+    finally:
+        done.set()
+        watcher.join()
     assert applied.written and not applied.rolled_back, applied.why
     assert "answered and drafted" in applied.relaunch
+    assert max(up) == 1 and applied.servers_started == 1
+    assert servers_text(verified.with_applied(applied)) == \
+        "llama-servers started: 0, and 1 to prove the file as written"
     text = config.read_text()
     assert "--spec-type ngram-simple --spec-ngram-simple-size-n 2" in text
     assert text.startswith("# my llama-swap setup\n")  # only the flags changed
