@@ -48,9 +48,31 @@ class ServerPool:
         """Before a plan: stop each server whose arm now names another launch (``wanted``:
         arm name -> its launch profile), and those of arms the plan does not use unless
         ``keep_others`` (an engine that keeps what fits: a search's next round uses them)."""
+        self._rename(wanted)
         for name, running in list(self._managed.items()):
             if wanted.get(name, running.profile if keep_others else None) != running.profile:
                 self.stop(name)
+
+    def _rename(self, wanted: dict) -> None:
+        """A server already running a wanted launch under another arm's name (the tune's
+        verification calls its finalist W) serves it under the new name, with what it has
+        run and answered: on a GPU box a restart reloads a 30-70B model."""
+        for name, profile in wanted.items():
+            if self._managed.get(name) is not None and self._managed[name].profile == profile:
+                continue
+            spare = next((other for other, running in self._managed.items()
+                          if other not in wanted and running.profile == profile), None)
+            if spare is None:
+                continue
+            self.stop(name)  # what ran under this name is another launch
+            self._managed[name] = self._managed.pop(spare)
+            self.seen[name] = self.seen.pop(spare, set())
+            self._served.discard(name)
+            if spare in self._served:
+                self._served.discard(spare)
+                self._served.add(name)
+            if spare in self._used:
+                self._used[name] = self._used.pop(spare)
 
     def start(self, name: str, launch, tabby: bool, cancel: threading.Event | None) -> object:
         """Start arm ``name``'s server from ``launch`` (a TabbyLaunch when ``tabby``, else a

@@ -762,6 +762,42 @@ def test_the_engine_keeps_what_fits_and_restarts_only_what_must(llama_bin, demo_
         engine.unload()
 
 
+def test_a_running_server_serves_the_same_launch_under_another_arm_name(llama_bin, demo_gguf,
+                                                                          tmp_path):
+    """The tune's verification names its finalist W: the server the search started for that
+    setting serves W (one start less: on a GPU box a restart reloads the model), with what it
+    has run (a prompt it met is still met afresh), and one that W's old name held before is
+    replaced."""
+    from specdeck.core.bench.plan import Arm
+    from specdeck.core.servers.arms import ServerArm
+    from specdeck.core.servers.engine import ServerEngine
+    from specdeck.core.servers.llama_server import LaunchProfile
+
+    def arm(name, *flags):
+        return Arm(name, server=ServerArm(launch=LaunchProfile(
+            str(llama_bin), str(demo_gguf), ("-t", "1", "-c", "512", *flags))))
+
+    engine = ServerEngine(max_servers=3, log_dir=tmp_path)
+    a, b = arm("A"), arm("B", "--spec-type", "ngram-simple")
+    try:
+        engine.prepare_arms([a, b])
+        for step in (a, b):
+            engine.activate_arm(step)
+        pids, starts = engine.running(), engine.starts
+        w = arm("W", "--spec-type", "ngram-simple")
+        engine.prepare_arms([a, w])
+        engine.activate_arm(w)
+        assert engine.starts == starts and engine.running() == {"A": pids["A"], "W": pids["B"]}
+        # W's name now for another launch: the server it held goes, a new one starts.
+        engine.prepare_arms([a, arm("W", "--spec-type", "ngram-mod")])
+        engine.activate_arm(arm("W", "--spec-type", "ngram-mod"))
+        assert engine.starts == starts + 1 and engine.running()["W"] != pids["B"]
+        assert len(running(lambda cmdline: str(demo_gguf) in " ".join(cmdline)
+                           and "-c 512" in " ".join(cmdline))) == 2
+    finally:
+        engine.unload()
+
+
 def test_a_drafting_arm_that_drafted_nothing_is_named_and_never_wins(llama_bin, demo_gguf,
                                                                       specdeck_home):
     """llama-server's ngram-simple with its default 12-token match finds nothing to copy in
