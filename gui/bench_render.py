@@ -354,9 +354,11 @@ def result_html(rows, best, summary, arms: Sequence[str], passed=()) -> str:
 # apply and history --------------------------------------------------------------------------
 def passed_text(passed) -> str:
     """Why settings measured faster than the best are not it (``passed``: (SweepRow, why)
-    pairs from core.bench.winner.passed_over), in one sentence; "" for none."""
-    return "; ".join(f"{row.candidate} k={row.k} measured {row.score:.2f}× but is not "
-                     f"offered: {why}" for row, why in passed) + ("." if passed else "")
+    pairs from core.bench.winner.passed_over), in one sentence, as the CLI and the sweep's
+    table say it (core.bench.sweep.passed_over_text); "" for none."""
+    from specdeck.core.bench.sweep import passed_over_text
+
+    return passed_over_text(passed)
 
 
 def apply_offer(best, passed=()) -> tuple[str, str]:

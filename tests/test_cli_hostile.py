@@ -123,6 +123,26 @@ def test_apply_checks_the_config_before_the_benchmark(tmp_path, specdeck_home):
     assert "Importing transformers" not in result.stderr
 
 
+def test_apply_refuses_the_demos_setting_as_the_ab_page_does(tmp_path, specdeck_home,
+                                                             shared_demo_dir):
+    """Issue 45: the A/B page refuses to write the demo's best setting (it runs inside
+    SpecDeck, served by no one: core.bench.sweep.why_not_applicable), but `bench --demo
+    --apply --config X` ran the demo and wrote its n-gram setting into a TabbyAPI config.yml.
+    Refused before any run, the config untouched."""
+    from conftest import TABBY
+
+    config = tmp_path / "config.yml"
+    config.write_bytes((TABBY / "config_sample.exl2-checkpoint.yml").read_bytes())
+    before = config.read_bytes()
+    result = specdeck("bench", "--demo", "--apply", "--config", str(config), "--yes",
+                      "--max-prompts", "1", "--repeats", "1", "--warmup", "0", "--max-new",
+                      "8", "--no-history", home=specdeck_home)
+    assert result.returncode == 2, result.stderr
+    assert "The demo model runs inside SpecDeck, served by no one" in result.stderr
+    assert "Importing transformers" not in result.stderr and "tok/s" not in result.stdout
+    assert config.read_bytes() == before and not config.with_name("config.yml.bak").exists()
+
+
 def test_a_binary_prompt_file_is_refused_in_one_line(tmp_path, specdeck_home):
     binary = tmp_path / "prompt.bin"
     binary.write_bytes(b"\x00\xff\xfe\x80binary")

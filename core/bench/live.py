@@ -32,7 +32,12 @@ from specdeck.core.bench.runner import (
     RunStarted,
     RunStep,
 )
-from specdeck.core.bench.summary import drafts_counted
+from specdeck.core.bench.summary import (
+    DRAFTED_NOTHING,
+    DRAFTING_UNKNOWN,
+    drafting_seen,
+    drafts_counted,
+)
 from specdeck.core.engines.base import acceptance_rate
 from specdeck.core.engines.lossless import OutputMatch, compare_runs
 
@@ -116,11 +121,13 @@ class ArmSoFar:
     checkable: bool
     """False for sampled plans: outputs differ by design."""
     drafted_nothing: bool = False
-    """Every paired run counted its drafts (an engine's own count, or a server that reports
-    them) and none was drafted: the speed-up so far is noise."""
+    """A paired run counted its drafts (an engine's own count, or a server that reports
+    them) and none was drafted: the speed-up so far is noise (core.bench.summary's
+    ``drafting_seen``, as the finished summary reads it)."""
     drafting_unknown: bool = False
     """No paired run carried a draft count (a server that reports none, such as a
-    llama-server without --metrics): nobody can tell yet whether it drafted."""
+    llama-server without --metrics): nobody can tell yet whether it drafted
+    (``drafting_seen`` too)."""
     diverged: int = 0
     """Paired runs whose output really differs from the reference's (``OutputCheck.differs``,
     as the summary counts divergences: not float ties, not runs left uncompared because they
@@ -335,6 +342,7 @@ class LivePlan:
         ratios = [r.speedup for r in paired if r.speedup is not None]
         drafted = sum(r.record.result.stats.drafted for r in paired)
         accepted = sum(r.record.result.stats.accepted for r in paired)
+        seen = drafting_seen(self.plan.arm(name), [r.record for r in paired])
         return ArmSoFar(
             name=name,
             label=self.plan.arm(name).label,
@@ -346,11 +354,8 @@ class LivePlan:
             identical=sum(1 for r in paired if r.output.verdict is OutputMatch.IDENTICAL),
             ties=sum(1 for r in paired if r.output.verdict is OutputMatch.TIE),
             checkable=self.plan.sampling.greedy,
-            drafted_nothing=bool(paired) and drafted == 0 and all(
-                drafts_counted(r.record.result.server) for r in paired),
-            drafting_unknown=bool(paired) and drafted == 0 and not any(
-                drafts_counted(r.record.result.server) or
-                r.record.result.server.drafts_by_construction for r in paired),
+            drafted_nothing=seen == DRAFTED_NOTHING,
+            drafting_unknown=seen == DRAFTING_UNKNOWN,
             diverged=sum(1 for r in paired if r.output.differs),
             not_compared=sum(1 for r in paired if r.output.text == NOT_COMPARED),
         )

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from specdeck.core.bench import winner
+from specdeck.core.bench.fields import DEFAULT_K_MAX
 
 BOOTSTRAP_RESAMPLES = 2000
 MIN_PAIRS_FOR_INTERVAL = 3
@@ -176,7 +177,7 @@ def predict_best_k(
     cumulative_acceptance: Sequence[float],
     draft_cost_ratio: float,
     verify_cost: Callable[[int], float] | float = 1.0,
-    k_max: int = 8,
+    k_max: int = DEFAULT_K_MAX,
 ) -> tuple[KPrediction, list[KPrediction]]:
     """The k in 1..k_max with the highest predicted speed-up, and the whole curve."""
     curve = [

@@ -473,9 +473,9 @@ def _compare(run: BenchRun, arm: Arm, ref: ArmSummary, summary: ArmSummary,
     lossless = check_lossless(run, matched, decoder)
     theory = theory_of(run, arm.drafter, summary, matched)
     not_usable = "" if speedup is not None else _why_no_speedup(ref, summary, matched)
-    not_drafting = _why_not_drafting(arm, summary)
-    unknown = "" if not_drafting else _why_drafting_unknown(arm, summary,
-                                                             run.counted(arm.name))
+    records = run.counted(arm.name)
+    not_drafting = _why_not_drafting(arm, summary, records)
+    unknown = "" if not_drafting else _why_drafting_unknown(arm, summary, records)
     verdict, causes = verdict_of(arm, speedup, summary, theory, matched, not_usable)
     strayed = 0 if busy is None else busy.strayed.get(arm.name, 0) + \
         busy.strayed.get(ref.name, 0)
@@ -505,13 +505,38 @@ def _compare(run: BenchRun, arm: Arm, ref: ArmSummary, summary: ArmSummary,
     )
 
 
-def _why_not_drafting(arm: Arm, summary: ArmSummary) -> str:
+DRAFTED_NOTHING = "drafted nothing"
+DRAFTING_UNKNOWN = "drafting unknown"
+
+
+def drafting_seen(arm: Arm, records: Sequence[RunRecord]) -> str:
+    """What a drafting arm's runs ``records`` show of whether it drafted, the one reading
+    the finished summary (``Comparison.not_drafting``, ``drafting_unknown``) and the live view
+    (core.bench.live's ``ArmSoFar``) both make: ``DRAFTED_NOTHING`` when a run counted its
+    drafts (``drafts_counted``), none drafted any and no count failed its checks;
+    ``DRAFTING_UNKNOWN`` when no run carried a count and nothing drafts at every step by
+    construction; "" otherwise (it drafted, it drafts no way, nothing ran, or a count failed
+    its checks: a garbled count shows neither)."""
+    if arm.drafter.kind is DrafterKind.NONE or not records or \
+            any(r.result.stats.drafted for r in records):
+        return ""
+    readings = [r.result.server for r in records]
+    if any(drafts_counted(s) for s in readings):
+        if any(getattr(s, "acceptance_problem", "") for s in readings):
+            return ""
+        return DRAFTED_NOTHING
+    if any(s.drafts_by_construction for s in readings):
+        return ""
+    return DRAFTING_UNKNOWN
+
+
+def _why_not_drafting(arm: Arm, summary: ArmSummary, records: Sequence[RunRecord]) -> str:
     """Why a drafting arm is not drafting ("" when it drafted, or when nobody reported
     whether it did: a server that reports no acceptance is unknown, not idle)."""
     if arm.drafter.kind is DrafterKind.NONE or not summary.runs or summary.drafted:
         return ""
     before = _said_before(arm)
-    if summary.acceptance_source.startswith(("not reported", "not usable")):
+    if drafting_seen(arm, records) != DRAFTED_NOTHING:
         return before
     where = (f", by {summary.acceptance_source}" if summary.acceptance_source else "")
     runs = f"it drafted nothing in {summary.runs} run{'s' if summary.runs != 1 else ''}{where}"
@@ -544,11 +569,9 @@ def _why_drafting_unknown(arm: Arm, summary: ArmSummary, records: Sequence[RunRe
     like one that reports nothing."""
     from specdeck.core.servers.kinds import TRAITS, ServerKind
 
-    if arm.drafter.kind is DrafterKind.NONE or not records or summary.drafted:
+    if drafting_seen(arm, records) != DRAFTING_UNKNOWN:
         return ""
     readings = [r.result.server for r in records]
-    if any(drafts_counted(s) or s.drafts_by_construction for s in readings):
-        return ""
     if arm.server is not None and arm.server.tabby_launch is not None:
         return ("TabbyAPI's log had no draft counts for these requests (its ExLlamaV2 backend "
                 "logs none)")

@@ -124,6 +124,11 @@ class SweepRow(winner.Facts):
         prompt)."""
         return self.judged(self.speedup, complete=True)
 
+    @property
+    def name(self) -> str:
+        """The setting as the sweep's table, the CLI and the A/B page name it."""
+        return f"{self.candidate} k={self.k}"
+
 
 @dataclass(frozen=True)
 class SweepResult:
@@ -275,8 +280,7 @@ def sweep_table(result: SweepResult, markdown: bool = True) -> str:
         lines.append(NO_PAIR_NOTE)
     if baseline is not None:
         lines.append(f"No draft: {baseline:.1f} tok/s (median of the reference arms).")
-    passed = winner.passed_over_text(winner.passed_over(result.rows, SweepRow.standing, best),
-                                     SweepRow.standing, lambda r: f"{r.candidate} k={r.k}")
+    passed = passed_over_text(winner.passed_over(result.rows, SweepRow.standing, best))
     could = " that could win" if passed else ""
     lines.append("Best: " + (f"no draft (no setting{could} beat decoding without one)"
                              if best is None else
@@ -284,6 +288,13 @@ def sweep_table(result: SweepResult, markdown: bool = True) -> str:
     if passed:
         lines.append(f"Not the best although as fast: {passed}")
     return "\n".join(lines) + "\n"
+
+
+def passed_over_text(passed) -> str:
+    """Swept settings that cannot be the best although as fast (``passed``: (SweepRow, why)
+    pairs from core.bench.winner.passed_over), in core.bench.winner's words: the table, the
+    CLI's --apply and the A/B page say them alike; "" for none."""
+    return winner.passed_over_text(passed, SweepRow.standing, lambda row: row.name)
 
 
 # Apply --------------------------------------------------------------------------------------
@@ -311,10 +322,11 @@ def plan_apply_best(best: SweepRow | None, config_path: str | Path,
 
 
 def why_not_applicable(plan) -> str:
-    """Why a finished plan's best setting has no TabbyAPI config.yml to go into ("" when it
-    has): the embedded demo runs inside SpecDeck, served by no one; a running server's
-    settings are not SpecDeck's to write from the page (the CLI's --apply writes a llama-swap
-    cmd or a TabbyAPI config from server arms)."""
+    """Why a plan's best setting has no TabbyAPI config.yml to go into ("" when it has): the
+    embedded demo runs inside SpecDeck, served by no one (the A/B page's Apply and `bench
+    --apply` both refuse it); a running server's settings are not SpecDeck's to write from
+    the page (the CLI's --apply writes a llama-swap cmd or a TabbyAPI config from server arms
+    by their own rules, so it asks this of its other plans only)."""
     from specdeck.core.engines.demo import is_demo_alias
 
     if plan.engine == "server":
@@ -322,7 +334,7 @@ def why_not_applicable(plan) -> str:
                 "Tune pages (or specdeck bench --apply), not from here.")
     if is_demo_alias(plan.model):
         return ("The demo model runs inside SpecDeck, served by no one: there is no config "
-                "to write. Its best setting is in the result above.")
+                "to write. Its best setting is in the A/B's result.")
     return ""
 
 

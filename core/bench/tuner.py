@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specdeck.core.bench import winner
-from specdeck.core.bench.fields import DEFAULT_K_MAX
+from specdeck.core.bench.fields import DEFAULT_K_MAX, PLAN_FIELDS
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.runner import BenchRun, EventSink, RunRecord, run_plan
 from specdeck.core.bench.summary import summarize
@@ -214,8 +214,9 @@ def tune_k(
     """Find a good k for ``drafter`` on ``base``'s prompts (see the module docstring)."""
     if drafter.kind is DrafterKind.NONE:
         raise InvalidInputError("The tuner needs a drafter (a draft model or n-gram).")
-    if not 1 <= k_max <= 32:
-        raise InvalidInputError(f"k_max {k_max} must be 1 to 32.")
+    k_field = PLAN_FIELDS["k"]
+    if not k_field.low <= k_max <= k_field.high:
+        raise InvalidInputError(f"k_max {k_max} must be {k_field.low} to {k_field.high}.")
     cancel = cancel or threading.Event()
     owned = engine is None
     if engine is None:

@@ -392,9 +392,16 @@ def _bench(args: argparse.Namespace) -> int:
 
         config.load(args.config)  # a missing or broken file is reported before any work
     plan = build_plan(args)
-    if args.apply and plan.engine != "server" and args.config is None:
-        raise InvalidInputError("--apply needs the TabbyAPI config.yml to change.",
-                                "Pass --config path/to/config.yml.")
+    if args.apply and plan.engine != "server":
+        from specdeck.core.bench.sweep import why_not_applicable
+
+        why = why_not_applicable(plan)  # the demo: as the A/B page refuses it
+        if why:
+            raise InvalidInputError(why, "Leave out --apply: the result names the best "
+                                         "setting.")
+        if args.config is None:
+            raise InvalidInputError("--apply needs the TabbyAPI config.yml to change.",
+                                    "Pass --config path/to/config.yml.")
     cancel = threading.Event()
     quiet_library_progress_bars()
     progress = ProgressPrinter(sys.stderr)
@@ -574,8 +581,7 @@ def _sweep(args, plan, progress, cancel) -> int:
     spec = SweepSpec(plan, tuple(drafters), ks=parse_k_range(args.sweep_k))
     result = run_sweep(spec, on_event=progress, cancel=cancel)
     if args.apply:
-        _say_passed_over(result.rows, SweepRow.standing,
-                         lambda r: f"{r.candidate} k={r.k}", result.best)
+        _say_passed_over(result.rows, SweepRow.standing, lambda r: r.name, result.best)
         _apply(args, None, planned=plan_apply_best(result.best, args.config))
     if _finish(args, "sweep", result, sweep_table(result, markdown=False),
                lambda: sweep_table(result), result.runs, progress):

@@ -227,3 +227,71 @@ def test_a_server_that_counted_no_drafts_reported_them():
     assert live.acceptance_reported == {"B"} and live.acceptance_unreported == {"C"}
     assert live.arm_so_far("B").drafted_nothing and not live.arm_so_far("B").drafting_unknown
     assert live.arm_so_far("C").drafting_unknown
+
+
+def _server_plan_events(counted_per_run):
+    """A server plan A (reference) and B (drafting), one prompt and len(counted_per_run)
+    repeats: every run finished with 20 tokens and nothing drafted, B's runs with draft counts
+    from /metrics where ``counted_per_run`` says so. The events, and the finished BenchRun."""
+    from specdeck.core.bench.plan import Arm, BenchPlan
+    from specdeck.core.bench.runner import PlanStarted, RunRecord, RunSlot
+    from specdeck.core.bench.suites import Prompt
+    from specdeck.core.engines.base import (
+        NO_DRAFT,
+        DrafterKind,
+        DrafterSpec,
+        GenerationResult,
+        GenerationStats,
+        LoadedModel,
+    )
+    from specdeck.core.servers.engine import ServerRun
+    from specdeck.core.servers.readings import ServerReport
+
+    arms = (Arm("A"), Arm("B", DrafterSpec(DrafterKind.SERVER)))
+    plan = BenchPlan(engine="server", model="server", arms=arms, repeats=len(counted_per_run))
+    prompt = Prompt("p", "x", (), "s")
+    slots = tuple(RunSlot(2 * repeat + i, arm, prompt, repeat)
+                  for repeat in range(len(counted_per_run)) for i, arm in enumerate(arms))
+    loaded = LoadedModel(engine="server", model_path=Path("server"), device="server",
+                         dtype="as served", drafter=NO_DRAFT, max_seq_len=0, vocab_size=0)
+    records = []
+    for slot in slots:
+        counted = slot.arm.name == "B" and counted_per_run[slot.repeat]
+        seconds = 1.0 + 0.1 * slot.repeat + (0.05 if slot.arm.name == "A" else 0.0)
+        stats = GenerationStats(prompt_tokens=10, new_tokens=20, prefill_s=0.1,
+                                decode_s=seconds, steps=20, draft_steps=0, drafted=0,
+                                accepted=0)
+        server = ServerRun(report=ServerReport("llama-server"), client_tokens_per_second=20.0,
+                           time_to_first_token_s=0.1, chunks=20, url="http://127.0.0.1:1",
+                           metrics_drafted=0 if counted else None,
+                           metrics_accepted=0 if counted else None)
+        result = GenerationResult("x" * 20, (), (), stats, slot.arm.drafter, plan.sampling,
+                                  "server", server=server)
+        records.append(RunRecord(slot, result, float(slot.index)))
+    events = [PlanStarted(plan, (prompt,), slots, loaded),
+              *(RunFinished(r, len(slots)) for r in records)]
+    run = BenchRun(plan, (prompt,), tuple(records), loaded, {}, 0.0, float(len(slots)))
+    return events, run
+
+
+@pytest.mark.parametrize("counted", [(True, False, False), (False, True), (True, True),
+                                     (False, False)])
+def test_live_and_summary_say_alike_whether_an_arm_drafted(counted):
+    """Issue 45 (one definition per rule): the live view worked out "drafted nothing" and
+    "unknown" itself (every run counted / none counted), the summary from whether any run
+    carried counts. With some runs counted and none drafted, the live view called the arm a
+    drafting result (the Tune page's best so far could offer it) while the summary said it
+    drafted nothing. Both now read core.bench.summary.drafting_seen."""
+    from specdeck.core.bench.winner import comparison_standing
+
+    events, run = _server_plan_events(counted)
+    live = LivePlan(run.plan)
+    for event in events:
+        live.apply(event)
+    so_far, final = live.arm_so_far("B"), summarize(run).comparison("B")
+    assert so_far.pairs == len(counted)
+    assert so_far.drafted_nothing is bool(final.not_drafting) is any(counted)
+    assert so_far.drafting_unknown is bool(final.drafting_unknown) is not any(counted)
+    live_standing, final_standing = so_far.standing(), comparison_standing(final)
+    assert live_standing.excluded_because is not None
+    assert bool(live_standing.not_drafting) and bool(final_standing.not_drafting)

@@ -455,7 +455,8 @@ def test_bench_apply_says_which_faster_arm_it_passed_over_and_why(tmp_path, monk
                                                  num_draft_tokens=a.drafter.num_draft_tokens))
                   for a in run.plan.arms[1:])
     plan_json = tmp_path / "plan.json"
-    plan_json.write_text(json.dumps(replace(run.plan, engine="torch", model="demo",
+    # A model folder, not the demo: the demo's setting has no config.yml to go into.
+    plan_json.write_text(json.dumps(replace(run.plan, engine="torch", model=str(tmp_path),
                                             arms=(run.plan.arms[0], *ngram)).to_json()))
     target = tmp_path / "config.yml"
     target.write_text((TABBY / "config_sample.exl2-checkpoint.yml").read_text().replace(

@@ -103,8 +103,8 @@ def test_apply_passes_over_an_arm_that_drafted_nothing_and_says_why(
         assert page.best_setting.arm == second
         assert page.apply_button.isEnabled()
         assert page.apply_button.text() == f"Apply n-gram k={next_k}…"
-        why = (f"n-gram k={k} measured {speedups[fastest]:.2f}× but is not offered: it did "
-               "not draft")
+        why = (f"n-gram k={k} measured {speedups[fastest]:.2f}x but cannot be the best: it "
+               "did not draft")
         assert why in page.apply_button.toolTip()
         assert why in page.summary.text()
         page.context.set_config_path(path)
