@@ -63,6 +63,7 @@ def run(report: Report) -> None:
     from specdeck.core.bench.grid import ALL, run_grid
     from specdeck.core.bench.plan import BenchPlan
     from specdeck.core.bench.runner import choose_prompts
+    from specdeck.core.engines.base import acceptance_rate
     from specdeck.core.servers.engine import ServerEngine
     from specdeck.core.servers.llama_server import binary_help
     from specdeck.core.tune import setup as tune_setup
@@ -148,8 +149,7 @@ def run(report: Report) -> None:
             inside = measured_x is not None and p.low <= measured_x <= p.high
             error = None if measured_x is None else p.speedup / measured_x - 1
             acceptance = row.by_suite[ALL].acceptance_rate if row is not None else None
-            replayed_acc = item.replayed.accepted / item.replayed.drafted \
-                if item.replayed.drafted else None
+            replayed_acc = acceptance_rate(item.replayed.accepted, item.replayed.drafted)
             results.append({"suite": suite, "setting": cell.label,
                              "predicted": p.to_json(), "measured": measured_x,
                              "measured_interval": None if ratio is None or not ratio.has_interval

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from specdeck.core.bench import stats, winner
+from specdeck.core.bench.lossless import compare_pair
 from specdeck.core.bench.plan import BenchPlan
 from specdeck.core.bench.runner import (
     PlanStarted,
@@ -39,7 +40,7 @@ from specdeck.core.bench.summary import (
     drafts_counted,
 )
 from specdeck.core.engines.base import acceptance_rate
-from specdeck.core.engines.lossless import OutputMatch, compare_runs
+from specdeck.core.engines.lossless import OutputMatch
 
 RATE_WINDOW_S = 0.25
 """A live tok/s point covers at least this much decode time, so the curve is readable."""
@@ -67,12 +68,14 @@ class OutputCheck:
 
 
 def check_output(reference: RunRecord, other: RunRecord, greedy: bool) -> OutputCheck:
-    """The same classification as the finished summary's losslessness check."""
+    """The finished summary's losslessness check of one pair (core.bench.lossless's
+    ``compare_pair``), in a word for the table."""
     if not greedy:
         return OutputCheck("sampled", None)
-    if reference.lost_data or other.lost_data:
+    compared = compare_pair(reference, other)
+    if isinstance(compared, str):
         return OutputCheck(NOT_COMPARED, None)
-    comparison, unit = compare_runs(reference.result, other.result)
+    comparison, unit = compared
     shorter = min(comparison.reference_length, comparison.candidate_length)
     longer = max(comparison.reference_length, comparison.candidate_length)
     text = {

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from specdeck.core.bench.runner import BenchRun, RunRecord
-from specdeck.core.engines.lossless import OutputMatch, compare_runs
+from specdeck.core.engines.lossless import OutputMatch, TokenComparison, compare_runs
 
 Decoder = Callable[[Sequence[int]], str]
 
@@ -93,22 +93,35 @@ class LosslessCheck:
         }
 
 
+def compare_pair(reference: RunRecord, candidate: RunRecord
+                 ) -> tuple[TokenComparison, str] | str:
+    """One paired run of a greedy plan against the reference's run of the same prompt and
+    repeat, as the summary's check (:func:`check_lossless`) and the live view
+    (core.bench.live.check_output) both compare it: the comparison and its unit
+    (core.engines.lossless.compare_runs: ties told from divergences), or, where a run of the
+    pair lost data, what it lost (not compared: what it returned is not all it made)."""
+    losses = [*reference.lost_data, *candidate.lost_data]
+    if losses:
+        return losses[0]
+    return compare_runs(reference.result, candidate.result)
+
+
 def check_lossless(run: BenchRun, matched: list[tuple[RunRecord, RunRecord]],
                    decoder: LazyDecoder) -> LosslessCheck:
-    """Every paired run of a greedy plan compared with the reference's (core.engines.lossless:
-    ties told from divergences); runs that lost data are left out, with why."""
+    """Every paired run of a greedy plan compared with the reference's (:func:`compare_pair`);
+    runs that lost data are left out, with why."""
     if not run.plan.sampling.greedy:
         return LosslessCheck(False, "not checkable: sampled (outputs differ by design)")
     identical = ties = compared = 0
     found = []
     lost: list[str] = []
     for reference, candidate in matched:
-        losses = [*reference.lost_data, *candidate.lost_data]
-        if losses:
-            lost.append(losses[0])
+        compared_pair = compare_pair(reference, candidate)
+        if isinstance(compared_pair, str):
+            lost.append(compared_pair)
             continue
         compared += 1
-        comparison, unit = compare_runs(reference.result, candidate.result)
+        comparison, unit = compared_pair
         if comparison.lossless:
             identical += 1
             continue

@@ -293,7 +293,6 @@ def find_demo_partner(
     """
     from specdeck.core.compat.check import compare_models
     from specdeck.core.compat.load import check_cancel, load_model
-    from specdeck.core.compat.report import CompatVerdict
     from specdeck.core.compat.source import ModelSource
     from specdeck.core.errors import SpecDeckError
     from specdeck.core.hub.locations import library_dirs
@@ -318,6 +317,6 @@ def find_demo_partner(
             target = load_model(ModelSource(str(info.path), folder=info.path), cancel=cancel)
         except SpecDeckError:
             continue  # a folder the checker cannot read is no partner
-        if compare_models(target, draft).verdict in (CompatVerdict.COMPATIBLE, CompatVerdict.WARNINGS):
+        if compare_models(target, draft).verdict.cleared:
             return info
     return None

@@ -275,7 +275,6 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
     long as the finalist's predicted speed-up needs (the replay, like the downloads, ran
     before the budget's clock started)."""
     from specdeck.core.tune.verify import (
-        VERIFY_MAX_REPEATS,
         decide,
         disturbed_verification,
         over_budget,
@@ -361,17 +360,16 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
                          "least two prompts a suite for an independent verification.")
         t0 = time.monotonic()
         arms = 2 + (current is not None and best.cell.arm.name != CURRENT)
-        repeats = verify_repeats(search, arms, len(held_out), end - t0, options.verify_repeats)
+        figure, shaky = None, 0.0
         if expected:
-            from specdeck.core.tune.replay.search import verify_repeats as needed
-
             figure = max(expected.get(best.cell.arm.name, 0.0), best.score)
             # one pass of the search cannot show the noise; the calibration's runs did (its
             # pairs of plain runs: what repeats average away, not the model's misfit)
             costs = forecast.costs
             shaky = noise_share or (costs.run_noise or costs.noise) / math.sqrt(2)
-            repeats = min(repeats, needed(figure, shaky, len(held_out),
-                                          options.verify_repeats, VERIFY_MAX_REPEATS))
+        repeats = verify_repeats(search, arms, len(held_out), end - t0, options.verify_repeats,
+                                 expected=figure, noise_share=shaky)
+        if figure is not None:
             notes.append(f"The verification ran the held-out prompts {repeats} times: what a "
                          f"{figure:.2f}x speed-up (predicted, or measured by the search) "
                          f"needs at this machine's noise ({shaky:.1%}) for its interval to "

@@ -72,17 +72,26 @@ class Verification:
 
 
 def verify_repeats(search: GridResult, arms: int, prompts: int, seconds_left: float,
-                   least: int, most: int = VERIFY_MAX_REPEATS) -> int:
+                   least: int, most: int = VERIFY_MAX_REPEATS, expected: float | None = None,
+                   noise_share: float = 0.0) -> int:
     """How many times the verification runs its held-out prompts: as many as the time the
     search left holds, at the pace of the search's measured runs (each from its start to the
-    next run's), at least ``least``. Fixed before the verification starts, so it never stops
-    on a lucky interval (stopping when the interval first clears 1.0 would make the 95% an
-    overstatement)."""
+    next run's), at least ``least``; with a speed-up ``expected`` (predicted, or measured by
+    the search), no more than it needs at ``noise_share`` for its interval to clear 1.0
+    (core.tune.replay.search.repeats_needed). Fixed before the verification starts, so it
+    never stops on a lucky interval (stopping when the interval first clears 1.0 would make
+    the 95% an overstatement)."""
     per_repeat = repeat_seconds(search, arms, prompts)
     if per_repeat is None:
-        return least
-    fits = int(0.8 * seconds_left // per_repeat) if per_repeat > 0 else most
-    return max(least, min(most, fits))
+        fits = least
+    else:
+        fits = int(0.8 * seconds_left // per_repeat) if per_repeat > 0 else most
+        fits = max(least, min(most, fits))
+    if expected is None:
+        return fits
+    from specdeck.core.tune.replay.search import repeats_needed
+
+    return min(fits, repeats_needed(expected, noise_share, prompts, least, most))
 
 
 def repeat_seconds(search: GridResult, arms: int, prompts: int) -> float | None:

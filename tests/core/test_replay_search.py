@@ -8,7 +8,7 @@ from specdeck.core.tune.live import TuneLive
 from specdeck.core.tune.predict import Prediction
 from specdeck.core.tune.replay.costs import Predicted, StepCosts
 from specdeck.core.tune.replay.phase import Forecast, SettingForecast
-from specdeck.core.tune.replay.search import finalists, short, verify_repeats
+from specdeck.core.tune.replay.search import finalists, repeats_needed, short
 from specdeck.core.tune.replay.session import Replayed, Setting
 from specdeck.core.tune.run import CandidatesFound, Forecasted
 
@@ -46,12 +46,12 @@ def test_a_setting_that_never_drafts_is_no_finalist_and_hopeless_ones_only_alone
 
 
 def test_the_verification_runs_as_long_as_the_predicted_speed_up_needs():
-    few = verify_repeats(1.5, 0.03, prompts=5, least=2, most=8)
-    close = verify_repeats(1.03, 0.03, prompts=5, least=2, most=8)
+    few = repeats_needed(1.5, 0.03, prompts=5, least=2, most=8)
+    close = repeats_needed(1.03, 0.03, prompts=5, least=2, most=8)
     assert few == 2 and close > few and close <= 8
-    assert verify_repeats(0.9, 0.03, prompts=5, least=2, most=8) == 2  # nothing to show
+    assert repeats_needed(0.9, 0.03, prompts=5, least=2, most=8) == 2  # nothing to show
     # too close to 1.0 for any repeats the budget allows: the fewest, and the verdict says so
-    assert verify_repeats(1.02, 0.2, prompts=5, least=2, most=8) == 2
+    assert repeats_needed(1.02, 0.2, prompts=5, least=2, most=8) == 2
 
 
 def test_the_page_follows_the_finalists_and_shows_why():

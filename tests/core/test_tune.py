@@ -1028,6 +1028,14 @@ def test_the_verification_runs_as_many_repeats_as_the_search_left_time_for():
     assert verify_repeats(search, 3, 6, 10.0, least=2) == 2  # never fewer than asked
     assert verify_repeats(search, 3, 6, 1e6, least=2) == VERIFY_MAX_REPEATS
     assert verify_repeats(SimpleNamespace(runs=[]), 3, 6, 1e6, least=2) == 2  # no pace known
+    # With a speed-up to show, no more than it needs at this noise (replay.search's
+    # repeats_needed), and never more than the time holds: one function sizes it.
+    from specdeck.core.tune.replay.search import repeats_needed
+
+    needs = repeats_needed(1.02, 0.03, 6, 2, VERIFY_MAX_REPEATS)
+    assert 4 < needs < VERIFY_MAX_REPEATS
+    assert verify_repeats(search, 3, 6, 1e6, least=2, expected=1.02, noise_share=0.03) == needs
+    assert verify_repeats(search, 3, 6, 200.0, least=2, expected=1.02, noise_share=0.03) == 4
     # Where even the fewest repeats do not fit what the search left, it says by how much
     # (a user's 3-minute tune on a busy machine ran 13 minutes without a word).
     from specdeck.core.tune.verify import over_budget

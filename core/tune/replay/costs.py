@@ -65,6 +65,7 @@ import math
 import statistics
 from dataclasses import dataclass, replace
 
+from specdeck.core.engines.base import position_shares
 from specdeck.core.tune.replay.session import Replayed
 
 Z95 = 1.96
@@ -458,7 +459,7 @@ def predict_speedup(costs: StepCosts, each: list[Replayed], draft_model: bool = 
     for r in each:
         total.add(r)
     steps = total.plain_steps + total.drafts
-    per_pos = tuple(n / total.drafts for n in total.per_pos) if total.drafts else ()
+    per_pos = position_shares(total.per_pos, total.drafts) if total.drafts else ()
     mean = math.exp(statistics.fmean(math.log(r) for r in ratios))
     # on a log scale: a ratio's noise is relative, and an interval never reaches 0
     return Predicted(mid, mid * math.exp(-half), mid * math.exp(half), tuple(ratios), mean,

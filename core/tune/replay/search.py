@@ -81,7 +81,7 @@ def prediction_of(item: SettingForecast, costs_text: str):
                       f"accepted length {p.mean_accepted_length:.2f}; {costs_text}")
 
 
-def verify_repeats(expected: float, noise_share: float, prompts: int, least: int,
+def repeats_needed(expected: float, noise_share: float, prompts: int, least: int,
                    most: int) -> int:
     """Repeats of ``prompts`` held-out prompts for a speed-up of ``expected`` to show its 95%
     interval above 1.0, at a run-to-run noise of ``noise_share`` (a ratio of two runs has
