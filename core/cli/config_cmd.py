@@ -132,7 +132,7 @@ def _describe(doc) -> dict[str, Any]:
 
 
 def _shown(value: Any) -> str:
-    from specdeck.core.config.document import printable
+    from specdeck.core.printable import printable
 
     if value is None:
         return "(blank)"
@@ -143,7 +143,7 @@ def _shown(value: Any) -> str:
 
 
 def _print_problems(problems: list[dict]) -> None:
-    from specdeck.core.config.document import printable
+    from specdeck.core.printable import printable
 
     for p in problems:
         print(f"{p['severity']}: {printable(p['message'])}")

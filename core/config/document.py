@@ -29,6 +29,7 @@ from specdeck.core.config.schema import (
 )
 from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.exl2_facts import CACHE_MODES_TEXT
+from specdeck.core.printable import printable
 from specdeck.core.units import MiB, format_bytes
 from specdeck.core.userpath import expand_user
 
@@ -118,11 +119,6 @@ def mapping_entry(node, key: str):
         if is_scalar(key_node) and key_node.value == key:
             return key_node, value_node
     return None
-
-
-def printable(text: str) -> str:
-    """``text`` with control characters (terminal escape codes) shown as escapes."""
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 def shared_nodes(root) -> dict[int, list[tuple[str, ...]]]:

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from specdeck.core.config.schema import DRAFT_MODE_DISABLED, MODELLESS_DRAFT_MODES
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.servers.key_names import DEFAULT_KEY_ENV, KEYRING_SERVICE
 from specdeck.core.servers.kinds import ServerKind, parse_kind
@@ -187,7 +186,14 @@ def _forecast(arm):
     """(whether it will draft, the running server's ServerInfo or None, the problem that
     stops it or None); never raises."""
     from specdeck.core.errors import SpecDeckError
-    from specdeck.core.servers.probe import Drafting, launched_drafting, probe, server_drafting
+    from specdeck.core.servers.probe import (
+        Drafting,
+        launched_drafting,
+        probe,
+        server_drafting,
+        tabby_launch_drafting,
+        tabby_reload_drafting,
+    )
 
     server: ServerArm = arm.server
     if server.tabby_launch is not None:
@@ -197,7 +203,7 @@ def _forecast(arm):
             check_folder(server.tabby_launch)
         except SpecDeckError as exc:
             return Drafting(False, why=exc.what), None, exc.what
-        return _tabby_launch_drafting(server.tabby_launch.draft), None, None
+        return tabby_launch_drafting(server.tabby_launch.draft), None, None
     if server.launch is not None:
         from specdeck.core.servers.llama_server import check_launch
 
@@ -207,33 +213,12 @@ def _forecast(arm):
             return Drafting(False, why=exc.what), None, exc.what
         return launched_drafting(server.launch), None, None
     if server.tabby is not None:
-        drafts = server.tabby.draft_model_name is not None
-        return Drafting(drafts, server.tabby.draft_model_name,
-                        "" if drafts else "reloaded without a draft"), None, None
+        return tabby_reload_drafting(server.tabby.draft_model_name), None, None
     try:
         info = probe(server.url, server.api_key(), server.kind)
     except SpecDeckError as exc:
         return Drafting(None, why=f"not probed: {exc.what}"), None, exc.what
-    if server.draft_model and info.kind is ServerKind.LMSTUDIO:
-        return Drafting(True, server.draft_model, "named per request"), info, None
-    return server_drafting(info, server.model), info, None
-
-
-def _tabby_launch_drafting(settings):
-    """Whether a TabbyAPI started with ``settings`` (draft_model keys over config.yml) will
-    draft: off when they switch it off, by their mode or draft when they name one, else as
-    its config.yml says (unknown here)."""
-    from specdeck.core.servers.probe import Drafting
-
-    values = dict(settings)
-    if values.get("draft_mode") == DRAFT_MODE_DISABLED or values.get("draft_model_name") == "":
-        return Drafting(False, why="its draft settings switch drafting off")
-    mode = values.get("draft_mode")
-    if mode in MODELLESS_DRAFT_MODES:
-        return Drafting(True, mode)
-    if values.get("draft_model_name"):
-        return Drafting(True, str(values["draft_model_name"]))
-    return Drafting(None, why="as its config.yml says")
+    return server_drafting(info, server.model, server.draft_model), info, None
 
 
 def _described(arm, drafting, info, problem: str | None) -> str:

@@ -652,4 +652,4 @@ def _drafting(arm, info: ServerInfo | None):
         return launched_drafting(arm.server.launch)
     if info is None or arm.server.tabby is not None:
         return None
-    return server_drafting(info, arm.server.model)
+    return server_drafting(info, arm.server.model, arm.server.draft_model)

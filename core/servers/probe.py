@@ -445,11 +445,41 @@ def _type_from_draft(path: str) -> Drafting:
         "add --spec-type draft-simple"))
 
 
-def server_drafting(info: ServerInfo, model: str | None = None) -> Drafting:
+def tabby_launch_drafting(settings) -> Drafting:
+    """Whether a TabbyAPI SpecDeck starts with ``settings`` (draft_model keys over its
+    config.yml, core.servers.tabby_launch.TabbyLaunch.draft) will draft: off when they switch
+    it off, by their mode or draft when they name one, else as its config.yml says (unknown
+    here)."""
+    from specdeck.core.config.schema import DRAFT_MODE_DISABLED, MODELLESS_DRAFT_MODES
+
+    values = dict(settings)
+    if values.get("draft_mode") == DRAFT_MODE_DISABLED or values.get("draft_model_name") == "":
+        return Drafting(False, why="its draft settings switch drafting off")
+    mode = values.get("draft_mode")
+    if mode in MODELLESS_DRAFT_MODES:
+        return Drafting(True, mode)
+    if values.get("draft_model_name"):
+        return Drafting(True, str(values["draft_model_name"]))
+    return Drafting(None, why="as its config.yml says")
+
+
+def tabby_reload_drafting(draft_model_name: str | None) -> Drafting:
+    """Whether a TabbyAPI arm SpecDeck reloads through the admin API
+    (core.servers.tabby_reload.TabbyLoad) will draft: with the draft it loads, if any."""
+    if draft_model_name is None:
+        return Drafting(False, why="reloaded without a draft")
+    return Drafting(True, draft_model_name)
+
+
+def server_drafting(info: ServerInfo, model: str | None = None,
+                    draft: str | None = None) -> Drafting:
     """Whether a running server drafts, from what it exposes: a router model's flags,
     llama-server's /slots (``speculative``: a drafting context exists), TabbyAPI's draft in
     its model card, vLLM's speculative counters at /metrics (registered only with a
-    speculative config); else unknown until a run."""
+    speculative config), LM Studio's draft named per request (``draft``: the arm's); else
+    unknown until a run."""
+    if draft and info.kind is ServerKind.LMSTUDIO:
+        return Drafting(True, draft, "named per request")
     if info.router:
         flags = info.flags_of(model)
         if flags is None:

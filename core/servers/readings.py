@@ -119,6 +119,32 @@ class _Checker:
         return int(value)
 
 
+@dataclass(frozen=True)
+class Timings:
+    """llama-server's ``timings`` in an answer that was not streamed (the replay's capture,
+    proof and teacher-forced pass), each figure checked as a streamed run's are (a finite
+    number from 0 to ``MAX_MILLISECONDS``, a count a whole number): None when absent or when
+    it failed, with why in ``problems``."""
+
+    prompt_n: int | None = None
+    prompt_ms: float | None = None
+    predicted_ms: float | None = None
+    problems: tuple[str, ...] = ()
+
+
+def answer_timings(answer: Any) -> Timings:
+    """The checked :class:`Timings` of one llama-server answer (its final event, or a
+    ``/completion`` answer)."""
+    timings = answer.get("timings") if isinstance(answer, dict) else None
+    found = {f"timings.{name}": value for name, value in timings.items()
+             if isinstance(name, str)} if isinstance(timings, dict) else {}
+    check = _Checker(found)
+    return Timings(check.count("timings.prompt_n"),
+                   check.number("timings.prompt_ms", most=MAX_MILLISECONDS),
+                   check.number("timings.predicted_ms", most=MAX_MILLISECONDS),
+                   tuple(check.problems))
+
+
 def _shown_name(value: Any) -> str | None:
     return value[:200] if isinstance(value, str) and value else None
 

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specdeck.core import llama_flags
-from specdeck.core.engines.base import MAX_SERVER_DRAFT_TOKENS
 from specdeck.core.errors import InvalidInputError, SpecDeckError
+from specdeck.core.swap.actions import DRAFT_MAX_RANGE, DRAFT_MIN_RANGE, P_MIN_RANGE
 
 TABLE = (
     (llama_flags.SPEC_TYPE, "a spec type the binary's --help lists"),
@@ -34,24 +34,24 @@ TABLE = (
 """Every argument a tune produces, and what its value may be."""
 NUMBER = re.compile(r"\d{1,7}(?:\.\d{1,6})?")
 """A flag's value: a whole number or a decimal, below 10 million."""
-K_MOST = MAX_SERVER_DRAFT_TOKENS
-"""The most tokens a tune lets a server draft per step (core.engines.base)."""
 RANGES = (
-    ("-p-min", 0.0, 1.0, False),
+    ("-p-min", *P_MIN_RANGE, False),
     ("-size-n", 1, llama_flags.NGRAM_NUMBER_MAX, True),
     ("-n-match", 1, llama_flags.NGRAM_NUMBER_MAX, True),
     ("-min-hits", 1, llama_flags.NGRAM_NUMBER_MAX, True),
-    ("-size-m", 1, K_MOST, True), ("-n-max", 1, K_MOST, True), ("-n-min", 0, K_MOST, True),
-    *((flag, 1, K_MOST, True) for flag in llama_flags.N_MAX_REMOVED),
-    *((flag, 0, K_MOST, True) for flag in llama_flags.N_MIN_REMOVED),
+    ("-size-m", *DRAFT_MAX_RANGE, True), ("-n-max", *DRAFT_MAX_RANGE, True),
+    ("-n-min", *DRAFT_MIN_RANGE, True),
+    *((flag, *DRAFT_MAX_RANGE, True) for flag in llama_flags.N_MAX_REMOVED),
+    *((flag, *DRAFT_MIN_RANGE, True) for flag in llama_flags.N_MIN_REMOVED),
 )
 """The numbers a tune sets, by how their flag's name ends (an n-gram type's lookup and draft
 lengths, min hits and n-match, a draft's most and fewest tokens and its p-min; on a build
 that drafts with -md alone, the --draft-max family core.llama_flags says the pinned build
 removed), and the range each may take: an n-gram type's lookup size, n-match and min hits
 as llama.cpp 11434 checks them (``llama_flags.NGRAM_NUMBER_MAX``); a number of draft tokens
-(ngram-simple's size-m, the n-max/n-min pairs) at least 1 (0 for a fewest) and at most
-``K_MOST``; p-min is a probability."""
+(ngram-simple's size-m, the n-max/n-min pairs) and p-min as `swap set-draft` and the
+llama-swap page take them (core.swap.actions: ``DRAFT_MAX_RANGE``, up to
+``MAX_SERVER_DRAFT_TOKENS``; ``DRAFT_MIN_RANGE``; ``P_MIN_RANGE``, a probability)."""
 
 
 def number_range(flag: str) -> tuple[float, float, bool] | None:

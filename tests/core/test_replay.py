@@ -281,3 +281,37 @@ def test_the_proofs_counts_are_the_servers_counters_read_as_every_run_reads_them
     assert counted_between(after, after, tokens=40) == Counted(0, 0, 0, ())
     assert counted_between(after, before, tokens=40) is None
     assert counted_between(before, after, tokens=5) is None  # 14 accepted of 5 tokens made
+
+
+def test_the_proofs_timings_are_checked_as_every_runs_readings_are():
+    """Issue 45 (server readings checked before they become figures): the replay's proof,
+    capture and teacher-forced pass read llama-server's ``timings`` as raw floats: a value
+    that is not a number crashed the proof, a negative, NaN or absurd one became a decode
+    time. Read through core.servers.readings.answer_timings now: only a checked number is a
+    figure (an unusable one is not read, as if absent)."""
+    import json
+
+    from hostile_servers import Hostile, serving
+    from specdeck.core.servers.transport import Base
+    from specdeck.core.tune.replay.proof import run_on_server
+
+    sent = ["12 ms", -5, float("nan"), 1e300, True, 40.5]
+
+    class Completion(Hostile):
+        answers: list = []
+
+        def get(self):
+            if self.path.split("?", 1)[0] == "/metrics":
+                return self.answer(200, _llama_metrics(0, 0, 0, []).encode(), "text/plain")
+            return self.answer(404, {"error": "not found"})
+
+        def post(self, body: dict):
+            value = sent[len(self.answers)]
+            self.answers.append(value)
+            self.answer(200, json.dumps({"tokens": [1, 2, 3], "stop_type": "limit",
+                                         "timings": {"predicted_ms": value}}).encode())
+
+    requests = [Request((5, 6), (1, 2, 3), 3, "limit") for _ in sent]
+    with serving(Completion, answers=[]) as (url, _):
+        run = run_on_server(Base.parse(url), requests)
+    assert run.decode_ms == [0.0, 0.0, 0.0, 0.0, 0.0, 40.5]

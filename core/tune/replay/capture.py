@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from specdeck.core.errors import CancelledError
 from specdeck.core.servers.payload import completion_body, template_body, tokenize_body
+from specdeck.core.servers.readings import answer_timings
 from specdeck.core.servers.transport import BadAnswerError, Base, request_json, stream_sse
 from specdeck.core.tune.replay.session import Request
 
@@ -151,9 +152,9 @@ def capture(base: Base, prompts: list[tuple[str, str]], max_new: int, chat: bool
         run = stream_complete(base, ids, max_new, stop_on_eos, api_key, cancel)
         timings = run.final.get("timings") if isinstance(run.final.get("timings"), dict) \
             else {}
+        checked = answer_timings(run.final)
         out.append(Captured(prompt_id, Request(ids, run.tokens, max_new, run.stop), run.stop,
-                            float(timings.get("prompt_ms", 0.0) or 0.0),
-                            float(timings.get("predicted_ms", 0.0) or 0.0), timings,
+                            checked.prompt_ms or 0.0, checked.predicted_ms or 0.0, timings,
                             run.arrivals))
         if progress is not None:
             progress(i + 1, len(prompts))

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 from specdeck.core.errors import CancelledError
 from specdeck.core.llama_flags import DRAFT_SIMPLE
+from specdeck.core.servers.readings import answer_timings
 from specdeck.core.servers.transport import BadAnswerError, Base
 from specdeck.core.tune.replay.capture import complete
 from specdeck.core.tune.replay.drafters import Drafter
@@ -155,10 +156,10 @@ def forced_on_server(base: Base, request: Request, api_key: str | None = None,
             raise CancelledError("Teacher-forced pass cancelled.")
         n = max(1, min(run, len(out) - j))
         answer = _ask(base, prompt + list(out[:j]), n, api_key, whole=prompt_whole and j == 0)
-        timings = answer.get("timings")
-        if decode_s is not None and n == 1 and isinstance(timings, dict) \
-                and timings.get("prompt_n") == 1:
-            decode_s.append(float(timings.get("prompt_ms") or 0.0) / 1000.0)
+        timings = answer_timings(answer)
+        if decode_s is not None and n == 1 and timings.prompt_n == 1 \
+                and timings.prompt_ms is not None:  # a time it did not give is no figure
+            decode_s.append(timings.prompt_ms / 1000.0)
         for token, share, gap in _choice(answer, n):
             argmax.append(token)
             shares.append(share)

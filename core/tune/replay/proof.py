@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdeck.core.servers.counters import counted_draft, fetch_counters
+from specdeck.core.servers.readings import answer_timings
 from specdeck.core.servers.transport import Base
 from specdeck.core.tune.replay.capture import complete, stop_of
 from specdeck.core.tune.replay.session import Replayed, Request
@@ -86,7 +87,6 @@ def run_on_server(base: Base, requests: list[Request], api_key: str | None = Non
         answer = complete(base, r.prompt, r.n_predict, stop_on_eos=r.ended, api_key=api_key)
         tokens = tuple(int(t) for t in answer.get("tokens") or ())
         own.append(Request(r.prompt, tokens, r.n_predict, stop_of(str(answer.get("stop_type")))))
-        timings = answer.get("timings") if isinstance(answer.get("timings"), dict) else {}
-        decode_ms.append(float(timings.get("predicted_ms") or 0.0))
+        decode_ms.append(answer_timings(answer).predicted_ms or 0.0)
     made = sum(len(r.output) for r in own)
     return ServerRun(counted_between(before, counters(base, api_key), made), own, decode_ms)
