@@ -77,6 +77,21 @@ NGRAM_TYPES = (NGRAM_SIMPLE, NGRAM_MAP_K, NGRAM_MAP_K4V, NGRAM_MOD, NGRAM_CACHE)
 """Those n-gram types in the order ``common_speculative_init`` tries them, whatever the
 order of ``--spec-type``'s list (the replay's chain follows it)."""
 
+
+
+def family_of(spec_type: str) -> str:
+    """A spec type's family, the word before its first dash: "draft" (a draft-* type) or
+    "ngram" (an n-gram lookup); llama.cpp groups the family's flags as ``--spec-<family>-``."""
+    return spec_type.split("-", 1)[0]
+
+
+def drafts_with_model(spec_type: str) -> bool:
+    """Whether a spec type drafts with a draft model (-md): every draft-* type but draft-mtp,
+    which drafts with the target's own MTP layers (tools/server/server-context.cpp:1124:
+    ``has_spec = has_draft || spec_mtp``); an n-gram type copies from the context."""
+    return family_of(spec_type) == "draft" and spec_type != DRAFT_MTP
+
+
 GPU_LAYERS_DRAFT = ("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft")
 DRAFT_SIDE_SHORT = ("-md", "-ngld", "-cd", "-devd", "-ctkd", "-ctvd", "-td", "-tbd")
 """Short flags of the draft's own settings (its long names all contain "draft")."""
@@ -169,7 +184,7 @@ class SpecMethod:
 
     @property
     def family(self) -> str:
-        return self.name.split("-", 1)[0]
+        return family_of(self.name)
 
     @property
     def needs(self) -> str:

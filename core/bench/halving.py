@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from specdeck.core.bench import winner
 from specdeck.core.bench.noise import noise_band
 from specdeck.core.bench.plan import BenchPlan
+from specdeck.core.config.schema import DRAFT_MODE_MODEL
+from specdeck.core.draft_kind import DRAFT_MODEL, draft_kind
 from specdeck.core.engines.base import DrafterKind
 
 if TYPE_CHECKING:
@@ -44,18 +46,31 @@ def pairs_of(row: GridRow) -> int:
 
 def setting_cost(cell: Cell) -> tuple[int, int]:
     """Cheaper settings first: no draft model before one (it takes memory and a forward of its
-    own per token), then fewer tokens per step."""
+    own per token; what drafts with one: core.draft_kind, as the tune's prediction reads it,
+    so an MTP or n-gram setting is never costed as one), then fewer tokens per step."""
     server, drafter = cell.arm.server, cell.arm.drafter
-    model = drafter.kind is DrafterKind.MODEL or drafter.model_path is not None
     if server is not None and server.launch is not None:
-        model = model or "draft-" in " ".join(server.launch.args)
+        kinds = _launch_kinds(tuple(server.launch.args))
     elif server is not None and server.tabby_launch is not None:
         settings = dict(server.tabby_launch.draft)
-        model = bool(settings.get("draft_model_name")) and \
-            settings.get("draft_mode", "model") == "model"
+        named = bool(settings.get("draft_model_name"))  # none: config.yml's, unknown here
+        kinds = [draft_kind(settings.get("draft_mode", DRAFT_MODE_MODEL), True)] if named else []
     elif server is not None and server.tabby is not None:
-        model = bool(server.tabby.draft_model_name)
-    return int(model), drafter.num_draft_tokens
+        kinds = [draft_kind(None, bool(server.tabby.draft_model_name))]
+    else:
+        kinds = [draft_kind(None, drafter.kind is DrafterKind.MODEL
+                            or drafter.model_path is not None)]
+    return int(DRAFT_MODEL in kinds), drafter.num_draft_tokens
+
+
+def _launch_kinds(args: tuple[str, ...]) -> list[str]:
+    """What a llama-server launched with ``args`` drafts with, per spec type it names (none
+    named: a -md draft alone, or nothing)."""
+    from specdeck.core import llama_flags
+    from specdeck.core.servers.llama_server import flag_value, spec_types_given
+
+    draft = bool(flag_value(args, *llama_flags.DRAFT_MODEL))
+    return [draft_kind(t, draft) for t in spec_types_given(args) or [None]]
 
 
 SLOWER_NOISE_MULTIPLE = 2.0

@@ -723,6 +723,12 @@ def with_flag(args: tuple[str, ...], flag: str, value: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def spec_types_given(args: tuple[str, ...]) -> list[str]:
+    """Every --spec-type given, in the order of its comma list; [] for none."""
+    value = flag_value(args, llama_flags.SPEC_TYPE)
+    return [t.strip() for t in value.split(",") if t.strip()] if value else []
+
+
 def spec_type(args: tuple[str, ...]) -> str | None:
     """The first --spec-type given (llama-server tries them in order), or None."""
     value = flag_value(args, llama_flags.SPEC_TYPE)

@@ -354,11 +354,15 @@ def launched_drafting(profile) -> Drafting:
     layers: "failed to create MTP context", it exits). Each case is checked against the
     real server in tests/servers/test_llama_server_live.py."""
     from specdeck.core import llama_flags
-    from specdeck.core.servers.llama_server import binary_help, flag_value, methods_of
+    from specdeck.core.servers.llama_server import (
+        binary_help,
+        flag_value,
+        methods_of,
+        spec_types_given,
+    )
 
     args = tuple(profile.args)
-    given = flag_value(args, llama_flags.SPEC_TYPE)
-    types = [t.strip() for t in given.split(",") if t.strip()] if given else []
+    types = spec_types_given(args)
     draft = flag_value(args, *llama_flags.DRAFT_MODEL)
     info = binary_help(profile.binary)
     if "none" in types:

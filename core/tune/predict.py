@@ -52,20 +52,20 @@ from specdeck.core.bench.stats import (
     iid_cumulative,
     theoretical_speedup,
 )
-from specdeck.core.config.schema import DRAFT_MODE_MODEL, DRAFT_MODE_MTP
+from specdeck.core.draft_kind import DRAFT_MODEL, MTP, NGRAM, draft_kind
 from specdeck.core.engines.base import MAX_SERVER_DRAFT_TOKENS
-from specdeck.core.llama_flags import DRAFT_MTP, NGRAM_CACHE
+from specdeck.core.llama_flags import NGRAM_CACHE
 from specdeck.core.tune.candidates import Candidate
 from specdeck.core.tune.setup import Setup
 from specdeck.core.units import format_bytes
 
-ACCEPTANCE = {"draft": (0.45, 0.80), "ngram": (0.10, 0.60), "mtp": (0.55, 0.85)}
+ACCEPTANCE = {DRAFT_MODEL: (0.45, 0.80), NGRAM: (0.10, 0.60), MTP: (0.55, 0.85)}
 ACCEPTANCE_ON_MATCH = (0.85, 0.98)
 """Per-token acceptance of a llama.cpp lookup type's draft, given that it drafted (it copies
 what followed an earlier occurrence of the last n-gram). Fitted to llama-server's own counts
 (draft_n_accepted over draft_n) in the exhaustive grid of tune_e2e (2026-11-27): 54-97% of
 drafted tokens accepted at k = 4-16, which an iid acceptance of 0.92-0.996 per token gives
-(ngram-simple lowest). ``ACCEPTANCE["ngram"]``, per token on every step, predicted these types
+(ngram-simple lowest). ``ACCEPTANCE[NGRAM]``, per token on every step, predicted these types
 0.69x where they measured 0.95-1.01x."""
 VERIFY_COST_PER_TOKEN = {"gpu": (0.02, 0.02), "cpu": (0.06, 0.6)}
 """Extra target-forward cost per verified token beyond the first, (cheapest, typical): a GPU
@@ -125,21 +125,16 @@ class Prediction:
 
 
 def _kind(candidate: Candidate) -> str:
-    """"mtp", "draft" (a draft model) or "ngram", for llama-server's spec types and
-    TabbyAPI's draft modes (model, ngram, mtp) alike."""
-    if candidate.spec_type in (DRAFT_MTP, DRAFT_MODE_MTP):
-        return "mtp"
-    if candidate.draft is not None or candidate.spec_type.startswith("draft-") \
-            or candidate.spec_type == DRAFT_MODE_MODEL:
-        return "draft"
-    return "ngram"
+    """``draft_kind.MTP``, ``DRAFT_MODEL`` or ``NGRAM`` (core.draft_kind, the one reading of
+    llama-server's spec types and TabbyAPI's draft modes alike; the history keeps it)."""
+    return draft_kind(candidate.spec_type, candidate.draft is not None)
 
 
 def _cost_ratio(candidate: Candidate, setup: Setup) -> float:
     kind = _kind(candidate)
-    if kind == "ngram":
+    if kind == NGRAM:
         return 0.0
-    if kind == "mtp":
+    if kind == MTP:
         return 1.0 / max(setup.facts.layers, 1)
     return candidate.draft_bytes / max(setup.facts.weight_bytes, 1)
 
@@ -147,7 +142,7 @@ def _cost_ratio(candidate: Candidate, setup: Setup) -> float:
 def drafts_on_match_only(candidate: Candidate) -> bool:
     """llama.cpp's lookup types (ngram-simple, -map-k, -map-k4v, -mod, -cache) draft nothing
     on a step whose context has no match; TabbyAPI's ``ngram`` (ExLlamaV2) always drafts k."""
-    return _kind(candidate) == "ngram" and candidate.spec_type.startswith("ngram-")
+    return _kind(candidate) == NGRAM and candidate.spec_type.startswith("ngram-")
 
 
 def theory(candidate: Candidate, setup: Setup, device: str,
@@ -435,7 +430,7 @@ def similar(candidate: Candidate, setup: Setup, device: str, history: list[dict]
     kind = _kind(candidate)
     others = [e for e in history if e.get("device") == device and e.get("kind") == kind
               and e.get("target") != setup.facts.name and usable(e, _most_k(candidate))]
-    if kind == "ngram":
+    if kind == NGRAM:
         seen = [e for e in others if e.get("spec_type") == candidate.spec_type]
         if not seen:
             return None
