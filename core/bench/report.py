@@ -32,12 +32,12 @@ from typing import Any
 from specdeck.core import appdirs
 from specdeck.core.atomic import atomic_write_bytes
 from specdeck.core.bench import stats
+from specdeck.core.bench.lossless import compare_pair
 from specdeck.core.bench.plan import BenchPlan
 from specdeck.core.bench.runner import BenchRun, RunRecord
 from specdeck.core.bench.summary import NOT_REPORTED, BenchSummary, pairs, summarize
 from specdeck.core.bench.winner import best_arm, drafting_doubt
-from specdeck.core.engines.base import OF_REACHED, SHARE_OF_DRAFTS
-from specdeck.core.engines.lossless import compare_runs
+from specdeck.core.engines.base import OF_REACHED, SHARE_OF_DRAFTS, DrafterKind
 from specdeck.core.errors import InvalidInputError, SpecDeckError
 from specdeck.core.jsonout import dumps, to_jsonable
 from specdeck.core.units import MiB, format_bandwidth, format_bytes
@@ -167,12 +167,13 @@ def runs_csv(run: BenchRun) -> str:
             a = reference.result.stats.tokens_per_second
             ratio = stats.speedup(a, s.tokens_per_second)
             speedup = "" if ratio is None else _num(ratio)
-            if run.plan.sampling.greedy and not (reference.lost_data or record.lost_data):
-                same = compare_runs(reference.result, record.result)[0].lossless
+            compared = compare_pair(reference, record) if run.plan.sampling.greedy else ""
+            if not isinstance(compared, str):  # "": sampled; else what a run lost
+                same = compared[0].lossless
         writer.writerow([
             record.slot.index, record.arm, d.kind.value,
-            d.num_draft_tokens if d.kind.value != "none" else "",
-            d.adaptive if d.kind.value != "none" else "", record.prompt_id,
+            d.num_draft_tokens if d.kind is not DrafterKind.NONE else "",
+            d.adaptive if d.kind is not DrafterKind.NONE else "", record.prompt_id,
             " ".join(tags.get(record.prompt_id, ())), record.slot.repeat, record.slot.warmup,
             record.counted, s.stop_reason.value, s.prompt_tokens, s.new_tokens,
             _num(s.prefill_s), _num(s.decode_s), _num(s.tokens_per_second),

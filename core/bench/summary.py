@@ -549,12 +549,14 @@ def _why_not_drafting(arm: Arm, summary: ArmSummary, records: Sequence[RunRecord
 def _not_reported(arm: Arm) -> str:
     """A drafting server arm's acceptance source where no run carried counts, with why where
     SpecDeck knows it (TabbyAPI: none over HTTP; its log, when SpecDeck started it)."""
+    from specdeck.core.servers.kinds import ServerKind
+
     server = arm.server
     if server is not None and server.tabby_launch is not None:
         return ("not reported by this server (TabbyAPI's log had no draft counts for these "
                 "requests: its ExLlamaV2 backend logs none)")
-    if server is not None and (server.tabby is not None or server.kind is not None
-                               and server.kind.value == "tabbyapi"):
+    if server is not None and (server.tabby is not None
+                               or server.kind is ServerKind.TABBYAPI):
         return ("not reported by this server (TabbyAPI returns no draft counts over HTTP; "
                 "SpecDeck reads them from TabbyAPI's log only when it starts TabbyAPI itself)")
     return "not reported by this server"

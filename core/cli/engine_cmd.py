@@ -295,7 +295,7 @@ def _print_stats(result: Any, loaded: Any, out: TextIO) -> None:
             f"length {_length(s.mean_acceptance_length)}; per position ({SHARE_OF_DRAFTS}): "
             f"{positions}\n"
         )
-    elif result.drafter.kind.value != "none":
+    elif result.drafter.kind is not DrafterKind.NONE:
         out.write(f"    {s.steps} verify steps; the drafter found nothing to propose\n")
     if s.peak_memory_bytes:
         out.write(f"    peak {s.memory_kind.upper()} {format_bytes(s.peak_memory_bytes)}\n")

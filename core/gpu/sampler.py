@@ -23,7 +23,13 @@ from typing import Any, Protocol
 
 import numpy as np
 from specdeck.core.gpu.ring import RingTable
-from specdeck.core.gpu.telemetry import GpuReading, TelemetryFrame, TelemetryState, state_frame
+from specdeck.core.gpu.telemetry import (
+    GpuReading,
+    GpuStatus,
+    TelemetryFrame,
+    TelemetryState,
+    state_frame,
+)
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +86,7 @@ def _row(frame: TelemetryFrame, gpu: GpuReading) -> tuple[float | None, ...]:
         gpu.power_w,
         gpu.temperature_c,
         gpu.own_bytes,
-        1.0 if gpu.status.value == "lost" else 0.0,
+        1.0 if gpu.status == GpuStatus.LOST else 0.0,
     )
 
 

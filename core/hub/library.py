@@ -106,6 +106,7 @@ def target_badges(config_path: str | Path | None, drafts: Iterable[str | Path], 
     (core.compat.check); {} when config.yml names no target folder on this machine.
     ``progress`` receives the badges found so far, after each one."""
     from specdeck.core.compat import check
+    from specdeck.core.compat.report import CompatVerdict
     from specdeck.core.hub.locations import current_config
 
     doc = current_config(config_path)
@@ -123,7 +124,7 @@ def target_badges(config_path: str | Path | None, drafts: Iterable[str | Path], 
             report = check(target, draft, cancel=cancel)
             badges[str(draft)] = Badge(report.verdict.value, report.verdict.label, report.summary)
         except Exception as exc:  # noqa: BLE001 - one unreadable model must not hide the others
-            badges[str(draft)] = Badge("inconclusive", "Not checked", str(exc))
+            badges[str(draft)] = Badge(CompatVerdict.INCONCLUSIVE.value, "Not checked", str(exc))
         if progress:
             progress(dict(badges))
     return badges

@@ -19,6 +19,7 @@ from specdeck.core.config.document import (
     is_scalar,
     is_sequence,
 )
+from specdeck.core.engines.base import DrafterKind
 from specdeck.core.errors import InvalidInputError, NotFoundError
 from specdeck.core.printable import printable
 from specdeck.core.swap import macros
@@ -96,7 +97,7 @@ class ModelCmd:
             else split_command(strip_comments(self.value))
         own = {canonical(w.split("=")[0]) for w in words}
         in_macros = [f for f in flags if f.startswith("-") and f.split("=")[0] not in own]
-        return {"flags": list(flags), "drafts": drafter.kind.value != "none",
+        return {"flags": list(flags), "drafts": drafter.kind is not DrafterKind.NONE,
                 "drafter": drafter.label, "flags_in_macros": in_macros}
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from specdeck.core.changed import FileChanged
 from specdeck.core.errors import SpecDeckError
 from specdeck.core.tune.confirm import Asker, Confirm
+from specdeck.core.tune.request import DEMO, GGUF, SWAP, TABBYAPI
 from specdeck.core.tune.run import TuneResult
 
 
@@ -70,12 +71,12 @@ def apply(result: TuneResult, confirm: Confirm | None = None,
     if not decision.apply or decision.flags is None:
         raise SpecDeckError("There is no verified winner to apply.", decision.why)
     setup = result.setup
-    if setup.kind == "tabbyapi":
+    if setup.kind == TABBYAPI:
         from specdeck.core.tune.tabby import apply_tabby
 
         return apply_tabby(result, confirm, cancel)
     flags = shlex.join(decision.flags)
-    if setup.kind != "llama-swap":
+    if setup.kind != SWAP:
         return Applied(None, flags, why="SpecDeck does not own this command line: add the "
                        "flags to your llama-server command (or your preset) yourself.")
     from specdeck.core import swap
@@ -124,7 +125,7 @@ def apply_migration(result: TuneResult, confirm: Confirm | None = None,
     (with ``confirm``), and proved by a relaunch when the cmd drafts. None: nothing to
     migrate."""
     setup = result.setup
-    if setup.kind != "llama-swap" or not setup.migration or result.decision.apply:
+    if setup.kind != SWAP or not setup.migration or result.decision.apply:
         return None
     from specdeck.core import swap
 
@@ -256,7 +257,7 @@ def _saved_winner(setup, flags: list[str]) -> tuple[str, ...]:
     own table against the binary its config.yaml names (core.tune.arguments); TabbyAPI's
     ``key=value`` draft settings checked by its config schema, a draft model by name in
     its draft folder."""
-    if setup.kind == "tabbyapi":
+    if setup.kind == TABBYAPI:
         from specdeck.core.tune.tabby import checked_saved_settings
 
         return checked_saved_settings(setup, flags)
@@ -284,11 +285,11 @@ def _setup_now(saved: dict, kind: str, python: str | None = None,
     if not isinstance(saved, dict):
         raise InvalidInputError("The saved tune names no setup.", "Tune again.")
     texts = {k: v for k, v in saved.items() if isinstance(v, str)}
-    if kind == "tabbyapi":
+    if kind == TABBYAPI:
         from specdeck.core.tune.tabby import read_saved_tabby
 
         return read_saved_tabby(texts, python, api_key_env, admin_key_env)
-    if kind == "llama-swap":
+    if kind == SWAP:
         from specdeck.core.tune.setup import from_swap
 
         if "swap_config" not in texts or "swap_model" not in texts:
@@ -297,7 +298,7 @@ def _setup_now(saved: dict, kind: str, python: str | None = None,
         # The binary is the one config.yaml names, never the one the saved file does.
         now = from_swap(texts["swap_config"], texts["swap_model"])
         return replace(now, swap_fingerprint=texts.get("swap_fingerprint"))
-    if kind in ("llama-server", "demo"):
+    if kind in (GGUF, DEMO):
         raise InvalidInputError("A tune of a llama-server binary and a GGUF wrote no file, "
                                 "and --apply-saved has none to write: its report shows the "
                                 "flags to copy.", "Add them to your command yourself, or "

@@ -34,6 +34,7 @@ from specdeck.core.bench.winner import (
 from specdeck.core.tune.candidates import Candidate
 from specdeck.core.tune.downloads import Downloaded, Downloading
 from specdeck.core.tune.predict import Prediction
+from specdeck.core.tune.request import TABBYAPI
 from specdeck.core.tune.run import (
     CURRENT,
     REFERENCE,
@@ -409,7 +410,7 @@ def result_lines(result) -> list[tuple[str, str]]:
     else:
         lines.append(("Verified speed-up", "not verified"))
     if decision.flags:
-        what = ("Best setting (config.yml)" if result.setup.kind == "tabbyapi"
+        what = ("Best setting (config.yml)" if result.setup.kind == TABBYAPI
                 else "Best setting's flags")
         lines.append((what, shlex.join(decision.flags)))
     lines.append(("Decision", decision.why))
@@ -433,7 +434,7 @@ def result_lines(result) -> list[tuple[str, str]]:
 def apply_texts(setup, path) -> tuple[str, str]:
     """Apply's question beside the diff, and what the page says while it writes ``path`` and
     checks it: what runs from the written file depends on the server."""
-    if setup.kind != "tabbyapi":
+    if setup.kind != TABBYAPI:
         run, doing, check = ("llama-server is started from the file as written",
                              "starting llama-server from it", "answer and draft")
     elif setup.managed:

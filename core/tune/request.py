@@ -22,6 +22,9 @@ KINDS = ((SWAP, "A llama-swap model"), (GGUF, "A llama-server binary and GGUF"),
          (TABBY, "A running TabbyAPI"))
 """Each kind of setup, and its name on the page."""
 TABBY_KINDS = (TABBY_FOLDER, TABBY)
+TABBYAPI = "tabbyapi"
+"""A tune setup's kind (``Setup.kind``, ``TabbySetup.kind``): a TabbyAPI's, asked for as
+either of TABBY_KINDS; the others' is the kind they were asked for as (SWAP, GGUF, DEMO)."""
 
 MAX_NEW_TOKENS, MAX_NEW_TOKENS_RANGE = 96, (8, 4096)
 """Tokens a tune generates per run, and the range ``--max-new``, the Tune page and a saved

@@ -39,7 +39,12 @@ from specdeck.core.bench.winner import cheapest_close, figure_of
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.tune.candidates import Candidate, Candidates
 from specdeck.core.tune.predict import Prediction, record
-from specdeck.core.tune.request import DEFAULT_BUDGET_S, MAX_NEW_TOKENS, PROMPTS_PER_SUITE
+from specdeck.core.tune.request import (
+    DEFAULT_BUDGET_S,
+    MAX_NEW_TOKENS,
+    PROMPTS_PER_SUITE,
+    TABBYAPI,
+)
 from specdeck.core.tune.setup import Setup
 
 if TYPE_CHECKING:
@@ -226,7 +231,7 @@ def tune(setup: Setup, options: TuneOptions = TuneOptions(), engine=None,
     within the budget without asking). A TabbyAPI setup (core.tune.tabby) is tuned by
     ``tune_tabby``: its own candidates, then the same search, verification and decision."""
     split_prompts(options)  # a missing or broken prompt file fails now, not after the candidates
-    if setup.kind == "tabbyapi":
+    if setup.kind == TABBYAPI:
         from specdeck.core.tune.tabby import tune_tabby
 
         return tune_tabby(setup, options, engine, on_event, cancel, history)
@@ -537,7 +542,7 @@ def split_prompts(options: TuneOptions) -> tuple[tuple[str, ...], tuple[str, ...
 
 def tuned_server(setup) -> TunedServer:
     """The loop's view of ``setup``'s server: llama-server, or TabbyAPI (core.tune.tabby)."""
-    if setup.kind == "tabbyapi":
+    if setup.kind == TABBYAPI:
         from specdeck.core.tune.tabby import tuned_server as tabby_server
 
         return tabby_server()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdeck.core.errors import InvalidInputError, NotFoundError
+from specdeck.core.tune.request import DEMO, GGUF, SWAP
 from specdeck.core.userpath import expand_user
 
 # What SpecDeck sets itself on a server it launches (core.servers.llama_server.LaunchProfile):
@@ -46,7 +47,7 @@ class Setup:
     """One llama-server command line to tune."""
 
     kind: str
-    """"llama-swap", "llama-server" or "demo"."""
+    """core.tune.request's SWAP, GGUF or DEMO."""
     binary: str
     target: Path
     flags: tuple[str, ...]
@@ -109,7 +110,7 @@ class Setup:
 
     @property
     def where(self) -> str:
-        if self.kind == "llama-swap":
+        if self.kind == SWAP:
             return f"model {self.swap_model} of {self.swap_config}"
         return f"{Path(self.binary).name} -m {self.target.name}"
 
@@ -205,7 +206,7 @@ def _mtp_layers(fields: dict, architecture: str) -> int:
 
 
 def from_llama_server(binary: str | Path, gguf: str | Path, flags: tuple[str, ...] = (),
-                      kind: str = "llama-server") -> Setup:
+                      kind: str = GGUF) -> Setup:
     binary_path = _binary(binary)
     from specdeck.core.files import not_a_file
 
@@ -232,7 +233,7 @@ def from_swap(config_path: str | Path, model: str, binary: str | Path | None = N
     binary_path = _binary(binary or cmd.argv[0])
     migrated, migration = migrated_config(config, cmd.name, binary_path)
     target, rest = _split_own(migrated.model(cmd.name).flags[1:])
-    setup = from_llama_server(binary_path, target, rest, kind="llama-swap")
+    setup = from_llama_server(binary_path, target, rest, kind=SWAP)
     return Setup(setup.kind, setup.binary, setup.target, setup.flags, setup.facts,
                  swap_config=path, swap_model=cmd.name,
                  swap_fingerprint=config.document.disk_fingerprint, migration=migration)
@@ -332,7 +333,7 @@ def demo(binary: str | Path | None = None, flags: tuple[str, ...] = ()) -> Setup
                                 "PATH, or in llama.cpp's usual build folders).",
                                 LLAMA_SERVER_HINT)
         binary = found[0]
-    return from_llama_server(binary, gguf, flags, kind="demo")
+    return from_llama_server(binary, gguf, flags, kind=DEMO)
 
 
 def _binary(binary: str | Path) -> Path:

@@ -32,6 +32,7 @@ from specdeck.core.config.schema import (
 )
 from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
 from specdeck.core.tune.candidates import NotTried, draft_refusal
+from specdeck.core.tune.request import TABBYAPI
 
 EXL2, EXL3 = "exl2", "exl3"
 
@@ -65,7 +66,7 @@ class TabbySetup:
     draft_mode: str | None = None
     """config.yml's draft_mode (main), None when unset."""
 
-    kind = "tabbyapi"
+    kind = TABBYAPI
     on_gpu = True
     """ExLlamaV2 and ExLlamaV3 run on CUDA only."""
 

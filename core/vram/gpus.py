@@ -130,7 +130,9 @@ def parse_reserve_mb(text: str | Sequence[float]) -> tuple[float, ...]:
 def gpus_from_frame(frame, count_in_use: bool = False,
                     overheads: Overheads = DEFAULT_OVERHEADS) -> tuple[GpuSpec, ...]:
     """The GPUs a telemetry frame shows, in CUDA order (what gpu_split means by GPU 0)."""
-    usable = [g for g in frame.gpus if g.status.value == "ok" and g.memory_total]
+    from specdeck.core.gpu.telemetry import GpuStatus
+
+    usable = [g for g in frame.gpus if g.status == GpuStatus.OK and g.memory_total]
     visible = [g for g in usable if g.cuda_index is not None] or usable
     visible.sort(key=lambda g: (g.cuda_index if g.cuda_index is not None else g.index))
     specs = []

@@ -17,7 +17,7 @@ from specdeck.core.vram.costs import (
 )
 from specdeck.core.vram.placement import FitVerdict, GpuPlan, evaluate, fits_with_margin
 from specdeck.core.vram.request import PlanRequest
-from specdeck.core.vram.weights import estimate_weights
+from specdeck.core.vram.weights import ModuleKind, estimate_weights
 
 
 @dataclass(frozen=True)
@@ -236,7 +236,7 @@ def _draft_split_on(request: PlanRequest, gpu: int, overheads: Overheads) -> tup
 
         costs = exl3.model_costs(draft.arch, request.draft_cache_mode, request.cache_tokens,
                                  request.chunk_for(True), overheads)
-        layers = sum(1 for m in draft.modules if m.kind.value == "attention")
+        layers = sum(1 for m in draft.modules if m.kind == ModuleKind.ATTENTION)
         need = (draft.gpu_bytes + layers * costs.cache_per_layer + costs.scratch_fixed
                 + costs.cache_staging + costs.activations)
         need = int(need * (1 + overheads.allocator_slack))

@@ -45,6 +45,7 @@ from specdeck.core.bench.runner import (
     RunStep,
     Stage,
 )
+from specdeck.core.engines.base import DrafterKind
 from specdeck.core.errors import CancelledError, SpecDeckError
 from specdeck.gui import bench_render as render
 from specdeck.gui.bench_form import DEMO, BenchForm, plan_from_choices
@@ -429,7 +430,8 @@ class BenchPage(QWidget):
         state = self.state
         if self.plots is None or state is None:
             return
-        drafting = [a.name for a in state.live.plan.arms[1:] if a.drafter.kind.value != "none"]
+        drafting = [a.name for a in state.live.plan.arms[1:]
+                    if a.drafter.kind is not DrafterKind.NONE]
         if summary is not None:
             self.plots.show_positions([(name, summary.arm(name).positions) for name in drafting])
             return
