@@ -63,6 +63,7 @@ def run(report: Report) -> None:
     from specdeck.core.bench.grid import ALL, run_grid
     from specdeck.core.bench.plan import BenchPlan
     from specdeck.core.bench.runner import choose_prompts
+    from specdeck.core.engines import SERVER_ENGINE
     from specdeck.core.engines.base import acceptance_rate
     from specdeck.core.servers.engine import ServerEngine
     from specdeck.core.servers.llama_server import binary_help
@@ -96,7 +97,7 @@ def run(report: Report) -> None:
 
     rows, results = [], []
     for suite in SUITES:
-        prompts = choose_prompts(BenchPlan(engine="server", suites=(suite,)))
+        prompts = choose_prompts(BenchPlan(engine=SERVER_ENGINE, suites=(suite,)))
         servers = phase._Servers(str(binary), work / "logs")
         notes: list[str] = []
         t0 = time.monotonic()
@@ -125,7 +126,7 @@ def run(report: Report) -> None:
                                       measured, costs, REPEATS, None)[0]
             predictions[(c.label, setting.label)] = item
         # measured as the tune measures
-        plan = BenchPlan(engine="server", model=str(base_setup.target),
+        plan = BenchPlan(engine=SERVER_ENGINE, model=str(base_setup.target),
                          arms=(reference_arm(base_setup),), suites=(suite,),
                          max_new_tokens=MAX_NEW, repeats=REPEATS, warmup=1, warmup_tokens=8,
                          apply_chat_template=True, stop_on_eos=False)

@@ -34,6 +34,7 @@ def run(report: Report) -> None:
     from specdeck.core.bench.plan import Arm, BenchPlan
     from specdeck.core.bench.runner import RunFinished, run_plan
     from specdeck.core.bench.summary import summarize
+    from specdeck.core.engines import SERVER_ENGINE
     from specdeck.core.engines.demo import find_gguf
     from specdeck.core.llama_flags import DRAFT_SIMPLE
     from specdeck.core.servers.arms import ServerArm
@@ -57,7 +58,7 @@ def run(report: Report) -> None:
         arms = tuple(Arm(name, drafter_from_flags(flags),
                          ServerArm(launch=LaunchProfile(str(binary), str(gguf), FLAGS + flags)))
                      for name, flags in arms_flags.items())
-        plan = BenchPlan(engine="server", model=str(gguf), arms=arms, suites=SUITES,
+        plan = BenchPlan(engine=SERVER_ENGINE, model=str(gguf), arms=arms, suites=SUITES,
                          repeats=REPEATS, max_new_tokens=MAX_NEW, warmup=1)
         chunks = 0
 

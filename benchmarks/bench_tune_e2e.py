@@ -55,6 +55,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specdeck.core.engines import SERVER_ENGINE
 from specdeck.core.units import format_bytes
 
 from benchmarks.bench_tune_search import referee
@@ -374,7 +375,8 @@ def _grid_plan(setup, library: Path, picks: list[tuple[str, ...]], repeats: int)
                               "the tune's pick: " + " ".join(chosen)))
     options = TuneOptions()
     _, held_out = split_prompts(options)
-    base = BenchPlan(engine="server", model=str(setup.target), arms=(reference_arm(setup),),
+    base = BenchPlan(engine=SERVER_ENGINE, model=str(setup.target),
+                     arms=(reference_arm(setup),),
                      suites=options.suites, prompt_ids=held_out,
                      max_new_tokens=options.max_new_tokens, repeats=repeats, warmup=1,
                      warmup_tokens=8, apply_chat_template=True, stop_on_eos=False)

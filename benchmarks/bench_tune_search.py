@@ -46,6 +46,7 @@ def run(report: Report) -> None:
     from specdeck.core.bench.grid import ALL, run_grid
     from specdeck.core.bench.plan import BenchPlan
     from specdeck.core.bench.runner import choose_prompts
+    from specdeck.core.engines import SERVER_ENGINE
     from specdeck.core.servers.engine import ServerEngine
     from specdeck.core.servers.llama_server import binary_help, servers_that_fit
     from specdeck.core.tune import setup as tune_setup
@@ -79,7 +80,7 @@ def run(report: Report) -> None:
         per_suite, rows, errors, later = {}, [], {}, {}
         try:
             for index, suite in enumerate(SUITES):
-                base = BenchPlan(engine="server", model=str(setup.target),
+                base = BenchPlan(engine=SERVER_ENGINE, model=str(setup.target),
                                  arms=(reference_arm(setup),), suites=(suite,),
                                  max_new_tokens=MAX_NEW, repeats=REPEATS, warmup=1,
                                  warmup_tokens=8, apply_chat_template=True, stop_on_eos=False)

@@ -43,6 +43,7 @@ from PySide6.QtWidgets import (
 )
 from specdeck.core.bench.fields import DEFAULT_KS, PLAN_FIELDS, QUICK_SUITES
 from specdeck.core.bench.plan import Arm, BenchPlan, default_arms
+from specdeck.core.engines import SERVER_ENGINE, SERVER_MODEL
 from specdeck.core.engines.base import DrafterKind
 from specdeck.core.errors import InvalidInputError, SpecDeckError
 from specdeck.core.forms import form_field
@@ -52,8 +53,6 @@ from specdeck.gui.widgets.server_arms_dialog import LaunchSettings
 log = logging.getLogger(__name__)
 
 DEMO = "demo"
-SERVER_MODEL = "server"
-"""A server plan's model: each server has its own."""
 SETTINGS_PREFIX = "bench/"
 ARMS_KEY = SETTINGS_PREFIX + "arms"
 """The edited server arms, as a JSON list of plan.json arms (FormChoices.server_arms)."""
@@ -132,7 +131,7 @@ class FormChoices:
 
     @property
     def serving(self) -> bool:
-        return self.engine == "server"
+        return self.engine == SERVER_ENGINE
 
 
 # choices <-> plans (no Qt) ---------------------------------------------------------------
@@ -206,7 +205,7 @@ def plan_from_choices(choices: FormChoices, suites=None, comparison: bool = True
         if not arms:
             raise InvalidInputError("No server is given.", "Type the reference server's URL, "
                                     "then the drafting server(s), separated by commas.")
-        plan = BenchPlan(engine="server", model=SERVER_MODEL, arms=arms,
+        plan = BenchPlan(engine=SERVER_ENGINE, model=SERVER_MODEL, arms=arms,
                          one_server_at_a_time=choices.one_at_a_time, **sizes)
         if comparison:
             plan.require_comparison("Give the reference server first, then the drafting "
@@ -286,7 +285,7 @@ def choices_from_plan(plan: BenchPlan, current: FormChoices, engines, suites,
     choices = replace(current, engine=plan.engine, suites=tuple(plan.suites), per_suite=per_suite,
                       max_new_tokens=plan.max_new_tokens, repeats=plan.repeats,
                       warmup=plan.warmup, one_at_a_time=plan.one_server_at_a_time)
-    if plan.engine == "server":
+    if plan.engine == SERVER_ENGINE:
         line = server_line(plan.arms)
         choices = replace(choices, servers=line if line is not None else current.servers,
                           server_arms=None if line is not None else tuple(plan.arms))
@@ -590,7 +589,7 @@ class BenchForm(QWidget):
         return preview_arms(self.choices())
 
     def serving(self) -> bool:
-        return self.engine.currentData() == "server"
+        return self.engine.currentData() == SERVER_ENGINE
 
     def set_editable(self, editable: bool) -> None:
         """Off while a plan runs."""
@@ -734,7 +733,7 @@ class BenchForm(QWidget):
         from specdeck.core.bench.plan import arm_letter
         from specdeck.core.servers.arms import url_arm
 
-        self.engine.setCurrentIndex(self.engine.findData("server"))
+        self.engine.setCurrentIndex(self.engine.findData(SERVER_ENGINE))
         if self._server_arms is not None:
             if all(a.server.url != url for a in self._server_arms):
                 arm = url_arm(arm_letter(len(self._server_arms)), url)

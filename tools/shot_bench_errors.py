@@ -13,6 +13,7 @@ from pathlib import Path
 def render(window, out_dir: Path) -> list[Path]:
     from PySide6.QtWidgets import QApplication
     from specdeck.core.bench.fields import PLAN_FIELDS
+    from specdeck.core.engines import SERVER_ENGINE, SERVER_MODEL
     from specdeck.core.servers.arms import arms_from_urls
 
     from tools.shot_bench import demo_plan
@@ -21,7 +22,7 @@ def render(window, out_dir: Path) -> list[Path]:
     # The form's quick sizes; the arms: the reference alone.
     shown = demo_plan(per_suite=1, **{name: PLAN_FIELDS[name].quick
                                        for name in ("max_new_tokens", "repeats", "warmup")})
-    page.form.set_plan(replace(shown, engine="server", model="server",
+    page.form.set_plan(replace(shown, engine=SERVER_ENGINE, model=SERVER_MODEL,
                                arms=arms_from_urls(["http://127.0.0.1:8080"])))
     page.start()
     QApplication.processEvents()

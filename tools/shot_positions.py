@@ -47,6 +47,7 @@ def _server_plan():
 
     from specdeck.core.bench.plan import BenchPlan
     from specdeck.core.bench.suites import first_prompts
+    from specdeck.core.engines import SERVER_ENGINE, SERVER_MODEL
     from specdeck.core.engines.demo import find_gguf
     from specdeck.core.llama_flags import DRAFT_SIMPLE
     from specdeck.core.servers.arms import launched_arm
@@ -63,7 +64,7 @@ def _server_plan():
                    "--spec-ngram-simple-size-m", "4"),
              "C": ("-md", str(draft), "--spec-type", DRAFT_SIMPLE, "--spec-draft-n-max", "4")}
     suites = ("code", "grounded")
-    return BenchPlan(engine="server", model="server",
+    return BenchPlan(engine=SERVER_ENGINE, model=SERVER_MODEL,
                      arms=tuple(launched_arm(n, str(binary), str(gguf), f, common)
                                 for n, f in flags.items()),
                      suites=suites, prompt_ids=tuple(p.id for p in first_prompts(suites, 2)),

@@ -22,6 +22,7 @@ def render(window, out_dir: Path) -> list[Path]:
 
     from specdeck.core.bench.plan import BenchPlan
     from specdeck.core.bench.suites import first_prompts
+    from specdeck.core.engines import SERVER_ENGINE, SERVER_MODEL
     from specdeck.core.engines.demo import find_gguf
     from specdeck.core.servers.arms import arms_from_urls
     from specdeck.core.servers.llama_server import LaunchProfile, ManagedServer
@@ -40,7 +41,8 @@ def render(window, out_dir: Path) -> list[Path]:
         page = window.show_page("bench")
         suites = ("code", "grounded")  # the order of the page's suite buttons
         page.form.set_plan(BenchPlan(
-            engine="server", model="server", arms=arms_from_urls([urls[0], f"B={urls[1]}"]),
+            engine=SERVER_ENGINE, model=SERVER_MODEL,
+            arms=arms_from_urls([urls[0], f"B={urls[1]}"]),
             suites=suites, prompt_ids=tuple(p.id for p in first_prompts(suites, 2)),
             max_new_tokens=96, repeats=1, warmup=1))
         page.form.probe_servers()

@@ -20,6 +20,7 @@ SAMPLE = (Path(__file__).resolve().parents[1] / "tests" / "data" / "fixtures" / 
 
 
 def render(window, out_dir: Path) -> list[Path]:
+    from specdeck.core.engines import SERVER_ENGINE
     from specdeck.gui.widgets.server_arms_dialog import FOUND, SOURCE, TABBY
 
     folder = Path(tempfile.mkdtemp(prefix="specdeck-shot-")) / "tabbyAPI"
@@ -35,7 +36,7 @@ def render(window, out_dir: Path) -> list[Path]:
         encoding="utf-8")
     page = window.show_page("bench")
     form = page.form
-    form.engine.setCurrentIndex(form.engine.findData("server"))
+    form.engine.setCurrentIndex(form.engine.findData(SERVER_ENGINE))
     form.arms_button.click()
     dialog = form.arms_dialog
     while dialog.table.rowCount():

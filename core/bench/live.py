@@ -39,6 +39,7 @@ from specdeck.core.bench.summary import (
     drafting_seen,
     drafts_counted,
 )
+from specdeck.core.engines import SERVER_ENGINE
 from specdeck.core.engines.base import acceptance_rate
 from specdeck.core.engines.lossless import OutputMatch
 
@@ -238,7 +239,7 @@ class LivePlan:
 
     @property
     def serving(self) -> bool:
-        return self.plan.engine == "server"
+        return self.plan.engine == SERVER_ENGINE
 
     @property
     def acceptance_unknown(self) -> bool:

@@ -38,6 +38,7 @@ from specdeck.core.bench.runner import BenchRun, EventSink, run_plan
 from specdeck.core.bench.stats import RatioSummary
 from specdeck.core.bench.summary import BenchSummary, summarize
 from specdeck.core.bench.tables import NO_PAIR, NO_PAIR_NOTE, rate_cell, text_table
+from specdeck.core.engines import SERVER_ENGINE
 from specdeck.core.engines.base import DrafterKind, DrafterSpec, Engine
 from specdeck.core.errors import CancelledError, InvalidInputError
 from specdeck.core.userpath import expand_user
@@ -329,7 +330,7 @@ def why_not_applicable(plan) -> str:
     by their own rules, so it asks this of its other plans only)."""
     from specdeck.core.engines.demo import is_demo_alias
 
-    if plan.engine == "server":
+    if plan.engine == SERVER_ENGINE:
         return ("These arms are servers: their settings are written by the llama-swap and "
                 "Tune pages (or specdeck bench --apply), not from here.")
     if is_demo_alias(plan.model):

@@ -33,6 +33,7 @@ from specdeck.core.cli.interrupt import cancel_on_interrupt
 from specdeck.core.cli.numbers import whole
 from specdeck.core.cli.output import write_json
 from specdeck.core.cli.paths import output_file, output_folder
+from specdeck.core.engines import SERVER_ENGINE, SERVER_MODEL
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.servers.key_names import add_api_key_option, add_tabby_options
 from specdeck.core.userpath import expand_user
@@ -303,7 +304,7 @@ def _server_plan(args: argparse.Namespace):
                 raise InvalidInputError(f"--server-draft {text!r}: write NAME=DRAFT.")
             drafts[name.strip()] = draft.strip()
         arms = list(arms_from_urls(args.server, kind, args.api_key_env, drafts))
-        model_label = "server"
+        model_label = SERVER_MODEL
     else:
         if not args.llama_server or not args.gguf:
             raise InvalidInputError("--launch needs --llama-server BINARY and --gguf MODEL.")
@@ -319,7 +320,7 @@ def _server_plan(args: argparse.Namespace):
     if len({a.name for a in arms}) != len(arms):
         raise InvalidInputError("Two server arms have the same name.",
                                 "Name them: --server A=URL --server B=URL.")
-    return BenchPlan(engine="server", model=model_label, arms=tuple(arms),
+    return BenchPlan(engine=SERVER_ENGINE, model=model_label, arms=tuple(arms),
                      one_server_at_a_time=args.one_at_a_time, **_prompt_fields(args))
 
 
@@ -327,7 +328,7 @@ def _engine_for(args, plan):
     """The engine a plan runs on: a server engine here (kept by a grid between its plans,
     its launched servers stopped by the caller), keeping up as many launched llama-servers
     as fit in memory; others are made by the runner."""
-    if plan.engine != "server":
+    if plan.engine != SERVER_ENGINE:
         return None
     from specdeck.core.servers.engine import ServerEngine
 
@@ -392,7 +393,7 @@ def _bench(args: argparse.Namespace) -> int:
 
         config.load(args.config)  # a missing or broken file is reported before any work
     plan = build_plan(args)
-    if args.apply and plan.engine != "server":
+    if args.apply and plan.engine != SERVER_ENGINE:
         from specdeck.core.bench.sweep import why_not_applicable
 
         why = why_not_applicable(plan)  # the demo: as the A/B page refuses it
@@ -407,7 +408,7 @@ def _bench(args: argparse.Namespace) -> int:
     progress = ProgressPrinter(sys.stderr)
     with cancel_on_interrupt(cancel):
         try:
-            if plan.engine == "server" and (args.sweep or args.sweep_k or args.tune):
+            if plan.engine == SERVER_ENGINE and (args.sweep or args.sweep_k or args.tune):
                 return _server_grid(args, plan, progress, cancel)
             if args.sweep:
                 raise InvalidInputError("--sweep varies llama-server flags of --launch arms.",
@@ -433,12 +434,12 @@ def _ab(args, plan, progress, cancel) -> int:
 
     if args.plan:
         fix = f"Add a drafting arm to {args.plan} (its \"arms\" list), after the reference."
-    elif plan.engine == "server":
+    elif plan.engine == SERVER_ENGINE:
         fix = "Give a second --server or --launch arm."
     else:
         fix = "Add --draft FOLDER and/or --ngram."
     plan.require_comparison(fix)
-    if args.apply and plan.engine == "server" and plan.arms[0].server.managed is None \
+    if args.apply and plan.engine == SERVER_ENGINE and plan.arms[0].server.managed is None \
             and plan.arms[0].server.tabby is None and not all(a.server.model for a in plan.arms):
         raise InvalidInputError("--apply needs launched arms or a llama-server router's models: "
                                 "SpecDeck cannot know the settings of another server.",
@@ -462,15 +463,15 @@ def _ab(args, plan, progress, cancel) -> int:
 
         _say_passed_over(summary.comparisons, comparison_standing, lambda c: f"arm {c.arm}",
                          pick(summary.comparisons, comparison_standing))
-    if args.apply and plan.engine == "server" and plan.arms[0].server.tabby is not None:
+    if args.apply and plan.engine == SERVER_ENGINE and plan.arms[0].server.tabby is not None:
         from specdeck.core.bench.sweep import plan_apply_draft_name
 
         best = _best_arm(summary, plan)
         _apply(args, None, planned=plan_apply_draft_name(
             None if best is None else best.server.tabby.draft_model_name, args.config))
-    elif args.apply and plan.engine == "server" and plan.arms[0].server.tabby_launch:
+    elif args.apply and plan.engine == SERVER_ENGINE and plan.arms[0].server.tabby_launch:
         _apply_tabby_settings(args, plan, _best_arm(summary, plan))
-    elif args.apply and plan.engine == "server":
+    elif args.apply and plan.engine == SERVER_ENGINE:
         best = _best_arm(summary, plan)
         _apply_flags(args, best, None if best is None else engine.arm_flags(best))
     elif args.apply:

@@ -21,6 +21,12 @@ from specdeck.core.engines import availability as _availability
 from specdeck.core.engines.base import Availability, Engine, EngineUnavailableError
 from specdeck.core.errors import InvalidInputError
 
+SERVER_ENGINE = "server"
+"""The engine of a plan whose arms are servers (core.servers.engine.ServerEngine): what the
+A/B page's server form, `bench --server/--launch/--tabby` and the tune build."""
+SERVER_MODEL = "server"
+"""Such a plan's model: each of its servers holds its own."""
+
 
 @dataclass(frozen=True)
 class _Entry:
@@ -46,7 +52,7 @@ _ENGINES: dict[str, _Entry] = {
         "specdeck.core.engines.exllamav2:ExLlamaV2Engine",
         _availability.exllamav2_availability,
     ),
-    "server": _Entry(
+    SERVER_ENGINE: _Entry(
         "Servers",
         "Your running servers (llama-server, llama-swap, TabbyAPI, vLLM, LM Studio, Ollama, "
         "any OpenAI-compatible one) or llama-servers SpecDeck launches, one per arm, over HTTP.",

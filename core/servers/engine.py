@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from specdeck.core.engines import SERVER_ENGINE, SERVER_MODEL
 from specdeck.core.engines.base import (
     NO_DRAFT,
     WARMUP_TEXT,
@@ -114,7 +115,7 @@ class ServerRun:
 
 
 class ServerEngine:
-    name = "server"
+    name = SERVER_ENGINE
 
     def __init__(self, exclusive: bool = False, log_dir: Path | None = None,
                  max_servers: int | None = None):
@@ -259,7 +260,7 @@ class ServerEngine:
                     f"Arm {arm.name} is the reference, but {info.url} drafts "
                     f"({info.draft or 'speculative decoding is on'}).",
                     "Put a server without speculative decoding first.")
-        self._loaded = LoadedModel(engine=self.name, model_path=Path(model or "server"),
+        self._loaded = LoadedModel(engine=self.name, model_path=Path(model or SERVER_MODEL),
                                    device="server", dtype="as served", drafter=NO_DRAFT,
                                    max_seq_len=0, vocab_size=0,
                                    notes=tuple(self._notes(arms)))

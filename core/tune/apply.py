@@ -402,12 +402,13 @@ def run_written(result: TuneResult, model: str, written, cancel,
     GenerationResult; a SpecDeckError when the server did not start or answer."""
     from specdeck.core.bench.plan import BenchPlan
     from specdeck.core.bench.runner import choose_prompts
+    from specdeck.core.engines import SERVER_ENGINE
     from specdeck.core.engines.base import GenerationRequest
     from specdeck.core.servers.engine import ServerEngine
     from specdeck.core.tune.run import split_prompts
 
     _, held_out = split_prompts(result.options)
-    prompt = choose_prompts(BenchPlan(engine="server", suites=result.options.suites,
+    prompt = choose_prompts(BenchPlan(engine=SERVER_ENGINE, suites=result.options.suites,
                                       prompt_ids=held_out[:1]))[0]
     engine = ServerEngine(exclusive=True)
     try:

@@ -15,6 +15,7 @@ from pathlib import Path
 from specdeck.core.bench.grid import Cell, GridRow
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.runner import choose_prompts
+from specdeck.core.engines import SERVER_ENGINE
 from specdeck.core.engines.base import NO_DRAFT
 from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
 from specdeck.core.llama_flags import DRAFT_SIMPLE
@@ -176,7 +177,7 @@ def replay_phase(setup: Setup, predicted: list, options: TuneOptions, device: st
     from specdeck.core.tune.replay.search import prediction_of
 
     tuning, _held_out = split_prompts(options)
-    prompts = choose_prompts(BenchPlan(engine="server", suites=options.suites,
+    prompts = choose_prompts(BenchPlan(engine=SERVER_ENGINE, suites=options.suites,
                                        prompt_ids=tuning))
     try:
         forecast = run_forecast(setup, [c for c, _ in predicted], prompts,

@@ -36,6 +36,7 @@ from specdeck.core.bench.noise import noise, noise_band
 from specdeck.core.bench.plan import Arm, BenchPlan
 from specdeck.core.bench.runner import choose_prompts
 from specdeck.core.bench.winner import cheapest_close, figure_of
+from specdeck.core.engines import SERVER_ENGINE
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.tune.candidates import Candidate, Candidates
 from specdeck.core.tune.predict import Prediction, record
@@ -321,7 +322,7 @@ def search_and_decide(setup, server: TunedServer, options: TuneOptions, predicte
     repeats = SEARCH_MAX_REPEATS if len(cells) > 2 else 1
     if expected:
         repeats = REPLAY_SEARCH_REPEATS
-    base = BenchPlan(engine="server", model=server.model(setup),
+    base = BenchPlan(engine=SERVER_ENGINE, model=server.model(setup),
                      arms=(server.reference_arm(setup),), suites=options.suites,
                      prompt_ids=tuning, max_new_tokens=options.max_new_tokens,
                      repeats=repeats, warmup=1, warmup_tokens=8, apply_chat_template=True,
@@ -518,7 +519,8 @@ def prompt_set(options: TuneOptions) -> str:
     import hashlib
 
     tuning, _held_out = split_prompts(options)
-    by_id = {p.id: p for p in choose_prompts(BenchPlan(engine="server", suites=options.suites))}
+    chosen = choose_prompts(BenchPlan(engine=SERVER_ENGINE, suites=options.suites))
+    by_id = {p.id: p for p in chosen}
     digest = hashlib.sha256(f"max_new_tokens={options.max_new_tokens}".encode())
     for pid in tuning:
         digest.update(b"\0" + by_id[pid].text.encode("utf-8"))
@@ -528,7 +530,7 @@ def prompt_set(options: TuneOptions) -> str:
 def split_prompts(options: TuneOptions) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Prompt ids to tune on and to verify on: per suite, alternately, ``prompts_per_suite``
     in all (a suite with one prompt tunes and verifies on it: the report says so)."""
-    prompts = choose_prompts(BenchPlan(engine="server", suites=options.suites))
+    prompts = choose_prompts(BenchPlan(engine=SERVER_ENGINE, suites=options.suites))
     by_suite: dict[str, list[str]] = {}
     for prompt in prompts:
         by_suite.setdefault(prompt.suite, []).append(prompt.id)
