@@ -182,11 +182,10 @@ def test_the_cli_progress_prints_the_reducers_running_figures(models, engine):
     assert f"{figures.median_speedup:.2f}x vs A so far (median of 2 paired" in lines[-1]
 
 
-def test_a_server_that_counted_no_drafts_reported_them():
-    """Issue 44 (labels that contradict each other): on the Tune page a llama-server whose
-    counters said it drafted nothing was "drafted nothing" in the table while the acceptance
-    plot said "not reported by these servers". Counted zero is reported; only a server that
-    gives no counts is not."""
+def _server_plan_events(counted: dict[str, tuple[bool, ...]]):
+    """A server plan of reference A and the drafting arms named in ``counted`` (each with
+    whether its run of every repeat carried draft counts, from /metrics), one prompt: every
+    run finished with 20 tokens and nothing drafted. The events, and the finished BenchRun."""
     from specdeck.core.bench.plan import Arm, BenchPlan
     from specdeck.core.bench.runner import PlanStarted, RunRecord, RunSlot
     from specdeck.core.bench.suites import Prompt
@@ -201,70 +200,25 @@ def test_a_server_that_counted_no_drafts_reported_them():
     from specdeck.core.servers.engine import ServerRun
     from specdeck.core.servers.readings import ServerReport
 
-    arms = (Arm("A"), Arm("B", DrafterSpec(DrafterKind.SERVER)), Arm("C", DrafterSpec(
-        DrafterKind.SERVER)))
-    plan = BenchPlan(engine="server", model="server", arms=arms)
+    arms = (Arm("A"), *(Arm(name, DrafterSpec(DrafterKind.SERVER)) for name in counted))
+    repeats = max(len(flags) for flags in counted.values())
+    plan = BenchPlan(engine="server", model="server", arms=arms, repeats=repeats)
     prompt = Prompt("p", "x", (), "s")
-    slots = tuple(RunSlot(i, arm, prompt, 0) for i, arm in enumerate(arms))
-    live = LivePlan(plan)
-    live.apply(PlanStarted(plan, (prompt,), slots, LoadedModel(
-        engine="server", model_path=Path("server"), device="server", dtype="as served",
-        drafter=NO_DRAFT, max_seq_len=0, vocab_size=0)))
-    stats = GenerationStats(prompt_tokens=10, new_tokens=20, prefill_s=0.1, decode_s=1.0,
-                            steps=20, draft_steps=0, drafted=0, accepted=0)
-
-    def finished(slot, counted: bool):
-        server = ServerRun(report=ServerReport("llama-server"), client_tokens_per_second=20.0,
-                           time_to_first_token_s=0.1, chunks=20, url="http://127.0.0.1:1",
-                           metrics_drafted=0 if counted else None,
-                           metrics_accepted=0 if counted else None)
-        result = GenerationResult("x" * 20, (), (), stats, slot.arm.drafter, plan.sampling,
-                                  "server", server=server)
-        return RunFinished(RunRecord(slot, result, 0.0), len(slots))
-
-    for slot, counted in zip(slots, (True, True, False)):
-        live.apply(finished(slot, counted))
-    assert live.acceptance_reported == {"B"} and live.acceptance_unreported == {"C"}
-    assert live.arm_so_far("B").drafted_nothing and not live.arm_so_far("B").drafting_unknown
-    assert live.arm_so_far("C").drafting_unknown
-
-
-def _server_plan_events(counted_per_run):
-    """A server plan A (reference) and B (drafting), one prompt and len(counted_per_run)
-    repeats: every run finished with 20 tokens and nothing drafted, B's runs with draft counts
-    from /metrics where ``counted_per_run`` says so. The events, and the finished BenchRun."""
-    from specdeck.core.bench.plan import Arm, BenchPlan
-    from specdeck.core.bench.runner import PlanStarted, RunRecord, RunSlot
-    from specdeck.core.bench.suites import Prompt
-    from specdeck.core.engines.base import (
-        NO_DRAFT,
-        DrafterKind,
-        DrafterSpec,
-        GenerationResult,
-        GenerationStats,
-        LoadedModel,
-    )
-    from specdeck.core.servers.engine import ServerRun
-    from specdeck.core.servers.readings import ServerReport
-
-    arms = (Arm("A"), Arm("B", DrafterSpec(DrafterKind.SERVER)))
-    plan = BenchPlan(engine="server", model="server", arms=arms, repeats=len(counted_per_run))
-    prompt = Prompt("p", "x", (), "s")
-    slots = tuple(RunSlot(2 * repeat + i, arm, prompt, repeat)
-                  for repeat in range(len(counted_per_run)) for i, arm in enumerate(arms))
+    slots = tuple(RunSlot(len(arms) * repeat + i, arm, prompt, repeat)
+                  for repeat in range(repeats) for i, arm in enumerate(arms))
     loaded = LoadedModel(engine="server", model_path=Path("server"), device="server",
                          dtype="as served", drafter=NO_DRAFT, max_seq_len=0, vocab_size=0)
     records = []
     for slot in slots:
-        counted = slot.arm.name == "B" and counted_per_run[slot.repeat]
+        metrics = slot.arm.name in counted and counted[slot.arm.name][slot.repeat]
         seconds = 1.0 + 0.1 * slot.repeat + (0.05 if slot.arm.name == "A" else 0.0)
         stats = GenerationStats(prompt_tokens=10, new_tokens=20, prefill_s=0.1,
                                 decode_s=seconds, steps=20, draft_steps=0, drafted=0,
                                 accepted=0)
         server = ServerRun(report=ServerReport("llama-server"), client_tokens_per_second=20.0,
                            time_to_first_token_s=0.1, chunks=20, url="http://127.0.0.1:1",
-                           metrics_drafted=0 if counted else None,
-                           metrics_accepted=0 if counted else None)
+                           metrics_drafted=0 if metrics else None,
+                           metrics_accepted=0 if metrics else None)
         result = GenerationResult("x" * 20, (), (), stats, slot.arm.drafter, plan.sampling,
                                   "server", server=server)
         records.append(RunRecord(slot, result, float(slot.index)))
@@ -272,6 +226,24 @@ def _server_plan_events(counted_per_run):
               *(RunFinished(r, len(slots)) for r in records)]
     run = BenchRun(plan, (prompt,), tuple(records), loaded, {}, 0.0, float(len(slots)))
     return events, run
+
+
+def _live(events) -> LivePlan:
+    live = LivePlan(events[0].plan)
+    for event in events:
+        live.apply(event)
+    return live
+
+
+def test_a_server_that_counted_no_drafts_reported_them():
+    """Issue 44 (labels that contradict each other): on the Tune page a llama-server whose
+    counters said it drafted nothing was "drafted nothing" in the table while the acceptance
+    plot said "not reported by these servers". Counted zero is reported; only a server that
+    gives no counts is not."""
+    live = _live(_server_plan_events({"B": (True,), "C": (False,)})[0])
+    assert live.acceptance_reported == {"B"} and live.acceptance_unreported == {"C"}
+    assert live.arm_so_far("B").drafted_nothing and not live.arm_so_far("B").drafting_unknown
+    assert live.arm_so_far("C").drafting_unknown
 
 
 @pytest.mark.parametrize("counted", [(True, False, False), (False, True), (True, True),
@@ -284,10 +256,8 @@ def test_live_and_summary_say_alike_whether_an_arm_drafted(counted):
     drafted nothing. Both now read core.bench.summary.drafting_seen."""
     from specdeck.core.bench.winner import comparison_standing
 
-    events, run = _server_plan_events(counted)
-    live = LivePlan(run.plan)
-    for event in events:
-        live.apply(event)
+    events, run = _server_plan_events({"B": counted})
+    live = _live(events)
     so_far, final = live.arm_so_far("B"), summarize(run).comparison("B")
     assert so_far.pairs == len(counted)
     assert so_far.drafted_nothing is bool(final.not_drafting) is any(counted)
