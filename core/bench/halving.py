@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from specdeck.core.bench import winner
 from specdeck.core.bench.noise import noise_band
 from specdeck.core.bench.plan import BenchPlan
-from specdeck.core.config.schema import DRAFT_MODE_MODEL
+from specdeck.core.config.schema import draft_mode_of
 from specdeck.core.draft_kind import DRAFT_MODEL, draft_kind
 from specdeck.core.engines.base import DrafterKind
 
@@ -54,7 +54,7 @@ def setting_cost(cell: Cell) -> tuple[int, int]:
     elif server is not None and server.tabby_launch is not None:
         settings = dict(server.tabby_launch.draft)
         named = bool(settings.get("draft_model_name"))  # none: config.yml's, unknown here
-        kinds = [draft_kind(settings.get("draft_mode", DRAFT_MODE_MODEL), True)] if named else []
+        kinds = [draft_kind(draft_mode_of(settings), True)] if named else []
     elif server is not None and server.tabby is not None:
         kinds = [draft_kind(None, bool(server.tabby.draft_model_name))]
     else:

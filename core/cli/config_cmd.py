@@ -124,7 +124,7 @@ def _describe(doc) -> dict[str, Any]:
         "target_model_path": doc.target_model_path(),
         "draft_model_path": doc.draft_model_path(),
         "model_overrides": None if overrides is None else {
-            "path": overrides.path, "model": overrides.model, "draft_model": overrides.draft_model,
+            "path": overrides.path, MODEL: overrides.model, DRAFT: overrides.draft_model,
         },
         "problems": [{"severity": p.severity, "key": ".".join(p.path) if p.path else None,
                       "message": p.message} for p in doc.problems()],
@@ -218,24 +218,26 @@ def write_change(change, args, what: str, replan=None) -> int:
 
 
 def cmd_show(args) -> int:
+    from specdeck.core.config.schema import DRAFT, EXLLAMAV3, MODEL
+
     doc = _load(args)
     info = _describe(doc)
     if args.json:
         emit_json(info)
         return EXIT_OK
     print(f"{doc.path}  (layout: {info['layout']}, backend: {info['backend'] or 'unknown'})")
-    for section in ("draft_model", "model"):
+    for section in (DRAFT, MODEL):
         print(f"\n{section}:")
         rows = []
         for key, e in info[section].items():
             where = "" if e["in_file"] else "default"
-            only = "exl3" if e["backends"] == ["exllamav3"] else ""
+            only = "exl3" if e["backends"] == [EXLLAMAV3] else ""
             rows.append([key, _shown(e["value"]), where, only])
         print_table(rows, ["key", "value", "source", "backend"])
     if info["model_overrides"]:
         o = info["model_overrides"]
         print(f"\nThe target model's {o['path']} overrides: "
-              f"{', '.join(f'{k}={v}' for k, v in {**o['model'], **o['draft_model']}.items())}")
+              f"{', '.join(f'{k}={v}' for k, v in {**o[MODEL], **o[DRAFT]}.items())}")
     if info["problems"]:
         print()
         _print_problems(info["problems"])

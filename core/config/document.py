@@ -19,10 +19,12 @@ from typing import Any
 from specdeck.core.changed import TABBY_CONFIG
 from specdeck.core.config.schema import (
     DRAFT,
+    DRAFT_MODE_MODEL,
     EXLLAMAV2,
     EXLLAMAV3,
     MODEL,
     SETTINGS,
+    draft_mode_of,
     file_value_problem,
     normalize,
     setting,
@@ -146,10 +148,10 @@ def shared_nodes(root) -> dict[int, list[tuple[str, ...]]]:
 
 
 MAIN_ONLY_KEYS = (
-    ("draft_model", "dynamic_draft"),
+    (DRAFT, "dynamic_draft"),
     ("network", "sse_ping_interval"),
-    ("model", "cpu_moe_offload_layers"),
-    ("model", "template_vars_default"),
+    (MODEL, "cpu_moe_offload_layers"),
+    (MODEL, "template_vars_default"),
 )
 """Keys in TabbyAPI main's config_sample.yml (f1f2c85) that the exl2-checkpoint branch's
 (79126f9) does not have."""
@@ -465,8 +467,7 @@ class ConfigDocument:
                     "config.json: TabbyAPI will fail to load the draft.",
                 )
         elif self.has(DRAFT, "draft_model_name") or self.layout is not Layout.NO_DRAFT_SECTION:
-            mode = self.raw(DRAFT, "draft_mode")
-            if mode in (None, "model"):
+            if draft_mode_of(self.section_values(DRAFT)) == DRAFT_MODE_MODEL:
                 yield Problem(
                     "info",
                     (DRAFT, "draft_model_name"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,22 @@ default "model"); exl2-checkpoint has no draft_mode. Every module that reads or 
 names it here."""
 MODELLESS_DRAFT_MODES = (DRAFT_MODE_NGRAM, DRAFT_MODE_MTP)
 """The modes that draft with no draft model."""
+
+
+def draft_mode_of(values: Mapping[str, Any]) -> str:
+    """The draft_mode that draft_model values give (an arm's settings, config.yml's section,
+    or the one laid over the other): theirs as TabbyAPI reads it, its default
+    (:data:`DRAFT_MODE_MODEL`) when unset or blank."""
+    mode = values.get("draft_mode")
+    if isinstance(mode, str) and mode.strip():
+        return mode.strip().lower()
+    return DRAFT_MODE_MODEL if mode is None or isinstance(mode, str) else str(mode)
+
+
+def loads_draft_model(values: Mapping[str, Any]) -> bool:
+    """Whether TabbyAPI with these draft_model values loads a draft model: one is named and
+    the mode is :data:`DRAFT_MODE_MODEL` (the others ignore it)."""
+    return bool(values.get("draft_model_name")) and draft_mode_of(values) == DRAFT_MODE_MODEL
 
 EXL2_CACHE_MODES = CACHE_MODES
 _EXL3_CACHE_PAIR = re.compile(r"^[2-8]\s*,\s*[2-8]$")

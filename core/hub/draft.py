@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from specdeck.core.config.schema import DRAFT, DRAFT_MODE_MODEL, EXLLAMAV2, EXLLAMAV3, draft_mode_of
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.userpath import expand_user
 
@@ -17,8 +18,8 @@ def draft_settings(model_folder: str | Path) -> dict[tuple[str, str], str]:
     if not (folder / "config.json").is_file():
         raise InvalidInputError(f"{folder} is not a model folder (no config.json).")
     return {
-        ("draft_model", "draft_model_dir"): str(folder.parent),
-        ("draft_model", "draft_model_name"): folder.name,
+        (DRAFT, "draft_model_dir"): str(folder.parent),
+        (DRAFT, "draft_model_name"): folder.name,
     }
 
 
@@ -34,11 +35,10 @@ def plan_use_as_draft(model_folder: str | Path, config_path: str | Path) -> Any:
     doc = config.load(expand_user(config_path))
     settings = draft_settings(model_folder)
     backend = doc.backend_hint()
-    _check_draft_format(Path(settings[("draft_model", "draft_model_dir")]) /
-                        settings[("draft_model", "draft_model_name")], backend)
-    mode = doc.raw("draft_model", "draft_mode")
-    if backend == "exllamav3" and mode is not None and str(mode).lower() != "model":
-        settings[("draft_model", "draft_mode")] = "model"  # ngram/mtp/disabled ignore a draft model
+    _check_draft_format(Path(settings[(DRAFT, "draft_model_dir")]) /
+                        settings[(DRAFT, "draft_model_name")], backend)
+    if backend == EXLLAMAV3 and draft_mode_of(doc.section_values(DRAFT)) != DRAFT_MODE_MODEL:
+        settings[(DRAFT, "draft_mode")] = DRAFT_MODE_MODEL  # the others ignore a draft model
     return config.plan_change(doc, settings)
 
 
@@ -47,13 +47,13 @@ def _check_draft_format(folder: Path, backend: str | None) -> None:
     from specdeck.core.models import quantization_from_config, read_json
 
     method = quantization_from_config(read_json(folder / "config.json")).method
-    if backend == "exllamav3" and method == "exl2":
+    if backend == EXLLAMAV3 and method == "exl2":
         raise InvalidInputError(
             f"{folder.name} is an EXL2 quant, but this config.yml is for TabbyAPI's main branch, "
             "which runs ExLlamaV3 only and cannot load EXL2 models.",
             "Install an EXL3 variant of the draft (specdeck search --format exl3), or use "
             "TabbyAPI's exl2-checkpoint branch for EXL2.")
-    if backend == "exllamav2" and method == "exl3":
+    if backend == EXLLAMAV2 and method == "exl3":
         raise InvalidInputError(
             f"{folder.name} is an EXL3 quant, but this config.yml is for TabbyAPI's ExLlamaV2 "
             "backend (exl2-checkpoint), which cannot load EXL3 models.",

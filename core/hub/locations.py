@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specdeck.core import settings as settings_store
+from specdeck.core.config.schema import DRAFT, MODEL
 from specdeck.core.userpath import expand_user
 
 if TYPE_CHECKING:
@@ -43,15 +44,15 @@ def default_install_dir(config_path: str | Path | None = None) -> Path | None:
     doc = current_config(config_path)
     if doc is None:
         return None
-    return Path(doc.resolve_dir("draft_model", "draft_model_dir"))
+    return Path(doc.resolve_dir(DRAFT, "draft_model_dir"))
 
 
 def config_dirs(doc: ConfigDocument) -> list[Path]:
     """A config.yml's model folders: ``model.model_dir`` and ``draft_model.draft_model_dir``
     (TabbyAPI's defaults where unset; relative ones against the config's folder; the legacy
     ``draft:`` under ``model:`` understood by the config API)."""
-    return [Path(doc.resolve_dir("model", "model_dir")),
-            Path(doc.resolve_dir("draft_model", "draft_model_dir"))]
+    return [Path(doc.resolve_dir(MODEL, "model_dir")),
+            Path(doc.resolve_dir(DRAFT, "draft_model_dir"))]
 
 
 def library_dirs(config_path: str | Path | None = None, extra: Iterable[str | Path] = (), *,

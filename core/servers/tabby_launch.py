@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specdeck.core.config.schema import DRAFT_MODE_DISABLED
+from specdeck.core.config.schema import DRAFT, DRAFT_MODE_DISABLED, loads_draft_model
 from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.servers.process import ManagedProcess
 from specdeck.core.units import KiB
@@ -130,13 +130,18 @@ def no_draft(main_branch: bool) -> tuple[tuple[str, Any], ...]:
     return (("draft_mode", DRAFT_MODE_DISABLED),) if main_branch else (("draft_model_name", ""),)
 
 
+def draft_values(launch: TabbyLaunch, doc=None) -> dict[str, Any]:
+    """The draft_model values the arm's TabbyAPI starts with: its settings over config.yml's
+    (``doc``, None when there is none)."""
+    return {**(doc.section_values(DRAFT) if doc is not None else {}), **dict(launch.draft)}
+
+
 FOLDER_HINT = "Give the folder you cloned TabbyAPI into."
 
 
 def check_folder(launch: TabbyLaunch) -> None:
     """Refuse what TabbyAPI could not start, or would start by rewriting the user's file."""
     from specdeck.core.config.document import ConfigDocument, Layout
-    from specdeck.core.config.schema import DRAFT
     from specdeck.core.userpath import must_exist
 
     folder = must_exist(launch.folder, "TabbyAPI folder", FOLDER_HINT)
@@ -154,11 +159,11 @@ def check_folder(launch: TabbyLaunch) -> None:
             f"{launch.config} has the legacy layout (model.draft): TabbyAPI rewrites such "
             "a file every time it starts, so SpecDeck will not start it there.",
             f"Migrate it first: specdeck config migrate {launch.config}")
-    settings = dict(launch.draft)
-    draft = settings.get("draft_model_name", doc.raw(DRAFT, "draft_model_name"))
+    values = draft_values(launch, doc)
     folders = [("model", doc.target_model_path(), "model_name")]
-    if draft and settings.get("draft_mode", doc.raw(DRAFT, "draft_mode") or "model") == "model":
-        folders.append(("draft model", doc.resolve_dir(DRAFT, "draft_model_dir") / str(draft),
+    if loads_draft_model(values):
+        folders.append(("draft model", doc.resolve_dir(DRAFT, "draft_model_dir") /
+                        str(values["draft_model_name"]),
                         "draft_model_name"))
     for what, path, key in folders:
         if path is not None and not path.is_dir():
@@ -180,8 +185,8 @@ def arm_config(launch: TabbyLaunch, port: int) -> str:
         data = loaded if isinstance(loaded, dict) else {}
     network = data.get("network") if isinstance(data.get("network"), dict) else {}
     data["network"] = {**network, "host": launch.host, "port": port}
-    draft = data.get("draft_model") if isinstance(data.get("draft_model"), dict) else {}
-    data["draft_model"] = {**draft, **dict(launch.draft)}
+    draft = data.get(DRAFT) if isinstance(data.get(DRAFT), dict) else {}
+    data[DRAFT] = {**draft, **dict(launch.draft)}
     out = io.StringIO()
     YAML().dump(data, out)
     return out.getvalue()
@@ -293,13 +298,10 @@ def draft_model_of(launch: TabbyLaunch) -> str | None:
     """The draft model an arm's TabbyAPI loads (it then drafts with it at every step), from
     the arm's settings over the folder's config.yml; None without one (n-gram, MTP, off)."""
     from specdeck.core.config.document import ConfigDocument
-    from specdeck.core.config.schema import DRAFT
 
-    settings = dict(launch.draft)
     doc = ConfigDocument.from_file(launch.config) if launch.config.is_file() else None
-    draft = settings.get("draft_model_name", doc.raw(DRAFT, "draft_model_name") if doc else None)
-    mode = settings.get("draft_mode", (doc.raw(DRAFT, "draft_mode") if doc else None) or "model")
-    return str(draft) if draft and mode == "model" else None
+    values = draft_values(launch, doc)
+    return str(values["draft_model_name"]) if loads_draft_model(values) else None
 
 
 def python_for(folder: str | Path, python: str | Path | None = None) -> str:
@@ -319,7 +321,7 @@ def python_for(folder: str | Path, python: str | Path | None = None) -> str:
 
 def draft_keys() -> tuple[str, ...]:
     """The draft_model keys an arm may set (core.config.schema's table, minus the folder)."""
-    from specdeck.core.config.schema import DRAFT, SETTINGS
+    from specdeck.core.config.schema import SETTINGS
 
     return tuple(s.key for s in SETTINGS if s.section == DRAFT and s.key != "draft_model_dir")
 
@@ -330,7 +332,7 @@ def parse_arm(text: str, default_name: str, backend: str | None
     own rule for its key (core.config.schema)."""
     import shlex
 
-    from specdeck.core.config.schema import DRAFT, normalize, setting
+    from specdeck.core.config.schema import normalize, setting
 
     known = draft_keys()
     try:
@@ -373,7 +375,12 @@ def launched_tabby_arm(name: str, folder: str | Path, text: str = "",
     ...", as --tabby-arm takes them); the reference runs without a draft whatever config.yml
     says."""
     from specdeck.core.bench.plan import Arm
-    from specdeck.core.engines.base import NO_DRAFT, DrafterKind, DrafterSpec
+    from specdeck.core.engines.base import (
+        DEFAULT_DRAFT_TOKENS,
+        NO_DRAFT,
+        DrafterKind,
+        DrafterSpec,
+    )
     from specdeck.core.servers.arms import ServerArm
     from specdeck.core.servers.kinds import ServerKind
 
@@ -388,9 +395,9 @@ def launched_tabby_arm(name: str, folder: str | Path, text: str = "",
                                     "Give its draft settings, e.g. draft_mode=ngram.")
     values = dict(settings)
     off = values.get("draft_mode") == DRAFT_MODE_DISABLED or values.get("draft_model_name") == ""
+    k = int(values.get("draft_num_tokens") or DEFAULT_DRAFT_TOKENS)
     drafter = NO_DRAFT if off else DrafterSpec(
-        DrafterKind.SERVER, num_draft_tokens=int(values.get("draft_num_tokens") or 4),
-        adaptive=bool(values.get("dynamic_draft")))
+        DrafterKind.SERVER, num_draft_tokens=k, adaptive=bool(values.get("dynamic_draft")))
     return Arm(name, drafter, ServerArm(kind=ServerKind.TABBYAPI, api_key_env=api_key_env,
                                         tabby_launch=TabbyLaunch(str(folder),
                                                                  python_for(folder, python),
@@ -418,7 +425,6 @@ def plan_apply_settings(settings, config_path: str | Path):
     """The config editor's change writing a winning arm's draft settings into config.yml
     (only those keys change; core.config keeps every other byte)."""
     from specdeck.core import config
-    from specdeck.core.config.schema import DRAFT
 
     doc = config.load(config_path)
     return config.plan_change(doc, {(DRAFT, key): value for key, value in settings})
@@ -429,7 +435,6 @@ def memory_needed(launch: TabbyLaunch) -> int:
     weights (their safetensors files; the cache comes on top, so ``servers_that_fit`` keeps
     its margin). Two that do not fit side by side are started one at a time."""
     from specdeck.core.config.document import ConfigDocument
-    from specdeck.core.config.schema import DRAFT
 
     try:
         doc = ConfigDocument.from_file(launch.config)
@@ -437,10 +442,10 @@ def memory_needed(launch: TabbyLaunch) -> int:
         return 0
     total = 0
     target = doc.target_model_path()
-    draft_name = dict(launch.draft).get("draft_model_name", doc.raw(DRAFT, "draft_model_name"))
+    values = draft_values(launch, doc)
     folders = [target] if target is not None else []
-    if draft_name and dict(launch.draft).get("draft_mode", "model") == "model":
-        folders.append(doc.resolve_dir(DRAFT, "draft_model_dir") / str(draft_name))
+    if loads_draft_model(values):
+        folders.append(doc.resolve_dir(DRAFT, "draft_model_dir") / str(values["draft_model_name"]))
     for folder in folders:
         with contextlib.suppress(OSError):
             total += sum(p.stat().st_size for p in folder.glob("*.safetensors"))

@@ -29,7 +29,9 @@ from specdeck.core.config.schema import (
     DRAFT_MODE_MTP,
     DRAFT_MODE_NGRAM,
     MODELLESS_DRAFT_MODES,
+    draft_mode_of,
 )
+from specdeck.core.engines.base import DEFAULT_DRAFT_TOKENS
 from specdeck.core.errors import CancelledError, InvalidInputError, SpecDeckError
 from specdeck.core.tune.candidates import NotTried, draft_refusal
 from specdeck.core.tune.request import TABBYAPI
@@ -65,6 +67,11 @@ class TabbySetup:
     switched by reloading through its admin API."""
     draft_mode: str | None = None
     """config.yml's draft_mode (main), None when unset."""
+
+    @property
+    def k(self) -> int:
+        """The tokens it drafts per step as config.yml says (unset: TabbyAPI's default)."""
+        return self.draft_tokens or DEFAULT_DRAFT_TOKENS
 
     kind = TABBYAPI
     on_gpu = True
@@ -104,10 +111,12 @@ class TabbySetup:
     @property
     def drafting(self) -> tuple[str, ...]:
         """How config.yml has TabbyAPI draft now, as "key=value" (empty: it does not)."""
-        if self.main_branch and self.draft_mode in MODELLESS_DRAFT_MODES:
-            shown = [f"draft_mode={self.draft_mode}"]
-        elif self.current_draft and (not self.main_branch
-                                     or self.draft_mode in (None, DRAFT_MODE_MODEL)):
+        # exl2-checkpoint has no draft_mode: it drafts with a draft model when one is named.
+        mode = draft_mode_of({"draft_mode": self.draft_mode}) if self.main_branch \
+            else DRAFT_MODE_MODEL
+        if mode in MODELLESS_DRAFT_MODES:
+            shown = [f"draft_mode={mode}"]
+        elif self.current_draft and mode == DRAFT_MODE_MODEL:
             shown = [f"draft_model_name={self.current_draft}"]
         else:
             return ()
@@ -294,7 +303,7 @@ def arm(setup: TabbySetup, name: str, draft: str | None):
 
     load = TabbyLoad(setup.model_name, draft, admin_key_env=setup.admin_key_env)
     drafter = NO_DRAFT if draft is None else DrafterSpec(
-        DrafterKind.SERVER, num_draft_tokens=setup.draft_tokens or 4, adaptive=False)
+        DrafterKind.SERVER, num_draft_tokens=setup.k, adaptive=False)
     return Arm(name, drafter, ServerArm(url=setup.url, kind=ServerKind.TABBYAPI,
                                         api_key_env=setup.api_key_env, tabby=load))
 
@@ -360,7 +369,7 @@ def _arm(setup: TabbySetup, name: str, settings, drafts: bool, k: int | None = N
     from specdeck.core.servers.arms import ServerArm
     from specdeck.core.servers.kinds import ServerKind
 
-    drafter = DrafterSpec(DrafterKind.SERVER, num_draft_tokens=k or setup.draft_tokens or 4,
+    drafter = DrafterSpec(DrafterKind.SERVER, num_draft_tokens=k or setup.k,
                           adaptive=False) if drafts else NO_DRAFT
     return Arm(name, drafter, ServerArm(kind=ServerKind.TABBYAPI, api_key_env=setup.api_key_env,
                                         tabby_launch=_launch(setup, settings)))

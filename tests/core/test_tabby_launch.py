@@ -130,6 +130,34 @@ def test_the_copy_keeps_the_users_values_and_sets_only_the_arms(tmp_path):
                 assert copy[section][key] == value, (section, key)
 
 
+def test_the_draft_model_an_arm_loads_follows_config_ymls_draft_mode_under_its_settings(
+        tmp_path):
+    """An arm that sets only k over a config.yml drafting by n-gram loads no draft model,
+    although config.yml names one: its memory (which decides which arms run side by side),
+    its draft and its start-up check all read one rule (core.config.schema
+    ``loads_draft_model``); the memory once ignored config.yml's draft_mode."""
+    from specdeck.core.servers.tabby_launch import check_folder, draft_model_of, memory_needed
+
+    folder = tabby_install(tmp_path / "tabbyAPI", "main")
+    config = folder / "config.yml"
+    config.write_text(config.read_text().replace("  draft_mode: model\n",
+                                                 "  draft_mode: ngram\n", 1))
+    for name, size in (("Qwen2.5-7B-exl3", 7000), ("Qwen2.5-0.5B-exl3", 500)):
+        (folder / "models" / name / "model.safetensors").write_bytes(b"\0" * size)
+    k_only = TabbyLaunch(str(folder), sys.executable, (("draft_num_tokens", 4),))
+    assert draft_model_of(k_only) is None
+    assert memory_needed(k_only) == 7000
+    model = TabbyLaunch(str(folder), sys.executable, (("draft_mode", "model"),))
+    assert draft_model_of(model) == "Qwen2.5-0.5B-exl3"
+    assert memory_needed(model) == 7500
+    (folder / "models" / "Qwen2.5-0.5B-exl3" / "model.safetensors").unlink()
+    (folder / "models" / "Qwen2.5-0.5B-exl3" / "config.json").unlink()
+    (folder / "models" / "Qwen2.5-0.5B-exl3").rmdir()
+    check_folder(k_only)  # n-gram needs no draft folder
+    with pytest.raises(NotFoundError, match="draft model folder"):
+        check_folder(model)
+
+
 def test_an_ab_of_draft_modes_on_tabbyapis_it_starts(tmp_path, monkeypatch):
     """TabbyAPI main's draft modes side by side (issue 29): SpecDeck starts one TabbyAPI per
     arm from the user's folder, each with its own draft settings; the stand-in's speeds are
