@@ -23,6 +23,7 @@ from specdeck.core.units import GiB, format_bytes
 
 
 def register(subparsers) -> None:
+    from specdeck.core.vram.exl3 import CACHE_BITS_TEXT
     from specdeck.core.vram.inputs import CONTEXT_RANGE
     from specdeck.core.vram.weights import BPW_RANGE, HEAD_BITS_RANGE
 
@@ -75,7 +76,7 @@ def register(subparsers) -> None:
                       f"(or 0): TabbyAPI's, min(native, {DEFAULT_MAX_SEQ_LEN})")
     vram.add_argument("--cache-mode", default=DEFAULT_CACHE_MODE,
                       help=f"{CACHE_MODES_TEXT} (default {DEFAULT_CACHE_MODE}); for EXL3 also "
-                      "k,v bits from 2 to 8, e.g. 8,4")
+                      f"k,v bits {CACHE_BITS_TEXT}, e.g. 8,4")
     vram.add_argument("--draft-cache-mode", default=DEFAULT_CACHE_MODE,
                       help="the draft's cache mode")
     vram.add_argument("--gpus", metavar="GB,GB", help="plan for these GPUs, e.g. 32,24, "

@@ -9,6 +9,7 @@ drafts with exllamav2's default of 4 tokens and ignores ``draft_num_tokens``,
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
 import re
@@ -68,7 +69,6 @@ def loads_draft_model(values: Mapping[str, Any]) -> bool:
     return bool(values.get("draft_model_name")) and draft_mode_of(values) == DRAFT_MODE_MODEL
 
 EXL2_CACHE_MODES = CACHE_MODES
-_EXL3_CACHE_PAIR = re.compile(r"^[2-8]\s*,\s*[2-8]$")
 CACHE_GRANULARITY = CACHE_STEP
 
 
@@ -137,8 +137,10 @@ class Setting:
         if self.kind is Kind.CACHE_MODE:
             modes = ", ".join(self.choices or EXL2_CACHE_MODES)
             if EXLLAMAV3 in self.backends and self.section == MODEL:
-                return (f"one of {modes} (ExLlamaV2), or a pair k_bits,v_bits from 2 to 8 "
-                        f"such as 8,8 (ExLlamaV3){blank}")
+                from specdeck.core.vram.exl3 import CACHE_BITS_TEXT
+
+                return (f"one of {modes} (ExLlamaV2), or a pair k_bits,v_bits "
+                        f"{CACHE_BITS_TEXT} such as 8,8 (ExLlamaV3){blank}")
             return f"one of {modes}{blank}"
         if self.kind is Kind.FLOAT_LIST:
             return f"a list of numbers, one per GPU (e.g. 20,24), or empty ({self.blank_meaning})"
@@ -348,8 +350,13 @@ def _cache_mode(s: Setting, value: Any, backend: str | None) -> str:
     if text.upper() in EXL2_CACHE_MODES:
         return text.upper()
     allow_pair = s.section == MODEL and backend != EXLLAMAV2
-    if allow_pair and _EXL3_CACHE_PAIR.match(text):
-        return re.sub(r"\s+", "", text)
+    if allow_pair:
+        # ExLlamaV3's own reading of a bit pair (core.vram.exl3; imported here, since the
+        # VRAM planner reads config.yml through this module).
+        from specdeck.core.vram.exl3 import check_cache_mode as exl3_cache_mode
+
+        with contextlib.suppress(InvalidInputError):
+            return exl3_cache_mode(text)
     raise _refuse(s, value)
 
 

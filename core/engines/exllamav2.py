@@ -60,6 +60,8 @@ from specdeck.core.errors import InvalidInputError, SpecDeckError
 from specdeck.core.exl2_facts import (
     CACHE_CLASSES,
     CACHE_STEP,
+    DEFAULT_AUTOSPLIT_RESERVE_MB,
+    DEFAULT_CACHE_MODE,
     DEFAULT_MAX_SEQ_LEN,
     check_cache_mode,
     ntk_rope_alpha,
@@ -129,7 +131,7 @@ def plan_context(
 
 def cache_class_name(mode: str) -> str:
     """The exllamav2 cache class for a TabbyAPI cache mode (blank: FP16)."""
-    return CACHE_CLASSES[check_cache_mode(mode or "FP16")]
+    return CACHE_CLASSES[check_cache_mode(mode or DEFAULT_CACHE_MODE)]
 
 
 def reserve_bytes(reserve_mb: tuple[float, ...], devices: int = 1) -> list[int]:
@@ -139,7 +141,7 @@ def reserve_bytes(reserve_mb: tuple[float, ...], devices: int = 1) -> list[int]:
     shorter than the device count fails with IndexError on the second GPU. TabbyAPI's
     autosplit_reserve names GPU 0 first ([96] = 96 MB on GPU 0): the rest get 0.
     """
-    values = [round(mb * MiB) for mb in reserve_mb] or [96 * MiB]
+    values = [round(mb * MiB) for mb in reserve_mb or DEFAULT_AUTOSPLIT_RESERVE_MB]
     return values + [0] * (devices - len(values))
 
 

@@ -114,12 +114,16 @@ AUTOSPLIT_MARGIN = 256 * MiB
 device must keep beyond the largest measured transient, or the loader moves on."""
 CACHE_BITS = range(2, 9)
 """cache/quant.py: "quantized cache must be from 2 to 8 bits" for K and for V."""
+CACHE_BITS_TEXT = f"from {CACHE_BITS[0]} to {CACHE_BITS[-1]}"
+"""The same as the help texts and messages say it."""
 TABBY_CACHE_ALIASES = {"Q4": "4,4", "Q6": "6,6", "Q8": "8,8"}
 """TabbyAPI main's create_cache: the ExLlamaV2 names cast to k,v bit pairs."""
 SMALLER_CACHE_MODES = ("FP16", "8,8", "6,6", "5,5", "4,4", "3,3", "2,2")
 """Cache modes the planner suggests, largest first."""
 
-_PAIR = re.compile(r"^\s*([2-8])\s*,\s*([2-8])\s*$")
+assert CACHE_BITS[-1] < 10, "one digit each, as _PAIR reads them"
+_BITS = f"([{CACHE_BITS[0]}-{CACHE_BITS[-1]}])"
+_PAIR = re.compile(rf"^\s*{_BITS}\s*,\s*{_BITS}\s*$")
 
 
 # cache ---------------------------------------------------------------------------------------
@@ -132,7 +136,7 @@ def cache_bits(mode: str) -> tuple[int, int] | None:
     if match is None:
         raise InvalidInputError(
             f"Cache mode {mode!r} is not one ExLlamaV3 knows.",
-            "Use FP16, Q8, Q6, Q4, or a k,v pair of bits from 2 to 8 such as 8,4.")
+            f"Use FP16, Q8, Q6, Q4, or a k,v pair of bits {CACHE_BITS_TEXT} such as 8,4.")
     return int(match.group(1)), int(match.group(2))
 
 

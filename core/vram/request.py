@@ -51,7 +51,7 @@ class PlanRequest:
                 )
         if self.chunk_size < 1:
             raise InvalidInputError(f"chunk_size {self.chunk_size} must be at least 1 token.",
-                                    "TabbyAPI's default is 2048.")
+                                    f"TabbyAPI's default is {DEFAULT_CHUNK_SIZE}.")
         if self.is_exl3:
             return self._checked_exl3()
         if self.draft is not None and self.draft.is_exl3:
