@@ -70,7 +70,7 @@ def _confidence(answer: dict) -> list[float]:
 
 def run(report: Report) -> None:
     from specdeck.core.bench.suites import builtin_suites
-    from specdeck.core.llama_flags import DRAFT_SIMPLE
+    from specdeck.core.llama_flags import DRAFT_MODEL, DRAFT_N_MAX, DRAFT_SIMPLE, SPEC_TYPE
     from specdeck.core.tune import setup as tune_setup
     from specdeck.core.tune.predict import ACCEPTANCE, alpha_from_rate
 
@@ -104,8 +104,8 @@ def run(report: Report) -> None:
         counts: dict[str, dict[str, list[int]]] = {}
         unchanged: dict[str, int] = {}
         for quant, path in drafts.items():
-            runs = _served(binary, target, ("-md", str(path), "--spec-type", DRAFT_SIMPLE,
-                                            "--spec-draft-n-max", str(K)),
+            runs = _served(binary, target, (DRAFT_MODEL[0], str(path), SPEC_TYPE, DRAFT_SIMPLE,
+                                            DRAFT_N_MAX, str(K)),
                            Path(tmp) / f"{quant}.log", prompts,
                            lambda url, suite, prompt: (suite, _ask(url, prompt, False)))
             per_suite = counts.setdefault(quant, {s: [0, 0] for s in SUITES})

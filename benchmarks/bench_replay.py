@@ -31,18 +31,25 @@ model decoded at 9 tok/s with -t 2 against 81 with -t 1 under load 6)."""
 
 
 def _settings():
+    from specdeck.core.llama_flags import (
+        NGRAM_CACHE,
+        NGRAM_MAP_K,
+        NGRAM_MAP_K4V,
+        NGRAM_MOD,
+        NGRAM_SIMPLE,
+    )
     from specdeck.core.tune.replay.session import Setting
 
-    out = [Setting.of("ngram-simple")]
-    out += [Setting.of("ngram-simple", size_n=n, size_m=m) for n, m in ((2, 4), (3, 8), (4, 16))]
-    out += [Setting.of("ngram-map-k", size_m=m) for m in (4, 8, 16)]
-    out += [Setting.of("ngram-map-k", size_n=n, size_m=m) for n, m in ((2, 8), (3, 16))]
-    out += [Setting.of("ngram-map-k4v", size_m=m) for m in (4, 8, 16)]
-    out += [Setting.of("ngram-map-k4v", size_n=2, size_m=8, min_hits=h) for h in (1, 2)]
-    out += [Setting.of("ngram-mod", n_max=m) for m in (4, 8, 16)]
-    out += [Setting.of("ngram-mod", n_match=n, n_max=m, n_min=1) for n, m in ((4, 8), (8, 16))]
-    out += [Setting.of("ngram-mod")]
-    out += [Setting.of("ngram-cache")]
+    out = [Setting.of(NGRAM_SIMPLE)]
+    out += [Setting.of(NGRAM_SIMPLE, size_n=n, size_m=m) for n, m in ((2, 4), (3, 8), (4, 16))]
+    out += [Setting.of(NGRAM_MAP_K, size_m=m) for m in (4, 8, 16)]
+    out += [Setting.of(NGRAM_MAP_K, size_n=n, size_m=m) for n, m in ((2, 8), (3, 16))]
+    out += [Setting.of(NGRAM_MAP_K4V, size_m=m) for m in (4, 8, 16)]
+    out += [Setting.of(NGRAM_MAP_K4V, size_n=2, size_m=8, min_hits=h) for h in (1, 2)]
+    out += [Setting.of(NGRAM_MOD, n_max=m) for m in (4, 8, 16)]
+    out += [Setting.of(NGRAM_MOD, n_match=n, n_max=m, n_min=1) for n, m in ((4, 8), (8, 16))]
+    out += [Setting.of(NGRAM_MOD)]
+    out += [Setting.of(NGRAM_CACHE)]
     return out
 
 
@@ -65,6 +72,7 @@ def run(report: Report) -> None:
 
     binary = build()
     from specdeck.core.engines.demo import find_gguf
+    from specdeck.core.llama_flags import NGRAM_MOD
 
     target = find_gguf()
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / "bench_replay_logs"
@@ -122,7 +130,7 @@ def run(report: Report) -> None:
     # The open end: requests that stop at the end of generation.
     ended = [r.request for r in ended_runs]
     open_rows = []
-    for setting in _settings()[:1] + [s for s in _settings() if s.kinds[0] == "ngram-mod"][:1]:
+    for setting in _settings()[:1] + [s for s in _settings() if s.kinds[0] == NGRAM_MOD][:1]:
         server = _server(binary, target, setting.flags(), logs / "ended.log")
         try:
             counted = run_on_server(Base.parse(server.url), ended).counted

@@ -93,6 +93,7 @@ def _quantile(values, q: float) -> float:
 def run(report: Report) -> None:
     from specdeck.core.bench.suites import builtin_suites
     from specdeck.core.engines.demo import find_gguf
+    from specdeck.core.llama_flags import DRAFT_SIMPLE
     from specdeck.core.servers.transport import Base
     from specdeck.core.tune.replay.capture import capture
     from specdeck.core.tune.replay.draft_model import DraftModel, DraftOnServer, forced_on_server
@@ -138,7 +139,7 @@ def run(report: Report) -> None:
         for n_max, p_min in SERVER_SETTINGS:
             loop = DraftOnServer(base, n_max=n_max, p_min=p_min)
             t0 = time.perf_counter()
-            total, _ = replay(Setting.of("draft-simple", n_max=n_max, p_min=p_min), requests,
+            total, _ = replay(Setting.of(DRAFT_SIMPLE, n_max=n_max, p_min=p_min), requests,
                               n_ctx=4096, draft_model=loop)
             loops[n_max, p_min] = (Counted.of(total), loop, time.perf_counter() - t0)
     finally:
@@ -156,7 +157,7 @@ def run(report: Report) -> None:
     rows, cause_rows, results, worst_all, worst_cached_all = [], [], [], 0.0, 0.0
     loop_exact, loop_flips = 0, 0
     for n_max, p_min in SERVER_SETTINGS:
-        setting = Setting.of("draft-simple", n_max=n_max, p_min=p_min)
+        setting = Setting.of(DRAFT_SIMPLE, n_max=n_max, p_min=p_min)
         server = _server(binary, target, ("-md", str(draft), "-td", "1", *setting.flags()),
                          work / "drafting.log")
         try:

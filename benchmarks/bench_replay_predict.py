@@ -42,6 +42,7 @@ FLAGS = ("-t", "1", "-c", "4096")
 
 def _grid_settings(candidates, help_info):
     """(candidate, Setting) for every cell of the tune's exhaustive grid."""
+    from specdeck.core.llama_flags import spec_param
     from specdeck.core.tune.replay.session import Setting
 
     out = []
@@ -53,8 +54,7 @@ def _grid_settings(candidates, help_info):
                 continue
             method = help_info.method(c.spec_type)
             flag = method.k_flag if method else c.k_flag
-            param = flag.removeprefix("--spec-draft-" if c.spec_type == "draft-simple"
-                                      else f"--spec-{c.spec_type}-").replace("-", "_")
+            param = spec_param(c.spec_type, flag)
             out.append((c, Setting.of(c.spec_type, **{param: int(value)})))
     return out
 
@@ -65,6 +65,7 @@ def run(report: Report) -> None:
     from specdeck.core.bench.runner import choose_prompts
     from specdeck.core.engines import SERVER_ENGINE
     from specdeck.core.engines.base import acceptance_rate
+    from specdeck.core.llama_flags import DRAFT_SIMPLE
     from specdeck.core.servers.engine import ServerEngine
     from specdeck.core.servers.llama_server import binary_help
     from specdeck.core.tune import setup as tune_setup
@@ -109,7 +110,7 @@ def run(report: Report) -> None:
             sequence = [w.request for w in warm] + measured
             costs, calibrated, exact = phase._calibrate(base_setup, servers, base, runs, "cpu",
                                                         notes, lambda _e: None, None)
-            drafts = [c for c in candidates if c.spec_type == "draft-simple"]
+            drafts = [c for c in candidates if c.spec_type == DRAFT_SIMPLE]
             forced, drafting = phase._forced(base_setup, servers, drafts, sequence, measured,
                                              base, [], lambda _e: None, None, costs=costs)
         finally:
@@ -117,7 +118,7 @@ def run(report: Report) -> None:
         predict_s = time.monotonic() - t0
         predictions = {}
         for c, setting in settings:
-            if c.spec_type == "draft-simple":
+            if c.spec_type == DRAFT_SIMPLE:
                 item = phase._predict(c.label, c.spec_type, [setting], c.flags, sequence,
                                       measured, drafting[c.label], REPEATS,
                                       forced[c.label])[0]

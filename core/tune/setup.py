@@ -15,14 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdeck.core.errors import InvalidInputError, NotFoundError
+from specdeck.core.llama_flags import OWN_FLAGS, TARGET_MODEL
 from specdeck.core.tune.request import DEMO, GGUF, SWAP
 from specdeck.core.userpath import expand_user
-
-# What SpecDeck sets itself on a server it launches (core.servers.llama_server.LaunchProfile):
-# the target, where it listens, its metrics. A user's cmd keeps the rest.
-OWN_FLAGS = {"-m": True, "--model": True, "--host": True, "--port": True, "--metrics": False,
-             "--no-metrics": False}
-"""Flag -> whether it takes a value."""
 
 
 @dataclass(frozen=True)
@@ -168,7 +163,7 @@ def _split_own(argv: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
         name = canonical(name)  # --no_metrics is --no-metrics to llama-server
         if name in OWN_FLAGS:
             takes = OWN_FLAGS[name] and not eq
-            if name in ("-m", "--model"):
+            if name in TARGET_MODEL:
                 target = value if eq else (argv[i + 1] if i + 1 < len(argv) else None)
             i += 2 if takes else 1
             continue

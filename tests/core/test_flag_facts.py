@@ -183,3 +183,67 @@ def test_byte_units_are_defined_once():
              for path in sorted((REPO_ROOT / folder).rglob("*.py"))
              if own.search(path.read_text(encoding="utf-8"))]
     assert found == ["core/units.py"]
+
+
+def test_the_replay_drafts_with_the_defaults_the_pinned_builds_help_gives():
+    """What the replay's drafters use for a flag a setting leaves unset is what the pinned
+    llama-server's own --help says, read once (SpecMethod.default_of, a fractional default
+    such as --spec-draft-p-min's 0.00 included), not numbers written again beside it."""
+    from specdeck.core.tune.replay.draft_model import DraftModel
+    from specdeck.core.tune.replay.drafters import NgramMap, NgramMod, NgramSimple
+
+    pinned = {m.name: m for m in parse_help(PINNED_HELP.read_text(encoding="utf-8")).methods}
+
+    def default(kind, param):
+        return pinned[kind].default_of(llama_flags.spec_flag(kind, param))
+
+    simple = pinned[llama_flags.DRAFT_SIMPLE]
+    assert simple.default_of(llama_flags.DRAFT_P_MIN) == 0.0
+    model = DraftModel({})
+    assert (model.n_max, model.n_min, model.p_min) == (
+        default(llama_flags.DRAFT_SIMPLE, "n_max"), default(llama_flags.DRAFT_SIMPLE, "n_min"),
+        default(llama_flags.DRAFT_SIMPLE, "p_min"))
+    ngram = NgramSimple()
+    assert (ngram.n, ngram.m) == (default(llama_flags.NGRAM_SIMPLE, "size_n"),
+                                  default(llama_flags.NGRAM_SIMPLE, "size_m"))
+    for key_only, kind in ((True, llama_flags.NGRAM_MAP_K), (False, llama_flags.NGRAM_MAP_K4V)):
+        mapped = NgramMap(key_only)
+        assert (mapped.n, mapped.m, mapped.min_hits) == tuple(
+            default(kind, p) for p in ("size_n", "size_m", "min_hits"))
+    mod = NgramMod()
+    assert (mod.n, mod.n_max_draft, mod.n_min) == tuple(
+        default(llama_flags.NGRAM_MOD, p) for p in ("n_match", "n_max", "n_min"))
+
+
+def test_a_spec_types_flags_are_named_one_way():
+    """Every flag the pinned --help gives a replayed type is the one spec_flag names for its
+    parameter (the replay's settings and a removed flag's replacement build names with it),
+    and back."""
+    from specdeck.core.tune.replay.session import Setting
+
+    methods = parse_help(PINNED_HELP.read_text(encoding="utf-8")).methods
+    for method in methods:
+        if method.name not in (llama_flags.DRAFT_SIMPLE, *llama_flags.NGRAM_TYPES):
+            continue
+        for flag in method.flags:
+            param = llama_flags.spec_param(method.name, flag)
+            assert param is not None and llama_flags.spec_flag(method.name, param) == flag
+    assert Setting.of(llama_flags.NGRAM_MOD, n_max=8).flags()[2:] == ("--spec-ngram-mod-n-max",
+                                                                     "8")
+    assert Setting.of(llama_flags.DRAFT_SIMPLE, p_min=0.5).flags()[2:] == (
+        llama_flags.DRAFT_P_MIN, "0.5")
+
+
+def test_what_specdeck_sets_on_a_server_it_launches_is_what_a_tune_takes_off_a_command():
+    """The flags a launch sets itself (the target, where it listens, its metrics) are those a
+    tune strips from the user's command before it adds its own, under every spelling."""
+    from specdeck.core.servers.llama_server import LaunchProfile
+    from specdeck.core.tune.setup import _split_own
+
+    argv = LaunchProfile("llama-server", "t.gguf", ("-t", "4")).argv(8080)[1:]
+    own = [a for a in argv if a.startswith("-") and a != "-t"]
+    assert set(own) <= set(llama_flags.OWN_FLAGS)
+    assert _split_own(tuple(argv)) == ("t.gguf", ("-t", "4"))
+    for spelling in llama_flags.TARGET_MODEL:
+        assert _split_own((spelling, "u.gguf", "--no-metrics", "-c", "512")) == (
+            "u.gguf", ("-c", "512"))

@@ -60,7 +60,7 @@ from specdeck.core.llama_flags import DRAFT_SIMPLE
 from specdeck.core.servers.readings import answer_timings
 from specdeck.core.servers.transport import BadAnswerError, Base
 from specdeck.core.tune.replay.capture import complete
-from specdeck.core.tune.replay.drafters import Drafter
+from specdeck.core.tune.replay.drafters import Drafter, with_defaults
 from specdeck.core.tune.replay.session import Request
 
 TOP_K = 10
@@ -202,8 +202,11 @@ class _DraftSimple(Drafter):
 
     name = DRAFT_SIMPLE
 
-    def __init__(self, n_max: int = 3, n_min: int = 0, p_min: float = 0.0) -> None:
-        self.n_max, self.n_min, self.p_min = n_max, n_min, p_min
+    def __init__(self, n_max: int | None = None, n_min: int | None = None,
+                 p_min: float | None = None) -> None:
+        given = with_defaults(DRAFT_SIMPLE, n_max=n_max, n_min=n_min, p_min=p_min)
+        self.n_max, self.n_min = int(given["n_max"]), int(given["n_min"])
+        self.p_min = float(given["p_min"])
         self._output: tuple[int, ...] = ()
         self._prompt_len = 0
 
@@ -243,12 +246,12 @@ class DraftModel(_DraftSimple):
     """llama-server's draft-simple, greedy, replayed from teacher-forced passes (one per
     request, keyed by the request's prompt and output)."""
 
-    def __init__(self, forced: dict[tuple, TeacherForced], n_max: int = 3, n_min: int = 0,
-                 p_min: float = 0.0) -> None:
+    def __init__(self, forced: dict[tuple, TeacherForced], n_max: int | None = None,
+                 n_min: int | None = None, p_min: float | None = None) -> None:
         super().__init__(n_max, n_min, p_min)
         self.forced = forced
         self._current: TeacherForced | None = None
-        passed = [p >= p_min for f in forced.values() for p in f.p]
+        passed = [p >= self.p_min for f in forced.values() for p in f.p]
         self.pass_rate = sum(passed) / len(passed) if passed else 1.0
         self.estimated = 0
         """Drafts whose length past the first wrong token was estimated (p_min > 0)."""
@@ -302,8 +305,9 @@ class DraftOnServer(_DraftSimple):
     choice at each output position it drafted while its draft was still the target's text,
     with its lead over its second choice (nats)."""
 
-    def __init__(self, base: Base, n_max: int = 3, n_min: int = 0, p_min: float = 0.0,
-                 api_key: str | None = None, cancel: threading.Event | None = None) -> None:
+    def __init__(self, base: Base, n_max: int | None = None, n_min: int | None = None,
+                 p_min: float | None = None, api_key: str | None = None,
+                 cancel: threading.Event | None = None) -> None:
         super().__init__(n_max, n_min, p_min)
         self.base, self.api_key, self.cancel = base, api_key, cancel
         self.requests = 0

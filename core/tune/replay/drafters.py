@@ -39,11 +39,31 @@ from specdeck.core.llama_flags import (
     NGRAM_MAP_K4V,
     NGRAM_MOD,
     NGRAM_SIMPLE,
+    spec_flag,
 )
 from specdeck.core.tune.replay.stdorder import OrderedCounts
 
 MASK32 = (1 << 32) - 1
 MASK64 = (1 << 64) - 1
+
+
+def with_defaults(kind: str, **given: float | None) -> dict[str, float]:
+    """``given`` (parameters of ``--spec-type`` ``kind``: ``size_n``, ``n_max``, ``p_min``)
+    with each one left None at what the replayed build uses when its flag is not given: the
+    default its ``--help`` says (the pinned build's lines, ``core.llama_flags.FALLBACK_HELP``,
+    read by ``SpecMethod.default_of``)."""
+    from specdeck.core.servers.llama_server import fallback_help
+
+    method = fallback_help().method(kind)
+    out = {}
+    for name, value in given.items():
+        if value is None:
+            value = method.default_of(spec_flag(kind, name)) if method is not None else None
+            if value is None:
+                raise KeyError(f"the pinned llama.cpp's --help gives {kind} no default for "
+                               f"{spec_flag(kind, name)}")
+        out[name] = value
+    return out
 
 
 class Drafter:
@@ -78,9 +98,11 @@ class NgramSimple(Drafter):
 
     name = NGRAM_SIMPLE
 
-    def __init__(self, size_n: int = 12, size_m: int = 48, min_hits: int = 1) -> None:
-        self.n, self.m = size_n, size_m
-        self.n_max = size_m
+    def __init__(self, size_n: int | None = None, size_m: int | None = None,
+                 min_hits: int | None = None) -> None:
+        given = with_defaults(NGRAM_SIMPLE, size_n=size_n, size_m=size_m)
+        self.n, self.m = given["size_n"], given["size_m"]
+        self.n_max = self.m
 
     def draft(self, slot: int, history: list[int], last: int) -> list[int]:
         n, m = self.n, self.m
@@ -154,11 +176,13 @@ class NgramMap(Drafter):
     continuations counted per key; the most frequent one when it is at least twice the others
     together and the key was seen ``min_hits`` times)."""
 
-    def __init__(self, key_only: bool, size_n: int = 12, size_m: int = 48,
-                 min_hits: int = 1) -> None:
+    def __init__(self, key_only: bool, size_n: int | None = None, size_m: int | None = None,
+                 min_hits: int | None = None) -> None:
         self.name = NGRAM_MAP_K if key_only else NGRAM_MAP_K4V
-        self.key_only, self.n, self.m, self.min_hits = key_only, size_n, size_m, min_hits
-        self.n_max = size_m
+        given = with_defaults(self.name, size_n=size_n, size_m=size_m, min_hits=min_hits)
+        self.key_only = key_only
+        self.n, self.m, self.min_hits = given["size_n"], given["size_m"], given["min_hits"]
+        self.n_max = self.m
         self.maps: dict[int, _Map] = {}
 
     def _map(self, slot: int) -> _Map:
@@ -314,9 +338,11 @@ class NgramMod(Drafter):
 
     name = NGRAM_MOD
 
-    def __init__(self, n_match: int = 24, n_max: int = 64, n_min: int = 48) -> None:
-        self.n, self.n_max_draft, self.n_min = n_match, n_max, n_min
-        self.n_max = max(0, n_max)
+    def __init__(self, n_match: int | None = None, n_max: int | None = None,
+                 n_min: int | None = None) -> None:
+        given = with_defaults(NGRAM_MOD, n_match=n_match, n_max=n_max, n_min=n_min)
+        self.n, self.n_max_draft, self.n_min = given["n_match"], given["n_max"], given["n_min"]
+        self.n_max = max(0, self.n_max_draft)
         self.pool: dict[int, int] = {}
         self.slots: dict[int, _ModSlot] = {}
 

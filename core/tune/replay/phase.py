@@ -285,8 +285,7 @@ def _predict(candidate: str, kind: str, settings: list[Setting], flags: tuple[st
         model = None
         if forced is not None:
             params = setting.params_of(DRAFT_SIMPLE)
-            model = DraftModel(forced, n_max=int(params.get("n_max", 3)),
-                               p_min=float(params.get("p_min", 0.0)))
+            model = DraftModel(forced, n_max=params.get("n_max"), p_min=params.get("p_min"))
         session = Session(setting, n_slots=shape[0], similarity=shape[1], draft_model=model)
         each = [session.run(r) for r in sequence]
         each = each[first:first + len(measured)]

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specdeck.core.llama_flags import DRAFT_SIMPLE, NGRAM_TYPES, SPEC_TYPE
+from specdeck.core.llama_flags import DRAFT_SIMPLE, NGRAM_TYPES, SPEC_TYPE, spec_flag
 from specdeck.core.tune.replay.drafters import Drafter, make_drafter
 
 DEFAULT_SLOTS = 4
@@ -86,14 +86,13 @@ class Setting:
         return dict(next((p for k, p in self.params if k == kind), ()))
 
     def flags(self) -> tuple[str, ...]:
-        """The llama-server flags: ``--spec-type`` and ``--spec-<kind>-<param>`` each (a draft
-        model's are ``--spec-draft-n-max``, ``-n-min``, ``-p-min``; its ``-md`` is the
-        candidate's)."""
+        """The llama-server flags: ``--spec-type`` and each parameter's
+        (``core.llama_flags.spec_flag``: ``--spec-ngram-mod-n-max``; a draft model's
+        ``--spec-draft-n-max``, ``-n-min``, ``-p-min``; its ``-md`` is the candidate's)."""
         out = [SPEC_TYPE, ",".join(self.kinds)]
         for kind, params in self.params:
-            prefix = "--spec-draft" if kind == DRAFT_SIMPLE else f"--spec-{kind}"
             for name, value in params:
-                out += [f"{prefix}-{name.replace('_', '-')}", f"{value:g}"]
+                out += [spec_flag(kind, name), f"{value:g}"]
         return tuple(out)
 
     @property
