@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from specdeck.core.gpu.telemetry import GpuReading, GpuStatus, TelemetryFrame
-from specdeck.core.units import GiB, MiB, format_bytes
+from specdeck.core.units import GiB, MiB, byte_unit, format_bytes
 from specdeck.core.vram.gpus import short_name
 
 # One colour per GPU (NVML index), readable on light and dark backgrounds.
@@ -221,7 +221,8 @@ class GpuCards(QWidget):
 
 
 class TelemetryPlots(QWidget):
-    """Memory used and GPU utilisation over the last ``window_s`` seconds, one curve per GPU."""
+    """Memory used and GPU utilisation over the last ``window_s`` seconds, one curve per GPU;
+    memory in the unit that fits the largest value drawn (core.units.byte_unit)."""
 
     def __init__(self, window_s: float = 120.0, parent: QWidget | None = None):
         super().__init__(parent)
@@ -229,7 +230,8 @@ class TelemetryPlots(QWidget):
 
         self._pg = pg
         self.window_s = window_s
-        self.memory_plot = self._plot("Memory used", "GiB")
+        self.memory_unit = ("GiB", GiB)
+        self.memory_plot = self._plot("Memory used", self.memory_unit[0])
         self.util_plot = self._plot("GPU utilisation", "%")
         self.util_plot.setYRange(0, 100, padding=0.02)
         self.util_plot.getViewBox().setLimits(yMin=0, yMax=105)
@@ -263,18 +265,28 @@ class TelemetryPlots(QWidget):
         names = {g.index: short_name(g.name) for g in (latest.gpus if latest is not None else ())}
         now = latest.timestamp if latest is not None else 0.0
         drawn = 0
+        shown = []
         for index in sampler.gpu_indices():
             history = sampler.history(index)
-            t = history["t"]
-            keep = t >= now - self.window_s
-            x = t[keep] - now
+            keep = history["t"] >= now - self.window_s
+            total = history["memory_total"][keep]
+            shown.append((index, history, keep, total[-1] if total.size else math.nan))
+        drawn_bytes = np.concatenate([h["memory_used"][keep] for _, h, keep, _ in shown]
+                                     + [np.array([last for *_, last in shown])])
+        drawn_bytes = drawn_bytes[~np.isnan(drawn_bytes)]
+        if drawn_bytes.size:  # nothing to draw keeps the unit it has
+            largest = float(drawn_bytes.max())
+            self.memory_unit = byte_unit(largest) if largest >= MiB else ("MiB", MiB)
+            self.memory_plot.setLabel("left", self.memory_unit[0])
+        scale = self.memory_unit[1]
+        for index, history, keep, last in shown:
+            x = history["t"][keep] - now
             label = f"{index}: {names.get(index, f'GPU {index}')}"
             memory = self._curve(self.memory_plot, self.memory_curves, index, label)
-            memory.setData(x, history["memory_used"][keep] / GiB)
-            total = history["memory_total"][keep]
-            if total.size and not math.isnan(total[-1]):
+            memory.setData(x, history["memory_used"][keep] / scale)
+            if not math.isnan(last):
                 line = self._curve(self.memory_plot, self.total_lines, index, None, True)
-                line.setData(np.array([-self.window_s, 0.0]), np.full(2, total[-1] / GiB))
+                line.setData(np.array([-self.window_s, 0.0]), np.full(2, last / scale))
             util = self._curve(self.util_plot, self.util_curves, index, label)
             util.setData(x, history["utilization_gpu"][keep])
             drawn += int(keep.sum())

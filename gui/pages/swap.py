@@ -215,6 +215,8 @@ class SwapPage(QWidget):
         return box
 
     def _build_editor(self) -> QWidget:
+        from specdeck.core import llama_flags as lf
+
         box = QGroupBox("Drafting")
         layout = QVBoxLayout(box)
         self.model_info = QLabel()
@@ -225,15 +227,15 @@ class SwapPage(QWidget):
         form = QFormLayout()
         self.draft = QLineEdit()
         self.draft.setPlaceholderText(UNCHANGED)
-        self.draft.setToolTip("The draft model's GGUF (-md); --spec-type draft-simple is added "
-                              "when the cmd names no spec type")
+        self.draft.setToolTip(f"The draft model's GGUF ({lf.DRAFT_MODEL[0]}); {lf.SPEC_TYPE} "
+                              f"{lf.DRAFT_SIMPLE} is added when the cmd names no spec type")
         browse = QToolButton()
         browse.setText("…")
         browse.clicked.connect(self.choose_draft)
         row = QHBoxLayout()
         row.addWidget(self.draft, 1)
         row.addWidget(browse)
-        form.addRow("Draft model (-md)", row)
+        form.addRow(f"Draft model ({lf.DRAFT_MODEL[0]})", row)
         self.spec_type = QComboBox()
         self.spec_type.addItem(UNCHANGED, None)
         self.spec_type_source = QLabel()
@@ -241,12 +243,12 @@ class SwapPage(QWidget):
         types = QHBoxLayout()
         types.addWidget(self.spec_type, 1)
         types.addWidget(self.spec_type_source)
-        form.addRow("--spec-type", types)
+        form.addRow(lf.SPEC_TYPE, types)
         from specdeck.core.swap.actions import DRAFT_MAX_RANGE, DRAFT_MIN_RANGE, P_MIN_RANGE
 
-        self.draft_max = self._count("--spec-draft-n-max: most tokens drafted per step",
+        self.draft_max = self._count(f"{lf.DRAFT_N_MAX}: most tokens drafted per step",
                                      DRAFT_MAX_RANGE)
-        self.draft_min = self._count("--spec-draft-n-min: fewest tokens drafted per step",
+        self.draft_min = self._count(f"{lf.DRAFT_N_MIN}: fewest tokens drafted per step",
                                      DRAFT_MIN_RANGE)
         form.addRow("Draft max", self.draft_max)
         form.addRow("Draft min", self.draft_min)
@@ -256,7 +258,7 @@ class SwapPage(QWidget):
         self.p_min.setDecimals(2)
         self.p_min.setSpecialValueText(UNCHANGED)
         self.p_min.setValue(-0.01)
-        self.p_min.setToolTip("--spec-draft-p-min: the draft's minimum probability to go on")
+        self.p_min.setToolTip(f"{lf.DRAFT_P_MIN}: the draft's minimum probability to go on")
         form.addRow("P-min", self.p_min)
         self.no_draft = QCheckBox("Remove drafting")
         self.no_draft.setToolTip("Take the draft model and every drafting flag out of the cmd")
