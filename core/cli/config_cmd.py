@@ -295,8 +295,8 @@ def cmd_migrate(args) -> int:
 def cmd_init(args) -> int:
     from specdeck.core import config, settings
 
-    doc = config.create_config(args.path)
+    created = config.create_config(args.path)
     if args.remember:
-        settings.save(settings.load().with_config(doc.path))
-    print(f"Created {doc.path}.")
+        settings.save(settings.load().with_config(created.path))
+    print(f"Created {created.path}.")
     return EXIT_OK

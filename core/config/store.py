@@ -172,14 +172,27 @@ def _wrap(text: str, width: int = 86) -> list[str]:
     return textwrap.wrap(text, width) or [""]
 
 
-def create_config(path: str | Path) -> ConfigDocument:
-    """Write a new config.yml from the defaults; refuses to overwrite an existing file."""
-    path = expand_user(path)
+SAMPLE = "TabbyAPI config_sample.yml"
+"""What a sample to copy is called in messages."""
+
+
+def create_config(path: str | Path, sample: str | Path | None = None) -> FileChanged:
+    """Write a new config.yml: a copy of ``sample`` (TabbyAPI's config_sample.yml) or from
+    SpecDeck's defaults; never over an existing file. The sample is read as a config is
+    (regular file, size cap: ``read_config_bytes``) and parsed first, so what is not a
+    config is refused before anything is written. Returns what it wrote, to announce (the
+    Draft settings page, ``specdeck config init``)."""
+    path = expand_user(path).absolute()
     if path.exists():
         raise InvalidInputError(f"{path} already exists; SpecDeck will not overwrite it.",
                                 "Open it instead.")
     if not path.parent.is_dir():
         raise InvalidInputError(f"The folder {path.parent} does not exist.",
                                 "Create it first or pick another place.")
-    atomic_write_bytes(path, default_config_text().encode("utf-8"))
-    return ConfigDocument.from_file(path)
+    if sample is None:
+        data = default_config_text().encode("utf-8")
+    else:
+        copied = ConfigDocument.from_file(sample, SAMPLE)
+        data = copied.encode(copied.text)  # its bytes as read (a byte-order mark kept)
+    atomic_write_bytes(path, data)
+    return FileChanged(path, TABBY_CONFIG)

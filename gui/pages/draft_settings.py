@@ -63,21 +63,6 @@ def draft_choices(doc: ConfigDocument) -> list[str]:
         return []
 
 
-def create_config_file(path: Path, sample: Path | None = None) -> FileChanged:
-    """Worker: a new config.yml, a copy of ``sample`` (TabbyAPI's config_sample.yml) or from
-    SpecDeck's defaults; never over an existing file. Returns what it wrote, to announce."""
-    if sample is None:
-        config.create_config(path)
-    else:
-        from specdeck.core.atomic import atomic_write_bytes
-
-        if path.exists():
-            raise SpecDeckError(f"{path} already exists; SpecDeck will not overwrite it.",
-                                "Open it instead.")
-        atomic_write_bytes(path, sample.read_bytes())
-    return FileChanged(Path(path).absolute(), TABBY_CONFIG)
-
-
 def plan_with_problems(doc: ConfigDocument, changes: dict) -> tuple[config.ConfigChange, list]:
     """Worker: the planned text and what TabbyAPI would say about it."""
     change = config.plan_change(doc, changes)
@@ -324,7 +309,7 @@ class DraftSettingsPage(QWidget):
             self.context.show_status(f"Created {path}.")
             self.open_path(path)
 
-        self.tasks.run("create", create_config_file, path, sample, on_result=created,
+        self.tasks.run("create", config.create_config, path, sample, on_result=created,
                        on_error=failed)
 
     # -- display -----------------------------------------------------------------------

@@ -12,7 +12,7 @@ from specdeck.core import config
 from specdeck.core.atomic import WriteError
 from specdeck.core.config import DRAFT, MODEL, ConfigDocument, Layout
 from specdeck.core.config.document import ConfigError
-from specdeck.core.errors import InvalidInputError, NotFoundError
+from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
 
 EXL2 = TABBY / "config_sample.exl2-checkpoint.yml"
 LEGACY = TABBY / "config_sample.581e1fc.yml"
@@ -282,8 +282,11 @@ def _refused_as_nobody(folder):
 
 
 def test_create_from_defaults(tmp_path):
+    from specdeck.core.changed import TABBY_CONFIG, FileChanged
+
     path = tmp_path / "config.yml"
-    doc = config.create_config(path)
+    assert config.create_config(path) == FileChanged(path, TABBY_CONFIG)
+    doc = config.load(path)
     assert doc.errors() == []
     assert doc.layout is Layout.DRAFT_MODEL
     for s in config.SETTINGS:
@@ -291,6 +294,32 @@ def test_create_from_defaults(tmp_path):
         assert doc.value(*s.path) == s.default
     with pytest.raises(InvalidInputError, match="will not overwrite"):
         config.create_config(path)
+
+
+def test_create_from_a_sample_copies_it_and_refuses_what_is_not_a_config(tmp_path):
+    """A copy of TabbyAPI's config_sample.yml, byte for byte (the Draft settings page offers
+    it); a sample read as a config is (a FIFO is not waited on, a file of a config's cap is
+    refused, YAML that is not a config is refused) and nothing is written then."""
+    from specdeck.core.changed import TABBY_CONFIG, FileChanged
+    from specdeck.core.config.document import MAX_CONFIG_BYTES
+
+    sample = MAIN
+    path = tmp_path / "config.yml"
+    assert config.create_config(path, sample) == FileChanged(path, TABBY_CONFIG)
+    assert path.read_bytes() == sample.read_bytes()
+    with pytest.raises(InvalidInputError, match="will not overwrite"):
+        config.create_config(path, sample)
+    pipe = tmp_path / "sample.fifo"
+    os.mkfifo(pipe)
+    huge = tmp_path / "huge.yml"
+    huge.write_bytes(b"#" * (MAX_CONFIG_BYTES + 1))
+    broken = tmp_path / "broken.yml"
+    broken.write_text("model: [unclosed\n")
+    for bad in (pipe, huge, broken):
+        target = tmp_path / f"from-{bad.name}.yml"
+        with pytest.raises(SpecDeckError):
+            config.create_config(target, bad)
+        assert not target.exists()
 
 
 # -- migration ---------------------------------------------------------------------------
