@@ -29,6 +29,21 @@ tokenizer.json files reach ~35 MB (Gemma); anything far larger is not metadata."
 KEY_FILE = 64 * KiB
 """What SpecDeck reads at most of an API key file (llama-server's ``--api-key-file``, a key a
 line; TabbyAPI's api_tokens.yml, two keys of 32 hex digits, common/auth.py)."""
+CONFIG_FILE = 4 * MiB
+"""What SpecDeck reads at most of a server's config, whether it edits, copies or only reads
+it (TabbyAPI's config.yml, a launched arm's copy of it, a model's tabby_config.yml, the
+config_sample.yml a new config.yml is copied from; llama-swap's config.yaml; a presets
+file): TabbyAPI's config_sample.yml is about 10 KiB, so a 4 MiB "config" is something else.
+A config is read whole and parsed at every open, hence the smallest cap of a text file."""
+MODEL_CONFIG = SMALL_FILE
+"""What SpecDeck reads at most of a model's config.json, on disk (``core.models.read_json``)
+and from the Hub (``HubClient.read_small_file``, the metadata download): real ones are a few
+KiB, the largest (label maps) well under 1 MiB. One cap, so that a config.json the Hub gives
+is one the model library then reads (the Hub's caps were 64 and 128 MiB, the disk's 16)."""
+PROMPT_FILE = SMALL_FILE
+"""What SpecDeck reads at most of a prompt file: ``specdeck generate --prompt-file`` and a
+prompt suite (.json, .jsonl, .txt) alike; a suite of hundreds of long prompts stays far
+below (``generate`` had 8 MiB of its own)."""
 
 
 _READ = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)

@@ -185,12 +185,14 @@ def format_parameters(count: int) -> str:
     return f"{count / 1e6:.0f}M"
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object from ``path``, with errors a user can act on."""
-    from specdeck.core.files import read_text_bounded
+def read_json(path: Path, limit: int | None = None) -> dict[str, Any]:
+    """A JSON object from ``path`` (a model's config.json, read up to its cap,
+    ``core.files.MODEL_CONFIG``, unless ``limit`` says another), with errors a user can act
+    on."""
+    from specdeck.core.files import MODEL_CONFIG, read_text_bounded
 
     try:  # bounded: a FIFO or /dev/zero named config.json must not hang or fill memory
-        data = json.loads(read_text_bounded(path, "model file"))
+        data = json.loads(read_text_bounded(path, "model file", limit or MODEL_CONFIG))
     except json.JSONDecodeError as exc:
         raise InvalidInputError(
             f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}).",

@@ -49,12 +49,15 @@ def settings_path() -> Path:
 
 def load() -> Settings:
     """The saved settings; defaults if there are none or the file is unreadable."""
+    from specdeck.core.errors import NotFoundError, SpecDeckError
+    from specdeck.core.files import read_text_bounded
+
     path = settings_path()
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    try:  # bounded: a FIFO or a huge file put there is ignored, not waited on or read whole
+        raw = json.loads(read_text_bounded(path, "settings file"))
+    except NotFoundError:
         return Settings()
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, SpecDeckError) as exc:
         log.warning("Ignoring unreadable settings file %s: %s", path, exc)
         return Settings()
     if not isinstance(raw, dict):

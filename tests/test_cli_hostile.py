@@ -164,13 +164,16 @@ def test_a_prompt_file_that_is_a_fifo_or_too_large_is_refused_at_once(tmp_path, 
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"The prompt file {fifo} is a named pipe (FIFO), not a file." in result.stderr
     assert "Give a regular UTF-8 text file" in result.stderr
+    from specdeck.core.files import PROMPT_FILE
+    from specdeck.core.units import format_bytes
+
     huge = tmp_path / "prompt.txt"
     with open(huge, "wb") as handle:
-        handle.truncate(9 * 1024**2)  # no disk space taken
+        handle.truncate(PROMPT_FILE + 1)  # no disk space taken
     result = specdeck("generate", "--model", "demo", "--prompt-file", str(huge),
                       home=specdeck_home)
     assert result.returncode == 2
-    assert f"The prompt file {huge} is over 8.0 MiB" in result.stderr
+    assert f"The prompt file {huge} is over {format_bytes(PROMPT_FILE)}" in result.stderr
 
 
 def test_a_model_folder_whose_name_is_not_utf8_is_checked(tmp_path, specdeck_home):

@@ -84,10 +84,10 @@ def _prompt(entry, suite: str, index: int, where: Path) -> Prompt:
 
 def load_suite(path: str | Path) -> Suite:
     """A suite from a .json, .jsonl or plain-text file (see resources/prompts/README.md)."""
-    from specdeck.core.files import read_text_bounded
+    from specdeck.core.files import PROMPT_FILE, read_text_bounded
 
     path = expand_user(path)
-    text = read_text_bounded(path, "prompt suite")  # a FIFO or /dev/zero: said, not waited on
+    text = read_text_bounded(path, "prompt suite", PROMPT_FILE)  # a FIFO or /dev/zero: said, not waited on
     name = path.stem
     description = ""
     if path.suffix == ".json":

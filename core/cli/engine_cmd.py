@@ -36,7 +36,7 @@ from specdeck.core.engines.base import (
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.exl2_facts import CACHE_MODES_TEXT, DEFAULT_CACHE_MODE
 from specdeck.core.models import MAX_CONTEXT
-from specdeck.core.units import MiB, format_bytes
+from specdeck.core.units import format_bytes
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -175,16 +175,14 @@ def _generate(args: argparse.Namespace) -> int:
 def _prompt_text(args: argparse.Namespace) -> str:
     if args.prompt_file is None:
         return args.prompt
-    from specdeck.core.files import read_text_bounded
+    from specdeck.core.files import PROMPT_FILE, read_text_bounded
 
     # Bounded and never blocking: a FIFO (or /dev/stdin's pipe) is refused at once, not
     # waited on, and a file of gigabytes is not read.
-    return read_text_bounded(args.prompt_file, "prompt file", MAX_PROMPT_BYTES,
+    return read_text_bounded(args.prompt_file, "prompt file", PROMPT_FILE,
                              hint="Give a regular UTF-8 text file of a prompt's size "
                                   "(or the prompt itself with --prompt).")
 
-
-MAX_PROMPT_BYTES = 8 * MiB
 
 
 def _drafter_spec(args: argparse.Namespace) -> DrafterSpec:

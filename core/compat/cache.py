@@ -24,7 +24,8 @@ from specdeck.core import appdirs
 from specdeck.core.atomic import atomic_write_text
 from specdeck.core.compat.tokenizer_files import read_vocab, vocab_source_files
 from specdeck.core.compat.vocab import Vocab, VocabType
-from specdeck.core.errors import SpecDeckError
+from specdeck.core.errors import NotFoundError, SpecDeckError
+from specdeck.core.files import METADATA_FILE, read_text_bounded
 
 log = logging.getLogger(__name__)
 
@@ -125,16 +126,16 @@ class VocabCache:
     def _load_disk(self, key: Signature) -> Vocab | None:
         path = self._entry_path(key)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(read_text_bounded(path, "vocabulary cache entry", METADATA_FILE))
             # JSON has no tuples: compare the signature in its JSON form.
             if data.get("format") != CACHE_FORMAT or data.get("signature") != json.loads(
                 json.dumps(key)
             ):
                 return None
             vocab = _vocab_from_json(data["vocab"])
-        except FileNotFoundError:
+        except (FileNotFoundError, NotFoundError):
             return None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, SpecDeckError) as exc:
             log.info("Ignoring unreadable vocabulary cache entry %s: %s", path, exc)
             return None
         with contextlib.suppress(OSError):

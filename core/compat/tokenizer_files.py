@@ -465,7 +465,7 @@ _READERS = {
 
 def read_optional_json(path: Path) -> dict[str, Any] | None:
     """A JSON object from an optional file: None if it is absent; an error if it is broken."""
-    return read_json(path) if path.is_file() else None
+    return read_json(path, METADATA_FILE) if path.is_file() else None
 
 
 def _add_listed_tokens(folder: Path, draft: VocabBuilder) -> None:

@@ -32,7 +32,7 @@ from specdeck.core.config.schema import (
 from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.exl2_facts import CACHE_MODES_TEXT
 from specdeck.core.printable import printable
-from specdeck.core.units import MiB, format_bytes
+from specdeck.core.units import format_bytes
 from specdeck.core.userpath import expand_user
 
 BOM = "\ufeff"
@@ -156,8 +156,6 @@ MAIN_ONLY_KEYS = (
 """Keys in TabbyAPI main's config_sample.yml (f1f2c85) that the exl2-checkpoint branch's
 (79126f9) does not have."""
 
-MAX_CONFIG_BYTES = 4 * MiB
-"""TabbyAPI's config_sample.yml is about 10 KiB; a 4 MiB "config" is something else."""
 MAX_EXPANDED_VALUES = 100_000
 """Values a file may hold once its YAML aliases are expanded (config_sample: ~100)."""
 
@@ -169,7 +167,7 @@ def read_config_bytes(path: Path, what: str = TABBY_CONFIG) -> bytes:
     import os
     import stat as stat_module
 
-    from specdeck.core.files import file_kind, open_regular_file
+    from specdeck.core.files import CONFIG_FILE, file_kind, open_regular_file
 
     st = os.stat(path)  # FileNotFoundError passes to the caller
     if stat_module.S_ISDIR(st.st_mode):
@@ -177,14 +175,14 @@ def read_config_bytes(path: Path, what: str = TABBY_CONFIG) -> bytes:
     if not stat_module.S_ISREG(st.st_mode):
         raise InvalidInputError(f"{path} is {file_kind(st.st_mode)}, not a file, so SpecDeck "
                                 "does not read it.", f"Point SpecDeck at your {what}.")
-    if st.st_size > MAX_CONFIG_BYTES:
+    if st.st_size > CONFIG_FILE:
         raise InvalidInputError(
             f"{path} is {format_bytes(st.st_size)}; a {what} is a few KiB, so "
-            f"SpecDeck does not open files over {format_bytes(MAX_CONFIG_BYTES)}.",
+            f"SpecDeck does not open files over {format_bytes(CONFIG_FILE)}.",
             "Check that this is the right file.")
     # Opened without blocking: a FIFO put there since the stat above is refused, not waited on.
     with open_regular_file(path, what, hint=f"Point SpecDeck at your {what}.") as handle:
-        return handle.read(MAX_CONFIG_BYTES + 1)
+        return handle.read(CONFIG_FILE + 1)
 
 
 def _check_expansion(root, where: str) -> None:
@@ -340,9 +338,10 @@ class ConfigDocument:
             try:
                 import json
 
-                from specdeck.core.files import read_text_bounded
+                from specdeck.core.files import MODEL_CONFIG, read_text_bounded
 
-                quant = json.loads(read_text_bounded(target / "config.json", "config.json"))
+                quant = json.loads(read_text_bounded(target / "config.json", "config.json",
+                                                     MODEL_CONFIG))
                 method = (quant.get("quantization_config") or {}).get("quant_method")
             except (OSError, ValueError, AttributeError, SpecDeckError):
                 return None

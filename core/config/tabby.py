@@ -80,9 +80,9 @@ def model_overrides(doc: ConfigDocument) -> ModelOverrides | None:
     path = target / MODEL_OVERRIDE_NAME
     if not path.is_file():
         return None
-    from specdeck.core.files import read_text_bounded
+    from specdeck.core.files import CONFIG_FILE, read_text_bounded
 
-    text = read_text_bounded(path, "model's tabby_config.yml",
+    text = read_text_bounded(path, "model's tabby_config.yml", CONFIG_FILE,
                              hint="TabbyAPI reads it beside the model: fix or remove it.")
     data = parse_values(text, str(path)) or {}
     if not isinstance(data, dict):

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from specdeck.core import appdirs
 from specdeck.core.engines.base import Availability
+from specdeck.core.errors import SpecDeckError
+from specdeck.core.files import read_text_bounded
 
 TORCH_HINT = "pip install 'specdeck[torch]'"
 EXLLAMAV2_HINT = "pip install 'specdeck[exllamav2]' with a CUDA build of torch (docs/engines.md)"
@@ -62,9 +64,9 @@ def torch_build() -> tuple[str | None, str | None, str | None]:
     if spec is None or not spec.submodule_search_locations:
         return None, None, None
     version_file = Path(next(iter(spec.submodule_search_locations))) / "version.py"
-    try:
-        text = version_file.read_text(encoding="utf-8")
-    except OSError:
+    try:  # bounded: a version.py is a few lines; a FIFO put there is not waited on
+        text = read_text_bounded(version_file, "torch/version.py")
+    except (OSError, SpecDeckError):
         return _version("torch"), None, None
     return _read_version_field(text, "__version__") or _version("torch"), _read_version_field(
         text, "cuda"
@@ -128,8 +130,8 @@ def record_exllamav2_import(ok: bool, error: str) -> None:
 def recorded_exllamav2_import() -> tuple[bool, str] | None:
     """(ok, error) of the last real import with the versions installed now, if any."""
     try:
-        payload = json.loads(_record_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        payload = json.loads(read_text_bounded(_record_path(), "exllamav2 import record"))
+    except (OSError, ValueError, SpecDeckError):
         return None
     if not isinstance(payload, dict) or payload.get("versions") != _versions_key():
         return None

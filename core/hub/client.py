@@ -11,8 +11,9 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from specdeck.core.files import MODEL_CONFIG
 from specdeck.core.hub.errors import HubError, hub_errors, offline_error
-from specdeck.core.units import MiB, format_bytes
+from specdeck.core.units import format_bytes
 
 from specdeck import __version__
 
@@ -28,8 +29,6 @@ repositories hold a few thousand files)."""
 LIBRARY_NAME = "specdeck"
 PREFLIGHT_TIMEOUT_S = 5.0
 PROXY_ENVS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
-# config.json and tokenizer files are small; anything bigger read into memory is a mistake.
-SMALL_FILE_LIMIT = 64 * MiB
 
 
 def resolve_endpoint(explicit: str | None = None) -> str:
@@ -202,10 +201,11 @@ class HubClient:
 
     def read_small_file(
         self, repo_id: str, revision: str, path: str, expected: RemoteFile | None = None,
-        limit: int = SMALL_FILE_LIMIT,
+        limit: int = MODEL_CONFIG,
     ) -> bytes:
-        """The bytes of a small file (config.json); refuses anything over ``limit`` bytes and,
-        given the tree listing's ``expected`` entry, bytes that do not match its checksum."""
+        """The bytes of a small file (config.json); refuses anything over ``limit`` bytes (a
+        config.json's cap, ``core.files.MODEL_CONFIG``, unless told) and, given the tree
+        listing's ``expected`` entry, bytes that do not match its checksum."""
         from huggingface_hub.utils import hf_raise_for_status
 
         ensure_online()

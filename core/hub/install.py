@@ -619,9 +619,11 @@ def _clear_staging(staging: Path) -> None:
 
 
 def _read_state(root: Path) -> dict | None:
-    try:
-        state = json.loads((root / "state.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    from specdeck.core.files import read_text_bounded
+
+    try:  # bounded: whatever is there now (a FIFO, a huge file) is no state of ours
+        state = json.loads(read_text_bounded(root / "state.json", "install state"))
+    except (OSError, ValueError, SpecDeckError):
         return None
     return state if isinstance(state, dict) and state.get("version") == STATE_VERSION else None
 

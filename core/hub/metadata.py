@@ -24,8 +24,8 @@ from pathlib import Path
 
 from specdeck.core import appdirs
 from specdeck.core.atomic import atomic_write_text
-from specdeck.core.errors import CancelledError, NotFoundError
-from specdeck.core.files import METADATA_FILE
+from specdeck.core.errors import CancelledError, NotFoundError, SpecDeckError
+from specdeck.core.files import METADATA_FILE, MODEL_CONFIG, read_text_bounded
 from specdeck.core.hub.client import HubClient, RemoteFile, is_offline
 from specdeck.core.hub.errors import IntegrityError, offline_error
 from specdeck.core.hub.paths import path_problem
@@ -79,9 +79,9 @@ def _cached(repo_id: str, commit: str) -> Path | None:
 
 def _offline_copy(repo_id: str, revision: str | None) -> Path:
     ref = _ref_file(repo_id, revision or "main")
-    try:
-        commit = ref.read_text(encoding="utf-8").strip()
-    except OSError:
+    try:  # bounded: whatever is there now (a FIFO, a huge file) is no commit of ours
+        commit = read_text_bounded(ref, "Hub cache reference").strip()
+    except (OSError, SpecDeckError):
         commit = ""
     folder = _cached(repo_id, commit) if commit else None
     if folder is None:
@@ -152,7 +152,8 @@ def _download(
         for f in files:
             if cancel is not None and cancel.is_set():
                 raise CancelledError()
-            if f.size > METADATA_FILE:
+            limit = MODEL_CONFIG if f.path.rpartition("/")[2] == "config.json" else METADATA_FILE
+            if f.size > limit:
                 log.warning("Skipping %s of %s: %d bytes is too large for metadata", f.path, repo_id, f.size)
                 continue
             with client.errors(repo_id, commit):

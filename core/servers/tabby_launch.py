@@ -179,9 +179,10 @@ def arm_config(launch: TabbyLaunch, port: int) -> str:
     yaml = YAML(typ="safe")
     data: dict = {}
     if launch.config.is_file():
-        from specdeck.core.files import read_text_bounded
+        from specdeck.core.config.document import ConfigDocument
 
-        loaded = yaml.load(read_text_bounded(launch.config, "TabbyAPI config.yml"))
+        # Read as every config.yml is (its cap, UTF-8, no alias bomb), then as plain values.
+        loaded = yaml.load(ConfigDocument.from_file(launch.config).text)
         data = loaded if isinstance(loaded, dict) else {}
     network = data.get("network") if isinstance(data.get("network"), dict) else {}
     data["network"] = {**network, "host": launch.host, "port": port}

@@ -301,7 +301,7 @@ def test_create_from_a_sample_copies_it_and_refuses_what_is_not_a_config(tmp_pat
     it); a sample read as a config is (a FIFO is not waited on, a file of a config's cap is
     refused, YAML that is not a config is refused) and nothing is written then."""
     from specdeck.core.changed import TABBY_CONFIG, FileChanged
-    from specdeck.core.config.document import MAX_CONFIG_BYTES
+    from specdeck.core.files import CONFIG_FILE
 
     sample = MAIN
     path = tmp_path / "config.yml"
@@ -312,7 +312,7 @@ def test_create_from_a_sample_copies_it_and_refuses_what_is_not_a_config(tmp_pat
     pipe = tmp_path / "sample.fifo"
     os.mkfifo(pipe)
     huge = tmp_path / "huge.yml"
-    huge.write_bytes(b"#" * (MAX_CONFIG_BYTES + 1))
+    huge.write_bytes(b"#" * (CONFIG_FILE + 1))
     broken = tmp_path / "broken.yml"
     broken.write_text("model: [unclosed\n")
     for bad in (pipe, huge, broken):

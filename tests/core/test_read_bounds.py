@@ -265,3 +265,52 @@ def test_an_install_marker_that_is_a_fifo_is_no_marker(tmp_path):
 
     os.mkfifo(tmp_path / MARKER_NAME)
     assert read_marker(tmp_path) is None
+
+
+@pytest.mark.timeout(60)
+def test_cached_hub_refs_the_import_record_and_settings_that_are_fifos_are_not_waited_on(
+        tmp_path, monkeypatch):
+    """Offline, the Hub metadata's cached ref names the commit to use; the engines' record of
+    the last exllamav2 import says whether it worked; settings.json is read as the app opens.
+    Each was read whole, unbounded: a FIFO put there held the caller for ever."""
+    from specdeck.core import settings
+    from specdeck.core.engines import availability
+    from specdeck.core.hub import metadata
+    from specdeck.core.hub.errors import HubOfflineError
+
+    settings.settings_path().parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(settings.settings_path())
+    assert settings.load() == settings.Settings()
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    ref = metadata._ref_file("org/model", "main")
+    ref.parent.mkdir(parents=True)
+    os.mkfifo(ref)
+    with pytest.raises(HubOfflineError):
+        metadata.fetch_metadata("org/model")
+    record = availability._record_path()
+    record.parent.mkdir(parents=True)
+    os.mkfifo(record)
+    assert availability.recorded_exllamav2_import() is None
+
+
+def test_a_prompt_file_has_one_cap_for_generate_and_a_suite(tmp_path):
+    """`specdeck generate --prompt-file` took 8 MiB, a prompt suite 16: one cap now
+    (core.files.PROMPT_FILE), a file over it refused by both before it is read."""
+    import argparse
+
+    from specdeck.core.bench.suites import load_suite
+    from specdeck.core.cli.engine_cmd import _prompt_text
+    from specdeck.core.files import PROMPT_FILE
+    from specdeck.core.units import MiB
+
+    def generate(path: Path) -> str:
+        return _prompt_text(argparse.Namespace(prompt_file=path, prompt=None))
+
+    nine = tmp_path / "long.txt"
+    nine.write_bytes(b"x" * (9 * MiB))
+    assert len(generate(nine)) == 9 * MiB
+    over = sparse(tmp_path / "over.txt", PROMPT_FILE + 1)
+    for read in (generate, load_suite):
+        with pytest.raises(InvalidInputError, match="more than SpecDeck reads"):
+            read(over)
