@@ -12,6 +12,7 @@ from specdeck.core.printable import printable
 
 
 def register(subparsers) -> None:
+    from specdeck.core import llama_flags as lf
     from specdeck.core.swap.actions import DRAFT_MAX_RANGE, DRAFT_MIN_RANGE, P_MIN_RANGE
 
     p = subparsers.add_parser("swap", help="llama-swap's config.yaml (or a llama-server "
@@ -44,18 +45,19 @@ def register(subparsers) -> None:
 
     setd = sub.add_parser("set-draft", help="set a model's draft model and drafting flags")
     common(setd)
-    setd.add_argument("--draft", metavar="GGUF", help="the draft model (-md)")
+    setd.add_argument("--draft", metavar="GGUF", help=f"the draft model ({lf.DRAFT_MODEL[0]})")
     setd.add_argument("--no-draft", action="store_true",
                       help="remove the draft model and every drafting flag")
     setd.add_argument("--spec-type", metavar="TYPE",
-                      help="draft-simple (with a draft model), ngram-simple, ngram-mod, ...")
+                      help=f"{lf.DRAFT_SIMPLE} (with a draft model), {lf.NGRAM_SIMPLE}, "
+                           f"{lf.NGRAM_MOD}, ...")
     setd.add_argument("--draft-max", type=whole(*DRAFT_MAX_RANGE), metavar="N",
                       help="most tokens drafted per step (the spec type's k flag: "
-                           "--spec-draft-n-max, an n-gram type's own)")
+                           f"{lf.DRAFT_N_MAX}, an n-gram type's own)")
     setd.add_argument("--draft-min", type=whole(*DRAFT_MIN_RANGE), metavar="N",
-                      help="fewest tokens drafted per step (--spec-draft-n-min)")
+                      help=f"fewest tokens drafted per step ({lf.DRAFT_N_MIN})")
     setd.add_argument("--p-min", type=finite(*P_MIN_RANGE), metavar="P",
-                      help="minimum draft probability (--spec-draft-p-min)")
+                      help=f"minimum draft probability ({lf.DRAFT_P_MIN})")
     setd.add_argument("--llama-server", metavar="BINARY",
                       help="check the result against this binary's --help")
     saving(setd)

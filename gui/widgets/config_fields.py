@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QWidget,
 )
-from specdeck.core.config.schema import Kind, Setting, normalize
+from specdeck.core.config.schema import MODEL, Kind, Setting, normalize
 from specdeck.core.errors import InvalidInputError
 
 
@@ -77,7 +77,7 @@ class FieldEditor(QObject):
             for option in options:
                 combo.addItem(option, option)
             # The main cache also takes ExLlamaV3 bit pairs, which cannot all be listed.
-            combo.setEditable(s.kind is Kind.CACHE_MODE and s.section == "model")
+            combo.setEditable(s.kind is Kind.CACHE_MODE and s.section == MODEL)
             combo.currentIndexChanged.connect(lambda _=0: self.edited.emit())
             if combo.isEditable():
                 combo.editTextChanged.connect(lambda _="": self.edited.emit())
