@@ -454,10 +454,11 @@ def tabby_launch_drafting(settings) -> Drafting:
     config.yml, core.servers.tabby_launch.TabbyLaunch.draft) will draft: off when they switch
     it off, by their mode or draft when they name one, else as its config.yml says (unknown
     here)."""
-    from specdeck.core.config.schema import DRAFT_MODE_DISABLED, MODELLESS_DRAFT_MODES
+    from specdeck.core.config.schema import MODELLESS_DRAFT_MODES
+    from specdeck.core.servers.tabby_launch import switched_off
 
     values = dict(settings)
-    if values.get("draft_mode") == DRAFT_MODE_DISABLED or values.get("draft_model_name") == "":
+    if switched_off(values):
         return Drafting(False, why="its draft settings switch drafting off")
     mode = values.get("draft_mode")
     if mode in MODELLESS_DRAFT_MODES:

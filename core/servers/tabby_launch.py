@@ -130,6 +130,14 @@ def no_draft(main_branch: bool) -> tuple[tuple[str, Any], ...]:
     return (("draft_mode", DRAFT_MODE_DISABLED),) if main_branch else (("draft_model_name", ""),)
 
 
+def switched_off(settings) -> bool:
+    """Whether an arm's draft settings switch drafting off whatever config.yml says: either
+    of what :func:`no_draft` writes (``draft_mode: disabled`` on main, an empty
+    ``draft_model_name`` on exl2-checkpoint)."""
+    values = dict(settings)
+    return values.get("draft_mode") == DRAFT_MODE_DISABLED or values.get("draft_model_name") == ""
+
+
 def draft_values(launch: TabbyLaunch, doc=None) -> dict[str, Any]:
     """The draft_model values the arm's TabbyAPI starts with: its settings over config.yml's
     (``doc``, None when there is none)."""
@@ -395,7 +403,7 @@ def launched_tabby_arm(name: str, folder: str | Path, text: str = "",
             raise InvalidInputError(f"TabbyAPI arm {name} sets nothing.",
                                     "Give its draft settings, e.g. draft_mode=ngram.")
     values = dict(settings)
-    off = values.get("draft_mode") == DRAFT_MODE_DISABLED or values.get("draft_model_name") == ""
+    off = switched_off(settings)
     k = int(values.get("draft_num_tokens") or DEFAULT_DRAFT_TOKENS)
     drafter = NO_DRAFT if off else DrafterSpec(
         DrafterKind.SERVER, num_draft_tokens=k, adaptive=bool(values.get("dynamic_draft")))
