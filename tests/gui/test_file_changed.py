@@ -34,8 +34,8 @@ def answered(monkeypatch):
     import specdeck.core.tune.apply as tune_apply
     import specdeck.core.tune.tabby as tune_tabby
 
-    monkeypatch.setattr(tune_apply, "relaunch", lambda result, cancel=None: None)
-    monkeypatch.setattr(tune_tabby, "relaunch", lambda result, cancel=None: None)
+    monkeypatch.setattr(tune_apply, "relaunch", lambda result, cancel=None, started=None: None)
+    monkeypatch.setattr(tune_tabby, "relaunch", lambda result, cancel=None, started=None: None)
 
 
 def tabby_result(folder):
