@@ -11,6 +11,7 @@ from specdeck.core.bench import stats
 from specdeck.core.bench.plan import Arm
 from specdeck.core.bench.runner import RunRecord
 from specdeck.core.bench.theory import Theory
+from specdeck.core.engines.base import DrafterKind
 
 if TYPE_CHECKING:
     from specdeck.core.bench.summary import ArmSummary
@@ -71,7 +72,7 @@ def slowdown_causes(summary: ArmSummary, theory: Theory | None,
     elif rate < LOW_ACCEPTANCE:
         length = summary.mean_acceptance_length  # None where the server counts no drafts
         mean = "" if length is None else f" (mean acceptance length {length:.2f})"
-        who = ("the draft model does not predict this target" if summary.drafter == "model"
+        who = ("the draft model does not predict this target" if summary.drafter == DrafterKind.MODEL
                else "the drafter's guesses do not match this target")
         causes.append(f"low acceptance: only {rate:.0%} of draft tokens were kept{mean}; "
                       f"{who} on these prompts")
@@ -84,7 +85,7 @@ def slowdown_causes(summary: ArmSummary, theory: Theory | None,
             expected = f" (ideal {ideal:.2f})" if ideal else ""
             # A draft model's forwards are the step's usual extra cost; an n-gram lookup
             # costs next to nothing, so there the dear part is the wider verify step.
-            what = ("draft too slow" if summary.drafter == "model"
+            what = ("draft too slow" if summary.drafter == DrafterKind.MODEL
                     else "speculative steps too dear (the lookup is nearly free: the wider "
                     "verify step costs)")
             causes.append(f"{what}: a speculative step costs "
