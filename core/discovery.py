@@ -52,6 +52,7 @@ def _home() -> Path:
 def tabby_configs(extra: Sequence[Path] = ()) -> list[Path]:
     """config.yml files of TabbyAPI at the usual places (and SpecDeck's remembered one)."""
     from specdeck.core import settings
+    from specdeck.core.config.tabby import CONFIG_NAME
 
     candidates = [*extra]
     remembered = settings.remembered_config()
@@ -59,7 +60,7 @@ def tabby_configs(extra: Sequence[Path] = ()) -> list[Path]:
         candidates.append(remembered)
     home = _home()
     for folder in ("tabbyAPI", "TabbyAPI", "tabbyapi", "src/tabbyAPI", "git/tabbyAPI"):
-        candidates.append(home / folder / "config.yml")
+        candidates.append(home / folder / CONFIG_NAME)
     seen, found = set(), []
     for path in candidates:
         try:

@@ -45,6 +45,7 @@ from specdeck.core.bench.fields import DEFAULT_KS, PLAN_FIELDS, QUICK_SUITES
 from specdeck.core.bench.plan import Arm, BenchPlan, default_arms
 from specdeck.core.engines import SERVER_ENGINE, SERVER_MODEL
 from specdeck.core.engines.base import DrafterKind
+from specdeck.core.engines.demo import DEMO_ALIAS
 from specdeck.core.errors import InvalidInputError, SpecDeckError
 from specdeck.core.forms import form_field
 from specdeck.gui import form_settings
@@ -52,7 +53,6 @@ from specdeck.gui.widgets.server_arms_dialog import LaunchSettings
 
 log = logging.getLogger(__name__)
 
-DEMO = "demo"
 SETTINGS_PREFIX = "bench/"
 ARMS_KEY = SETTINGS_PREFIX + "arms"
 """The edited server arms, as a JSON list of plan.json arms (FormChoices.server_arms)."""
@@ -103,7 +103,7 @@ class FormChoices:
     names the page has always used."""
 
     engine: str = form_field("torch")
-    model: str = form_field(DEMO)
+    model: str = form_field(DEMO_ALIAS)
     use_draft: bool = form_field(False)
     draft: str = form_field("")
     ngram: bool = form_field(True, key="use_ngram")
@@ -214,7 +214,7 @@ def plan_from_choices(choices: FormChoices, suites=None, comparison: bool = True
     if choices.use_draft and not choices.draft.strip():
         raise InvalidInputError("Draft model is ticked but no folder is given.",
                                 "Choose the draft model's folder, or untick Draft model.")
-    plan = BenchPlan(engine=choices.engine, model=choices.model.strip() or DEMO,
+    plan = BenchPlan(engine=choices.engine, model=choices.model.strip() or DEMO_ALIAS,
                      arms=local_arms(choices), **sizes)
     if comparison:
         plan.require_comparison("Tick Draft model and/or N-gram.")
@@ -392,7 +392,7 @@ class BenchForm(QWidget):
             self.engine.addItem(engine_label(name), name)
         self.model = QComboBox()
         self.model.setEditable(True)
-        self.model.addItem(DEMO)
+        self.model.addItem(DEMO_ALIAS)
         self.model.setToolTip('A model folder, or "demo" for the embedded SmolLM2-135M demo model')
         self.model.setMinimumWidth(150)
         browse_model = QToolButton()

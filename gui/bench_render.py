@@ -12,6 +12,7 @@ import colorsys
 import html
 from collections.abc import Sequence
 
+from specdeck.core.bench.winner import clearly_slower
 from specdeck.core.engines.base import SHARE_OF_DRAFTS
 
 ARM_COLOURS = ("#64748b", "#2563eb", "#d97706", "#16a34a", "#9333ea")
@@ -273,7 +274,9 @@ def final_html(summary, arms: Sequence[str], only: str | None = None) -> str:
             why = html.escape(comparison.not_usable or "no paired runs")
             lines.append(f"<p>{head}: not usable: {why}</p>")
             continue
-        verdict = {"slower": f"<b style='color:{SLOWER}'>slower</b>"}.get(ratio.verdict, ratio.verdict)
+        verdict = ratio.verdict
+        if clearly_slower(ratio):
+            verdict = f"<b style='color:{SLOWER}'>{verdict}</b>"
         measured = summary.arm(comparison.arm)
         drafted = not comparison_standing(comparison).not_drafting  # known to have drafted
         parts = [

@@ -24,14 +24,11 @@ if TYPE_CHECKING:
 
 def dropped_why(row: GridRow, halved: bool, lowest_kept: float | None) -> str:
     """Why ``row`` did not go on (``halved``: it was in the half the cut kept, and only the
-    time left kept fewer)."""
-    standing = row.standing()  # as survivors read it
-    if standing.diverged:
-        return "its output changed"
-    if row.not_drafting:
-        return "it drafted nothing"
-    if standing.not_a_result:  # nobody can tell whether it drafted, output never checked...
-        return standing.not_a_result
+    time left kept fewer). A figure that is no drafting result (its output changed, it drafted
+    nothing, ...) is said in the winner's words (``Standing.not_a_result``)."""
+    why = row.standing().not_a_result  # as survivors read it
+    if why:
+        return why
     if halved:
         return "the time left kept fewer settings"
     if lowest_kept is not None and row.score > lowest_kept:

@@ -22,6 +22,7 @@ from specdeck.core.engines.base import (
     LoadSpec,
     SamplingSpec,
 )
+from specdeck.core.engines.demo import DEMO_ALIAS
 from specdeck.core.errors import InvalidInputError
 
 PLAN_VERSION = 1
@@ -81,7 +82,7 @@ def arm_letter(index: int) -> str:
 @dataclass(frozen=True)
 class BenchPlan:
     engine: str = "torch"
-    model: str = "demo"
+    model: str = DEMO_ALIAS
     """A model folder, or "demo" for the embedded demo model."""
     arms: tuple[Arm, ...] = (Arm("A"),)
     suites: tuple[str, ...] = DEFAULT_SUITES
@@ -199,7 +200,7 @@ class BenchPlan:
             load = data.get("load")
             return cls(
                 engine=str(data.get("engine", "torch")),
-                model=str(data.get("model", "demo")),
+                model=str(data.get("model", DEMO_ALIAS)),
                 arms=tuple(arm_from_json(a) for a in data.get("arms", [{"name": "A"}])),
                 suites=tuple(str(s) for s in data.get("suites", DEFAULT_SUITES)),
                 prompt_ids=tuple(str(p) for p in data.get("prompt_ids", ())),

@@ -332,7 +332,7 @@ def _percent(share: float | None) -> str:
 
 
 def _no_source(arm) -> str:
-    if arm.drafter == "none":
+    if arm.drafter == DrafterKind.NONE:
         return "no drafting"
     return "no run finished" if not arm.runs else "not reported"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from specdeck.core.bench import stats
+from specdeck.core.bench import stats, winner
 from specdeck.core.bench.plan import Arm
 from specdeck.core.bench.runner import RunRecord
 from specdeck.core.bench.theory import Theory
@@ -42,7 +42,7 @@ def verdict_of(arm: Arm, speedup: stats.RatioSummary | None, summary: ArmSummary
         return f"{arm.name}: not usable: {not_usable}; no speed-up to report.", ()
     span = (f"{speedup.median:.2f}x (min {speedup.minimum:.2f}, max {speedup.maximum:.2f}, "
             f"{speedup.interval_text()})")
-    clearly = speedup.verdict == "slower"
+    clearly = winner.clearly_slower(speedup)
     if not clearly and speedup.median >= CLEARLY_SLOWER:
         return f"{arm.name} ({arm.drafter.label}): {span}: {speedup.verdict}.", ()
     causes = slowdown_causes(summary, theory, matched)

@@ -27,6 +27,10 @@ from specdeck.core.bench import winner
 from specdeck.core.bench.fields import DEFAULT_K_MAX
 
 BOOTSTRAP_RESAMPLES = 2000
+SLOWER, FASTER = "slower", "faster"
+"""A paired speed-up's verdict (``RatioSummary.verdict``) when its interval lies wholly below,
+or above, as fast as no drafting (``winner.clearly_slower``, ``winner.clearly_faster``)."""
+
 MIN_PAIRS_FOR_INTERVAL = 3
 """Fewer pairs than this give no interval: a bootstrap of one or two ratios only repeats them
 ("95% interval 1.06-1.06x, 1 pairs" is no interval). Say that more runs are needed."""
@@ -51,9 +55,9 @@ class RatioSummary:
         if not self.has_interval:
             return "too few runs to tell"
         if winner.clearly_slower(self):
-            return "slower"
+            return SLOWER
         if winner.clearly_faster(self):
-            return "faster"
+            return FASTER
         return "no clear difference"
 
     def interval_text(self, sep: str = "-") -> str:

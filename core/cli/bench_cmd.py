@@ -34,6 +34,7 @@ from specdeck.core.cli.numbers import whole
 from specdeck.core.cli.output import write_json
 from specdeck.core.cli.paths import output_file, output_folder
 from specdeck.core.engines import SERVER_ENGINE, SERVER_MODEL
+from specdeck.core.engines.demo import DEMO_ALIAS
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.servers.key_names import add_api_key_option, add_tabby_options
 from specdeck.core.userpath import expand_user
@@ -206,11 +207,11 @@ def _demo_pair(args: argparse.Namespace) -> tuple[str | None, Path | None]:
     if not args.demo:
         return args.model, None
     if args.draft:  # the demo as the target of the user's own draft
-        return "demo", None
+        return DEMO_ALIAS, None
     cached = getattr(args, "_demo_pair", None)
     if cached is not None:
         return cached
-    pair: tuple[str | None, Path | None] = ("demo", None)
+    pair: tuple[str | None, Path | None] = (DEMO_ALIAS, None)
     if not args.demo_alone:
         from specdeck.core.engines.demo import ensure_demo_model, find_demo_partner
 

@@ -190,7 +190,7 @@ def _llama_server(ask: _Asker) -> ServerInfo | None:
         models=models,
         speculative=speculative,
         version=_name(props.get("build_info")),
-        metrics=_has_metrics(ask, "llamacpp:spec_decode"),
+        metrics=has_metrics(ask, "llamacpp:spec_decode"),
         detected_by="/props",
         notes=tuple(notes),
     )
@@ -214,7 +214,9 @@ def _llama_router(ask: _Asker, props: dict) -> ServerInfo:
     )
 
 
-def _has_metrics(ask: _Asker, prefix: str) -> bool:
+def has_metrics(ask: _Asker, prefix: str) -> bool:
+    """Whether the server's /metrics text carries a series starting with ``prefix`` (each
+    kind's probe asks it: llama-server's, vLLM's, SGLang's)."""
     return prefix in (ask.text("/metrics") or "")
 
 
@@ -249,7 +251,7 @@ def _vllm(ask: _Asker) -> ServerInfo | None:
     models = _model_ids(ask.get("/v1/models"))
     return ServerInfo(ask.base.shown, ServerKind.VLLM, model=models[0] if models else None,
                       models=models, version=_name(version["version"]),
-                      metrics=_has_metrics(ask, "vllm:spec_decode"),
+                      metrics=has_metrics(ask, "vllm:spec_decode"),
                       detected_by="/version")
 
 

@@ -47,7 +47,7 @@ GAUGE_MEANING = ("a gauge read after the run: the server's recent average over i
 def probe_sglang(ask) -> Any:
     """ServerInfo for an SGLang at ``ask``'s URL, or None when it is another kind
     (``ask`` is core.servers.probe's asker: ``get`` answers None for a route not served)."""
-    from specdeck.core.servers.probe import ServerInfo
+    from specdeck.core.servers.probe import ServerInfo, has_metrics
 
     models = ask.get("/v1/models")
     cards = models.get("data") if isinstance(models, dict) else None
@@ -61,7 +61,7 @@ def probe_sglang(ask) -> Any:
     info = info if isinstance(info, dict) else {}
     algorithm = info.get("speculative_algorithm")
     algorithm = str(algorithm)[:40] if isinstance(algorithm, str) and algorithm else None
-    metrics = "sglang:" in (ask.text("/metrics") or "")
+    metrics = has_metrics(ask, "sglang:")
     notes = []
     if not info:
         notes.append("SGLang's /server_info did not answer: whether it drafts is unknown.")

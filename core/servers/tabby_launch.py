@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from specdeck.core.config.schema import DRAFT, DRAFT_MODE_DISABLED, loads_draft_model
+from specdeck.core.config.tabby import CONFIG_NAME
 from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.servers.process import ManagedProcess
 from specdeck.core.units import KiB
@@ -90,7 +91,7 @@ class TabbyLaunch:
 
     @property
     def config(self) -> Path:
-        return Path(self.folder) / "config.yml"
+        return Path(self.folder) / CONFIG_NAME
 
     def api_key(self) -> str | None:
         """The API key in the folder's api_tokens.yml (TabbyAPI writes it at its first start;
@@ -228,7 +229,7 @@ class ManagedTabby(ManagedProcess):
         port = self.profile.port or free_port(self.profile.host)
         self._dir = Path(tempfile.mkdtemp(prefix="specdeck-tabby-"))
         self._log_read, self._log_partial = 0, b""  # a new log
-        copy = self._dir / "config.yml"
+        copy = self._dir / CONFIG_NAME
         copy.write_text(arm_config(self.profile, port), encoding="utf-8")
         self._spawn([self.profile.python, "main.py", "--config", str(copy)],
                     cwd=self.profile.folder, env={**os.environ,
@@ -370,7 +371,7 @@ def _install(folder: Path) -> tuple[bool, str | None]:
     """(TabbyAPI main?, the backend its config.yml implies) for the install in ``folder``."""
     from specdeck.core.config.document import ConfigDocument
 
-    config = folder / "config.yml"
+    config = folder / CONFIG_NAME
     doc = ConfigDocument.from_file(config) if config.is_file() else None
     if doc is None:
         return False, None

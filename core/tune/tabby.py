@@ -162,12 +162,13 @@ def read_install(folder: str | Path, python: str | Path | None = None,
     tabby_launch): its config.yml names the model; nothing needs to be running."""
     from specdeck.core.config.document import ConfigDocument
     from specdeck.core.config.schema import MODEL
+    from specdeck.core.config.tabby import CONFIG_NAME
     from specdeck.core.servers.tabby_launch import TabbyLaunch, check_folder, python_for
 
     folder = Path(folder)
     run_with = python_for(folder, python)
     check_folder(TabbyLaunch(str(folder), run_with))
-    doc = ConfigDocument.from_file(folder / "config.yml")
+    doc = ConfigDocument.from_file(folder / CONFIG_NAME)
     name = doc.raw(MODEL, "model_name")
     if not name:
         raise InvalidInputError(f"{doc.path} names no model (model_name): SpecDeck starts "

@@ -46,9 +46,10 @@ from specdeck.core.bench.runner import (
     Stage,
 )
 from specdeck.core.engines.base import DrafterKind
+from specdeck.core.engines.demo import DEMO_ALIAS
 from specdeck.core.errors import CancelledError, SpecDeckError
 from specdeck.gui import bench_render as render
-from specdeck.gui.bench_form import DEMO, BenchForm, plan_from_choices
+from specdeck.gui.bench_form import BenchForm, plan_from_choices
 from specdeck.gui.bench_view import ResultsTable, StreamPane, arm_colour
 from specdeck.gui.live_pump import LivePump
 from specdeck.gui.widgets.banner import Banner
@@ -226,7 +227,7 @@ class BenchPage(QWidget):
         if self._running():
             return
         if argument == "demo":
-            demo = replace(self.form.choices(), engine="torch", model=DEMO, use_draft=False,
+            demo = replace(self.form.choices(), engine="torch", model=DEMO_ALIAS, use_draft=False,
                            ngram=True, sweep=False)
             try:
                 self.form.set_plan(plan_from_choices(demo))
@@ -675,7 +676,7 @@ class BenchPage(QWidget):
 
     def _check_demo(self) -> None:
         choices = self.form.choices()
-        if choices.serving or choices.model.strip() != DEMO or self._running():
+        if choices.serving or choices.model.strip() != DEMO_ALIAS or self._running():
             return
         from specdeck.core.engines.demo import demo_status
 

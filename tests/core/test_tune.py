@@ -1135,8 +1135,11 @@ def test_a_dropped_row_says_why_it_was_dropped():
     assert dropped_why(high, False, 1.05) == ("within the noise of the cut, and a cheaper "
                                                "setting went on")
     assert dropped_why(high, True, 1.05) == "the time left kept fewer settings"
-    assert dropped_why(_row("d", 2.0, diverged=1), False, 1.0) == "its output changed"
-    assert dropped_why(_row("i", 1.5, idle="x"), False, 1.0) == "it drafted nothing"
+    # A figure that is no drafting result: the winner's own words (Standing.not_a_result).
+    assert dropped_why(_row("d", 2.0, diverged=1), False, 1.0) == \
+        "its output changed in 1 run(s)"
+    assert dropped_why(_row("i", 1.5, idle="it drafted nothing in 4 paired runs"), False,
+                       1.0) == "it did not draft: it drafted nothing in 4 paired runs"
     shown = replace(high, dropped_in_round=3, dropped_why=dropped_why(high, False, 1.05))
     table = grid_table(GridResult(("code",), (shown, _row("kept", 1.07, _k(4))), {}, ()))
     assert ("| high (dropped, round 3: within the noise of the cut, and a cheaper setting went "

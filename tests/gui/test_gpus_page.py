@@ -151,7 +151,10 @@ def test_plan_on_the_replayed_gpus_marks_live_use(window, qtbot):
 
 def test_timer_redraws_from_the_sampler_thread(window, qtbot, monkeypatch):
     page = open_page(window, qtbot)
-    assert page.timer.interval() == 250  # the sampling rate: 4 Hz
+    from specdeck.core.gpu.sampler import DEFAULT_INTERVAL_S
+
+    # the page redraws at the sampler's rate (4 Hz)
+    assert page.timer.interval() == round(DEFAULT_INTERVAL_S * 1000)
     assert "pyqtgraph" in __import__("sys").modules  # loaded after the first show, not before
     page.play_demo()  # the sampler thread now replays at 4 Hz
     qtbot.waitUntil(lambda: len(page.cards.cards) == 2, timeout=10_000)
