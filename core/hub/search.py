@@ -29,6 +29,8 @@ GGUF_MARK = "gguf"
 FORMATS = (EXL2_MARK, EXL3_MARK, GGUF_MARK)
 """Every format a user can run with the servers SpecDeck drives: EXL2 (TabbyAPI
 exl2-checkpoint), EXL3 (TabbyAPI main), GGUF (llama.cpp, llama-swap, LM Studio, Ollama)."""
+ALL_FORMATS = "all"
+"""Asked for instead of a format: every one of ``FORMATS`` (``check_formats``)."""
 FORMAT_LABELS = {EXL2_MARK: "EXL2", EXL3_MARK: "EXL3", GGUF_MARK: "GGUF"}
 FORMAT_RUNS_ON = {
     EXL2_MARK: "ExLlamaV2: TabbyAPI's exl2-checkpoint branch",
@@ -96,7 +98,7 @@ def check_formats(formats: str | Iterable[str] | None) -> tuple[str, ...]:
         return FORMATS
     items = [formats] if isinstance(formats, str) else list(formats)
     wanted = [str(f).strip().lower() for f in items if str(f).strip()]
-    if not wanted or wanted == ["all"]:
+    if not wanted or wanted == [ALL_FORMATS]:
         return FORMATS
     unknown = [f for f in wanted if f not in FORMATS]
     if unknown:

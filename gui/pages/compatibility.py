@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from specdeck.core import changed
+from specdeck.core.compat.check import MAX_SEQ_LEN_RANGE
+from specdeck.core.compat.report import CompatVerdict
 from specdeck.core.errors import CancelledError
+from specdeck.core.forms import bounds, form_field
 from specdeck.gui.context import AppContext
 from specdeck.gui.pages import spec
 from specdeck.gui.workers import Tasks
@@ -40,11 +44,13 @@ from specdeck.gui.workers import Tasks
 log = logging.getLogger(__name__)
 
 BADGE_ROLES = {
-    "compatible": "badge-ok",
-    "compatible_with_warnings": "badge-warn",
-    "incompatible": "badge-bad",
-    "inconclusive": "badge-info",
+    CompatVerdict.COMPATIBLE: "badge-ok",
+    CompatVerdict.WARNINGS: "badge-warn",
+    CompatVerdict.INCOMPATIBLE: "badge-bad",
+    CompatVerdict.INCONCLUSIVE: "badge-info",
 }
+"""A verdict's badge look (a str enum: its value, as core.hub.library.Badge keeps it, finds
+it too)."""
 STATUS_LOOK = {  # status value -> (label, colour)
     "pass": ("✓ Pass", "#16a34a"),
     "warn": ("! Warn", "#d97706"),
@@ -52,12 +58,45 @@ STATUS_LOOK = {  # status value -> (label, colour)
     "unknown": ("? Unknown", "#6b7280"),
 }
 VRAM_LOOK = {True: "Fits", False: "Too big", None: "?"}
-SUGGESTION_STATUS = {
-    "compatible": "Compatible",
-    "compatible_with_warnings": "Compatible, warnings",
-    "unverified": "Unverified (Hub)",
-    "inconclusive": "Undecided",
-}
+UNVERIFIED_LABEL = "Unverified (Hub)"
+
+
+def suggestion_status(status: str) -> str:
+    """A suggestion's compatibility in words: a verdict's own label (CompatVerdict.label), or
+    that a Hub draft was not checked."""
+    from specdeck.core.compat.suggest import UNVERIFIED
+
+    if status == UNVERIFIED:
+        return UNVERIFIED_LABEL
+    try:
+        return CompatVerdict(status).label
+    except ValueError:
+        return status
+
+
+NATIVE_CONTEXT = MAX_SEQ_LEN_RANGE[0] - 1
+"""The context below core's range: none given, the target's native context."""
+
+
+@dataclass(frozen=True)
+class PairChoices:
+    """What the page's form holds (core.forms' table): the target and the draft (a folder, a
+    .gguf file or a Hub id, as `specdeck check` takes them) and the context the target runs
+    at (``NATIVE_CONTEXT``: its native one). Not kept between sessions: each session starts
+    from the pair config.yml names."""
+
+    target: str = form_field("", kept=False)
+    draft: str = form_field("", kept=False)
+    context: int = form_field(NATIVE_CONTEXT, low=NATIVE_CONTEXT, high=MAX_SEQ_LEN_RANGE[1],
+                              kept=False)
+
+    @property
+    def max_seq_len(self) -> int | None:
+        """The context to check at, as core.compat.check takes it (None: the native one)."""
+        return self.context if self.context != NATIVE_CONTEXT else None
+
+    def swapped(self) -> PairChoices:
+        return replace(self, target=self.draft, draft=self.target)
 
 
 def create_page(context: AppContext) -> QWidget:
@@ -232,8 +271,6 @@ class CompatibilityPage(QWidget):
 
     # layout ----------------------------------------------------------------------------
     def _build(self) -> None:
-        from specdeck.core.compat.check import MAX_SEQ_LEN_RANGE
-
         page = spec("compat")
         title = QLabel(f"<h2>{page.title}</h2>")
         intro = QLabel(
@@ -248,8 +285,7 @@ class CompatibilityPage(QWidget):
         self.target = ModelPicker("Target model: folder, .gguf file or Hub id")
         self.draft = ModelPicker("Draft model: folder, .gguf file or Hub id")
         self.context_len = QSpinBox()
-        low, high = MAX_SEQ_LEN_RANGE  # below it: None, the target's native context
-        self.context_len.setRange(low - 1, high)
+        self.context_len.setRange(*bounds(PairChoices, "context"))
         self.context_len.setSingleStep(1024)
         self.context_len.setSpecialValueText("target's native context")
         self.context_len.setSuffix(" tokens")
@@ -343,6 +379,17 @@ class CompatibilityPage(QWidget):
         layout.addLayout(verdict_row)
         layout.addWidget(self.tabs, 1)
 
+    # the form --------------------------------------------------------------------------
+    def choices(self) -> PairChoices:
+        """The pair and context the form holds."""
+        return PairChoices(self.target.value(), self.draft.value(), self.context_len.value())
+
+    def show_choices(self, choices: PairChoices) -> None:
+        """Show ``choices`` in the form (not checked)."""
+        self.target.set_value(choices.target)
+        self.draft.set_value(choices.draft)
+        self.context_len.setValue(choices.context)
+
     # library ---------------------------------------------------------------------------
     def refresh_library(self) -> None:
         settings = self.context.settings
@@ -356,31 +403,29 @@ class CompatibilityPage(QWidget):
         self.draft.set_library(models)
         configured = result["configured"]
         if configured is not None and not self._library_loaded:
-            # First visit: start from the pair TabbyAPI is set up with.
-            if configured.target and not self.target.value():
-                self.target.set_value(str(configured.target))
-            if configured.draft and not self.draft.value():
-                self.draft.set_value(str(configured.draft))
-            if configured.max_seq_len and not self.context_len.value():
-                self.context_len.setValue(configured.max_seq_len)
+            # First visit: start from the pair TabbyAPI is set up with (what is empty of it).
+            shown = self.choices()
+            self.show_choices(replace(
+                shown, target=shown.target or str(configured.target or ""),
+                draft=shown.draft or str(configured.draft or ""),
+                context=(configured.max_seq_len if shown.max_seq_len is None
+                         and configured.max_seq_len else shown.context)))
         self._library_loaded = True
 
     # check -----------------------------------------------------------------------------
     def start_check(self) -> None:
         from specdeck.core.compat import check
 
-        target, draft = self.target.value(), self.draft.value()
-        if not target or not draft:
+        pair = self.choices()
+        if not pair.target or not pair.draft:
             self._show_error("Pick both a target and a draft model first.")
             return
         self._set_busy("Checking…")
-        self._run("check", check, target, draft, max_seq_len=self.context_len.value() or None,
+        self._run("check", check, pair.target, pair.draft, max_seq_len=pair.max_seq_len,
                   endpoint=self.context.settings.hub_endpoint, on_done=self._show_report)
 
     def swap(self) -> None:
-        target, draft = self.target.value(), self.draft.value()
-        self.target.set_value(draft)
-        self.draft.set_value(target)
+        self.show_choices(self.choices().swapped())
 
     def _show_report(self, report) -> None:
         from specdeck.core.compat.display import quoted
@@ -388,7 +433,7 @@ class CompatibilityPage(QWidget):
         self.report = report
         self.error.hide()
         self.badge.setText(report.verdict.label)
-        _restyle(self.badge, BADGE_ROLES[report.verdict.value])
+        _restyle(self.badge, BADGE_ROLES[report.verdict])
         self.summary.setText(report.summary)
         self.facts.setText(self._facts(report))
         self._fill_rules(report)
@@ -449,15 +494,14 @@ class CompatibilityPage(QWidget):
     def start_suggest(self) -> None:
         from specdeck.core.compat import suggest
 
-        target = self.target.value()
-        if not target:
+        pair = self.choices()
+        if not pair.target:
             self._show_error("Pick the target model to find drafts for.")
             return
         settings = self.context.settings
         self._set_busy("Looking for drafts…")
-        self._run("suggest", suggest, target, saved=settings,
-                  config_path=self.context.config_path,
-                  max_seq_len=self.context_len.value() or None,
+        self._run("suggest", suggest, pair.target, saved=settings,
+                  config_path=self.context.config_path, max_seq_len=pair.max_seq_len,
                   endpoint=settings.hub_endpoint, on_done=self._show_suggestions)
 
     def _show_suggestions(self, result) -> None:
@@ -474,7 +518,7 @@ class CompatibilityPage(QWidget):
             values = [str(s.rank), s.name, where,
                       format_parameters(s.parameters) if s.parameters else "?",
                       f"{s.ratio:.1f}x" if s.ratio else "?",
-                      SUGGESTION_STATUS.get(s.status, s.status), VRAM_LOOK[s.fits_vram], s.reason]
+                      suggestion_status(s.status), VRAM_LOOK[s.fits_vram], s.reason]
             for column, value in enumerate(values):
                 item = _item(value, s.reason if column != 7 else None)
                 if column == 0:
@@ -508,11 +552,10 @@ class CompatibilityPage(QWidget):
         chosen = self.selected_suggestion()
         if chosen is None:
             return
-        if chosen.path is not None:
-            self.draft.set_value(str(chosen.path))
-        else:
-            revision = chosen.revisions[0] if chosen.revisions else None
-            self.draft.set_value(f"{chosen.repo_id}@{revision}" if revision else chosen.repo_id)
+        revision = chosen.revisions[0] if chosen.revisions else None
+        draft = (str(chosen.path) if chosen.path is not None
+                 else f"{chosen.repo_id}@{revision}" if revision else chosen.repo_id)
+        self.show_choices(replace(self.choices(), draft=draft))
         self.start_check()
 
     def install_selected(self) -> None:

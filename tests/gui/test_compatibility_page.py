@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import MODELS
 from PySide6.QtCore import Qt
-
+from specdeck.core.compat.report import CompatVerdict
 from specdeck.core.settings import Settings
 from specdeck.gui.context import AppContext
 from specdeck.gui.pages.compatibility import CompatibilityPage
@@ -102,6 +102,30 @@ def test_library_models_are_offered_by_name(qtbot, page, library):
     assert page.draft.value() == str(MODELS / "Llama-2-7b-hf")
 
 
+def test_the_form_is_one_model_both_ways(qtbot, page, library):
+    """What the page shows is a PairChoices, and a PairChoices is what it shows: a library
+    model by its entry, a Hub id as typed, the native context as the spin box's lowest."""
+    from specdeck.gui.pages.compatibility import NATIVE_CONTEXT, PairChoices
+
+    pair = PairChoices(str(library / "TinyLlama-1.1B-Chat-v1.0"), "org/draft-exl2@4.0bpw", 8192)
+    page.show_choices(pair)
+    assert page.choices() == pair and pair.max_seq_len == 8192
+    assert page.target.combo.currentText().startswith("TinyLlama-1.1B-Chat-v1.0  (")
+    assert page.draft.combo.currentText() == "org/draft-exl2@4.0bpw"
+    assert page.context_len.value() == 8192
+    # what the user picks reads back as the model
+    page.draft.combo.setCurrentIndex(
+        page.draft.combo.findData(str(library / "Qwen2.5-0.5B-Instruct")))
+    page.context_len.setValue(page.context_len.minimum())
+    assert page.context_len.text() == "target's native context"
+    shown = page.choices()
+    assert shown == PairChoices(pair.target, str(library / "Qwen2.5-0.5B-Instruct"),
+                                NATIVE_CONTEXT)
+    assert shown.max_seq_len is None  # checked at the target's native context
+    page.swap_button.click()
+    assert page.choices() == shown.swapped() != shown
+
+
 def test_suggestions_check_and_install(qtbot, page, library):
     page.target.set_value(str(MODELS / "Qwen2.5-7B-Instruct"))
     with qtbot.waitSignal(page.suggestions_shown, timeout=TIMEOUT_MS):
@@ -113,6 +137,9 @@ def test_suggestions_check_and_install(qtbot, page, library):
     assert table.item(1, 2).text() == "Hub" and table.item(1, 5).text() == "Unverified (Hub)"
     assert "ruled out" in page.suggestion_note.text()
     assert "TinyLlama-1.1B-Chat-v1.0: Incompatible" in page.suggestion_note.toolTip()
+    # a checked draft's compatibility in the verdict's own words (CompatVerdict.label)
+    local = table.item(0, 0).data(Qt.ItemDataRole.UserRole)
+    assert table.item(0, 5).text() == CompatVerdict(local.status).label
     assert not page.check_selected_button.isEnabled()
 
     table.selectRow(1)  # a Hub draft: can be installed

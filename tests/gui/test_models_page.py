@@ -275,6 +275,58 @@ def test_install_request_from_another_page_opens_the_variant(qtbot, configured_q
     qtbot.waitUntil(lambda: not page.busy(), timeout=TIMEOUT)
 
 
+def _reopened(qtbot) -> ModelsPage:
+    """The Models page of the next session (what the last one kept in the settings)."""
+    again = ModelsPage(AppContext())
+    qtbot.addWidget(again)
+    return again
+
+
+def _close(qtbot, page) -> None:
+    page.shutdown()
+    qtbot.waitUntil(lambda: not page.busy(), timeout=TIMEOUT)
+
+
+def test_the_hub_search_form_round_trips_through_its_widgets_and_the_settings(qtbot, page):
+    from dataclasses import replace
+
+    from specdeck.core.hub.search import ALL_FORMATS
+    from specdeck.gui.pages.models.hub_browser import ANY_FAMILY, HubSearch
+
+    browser = page.browser
+    search = HubSearch(text="tiny llama", family="llama", format="gguf", author="someone")
+    browser.show_search(search)
+    assert browser.search_form() == search
+    assert browser.format_combo.currentText() == "GGUF"
+    assert browser.family_combo.currentText() == "llama"
+    # what the user picks reads back as the model
+    browser.family_combo.setCurrentIndex(browser.family_combo.findText(ANY_FAMILY))
+    browser.format_combo.setCurrentIndex(0)
+    searched = replace(search, family="", format=ALL_FORMATS)
+    assert browser.search_form() == searched
+    qtbot.mouseClick(browser.search_button, Qt.MouseButton.LeftButton)  # a search keeps it
+    qtbot.waitUntil(browser.search_button.isEnabled, timeout=TIMEOUT)
+    again = _reopened(qtbot)
+    assert again.browser.search_form() == searched
+    assert again.browser.family_combo.currentText() == ANY_FAMILY
+    _close(qtbot, again)
+
+
+def test_a_hand_edited_hub_search_gives_each_bad_field_its_default(qtbot, page):
+    from PySide6.QtCore import QSettings
+    from specdeck.gui.pages.models.hub_browser import SEARCH_PREFIX, HubSearch
+
+    store = QSettings()
+    for key, value in (("text", "qwen"), ("family", "qwen2"), ("format", "exl9"),
+                       ("author", ["a", "list"])):
+        store.setValue(SEARCH_PREFIX + key, value)
+    store.sync()
+    again = _reopened(qtbot)
+    assert again.browser.search_form() == HubSearch(text="qwen", family="qwen2")
+    assert again.browser.format_combo.currentIndex() == 0  # all formats
+    _close(qtbot, again)
+
+
 # GGUF drafts ---------------------------------------------------------------------------------
 GGUF_REPO = "bartowski/Qwen2.5-0.5B-Instruct-GGUF"
 

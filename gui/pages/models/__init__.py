@@ -169,4 +169,5 @@ class ModelsPage(QWidget):
 
     def shutdown(self) -> None:
         """Stop background work when the window closes; a running install stays resumable."""
+        self.browser.save()
         self.tasks.close()

@@ -6,6 +6,7 @@ its format, or GGUF files (their shards together), each with whether it is insta
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from specdeck.core.errors import CancelledError
+from specdeck.core.forms import form_field
+from specdeck.core.hub.search import ALL_FORMATS, FORMAT_LABELS, FORMAT_RUNS_ON, FORMATS
+from specdeck.gui import form_settings
 from specdeck.gui.pages.models.widgets import new_label, new_table, table_item
 
 if TYPE_CHECKING:
@@ -28,6 +32,19 @@ ANY_FAMILY = "any family"
 VRAM_TIP = ("The weights' share of GPU memory, estimated from config.json and the bitrate. The KV "
             "cache comes on top; plan the whole draft + target pair on the GPUs & VRAM page.")
 FAMILIES = ("", "llama", "qwen2", "mistral", "gemma2", "phi3", "deepseek", "command-r", "yi")
+SEARCH_PREFIX = "models/search/"
+
+
+@dataclass(frozen=True)
+class HubSearch:
+    """What the Hub browser's search form holds (core.forms' table; every field kept between
+    sessions, under SEARCH_PREFIX): the words, the model family ("": any), the format
+    (``ALL_FORMATS`` or one of core.hub.search's ``FORMATS``) and the author ("": any)."""
+
+    text: str = form_field("")
+    family: str = form_field("")
+    format: str = form_field(ALL_FORMATS, choices=(ALL_FORMATS, *FORMATS))
+    author: str = form_field("")
 
 
 class HubBrowser(QObject):
@@ -65,10 +82,8 @@ class HubBrowser(QObject):
         self.family_combo.setEditable(True)
         for family in FAMILIES:
             self.family_combo.addItem(family or ANY_FAMILY)
-        from specdeck.core.hub.search import FORMAT_LABELS, FORMAT_RUNS_ON
-
         self.format_combo = QComboBox()
-        self.format_combo.addItem("All formats", "all")
+        self.format_combo.addItem("All formats", ALL_FORMATS)
         for key, label in FORMAT_LABELS.items():
             self.format_combo.addItem(label, key)
             self.format_combo.setItemData(self.format_combo.count() - 1, FORMAT_RUNS_ON[key],
@@ -102,6 +117,26 @@ class HubBrowser(QObject):
         self.repo_label.setTextFormat(Qt.TextFormat.RichText)
         self.variants_table = new_table(self.VARIANT_HEADERS, stretch=len(self.VARIANT_HEADERS) - 1)
         self.variants_table.itemSelectionChanged.connect(self.selection_changed)
+        self.show_search(form_settings.restore(SEARCH_PREFIX, HubSearch()))
+
+    def search_form(self) -> HubSearch:
+        """The search the form holds."""
+        family = self.family_combo.currentText().strip()
+        return HubSearch(text=self.search_edit.text(),
+                         family="" if family == ANY_FAMILY else family,
+                         format=self.format_combo.currentData(),
+                         author=self.author_edit.text())
+
+    def show_search(self, search: HubSearch) -> None:
+        """Show ``search`` in the form (not run)."""
+        self.search_edit.setText(search.text)
+        self.family_combo.setCurrentText(search.family or ANY_FAMILY)
+        self.format_combo.setCurrentIndex(self.format_combo.findData(search.format))
+        self.author_edit.setText(search.author)
+
+    def save(self) -> None:
+        """Keep the search form for the next session (gui.form_settings)."""
+        form_settings.save(SEARCH_PREFIX, self.search_form())
 
     def variant_rows(self) -> dict[str, dict[str, str]]:
         """The selected repository's branches and GGUF files: first cell -> its row."""
@@ -119,22 +154,19 @@ class HubBrowser(QObject):
         from specdeck.core.hub import search_repos
 
         self._page.clear_error()
-        family = self.family_combo.currentText().strip()
-        if family == ANY_FAMILY:
-            family = ""
+        form = self.search_form()
+        self.save()
         self.search_button.setEnabled(False)
         self.search_status.setText("Searching…")
         self._page.run(
-            "search", search_repos, self.search_edit.text(), author=self.author_edit.text() or None,
-            family=family or None, formats=self.format_combo.currentData(),
-            finished=self._show_results,
+            "search", search_repos, form.text, author=form.author.strip() or None,
+            family=form.family or None, formats=form.format,
+            finished=lambda hits: self._show_results(hits, form),
             failed=lambda exc: (self.search_button.setEnabled(True), self.search_status.setText(""),
                                 self._page.show_error(exc)),
         )
 
-    def _show_results(self, hits: list) -> None:
-        from specdeck.core.hub.search import FORMAT_RUNS_ON
-
+    def _show_results(self, hits: list, form: HubSearch) -> None:
         self.search_button.setEnabled(True)
         table = self.results_table
         table.setRowCount(0)
@@ -148,7 +180,7 @@ class HubBrowser(QObject):
             table.setItem(row, 2, table_item(f"{hit.likes:,}", align_right=True))
             table.setItem(row, 3, table_item(access))
             table.setItem(row, 4, table_item(hit.format_label, FORMAT_RUNS_ON.get(hit.format or "", "")))
-        kind = self.format_combo.currentText() if self.format_combo.currentData() != "all" else ""
+        kind = FORMAT_LABELS.get(form.format, "")  # the format searched for: none for all
         what = f"{kind} repositor" if kind else "repositor"
         self.search_status.setText(
             f"{len(hits)} {what}{'ies' if len(hits) != 1 else 'y'}; pick one to see its bitrates or files."

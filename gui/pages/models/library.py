@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from specdeck.core.compat.report import CompatVerdict
 from specdeck.gui.pages.models.widgets import new_label, new_table, table_item
 
 if TYPE_CHECKING:
@@ -28,10 +29,11 @@ if TYPE_CHECKING:
 
 # Text colours of the library's compatibility column (the badge colours of style.qss).
 VERDICT_COLOURS = {
-    "compatible": "#16a34a",
-    "compatible_with_warnings": "#d97706",
-    "incompatible": "#dc2626",
+    CompatVerdict.COMPATIBLE: "#16a34a",
+    CompatVerdict.WARNINGS: "#d97706",
+    CompatVerdict.INCOMPATIBLE: "#dc2626",
 }
+"""Keyed by verdict (a str enum: core.hub.library.Badge's value finds it)."""
 
 
 class Library(QObject):
