@@ -21,6 +21,8 @@ ENDPOINT_HELP = "Hub endpoint (default: HF_ENDPOINT, SpecDeck's setting, or http
 
 
 def register(subparsers) -> None:
+    from specdeck.core.hub.search import ALL_FORMATS, FORMATS
+
     models = subparsers.add_parser("models", help="list the local model library")
     # --models-dir, as suggest and bench spell it; --dir, as this command first did.
     models.add_argument("--models-dir", "--dir", dest="dir", action="append", default=[],
@@ -35,7 +37,7 @@ def register(subparsers) -> None:
     search.add_argument("text", nargs="*", help="words that must all appear in the repository id")
     search.add_argument("--author", help="only repositories of this user or organization")
     search.add_argument("--family", help="model family, e.g. llama, qwen2, mistral")
-    search.add_argument("--format", choices=("exl2", "exl3", "gguf", "all"), default="all",
+    search.add_argument("--format", choices=(*FORMATS, ALL_FORMATS), default=ALL_FORMATS,
                         help="only this format (default all): exl2 runs on TabbyAPI exl2-checkpoint, "
                         "exl3 on TabbyAPI main, gguf on llama.cpp servers")
     search.add_argument("--limit", type=whole(1, 1000), default=30, help="at most this many results (default 30)")
