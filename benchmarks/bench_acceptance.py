@@ -70,7 +70,9 @@ def _confidence(answer: dict) -> list[float]:
 
 def run(report: Report) -> None:
     from specdeck.core.bench.suites import builtin_suites
+    from specdeck.core.engines.base import acceptance_rate
     from specdeck.core.llama_flags import DRAFT_MODEL, DRAFT_N_MAX, DRAFT_SIMPLE, SPEC_TYPE
+    from specdeck.core.servers.readings import answer_timings
     from specdeck.core.tune import setup as tune_setup
     from specdeck.core.tune.predict import ACCEPTANCE, alpha_from_rate
 
@@ -110,14 +112,15 @@ def run(report: Report) -> None:
                            lambda url, suite, prompt: (suite, _ask(url, prompt, False)))
             per_suite = counts.setdefault(quant, {s: [0, 0] for s in SUITES})
             for suite, answer in runs:
-                timings = answer.get("timings", {})
-                per_suite[suite][0] += int(timings.get("draft_n_accepted") or 0)
-                per_suite[suite][1] += int(timings.get("draft_n") or 0)
+                timings = answer_timings(answer)  # checked; a reading that failed counts none
+                per_suite[suite][0] += timings.accepted or 0
+                per_suite[suite][1] += timings.drafted or 0
             unchanged[quant] = sum(a["choices"][0]["message"]["content"] == t
                                    for (_, a), t in zip(runs, texts, strict=True))
 
-    alpha = {q: {s: alpha_from_rate(a / n, K) if n else None for s, (a, n) in c.items()}
-             for q, c in counts.items()}
+    rates = {q: {s: acceptance_rate(a, n) for s, (a, n) in c.items()} for q, c in counts.items()}
+    alpha = {q: {s: alpha_from_rate(r, K) if r is not None else None for s, r in c.items()}
+             for q, c in rates.items()}
     report.record("confidence", confidence)
     report.record("counts", counts)
     report.record("alpha", alpha)

@@ -36,14 +36,17 @@ def draft_kind(method: str | None, draft: bool = False) -> str:
     """What a setting drafts with: ``method`` is a llama-server spec type or a TabbyAPI
     draft_mode (None: none given), ``draft`` whether a draft model is named beside it (-md,
     draft_model_name). A mode or type that needs no draft model drafts without one even
-    where one is named (TabbyAPI ignores draft_model_name in its ngram and mtp modes); a
-    draft named without a method drafts with it (a build that drafts with -md alone, or a
-    type llama-server infers from the draft's GGUF)."""
+    where one is named: TabbyAPI ignores draft_model_name in its ngram and mtp modes, and
+    llama-server drafts only with the types its --spec-type lists (common/speculative.cpp
+    ``common_speculative_init`` adds no draft-simple beside an n-gram type, though it loads
+    the -md model). A draft named without a method drafts with it (a build that drafts with
+    -md alone, or a type llama-server infers from the draft's GGUF)."""
     if method in (llama_flags.SPEC_NONE, DRAFT_MODE_DISABLED):
         return NOTHING
     if method in (llama_flags.DRAFT_MTP, DRAFT_MODE_MTP):
         return MTP
-    if method in MODELLESS_DRAFT_MODES:
+    if method in MODELLESS_DRAFT_MODES or \
+            (method is not None and llama_flags.family_of(method) == llama_flags.NGRAM_FAMILY):
         return NGRAM
     if draft or method == DRAFT_MODE_MODEL or \
             (method is not None and llama_flags.drafts_with_model(method)):

@@ -24,6 +24,7 @@ the GPUs page and the CLI's help all take them from here.
 from __future__ import annotations
 
 from specdeck.core.errors import InvalidInputError
+from specdeck.core.units import MiB
 
 CACHE_STEP = 256
 """Tokens per step of the KV cache (TabbyAPI's rounding; ExLlamaV2's page size)."""
@@ -79,6 +80,17 @@ per 32 elements of each of K and V."""
 SCALE_GROUP = 32
 """Elements per float16 scale in the quantized caches."""
 assert tuple(CACHE_LAYOUT) == CACHE_MODES
+
+
+def quantized_cache(mode: str) -> bool:
+    """Whether a cache mode stores K and V quantized (Q8/Q6/Q4: uint8 with scales, which
+    dequantize through FP16 tensors as long as the cache); FP16 stores them as they are."""
+    return CACHE_LAYOUT[check_cache_mode(mode)][3]
+
+
+AUTOSPLIT_LOAD_RESERVE = 256 * MiB
+"""ExLlamaV2's autosplit holds 256 MB free on the GPU it is filling (model.py
+load_autosplit_gen, minimum_reserve_vram); released after loading."""
 
 
 def kv_bytes_per_element(mode: str) -> float:

@@ -123,11 +123,13 @@ def drafts_with_model(spec_type: str) -> bool:
 
 
 GPU_LAYERS_DRAFT = ("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft")
-DRAFT_SIDE_SHORT = ("-md", "-ngld", "-cd", "-devd", "-ctkd", "-ctvd", "-td", "-tbd")
-"""Short flags of the draft's own settings (its long names all contain "draft")."""
-
-SECRET = ("--api-key", "--api-key-file", "--hf-token", "-hft")
+API_KEY, API_KEY_FILE = "--api-key", "--api-key-file"
+"""The key a llama-server takes (a comma list), or a file of keys, one a line."""
+SECRET = (API_KEY, API_KEY_FILE, "--hf-token", "-hft")
 """Flags whose value is never shown."""
+K_UNSAID = 8
+"""k where a spec type's help names no k flag or no default for it: ngram-cache drafts a
+fixed 8 (common/speculative.cpp ``common_speculative_n_max``)."""
 
 FALLBACK_HELP = """\
 --spec-draft-n-max N                    number of tokens to draft for speculative decoding (default: 3)
@@ -365,6 +367,11 @@ common/arg.cpp: its layers on the GPU, its devices, its cache types, context and
 user's own, which every tuned setting with a draft model keeps as the user wrote them."""
 
 
+DRAFT_SIDE_SHORT = tuple(f for f in (*DRAFT_MODEL, *DRAFT_PLACEMENT) if not f.startswith("--"))
+"""Short flags of the draft and its own settings (-md, -ngld, -cd, ...: their long names all
+contain "draft")."""
+
+
 def is_draft_placement(name: str) -> bool:
     return name in DRAFT_PLACEMENT
 
@@ -383,6 +390,11 @@ HUB_DOWNLOAD = ("-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-hfd", "-hfrd"
 11434 common/arg.cpp: -hf/--hf-repo and -hff, their -draft and -v twins, --model-url,
 --docker-repo). SpecDeck never launches or writes one from what it read; the user's own
 cmd keeps whatever it has."""
+
+SHORT_FLAGS = frozenset(f for group in (TARGET_MODEL, DRAFT_SIDE_SHORT, SECRET, HUB_DOWNLOAD)
+                        for f in group if not f.startswith("--"))
+"""The one-dash flags named here: a router preset's key (a flag without its dashes,
+``core.swap.presets.flag_of``) is one of these by one dash, any other by two."""
 
 SPEC_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 """A spec type's name as llama.cpp spells every one: lowercase words joined by dashes."""

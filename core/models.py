@@ -211,6 +211,25 @@ def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return config
 
 
+MTP_KEYS = ("mtp_num_hidden_layers", "num_nextn_predict_layers")
+"""config.json keys that count a model's multi-token-prediction layers: Qwen3.5's
+(exllamav3 architecture/qwen3_5_mtp.py reads ``mtp_num_hidden_layers``) and DeepSeek V3's,
+GLM-4.5's, MiMo's (``num_nextn_predict_layers``)."""
+
+
+def mtp_layers(config: Mapping[str, Any]) -> int:
+    """A model folder's MTP layers from its parsed config.json (its text_config first, then
+    the top level; either key of :data:`MTP_KEYS`), 0 without: the one reading the tune's
+    TabbyAPI candidates (core.tune.tabby) and the EXL3 VRAM plan (core.vram.exl3) share."""
+    nested = config.get("text_config")
+    for source in (nested if isinstance(nested, Mapping) else {}, config):
+        for key in MTP_KEYS:
+            value = source.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return 0
+
+
 # Families whose transformers config class defaults tie_word_embeddings to True, so their
 # config.json often leaves it out (Gemma 2 9B: tied, 9.24B parameters).
 _TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "gemma3_text")

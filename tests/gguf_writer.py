@@ -26,7 +26,9 @@ def _merges(folder: Path) -> list[str]:
 
 
 def write_tokenizer_gguf(folder: Path, out: Path, *, context: int = 32768,
-                         head_rows: int | None = None, columns: int = 1) -> Path:
+                         head_rows: int | None = None, columns: int = 1,
+                         uint32s: dict[str, int] | None = None) -> Path:
+    """``uint32s``: more header fields (e.g. ``llama.nextn_predict_layers``)."""
     import gguf
 
     from specdeck.core.compat.load import load_model
@@ -37,6 +39,8 @@ def write_tokenizer_gguf(folder: Path, out: Path, *, context: int = 32768,
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     writer = gguf.GGUFWriter(str(out), "llama")
     writer.add_context_length(context)
+    for key, value in (uint32s or {}).items():
+        writer.add_uint32(key, value)
     # The hyperparameters llama.cpp requires of a model (src/llama-model.cpp load_hparams).
     writer.add_block_count(config["num_hidden_layers"])
     writer.add_embedding_length(config["hidden_size"])

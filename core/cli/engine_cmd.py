@@ -25,6 +25,7 @@ from specdeck.core.cli.numbers import finite, whole
 from specdeck.core.cli.output import emit_json, print_table
 from specdeck.core.engines.base import (
     MAX_DRAFT_TOKENS,
+    NGRAM_SIZE_RANGE,
     SHARE_OF_DRAFTS,
     DrafterKind,
     DrafterSpec,
@@ -69,9 +70,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d = DrafterSpec  # the defaults and limits live with the drafter's fields
     gen.add_argument("--k", type=whole(1, MAX_DRAFT_TOKENS), default=d.num_draft_tokens,
                      help=f"draft tokens per step (default {d.num_draft_tokens})")
-    gen.add_argument("--ngram-min", type=whole(1, 16), default=d.ngram_min,
+    gen.add_argument("--ngram-min", type=whole(*NGRAM_SIZE_RANGE), default=d.ngram_min,
                      help=f"shortest n-gram match that drafts up to k (default {d.ngram_min})")
-    gen.add_argument("--ngram-max", type=whole(1, 16), default=d.ngram_max,
+    gen.add_argument("--ngram-max", type=whole(*NGRAM_SIZE_RANGE), default=d.ngram_max,
                      help=f"longest n-gram match (default {d.ngram_max})")
     gen.add_argument("--ngram-short", type=whole(0, MAX_DRAFT_TOKENS), default=d.ngram_short,
                      help="most tokens a match shorter than --ngram-min drafts "

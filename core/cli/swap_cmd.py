@@ -102,6 +102,7 @@ def _preset_names(presets, args) -> list[str]:
 
 
 def _show_presets(args) -> int:
+    from specdeck.core.llama_flags import is_drafting_flag
     from specdeck.core.servers.llama_server import drafter_from_flags
     from specdeck.core.swap import presets as ini
 
@@ -111,9 +112,8 @@ def _show_presets(args) -> int:
     rows = []
     for name in _preset_names(presets, args):
         keys = presets.effective(name)
-        flags = tuple(a for k, v in keys.items() for a in (f"--{k}", v))
-        drafting = {k: v for k, v in keys.items()
-                    if k.startswith("spec") or "draft" in k or k in ini.DRAFT_MODEL_KEYS}
+        flags = tuple(a for k, v in keys.items() for a in (ini.flag_of(k), v))
+        drafting = {k: v for k, v in keys.items() if is_drafting_flag(ini.flag_of(k))}
         rows.append({"model": name, "drafting": drafting,
                      "drafter": drafter_from_flags(flags, info).label,
                      "judged_by": judged, "hedged": info is None,
@@ -199,11 +199,12 @@ def _set_draft_presets(args) -> int:
                     values[old] = None  # its old name goes; the new one is written
             values[key] = edit.value
         if info is not None:
-            unknown = [k for k, v in values.items() if v is not None and f"--{k}" not in info.flags
+            unknown = [k for k, v in values.items() if v is not None
+                       and ini.flag_of(k) not in info.flags
                        and k not in ini.DRAFT_MODEL_KEYS]
             if unknown:
                 raise InvalidInputError(f"{info.source} lists no "
-                                        f"{', '.join('--' + k for k in unknown)}: the preset "
+                                        f"{', '.join(ini.flag_of(k) for k in unknown)}: the preset "
                                         "would not start. Nothing was changed.",
                                         "Give the llama-server your router runs (--llama-server).")
     change = ini.plan_edit(presets, args.model, values)

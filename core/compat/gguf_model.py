@@ -273,6 +273,17 @@ BPE_PRE_ADDING_BOS = frozenset({"llama3", "llama-v3", "llama-bpe", "falcon3", "f
 """llama-vocab.cpp 2204-2215, 2338-2341, 2364-2367."""
 
 
+def mtp_layers(fields: dict[str, Any]) -> int:
+    """The MTP layers a GGUF target carries for llama-server's draft-mtp, from its header's
+    fields: ``<general.architecture>.nextn_predict_layers`` (src/llama-model.cpp reads
+    LLM_KV_NEXTN_PREDICT_LAYERS into hparams.nextn_predict_layers, and loads the nextn
+    tensors of that many last blocks), 0 without. The tune's setup (``TargetFacts``) and the
+    probe of a launch with ``--spec-type draft-mtp`` read it, so the tune never offers MTP
+    the probe calls missing."""
+    value = fields.get(f"{fields.get('general.architecture')}.nextn_predict_layers")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 def llama_cpp_adds_bos(model: str, pre: str | None, flag: bool | None) -> Sourced:
     """Whether llama.cpp starts a prompt with BOS for this GGUF: its add_bos_token key when it
     has one, else llama.cpp's default for its tokenizer; Gemma 4 always (llama-vocab.cpp 2687

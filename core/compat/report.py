@@ -43,9 +43,19 @@ class CompatVerdict(str, enum.Enum):
     @property
     def cleared(self) -> bool:
         """Whether the check clears the pair to draft with: compatible, with warnings or
-        without (incompatible is refused; inconclusive is not cleared either). What the tune
-        tries as a draft (core.tune.candidates.draft_refusal)."""
+        without (incompatible is refused; inconclusive is not cleared either). What a choice
+        made for the user needs: the tune, which writes its winner into a config, tries only
+        such drafts (core.tune.candidates.draft_refusal), as the demo picks its partner."""
         return self in (CompatVerdict.COMPATIBLE, CompatVerdict.WARNINGS)
+
+    @property
+    def refused(self) -> bool:
+        """Whether the check refuses the pair everywhere: incompatible only. An inconclusive
+        pair is not refused where the user chose it and a measurement checks it: an A/B's
+        engines load it with a note saying so (core.engines.common.require_compatible_draft;
+        the A/B compares every drafted output with the no-draft one, so a pair that changes
+        the output shows as lossy), and `suggest` lists it last with the check's words."""
+        return self is CompatVerdict.INCOMPATIBLE
 
     @property
     def exit_code(self) -> int:

@@ -3,7 +3,8 @@
 Local models are checked for real (the full rule set); incompatible ones are listed apart
 with the reason, undecided ones (a tokenizer file missing) come last. Hub drafts come from
 the curated list of the target's tokenizer family and stay "unverified" unless
-``verify_hub`` fetches their tokenizer files and checks them too.
+``verify_hub`` fetches their tokenizer files and checks them too (one found incompatible is
+listed apart like a local one: ``CompatVerdict.refused``).
 
 Ranking: undecided drafts last, drafts that do not fit in VRAM beside the target just before
 them; then the size ratio (target parameters / draft parameters): drafts 5-30x smaller than
@@ -167,8 +168,13 @@ def suggest(
                 continue  # already in the library, suggested (or refused) above
             if progress and verify_hub:
                 progress(f"Checking {known.repo} on the Hub…")
-            candidates.append(_hub_candidate(target_model, known, verify_hub, max_seq_len,
-                                             endpoint, token, cache, cancel))
+            hub = _hub_candidate(target_model, known, verify_hub, max_seq_len, endpoint, token,
+                                 cache, cancel)
+            if hub.report is not None and hub.report.verdict.refused:
+                rejected.append(Rejected(known.repo, known.source, f"{hub.report.verdict.label}. "
+                                         f"{hub.report.summary}"))
+            else:
+                candidates.append(hub)
 
     ranked = sorted(candidates, key=lambda c: _sort_key(c, target_model.parameters))
     if limit is not None:
@@ -211,7 +217,7 @@ def _check_local(
     except SpecDeckError as exc:
         return Rejected(info.name, str(info.path), f"could not be read: {exc}")
     report = compare_models(target, draft, max_seq_len=max_seq_len)
-    if report.verdict is CompatVerdict.INCOMPATIBLE:
+    if report.verdict.refused:
         return Rejected(info.name, str(info.path), f"{report.verdict.label}. {report.summary}")
     return _Candidate(info.name, ORIGIN_LOCAL, info.parameters, report.verdict.value, report,
                       path=info.path, quantization=info.quant.label)

@@ -350,6 +350,13 @@ class ConfigDocument:
             return EXLLAMAV2
         return None
 
+    @property
+    def runs_exllamav3(self) -> bool:
+        """Whether the TabbyAPI this file belongs to runs ExLlamaV3 (EXL3 models): a file
+        written for main (:meth:`is_tabby_main`) or one that declares ``backend: exllamav3``.
+        The tune's TabbyAPI setup and a launched TabbyAPI arm read it."""
+        return self.is_tabby_main() or self.declared_backend() == EXLLAMAV3
+
     def is_tabby_main(self) -> bool:
         """A file written for TabbyAPI's main branch, which runs only the ExLlamaV3 backend
         since 2026-07 (exl2-checkpoint is the last branch that runs EXL2 models). Main's

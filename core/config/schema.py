@@ -85,7 +85,12 @@ class Kind(str, enum.Enum):
 
 
 MAX_GPUS = 64
+"""The most GPUs a per-GPU list holds (gpu_split, autosplit_reserve, a VRAM plan's GPUs)."""
 MAX_GPU_GB = 16384.0
+"""16 TiB: far above any GPU (an H200 has 141 GB); a larger number is a typo. config.yml's
+per-GPU sizes and the VRAM plan's GPUs (core.vram.gpus) share it."""
+MAX_RESERVE_MB = MAX_GPU_GB * GiB / MiB
+"""The same bound in MB (autosplit_reserve's unit)."""
 
 
 @dataclass(frozen=True)
@@ -237,7 +242,7 @@ SETTINGS: tuple[Setting, ...] = (
        "Autosplit reserve (MB)",
        "MB of VRAM to keep free per GPU when autosplitting (default: "
        f"{DEFAULT_AUTOSPLIT_RESERVE_TEXT} on GPU 0).",
-       maximum=MAX_GPU_GB * GiB / MiB, minimum=0.0,
+       maximum=MAX_RESERVE_MB, minimum=0.0,
        blank_means=f"{DEFAULT_AUTOSPLIT_RESERVE_TEXT} MB on GPU 0"),
     _s(MODEL, "chunk_size", Kind.INT, DEFAULT_CHUNK_SIZE, "Chunk size",
        f"Tokens per prompt-ingestion chunk (default: {DEFAULT_CHUNK_SIZE}). It sizes ExLlamaV2's "

@@ -47,6 +47,9 @@ wherever SpecDeck takes one: an A/B plan, a llama-swap cmd or presets file (`swa
 the llama-swap page), a tune's arguments and a saved tune's k. More than an engine here:
 llama.cpp's n-gram types default to 48 (ngram-simple's size-m) and 64 (ngram-mod's n-max),
 and llama.cpp 11434 checks those up to 1024 (common/arg.cpp)."""
+NGRAM_SIZE_RANGE = (1, 16)
+"""The n-gram lengths the engines' prompt-lookup drafter takes (``DrafterSpec.ngram_min`` to
+``ngram_max``: `specdeck generate --ngram-min/--ngram-max` reads the same bounds)."""
 DEFAULT_DRAFT_TOKENS = 4
 """k when nobody says: ExLlamaV2's num_draft_tokens default (and TabbyAPI's, which cannot
 change it on its ExLlamaV2 backend). core.bench.fields's table reads it."""
@@ -92,10 +95,11 @@ class DrafterSpec:
                 f"num_draft_tokens is {self.num_draft_tokens}; it must be 1 to {most}.",
                 "Use 2 to 8; 4 is a good start.",
             )
-        if not 1 <= self.ngram_min <= self.ngram_max <= 16:
+        low, high = NGRAM_SIZE_RANGE
+        if not low <= self.ngram_min <= self.ngram_max <= high:
             raise InvalidInputError(
                 f"n-gram sizes {self.ngram_min}..{self.ngram_max} are invalid: "
-                "1 <= ngram_min <= ngram_max <= 16.",
+                f"{low} <= ngram_min <= ngram_max <= {high}.",
                 "The defaults (2..4) suit most prompts.",
             )
         if not 0 <= self.ngram_short <= MAX_DRAFT_TOKENS:

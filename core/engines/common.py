@@ -55,17 +55,21 @@ def check_model_folder(path: Path, role: str, *, loads: Iterable[str], wrong_qua
 
 
 def require_compatible_draft(target: Path, draft: Path, max_seq_len: int | None = None) -> tuple[str, ...]:
-    """Refuse a draft that cannot speculate for ``target`` (core.compat's verdict); returns
-    the check's warnings, for the loaded model's notes."""
-    from specdeck.core.compat import CompatVerdict, Status, check
+    """Refuse a draft that cannot speculate for ``target`` (core.compat's verdict,
+    ``CompatVerdict.refused``); returns the check's warnings, and where it could not decide
+    that it could not, for the loaded model's notes."""
+    from specdeck.core.compat import Status, check
 
     report = check(target, draft, max_seq_len=max_seq_len, examples=1)
-    if report.verdict is CompatVerdict.INCOMPATIBLE:
+    if report.verdict.refused:
         raise InvalidInputError(f"Draft {draft.name}, target {target.name}: {report.summary}",
                                 "Pick a draft model from the target's family (same tokenizer); "
                                 "`specdeck suggest` lists candidates.")
-    return tuple(f"compatibility: {r.title}: {r.detail}" for r in report.rules
-                 if r.status is Status.WARN)
+    undecided = () if report.verdict.cleared else (
+        f"compatibility: {report.summary} The A/B's output check tells whether drafting "
+        "changes the output.",)
+    return undecided + tuple(f"compatibility: {r.title}: {r.detail}" for r in report.rules
+                             if r.status is Status.WARN)
 
 
 def eos_ids(configured: object, tokenizer_eos: object) -> frozenset[int]:

@@ -547,10 +547,10 @@ class LaunchProfile:
         """The key this server is launched with (its first ``--api-key``: llama-server takes
         a comma list; else the first line of its ``--api-key-file``, which llama-server reads
         a key a line), which every request to it must carry; None when it takes none."""
-        value = flag_value(tuple(self.args), "--api-key")
+        value = flag_value(tuple(self.args), llama_flags.API_KEY)
         if value:
             return value.split(",")[0].strip() or None
-        path = flag_value(tuple(self.args), "--api-key-file")
+        path = flag_value(tuple(self.args), llama_flags.API_KEY_FILE)
         if not path:
             return None
         from specdeck.core.files import KEY_FILE, read_bounded
@@ -778,6 +778,7 @@ def drafter_from_flags(args: tuple[str, ...], info: HelpInfo | None = None):
     ``info``: its binary's help, by default the fallback). Without --spec-type that is no
     drafting (a draft GGUF that llama-server infers a type from aside:
     ``core.servers.probe.launched_drafting`` tells)."""
+    from specdeck.core.draft_kind import DRAFT_MODEL, NGRAM, draft_kind
     from specdeck.core.engines.base import (
         MAX_SERVER_DRAFT_TOKENS,
         NO_DRAFT,
@@ -792,7 +793,8 @@ def drafter_from_flags(args: tuple[str, ...], info: HelpInfo | None = None):
         return NO_DRAFT
     flag = method.k_flag if method else None
     raw = flag_value(args, flag) if flag else None
-    default = method.k_default if method and method.k_default is not None else 8
+    default = method.k_default if method and method.k_default is not None \
+        else llama_flags.K_UNSAID
     try:
         k = int(raw) if raw is not None else default
     except ValueError:
@@ -800,11 +802,12 @@ def drafter_from_flags(args: tuple[str, ...], info: HelpInfo | None = None):
     k = max(1, min(k, MAX_SERVER_DRAFT_TOKENS))
     fields = dict(num_draft_tokens=k, adaptive=False, server_type=kind,
                   k_from_server=method is not None and flag is None)
-    if llama_flags.family_of(kind) == llama_flags.DRAFT_FAMILY:
-        if model:
-            return DrafterSpec(DrafterKind.MODEL, Path(model), **fields)
-        return DrafterSpec(DrafterKind.SERVER, **fields)
-    return DrafterSpec(DrafterKind.NGRAM, **fields)
+    drafts_with = draft_kind(kind, bool(model))
+    if drafts_with == DRAFT_MODEL and model:
+        return DrafterSpec(DrafterKind.MODEL, Path(model), **fields)
+    if drafts_with == NGRAM:
+        return DrafterSpec(DrafterKind.NGRAM, **fields)
+    return DrafterSpec(DrafterKind.SERVER, **fields)  # MTP, or a draft the server names
 
 
 # Grid sweeps over llama-server flags ----------------------------------------------------------

@@ -390,7 +390,7 @@ def launched_drafting(profile) -> Drafting:
         elif name != llama_flags.DRAFT_MTP:
             missing.append(f"{name} needs {method.needs}, and none is given: llama-server "
                            "starts without drafting")
-        elif (mtp := _has_mtp_head(profile.model) if profile.model else None) is None:
+        elif (mtp := _target_has_mtp(profile.model) if profile.model else None) is None:
             unsure.append(f"{name} drafts only if the target has {method.needs}, and its GGUF "
                           "cannot be read")
         elif mtp:
@@ -404,21 +404,26 @@ def launched_drafting(profile) -> Drafting:
     return Drafting(True, ", ".join(usable), "" if info is not None else known.source)
 
 
-def _has_mtp_head(path: str) -> bool | None:
-    """Whether a GGUF carries an MTP head on its last block, as llama.cpp looks for one
-    (common/speculative.cpp:2369-2372); None when it cannot be read."""
+def _target_has_mtp(path: str) -> bool | None:
+    """Whether a target GGUF has the MTP layers draft-mtp runs on
+    (``core.compat.gguf_model.mtp_layers``, as the tune reads them); None when it cannot be
+    read."""
     from pathlib import Path
 
     from specdeck.core.compat.gguf_file import GgufHeader
+    from specdeck.core.compat.gguf_model import mtp_layers
     from specdeck.core.errors import SpecDeckError
 
     try:
-        return _mtp_in(GgufHeader.from_path(Path(path)))
+        return mtp_layers(GgufHeader.from_path(Path(path)).fields) > 0
     except SpecDeckError:
         return None
 
 
 def _mtp_in(header) -> bool:
+    """Whether a draft GGUF given without --spec-type makes llama-server infer draft-mtp: an
+    MTP head on its last block (common/speculative.cpp:2369-2372
+    ``common_speculative_types_from_gguf``)."""
     arch = header.fields.get("general.architecture")
     blocks = header.fields.get(f"{arch}.block_count")
     return isinstance(blocks, int) and f"blk.{blocks - 1}.nextn.eh_proj.weight" in header.tensors
@@ -456,13 +461,13 @@ def tabby_launch_drafting(settings) -> Drafting:
     config.yml, core.servers.tabby_launch.TabbyLaunch.draft) will draft: off when they switch
     it off, by their mode or draft when they name one, else as its config.yml says (unknown
     here)."""
-    from specdeck.core.config.schema import MODELLESS_DRAFT_MODES
+    from specdeck.core.config.schema import MODELLESS_DRAFT_MODES, draft_mode_of
     from specdeck.core.servers.tabby_launch import switched_off
 
     values = dict(settings)
     if switched_off(values):
         return Drafting(False, why="its draft settings switch drafting off")
-    mode = values.get("draft_mode")
+    mode = draft_mode_of(values)
     if mode in MODELLESS_DRAFT_MODES:
         return Drafting(True, mode)
     if values.get("draft_model_name"):

@@ -130,6 +130,11 @@ class Timings:
     prompt_ms: float | None = None
     predicted_ms: float | None = None
     problems: tuple[str, ...] = ()
+    drafted: int | None = None
+    """``draft_n``: tokens drafted for the answer (None: not sent, or it failed its checks,
+    :func:`check_acceptance`, as a streamed run's counts are)."""
+    accepted: int | None = None
+    """``draft_n_accepted`` (0 where ``draft_n`` came without it), None beside no drafted."""
 
 
 def answer_timings(answer: Any) -> Timings:
@@ -139,10 +144,20 @@ def answer_timings(answer: Any) -> Timings:
     found = {f"timings.{name}": value for name, value in timings.items()
              if isinstance(name, str)} if isinstance(timings, dict) else {}
     check = _Checker(found)
-    return Timings(check.count("timings.prompt_n"),
-                   check.number("timings.prompt_ms", most=MAX_MILLISECONDS),
-                   check.number("timings.predicted_ms", most=MAX_MILLISECONDS),
-                   tuple(check.problems))
+    prompt_n = check.count("timings.prompt_n")
+    prompt_ms = check.number("timings.prompt_ms", most=MAX_MILLISECONDS)
+    predicted_ms = check.number("timings.predicted_ms", most=MAX_MILLISECONDS)
+    drafted = accepted = None
+    if "timings.draft_n" in found:
+        raw_drafted, raw_accepted, source = _acceptance(found)
+        tokens = found.get("timings.predicted_n")
+        problem = check_acceptance(raw_drafted, raw_accepted,
+                                   tokens if type(tokens) is int else None, source)
+        if problem:
+            check.fail(problem)
+        else:
+            drafted, accepted = int(raw_drafted), int(raw_accepted)
+    return Timings(prompt_n, prompt_ms, predicted_ms, tuple(check.problems), drafted, accepted)
 
 
 def _shown_name(value: Any) -> str | None:

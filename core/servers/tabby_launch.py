@@ -39,7 +39,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specdeck.core.config.schema import DRAFT, DRAFT_MODE_DISABLED, loads_draft_model
+from specdeck.core.config.schema import (
+    DRAFT,
+    DRAFT_MODE_DISABLED,
+    draft_mode_of,
+    loads_draft_model,
+)
 from specdeck.core.config.tabby import CONFIG_NAME
 from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.servers.process import ManagedProcess
@@ -136,7 +141,7 @@ def switched_off(settings) -> bool:
     of what :func:`no_draft` writes (``draft_mode: disabled`` on main, an empty
     ``draft_model_name`` on exl2-checkpoint)."""
     values = dict(settings)
-    return values.get("draft_mode") == DRAFT_MODE_DISABLED or values.get("draft_model_name") == ""
+    return draft_mode_of(values) == DRAFT_MODE_DISABLED or values.get("draft_model_name") == ""
 
 
 def draft_values(launch: TabbyLaunch, doc=None) -> dict[str, Any]:
@@ -375,7 +380,7 @@ def _install(folder: Path) -> tuple[bool, str | None]:
     doc = ConfigDocument.from_file(config) if config.is_file() else None
     if doc is None:
         return False, None
-    return doc.is_tabby_main() or doc.declared_backend() == "exllamav3", doc.backend_hint()
+    return doc.runs_exllamav3, doc.backend_hint()
 
 
 def launched_tabby_arm(name: str, folder: str | Path, text: str = "",

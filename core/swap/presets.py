@@ -34,6 +34,14 @@ def key_of(flag: str) -> str:
     return flag.lstrip("-")
 
 
+def flag_of(key: str) -> str:
+    """The llama-server flag a preset's key stands for, :func:`key_of` backwards: a short
+    flag llama_flags names (``md`` is ``-md``, ``ngld`` is ``-ngld``) by its one dash, any
+    other by two (``spec-type`` is ``--spec-type``)."""
+    short = f"-{key}"
+    return short if short in llama_flags.SHORT_FLAGS else f"--{key}"
+
+
 SPEC_TYPE_KEY = key_of(llama_flags.SPEC_TYPE)
 DRAFT_MODEL_KEYS = tuple(key_of(f) for f in llama_flags.DRAFT_MODEL)
 REMOVED_KEYS = {key_of(f): f for f in llama_flags.REMOVED}

@@ -174,6 +174,7 @@ def _split_own(argv: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
 
 def read_facts(gguf: Path) -> TargetFacts:
     """The target's facts from its GGUF header (a file llama.cpp refuses is refused)."""
+    from specdeck.core.compat.gguf_model import mtp_layers
     from specdeck.core.vram.gguf import read_gguf_model
 
     model = read_gguf_model(gguf)
@@ -181,7 +182,7 @@ def read_facts(gguf: Path) -> TargetFacts:
     basename = fields.get("general.basename")
     return TargetFacts(name=gguf.name, architecture=model.architecture, layers=model.n_layer,
                        context_length=model.context_length, weight_bytes=model.weight_bytes,
-                       mtp_layers=_mtp_layers(fields, model.architecture),
+                       mtp_layers=mtp_layers(fields),
                        family=basename.strip() if isinstance(basename, str) and basename.strip()
                        else model.architecture)
 
@@ -193,11 +194,6 @@ def _header_fields(gguf: Path) -> dict:
         return GgufHeader.from_path(gguf).fields
     except (OSError, ValueError, InvalidInputError):
         return {}
-
-
-def _mtp_layers(fields: dict, architecture: str) -> int:
-    value = fields.get(f"{architecture}.nextn_predict_layers")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def from_llama_server(binary: str | Path, gguf: str | Path, flags: tuple[str, ...] = (),

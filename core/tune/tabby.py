@@ -223,7 +223,7 @@ def _from_doc(doc, name: str, **where) -> TabbySetup:
         model_folder=folder if (folder / "config.json").is_file() else None,
         draft_dir=doc.resolve_dir(DRAFT, "draft_model_dir"),
         current_draft=str(doc.raw(DRAFT, "draft_model_name") or "") or None,
-        main_branch=doc.is_tabby_main() or doc.declared_backend() == "exllamav3",
+        main_branch=doc.runs_exllamav3,
         draft_tokens=tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None,
         draft_mode=str(mode) if mode else None, **where)
 
@@ -311,25 +311,17 @@ def arm(setup: TabbySetup, name: str, draft: str | None):
 
 K_VALUES = (2, 4, 8)
 """draft_num_tokens tried on TabbyAPI main (ExLlamaV3); exllamav2 always drafts 4."""
-MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
-"""config.json keys that say a model carries multi-token-prediction layers."""
-
-
 def mtp_layers(folder: Path | None) -> int:
-    from specdeck.core.models import read_json
+    """The target folder's MTP layers (core.models.mtp_layers); 0 when it has no readable
+    config.json."""
+    from specdeck.core import models
 
     if folder is None:
         return 0
     try:
-        config = read_json(folder / "config.json")
+        return models.mtp_layers(models.read_json(folder / "config.json"))
     except SpecDeckError:
         return 0
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    for key in MTP_KEYS:
-        value = text.get(key, config.get(key))
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return 0
 
 
 def find(setup: TabbySetup, cancel: threading.Event | None = None):

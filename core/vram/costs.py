@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.exl2_facts import (
+    AUTOSPLIT_LOAD_RESERVE,
     CACHE_LAYOUT,
     CACHE_MODES,
     CACHE_STEP,
@@ -19,6 +20,7 @@ from specdeck.core.exl2_facts import (
     check_cache_mode,
     kv_bytes_per_element,
     matmul_scores_bytes,
+    quantized_cache,
     round_up_to_cache_step,
 )
 from specdeck.core.models import Architecture
@@ -70,9 +72,8 @@ class Overheads:
     blas_streams: int = 2
     """The default stream and exllamav2's own (model.py 545 and 593: the first load's
     forward passes run on the default stream, the warm-up and jobs on exllamav2's)."""
-    load_reserve: int = 256 * MiB
-    """ExLlamaV2's autosplit holds 256 MB free on the GPU it is filling
-    (model.py load_autosplit_gen, minimum_reserve_vram); released after loading."""
+    load_reserve: int = AUTOSPLIT_LOAD_RESERVE
+    """What ExLlamaV2's autosplit holds free while loading (core.exl2_facts)."""
     driver_reserved: int = 512 * MiB
     """Memory no program can use on a GPU typed by hand (live GPUs report their own): the
     driver/GSP firmware carve-out; an idle headless RTX 4090 shows 459-507 MiB used of
@@ -204,7 +205,7 @@ def model_costs(arch: Architecture, mode: str, tokens: int, chunk: int,
                        arch, chunk, tokens, attention_temp)))
     return ModelCosts(
         cache_per_layer=kv_bytes_per_token_layer(arch, mode) * tokens,
-        cache_staging=0 if mode == "FP16" else 4 * kv_width * tokens,
+        cache_staging=4 * kv_width * tokens if quantized_cache(mode) else 0,
         scratch_fixed=max(attention_state + attention_dq, mlp_scratch, head_scratch),
         rope_tables=rope,
         activations=activations,

@@ -69,6 +69,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from specdeck.core import models
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.models import (
     WEIGHT_SUFFIX,
@@ -79,7 +80,7 @@ from specdeck.core.models import (
 )
 from specdeck.core.units import MiB
 from specdeck.core.vram.costs import TENSOR_PAD, ModelCosts, Overheads
-from specdeck.core.vram.weights import ModelWeights, ModuleKind, ModuleWeights
+from specdeck.core.vram.weights import ModelWeights, ModuleKind, ModuleWeights, check_head_bits
 
 EXL3 = "exl3"
 EXLLAMAV3_VERSION = "1.6.5"
@@ -184,8 +185,7 @@ def _check_bits(bits: float, head_bits: float) -> None:
     if not MIN_BITS <= bits <= MAX_BITS:
         raise InvalidInputError(f"{bits:g} bits per weight is out of range for EXL3.",
                                 "EXL3 quants run from 1 to 8 bits per weight.")
-    if not 1 <= head_bits <= 16:
-        raise InvalidInputError(f"head bits {head_bits} are out of range (1-16).")
+    check_head_bits(head_bits)
 
 
 def block_bytes(arch: Architecture, bits: float) -> int:
@@ -277,12 +277,9 @@ def weights_from_files(info: ModelInfo) -> ModelWeights:
 
 
 def mtp_layers(info: ModelInfo) -> int:
-    """``mtp_num_hidden_layers`` from config.json (or its text_config); 0 without MTP."""
-    config = read_json(info.path / "config.json")
-    for source in (config.get("text_config"), config):
-        if isinstance(source, dict) and isinstance(source.get("mtp_num_hidden_layers"), int):
-            return max(0, int(source["mtp_num_hidden_layers"]))
-    return 0
+    """The folder's MTP layers from its config.json (core.models.mtp_layers, as the tune
+    reads them); 0 without MTP."""
+    return models.mtp_layers(read_json(info.path / "config.json"))
 
 
 def mtp_weights(info: ModelInfo) -> ModelWeights:
@@ -291,7 +288,8 @@ def mtp_weights(info: ModelInfo) -> ModelWeights:
     layers = mtp_layers(info)
     if layers == 0:
         raise InvalidInputError(
-            f"{info.path.name} has no MTP layers (config.json sets no mtp_num_hidden_layers).",
+            f"{info.path.name} has no MTP layers (config.json sets neither "
+            f"{' nor '.join(models.MTP_KEYS)}).",
             "Use draft_mode: model with a draft model, or ngram.")
     blocks = [0] * layers
     rest = 0

@@ -6,8 +6,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specdeck.core.config.schema import MAX_GPU_GB, MAX_GPUS, MAX_RESERVE_MB
 from specdeck.core.errors import InvalidInputError
-from specdeck.core.units import GiB, MiB
+from specdeck.core.units import GiB
 from specdeck.core.vram.costs import DEFAULT_OVERHEADS, Overheads
 
 
@@ -79,13 +80,9 @@ def parse_gpu_sizes(text: str, overheads: Overheads = DEFAULT_OVERHEADS) -> tupl
     )
 
 
-MAX_GPUS = 64
-MAX_GB = 16384.0
-"""16 TiB: far above any GPU (an H200 has 141 GB); a larger number is a typo."""
-MAX_RESERVE_MB = MAX_GB * GiB / MiB
 
 
-def _parse_numbers(text: str | Sequence[float], what: str, limit: float = MAX_GB,
+def _parse_numbers(text: str | Sequence[float], what: str, limit: float = MAX_GPU_GB,
                    example: str = "20,24") -> list[float]:
     """Finite numbers from 0 to ``limit``, at most one per GPU."""
     try:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from specdeck.core.config.schema import DRAFT, DRAFT_MODE_MODEL, DRAFT_MODE_MTP, MODEL
+from specdeck.core.config.schema import (
+    DRAFT,
+    DRAFT_MODE_MTP,
+    MODEL,
+    draft_mode_of,
+    loads_draft_model,
+)
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.exl2_facts import (
     DEFAULT_AUTOSPLIT_RESERVE_TEXT,
@@ -158,8 +164,8 @@ def inputs_from_tabby_config(doc) -> PlanInputs:
             "This config.yml names no model (model.model_name is empty).",
             "Set model_name, or pick the target folder by hand.",
         )
-    mode = str(doc.value(DRAFT, "draft_mode")).lower()
-    draft = doc.draft_model_path() if mode == DRAFT_MODE_MODEL else None
+    drafting = doc.section_values(DRAFT)
+    draft = doc.draft_model_path() if loads_draft_model(drafting) else None
     # On Ampere and newer (paged mode) TabbyAPI allocates cache_size tokens, which defaults
     # to max_seq_len; max_seq_len -1 means the model's own context.
     context = doc.value(MODEL, "cache_size") or doc.value(MODEL, "max_seq_len")
@@ -175,5 +181,5 @@ def inputs_from_tabby_config(doc) -> PlanInputs:
         autosplit_reserve_mb=_split_text(doc.value(MODEL, "autosplit_reserve"))
         or DEFAULT_AUTOSPLIT_RESERVE_TEXT,
         chunk_size=int(doc.value(MODEL, "chunk_size")),
-        mtp=mode == DRAFT_MODE_MTP,
+        mtp=draft_mode_of(drafting) == DRAFT_MODE_MTP,
     )

@@ -26,8 +26,14 @@ BPW_RANGE = (1.0, 16.0)
 """The bits per weight a plan may assume for a model's layers (``vram --bpw``, ``compat
 suggest --bpw``, the GPUs page's bpw boxes, the estimate itself): an EXL3 quant's from 1, an
 EXL2 quant's 2 to 8, 16 for an unquantized model known by its config.json alone."""
-HEAD_BITS_RANGE = (2, 16)
-"""The bits a plan may assume for the output head (``--head-bits``; EXL2 quants use 6 or 8)."""
+HEAD_BITS_RANGE = (1, 16)
+"""The bits a plan may assume for the output head (``--head-bits``), in either format: an EXL3
+head's from 1 (exllamav3 conversion/allocation.py ``allocate_linear`` floors the head's bits
+to at least 1, and the trellis' K runs to 8), an EXL2 head's from 2
+(:data:`EXL2_HEAD_BITS_RANGE`); 16 is an unquantized head in both."""
+EXL2_HEAD_BITS_RANGE = (2, 16)
+"""An EXL2 head's bits: exllamav2's converter quantizes a head at 2 to 8 bits (its
+``qparams_headoptions``; quants use 6 or 8) or keeps it at 16."""
 """ExLlamaV2's converter default (-hb 6) when quantization_config does not say."""
 
 
@@ -114,6 +120,15 @@ def check_bpw(bpw: float) -> float:
     return bpw
 
 
+def check_head_bits(head_bits: float, bounds: tuple[int, int] = HEAD_BITS_RANGE) -> float:
+    """``head_bits`` if a plan may assume them (``bounds``: :data:`HEAD_BITS_RANGE`, an EXL3
+    head's; :data:`EXL2_HEAD_BITS_RANGE` an EXL2 one's); else an error saying the range."""
+    low, high = bounds
+    if not low <= head_bits <= high:
+        raise InvalidInputError(f"head bits {head_bits:g} are out of range ({low}-{high}).")
+    return head_bits
+
+
 def weights_from_bpw(arch: Architecture, bpw: float, head_bits: int = DEFAULT_HEAD_BITS,
                      name: str = "model") -> ModelWeights:
     """Estimate EXL2 module sizes from the architecture: layers at ``bpw``, head at
@@ -124,9 +139,7 @@ def weights_from_bpw(arch: Architecture, bpw: float, head_bits: int = DEFAULT_HE
     left out (a few kB per layer).
     """
     check_bpw(bpw)
-    low, high = HEAD_BITS_RANGE
-    if not low <= head_bits <= high:
-        raise InvalidInputError(f"head bits {head_bits} are out of range ({low}-{high}).")
+    check_head_bits(head_bits, EXL2_HEAD_BITS_RANGE)
     h = arch.hidden_size
     norm = 2 * h
     shapes = _linear_shapes(arch)
