@@ -8,10 +8,11 @@ its own chat template and tokenizer, so token ids are not compared: losslessness
 on the text (see core.engines.lossless.compare_text).
 
 This module checks a plan's arms, switches between them and turns a stream into a run's
-result (``ServerRun``). The rest is where its concept is: the servers SpecDeck launched
-(core.servers.pool), what each server kind needs as an arm (core.servers.ollama,
-core.servers.router, core.servers.swap, core.servers.tabby_reload), the request each kind is
-sent (core.servers.payload), and the Prometheus counters around a run (core.servers.counters).
+result (``ServerRun``), the same way for every kind of server. Where kinds differ it asks the
+arm's driver (core.servers.drivers: one per kind, chosen by ``ServerInfo.kind``). The rest is
+where its concept is: the servers SpecDeck launched (core.servers.pool), the request each kind
+is sent (core.servers.payload), and the Prometheus counters around a run
+(core.servers.counters).
 """
 
 from __future__ import annotations
@@ -40,10 +41,10 @@ from specdeck.core.engines.base import (
     StopReason,
 )
 from specdeck.core.errors import CancelledError, InvalidInputError
-from specdeck.core.servers import counters, router, swap
+from specdeck.core.servers import counters
 from specdeck.core.servers.arms import ServerArm
+from specdeck.core.servers.drivers import Driver, Switch, engine_drivers, launched_kind
 from specdeck.core.servers.kinds import TRAITS, ServerKind
-from specdeck.core.servers.ollama import OllamaArms, request_options
 from specdeck.core.servers.payload import request_body
 from specdeck.core.servers.pool import ServerPool
 from specdeck.core.servers.probe import ServerInfo, probe
@@ -53,7 +54,6 @@ from specdeck.core.servers.readings import (
     check_acceptance,
     check_positions,
 )
-from specdeck.core.servers.tabby_reload import TabbyReloads
 from specdeck.core.servers.transport import Base, ServerError, stream_sse
 
 log = logging.getLogger(__name__)
@@ -134,18 +134,18 @@ class ServerEngine:
         self._plan_arms: tuple = ()
         self._reference: str | None = None
         """The no-draft reference arm's name (None: the arms run have none)."""
-        self._swap_flags: dict[str, tuple[str, ...]] = {}
         self._flags_now: tuple[str, ...] | None = None
-        """llama-swap arms: the command line llama-swap ran the arm's model with."""
+        """The active arm's drafting flags, where SpecDeck knows them (``arm_flags``)."""
+        self._drivers = engine_drivers()
+        """One driver per server kind (core.servers.drivers), kept with the engine."""
+        self._driver: Driver = self._drivers[ServerKind.OPENAI]
+        """The active arm's."""
         self._base: Base | None = None
-        self._kind: ServerKind = ServerKind.OPENAI
         self._model: str | None = None
         self._key: str | None = None
         self._info: ServerInfo | None = None
         """What the probe said of the active arm's server."""
-        self._tabby = TabbyReloads()
         self.restore_problems: list[str] = []
-        self._ollama = OllamaArms()
         self.restarts = 0
         """Servers restarted so that a remembering drafter meets a prompt afresh."""
         self._warmup: tuple[int, int] = (1, 8)
@@ -179,7 +179,7 @@ class ServerEngine:
     def unload(self) -> None:
         self._pool.stop_all()
         self._loaded = None
-        problems = self._tabby.restore()
+        problems = [p for driver in self._drivers.values() for p in driver.end()]
         self.restore_problems.extend(problems)
         for problem in problems:
             log.warning(problem)
@@ -213,23 +213,12 @@ class ServerEngine:
         if missing:
             raise InvalidInputError(f"Arms {', '.join(missing)} name no server.",
                                     "Every arm of a server plan is a URL or a launch profile.")
-        from specdeck.core.servers.llama_server import check_launch
-
         for arm in arms:
             server: ServerArm = arm.server
             if cancel is not None and cancel.is_set():
                 raise CancelledError()
-            if server.tabby_launch is not None:
-                from specdeck.core.servers.tabby_launch import check_folder
-
-                check_folder(server.tabby_launch)
-                continue
-            if server.launch is not None:
-                check_launch(tuple(server.launch.args), server.launch.binary)
-                for path, what in ((server.launch.binary, "llama-server binary"),
-                                   (server.launch.model, "model")):
-                    if not Path(path).is_file():
-                        raise InvalidInputError(f"Arm {arm.name}: the {what} {path} does not exist.")
+            if server.managed is not None:
+                self._drivers[launched_kind(server)].check_launch(arm)
                 continue
             say(LoadProgress(f"Probing {server.where}"))
             try:
@@ -237,29 +226,7 @@ class ServerEngine:
             except ServerError as exc:
                 raise ServerError(f"Arm {arm.name}: {exc.what}", exc.fix) from None
             self._infos[arm.name] = info
-            if server.tabby is not None:
-                self._tabby.remember(arm)
-                continue
-            if server.draft_model and info.kind not in (ServerKind.LMSTUDIO, ServerKind.OLLAMA):
-                raise InvalidInputError(
-                    f"Arm {arm.name} names a draft model per request, which only LM Studio "
-                    f"takes (and Ollama a draft_num_predict); {info.url} is "
-                    f"{TRAITS[info.kind].title}.",
-                    "Start that server with its draft, and drop --server-draft.")
-            if info.kind is ServerKind.OLLAMA:
-                self._ollama.check(arm, server.model or info.model)
-            if info.router:
-                router.check_arm(arm, info.models, info.flags_of(server.model) or (),
-                                 info.url, reference=arm.name == self._reference)
-                continue
-            if info.kind is ServerKind.LLAMA_SWAP:
-                swap.check_arm(arm, info.models, info.url)
-                continue
-            if arm.name == self._reference and info.speculative:
-                raise InvalidInputError(
-                    f"Arm {arm.name} is the reference, but {info.url} drafts "
-                    f"({info.draft or 'speculative decoding is on'}).",
-                    "Put a server without speculative decoding first.")
+            self._drivers[info.kind].check(arm, info, reference=arm.name == self._reference)
         self._loaded = LoadedModel(engine=self.name, model_path=Path(model or SERVER_MODEL),
                                    device="server", dtype="as served", drafter=NO_DRAFT,
                                    max_seq_len=0, vocab_size=0,
@@ -277,21 +244,8 @@ class ServerEngine:
             drafting = _drafting(arm, info)
             if drafting is not None:
                 notes.append(f"{arm.name}: {drafting.full} (said before the run)")
-            if info is not None and info.router:
-                from specdeck.core.servers.llama_server import drafting_flags, shown_command
-
-                flags = drafting_flags(info.flags_of(arm.server.model) or ())
-                notes.append(f"{arm.name}: router model {arm.server.model}, drafting flags: "
-                             f"{shown_command(list(flags)) or 'none'}; loaded before its "
-                             "runs, so no run pays for a model load")
-            if arm.server is not None and arm.server.tabby is not None \
-                    and arm is arms[0]:
-                notes.append("TabbyAPI arms reload the model through the admin API; at the end "
-                             "SpecDeck restores the model (and the draft where TabbyAPI reports "
-                             "it: its main branch does not, so reload your draft there if you "
-                             "had one)")
-            if info is not None and info.kind is ServerKind.OLLAMA:
-                notes.extend(self._ollama.notes(arm, reference=arm.name == self._reference))
+            notes.extend(self._drivers[kind].notes(arm, info, arm.name == self._reference,
+                                                   first=arm is arms[0]))
             remembers = self.remembers(arm) if arm.server is not None else ""
             if remembers:
                 notes.append(f"{arm.name}: {remembers}. " + (
@@ -322,34 +276,23 @@ class ServerEngine:
                                            server.launch, tabby, cancel)
             self._pool.use(arm.name)
             url = running.url
-            self._infos[arm.name] = probe(url, server.api_key(),
-                                          ServerKind.TABBYAPI if tabby else
-                                          ServerKind.LLAMA_SERVER)
+            self._infos[arm.name] = probe(url, server.api_key(), launched_kind(server))
         else:
             url = server.url
-        if server.tabby is not None:
-            self._tabby.switch(server, lambda text, fraction=None:
-                               say(LoadProgress(text, fraction)), cancel)
         info = self._infos[arm.name]
-        reference = arm.name == self._reference
-        if info.router:
-            router.activate_arm(arm, url, self._arm, self._plan_arms, self.exclusive,
-                                lambda text: say(LoadProgress(text)), cancel)
-        elif info.kind is ServerKind.LLAMA_SWAP:
-            self._swap_flags[arm.name] = swap.activate_arm(
-                arm, url, reference, lambda text: say(LoadProgress(text)))
+        driver = self._drivers[info.kind]
+        model = driver.request_model(server, info)
+        key = server.api_key()
+        driver.activate(arm, info, Switch(
+            url, model, key, reference=arm.name == self._reference, previous=self._arm,
+            plan_arms=self._plan_arms, exclusive=self.exclusive,
+            say=lambda text, fraction=None: say(LoadProgress(text, fraction)), cancel=cancel))
         self._arm = arm
         self._base = Base.parse(url)
-        self._kind = info.kind
-        # TabbyAPI treats a request's "model" as an inline model switch (an admin action):
-        # name a model there only when the user asked to.
-        self._model = server.model if info.kind is ServerKind.TABBYAPI else \
-            (server.model or info.model)
-        self._key = server.api_key()
+        self._driver = driver
+        self._model = model
+        self._key = key
         self._info = info
-        if info.kind is ServerKind.OLLAMA and self._model:
-            self._ollama.load(arm, self._base, self._model, self._ollama_options(), self._key,
-                              lambda text: say(LoadProgress(text)))
         from specdeck.core.servers.llama_server import drafting_flags
 
         flags = self.arm_flags(arm)
@@ -358,26 +301,21 @@ class ServerEngine:
                                model_path=Path(info.model or url)) if self._loaded else None
         return self._loaded
 
-    def _ollama_options(self) -> dict[str, int]:
-        """The drafting option the active Ollama arm's requests carry."""
-        reference = self._arm.name == self._reference
-        return request_options(self._arm.server.draft_model, reference)
+    def _options(self) -> dict[str, int]:
+        """The drafting options the active arm's requests carry (its driver's)."""
+        return self._driver.options(self._arm, self._arm.name == self._reference)
 
     def remembers(self, arm) -> str:
         """How ``arm``'s drafter keeps earlier requests' text (``llama_server.remembers``: a
         prompt run again is then drafted from its earlier output); "" when it does not or its
         flags are unknown."""
-        from specdeck.core.servers import sglang
         from specdeck.core.servers.llama_server import remembers
 
         flags = self.arm_flags(arm)
         if flags:
             return remembers(flags)
         info = self._infos.get(arm.name)
-        if info is not None and info.kind is ServerKind.SGLANG \
-                and (info.draft or "").startswith("NGRAM"):
-            return sglang.REMEMBERS
-        return ""
+        return "" if info is None else self._drivers[info.kind].remembers(info)
 
     def _afresh(self, request: GenerationRequest, cancel: threading.Event | None) -> None:
         """A launched server whose drafter remembers is restarted before a prompt it has
@@ -402,17 +340,12 @@ class ServerEngine:
 
     def arm_flags(self, arm) -> tuple[str, ...] | None:
         """The llama-server flags that set up ``arm``'s drafting, where SpecDeck knows them:
-        a launched arm's own flags, or a router model's drafting flags. None otherwise."""
-        from specdeck.core.servers.llama_server import drafting_flags
-
+        a launched arm's own flags, or its driver's (a router model's, a llama-swap model's
+        drafting flags). None otherwise."""
         if arm.server.launch is not None:
             return tuple(arm.server.launch.args)
         info = self._infos.get(arm.name)
-        if info is not None and info.router:
-            return drafting_flags(info.flags_of(arm.server.model) or ())
-        if arm.name in self._swap_flags:
-            return drafting_flags(self._swap_flags[arm.name])
-        return None
+        return None if info is None else self._drivers[info.kind].arm_flags(arm, info)
 
     # Generation --------------------------------------------------------------------------
     def generate(self, request: GenerationRequest, on_event: EventCallback | None = None,
@@ -440,14 +373,14 @@ class ServerEngine:
 
     def _generate(self, request: GenerationRequest, on_event: EventCallback | None,
                   cancel: threading.Event | None) -> GenerationResult:
-        route, body = request_body(request, self._kind, self._model, self._arm,
-                                   self._ollama_options()
-                                   if self._kind is ServerKind.OLLAMA else {})
+        route, body = request_body(request, self._driver.kind, self._model, self._arm,
+                                   self._options())
         emit = on_event or (lambda _e: None)
         counters_before = counters.read_counters(self._base, self._key) \
-            if self._use_metrics_diff() else None
+            if self._driver.counters_around_run and self._info.metrics else None
         sent = time.perf_counter()
-        reading = StreamReading(self._kind.value, sent, max_tokens=request.max_new_tokens)
+        reading = StreamReading(self._driver.kind.value, sent,
+                                max_tokens=request.max_new_tokens)
         stop = None
         response_id = None
         deadline = GENERATION_TIMEOUT_S + GENERATION_S_PER_TOKEN * request.max_new_tokens
@@ -480,38 +413,9 @@ class ServerEngine:
             counted = counters.counted_draft(counters_before, counters.read_counters(self._base, self._key),
                                      report.completion_tokens if report.completion_tokens
                                      is not None else len(reading.arrivals))
-        gauges = None
-        if self._kind is ServerKind.SGLANG and self._info.metrics \
-                and self._info.speculative is not False:
-            from specdeck.core.servers.sglang import read_gauges
-
-            gauges = read_gauges(self._base, self._key)
-        logged = self._logged_draft(response_id, cancel)
+        gauges = self._driver.after_run(self._base, self._key, self._info)
+        logged = self._driver.logged_draft(self._pool.get(self._arm.name), response_id, cancel)
         return self._result(request, reading, report, stop, counted, gauges, logged)
-
-    def _logged_draft(self, response_id: str | None, cancel):
-        """A TabbyAPI SpecDeck started: what its log says this request drafted
-        (core.servers.tabby_launch.logged_draft); None for other arms, or no such line."""
-        from specdeck.core.servers.tabby_launch import ManagedTabby
-
-        managed = self._pool.get(self._arm.name)
-        if not isinstance(managed, ManagedTabby) or not response_id:
-            return None
-        return managed.logged_draft(response_id.removeprefix("chatcmpl-"), cancel)
-
-    def _drafts_by_construction(self) -> str:
-        """Why this arm drafts at every step ("" when that is not known): a TabbyAPI holding
-        a draft model (its ExLlama backend drafts with it at every step)."""
-        server = self._arm.server
-        name = None
-        if server.tabby is not None:
-            name = self._tabby.draft_held(server)
-        elif server.tabby_launch is not None:
-            from specdeck.core.servers.tabby_launch import draft_model_of
-
-            name = draft_model_of(server.tabby_launch)
-        return (f"TabbyAPI holds the draft model {name}, and its ExLlama backend drafts with "
-                "it at every step") if name else ""
 
     def _result(self, request, reading: StreamReading, report: ServerReport, stop,
                 counted: counters.CountedDraft | None, gauges=None, logged=None) -> GenerationResult:
@@ -536,14 +440,10 @@ class ServerEngine:
         client_rate = None if speed_problem else (n - 1) / span
         drafted, accepted = report.drafted, report.accepted
         acceptance_problem = report.acceptance_problem
-        wanted = self._arm.server.draft_model
-        if self._kind is ServerKind.LMSTUDIO and drafted is not None and wanted \
-                and report.draft_model not in (None, wanted):
-            # LM Studio drafted with another model than the arm's: its counts are not this
-            # arm's drafting.
-            acceptance_problem = (f"stats.draft_model is {report.draft_model!r}, not the "
-                                  f"{wanted!r} this arm's requests name")
-            problems.append(acceptance_problem)
+        foreign = self._driver.foreign_counts(self._arm, report)
+        if foreign:
+            acceptance_problem = foreign
+            problems.append(foreign)
             drafted = accepted = None
         drafted_m = accepted_m = None
         draft_steps, by_position, drafted_by_position = 0, (), ()
@@ -588,10 +488,8 @@ class ServerEngine:
             problems.append(position_problem)
             by_position, drafted_by_position = (), ()
         mean, mean_source = report.mean_acceptance_length, report.mean_acceptance_source
-        if mean is None and gauges is not None and gauges.accept_length is not None:
-            from specdeck.core.servers.sglang import ACCEPT_LENGTH, GAUGE_MEANING
-
-            mean, mean_source = gauges.accept_length, f"{ACCEPT_LENGTH}: {GAUGE_MEANING}"
+        if mean is None:
+            mean, mean_source = self._driver.gauge_mean(gauges) or (mean, mean_source)
         if gauges is not None and gauges.problem:
             problems.append(gauges.problem)
         if stop is None:
@@ -620,16 +518,13 @@ class ServerEngine:
                            draft_source=source, mean_acceptance_length=mean,
                            mean_acceptance_source=mean_source, gauges=gauges,
                            cross_check=cross_check,
-                           options=tuple(self._ollama_options().items())
-                           if self._kind is ServerKind.OLLAMA else (),
-                           drafts_by_construction=self._drafts_by_construction())
+                           options=tuple(self._options().items()),
+                           drafts_by_construction=self._driver.drafts_by_construction(
+                               self._arm.server))
         return GenerationResult(text=reading.text, token_ids=(), prompt_ids=(), stats=stats,
                                 drafter=self._arm.drafter, sampling=request.sampling,
-                                engine=f"server:{self._kind.value}", server=server)
+                                engine=f"server:{self._driver.kind.value}", server=server)
 
-    # Prometheus counters around each run (core.servers.counters says why).
-    def _use_metrics_diff(self) -> bool:
-        return self._kind in (ServerKind.VLLM, ServerKind.LLAMA_SERVER) and self._info.metrics
 
 def _set_k(arm) -> int | None:
     """The most tokens a step of ``arm`` drafts where SpecDeck set it: a llama-server it

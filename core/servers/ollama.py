@@ -26,15 +26,12 @@ Read from ollama/ollama fb30760996871fa9460115c753afd2c60d4ab0f7:
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
 from specdeck.core.errors import InvalidInputError
 from specdeck.core.servers.readings import MAX_DRAFT_PER_TOKEN
 from specdeck.core.servers.transport import Base, ServerError, request_json
-
-log = logging.getLogger(__name__)
 
 OPTION = "draft_num_predict"
 LOAD_TIMEOUT_S = 300.0
@@ -139,59 +136,3 @@ def load(base: Base, model: str, options: dict[str, int], api_key: str | None) -
         raise ServerError(f"Ollama could not load {model} with {options}: {exc.what}",
                           exc.fix) from None
 
-
-class OllamaArms:
-    """A plan's Ollama arms: what /api/show says of each arm's model, the option its requests
-    carry, and the load that gives the model those options before the arm's runs."""
-
-    def __init__(self):
-        self.drafting: dict[str, ModelDrafting] = {}
-        """Arm name -> what /api/show says of its model's drafting."""
-        self._loaded: dict[tuple[str, str], dict[str, int]] = {}
-        """(URL, model) -> the drafting options Ollama last loaded it with."""
-
-    def check(self, arm, model: str | None) -> None:
-        """An arm's draft_num_predict is a number, and its model has a draft to use it with
-        (its DRAFT layer or MTP layers, from /api/show)."""
-        server = arm.server
-        if server.draft_model:
-            parse_draft_n(server.draft_model, arm.name)
-        if not model:
-            return  # the request asks for the name
-        try:
-            drafting = model_drafting(Base.parse(server.url), model, server.api_key())
-        except ServerError as exc:
-            log.debug("Ollama /api/show for %s: %s", model, exc)
-            return
-        self.drafting[arm.name] = drafting
-        if server.draft_model and drafting.draft is None and drafting.certain:
-            raise InvalidInputError(
-                f"Arm {arm.name} asks Ollama to draft ({OPTION} "
-                f"{server.draft_model}), but {model} has no draft: {drafting.describe()}, so "
-                "Ollama would start it without drafting.",
-                "Use a model with a DRAFT layer or MTP layers (ollama show MODEL).")
-
-    def notes(self, arm, reference: bool) -> list[str]:
-        """What an Ollama arm sends and measures, said once in the plan's notes."""
-        options = request_options(arm.server.draft_model, reference)
-        drafting = self.drafting.get(arm.name)
-        model = f"model {drafting.model}: {drafting.describe()}" if drafting else "its model"
-        sent = (f"its requests carry {OPTION} {options[OPTION]}" if options
-                else f"its requests leave {OPTION} as the model sets it")
-        return [(f"{arm.name}: Ollama {model}; {sent} (a changed {OPTION} reloads the "
-                 "model: SpecDeck loads it before the arm's runs)")]
-
-    def load(self, arm, base: Base, model: str, options: dict[str, int],
-             api_key: str | None, say) -> None:
-        """Load ``model`` with the arm's ``options`` when Ollama holds it with others (a
-        changed Runner option reloads it): the reload is not paid by a measured run."""
-        key = (base.shown, model)
-        if self._loaded.get(key) == options:
-            return
-        shown = ", ".join(f"{k} {v}" for k, v in options.items()) or "its own drafting settings"
-        say(f"Ollama is loading {model} with {shown}")
-        try:
-            load(base, model, options, api_key)
-        except ServerError as exc:
-            raise ServerError(f"Arm {arm.name}: {exc.what}", exc.fix) from None
-        self._loaded[key] = options
