@@ -237,7 +237,7 @@ class ServerEngine:
         notes = []
         for arm in arms:
             info = self._infos.get(arm.name)
-            kind = info.kind if info else ServerKind.LLAMA_SERVER
+            kind = info.kind if info else launched_kind(arm.server)  # not started yet
             traits = TRAITS[kind]
             where = info.url if info else arm.server.where
             notes.append(f"{arm.name}: {traits.title} at {where}; acceptance: {traits.acceptance}")

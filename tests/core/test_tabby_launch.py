@@ -192,6 +192,10 @@ def test_an_ab_of_draft_modes_on_tabbyapis_it_starts(tmp_path, monkeypatch):
                                            adaptive=False))))
     engine = ServerEngine(log_dir=tmp_path / "logs")
     try:
+        # What the plan says before any TabbyAPI is started names TabbyAPI, not llama-server.
+        notes = engine.prepare_arms(plan.arms).notes
+        assert all("TabbyAPI" in n for n in notes if n.startswith(("A: ", "B: ")) and " at " in n)
+        assert not any("llama-server" in n for n in notes), notes
         run = run_plan(plan, engine)
         assert len(engine.running()) == 2  # both TabbyAPIs up while the plan runs
     finally:
