@@ -40,6 +40,7 @@ def test_session_drains_in_order_and_shuts_down(models, start_method):
 
 
 def _failure(session: BenchSession, plan) -> str:
+    """Why ``plan`` failed on ``session`` (its one PlanFailed, waited for)."""
     session.start(plan)
     events = []
     deadline = time.monotonic() + 60
@@ -47,7 +48,6 @@ def _failure(session: BenchSession, plan) -> str:
         events.extend(session.drain())
         time.sleep(0.05)
     (failed,) = [e for e in events if isinstance(e, PlanFailed)]
-    session.shutdown(timeout_s=30)
     return str(failed.error)
 
 
@@ -59,10 +59,11 @@ def test_a_forked_engine_process_has_the_environment_of_its_start(models, monkey
 
     plan = tiny_plan(models["cycle"], default_arms(ngram=True), max_new_tokens=8, repeats=1,
                      warmup=0)
-    monkeypatch.setenv("SPECDECK_TEST_MARK", "first")
-    assert "mark=first" in _failure(BenchSession(environment_engine, "forkserver"), plan)
-    monkeypatch.setenv("SPECDECK_TEST_MARK", "second")
-    assert "mark=second" in _failure(BenchSession(environment_engine, "forkserver"), plan)
+    for mark in ("first", "second"):
+        monkeypatch.setenv("SPECDECK_TEST_MARK", mark)
+        session = BenchSession(environment_engine, "forkserver")
+        assert f"mark={mark}" in _failure(session, plan)
+        session.shutdown(timeout_s=30)
 
 
 def test_an_engine_process_that_dies_ends_the_plan_with_a_clear_error(models):
@@ -71,14 +72,8 @@ def test_an_engine_process_that_dies_ends_the_plan_with_a_clear_error(models):
 
     session = BenchSession(dying_engine)
     plan = tiny_plan(models["cycle"], default_arms(ngram=True), max_new_tokens=8, repeats=1, warmup=0)
-    session.start(plan)
-    events = []
-    deadline = time.monotonic() + 60
-    while not events and time.monotonic() < deadline:
-        events.extend(session.drain())
-        time.sleep(0.05)
-    (failed,) = [e for e in events if isinstance(e, PlanFailed)]
-    assert "engine process stopped" in str(failed.error) and "exit code 9" in str(failed.error)
+    failed = _failure(session, plan)
+    assert "engine process stopped" in failed and "exit code 9" in failed
     assert not session.running and not session.alive
     session.shutdown(timeout_s=5)
 
