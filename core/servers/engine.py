@@ -267,16 +267,15 @@ class ServerEngine:
         say = progress or (lambda _p: None)
         if server.managed is not None:
             running = self._pool.get(arm.name)
-            tabby = server.tabby_launch is not None
+            kind = launched_kind(server)
             if running is None or running.process is None:
                 self._pool.make_room(1 if self.exclusive else self.max_servers)
-                say(LoadProgress(f"Starting {'TabbyAPI' if tabby else 'llama-server'} for "
-                                 f"{arm.name}"))
-                running = self._pool.start(arm.name, server.tabby_launch if tabby else
-                                           server.launch, tabby, cancel)
+                say(LoadProgress(f"Starting {TRAITS[kind].title} for {arm.name}"))
+                running = self._pool.start(arm.name, server.tabby_launch or server.launch,
+                                           server.tabby_launch is not None, cancel)
             self._pool.use(arm.name)
             url = running.url
-            self._infos[arm.name] = probe(url, server.api_key(), launched_kind(server))
+            self._infos[arm.name] = probe(url, server.api_key(), kind)
         else:
             url = server.url
         info = self._infos[arm.name]
