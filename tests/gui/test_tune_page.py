@@ -407,6 +407,16 @@ def test_the_reports_table_never_splits_a_word(qtbot, configured_qapp):
     assert _broken_words(page.report) == []
 
 
+def swap_form(qtbot, page, config: Path) -> None:
+    """The form set to tune ``config``'s smol model (its models read in a worker)."""
+    from specdeck.gui.pages.tune import SWAP
+
+    page.kind.setCurrentIndex(page.kind.findData(SWAP))
+    page.swap_config.setText(str(config))
+    page.load_models()
+    qtbot.waitUntil(lambda: page.model.currentData() == "smol", timeout=20_000)
+
+
 def test_a_result_belongs_to_the_setup_that_produced_it(qtbot, configured_qapp, llama_bin,
                                                         demo_gguf, tmp_path):
     """Issue 44: after switching the Tune page's setup to the demo, a llama-swap result kept
@@ -416,10 +426,7 @@ def test_a_result_belongs_to_the_setup_that_produced_it(qtbot, configured_qapp, 
 
     config = tune_config(tmp_path, llama_bin, demo_gguf)
     window, page = tune_page(qtbot)
-    page.kind.setCurrentIndex(page.kind.findData(SWAP))
-    page.swap_config.setText(str(config))
-    page.load_models()
-    qtbot.waitUntil(lambda: page.model.currentData() == "smol", timeout=20_000)
+    swap_form(qtbot, page, config)
     page.finished(verified(config))
     assert page.apply_button.isEnabled() and page.stale_note.isHidden()
     page.banner.show_message("a banner about this llama-swap result", "warning")
@@ -459,10 +466,7 @@ def test_the_demos_llama_server_is_looked_for_in_a_worker(qtbot, configured_qapp
     monkeypatch.setattr(setup, "llama_server_candidates", candidates)
     config = tune_config(tmp_path, llama_bin, demo_gguf)
     window, page = tune_page(qtbot)
-    page.kind.setCurrentIndex(page.kind.findData(SWAP))
-    page.swap_config.setText(str(config))
-    page.load_models()
-    qtbot.waitUntil(lambda: page.model.currentData() == "smol", timeout=20_000)
+    swap_form(qtbot, page, config)
     page.finished(verified(config))  # a result shown: each edit asks whether it still applies
     slow.set()
     page.kind.setCurrentIndex(page.kind.findData(DEMO))
