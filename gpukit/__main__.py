@@ -37,13 +37,18 @@ def main(argv: list[str] | None = None) -> int:
         if name == "run":
             p.add_argument("step")
         if name in ("next", "run"):
-            p.add_argument("--budget", type=float, default=450.0,
-                           help="seconds this command may spend on steps (default 450)")
+            p.add_argument("--budget", type=float, default=480.0,
+                           help="seconds this command may spend on steps (default 480)")
     m = sub.add_parser("measure-memory")
     m.add_argument("--model", type=Path, required=True)
     m.add_argument("--draft", type=Path)
     m.add_argument("--ctx", type=int, required=True)
     m.add_argument("--cache-mode", default="FP16")
+    m.add_argument("--draft-cache-mode")
+    m.add_argument("--step-timing", type=int, metavar="K",
+                   help="then time a decode step, a verification of K + 1 rows, a draft step")
+    m.add_argument("--prefix-tokens", type=int, default=1024)
+    m.add_argument("--repeats", type=int, default=20)
     m.add_argument("--out", type=Path, required=True)
     p = sub.add_parser("prepare")
     p.add_argument("--tokenizer", type=Path, help="a folder with tokenizer.json (default: "
@@ -143,8 +148,16 @@ def cmd_measure_memory(args: argparse.Namespace) -> int:
     from gpukit.memory import measure_load
 
     prompt = select_prompts(("prose",), 1)[0].text
-    measured = measure_load(args.model, args.draft, args.ctx, args.cache_mode, prompt)
-    args.out.write_text(json.dumps(measured.__dict__, indent=2) + "\n", encoding="utf-8")
+    then = None
+    if args.step_timing:
+        from gpukit.seed_scale import time_steps
+
+        def then(engine):
+            return time_steps(engine, args.step_timing, args.prefix_tokens, args.repeats)
+    measured, steps = measure_load(args.model, args.draft, args.ctx, args.cache_mode, prompt,
+                                   draft_cache_mode=args.draft_cache_mode, then=then)
+    data = {**measured.__dict__, **({"steps": steps} if steps else {})}
+    args.out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return 0
 
 

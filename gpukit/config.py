@@ -53,7 +53,9 @@ class AbConfig:
     not plan defaults (core.bench.fields holds those): this module is read before SpecDeck
     can be imported on the device, so it imports nothing of it."""
 
-    draft_ks: tuple[int, ...] = (2, 4, 6)
+    draft_ks: tuple[int, ...] = (4,)
+    """One k since issue 40: the minutes go to the seed-scale step, which predicts the
+    speed-up at 70B from this arm's acceptance (k = 2 and 6 ran on 2026-11-26: 0.74-0.90x)."""
     ngram_k: int = 4
     repeats: int = 3
     max_new_tokens: int = 256
@@ -69,6 +71,59 @@ class AbConfig:
 
 
 @dataclass(frozen=True)
+class SeedModel:
+    """A model written with random codes in EXL2's layout (gpukit.exl2_synth) from a real
+    config.json in the checkout (tests/data: the device runs from the tree, so nothing is
+    carried)."""
+
+    name: str
+    config: str
+    """A config.json's path from the repository root."""
+    bpw: float
+    head_bits: int = 6
+
+
+@dataclass(frozen=True)
+class SeedLoad:
+    """One load measured against `specdeck vram` (TabbyAPI's settings for it)."""
+
+    label: str
+    target: str
+    draft: str | None
+    context: int
+    cache_mode: str
+    draft_cache_mode: str = "FP16"
+
+
+LLAMA3_TOKENIZER = "tests/data/fixtures/models/Llama-3.2-1B"
+"""Llama 3's 128256-token tokenizer (tokenizer.derived.json: see that folder's SOURCE.txt)."""
+
+
+@dataclass(frozen=True)
+class SeedConfig:
+    """The VRAM plan and the step costs at the seed's scale (issue 40): seed 000 runs
+    Llama-3-70B at 2.5 bpw with a Llama-3.2-1B draft, Q4 caches at 16k, on TabbyAPI."""
+
+    models: tuple[SeedModel, ...] = (
+        SeedModel("llama3-70b-2.5bpw", "tests/data/models/Llama-3.1-70B-Instruct/config.json", 2.5),
+        SeedModel("llama3.2-1b-4.0bpw", f"{LLAMA3_TOKENIZER}/config.json", 4.0),
+        SeedModel("llama3-8b-4.0bpw", "tests/data/fixtures/models/Llama-3.1-8B/config.json", 4.0),
+    )
+    loads: tuple[SeedLoad, ...] = (
+        SeedLoad("70B 2.5 bpw + 1B draft 4.0 bpw, Q4 caches, 16k (seed 000)",
+                 "llama3-70b-2.5bpw", "llama3.2-1b-4.0bpw", 16384, "Q4", "Q4"),
+        SeedLoad("8B 4.0 bpw, Q4 cache, 32k", "llama3-8b-4.0bpw", None, 32768, "Q4"),
+    )
+    shape: tuple[tuple[str, int], ...] = ()
+    """config.json overrides for every model (the CPU rehearsal's toy sizes)."""
+    verify_k: int = 4
+    """Draft tokens per verification for the step costs (the A/B's draft arm's k)."""
+    prefix_tokens: int = 1024
+    """Cache position the step costs are measured at."""
+    timing_repeats: int = 20
+
+
+@dataclass(frozen=True)
 class KitConfig:
     pair: PairConfig
     bits: tuple[float, ...] = (4.0, 6.0)
@@ -81,6 +136,7 @@ class KitConfig:
     """Rows for the measurement pass (-mr; the converter's default is 16)."""
     cache_mode: str = "FP16"
     ab: AbConfig = field(default_factory=AbConfig)
+    seed: SeedConfig = field(default_factory=SeedConfig)
     build_jobs: int = 0
     """MAX_JOBS for the JIT build (ninja's parallelism); 0: the machine's cores."""
 
@@ -112,6 +168,12 @@ TINY = replace(
     ),
     ab=AbConfig(draft_ks=(2,), repeats=1, max_new_tokens=16, prompts=("grounded",),
                 bare_repeats=1, telemetry_seconds=1.0, warmup=0),
+    seed=SeedConfig(
+        loads=(SeedLoad("toy 70B-shaped + draft, Q4 caches", "llama3-70b-2.5bpw",
+                        "llama3.2-1b-4.0bpw", 512, "Q4", "Q4"),),
+        shape=(("hidden_size", 128), ("num_hidden_layers", 2), ("num_attention_heads", 4),
+               ("num_key_value_heads", 2), ("intermediate_size", 256), ("head_dim", 32)),
+        prefix_tokens=32, timing_repeats=2),
     build_jobs=2,
 )
 

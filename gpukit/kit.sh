@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU proof kit's one command (docs/gpu-proof.md). Run it once on the device machine with
-# carry [".whl", ".gpukit"] and timeout_s 520: it runs every step within KIT_BUDGET seconds
-# (default 450, so that one command and the machine's start fit the 15 minutes of device
+# carry [".whl", ".gpukit"] and timeout_s 540: it runs every step within KIT_BUDGET seconds
+# (default 480, so that one command and the machine's start fit the 15 minutes of device
 # time a session has, with room for a short rerun), the extension build in the background
 # while the pair trains, and writes the report, the trace and the logs to $OUT after every
 # step. A second call continues what is left (a rerun after a fix, on a warm machine).
@@ -22,4 +22,4 @@ mkdir -p "$SPECDECK_GPU_WORK" "$OUT_DIR"
 if ls .gpukit/ext/*.parts.json >/dev/null 2>&1; then
     prebuilt="$("$PY" -m gpukit restore-ext)" && export PYTHONPATH="$prebuilt:$PYTHONPATH"
 fi
-exec "$PY" -m gpukit next --preset "${KIT_PRESET:-gpu}" --budget "${KIT_BUDGET:-450}" --out "$OUT_DIR"
+exec "$PY" -m gpukit next --preset "${KIT_PRESET:-gpu}" --budget "${KIT_BUDGET:-480}" --out "$OUT_DIR"

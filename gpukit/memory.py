@@ -17,6 +17,7 @@ negative that real use exceeded the plan (a "fits" verdict could be wrong).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -122,9 +123,12 @@ def nvml_used_bytes() -> int | None:
 
 
 def measure_load(model: Path, draft: Path | None, context: int, cache_mode: str,
-                 prompt: str, max_new_tokens: int = 128) -> MeasuredMemory:
+                 prompt: str, max_new_tokens: int = 128, draft_cache_mode: str | None = None,
+                 then: Callable[[Any], Any] | None = None) -> tuple[MeasuredMemory, Any]:
     """Load through SpecDeck's ExLlamaV2 engine in THIS process (call it in a fresh one:
-    the NVML baseline must be read before CUDA starts) and generate once."""
+    the NVML baseline must be read before CUDA starts) and generate once. ``then(engine)``
+    runs after the memory is read, before unloading (the seed step's step costs); its
+    result is returned beside the measurement."""
     before = nvml_used_bytes()
     import torch
     from specdeck.core.engines import create_engine
@@ -139,7 +143,7 @@ def measure_load(model: Path, draft: Path | None, context: int, cache_mode: str,
     drafter = DrafterSpec(DrafterKind.MODEL, Path(draft), 4) if draft else NO_DRAFT
     engine = create_engine("exllamav2")
     engine.load(LoadSpec(Path(model), drafter=drafter, max_seq_len=context,
-                         cache_mode=cache_mode, draft_cache_mode=cache_mode))
+                         cache_mode=cache_mode, draft_cache_mode=draft_cache_mode or cache_mode))
     torch.cuda.synchronize()
     devices = range(torch.cuda.device_count())
     allocated = sum(torch.cuda.memory_allocated(d) for d in devices)
@@ -163,5 +167,6 @@ def measure_load(model: Path, draft: Path | None, context: int, cache_mode: str,
         torch_peak_reserved=max(load_peak_reserved,
                                 sum(torch.cuda.max_memory_reserved(d) for d in devices)),
     )
+    extra = then(engine) if then is not None else None
     engine.unload()
-    return measured
+    return measured, extra

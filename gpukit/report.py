@@ -30,7 +30,8 @@ def collect(state: KitState, steps: list[Step], preset: str) -> dict[str, Any]:
         "steps": {s.name: (records[s.name].__dict__ if s.name in records else {"status": "not run"})
                   for s in steps},
         "results": {name: state.read_json(name) for name in
-                    ("env", "build-attempts", "pair", "quantize", "check", "memory", "ab")},
+                    ("env", "build-attempts", "pair", "quantize", "check", "memory", "ab",
+                     "seed")},
     }
 
 
@@ -67,6 +68,7 @@ def render_markdown(data: dict[str, Any]) -> str:
     out += _check(results.get("check"))
     out += _memory(results.get("memory"))
     out += _ab(results.get("ab"))
+    out += _seed(results.get("seed"))
     out += _failures(data["steps"])
     return "\n".join(out) + "\n"
 
@@ -142,6 +144,43 @@ def _memory(memory: dict[str, Any] | None) -> list[str]:
     return ["## VRAM plan vs measured", "",
             "Error = (plan - measured) / measured; positive = the plan is on the safe side.", ""
             ] + _table(["load", "what", "planned GiB", "measured GiB", "error", "verdict"], rows)
+
+
+def _seed(seed: dict[str, Any] | None) -> list[str]:
+    if not seed:
+        return []
+    from specdeck.core.units import GiB
+
+    out = ["## The seed's scale: 70B-shaped EXL2 with random codes", "",
+           "Models written on the device in exllamav2 0.3.2's tensor layout (gpukit.exl2_synth), "
+           "loaded through SpecDeck's ExLlamaV2 engine in a fresh process; the plan is "
+           "`specdeck vram --json` for the same load. Goal: the plan at or above the measured "
+           "peak by at most 5% or 300 MiB.", ""]
+    out += _table(["model", "GiB on disk", "bpw (target / reached)", "written in"], [
+        [name, _num(m["bytes"] / GiB, 2), f"{m['bpw_target']} / {m['bpw_layers']}",
+         f"{m['seconds']} s"] for name, m in (seed.get("models") or {}).items()])
+    for entry in seed["loads"]:
+        g = entry["goal"]
+        out += [f"### {entry['label']}", ""]
+        out += _table(["what", "planned GiB", "measured GiB", "error", "verdict"], [
+            [r["what"], _num(r["planned"] / GiB, 3), _num(r["measured"] / GiB, 3),
+             _pct(r["error"]), r["verdict"]] for r in entry["comparison"]["rows"]])
+        out += [f"Goal: **{'met' if g['met'] else 'not met' if g['met'] is False else 'unknown'}**"
+                f" ({g['why']}).", ""]
+        steps = entry.get("steps") or {}
+        if steps:
+            rows = [[f"{role}, {rows} row{'s' if rows != '1' else ''}",
+                     _num(1000 * t["median_s"], 2), t["runs"]]
+                    for role in ("target", "draft") for rows, t in (steps.get(role) or {}).items()]
+            out += [f"Forward costs at {steps['prefix_tokens']} cached tokens (median ms):", ""]
+            out += _table(["forward", "median ms", "runs"], rows)
+        p = entry.get("prediction")
+        if p:
+            out += [f"**Predicted** speed-up with a draft as good as the trained pair's "
+                    f"(mean acceptance length {p['mean_acceptance_length']:.2f} at k={p['k']}): "
+                    f"**{p['speedup']:.2f}x**. A prediction from measured parts (these costs, "
+                    "that acceptance), not a measured speed-up: random codes accept nothing.", ""]
+    return out
 
 
 def _parted(row: dict[str, Any]) -> str:

@@ -9,12 +9,14 @@ a new CUDA) does not stop the ones that do not need it:
 | install   | no  | carried wheels into work/site, SpecDeck linked from the tree |
 | env       | no  | machine, GPU, driver, CUDA, versions, SpecDeck's NVML reading |
 | build-start | no | start `import exllamav2` (its JIT CUDA build, for this GPU's architecture only, MAX_JOBS = cores) in the background |
+| seed-start | no | start writing the seed-shaped EXL2 models (random codes, gpukit.seed_scale) in a thread |
 | pair      | yes (CPU: slow) | train target + draft on the same text on the GPU while the extension builds, save HF, agreement |
 | build     | yes | wait for the build: timed, its failure text verbatim |
 | quantize  | yes | EXL2 at one bitrate per model with exllamav2's converter |
 | ab        | yes | A/B arms through SpecDeck's engine (losslessness), bare-loop overhead, NVML trace |
-| memory    | yes | `specdeck vram --json` vs a real load's allocation (NVML and torch) |
+| seed      | yes | the plan vs a real load at the seed's 70B shapes, step costs, the predicted speed-up |
 | check     | no  | `specdeck check` on the HF pair and on each EXL2 pair |
+| memory    | yes | `specdeck vram --json` vs a real load's allocation of the trained pair (NVML and torch) |
 """
 
 from __future__ import annotations
@@ -288,46 +290,117 @@ def step_check(ctx: StepContext) -> dict[str, Any]:
 
 
 # memory ----------------------------------------------------------------------------------
-def step_memory(ctx: StepContext) -> dict[str, Any]:
+def plan_and_measure(ctx: StepContext, name: str, target: Path, draft: Path | None,
+                     context: int, mode: str, draft_mode: str,
+                     measure_args: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`specdeck vram --json` for one load, the same load measured in a fresh process
+    (gpukit.memory.measure_load), and the two compared: (comparison, raw)."""
     from gpukit.memory import MeasuredMemory, compare_plan
 
     env = python_env(ctx.state.root, ctx.config.build_jobs)
+    # The load measured is SpecDeck's engine's, which allocates 33 logits rows
+    # (q_size(MAX_DRAFT_TOKENS)) where TabbyAPI allocates 16: plan for the same.
+    args = ["vram", "--model", str(target), "--ctx", str(context), "--cache-mode", mode,
+            "--logits-rows", str(engine_logits_rows())]
+    if importlib.util.find_spec("flash_attn") is None:
+        # The engine runs unpaged (SDPA with the causal mask restored): plan its buffers.
+        args.append("--no-flash-attn")
+    if draft is not None:
+        args += ["--draft", str(draft), "--draft-cache-mode", draft_mode]
+    code, plan, errors = specdeck_cli(args, env)
+    if plan is None:
+        raise ToolFailed(f"specdeck vram failed for {name} (exit {code})", errors)
+    out = ctx.state.path("results", f"measured-{_slug(name)}.json")
+    argv = [sys.executable, "-m", "gpukit", "measure-memory", "--model", str(target),
+            "--ctx", str(context), "--cache-mode", mode, "--draft-cache-mode", draft_mode,
+            "--out", str(out), *measure_args]
+    if draft is not None:
+        argv += ["--draft", str(draft)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env,
+                          timeout=max(10.0, ctx.seconds_left()))
+    if done.returncode != 0 or not out.is_file():
+        raise ToolFailed(f"measuring {name} failed (exit {done.returncode})",
+                         (done.stdout + done.stderr)[-4000:])
+    measured_json = json.loads(out.read_text())
+    measured = MeasuredMemory.from_json(measured_json)
+    comparison = compare_plan(name, plan, measured).to_json()
+    ctx.log(f"   {name}: " + ", ".join(
+        f"{r['what'].split(' (')[0]} {100 * (r['error'] or 0):+.1f}%" for r in comparison["rows"]))
+    return comparison, {"plan": plan, "measured": measured_json}
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in ".-" else "_" for c in name)[:80]
+
+
+def step_memory(ctx: StepContext) -> dict[str, Any]:
     context = ctx.config.pair.context
     mode = ctx.config.cache_mode
     comparisons, raw = [], {}
     for label, (target, draft) in exl2_pairs(ctx).items():
         for with_draft in (False, True):
             name = f"{label} target" + (" + draft" if with_draft else "")
-            # The load measured is SpecDeck's engine's, which allocates 33 logits rows
-            # (q_size(MAX_DRAFT_TOKENS)) where TabbyAPI allocates 16: plan for the same.
-            args = ["vram", "--model", str(target), "--ctx", str(context), "--cache-mode", mode,
-                    "--logits-rows", str(engine_logits_rows())]
-            if importlib.util.find_spec("flash_attn") is None:
-                # The engine runs unpaged, attention as a masked matmul: plan its buffers.
-                args.append("--no-flash-attn")
-            if with_draft:
-                args += ["--draft", str(draft), "--draft-cache-mode", mode]
-            code, plan, errors = specdeck_cli(args, env)
-            if plan is None:
-                raise ToolFailed(f"specdeck vram failed for {name} (exit {code})", errors)
-            out = ctx.state.path("results", f"measured-{name.replace(' ', '_')}.json")
-            argv = [sys.executable, "-m", "gpukit", "measure-memory", "--model", str(target),
-                    "--ctx", str(context), "--cache-mode", mode, "--out", str(out)]
-            if with_draft:
-                argv += ["--draft", str(draft)]
-            done = subprocess.run(argv, capture_output=True, text=True, env=env,
-                                  timeout=max(10.0, ctx.seconds_left()))
-            if done.returncode != 0 or not out.is_file():
-                raise ToolFailed(f"measuring {name} failed (exit {done.returncode})",
-                                 (done.stdout + done.stderr)[-4000:])
-            measured = MeasuredMemory.from_json(json.loads(out.read_text()))
-            comparisons.append(compare_plan(name, plan, measured).to_json())
-            raw[name] = {"plan": plan, "measured": json.loads(out.read_text())}
-            ctx.log(f"   {name}: " + ", ".join(
-                f"{r['what'].split(' (')[0]} {100 * (r['error'] or 0):+.1f}%"
-                for r in comparisons[-1]["rows"]))
+            comparison, raw[name] = plan_and_measure(ctx, name, target,
+                                                     draft if with_draft else None,
+                                                     context, mode, mode)
+            comparisons.append(comparison)
     ctx.state.write_json("memory", {"comparisons": comparisons, "raw": raw})
     return {"compared": len(comparisons)}
+
+
+# seed ------------------------------------------------------------------------------------
+_SEED: dict[str, Any] = {}
+"""The seed-scale writer started by seed-start in this process."""
+
+
+def step_seed_start(ctx: StepContext) -> dict[str, Any]:
+    """Start writing the seed-shaped models (gpukit.seed_scale) in a thread: a core and the
+    disk while the pair trains and the extension builds."""
+    from gpukit.seed_scale import Writer, needed_models
+
+    _SEED["writer"] = Writer(ctx.config.seed, ctx.state.root, ctx.log)
+    return {"models": [m.name for m in needed_models(ctx.config.seed)]}
+
+
+def step_seed(ctx: StepContext) -> dict[str, Any]:
+    from gpukit import seed_scale
+
+    cfg = ctx.config.seed
+    writer = _SEED.get("writer")
+    if writer is None:  # a later command, or `run seed`: complete folders are kept
+        writer = _SEED["writer"] = seed_scale.Writer(cfg, ctx.state.root, ctx.log)
+    if not writer.wait(max(1.0, ctx.seconds_left() - 30)):
+        raise StepIncomplete("the seed-shaped models are still being written: run the same "
+                             "command again")
+    _SEED.pop("writer", None)
+    if writer.error is not None:
+        raise writer.error
+    k = cfg.verify_k
+    ab_result = ctx.state.read_json("ab")
+    length = seed_scale.draft_arm_length(ab_result, k)
+    loads, raw = [], {}
+    for load in cfg.loads:
+        target, draft = seed_scale.load_args(load, ctx.state.root)
+        comparison, raw[load.label] = plan_and_measure(
+            ctx, load.label, target, draft, load.context, load.cache_mode, load.draft_cache_mode,
+            ("--step-timing", str(k), "--prefix-tokens", str(cfg.prefix_tokens),
+             "--repeats", str(cfg.timing_repeats)))
+        steps = raw[load.label]["measured"].get("steps") or {}
+        prediction = seed_scale.predict(steps, length) if steps else None
+        loads.append({"label": load.label, "comparison": comparison,
+                      "goal": seed_scale.goal(comparison), "steps": steps,
+                      "prediction": prediction.to_json() if prediction else None,
+                      "load": {"target": load.target, "draft": load.draft,
+                               "context": load.context, "cache_mode": load.cache_mode,
+                               "draft_cache_mode": load.draft_cache_mode}})
+        ctx.log(f"   goal: {loads[-1]['goal']['why']}"
+                + (f"; predicted speed-up {prediction.speedup:.2f}x" if prediction else ""))
+    ctx.state.write_json("seed", {"models": writer.result, "loads": loads, "raw": raw,
+                                  "acceptance_from": (ab_result or {}).get("pair"),
+                                  "mean_acceptance_length": length, "k": k})
+    return {"goals_met": [entry["goal"]["met"] for entry in loads],
+            "predicted": [entry["prediction"]["speedup"] if entry["prediction"] else None
+                          for entry in loads]}
 
 
 # ab --------------------------------------------------------------------------------------
@@ -385,15 +458,19 @@ STEPS = [
     Step("env", "record the machine, GPU, driver and versions", 10, step_env),
     Step("build-start", "start import exllamav2 (its JIT CUDA build) in the background", 2,
          step_build_start),
+    Step("seed-start", "start writing the seed-shaped EXL2 models in the background", 2,
+         step_seed_start),
     Step("pair", "train a target and a draft on the same text, save HF", 90, step_pair),
     Step("build", "wait for the extension build", 120, step_build, needs=("build-start",)),
     Step("quantize", "EXL2-quantize both (exllamav2's converter)", 120, step_quantize,
          needs=("build", "pair")),
     Step("ab", "A/B arms, bare-loop overhead, NVML trace", 90, step_ab, needs=("quantize",)),
-    Step("memory", "specdeck vram plan vs a real load's allocation", 60, step_memory,
-         needs=("quantize",)),
+    Step("seed", "the plan and step costs at the seed's 70B shapes (random EXL2 codes)", 90,
+         step_seed, needs=("build", "seed-start")),
     Step("check", "specdeck check on the HF pair and each EXL2 pair", 20, step_check,
          needs=("pair",)),
+    Step("memory", "specdeck vram plan vs a real load's allocation (the trained pair)", 60,
+         step_memory, needs=("quantize",)),
 ]
 
 
