@@ -235,3 +235,37 @@ def test_the_report_shows_the_seed_loads_goal_costs_and_prediction(tmp_path):
     assert "Goal: **met** (within the goal)." in text
     assert "| target, 5 rows | 23.00 | 20 |" in text
     assert "(mean acceptance length 2.60 at k=4): **1.68x**" in text
+
+
+def test_exllamav2s_own_config_reader_accepts_the_written_models(tmp_path, monkeypatch):
+    """exllamav2 0.3.2's ExLlamaV2Config (config.py, run from its source with the compiled
+    extension stubbed: reading a folder does not call it) prepares each written folder: the
+    architecture is found, every key it expects is in the files' headers (it raises
+    otherwise), and the tied draft's head is read from the embedding."""
+    import sys
+    import types
+
+    work = tmp_path / "work"
+    seed_scale.write_models(TINY.seed, work, log=lambda _line: None)
+    package = types.ModuleType("exllamav2")
+    package.__path__ = [str(exl2_synth.exllamav2_dir())]  # no __init__: that builds the extension
+    ext = types.ModuleType("exllamav2.ext")
+    ext.none_tensor = torch.empty((1, 1), device="meta")
+    ext.exllamav2_ext = None
+    for name in [n for n in sys.modules if n == "exllamav2" or n.startswith("exllamav2.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "exllamav2", package)
+    monkeypatch.setitem(sys.modules, "exllamav2.ext", ext)
+    from exllamav2.config import ExLlamaV2Config
+
+    target, draft = seed_scale.load_args(TINY.seed.loads[0], work)
+    heads = {}
+    for folder in (target, draft):
+        config = ExLlamaV2Config(str(folder))
+        assert config.arch.arch_string == "LlamaForCausalLM"
+        assert config.num_hidden_layers == dict(TINY.seed.shape)["num_hidden_layers"]
+        assert config.vocab_size == 128256
+        heads[folder.name] = config.arch.lm.keys["lm_head"]
+    assert heads == {"llama3-70b-2.5bpw": "lm_head", "llama3.2-1b-4.0bpw": "model.embed_tokens"}
+    for name in [n for n in sys.modules if n.startswith("exllamav2.")]:
+        monkeypatch.delitem(sys.modules, name)
