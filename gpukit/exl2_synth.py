@@ -64,6 +64,10 @@ def exllamav2_dir() -> Path:
     (``.venv/exllamav2-src``, or ``SPECDECK_EXLLAMAV2_SOURCE``)."""
     override = os.environ.get("SPECDECK_EXLLAMAV2_SOURCE")
     candidates = [Path(override) / "exllamav2"] if override else []
+    # On the device the kit's install step fills a site folder that was on sys.path, but
+    # missing, when the interpreter started: the import system remembers "nothing there"
+    # until its caches are invalidated.
+    importlib.invalidate_caches()
     spec = importlib.util.find_spec("exllamav2")
     if spec is not None and spec.submodule_search_locations:
         candidates.extend(Path(p) for p in spec.submodule_search_locations)

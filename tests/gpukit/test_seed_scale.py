@@ -269,3 +269,20 @@ def test_exllamav2s_own_config_reader_accepts_the_written_models(tmp_path, monke
     assert heads == {"llama3-70b-2.5bpw": "lm_head", "llama3.2-1b-4.0bpw": "model.embed_tokens"}
     for name in [n for n in sys.modules if n.startswith("exllamav2.")]:
         monkeypatch.delitem(sys.modules, name)
+
+
+def test_exllamav2_is_found_in_a_site_folder_made_after_start(tmp_path, monkeypatch):
+    """The device's kit process starts with $WORK/site on sys.path before the install step
+    makes it; the import system caches that the folder was missing."""
+    import importlib.util
+    import sys
+
+    site = tmp_path / "site"
+    monkeypatch.delenv("SPECDECK_EXLLAMAV2_SOURCE", raising=False)
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "no-venv"))
+    monkeypatch.syspath_prepend(str(site))
+    assert importlib.util.find_spec("specdeck_no_such_module") is None  # caches 'missing'
+    (site / "exllamav2" / "conversion").mkdir(parents=True)
+    (site / "exllamav2" / "__init__.py").write_text("raise ImportError('would build')\n")
+    (site / "exllamav2" / "conversion" / "qparams.py").write_text("import math\n")
+    assert exl2_synth.exllamav2_dir() == site / "exllamav2"
