@@ -52,10 +52,11 @@ def wheels_fingerprint(wheels: list[Path]) -> str:
 
 
 WHEELS = ("exllamav2==0.3.2", "fastparquet==2026.9.0", "cramjam==2.14.0", "websockets==17.4",
-          "ruamel.yaml==0.19.1", "platformdirs==4.14.7")
+          "ruamel.yaml==0.19.1", "platformdirs==4.14.7", "exllamav3==1.6.5")
 """What the device image lacks: exllamav2 (a JIT build, py3-none-any), its converter's
 fastparquet (+ cramjam), websockets for its metadata; SpecDeck's CLI's ruamel.yaml and
-platformdirs."""
+platformdirs; exllamav3 (3.8 MB, a JIT build too: only its extension's build is measured,
+gpukit.exl3_build)."""
 DEVICE_PYTHON = "3.12"
 DEVICE_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
                     "manylinux2014_x86_64", "manylinux1_x86_64")

@@ -31,7 +31,7 @@ def collect(state: KitState, steps: list[Step], preset: str) -> dict[str, Any]:
                   for s in steps},
         "results": {name: state.read_json(name) for name in
                     ("env", "build-attempts", "pair", "quantize", "check", "memory", "ab",
-                     "seed")},
+                     "seed", "exl3")},
     }
 
 
@@ -69,6 +69,7 @@ def render_markdown(data: dict[str, Any]) -> str:
     out += _memory(results.get("memory"))
     out += _ab(results.get("ab"))
     out += _seed(results.get("seed"))
+    out += _exl3(results.get("exl3"))
     out += _failures(data["steps"])
     return "\n".join(out) + "\n"
 
@@ -181,6 +182,26 @@ def _seed(seed: dict[str, Any] | None) -> list[str]:
                     f"**{p['speedup']:.2f}x**. A prediction from measured parts (these costs, "
                     "that acceptance), not a measured speed-up: random codes accept nothing.", ""]
     return out
+
+
+def _exl3(exl3: dict[str, Any] | None) -> list[str]:
+    if not exl3:
+        return []
+    out = ["## ExLlamaV3's extension build (exllamav3 1.6.5)", ""]
+    if exl3.get("measured") is False:
+        return out + [f"Not measured: {exl3['why']}.", ""]
+    total = exl3.get("objects_total")
+    text = (f"Built {exl3['objects_built']} of {total if total is not None else '?'} objects in "
+            f"{exl3['seconds']} s with {exl3['jobs']} jobs at nice {exl3['niced']}, beside the "
+            "kit's other steps")
+    if exl3.get("finished"):
+        text += f"; finished, and `import exllamav3.ext` took {exl3['import_seconds']} s."
+    elif exl3.get("projected_minutes_at_these_jobs") is not None:
+        text += (f"; stopped at the end of the call. At that rate the whole build takes "
+                 f"about {exl3['projected_minutes_at_these_jobs']} min (a projection).")
+    else:
+        text += "; stopped at the end of the call."
+    return out + [text, ""]
 
 
 def _parted(row: dict[str, Any]) -> str:

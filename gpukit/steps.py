@@ -12,10 +12,12 @@ a new CUDA) does not stop the ones that do not need it:
 | seed-start | no | start writing the seed-shaped EXL2 models (random codes, gpukit.seed_scale) in a thread |
 | pair      | yes (CPU: slow) | train target + draft on the same text on the GPU while the extension builds, save HF, agreement |
 | build     | yes | wait for the build: timed, its failure text verbatim |
+| exl3-start | no | start ExLlamaV3's extension build, niced, on half the cores: measured, not guessed |
 | quantize  | yes | EXL2 at one bitrate per model with exllamav2's converter |
 | ab        | yes | A/B arms through SpecDeck's engine (losslessness), bare-loop overhead, NVML trace |
 | seed      | yes | the plan vs a real load at the seed's 70B shapes, step costs, the predicted speed-up |
 | check     | no  | `specdeck check` on the HF pair and on each EXL2 pair |
+| exl3      | no  | how many of ExLlamaV3's objects were built in how long (the build then stopped) |
 | memory    | yes | `specdeck vram --json` vs a real load's allocation of the trained pair (NVML and torch) |
 """
 
@@ -181,6 +183,34 @@ def step_build(ctx: StepContext) -> dict[str, Any]:
             "build_seconds_total": round(sum(a["seconds"] for a in attempts), 1),
             "attempts": len(attempts), "last_import_seconds": float(import_s),
             "prebuilt": "torch_extensions" not in so_path, "exported_parts": exported}
+
+
+_EXL3: dict[str, Any] = {}
+"""The ExLlamaV3 build started by exl3-start in this process."""
+
+
+def step_exl3_start(ctx: StepContext) -> dict[str, Any]:
+    """Start ExLlamaV3's extension build, niced, on half the cores (gpukit.exl3_build)."""
+    from gpukit.exl3_build import Build, jobs
+
+    env = python_env(ctx.state.root, ctx.config.build_jobs)
+    _EXL3["build"] = Build(env, ctx.state.path("logs", "exl3-build.log"))
+    return {"jobs": jobs(), "niced": 19}
+
+
+def step_exl3(ctx: StepContext) -> dict[str, Any]:
+    """How far ExLlamaV3's build got in this call (it is stopped here: a compile must not
+    outlive the call or skew a later command's timings)."""
+    build = _EXL3.pop("build", None)
+    if build is None:  # a later command: the rate is the first command's or nobody's
+        data = {"measured": False, "why": "the build was started in an earlier command"}
+        ctx.state.write_json("exl3", data)
+        return data
+    data = build.result()
+    ctx.state.write_json("exl3", data)
+    if "failure" in data:
+        raise ToolFailed(f"import exllamav3.ext failed (exit {data['exit']})", data["failure"])
+    return {k: data[k] for k in ("seconds", "objects_built", "objects_total", "finished")}
 
 
 def run_in_own_group(argv: list[str], output: Any, env: dict[str, str], timeout: float) -> int | None:
@@ -462,6 +492,8 @@ STEPS = [
          step_seed_start),
     Step("pair", "train a target and a draft on the same text, save HF", 90, step_pair),
     Step("build", "wait for the extension build", 120, step_build, needs=("build-start",)),
+    Step("exl3-start", "start ExLlamaV3's extension build, niced, on half the cores", 2,
+         step_exl3_start, needs=("install",)),
     Step("quantize", "EXL2-quantize both (exllamav2's converter)", 120, step_quantize,
          needs=("build", "pair")),
     Step("ab", "A/B arms, bare-loop overhead, NVML trace", 90, step_ab, needs=("quantize",)),
@@ -469,6 +501,8 @@ STEPS = [
          step_seed, needs=("build", "seed-start")),
     Step("check", "specdeck check on the HF pair and each EXL2 pair", 20, step_check,
          needs=("pair",)),
+    Step("exl3", "how far ExLlamaV3's build got (then stopped)", 3, step_exl3,
+         needs=("exl3-start",)),
     Step("memory", "specdeck vram plan vs a real load's allocation (the trained pair)", 60,
          step_memory, needs=("quantize",)),
 ]

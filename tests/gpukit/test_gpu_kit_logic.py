@@ -346,7 +346,8 @@ def test_missing_wheels_are_named(tmp_path):
     (tmp_path / "platformdirs-4.14.7-py3-none-any.whl").write_bytes(b"")
     (tmp_path / "ruamel_yaml-0.18.0-py3-none-any.whl").write_bytes(b"")  # not the pinned one
     assert missing_wheels(tmp_path) == ["fastparquet==2026.9.0", "cramjam==2.14.0",
-                                        "websockets==17.4", "ruamel.yaml==0.19.1"]
+                                        "websockets==17.4", "ruamel.yaml==0.19.1",
+                                        "exllamav3==1.6.5"]
     (tmp_path / "ruamel_yaml-0.19.1-py3-none-any.whl").write_bytes(b"")
     assert "ruamel.yaml==0.19.1" not in missing_wheels(tmp_path)
 
