@@ -184,14 +184,15 @@ class BenchPlots(QWidget):
     """Tokens/s and acceptance per arm against seconds since the plan started, acceptance by
     draft position per drafting arm, and memory.
 
-    Each plot's title is a word-wrapped label above it (telemetry_view.titled): at 1200 px
+    Each plot's title is a word-wrapped label above it (telemetry_view.titled_row): at 1200 px
     four plots share the row, and a title that names its sources takes two lines instead of
-    being cut at the plot's edge."""
+    being cut at the plot's edge; the titles' row is as tall as the tallest, so the plots stay
+    as tall as each other."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         import pyqtgraph as pg
-        from specdeck.gui.telemetry_view import titled
+        from specdeck.gui.telemetry_view import titled_row
 
         self._pg = pg
         self.speed_plot = self._plot("tok/s", "seconds")
@@ -204,13 +205,14 @@ class BenchPlots(QWidget):
         self.memory_plot = self._plot("MiB", "seconds")
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        self.titles: dict[str, QLabel] = {}
-        for key, plot, title in (("speed", self.speed_plot, "Decode speed"),
-                                 ("accept", self.accept_plot, "Draft acceptance (this run)"),
-                                 ("positions", self.position_plot, POSITIONS_TITLE),
-                                 ("memory", self.memory_plot, "Memory")):
-            box, self.titles[key] = titled(plot, title)
-            layout.addWidget(box, 1)
+        shown = (("speed", self.speed_plot, "Decode speed"),
+                 ("accept", self.accept_plot, "Draft acceptance (this run)"),
+                 ("positions", self.position_plot, POSITIONS_TITLE),
+                 ("memory", self.memory_plot, "Memory"))
+        row, labels = titled_row([(plot, title) for _, plot, title in shown])
+        layout.addWidget(row)
+        self.titles: dict[str, QLabel] = {key: label
+                                          for (key, _, _), label in zip(shown, labels)}
         self.speed: dict[str, _Series] = {}
         self.finished: dict[str, _Series] = {}
         self.accept: dict[str, _Series] = {}

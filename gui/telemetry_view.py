@@ -15,6 +15,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
     QFrame,
+    QGridLayout,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -89,7 +90,7 @@ def legend_sample_type():
 def live_plot(title: str, unit: str, x_label: str, min_height: int):
     """A pyqtgraph plot in SpecDeck's style for live series: quiet grid, legend, no menu,
     drawing only what is visible (downsampled), cheap to update several times a second.
-    ``title`` "" draws none (see :func:`titled`). The axis shows its values as they are:
+    ``title`` "" draws none (see :func:`titled_row`). The axis shows its values as they are:
     pyqtgraph's own rescaling ("GiB (x0.001)") is off; callers pick the unit that fits."""
     import pyqtgraph as pg
 
@@ -115,28 +116,36 @@ def live_plot(title: str, unit: str, x_label: str, min_height: int):
     return plot
 
 
-def titled(plot, title: str) -> tuple[QWidget, QLabel]:
-    """``plot`` under a title that wraps onto a second line when the plot is narrow: a
-    pyqtgraph title is one line cut at the plot's edge ("... (server count"); a QLabel with
-    word wrap asks its layout for the height it needs. Returns the box and its label."""
+def titled_row(plots) -> tuple[QWidget, list[QLabel]]:
+    """Plots side by side, each under its title (``plots``: (plot, title) pairs). A title
+    wraps onto more lines when its plot is narrow (a pyqtgraph title is one line cut at the
+    plot's edge: "... (server count"; a QLabel with word wrap asks its layout for the height
+    it needs), and the titles share one row, as tall as the tallest: every plot is as tall as
+    its neighbours and starts at the same height, whatever its title says (a title that named
+    its source took a second line from its own plot alone). Returns the row and the labels."""
     box = QWidget()
-    label = QLabel(title)
-    label.setWordWrap(True)
-    label.setAlignment(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop)
-    font = label.font()
-    font.setBold(True)
-    label.setFont(font)
-    label.setTextFormat(Qt.TextFormat.PlainText)
-    # Ignored width: a long title wraps instead of widening its column.
-    policy = QSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Minimum)
-    policy.setHeightForWidth(True)
-    label.setSizePolicy(policy)
-    layout = QVBoxLayout(box)
-    layout.setContentsMargins(0, 0, 0, 0)
-    layout.setSpacing(0)
-    layout.addWidget(label)
-    layout.addWidget(plot, 1)
-    return box, label
+    grid = QGridLayout(box)
+    grid.setContentsMargins(0, 0, 0, 0)
+    grid.setVerticalSpacing(0)
+    labels = []
+    for column, (plot, title) in enumerate(plots):
+        label = QLabel(title)
+        label.setWordWrap(True)
+        label.setAlignment(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop)
+        font = label.font()
+        font.setBold(True)
+        label.setFont(font)
+        label.setTextFormat(Qt.TextFormat.PlainText)
+        # Ignored width: a long title wraps instead of widening its column.
+        policy = QSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Minimum)
+        policy.setHeightForWidth(True)
+        label.setSizePolicy(policy)
+        grid.addWidget(label, 0, column)
+        grid.addWidget(plot, 1, column)
+        grid.setColumnStretch(column, 1)
+        labels.append(label)
+    grid.setRowStretch(1, 1)
+    return box, labels
 
 
 class GpuCard(QFrame):

@@ -34,6 +34,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from specdeck.core.servers.llama_server import free_port
+from specdeck.core.servers.process import start_tied
 
 
 class LlamaSwapStandin:
@@ -83,7 +84,8 @@ class LlamaSwapStandin:
             port = free_port()
             argv = shlex.split(self.models[model].replace("${PORT}", str(port)))
             log = open(self.log_dir / f"{model}-{len(self.swaps)}.log", "wb")  # noqa: SIM115
-            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            # Tied to the test run: a killed run leaves no llama-server behind.
+            process = start_tied(argv, stdout=log, stderr=subprocess.STDOUT)
             self.swaps.append(model)
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:

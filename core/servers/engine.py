@@ -240,7 +240,8 @@ class ServerEngine:
             kind = info.kind if info else launched_kind(arm.server)  # not started yet
             traits = TRAITS[kind]
             where = info.url if info else arm.server.where
-            notes.append(f"{arm.name}: {traits.title} at {where}; acceptance: {traits.acceptance}")
+            accepted = self._drivers[kind].acceptance(arm, info)
+            notes.append(f"{arm.name}: {traits.title} at {where}; acceptance: {accepted}")
             drafting = _drafting(arm, info)
             if drafting is not None:
                 notes.append(f"{arm.name}: {drafting.full} (said before the run)")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from specdeck.core import llama_flags
 from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
-from specdeck.core.servers.process import ManagedProcess
+from specdeck.core.servers.process import ManagedProcess, start_tied
 from specdeck.core.units import MiB, format_bytes
 
 HEALTH_TIMEOUT_S = 300.0
@@ -208,9 +208,9 @@ def run_bounded(argv: list[str], timeout: float, limit: int = HELP_LIMIT, *,
     import time
 
     try:
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT if stderr else subprocess.DEVNULL,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        process = start_tied(argv, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT if stderr else subprocess.DEVNULL,
+                             stdin=subprocess.DEVNULL, start_new_session=True)
     except OSError as exc:
         return None, f"could not be run ({exc.strerror or exc})"
     data = bytearray()

@@ -1,5 +1,6 @@
 """A server process that SpecDeck starts and must end: spawned with its output in a log, tied
-to SpecDeck's life, health-polled until ready, ended with terminate then kill.
+to SpecDeck's life (``start_tied``: every child process SpecDeck starts), health-polled until
+ready, ended with terminate then kill.
 
 core.servers.llama_server.ManagedServer and core.servers.tabby_launch.ManagedTabby are the
 two kinds; each says how it is started and what "healthy" means, this module does the rest
@@ -10,27 +11,29 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 
 from specdeck.core.errors import CancelledError
 from specdeck.core.servers.transport import Base, ServerError, request_json
 
 
-def die_with_parent():
+def _die_with_parent():
     """On Linux, a function for Popen's preexec_fn that makes the child receive SIGTERM when
-    SpecDeck's process ends in any way (killed, crashed): a server SpecDeck started must never
-    outlive it holding a GPU's memory. None elsewhere (stop() still ends it)."""
+    the thread that forks it ends (prctl(2) PR_SET_PDEATHSIG: the kernel ties it to the
+    forking thread, not the process; :func:`start_tied` forks from a thread that lives as long
+    as the process). None elsewhere."""
     import sys
 
     if not sys.platform.startswith("linux"):
         return None
     import ctypes
-    import signal
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -44,6 +47,53 @@ def die_with_parent():
             os._exit(1)
 
     return prepare
+
+
+class _Forker:
+    """The one thread that forks every tied child, alive as long as the process (a daemon:
+    it never keeps the process from ending)."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="specdeck-forker", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            job, done = self._jobs.get()
+            try:
+                done.set_result(job())
+            except BaseException as exc:  # noqa: BLE001 - raised again in the caller
+                done.set_exception(exc)
+
+    def call(self, job: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+        done: Future = Future()
+        self._jobs.put((job, done))
+        return done.result()
+
+
+_forker: _Forker | None = None
+_forker_lock = threading.Lock()
+
+
+def start_tied(argv: Sequence[str], **popen: object) -> subprocess.Popen:
+    """``subprocess.Popen(argv, **popen)`` for a child that ends when this process ends in any
+    way (killed with SIGKILL, crashed): a server SpecDeck (or a test) started must never
+    outlive it holding a port and a GPU's memory. On Linux the kernel sends the child SIGTERM
+    when its parent dies; since it does so when the forking *thread* ends, every tied child is
+    forked by one thread that lives as long as the process: a server started from a worker
+    thread (a Tune search, a GUI worker, a stand-in's request handler) was sent SIGTERM as soon
+    as that thread ended. Elsewhere a plain Popen (``stop()`` still ends it). What the child
+    starts itself is its own to end (a llama-server router ends its model instances)."""
+    global _forker
+    tie = _die_with_parent()
+    if tie is None:
+        return subprocess.Popen(list(argv), **popen)
+    with _forker_lock:
+        if _forker is None or _forker.pid != os.getpid():  # none yet, or a forked copy's
+            _forker = _Forker()
+        forker = _forker
+    return forker.call(lambda: subprocess.Popen(list(argv), preexec_fn=tie, **popen))
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:
@@ -70,9 +120,9 @@ class ManagedProcess:
                env: dict[str, str] | None = None) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in _end()
-        self.process = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=self._log,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        start_new_session=True, preexec_fn=die_with_parent())
+        self.process = start_tied(argv, cwd=cwd, env=env, stdout=self._log,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  start_new_session=True)
 
     def _wait_healthy(self, urls: Sequence[str], healthy: Callable[[object], bool],
                       timeout: float, cancel: threading.Event | None, interval_s: float,

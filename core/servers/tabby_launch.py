@@ -309,6 +309,17 @@ def logged_draft(text: str, request_id: str) -> LoggedDraft | None:
     return found
 
 
+def logged_acceptance(launch: TabbyLaunch) -> str:
+    """Where a launched TabbyAPI arm's draft acceptance comes from, said before it starts: its
+    log (``LOG_SOURCE``) where the install runs ExLlamaV3 (TabbyAPI main), whose backend logs
+    the counts; none on exl2-checkpoint, whose ExLlamaV2 backend logs none."""
+    main, _backend = _install(Path(launch.folder))
+    if main:
+        return LOG_SOURCE
+    return ("not reported by this server (TabbyAPI returns no draft counts over HTTP, and the "
+            "ExLlamaV2 backend of its exl2-checkpoint branch logs none)")
+
+
 def draft_model_of(launch: TabbyLaunch) -> str | None:
     """The draft model an arm's TabbyAPI loads (it then drafts with it at every step), from
     the arm's settings over the folder's config.yml; None without one (n-gram, MTP, off)."""

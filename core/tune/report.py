@@ -13,6 +13,7 @@ from typing import Any
 from specdeck.core.bench.tables import grid_table
 from specdeck.core.bench.winner import NO_DRAFT_SPEEDUP
 from specdeck.core.jsonout import dumps, to_jsonable
+from specdeck.core.servers.kinds import TRAITS, ServerKind
 from specdeck.core.tune.request import TABBYAPI
 from specdeck.core.tune.run import CURRENT, REFERENCE, WINNER, TuneResult
 from specdeck.core.units import format_bytes
@@ -201,8 +202,9 @@ def servers_text(result: TuneResult) -> str:
     proof = getattr(result.applied, "servers_started", 0)
     if not result.servers_started and not proof:
         return ""
-    kind = "TabbyAPIs" if result.setup.kind == TABBYAPI else "llama-servers"
-    return (f"{kind} started: {result.servers_started}"
+    # A llama-swap setup is tuned on llama-servers SpecDeck starts from its cmd.
+    kind = ServerKind.TABBYAPI if result.setup.kind == TABBYAPI else ServerKind.LLAMA_SERVER
+    return (f"Servers started ({TRAITS[kind].title}): {result.servers_started}"
             + (f", and {proof} to prove the file as written" if proof else ""))
 
 

@@ -289,3 +289,29 @@ def test_a_draft_is_tried_by_one_rule_whichever_server_runs_it(tmp_path, tabby_s
         else f"the check says {verdict}"
     assert by_tabby == by_llama == expected
     assert (DRAFT in [d.name for d in usable]) == bool(on_disk) == (expected is None)
+
+
+def test_the_servers_a_tune_started_are_counted_under_their_kinds_title(tmp_path, llama_bin):
+    """The report and the Tune page count the servers a tune started by their kind's title
+    (core.servers.kinds.TRAITS): TabbyAPI for a TabbyAPI setup, llama-server for the others
+    (a llama-swap model is tuned on llama-servers started from its cmd)."""
+    from specdeck.core.tune.apply import Applied
+    from specdeck.core.tune.candidates import Candidate
+    from specdeck.core.tune.live import result_lines
+    from specdeck.core.tune.report import markdown
+    from specdeck.core.tune.run import Decided, TuneOptions, TuneResult
+    from specdeck.core.tune.setup import demo, from_swap
+
+    llama = demo(llama_bin)
+    swap = tmp_path / "config.yaml"
+    swap.write_text(f"models:\n  smol:\n    cmd: {llama_bin} --port ${{PORT}} -m {llama.target}"
+                    " -t 1\n", encoding="utf-8")
+    for setup, title in ((_managed(tmp_path, "main"), "TabbyAPI"),
+                         (llama, "llama.cpp llama-server"),
+                         (from_swap(swap, "smol"), "llama.cpp llama-server")):
+        result = TuneResult(setup, TuneOptions(), (), (), None, None,
+                            Decided(Candidate("ngram"), (), False, "nothing was faster"),
+                            applied=Applied(None, "", servers_started=1), servers_started=3)
+        what, count = f"Servers started ({title})", "3, and 1 to prove the file as written"
+        assert f"\n- {what}: {count}\n" in markdown(result)
+        assert (what, count) in result_lines(result)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from processes import running
+from processes import gone_after_kill, running
+from specdeck.core.servers.process import start_tied
 from specdeck.core.servers.transport import Base, ServerError, request_text
 
 pytestmark = pytest.mark.slow
@@ -206,8 +207,8 @@ def llama_server_without_metrics(llama_bin, gguf, flags, log: Path):
 
     port = free_port()
     with open(log, "wb") as out:
-        process = subprocess.Popen([str(llama_bin), "-m", str(gguf), "--port", str(port),
-                                    *flags], stdout=out, stderr=subprocess.STDOUT)
+        process = start_tied([str(llama_bin), "-m", str(gguf), "--port", str(port), *flags],
+                             stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -485,9 +486,9 @@ def running_router(llama_bin, presets, folder):
 
     port = free_port()
     log = open(folder / "router.log", "w")
-    process = subprocess.Popen([str(llama_bin), "--models-preset", str(presets), "--models-max",
-                                "1", "--host", "127.0.0.1", "--port", str(port)],
-                               stdout=log, stderr=subprocess.STDOUT)
+    process = start_tied([str(llama_bin), "--models-preset", str(presets), "--models-max", "1",
+                          "--host", "127.0.0.1", "--port", str(port)],
+                         stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -511,6 +512,28 @@ def running_router(llama_bin, presets, folder):
             if child.is_running():
                 child.kill()
         log.close()
+
+
+def test_the_router_fixtures_servers_die_with_a_killed_test_run(llama_bin, demo_gguf, tmp_path):
+    """A test run killed with SIGKILL (a CI timeout, a user's kill -9) must leave no router,
+    and no model instance of it, holding memory: the fixture's router is started, a model
+    loaded through it, by a child Python that is then killed."""
+    presets = tmp_path / "presets.ini"
+    presets.write_text(f"version = 1\n[*]\nc = 512\nt = 1\n[plain]\nmodel = {demo_gguf}\n")
+    here = Path(__file__).parent
+    started = gone_after_kill(
+        "import sys, time\n"
+        f"sys.path[:0] = [{str(here)!r}, {str(here.parent)!r}]\n"
+        "from pathlib import Path\n"
+        "from specdeck.core.servers import router as routing\n"
+        "from specdeck.core.servers.transport import Base\n"
+        "from test_llama_server_live import running_router\n"
+        f"with running_router({str(llama_bin)!r}, Path({str(presets)!r}), "
+        f"Path({str(tmp_path)!r})) as url:\n"
+        "    routing.load_model(Base.parse(url), 'plain', None, timeout=120)\n"
+        "    print('ready', flush=True)\n"
+        "    time.sleep(600)\n")
+    assert len(started) == 2  # the router and its model's llama-server
 
 
 def router_counters(url, model):
@@ -706,33 +729,24 @@ def test_migrated_router_presets_start_where_last_years_did_not(llama_bin, demo_
 
 def test_a_launched_server_dies_with_specdeck_even_when_it_is_killed(llama_bin, demo_gguf, tmp_path):
     """SIGKILL gives SpecDeck no chance to stop its llama-servers: the kernel must (Linux's
-    parent-death signal), or a killed run would leave a model holding the GPU."""
-    import signal
-    import time
-
-    script = tmp_path / "start.py"
-    script.write_text(
-        "import sys, time\n"
+    parent-death signal), or a killed run would leave a model holding the GPU. The server is
+    started from a worker thread that then ends, as the Tune page's and the CLI's workers do:
+    the kernel sends that signal when the forking thread ends, and must not before SpecDeck
+    itself does."""
+    started = gone_after_kill(
+        "import sys, threading\n"
         "from pathlib import Path\n"
         "from specdeck.core.servers.llama_server import LaunchProfile, ManagedServer\n"
         f"m = ManagedServer(LaunchProfile({str(llama_bin)!r}, {str(demo_gguf)!r}, "
-        "('-t', '1', '-c', '512')), Path(sys.argv[1]))\n"
-        "m.start()\n"
-        "print(m.process.pid, flush=True)\n"
-        "time.sleep(600)\n")
-    parent = subprocess.Popen([sys.executable, str(script), str(tmp_path / "server.log")],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        server = psutil.Process(int(parent.stdout.readline()))
-        assert server.is_running() and "llama-server" in server.name()
-        parent.send_signal(signal.SIGKILL)
-        parent.wait(10)
-        deadline = time.monotonic() + 30
-        while server.is_running() and server.status() != psutil.STATUS_ZOMBIE:
-            assert time.monotonic() < deadline, "llama-server outlived the killed SpecDeck"
-            time.sleep(0.1)
-    finally:
-        parent.kill()
+        f"('-t', '1', '-c', '512')), Path({str(tmp_path / 'server.log')!r}))\n"
+        "worker = threading.Thread(target=m.start)\n"
+        "worker.start()\n"
+        "worker.join()\n"
+        "threading.Event().wait(1)  # a SIGTERM at the thread's end has had time to land\n"
+        "print('ready' if m.process.poll() is None else f'ended: {m.process.returncode}', "
+        "flush=True)\n"
+        "threading.Event().wait(600)\n")
+    assert [p.name() for p in started] == ["llama-server"]
 
 
 def test_the_engine_keeps_what_fits_and_restarts_only_what_must(llama_bin, demo_gguf, tmp_path):

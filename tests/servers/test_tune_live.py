@@ -177,7 +177,7 @@ def test_a_verified_winner_is_written_and_runs_from_the_file(llama_bin, demo_ggu
     assert "answered and drafted" in applied.relaunch
     assert max(up) == 1 and applied.servers_started == 1
     assert servers_text(verified.with_applied(applied)) == \
-        "llama-servers started: 0, and 1 to prove the file as written"
+        "Servers started (llama.cpp llama-server): 0, and 1 to prove the file as written"
     text = config.read_text()
     assert "--spec-type ngram-simple --spec-ngram-simple-size-n 2" in text
     assert text.startswith("# my llama-swap setup\n")  # only the flags changed

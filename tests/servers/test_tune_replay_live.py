@@ -62,7 +62,7 @@ def test_tune_predicts_every_setting_and_measures_only_the_finalists(llama_bin, 
 
     text = markdown(result)
     assert "## Predicted from one plain run" in text
-    assert f"llama-servers started: {result.servers_started}" in text
+    assert f"Servers started (llama.cpp llama-server): {result.servers_started}" in text
     rows = live.forecast_rows()
     assert rows and all(len(r) == 6 for r in rows)
     assert live.cells.keys() >= searched  # the page follows the finalists, not every k

@@ -78,6 +78,12 @@ class Driver:
         """What the plan's notes say of this kind's arm (``first``: the plan's first arm)."""
         return []
 
+    def acceptance(self, arm, info) -> str:
+        """Where this arm's draft acceptance comes from, or why there is none, as the plan's
+        notes say it (``info``: None for a server SpecDeck has not started yet): the kind's
+        (``TRAITS``), unless how SpecDeck reaches this arm's server adds a source."""
+        return TRAITS[self.kind].acceptance
+
     # Switching to an arm -----------------------------------------------------------------
     def request_model(self, server, info) -> str | None:
         """The model an arm's requests name: the arm's, else the one the server serves."""

@@ -43,6 +43,15 @@ class LlamaServerDriver(Driver):
                 f"{shown_command(list(flags)) or 'none'}; loaded before its runs, so no run "
                 "pays for a model load"]
 
+    def acceptance(self, arm, info) -> str:
+        """With /metrics (a server SpecDeck launches always has it), the counters' growth
+        around each run counts its drafts too: a run whose timings leave draft_n out (it
+        drafted nothing) is told from one that reports nothing."""
+        text = super().acceptance(arm, info)
+        if arm.server.managed is None and not (info is not None and info.metrics):
+            return text
+        return f"{text}, and the growth of its /metrics spec_decode counters around each run"
+
     def activate(self, arm, info, switch: Switch) -> None:
         if info.router:
             router.activate_arm(arm, switch.url, switch.previous, switch.plan_arms,

@@ -34,6 +34,15 @@ class TabbyApiDriver(Driver):
                 "restores the model (and the draft where TabbyAPI reports it: its main branch "
                 "does not, so reload your draft there if you had one)"]
 
+    def acceptance(self, arm, info) -> str:
+        """A TabbyAPI SpecDeck starts: its log's per-request draft counts, where its backend
+        logs them (core.servers.tabby_launch.logged_acceptance)."""
+        if arm.server.tabby_launch is None:
+            return super().acceptance(arm, info)
+        from specdeck.core.servers.tabby_launch import logged_acceptance
+
+        return logged_acceptance(arm.server.tabby_launch)
+
     def request_model(self, server, info) -> str | None:
         # An inline model switch is an admin action: name a model only when the user asked.
         return server.model
