@@ -63,7 +63,8 @@ QUESTION_FILE = "?question-file"
 """The Spec-Bench choice's item that asks for the user's question.jsonl."""
 SERVERS_TIP = ("One arm per server, comma-separated: [NAME=]URL[#MODEL]. The first is the "
                "no-draft reference. API keys come from SPECDECK_SERVER_API_KEY or the keyring. "
-               "Arms… for launched llama-servers and per-arm key variables.")
+               "Arms… for servers SpecDeck starts (llama-server, TabbyAPI) and per-arm key "
+               "variables.")
 
 
 def _plan_range(name: str) -> dict:
@@ -121,7 +122,7 @@ class FormChoices:
     """The one-line server list ([NAME=]URL[#MODEL], ...)."""
     server_arms: tuple[Arm, ...] | None = form_field(None, key="arms", older=("server_arms",),
                                                       to_text=_arms_text, from_text=_arms_read)
-    """Arms from the Arms dialog that the line cannot express (launched llama-servers, key
+    """Arms from the Arms dialog that the line cannot express (servers SpecDeck starts, key
     variables, an LM Studio draft); None: the line is the list. Kept in plan.json's own arm
     format (``arms_to_settings``)."""
     one_at_a_time: bool = form_field(False)
@@ -724,7 +725,7 @@ class BenchForm(QWidget):
             self.servers.setToolTip(SERVERS_TIP)
         else:
             self.servers.setText(" · ".join(f"{a.name}: {a.server.where}" for a in arms))
-            self.servers.setToolTip("Set in Arms… (launched llama-servers or key variables "
+            self.servers.setToolTip("Set in Arms… (servers SpecDeck starts or key variables "
                                     "do not fit on one line); edit them there.")
         self.arms_changed.emit()
 

@@ -130,9 +130,13 @@ def error_html(error: BaseException) -> str:
 
 
 # plots ---------------------------------------------------------------------------------------
-POSITIONS_TITLE = f"Acceptance by draft position, {SHARE_OF_DRAFTS}"
-"""The chart shows core.engines.base.SHARE_OF_DRAFTS for every arm (every source gives it,
-and it never rises with the position); the title says so."""
+POSITIONS_TITLE = "Acceptance by draft position"
+POSITIONS_AXIS = "% kept"
+POSITIONS_TIP = (f"At each draft position i: the {SHARE_OF_DRAFTS} whose first i tokens the "
+                 "target kept (it never rises with i; every source reports it).")
+"""The chart shows core.engines.base.SHARE_OF_DRAFTS for every arm. A title saying so
+wrapped at the A/B page's width and an axis saying so was cut ("% of draft"): the title and
+the plot say it on hover, the title keeps its room for where the counts come from."""
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
@@ -164,7 +168,7 @@ def memory_title(kind: str, unit: str = "") -> str:
     engine's or the server's among the rest; "rss": the engine process; "server-hidden":
     nothing, because the server's memory cannot be read from here)."""
     return {"gpu": "GPU memory used (all processes, NVML)",
-            "rss": "Memory of the engine process (RSS)",
+            "rss": "Engine process memory (RSS)",
             "server-hidden": "Memory: the server's memory is not visible "
                              "(no GPU that NVML reads on this machine)",
             "server-remote": "Memory: the server's memory is not visible (it runs on "

@@ -24,6 +24,8 @@ from specdeck.gui.bench_render import (
     ARM,
     ARM_COLOURS,
     OUTPUT,
+    POSITIONS_AXIS,
+    POSITIONS_TIP,
     POSITIONS_TITLE,
     REPEAT,
     RESULT_COLUMNS,
@@ -198,7 +200,7 @@ class BenchPlots(QWidget):
         self.speed_plot = self._plot("tok/s", "seconds")
         self.accept_plot = self._plot("%", "seconds")
         self.accept_plot.setYRange(0, 100, padding=0.02)
-        self.position_plot = self._plot("% kept", "draft position")  # the title says of what
+        self.position_plot = self._plot(POSITIONS_AXIS, "draft position")
         self.position_plot.setYRange(0, Y_HEADROOM * 100, padding=0)
         self.position_plot.getAxis("left").setTicks([[(v, str(v)) for v in range(0, 101, 20)]])
         self.position_plot.setMouseEnabled(x=False, y=False)
@@ -211,8 +213,11 @@ class BenchPlots(QWidget):
                  ("memory", self.memory_plot, "Memory"))
         row, labels = titled_row([(plot, title) for _, plot, title in shown])
         layout.addWidget(row)
+        self._row = row
         self.titles: dict[str, QLabel] = {key: label
                                           for (key, _, _), label in zip(shown, labels)}
+        for widget in (self.titles["positions"], self.position_plot):
+            widget.setToolTip(POSITIONS_TIP)
         self.speed: dict[str, _Series] = {}
         self.finished: dict[str, _Series] = {}
         self.accept: dict[str, _Series] = {}
@@ -295,6 +300,12 @@ class BenchPlots(QWidget):
         self.loading_label = pg.InfLineLabel(edge, LOADING_LABEL, position=0.92,
                                              anchors=[(0, 0.5), (0, 0.5)],
                                              color=(100, 100, 100))
+
+    def hide_plot(self, plot) -> None:
+        """Leave ``plot`` (one of the four) and its title out; the others share its room."""
+        from specdeck.gui.telemetry_view import hide_column
+
+        hide_column(self._row, plot)
 
     def reset(self, arms: list[str]) -> None:
         self.mark_loading(None)

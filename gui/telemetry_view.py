@@ -108,12 +108,33 @@ def live_plot(title: str, unit: str, x_label: str, min_height: int):
     # The legend sits in a row under the x axis, never over the data: drawn inside the view
     # (pyqtgraph's addLegend) it covered the first points of every live plot. PlotItem adds
     # each curve made with a name to ``item.legend``, wherever that legend is laid out.
-    item.legend = pg.LegendItem(labelTextSize="8pt", colCount=LEGEND_COLUMNS, frame=False,
-                                horSpacing=12, sampleType=legend_sample_type())
+    item.legend = new_legend()
     item.layout.addItem(item.legend, 4, 1)
+    # A plot with no named curve (one series) has an empty legend row, 21 px lower than one
+    # with a row of samples: its data area was taller and its x axis lower than its
+    # neighbours'. Every legend row is at least one row of samples high.
+    item.layout.setRowMinimumHeight(4, legend_row_height())
     item.setClipToView(True)
     item.setDownsampling(auto=True, mode="peak")
     return plot
+
+
+def new_legend():
+    """A live plot's legend: rows of small samples under the x axis, no frame."""
+    import pyqtgraph as pg
+
+    return pg.LegendItem(labelTextSize="8pt", colCount=LEGEND_COLUMNS, frame=False,
+                         horSpacing=12, sampleType=legend_sample_type())
+
+
+@functools.cache
+def legend_row_height() -> float:
+    """The height of a live plot's legend with one row of samples (live_plot's style)."""
+    import pyqtgraph as pg
+
+    legend = new_legend()
+    legend.addItem(pg.PlotDataItem([0], [0]), "A")
+    return legend.layout.effectiveSizeHint(Qt.SizeHint.PreferredSize).height()
 
 
 def titled_row(plots) -> tuple[QWidget, list[QLabel]]:
@@ -146,6 +167,19 @@ def titled_row(plots) -> tuple[QWidget, list[QLabel]]:
         labels.append(label)
     grid.setRowStretch(1, 1)
     return box, labels
+
+
+def hide_column(row: QWidget, plot: QWidget) -> None:
+    """Hide ``plot`` and its title in a :func:`titled_row` row, and give its column's room
+    to the others (a plot's parent is the whole row: hiding that hid every plot)."""
+    grid = row.layout()
+    index = grid.indexOf(plot)
+    _row, column, _rows, _columns = grid.getItemPosition(index)
+    for r in range(grid.rowCount()):
+        item = grid.itemAtPosition(r, column)
+        if item is not None and item.widget() is not None:
+            item.widget().hide()
+    grid.setColumnStretch(column, 0)
 
 
 class GpuCard(QFrame):

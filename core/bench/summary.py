@@ -550,16 +550,22 @@ def _not_reported(arm: Arm) -> str:
     """A drafting server arm's acceptance source where no run carried counts, with why where
     SpecDeck knows it (TabbyAPI: none over HTTP; its log, when SpecDeck started it)."""
     from specdeck.core.servers.kinds import ServerKind
+    from specdeck.core.servers.tabby_launch import NO_HTTP_COUNTS
 
     server = arm.server
     if server is not None and server.tabby_launch is not None:
-        return ("not reported by this server (TabbyAPI's log had no draft counts for these "
-                "requests: its ExLlamaV2 backend logs none)")
+        return f"not reported by this server ({_tabby_log_empty()})"
     if server is not None and (server.tabby is not None
                                or server.kind is ServerKind.TABBYAPI):
-        return ("not reported by this server (TabbyAPI returns no draft counts over HTTP; "
-                "SpecDeck reads them from TabbyAPI's log only when it starts TabbyAPI itself)")
+        return (f"not reported by this server ({NO_HTTP_COUNTS}; SpecDeck reads them from "
+                "TabbyAPI's log only when it starts TabbyAPI itself)")
     return "not reported by this server"
+
+
+def _tabby_log_empty() -> str:
+    from specdeck.core.servers.tabby_launch import EXL2_LOGS_NONE
+
+    return f"TabbyAPI's log had no draft counts for these requests: {EXL2_LOGS_NONE}"
 
 
 def _why_drafting_unknown(arm: Arm, summary: ArmSummary, records: Sequence[RunRecord]) -> str:
@@ -575,8 +581,7 @@ def _why_drafting_unknown(arm: Arm, summary: ArmSummary, records: Sequence[RunRe
         return ""
     readings = [r.result.server for r in records]
     if arm.server is not None and arm.server.tabby_launch is not None:
-        return ("TabbyAPI's log had no draft counts for these requests (its ExLlamaV2 backend "
-                "logs none)")
+        return _tabby_log_empty()
     try:
         kind = ServerKind(readings[0].report.kind)
     except ValueError:

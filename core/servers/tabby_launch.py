@@ -50,6 +50,10 @@ from specdeck.core.errors import InvalidInputError, NotFoundError, SpecDeckError
 from specdeck.core.servers.process import ManagedProcess
 from specdeck.core.units import KiB
 
+NO_HTTP_COUNTS = "TabbyAPI returns no draft counts over HTTP"
+EXL2_LOGS_NONE = "the ExLlamaV2 backend of its exl2-checkpoint branch logs none"
+"""Why a TabbyAPI arm may have no draft counts, said once for the plan's notes and the
+summary (see LOG_SOURCE)."""
 LOG_SOURCE = "TabbyAPI's log (Metrics ... Draft: A / T tokens accepted)"
 """Where a launched TabbyAPI arm's draft counts come from: TabbyAPI returns none over HTTP,
 but logs them per request (common/gen_logging.py ``log_metrics``, main e632af41, from the
@@ -316,8 +320,7 @@ def logged_acceptance(launch: TabbyLaunch) -> str:
     main, _backend = _install(Path(launch.folder))
     if main:
         return LOG_SOURCE
-    return ("not reported by this server (TabbyAPI returns no draft counts over HTTP, and the "
-            "ExLlamaV2 backend of its exl2-checkpoint branch logs none)")
+    return f"not reported by this server ({NO_HTTP_COUNTS}, and {EXL2_LOGS_NONE})"
 
 
 def draft_model_of(launch: TabbyLaunch) -> str | None:

@@ -130,17 +130,19 @@ def markdown(result: TuneResult) -> str:
                   for d in result.downloads]
     if result.not_tried:
         lines += ["", "Not tried:", *(f"- {n.what}: {n.why}" for n in result.not_tried)]
-    if result.phase_s:
-        lines += ["", "## Time", "", *(f"- {name}: {seconds:.1f} s"
-                                         for name, seconds in result.phase_s.items())]
+    # What the tune cost, under its own heading even without phase times (the servers line
+    # hung under the section before it).
+    spent = [f"- {name}: {seconds:.1f} s" for name, seconds in result.phase_s.items()]
     started = servers_text(result)
     if started:
-        lines.append(f"- {started}")
+        spent.append(f"- {started}")
     budgeted = sum(result.phase_s.get(name, 0.0) for name in ("search", "verify"))
     if budgeted > result.options.budget_s * 1.05:
-        lines.append(f"- over the budget of {result.options.budget_s / 60:g} min by "
+        spent.append(f"- over the budget of {result.options.budget_s / 60:g} min by "
                      f"{(budgeted - result.options.budget_s) / 60:.1f} min (search and "
                      "verification; the notes say why)")
+    if spent:
+        lines += ["", "## Time", "", *spent]
     if result.notes:
         lines += ["", *(f"Note: {n}" for n in result.notes)]
     return "\n".join(lines) + "\n"

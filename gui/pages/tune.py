@@ -870,10 +870,9 @@ class TunePage(QWidget):
 
             self.plots = BenchPlots()
             # A server's memory is not the tune's question, and the tune's events carry no
-            # acceptance by draft position: their plots (each in a box under its own title
-            # label, which already names the speed plot) are not shown.
+            # acceptance by draft position: their plots are not shown.
             for plot in (self.plots.memory_plot, self.plots.position_plot):
-                plot.parentWidget().hide()
+                self.plots.hide_plot(plot)
             self.plots_host.layout().addWidget(self.plots)
 
     # lifecycle -----------------------------------------------------------------------------

@@ -78,12 +78,13 @@ def test_engine_arms_chart_summary_and_report_agree_with_the_records(qtbot, page
     # The cycling model repeats itself: n-gram keeps far more than a random draft model.
     assert bars(page, "C")[0] > bars(page, "B")[0]
     assert plots.title("positions").replace("\xa0", " ") == \
-        "Acceptance by draft position, share of all drafts (engine count)"
+        "Acceptance by draft position (engine count)"
+    assert "share of all drafts" in plots.titles["positions"].toolTip()
     # The engine runs on the CPU here: its process's RSS, in the unit that fits it.
     largest = max(max(s.y) for s in plots.memory.values())
     unit = "MiB" if largest < 1024 * MiB else "GiB"
     assert plots.memory_plot.getAxis("left").labelText == unit
-    assert plots.title("memory") == "Memory of the engine process (RSS)"
+    assert plots.title("memory") == "Engine process memory (RSS)"
 
     page.export_to(tmp_path / "report")
     qtbot.waitUntil(lambda: (tmp_path / "report" / "summary.md").exists(), timeout=30_000)

@@ -565,3 +565,23 @@ def test_at_1024x640_the_result_can_be_read_whole(qtbot, configured_qapp, llama_
     page.not_tried.setText("Not tried: " + "; ".join(
         f"draft-{n} (needs a draft model (-md) made for draft-{n})" for n in range(12)))
     qtbot.waitUntil(lambda: _all_reachable(page.not_tried), timeout=5000)
+
+
+def test_the_tune_page_shows_its_speed_and_acceptance_plots(qtbot):
+    """The Tune page shows two of the A/B page's four plots. It hid the other two by their
+    parent widget, which became the whole row when the titles moved into one row: no plot
+    was shown at all."""
+    window, page = tune_page(qtbot)
+    window.resize(1280, 800)
+    window.show()
+    page._ensure_plots()
+    plots = page.plots
+    # a widget laid into a shown one is shown from the event loop (QLayout::addChildWidget)
+    qtbot.waitUntil(lambda: plots.isVisible() and plots.speed_plot.width() > 0)
+    shown = (plots.speed_plot, plots.accept_plot, plots.titles["speed"], plots.titles["accept"])
+    hidden = (plots.position_plot, plots.memory_plot, plots.titles["positions"],
+              plots.titles["memory"])
+    assert all(w.isVisibleTo(window) for w in shown)
+    assert not any(w.isVisibleTo(window) for w in hidden)
+    # the two share the row's width between them
+    assert plots.speed_plot.width() + plots.accept_plot.width() > 0.8 * plots.width()
