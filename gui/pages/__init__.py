@@ -28,7 +28,8 @@ PAGES: tuple[PageSpec, ...] = (
         "models",
         "Models",
         "specdeck.gui.pages.models",
-        "Your local draft and target models, and EXL2 drafts to install from the Hugging Face Hub.",
+        "Your local draft and target models, and EXL2, EXL3 and GGUF drafts to install from the "
+        "Hugging Face Hub.",
     ),
     PageSpec(
         "draft",

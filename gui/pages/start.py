@@ -19,8 +19,9 @@ from PySide6.QtWidgets import (
 from specdeck.gui import workers
 
 TASKS = (
-    ("Install a draft", "Find a small draft model for your big one on the Hugging Face Hub (EXL2 "
-     "bitrates) and install it, checked and resumable.", "models", "Models"),
+    ("Install a draft", "Find a small draft model for your big one on the Hugging Face Hub (an "
+     "EXL2 or EXL3 bitrate, or a GGUF file) and install it, checked and resumable.", "models",
+     "Models"),
     ("Check a pair, plan VRAM", "Can this draft speculate for this target (tokenizers, ids, "
      "context)? Will both fit on your GPUs?", "compat", "Compatibility"),
     ("Measure the speed-up", "A/B with and without drafting, in SpecDeck or on the servers you "

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QLabel
 from replay_server import replay  # noqa: F401 - a fixture
 
 from specdeck.gui.main_window import MainWindow
@@ -155,3 +156,21 @@ def test_a_look_for_servers_cut_short_by_the_app_quitting_ends_quietly(monkeypat
     assert discovery.servers({1: "anything"}) == []
     monkeypatch.setattr(futures_thread, "_shutdown", False)
     assert discovery.servers({}) == []  # an ordinary empty look still works
+
+
+def test_the_install_card_and_the_models_tip_name_every_format_the_hub_installs(qtbot,
+                                                                                configured_qapp):
+    """The Start card and the sidebar's Models tip said EXL2 only, while the Models page
+    searches and installs every format of ``hub.search.FORMATS``."""
+    from specdeck.core.hub.search import FORMAT_LABELS, FORMATS
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    page = window.show_page("start")
+    card = page.task_buttons["models"].parentWidget()
+    texts = " ".join(label.text() for label in card.findChildren(QLabel))
+    models_row = next(window.sidebar.item(i) for i in range(window.sidebar.count())
+                      if window.sidebar.item(i).text() == "Models")
+    for fmt in FORMATS:
+        assert FORMAT_LABELS[fmt] in texts
+        assert FORMAT_LABELS[fmt] in models_row.toolTip()
