@@ -91,7 +91,8 @@ def build_request(inputs: PlanInputs, frame=None, overheads: Overheads = DEFAULT
                                     "Plan an EXL3 quant of the target.")
         draft = mtp_weights(info)
     elif inputs.draft and str(inputs.draft).strip():
-        draft = model_weights(inputs.draft, inputs.draft_bpw, inputs.draft_head_bits)
+        draft = model_weights(inputs.draft, inputs.draft_bpw, inputs.draft_head_bits,
+                              bpw_flag="--draft-bpw")
     return PlanRequest(
         target=target,
         gpus=resolve_gpus(inputs, frame, overheads),

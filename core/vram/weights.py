@@ -204,15 +204,17 @@ def weights_from_files(info: ModelInfo) -> ModelWeights:
 
 
 def model_weights(folder: str | Path, bpw: float | None = None,
-                  head_bits: int | None = None) -> ModelWeights:
+                  head_bits: int | None = None, bpw_flag: str = "--bpw") -> ModelWeights:
     """The planner's view of a model folder.
 
     An EXL2 folder with its weight files is measured exactly; ``bpw`` (and ``head_bits``)
     override that with an estimate, which is what a folder with only config.json needs.
+    ``bpw_flag`` is the command-line option that gives this folder's bpw (``--draft-bpw``
+    for a draft), named when one is needed.
     """
     info = read_model(folder)
     if info.quant.method == "exl3":
-        return _exl3_weights(info, bpw, head_bits)
+        return _exl3_weights(info, bpw, head_bits, bpw_flag)
     if bpw is None and info.is_exl2 and info.weights is not None:
         return weights_from_files(info)
     if bpw is None and info.is_exl2 and info.quant.bits:
@@ -222,14 +224,15 @@ def model_weights(folder: str | Path, bpw: float | None = None,
                 else "no EXL2 quantization" if info.weights is None else "unquantized weights")
         raise InvalidInputError(
             f"{info.path} has {what}, so its size as an EXL2 model is unknown.",
-            "Give the bitrate of the EXL2 quant you mean to run, e.g. 4.0 (--bpw on the "
+            f"Give the bitrate of the EXL2 quant you mean to run, e.g. 4.0 ({bpw_flag} on the "
             "command line; the bpw box beside the model on the GPUs page).",
         )
     bits = head_bits or info.quant.head_bits or DEFAULT_HEAD_BITS
     return weights_from_bpw(info.arch, float(bpw), bits, name=info.name)
 
 
-def _exl3_weights(info: ModelInfo, bpw: float | None, head_bits: int | None) -> ModelWeights:
+def _exl3_weights(info: ModelInfo, bpw: float | None, head_bits: int | None,
+                  bpw_flag: str) -> ModelWeights:
     """An EXL3 folder: measured from its files, else estimated from quantization_config's
     bits (``bpw`` overrides both), as core.vram.exl3 reads exllamav3."""
     from specdeck.core.vram import exl3
@@ -239,7 +242,7 @@ def _exl3_weights(info: ModelInfo, bpw: float | None, head_bits: int | None) -> 
     bits = check_bpw(bpw) if bpw is not None else info.quant.bits
     if bits is None:
         raise InvalidInputError(f"{info.path}'s quantization_config names no bits.",
-                                "Pass the bits per weight of the EXL3 quant (e.g. --bpw 4.0).")
+                                f"Pass the bits per weight of the EXL3 quant (e.g. {bpw_flag} 4.0).")
     head = head_bits or info.quant.head_bits or exl3.DEFAULT_HEAD_BITS
     return exl3.weights_from_bits(info.arch, float(bits), head, name=info.name)
 

@@ -81,6 +81,9 @@ def test_vram_defaults_to_tabbyapis_context(capsys):
     (["--model", str(MODELS / "Llama-2-7b-hf"), "--bpw", "4", "--gpus", "24", "--cache-mode", "Q3"],
      "Cache mode"),
     (["--model", "/no/such/model", "--bpw", "4", "--gpus", "24"], "does not exist"),
+    # The draft's bitrate has its own option: the fix names it, not the target's --bpw.
+    (["--model", str(MODELS / "Llama-2-7b-hf"), "--bpw", "4", "--gpus", "24",
+      "--draft", str(MODELS / "TinyLlama-1.1B-Chat-v1.0")], "e.g. 4.0 (--draft-bpw on"),
 ])
 def test_vram_user_errors_exit_2_with_a_fix(capsys, argv, message):
     code, _, err = run(capsys, "vram", *argv)
