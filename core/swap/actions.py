@@ -136,7 +136,7 @@ def plan_draft(config: SwapConfig, model_name: str, setting: DraftSetting, info=
                                 "SpecDeck edits llama-server's drafting flags only.")
     from specdeck.core.servers.llama_server import spec_type
 
-    judge = judge_of(model.argv[0], info)
+    judge = judge_of(model.program, info)
     info = judge.info
     change = plan_edit(config, model_name, draft_edits(setting, info, spec_type(model.flags)))
     after = from_text(change.new_text, change.document.path)
@@ -195,7 +195,7 @@ def plan_migration(config: SwapConfig, names: list[str] | None = None,
     names = [m.name for m in wanted if m.is_llama_server and not m.errors]  # errors: unfixed
     current, last, warnings = config, None, []
     for name in names:
-        judge = judge_of(current.model(name).argv[0], info)
+        judge = judge_of(current.model(name).program, info)
         found = findings(current.model(name), judge.info, current.macro_cmds)
         unfixed += [f"{name}: {f.message}" for f in found if f.edit is None]
         if any(f.edit is not None for f in found) and judge.hedged:
@@ -250,7 +250,7 @@ def _macro_fix(current: SwapConfig, change: ConfigChange, name: str, macro: str,
     for user in users:
         if user == name:
             continue
-        judge = judge_of(current.model(user).argv[0], info)
+        judge = judge_of(current.model(user).program, info)
         refused = _refused_by(judge, current.model(user), trial.model(user))
         if refused:
             refusals.append(f"{user} ({judge.info.source} would refuse it: {refused})")
@@ -290,7 +290,7 @@ def model_rows(config: SwapConfig, info=None) -> list[dict[str, Any]]:
     for model in config.models:
         # A cmd whose macros do not resolve is not what llama-swap would run: not judged.
         judged = model.is_llama_server and model.macros_resolved
-        judge = judge_of(model.argv[0], info) if judged else None
+        judge = judge_of(model.program, info) if judged else None
         found = findings(model, judge.info, config.macro_cmds) if judged else []
         rows.append({"model": model.name, "style": model.style, "lines": model.lines,
                      "llama_server": model.is_llama_server,

@@ -73,6 +73,16 @@ class ModelCmd:
                                     or any(a.endswith("llama.cpp:server") for a in self.argv))
 
     @property
+    def program(self) -> str:
+        """The llama-server that runs this cmd, as the cmd names it: its first word, or for a
+        container (``docker run ... ghcr.io/ggml-org/llama.cpp:server``) the image, whose
+        llama-server is not on this machine: the container tool's own ``--help`` (docker's)
+        says nothing about llama-server's flags."""
+        if not self.argv or "llama-server" in Path(self.argv[0]).name:
+            return self.argv[0] if self.argv else ""
+        return next((a for a in self.argv if a.endswith("llama.cpp:server")), self.argv[0])
+
+    @property
     def flags(self) -> tuple[str, ...]:
         """argv with each long flag named as llama-server matches it (``--draft_max`` is
         ``--draft-max``)."""

@@ -347,3 +347,33 @@ def test_flags_removed_from_the_start_of_a_line_keep_its_indentation(winner, cmd
     assert change.new_text == ("models:\n  smol:\n    cmd: |\n      /bin/llama-server --port "
                                "${PORT}\n" + cmd_tail + "    ttl: 5\n")
     schema_ok(change.new_text)
+
+
+def test_a_container_cmd_is_judged_by_llama_server_rules_never_by_the_container_tools_help(
+        tmp_path, monkeypatch):
+    """`swap show` on llama-swap's own docker example, on a machine with docker installed,
+    said "flags judged by the --help of /usr/local/bin/docker" and listed docker's --name,
+    --init, --rm, -p and llama-server's --model as missing from that help. The llama-server
+    of a container runs inside its image, not on this machine."""
+    from specdeck.core.swap.actions import model_rows, plan_migration
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    docker = bin_dir / "docker"  # a real program on PATH answering --help with its own flags
+    docker.write_text("#!/bin/sh\ncat <<'EOF'\nUsage:  docker [OPTIONS] COMMAND\n\nOptions:\n"
+                      "      --config string      Location of client config files\n"
+                      "  -D, --debug              Enable debug mode\n"
+                      "  -v, --version            Print version information and quit\nEOF\n")
+    docker.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    cfg = swap.from_text("models:\n  box:\n    cmd: |\n      docker run --name box --rm -p "
+                         "${PORT}:8080 ghcr.io/ggml-org/llama.cpp:server\n"
+                         "      --model /models/t.gguf --draft-max 8\n")
+    assert cfg.model("box").is_llama_server
+    row = model_rows(cfg)[0]
+    assert row["hedged"] and str(docker) not in row["judged_by"]
+    assert "ghcr.io/ggml-org/llama.cpp:server is not on this machine" in row["judged_by"]
+    assert row["not_in_help"] == []
+    assert any("--draft-max" in p for p in row["problems"])  # still judged, by the pinned rules
+    change, _ = plan_migration(cfg)
+    assert change is not None and "--spec-draft-n-max 8" in change.new_text
