@@ -119,6 +119,7 @@ def test_validate_and_migrate_legacy(tmp_path, specdeck_home):
     legacy.write_bytes((TABBY / "config_sample.581e1fc.yml").read_bytes())
     result = specdeck("config", "validate", "--config", str(legacy), home=specdeck_home)
     assert result.returncode == 0 and "Legacy layout" in result.stdout
+    assert "`specdeck config migrate`" in result.stdout  # the command, not only the app's button
     migrated = specdeck("config", "migrate", "--config", str(legacy), "--yes", home=specdeck_home)
     assert migrated.returncode == 0, migrated.stderr
     assert "model.draft -> draft_model" in migrated.stdout
@@ -140,6 +141,9 @@ def test_validate_reports_errors_with_exit_1(tmp_path, specdeck_home):
 def test_missing_config_and_bad_yaml(tmp_path, specdeck_home):
     result = specdeck("config", "show", home=specdeck_home)
     assert result.returncode == 2 and "--config PATH" in result.stderr
+    result = specdeck("config", "show", "--config", str(tmp_path / "none.yml"),
+                      home=specdeck_home)
+    assert result.returncode == 2 and "`specdeck config init PATH`" in result.stderr
     bad = tmp_path / "config.yml"
     bad.write_text("model:\n  model_name: [unclosed\n")
     result = specdeck("config", "show", "--config", str(bad), home=specdeck_home)

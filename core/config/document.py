@@ -259,7 +259,8 @@ class ConfigDocument:
         except FileNotFoundError:
             raise NotFoundError(
                 f"{path} does not exist.",
-                "Pick your TabbyAPI config.yml, or create one from SpecDeck's defaults."
+                "Pick your TabbyAPI config.yml, or create one from SpecDeck's defaults "
+                "(`specdeck config init PATH`, or Draft settings in the app)."
                 if what == TABBY_CONFIG else f"Give the path of your {what}.",
             ) from None
         except IsADirectoryError:
@@ -437,7 +438,8 @@ class ConfigDocument:
                 None,
                 "Legacy layout: the draft settings are nested as model.draft. TabbyAPI migrates "
                 "them to a top-level draft_model section on start; SpecDeck can do that now "
-                "and keep your comments (Migrate).",
+                "and keep your comments (`specdeck config migrate`, or Migrate… on the Draft "
+                "settings page).",
             )
         max_seq_len = self.raw(MODEL, "max_seq_len")
         cache_size = self.raw(MODEL, "cache_size")
