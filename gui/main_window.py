@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QMainWindow,
     QMessageBox,
+    QSizePolicy,
     QStackedWidget,
     QWidget,
 )
@@ -32,6 +33,8 @@ class MainWindow(QMainWindow):
         self.context = context or AppContext(self)
         self.setWindowTitle("SpecDeck")
         self._pages: dict[str, QWidget] = {}
+        self._policies: dict[str, QSizePolicy] = {}
+        """Each page's own size policy, kept while it is hidden (``_on_row_changed``)."""
 
         self.sidebar = QListWidget()
         self.sidebar.setObjectName("sidebar")
@@ -118,6 +121,13 @@ class MainWindow(QMainWindow):
         if row < 0:
             return
         widget = self.page(PAGES[row].key)
+        # A stack's minimum is its widest page's, shown or not: once Draft settings (1177 px)
+        # had been opened, no page fitted a 1024 px screen again. Hidden pages ask for no
+        # room (Ignored); the shown one asks for what it needs.
+        for key, page in self._pages.items():
+            own = self._policies.setdefault(key, page.sizePolicy())
+            ignored = QSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Ignored)
+            page.setSizePolicy(own if page is widget else ignored)
         self.stack.setCurrentWidget(widget)
 
     # menus and status ----------------------------------------------------------------

@@ -34,6 +34,26 @@ def test_pages_are_built_on_first_show_only(qtbot, configured_qapp):
     assert set(window._pages) == {p.key for p in PAGES}
 
 
+def test_a_page_needs_only_its_own_width_whichever_pages_were_opened_before(qtbot,
+                                                                           configured_qapp):
+    """The window's minimum was the widest page ever built: after one look at Draft settings
+    (1177 px), the Start page, the demo A/B and Tune no longer fitted a 1024 px screen."""
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.show()
+    start = window.show_page("start")
+    alone = window.minimumSizeHint().width()
+    draft = window.show_page("draft")
+    assert window.minimumSizeHint().width() >= draft.minimumSizeHint().width() > alone
+    window.show_page("start")
+    assert window.minimumSizeHint().width() == alone
+    window.resize(1024, 640)
+    qtbot.waitUntil(lambda: window.width() == 1024)
+    assert start.width() + window.sidebar.width() <= 1024
+    window.show_page("draft")  # it still gets the room it needs when shown
+    assert window.minimumSizeHint().width() >= draft.minimumSizeHint().width()
+
+
 def test_no_heavy_imports_at_startup(tmp_path):
     # A fresh interpreter: earlier tests in this process may have imported torch already.
     probe = tmp_path / "painted"
