@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "docs" / "benchmarks"
-CITATION = re.compile(r"docs/benchmarks/(\w+)\.md")
+CITATION = re.compile(r"docs/benchmarks/([\w-]+)\.md")
 RATIO = re.compile(r"(?<![\d.])(\d+\.\d+)(?:x\b|(?=-\d+\.\d+x\b))")
 """A ratio, or the low end of a range of ratios; the high end matches as a ratio."""
 QUANTITY = re.compile(r"(?<![\d.\w])(\d+(?:\.\d+)?)(?=(?:-\d+(?:\.\d+)?)?\s?(?:%|ms\b|µs\b|s\b))")
