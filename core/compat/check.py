@@ -111,8 +111,12 @@ def summarize(verdict: CompatVerdict, rules: tuple[RuleResult, ...]) -> str:
         deciding = next((r for r in unknown if r.key == "token_text"), unknown[0])
         return f"Could not decide. {deciding.detail}"
     if verdict is CompatVerdict.WARNINGS:
+        # The checks are named by what they check ("Loadable by ExLlamaV2"): said as the
+        # warning itself, a check's name read as good news.
         names = "; ".join(r.title for r in warned)
-        return f"Compatible, with {len(warned)} warning{'s' if len(warned) > 1 else ''}: {names}."
+        plural = len(warned) > 1
+        return (f"Compatible, with {len(warned)} warning{'s' if plural else ''} from the "
+                f"check{'s' if plural else ''}: {names}.")
     return "Compatible: same tokenizer, same BOS/EOS handling, and the draft fits the target."
 
 

@@ -83,6 +83,12 @@ class ModelCmd:
         return next((a for a in self.argv if a.endswith("llama.cpp:server")), self.argv[0])
 
     @property
+    def in_container(self) -> bool:
+        """Whether llama-server runs in a container (``docker run ... llama.cpp:server``):
+        not a program SpecDeck can start on this machine."""
+        return self.is_llama_server and self.program != self.argv[0]
+
+    @property
     def flags(self) -> tuple[str, ...]:
         """argv with each long flag named as llama-server matches it (``--draft_max`` is
         ``--draft-max``)."""

@@ -261,6 +261,13 @@ def _not_tunable(cmd) -> InvalidInputError | None:
                                  f"({cmd.argv[0] if cmd.argv else 'an empty cmd'}).",
                                  "SpecDeck tunes llama-server's drafting; pick a llama-server "
                                  "model.")
+    if cmd.in_container:
+        # Its argv is the container tool's: SpecDeck would start "docker" as llama-server.
+        return InvalidInputError(f"Model {model} runs llama-server in a container "
+                                 f"({cmd.program}).",
+                                 "SpecDeck tunes a llama-server it starts on this machine: add "
+                                 "a model whose cmd runs a local llama-server on the same GGUF, "
+                                 "tune it, and copy its drafting flags into the container's cmd.")
     if not _split_own(cmd.flags[1:])[0]:
         return InvalidInputError(f"Model {model}'s cmd names no -m GGUF.",
                                  "SpecDeck tunes cmds that load a local GGUF with -m.")

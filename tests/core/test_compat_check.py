@@ -61,6 +61,10 @@ def test_qwen_sizes_are_compatible_despite_padded_heads():
     # The fixtures carry vocab.json + merges.txt only, which ExLlamaV2 0.3 cannot load.
     assert [r.key for r in report.warnings] == ["exllamav2_tokenizer"]
     assert report.verdict is CompatVerdict.WARNINGS
+    # the check that warned is named as a check: "1 warning: Loadable by ExLlamaV2" read as
+    # the warning itself, and so as good news
+    title = report.warnings[0].title
+    assert report.summary == f"Compatible, with 1 warning from the check: {title}."
 
 
 def test_qwen_pair_with_tokenizer_json_is_plainly_compatible(tmp_path):

@@ -87,6 +87,12 @@ def test_a_swap_model_is_found_by_its_alias_and_edited_under_its_own_name(tmp_pa
 def test_setups_that_cannot_be_tuned_say_why(tmp_path):
     with pytest.raises(InvalidInputError, match="does not run llama-server"):
         from_swap(swap_config(tmp_path), "other")
+    container = tmp_path / "docker.yaml"  # llama-swap's own example, a GGUF on this machine
+    container.write_text("models:\n  docker-llama:\n    cmd: docker run --rm -p ${PORT}:8080 "
+                         f"ghcr.io/ggml-org/llama.cpp:server --model {GGUF}\n")
+    with pytest.raises(InvalidInputError, match="runs llama-server in a container "
+                       r"\(ghcr.io/ggml-org/llama.cpp:server\)"):
+        from_swap(container, "docker-llama")
     config = tmp_path / "bad.yaml"
     config.write_text(f"models:\n  m:\n    cmd: {BINARY} -m ${{nowhere}}\n")
     with pytest.raises(SpecDeckError):
