@@ -124,11 +124,47 @@ def option_bits(option: list[Any], linears: list[Linear]) -> tuple[int, int]:
     return bits, sum(lin.rows * lin.columns for lin in linears)
 
 
+def kernel_mask(bits: list[int]) -> int:
+    """The bit-width set of one linear as exllamav2's QMatrix records it (q_matrix.cu:
+    ``kernel_p |= 1 << (bits - 1)`` over its groups)."""
+    mask = 0
+    for b in bits:
+        mask |= 1 << (b - 1)
+    return mask
+
+
+def exl2_kernels(folder: Path | None = None) -> frozenset[int]:
+    """The bit-width sets exllamav2 has a matmul kernel for, read from its extension's
+    source (``cuda/comp_units/kernel_select.cuh``: the ``case 0b...`` of its
+    ``map_m_count_exl2_*`` switches). A linear whose set is missing gets no kernel for
+    up to 32 rows (q_gemm.cu ``if (!kernel) return;``): a decode or verification step
+    silently skips it (the fused MLP adds nothing for down_proj), and only prefills,
+    which dequantize and use cuBLAS, compute it. 0.3.2's converter tables offer one
+    such set, 8 + 4 bits (three of ``qparams_mlp``'s down_proj options)."""
+    import re
+
+    path = (folder or exllamav2_dir()) / "exllamav2_ext" / "cuda" / "comp_units" / \
+        "kernel_select.cuh"
+    text = path.read_text(encoding="utf-8")
+    found = frozenset(int(m, 2) for m in re.findall(r"case 0b([01]+)\s*:\s*return "
+                                                    r"gemm_half_q_half_kernel<", text))
+    if not found:
+        raise ValueError(f"{path}: no EXL2 kernel cases found (not exllamav2 0.3.x's layout)")
+    return found
+
+
+def has_kernels(option: list[Any], kernels: frozenset[int] | None) -> bool:
+    return kernels is None or all(kernel_mask(q.bits) in kernels for q in option)
+
+
 def choose_options(options: list[list[Any]], linears: list[Linear], layers: int,
-                   bpw: float) -> list[int]:
+                   bpw: float, kernels: frozenset[int] | None = None) -> list[int]:
     """Per layer, the index of the option it gets: the two options whose costs on these
-    shapes bracket ``bpw``, the dearer one on just enough layers to reach it."""
-    costs = sorted((option_bits(o, linears)[0], i) for i, o in enumerate(options))
+    shapes bracket ``bpw``, the dearer one on just enough layers to reach it. Only options
+    every linear of which has a kernel in ``kernels`` (:func:`exl2_kernels`) are chosen:
+    the step costs must time every matmul."""
+    costs = sorted((option_bits(o, linears)[0], i) for i, o in enumerate(options)
+                   if has_kernels(o, kernels))
     weights = option_bits(options[0], linears)[1]
     target = bpw * weights
     below = [c for c in costs if c[0] <= target]
@@ -216,14 +252,18 @@ class ModelPlan:
 
 
 def plan_model(config: dict[str, Any], bpw: float, head_bits: int,
-               qparams: ModuleType) -> ModelPlan:
-    """Every tensor of a Llama-architecture EXL2 model at ``bpw``, in the converter's order."""
+               qparams: ModuleType, kernels: frozenset[int] | None = None) -> ModelPlan:
+    """Every tensor of a Llama-architecture EXL2 model at ``bpw``, in the converter's order,
+    with only options exllamav2 has kernels for (``kernels``: :func:`exl2_kernels`)."""
     layers = int(config["num_hidden_layers"])
     hidden = int(config["hidden_size"])
     vocab = int(config["vocab_size"])
     attn0, mlp0 = llama_linears(config, 0)
-    attn_choice = choose_options(qparams.qparams_attn, attn0, layers, bpw)
-    mlp_choice = choose_options(qparams.qparams_mlp, mlp0, layers, bpw)
+    attn_choice = choose_options(qparams.qparams_attn, attn0, layers, bpw, kernels)
+    mlp_choice = choose_options(qparams.qparams_mlp, mlp0, layers, bpw, kernels)
+    if not config.get("tie_word_embeddings", False) and \
+            not has_kernels([qparams.qparams_headoptions[head_bits]], kernels):
+        raise ValueError(f"head_bits {head_bits}: exllamav2 has no kernel for that head")
     tensors = [TensorSpec("model.embed_tokens.weight", "F16", (vocab, hidden), "normal")]
     bits = weights = 0
     for layer in range(layers):
@@ -335,7 +375,7 @@ def write_model(folder: Path, config: dict[str, Any], bpw: float, head_bits: int
                 tokenizer: Path | None = None, qparams: ModuleType | None = None,
                 shard_bytes: int = SHARD_BYTES) -> ModelPlan:
     """Write the model into ``folder`` (done once: a complete folder is kept)."""
-    plan = plan_model(config, bpw, head_bits, qparams or load_qparams())
+    plan = plan_model(config, bpw, head_bits, qparams or load_qparams(), exl2_kernels())
     if (folder / COMPLETE).is_file():
         return plan
     if folder.exists():

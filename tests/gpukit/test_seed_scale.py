@@ -80,9 +80,43 @@ def test_every_option_is_laid_out_as_the_converter_counts_it(qparams, make_group
         qparams.qparams_headoptions)
 
 
+@pytest.fixture(scope="module")
+def kernels():
+    return exl2_synth.exl2_kernels()
+
+
+def test_the_kernel_sets_are_read_from_exllamav2s_source(kernels):
+    """kernel_select.cuh's cases: 4-bit alone, 8 + 6 (the 6-bit head), 8 + 4 + 3 have
+    kernels; 8 + 4 (an option of the converter's down_proj table) has none."""
+    mask = exl2_synth.kernel_mask
+    assert {mask([4]), mask([8, 6]), mask([8, 4, 3]), mask([3, 2])} <= kernels
+    assert mask([8, 4]) not in kernels
+    assert any(mask(q.bits) not in kernels for o in exl2_synth.load_qparams().qparams_mlp
+               for q in o)
+
+
+@pytest.mark.parametrize("bpw", [2.5, 3.0, 3.5, 4.0, 4.65, 5.0, 6.0])
+def test_every_linear_of_the_seed_models_has_an_exllamav2_kernel(qparams, kernels, bpw):
+    """q_gemm.cu returns without computing a linear whose bit-width set has no kernel, for
+    up to 32 rows: a decode or verification step would skip it and the step costs would
+    time less than a real model's forward. Every linear the writer plans at the seed's
+    shapes (and at the toy rehearsal's) gets a kernel exllamav2 0.3.2 compiles."""
+    for model in SeedConfig().models:
+        for shape in ((), TINY.seed.shape):
+            config = seed_scale.model_config(model, shape)
+            plan = exl2_synth.plan_model(config, bpw, model.head_bits, qparams, kernels)
+            for t in plan.tensors:
+                if t.fill == "groups":
+                    assert exl2_synth.kernel_mask([g.bits for g in t.groups]) in kernels, \
+                        (model.name, t.name, [g.bits for g in t.groups])
+    written = exl2_synth.plan_model(seed_scale.model_config(SeedConfig().models[1], ()), 4.0,
+                                    6, qparams, kernels)
+    assert abs(written.bpw_layers - 4.0) < 0.01
+
+
 @pytest.mark.parametrize("bpw", [2.5, 3.0, 4.0, 4.65, 6.0])
-def test_the_layers_reach_the_target_bits_per_weight(qparams, bpw):
-    plan = exl2_synth.plan_model(LLAMA_70B, bpw, 6, qparams)
+def test_the_layers_reach_the_target_bits_per_weight(qparams, kernels, bpw):
+    plan = exl2_synth.plan_model(LLAMA_70B, bpw, 6, qparams, kernels)
     assert abs(plan.bpw_layers - bpw) < 0.01
     # the decoder layers' bytes, over Llama-3-70B's weights (q, o: 8192 x 8192; k, v:
     # 8192 x 1024; gate, up, down: 8192 x 28672), are that rate
@@ -156,7 +190,8 @@ def test_specdeck_sizes_the_seed_models_from_their_files(tmp_path):
     gpu_bytes = {}
     for name in ("llama3-70b-2.5bpw", "llama3.2-1b-4.0bpw"):
         config = seed_scale.model_config(by_name[name], TINY.seed.shape)
-        plan_of = exl2_synth.plan_model(config, by_name[name].bpw, 6, exl2_synth.load_qparams())
+        plan_of = exl2_synth.plan_model(config, by_name[name].bpw, 6, exl2_synth.load_qparams(),
+                                        exl2_synth.exl2_kernels())
         rows = sum(t.shape[0] for t in plan_of.tensors if t.name.endswith(".q_invperm"))
         gpu_bytes[name] = models[name]["bytes"] + EXL2_INDEX_BYTES_PER_INPUT * rows
         if not config.get("tie_word_embeddings"):
