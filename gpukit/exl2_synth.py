@@ -22,7 +22,9 @@ importing exllamav2 builds its CUDA extension):
   of at most 8192 MB named ``output-0000i-of-0000n.safetensors``, and ``config.json``'s
   ``quantization_config`` (quant_method exl2, version, bits, head_bits, calibration).
 
-Values: codes and 4-bit scales are random bits; each group's ``q_scale_max`` is what
+Values: codes are random odd numbers (symmetric about the kernels' zero point: random
+bits would average -0.5 and overflow fp16 within a few layers, see ``code_mask``) and
+4-bit scales random bits; each group's ``q_scale_max`` is what
 ``AdaptiveQuantizer.find_params`` would give a weight of standard deviation 1/sqrt(rows)
 (3 sigma over half the code range), so activations stay in fp16's range through 80
 layers; ``q_invperm`` is a random permutation; norms are 1; the embedding is N(0, 0.02).
@@ -215,7 +217,8 @@ class TensorSpec:
     """safetensors dtype: I32, I16 or F16."""
     shape: tuple[int, ...]
     fill: str
-    """random (any bits) | perm | groups | scale_max | ones | normal"""
+    """random (any bits) | codes (odd codes: see code_mask) | perm | groups | scale_max |
+    ones | normal"""
     groups: tuple[Group, ...] = ()
 
     @property
@@ -234,7 +237,7 @@ def quantized_linear(lin: Linear, qparams: Any) -> list[TensorSpec]:
         TensorSpec(f"{lin.name}.q_scale_max", "F16", (len(groups),), "scale_max", groups),
         TensorSpec(f"{lin.name}.q_groups", "I16", (2 * len(groups),), "groups", groups),
         TensorSpec(f"{lin.name}.q_scale", "I32", (len(groups), lin.columns // 8), "random"),
-        TensorSpec(f"{lin.name}.q_weight", "I32", (qrows, lin.columns), "random"),
+        TensorSpec(f"{lin.name}.q_weight", "I32", (qrows, lin.columns), "codes", groups),
     ]
 
 
@@ -289,6 +292,25 @@ def plan_model(config: dict[str, Any], bpw: float, head_bits: int,
 
 
 # Writing -----------------------------------------------------------------------------------
+def code_mask(bits: int) -> np.ndarray:
+    """The ``bits`` words that hold 32 codes of one column (adaptivegptq.py ``pack`` through
+    pack_tensor.cu ``pack_columns``: code i at bit i x bits of their little-endian stream),
+    with the lowest bit of every code set.
+
+    The kernels dequantize a code q as (q - 2**(bits - 1)) x scale (the quantizer's qzero),
+    so uniformly random codes average -0.5 x scale: every weight of a column leans the same
+    way, a hidden state's mean is multiplied by about sqrt(rows) per layer instead of being
+    mixed away, and a 70B's residual passes fp16's 65504 within three layers (a CPU
+    simulation at Llama-3-70B's widths: 72k at layer 3), so every logit would be NaN. Odd
+    codes are symmetric about the zero point (+-1, +-3, ...): the mean is 0, the spread
+    within 2% of uniform codes' from 4 bits up."""
+    words = np.zeros(bits, dtype=np.uint32)
+    for i in range(32):
+        bit = i * bits
+        words[bit // 32] |= np.uint32(1 << (bit % 32))
+    return words
+
+
 class Filler:
     """Bytes for each tensor: random bits and N(0, 0.02) fp16 cycled from fixed pools (the
     loader and the kernels read the layout, not the values), the structured ones exact."""
@@ -312,7 +334,22 @@ class Filler:
                 left -= len(piece)
                 yield piece
             return
+        if spec.fill == "codes":
+            yield from self._codes(spec)
+            return
         yield self.array(spec).tobytes()
+
+    def _codes(self, spec: TensorSpec) -> Iterator[bytes]:
+        """Random packed codes, each one odd (:func:`code_mask`), group by group."""
+        columns = spec.shape[1]
+        pool = np.frombuffer(self._bits, dtype=np.uint32)
+        for g in spec.groups:
+            count = g.qrows * columns
+            start = (self._offset // 4) % (len(pool) - count) if count < len(pool) else 0
+            self._offset += count * 4 + 4096
+            words = pool[start:start + count].reshape(g.qrows, columns)
+            mask = np.resize(code_mask(g.bits), g.qrows)  # each group starts a 32-row block
+            yield (words | mask[:, None]).tobytes()
 
     def array(self, spec: TensorSpec) -> np.ndarray:
         if spec.fill == "perm":
