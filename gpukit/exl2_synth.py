@@ -22,7 +22,9 @@ importing exllamav2 builds its CUDA extension):
   of at most 8192 MB named ``output-0000i-of-0000n.safetensors``, and ``config.json``'s
   ``quantization_config`` (quant_method exl2, version, bits, head_bits, calibration).
 
-Values: codes and 4-bit scales are random bits; each group's ``q_scale_max`` is what
+Values: codes are random odd numbers (symmetric about the kernels' zero point: random
+bits would average -0.5 and overflow fp16 within a few layers, see ``code_mask``) and
+4-bit scales random bits; each group's ``q_scale_max`` is what
 ``AdaptiveQuantizer.find_params`` would give a weight of standard deviation 1/sqrt(rows)
 (3 sigma over half the code range), so activations stay in fp16's range through 80
 layers; ``q_invperm`` is a random permutation; norms are 1; the embedding is N(0, 0.02).
@@ -124,11 +126,47 @@ def option_bits(option: list[Any], linears: list[Linear]) -> tuple[int, int]:
     return bits, sum(lin.rows * lin.columns for lin in linears)
 
 
+def kernel_mask(bits: list[int]) -> int:
+    """The bit-width set of one linear as exllamav2's QMatrix records it (q_matrix.cu:
+    ``kernel_p |= 1 << (bits - 1)`` over its groups)."""
+    mask = 0
+    for b in bits:
+        mask |= 1 << (b - 1)
+    return mask
+
+
+def exl2_kernels(folder: Path | None = None) -> frozenset[int]:
+    """The bit-width sets exllamav2 has a matmul kernel for, read from its extension's
+    source (``cuda/comp_units/kernel_select.cuh``: the ``case 0b...`` of its
+    ``map_m_count_exl2_*`` switches). A linear whose set is missing gets no kernel for
+    up to 32 rows (q_gemm.cu ``if (!kernel) return;``): a decode or verification step
+    silently skips it (the fused MLP adds nothing for down_proj), and only prefills,
+    which dequantize and use cuBLAS, compute it. 0.3.2's converter tables offer one
+    such set, 8 + 4 bits (three of ``qparams_mlp``'s down_proj options)."""
+    import re
+
+    path = (folder or exllamav2_dir()) / "exllamav2_ext" / "cuda" / "comp_units" / \
+        "kernel_select.cuh"
+    text = path.read_text(encoding="utf-8")
+    found = frozenset(int(m, 2) for m in re.findall(r"case 0b([01]+)\s*:\s*return "
+                                                    r"gemm_half_q_half_kernel<", text))
+    if not found:
+        raise ValueError(f"{path}: no EXL2 kernel cases found (not exllamav2 0.3.x's layout)")
+    return found
+
+
+def has_kernels(option: list[Any], kernels: frozenset[int] | None) -> bool:
+    return kernels is None or all(kernel_mask(q.bits) in kernels for q in option)
+
+
 def choose_options(options: list[list[Any]], linears: list[Linear], layers: int,
-                   bpw: float) -> list[int]:
+                   bpw: float, kernels: frozenset[int] | None = None) -> list[int]:
     """Per layer, the index of the option it gets: the two options whose costs on these
-    shapes bracket ``bpw``, the dearer one on just enough layers to reach it."""
-    costs = sorted((option_bits(o, linears)[0], i) for i, o in enumerate(options))
+    shapes bracket ``bpw``, the dearer one on just enough layers to reach it. Only options
+    every linear of which has a kernel in ``kernels`` (:func:`exl2_kernels`) are chosen:
+    the step costs must time every matmul."""
+    costs = sorted((option_bits(o, linears)[0], i) for i, o in enumerate(options)
+                   if has_kernels(o, kernels))
     weights = option_bits(options[0], linears)[1]
     target = bpw * weights
     below = [c for c in costs if c[0] <= target]
@@ -179,7 +217,8 @@ class TensorSpec:
     """safetensors dtype: I32, I16 or F16."""
     shape: tuple[int, ...]
     fill: str
-    """random (any bits) | perm | groups | scale_max | ones | normal"""
+    """random (any bits) | codes (odd codes: see code_mask) | perm | groups | scale_max |
+    ones | normal"""
     groups: tuple[Group, ...] = ()
 
     @property
@@ -198,7 +237,7 @@ def quantized_linear(lin: Linear, qparams: Any) -> list[TensorSpec]:
         TensorSpec(f"{lin.name}.q_scale_max", "F16", (len(groups),), "scale_max", groups),
         TensorSpec(f"{lin.name}.q_groups", "I16", (2 * len(groups),), "groups", groups),
         TensorSpec(f"{lin.name}.q_scale", "I32", (len(groups), lin.columns // 8), "random"),
-        TensorSpec(f"{lin.name}.q_weight", "I32", (qrows, lin.columns), "random"),
+        TensorSpec(f"{lin.name}.q_weight", "I32", (qrows, lin.columns), "codes", groups),
     ]
 
 
@@ -216,14 +255,18 @@ class ModelPlan:
 
 
 def plan_model(config: dict[str, Any], bpw: float, head_bits: int,
-               qparams: ModuleType) -> ModelPlan:
-    """Every tensor of a Llama-architecture EXL2 model at ``bpw``, in the converter's order."""
+               qparams: ModuleType, kernels: frozenset[int] | None = None) -> ModelPlan:
+    """Every tensor of a Llama-architecture EXL2 model at ``bpw``, in the converter's order,
+    with only options exllamav2 has kernels for (``kernels``: :func:`exl2_kernels`)."""
     layers = int(config["num_hidden_layers"])
     hidden = int(config["hidden_size"])
     vocab = int(config["vocab_size"])
     attn0, mlp0 = llama_linears(config, 0)
-    attn_choice = choose_options(qparams.qparams_attn, attn0, layers, bpw)
-    mlp_choice = choose_options(qparams.qparams_mlp, mlp0, layers, bpw)
+    attn_choice = choose_options(qparams.qparams_attn, attn0, layers, bpw, kernels)
+    mlp_choice = choose_options(qparams.qparams_mlp, mlp0, layers, bpw, kernels)
+    if not config.get("tie_word_embeddings", False) and \
+            not has_kernels([qparams.qparams_headoptions[head_bits]], kernels):
+        raise ValueError(f"head_bits {head_bits}: exllamav2 has no kernel for that head")
     tensors = [TensorSpec("model.embed_tokens.weight", "F16", (vocab, hidden), "normal")]
     bits = weights = 0
     for layer in range(layers):
@@ -249,6 +292,25 @@ def plan_model(config: dict[str, Any], bpw: float, head_bits: int,
 
 
 # Writing -----------------------------------------------------------------------------------
+def code_mask(bits: int) -> np.ndarray:
+    """The ``bits`` words that hold 32 codes of one column (adaptivegptq.py ``pack`` through
+    pack_tensor.cu ``pack_columns``: code i at bit i x bits of their little-endian stream),
+    with the lowest bit of every code set.
+
+    The kernels dequantize a code q as (q - 2**(bits - 1)) x scale (the quantizer's qzero),
+    so uniformly random codes average -0.5 x scale: every weight of a column leans the same
+    way, a hidden state's mean is multiplied by about sqrt(rows) per layer instead of being
+    mixed away, and a 70B's residual passes fp16's 65504 within three layers (a CPU
+    simulation at Llama-3-70B's widths: 72k at layer 3), so every logit would be NaN. Odd
+    codes are symmetric about the zero point (+-1, +-3, ...): the mean is 0, the spread
+    within 2% of uniform codes' from 4 bits up."""
+    words = np.zeros(bits, dtype=np.uint32)
+    for i in range(32):
+        bit = i * bits
+        words[bit // 32] |= np.uint32(1 << (bit % 32))
+    return words
+
+
 class Filler:
     """Bytes for each tensor: random bits and N(0, 0.02) fp16 cycled from fixed pools (the
     loader and the kernels read the layout, not the values), the structured ones exact."""
@@ -272,7 +334,22 @@ class Filler:
                 left -= len(piece)
                 yield piece
             return
+        if spec.fill == "codes":
+            yield from self._codes(spec)
+            return
         yield self.array(spec).tobytes()
+
+    def _codes(self, spec: TensorSpec) -> Iterator[bytes]:
+        """Random packed codes, each one odd (:func:`code_mask`), group by group."""
+        columns = spec.shape[1]
+        pool = np.frombuffer(self._bits, dtype=np.uint32)
+        for g in spec.groups:
+            count = g.qrows * columns
+            start = (self._offset // 4) % (len(pool) - count) if count < len(pool) else 0
+            self._offset += count * 4 + 4096
+            words = pool[start:start + count].reshape(g.qrows, columns)
+            mask = np.resize(code_mask(g.bits), g.qrows)  # each group starts a 32-row block
+            yield (words | mask[:, None]).tobytes()
 
     def array(self, spec: TensorSpec) -> np.ndarray:
         if spec.fill == "perm":
@@ -335,7 +412,7 @@ def write_model(folder: Path, config: dict[str, Any], bpw: float, head_bits: int
                 tokenizer: Path | None = None, qparams: ModuleType | None = None,
                 shard_bytes: int = SHARD_BYTES) -> ModelPlan:
     """Write the model into ``folder`` (done once: a complete folder is kept)."""
-    plan = plan_model(config, bpw, head_bits, qparams or load_qparams())
+    plan = plan_model(config, bpw, head_bits, qparams or load_qparams(), exl2_kernels())
     if (folder / COMPLETE).is_file():
         return plan
     if folder.exists():

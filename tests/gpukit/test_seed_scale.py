@@ -17,6 +17,7 @@ import json
 import math
 
 import kit_paths  # noqa: F401
+import numpy as np
 import pytest
 from conftest import REPO_ROOT
 
@@ -80,9 +81,43 @@ def test_every_option_is_laid_out_as_the_converter_counts_it(qparams, make_group
         qparams.qparams_headoptions)
 
 
+@pytest.fixture(scope="module")
+def kernels():
+    return exl2_synth.exl2_kernels()
+
+
+def test_the_kernel_sets_are_read_from_exllamav2s_source(kernels):
+    """kernel_select.cuh's cases: 4-bit alone, 8 + 6 (the 6-bit head), 8 + 4 + 3 have
+    kernels; 8 + 4 (an option of the converter's down_proj table) has none."""
+    mask = exl2_synth.kernel_mask
+    assert {mask([4]), mask([8, 6]), mask([8, 4, 3]), mask([3, 2])} <= kernels
+    assert mask([8, 4]) not in kernels
+    assert any(mask(q.bits) not in kernels for o in exl2_synth.load_qparams().qparams_mlp
+               for q in o)
+
+
+@pytest.mark.parametrize("bpw", [2.5, 3.0, 3.5, 4.0, 4.65, 5.0, 6.0])
+def test_every_linear_of_the_seed_models_has_an_exllamav2_kernel(qparams, kernels, bpw):
+    """q_gemm.cu returns without computing a linear whose bit-width set has no kernel, for
+    up to 32 rows: a decode or verification step would skip it and the step costs would
+    time less than a real model's forward. Every linear the writer plans at the seed's
+    shapes (and at the toy rehearsal's) gets a kernel exllamav2 0.3.2 compiles."""
+    for model in SeedConfig().models:
+        for shape in ((), TINY.seed.shape):
+            config = seed_scale.model_config(model, shape)
+            plan = exl2_synth.plan_model(config, bpw, model.head_bits, qparams, kernels)
+            for t in plan.tensors:
+                if t.fill == "groups":
+                    assert exl2_synth.kernel_mask([g.bits for g in t.groups]) in kernels, \
+                        (model.name, t.name, [g.bits for g in t.groups])
+    written = exl2_synth.plan_model(seed_scale.model_config(SeedConfig().models[1], ()), 4.0,
+                                    6, qparams, kernels)
+    assert abs(written.bpw_layers - 4.0) < 0.01
+
+
 @pytest.mark.parametrize("bpw", [2.5, 3.0, 4.0, 4.65, 6.0])
-def test_the_layers_reach_the_target_bits_per_weight(qparams, bpw):
-    plan = exl2_synth.plan_model(LLAMA_70B, bpw, 6, qparams)
+def test_the_layers_reach_the_target_bits_per_weight(qparams, kernels, bpw):
+    plan = exl2_synth.plan_model(LLAMA_70B, bpw, 6, qparams, kernels)
     assert abs(plan.bpw_layers - bpw) < 0.01
     # the decoder layers' bytes, over Llama-3-70B's weights (q, o: 8192 x 8192; k, v:
     # 8192 x 1024; gate, up, down: 8192 x 28672), are that rate
@@ -118,6 +153,31 @@ def test_a_written_model_reads_back_in_the_converters_layout(tmp_path, qparams):
     assert written["quantization_config"]["quant_method"] == "exl2"
     assert written["quantization_config"]["bits"] == 2.5
     assert (tmp_path / "m" / exl2_synth.COMPLETE).is_file()
+
+
+def _unpack_codes(packed, bits):
+    """pack_tensor.cu pack_columns inverted: ``bits`` words per 32 rows of a column, code i
+    at bit i x bits of their little-endian stream."""
+    words = packed.astype(np.uint64).reshape(-1, bits, packed.shape[1])
+    stream = sum(words[:, k, :].astype(object) << (32 * k) for k in range(bits))
+    return np.stack([(stream >> (i * bits)) & (2**bits - 1) for i in range(32)], axis=1)
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 5, 6, 8])
+def test_the_written_codes_are_symmetric_about_the_kernels_zero_point(qparams, bits):
+    """Random bits would decode to q - 2**(bits-1) with mean -0.5: every column leaning one
+    way, a 70B's residual past fp16's range within three layers. The writer's codes are odd,
+    so the dequantized weights have mean 0 and every code is still random."""
+    linear = exl2_synth.Linear("w", 256, 96)
+    specs = exl2_synth.quantized_linear(linear, qparams.QParams(128, [bits], [1], 4))
+    spec = next(s for s in specs if s.name.endswith(".q_weight"))
+    raw = b"".join(exl2_synth.Filler().chunks(spec))
+    assert len(raw) == spec.nbytes
+    codes = _unpack_codes(np.frombuffer(raw, dtype=np.uint32).reshape(spec.shape), bits)
+    values = codes.astype(np.int64) - 2 ** (bits - 1)
+    assert (codes % 2 == 1).all()
+    assert abs(values.mean()) < 0.05 * values.std()
+    assert len(np.unique(codes)) == 2 ** (bits - 1)
 
 
 def test_a_half_written_model_is_written_again(tmp_path, qparams):
@@ -156,7 +216,8 @@ def test_specdeck_sizes_the_seed_models_from_their_files(tmp_path):
     gpu_bytes = {}
     for name in ("llama3-70b-2.5bpw", "llama3.2-1b-4.0bpw"):
         config = seed_scale.model_config(by_name[name], TINY.seed.shape)
-        plan_of = exl2_synth.plan_model(config, by_name[name].bpw, 6, exl2_synth.load_qparams())
+        plan_of = exl2_synth.plan_model(config, by_name[name].bpw, 6, exl2_synth.load_qparams(),
+                                        exl2_synth.exl2_kernels())
         rows = sum(t.shape[0] for t in plan_of.tensors if t.name.endswith(".q_invperm"))
         gpu_bytes[name] = models[name]["bytes"] + EXL2_INDEX_BYTES_PER_INPUT * rows
         if not config.get("tie_word_embeddings"):
