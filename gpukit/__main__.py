@@ -78,6 +78,11 @@ def cmd_steps(args: argparse.Namespace) -> int:
 
     outcome = run_steps(STEPS, state, PRESETS[args.preset], args.budget, log, only=only,
                         after_step=after_step)
+    from gpukit.steps import exl3_running
+
+    if exl3_running():  # the budget ended before its step: measure how far it got anyway
+        run_steps(STEPS, state, PRESETS[args.preset], 0, log, only="exl3",
+                  after_step=after_step)
     for line in describe(STEPS, state):
         log(line)
     if outcome.failed:

@@ -198,6 +198,11 @@ def step_exl3_start(ctx: StepContext) -> dict[str, Any]:
     return {"jobs": jobs(), "niced": 19}
 
 
+def exl3_running() -> bool:
+    """Whether this process started ExLlamaV3's build and has not measured it yet."""
+    return "build" in _EXL3
+
+
 def step_exl3(ctx: StepContext) -> dict[str, Any]:
     """How far ExLlamaV3's build got in this call (it is stopped here: a compile must not
     outlive the call or skew a later command's timings)."""
@@ -497,7 +502,7 @@ STEPS = [
     Step("quantize", "EXL2-quantize both (exllamav2's converter)", 120, step_quantize,
          needs=("build", "pair")),
     Step("ab", "A/B arms, bare-loop overhead, NVML trace", 90, step_ab, needs=("quantize",)),
-    Step("seed", "the plan and step costs at the seed's 70B shapes (random EXL2 codes)", 90,
+    Step("seed", "the plan and step costs at the seed's 70B shapes (random EXL2 codes)", 100,
          step_seed, needs=("build", "seed-start")),
     Step("check", "specdeck check on the HF pair and each EXL2 pair", 20, step_check,
          needs=("pair",)),

@@ -92,3 +92,33 @@ def test_the_report_says_how_far_the_build_got(tmp_path):
     assert ("Built 61 of 177 objects in 380.0 s with 8 jobs at nice 19, beside the kit's other "
             "steps; stopped at the end of the call. At that rate the whole build takes about "
             "18.4 min (a projection).") in md.read_text()
+
+
+def test_a_build_still_running_when_the_budget_ends_is_measured_anyway(tmp_path, monkeypatch):
+    """The driver stops before a step that does not fit; the build's measurement must not
+    be lost with the command (the build would die unmeasured at exit)."""
+    import argparse
+
+    from gpukit import __main__ as kit
+    from gpukit import steps
+    from gpukit.driver import Step
+    from gpukit.state import KitState, StepRecord
+
+    class Started:
+        def result(self):
+            return {"seconds": 200.0, "jobs": 8, "niced": 19, "objects_built": 50,
+                    "objects_total": 177, "finished": False, "exit": None,
+                    "projected_minutes_at_these_jobs": 11.8}
+
+    exl3 = next(s for s in steps.STEPS if s.name == "exl3")
+    monkeypatch.setattr(steps, "STEPS", [Step("quick", "runs", 1, lambda ctx: {}),
+                                         Step("long", "does not fit", 10_000, lambda ctx: {}),
+                                         exl3])
+    monkeypatch.setenv("SPECDECK_GPU_WORK", str(tmp_path / "work"))
+    monkeypatch.setitem(steps._EXL3, "build", Started())
+    state = KitState(tmp_path / "work")
+    state.save(StepRecord("exl3-start", "done", 0.0, "t", {}))  # started earlier in the call
+    kit.cmd_steps(argparse.Namespace(preset="tiny", budget=60.0, out=None))
+    assert not state.is_done("long")
+    assert state.is_done("exl3") and state.read_json("exl3")["objects_built"] == 50
+    assert not steps.exl3_running()
