@@ -63,6 +63,10 @@ MEMORY_INTERVAL_S = 0.25
 HISTORY_SHOWN = 100
 """The History list shows the newest runs; older ones stay on disk in the history folder."""
 IDLE_TEXT = "Press Start to run the plan."
+# What the progress bar says with no plan running: reset, a bar shows no text at all and
+# reads as an empty input field.
+NO_RUNS = "No runs yet"
+RUNS_FORMAT = "%v / %m runs"
 
 
 def create_page(context):
@@ -204,7 +208,8 @@ class BenchPage(QWidget):
         self.open_history.clicked.connect(self._open_history)
         self.progress = QProgressBar()
         self.progress.setTextVisible(True)
-        self.progress.setFormat("%v / %m runs")
+        self.progress.setToolTip("Runs of the plan, warm-ups included")
+        self._progress_idle()
         # Elided: a stage can name a launched server's whole command line, and a plain
         # label's minimum width would widen the window to fit it (the full text is its tooltip).
         self.stage = ElidedLabel(min_chars=20)
@@ -275,6 +280,12 @@ class BenchPage(QWidget):
         self.live_pump.start()
         self._sync_controls()
 
+    def _progress_idle(self) -> None:
+        """A full-width bar that says no plan has run (rather than a blank white box)."""
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.progress.setFormat(NO_RUNS)
+
     def stop(self) -> None:
         if self.session is not None:
             self.session.stop()
@@ -332,6 +343,7 @@ class BenchPage(QWidget):
             self.plots.mark_loading(state.live.runs_from)
             self.plots.set_acceptance_title(state.live.serving)
             self._show_positions()
+        self.progress.setFormat(RUNS_FORMAT)
         self.progress.setRange(0, state.live.total)
         self.progress.setValue(0)
         self.stage.setText(f"Running on {event.loaded.label}")
@@ -612,8 +624,8 @@ class BenchPage(QWidget):
         self._tick_live()
         if self.plots is not None:  # every plot with its last points, fitted to them
             self.plots.redraw()
-        self.progress.setRange(0, 1)
-        self.progress.setValue(0)
+        if not self.state.live.total:  # failed loading: no plan ran ("0 / 1 runs" was untrue)
+            self._progress_idle()
         if isinstance(error, CancelledError):
             self.banner.show_message("The A/B run was stopped before any measured run finished.", "info")
             self.stage.setText("Stopped")

@@ -159,12 +159,20 @@ def test_bad_setups_are_explained_and_nothing_starts(page, models):
     assert "no folder" in page.banner.label.text()
 
 
+def test_the_idle_progress_bar_says_no_run_yet(page):
+    """Before any run, a reset bar showed no text: a blank white box under Size that read
+    as an input field."""
+    assert page.progress.isVisible()
+    assert page.progress.text() == "No runs yet"
+
+
 def test_a_missing_model_folder_fails_with_a_clear_banner(qtbot, page, tmp_path):
     configure(page, tmp_path / "nowhere")
     page.start()
     qtbot.waitUntil(lambda: page.start_button.isEnabled(), timeout=60_000)
     assert page.banner.isVisible() and page.banner.severity == "error"
     assert "nowhere" in page.banner.label.text()
+    assert page.progress.text() == "No runs yet"  # not "0 / 1 runs": the plan never started
 
 
 
