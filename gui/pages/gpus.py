@@ -63,9 +63,6 @@ SETTINGS_PREFIX = "gpus/plan/"
 def create_page(context):
     return GpusPage(context)
 
-COMPACT_LIVE_PX = 90
-"""The live half's height without GPUs: the banner's two lines of text and its badge."""
-
 
 FILES_BPW = 0.0
 """A bpw box's value that says: measure the folder's files (below core's BPW_RANGE)."""
@@ -179,10 +176,12 @@ class _ContextBox(QSpinBox):
 class _ModelPicker(QWidget):
     """A folder field with Browse and, beside it, the bpw for folders that are not EXL2."""
 
-    def __init__(self, placeholder: str, parent: QWidget | None = None):
+    def __init__(self, placeholder: str, tooltip: str, parent: QWidget | None = None):
         super().__init__(parent)
         self.path = QLineEdit()
+        # Short enough to fit the field at the form's width; the tooltip says the rest.
         self.path.setPlaceholderText(placeholder)
+        self.path.setToolTip(tooltip)
         browse = QPushButton("Browse…")
         browse.clicked.connect(self._browse)
         self.bpw = _BpwBox()
@@ -208,8 +207,12 @@ class PlanForm(QGroupBox):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__("VRAM plan", parent)
-        self.target = _ModelPicker("target model folder (EXL2, or config.json + bpw)")
-        self.draft = _ModelPicker("draft model folder (optional)")
+        self.target = _ModelPicker("target model folder",
+                                   "The target model's folder: EXL2, or any folder with a "
+                                   "config.json and the bpw beside it")
+        self.draft = _ModelPicker("draft model folder (optional)",
+                                  "The draft model's folder (optional): EXL2, or any folder "
+                                  "with a config.json and the bpw beside it")
         self.context = _ContextBox()
         self.context.setValue(PlanChoices().context)
         self.cache_mode = QComboBox()
@@ -493,6 +496,7 @@ class GpusPage(QWidget):
         self.splitter = splitter
         self._live = live
         self._compact: bool | None = None
+        self._banner_height: int | None = None
         layout = QVBoxLayout(self)
         layout.addWidget(splitter)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
@@ -517,15 +521,40 @@ class GpusPage(QWidget):
         height and the planner gets the rest (instead of a banner floating in empty space).
         Only on a change, so a user's drag of the splitter is kept."""
         if compact == self._compact:
+            if compact:
+                self._fit_banner()  # the banner's text may have changed
             return
         self._compact = compact
+        self._banner_height = None
         total = max(self.splitter.height(), 800)
         layout = self._live_layout
         layout.setStretch(layout.count() - 1, 1 if compact else 0)
         if compact:
-            self.splitter.setSizes([COMPACT_LIVE_PX, total - COMPACT_LIVE_PX])
+            self._fit_banner()
         else:
             self.splitter.setSizes([total * 11 // 20, total * 9 // 20])
+
+    def _fit_banner(self) -> None:
+        """The compact live half exactly as tall as the banner at the page's width: a fixed
+        height left a blank band under a short banner and cut off one wrapped narrow. Only
+        when that height changes (new text, new width), so a user's drag is kept."""
+        live = self._live
+        self._live_layout.invalidate()  # the badge's and text's new hints, not cached ones
+        height = (live.heightForWidth(self.splitter.width()) if live.hasHeightForWidth()
+                  else live.sizeHint().height())
+        if height == self._banner_height:
+            return
+        self._banner_height = height
+        # The space the halves share now (setSizes scales sizes that do not sum to it); a
+        # window's worth before the page is first laid out.
+        total = sum(self.splitter.sizes()) if self.splitter.isVisible() else 800
+        total = max(total, height + 1)
+        self.splitter.setSizes([height, total - height])
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        if self._compact:  # the banner's text rewraps at the new width
+            self._fit_banner()
 
     def _build_plots(self) -> None:
         if self.plots is None:

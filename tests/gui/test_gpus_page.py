@@ -303,3 +303,44 @@ def test_building_the_page_defers_pyqtgraph_and_nvml(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def _placeholder_fits(edit) -> bool:
+    """Whether a line edit shows its whole placeholder (QLineEdit elides one that does not
+    fit its contents rect less its 2 px margins, qlineedit.cpp)."""
+    from PySide6.QtWidgets import QStyle, QStyleOptionFrame
+
+    option = QStyleOptionFrame()
+    edit.initStyleOption(option)
+    room = edit.style().subElementRect(QStyle.SubElement.SE_LineEditContents, option, edit)
+    margins = edit.textMargins()
+    width = room.width() - margins.left() - margins.right() - 4
+    return edit.fontMetrics().horizontalAdvance(edit.placeholderText()) <= width
+
+
+def test_every_placeholder_on_the_plan_form_fits_its_field(window, qtbot):
+    """The target's placeholder showed "target model folder (EXL2, or co…"."""
+    from PySide6.QtWidgets import QLineEdit
+
+    page = open_page(window, qtbot)
+    edits = [e for e in page.form.findChildren(QLineEdit) if e.placeholderText()]
+    assert page.form.target.path in edits
+    assert [e.placeholderText() for e in edits if not _placeholder_fits(e)] == []
+    assert "config.json" in page.form.target.path.toolTip()  # the rest of what it said
+
+
+@pytest.mark.skipif(not NO_GPU_HERE, reason="this machine has an NVIDIA GPU")
+@pytest.mark.parametrize("width", [1280, 960])
+def test_the_no_gpu_banner_is_whole_with_no_blank_band_under_it(window, qtbot, width):
+    """Without GPUs the live half was a fixed 90 px: a blank band under a two-line banner,
+    its text cut off where it wraps to more lines."""
+    window.resize(width, 800)
+    page = open_page(window, qtbot)
+    qtbot.waitUntil(lambda: page.state_badge.text() == "NO GPU", timeout=5_000)
+    qtbot.wait(50)  # the resize's and the new text's layout requests
+    text = page.state_text
+    assert text.height() >= text.heightForWidth(text.width())  # no line cut off
+    bottom = max(w.mapTo(page, w.rect().bottomLeft()).y() for w in (text, page.state_badge))
+    form_top = page.form.mapTo(page, page.form.rect().topLeft()).y()
+    # Below the banner: the splitter's handle and the form's title, nothing more.
+    assert form_top - bottom <= page.splitter.handleWidth() + page.form.fontMetrics().height() + 8
