@@ -85,6 +85,8 @@ FORECAST_TIP = ("Every setting predicted from one run without drafting: llama-se
 IDLE_TEXT = ("Say what to tune and press Tune: SpecDeck finds what your server can draft "
              "with, searches the settings within the budget, verifies the best on other prompts "
              "and offers to write it.")
+PLOTS_IDLE_TEXT = ("The live plots appear here when a tune starts: each setting's decode "
+                   "speed (tok/s) and draft acceptance as it runs.")
 CANCELLING_TEXT = "Cancelling: stopping after the current run…"
 RUNNING_TEXT = ("Tuning: the result comes after the search and the verification on held-out "
                 "prompts. Cancel stops at any point and leaves your files as they were.")
@@ -814,8 +816,15 @@ class TunePage(QWidget):
         layout.addLayout(table_box, 3)
         layout.addLayout(status, 2)
         # pyqtgraph costs ~0.4 s to import: the plots are built when the first tune starts.
+        # Until then the area says what will be there (it was a blank third of the page).
         self.plots_host = QWidget()
-        QVBoxLayout(self.plots_host).setContentsMargins(0, 0, 0, 0)
+        self.plots_idle = QLabel(PLOTS_IDLE_TEXT)
+        self.plots_idle.setWordWrap(True)
+        self.plots_idle.setProperty("role", "hint")
+        self.plots_idle.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        host = QVBoxLayout(self.plots_host)
+        host.setContentsMargins(0, 0, 0, 0)
+        host.addWidget(self.plots_idle)
 
     def _build_result(self) -> None:
         self.result_box = QGroupBox("Result")
@@ -873,6 +882,7 @@ class TunePage(QWidget):
             # acceptance by draft position: their plots are not shown.
             for plot in (self.plots.memory_plot, self.plots.position_plot):
                 self.plots.hide_plot(plot)
+            self.plots_idle.hide()
             self.plots_host.layout().addWidget(self.plots)
 
     # lifecycle -----------------------------------------------------------------------------

@@ -585,3 +585,23 @@ def test_the_tune_page_shows_its_speed_and_acceptance_plots(qtbot):
     assert not any(w.isVisibleTo(window) for w in hidden)
     # the two share the row's width between them
     assert plots.speed_plot.width() + plots.accept_plot.width() > 0.8 * plots.width()
+
+
+def test_before_a_tune_the_plots_area_says_what_will_be_there(qtbot):
+    """The plots are built when a tune starts: before that their third of the page was
+    blank. It says what will appear there, until the plots do."""
+    from PySide6.QtWidgets import QLabel
+
+    window, page = tune_page(qtbot)
+    window.resize(1280, 800)
+    window.show()
+    qtbot.waitUntil(lambda: page.plots_host.height() > 0)
+
+    def said() -> list[str]:
+        return [label.text() for label in page.plots_host.findChildren(QLabel)
+                if label.isVisibleTo(window) and label.text()]
+
+    assert any("plots appear here when a tune starts" in text for text in said())
+    page._ensure_plots()
+    qtbot.waitUntil(lambda: page.plots.isVisible())
+    assert not any("tune starts" in text for text in said())
