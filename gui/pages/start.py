@@ -34,16 +34,32 @@ DEMO_HINT = ("See a live A/B in a minute, or the whole tuning loop, on the embed
              "model (no download).")
 
 
-def demo_hint_text() -> str:
+PATH_SHOWN_CHARS = 64
+"""A longer path is shown with its middle elided (whole in the tooltip): kept on one line, a
+longer one would widen the page."""
+WORD_JOINER = "\u2060"
+
+
+def unbroken_path(path: str) -> str:
+    """A path word wrap keeps on one line: it broke one after "(/" (a slash, like a hyphen
+    or a space, is a break opportunity); a word joiner between its characters forbids them."""
+    if len(path) > PATH_SHOWN_CHARS:
+        half = (PATH_SHOWN_CHARS - 1) // 2
+        path = f"{path[:half]}…{path[-half:]}"
+    return WORD_JOINER.join(path)
+
+
+def demo_hint_text() -> tuple[str, str]:
     """Worker: beside the demo buttons, what they do, and the llama-server tuning the demo
-    needs (the one SpecDeck found, looked for on disk, or that the Tune page asks for one)."""
+    needs (the one SpecDeck found, looked for on disk, or that the Tune page asks for one):
+    the hint, and its tooltip (the llama-server's whole path, or none)."""
     from specdeck.core.tune.setup import llama_server_candidates
 
     found = llama_server_candidates()
-    tune = (f"Tuning it runs llama-server ({found[0]})." if found else
+    tune = (f"Tuning it runs llama-server ({unbroken_path(str(found[0]))})." if found else
             "Tuning it needs a llama-server binary: none is on PATH, so the Tune page asks "
             "for yours.")
-    return f"{DEMO_HINT} {tune}"
+    return f"{DEMO_HINT} {tune}", str(found[0]) if found else ""
 
 
 def create_page(context) -> QWidget:
@@ -122,10 +138,15 @@ class StartPage(QWidget):
 
         self.status.setText("Looking…")
         self.status.show()
-        self.tasks.run("demo-hint", demo_hint_text, on_result=self.demo_hint.setText,
+        self.tasks.run("demo-hint", demo_hint_text, on_result=self._show_demo_hint,
                        on_error=lambda _error: None)  # the hint stays without its last line
         self.tasks.run("discover", self._discover or discover, on_result=self._show,
                        on_error=lambda exc: self.status.setText(f"Could not look: {exc}"))
+
+    def _show_demo_hint(self, hint: tuple[str, str]) -> None:
+        text, tooltip = hint
+        self.demo_hint.setText(text)
+        self.demo_hint.setToolTip(tooltip)
 
     def shutdown(self) -> None:
         self.tasks.close()

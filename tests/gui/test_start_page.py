@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QLabel
 from replay_server import replay  # noqa: F401 - a fixture
 
 from specdeck.gui.main_window import MainWindow
+WORD_JOINER = "\u2060"  # what keeps the path on one line (gui/pages/start.py)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "servers"
 
@@ -135,8 +136,8 @@ def test_the_start_page_says_what_tuning_the_demo_needs(qtbot, configured_qapp, 
     # once they look again (the Start page's Refresh, the Tune page's choice of the demo).
     monkeypatch.setenv("SPECDECK_LLAMA_SERVER", str(llama_bin))
     page.refresh()
-    qtbot.waitUntil(lambda: f"Tuning it runs llama-server ({llama_bin})" in page.demo_hint.text(),
-                    timeout=10_000)
+    qtbot.waitUntil(lambda: f"Tuning it runs llama-server ({llama_bin})"
+                    in page.demo_hint.text().replace(WORD_JOINER, ""), timeout=10_000)
     tune.kind.setCurrentIndex(tune.kind.findData("llama-server"))
     tune.kind.setCurrentIndex(tune.kind.findData("demo"))
     qtbot.waitUntil(lambda: str(llama_bin) in tune.binary.placeholderText(), timeout=10_000)
@@ -174,3 +175,46 @@ def test_the_install_card_and_the_models_tip_name_every_format_the_hub_installs(
     for fmt in FORMATS:
         assert FORMAT_LABELS[fmt] in texts
         assert FORMAT_LABELS[fmt] in models_row.toolTip()
+
+
+def _wrapped_lines(label: QLabel) -> list[str]:
+    """The lines a word-wrapped plain-text label breaks its text into at its width."""
+    from PySide6.QtGui import QTextDocument, QTextOption
+
+    document = QTextDocument()
+    document.setDefaultFont(label.font())
+    option = QTextOption()
+    option.setWrapMode(QTextOption.WrapMode.WordWrap)
+    document.setDefaultTextOption(option)
+    document.setPlainText(label.text())
+    document.setTextWidth(label.contentsRect().width())
+    document.size()  # lays the text out (lazily done otherwise)
+    lines = []
+    block = document.begin()
+    while block.isValid():
+        layout = block.layout()
+        for i in range(layout.lineCount()):
+            line = layout.lineAt(i)
+            lines.append(block.text()[line.textStart():line.textStart() + line.textLength()])
+        block = block.next()
+    return [line.replace(WORD_JOINER, "") for line in lines]
+
+
+def test_the_demo_hints_llama_server_path_is_never_broken_across_lines(
+        qtbot, configured_qapp, llama_bin, monkeypatch):
+    """Word wrap broke the path after "(/" ("llama-server (/" then "root/.cache/...")."""
+    monkeypatch.setenv("SPECDECK_LLAMA_SERVER", str(llama_bin))
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.show()
+    page = window.show_page("start")
+    qtbot.waitUntil(lambda: str(llama_bin) in page.demo_hint.text().replace(WORD_JOINER, ""),
+                    timeout=10_000)
+    for width in (1280, 1024):
+        window.resize(width, 700)
+        qtbot.waitUntil(lambda w=width: window.width() == w)
+        qtbot.wait(20)  # the resize's layout request
+        lines = _wrapped_lines(page.demo_hint)
+        assert len(lines) > 1  # it does wrap, only elsewhere
+        assert any(f"({llama_bin})" in line for line in lines), lines
+    assert page.demo_hint.toolTip() == str(llama_bin)  # whole, were it elided
