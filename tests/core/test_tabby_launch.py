@@ -74,11 +74,31 @@ def test_a_draft_model_arm_loads_the_draft(tmp_path, started):
     assert _loaded_line(server) == "Loaded Qwen2.5-7B-exl3 with model:Qwen2.5-0.5B-exl3:3"
 
 
+def _busy_port_with_a_free_next() -> socket.socket:
+    """A listening socket on a port P whose P + 1 is free, both below the kernel's ephemeral
+    range: a port the OS picked (bind to 0) had its neighbour taken, now and then, by another
+    test worker's server or client before the stand-in bound it."""
+    import random
+
+    for _ in range(200):
+        port = random.randrange(20000, 30000)
+        busy, probe = socket.socket(), socket.socket()
+        try:
+            busy.bind(("127.0.0.1", port))
+            probe.bind(("127.0.0.1", port + 1))
+        except OSError:
+            busy.close()
+            continue
+        finally:
+            probe.close()
+        busy.listen()
+        return busy
+    raise RuntimeError("no free pair of ports in 20000-30000")
+
+
 def test_a_busy_port_is_followed_to_the_next_one_as_tabbyapi_does(tmp_path, started):
     folder = tabby_install(tmp_path / "tabbyAPI")
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
+    with _busy_port_with_a_free_next() as busy:
         port = busy.getsockname()[1]
         server = started(TabbyLaunch(str(folder), sys.executable, no_draft(True), port=port),
                          tmp_path / "d.log")
