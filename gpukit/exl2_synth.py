@@ -57,7 +57,8 @@ COMPLETE = ".synth-complete"
 """Written last: a folder without it is a half-written model (the writer starts over)."""
 POOL_BYTES = 64 * 1024**2
 
-DTYPES = {"I32": (np.int32, 4), "I16": (np.int16, 2), "F16": (np.float16, 2)}
+ITEM_BYTES = {"I32": 4, "I16": 2, "F16": 2}
+"""Bytes per element of each safetensors dtype the writer uses."""
 
 
 def exllamav2_dir() -> Path:
@@ -223,7 +224,7 @@ class TensorSpec:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * DTYPES[self.dtype][1]
+        return math.prod(self.shape) * ITEM_BYTES[self.dtype]
 
 
 def quantized_linear(lin: Linear, qparams: Any) -> list[TensorSpec]:
@@ -330,7 +331,7 @@ class Filler:
                 start = self._offset % len(pool)
                 piece = pool[start:start + min(left, len(pool) - start)]
                 self._offset += len(piece) + 4096  # shift: tensors differ from each other
-                self._offset -= self._offset % DTYPES[spec.dtype][1]
+                self._offset -= self._offset % ITEM_BYTES[spec.dtype]
                 left -= len(piece)
                 yield piece
             return
